@@ -1,0 +1,261 @@
+"""CEM interaction energy → weight-tied attention (CEM seed §2.1, §2.3 Eq. 1-5, 12, 14, 16; App. B;
+reconstructed.md §4).
+
+For the update variable u_i (the normalised query-side state) and the normalised causal context h_{≤i}:
+
+    E_i(u_i) = −τ Σ_k log Σ_{j≤i} exp(s_ijk),
+    s_ijk    = (1/τ) u_iᵀ A_k h_j + b_ijk,     A_k = W_Qkᵀ W_Kk + diag(d_k)           (Eq. 1, 12)
+    b_ijk    = −m_k (i − j) + δ_k [j = i]       (ALiBi slopes m_k = 2^{−8k/K}; learned self bias δ_k)
+    −∇E_i    = Σ_k Σ_j p_ijk (W_Qkᵀ k_j + d_k ∘ h_j),   p = softmax_j(s),  k_j = W_Kk h_j   (Eq. 2, 4)
+
+With d = 0 and no bias, one step of size 1 is multi-head attention with W^V = W^K and W^O = W^Q
+(Eq. 5). The diagonal enters the scores AND the value/output path; adding it only to the scores would
+not be a gradient step (reconstructed.md §4).
+
+Fused evaluation (no N×N matrix): per head the query, key and value are concatenated
+``q̃ = [W_Qk u ; d_k∘u ; τ m_k (1, −i)]``, ``k̃ = [k_j ; h_j ; (j, 1)]``, ``ṽ = [k_j ; h_j]`` and one
+``scaled_dot_product_attention`` call with scale 1/τ gives ``Σ_j p_ijk [k_j ; h_j]``. ALiBi is the two
+extra feature columns (exact: m_k j − m_k i). The self bias δ_k [j = i] is not low-rank, so the fused
+call attends *strictly* earlier keys plus a zero "null" key whose value carries an indicator column;
+the indicator returns r_i = 1/(1 + Σ_{j<i} e^{s_ij}) and the self term is merged exactly:
+
+    o_i = (o_i^{<} + c_i ṽ_i) / (1 − r_i + c_i),     c_i = r_i exp(s_ii),    log Z_i = log(1 − r_i + c_i) − log r_i
+
+Choices where the source is ambiguous (flags, defaults recommended by reconstructed.md §4):
+  * ``temperature`` τ = √(head dim) (standard attention scale; Eq. 5 writes √D_h with D_h ambiguous).
+  * ``diagonal``: 'shared' (seed §4.4: close to per-head at lower cost), 'per_head' or 'none'; d init 0,
+    so the layer starts as tied MHA.
+  * Only δ = β_self − β_cross is identifiable (β_cross shifts every logit of a row equally), so one
+    self bias per head is learned, initialised at 0.
+  * ``attn_fp32``: the attention core runs in float32 under autocast, because the ALiBi feature
+    columns carry values ~m·N that bfloat16 cannot resolve.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from ..core.energy import Energy, register_energy
+from ..core.precond import Preconditioner
+from ..utils.validate import check_choice, check_float, check_int
+
+DIAGONAL_MODES = ("none", "shared", "per_head")
+
+
+def alibi_slopes(heads: int) -> Tensor:
+    """m_k = 2^{−8k/K}, k = 1..K (Press et al. 2022; reconstructed.md §4)."""
+    return torch.tensor([2.0 ** (-8.0 * (k + 1) / heads) for k in range(heads)])
+
+
+@dataclass
+class InteractionState:
+    """Work done once per block call (outside the recursion)."""
+
+    keys: Tensor     # (B, H, 1 + Nk, F) null key + feature-augmented keys k̃
+    values: Tensor   # (B, H, 1 + Nk, Fv + 1) null indicator column last
+    self_keys: Tensor    # (B, H, Nq, F) k̃ at the query positions
+    self_values: Tensor  # (B, H, Nq, Fv)
+    qpos_feat: Tensor | None  # (H, Nq, 2) τ m_k (1, −i) or None
+    h: Tensor        # (B, Nk, D) normalised context
+    k: Tensor        # (B, H, Nk, Dr) keys (= values, tied)
+    offset: int      # position of the first query
+
+
+@register_energy("cem_interaction")
+class InteractionEnergy(Energy):
+    """Interaction energy of CEM attention with K heads (see module docstring)."""
+
+    exact = True
+
+    def __init__(
+        self, dim: int, heads: int, head_dim: int | None = None, diagonal: str = "shared",
+        alibi: bool = True, self_bias: bool = True, temperature: float | None = None,
+        attn_fp32: bool = True,
+    ):
+        super().__init__()
+        check_int("dim", dim, min=1)
+        check_int("heads", heads, min=1)
+        if head_dim is None and dim % heads != 0:
+            raise ValueError(f"heads = {heads!r}: must divide dim = {dim} (or set head_dim)")
+        check_choice("diagonal", diagonal, DIAGONAL_MODES)
+        self.dim, self.heads = dim, heads
+        self.head_dim = head_dim or dim // heads
+        check_int("head_dim", self.head_dim, min=1)
+        if temperature is not None:
+            check_float("temperature", temperature, min=0.0, min_exclusive=True)
+        self.tau = float(temperature) if temperature is not None else math.sqrt(self.head_dim)
+        self.diagonal = diagonal
+        self.wq = nn.Linear(dim, heads * self.head_dim, bias=False)  # W^Q = W^O (tied)
+        self.wk = nn.Linear(dim, heads * self.head_dim, bias=False)  # W^K = W^V (tied)
+        if diagonal == "shared":
+            self.d = nn.Parameter(torch.zeros(dim))
+        elif diagonal == "per_head":
+            self.d = nn.Parameter(torch.zeros(heads, dim))
+        else:
+            self.register_parameter("d", None)
+        self.alibi = alibi
+        if alibi:
+            self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
+        self.self_bias = nn.Parameter(torch.zeros(heads)) if self_bias else None
+        self.attn_fp32 = attn_fp32
+
+    # ------------------------------------------------------------------ once per block call
+    def prepare(self, context: Tensor, cache: dict | None = None, offset: int = 0, **kw) -> InteractionState:
+        h = context  # (B, Nn, D) normalised input
+        k = rearrange(self.wk(h), "b n (h r) -> b h n r", h=self.heads)  # (B, H, Nn, Dr)
+        nq = h.shape[1]
+        if cache is not None:
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)
+                if self.d is not None:
+                    h = torch.cat([cache["h"], h], dim=1)
+            cache["k"] = k
+            if self.d is not None:
+                cache["h"] = h
+        B, H, nk, _ = k.shape
+        offset = nk - nq
+        cdt = self._compute_dtype(k.dtype)
+        feats = [k.to(cdt)]
+        if self.d is not None:
+            feats.append(h.to(cdt).unsqueeze(1).expand(B, H, nk, self.dim))
+        vals = torch.cat(feats, dim=-1)  # ṽ: (B, H, Nk, Fv)
+        qpos = None
+        if self.alibi:
+            pos = torch.arange(nk, device=k.device, dtype=cdt)
+            kpos = torch.stack([pos, torch.ones_like(pos)], -1)  # (Nk, 2): (j, 1)
+            feats.append(kpos.expand(B, H, nk, 2))
+            qi = pos[offset:]
+            m = self.tau * self.slopes.to(cdt)[:, None, None]  # (H, 1, 1)
+            qpos = m * torch.stack([torch.ones_like(qi), -qi], -1)  # (H, Nq, 2): τ m (1, −i)
+        keys = torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0]  # k̃: (B, H, Nk, F)
+        null_k = keys.new_zeros(B, H, 1, keys.shape[-1])
+        null_v = torch.cat([vals.new_zeros(B, H, 1, vals.shape[-1]), vals.new_ones(B, H, 1, 1)], -1)
+        vals_ind = torch.cat([vals, vals.new_zeros(B, H, nk, 1)], -1)
+        return InteractionState(
+            keys=torch.cat([null_k, keys], 2), values=torch.cat([null_v, vals_ind], 2),
+            self_keys=keys[:, :, offset:], self_values=vals[:, :, offset:], qpos_feat=qpos,
+            h=h, k=k, offset=offset,
+        )
+
+    def _compute_dtype(self, dt: torch.dtype) -> torch.dtype:
+        return torch.promote_types(dt, torch.float32) if self.attn_fp32 else dt
+
+    # ------------------------------------------------------------------ inside the loop
+    def _query(self, u: Tensor, st: InteractionState, cdt: torch.dtype) -> Tensor:
+        B, nq, _ = u.shape
+        parts = [rearrange(self.wq(u), "b n (h r) -> b h n r", h=self.heads).to(cdt)]
+        if self.d is not None:
+            d = self.d if self.d.dim() == 2 else self.d.expand(self.heads, self.dim)
+            parts.append((u.unsqueeze(1) * d[None, :, None, :]).to(cdt))  # (B, H, Nq, D)
+        if st.qpos_feat is not None:
+            parts.append(st.qpos_feat.expand(B, -1, -1, -1))
+        return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
+
+    def attend(self, u: Tensor, st: InteractionState) -> tuple[Tensor, Tensor]:
+        """Fused attention of queries u (B, Nq, D) on the prepared context.
+
+        Returns (o, logZ): o (B, H, Nq, Fv) = Σ_j p_ijk ṽ_j and logZ (B, H, Nq) = log Σ_{j≤i} e^{s_ijk}.
+        """
+        cdt = st.keys.dtype
+        with torch.autocast(u.device.type, enabled=False) if self.attn_fp32 else _null():
+            qt = self._query(u, st, cdt)  # (B, H, Nq, F)
+            nq, nk = qt.shape[2], st.keys.shape[2] - 1
+            if st.offset == 0 and nq == nk:  # training / prefill: square strictly-causal call
+                q_pad = torch.cat([qt, qt.new_zeros(qt.shape[0], qt.shape[1], 1, qt.shape[-1])], 2)
+                out = F.scaled_dot_product_attention(
+                    q_pad, st.keys, st.values, is_causal=True, scale=1.0 / self.tau)[:, :, :-1]
+            elif nq == 1:  # decoding one token: every cached key before it is visible
+                out = F.scaled_dot_product_attention(
+                    qt, st.keys[:, :, :-1], st.values[:, :, :-1], scale=1.0 / self.tau)
+            else:  # chunked prefill with a cache: explicit mask, key c visible iff c <= offset + a
+                a = torch.arange(nq, device=qt.device)[:, None]
+                c = torch.arange(nk + 1, device=qt.device)[None, :]
+                out = F.scaled_dot_product_attention(
+                    qt, st.keys, st.values, attn_mask=c <= st.offset + a, scale=1.0 / self.tau)
+            o_lt, r = out[..., :-1], out[..., -1]  # (B,H,Nq,Fv), (B,H,Nq)
+            s_self = (qt * st.self_keys).sum(-1) / self.tau  # (B, H, Nq)
+            if self.self_bias is not None:
+                s_self = s_self + self.self_bias.to(cdt)[None, :, None]
+            log_r = torch.log(r.clamp_min(torch.finfo(r.dtype).tiny))
+            c = torch.exp(s_self + log_r)
+            denom = 1.0 - r + c
+            o = (o_lt + c.unsqueeze(-1) * st.self_values) / denom.unsqueeze(-1)
+            log_z = torch.log(denom) - log_r
+        return o, log_z
+
+    def _readout(self, o: Tensor, precond: Preconditioner | None, dtype: torch.dtype) -> Tensor:
+        """Σ_k P_k (W_Qkᵀ o_k[:Dr] + d_k ∘ o_k[Dr:]) → (B, Nq, D)."""
+        H, R, D = self.heads, self.head_dim, self.dim
+        o = o.to(dtype)
+        o_q, o_h = o[..., :R], o[..., R:]
+        wq = self.wq.weight.view(H, R, D)  # W_Qk: (H, Dr, D)
+        bank = precond is not None and not precond.is_identity and precond.heads is not None
+        if bank:
+            w_eff = precond.fold(wq.transpose(1, 2))  # P_k W_Qkᵀ: (H, D, Dr), weight-only
+            out = torch.einsum("bhnr,hdr->bnd", o_q, w_eff.to(dtype))
+        else:
+            out = torch.einsum("bhnr,hrd->bnd", o_q, wq.to(dtype))
+        if self.d is not None:
+            d = self.d.to(dtype)
+            if bank:
+                g = rearrange(o_h, "b h n d -> b n h d") * (d if d.dim() == 2 else d[None])
+                out = out + precond(g).sum(2)
+            elif d.dim() == 1:
+                out = out + d * o_h.sum(1)
+            else:
+                out = out + torch.einsum("bhnd,hd->bnd", o_h, d)
+        if precond is not None and not precond.is_identity and not bank:
+            out = precond(out)
+        return out
+
+    # ------------------------------------------------------------------ Energy API
+    def direction(self, u: Tensor, st: InteractionState, precond: Preconditioner) -> Tensor:
+        o, _ = self.attend(u, st)
+        return self._readout(o, precond, u.dtype)
+
+    def grad(self, u: Tensor, st: InteractionState) -> Tensor:
+        o, _ = self.attend(u, st)
+        return -self._readout(o, None, u.dtype)
+
+    def energy_fused(self, u: Tensor, st: InteractionState) -> Tensor:
+        """E_i from the fused path's normaliser (no N×N matrix): −τ Σ_k log Z_ik + ALiBi offset."""
+        _, log_z = self.attend(u, st)
+        return -self.tau * log_z.sum(1).to(u.dtype)
+
+    def energy(self, u: Tensor, st: InteractionState) -> Tensor:
+        """Reference per-token energy with explicit (B, H, Nq, Nk) scores (tests, traces)."""
+        H, R = self.heads, self.head_dim
+        q = rearrange(self.wq(u), "b n (h r) -> b h n r", h=H)
+        s = torch.einsum("bhnr,bhmr->bhnm", q, st.k.to(q.dtype))
+        if self.d is not None:
+            d = self.d if self.d.dim() == 2 else self.d.expand(H, self.dim)
+            s = s + torch.einsum("bnd,hd,bmd->bhnm", u, d, st.h.to(u.dtype))
+        s = s / self.tau
+        nq, nk = u.shape[1], st.k.shape[2]
+        i = torch.arange(st.offset, st.offset + nq, device=u.device)[:, None]
+        j = torch.arange(nk, device=u.device)[None, :]
+        if self.alibi:
+            s = s - self.slopes.to(s.dtype)[:, None, None] * (i - j).to(s.dtype)
+        if self.self_bias is not None:
+            s = s + self.self_bias.to(s.dtype)[:, None, None] * (i == j).to(s.dtype)
+        s = s.masked_fill(j > i, float("-inf"))
+        return -self.tau * torch.logsumexp(s, dim=-1).sum(1)  # (B, Nq)
+
+    def precond_exact(self, precond: Preconditioner) -> bool:
+        # Per-head P_k (seed Eq. 14) give Σ_k P_k ∇E_k, which is not −P∇E for one PD P and need not
+        # even be a descent direction; a shared P (or identity) is an exact preconditioned step.
+        return precond.is_identity or precond.heads is None
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
