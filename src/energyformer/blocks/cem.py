@@ -95,6 +95,8 @@ def _rmsnorm(dim: int) -> nn.Module:
 class CEMAttention(EnergyBlock):
     """CEM attention sublayer: (B, N, D) -> (B, N, D), residual included."""
 
+    kind = "attention"
+
     def __init__(self, dim: int, heads: int, cfg: CEMAttentionConfig | None = None):
         cfg = cfg or CEMAttentionConfig()
         energy = InteractionEnergy(
@@ -110,6 +112,8 @@ class CEMAttention(EnergyBlock):
 
 class CEMMLP(EnergyBlock):
     """CEM MLP sublayer: (B, N, D) -> (B, N, D), residual included."""
+
+    kind = "mlp"
 
     def __init__(self, dim: int, cfg: CEMMLPConfig | None = None, hidden: int | None = None):
         cfg = cfg or CEMMLPConfig()

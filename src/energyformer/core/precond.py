@@ -40,7 +40,9 @@ class Preconditioner(nn.Module):
 
     def fold(self, w: Tensor) -> Tensor:
         """P @ w for a weight ``w`` of shape ([heads,] dim, r) — weight-only work done once per call."""
-        return self.forward(w.transpose(-1, -2)).transpose(-1, -2)
+        if self.heads is None:
+            return self.forward(w.transpose(-1, -2)).transpose(-1, -2)
+        return self.forward(w.permute(2, 0, 1)).permute(1, 2, 0)  # columns as (r, H, D) vectors
 
     def matrix(self) -> Tensor:
         """Dense ([heads,] dim, dim) matrix (for tests and analysis)."""

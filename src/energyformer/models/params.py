@@ -1,0 +1,44 @@
+"""Parameter counting by part: attention / MLP / embedding / head / other (CEM seed §4.1).
+
+A parameter belongs to the part named by the ``kind`` attribute ('attention' or 'mlp') of the
+innermost sublayer that owns it (its pre-norm and preconditioners included); embeddings and the
+output head are recognised by module type / name; anything else is 'other' (e.g. the final norm).
+Tied weights are counted once (under 'embedding').
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+
+def count_params(model: nn.Module) -> dict[str, int]:
+    """{'attention', 'mlp', 'embedding', 'head', 'other', 'total'} parameter counts."""
+    owner: dict[int, str] = {}
+    for name, mod in model.named_modules():
+        kind = getattr(mod, "kind", None)
+        if kind in ("attention", "mlp"):
+            for p in mod.parameters():
+                owner.setdefault(id(p), kind)
+        elif isinstance(mod, nn.Embedding):
+            for p in mod.parameters():
+                owner.setdefault(id(p), "embedding")
+    counts = dict.fromkeys(("attention", "mlp", "embedding", "head", "other"), 0)
+    seen: set[int] = set()
+    for name, p in model.named_parameters():  # named_parameters already dedupes tied weights
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        part = owner.get(id(p)) or ("head" if name.startswith("head.") else "other")
+        counts[part] += p.numel()
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+def format_params(counts: dict[str, int]) -> str:
+    """One line, e.g. 'total 1.23M (attention 0.40M, mlp 0.60M, embedding 0.20M, head 0, other 128)'."""
+
+    def f(n: int) -> str:
+        return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}K" if n >= 1e3 else str(n)
+
+    parts = ", ".join(f"{k} {f(v)}" for k, v in counts.items() if k != "total")
+    return f"total {f(counts['total'])} ({parts})"
