@@ -46,6 +46,15 @@ class Energy(nn.Module):
     exact: bool = True
     registry_name: str = ""
 
+    @classmethod
+    def examples(cls, dtype: torch.dtype = torch.float64) -> list[tuple[str, Energy, Tensor, Tensor]]:
+        """Small seeded instances ``(label, energy, context, x)`` covering the energy's options.
+
+        The library-wide property test iterates over every registered energy and its examples, so a
+        new energy is checked as soon as it is registered; one without examples fails that test.
+        """
+        raise NotImplementedError(f"{cls.__name__} must provide examples() for the property tests")
+
     def prepare(self, context: Tensor, **kwargs: Any) -> Any:
         """Work done once per block call (outside the loop). Default: the context itself."""
         return context

@@ -52,7 +52,7 @@ class Preconditioner(nn.Module):
 
     def min_eigenvalue(self) -> float:
         """Smallest eigenvalue over the bank (P is symmetric)."""
-        return float(torch.linalg.eigvalsh(self.matrix().double()).min())
+        return float(torch.linalg.eigvalsh(self.matrix().detach().double()).min())
 
     def _device(self):
         return next(iter(self.parameters()), torch.empty(0)).device

@@ -80,12 +80,11 @@ class GradientDescent(Solver):
         self.learn_step_size = learn_step_size
         if learn_step_size:  # inverse softplus so that softplus(theta) == step_size
             self.theta = nn.Parameter(torch.tensor(step_size + math.log(-math.expm1(-step_size))))
-        else:
-            self.register_buffer("eta_const", torch.tensor(float(step_size)), persistent=False)
+        self.step_size = float(step_size)
         self.tol = tol
 
-    def eta(self) -> Tensor:
-        return nn.functional.softplus(self.theta) if self.learn_step_size else self.eta_const
+    def eta(self) -> Tensor | float:
+        return nn.functional.softplus(self.theta) if self.learn_step_size else self.step_size
 
     def run(self, energy, x, state, steps, *, point=None, trace=False, carry=None):
         point = point or (lambda z: z)
@@ -96,7 +95,8 @@ class GradientDescent(Solver):
             u = point(x)
             if rec is not None:
                 rec.add_energy(energy.energy(u, state))
-            dx = eta.to(x.dtype) * energy.direction(u, state, self.precond)
+            d = energy.direction(u, state, self.precond)
+            dx = (eta.to(d.dtype) if isinstance(eta, Tensor) else eta) * d
             x = x + dx
             taken += 1
             if rec is not None:

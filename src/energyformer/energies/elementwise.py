@@ -12,6 +12,7 @@ V x is recomputed inside the recursion.
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -33,6 +34,14 @@ class ElementwiseEnergy(Energy):
         self.dim, self.hidden = dim, hidden
         self.W = nn.Linear(dim, hidden, bias=False)  # gate projection (W^g)
         self.V = nn.Linear(dim, hidden, bias=False)  # tied up/down projection (W^u = W^dᵀ)
+
+    @classmethod
+    def examples(cls, dtype=torch.float64):
+        g = torch.Generator().manual_seed(0)
+        e = cls(12, 20).to(dtype)
+        ctx = torch.randn(2, 5, 12, generator=g, dtype=dtype)
+        x = torch.randn(2, 5, 12, generator=g, dtype=dtype) * 2  # wide range of V x (both signs)
+        return [("D12_Dv20", e, ctx, x)]
 
     def prepare(self, context: Tensor, **kwargs) -> Tensor:
         return self.W(context)  # γ: (B, N, D_v), computed once per block call

@@ -105,6 +105,24 @@ class InteractionEnergy(Energy):
         self.self_bias = nn.Parameter(torch.zeros(heads)) if self_bias else None
         self.attn_fp32 = attn_fp32
 
+    @classmethod
+    def examples(cls, dtype=torch.float64):
+        out = []
+        for diag in DIAGONAL_MODES:
+            for alibi, sb in ((False, False), (True, True)):
+                g = torch.Generator().manual_seed(len(out))
+                torch.manual_seed(len(out))
+                e = cls(16, 4, diagonal=diag, alibi=alibi, self_bias=sb).to(dtype)
+                with torch.no_grad():
+                    if e.d is not None:
+                        e.d.normal_(0, 0.5, generator=g)
+                    if e.self_bias is not None:
+                        e.self_bias.normal_(0, 1, generator=g)
+                ctx = torch.randn(2, 7, 16, generator=g, dtype=dtype)
+                x = torch.randn(2, 7, 16, generator=g, dtype=dtype)
+                out.append((f"diag={diag},alibi={alibi},self_bias={sb}", e, ctx, x))
+        return out
+
     # ------------------------------------------------------------------ once per block call
     def prepare(self, context: Tensor, cache: dict | None = None, offset: int = 0, **kw) -> InteractionState:
         h = context  # (B, Nn, D) normalised input

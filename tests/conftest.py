@@ -1,0 +1,3 @@
+import torch
+
+torch.set_num_threads(2)

@@ -1,0 +1,146 @@
+"""CEM attention: fused path vs dense reference, T=1 equals tied MHA, exact gradient step, causality,
+KV cache, preconditioner folding, autocast."""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+
+from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
+from energyformer.core import ForwardContext, make_preconditioner
+from energyformer.energies.interaction import InteractionEnergy
+
+torch.manual_seed(0)
+
+
+def _randomise(block: CEMAttention, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in block.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
+
+
+def test_fused_energy_matches_dense():
+    for label, e, ctx, x in InteractionEnergy.examples():
+        st = e.prepare(ctx)
+        torch.testing.assert_close(e.energy_fused(x, st), e.energy(x, st), rtol=1e-10, atol=1e-10)
+
+
+def test_t1_equals_tied_multihead_attention_with_residual():
+    D, H, N = 32, 4, 9
+    blk = CEMAttention(D, H, CEMAttentionConfig(diagonal="none", alibi=False, self_bias=False)).double()
+    _randomise(blk)
+    x = torch.randn(3, N, D, dtype=torch.float64)
+    y = blk(x)
+    # hand-written tied MHA: W_V = W_K, W_O = W_Q, pre-RMSNorm, residual
+    h = blk.norm(x)
+    wq, wk = blk.energy.wq.weight, blk.energy.wk.weight
+    q = rearrange(h @ wq.T, "b n (h r) -> b h n r", h=H)
+    k = rearrange(h @ wk.T, "b n (h r) -> b h n r", h=H)
+    s = q @ k.transpose(-1, -2) / math.sqrt(D // H)
+    s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+    o = rearrange(s.softmax(-1) @ k, "b h n r -> b n (h r)")
+    ref = x + o @ wq
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("diagonal", ["shared", "per_head"])
+def test_update_is_exact_negative_gradient_step(diagonal):
+    eta = 0.7
+    cfg = CEMAttentionConfig(diagonal=diagonal, step_size=eta, norm_in_loop=False)
+    blk = CEMAttention(16, 4, cfg).double()
+    _randomise(blk, 1)
+    assert blk.exact
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    y = blk(x)
+    st = blk.energy.prepare(blk.norm(x))
+    xg = x.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(blk.energy.energy(xg, st).sum(), xg)
+    torch.testing.assert_close(y - x, -eta * g, rtol=1e-10, atol=1e-12)
+
+
+def test_norm_in_loop_is_reported_inexact_and_uses_gradient_at_normalised_point():
+    blk = CEMAttention(16, 4, CEMAttentionConfig(steps=1)).double()
+    _randomise(blk, 2)
+    assert not blk.exact
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    u = blk.norm(x)
+    st = blk.energy.prepare(u)
+    ug = u.detach().clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(blk.energy.energy(ug, st).sum(), ug)
+    torch.testing.assert_close(blk(x) - x, -g, rtol=1e-9, atol=1e-11)
+
+
+def test_per_head_preconditioner_folding_matches_dense_matrices():
+    cfg = CEMAttentionConfig(precond="diag_low_rank", precond_rank=3, diagonal="per_head")
+    blk = CEMAttention(16, 4, cfg).double()
+    _randomise(blk, 3)
+    assert not blk.exact  # per-head P_k: Σ_k P_k ∇E_k is not a single-P gradient step
+    e, P = blk.energy, blk.solver.precond
+    u = torch.randn(2, 5, 16, dtype=torch.float64)
+    st = e.prepare(torch.randn(2, 5, 16, dtype=torch.float64))
+    o, _ = e.attend(u, st)
+    R = e.head_dim
+    wq = e.wq.weight.view(4, R, 16)
+    per_head = torch.einsum("bhnr,hrd->bhnd", o[..., :R], wq) + o[..., R:] * e.d[None, :, None, :]
+    ref = torch.einsum("hde,bhne->bnd", P.matrix(), per_head)
+    torch.testing.assert_close(e.direction(u, st, P), ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_causality(steps):
+    cfg = CEMAttentionConfig(steps=steps, precond="diag_low_rank", diagonal="per_head")
+    blk = CEMAttention(16, 4, cfg).double()
+    _randomise(blk, 4)
+    x = torch.randn(1, 10, 16, dtype=torch.float64)
+    y = blk(x)
+    for j in (0, 4, 9):
+        x2 = x.clone()
+        x2[:, j] += torch.randn(16, dtype=torch.float64)
+        y2 = blk(x2)
+        torch.testing.assert_close(y2[:, :j], y[:, :j], rtol=0, atol=1e-12)
+        assert not torch.allclose(y2[:, j], y[:, j])
+
+
+@pytest.mark.parametrize("diagonal", ["none", "shared"])
+def test_kv_cache_decoding_equals_full_forward(diagonal):
+    blk = CEMAttention(16, 4, CEMAttentionConfig(steps=2, diagonal=diagonal)).double()
+    _randomise(blk, 5)
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    full = blk(x)
+    ctx = ForwardContext(cache={})
+    blk.qualname = "a"
+    pieces, pos = [], 0
+    for n in (4, 1, 1, 3):  # prefill, two decode steps, a chunk
+        ctx.offset = pos
+        pieces.append(blk(x[:, pos:pos + n], ctx))
+        pos += n
+    torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-10, atol=1e-10)
+    stored = ctx.cache["a"]
+    assert stored["k"].shape == (2, 4, 9, 4) and (("h" in stored) == (diagonal != "none"))
+
+
+def test_autocast_bfloat16_runs_and_stays_close():
+    blk = CEMAttention(32, 4, CEMAttentionConfig(steps=2, precond="diag_low_rank"))
+    _randomise(blk, 6)
+    x = torch.randn(2, 64, 32)
+    ref = blk(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = blk(x)
+        y.float().sum().backward()
+    assert torch.isfinite(y).all()
+    assert (y.float() - ref).abs().max() / ref.abs().max() < 0.05
+
+
+def test_long_sequence_alibi_numerics_fp32():
+    """ALiBi feature columns reach m·N; the fused path must still match the dense reference."""
+    e = InteractionEnergy(16, 2, diagonal="shared")
+    u, h = torch.randn(1, 600, 16), torch.randn(1, 600, 16)
+    st = e.prepare(h)
+    torch.testing.assert_close(e.energy_fused(u, st), e.energy(u, st), rtol=1e-4, atol=1e-3)
+    e64 = copy.deepcopy(e).double()
+    st64 = e64.prepare(h.double())
+    torch.testing.assert_close(e.grad(u, st).double(), e64.grad(u.double(), st64), rtol=1e-4, atol=1e-4)

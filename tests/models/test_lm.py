@@ -1,0 +1,82 @@
+import pytest
+import torch
+
+from energyformer.blocks.cem import CEMAttentionConfig, CEMMLPConfig
+from energyformer.blocks.layer import BlockConfig
+from energyformer.core import Trace
+from energyformer.models.lm import CausalLM, ModelConfig, kv_cache_bytes
+from energyformer.models.params import count_params
+
+VARIANTS = {
+    "llama": BlockConfig(),
+    "gpt": BlockConfig(attention="gpt", mlp="gelu"),
+    "cem_attn": BlockConfig(attention="cem", cem_attention=CEMAttentionConfig(steps=2, precond="diag_low_rank")),
+    "cem_mlp": BlockConfig(mlp="cem", cem_mlp=CEMMLPConfig(steps=2, precond="diagonal")),
+    "full_cem": BlockConfig(attention="cem", mlp="cem", cem_attention=CEMAttentionConfig(steps=2),
+                            cem_mlp=CEMMLPConfig(steps=2)),
+    "reuse": BlockConfig(attn_reuse=2, mlp_reuse=2),
+}
+
+
+def _model(name, **kw):
+    torch.manual_seed(0)
+    pos = "learned" if name == "gpt" else "none"
+    return CausalLM(ModelConfig(vocab_size=50, dim=32, n_layers=2, heads=4, max_seq_len=32,
+                                positions=pos, block=VARIANTS[name], **kw)).double()
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_causal_model_is_causal(name):
+    m = _model(name).eval()
+    idx = torch.randint(0, 50, (1, 12))
+    base = m(idx).logits
+    for j in (3, 11):
+        idx2 = idx.clone()
+        idx2[0, j] = (idx2[0, j] + 1) % 50
+        out = m(idx2).logits
+        torch.testing.assert_close(out[:, :j], base[:, :j], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt", "cem_attn", "full_cem"])
+def test_kv_cache_generation_matches_recompute(name):
+    m = _model(name).eval()
+    idx = torch.randint(0, 50, (2, 5))
+    a = m.generate(idx, 10, greedy=True)
+    b = m.generate(idx, 10, greedy=True, use_cache=False)
+    assert torch.equal(a, b)
+
+
+def test_traces_cover_every_energy_block_and_energy_decreases_at_small_step():
+    cfg = BlockConfig(attention="cem", mlp="cem", cem_attention=CEMAttentionConfig(steps=3, step_size=0.05),
+                      cem_mlp=CEMMLPConfig(steps=3, step_size=0.05))
+    m = _model("full_cem")
+    m = CausalLM(ModelConfig(vocab_size=50, dim=32, n_layers=2, heads=4, block=cfg))
+    out = m(torch.randint(0, 50, (2, 10)), trace=True)
+    assert list(out.traces) == ["layers.0.attn", "layers.0.mlp", "layers.1.attn", "layers.1.mlp"]
+    for name, tr in out.traces.items():
+        assert isinstance(tr, Trace) and tr.steps == 3 and len(tr.energy) == 4
+        assert tr.energy_tensor().shape == (4, 2, 10)
+        assert tr.exact is False  # RMSNorm inside the loop
+    assert m(torch.randint(0, 50, (2, 10))).traces is None  # off by default
+
+
+def test_param_parts_and_cache_bytes():
+    llama, cem = _model("llama"), _model("full_cem")
+    pl, pc = count_params(llama), count_params(cem)
+    assert pl["total"] == sum(v for k, v in pl.items() if k != "total")
+    assert pc["embedding"] == pl["embedding"] == 50 * 32
+    assert pc["attention"] < 0.6 * pl["attention"] and pc["mlp"] < 0.7 * pl["mlp"]
+    cache_l, cache_c = {}, {}
+    idx = torch.randint(0, 50, (1, 8))
+    llama(idx, cache=cache_l)
+    cem_nodiag = CausalLM(ModelConfig(vocab_size=50, dim=32, n_layers=2, heads=4, block=BlockConfig(
+        attention="cem", cem_attention=CEMAttentionConfig(diagonal="none")))).double()
+    cem_nodiag(idx, cache=cache_c)
+    assert kv_cache_bytes(cache_c) * 2 == kv_cache_bytes(cache_l)  # K = V: half the bytes
+
+
+def test_model_config_errors():
+    with pytest.raises(ValueError, match="heads"):
+        ModelConfig(dim=30, heads=4)
+    with pytest.raises(ValueError, match="block.attention"):
+        BlockConfig(attention="flash")
