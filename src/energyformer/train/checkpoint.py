@@ -1,0 +1,404 @@
+"""Atomic, verified checkpoints: safetensors weights + ``state.pt`` + ``manifest.json``.
+
+Layout of a run directory::
+
+    out_dir/
+      ckpt-00000100/          one complete checkpoint (step 100)
+        model.safetensors     model weights (tied/shared tensors stored once)
+        state.pt              optimizer, scheduler, step, data and RNG state (torch.save)
+        manifest.json         size and sha256 of every file above
+      ckpt-00000200/
+      latest                  text file: name of the newest complete checkpoint
+
+Writing (:func:`save_checkpoint`) is atomic: files go into ``ckpt-<step>.tmp/`` and are fsync'ed,
+the manifest is written last, the directory is renamed to ``ckpt-<step>``, and only then the
+``latest`` pointer is replaced (write to a temp file + ``os.replace``) and checkpoints beyond
+``keep`` are pruned. A crash at any point leaves every earlier checkpoint untouched.
+
+Reading (:func:`load_checkpoint`) first checks the manifest (file present, size, sha256) and raises
+:class:`CheckpointError` naming the file and what is wrong. :func:`latest_valid_checkpoint` walks
+back to the newest checkpoint that verifies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+MODEL_FILE = "model.safetensors"
+STATE_FILE = "state.pt"
+MANIFEST_FILE = "manifest.json"
+LATEST_FILE = "latest"
+FORMAT_VERSION = 1
+_CKPT_RE = re.compile(r"^ckpt-(\d+)$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete or corrupt; the message names the file and the problem."""
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The plain module under DDP (``.module``) and ``torch.compile`` (``._orig_mod``) wrappers."""
+    while True:
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module
+        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt-{step:08d}"
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """Step encoded in a checkpoint directory name, or None if the name is not ``ckpt-<int>``."""
+    m = _CKPT_RE.match(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def list_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
+    """Complete-looking checkpoint directories (``ckpt-<step>``, not ``.tmp``), oldest first."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        return []
+    found = [(checkpoint_step(p), p) for p in out.iterdir() if p.is_dir()]
+    return [p for s, p in sorted((s, p) for s, p in found if s is not None)]
+
+
+def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint named by ``out_dir/latest`` (or the highest step if the pointer is missing).
+
+    Does not verify it; see :func:`latest_valid_checkpoint`.
+    """
+    out = Path(out_dir)
+    pointer = out / LATEST_FILE
+    if pointer.is_file():
+        name = pointer.read_text().strip()
+        if name and (out / name).is_dir() and checkpoint_step(name) is not None:
+            cands = list_checkpoints(out)
+            # a newer complete checkpoint than the pointer can exist only if we crashed between
+            # the rename and the pointer update; prefer the highest step in that case
+            if cands and checkpoint_step(cands[-1]) > checkpoint_step(name):  # type: ignore[operator]
+                return cands[-1]
+            return out / name
+    cands = list_checkpoints(out)
+    return cands[-1] if cands else None
+
+
+def latest_valid_checkpoint(
+    out_dir: str | os.PathLike, *, warn: bool = True,
+) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """Newest checkpoint whose manifest verifies, and the newer ones that failed with their errors.
+
+    Emits a ``UserWarning`` for every skipped checkpoint when ``warn``.
+    """
+    first = latest_checkpoint(out_dir)
+    cands = list(reversed(list_checkpoints(out_dir)))
+    if first is not None and first in cands:
+        cands.remove(first)
+        cands.insert(0, first)
+    bad: list[tuple[Path, str]] = []
+    for c in cands:
+        try:
+            verify_checkpoint(c)
+        except CheckpointError as e:
+            bad.append((c, str(e)))
+            if warn:
+                warnings.warn(f"skipping invalid checkpoint: {e}", stacklevel=2)
+            continue
+        return c, bad
+    return None, bad
+
+
+def _sha256(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb+") as f:
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+_ALLOWED_LEAVES = (bool, int, float, str, bytes, type(None), torch.Tensor, torch.dtype, torch.device,
+                   torch.Size)
+
+
+def check_plain(obj: Any, where: str = "state") -> None:
+    """Raise TypeError unless ``obj`` is made of dicts/lists/tuples of tensors and plain values.
+
+    ``state.pt`` is read with ``torch.load(weights_only=True)``, which refuses other objects (for
+    example NumPy arrays); this check makes the mistake visible when saving, not when resuming.
+    """
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if not isinstance(k, (str, int, float, bool, type(None))):
+                raise TypeError(f"{where}: key {k!r} of type {type(k).__name__} cannot be saved")
+            check_plain(v, f"{where}[{k!r}]")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            check_plain(v, f"{where}[{i}]")
+    elif not isinstance(obj, _ALLOWED_LEAVES):
+        raise TypeError(
+            f"{where} is a {type(obj).__module__}.{type(obj).__name__}; checkpoint state may only "
+            "hold tensors, numbers, strings, None and dicts/lists/tuples of them "
+            "(convert NumPy arrays with torch.from_numpy)"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# save
+
+
+def save_checkpoint(
+    out_dir: str | os.PathLike,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any | None = None,
+    *,
+    extra: dict[str, Any] | None = None,
+    keep: int = 2,
+) -> Path:
+    """Write ``out_dir/ckpt-<step>`` atomically and return its path.
+
+    ``extra`` holds any further resumable state (data position, RNG, elapsed time, ...); it must be
+    made of tensors and plain Python values (see :func:`check_plain`). ``keep``: number of newest
+    checkpoints to keep after this one is complete (0 keeps all). Wrapped models (DDP, compiled)
+    are unwrapped; tied/shared weights are stored once (``safetensors.torch.save_model``).
+    """
+    from safetensors.torch import save_model
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = checkpoint_name(step)
+    final = out / name
+    tmp = out / (name + ".tmp")
+    if tmp.exists():  # left over from an interrupted save of this step
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+
+    state: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "step": int(step),
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+    }
+    if extra:
+        overlap = set(extra) & set(state)
+        if overlap:
+            raise ValueError(f"save_checkpoint: extra may not use reserved keys {sorted(overlap)}")
+        state.update(extra)
+    check_plain(state)
+
+    raw = unwrap_model(model)
+    save_model(raw, str(tmp / MODEL_FILE), metadata={"step": str(step), "format": "pt"})
+    torch.save(state, tmp / STATE_FILE)
+    files = {}
+    for fname in (MODEL_FILE, STATE_FILE):
+        p = tmp / fname
+        _fsync_file(p)
+        files[fname] = {"size": p.stat().st_size, "sha256": _sha256(p)}
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "step": int(step),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "files": files,
+    }
+    with open(tmp / MANIFEST_FILE, "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(tmp)
+
+    if final.exists():
+        # Same step written before (e.g. a corrupt checkpoint we resumed past). Move it aside,
+        # put the new one in place, then delete the old one.
+        aside = out / (name + f".replaced-{os.getpid()}")
+        os.replace(final, aside)
+        os.replace(tmp, final)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(out)
+    _write_text_atomic(out / LATEST_FILE, name + "\n")
+
+    if keep > 0:
+        for old in list_checkpoints(out)[:-keep]:
+            if old != final:
+                shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+# ----------------------------------------------------------------------------------------------
+# load
+
+
+def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Check ``manifest.json`` against the files (presence, size, sha256); return the manifest.
+
+    Raises :class:`CheckpointError` naming the checkpoint, the file and what is wrong.
+    """
+    ckpt = Path(path)
+    if not ckpt.is_dir():
+        raise CheckpointError(f"checkpoint {ckpt}: not a directory")
+    mpath = ckpt / MANIFEST_FILE
+    if not mpath.is_file():
+        raise CheckpointError(
+            f"checkpoint {ckpt}: {MANIFEST_FILE} is missing (the save was interrupted or this is "
+            "not a checkpoint directory)"
+        )
+    try:
+        manifest = json.loads(mpath.read_text())
+        files = manifest["files"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {ckpt}: {MANIFEST_FILE} is unreadable ({e})") from e
+    for fname, meta in files.items():
+        p = ckpt / fname
+        if not p.is_file():
+            raise CheckpointError(f"checkpoint {ckpt}: file {fname} is missing")
+        size = p.stat().st_size
+        if size != meta["size"]:
+            what = "truncated" if size < meta["size"] else "larger than recorded"
+            raise CheckpointError(
+                f"checkpoint {ckpt}: file {fname} is {what}: {size} bytes, manifest says "
+                f"{meta['size']} bytes"
+            )
+        digest = _sha256(p)
+        if digest != meta["sha256"]:
+            raise CheckpointError(
+                f"checkpoint {ckpt}: file {fname} is corrupt: sha256 {digest[:16]}... does not "
+                f"match the manifest's {meta['sha256'][:16]}..."
+            )
+    return manifest
+
+
+def _resolve_checkpoint(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    if p.is_dir() and not (p / MANIFEST_FILE).exists() and checkpoint_step(p) is None:
+        # a run directory: take the newest valid checkpoint in it
+        found, _ = latest_valid_checkpoint(p)
+        if found is None:
+            raise CheckpointError(f"no valid checkpoint in run directory {p}")
+        return found
+    return p
+
+
+def _load_weights(model: nn.Module, file: Path, strict: bool) -> None:
+    from safetensors.torch import load_model
+
+    raw = unwrap_model(model)
+    try:
+        load_model(raw, str(file), strict=strict, device="cpu")
+    except RuntimeError as e:
+        raise CheckpointError(f"{file}: weights do not fit {type(raw).__name__}: {e}") from e
+    except Exception as e:  # safetensors raises its own error types for bad headers
+        raise CheckpointError(f"{file}: cannot read safetensors file: {e}") from e
+
+
+def load_model_weights(
+    model: nn.Module, path: str | os.PathLike, *, strict: bool = True, verify: bool = True,
+) -> Path:
+    """Load only the weights into ``model`` (for evaluation / generation); return the file used.
+
+    ``path`` may be a checkpoint directory, a run directory (newest valid checkpoint) or a
+    ``.safetensors`` file.
+    """
+    p = Path(path)
+    if p.is_file():
+        _load_weights(model, p, strict)
+        return p
+    ckpt = _resolve_checkpoint(p)
+    if verify:
+        verify_checkpoint(ckpt)
+    _load_weights(model, ckpt / MODEL_FILE, strict)
+    return ckpt / MODEL_FILE
+
+
+def load_checkpoint(
+    path: str | os.PathLike,
+    model: nn.Module | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any | None = None,
+    *,
+    verify: bool = True,
+    strict: bool = True,
+) -> dict[str, Any]:
+    """Verify and load a checkpoint; return the full state dict (``step``, ``extra`` keys, ...).
+
+    Weights go into ``model`` (unwrapped; may live on any device), optimizer/scheduler states are
+    loaded when given. ``path`` may also be a run directory (newest valid checkpoint).
+    The returned dict has ``path`` set to the checkpoint directory that was read.
+    """
+    ckpt = _resolve_checkpoint(path)
+    if verify:
+        verify_checkpoint(ckpt)
+    elif not ckpt.is_dir():
+        raise CheckpointError(f"checkpoint {ckpt}: not a directory")
+    try:
+        state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=True)
+    except FileNotFoundError as e:
+        raise CheckpointError(f"checkpoint {ckpt}: file {STATE_FILE} is missing") from e
+    except Exception as e:
+        raise CheckpointError(f"checkpoint {ckpt}: cannot read {STATE_FILE}: {e}") from e
+    if model is not None:
+        _load_weights(model, ckpt / MODEL_FILE, strict)
+    if optimizer is not None:
+        if state.get("optimizer") is None:
+            raise CheckpointError(f"checkpoint {ckpt}: {STATE_FILE} holds no optimizer state")
+        try:
+            optimizer.load_state_dict(state["optimizer"])
+        except (ValueError, KeyError) as e:
+            raise CheckpointError(
+                f"checkpoint {ckpt}: optimizer state does not fit this optimizer: {e}"
+            ) from e
+    if scheduler is not None and state.get("scheduler") is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    state["path"] = str(ckpt)
+    return state

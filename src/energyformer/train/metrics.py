@@ -1,0 +1,93 @@
+"""Metric sinks: ``metrics.jsonl`` (one JSON object per event) and TensorBoard (``out_dir/tb``).
+
+Each line of ``metrics.jsonl`` is one event::
+
+    {"event": "train", "step": 20, "lr": 0.0019, "loss": 2.31, "tokens_per_s": 5120.0,
+     "tokens": 40960, "elapsed_s": 8.1, "grad_norm": 0.7, "train/acc": 0.4}
+    {"event": "eval",  "step": 20, "elapsed_s": 8.5, "eval/loss": 2.40, "eval/acc": 0.38}
+
+Task metrics returned by ``loss_fn`` are logged as ``train/<name>``, those returned by ``eval_fn``
+as ``eval/<name>``; the same names are TensorBoard tags.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # JSON has no NaN/inf
+    return v
+
+
+def truncate_metrics(path: Path, max_step: int) -> None:
+    """Drop events with ``step > max_step`` (written after the checkpoint a run resumes from)."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            if int(json.loads(line).get("step", 0)) > max_step:
+                continue
+        except ValueError:
+            continue  # a half-written last line from a killed run
+        kept.append(line)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    os.replace(tmp, path)
+
+
+class MetricsLogger:
+    """Writes events to ``metrics.jsonl`` and TensorBoard; a no-op when ``enabled`` is False."""
+
+    def __init__(self, out_dir: Path, *, enabled: bool = True, tensorboard: bool = True,
+                 resume_step: int | None = None) -> None:
+        self.enabled = enabled
+        self._file = None
+        self._tb = None
+        if not enabled:
+            return
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / METRICS_FILE
+        if resume_step is not None:
+            truncate_metrics(path, resume_step)
+        self._file = open(path, "a")
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            purge = None if resume_step is None else resume_step + 1
+            self._tb = SummaryWriter(log_dir=str(out_dir / "tb"), purge_step=purge)
+
+    def log(self, event: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        rec = {k: _jsonable(v) for k, v in event.items()}
+        assert self._file is not None
+        self._file.write(json.dumps(rec) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            step = int(event["step"])
+            kind = event.get("event", "train")
+            for k, v in event.items():
+                if k in ("step", "event") or isinstance(v, bool) or not isinstance(v, (int, float)):
+                    continue
+                tag = k if "/" in k else f"{kind}/{k}"
+                self._tb.add_scalar(tag, v, step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None

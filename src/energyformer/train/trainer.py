@@ -1,0 +1,586 @@
+"""The one trainer shared by every task. It knows nothing about the model, the energy or the data.
+
+Contract with a task (DESIGN.md: config -> task -> trainer -> checkpoints + metrics):
+
+* ``model``: an ``nn.Module``.
+* ``loss_fn(model, batch) -> (loss, metrics)``: ``loss`` a scalar tensor, ``metrics`` a
+  ``dict[str, float]`` (logged as ``train/<name>``, averaged over micro-batches; on DDP the values
+  of rank 0). ``batch`` is the tuple from ``next_batch()`` moved to the training device.
+* ``train_data``: has ``next_batch() -> tuple[Tensor, ...]`` (CPU tensors), ``state_dict()`` and
+  ``load_state_dict(d)`` so that the data position resumes exactly. The state must be made of
+  tensors and plain Python values (it is saved with ``torch.save`` and read with
+  ``weights_only=True``). Optional ``tokens_per_batch: int`` is used for tokens/s; otherwise
+  ``batch[0].numel()`` is counted. Under ``torchrun`` build it **per rank** (see
+  :func:`energyformer.train.dist_info`); the trainer does no sharding.
+* ``eval_fn(model) -> dict[str, float]`` (optional): run every ``eval_every`` steps and at the
+  end, under ``torch.no_grad()``, ``model.eval()`` and the precision's autocast, with all RNG
+  states saved and restored around it (evaluation never changes the training stream). It
+  receives the (possibly compiled) model, not the DDP wrapper, and runs on every rank (so it may
+  shard and all-reduce); rank 0's result is logged. It moves its own data to
+  ``next(model.parameters()).device``.
+
+One optimiser step = ``grad_accum`` micro-batches, each from ``next_batch()``; each micro-batch
+loss is divided by ``grad_accum`` before ``backward`` so the gradient is that of the mean loss.
+
+Resume is exact: ``fit(resume=True)`` restores weights, AdamW moments, schedule position, the data
+state and every RNG state (per rank), so on CPU in fp32 the loss at every later step equals that of
+an uninterrupted run with the same seed.
+
+Ctrl-C (``KeyboardInterrupt``, single process only): if the model and optimiser hold a completed
+step (the interrupt came outside ``optimizer.step()``), a checkpoint of that step is written — with
+the data/RNG state from before the unfinished step, so resuming is still exact — and the
+interrupt is re-raised. Under DDP nothing is saved on Ctrl-C (ranks cannot agree safely); resume
+from the last periodic checkpoint.
+
+A non-finite loss (or gradient norm, when clipping) stops the run with :class:`TrainingDiverged`
+before the optimiser step, so neither the weights nor any checkpoint see the bad state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import math
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from energyformer.utils.validate import ConfigError
+
+from .checkpoint import (
+    checkpoint_step,
+    latest_valid_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    unwrap_model,
+)
+from .config import TrainConfig
+from .distributed import destroy_distributed, dist_info, init_distributed, local_rank, wants_distributed
+from .metrics import MetricsLogger
+from .rng import fork_rng, get_rng_state, seed_everything, set_rng_state
+from .runinfo import collect_run_info, write_config, write_run_info
+from .schedule import WarmupCosineSchedule
+
+log = logging.getLogger("energyformer.train")
+
+LossFn = Callable[[nn.Module, tuple], "tuple[torch.Tensor, dict[str, float]]"]
+EvalFn = Callable[[nn.Module], "dict[str, float]"]
+
+
+class TrainData(Protocol):
+    """What the trainer needs from a data source (``tokens_per_batch`` is optional)."""
+
+    def next_batch(self) -> tuple[torch.Tensor, ...]: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, d: dict) -> None: ...
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss (or gradient norm) became NaN/inf; no optimiser step or checkpoint was made of it."""
+
+    def __init__(self, step: int, value: float, what: str = "loss",
+                 last_checkpoint: str | None = None) -> None:
+        self.step = step
+        self.value = value
+        self.loss = value
+        self.what = what
+        self.last_checkpoint = last_checkpoint
+        where = (f"the last good checkpoint is {last_checkpoint}" if last_checkpoint
+                 else "no checkpoint was written in this run")
+        super().__init__(
+            f"training diverged at step {step}: {what} = {value} is not finite. Stopped before the "
+            f"optimizer step; {where}. Try a lower train.lr, train.grad_clip > 0 or "
+            "train.precision='fp32'."
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def resolve_device(spec: str) -> torch.device:
+    """``'auto'|'cpu'|'cuda'|'cuda:N'|'mps'`` -> a device. Under ``torchrun`` CUDA uses ``LOCAL_RANK``."""
+    distributed = wants_distributed()
+    if spec == "auto":
+        if torch.cuda.is_available():
+            spec = "cuda"
+        elif not distributed and hasattr(torch.backends, "mps") and torch.backends.mps.is_available():
+            spec = "mps"
+        else:
+            spec = "cpu"
+    if spec.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"train.device = {spec!r}: CUDA is not available here; use 'auto' or 'cpu'")
+        if distributed:
+            if ":" in spec:
+                warnings.warn(f"train.device = {spec!r}: under torchrun each rank uses cuda:LOCAL_RANK",
+                              stacklevel=3)
+            return torch.device("cuda", local_rank())
+        if ":" in spec:
+            idx = int(spec.split(":")[1])
+            if idx >= torch.cuda.device_count():
+                raise ConfigError(f"train.device = {spec!r}: only {torch.cuda.device_count()} CUDA "
+                                  "device(s) present")
+            return torch.device("cuda", idx)
+        return torch.device("cuda", torch.cuda.current_device())
+    if spec == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ConfigError("train.device = 'mps': MPS is not available here; use 'auto' or 'cpu'")
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: decay only weight matrices (``ndim >= 2``) that are not embedding tables.
+
+    Biases, norm gains and any 0-/1-D parameter are not decayed; neither are ``nn.Embedding`` /
+    ``nn.EmbeddingBag`` weights (nor heads tied to them) or parameters with
+    ``no_weight_decay = True``. Shared parameters appear once.
+    """
+    embedding_ids = {
+        id(m.weight) for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))
+    }
+    decay, no_decay, seen = [], [], set()
+    for p in model.parameters():  # .parameters() already yields shared parameters once
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        if p.ndim >= 2 and id(p) not in embedding_ids and not getattr(p, "no_weight_decay", False):
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    groups = []
+    if decay:
+        groups.append({"params": decay, "weight_decay": weight_decay})
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    return groups
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW over :func:`param_groups` (fused kernel on CUDA)."""
+    groups = param_groups(model, cfg.weight_decay)
+    if not groups:
+        raise ValueError("the model has no trainable parameters")
+    kwargs: dict[str, Any] = {}
+    if device.type == "cuda":
+        kwargs["fused"] = True
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, **kwargs)
+
+
+def _move(x: Any, device: torch.device) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(device, non_blocking=True)
+    return x
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+class Trainer:
+    """Train ``model`` with ``loss_fn`` on ``train_data``; write checkpoints and metrics to ``out_dir``.
+
+    See the module docstring for the contract. ``run_config`` is the resolved experiment config
+    (written to ``config.yaml``); without it the :class:`TrainConfig` is written.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        cfg: TrainConfig,
+        loss_fn: LossFn,
+        train_data: TrainData,
+        eval_fn: EvalFn | None = None,
+        *,
+        out_dir: str | Path,
+        run_config: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+        if not isinstance(cfg, TrainConfig):
+            raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+        if not callable(loss_fn):
+            raise TypeError("loss_fn must be callable: loss_fn(model, batch) -> (loss, metrics)")
+        for attr in ("next_batch", "state_dict", "load_state_dict"):
+            if not callable(getattr(train_data, attr, None)):
+                raise TypeError(f"train_data must have a {attr}() method "
+                                f"({type(train_data).__name__} has none)")
+        if eval_fn is not None and not callable(eval_fn):
+            raise TypeError("eval_fn must be callable: eval_fn(model) -> dict[str, float]")
+        self.model = unwrap_model(model)
+        self.cfg = cfg
+        self.loss_fn = loss_fn
+        self.train_data = train_data
+        self.eval_fn = eval_fn
+        self.out_dir = Path(out_dir)
+        self.run_config = run_config
+        self.step = 0
+        self.tokens_seen = 0
+        self.loss_history: list[float] = []  # per-step loss of this fit() call
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler: WarmupCosineSchedule | None = None
+        self.device: torch.device | None = None
+        self.rank, self.world_size = 0, 1
+        self.last_checkpoint: Path | None = None
+        self._owns_pg = False
+        self._fitted = False
+
+    # ------------------------------------------------------------------ setup
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def ddp(self) -> bool:
+        return self.world_size > 1
+
+    def _setup(self) -> None:
+        cfg = self.cfg
+        self.device = resolve_device(cfg.device)
+        self._owns_pg = init_distributed(self.device)
+        self.rank, self.world_size = dist_info()
+        if cfg.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ConfigError("train.precision = 'bf16': this GPU does not support bfloat16; use 'fp32'")
+        self.model.to(self.device)
+        self.optimizer = build_optimizer(self.model, cfg, self.device)
+        self.scheduler = WarmupCosineSchedule(self.optimizer, cfg.lr, cfg.steps, cfg.warmup_steps,
+                                              cfg.final_lr_factor)
+        m: nn.Module = self.model
+        if cfg.compile:
+            m = torch.compile(m)  # type: ignore[assignment]
+        self._eval_model = m
+        if self.ddp:
+            m = nn.parallel.DistributedDataParallel(
+                m, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=cfg.ddp_find_unused_parameters,
+            )
+        self._train_model = m
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        assert self.device is not None
+        if self.cfg.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # ------------------------------------------------------------------ public
+
+    def fit(self, resume: bool = False) -> dict[str, float]:
+        """Train to ``cfg.steps``; with ``resume`` continue from the newest valid checkpoint.
+
+        Returns the final metrics: ``step``, ``loss`` (last step), ``lr``, ``elapsed_s``,
+        ``tokens`` and the last ``eval/<name>`` values. Call once per Trainer.
+        """
+        if self._fitted:
+            raise RuntimeError("Trainer.fit() was already called; build a new Trainer "
+                               "(use fit(resume=True) to continue a run)")
+        self._fitted = True
+        self._setup()
+        self._logger: MetricsLogger | None = None
+        self._pbar = None
+        try:
+            return self._fit(resume)
+        finally:
+            if self._pbar is not None:
+                self._pbar.close()
+            if self._logger is not None:
+                self._logger.close()
+            if self._owns_pg:
+                destroy_distributed()
+                self._owns_pg = False
+
+    def evaluate(self) -> dict[str, float]:
+        """Run ``eval_fn`` the way ``fit`` does (no grad, eval mode, RNG untouched)."""
+        if self.eval_fn is None:
+            return {}
+        model = getattr(self, "_eval_model", self.model)
+        was_training = model.training
+        model.eval()
+        try:
+            with fork_rng(), torch.no_grad(), self._autocast():
+                res = self.eval_fn(model)
+        finally:
+            model.train(was_training)
+        return {f"eval/{k}": float(v) for k, v in res.items()}
+
+    # ------------------------------------------------------------------ resume
+
+    def _find_resume_checkpoint(self) -> str | None:
+        choice: str | None = None
+        if self.is_main:
+            ckpt, bad = latest_valid_checkpoint(self.out_dir, warn=False)
+            chosen_step = checkpoint_step(ckpt) if ckpt is not None else -1
+            for path, err in bad:
+                msg = f"checkpoint {path.name} is invalid ({err})"
+                s = checkpoint_step(path)
+                if s is not None and s > chosen_step:
+                    target = path.with_name(path.name + ".corrupt")
+                    if not target.exists():
+                        path.rename(target)
+                        msg += f"; moved aside to {target.name}"
+                warnings.warn(msg + (f"; resuming from {ckpt.name}" if ckpt else ""), stacklevel=3)
+                log.warning(msg)
+            choice = str(ckpt) if ckpt is not None else None
+        if self.ddp:
+            box = [choice]
+            dist.broadcast_object_list(box, src=0)
+            choice = box[0]
+        return choice
+
+    def _restore(self, path: str) -> dict[str, Any]:
+        assert self.optimizer is not None and self.scheduler is not None
+        # rank 0 verified the manifest in _find_resume_checkpoint
+        state = load_checkpoint(path, self.model, self.optimizer, self.scheduler, verify=False)
+        entries = state.get("ranks") or []
+        if entries:
+            if len(entries) != self.world_size:
+                warnings.warn(
+                    f"checkpoint {path} was written by {len(entries)} rank(s), this run has "
+                    f"{self.world_size}: data positions and RNG streams will not resume exactly",
+                    stacklevel=3,
+                )
+            entry = entries[self.rank % len(entries)]
+            self.train_data.load_state_dict(entry["data"])
+            set_rng_state(entry["rng"])
+        old_cfg = state.get("train_config") or {}
+        new_cfg = self.cfg.to_dict()
+        changed = [k for k in new_cfg if k in old_cfg and old_cfg[k] != new_cfg[k]
+                   and k not in ("progress", "device", "log_every", "eval_every", "save_every",
+                                 "keep_checkpoints", "tensorboard")]
+        if changed:
+            warnings.warn(
+                "resuming with a changed train config: "
+                + ", ".join(f"{k}: {old_cfg[k]!r} -> {new_cfg[k]!r}" for k in changed),
+                stacklevel=3,
+            )
+        self.step = int(state["step"])
+        self.tokens_seen = int(state.get("tokens_seen", 0))
+        self._elapsed_before = float(state.get("elapsed_s", 0.0))
+        self.last_checkpoint = Path(path)
+        return state
+
+    # ------------------------------------------------------------------ checkpointing
+
+    def _rank_state(self) -> dict[str, Any]:
+        return {"data": copy.deepcopy(self.train_data.state_dict()), "rng": get_rng_state()}
+
+    def _save(self, rank_state: dict[str, Any] | None = None) -> None:
+        entry = rank_state if rank_state is not None else self._rank_state()
+        if self.ddp:
+            entries: list[Any] = [None] * self.world_size
+            dist.all_gather_object(entries, entry)
+        else:
+            entries = [entry]
+        if self.is_main:
+            extra = {
+                "ranks": entries,
+                "world_size": self.world_size,
+                "tokens_seen": self.tokens_seen,
+                "elapsed_s": self._elapsed(),
+                "train_config": self.cfg.to_dict(),
+                "loss": self.loss_history[-1] if self.loss_history else None,
+            }
+            self.last_checkpoint = save_checkpoint(
+                self.out_dir, self.step, self.model, self.optimizer, self.scheduler,
+                extra=extra, keep=self.cfg.keep_checkpoints,
+            )
+            log.info("step %d: saved %s", self.step, self.last_checkpoint)
+        if self.ddp:
+            dist.barrier()
+        self._last_saved_step = self.step
+
+    # ------------------------------------------------------------------ loop
+
+    def _elapsed(self) -> float:
+        return self._elapsed_before + (time.perf_counter() - self._t0)
+
+    def _fit(self, resume: bool) -> dict[str, float]:
+        cfg = self.cfg
+        out = self.out_dir
+        self._elapsed_before = 0.0
+        self._t0 = time.perf_counter()
+        resumed_from: str | None = None
+        if resume:
+            resumed_from = self._find_resume_checkpoint()
+            if resumed_from is None:
+                warnings.warn(f"fit(resume=True): no valid checkpoint in {out}; starting from scratch",
+                              stacklevel=2)
+        elif list_checkpoints(out):
+            raise RuntimeError(
+                f"{out} already holds checkpoints ({', '.join(p.name for p in list_checkpoints(out))}); "
+                "use fit(resume=True) to continue that run, or choose another out_dir"
+            )
+        if self.is_main:
+            out.mkdir(parents=True, exist_ok=True)
+        if resumed_from is not None:
+            self._restore(resumed_from)
+        else:
+            # each rank gets its own stream (dropout etc.); model init happened in the task
+            seed_everything(cfg.seed + self.rank)
+        self._last_saved_step = self.step if resumed_from is not None else -1
+
+        if self.is_main:
+            info = collect_run_info(cfg.seed, self.device, self.world_size)  # type: ignore[arg-type]
+            config = self.run_config if self.run_config is not None else {"train": cfg.to_dict()}
+            write_config(out, config, resume_step=self.step if resumed_from else None)
+            write_run_info(out, info, resume=(
+                {"step": self.step, "checkpoint": resumed_from} if resumed_from else None))
+        self._logger = MetricsLogger(out, enabled=self.is_main, tensorboard=cfg.tensorboard,
+                                     resume_step=self.step)
+
+        from tqdm.auto import tqdm
+
+        self._pbar = tqdm(total=cfg.steps, initial=self.step, desc="train", dynamic_ncols=True,
+                          disable=not (cfg.progress and self.is_main))
+        final: dict[str, float] = {}
+        eval_metrics: dict[str, float] = {}
+        model = self._train_model
+        model.train()
+        tokens_per_micro = getattr(self.train_data, "tokens_per_batch", None)
+        win_losses: list[float] = []
+        win_metrics: dict[str, float] = {}
+        win_tokens, win_t = 0, time.perf_counter()
+        last_gn: float | None = None
+        self._in_step = False
+        self._in_update = False
+        snapshot: dict[str, Any] | None = None
+        try:
+            while self.step < cfg.steps:
+                if not self.ddp:
+                    snapshot = self._rank_state()  # for an exact save on Ctrl-C mid-step
+                self._in_step = True
+                loss_val, metrics, ntok, gn = self._train_step(model, tokens_per_micro)
+                self._in_step = False
+                last_gn = gn if gn is not None else last_gn
+                self.loss_history.append(loss_val)
+                ntok *= self.world_size
+                self.tokens_seen += ntok
+                win_tokens += ntok
+                win_losses.append(loss_val)
+                for k, v in metrics.items():
+                    win_metrics[k] = win_metrics.get(k, 0.0) + v
+                is_last = self.step == cfg.steps
+                if (cfg.log_every and self.step % cfg.log_every == 0) or is_last:
+                    now = time.perf_counter()
+                    n = len(win_losses)
+                    event = {
+                        "event": "train", "step": self.step,
+                        "lr": self.scheduler.get_lr(self.step - 1),  # lr of the step just taken
+                        "loss": sum(win_losses) / n,
+                        "tokens_per_s": win_tokens / max(now - win_t, 1e-9),
+                        "tokens": self.tokens_seen,
+                        "elapsed_s": self._elapsed(),
+                    }
+                    if last_gn is not None:
+                        event["grad_norm"] = last_gn
+                    event.update({f"train/{k}": v / n for k, v in win_metrics.items()})
+                    self._logger.log(event)
+                    self._pbar.set_postfix(loss=f"{event['loss']:.4g}",
+                                           tok_s=f"{event['tokens_per_s']:.3g}", refresh=False)
+                    if self.is_main and self._pbar.disable:
+                        log.info("step %d/%d loss %.4g lr %.3g tok/s %.3g", self.step, cfg.steps,
+                                 event["loss"], event["lr"], event["tokens_per_s"])
+                    final.update({k: v for k, v in event.items() if k != "event"})
+                    win_losses, win_metrics, win_tokens, win_t = [], {}, 0, now
+                if self.eval_fn is not None and ((cfg.eval_every and self.step % cfg.eval_every == 0)
+                                                 or is_last):
+                    eval_metrics = self.evaluate()
+                    self._logger.log({"event": "eval", "step": self.step,
+                                      "elapsed_s": self._elapsed(), **eval_metrics})
+                if (cfg.save_every and self.step % cfg.save_every == 0) or is_last:
+                    self._save()
+                self._pbar.update(1)
+        except KeyboardInterrupt:
+            self._on_interrupt(snapshot)
+            raise
+        except TrainingDiverged as e:
+            self._logger.log({"event": "diverged", "step": e.step, e.what.replace(" ", "_"): e.value,
+                              "elapsed_s": self._elapsed()})
+            raise
+        if not self.loss_history and self.eval_fn is not None:  # resumed at the end: just evaluate
+            eval_metrics = self.evaluate()
+        final.update(eval_metrics)
+        final["step"] = self.step
+        if self.loss_history:
+            final["loss"] = self.loss_history[-1]
+        final["elapsed_s"] = self._elapsed()
+        final["tokens"] = self.tokens_seen
+        return final
+
+    def _train_step(self, model: nn.Module, tokens_per_micro: int | None
+                    ) -> tuple[float, dict[str, float], int, float | None]:
+        cfg = self.cfg
+        assert self.optimizer is not None and self.scheduler is not None and self.device is not None
+        accum = cfg.grad_accum
+        self.optimizer.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=self.device, dtype=torch.float32)
+        msum: dict[str, float] = {}
+        ntok = 0
+        for i in range(accum):
+            batch = self.train_data.next_batch()
+            if not isinstance(batch, (tuple, list)):
+                batch = (batch,)
+            ntok += int(tokens_per_micro) if tokens_per_micro is not None else int(batch[0].numel())
+            batch = tuple(_move(b, self.device) for b in batch)
+            sync = (model.no_sync() if self.ddp and i < accum - 1  # type: ignore[operator]
+                    else contextlib.nullcontext())
+            with sync:
+                with self._autocast():
+                    loss, metrics = self.loss_fn(model, batch)
+                if accum > 1:
+                    (loss / accum).backward()
+                else:
+                    loss.backward()
+            total += loss.detach().float()
+            for k, v in (metrics or {}).items():
+                msum[k] = msum.get(k, 0.0) + float(v)
+        mean = total / accum
+        if self.ddp:
+            dist.all_reduce(mean, op=dist.ReduceOp.SUM)
+            mean = mean / self.world_size
+        loss_val = float(mean.item())
+        ckpt = str(self.last_checkpoint) if self.last_checkpoint is not None else None
+        if not math.isfinite(loss_val):
+            raise TrainingDiverged(self.step + 1, loss_val, "loss", ckpt)
+        gn: float | None = None
+        if cfg.grad_clip > 0:
+            gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
+            if not math.isfinite(gn):
+                raise TrainingDiverged(self.step + 1, gn, "gradient norm", ckpt)
+        self._in_update = True
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        self._in_update = False
+        return loss_val, {k: v / accum for k, v in msum.items()}, ntok, gn
+
+    def _on_interrupt(self, snapshot: dict[str, Any] | None) -> None:
+        where = f"last checkpoint: {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint yet"
+        if self.ddp:
+            log.warning("interrupted at step %d under DDP; not saving (%s)", self.step, where)
+            return
+        if self._in_update:
+            log.warning("interrupted inside the optimizer update of step %d; the state is not a "
+                        "complete step, not saving (%s)", self.step + 1, where)
+            return
+        if self.step <= self._last_saved_step or self.step == 0:
+            return
+        # model/optimizer hold completed step self.step; if a new step had begun, its data/RNG
+        # were already consumed, so save the snapshot taken before it
+        rank_state = snapshot if self._in_step else None
+        try:
+            self._save(rank_state)
+            msg = (f"interrupted: saved checkpoint {self.last_checkpoint} at step {self.step}; "
+                   "continue with fit(resume=True)")
+            log.warning(msg)
+            if self._pbar is not None:
+                self._pbar.write(msg)
+        except BaseException as e:  # a second Ctrl-C while saving: previous checkpoints are intact
+            log.warning("interrupted: could not save a checkpoint (%r); %s", e, where)

@@ -1,0 +1,193 @@
+"""Checkpoint format: round trip, tied weights, manifest verification, atomic layout, pruning."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import pytest
+import torch
+from train_toys import TiedLM, ToyMLP
+
+from energyformer.train import (
+    CheckpointError,
+    WarmupCosineSchedule,
+    latest_checkpoint,
+    latest_valid_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    load_model_weights,
+    save_checkpoint,
+    unwrap_model,
+    verify_checkpoint,
+)
+
+
+def _trained(model, steps=3):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = WarmupCosineSchedule(opt, 1e-2, 10, 2, 0.1)
+    for _ in range(steps):
+        out = model(torch.randint(0, 11, (4, 5))) if isinstance(model, TiedLM) else model(torch.randn(4, 8))
+        out.pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+    return opt, sched
+
+
+def _assert_same_state(a, b):
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _assert_same_state(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_same_state(x, y)
+    else:
+        assert a == b
+
+
+def test_round_trip_weights_bit_identical_and_optimizer_state(tmp_path):
+    torch.manual_seed(0)
+    model = TiedLM()
+    opt, sched = _trained(model)
+    extra = {"data": {"pos": 7, "gen": torch.Generator().manual_seed(3).get_state()}}
+    path = save_checkpoint(tmp_path, 3, model, opt, sched, extra=extra)
+    assert path.name == "ckpt-00000003" and latest_checkpoint(tmp_path) == path
+    assert sorted(os.listdir(path)) == ["manifest.json", "model.safetensors", "state.pt"]
+
+    torch.manual_seed(1)
+    fresh = TiedLM()
+    opt2 = torch.optim.AdamW(fresh.parameters(), lr=5.0)
+    sched2 = WarmupCosineSchedule(opt2, 1e-2, 10, 2, 0.1)
+    state = load_checkpoint(path, fresh, opt2, sched2)
+
+    for (n1, t1), (n2, t2) in zip(model.state_dict().items(), fresh.state_dict().items()):
+        assert n1 == n2 and torch.equal(t1, t2), n1
+    assert fresh.head.weight is fresh.emb.weight  # tie survives loading
+    _assert_same_state(opt.state_dict(), opt2.state_dict())
+    assert sched2.last_step == 3 and opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+    assert state["step"] == 3 and state["data"]["pos"] == 7
+    assert torch.equal(state["data"]["gen"], extra["data"]["gen"])
+
+
+def test_shared_tensor_stored_once(tmp_path):
+    from safetensors import safe_open
+
+    model = TiedLM()
+    path = save_checkpoint(tmp_path, 1, model)
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert len({"emb.weight", "head.weight"} & keys) == 1
+
+
+def test_unwrap_compiled_module_saves_plain_names(tmp_path):
+    model = ToyMLP()
+    compiled = torch.compile(model)  # lazy: nothing is compiled until called
+    assert unwrap_model(compiled) is model
+    path = save_checkpoint(tmp_path, 1, compiled)
+    other = ToyMLP()
+    load_model_weights(other, path)
+    for a, b in zip(model.parameters(), other.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_manifest_records_size_and_sha(tmp_path):
+    path = save_checkpoint(tmp_path, 5, ToyMLP())
+    manifest = verify_checkpoint(path)
+    assert manifest["step"] == 5
+    for name in ("model.safetensors", "state.pt"):
+        assert manifest["files"][name]["size"] == (path / name).stat().st_size
+        assert len(manifest["files"][name]["sha256"]) == 64
+
+
+def test_truncated_checkpoint_detected_and_previous_intact(tmp_path):
+    model = ToyMLP()
+    good = save_checkpoint(tmp_path, 10, model, keep=0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    bad = save_checkpoint(tmp_path, 20, model, keep=0)
+    f = bad / "model.safetensors"
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2])
+
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(bad, ToyMLP())
+    msg = str(e.value)
+    assert "ckpt-00000020" in msg and "model.safetensors" in msg and "truncated" in msg
+    assert f"{len(data) // 2} bytes" in msg and f"{len(data)} bytes" in msg
+
+    verify_checkpoint(good)  # untouched
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        found, skipped = latest_valid_checkpoint(tmp_path)
+    assert found == good and [p for p, _ in skipped] == [bad]
+    assert any("ckpt-00000020" in str(x.message) for x in w)
+    # loading a run directory takes the newest valid checkpoint
+    m2 = ToyMLP()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert load_model_weights(m2, tmp_path) == good / "model.safetensors"
+
+
+def test_corrupt_bytes_same_size_detected(tmp_path):
+    path = save_checkpoint(tmp_path, 1, ToyMLP())
+    f = path / "state.pt"
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"state.pt is corrupt: sha256"):
+        verify_checkpoint(path)
+
+
+def test_missing_manifest_means_incomplete(tmp_path):
+    path = save_checkpoint(tmp_path, 1, ToyMLP())
+    (path / "manifest.json").unlink()
+    with pytest.raises(CheckpointError, match="manifest.json is missing"):
+        load_checkpoint(path, ToyMLP())
+
+
+def test_interrupted_save_leaves_tmp_ignored(tmp_path):
+    good = save_checkpoint(tmp_path, 1, ToyMLP())
+    (tmp_path / "ckpt-00000002.tmp").mkdir()  # a save killed before its rename
+    (tmp_path / "ckpt-00000002.tmp" / "model.safetensors").write_bytes(b"partial")
+    assert list_checkpoints(tmp_path) == [good]
+    assert latest_checkpoint(tmp_path) == good
+    # the next save of that step replaces the stale temporary directory
+    p2 = save_checkpoint(tmp_path, 2, ToyMLP())
+    verify_checkpoint(p2)
+    assert not (tmp_path / "ckpt-00000002.tmp").exists()
+    assert (tmp_path / "latest").read_text().strip() == "ckpt-00000002"
+
+
+def test_prune_keeps_newest(tmp_path):
+    m = ToyMLP()
+    for s in (1, 2, 3, 4):
+        save_checkpoint(tmp_path, s, m, keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt-00000003", "ckpt-00000004"]
+    save_checkpoint(tmp_path, 5, m, keep=0)
+    assert len(list_checkpoints(tmp_path)) == 3
+
+
+def test_state_with_numpy_rejected_when_saving(tmp_path):
+    np = pytest.importorskip("numpy")
+    with pytest.raises(TypeError, match=r"state\['data'\]\['arr'\] is a numpy.ndarray"):
+        save_checkpoint(tmp_path, 1, ToyMLP(), extra={"data": {"arr": np.zeros(3)}})
+    assert list_checkpoints(tmp_path) == []
+
+
+def test_wrong_model_gives_checkpoint_error(tmp_path):
+    path = save_checkpoint(tmp_path, 1, ToyMLP())
+    with pytest.raises(CheckpointError, match="weights do not fit TiedLM"):
+        load_model_weights(TiedLM(), path)
+
+
+def test_manifest_is_json_with_files(tmp_path):
+    path = save_checkpoint(tmp_path, 1, ToyMLP())
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert set(manifest["files"]) == {"model.safetensors", "state.pt"}
