@@ -34,9 +34,10 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def _one_thread():
-    """Tiny models on a shared 2-core machine: intra-op threads only add contention."""
+    """Tiny models on a shared 2-core machine: intra-op threads only add contention. Module scope,
+    so module-scoped reference runs use the same thread count (float reductions depend on it)."""
     import torch
 
     n = torch.get_num_threads()

@@ -85,6 +85,7 @@ def test_shared_tensor_stored_once(tmp_path):
     assert len({"emb.weight", "head.weight"} & keys) == 1
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_unwrap_compiled_module_saves_plain_names(tmp_path):
     model = ToyMLP()
     compiled = torch.compile(model)  # lazy: nothing is compiled until called

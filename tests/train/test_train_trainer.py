@@ -1,0 +1,206 @@
+"""Trainer behaviour on tiny models: exact resume, Ctrl-C, divergence, accumulation, precision, records."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import pytest
+import torch
+import yaml
+from train_toys import TiedLM, ToyData, ToyMLP, build, mse_loss, read_metrics
+
+from energyformer.train import (
+    TrainConfig,
+    Trainer,
+    TrainingDiverged,
+    latest_checkpoint,
+    list_checkpoints,
+    param_groups,
+    verify_checkpoint,
+)
+
+STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted run: per-step losses and final weights."""
+    out = tmp_path_factory.mktemp("ref")
+    t = build(out, steps=STEPS, save_every=4, with_eval=True, eval_every=3)
+    final = t.fit()
+    return {"losses": list(t.loss_history), "final": final, "out": out,
+            "weights": {k: v.clone() for k, v in t.model.state_dict().items()}}
+
+
+def _fail_on_call(trainer, n, exc):
+    """Make the trainer's loss_fn raise ``exc`` on its n-th call (1-based)."""
+    inner = trainer.loss_fn
+    calls = {"n": 0}
+
+    def loss_fn(model, batch):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise exc
+        return inner(model, batch)
+
+    trainer.loss_fn = loss_fn
+
+
+def test_resume_after_crash_is_exact(tmp_path, reference):
+    t1 = build(tmp_path, steps=STEPS, save_every=4, with_eval=True, eval_every=3)
+    _fail_on_call(t1, 11, RuntimeError("boom"))  # crash in step 11; last checkpoint: step 8
+    with pytest.raises(RuntimeError, match="boom"):
+        t1.fit()
+    assert t1.loss_history == reference["losses"][:10]
+    assert latest_checkpoint(tmp_path).name == "ckpt-00000008"
+
+    t2 = build(tmp_path, steps=STEPS, save_every=4, with_eval=True, eval_every=3)
+    final = t2.fit(resume=True)
+    assert t2.loss_history == reference["losses"][8:]  # bit-identical, step by step
+    assert final["loss"] == reference["final"]["loss"]
+    assert final["eval/loss"] == reference["final"]["eval/loss"]
+    for k, v in t2.model.state_dict().items():
+        assert torch.equal(v, reference["weights"][k]), k
+    # metrics.jsonl: events after the checkpoint from the crashed run were dropped, no duplicates
+    train_events = read_metrics(tmp_path)
+    assert [e["step"] for e in train_events] == list(range(1, STEPS + 1))
+    assert [e["loss"] for e in train_events] == reference["losses"]
+    info = json.loads((tmp_path / "run_info.json").read_text())
+    assert info["resumes"][0]["step"] == 8
+
+
+def test_ctrl_c_mid_step_saves_completed_step_and_resumes_exactly(tmp_path, reference):
+    t1 = build(tmp_path, steps=STEPS, save_every=4, with_eval=True, eval_every=3)
+    _fail_on_call(t1, 7, KeyboardInterrupt())  # inside step 7, after its batch was drawn
+    with pytest.raises(KeyboardInterrupt):
+        t1.fit()
+    assert latest_checkpoint(tmp_path).name == "ckpt-00000006"
+    t2 = build(tmp_path, steps=STEPS, save_every=4, with_eval=True, eval_every=3)
+    t2.fit(resume=True)
+    assert t2.loss_history == reference["losses"][6:]
+
+
+def test_resume_falls_back_past_corrupt_latest(tmp_path, reference):
+    t1 = build(tmp_path, steps=STEPS, save_every=4, keep_checkpoints=3)
+    _fail_on_call(t1, 10, RuntimeError("crash"))
+    with pytest.raises(RuntimeError):
+        t1.fit()
+    newest = latest_checkpoint(tmp_path)
+    assert newest.name == "ckpt-00000008"
+    f = newest / "state.pt"
+    f.write_bytes(f.read_bytes()[:100])  # truncated
+
+    t2 = build(tmp_path, steps=STEPS, save_every=4, keep_checkpoints=3)
+    with pytest.warns(UserWarning, match=r"ckpt-00000008 is invalid.*state.pt is truncated"):
+        t2.fit(resume=True)
+    assert t2.loss_history == reference["losses"][4:]
+    assert (tmp_path / "ckpt-00000008.corrupt").is_dir()  # kept aside, not deleted
+    for p in list_checkpoints(tmp_path):
+        verify_checkpoint(p)
+
+
+def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path):
+    t = build(tmp_path, steps=STEPS, save_every=2, nan_from=6)
+    with pytest.raises(TrainingDiverged) as e:
+        t.fit()
+    assert e.value.step == 6 and math.isnan(e.value.loss)
+    assert "step 6" in str(e.value) and "nan" in str(e.value) and "ckpt-00000004" in str(e.value)
+    last = latest_checkpoint(tmp_path)
+    assert last.name == "ckpt-00000004"
+    verify_checkpoint(last)
+    assert not (tmp_path / "ckpt-00000006").exists()
+    assert all(math.isfinite(p.sum().item()) for p in t.model.parameters())  # no NaN step taken
+    events = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert events[-1]["event"] == "diverged" and events[-1]["step"] == 6
+
+
+def test_grad_accumulation_matches_full_batch(tmp_path):
+    full = build(tmp_path / "full", steps=6, dropout=0.0, batch_size=16, grad_accum=1)
+    half = build(tmp_path / "half", steps=6, dropout=0.0, batch_size=8, grad_accum=2)
+    full.fit()
+    half.fit()
+    assert half.loss_history == pytest.approx(full.loss_history, rel=1e-5, abs=1e-6)
+    for a, b in zip(full.model.parameters(), half.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    # tokens are counted per micro-batch
+    assert read_metrics(tmp_path / "half")[-1]["tokens"] == read_metrics(tmp_path / "full")[-1]["tokens"]
+
+
+def test_bf16_autocast_runs_on_cpu(tmp_path):
+    seen = []
+
+    def loss_fn(model, batch):
+        x, y = batch
+        out = model(x)
+        seen.append(out.dtype)
+        return torch.nn.functional.mse_loss(out.float(), y), {}
+
+    t = Trainer(ToyMLP(dropout=0.0), TrainConfig(steps=3, precision="bf16", device="cpu",
+                                                 progress=False, tensorboard=False, log_every=1),
+                loss_fn, ToyData(), out_dir=tmp_path)
+    final = t.fit()
+    assert seen and all(d == torch.bfloat16 for d in seen)
+    assert math.isfinite(final["loss"])
+    assert all(p.dtype == torch.float32 for p in t.model.parameters())  # master weights stay fp32
+
+
+def test_records_metrics_run_info_config_tensorboard(tmp_path):
+    t = build(tmp_path, steps=6, log_every=2, with_eval=True, eval_every=3, tensorboard=True)
+    final = t.fit()
+    train = read_metrics(tmp_path)
+    assert [e["step"] for e in train] == [2, 4, 6]
+    for e in train:
+        for key in ("lr", "loss", "tokens_per_s", "elapsed_s", "tokens", "grad_norm", "train/rmse"):
+            assert key in e, key
+    assert train[1]["loss"] == pytest.approx(sum(t.loss_history[2:4]) / 2)
+    evals = read_metrics(tmp_path, "eval")
+    assert [e["step"] for e in evals] == [3, 6]
+    assert evals[-1]["eval/training_flag"] == 0.0  # eval_fn saw model.eval()
+    assert t.model.training  # train mode restored
+    assert final["eval/loss"] == evals[-1]["eval/loss"] and final["step"] == 6
+
+    info = json.loads((tmp_path / "run_info.json").read_text())
+    for key in ("start_time", "seed", "python", "torch", "packages", "git"):
+        assert key in info, key
+    assert info["seed"] == 0 and info["torch"] == torch.__version__
+    assert "commit" in info["git"]
+    cfg = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert cfg["task"] == "toy" and cfg["train"]["steps"] == 6
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+def test_fresh_fit_refuses_dir_with_checkpoints(tmp_path):
+    build(tmp_path, steps=2).fit()
+    with pytest.raises(RuntimeError, match="already holds checkpoints.*resume=True"):
+        build(tmp_path, steps=2).fit()
+
+
+def test_resume_without_checkpoint_starts_fresh(tmp_path):
+    with pytest.warns(UserWarning, match="no valid checkpoint"):
+        final = build(tmp_path, steps=2).fit(resume=True)
+    assert final["step"] == 2
+
+
+def test_weight_decay_only_on_matrices():
+    model = TiedLM()
+    groups = param_groups(model, 0.1)
+    decay = {id(p) for p in groups[0]["params"]}
+    assert groups[0]["weight_decay"] == 0.1 and groups[1]["weight_decay"] == 0.0
+    assert decay == {id(model.proj.weight)}  # not the (tied) embedding, biases or norms
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_trainer_rejects_bad_data(tmp_path):
+    with pytest.raises(TypeError, match="next_batch"):
+        Trainer(ToyMLP(), TrainConfig(steps=1), mse_loss, object(), out_dir=tmp_path)
+
+
+def test_run_config_with_tuples_and_no_warnings(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = Trainer(ToyMLP(), TrainConfig(steps=2, device="cpu", progress=False, tensorboard=False),
+                    mse_loss, ToyData(), out_dir=tmp_path, run_config={"model": {"shape": (1, 2)}})
+        t.fit()
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == {"model": {"shape": [1, 2]}}
