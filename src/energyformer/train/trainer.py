@@ -12,6 +12,9 @@ Contract with a task (DESIGN.md: config -> task -> trainer -> checkpoints + metr
   ``weights_only=True``). Optional ``tokens_per_batch: int`` is used for tokens/s; otherwise
   ``batch[0].numel()`` is counted. Under ``torchrun`` build it **per rank** (see
   :func:`energyformer.train.dist_info`); the trainer does no sharding.
+* Under DDP ``loss_fn`` receives the ``DistributedDataParallel`` wrapper: call ``model(...)``
+  (its forward) so gradients are synchronised; reach other attributes through
+  :func:`energyformer.train.unwrap_model`. With ``compile=True`` it receives the compiled module.
 * ``eval_fn(model) -> dict[str, float]`` (optional): run every ``eval_every`` steps and at the
   end, under ``torch.no_grad()``, ``model.eval()`` and the precision's autocast, with all RNG
   states saved and restored around it (evaluation never changes the training stream). It
@@ -24,7 +27,13 @@ loss is divided by ``grad_accum`` before ``backward`` so the gradient is that of
 
 Resume is exact: ``fit(resume=True)`` restores weights, AdamW moments, schedule position, the data
 state and every RNG state (per rank), so on CPU in fp32 the loss at every later step equals that of
-an uninterrupted run with the same seed.
+an uninterrupted run with the same seed (same machine, same torch intra-op thread count and world
+size: float reductions depend on them). Fresh runs seed everything with ``seed + rank``; a task
+should call :func:`energyformer.train.seed_everything` itself before building its model.
+``fit(resume=False)`` refuses an ``out_dir`` that already holds checkpoints. On resume, events in
+``metrics.jsonl`` (and TensorBoard) after the checkpoint's step are dropped, invalid newer
+checkpoints are renamed ``ckpt-<step>.corrupt`` (kept, not deleted) with a warning, and a changed
+``config.yaml`` is saved beside the original as ``config-resume-<step>.yaml``.
 
 Ctrl-C (``KeyboardInterrupt``, single process only): if the model and optimiser hold a completed
 step (the interrupt came outside ``optimizer.step()``), a checkpoint of that step is written — with
@@ -325,7 +334,7 @@ class Trainer:
                     if not target.exists():
                         path.rename(target)
                         msg += f"; moved aside to {target.name}"
-                warnings.warn(msg + (f"; resuming from {ckpt.name}" if ckpt else ""), stacklevel=3)
+                warnings.warn(msg + (f"; resuming from {ckpt.name}" if ckpt else ""), stacklevel=4)
                 log.warning(msg)
             choice = str(ckpt) if ckpt is not None else None
         if self.ddp:
@@ -344,7 +353,7 @@ class Trainer:
                 warnings.warn(
                     f"checkpoint {path} was written by {len(entries)} rank(s), this run has "
                     f"{self.world_size}: data positions and RNG streams will not resume exactly",
-                    stacklevel=3,
+                    stacklevel=4,
                 )
             entry = entries[self.rank % len(entries)]
             self.train_data.load_state_dict(entry["data"])
@@ -358,7 +367,7 @@ class Trainer:
             warnings.warn(
                 "resuming with a changed train config: "
                 + ", ".join(f"{k}: {old_cfg[k]!r} -> {new_cfg[k]!r}" for k in changed),
-                stacklevel=3,
+                stacklevel=4,
             )
         self.step = int(state["step"])
         self.tokens_seen = int(state.get("tokens_seen", 0))
@@ -411,7 +420,7 @@ class Trainer:
             resumed_from = self._find_resume_checkpoint()
             if resumed_from is None:
                 warnings.warn(f"fit(resume=True): no valid checkpoint in {out}; starting from scratch",
-                              stacklevel=2)
+                              stacklevel=3)
         elif list_checkpoints(out):
             raise RuntimeError(
                 f"{out} already holds checkpoints ({', '.join(p.name for p in list_checkpoints(out))}); "
