@@ -193,8 +193,12 @@ def test_weight_decay_only_on_matrices():
 
 
 def test_trainer_rejects_bad_data(tmp_path):
-    with pytest.raises(TypeError, match="next_batch"):
+    with pytest.raises(TypeError, match="state_dict"):
         Trainer(ToyMLP(), TrainConfig(steps=1), mse_loss, object(), out_dir=tmp_path)
+    no_batches = type("NoBatches", (), {"state_dict": lambda self: {},
+                                        "load_state_dict": lambda self, s: None})()
+    with pytest.raises(TypeError, match="next_batch"):
+        Trainer(ToyMLP(), TrainConfig(steps=1), mse_loss, no_batches, out_dir=tmp_path)
 
 
 def test_run_config_with_tuples_and_no_warnings(tmp_path):
@@ -204,3 +208,31 @@ def test_run_config_with_tuples_and_no_warnings(tmp_path):
                     mse_loss, ToyData(), out_dir=tmp_path, run_config={"model": {"shape": (1, 2)}})
         t.fit()
     assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == {"model": {"shape": [1, 2]}}
+
+
+def test_iterator_data_source_is_accepted(tmp_path):
+    class IterData(ToyData):
+        def __next__(self):
+            return self.next_batch()
+
+    data = IterData()
+    data_next_only = type("NoNextBatch", (), {
+        "__init__": lambda self: setattr(self, "d", IterData()),
+        "__next__": lambda self: next(self.d),
+        "state_dict": lambda self: self.d.state_dict(),
+        "load_state_dict": lambda self, s: self.d.load_state_dict(s),
+    })()
+    for i, src in enumerate((data, data_next_only)):
+        t = Trainer(ToyMLP(), TrainConfig(steps=2, device="cpu", progress=False, tensorboard=False),
+                    mse_loss, src, out_dir=tmp_path / str(i))
+        assert t.fit()["step"] == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")
+def test_device_auto_falls_back_and_cuda_is_a_clear_error():
+    from energyformer.train import resolve_device
+    from energyformer.utils.validate import ConfigError
+
+    assert resolve_device("auto").type in ("cpu", "mps")
+    with pytest.raises(ConfigError, match=r"train.device = 'cuda': CUDA is not available"):
+        resolve_device("cuda")

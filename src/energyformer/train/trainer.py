@@ -6,7 +6,8 @@ Contract with a task (DESIGN.md: config -> task -> trainer -> checkpoints + metr
 * ``loss_fn(model, batch) -> (loss, metrics)``: ``loss`` a scalar tensor, ``metrics`` a
   ``dict[str, float]`` (logged as ``train/<name>``, averaged over micro-batches; on DDP the values
   of rank 0). ``batch`` is the tuple from ``next_batch()`` moved to the training device.
-* ``train_data``: has ``next_batch() -> tuple[Tensor, ...]`` (CPU tensors), ``state_dict()`` and
+* ``train_data``: has ``next_batch() -> tuple[Tensor, ...]`` (CPU tensors; an iterator whose
+  ``__next__`` returns the batch, like ``energyformer.data.LMBatcher``, works too), ``state_dict()`` and
   ``load_state_dict(d)`` so that the data position resumes exactly. The state must be made of
   tensors and plain Python values (it is saved with ``torch.save`` and read with
   ``weights_only=True``). Optional ``tokens_per_batch: int`` is used for tokens/s; otherwise
@@ -217,10 +218,17 @@ class Trainer:
             raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
         if not callable(loss_fn):
             raise TypeError("loss_fn must be callable: loss_fn(model, batch) -> (loss, metrics)")
-        for attr in ("next_batch", "state_dict", "load_state_dict"):
+        for attr in ("state_dict", "load_state_dict"):
             if not callable(getattr(train_data, attr, None)):
                 raise TypeError(f"train_data must have a {attr}() method "
                                 f"({type(train_data).__name__} has none)")
+        if callable(getattr(train_data, "next_batch", None)):
+            self._next_batch = train_data.next_batch
+        elif callable(getattr(train_data, "__next__", None)):  # an iterator, e.g. data.LMBatcher
+            self._next_batch = lambda: next(train_data)  # type: ignore[call-overload]
+        else:
+            raise TypeError(f"train_data must have a next_batch() method or be an iterator "
+                            f"({type(train_data).__name__} is neither)")
         if eval_fn is not None and not callable(eval_fn):
             raise TypeError("eval_fn must be callable: eval_fn(model) -> dict[str, float]")
         self.model = unwrap_model(model)
@@ -533,7 +541,7 @@ class Trainer:
         msum: dict[str, float] = {}
         ntok = 0
         for i in range(accum):
-            batch = self.train_data.next_batch()
+            batch = self._next_batch()
             if not isinstance(batch, (tuple, list)):
                 batch = (batch,)
             ntok += int(tokens_per_micro) if tokens_per_micro is not None else int(batch[0].numel())
