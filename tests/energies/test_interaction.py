@@ -144,3 +144,17 @@ def test_long_sequence_alibi_numerics_fp32():
     e64 = copy.deepcopy(e).double()
     st64 = e64.prepare(h.double())
     torch.testing.assert_close(e.grad(u, st).double(), e64.grad(u.double(), st64), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("diagonal,alibi", [("none", False), ("none", True), ("shared", True)])
+def test_fused_path_is_eligible_for_the_flash_kernel(diagonal, alibi):
+    """Equal q/k/v widths keep SDPA on the fused (O(N) memory) kernel; pin it and run fwd+bwd."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    blk = CEMAttention(16, 4, CEMAttentionConfig(steps=2, diagonal=diagonal, alibi=alibi))
+    x = torch.randn(2, 33, 16, requires_grad=True)
+    ref = blk(x)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        y = blk(x)
+        y.sum().backward()
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)

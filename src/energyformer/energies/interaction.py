@@ -58,13 +58,14 @@ class InteractionState:
     """Work done once per block call (outside the recursion)."""
 
     keys: Tensor     # (B, H, 1 + Nk, F) null key + feature-augmented keys k̃
-    values: Tensor   # (B, H, 1 + Nk, Fv + 1) null indicator column last
+    values: Tensor   # (B, H, 1 + Nk, F) [ṽ ; null indicator ; zero padding]
     self_keys: Tensor    # (B, H, Nq, F) k̃ at the query positions
     self_values: Tensor  # (B, H, Nq, Fv)
     qpos_feat: Tensor | None  # (H, Nq, 2) τ m_k (1, −i) or None
     h: Tensor        # (B, Nk, D) normalised context
     k: Tensor        # (B, H, Nk, Dr) keys (= values, tied)
     offset: int      # position of the first query
+    qpad: int = 0    # zero columns appended to queries so that q/k/v widths match
 
 
 @register_energy("cem_interaction")
@@ -152,13 +153,21 @@ class InteractionEnergy(Energy):
             m = self.tau * self.slopes.to(cdt)[:, None, None]  # (H, 1, 1)
             qpos = m * torch.stack([torch.ones_like(qi), -qi], -1)  # (H, Nq, 2): τ m (1, −i)
         keys = torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0]  # k̃: (B, H, Nk, F)
-        null_k = keys.new_zeros(B, H, 1, keys.shape[-1])
-        null_v = torch.cat([vals.new_zeros(B, H, 1, vals.shape[-1]), vals.new_ones(B, H, 1, 1)], -1)
-        vals_ind = torch.cat([vals, vals.new_zeros(B, H, nk, 1)], -1)
+        # The fused CPU/CUDA kernels need equal q/k/v widths: the value gets the null-indicator
+        # column plus zero padding up to the key width F (F >= Fv + 1 is ensured by padding keys).
+        fv, fq = vals.shape[-1], keys.shape[-1]
+        self_keys = keys[:, :, offset:]  # (B, H, Nq, Fq) before padding
+        fk = max(fq, fv + 1)
+        if fk > fq:
+            keys = torch.cat([keys, keys.new_zeros(B, H, nk, fk - fq)], -1)
+        null_k = keys.new_zeros(B, H, 1, fk)
+        null_v = keys.new_zeros(B, H, 1, fk)
+        null_v[..., fv] = 1.0  # indicator column: returns r_i = p(null)
+        vals_ind = torch.cat([vals, vals.new_zeros(B, H, nk, fk - fv)], -1)
         return InteractionState(
             keys=torch.cat([null_k, keys], 2), values=torch.cat([null_v, vals_ind], 2),
-            self_keys=keys[:, :, offset:], self_values=vals[:, :, offset:], qpos_feat=qpos,
-            h=h, k=k, offset=offset,
+            self_keys=self_keys, self_values=vals[:, :, offset:], qpos_feat=qpos,
+            h=h, k=k, offset=offset, qpad=fk - fq,
         )
 
     def _compute_dtype(self, dt: torch.dtype) -> torch.dtype:
@@ -182,7 +191,10 @@ class InteractionEnergy(Energy):
         """
         cdt = st.keys.dtype
         with torch.autocast(u.device.type, enabled=False) if self.attn_fp32 else _null():
-            qt = self._query(u, st, cdt)  # (B, H, Nq, F)
+            qt = self._query(u, st, cdt)  # (B, H, Nq, Fq)
+            s_self = (qt * st.self_keys).sum(-1) / self.tau  # (B, H, Nq)
+            if st.qpad:
+                qt = torch.cat([qt, qt.new_zeros(*qt.shape[:-1], st.qpad)], -1)
             nq, nk = qt.shape[2], st.keys.shape[2] - 1
             if st.offset == 0 and nq == nk:  # training / prefill: square strictly-causal call
                 q_pad = torch.cat([qt, qt.new_zeros(qt.shape[0], qt.shape[1], 1, qt.shape[-1])], 2)
@@ -196,8 +208,8 @@ class InteractionEnergy(Energy):
                 c = torch.arange(nk + 1, device=qt.device)[None, :]
                 out = F.scaled_dot_product_attention(
                     qt, st.keys, st.values, attn_mask=c <= st.offset + a, scale=1.0 / self.tau)
-            o_lt, r = out[..., :-1], out[..., -1]  # (B,H,Nq,Fv), (B,H,Nq)
-            s_self = (qt * st.self_keys).sum(-1) / self.tau  # (B, H, Nq)
+            fv = st.self_values.shape[-1]
+            o_lt, r = out[..., :fv], out[..., fv]  # (B,H,Nq,Fv), (B,H,Nq)
             if self.self_bias is not None:
                 s_self = s_self + self.self_bias.to(cdt)[None, :, None]
             log_r = torch.log(r.clamp_min(torch.finfo(r.dtype).tiny))
