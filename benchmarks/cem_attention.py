@@ -5,8 +5,7 @@ Prints, from one run on this machine:
      plain layer reuse (the same layer applied twice, keys recomputed), so the saving from computing
      keys/values once is visible;
   2. peak memory of forward+backward at N = 512, 1024, 2048 for the default fused path and for a
-     dense reference that materialises the N×N scores (each measured in a fresh subprocess; CPU:
-     peak RSS increase, CUDA: torch.cuda.max_memory_allocated).
+     dense reference that materialises the N×N scores (live tensors counted by PyTorch's MemTracker).
 
 Usage: python benchmarks/cem_attention.py [--dim 256 --heads 8 --seq 512 --batch 4 --repeats 5]
 """
@@ -14,9 +13,6 @@ Usage: python benchmarks/cem_attention.py [--dim 256 --heads 8 --seq 512 --batch
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 import time
 
 import torch
@@ -79,71 +75,35 @@ def timing(args, seq: int, batch: int) -> None:
               f"ratio T2/T1 = {t[2] / t[1]:.2f}   plain reuse x2 / T1 = {t_reuse / t[1]:.2f}")
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
+def peak_memory(mode: str, seq: int, args) -> int:
+    """Peak bytes of live tensors during one forward+backward, counted by PyTorch's own
+    dispatch-level ``MemTracker`` (works on CPU and CUDA; RSS is useless on CPU because the
+    allocator keeps freed pages)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
 
-
-def _peak_rss_during(fn) -> int:
-    """Peak resident-set increase while ``fn`` runs, sampled every 0.2 ms by a background thread
-    (ru_maxrss is useless here: it is dominated by one-off start-up peaks)."""
-    import threading
-
-    base, peak, done = _rss_bytes(), [0], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], _rss_bytes())
-            time.sleep(0.0002)
-
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
-    fn()
-    done.set()
-    t.join()
-    return max(peak[0], _rss_bytes()) - base
-
-
-def memory_child(args) -> None:
-    """Run in a subprocess: peak memory of one forward+backward at sequence length args.seq."""
     dev = device()
     torch.manual_seed(0)
     blk = CEMAttention(args.dim, args.heads, CEMAttentionConfig(steps=args.steps)).to(dev)
-    x = torch.randn(1, args.seq, args.dim, device=dev, requires_grad=True)
-    if args.mode == "dense":  # reference: explicit (B, H, N, N) scores via the energy's autograd
-        def run():
+    x = torch.randn(1, seq, args.dim, device=dev, requires_grad=True)
+    mt = MemTracker()
+    mt.track_external(blk, x)
+    with mt:
+        if mode == "dense":  # reference: explicit (B, H, N, N) scores via the energy's autograd
             u = blk.norm(x)
             st = blk.energy.prepare(u)
             blk.energy.energy(u, st).sum().backward()
-    else:
-        def run():
+        else:
             blk(x).square().mean().backward()
-    run()  # warm-up: library workspaces, thread pools
-    x.grad = None
-    blk.zero_grad(set_to_none=True)
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        run()
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        peak = _peak_rss_during(run)
-    print(json.dumps({"peak_bytes": peak}))
+    peak = mt.get_tracker_snapshot("peak")
+    return sum(stats.get("Total", 0) for stats in peak.values())
 
 
 def memory(args) -> None:
-    print(f"\n# peak memory of forward+backward, B=1 D={args.dim} H={args.heads} T={args.steps} "
-          f"(fresh process per point)")
-    rows = {}
-    for mode in ("fused", "dense"):
-        for n in (512, 1024, 2048):
-            cmd = [sys.executable, __file__, "--child", "--mode", mode, "--seq", str(n), "--dim", str(args.dim),
-                   "--heads", str(args.heads), "--steps", str(args.steps)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-            rows[(mode, n)] = max(json.loads(out)["peak_bytes"], 1)
-        m = [rows[(mode, n)] / 2**20 for n in (512, 1024, 2048)]
-        print(f"{mode:6s} N=512 {m[0]:8.1f} MiB  N=1024 {m[1]:8.1f} MiB  N=2048 {m[2]:8.1f} MiB   "
-              f"growth 512->1024 x{m[1] / m[0]:.2f}, 1024->2048 x{m[2] / m[1]:.2f}  (linear = x2, quadratic = x4)")
+    print(f"\n# peak live-tensor memory of forward+backward, B=1 D={args.dim} H={args.heads} T={args.steps}")
+    for mode, label in (("fused", "fused (default path)"), ("dense", "dense N×N reference")):
+        m = [peak_memory(mode, n, args) / 2**20 for n in (512, 1024, 2048)]
+        print(f"{label:22s} N=512 {m[0]:7.1f} MiB  N=1024 {m[1]:7.1f} MiB  N=2048 {m[2]:7.1f} MiB   "
+              f"growth x{m[1] / m[0]:.2f}, x{m[2] / m[1]:.2f}  (linear = x2, quadratic -> x4)")
 
 
 def main() -> None:
@@ -154,13 +114,8 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--mode", default="fused", help=argparse.SUPPRESS)
     p.add_argument("--skip-memory", action="store_true")
     args = p.parse_args()
-    if args.child:
-        memory_child(args)
-        return
     timing(args, args.seq, args.batch)
     timing(args, 64, args.batch * args.seq // 64)  # same tokens, short context: projections dominate
     if not args.skip_memory:
