@@ -113,3 +113,9 @@ def test_periodic_kernel_has_the_period():
     shifted[:, 3] += cfg.period
     assert torch.allclose(kernel_matrix(cfg, x, shifted), kernel_matrix(cfg, x), atol=1e-10)
     assert not math.isclose(float(kernel_matrix(KernelConfig("rbf"), x, shifted)[0, 0]), 1.0)
+
+
+def test_describe_names_the_options_in_use():
+    assert KernelConfig("matern").describe() == "matern(nu=1.5, ell=3)"
+    assert KernelConfig("rbf", lengthscale=2.0).describe() == "rbf(ell=2)"
+    assert KernelConfig("periodic").describe() == "periodic(period=2, ell=5)"

@@ -110,11 +110,12 @@ def check_claims(agg: dict) -> list[dict]:
         if not all((k, m) in agg for m in ("CEM-T1", "CEM-T2", "CEM-T4", "CEM-T8")):
             continue
         t = {m: agg[(k, m)]["test_mean"] for m in ("CEM-T1", "CEM-T2", "CEM-T4", "CEM-T8")}
+        tr = {m: agg[(k, m)]["train_mean"] for m in ("CEM-T1", "CEM-T2")}
         r1, r2 = agg[(k, "CEM-T1")]["test_by_rep"], agg[(k, "CEM-T2")]["test_by_rep"]
         reps = sorted(set(r1) & set(r2))
         seq = [t["CEM-T2"], t["CEM-T4"], t["CEM-T8"]]
         rows.append({
-            "kernel": k, "test": t,
+            "kernel": k, "test": t, "train": tr,
             "t2_beats_t1": t["CEM-T2"] < t["CEM-T1"],
             "t2_wins_reps": sum(r2[i] < r1[i] for i in reps), "reps": len(reps),
             "not_monotonic_beyond_t2": not (seq[0] > seq[1] > seq[2]),
@@ -139,6 +140,7 @@ def claims_text(claims: list[dict]) -> str:
         lines.append(
             f"[{c['kernel']}] T2 better than T1 (test): {yes[c['t2_beats_t1']]} "
             f"(T1 {t['CEM-T1']:.4f} vs T2 {t['CEM-T2']:.4f}; T2 wins {c['t2_wins_reps']}/{c['reps']} reps; "
+            f"train T1 {c['train']['CEM-T1']:.4f} vs T2 {c['train']['CEM-T2']:.4f}; "
             f"paper: {yes[c['paper_t2_beats_t1']]})")
         lines.append(
             f"[{c['kernel']}] gains not strictly monotonic beyond T2: {yes[c['not_monotonic_beyond_t2']]} "

@@ -77,6 +77,12 @@ class KernelConfig:
         check_float("kernel.alpha", self.alpha, min=0.0, min_exclusive=True)
         check_float("kernel.beta", self.beta)
 
+    def describe(self) -> str:
+        """Short text such as ``matern(nu=1.5, ell=3)`` naming only the options this kernel uses."""
+        extra = {"matern": f"nu={self.nu:g}, ", "periodic": f"period={self.period:g}, ",
+                 "rq": f"alpha={self.alpha:g}, ", "gibbs": f"beta={self.beta:g}, "}.get(self.name, "")
+        return f"{self.name}({extra}ell={self.ell:g})"
+
     @property
     def ell(self) -> float:
         if self.lengthscale is not None:

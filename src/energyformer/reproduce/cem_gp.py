@@ -110,12 +110,10 @@ def run_all(args: argparse.Namespace) -> list[dict]:
 def setup_dict(args: argparse.Namespace, info: dict, seconds: float) -> dict:
     per_sample = {m: i["flops"] / FLOPS_BATCH for m, i in info.items()}
     paper_flops = {m: parse_si(PAPER_TABLE3[("rbf", m)].flops) for m in info}
-    kernels = {k: dataclasses.asdict(KernelConfig(name=k)) | {"lengthscale": KernelConfig(name=k).ell}
-               for k in args.kernels}
     return {
         "data": f"x ~ U[-1,1]^10, one joint GP draw (float64 Cholesky, jitter 1e-6) on "
                 f"{args.n_train} train + {args.n_test} test points, no noise, no rescaling",
-        "kernels": json.dumps(kernels),
+        "kernels": ", ".join(KernelConfig(name=k).describe() for k in args.kernels),
         "models": "Linear(10,16) -> block on (B,1,16) -> Linear(16,1); Plain/Gated pre-norm, CEM = "
                   "energyformer.blocks.cem.CEMMLP (identity preconditioner, step size 1)",
         "training": f"Adam lr {args.lr}, batch {args.batch_size}, {args.epochs} epochs, 5% warm-up, "
@@ -147,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     agg = aggregate(runs)
     results = {
         "setup": setup, "model_info": info, "runs": runs,
+        "kernels": {k: dataclasses.asdict(KernelConfig(name=k)) | {"lengthscale": KernelConfig(name=k).ell}
+                    for k in args.kernels},
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "aggregate": [{"kernel": k, "model": m, **{a: b for a, b in v.items() if a != "test_by_rep"}}
                       for (k, m), v in agg.items()],
         "claims": check_claims(agg),
