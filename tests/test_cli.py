@@ -89,3 +89,19 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     assert max(ref) == max(got) == 16
     for step in range(1, 17):
         assert got[step] == ref[step], (step, got[step], ref[step])
+
+
+@pytest.mark.slow
+def test_torchrun_two_process_ddp_lm_training(tmp_path):
+    """`torchrun --nproc_per_node=2 -m energyformer.cli train ...` with gloo on CPU."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    ov = TINY + ["train.steps=3", "train.eval_every=3", "train.save_every=3", "train.device=cpu",
+                 "name=ddp", f"out_dir={tmp_path}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "energyformer.cli", "train", "lm/llama", *_sets(ov)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "ddp"
+    assert max(_losses(run)) == 3 and list(run.glob("ckpt-*[0-9]"))
+    info = json.loads((run / "run_info.json").read_text())
+    assert "2" in json.dumps(info.get("world_size", info))
