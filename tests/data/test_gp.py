@@ -119,3 +119,10 @@ def test_describe_names_the_options_in_use():
     assert KernelConfig("matern").describe() == "matern(nu=1.5, ell=3)"
     assert KernelConfig("rbf", lengthscale=2.0).describe() == "rbf(ell=2)"
     assert KernelConfig("periodic").describe() == "periodic(period=2, ell=5)"
+
+
+def test_periodic_matches_direct_formula():
+    x, y = _points(7, seed=8), _points(5, seed=9)
+    cfg = KernelConfig("periodic")
+    direct = torch.exp(-2 * torch.sin(math.pi * (x[:, None] - y[None]) / cfg.period).pow(2).sum(-1) / cfg.ell**2)
+    assert torch.allclose(kernel_matrix(cfg, x, y), direct, atol=1e-12)
