@@ -136,3 +136,20 @@ def test_reproduce_entry_point_writes_report_and_results(tmp_path, one_thread, c
     assert len(res["runs"]) == 2 * 5 and res["claims"][0]["kernel"] == "rbf"
     assert "paper_table3_not_measured" in res
     assert "[rbf] T2 better than T1" in capsys.readouterr().out
+
+
+def test_reproduce_config_yaml_and_precedence(tmp_path):
+    from pathlib import Path
+
+    from energyformer.reproduce.cem_gp import FULL, QUICK, parse_args
+
+    repo_cfg = Path(__file__).resolve().parents[2] / "configs" / "cem_gp.yaml"
+    a = parse_args(["--config", str(repo_cfg), "--reps", "2"])
+    assert (a.reps, a.n_train, a.epochs) == (2, QUICK["n_train"], QUICK["epochs"])
+    assert (parse_args(["--full"]).reps, parse_args(["--full"]).n_train) == (FULL["reps"], FULL["n_train"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("repz: 2\n")
+    with pytest.raises(SystemExit):
+        parse_args(["--config", str(bad)])
+    with pytest.raises(SystemExit):
+        parse_args(["--models", "CEM-T3"])

@@ -20,14 +20,18 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
+import yaml
 
 from energyformer.analysis.gp_report import (
     PAPER_CITATION, PAPER_TABLE3, aggregate, check_claims, claims_text, parse_si, render_markdown,
 )
 from energyformer.data.gp import KERNELS, KernelConfig, make_gp_dataset
+from energyformer.utils.config import load_config
+from energyformer.utils.validate import check_choice, check_float, check_int
 from energyformer.tasks.gp_regression import (
     FLOPS_BATCH, MODEL_SPECS, TrainConfig, analytic_flops, build_regressor, count_params,
     fit_flops_batch, measured_flops, train_regressor,
@@ -37,31 +41,60 @@ QUICK = {"reps": 3, "n_train": 4000, "n_test": 1000, "epochs": 12}
 FULL = {"reps": 10, "n_train": 8000, "n_test": 1000, "epochs": 50}
 
 
+@dataclass
+class GPExperiment:
+    """Everything a run depends on; YAML keys of ``--config`` (e.g. ``configs/cem_gp.yaml``)."""
+
+    reps: int = QUICK["reps"]
+    n_train: int = QUICK["n_train"]
+    n_test: int = QUICK["n_test"]
+    epochs: int = QUICK["epochs"]
+    batch_size: int = 100
+    lr: float = 1e-2
+    kernels: list[str] = field(default_factory=lambda: list(KERNELS))
+    models: list[str] = field(default_factory=lambda: list(MODEL_SPECS))
+    seed: int = 0
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        for key in ("reps", "n_train", "n_test", "epochs", "batch_size", "threads"):
+            check_int(key, getattr(self, key), min=1)
+        check_float("lr", self.lr, min=0.0, min_exclusive=True)
+        for key, allowed in (("kernels", KERNELS), ("models", list(MODEL_SPECS))):
+            for v in getattr(self, key):
+                check_choice(key, v, allowed)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Precedence: built-in quick preset < ``--full`` < ``--config`` YAML < explicit flags."""
     p = argparse.ArgumentParser(prog="energyformer.reproduce.cem_gp", description=__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, default=None, help="repetitions per kernel (quick 3, full 10)")
+    p.add_argument("--reps", type=int, help="repetitions per kernel (quick 3, full 10)")
     p.add_argument("--full", action="store_true", help="paper-like run: 10 reps, 8000 train points, 50 epochs")
+    p.add_argument("--config", type=Path, help="YAML file with GPExperiment keys")
     p.add_argument("--out", type=Path, default=Path("runs/cem_gp"), help="output directory")
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--n-train", type=int, default=None)
-    p.add_argument("--n-test", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=100)
-    p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--kernels", nargs="+", default=list(KERNELS), help=f"subset of {list(KERNELS)}")
-    p.add_argument("--models", nargs="+", default=list(MODEL_SPECS), help=f"subset of {list(MODEL_SPECS)}")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is fastest for these sizes)")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--n-train", type=int)
+    p.add_argument("--n-test", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--kernels", nargs="+", help=f"subset of {list(KERNELS)}")
+    p.add_argument("--models", nargs="+", help=f"subset of {list(MODEL_SPECS)}")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--threads", type=int, help="torch intra-op threads (1 is fastest for these sizes)")
     args = p.parse_args(argv)
-    preset = FULL if args.full else QUICK
-    for key in ("reps", "n_train", "n_test", "epochs"):
-        if getattr(args, key) is None:
-            setattr(args, key, preset[key])
-    for name, vals, allowed in (("--kernels", args.kernels, KERNELS), ("--models", args.models, MODEL_SPECS)):
-        bad = [v for v in vals if v not in allowed]
-        if bad:
-            p.error(f"{name} = {bad}: allowed values are {list(allowed)}")
-    if args.reps < 1:
-        p.error(f"--reps = {args.reps}: must be an integer >= 1")
+    values: dict = dict(FULL) if args.full else {}
+    try:
+        if args.config is not None:
+            raw = yaml.safe_load(args.config.read_text()) or {}
+            load_config(GPExperiment, raw)  # strict: unknown keys and bad values fail here
+            values.update(raw)
+        values.update({f.name: getattr(args, f.name) for f in fields(GPExperiment)
+                       if getattr(args, f.name) is not None})
+        exp = load_config(GPExperiment, values)
+    except ValueError as err:
+        p.error(f"{args.config or 'command line'}: {err}")
+    for f in fields(GPExperiment):
+        setattr(args, f.name, getattr(exp, f.name))
     return args
 
 
