@@ -1,0 +1,360 @@
+"""Language-model throughput and KV-cache size: our Llama vs Hugging Face, CEM vs Llama.
+
+Prints, from one run on this machine (every number measured, nothing hard-coded):
+  1. training-step time (forward + backward + AdamW step, float32) of our Llama baseline vs Hugging Face
+     ``transformers.LlamaForCausalLM`` built with the same config (vocab, hidden size, layers, heads,
+     intermediate size, rms_norm_eps=1e-6, rope_theta=1e4, untied embeddings, attn_implementation="sdpa"),
+     the same batch, sequence and optimizer; parameter counts are checked first, and the HF model gets a
+     copy of our weights (its logits are compared with ours) so both run the very same network;
+  2. tokens/s of full CEM (T=1), CEM attention + Llama MLP and the CEM seed's recommended full CEM
+     (T=2, diagonal + low-rank preconditioners) vs the Llama baseline at the same width, for a training
+     step and, separately, an inference forward;
+  3. KV-cache bytes per token, CEM vs Llama, from ``kv_cache_bytes`` after a prefill of N tokens:
+     CEM attention without the KQ diagonal (the cache holds only the tied keys) and with the default
+     shared diagonal (the cache also holds the normalised inputs h).
+
+Timings are medians over ``--repeats`` measurements taken after ``--warmup`` untimed steps; the models
+of one comparison are measured in turn inside each repeat (interleaved, starting model rotated) so that
+load changes on a shared machine hit all of them alike.
+
+Usage: python benchmarks/lm_throughput.py [--dim 256 --layers 4 --heads 8 --mlp-hidden 704 --vocab 4096
+                                           --batch 8 --seq 256 --repeats 7 --warmup 2 --threads 0]
+Section 1 needs ``transformers`` (``pip install -e '.[bench]'``); without it that section is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from energyformer.blocks.cem import CEMAttentionConfig, CEMMLPConfig
+from energyformer.blocks.layer import BlockConfig
+from energyformer.models.lm import CausalLM, ModelConfig, kv_cache_bytes
+
+INSTALL_HINT = "pip install -e '.[bench]'   (or: pip install 'transformers>=4.40')"
+
+
+# ----------------------------------------------------------------------------------------- helpers
+def pick_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def n_params(model: nn.Module) -> int:
+    """Number of distinct parameters (tied tensors counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def model_config(vocab: int, dim: int, layers: int, heads: int, mlp_hidden: int, max_seq_len: int,
+                 block: BlockConfig | None = None) -> ModelConfig:
+    return ModelConfig(vocab_size=vocab, dim=dim, n_layers=layers, heads=heads, mlp_hidden=mlp_hidden,
+                       max_seq_len=max_seq_len, tie_embeddings=False, block=block or BlockConfig())
+
+
+def variant_blocks() -> dict[str, BlockConfig]:
+    """The blocks compared in section 2 (all at the model's width)."""
+    return {
+        "Llama baseline": BlockConfig(),
+        "CEM attention (T=1) + Llama MLP": BlockConfig(attention="cem"),
+        "full CEM (T=1)": BlockConfig(attention="cem", mlp="cem"),
+        "full CEM (T=2, D+LR precond)": BlockConfig(
+            attention="cem", mlp="cem",
+            cem_attention=CEMAttentionConfig(steps=2, precond="diag_low_rank"),
+            cem_mlp=CEMMLPConfig(steps=2, precond="diag_low_rank")),
+    }
+
+
+def transformers_version() -> str | None:
+    try:
+        import transformers
+    except ImportError:
+        return None
+    return transformers.__version__
+
+
+def hf_llama_from(cfg: ModelConfig):
+    """A ``transformers.LlamaForCausalLM`` with the same architecture as our Llama ``CausalLM(cfg)``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if cfg.block.attention != "llama" or cfg.block.mlp != "swiglu" or cfg.positions != "none" \
+            or cfg.final_norm != "rms":
+        raise ValueError("hf_llama_from: only the Llama baseline (llama attention, swiglu MLP, RMS norm) maps to HF")
+    hf_cfg = LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.hidden,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
+        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=1e-6, rope_theta=cfg.block.rope_theta,
+        tie_word_embeddings=cfg.tie_embeddings, attention_bias=False, mlp_bias=False,
+        attention_dropout=0.0, hidden_act="silu", initializer_range=cfg.init_std, use_cache=False,
+        attn_implementation="sdpa")
+    model = LlamaForCausalLM(hf_cfg)
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl != "sdpa":
+        raise RuntimeError(f"HF model uses attn_implementation={impl!r}, expected 'sdpa'")
+    return model
+
+
+@torch.no_grad()
+def copy_weights_to_hf(ours: CausalLM, hf) -> None:
+    """Copy our Llama weights into the HF model (same layouts; both rotate (first half, second half))."""
+    pairs = [(hf.model.embed_tokens.weight, ours.embed.weight), (hf.model.norm.weight, ours.norm.weight),
+             (hf.lm_head.weight, ours.head.weight)]
+    for a, b in zip(hf.model.layers, ours.layers):
+        pairs += [(a.input_layernorm.weight, b.attn.norm.weight), (a.self_attn.q_proj.weight, b.attn.wq.weight),
+                  (a.self_attn.k_proj.weight, b.attn.wk.weight), (a.self_attn.v_proj.weight, b.attn.wv.weight),
+                  (a.self_attn.o_proj.weight, b.attn.wo.weight),
+                  (a.post_attention_layernorm.weight, b.mlp.norm.weight),
+                  (a.mlp.gate_proj.weight, b.mlp.w_gate.weight), (a.mlp.up_proj.weight, b.mlp.w_up.weight),
+                  (a.mlp.down_proj.weight, b.mlp.w_down.weight)]
+    copied = set()
+    for dst, src in pairs:
+        if dst.shape != src.shape:
+            raise ValueError(f"shape mismatch {tuple(dst.shape)} vs {tuple(src.shape)}")
+        dst.copy_(src)
+        copied.add(id(dst))
+    missing = [n for n, p in hf.named_parameters() if id(p) not in copied]
+    if missing:
+        raise ValueError(f"HF parameters not covered by the weight copy: {missing}")
+
+
+def ours_logits(model: CausalLM, idx: Tensor) -> Tensor:
+    return model(idx).logits
+
+
+def hf_logits(model, idx: Tensor) -> Tensor:
+    return model(input_ids=idx, use_cache=False).logits
+
+
+def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """The same loss for both implementations (our forward's own loss is this very expression)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+
+def make_train_step(model: nn.Module, logits_fn: Callable, idx: Tensor, targets: Tensor,
+                    lr: float = 3e-4) -> Callable[[], None]:
+    """One float32 training step: zero grads, forward, loss, backward, AdamW step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        lm_loss(logits_fn(model, idx), targets).backward()
+        opt.step()
+
+    return step
+
+
+def make_infer_step(model: nn.Module, logits_fn: Callable, idx: Tensor) -> Callable[[], None]:
+    """One inference forward over the whole (B, N) batch, no autograd."""
+    model.eval()
+
+    def step() -> None:
+        with torch.no_grad():
+            logits_fn(model, idx)
+
+    return step
+
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def interleaved_times(fns: dict[str, Callable[[], None]], warmup: int, repeats: int,
+                      device: torch.device) -> dict[str, list[float]]:
+    """Seconds of every timed call of each fn; calls interleaved, starting fn rotated every repeat."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    names = list(fns)
+    for _ in range(warmup):
+        for n in names:
+            fns[n]()
+    sync()
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            sync()
+            t0 = time.perf_counter()
+            fns[n]()
+            sync()
+            times[n].append(time.perf_counter() - t0)
+    return times
+
+
+def interleaved_medians(fns: dict[str, Callable[[], None]], warmup: int, repeats: int,
+                        device: torch.device) -> dict[str, float]:
+    """Median seconds per call of each fn (see :func:`interleaved_times`)."""
+    return {n: median(t) for n, t in interleaved_times(fns, warmup, repeats, device).items()}
+
+
+def spread(ts: list[float]) -> str:
+    return f"[min {min(ts) * 1e3:.1f}, max {max(ts) * 1e3:.1f} ms]"
+
+
+@torch.no_grad()
+def kv_bytes_per_token(model: CausalLM, n_tokens: int, device: torch.device | None = None) -> float:
+    """KV-cache bytes per token after a prefill of ``n_tokens`` (batch 1): kv_cache_bytes / n_tokens."""
+    device = device or next(model.parameters()).device
+    model.eval()
+    idx = torch.randint(0, model.cfg.vocab_size, (1, n_tokens), device=device)
+    cache: dict = {}
+    model(idx, cache=cache)
+    return kv_cache_bytes(cache) / n_tokens
+
+
+def kv_ratio_no_diag(vocab: int = 64, dim: int = 32, layers: int = 2, heads: int = 4, mlp_hidden: int = 64,
+                     n_tokens: int = 16) -> tuple[float, float]:
+    """(Llama, CEM attention without KQ diagonal) KV bytes per token for a small config."""
+    llama = CausalLM(model_config(vocab, dim, layers, heads, mlp_hidden, n_tokens))
+    cem = CausalLM(model_config(vocab, dim, layers, heads, mlp_hidden, n_tokens,
+                                BlockConfig(attention="cem", cem_attention=CEMAttentionConfig(diagonal="none"))))
+    return kv_bytes_per_token(llama, n_tokens), kv_bytes_per_token(cem, n_tokens)
+
+
+# ----------------------------------------------------------------------------------------- sections
+def fmt_ms(s: float) -> str:
+    return f"{s * 1e3:9.1f} ms"
+
+
+def section_hf(args, device: torch.device) -> None:
+    print("\n== 1. Llama baseline vs Hugging Face transformers.LlamaForCausalLM (training step, float32) ==")
+    if transformers_version() is None:
+        print("transformers is not installed: skipping this section. Install it with:\n    " + INSTALL_HINT)
+        return
+    cfg = model_config(args.vocab, args.dim, args.layers, args.heads, args.mlp_hidden, args.seq)
+    torch.manual_seed(0)
+    ours = CausalLM(cfg).to(device)
+    hf = hf_llama_from(cfg).to(device)
+    p_ours, p_hf = n_params(ours), n_params(hf)
+    print(f"parameters: ours {p_ours:,}  HF {p_hf:,}  -> {'match exactly' if p_ours == p_hf else 'DIFFER'}")
+    if p_ours != p_hf:
+        ours_names = {n: p.numel() for n, p in ours.named_parameters()}
+        hf_names = {n: p.numel() for n, p in hf.named_parameters()}
+        print("  they differ because the two architectures are not the same; parameter tensors:")
+        print(f"  ours: {len(ours_names)} tensors, HF: {len(hf_names)} tensors; "
+              f"difference {p_ours - p_hf:+,} (check tied embeddings, biases, intermediate size)")
+    else:
+        copy_weights_to_hf(ours, hf)
+        idx = torch.randint(0, cfg.vocab_size, (2, min(64, args.seq)), device=device)
+        ours.eval(), hf.eval()
+        with torch.no_grad():
+            diff = (ours_logits(ours, idx) - hf_logits(hf, idx)).abs().max().item()
+        print(f"weights copied ours -> HF; max |logit difference| on a random batch = {diff:.2e} "
+              f"({'same network' if diff < 1e-4 else 'MISMATCH'})")
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, cfg.vocab_size, (args.batch, args.seq + 1), generator=g).to(device)
+    x, y = idx[:, :-1], idx[:, 1:]
+    steps = {"ours (energyformer)": make_train_step(ours, ours_logits, x, y),
+             "HF LlamaForCausalLM": make_train_step(hf, hf_logits, x, y)}
+    times = interleaved_times(steps, args.warmup, args.repeats, device)
+    med = {n: median(t) for n, t in times.items()}
+    tokens = args.batch * args.seq
+    print(f"step = zero_grad + forward + cross-entropy + backward + AdamW.step; B={args.batch} N={args.seq}; "
+          f"median of {args.repeats} interleaved repeats after {args.warmup} warm-up steps each")
+    for n, t in med.items():
+        print(f"  {n:22s} {fmt_ms(t)}  {tokens / t:10,.0f} tokens/s  {spread(times[n])}")
+    a, b = med["ours (energyformer)"], med["HF LlamaForCausalLM"]
+    print(f"  ratio step time ours/HF = {a / b:.3f}  (< 1: ours faster; tokens/s ours/HF = {b / a:.3f})")
+
+
+def section_cem(args, device: torch.device) -> None:
+    print("\n== 2. CEM vs Llama baseline at the same width (tokens/s, float32) ==")
+    g = torch.Generator().manual_seed(2)
+    idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g).to(device)
+    x, y = idx[:, :-1], idx[:, 1:]
+    models = {}
+    for name, block in variant_blocks().items():
+        torch.manual_seed(0)
+        models[name] = CausalLM(model_config(args.vocab, args.dim, args.layers, args.heads, args.mlp_hidden,
+                                             args.seq, block)).to(device)
+    tokens = args.batch * args.seq
+    print(f"B={args.batch} N={args.seq} D={args.dim} L={args.layers} H={args.heads} F={args.mlp_hidden} "
+          f"V={args.vocab}; median of {args.repeats} interleaved repeats after {args.warmup} warm-up")
+    for n, m in models.items():
+        print(f"  params {n:34s} {n_params(m):>12,}")
+    base = "Llama baseline"
+    for kind in ("training step", "inference forward"):
+        if kind == "training step":
+            fns = {n: make_train_step(m, ours_logits, x, y) for n, m in models.items()}
+        else:
+            fns = {n: make_infer_step(m, ours_logits, x) for n, m in models.items()}
+        times = interleaved_times(fns, args.warmup, args.repeats, device)
+        med = {n: median(t) for n, t in times.items()}
+        print(f"-- {kind}")
+        for n, t in med.items():
+            print(f"  {n:34s} {fmt_ms(t)}  {tokens / t:10,.0f} tokens/s  "
+                  f"tokens/s ratio vs Llama = {med[base] / t:.3f}  {spread(times[n])}")
+    print("  (ratio = tokens/s of the variant / tokens/s of the Llama baseline; < 1: slower than Llama)")
+
+
+def section_kv(args, device: torch.device) -> None:
+    print(f"\n== 3. KV-cache bytes per token after a prefill of N={args.seq} tokens (batch 1, float32) ==")
+    variants = {
+        "Llama (K and V)": BlockConfig(),
+        "CEM attn, no KQ diagonal (tied keys)": BlockConfig(
+            attention="cem", cem_attention=CEMAttentionConfig(diagonal="none")),
+        "CEM attn, shared diagonal (default)": BlockConfig(attention="cem"),
+        "full CEM T=1, default": BlockConfig(attention="cem", mlp="cem"),
+    }
+    res = {}
+    for name, block in variants.items():
+        torch.manual_seed(0)
+        m = CausalLM(model_config(args.vocab, args.dim, args.layers, args.heads, args.mlp_hidden,
+                                  args.seq, block)).to(device)
+        res[name] = kv_bytes_per_token(m, args.seq, device)
+    base = res["Llama (K and V)"]
+    unit = args.layers * args.dim * 4  # one float32 vector of width D per layer
+    for name, b in res.items():
+        print(f"  {name:38s} {b:10,.0f} B/token  = {b / unit:.2f} x (L·D floats)   ratio vs Llama = {b / base:.3f}")
+    print("  no diagonal: the cache holds only the tied keys k = W_K h (W_V = W_K), one D-wide tensor per "
+          "layer -> 1/2 of Llama's K+V.")
+    print("  shared/per-head diagonal: the diagonal term d∘h_j enters scores and values, so the normalised "
+          "inputs h (another D floats per token per layer) are cached too -> the same size as Llama's cache.")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--mlp-hidden", type=int, default=704, help="SwiGLU / CEM MLP hidden size")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=7, help="timed repeats per model (median reported)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per model before timing")
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = all cores)")
+    ap.add_argument("--sections", default="1,2,3", help="comma-separated subset of sections to run")
+    args = ap.parse_args(argv)
+
+    threads = args.threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    device = pick_device()
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
+    print(f"device: {device} ({dev_name}); torch {torch.__version__}; "
+          f"transformers {transformers_version() or 'not installed'}; torch threads {torch.get_num_threads()} "
+          f"(cores {os.cpu_count()}); python {platform.python_version()}")
+    if device.type == "cpu" and hasattr(os, "getloadavg"):
+        load = os.getloadavg()[0]
+        print(f"1-min load average before the run: {load:.2f} on {os.cpu_count()} cores")
+        if load > 0.5 and threads > 1:
+            print("WARNING: other processes are using the CPU; multi-threaded timings can be badly inflated "
+                  "by thread contention (try --threads 1 and compare); medians below are still from one run.")
+    sections = {s.strip() for s in args.sections.split(",")}
+    t0 = time.perf_counter()
+    if "1" in sections:
+        section_hf(args, device)
+    if "2" in sections:
+        section_cem(args, device)
+    if "3" in sections:
+        section_kv(args, device)
+    print(f"\ntotal wall time {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Correctness checks for benchmarks/lm_throughput.py helpers (fast; no timing)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "lm_throughput.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("lm_throughput_bench", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = _load()
+
+
+def _tiny(block=None):
+    return bench.model_config(vocab=97, dim=32, layers=2, heads=4, mlp_hidden=88, max_seq_len=32, block=block)
+
+
+def test_hf_converter_same_params_and_logits():
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = _tiny()
+    ours = bench.CausalLM(cfg).eval()
+    hf = bench.hf_llama_from(cfg).eval()
+    assert bench.n_params(ours) == bench.n_params(hf)
+    assert hf.config._attn_implementation == "sdpa"
+    bench.copy_weights_to_hf(ours, hf)
+    idx = torch.randint(0, cfg.vocab_size, (2, 24))
+    with torch.no_grad():
+        a, b = bench.ours_logits(ours, idx), bench.hf_logits(hf, idx)
+    assert a.shape == b.shape == (2, 24, cfg.vocab_size)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    # a training step on each stays in lockstep (same loss before the step)
+    y = torch.randint(0, cfg.vocab_size, (2, 24))
+    torch.testing.assert_close(bench.lm_loss(a, y), bench.lm_loss(b, y))
+
+
+def test_kv_bytes_no_diagonal_is_half_of_llama():
+    llama, cem = bench.kv_ratio_no_diag()
+    assert llama > 0 and cem * 2 == llama
+    # Llama: K and V, float32, per layer and token
+    assert llama == 2 * 2 * 32 * 4
+
+
+def test_kv_bytes_shared_diagonal_equals_llama():
+    torch.manual_seed(0)
+    m = bench.CausalLM(_tiny(bench.BlockConfig(attention="cem")))
+    assert bench.kv_bytes_per_token(m, 16) == 2 * 2 * 32 * 4
+
+
+def test_interleaved_times_counts_every_repeat():
+    calls = []
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    t = bench.interleaved_times(fns, warmup=1, repeats=3, device=torch.device("cpu"))
+    assert [len(v) for v in t.values()] == [3, 3] and len(calls) == 8
+    assert calls[2:] == ["a", "b", "b", "a", "a", "b"]  # rotated start each repeat
+    assert bench.median([3.0, 1.0, 2.0]) == 2.0 and bench.median([1.0, 2.0, 3.0, 4.0]) == 2.5
+
+
+def test_variants_build():
+    for block in bench.variant_blocks().values():
+        bench.CausalLM(_tiny(block))
