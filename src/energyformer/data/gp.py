@@ -25,8 +25,8 @@ Kernels (``r = ||x - x'||``, length scale ``ell``; all stationary ones depend on
   ``nu`` is a parameter.
 * ``periodic`` product over coordinates of 1-D exp-sine-squared kernels,
   ``exp(-2 sum_i sin^2(pi (x_i - x'_i) / p) / ell^2)``, p = 2, ell = 5. (The Euclidean-distance
-  form ``exp(-2 sin^2(pi r / p) / ell^2)`` is not positive semi-definite in more than one
-  dimension, the product form is.)
+  form ``exp(-2 sin^2(pi r / p) / ell^2)`` is not guaranteed positive semi-definite in more than
+  one dimension; the product of 1-D PSD kernels is.)
 * ``rq``       rational quadratic ``(1 + r^2 / (2 alpha ell^2))^(-alpha)``, alpha = 1, ell = 3.
 * ``gibbs``    the **non-stationary** Gibbs kernel with an input-dependent length scale
   ``l(x) = ell * exp(beta * x_1)`` (first coordinate; ell = 3, beta = 0.5):
