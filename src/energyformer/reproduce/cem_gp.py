@@ -67,7 +67,7 @@ class GPExperiment:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Precedence: built-in quick preset < ``--full`` < ``--config`` YAML < explicit flags."""
-    p = argparse.ArgumentParser(prog="energyformer.reproduce.cem_gp", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="energyformer reproduce cem-gp", description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, help="repetitions per kernel (quick 3, full 10)")
     p.add_argument("--full", action="store_true", help="paper-like run: 10 reps, 8000 train points, 50 epochs")
     p.add_argument("--config", type=Path, help="YAML file with GPExperiment keys")
