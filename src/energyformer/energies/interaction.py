@@ -260,7 +260,7 @@ class InteractionEnergy(Energy):
 
     def energy(self, u: Tensor, st: InteractionState) -> Tensor:
         """Reference per-token energy with explicit (B, H, Nq, Nk) scores (tests, traces)."""
-        H, R = self.heads, self.head_dim
+        H = self.heads
         q = rearrange(self.wq(u), "b n (h r) -> b h n r", h=H)
         s = torch.einsum("bhnr,bhmr->bhnm", q, st.k.to(q.dtype))
         if self.d is not None:

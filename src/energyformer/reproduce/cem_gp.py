@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from energyformer.analysis.gp_report import (
-    PAPER_CITATION, PAPER_TABLE3, aggregate, check_claims, claims_text, parse_si, render_markdown,
+    PAPER_CITATION, PAPER_TABLE3, aggregate, check_claims, parse_si, render_markdown,
 )
 from energyformer.data.gp import KERNELS, KernelConfig, make_gp_dataset
 from energyformer.utils.config import load_config

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..analysis.lm_report import akima_optimum, markdown_table, plot_loss_curves, write_results
 from ..data.text import unigram_perplexity
-from ..experiment import RunResult, configs_dir, load_run_config, run_experiment
+from ..experiment import RunResult, load_run_config, run_experiment
 
 #: named subsets of configs/lm (seed section in brackets)
 SUITES: dict[str, list[str]] = {

@@ -29,7 +29,8 @@ from .config import TrainConfig
 from .distributed import dist_info, is_main_process
 from .rng import fork_rng, get_rng_state, seed_everything, set_rng_state
 from .schedule import WarmupCosineSchedule, lr_factor
-from .trainer import Trainer, TrainingDiverged, build_optimizer, param_groups, resolve_device
+from .optim import build_optimizer, param_groups, resolve_device
+from .trainer import Trainer, TrainingDiverged
 
 __all__ = [
     "CheckpointError", "TrainConfig", "Trainer", "TrainingDiverged", "WarmupCosineSchedule",
