@@ -1,0 +1,25 @@
+import json
+
+from energyformer.reproduce.cem_lm import SUITES, run_suite
+from energyformer.experiment import resolve_config_path
+
+TINY = ["model.dim=32", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "data.seq_len=32",
+        "data.batch_size=2", "data.eval_batch_size=4", "data.eval_max_batches=1", "train.steps=2",
+        "train.eval_every=2", "train.save_every=2", "train.progress=false", "train.tensorboard=false"]
+
+
+def test_every_suite_config_exists():
+    for names in SUITES.values():
+        for n in names:
+            assert resolve_config_path(n).exists()
+
+
+def test_lr_sweep_writes_report_plot_and_results(tmp_path):
+    rows, text = run_suite(["lm/llama", "lm/cem_attn_t1"], tmp_path, TINY, lr_sweep=[1e-3, 2e-3, 4e-3])
+    assert [r["name"] for r in rows] == ["llama", "cem_attn_t1"]
+    assert (tmp_path / "loss_curves.png").stat().st_size > 1000
+    assert "Akima" in text and "Unigram baseline" in text
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert set(res["lr_sweep"]) == {"llama", "cem_attn_t1"}
+    assert len(res["lr_sweep"]["llama"]["val_loss"]) == 3
+    assert res["runs"][0]["params"]["attention"] > res["runs"][1]["params"]["attention"]
