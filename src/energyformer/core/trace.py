@@ -13,6 +13,11 @@ import torch
 from torch import Tensor
 
 
+def _at_least_fp32(t: Tensor) -> Tensor:
+    """Upcast bf16/fp16 records; keep float64 ones (a float32 copy would hide small energy drops)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 @dataclass
 class Trace:
     """What one block's solver did.
@@ -32,10 +37,10 @@ class Trace:
         return len(self.step_norm)
 
     def add_energy(self, e: Tensor) -> None:
-        self.energy.append(e.detach().float())
+        self.energy.append(_at_least_fp32(e.detach()))
 
     def add_step(self, dx: Tensor) -> None:
-        self.step_norm.append(dx.detach().float().norm(dim=-1))
+        self.step_norm.append(_at_least_fp32(dx.detach()).norm(dim=-1))
 
     def mean_energy(self) -> list[float]:
         """Mean energy over batch and tokens at each iterate (for plotting)."""
