@@ -105,3 +105,13 @@ def test_torchrun_two_process_ddp_lm_training(tmp_path):
     assert max(_losses(run)) == 3 and list(run.glob("ckpt-*[0-9]"))
     info = json.loads((run / "run_info.json").read_text())
     assert info["world_size"] == 2
+
+
+def test_new_run_on_top_of_old_checkpoints_is_a_clear_error(tmp_path, capsys):
+    ov = TINY + ["train.steps=2", "train.eval_every=2", "train.save_every=2", "name=twice", f"out_dir={tmp_path}"]
+    assert main(["train", "lm/llama", *_sets(ov)]) == 0
+    capsys.readouterr()
+    assert main(["train", "lm/llama", *_sets(ov)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds checkpoints" in err and "--resume" in err
+    assert main(["train", "lm/llama", "--resume", *_sets(ov)]) == 0

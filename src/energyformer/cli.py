@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (ConfigError, FileNotFoundError) as err:
+    except (ConfigError, FileNotFoundError, FileExistsError) as err:
         print(f"energyformer: error: {err}", file=sys.stderr)
         return 2
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,8 +81,22 @@ class RunResult:
     seconds: float
 
 
-def run_experiment(cfg: RunConfig, resume: bool = False) -> RunResult:
-    """Train (or resume) one run and return its summary."""
+def check_run_dir(cfg: RunConfig, resume: bool, overwrite: bool = False) -> None:
+    """Refuse to start a new run on top of an old one's checkpoints (unless resuming or overwriting)."""
+    old = sorted(cfg.run_dir.glob("ckpt-*")) if cfg.run_dir.is_dir() else []
+    if not old or resume:
+        return
+    if overwrite:
+        shutil.rmtree(cfg.run_dir)
+        return
+    raise FileExistsError(
+        f"{cfg.run_dir} already holds checkpoints ({old[-1].name}): use --resume to continue it, "
+        f"--set name=OTHER or --out DIR for a new run, or delete it")
+
+
+def run_experiment(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> RunResult:
+    """Train (or resume) one run and return its summary. ``overwrite`` deletes an old run's directory."""
+    check_run_dir(cfg, resume, overwrite)
     task = LMTask(cfg.data, seed=cfg.train.seed)
     model = build_lm(cfg, task)
     trainer = Trainer(model, cfg.train, lm_loss, task.train_data, task.eval_fn("validation"),

@@ -39,7 +39,7 @@ def _row(res: RunResult) -> dict:
 
 
 def run_suite(configs: list[str], out: Path, overrides: list[str], lr_sweep: list[float] | None = None,
-              title: str = "CEM language-model comparison") -> tuple[list[dict], str]:
+              title: str = "CEM language-model comparison", overwrite: bool = False) -> tuple[list[dict], str]:
     rows, histories, sweep = [], {}, {}
     unigram = None
     for name in configs:
@@ -53,7 +53,7 @@ def run_suite(configs: list[str], out: Path, overrides: list[str], lr_sweep: lis
             cfg = load_run_config(name, ov)
             print(f"== {cfg.name}: {cfg.model.block.attention} attention + {cfg.model.block.mlp} MLP, "
                   f"{cfg.train.steps} steps", flush=True)
-            res = run_experiment(cfg)
+            res = run_experiment(cfg, overwrite=overwrite)
             results.append((lr, res))
             if unigram is None:
                 from ..tasks.lm import LMTask
@@ -96,10 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted override applied to every run (repeatable)")
     p.add_argument("--out", default="runs/reproduce-cem-lm", help="output directory")
+    p.add_argument("--overwrite", action="store_true", help="replace runs already in the output directory")
     a = p.parse_args(argv)
     configs = a.configs or SUITES[a.suite]
     overrides = list(a.overrides) + ([f"train.steps={a.steps}"] if a.steps else [])
-    _, text = run_suite(configs, Path(a.out), overrides, a.lr_sweep)
+    _, text = run_suite(configs, Path(a.out), overrides, a.lr_sweep, overwrite=a.overwrite)
     print("\n" + text)
     print(f"\nwrote {Path(a.out) / 'report.md'}")
     return 0

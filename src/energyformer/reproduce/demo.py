@@ -17,7 +17,9 @@ from .cem_lm import SUITES, run_suite
 def main(out: str = "runs/demo", steps: int | None = None, overrides: list[str] | None = None) -> int:
     out_dir = Path(out)
     ov = list(overrides or []) + ([f"train.steps={steps}"] if steps else [])
-    rows, text = run_suite(SUITES["demo"], out_dir, ov, title="energyformer demo: Llama vs CEM")
+    if out_dir.exists():
+        print(f"replacing the previous demo output in {out_dir}")
+    rows, text = run_suite(SUITES["demo"], out_dir, ov, title="energyformer demo: Llama vs CEM", overwrite=True)
     print("\n" + text)
     from ..experiment import load_trained
 
