@@ -70,11 +70,12 @@ def test_regressor_config_errors_name_key_value_allowed():
 
 
 def test_lr_schedule_warmup_then_cosine_to_final():
-    total = 100
-    assert lr_factor(0, total, 0.05, 0.1) == pytest.approx(0.2)
-    assert lr_factor(4, total, 0.05, 0.1) == pytest.approx(1.0)
-    assert lr_factor(total, total, 0.05, 0.1) == pytest.approx(0.1)
-    vals = [lr_factor(s, total, 0.05, 0.1) for s in range(5, total)]
+    """GP training uses the library's one schedule (train.schedule.lr_factor), warm-up in steps."""
+    total, warm = 100, 5  # warmup_frac 0.05 of 100 steps
+    assert lr_factor(0, total, warm, 0.1) == pytest.approx(0.2)
+    assert lr_factor(4, total, warm, 0.1) == pytest.approx(1.0)
+    assert lr_factor(total - 1, total, warm, 0.1) == pytest.approx(0.1)  # last step ends at the final LR
+    vals = [lr_factor(s, total, warm, 0.1) for s in range(warm, total)]
     assert all(a >= b for a, b in zip(vals, vals[1:]))
 
 

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from energyformer.train.schedule import lr_factor
 from energyformer.utils.validate import check_choice, check_float, check_int
 
 BLOCKS = ("plain", "gated", "cem")
@@ -210,15 +211,6 @@ class TrainResult:
     curve: list[float] = field(default_factory=list)
 
 
-def lr_factor(step: int, total: int, warmup_frac: float, final_frac: float) -> float:
-    """Multiplier of the base LR: linear warm-up, then cosine from 1 to ``final_frac`` (seed Table 2 shape)."""
-    warm = int(round(warmup_frac * total))
-    if step < warm:
-        return (step + 1) / warm
-    prog = (step - warm) / max(1, total - warm)
-    return final_frac + (1.0 - final_frac) * 0.5 * (1.0 + math.cos(math.pi * min(prog, 1.0)))
-
-
 @torch.no_grad()
 def rmse(model: nn.Module, x: Tensor, y: Tensor, chunk: int = 4096) -> float:
     """Root-mean-square error of ``model(x)`` against ``y`` (evaluation mode, chunked)."""
@@ -239,7 +231,7 @@ def train_regressor(model: nn.Module, data, cfg: TrainConfig) -> TrainResult:
     total = cfg.epochs * per_epoch
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(s, total, cfg.warmup_frac, cfg.final_lr_frac))
+        opt, lambda s: lr_factor(s, total, int(round(cfg.warmup_frac * total)), cfg.final_lr_frac))
     curve: list[float] = []
     t0 = time.perf_counter()
     model.train()
