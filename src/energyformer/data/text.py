@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from energyformer.utils.io import atomic_write_bytes
 from energyformer.utils.validate import check_choice, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,14 +72,6 @@ def data_dir() -> Path:
     if root is not None:
         return root / "data_cache"
     return Path.home() / ".cache" / "energyformer"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file + rename), creating parents."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def package_dir(name: str) -> Path:

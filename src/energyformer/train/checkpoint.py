@@ -32,6 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from energyformer.utils.io import atomic_write_text, fsync_dir
 import torch
 from torch import nn
 
@@ -143,29 +144,6 @@ def _fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
 _ALLOWED_LEAVES = (bool, int, float, str, bytes, type(None), torch.Tensor, torch.dtype, torch.device,
                    torch.Size)
 
@@ -255,7 +233,7 @@ def save_checkpoint(
         json.dump(manifest, f, indent=2)
         f.flush()
         os.fsync(f.fileno())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
 
     if final.exists():
         # Same step written before (e.g. a corrupt checkpoint we resumed past). Move it aside,
@@ -266,8 +244,8 @@ def save_checkpoint(
         shutil.rmtree(aside, ignore_errors=True)
     else:
         os.replace(tmp, final)
-    _fsync_dir(out)
-    _write_text_atomic(out / LATEST_FILE, name + "\n")
+    fsync_dir(out)
+    atomic_write_text(out / LATEST_FILE, name + "\n")
 
     if keep > 0:
         for old in list_checkpoints(out)[:-keep]:

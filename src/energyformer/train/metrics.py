@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
+
+from energyformer.utils.io import atomic_write_text
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -41,9 +42,7 @@ def truncate_metrics(path: Path, max_step: int) -> None:
         except ValueError:
             continue  # a half-written last line from a killed run
         kept.append(line)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in kept))
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
 class MetricsLogger:

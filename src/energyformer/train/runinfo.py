@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from energyformer.utils.io import atomic_write_text
+
 CONFIG_FILE = "config.yaml"
 RUN_INFO_FILE = "run_info.json"
 _PACKAGES = ("energyformer", "numpy", "scipy", "einops", "safetensors", "pyyaml", "tqdm",
@@ -93,12 +95,6 @@ def collect_run_info(seed: int, device: torch.device, world_size: int) -> dict[s
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_config(out_dir: Path, config: Any, *, resume_step: int | None = None) -> Path:
     """Write the resolved config as YAML. On resume a changed config goes to
     ``config-resume-<step>.yaml`` and the original ``config.yaml`` is kept."""
@@ -110,7 +106,7 @@ def write_config(out_dir: Path, config: Any, *, resume_step: int | None = None) 
         if path.read_text() == text:
             return path
         path = out_dir / f"config-resume-{resume_step}.yaml"
-    _write_atomic(path, text)
+    atomic_write_text(path, text)
     return path
 
 
@@ -128,5 +124,5 @@ def write_run_info(out_dir: Path, info: dict[str, Any], *, resume: dict[str, Any
         data = dict(info)
         if resume is not None:
             data["resumes"] = [{**resume, "time": info["start_time"]}]
-    _write_atomic(path, json.dumps(to_plain(data), indent=2) + "\n")
+    atomic_write_text(path, json.dumps(to_plain(data), indent=2) + "\n")
     return path
