@@ -23,3 +23,16 @@ def test_lr_sweep_writes_report_plot_and_results(tmp_path):
     assert set(res["lr_sweep"]) == {"llama", "cem_attn_t1"}
     assert len(res["lr_sweep"]["llama"]["val_loss"]) == 3
     assert res["runs"][0]["params"]["attention"] > res["runs"][1]["params"]["attention"]
+
+
+def test_report_only_merges_earlier_results(tmp_path):
+    from energyformer.reproduce.cem_lm import main
+
+    a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "merged"
+    run_suite(["lm/llama"], a, TINY)
+    run_suite(["lm/cem_attn_t1"], b, TINY)
+    assert main(["--report-only", "--from", str(a), str(b), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "| llama |" in text and "| cem_attn_t1 |" in text
+    assert "CEM attention (T=1) changes perplexity only a little" in text
+    assert (out / "loss_curves.png").exists()
