@@ -26,6 +26,8 @@ def markdown_table(rows: list[dict], unigram_ppl: float | None = None) -> str:
         lines.append(f"| {r['name']} | {_fmt_params(p['attention'])} | {_fmt_params(p['mlp'])} | "
                      f"{_fmt_params(p['embedding'])} | {_fmt_params(p['total'])} | {ppl} | "
                      f"{r.get('val_bpb', float('nan')):.3f} | {r['tokens_per_s']:.0f} | {beats} |")
+    lines.append("\ntokens/s: training tokens divided by the wall-clock time of the whole run, evaluation and "
+                 "checkpointing included (benchmarks/lm_throughput.py measures pure step throughput).")
     if unigram_ppl is not None:
         lines.append(f"\nUnigram baseline (add-one smoothed, same tokenizer): validation perplexity {unigram_ppl:.2f}.")
     return "\n".join(lines)
