@@ -79,6 +79,7 @@ class RunResult:
     loss_history: list[float]
     tokens_per_s: float
     seconds: float
+    task: LMTask | None = None  # the task the run trained on (data, tokenizer), for reports
 
 
 def check_run_dir(cfg: RunConfig, resume: bool, overwrite: bool = False) -> None:
@@ -106,7 +107,7 @@ def run_experiment(cfg: RunConfig, resume: bool = False, overwrite: bool = False
     secs = time.perf_counter() - t0
     tokens = final.get("tokens", len(trainer.loss_history) * cfg.data.batch_size * cfg.data.seq_len)
     return RunResult(cfg.name, cfg.run_dir, count_params(model), final, list(trainer.loss_history),
-                     float(tokens) / max(secs, 1e-9), secs)
+                     float(tokens) / max(secs, 1e-9), secs, task)
 
 
 def load_trained(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[RunConfig, CausalLM, LMTask]:

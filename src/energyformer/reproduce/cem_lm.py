@@ -60,9 +60,8 @@ def run_suite(configs: list[str], out: Path, overrides: list[str], lr_sweep: lis
             res = run_experiment(cfg, overwrite=overwrite)
             results.append((lr, res))
             if unigram is None:
-                from ..tasks.lm import LMTask
-                task = LMTask(cfg.data)
-                unigram = unigram_perplexity(task.train_ids, task.windows["validation"].data, task.vocab_size)
+                t = res.task
+                unigram = unigram_perplexity(t.train_ids, t.windows["validation"].data, t.vocab_size)
         if lr_sweep:
             losses = [r.final.get("eval/loss", float("nan")) for _, r in results]
             lr_opt, loss_opt = akima_optimum(lr_sweep, losses)
