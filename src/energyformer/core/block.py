@@ -14,34 +14,12 @@ gradient step on ``E(x | h)``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from torch import Tensor, nn
 
 from ..utils.validate import check_choice, check_int
+from .context import ForwardContext
 from .energy import Energy
 from .solver import Solver
-from .trace import Traces
-
-
-@dataclass
-class ForwardContext:
-    """Per-forward information handed down a model to its blocks.
-
-    traces: when not None, blocks record their Trace here under their qualified name.
-    cache:  when not None, a dict ``block name -> dict`` of incremental-decoding state (KV cache).
-    offset: position of the first token of ``x`` in the sequence (non-zero while decoding with a cache).
-    carry:  state carried across layers by solvers (e.g. momentum), keyed by solver kind.
-    """
-
-    traces: Traces | None = None
-    cache: dict[str, dict] | None = None
-    offset: int = 0
-    carry: dict[str, Any] = field(default_factory=dict)
-
-    def cache_slot(self, name: str) -> dict | None:
-        return None if self.cache is None else self.cache.setdefault(name, {})
 
 
 class EnergyBlock(nn.Module):

@@ -1,26 +1,24 @@
-"""Trainer configuration: one dataclass, validated at construction.
+"""Trainer configuration: one typed config, validated when it is built (pydantic, see utils.config).
 
-Every value is checked in ``__post_init__`` with :mod:`energyformer.utils.validate`, so a bad value
-fails with one line that names the key, the value and what is allowed, e.g.::
+A bad value fails with one line that names the key, the value and what is allowed, e.g.::
 
-    ConfigError: train.precision = 'fp16': allowed values are 'fp32', 'bf16' (did you mean 'fp32'?)
+    ConfigError: train.precision = 'fp16': allowed values are 'fp32' or 'bf16' (did you mean 'fp32'?)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from energyformer.utils.validate import ConfigError, check_choice, check_float, check_int
+from pydantic import Field, field_validator
+
+from energyformer.utils.config import ConfigModel, from_dict
 
 PRECISIONS = ("fp32", "bf16")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
 
 
-@dataclass
-class TrainConfig:
+class TrainConfig(ConfigModel):
     """Everything the trainer needs to know; nothing about the model, the energy or the data.
 
     Optimiser: AdamW(lr, betas, eps, weight_decay). Weight decay is applied **only to weight
@@ -36,59 +34,61 @@ class TrainConfig:
     end" (logging always happens at least at the last step). ``keep_checkpoints = 0`` keeps all.
     """
 
-    steps: int = 1000
-    lr: float = 2e-3
-    final_lr_factor: float = 0.1
-    warmup: float = 0.05
-    weight_decay: float = 0.1
+    steps: int = Field(1000, ge=1)
+    """number of optimiser steps"""
+    lr: float = Field(2e-3, gt=0)
+    """peak learning rate"""
+    final_lr_factor: float = Field(0.1, ge=0, le=1)
+    """learning rate at the last step, as a fraction of the peak"""
+    warmup: float = Field(0.05, ge=0, le=1)
+    """fraction of the steps spent in linear warm-up"""
+    weight_decay: float = Field(0.1, ge=0)
+    """decoupled weight decay on weight matrices"""
     betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-9
-    grad_clip: float = 1.0
-    grad_accum: int = 1
-    precision: str = "fp32"
+    """Adam betas, each in [0, 1)"""
+    eps: float = Field(1e-9, gt=0)
+    """Adam epsilon"""
+    grad_clip: float = Field(1.0, ge=0)
+    """clip the global gradient norm to this (0: no clipping)"""
+    grad_accum: int = Field(1, ge=1)
+    """micro-batches per optimiser step"""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """fp32, or bf16 autocast"""
     compile: bool = False
-    eval_every: int = 500
-    log_every: int = 10
-    save_every: int = 1000
-    keep_checkpoints: int = 2
-    seed: int = 0
+    """torch.compile the model"""
+    eval_every: int = Field(500, ge=0)
+    """evaluate every N steps (0: only at the end)"""
+    log_every: int = Field(10, ge=0)
+    """log every N steps (0: only at the end)"""
+    save_every: int = Field(1000, ge=0)
+    """checkpoint every N steps (0: only at the end)"""
+    keep_checkpoints: int = Field(2, ge=0)
+    """checkpoints kept (0: all)"""
+    seed: int = Field(0, ge=0)
+    """seed of every random stream"""
     device: str = "auto"
+    """auto | cpu | cuda | cuda:N | mps"""
     progress: bool = True
+    """show a progress bar"""
     tensorboard: bool = True
+    """write TensorBoard event files"""
     ddp_find_unused_parameters: bool = False
+    """DDP option for models with parameters unused in some steps"""
 
-    def __post_init__(self) -> None:
-        p = "train"
-        check_int(f"{p}.steps", self.steps, min=1)
-        check_float(f"{p}.lr", self.lr, min=0.0, min_exclusive=True)
-        check_float(f"{p}.final_lr_factor", self.final_lr_factor, min=0.0, max=1.0)
-        check_float(f"{p}.warmup", self.warmup, min=0.0, max=1.0)
-        check_float(f"{p}.weight_decay", self.weight_decay, min=0.0)
-        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
-            raise ConfigError(f"{p}.betas = {self.betas!r}: must be a pair of numbers in [0, 1)")
-        for i, b in enumerate(self.betas):
-            check_float(f"{p}.betas[{i}]", b, min=0.0, max=1.0)
-            if b >= 1.0:
-                raise ConfigError(f"{p}.betas[{i}] = {b!r}: must be a number in [0, 1)")
-        self.betas = (float(self.betas[0]), float(self.betas[1]))
-        check_float(f"{p}.eps", self.eps, min=0.0, min_exclusive=True)
-        check_float(f"{p}.grad_clip", self.grad_clip, min=0.0)
-        check_int(f"{p}.grad_accum", self.grad_accum, min=1)
-        check_choice(f"{p}.precision", self.precision, PRECISIONS)
-        for name in ("compile", "progress", "tensorboard", "ddp_find_unused_parameters"):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise ConfigError(f"{p}.{name} = {value!r}: must be true or false")
-        check_int(f"{p}.eval_every", self.eval_every, min=0)
-        check_int(f"{p}.log_every", self.log_every, min=0)
-        check_int(f"{p}.save_every", self.save_every, min=0)
-        check_int(f"{p}.keep_checkpoints", self.keep_checkpoints, min=0)
-        check_int(f"{p}.seed", self.seed, min=0)
-        if not isinstance(self.device, str) or not _DEVICE_RE.match(self.device):
-            raise ConfigError(
-                f"{p}.device = {self.device!r}: allowed values are 'auto', 'cpu', 'cuda', "
-                "'cuda:N' (N an integer), 'mps'"
-            )
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        for b in v:
+            if not 0.0 <= b < 1.0:
+                raise ValueError("must be a pair of numbers in [0, 1)")
+        return v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not _DEVICE_RE.match(v):
+            raise ValueError("allowed values are 'auto', 'cpu', 'cuda', 'cuda:N' (N an integer), 'mps'")
+        return v
 
     @property
     def warmup_steps(self) -> int:
@@ -96,24 +96,10 @@ class TrainConfig:
         return int(round(self.warmup * self.steps))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (YAML/JSON friendly) of the public fields."""
-        out = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            out[f.name] = list(v) if isinstance(v, tuple) else v
-        return out
+        """Plain dict (YAML/JSON friendly)."""
+        return self.model_dump(mode="json")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        """Build from a mapping; unknown keys are a :class:`ConfigError` naming the key."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        for k in d:
-            if k not in names:
-                from energyformer.utils.validate import closest
-
-                near = closest(str(k), names)
-                hint = f" (did you mean {near!r}?)" if near else ""
-                raise ConfigError(
-                    f"train.{k}: unknown key; allowed keys are {', '.join(names)}{hint}"
-                )
-        return cls(**d)
+        """Build from a mapping; unknown keys and bad values are one-line ConfigErrors."""
+        return from_dict(cls, d)

@@ -1,0 +1,68 @@
+"""``ForwardContext``: what a model hands down to its blocks in one forward pass (DESIGN.md core table).
+
+One context object travels through every layer and every iteration of a forward pass. Blocks read
+from it (offset, mask, iteration, step override, model inputs) and write to it (traces, solver
+statistics, KV cache, state carried across layers, auxiliary losses). Records are keyed by
+``(block qualified name, iteration)`` so a block iterated L times by a recurrent-depth backbone keeps
+L traces and L cache entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from .trace import Traces
+
+#: Key of per-block records: (qualified module name, iteration index).
+BlockKey = tuple[str, int]
+
+
+@dataclass
+class ForwardContext:
+    """Per-forward information handed down a model to its blocks.
+
+    traces:     when not None, energy blocks record their :class:`Trace` under :meth:`key`.
+    stats:      when not None, energy blocks record their solver statistics
+                (:class:`~energyformer.core.solver.SolverStats`) under :meth:`key`.
+    cache:      when not None, incremental-decoding state (KV cache); :meth:`cache_slot` gives a
+                block its own dict per iteration.
+    offset:     position of the first token of ``x`` in the sequence (non-zero while decoding).
+    mask:       (B, N) bool key-padding mask, True for real tokens (None: every token is real).
+                Attention never attends to masked keys; solvers keep masked tokens fixed.
+    iteration:  index of the current pass of a recurrent-depth backbone (0 for a plain stack).
+    iterations: number of passes in this forward pass.
+    steps:      when not None, overrides the step count of every energy block (test-time budgets).
+    inputs:     the model's inputs (token ids, images), for energies that need them.
+    carry:      state carried across layers by solvers (e.g. momentum), keyed by the solver's
+                carry key.
+    aux_losses: auxiliary losses added by blocks (:meth:`add_aux`); the task adds them to its loss.
+    """
+
+    traces: Traces | None = None
+    stats: dict[BlockKey, Any] | None = None
+    cache: dict[str, dict] | None = None
+    offset: int = 0
+    mask: Tensor | None = None
+    iteration: int = 0
+    iterations: int = 1
+    steps: int | None = None
+    inputs: Any = None
+    carry: dict[str, Any] = field(default_factory=dict)
+    aux_losses: dict[str, Tensor] = field(default_factory=dict)
+
+    def key(self, name: str) -> BlockKey:
+        """Record key of block ``name`` at the current iteration."""
+        return (name, self.iteration)
+
+    def cache_slot(self, name: str) -> dict | None:
+        """This block's KV-cache dict at the current iteration (None when not caching)."""
+        if self.cache is None:
+            return None
+        return self.cache.setdefault(name if self.iteration == 0 else f"{name}@{self.iteration}", {})
+
+    def add_aux(self, name: str, value: Tensor) -> None:
+        """Add an auxiliary loss term (summed over calls with the same name)."""
+        self.aux_losses[name] = self.aux_losses[name] + value if name in self.aux_losses else value
