@@ -1,12 +1,14 @@
-"""``energyformer`` command line: train | eval | generate | list | demo | reproduce | config.
+"""``energyformer`` command line: train | eval | generate | list | config | demo | reproduce.
 
 Every subcommand has its own ``--help``. Configs are YAML files (or names under ``configs/``, e.g.
-``lm/llama``) with dotted overrides: ``--set model.block.cem_attention.steps=2``.
+``lm/llama``) with dotted overrides: ``--set model.block.attention.steps=2``. Tasks come from the task
+registry: ``eval`` and ``generate`` take the options of the run's task (``eval RUN --help`` lists them).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .utils.validate import ConfigError
@@ -16,8 +18,9 @@ EPILOG = """examples:
   energyformer train lm/cem_full --set train.steps=500  # train one config
   energyformer train lm/cem_full --resume               # continue exactly where it stopped
   energyformer eval runs/cem_full --text-file my.txt    # perplexity and bits/byte on any UTF-8 text
+  energyformer eval runs/RUN --iterations 8             # a recurrent-depth model at more iterations
   energyformer generate runs/cem_full --prompt "ROMEO:" --max-new-tokens 200
-  energyformer list configs | energies | solvers | tasks | keys
+  energyformer list configs | energies | solvers | tasks | models | attentions | mlps | keys
   energyformer reproduce cem-lm --suite recursion       # seed §4.2 at CPU scale
   energyformer reproduce cem-gp                         # seed Table 3 (GP regression)
 """
@@ -28,106 +31,166 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
                    help="dotted config override, repeatable (e.g. --set train.lr=1e-3)")
 
 
-def cmd_train(a) -> int:
+def _registries() -> None:
+    """Import the packages whose modules register energies, tasks and models."""
+    from . import energies, models, tasks  # noqa: F401
+
+
+def cmd_train(a, extra) -> int:
     from .experiment import load_run_config, run_experiment
 
+    _no_extra(extra, "train")
     cfg = load_run_config(a.config, a.overrides + ([f"out_dir={a.out}"] if a.out else []))
     res = run_experiment(cfg, resume=a.resume)
-    f = res.final
-    print(f"\n{cfg.name}: validation loss {f.get('eval/loss', float('nan')):.4f}, "
-          f"perplexity {f.get('eval/ppl', float('nan')):.2f}, bits/byte {f.get('eval/bpb', float('nan')):.3f}; "
-          f"{res.tokens_per_s:.0f} tokens/s; checkpoints in {res.run_dir}")
+    metrics = {k: v for k, v in res.final.items() if k.startswith("eval/")}
+    print(f"\n{cfg.name}: {res.task.format_metrics(metrics) if metrics else 'no evaluation'}; "
+          f"{res.seconds:.0f} s; checkpoints in {res.run_dir}")
     return 0
 
 
-def cmd_eval(a) -> int:
+def _forward_options(a) -> dict:
+    opts = {}
+    if a.iterations is not None:
+        if a.iterations < 1:
+            raise ConfigError(f"--iterations {a.iterations}: must be an integer >= 1")
+        opts["iterations"] = a.iterations
+    if a.steps is not None:
+        if a.steps < 1:
+            raise ConfigError(f"--steps {a.steps}: must be an integer >= 1")
+        opts["steps"] = a.steps
+    return opts
+
+
+def _task_parser(prog: str, add) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, add_help=False)
+    add(p)
+    return p
+
+
+def cmd_eval(a, extra) -> int:
     import torch
 
-    from .data.text import EvalWindows, load_text_files
     from .experiment import load_trained
-    from .tasks.lm import evaluate_lm
 
     cfg, model, task = load_trained(a.run, a.device)
-    if a.text_file:
-        windows = EvalWindows.from_text(load_text_files(a.text_file), task.tokenizer, cfg.data.seq_len,
-                                        cfg.data.eval_batch_size, cache=False)
-        where = ", ".join(a.text_file)
-    else:
-        windows, where = task.windows[a.split], f"{cfg.data.corpus} {a.split} split"
+    tp = _task_parser(f"energyformer eval RUN (task {task.name})", type(task).add_eval_args)
+    targs, rest = tp.parse_known_args(extra)
+    _no_extra(rest, f"eval of a {task.name!r} run")
+    for k, v in vars(targs).items():
+        setattr(a, k, v)
     with torch.no_grad():
-        res = evaluate_lm(model, windows, None, torch.device(a.device))
-    print(f"{where}: {int(res['tokens'])} tokens, loss {res['loss']:.4f} nats/token, "
-          f"perplexity {res['ppl']:.2f}, bits/byte {res['bpb']:.4f}")
+        where, res = task.eval_from_args(model, a, _forward_options(a))
+    print(f"{where}: {task.format_metrics(res)}")
     return 0
 
 
-def cmd_generate(a) -> int:
+def cmd_generate(a, extra) -> int:
     import torch
 
     from .experiment import load_trained
 
     cfg, model, task = load_trained(a.run, a.device)
-    ids = task.tokenizer.encode(a.prompt) or [0]
-    idx = torch.tensor([ids], device=a.device)
-    g = torch.Generator(device=a.device).manual_seed(a.seed)
-    out = model.generate(idx, a.max_new_tokens, temperature=a.temperature, top_k=a.top_k,
-                         greedy=a.greedy, generator=g)
-    print(task.tokenizer.decode(out[0].tolist()))
+    if not task.can_generate:
+        raise ConfigError(f"task {task.name!r} does not generate (runs of tasks that do: "
+                          f"{', '.join(n for n, e in _tasks().entries.items() if e.builder.can_generate)})")
+    tp = _task_parser(f"energyformer generate RUN (task {task.name})", type(task).add_generate_args)
+    targs, rest = tp.parse_known_args(extra)
+    _no_extra(rest, f"generate of a {task.name!r} run")
+    with torch.no_grad():
+        print(task.generate(model, targs))
     return 0
 
 
-def cmd_list(a) -> int:
-    from . import energies  # noqa: F401  (registers energies)
+def _tasks():
+    from .tasks import TASKS
+
+    return TASKS
+
+
+def _no_extra(extra: list[str], what: str) -> None:
+    if extra:
+        raise ConfigError(f"unrecognised argument(s) for {what}: {' '.join(extra)}")
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def cmd_list(a, extra) -> int:
+    _no_extra(extra, "list")
+    _registries()
     from .core import ENERGIES, SOLVERS
     from .experiment import RunConfig, configs_dir
+    from .models import MODELS
+    from .reproduce import REPRODUCTIONS
     from .utils.config import format_config_help
 
     what = a.what
     if what == "configs":
         for p in sorted(configs_dir().rglob("*.yaml")):
-            first = p.read_text().splitlines()[0] if p.read_text() else ""
+            text = p.read_text()
+            first = text.splitlines()[0] if text else ""
             print(f"{str(p.relative_to(configs_dir()).with_suffix('')):34s} {first.lstrip('# ')}")
     elif what == "energies":
         for k, cls in sorted(ENERGIES.items()):
-            print(f"{k:20s} {cls.__name__:22s} {(cls.__doc__ or '').strip().splitlines()[0]}")
+            print(f"{k:24s} {cls.__name__:26s} {_first_line(cls.__doc__)}")
     elif what == "solvers":
         for k, cls in sorted(SOLVERS.items()):
-            print(f"{k:20s} {cls.__name__:22s} {(cls.__doc__ or '').strip().splitlines()[0]}")
+            print(f"{k:24s} {cls.__name__:26s} {_first_line(cls.__doc__)}")
     elif what == "tasks":
-        print("lm                  causal language modelling (Shakespeare or --text-file), ppl and bits/byte")
-        print("gp                  Gaussian-process regression, CEM seed Table 3 (energyformer reproduce cem-gp)")
+        for k, e in _tasks().entries.items():
+            print(f"{k:12s} models: {', '.join(e.builder.model_kinds):22s} {e.doc}")
+    elif what == "models":
+        for k, e in MODELS.entries.items():
+            print(f"{k:16s} {e.doc}")
+    elif what in ("attentions", "mlps"):
+        from .blocks import registry as br
+
+        reg = br.ATTENTIONS if what == "attentions" else br.MLPS
+        for k, e in reg.entries.items():
+            print(f"{k:16s} {e.doc}")
+    elif what == "reproductions":
+        for k, r in REPRODUCTIONS.items():
+            print(f"{k:20s} {r.description}")
     elif what == "keys":
         print(format_config_help(RunConfig))
     return 0
 
 
-def cmd_config(a) -> int:
+def cmd_config(a, extra) -> int:
     from .experiment import load_run_config
     from .utils.config import dumps_yaml
 
+    _no_extra(extra, "config")
     print(dumps_yaml(load_run_config(a.config, a.overrides)), end="")
     return 0
 
 
-def cmd_demo(a) -> int:
+def cmd_demo(a, extra) -> int:
     from .reproduce.demo import main as demo_main
 
+    _no_extra(extra, "demo")
+    if a.steps is not None and a.steps < 1:
+        raise ConfigError(f"--steps {a.steps}: must be an integer >= 1")
     return demo_main(a.out, a.steps, a.overrides)
 
 
-def cmd_reproduce(a) -> int:
-    if a.which == "cem-lm":
-        from .reproduce.cem_lm import main as m
-    else:
-        from .reproduce.cem_gp import main as m
-    return m(a.args) or 0
+def cmd_reproduce(a, extra) -> int:
+    from .reproduce import REPRODUCTIONS
+
+    rest = list(a.args) + list(extra)
+    return REPRODUCTIONS[a.which].main()(rest) or 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .reproduce import REPRODUCTIONS
+
     p = argparse.ArgumentParser(
         prog="energyformer", description="Transformer layers as energy minimisation: train, evaluate and "
         "compare energy blocks (CEM, ...) against Llama/GPT baselines.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks (also ENERGYFORMER_DEBUG=1)")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     t = sub.add_parser("train", help="train one config", description="Train one config (a YAML path or a "
@@ -139,32 +202,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(t)
     t.set_defaults(fn=cmd_train)
 
-    e = sub.add_parser("eval", help="perplexity and bits/byte of a trained run",
-                       description="Evaluate a trained run on a split of its corpus or on any UTF-8 text file(s).")
+    e = sub.add_parser("eval", help="evaluate a trained run", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Evaluate a trained run on a split of its task's data (or on the task's "
+                       "own inputs, e.g. --text-file for language models).", epilog=_task_options_help("eval"))
     e.add_argument("run", help="run directory (contains config.yaml and checkpoints)")
     e.add_argument("--split", default="validation", choices=["validation", "test"])
-    e.add_argument("--text-file", nargs="+", help="evaluate on these UTF-8 files instead")
+    e.add_argument("--iterations", type=int, help="recurrent-depth models: number of iterations (test-time depth)")
+    e.add_argument("--steps", type=int, help="energy blocks: descent steps per block (test-time step budget)")
     e.add_argument("--device", default="cpu")
     e.set_defaults(fn=cmd_eval)
 
-    g = sub.add_parser("generate", help="sample text from a trained run", description="Sample with a KV cache: "
-                       "greedy, or temperature / top-k sampling.")
+    g = sub.add_parser("generate", help="sample from a trained run", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Generate with a trained run (tasks that generate, e.g. lm: KV-cache "
+                       "sampling, greedy or temperature / top-k).", epilog=_task_options_help("generate"))
     g.add_argument("run", help="run directory")
-    g.add_argument("--prompt", default="\n")
-    g.add_argument("--max-new-tokens", type=int, default=200)
-    g.add_argument("--temperature", type=float, default=0.8)
-    g.add_argument("--top-k", type=int, default=50)
-    g.add_argument("--greedy", action="store_true")
-    g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", default="cpu")
     g.set_defaults(fn=cmd_generate)
 
-    ls = sub.add_parser("list", help="list configs, energies, solvers, tasks or config keys",
+    ls = sub.add_parser("list", help="list configs, registries or config keys",
                         description="List what the library knows: experiment configs under configs/ (with "
-                        "their one-line description), registered energies and solvers, tasks, or every "
-                        "config key with its type and default.")
-    ls.add_argument("what", nargs="?", default="configs", choices=["configs", "energies", "solvers", "tasks", "keys"],
-                    help="what to list (default: configs)")
+                        "their one-line description), registered energies, solvers, tasks, models, "
+                        "attention and MLP kinds, reproductions, or every config key with its type and default.")
+    ls.add_argument("what", nargs="?", default="configs",
+                    choices=["configs", "energies", "solvers", "tasks", "models", "attentions", "mlps",
+                             "reproductions", "keys"], help="what to list (default: configs)")
     ls.set_defaults(fn=cmd_list)
 
     c = sub.add_parser("config", help="print a resolved config (after overrides)",
@@ -182,20 +243,50 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(d)
     d.set_defaults(fn=cmd_demo)
 
+    desc = "\n".join(f"  {k:18s} {r.description}" for k, r in REPRODUCTIONS.items())
     r = sub.add_parser("reproduce", help="reproduce a paper's headline result at CPU scale",
-                       description="cem-lm: CEM seed §4 LM comparisons; cem-gp: CEM seed Table 3. "
-                       "Arguments after the name go to that reproduction (try `reproduce cem-lm --help`).")
-    r.add_argument("which", choices=["cem-lm", "cem-gp"])
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Reproduce a paper result at CPU scale. Arguments after the name go to that "
+                       f"reproduction (try `energyformer reproduce NAME --help`).\n\n{desc}")
+    r.add_argument("which", choices=list(REPRODUCTIONS), metavar="NAME")
     r.add_argument("args", nargs=argparse.REMAINDER)
     r.set_defaults(fn=cmd_reproduce)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _task_options_help(which: str) -> str:
     try:
-        return args.fn(args)
+        tasks = _tasks()
+    except Exception:  # pragma: no cover - help must never fail
+        return ""
+    lines = ["options of the run's task:"]
+    for name, e in tasks.entries.items():
+        cls = e.builder
+        if which == "generate" and not cls.can_generate:
+            continue
+        tp = argparse.ArgumentParser(prog=name, add_help=False)
+        (cls.add_eval_args if which == "eval" else cls.add_generate_args)(tp)
+        acts = [x for x in tp._actions if x.option_strings]
+        if not acts:
+            continue
+        lines.append(f"  task {name}:")
+        for act in acts:
+            meta = f" {act.metavar or act.dest.upper()}" if act.nargs != 0 else ""
+            lines.append(f"    {', '.join(act.option_strings)}{meta}  {act.help or ''}")
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    debug = args.debug or os.environ.get("ENERGYFORMER_DEBUG", "") not in ("", "0")
+    if extra and args.cmd in ("list", "config", "demo", "train"):
+        parser.error(f"unrecognised arguments: {' '.join(extra)}")
+    try:
+        return args.fn(args, extra)
     except (ConfigError, FileNotFoundError, FileExistsError) as err:
+        if debug:
+            raise
         print(f"energyformer: error: {err}", file=sys.stderr)
         return 2
 

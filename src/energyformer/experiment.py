@@ -1,39 +1,86 @@
 """One experiment = a task, a model and a training config, loaded from YAML with dotted overrides.
 
     config -> task (data, model) -> Trainer -> checkpoints + metrics -> analysis/report  (DESIGN.md)
+
+``RunConfig.task`` and ``RunConfig.model`` are tagged unions: ``task.kind`` picks the task (and which
+keys ``task:`` may hold); ``model.kind`` picks the model config, defaulting to the task's first model
+kind. Everything goes through the task registry, so a new task needs no change here.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import re
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from pydantic import Field, field_validator, model_validator
+from torch import nn
 
-from .models.lm import CausalLM, ModelConfig
+from .models import MODELS
 from .models.params import count_params
-from .tasks.lm import LMDataConfig, LMTask, lm_loss
+from .tasks import TASKS, Task
 from .train import TrainConfig, Trainer, seed_everything
-from .utils.config import load_config, to_dict
-from .utils.validate import check_choice
+from .utils.config import ConfigModel, load_config, read_yaml, replace, to_dict
+from .utils.validate import ConfigError
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 
 
-@dataclass
-class RunConfig:
-    """A whole run. ``model.vocab_size`` is set from the tokenizer (the resolved config records it)."""
+class RunConfig(ConfigModel):
+    """A whole run: name and output folder, task, model, training."""
 
     name: str = "run"
-    task: str = "lm"
+    """run name: the run directory is out_dir/name"""
     out_dir: str = "runs"
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: LMDataConfig = field(default_factory=LMDataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    """root folder of run directories"""
+    task: TASKS.type("lm") = TASKS.field("lm")
+    """what to learn: task.kind picks the task (energyformer list tasks)"""
+    model: MODELS.type("transformer") = MODELS.field("transformer")
+    """which model: model.kind picks the model config (default: the task's first model kind)"""
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    """optimiser, schedule, precision, checkpoints"""
 
-    def __post_init__(self):
-        check_choice("task", self.task, ("lm",))
+    @model_validator(mode="before")
+    @classmethod
+    def _default_model_kind(cls, data: Any) -> Any:
+        """Give ``model`` the task's default kind when the config names none."""
+        if not isinstance(data, dict):
+            return data
+        task = data.get("task", "lm")
+        kind = task if isinstance(task, str) else (task.get("kind", "lm") if isinstance(task, dict)
+                                                   else getattr(task, "kind", "lm"))
+        if kind not in TASKS.entries:  # the task error is reported; do not build a default model
+            return {**data, "model": data.get("model") or {}}
+        default = TASKS.get(kind).builder.model_kinds[0]
+        model = data.get("model")
+        if model is None:
+            return {**data, "model": {"kind": default}}
+        if isinstance(model, dict) and "kind" not in model:
+            return {**data, "model": {"kind": default, **model}}
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v) or v in (".", "..") or ".." in v:
+            raise ValueError("must be a non-empty name of letters, digits and ._+=- (no path separators, "
+                             "no '..'), e.g. cem_full_lr2e-3")
+        return v
+
+    @model_validator(mode="after")
+    def _model_fits_task(self) -> RunConfig:
+        task_cls = TASKS.get(self.task.kind).builder
+        if self.model.kind not in task_cls.model_kinds:
+            raise ValueError(f"model.kind = {self.model.kind!r}: task {self.task.kind!r} builds "
+                             f"{', '.join(repr(k) for k in task_cls.model_kinds)}")
+        check = getattr(task_cls, "check_config", None)
+        if check is not None:
+            check(self.task, self.model)
+        return self
 
     @property
     def run_dir(self) -> Path:
@@ -46,16 +93,21 @@ def configs_dir() -> Path:
     return here if here.is_dir() else Path("configs")
 
 
+def known_configs() -> list[str]:
+    return sorted(str(q.relative_to(configs_dir()).with_suffix("")) for q in configs_dir().rglob("*.yaml"))
+
+
 def resolve_config_path(name: str) -> Path:
     """A YAML path, or a config name like ``lm/llama`` looked up under ``configs/``."""
     p = Path(name)
-    if p.suffix in (".yaml", ".yml") and p.exists():
-        return p
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if p.exists():
+            return p
+        raise ConfigError(f"config file {name!r} not found")
     cand = configs_dir() / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
     if cand.exists():
         return cand
-    known = sorted(str(q.relative_to(configs_dir()).with_suffix("")) for q in configs_dir().rglob("*.yaml"))
-    raise FileNotFoundError(f"config {name!r} not found (a YAML path, or one of: {', '.join(known)})")
+    raise ConfigError(f"config {name!r} not found (a YAML path, or one of: {', '.join(known_configs())})")
 
 
 def load_run_config(name_or_path: str | None, overrides=()) -> RunConfig:
@@ -63,11 +115,27 @@ def load_run_config(name_or_path: str | None, overrides=()) -> RunConfig:
     return load_config(RunConfig, src, list(overrides))
 
 
-def build_lm(cfg: RunConfig, task: LMTask) -> CausalLM:
-    if cfg.model.vocab_size != task.vocab_size:
-        cfg.model = dataclasses.replace(cfg.model, vocab_size=task.vocab_size)
+def build_task(cfg: RunConfig, rank: int | None = None) -> Task:
+    """The run's task object (data built lazily or at once, as the task chooses)."""
+    from .train import dist_info
+
+    rank = dist_info()[0] if rank is None else rank
+    return TASKS.build(cfg.task, seed=cfg.train.seed, rank=rank)
+
+
+def resolve(cfg: RunConfig, task: Task) -> RunConfig:
+    """``cfg`` with the model config completed by the task (vocabulary size, input size, ...)."""
+    try:
+        model_cfg = task.resolve_model_config(cfg.model)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return cfg if model_cfg is cfg.model else replace(cfg, model=model_cfg)
+
+
+def build_model(cfg: RunConfig, task: Task) -> nn.Module:
+    """A freshly initialised model of the (resolved) run config, seeded with ``train.seed``."""
     seed_everything(cfg.train.seed)
-    return CausalLM(cfg.model)
+    return task.build_model(cfg.model)
 
 
 @dataclass
@@ -79,7 +147,8 @@ class RunResult:
     loss_history: list[float]
     tokens_per_s: float
     seconds: float
-    task: LMTask | None = None  # the task the run trained on (data, tokenizer), for reports
+    task: Task | None = None  # the task the run trained on (data, tokenizer), for reports
+    config: RunConfig | None = None
 
 
 def check_run_dir(cfg: RunConfig, resume: bool, overwrite: bool = False) -> None:
@@ -95,31 +164,50 @@ def check_run_dir(cfg: RunConfig, resume: bool, overwrite: bool = False) -> None
         f"--set name=OTHER or --out DIR for a new run, or delete it")
 
 
-def run_experiment(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> RunResult:
-    """Train (or resume) one run and return its summary. ``overwrite`` deletes an old run's directory."""
+def run_experiment(cfg: RunConfig, resume: bool = False, overwrite: bool = False,
+                   task: Task | None = None) -> RunResult:
+    """Train (or resume) one run and return its summary. ``overwrite`` deletes an old run's directory.
+
+    ``task`` may be passed to reuse data already built for the same task config.
+    """
     check_run_dir(cfg, resume, overwrite)
-    task = LMTask(cfg.data, seed=cfg.train.seed)
-    model = build_lm(cfg, task)
-    trainer = Trainer(model, cfg.train, lm_loss, task.train_data, task.eval_fn("validation"),
-                      out_dir=cfg.run_dir, run_config=to_dict(cfg))
+    task = task or build_task(cfg)
+    cfg = resolve(cfg, task)
+    model = build_model(cfg, task)
+    trainer = Trainer(model, cfg.train, task.loss, task.train_data, task.eval_fn("validation"),
+                      out_dir=cfg.run_dir, run_config=to_dict(cfg), **_callbacks(task, model))
     t0 = time.perf_counter()
     final = trainer.fit(resume=resume)
     secs = time.perf_counter() - t0
-    tokens = final.get("tokens", len(trainer.loss_history) * cfg.data.batch_size * cfg.data.seq_len)
+    tokens = final.get("tokens", 0.0)
     return RunResult(cfg.name, cfg.run_dir, count_params(model), final, list(trainer.loss_history),
-                     float(tokens) / max(secs, 1e-9), secs, task)
+                     float(tokens) / max(secs, 1e-9), secs, task, cfg)
 
 
-def load_trained(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[RunConfig, CausalLM, LMTask]:
-    """Rebuild a trained LM from its run directory (resolved config + newest valid checkpoint)."""
-    from .train import load_model_weights
+def _callbacks(task: Task, model: nn.Module) -> dict:
+    cbs = task.callbacks(model)
+    return {"callbacks": cbs} if cbs else {}
 
+
+def load_run_dir_config(run_dir: str | Path) -> RunConfig:
+    """The resolved config a run directory records."""
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} is not a directory (give a run directory, e.g. runs/llama)")
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.exists():
-        raise FileNotFoundError(f"{cfg_path} not found: is {run_dir} a run directory?")
-    cfg = load_config(RunConfig, cfg_path)
-    task = LMTask(cfg.data, seed=cfg.train.seed)
-    model = CausalLM(dataclasses.replace(cfg.model, vocab_size=task.vocab_size))
-    load_model_weights(model, run_dir)
+        raise ConfigError(f"{cfg_path} not found: is {run_dir} a run directory?")
+    return load_config(RunConfig, read_yaml(cfg_path))
+
+
+def load_trained(run_dir: str | Path, device: str | torch.device = "cpu"
+                 ) -> tuple[RunConfig, nn.Module, Task]:
+    """Rebuild a trained model from its run directory (resolved config + newest valid checkpoint)."""
+    from .train import load_model_weights
+
+    cfg = load_run_dir_config(run_dir)
+    task = build_task(cfg, rank=0)
+    cfg = resolve(cfg, task)
+    model = task.build_model(cfg.model)
+    load_model_weights(model, Path(run_dir))
     return cfg, model.to(device).eval(), task

@@ -38,10 +38,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
-from energyformer.utils.validate import ConfigError, check_choice, check_float, check_int
+from pydantic import Field
+
+from energyformer.utils.config import ConfigModel
+from energyformer.utils.validate import ConfigError, check_float, check_int
 
 KERNELS = ("rbf", "matern", "periodic", "rq", "gibbs")
 KERNEL_LABELS = {
@@ -57,25 +61,21 @@ MATERN_NUS = (0.5, 1.5, 2.5)
 DEFAULT_LENGTHSCALES = {"rbf": 3.0, "matern": 3.0, "periodic": 5.0, "rq": 3.0, "gibbs": 3.0}
 
 
-@dataclass
-class KernelConfig:
+class KernelConfig(ConfigModel):
     """Hyper-parameters of one kernel (see the module docstring for the formulas)."""
 
-    name: str = "rbf"
-    lengthscale: float | None = None  # None -> the per-kernel default below
-    nu: float = 1.5  # Matérn smoothness
-    period: float = 2.0  # periodic kernel
-    alpha: float = 1.0  # rational quadratic
-    beta: float = 0.5  # Gibbs: l(x) = ell * exp(beta * x_1)
-
-    def __post_init__(self) -> None:
-        check_choice("kernel.name", self.name, KERNELS)
-        check_choice("kernel.nu", self.nu, MATERN_NUS)
-        if self.lengthscale is not None:
-            check_float("kernel.lengthscale", self.lengthscale, min=0.0, min_exclusive=True)
-        check_float("kernel.period", self.period, min=0.0, min_exclusive=True)
-        check_float("kernel.alpha", self.alpha, min=0.0, min_exclusive=True)
-        check_float("kernel.beta", self.beta)
+    name: Literal["rbf", "matern", "periodic", "rq", "gibbs"] = "rbf"
+    """kernel family"""
+    lengthscale: float | None = Field(None, gt=0)
+    """length scale ell (None: the per-kernel default)"""
+    nu: Literal[0.5, 1.5, 2.5] = 1.5
+    """Matérn smoothness"""
+    period: float = Field(2.0, gt=0)
+    """period p of the periodic kernel"""
+    alpha: float = Field(1.0, gt=0)
+    """rational-quadratic alpha"""
+    beta: float = 0.5
+    """Gibbs kernel: l(x) = ell * exp(beta * x_1)"""
 
     def describe(self) -> str:
         """Short text such as ``matern(nu=1.5, ell=3)`` naming only the options this kernel uses."""

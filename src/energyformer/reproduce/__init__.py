@@ -1,0 +1,36 @@
+"""One command per paper result: ``energyformer reproduce NAME [ARGS...]``.
+
+Each reproduction is a module with ``main(argv) -> int`` and its own ``--help``; it is registered here
+by name with a one-line description, and imported only when run (so ``--help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    name: str
+    module: str        # import path of a module with main(argv) -> int
+    description: str
+
+    def main(self) -> Callable[[list[str]], int]:
+        return importlib.import_module(self.module).main
+
+
+REPRODUCTIONS: dict[str, Reproduction] = {}
+
+
+def register_reproduction(name: str, module: str, description: str) -> None:
+    if name in REPRODUCTIONS:
+        raise ValueError(f"reproduction {name!r} is already registered ({REPRODUCTIONS[name].module})")
+    REPRODUCTIONS[name] = Reproduction(name, module, description)
+
+
+register_reproduction("cem-lm", "energyformer.reproduce.cem_lm",
+                      "CEM seed §4: Llama vs CEM language models at CPU scale (suites, LR sweep)")
+register_reproduction("cem-gp", "energyformer.reproduce.cem_gp",
+                      "CEM seed Table 3: Plain / Gated / CEM-T{1,2,4,8} on GP regression")

@@ -1,6 +1,10 @@
 """Reproduce the CEM seed's Table 3 (Appendix E): Plain / Gated / CEM-T{1,2,4,8} on GP regression.
 
-    python -m energyformer.reproduce.cem_gp [--reps N] [--full] [--out DIR] [--epochs E] ...
+    energyformer reproduce cem-gp [--reps N] [--full] [--out DIR] [--epochs E] ...
+
+Every (kernel, repetition, model) is one ordinary run of the ``gp`` task through the library's one
+:class:`~energyformer.train.Trainer` (``OUT/runs/<kernel>-r<rep>-<model>``, with its config, metrics
+and checkpoint), so any row can be re-run or evaluated alone with ``energyformer train/eval``.
 
 Default (quick, a few minutes on one CPU core): 3 repetitions, 4000 train / 1000 test points,
 12 epochs of mini-batch (100) Adam (480 steps). ``--full``: 10 repetitions, 8000 train points,
@@ -14,55 +18,77 @@ Writes ``report.md`` and ``results.json`` to ``--out`` and prints the table and 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import math
 import platform
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
-import yaml
+from pydantic import Field, field_validator
 
 from energyformer.analysis.gp_report import (
     PAPER_CITATION, PAPER_TABLE3, aggregate, check_claims, parse_si, render_markdown,
 )
-from energyformer.data.gp import KERNELS, KernelConfig, make_gp_dataset
-from energyformer.utils.config import load_config
-from energyformer.utils.validate import check_choice, check_float, check_int
-from energyformer.tasks.gp_regression import (
-    FLOPS_BATCH, MODEL_SPECS, TrainConfig, analytic_flops, build_regressor, count_params,
-    fit_flops_batch, measured_flops, train_regressor,
+from energyformer.data.gp import KERNELS, KernelConfig
+from energyformer.models.params import count_params
+from energyformer.models.regressor import (
+    FLOPS_BATCH, GPRegressor, RegressorConfig, analytic_flops, fit_flops_batch, measured_flops,
 )
+from energyformer.utils.config import ConfigModel, load_config, read_yaml
+
+#: The six rows of Table 3, in order.
+MODEL_SPECS: dict[str, RegressorConfig] = {
+    "Plain": RegressorConfig(block="plain"),
+    "Gated": RegressorConfig(block="gated"),
+    **{f"CEM-T{t}": RegressorConfig(block="cem", steps=t) for t in (1, 2, 4, 8)},
+}
 
 QUICK = {"reps": 3, "n_train": 4000, "n_test": 1000, "epochs": 12}
 FULL = {"reps": 10, "n_train": 8000, "n_test": 1000, "epochs": 50}
 
 
-@dataclass
-class GPExperiment:
+class GPExperiment(ConfigModel):
     """Everything a run depends on; YAML keys of ``--config`` (e.g. ``configs/cem_gp.yaml``)."""
 
-    reps: int = QUICK["reps"]
-    n_train: int = QUICK["n_train"]
-    n_test: int = QUICK["n_test"]
-    epochs: int = QUICK["epochs"]
-    batch_size: int = 100
-    lr: float = 1e-2
-    kernels: list[str] = field(default_factory=lambda: list(KERNELS))
-    models: list[str] = field(default_factory=lambda: list(MODEL_SPECS))
-    seed: int = 0
-    threads: int = 1
+    reps: int = Field(QUICK["reps"], ge=1)
+    """repetitions per kernel"""
+    n_train: int = Field(QUICK["n_train"], ge=1)
+    """training points per data set"""
+    n_test: int = Field(QUICK["n_test"], ge=1)
+    """test points per data set"""
+    epochs: int = Field(QUICK["epochs"], ge=1)
+    """passes over the training set"""
+    batch_size: int = Field(100, ge=1)
+    """mini-batch size"""
+    lr: float = Field(1e-2, gt=0)
+    """peak learning rate (5% warm-up, cosine to 0.1x)"""
+    kernels: list[str] = Field(default_factory=lambda: list(KERNELS))
+    """kernels to run"""
+    models: list[str] = Field(default_factory=lambda: list(MODEL_SPECS))
+    """Table 3 rows to run"""
+    seed: int = Field(0, ge=0)
+    """base seed of data and initial weights"""
+    threads: int = Field(1, ge=1)
+    """torch intra-op threads (1 is fastest for these sizes)"""
 
-    def __post_init__(self) -> None:
-        for key in ("reps", "n_train", "n_test", "epochs", "batch_size", "threads"):
-            check_int(key, getattr(self, key), min=1)
-        check_float("lr", self.lr, min=0.0, min_exclusive=True)
-        for key, allowed in (("kernels", KERNELS), ("models", list(MODEL_SPECS))):
-            for v in getattr(self, key):
-                check_choice(key, v, allowed)
+    @field_validator("kernels")
+    @classmethod
+    def _kernels(cls, v: list[str]) -> list[str]:
+        bad = [k for k in v if k not in KERNELS]
+        if bad:
+            raise ValueError(f"unknown kernel(s) {bad}; allowed: {', '.join(KERNELS)}")
+        return v
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, v: list[str]) -> list[str]:
+        bad = [m for m in v if m not in MODEL_SPECS]
+        if bad:
+            raise ValueError(f"unknown model(s) {bad}; allowed: {', '.join(MODEL_SPECS)}")
+        return v
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -85,16 +111,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     values: dict = dict(FULL) if args.full else {}
     try:
         if args.config is not None:
-            raw = yaml.safe_load(args.config.read_text()) or {}
+            raw = read_yaml(args.config)
             load_config(GPExperiment, raw)  # strict: unknown keys and bad values fail here
             values.update(raw)
-        values.update({f.name: getattr(args, f.name) for f in fields(GPExperiment)
-                       if getattr(args, f.name) is not None})
+        values.update({k: getattr(args, k) for k in GPExperiment.model_fields if getattr(args, k) is not None})
         exp = load_config(GPExperiment, values)
     except ValueError as err:
         p.error(f"{args.config or 'command line'}: {err}")
-    for f in fields(GPExperiment):
-        setattr(args, f.name, getattr(exp, f.name))
+    for k in GPExperiment.model_fields:
+        setattr(args, k, getattr(exp, k))
     return args
 
 
@@ -103,11 +128,31 @@ def model_table(models: list[str]) -> dict[str, dict]:
     info = {}
     for m in models:
         cfg = MODEL_SPECS[m]
-        net = build_regressor(cfg, 0)
-        info[m] = {"params": count_params(net), "flops": analytic_flops(cfg),
+        torch.manual_seed(0)
+        net = GPRegressor(cfg)
+        info[m] = {"params": count_params(net)["total"], "flops": analytic_flops(cfg),
                    "flops_measured": measured_flops(net), "hidden": cfg.h, "dim": cfg.dim,
                    "block": cfg.block, "steps": cfg.steps}
     return info
+
+
+def run_config(args: argparse.Namespace, kernel: str, rep: int, model: str, data_seed: int):
+    """The RunConfig of one (kernel, repetition, model): the gp task, the regressor, Adam (AdamW, wd 0)."""
+    from energyformer.experiment import RunConfig
+    from energyformer.utils.config import to_dict
+
+    steps = args.epochs * math.ceil(args.n_train / args.batch_size)
+    return load_config(RunConfig, {
+        "name": f"{kernel}-r{rep}-{model}", "out_dir": str(Path(args.out) / "runs"),
+        "task": {"kind": "gp", "kernel": {"name": kernel}, "n_train": args.n_train, "n_test": args.n_test,
+                 "data_seed": data_seed, "batch_size": args.batch_size},
+        "model": to_dict(MODEL_SPECS[model]),
+        # Adam == AdamW with weight decay 0; PyTorch's Adam defaults for betas and eps
+        "train": {"steps": steps, "lr": args.lr, "weight_decay": 0.0, "betas": [0.9, 0.999], "eps": 1e-8,
+                  "warmup": 0.05, "final_lr_factor": 0.1, "grad_clip": 1.0, "seed": args.seed + rep,
+                  "eval_every": 0, "log_every": 0, "save_every": 0, "keep_checkpoints": 1,
+                  "progress": False, "tensorboard": False, "device": "cpu"},
+    })
 
 
 def _git_commit() -> str | None:
@@ -120,25 +165,26 @@ def _git_commit() -> str | None:
 
 def run_all(args: argparse.Namespace) -> list[dict]:
     """Train every (kernel, repetition, model); print one line per run; return the run records."""
+    from energyformer.experiment import build_task, run_experiment
+
     runs, total = [], len(args.kernels) * args.reps * len(args.models)
     t_start = time.perf_counter()
-    for ki, kernel in enumerate(args.kernels):
+    for kernel in args.kernels:
         k_index = list(KERNELS).index(kernel)
         for rep in range(args.reps):
             data_seed = args.seed + 1000 * k_index + rep
-            data = make_gp_dataset(kernel, args.n_train, args.n_test, seed=data_seed)
             for model in args.models:
-                tcfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                                   seed=args.seed + rep)
-                net = build_regressor(MODEL_SPECS[model], args.seed + rep)
-                res = train_regressor(net, data, tcfg)
+                cfg = run_config(args, kernel, rep, model, data_seed)
+                res = run_experiment(cfg, overwrite=True, task=build_task(cfg, rank=0))
+                per_epoch = math.ceil(args.n_train / args.batch_size)
+                last = res.loss_history[-per_epoch:]
                 runs.append({"kernel": kernel, "model": model, "rep": rep, "data_seed": data_seed,
-                             "init_seed": args.seed + rep, "train_rmse": res.train_rmse,
-                             "test_rmse": res.test_rmse, "seconds": res.seconds,
-                             "final_train_loss": res.curve[-1]})
+                             "init_seed": args.seed + rep, "train_rmse": res.final["eval/train_rmse"],
+                             "test_rmse": res.final["eval/test_rmse"], "seconds": res.seconds,
+                             "final_train_loss": sum(last) / max(len(last), 1), "run_dir": str(res.run_dir)})
                 print(f"[{len(runs):3d}/{total}] {kernel:8s} rep {rep} {model:7s} "
-                      f"train {res.train_rmse:.4f} test {res.test_rmse:.4f} ({res.seconds:.1f}s, "
-                      f"elapsed {time.perf_counter() - t_start:.0f}s)", flush=True)
+                      f"train {runs[-1]['train_rmse']:.4f} test {runs[-1]['test_rmse']:.4f} "
+                      f"({res.seconds:.1f}s, elapsed {time.perf_counter() - t_start:.0f}s)", flush=True)
     return runs
 
 
@@ -152,7 +198,7 @@ def setup_dict(args: argparse.Namespace, info: dict, seconds: float) -> dict:
         "models": "Linear(10,16) -> block on (B,1,16) -> Linear(16,1); Plain/Gated pre-norm, CEM = "
                   "energyformer.blocks.cem.CEMMLP (identity preconditioner, step size 1)",
         "training": f"Adam lr {args.lr}, batch {args.batch_size}, {args.epochs} epochs, 5% warm-up, "
-                    f"cosine to 0.1x, grad clip 1.0, MSE loss",
+                    f"cosine to 0.1x, grad clip 1.0, MSE loss; the library's Trainer (energyformer train)",
         "repetitions": args.reps,
         "FLOPs convention": f"matmul FLOPs (2 per multiply-add) of one forward pass of a batch of "
                             f"{FLOPS_BATCH} samples; batch that best fits the paper's FLOPs: "
@@ -160,7 +206,7 @@ def setup_dict(args: argparse.Namespace, info: dict, seconds: float) -> dict:
         "wall time": f"{seconds:.0f} s on {torch.get_num_threads()} thread(s)",
         "versions": f"python {platform.python_version()}, torch {torch.__version__}",
         "git commit": _git_commit(),
-        "command": " ".join(["python -m energyformer.reproduce.cem_gp", *sys.argv[1:]]),
+        "command": " ".join(["energyformer reproduce cem-gp", *sys.argv[3:]]),
     }
 
 
@@ -180,14 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     agg = aggregate(runs)
     results = {
         "setup": setup, "model_info": info, "runs": runs,
-        "kernels": {k: dataclasses.asdict(KernelConfig(name=k)) | {"lengthscale": KernelConfig(name=k).ell}
+        "kernels": {k: KernelConfig(name=k).model_dump() | {"lengthscale": KernelConfig(name=k).ell}
                     for k in args.kernels},
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "aggregate": [{"kernel": k, "model": m, **{a: b for a, b in v.items() if a != "test_by_rep"}}
                       for (k, m), v in agg.items()],
         "claims": check_claims(agg),
         "paper_table3_not_measured": {"citation": PAPER_CITATION, "rows": [
-            {"kernel": k, "model": m, **dataclasses.asdict(r)} for (k, m), r in PAPER_TABLE3.items()]},
+            {"kernel": k, "model": m, **vars(r)} for (k, m), r in PAPER_TABLE3.items()]},
     }
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     print(report)

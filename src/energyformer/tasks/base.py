@@ -1,0 +1,135 @@
+"""Tasks as first-class objects (DESIGN.md "tasks/"): task = data + model + loss + metrics + eval.
+
+A run config selects its task by kind (``task: {kind: lm, ...}`` / ``{kind: gp, ...}``); the kind picks
+the task's config class from :data:`TASKS`, so only that kind's keys are allowed. ``train``, ``eval``,
+``list tasks`` and ``reproduce`` go through the registry; nothing in the CLI knows a particular task.
+
+A task class subclasses :class:`Task` and is registered with its config::
+
+    class ParityConfig(TaskConfig):
+        kind: Literal["parity"] = "parity"
+        length: int = Field(64, ge=1)
+
+    @register_task("parity", ParityConfig)
+    class ParityTask(Task):
+        model_kinds = ("transformer",)       # the first is the default model kind
+        def build_model(self, model_cfg): ...
+        ...
+
+The trainer contract (:mod:`energyformer.train.trainer`) is met by ``task.train_data``,
+``task.loss`` and ``task.eval_fn()``; auxiliary losses that blocks put in ``ForwardContext.aux_losses``
+are the task's to add to its loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ..utils.config import KindConfig, Registry
+
+#: task kind -> (config class, Task subclass). ``energyformer list tasks`` prints it.
+TASKS = Registry("task")
+
+
+class TaskConfig(KindConfig):
+    """Base of every task config (data, batch sizes, task-specific options)."""
+
+
+def register_task(name: str, config: type[TaskConfig], doc: str | None = None):
+    """Class decorator registering a :class:`Task` subclass under ``name`` with its config class."""
+
+    def deco(cls: type[Task]) -> type[Task]:
+        cls.name = name
+        TASKS.register(name, config, doc)(cls)
+        return cls
+
+    return deco
+
+
+class Task:
+    """Base class: builds data, model, loss and metrics; evaluates and summarises a model.
+
+    Subclasses set ``model_kinds`` and implement :meth:`build_model`, :meth:`loss`, :meth:`evaluate`
+    and the ``train_data`` attribute (an object with ``next_batch()``/``state_dict()``/
+    ``load_state_dict()``). Construction may be expensive (tokenising a corpus); it happens once per
+    run, per rank (``rank`` lets a task give each DDP rank its own data stream).
+    """
+
+    name: ClassVar[str] = ""
+    #: model kinds this task can build; the first is the default when a config gives none
+    model_kinds: ClassVar[tuple[str, ...]] = ("transformer",)
+    #: whether ``energyformer generate`` works for this task
+    can_generate: ClassVar[bool] = False
+    #: the metric ``reproduce``/``train`` summaries lead with, and whether lower is better
+    main_metric: ClassVar[str] = "loss"
+    lower_is_better: ClassVar[bool] = True
+
+    def __init__(self, cfg: TaskConfig, *, seed: int = 0, rank: int = 0):
+        self.cfg = cfg
+        self.seed = seed
+        self.rank = rank
+        self.train_data: Any = None
+
+    # ------------------------------------------------------------------ model
+    def resolve_model_config(self, model_cfg: KindConfig) -> KindConfig:
+        """The model config with task-given sizes filled in (vocabulary, classes, sequence length).
+
+        The resolved config is what a run records, so a run can be rebuilt from its ``config.yaml``.
+        Default: unchanged.
+        """
+        return model_cfg
+
+    def build_model(self, model_cfg: KindConfig) -> nn.Module:
+        """A freshly initialised model for ``model_cfg`` (already resolved)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ training
+    def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
+        """Trainer loss function: (scalar loss, metrics) for one batch on the training device."""
+        raise NotImplementedError
+
+    def callbacks(self, model: nn.Module) -> list:
+        """Trainer callbacks this task needs (annealing, projections); default none."""
+        return []
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, model: nn.Module, split: str = "validation", **options: Any) -> dict[str, float]:
+        """Metrics of ``model`` on ``split`` (model in eval mode, no grad; moves data itself)."""
+        raise NotImplementedError
+
+    def eval_fn(self, split: str = "validation"):
+        """``eval_fn(model) -> metrics`` for the trainer's periodic evaluation."""
+
+        def fn(model: nn.Module) -> dict[str, float]:
+            return self.evaluate(model, split)
+
+        return fn
+
+    @classmethod
+    def add_eval_args(cls, parser: argparse.ArgumentParser) -> None:
+        """Task-specific options of ``energyformer eval`` (e.g. ``--text-file``); default none."""
+
+    def eval_from_args(self, model: nn.Module, args: argparse.Namespace,
+                       forward_options: dict[str, Any]) -> tuple[str, dict[str, float]]:
+        """``energyformer eval``: (what was evaluated, metrics). Default: ``--split`` of the task's data."""
+        return f"{self.name} {args.split} split", self.evaluate(model, args.split, **forward_options)
+
+    def format_metrics(self, metrics: dict[str, float]) -> str:
+        """One line for the CLI, e.g. ``loss 1.234, accuracy 0.91``."""
+        parts = []
+        for k, v in metrics.items():
+            k = k.removeprefix("eval/")
+            parts.append(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}")
+        return ", ".join(parts)
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, model: nn.Module, args: argparse.Namespace) -> str:
+        raise NotImplementedError(f"task {self.name!r} does not generate")
+
+    @classmethod
+    def add_generate_args(cls, parser: argparse.ArgumentParser) -> None:
+        """Options of ``energyformer generate`` for tasks that generate."""
