@@ -12,8 +12,8 @@ import pytest
 
 from energyformer.cli import build_parser, main
 
-TINY = ["model.dim=32", "model.n_layers=2", "model.heads=2", "model.max_seq_len=32", "data.seq_len=32",
-        "data.batch_size=4", "data.eval_batch_size=4", "data.eval_max_batches=2", "train.progress=false",
+TINY = ["model.dim=32", "model.n_layers=2", "model.heads=2", "model.max_seq_len=32", "task.seq_len=32",
+        "task.batch_size=4", "task.eval_batch_size=4", "task.eval_max_batches=2", "train.progress=false",
         "train.tensorboard=false", "train.log_every=1"]
 
 
@@ -46,11 +46,14 @@ def test_train_eval_generate_roundtrip(tmp_path, capsys):
 
 
 def test_bad_input_gives_one_line_error(capsys):
-    assert main(["config", "lm/llama", "--set", "model.block.cem_attention.stpes=2"]) == 2
+    assert main(["config", "lm/cem_full", "--set", "model.block.attention.stpes=2"]) == 2
     err = capsys.readouterr().err
-    assert "model.block.cem_attention.stpes" in err and "did you mean 'model.block.cem_attention.steps'" in err
+    assert "model.block.attention.stpes" in err and "did you mean 'model.block.attention.steps'" in err
     assert main(["config", "lm/llama", "--set", "model.block.mlp=gated"]) == 2
-    assert "'swiglu'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown mlp kind 'gated'" in err and "swiglu" in err
+    assert main(["config", "lm/llama", "--set", "task.kind=sudokuu"]) == 2
+    assert "unknown task kind 'sudokuu'; registered: " in capsys.readouterr().err
     assert main(["train", "no/such/config"]) == 2
     assert "lm/llama" in capsys.readouterr().err
 

@@ -3,8 +3,8 @@ import json
 from energyformer.reproduce.cem_lm import SUITES, run_suite
 from energyformer.experiment import resolve_config_path
 
-TINY = ["model.dim=32", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "data.seq_len=32",
-        "data.batch_size=2", "data.eval_batch_size=4", "data.eval_max_batches=1", "train.steps=2",
+TINY = ["model.dim=32", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "task.seq_len=32",
+        "task.batch_size=2", "task.eval_batch_size=4", "task.eval_max_batches=1", "train.steps=2",
         "train.eval_every=2", "train.save_every=2", "train.progress=false", "train.tensorboard=false"]
 
 

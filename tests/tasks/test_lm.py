@@ -5,7 +5,8 @@ import torch
 from energyformer.data.text import EvalWindows
 from energyformer.data.tokenizers import get_tokenizer
 from energyformer.models.lm import CausalLM, ModelConfig
-from energyformer.tasks.lm import LMDataConfig, evaluate_lm
+from energyformer.tasks.lm import LMTaskConfig, evaluate_lm
+from energyformer.utils.validate import ConfigError
 
 import pytest
 
@@ -23,8 +24,10 @@ def test_evaluate_lm_bits_per_byte_matches_definition():
     assert res["ppl"] == pytest.approx(math.exp(res["loss"]))
 
 
-def test_data_config_errors():
-    with pytest.raises(ValueError, match="data.tokenizer"):
-        LMDataConfig(tokenizer="sentencepiece")
-    with pytest.raises(ValueError, match="data.text_files"):
-        LMDataConfig(corpus="files")
+def test_task_config_errors():
+    with pytest.raises(ConfigError, match="tokenizer = 'sentencepiece': allowed values are 'bpe', 'gpt2'"):
+        LMTaskConfig(tokenizer="sentencepiece")
+    with pytest.raises(ConfigError, match="task.text_files is empty"):
+        LMTaskConfig(corpus="files")
+    with pytest.raises(ConfigError, match="task.corpus = 'shakespeare' ignores it"):
+        LMTaskConfig(text_files=["a.txt"])

@@ -140,6 +140,15 @@ class LMTask(Task):
         return self.tokenizer.vocab_size
 
     # ------------------------------------------------------------------ model
+    @classmethod
+    def check_config(cls, task_cfg: LMTaskConfig, model_cfg: KindConfig) -> None:
+        """Checked when the run config is loaded, not at the first forward pass."""
+        table = getattr(model_cfg, "max_seq_len", None)
+        if getattr(model_cfg, "positions", "none") != "none" and table is not None and task_cfg.seq_len > table:
+            raise ValueError(f"task.seq_len = {task_cfg.seq_len} exceeds model.max_seq_len = {table} "
+                             f"(the length of the model's position table): lower task.seq_len or raise "
+                             f"model.max_seq_len")
+
     def resolve_model_config(self, model_cfg: KindConfig) -> KindConfig:
         if getattr(model_cfg, "causal", True) is False:
             raise ValueError("model.causal = False: a language model must be causal "
