@@ -276,6 +276,38 @@ def _task_options_help(which: str) -> str:
     return "\n".join(lines) if len(lines) > 1 else ""
 
 
+def describe_error(err: BaseException) -> tuple[str, int]:
+    """(one-line message, exit code) for an error that ends a command."""
+    import errno
+
+    from pydantic import ValidationError
+
+    from .errors import UserError
+    from .utils.config import format_validation_error
+
+    if isinstance(err, UserError):
+        return str(err), 2
+    if isinstance(err, ValidationError):
+        return format_validation_error(err), 2
+    if isinstance(err, FileExistsError):
+        return str(err), 2
+    if isinstance(err, OSError):
+        what = {errno.ENOSPC: "no space left on device", errno.EACCES: "permission denied",
+                errno.EROFS: "read-only file system", errno.ENOTDIR: "a parent of the path is a file, not a directory",
+                errno.EISDIR: "is a directory", errno.ENOENT: "not found",
+                errno.EDQUOT: "disk quota exceeded"}.get(err.errno, err.strerror or str(err))
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        return f"{what}{where}", 1
+    text = str(err)
+    if isinstance(err, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower():
+        return ("not enough memory for this configuration (try a smaller model.dim, task.batch_size or "
+                "sequence length)"), 1
+    name = type(err).__name__
+    if name in ("TrainingDiverged", "CheckpointError"):
+        return text, 1
+    return f"internal error ({name}: {' '.join(text.split())[:300]}); rerun with --debug for the traceback", 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -284,11 +316,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
     try:
         return args.fn(args, extra)
-    except (ConfigError, FileNotFoundError, FileExistsError) as err:
+    except KeyboardInterrupt:
         if debug:
             raise
-        print(f"energyformer: error: {err}", file=sys.stderr)
-        return 2
+        hint = ""
+        if args.cmd == "train":
+            cmd = ["energyformer", "train", args.config, "--resume"] + (["--out", args.out] if args.out else [])
+            cmd += [x for o in args.overrides for x in ("--set", o)]
+            hint = "; continue with: " + " ".join(cmd)
+        print(f"\nenergyformer: interrupted{hint}", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - every error a user can cause ends in one line
+        if debug:
+            raise
+        msg, code = describe_error(err)
+        print(f"energyformer: error: {msg}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import math
 import re
 
 import pytest
+
+from energyformer.errors import DataError
 import torch
 
 from energyformer.data import text as T
@@ -114,10 +116,23 @@ def test_load_text_files_bad_utf8_names_file_and_line(tmp_path):
 
 def test_load_text_files_missing_and_empty(tmp_path):
     missing = tmp_path / "nope.txt"
-    with pytest.raises(FileNotFoundError, match="nope.txt"):
+    with pytest.raises(DataError, match="nope.txt"):
         T.load_text_files(missing)
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(DataError, match="no text files given"):
         T.load_text_files([])
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is empty"), (b"  \n\t\n", "is empty"), (b"abc\n\x00\x01\x02", "looks binary \\(NUL byte on line 2\\)"),
+    (b"ok\nbad \xff byte", "not valid UTF-8: line 2, column 5"),
+])
+def test_unusable_text_files_are_named_errors(tmp_path, content, message):
+    f = tmp_path / "input.txt"
+    f.write_bytes(content)
+    with pytest.raises(DataError, match=f"input.txt.*{message}"):
+        T.load_text_files(f)
+    with pytest.raises(DataError, match="is a directory"):
+        T.load_text_files(tmp_path)
 
 
 def test_count_bytes():

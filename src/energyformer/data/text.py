@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from energyformer.utils.io import atomic_write_bytes
+from energyformer.errors import DataError
 from energyformer.utils.validate import check_choice, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -189,19 +190,34 @@ def load_shakespeare(split: str = "train") -> str:
 # --------------------------------------------------------------------------------------------
 
 def read_utf8(path: str | os.PathLike) -> str:
-    """Read one UTF-8 file; errors name the file (and, for bad bytes, line and column)."""
+    """Read one UTF-8 text file; errors name the file (and, for bad bytes, line and column).
+
+    Rejected with a :class:`~energyformer.errors.DataError`: a missing path, a directory or other
+    non-regular file, an unreadable file, an empty file, a binary file (NUL bytes) and invalid UTF-8.
+    """
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"text file not found: {str(p)!r}")
+        raise DataError(f"text file {str(p)!r} not found")
+    if p.is_dir():
+        raise DataError(f"text file {str(p)!r} is a directory: give the text files inside it "
+                        f"(e.g. {str(p / '*.txt')!r})")
     if not p.is_file():
-        raise IsADirectoryError(f"text file {str(p)!r} is not a regular file")
-    data = p.read_bytes()
+        raise DataError(f"text file {str(p)!r} is not a regular file")
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        raise DataError(f"text file {str(p)!r} cannot be read: {err.strerror}") from None
+    if not data.strip():
+        raise DataError(f"text file {str(p)!r} is empty (or only whitespace)")
+    if b"\x00" in data:
+        line = data.count(b"\n", 0, data.index(b"\x00")) + 1
+        raise DataError(f"text file {str(p)!r} looks binary (NUL byte on line {line}); give UTF-8 text")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise ValueError(
+        raise DataError(
             f"text file {str(p)!r} is not valid UTF-8: line {line}, column {col} "
             f"(byte offset {e.start}, byte 0x{data[e.start]:02x}: {e.reason})"
         ) from None
@@ -211,14 +227,13 @@ def load_text_files(paths: str | os.PathLike | Sequence[str | os.PathLike],
                     separator: str = "\n\n") -> str:
     """Read one or many UTF-8 text files and join them with ``separator``.
 
-    A missing file raises ``FileNotFoundError`` naming it; a file that is not valid UTF-8 raises
-    ``ValueError`` naming it and the line number of the first bad byte.
+    Every unusable file raises :class:`~energyformer.errors.DataError` naming it (see :func:`read_utf8`).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = list(paths)
     if not paths:
-        raise ValueError("load_text_files: paths is empty; give at least one text file")
+        raise DataError("no text files given; give at least one UTF-8 text file")
     return separator.join(read_utf8(p) for p in paths)
 
 
@@ -261,10 +276,10 @@ def encode_corpus(text: str, tokenizer: Tokenizer, cache: bool = True) -> torch.
 
 def _check_tokens(name: str, data: torch.Tensor, min_len: int) -> None:
     if not isinstance(data, torch.Tensor) or data.dim() != 1:
-        raise ValueError(f"{name} must be a 1-D tensor of token ids, got "
+        raise DataError(f"{name} must be a 1-D tensor of token ids, got "
                          f"{type(data).__name__} of shape {tuple(getattr(data, 'shape', ()))}")
     if data.numel() < min_len:
-        raise ValueError(f"{name} has {data.numel()} tokens; need at least {min_len} "
+        raise DataError(f"{name} has {data.numel()} tokens; need at least {min_len} "
                          f"(seq_len + 1)")
 
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..data.text import EvalWindows, LMBatcher, encode_corpus, load_shakespeare, load_text_files
 from ..data.tokenizers import Tokenizer, get_tokenizer
+from ..errors import DataError
 from ..utils.config import KindConfig, replace
 from .base import Task, TaskConfig, register_task
 
@@ -119,13 +120,20 @@ class LMTask(Task):
     @property
     def train_data(self) -> LMBatcher:  # type: ignore[override]
         if self._train_data is None:
-            self._train_data = LMBatcher(self.train_ids, self.cfg.batch_size, self.cfg.seq_len,
+            ids = self.train_ids
+            if ids.numel() < self.cfg.seq_len + 1:
+                raise DataError(f"the training text ({self._source()}) has {ids.numel()} tokens; "
+                                f"task.seq_len = {self.cfg.seq_len} needs at least {self.cfg.seq_len + 1}")
+            self._train_data = LMBatcher(ids, self.cfg.batch_size, self.cfg.seq_len,
                                          seed=self.seed + 1000 * self.rank)
         return self._train_data
 
     @train_data.setter
     def train_data(self, value: Any) -> None:
         self._train_data = value
+
+    def _source(self) -> str:
+        return "Shakespeare" if self.cfg.corpus == "shakespeare" else ", ".join(self.cfg.text_files)
 
     def windows(self, split: str) -> EvalWindows:
         if split not in self._windows:
@@ -182,8 +190,13 @@ class LMTask(Task):
 
     def eval_from_args(self, model, args, forward_options):
         if getattr(args, "text_file", None):
-            windows = EvalWindows.from_text(load_text_files(args.text_file), self.tokenizer, self.cfg.seq_len,
-                                            self.cfg.eval_batch_size, cache=False)
+            text = load_text_files(args.text_file)
+            try:
+                windows = EvalWindows.from_text(text, self.tokenizer, self.cfg.seq_len, self.cfg.eval_batch_size,
+                                                cache=False)
+            except DataError:
+                raise DataError(f"{', '.join(args.text_file)}: too short to evaluate (it encodes to fewer "
+                                f"than 2 tokens)") from None
             return ", ".join(args.text_file), evaluate_lm(model, windows, None, **forward_options)
         res = evaluate_lm(model, self.windows(args.split), None, **forward_options)
         return f"{self.cfg.corpus} {args.split} split", res

@@ -13,8 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 
-class ConfigError(ValueError):
-    """A configuration key or value is not allowed. The message names key, value and what is allowed."""
+from energyformer.errors import ConfigError, DataError  # noqa: F401  (re-exported)
 
 
 def closest(name: str, options: Iterable[str]) -> str | None:

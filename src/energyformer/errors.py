@@ -1,0 +1,19 @@
+"""Errors a user can cause. The CLI prints their message as one line and exits non-zero.
+
+Every message says what is wrong and what to do; ``--debug`` (or ``ENERGYFORMER_DEBUG=1``) shows the
+traceback. Programming errors are not ``UserError`` s: the CLI reports them as internal errors.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Base of errors caused by user input (configs, data files, run directories, arguments)."""
+
+
+class ConfigError(UserError, ValueError):
+    """A configuration key or value is not allowed. The message names key, value and what is allowed."""
+
+
+class DataError(UserError, ValueError):
+    """A data file or data value is unusable. The message names the file (and line) where it can."""
