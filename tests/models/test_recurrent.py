@@ -124,3 +124,10 @@ def test_generate_uses_fixed_iterations_even_in_training_mode():
     m.drop.p = 0.0
     idx = torch.randint(0, 40, (1, 4))
     assert torch.equal(m.generate(idx, 5, greedy=True), m.generate(idx, 5, greedy=True, use_cache=False))
+
+
+def test_cached_forward_never_samples_the_count():
+    stack = LayerStack([Pass()], iterations=5, train_iterations=(1, 2)).train()
+    ctx = ForwardContext(cache={})
+    stack(torch.zeros(1, 1, 1), ctx)
+    assert ctx.iterations == 5

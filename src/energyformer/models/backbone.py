@@ -16,7 +16,8 @@ KV-cache slots are keyed by (block, iteration).
 Iteration count: an explicit ``iterations`` argument wins; else, in training mode with
 ``train_iterations = (lo, hi)``, L is drawn uniformly from [lo, hi] per forward pass with torch's
 global generator (so a checkpoint that saves torch's RNG state resumes exactly; under DDP each rank
-draws from its own stream); else ``iterations``.
+draws from its own stream); else ``iterations``. With a KV cache (``ctx.cache``) the count is never
+sampled: every decoding call must run the passes the cache was filled with.
 """
 
 from collections.abc import Iterable
@@ -62,7 +63,7 @@ class LayerStack(nn.ModuleList):
     def forward(self, x: Tensor, ctx: ForwardContext, iterations: int | None = None) -> Tensor:
         """x: (B, N, D) embedded input -> (B, N, D) state after L passes."""
         if iterations is None:
-            iterations = self.num_iterations()
+            iterations = self.iterations if ctx.cache is not None else self.num_iterations()
         check_int("iterations", iterations, min=1)
         e = x
         ctx.iterations = iterations
