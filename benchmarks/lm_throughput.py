@@ -64,9 +64,8 @@ def variant_blocks() -> dict[str, BlockConfig]:
         "CEM attention (T=1) + Llama MLP": BlockConfig(attention="cem"),
         "full CEM (T=1)": BlockConfig(attention="cem", mlp="cem"),
         "full CEM (T=2, D+LR precond)": BlockConfig(
-            attention="cem", mlp="cem",
-            cem_attention=CEMAttentionConfig(steps=2, precond="diag_low_rank"),
-            cem_mlp=CEMMLPConfig(steps=2, precond="diag_low_rank")),
+            attention=CEMAttentionConfig(steps=2, precond="diag_low_rank"),
+            mlp=CEMMLPConfig(steps=2, precond="diag_low_rank")),
     }
 
 
@@ -82,14 +81,14 @@ def hf_llama_from(cfg: ModelConfig):
     """A ``transformers.LlamaForCausalLM`` with the same architecture as our Llama ``CausalLM(cfg)``."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    if cfg.block.attention != "llama" or cfg.block.mlp != "swiglu" or cfg.positions != "none" \
-            or cfg.final_norm != "rms":
+    if cfg.block.attention.kind != "llama" or cfg.block.mlp.kind != "swiglu" or cfg.positions != "none" \
+            or cfg.final_norm != "rms" or cfg.iterations != 1:
         raise ValueError("hf_llama_from: only the Llama baseline (llama attention, swiglu MLP, RMS norm) maps to HF")
     hf_cfg = LlamaConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.hidden,
         num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
-        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=1e-6, rope_theta=cfg.block.rope_theta,
-        tie_word_embeddings=cfg.tie_embeddings, attention_bias=False, mlp_bias=False,
+        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=1e-6, rope_theta=cfg.block.attention.rope_theta,
+        tie_word_embeddings=cfg.tie_embeddings is not False, attention_bias=False, mlp_bias=False,
         attention_dropout=0.0, hidden_act="silu", initializer_range=cfg.init_std, use_cache=False,
         attn_implementation="sdpa")
     model = LlamaForCausalLM(hf_cfg)
@@ -212,7 +211,7 @@ def kv_ratio_no_diag(vocab: int = 64, dim: int = 32, layers: int = 2, heads: int
     """(Llama, CEM attention without KQ diagonal) KV bytes per token for a small config."""
     llama = CausalLM(model_config(vocab, dim, layers, heads, mlp_hidden, n_tokens))
     cem = CausalLM(model_config(vocab, dim, layers, heads, mlp_hidden, n_tokens,
-                                BlockConfig(attention="cem", cem_attention=CEMAttentionConfig(diagonal="none"))))
+                                BlockConfig(attention=CEMAttentionConfig(diagonal="none"))))
     return kv_bytes_per_token(llama, n_tokens), kv_bytes_per_token(cem, n_tokens)
 
 
@@ -296,8 +295,7 @@ def section_kv(args, device: torch.device) -> None:
     print(f"\n== 3. KV-cache bytes per token after a prefill of N={args.seq} tokens (batch 1, float32) ==")
     variants = {
         "Llama (K and V)": BlockConfig(),
-        "CEM attn, no KQ diagonal (tied keys)": BlockConfig(
-            attention="cem", cem_attention=CEMAttentionConfig(diagonal="none")),
+        "CEM attn, no KQ diagonal (tied keys)": BlockConfig(attention=CEMAttentionConfig(diagonal="none")),
         "CEM attn, shared diagonal (default)": BlockConfig(attention="cem"),
         "full CEM T=1, default": BlockConfig(attention="cem", mlp="cem"),
     }

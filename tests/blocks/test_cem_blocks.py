@@ -57,8 +57,8 @@ def test_cem_mlp_recursion_keeps_gate_fixed():
     "make,needle",
     [
         (lambda: CEMAttentionConfig(diagonal="diag"), ["diagonal", "'diag'", "'shared'", "'per_head'"]),
-        (lambda: CEMAttentionConfig(steps=0), ["steps", "0", ">= 1"]),
-        (lambda: CEMMLPConfig(steps=-1), ["steps", "-1", ">= 1"]),
+        (lambda: CEMAttentionConfig(steps=0), ["steps", "0", "greater than or equal to 1"]),
+        (lambda: CEMMLPConfig(steps=-1), ["steps", "-1", "greater than or equal to 1"]),
         (lambda: CEMAttention(64, 4, CEMAttentionConfig(precond="diag_low_rank", precond_rank=64)),
          ["precond_rank", "64", "[1, 63]"]),
         (lambda: CEMAttention(64, 5), ["heads", "5", "64"]),

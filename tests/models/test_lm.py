@@ -10,10 +10,9 @@ from energyformer.models.params import count_params
 VARIANTS = {
     "llama": BlockConfig(),
     "gpt": BlockConfig(attention="gpt", mlp="gelu"),
-    "cem_attn": BlockConfig(attention="cem", cem_attention=CEMAttentionConfig(steps=2, precond="diag_low_rank")),
-    "cem_mlp": BlockConfig(mlp="cem", cem_mlp=CEMMLPConfig(steps=2, precond="diagonal")),
-    "full_cem": BlockConfig(attention="cem", mlp="cem", cem_attention=CEMAttentionConfig(steps=2),
-                            cem_mlp=CEMMLPConfig(steps=2)),
+    "cem_attn": BlockConfig(attention=CEMAttentionConfig(steps=2, precond="diag_low_rank")),
+    "cem_mlp": BlockConfig(mlp=CEMMLPConfig(steps=2, precond="diagonal")),
+    "full_cem": BlockConfig(attention=CEMAttentionConfig(steps=2), mlp=CEMMLPConfig(steps=2)),
     "reuse": BlockConfig(attn_reuse=2, mlp_reuse=2),
 }
 
@@ -47,12 +46,12 @@ def test_kv_cache_generation_matches_recompute(name):
 
 
 def test_traces_cover_every_energy_block_and_energy_decreases_at_small_step():
-    cfg = BlockConfig(attention="cem", mlp="cem", cem_attention=CEMAttentionConfig(steps=3, step_size=0.05),
-                      cem_mlp=CEMMLPConfig(steps=3, step_size=0.05))
+    cfg = BlockConfig(attention=CEMAttentionConfig(steps=3, step_size=0.05),
+                      mlp=CEMMLPConfig(steps=3, step_size=0.05))
     m = _model("full_cem")
     m = CausalLM(ModelConfig(vocab_size=50, dim=32, n_layers=2, heads=4, block=cfg))
     out = m(torch.randint(0, 50, (2, 10)), trace=True)
-    assert list(out.traces) == ["layers.0.attn", "layers.0.mlp", "layers.1.attn", "layers.1.mlp"]
+    assert list(out.traces) == [("layers.0.attn", 0), ("layers.0.mlp", 0), ("layers.1.attn", 0), ("layers.1.mlp", 0)]
     for name, tr in out.traces.items():
         assert isinstance(tr, Trace) and tr.steps == 3 and len(tr.energy) == 4
         assert tr.energy_tensor().shape == (4, 2, 10)
@@ -70,7 +69,7 @@ def test_param_parts_and_cache_bytes():
     idx = torch.randint(0, 50, (1, 8))
     llama(idx, cache=cache_l)
     cem_nodiag = CausalLM(ModelConfig(vocab_size=50, dim=32, n_layers=2, heads=4, block=BlockConfig(
-        attention="cem", cem_attention=CEMAttentionConfig(diagonal="none")))).double()
+        attention=CEMAttentionConfig(diagonal="none")))).double()
     cem_nodiag(idx, cache=cache_c)
     assert kv_cache_bytes(cache_c) * 2 == kv_cache_bytes(cache_l)  # K = V: half the bytes
 
@@ -78,5 +77,26 @@ def test_param_parts_and_cache_bytes():
 def test_model_config_errors():
     with pytest.raises(ValueError, match="heads"):
         ModelConfig(dim=30, heads=4)
-    with pytest.raises(ValueError, match="block.attention"):
+    with pytest.raises(ValueError, match=r"attention.kind = 'flash'.*registered: llama, gpt, cem"):
         BlockConfig(attention="flash")
+
+
+@pytest.mark.parametrize("attention", ["llama", "gpt", "cem"])
+@pytest.mark.parametrize("mlp", ["swiglu", "gelu", "cem"])
+def test_param_parts_for_every_sublayer_kind(attention, mlp):
+    m = CausalLM(ModelConfig(vocab_size=50, dim=32, n_layers=2, heads=4, block=BlockConfig(attention=attention, mlp=mlp)))
+    parts = count_params(m)
+    own = lambda part: sum(p.numel() for layer in m.layers for p in getattr(layer, part).parameters())  # noqa: E731
+    assert parts["attention"] == own("attn") and parts["mlp"] == own("mlp")
+    assert parts["other"] == sum(p.numel() for p in m.norm.parameters())
+    assert parts["total"] == sum(p.numel() for p in m.parameters())
+
+
+def test_sinusoidal_positions_are_fixed_and_not_saved():
+    m = CausalLM(ModelConfig(vocab_size=50, dim=12, n_layers=1, heads=2, max_seq_len=8, positions="sinusoidal"))
+    t = m.pos.table
+    assert t.shape == (8, 12) and not any(k.startswith("pos.") for k in m.state_dict())
+    torch.testing.assert_close(t[3, 4], torch.tensor(3 / 10000 ** (4 / 12)).sin())
+    torch.testing.assert_close(t[3, 5], torch.tensor(3 / 10000 ** (4 / 12)).cos())
+    with pytest.raises(ValueError, match="exceeds model.max_seq_len = 8"):
+        m(torch.zeros(1, 9, dtype=torch.long))

@@ -24,10 +24,10 @@ VARIANTS = {
     "gpt": dict(block=BlockConfig(attention="gpt", mlp="gelu", dropout=0.0), positions="learned",
                 final_norm="layer"),
     "cem_full": dict(block=BlockConfig(
-        attention="cem", mlp="cem", cem_attention=CEMAttentionConfig(steps=2, precond="diag_low_rank"),
-        cem_mlp=CEMMLPConfig(steps=2, precond="diag_low_rank"))),
+        attention=CEMAttentionConfig(steps=2, precond="diag_low_rank"),
+        mlp=CEMMLPConfig(steps=2, precond="diag_low_rank"))),
     "cem_attn_per_head": dict(block=BlockConfig(
-        attention="cem", cem_attention=CEMAttentionConfig(steps=1, diagonal="per_head", precond="diagonal"))),
+        attention=CEMAttentionConfig(steps=1, diagonal="per_head", precond="diagonal"))),
 }
 
 

@@ -1,0 +1,21 @@
+"""Sublayers: plain baselines (Llama, GPT-2) and energy blocks (CEM), chosen by kind.
+
+Importing this package registers every built-in kind in :data:`ATTENTIONS` and :data:`MLPS`.
+"""
+
+from .baselines import (
+    GeluMLP, GeluMLPConfig, GPTAttention, GPTAttentionConfig, LlamaAttention, LlamaAttentionConfig,
+    SwiGLU, SwiGLUConfig,
+)
+from .cem import CEMMLP, CEMAttention, CEMAttentionConfig, CEMMLPConfig
+from .layer import BlockConfig, TransformerLayer
+from .registry import (
+    ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, build_attention, build_mlp,
+)
+
+__all__ = [
+    "ATTENTIONS", "MLPS", "AttentionConfig", "MLPConfig", "SublayerSpec", "build_attention", "build_mlp",
+    "BlockConfig", "TransformerLayer", "LlamaAttention", "LlamaAttentionConfig", "GPTAttention",
+    "GPTAttentionConfig", "SwiGLU", "SwiGLUConfig", "GeluMLP", "GeluMLPConfig", "CEMAttention",
+    "CEMAttentionConfig", "CEMMLP", "CEMMLPConfig",
+]

@@ -1,73 +1,61 @@
 """Plain baseline sublayers the energy blocks are compared against (CEM seed §4 uses Llama).
 
 Every sublayer maps (B, N, D) -> (B, N, D) with the residual included and takes a
-:class:`~energyformer.core.ForwardContext` (KV cache, position offset), so a baseline and an energy
-block are interchangeable in a layer.
+:class:`~energyformer.core.ForwardContext` (KV cache, position offset, key-padding mask), so a
+baseline and an energy block are interchangeable in a layer. Registered kinds:
 
-* :class:`LlamaAttention` — pre-RMSNorm, separate W_Q, W_K, W_V, W_O (no bias), RoPE, causal SDPA.
-* :class:`SwiGLU`         — pre-RMSNorm, W_down(SiLU(W_gate h) ∘ W_up h)  (Shazeer 2020).
-* :class:`GPTAttention`   — pre-LayerNorm, fused QKV with bias, output projection, dropout (GPT-2).
-* :class:`GeluMLP`        — pre-LayerNorm, 4× GELU MLP with bias and dropout (GPT-2).
+* attention ``llama`` — :class:`LlamaAttention`: pre-RMSNorm, separate W_Q, W_K, W_V, W_O (no bias),
+  RoPE (``rope_theta``), SDPA.
+* attention ``gpt``   — :class:`GPTAttention`: pre-LayerNorm, fused QKV with bias, output projection,
+  dropout (GPT-2).
+* MLP ``swiglu``      — :class:`SwiGLU`: pre-RMSNorm, W_down(SiLU(W_gate h) ∘ W_up h) (Shazeer 2020);
+  default hidden 8/3·D rounded up to 32 (Llama).
+* MLP ``gelu``        — :class:`GeluMLP`: pre-LayerNorm, GELU MLP with bias and dropout; default
+  hidden 4·D (GPT-2).
+
+Attention is causal or bidirectional (``causal``, given by the model through the builder spec).
 """
 
-from __future__ import annotations
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
+from pydantic import Field
 from torch import Tensor, nn
 
-from ..core.block import ForwardContext
+from ..core.context import ForwardContext
 from ..utils.validate import check_int
+from .attention import append_kv_cache, apply_rope, attention, rope_cos_sin
+from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, llama_hidden
 
 
-def _causal_attention(q: Tensor, k: Tensor, v: Tensor, offset: int, dropout: float) -> Tensor:
-    """SDPA over (B, H, N, Dh); queries start at position ``offset`` of the (cached) keys."""
-    nq, nk = q.shape[2], k.shape[2]
-    if nq == nk:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
-    if nq == 1:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
-    mask = torch.arange(nk, device=q.device)[None, :] <= (offset + torch.arange(nq, device=q.device))[:, None]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+# ----------------------------------------------------------------------------- attention
+class LlamaAttentionConfig(AttentionConfig):
+    """Llama attention: separate Q/K/V/O without bias, RoPE, pre-RMSNorm."""
+
+    kind: Literal["llama"] = "llama"
+    rope_theta: float = Field(10000.0, gt=0)
+    """RoPE base θ (Su et al. 2024)"""
 
 
+class GPTAttentionConfig(AttentionConfig):
+    """GPT-2 attention: fused QKV with bias, pre-LayerNorm, attention and residual dropout."""
 
-def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin tables (N, head_dim/2) for rotary embeddings (Su et al. 2024)."""
-    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
-    ang = positions.float()[:, None] * inv[None, :]
-    return ang.cos().to(dtype), ang.sin().to(dtype)
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (first half, second half) of the last axis of x: (B, H, N, Dh)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-
-
-def append_kv_cache(ctx: ForwardContext | None, name: str, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """Append new keys/values (B, H, n, Dh) to this sublayer's cache slot; return the full ones."""
-    slot = None if ctx is None else ctx.cache_slot(name)
-    if slot is None:
-        return k, v
-    if "k" in slot:
-        k, v = torch.cat([slot["k"], k], 2), torch.cat([slot["v"], v], 2)
-    slot["k"], slot["v"] = k, v
-    return k, v
+    kind: Literal["gpt"] = "gpt"
 
 
 class LlamaAttention(nn.Module):
     """Llama multi-head attention sublayer with RoPE (separate Q/K/V/O)."""
 
-    kind = "attention"
+    part = "attention"
 
-    def __init__(self, dim: int, heads: int, rope_theta: float = 10000.0):
+    def __init__(self, dim: int, heads: int, rope_theta: float = 10000.0, causal: bool = True):
         super().__init__()
         check_int("heads", heads, min=1)
         if dim % heads or (dim // heads) % 2:
             raise ValueError(f"heads = {heads}: must divide dim = {dim} into an even head size")
-        self.heads, self.head_dim, self.theta = heads, dim // heads, rope_theta
+        self.heads, self.head_dim, self.theta, self.causal = heads, dim // heads, rope_theta, causal
         self.norm = nn.RMSNorm(dim, eps=1e-6)
         self.wq = nn.Linear(dim, dim, bias=False)
         self.wk = nn.Linear(dim, dim, bias=False)
@@ -75,22 +63,77 @@ class LlamaAttention(nn.Module):
         self.wo = nn.Linear(dim, dim, bias=False)
         self.qualname = ""
 
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
         h = self.norm(x)
         q, k, v = (rearrange(w(h), "b n (h d) -> b h n d", h=self.heads) for w in (self.wq, self.wk, self.wv))
         offset = 0 if ctx is None else ctx.offset
         pos = torch.arange(offset, offset + x.shape[1], device=x.device)
         cos, sin = rope_cos_sin(pos, self.head_dim, self.theta, q.dtype)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        k, v = append_kv_cache(ctx, self.qualname, k, v)
-        o = _causal_attention(q, k, v, k.shape[2] - q.shape[2], 0.0)
+        k, v, key_mask = append_kv_cache(ctx, self.qualname, k, v)  # (B, H, Nk, Dh)
+        o = attention(q, k, v, self.causal, key_mask)
         return x + self.wo(rearrange(o, "b h n d -> b n (h d)"))
+
+
+class GPTAttention(nn.Module):
+    """GPT-2 attention sublayer (pre-LayerNorm, fused QKV with bias, dropout)."""
+
+    part = "attention"
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0, causal: bool = True):
+        super().__init__()
+        check_int("heads", heads, min=1)
+        if dim % heads:
+            raise ValueError(f"heads = {heads}: must divide dim = {dim}")
+        self.heads, self.dropout, self.causal = heads, dropout, causal
+        self.norm = nn.LayerNorm(dim)
+        self.c_attn = nn.Linear(dim, 3 * dim)
+        self.c_proj = nn.Linear(dim, dim)
+        self.resid_drop = nn.Dropout(dropout)
+        self.qualname = ""
+
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
+        q, k, v = rearrange(self.c_attn(self.norm(x)), "b n (t h d) -> t b h n d", t=3, h=self.heads)
+        k, v, key_mask = append_kv_cache(ctx, self.qualname, k, v)
+        o = attention(q, k, v, self.causal, key_mask, self.dropout if self.training else 0.0)
+        return x + self.resid_drop(self.c_proj(rearrange(o, "b h n d -> b n (h d)")))
+
+
+@ATTENTIONS.register("llama", LlamaAttentionConfig)
+def build_llama_attention(cfg: LlamaAttentionConfig, spec: SublayerSpec) -> LlamaAttention:
+    """Llama attention: RoPE, separate Q/K/V/O, pre-RMSNorm (no dropout)."""
+    return LlamaAttention(spec.dim, spec.heads, cfg.rope_theta, causal=spec.causal)
+
+
+@ATTENTIONS.register("gpt", GPTAttentionConfig)
+def build_gpt_attention(cfg: GPTAttentionConfig, spec: SublayerSpec) -> GPTAttention:
+    """GPT-2 attention: fused QKV with bias, pre-LayerNorm, dropout."""
+    return GPTAttention(spec.dim, spec.heads, spec.dropout, causal=spec.causal)
+
+
+# ----------------------------------------------------------------------------- MLP
+class SwiGLUConfig(MLPConfig):
+    """Llama gated MLP (SwiGLU); default hidden 8/3·D rounded up to 32."""
+
+    kind: Literal["swiglu"] = "swiglu"
+
+    def default_hidden(self, dim: int) -> int:
+        return llama_hidden(dim)
+
+
+class GeluMLPConfig(MLPConfig):
+    """GPT-2 MLP (GELU, bias, dropout); default hidden 4·D."""
+
+    kind: Literal["gelu"] = "gelu"
+
+    def default_hidden(self, dim: int) -> int:
+        return 4 * dim
 
 
 class SwiGLU(nn.Module):
     """Llama gated MLP sublayer: x + W_down(SiLU(W_gate h) ∘ W_up h), h = RMSNorm(x)."""
 
-    kind = "mlp"
+    part = "mlp"
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
@@ -100,38 +143,15 @@ class SwiGLU(nn.Module):
         self.w_down = nn.Linear(hidden, dim, bias=False)
         self.qualname = ""
 
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
         h = self.norm(x)
         return x + self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))
-
-
-class GPTAttention(nn.Module):
-    """GPT-2 attention sublayer (pre-LayerNorm, fused QKV with bias, dropout)."""
-
-    kind = "attention"
-
-    def __init__(self, dim: int, heads: int, dropout: float = 0.0):
-        super().__init__()
-        if dim % heads:
-            raise ValueError(f"heads = {heads}: must divide dim = {dim}")
-        self.heads, self.dropout = heads, dropout
-        self.norm = nn.LayerNorm(dim)
-        self.c_attn = nn.Linear(dim, 3 * dim)
-        self.c_proj = nn.Linear(dim, dim)
-        self.resid_drop = nn.Dropout(dropout)
-        self.qualname = ""
-
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:
-        q, k, v = rearrange(self.c_attn(self.norm(x)), "b n (t h d) -> t b h n d", t=3, h=self.heads)
-        k, v = append_kv_cache(ctx, self.qualname, k, v)
-        o = _causal_attention(q, k, v, k.shape[2] - q.shape[2], self.dropout if self.training else 0.0)
-        return x + self.resid_drop(self.c_proj(rearrange(o, "b h n d -> b n (h d)")))
 
 
 class GeluMLP(nn.Module):
     """GPT-2 MLP sublayer: x + Dropout(W2 GELU(W1 LayerNorm(x)))."""
 
-    kind = "mlp"
+    part = "mlp"
 
     def __init__(self, dim: int, hidden: int, dropout: float = 0.0):
         super().__init__()
@@ -141,5 +161,17 @@ class GeluMLP(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.qualname = ""
 
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
         return x + self.drop(self.proj(F.gelu(self.fc(self.norm(x)))))
+
+
+@MLPS.register("swiglu", SwiGLUConfig)
+def build_swiglu(cfg: SwiGLUConfig, spec: SublayerSpec) -> SwiGLU:
+    """Llama SwiGLU MLP, pre-RMSNorm, no bias (no dropout)."""
+    return SwiGLU(spec.dim, cfg.hidden_size(spec))
+
+
+@MLPS.register("gelu", GeluMLPConfig)
+def build_gelu_mlp(cfg: GeluMLPConfig, spec: SublayerSpec) -> GeluMLP:
+    """GPT-2 GELU MLP, pre-LayerNorm, bias, dropout."""
+    return GeluMLP(spec.dim, cfg.hidden_size(spec), spec.dropout)

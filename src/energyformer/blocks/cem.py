@@ -1,6 +1,7 @@
 """CEM attention and CEM MLP sublayers (CEM seed Algorithm 1): energy + gradient descent + T steps.
 
-Both are :class:`~energyformer.core.EnergyBlock`s:
+Both are :class:`~energyformer.core.EnergyBlock`s, registered as attention kind ``cem`` and MLP kind
+``cem``::
 
     CEM attention = InteractionEnergy  + GradientDescent(P_k, eta) × T   (Eq. 14, 16)
     CEM MLP       = ElementwiseEnergy  + GradientDescent(P_mlp, eta) × T (Eq. 15, 17)
@@ -10,98 +11,103 @@ with one RMSNorm per sublayer used both on the block input (keys / gate, compute
 (see :mod:`energyformer.core.block`). With T = 1, identity preconditioner and no diagonal, CEM attention
 is pre-norm multi-head attention with W^K = W^V, W^Q = W^O plus the residual; CEM MLP is a pre-norm
 gated MLP with W^u = W^dᵀ.
+
+CEM attention is causal (the seed) or bidirectional (``causal=False``, given by the model; see
+:mod:`energyformer.energies.interaction` for the bidirectional energy and its symmetric ALiBi).
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass
 from typing import Literal
 
-from torch import nn
+from pydantic import Field
+from torch import Tensor, nn
 
 from ..core.block import EnergyBlock
-from ..core.precond import PRECONDITIONERS, make_preconditioner
+from ..core.context import ForwardContext
+from ..core.precond import make_preconditioner
 from ..core.solver import GradientDescent
 from ..energies.elementwise import ElementwiseEnergy
-from ..energies.interaction import DIAGONAL_MODES, InteractionEnergy
-from ..utils.validate import check_choice, check_float, check_int
+from ..energies.interaction import InteractionEnergy
+from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, llama_hidden
+
+Precond = Literal["identity", "diagonal", "diag_low_rank"]  # = core.precond.PRECONDITIONERS (tested)
+Diagonal = Literal["none", "shared", "per_head"]              # = energies.interaction.DIAGONAL_MODES
+Init = Literal["residual", "normalized"]
 
 
-@dataclass
-class CEMAttentionConfig:
-    """Options of CEM attention (defaults: seed §4 + reconstructed.md §4 recommendations).
+class CEMAttentionConfig(AttentionConfig):
+    """CEM attention (defaults: seed §4 + reconstructed.md §4 recommendations)."""
 
-    steps: T recursive steps (Eq. 16); step_size: eta; learn_step_size: learn eta (softplus).
-    diagonal: 'none' | 'shared' | 'per_head' diagonal d_k in A_k (Eq. 12); 'shared' per seed §4.4.
-    precond: 'identity' | 'diagonal' | 'diag_low_rank' (Eq. 13), rank ``precond_rank`` (App. D.4: 4).
-    precond_per_head: one P_k per head as in Eq. 14 (True) or one P shared by all heads.
-    alibi / self_bias: App. B position biases. norm_in_loop: RMSNorm before each step (Algorithm 1).
-    init: 'residual' (x0 = residual stream; T=1 == pre-norm attention) | 'normalized' (x0 = RMSNorm(h)).
-    temperature: τ, default sqrt(head_dim). attn_fp32: attention core in float32 under autocast.
-    """
-
-    steps: int = 1
-    step_size: float = 1.0
+    kind: Literal["cem"] = "cem"
+    steps: int = Field(1, ge=1)
+    """T recursive steps (Eq. 16)"""
+    step_size: float = Field(1.0, gt=0)
+    """eta, the step size"""
     learn_step_size: bool = False
-    diagonal: Literal["none", "shared", "per_head"] = "shared"
-    precond: Literal["identity", "diagonal", "diag_low_rank"] = "identity"
-    precond_rank: int = 4
+    """learn eta (softplus-parametrised, initialised at step_size)"""
+    diagonal: Diagonal = "shared"
+    """diagonal d_k in A_k = W_Qkᵀ W_Kk + diag(d_k) (Eq. 12); 'shared' per seed §4.4"""
+    precond: Precond = "identity"
+    """preconditioner P_k (Eq. 13)"""
+    precond_rank: int = Field(4, ge=1)
+    """rank R of the low-rank part of P_k (App. D.4: 4)"""
     precond_per_head: bool = True
+    """one P_k per head as in Eq. 14 (True) or one P shared by all heads"""
     alibi: bool = True
+    """ALiBi bias: −m_k (i − j) causal, symmetric −m_k |i − j| bidirectional (App. B)"""
     self_bias: bool = True
+    """learned per-head bias on the self score j = i (App. B)"""
     norm_in_loop: bool = True
-    init: Literal["residual", "normalized"] = "residual"
-    temperature: float | None = None
+    """RMSNorm the iterate before each step (Algorithm 1); the update is then not exact"""
+    init: Init = "residual"
+    """x0 = residual stream ('residual': T=1 is pre-norm attention) or RMSNorm(h) ('normalized')"""
+    temperature: float | None = Field(None, gt=0)
+    """τ (None: sqrt(head_dim))"""
     attn_fp32: bool = True
-
-    def __post_init__(self):
-        check_int("steps", self.steps, min=1)
-        check_float("step_size", self.step_size, min=0.0, min_exclusive=True)
-        check_choice("diagonal", self.diagonal, DIAGONAL_MODES)
-        check_choice("precond", self.precond, PRECONDITIONERS)
-        check_int("precond_rank", self.precond_rank, min=1)
-        check_choice("init", self.init, ("residual", "normalized"))
-        if self.temperature is not None:
-            check_float("temperature", self.temperature, min=0.0, min_exclusive=True)
+    """attention core in float32 under autocast (ALiBi features need it)"""
 
 
-@dataclass
-class CEMMLPConfig:
-    """Options of the CEM MLP. hidden: D_v (None = the model's MLP hidden size); precond_rank 16 (App. D.4)."""
+class CEMMLPConfig(MLPConfig):
+    """CEM MLP (element-wise energy); default hidden as Llama's MLP, 8/3·D rounded up to 32."""
 
-    steps: int = 1
-    hidden: int | None = None
-    step_size: float = 1.0
+    kind: Literal["cem"] = "cem"
+    steps: int = Field(1, ge=1)
+    """T recursive steps (Eq. 17)"""
+    step_size: float = Field(1.0, gt=0)
+    """eta, the step size"""
     learn_step_size: bool = False
-    precond: Literal["identity", "diagonal", "diag_low_rank"] = "identity"
-    precond_rank: int = 16
+    """learn eta (softplus-parametrised, initialised at step_size)"""
+    precond: Precond = "identity"
+    """preconditioner P (Eq. 13)"""
+    precond_rank: int = Field(16, ge=1)
+    """rank R of the low-rank part of P (App. D.4: 16)"""
     norm_in_loop: bool = True
-    init: Literal["residual", "normalized"] = "residual"
+    """RMSNorm the iterate before each step (Algorithm 1); the update is then not exact"""
+    init: Init = "residual"
+    """x0 = residual stream ('residual') or RMSNorm(h) ('normalized')"""
 
-    def __post_init__(self):
-        check_int("steps", self.steps, min=1)
-        if self.hidden is not None:
-            check_int("hidden", self.hidden, min=1)
-        check_float("step_size", self.step_size, min=0.0, min_exclusive=True)
-        check_choice("precond", self.precond, PRECONDITIONERS)
-        check_int("precond_rank", self.precond_rank, min=1)
-        check_choice("init", self.init, ("residual", "normalized"))
+    def default_hidden(self, dim: int) -> int:
+        return llama_hidden(dim)
 
 
 def _rmsnorm(dim: int) -> nn.Module:
     return nn.RMSNorm(dim, eps=1e-6)
 
 
+def _steps(ctx: ForwardContext, steps: int | None) -> int | None:
+    """Step budget: an explicit ``steps`` argument, else the context's override ``ctx.steps``."""
+    return steps if steps is not None else ctx.steps
+
+
 class CEMAttention(EnergyBlock):
     """CEM attention sublayer: (B, N, D) -> (B, N, D), residual included."""
 
-    kind = "attention"
+    part = "attention"
 
-    def __init__(self, dim: int, heads: int, cfg: CEMAttentionConfig | None = None):
+    def __init__(self, dim: int, heads: int, cfg: CEMAttentionConfig | None = None, causal: bool = True):
         cfg = cfg or CEMAttentionConfig()
         energy = InteractionEnergy(
             dim, heads, diagonal=cfg.diagonal, alibi=cfg.alibi, self_bias=cfg.self_bias,
-            temperature=cfg.temperature, attn_fp32=cfg.attn_fp32)
+            temperature=cfg.temperature, attn_fp32=cfg.attn_fp32, causal=causal)
         precond = make_preconditioner(
             cfg.precond, dim, cfg.precond_rank, heads if cfg.precond_per_head else None,
             name="cem_attention.precond")
@@ -109,19 +115,43 @@ class CEMAttention(EnergyBlock):
         super().__init__(energy, solver, cfg.steps, _rmsnorm(dim), cfg.norm_in_loop, cfg.init)
         self.cfg = cfg
 
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None) -> Tensor:
+        # Hands ctx.mask to energy.prepare and ctx.steps to the solver, which EnergyBlock.forward
+        # does not do yet; once core/block.py passes both, this override can go.
+        ctx = ctx or ForwardContext()
+        self.energy.pending_mask = ctx.mask
+        try:
+            return super().forward(x, ctx, _steps(ctx, steps))
+        finally:
+            self.energy.pending_mask = None
+
 
 class CEMMLP(EnergyBlock):
     """CEM MLP sublayer: (B, N, D) -> (B, N, D), residual included."""
 
-    kind = "mlp"
+    part = "mlp"
 
     def __init__(self, dim: int, cfg: CEMMLPConfig | None = None, hidden: int | None = None):
         cfg = cfg or CEMMLPConfig()
-        hidden = cfg.hidden or hidden
-        if hidden is None:
-            raise ValueError("cem_mlp.hidden = None: give the hidden size D_v (an integer >= 1)")
+        hidden = cfg.hidden or hidden or cfg.default_hidden(dim)
         energy = ElementwiseEnergy(dim, hidden)
         precond = make_preconditioner(cfg.precond, dim, cfg.precond_rank, None, name="cem_mlp.precond")
         solver = GradientDescent(precond, cfg.step_size, cfg.learn_step_size)
         super().__init__(energy, solver, cfg.steps, _rmsnorm(dim), cfg.norm_in_loop, cfg.init)
         self.cfg = cfg
+
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None) -> Tensor:
+        ctx = ctx or ForwardContext()  # ctx.steps: see CEMAttention.forward
+        return super().forward(x, ctx, _steps(ctx, steps))
+
+
+@ATTENTIONS.register("cem", CEMAttentionConfig)
+def build_cem_attention(cfg: CEMAttentionConfig, spec: SublayerSpec) -> CEMAttention:
+    """CEM attention: descent on the interaction energy (tied W_K = W_V, W_Q = W_O)."""
+    return CEMAttention(spec.dim, spec.heads, cfg, causal=spec.causal)
+
+
+@MLPS.register("cem", CEMMLPConfig)
+def build_cem_mlp(cfg: CEMMLPConfig, spec: SublayerSpec) -> CEMMLP:
+    """CEM MLP: descent on the element-wise energy (tied W_u = W_dᵀ)."""
+    return CEMMLP(spec.dim, cfg, hidden=cfg.hidden_size(spec))

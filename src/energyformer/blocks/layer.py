@@ -1,72 +1,56 @@
-"""A transformer layer = attention-like sublayer + MLP-like sublayer, each chosen by config.
+"""A transformer layer = attention-like sublayer + MLP-like sublayer, each chosen by kind.
 
 "CEM attention + Llama MLP", "Llama attention + CEM MLP" and "full CEM" (seed §4.1-4.3) are each one
-switch: ``attention: cem`` / ``mlp: cem``. ``attn_reuse`` / ``mlp_reuse`` apply a sublayer several
-times with the same weights — the *plain layer reuse* baseline of seed Fig. 3c / Fig. 4, to contrast
-with CEM's within-layer recursion (``cem_attention.steps`` / ``cem_mlp.steps``), where keys and
-gates are computed once and only the query side is iterated.
+switch, e.g. ``block: {attention: {kind: cem, steps: 2, precond: diag_low_rank}, mlp: swiglu}``.
+Each kind has its own config section (:mod:`energyformer.blocks.registry`); a bare name is shorthand
+for ``{kind: name}`` with that kind's defaults.
+
+``attn_reuse`` / ``mlp_reuse`` apply a sublayer several times with the same weights — the *plain
+layer reuse* baseline of seed Fig. 3c / Fig. 4, to contrast with CEM's within-layer recursion
+(``attention.steps`` / ``mlp.steps`` of the ``cem`` kinds), where keys and gates are computed once and
+only the query side is iterated.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Literal
-
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from ..core.block import ForwardContext
-from ..utils.validate import check_choice, check_float, check_int
-from .baselines import GeluMLP, GPTAttention, LlamaAttention, SwiGLU
-from .cem import CEMAttention, CEMAttentionConfig, CEMMLP, CEMMLPConfig
-
-ATTENTIONS = ("llama", "gpt", "cem")
-MLPS = ("swiglu", "gelu", "cem")
+from ..core.context import ForwardContext
+from ..utils.config import ConfigModel
+from .registry import ATTENTIONS, MLPS, SublayerSpec, build_attention, build_mlp
 
 
-@dataclass
-class BlockConfig:
-    """Which sublayers make a layer, and their options."""
+class BlockConfig(ConfigModel):
+    """Which sublayers make a layer (each kind with its own options), dropout and plain reuse."""
 
-    attention: Literal["llama", "gpt", "cem"] = "llama"
-    mlp: Literal["swiglu", "gelu", "cem"] = "swiglu"
-    dropout: float = 0.0
-    rope_theta: float = 10000.0
-    attn_reuse: int = 1
-    mlp_reuse: int = 1
-    cem_attention: CEMAttentionConfig = field(default_factory=CEMAttentionConfig)
-    cem_mlp: CEMMLPConfig = field(default_factory=CEMMLPConfig)
+    attention: ATTENTIONS.type("llama") = ATTENTIONS.field("llama")
+    """attention sublayer: a kind name or {kind: NAME, ...that kind's options}"""
+    mlp: MLPS.type("swiglu") = MLPS.field("swiglu")
+    """MLP sublayer: a kind name or {kind: NAME, ...that kind's options}"""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """dropout probability, handed to the sublayers that have dropout (and the embedding)"""
+    attn_reuse: int = Field(1, ge=1)
+    """apply the attention sublayer this many times with the same weights (plain reuse)"""
+    mlp_reuse: int = Field(1, ge=1)
+    """apply the MLP sublayer this many times with the same weights (plain reuse)"""
 
-    def __post_init__(self):
-        check_choice("block.attention", self.attention, ATTENTIONS)
-        check_choice("block.mlp", self.mlp, MLPS)
-        check_float("block.dropout", self.dropout, min=0.0, max=1.0)
-        check_int("block.attn_reuse", self.attn_reuse, min=1)
-        check_int("block.mlp_reuse", self.mlp_reuse, min=1)
-
-
-def make_attention(cfg: BlockConfig, dim: int, heads: int) -> nn.Module:
-    if cfg.attention == "llama":
-        return LlamaAttention(dim, heads, cfg.rope_theta)
-    if cfg.attention == "gpt":
-        return GPTAttention(dim, heads, cfg.dropout)
-    return CEMAttention(dim, heads, cfg.cem_attention)
-
-
-def make_mlp(cfg: BlockConfig, dim: int, hidden: int) -> nn.Module:
-    if cfg.mlp == "swiglu":
-        return SwiGLU(dim, hidden)
-    if cfg.mlp == "gelu":
-        return GeluMLP(dim, hidden, cfg.dropout)
-    return CEMMLP(dim, cfg.cem_mlp, hidden=hidden)
+    @model_validator(mode="after")
+    def _kinds_match_registry(self):
+        # A config object passed directly is not re-dispatched: make sure it belongs to its kind.
+        for key, reg in (("attention", ATTENTIONS), ("mlp", MLPS)):
+            cfg = getattr(self, key)
+            if not isinstance(cfg, reg.get(cfg.kind).config):
+                raise ValueError(f"{key} = {type(cfg).__name__}(kind={cfg.kind!r}): {reg.what} kind "
+                                 f"{cfg.kind!r} takes a {reg.get(cfg.kind).config.__name__}")
+        return self
 
 
 class TransformerLayer(nn.Module):
-    """x -> mlp^r(attn^r(x)) with r-fold plain reuse (default 1)."""
+    """x -> mlp^r(attn^r(x)) with r-fold plain reuse (default 1). Shapes (B, N, D) throughout."""
 
-    def __init__(self, cfg: BlockConfig, dim: int, heads: int, mlp_hidden: int):
+    def __init__(self, cfg: BlockConfig, spec: SublayerSpec):
         super().__init__()
-        self.attn = make_attention(cfg, dim, heads)
-        self.mlp = make_mlp(cfg, dim, mlp_hidden)
+        self.attn = build_attention(cfg.attention, spec)
+        self.mlp = build_mlp(cfg.mlp, spec)
         self.attn_reuse, self.mlp_reuse = cfg.attn_reuse, cfg.mlp_reuse
 
     def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)

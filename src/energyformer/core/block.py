@@ -62,5 +62,5 @@ class EnergyBlock(nn.Module):
             ctx.carry[self.solver.registry_name] = res.carry
         if ctx.traces is not None and res.trace is not None:
             res.trace.exact = self.exact
-            ctx.traces[self.qualname or f"block{len(ctx.traces)}"] = res.trace
+            ctx.traces[ctx.key(self.qualname)] = res.trace
         return res.x

@@ -29,6 +29,18 @@ Choices where the source is ambiguous (flags, defaults recommended by reconstruc
     self bias per head is learned, initialised at 0.
   * ``attn_fp32``: the attention core runs in float32 under autocast, because the ALiBi feature
     columns carry values ~m·N that bfloat16 cannot resolve.
+
+Bidirectional context (``causal=False``; not in the seed, needed by Hyper-SET-style encoders and
+masked modelling): the sum runs over every j, the self bias still marks j = i, and ALiBi becomes the
+symmetric distance penalty ``−m_k |i − j|`` (Press et al. 2022's encoder variant; with ``alibi=False``
+there is no position bias). ``|i − j|`` is not low-rank, so the bidirectional path passes the bias as
+an additive SDPA mask (one SDPA call, O(N²) bias) instead of the feature columns; the causal path
+keeps the fused single call with ``is_causal``. For every j ≤ i, ``−m(i − j) = −m|i − j|``, so one
+formula covers both.
+
+Key padding (``prepare(..., mask=...)``, (B, Nk) bool, True = real token): masked keys are never
+attended. Every query still sees itself (the self term is merged separately), so a padded query's
+row is well defined; its output is meaningless and no real token reads it.
 """
 
 from __future__ import annotations
@@ -53,6 +65,31 @@ def alibi_slopes(heads: int) -> Tensor:
     return torch.tensor([2.0 ** (-8.0 * (k + 1) / heads) for k in range(heads)])
 
 
+def concat_key_mask(old: Tensor | None, new: Tensor | None, n_old: int, n_new: int, batch: int,
+                    device: torch.device) -> Tensor | None:
+    """Key-padding mask (B, n_old + n_new) of cached + new keys; None when neither part has one."""
+    if old is None and new is None:
+        return None
+    if old is None:
+        old = torch.ones(batch, n_old, dtype=torch.bool, device=device)
+    if new is None:
+        new = torch.ones(batch, n_new, dtype=torch.bool, device=device)
+    return torch.cat([old, new.to(torch.bool)], dim=1)
+
+
+def append_key_mask(cache: dict | None, mask: Tensor | None, n_old: int, n_new: int, batch: int,
+                    device: torch.device) -> Tensor | None:
+    """The key mask of all keys so far; stored in ``cache['mask']`` when a cache is given."""
+    if mask is not None and tuple(mask.shape) != (batch, n_new):
+        raise ValueError(f"key mask of shape {tuple(mask.shape)}: expected (batch, tokens) = {(batch, n_new)}")
+    if cache is None:
+        return None if mask is None else mask.to(torch.bool)
+    full = concat_key_mask(cache.get("mask"), mask, n_old, n_new, batch, device)
+    if full is not None:
+        cache["mask"] = full
+    return full
+
+
 @dataclass
 class InteractionState:
     """Work done once per block call (outside the recursion)."""
@@ -66,6 +103,8 @@ class InteractionState:
     k: Tensor        # (B, H, Nk, Dr) keys (= values, tied)
     offset: int      # position of the first query
     qpad: int = 0    # zero columns appended to queries so that q/k/v widths match
+    key_mask: Tensor | None = None   # (B, Nk) bool, True = real key (None: all real)
+    attn_mask: Tensor | None = None  # SDPA mask over [null ; keys] for the non-fused paths, or None
 
 
 @register_energy("cem_interaction")
@@ -77,7 +116,7 @@ class InteractionEnergy(Energy):
     def __init__(
         self, dim: int, heads: int, head_dim: int | None = None, diagonal: str = "shared",
         alibi: bool = True, self_bias: bool = True, temperature: float | None = None,
-        attn_fp32: bool = True,
+        attn_fp32: bool = True, causal: bool = True,
     ):
         super().__init__()
         check_int("dim", dim, min=1)
@@ -105,38 +144,58 @@ class InteractionEnergy(Energy):
             self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
         self.self_bias = nn.Parameter(torch.zeros(heads)) if self_bias else None
         self.attn_fp32 = attn_fp32
+        self.causal = bool(causal)
+        # Key mask handed over by CEMAttention while ``EnergyBlock.forward`` does not pass
+        # ``ctx.mask`` to ``prepare`` (see blocks/cem.py); an explicit ``mask=`` wins.
+        self.pending_mask: Tensor | None = None
 
     @classmethod
     def examples(cls, dtype=torch.float64):
+        """Causal: every diagonal mode with / without ALiBi + self bias; bidirectional: the same
+        (symmetric ALiBi −m|i − j|) for diagonal none / shared."""
+        cases = [(diag, ab, True) for diag in DIAGONAL_MODES for ab in (False, True)]
+        cases += [(diag, ab, False) for diag in ("none", "shared") for ab in (False, True)]
         out = []
-        for diag in DIAGONAL_MODES:
-            for alibi, sb in ((False, False), (True, True)):
-                g = torch.Generator().manual_seed(len(out))
-                torch.manual_seed(len(out))
-                e = cls(16, 4, diagonal=diag, alibi=alibi, self_bias=sb).to(dtype)
-                with torch.no_grad():
-                    if e.d is not None:
-                        e.d.normal_(0, 0.5, generator=g)
-                    if e.self_bias is not None:
-                        e.self_bias.normal_(0, 1, generator=g)
-                ctx = torch.randn(2, 7, 16, generator=g, dtype=dtype)
-                x = torch.randn(2, 7, 16, generator=g, dtype=dtype)
-                out.append((f"diag={diag},alibi={alibi},self_bias={sb}", e, ctx, x))
+        for diag, ab, causal in cases:
+            g = torch.Generator().manual_seed(len(out))
+            torch.manual_seed(len(out))
+            e = cls(16, 4, diagonal=diag, alibi=ab, self_bias=ab, causal=causal).to(dtype)
+            with torch.no_grad():
+                if e.d is not None:
+                    e.d.normal_(0, 0.5, generator=g)
+                if e.self_bias is not None:
+                    e.self_bias.normal_(0, 1, generator=g)
+            ctx = torch.randn(2, 7, 16, generator=g, dtype=dtype)
+            x = torch.randn(2, 7, 16, generator=g, dtype=dtype)
+            label = f"diag={diag},alibi={ab},self_bias={ab}" + ("" if causal else ",bidirectional")
+            out.append((label, e, ctx, x))
         return out
 
     # ------------------------------------------------------------------ once per block call
-    def prepare(self, context: Tensor, cache: dict | None = None, offset: int = 0, **kw) -> InteractionState:
+    def prepare(
+        self, context: Tensor, cache: dict | None = None, offset: int = 0, mask: Tensor | None = None, **kw,
+    ) -> InteractionState:
+        """Keys, values and the SDPA mask for queries at the last ``Nn`` positions.
+
+        context: (B, Nn, D) normalised input of this call; ``cache`` holds earlier keys (decoding);
+        mask: (B, Nn) bool key-padding mask of this call's tokens (True = real).
+        """
         h = context  # (B, Nn, D) normalised input
+        if mask is None:
+            mask = self.pending_mask
         k = rearrange(self.wk(h), "b n (h r) -> b h n r", h=self.heads)  # (B, H, Nn, Dr)
         nq = h.shape[1]
+        n_old = 0
         if cache is not None:
             if "k" in cache:
+                n_old = cache["k"].shape[2]
                 k = torch.cat([cache["k"], k], dim=2)
                 if self.d is not None:
                     h = torch.cat([cache["h"], h], dim=1)
             cache["k"] = k
             if self.d is not None:
                 cache["h"] = h
+        key_mask = append_key_mask(cache, mask, n_old, nq, k.shape[0], k.device)  # (B, Nk) or None
         B, H, nk, _ = k.shape
         offset = nk - nq
         cdt = self._compute_dtype(k.dtype)
@@ -145,7 +204,7 @@ class InteractionEnergy(Energy):
             feats.append(h.to(cdt).unsqueeze(1).expand(B, H, nk, self.dim))
         vals = torch.cat(feats, dim=-1)  # ṽ: (B, H, Nk, Fv)
         qpos = None
-        if self.alibi:
+        if self.alibi and self.causal:  # exact rank-2 features: τ m (1, −i) · (j, 1) = τ m (j − i)
             pos = torch.arange(nk, device=k.device, dtype=cdt)
             kpos = torch.stack([pos, torch.ones_like(pos)], -1)  # (Nk, 2): (j, 1)
             feats.append(kpos.expand(B, H, nk, 2))
@@ -167,8 +226,35 @@ class InteractionEnergy(Energy):
         return InteractionState(
             keys=torch.cat([null_k, keys], 2), values=torch.cat([null_v, vals_ind], 2),
             self_keys=self_keys, self_values=vals[:, :, offset:], qpos_feat=qpos,
-            h=h, k=k, offset=offset, qpad=fk - fq,
+            h=h, k=k, offset=offset, qpad=fk - fq, key_mask=key_mask,
+            attn_mask=self._others_mask(nq, nk, offset, key_mask, cdt, k.device),
         )
+
+    def _others_mask(
+        self, nq: int, nk: int, offset: int, key_mask: Tensor | None, cdt: torch.dtype, device,
+    ) -> Tensor | None:
+        """SDPA mask over [null ; keys] for the keys j ≠ i merged by SDPA (the self term is added
+        exactly afterwards). None where :meth:`attend` uses the fused causal calls.
+
+        Causal: bool (Nq, 1+Nk) or (B, 1, Nq, 1+Nk), key c = j + 1 visible iff j < i (and real).
+        Bidirectional: every real j ≠ i; with ALiBi an additive float mask −m_k |i − j| (−inf where
+        hidden) of shape (1 or B, H, Nq, 1+Nk).
+        """
+        if self.causal and key_mask is None and (nq == nk or nq == 1):
+            return None
+        i = offset + torch.arange(nq, device=device)[:, None]  # (Nq, 1) query positions
+        j = torch.arange(nk, device=device)[None, :]            # (1, Nk) key positions
+        vis = j < i if self.causal else j != i                  # (Nq, Nk)
+        if key_mask is not None:
+            vis = vis[None] & key_mask[:, None, :]              # (B, Nq, Nk)
+        vis = torch.cat([torch.ones_like(vis[..., :1]), vis], -1)  # null key always visible
+        if not (self.alibi and not self.causal):
+            return vis if vis.dim() == 2 else vis[:, None]      # bool, broadcast over heads
+        dist = (i - j).abs().to(cdt)                            # (Nq, Nk) |i − j|
+        bias = -self.slopes.to(device=device, dtype=cdt)[:, None, None] * dist  # (H, Nq, Nk)
+        bias = torch.cat([bias.new_zeros(self.heads, nq, 1), bias], -1)[None]   # (1, H, Nq, 1+Nk)
+        vis = vis[None, None] if vis.dim() == 2 else vis[:, None]
+        return bias.masked_fill(~vis, float("-inf"))
 
     def _compute_dtype(self, dt: torch.dtype) -> torch.dtype:
         return torch.promote_types(dt, torch.float32) if self.attn_fp32 else dt
@@ -187,7 +273,8 @@ class InteractionEnergy(Energy):
     def attend(self, u: Tensor, st: InteractionState) -> tuple[Tensor, Tensor]:
         """Fused attention of queries u (B, Nq, D) on the prepared context.
 
-        Returns (o, logZ): o (B, H, Nq, Fv) = Σ_j p_ijk ṽ_j and logZ (B, H, Nq) = log Σ_{j≤i} e^{s_ijk}.
+        Returns (o, logZ): o (B, H, Nq, Fv) = Σ_j p_ijk ṽ_j and logZ (B, H, Nq) = log Σ_j e^{s_ijk}
+        over the visible keys (j ≤ i when causal, all real j otherwise).
         """
         cdt = st.keys.dtype
         with torch.autocast(u.device.type, enabled=False) if self.attn_fp32 else _null():
@@ -196,18 +283,16 @@ class InteractionEnergy(Energy):
             if st.qpad:
                 qt = torch.cat([qt, qt.new_zeros(*qt.shape[:-1], st.qpad)], -1)
             nq, nk = qt.shape[2], st.keys.shape[2] - 1
-            if st.offset == 0 and nq == nk:  # training / prefill: square strictly-causal call
+            if st.attn_mask is not None:  # bidirectional, key padding or chunked prefill: one masked call
+                out = F.scaled_dot_product_attention(
+                    qt, st.keys, st.values, attn_mask=st.attn_mask, scale=1.0 / self.tau)
+            elif nq == nk:  # causal training / prefill: square strictly-causal call (fused)
                 q_pad = torch.cat([qt, qt.new_zeros(qt.shape[0], qt.shape[1], 1, qt.shape[-1])], 2)
                 out = F.scaled_dot_product_attention(
                     q_pad, st.keys, st.values, is_causal=True, scale=1.0 / self.tau)[:, :, :-1]
-            elif nq == 1:  # decoding one token: every cached key before it is visible
+            else:  # decoding one token: every cached key before it is visible
                 out = F.scaled_dot_product_attention(
                     qt, st.keys[:, :, :-1], st.values[:, :, :-1], scale=1.0 / self.tau)
-            else:  # chunked prefill with a cache: explicit mask, key c visible iff c <= offset + a
-                a = torch.arange(nq, device=qt.device)[:, None]
-                c = torch.arange(nk + 1, device=qt.device)[None, :]
-                out = F.scaled_dot_product_attention(
-                    qt, st.keys, st.values, attn_mask=c <= st.offset + a, scale=1.0 / self.tau)
             fv = st.self_values.shape[-1]
             o_lt, r = out[..., :fv], out[..., fv]  # (B,H,Nq,Fv), (B,H,Nq)
             if self.self_bias is not None:
@@ -259,7 +344,11 @@ class InteractionEnergy(Energy):
         return -self.tau * log_z.sum(1).to(u.dtype)
 
     def energy(self, u: Tensor, st: InteractionState) -> Tensor:
-        """Reference per-token energy with explicit (B, H, Nq, Nk) scores (tests, traces)."""
+        """Reference per-token energy with explicit (B, H, Nq, Nk) scores (tests, traces).
+
+        Masked (padded) queries get a finite energy from their own key and the real ones; it is
+        meaningless and callers that aggregate should ignore it.
+        """
         H = self.heads
         q = rearrange(self.wq(u), "b n (h r) -> b h n r", h=H)
         s = torch.einsum("bhnr,bhmr->bhnm", q, st.k.to(q.dtype))
@@ -270,11 +359,15 @@ class InteractionEnergy(Energy):
         nq, nk = u.shape[1], st.k.shape[2]
         i = torch.arange(st.offset, st.offset + nq, device=u.device)[:, None]
         j = torch.arange(nk, device=u.device)[None, :]
-        if self.alibi:
-            s = s - self.slopes.to(s.dtype)[:, None, None] * (i - j).to(s.dtype)
+        if self.alibi:  # −m(i − j) on the causal support, symmetric −m|i − j| when bidirectional
+            s = s - self.slopes.to(s.dtype)[:, None, None] * (i - j).abs().to(s.dtype)
         if self.self_bias is not None:
             s = s + self.self_bias.to(s.dtype)[:, None, None] * (i == j).to(s.dtype)
-        s = s.masked_fill(j > i, float("-inf"))
+        vis = (j <= i) if self.causal else torch.ones_like(i == j)  # (Nq, Nk)
+        if st.key_mask is not None:
+            vis = (vis[None] & st.key_mask[:, None, :]) | (i == j)[None]  # (B, Nq, Nk); self always
+            vis = vis[:, None]
+        s = s.masked_fill(~vis, float("-inf"))
         return -self.tau * torch.logsumexp(s, dim=-1).sum(1)  # (B, Nq)
 
     def precond_exact(self, precond: Preconditioner) -> bool:

@@ -1,6 +1,18 @@
-"""Models: backbones, heads and wrappers. Importing this package registers every model kind."""
+"""Models: token models over one layer stack (:class:`CausalLM`, :class:`TokenEncoder`; the
+``transformer`` kind) and vector regressors (the ``regressor`` kind).
 
+Importing this package registers every model kind in :data:`MODELS`.
+"""
+
+from .backbone import LayerStack
+from .config import ModelConfig
+from .encoder import EncoderOutput, TokenEncoder
+from .lm import CausalLM, LMOutput, kv_cache_bytes
 from .registry import MODELS
+from .transformer import build_transformer
 from . import regressor  # noqa: F401  (registers "regressor")
 
-__all__ = ["MODELS"]
+__all__ = [
+    "MODELS", "ModelConfig", "LayerStack", "CausalLM", "LMOutput", "TokenEncoder", "EncoderOutput",
+    "build_transformer", "kv_cache_bytes",
+]

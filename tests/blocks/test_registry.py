@@ -1,0 +1,192 @@
+"""Sublayers by registry: kinds with their own config sections, one builder spec, clear errors."""
+
+from typing import Literal
+
+import pytest
+import torch
+from torch import nn
+
+from energyformer.blocks import (
+    ATTENTIONS, MLPS, AttentionConfig, BlockConfig, CEMAttentionConfig, CEMMLPConfig, SublayerSpec,
+    build_attention, build_mlp,
+)
+from energyformer.blocks.cem import Diagonal, Precond
+from energyformer.core import PRECONDITIONERS, ForwardContext
+from energyformer.energies.interaction import DIAGONAL_MODES
+from energyformer.models.params import count_params
+from energyformer.utils.config import load_config, to_dict
+from energyformer.utils.validate import ConfigError
+
+
+def test_yaml_layout_each_kind_its_own_section():
+    cfg = load_config(BlockConfig, {"attention": {"kind": "cem", "steps": 2, "precond": "diag_low_rank"},
+                                    "mlp": {"kind": "cem", "steps": 2}})
+    assert isinstance(cfg.attention, CEMAttentionConfig) and cfg.attention.steps == 2
+    assert cfg.attention.precond == "diag_low_rank" and cfg.attention.precond_rank == 4
+    assert isinstance(cfg.mlp, CEMMLPConfig) and cfg.mlp.steps == 2 and cfg.mlp.precond_rank == 16
+    # shorthand: a bare kind name = that kind with its defaults; round trip through to_dict
+    short = load_config(BlockConfig, {"attention": "gpt", "mlp": "gelu"})
+    assert short == load_config(BlockConfig, {"attention": {"kind": "gpt"}, "mlp": {"kind": "gelu"}})
+    assert load_config(BlockConfig, to_dict(cfg)) == cfg
+    assert to_dict(BlockConfig())["attention"] == {"kind": "llama", "rope_theta": 10000.0}
+    # dotted overrides reach into a kind's section
+    over = load_config(BlockConfig, {"attention": "cem"}, ["attention.steps=3", "mlp.kind=gelu"])
+    assert over.attention.steps == 3 and over.mlp.kind == "gelu"
+
+
+@pytest.mark.parametrize("data,needles", [
+    ({"attention": "flash"}, ["attention.kind = 'flash'", "registered: llama, gpt, cem"]),
+    ({"attention": {"kind": "lama"}}, ["(did you mean 'llama'?)", "registered: llama, gpt, cem"]),
+    ({"mlp": "relu"}, ["mlp.kind = 'relu'", "registered: swiglu, gelu, cem"]),
+])
+def test_bad_kind_is_one_line_listing_registered(data, needles):
+    with pytest.raises(ConfigError) as err:
+        load_config(BlockConfig, data)
+    msg = str(err.value)
+    assert "\n" not in msg
+    for n in needles:
+        assert n in msg, (n, msg)
+
+
+@pytest.mark.parametrize("data,needles", [
+    ({"attention": {"kind": "gpt", "rope_theta": 5e5}},
+     ["unknown key 'attention.rope_theta' for attention kind 'gpt'", "kinds that accept it: llama"]),
+    ({"attention": {"kind": "llama", "steps": 2}},
+     ["unknown key 'attention.steps' for attention kind 'llama'", "kinds that accept it: cem"]),
+    ({"mlp": {"kind": "gelu", "precond": "diagonal"}},
+     ["unknown key 'mlp.precond' for mlp kind 'gelu'", "kinds that accept it: cem"]),
+    ({"attention": {"kind": "cem", "stpes": 2}}, ["unknown key 'attention.stpes'", "did you mean 'attention.steps'"]),
+])
+def test_unknown_key_in_a_kind_section_names_the_kinds_that_accept_it(data, needles):
+    with pytest.raises(ConfigError) as err:
+        load_config(BlockConfig, data)
+    msg = str(err.value)
+    assert "\n" not in msg
+    for n in needles:
+        assert n in msg, (n, msg)
+
+
+def test_bad_values_and_wrong_config_class():
+    with pytest.raises(ConfigError, match=r"rope_theta = 0.*greater than 0"):
+        load_config(BlockConfig, {"attention": {"kind": "llama", "rope_theta": 0}})
+    with pytest.raises(ConfigError, match=r"dropout = 1\.5"):
+        BlockConfig(dropout=1.5)
+    with pytest.raises(ConfigError, match="attention kind 'cem' takes a CEMAttentionConfig"):
+        BlockConfig(attention=CEMMLPConfig())
+
+
+def test_literals_follow_the_core_choices():
+    assert set(Precond.__args__) == set(PRECONDITIONERS)
+    assert set(Diagonal.__args__) == set(DIAGONAL_MODES)
+
+
+@pytest.mark.parametrize("kind,expected", [("gelu", 4 * 40), ("swiglu", 128), ("cem", 128)])
+def test_each_mlp_kind_knows_its_default_hidden(kind, expected):
+    spec = SublayerSpec(dim=40, heads=4)  # 8/3·40 = 106.7 -> rounded up to 32: 128
+    cfg = load_config(BlockConfig, {"mlp": kind}).mlp
+    assert cfg.hidden_size(spec) == expected
+    assert cfg.hidden_size(SublayerSpec(dim=40, heads=4, mlp_hidden=50)) == 50  # the model's mlp_hidden
+    own = load_config(BlockConfig, {"mlp": {"kind": kind, "hidden": 24}}).mlp
+    assert own.hidden_size(SublayerSpec(dim=40, heads=4, mlp_hidden=50)) == 24  # the section wins
+    mlp = build_mlp(cfg, spec)
+    assert mlp.part == "mlp" and max(p.shape[0] for p in mlp.parameters() if p.dim() == 2) == expected
+
+
+def _randomise(m: nn.Module, seed: int) -> nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
+    return m
+
+
+ATTN_KINDS = ["llama", "gpt", {"kind": "cem", "steps": 2, "precond": "diag_low_rank"}]
+
+
+def _attn(kind, causal: bool) -> nn.Module:
+    cfg = load_config(BlockConfig, {"attention": kind}).attention
+    torch.manual_seed(0)
+    return _randomise(build_attention(cfg, SublayerSpec(dim=16, heads=4, causal=causal)).double(), 1).eval()
+
+
+@pytest.mark.parametrize("kind", ATTN_KINDS, ids=str)
+def test_every_attention_kind_is_causal_or_bidirectional(kind):
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    x2 = x.clone()
+    x2[:, 5] += torch.randn(16, dtype=torch.float64)  # not a constant shift: LayerNorm removes those
+    causal, bidir = _attn(kind, True), _attn(kind, False)
+    torch.testing.assert_close(causal(x2)[:, :5], causal(x)[:, :5], rtol=0, atol=1e-12)
+    assert not torch.allclose(bidir(x2)[:, 0], bidir(x)[:, 0])  # position 0 sees position 5
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("kind", ATTN_KINDS, ids=str)
+def test_every_attention_kind_ignores_padded_keys(kind, causal):
+    blk = _attn(kind, causal)
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    mask = torch.tensor([[1] * 8, [1, 1, 0, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    x2 = x.clone()
+    x2[~mask] = torch.randn(int((~mask).sum()), 16, dtype=torch.float64)
+    y, y2 = blk(x, ForwardContext(mask=mask)), blk(x2, ForwardContext(mask=mask))
+    torch.testing.assert_close(y2[mask], y[mask], rtol=0, atol=1e-12)
+    assert torch.isfinite(y2).all()
+
+
+@pytest.mark.parametrize("kind", ATTN_KINDS, ids=str)
+def test_every_attention_kind_caches_with_a_key_mask(kind):
+    blk = _attn(kind, True)
+    blk.qualname = "a"
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1] * 7], dtype=torch.bool)  # left padding
+    full = blk(x, ForwardContext(mask=mask))
+    ctx, pieces, pos = ForwardContext(cache={}), [], 0
+    for n in (3, 1, 3):
+        ctx.offset, ctx.mask = pos, mask[:, pos:pos + n]
+        pieces.append(blk(x[:, pos:pos + n], ctx))
+        pos += n
+    torch.testing.assert_close(torch.cat(pieces, 1)[mask], full[mask], rtol=1e-10, atol=1e-10)
+
+
+class EchoIterationConfig(AttentionConfig):
+    """A plugin attention kind (for this test only)."""
+
+    kind: Literal["echo_iteration"] = "echo_iteration"
+    scale: float = 1.0
+
+
+class EchoIteration(nn.Module):
+    """Adds scale · (ctx.iteration + 1) · w to the residual stream; records what it saw."""
+
+    def __init__(self, cfg: EchoIterationConfig, spec: SublayerSpec):
+        super().__init__()
+        self.spec, self.scale, self.seen = spec, cfg.scale, []
+        self.w = nn.Parameter(torch.ones(spec.dim))
+
+    def forward(self, x, ctx=None):
+        it = 0 if ctx is None else ctx.iteration
+        self.seen.append(it)
+        return x + self.scale * (it + 1) * self.w
+
+
+@pytest.fixture
+def echo_kind():
+    ATTENTIONS.register("echo_iteration", EchoIterationConfig)(EchoIteration)
+    yield
+    del ATTENTIONS.entries["echo_iteration"]
+
+
+def test_a_new_kind_is_a_config_and_a_builder(echo_kind):
+    """Registering a kind needs no change elsewhere: config section, builder spec, parameter parts."""
+    from energyformer.models.lm import CausalLM, ModelConfig
+
+    cfg = load_config(ModelConfig, {"vocab_size": 11, "dim": 8, "n_layers": 1, "heads": 2, "iterations": 3,
+                                    "block": {"attention": {"kind": "echo_iteration", "scale": 0.5}}})
+    m = CausalLM(cfg)
+    att = m.layers[0].attn
+    assert isinstance(att, EchoIteration) and att.part == "attention"  # tagged by its registry
+    assert att.spec == SublayerSpec(dim=8, heads=2, causal=True, dropout=0.0, mlp_hidden=None)
+    m(torch.randint(0, 11, (1, 4)))
+    assert att.seen == [0, 1, 2]  # the block saw ctx.iteration of every pass
+    assert count_params(m)["attention"] == 8
+    with pytest.raises(ConfigError, match="registered: llama, gpt, cem, echo_iteration"):
+        load_config(BlockConfig, {"attention": "echo"})
