@@ -23,9 +23,11 @@ A parameter's role is decided, first rule that applies (:func:`param_roles`):
 1. **declared** by a module that owns it: a class (or instance) attribute
    ``param_roles = {"d": "diagonal", "self_bias": "position"}`` mapping the module's own parameter
    names (or dotted paths into its children, ``"pos.weight": "position"``) to roles. Declarations
-   are inherited and merged along the class hierarchy (the subclass wins). Use
-   :func:`declare_param_roles` to declare on an instance you cannot edit. A parameter carrying
-   ``no_weight_decay = True`` is declared ``other_no_decay``.
+   are inherited and merged along the class hierarchy (the subclass wins). A class may name
+   optional parameters an instance lacks (skipped); a name that is not a parameter (a buffer, a
+   submodule) is an error. Use :func:`declare_param_roles` to declare on an instance you cannot
+   edit (absent names are errors there). A parameter carrying ``no_weight_decay = True`` is
+   declared ``other_no_decay``.
 2. by the **type** of the module that owns it (:data:`MODULE_ROLES`, extendable with
    :func:`register_module_role`): norm layers -> ``norm``, embeddings -> ``embedding``,
    ``Preconditioner`` subclasses -> ``precond``.
@@ -112,6 +114,7 @@ def declare_param_roles(module: nn.Module, roles: Mapping[str, str] | None = Non
     new = {**(roles or {}), **more}
     for key, role in new.items():
         check_role(role, f"{type(module).__name__}.param_roles[{key!r}]")
+        _resolve_declared(module, key, strict=True)
     merged = {**(module.__dict__.get("param_roles") or {}), **new}
     object.__setattr__(module, "param_roles", merged)  # a plain attribute, not a submodule/param
     return module
@@ -139,22 +142,27 @@ def _module_type_role(module: nn.Module) -> str | None:
     return best[1] if best else None
 
 
-def _resolve_declared(module: nn.Module, key: str) -> nn.Parameter | None:
-    """The parameter a declaration key names, None if it names a switched-off (None) parameter."""
+def _resolve_declared(module: nn.Module, key: str, strict: bool = False) -> nn.Parameter | None:
+    """The parameter a declaration key names; None for an optional parameter the instance lacks.
+
+    A name that exists but is not a parameter (a submodule, a buffer, a number) is an error; a name
+    the instance does not have at all (or has set to None) is skipped, so a class can declare
+    parameters that exist only with some options (``theta`` only when the step size is learned).
+    With ``strict`` (instance declarations) an absent name is an error too: it can only be a typo.
+    """
     *path, leaf = key.split(".")
     owner: Any = module
     for part in path:
-        owner = owner._modules.get(part) if isinstance(owner, nn.Module) else None
-        if owner is None:
-            break
-    if isinstance(owner, nn.Module):
-        if leaf in owner._parameters:
-            return owner._parameters[leaf]  # may be None: registered as an optional parameter
-        if leaf not in owner._modules and getattr(owner, leaf, ...) is None:
-            return None  # e.g. ``self.self_bias = None`` when the option is off
+        owner = getattr(owner, part, None) if isinstance(owner, nn.Module) else None
+    if isinstance(owner, nn.Module) and isinstance(owner._parameters.get(leaf), nn.Parameter):
+        return owner._parameters[leaf]
+    found = getattr(owner, leaf, None) if owner is not None else None
+    if found is None and not (strict and (owner is None or not hasattr(owner, leaf))):
+        return None
+    what = f"a {type(found).__name__}" if found is not None else "not an attribute"
     params = ", ".join(n for n, _ in module.named_parameters()) or "(none)"
-    raise ConfigError(f"{type(module).__name__}.param_roles names {key!r}, which is not a parameter "
-                      f"of it (nor an optional one set to None); its parameters: {params}")
+    raise ConfigError(f"{type(module).__name__}.param_roles names {key!r}, which is {what}, not a "
+                      f"parameter of it; its parameters: {params}")
 
 
 def _candidates(model: nn.Module) -> dict[int, list[tuple[int, str, str]]]:

@@ -45,7 +45,7 @@ config (including one stored in the layout before optimiser/schedule kinds) is w
 current one is used; a changed optimiser kind restores no optimiser state.
 
 Ctrl-C (``KeyboardInterrupt``, single process only): if the model and optimiser hold a completed
-step (the interrupt came outside ``optimizer.step()``), a checkpoint of that step is written — with
+step (the interrupt came outside ``optimizer.step()`` and the callbacks after it), a checkpoint of that step is written — with
 the data/RNG state from before the unfinished step, so resuming is still exact — and the
 interrupt is re-raised. Under DDP nothing is saved on Ctrl-C (ranks cannot agree safely); resume
 from the last periodic checkpoint.
@@ -367,7 +367,7 @@ class Trainer:
         tokens_per_micro = getattr(self.train_data, "tokens_per_batch", None)
         self._window = window = StepWindow()
         self._in_step = False
-        self._in_update = False
+        self._in_update: int | None = None  # number of the step being applied (update + callbacks)
         snapshot: dict[str, Any] | None = None
         try:
             while self.step < cfg.steps:
@@ -457,7 +457,7 @@ class Trainer:
             if not math.isfinite(gn):
                 raise TrainingDiverged(self.step + 1, gn, "gradient norm", ckpt)
         metrics = {k: v / accum for k, v in msum.items()}
-        self._in_update = True  # until the callbacks are done, the state is not a complete step
+        self._in_update = self.step + 1  # until the callbacks are done, not a complete step
         lr = self.scheduler.get_lr()
         self.optimizer.step()
         self.scheduler.step()
@@ -467,7 +467,7 @@ class Trainer:
                                  **({"grad_norm": gn} if gn is not None else {}),
                                  **{f"train/{k}": v for k, v in metrics.items()}}
             self._window.callback_metrics.update(self.callbacks.on_step_end(self, self.step))
-        self._in_update = False
+        self._in_update = None
         return loss_val, metrics, ntok, gn
 
     def _on_interrupt(self, snapshot: dict[str, Any] | None) -> None:
@@ -475,9 +475,9 @@ class Trainer:
         if self.ddp:
             log.warning("interrupted at step %d under DDP; not saving (%s)", self.step, where)
             return
-        if self._in_update:
-            log.warning("interrupted inside the optimizer update of step %d; the state is not a "
-                        "complete step, not saving (%s)", self.step + 1, where)
+        if self._in_update is not None:
+            log.warning("interrupted inside the optimizer update or callbacks of step %d; the state "
+                        "is not a complete step, not saving (%s)", self._in_update, where)
             return
         if self.step <= self._last_saved_step or self.step == 0:
             return
