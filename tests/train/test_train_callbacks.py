@@ -238,6 +238,14 @@ def test_callback_errors(tmp_path):
     with pytest.raises(TypeError, match=r"Bad.on_step_end returned float"):
         t.fit()
 
+    class Clash(Callback):
+        def on_step_end(self, trainer, step):
+            return {"loss": 0.0}
+
+    with pytest.raises(ValueError, match=r"callback Clash returned metric 'loss', a name the trainer "
+                                         r"logs itself"):
+        build(tmp_path / "c", steps=2, callbacks=[Clash()]).fit()
+
 
 def test_missing_callback_state_warns(tmp_path):
     build(tmp_path, steps=2, save_every=2).fit()

@@ -5,6 +5,7 @@ Protocol (every method optional; subclass :class:`Callback` or just write the me
     on_train_start(trainer)            after setup and resume, before the first step of this fit()
     on_step_end(trainer, step)         after optimiser step ``step`` (1-based, == trainer.step)
                                        -> None, or a dict of numbers logged with the next train event
+                                       (names other than the trainer's own: loss, lr, train/..., ...)
     state_dict() -> dict               saved in every checkpoint (tensors and plain values only)
     load_state_dict(state)             called on resume, before on_train_start
 
@@ -48,6 +49,10 @@ class Callback:
         pass
 
 
+# keys of the trainer's own train events; callback metrics may not overwrite them
+RESERVED_METRICS = ("event", "step", "lr", "loss", "tokens_per_s", "tokens", "elapsed_s", "grad_norm")
+
+
 class CallbackList:
     """Runs callbacks in order and saves/restores their state keyed by name (``Name``, ``Name#2``)."""
 
@@ -83,7 +88,11 @@ class CallbackList:
                     if not isinstance(out, Mapping):
                         raise TypeError(f"callback {name}.on_step_end returned {type(out).__name__}; "
                                         "expected None or a dict of metrics")
-                    metrics.update({str(k): float(v) for k, v in out.items()})
+                    for k, v in out.items():
+                        if k in RESERVED_METRICS or str(k).startswith(("train/", "eval/")):
+                            raise ValueError(f"callback {name} returned metric {k!r}, a name the "
+                                             "trainer logs itself; use another (e.g. 'cb/...')")
+                        metrics[str(k)] = float(v)
         return metrics
 
     def state_dict(self) -> dict[str, Any]:

@@ -61,9 +61,9 @@ class TrainConfig(ConfigModel):
     lr: float = Field(2e-3, gt=0)
     """peak learning rate"""
     optimizer: OPTIMIZERS.type("adamw") = OPTIMIZERS.field("adamw")
-    """optimiser kind and its keys (adamw | adam | sgd)"""
+    """optimiser kind and its keys"""
     schedule: SCHEDULES.type("warmup_cosine") = SCHEDULES.field("warmup_cosine")
-    """learning-rate schedule kind and its keys (warmup_cosine | warmup_linear | constant)"""
+    """learning-rate schedule kind and its keys"""
     no_decay_roles: list[Role] = Field(default_factory=lambda: list(DEFAULT_NO_DECAY_ROLES))
     """parameter roles exempt from weight decay"""
     lr_multipliers: dict[str, float] = Field(default_factory=dict)
