@@ -12,7 +12,8 @@ from train_toys import TiedLM, ToyMLP
 
 from energyformer.train import (
     CheckpointError,
-    WarmupCosineSchedule,
+    LRSchedule,
+    TrainConfig,
     latest_checkpoint,
     latest_valid_checkpoint,
     list_checkpoints,
@@ -26,7 +27,7 @@ from energyformer.train import (
 
 def _trained(model, steps=3):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    sched = WarmupCosineSchedule(opt, 1e-2, 10, 2, 0.1)
+    sched = LRSchedule(opt, 1e-2, 10, TrainConfig(schedule={"warmup": 0.2}).schedule)
     for _ in range(steps):
         out = model(torch.randint(0, 11, (4, 5))) if isinstance(model, TiedLM) else model(torch.randn(4, 8))
         out.pow(2).mean().backward()
@@ -63,7 +64,7 @@ def test_round_trip_weights_bit_identical_and_optimizer_state(tmp_path):
     torch.manual_seed(1)
     fresh = TiedLM()
     opt2 = torch.optim.AdamW(fresh.parameters(), lr=5.0)
-    sched2 = WarmupCosineSchedule(opt2, 1e-2, 10, 2, 0.1)
+    sched2 = LRSchedule(opt2, 1e-2, 10, TrainConfig(schedule={"warmup": 0.2}).schedule)
     state = load_checkpoint(path, fresh, opt2, sched2)
 
     for (n1, t1), (n2, t2) in zip(model.state_dict().items(), fresh.state_dict().items()):

@@ -1,4 +1,7 @@
-"""Two-process DDP (gloo, CPU) through torchrun: runs, ranks stay in sync, only rank 0 writes, resume."""
+"""Two-process DDP (gloo, CPU) through torchrun: runs, ranks stay in sync, only rank 0 writes, resume.
+
+Runs Nesterov SGD with a projection callback, so optimiser kinds and callbacks are covered under DDP.
+"""
 
 from __future__ import annotations
 
@@ -14,18 +17,27 @@ SCRIPT = r'''
 import json, sys
 from pathlib import Path
 import torch
-from energyformer.train import dist_info
+from energyformer.train import ProjectionCallback, dist_info
 from train_toys import build
+
+
+def unit_rows(model):
+    w = model.net[0].weight
+    w.div_(w.norm(dim=1, keepdim=True))
 
 out, steps, resume = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
 torch.set_num_threads(1)
 rank, world = dist_info()
 assert world == 2, world
-t = build(out, steps=steps, save_every=3, data_seed=rank, seed=0, dropout=0.1)
+t = build(out, steps=steps, save_every=3, data_seed=rank, seed=0, dropout=0.1,
+          optimizer={"kind": "sgd", "momentum": 0.9, "nesterov": True},
+          callbacks=[ProjectionCallback(unit_rows)])
 final = t.fit(resume=resume)
 flat = torch.cat([p.detach().flatten() for p in t.model.parameters()])
+row_norms = t.model.net[0].weight.norm(dim=1).tolist()
 (out / f"rank{rank}-{'resume' if resume else 'first'}.json").write_text(json.dumps(
-    {"params": flat.tolist(), "final": final, "losses": t.loss_history, "step": t.step}))
+    {"params": flat.tolist(), "final": final, "losses": t.loss_history, "step": t.step,
+     "row_norms": row_norms}))
 '''
 
 
@@ -46,7 +58,8 @@ def test_torchrun_two_process_gloo(tmp_path, subprocess_env):
 
     r0 = json.loads((out / "rank0-first.json").read_text())
     r1 = json.loads((out / "rank1-first.json").read_text())
-    assert r0["params"] == r1["params"]  # DDP kept the replicas identical
+    assert r0["params"] == r1["params"]  # DDP (and the callback on each rank) kept replicas identical
+    assert r0["row_norms"] == pytest.approx([1.0] * len(r0["row_norms"]))  # the projection ran
     assert r0["losses"] == r1["losses"]  # the logged loss is the all-reduced mean
     assert len(r0["losses"]) == 6
     events = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

@@ -1,4 +1,4 @@
-"""Learning-rate schedule and TrainConfig validation."""
+"""Learning-rate schedules: each kind at its boundaries (first step, end of warm-up, last step)."""
 
 from __future__ import annotations
 
@@ -7,80 +7,81 @@ import math
 import pytest
 import torch
 
-from energyformer.train import TrainConfig, WarmupCosineSchedule, lr_factor
-from energyformer.utils.validate import ConfigError
+from energyformer.train import SCHEDULES, LRSchedule, TrainConfig, lr_factor
 
 
-def test_warmup_is_linear_and_reaches_peak():
-    steps, warm = 100, 10
-    vals = [lr_factor(s, steps, warm, 0.1) for s in range(warm)]
-    assert vals == pytest.approx([(s + 1) / warm for s in range(warm)])
-    assert lr_factor(warm - 1, steps, warm, 0.1) == pytest.approx(1.0)
-    assert lr_factor(warm, steps, warm, 0.1) == pytest.approx(1.0)  # cosine starts at the peak
+def _sched(**kw):
+    return TrainConfig(schedule=kw).schedule
 
 
-def test_cosine_midpoint_and_final_factor():
-    steps, warm, f = 101, 0, 0.1
-    # last step index 100, span 100: midpoint s = 50 is halfway between 1 and f
-    assert lr_factor(50, steps, warm, f) == pytest.approx(f + (1 - f) * 0.5)
-    assert lr_factor(steps - 1, steps, warm, f) == pytest.approx(f)
-    assert lr_factor(steps + 10, steps, warm, f) == pytest.approx(f)  # clamped after the end
-    vals = [lr_factor(s, steps, warm, f) for s in range(steps)]
-    assert all(a >= b for a, b in zip(vals, vals[1:]))  # monotone decay
-    s = 25
-    assert lr_factor(s, steps, warm, f) == pytest.approx(f + (1 - f) * 0.5 * (1 + math.cos(math.pi * 0.25)))
+def _factors(cfg, total):
+    return [cfg.factor(s, total) for s in range(total)]
 
 
-def test_final_factor_one_is_constant_after_warmup():
-    assert {round(lr_factor(s, 50, 5, 1.0), 12) for s in range(5, 50)} == {1.0}
+@pytest.mark.parametrize("kind", ["warmup_cosine", "warmup_linear", "constant"])
+def test_warmup_is_linear_and_reaches_the_peak(kind):
+    cfg, total = _sched(kind=kind, warmup=0.25), 20  # W = 5
+    assert cfg.warmup_steps(total) == 5
+    vals = _factors(cfg, total)
+    assert vals[:5] == pytest.approx([1 / 5, 2 / 5, 3 / 5, 4 / 5, 1.0])  # first step lr / W
+    assert vals[4] == 1.0  # end of warm-up: the peak, exactly
+    assert vals[5] == 1.0  # the decay (or the plateau) starts at the peak
 
 
-def test_scheduler_sets_optimizer_lr_and_resumes():
-    p = torch.nn.Parameter(torch.zeros(2))
-    opt = torch.optim.AdamW([p], lr=123.0)
-    sched = WarmupCosineSchedule(opt, 2e-3, 20, 4, 0.1)
+@pytest.mark.parametrize("kind, final", [("warmup_cosine", 0.1), ("warmup_linear", 0.05)])
+def test_decay_ends_exactly_at_final_factor_on_the_last_step(kind, final):
+    cfg, total = _sched(kind=kind, warmup=0.25, final_lr_factor=final), 20
+    vals = _factors(cfg, total)
+    assert vals[-1] == pytest.approx(final, abs=1e-15)  # last step s = S - 1
+    assert vals[-2] > final
+    assert cfg.factor(total + 7, total) == pytest.approx(final, abs=1e-15)  # clamped after the end
+    assert all(a >= b for a, b in zip(vals[4:], vals[5:]))  # monotone after warm-up
+
+
+def test_cosine_shape_and_midpoint():
+    cfg, total = _sched(kind="warmup_cosine", warmup=0.0, final_lr_factor=0.1), 101
+    assert cfg.factor(0, total) == 1.0  # no warm-up: the first step uses the peak
+    assert cfg.factor(50, total) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert cfg.factor(25, total) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 4)))
+    # the kind and the library function used by other tasks are one implementation
+    assert [cfg.factor(s, total) for s in range(total)] == [lr_factor(s, total, 0, 0.1) for s in range(total)]
+
+
+def test_linear_decay_is_a_straight_line():
+    cfg, total = _sched(kind="warmup_linear", warmup=0.16, final_lr_factor=0.2), 25  # W = 4, span 20
+    vals = _factors(cfg, total)
+    assert vals[4] == 1.0 and vals[-1] == pytest.approx(0.2)
+    assert vals[14] == pytest.approx(0.2 + 0.8 * 0.5)  # halfway
+    diffs = [a - b for a, b in zip(vals[4:], vals[5:])]
+    assert diffs == pytest.approx([0.8 / 20] * 20)  # constant slope down to f
+    assert TrainConfig(schedule="warmup_linear").schedule.final_lr_factor == 0.0  # decays to 0
+
+
+def test_constant_with_and_without_warmup():
+    assert _factors(_sched(kind="constant"), 10) == [1.0] * 10
+    vals = _factors(_sched(kind="constant", warmup=0.3), 10)
+    assert vals == pytest.approx([1 / 3, 2 / 3, 1.0] + [1.0] * 7)
+    assert vals[-1] == 1.0
+
+
+def test_scheduler_sets_lr_with_role_multipliers_and_resumes():
+    a, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.SGD([{"params": [a]}, {"params": [b], "lr_multiplier": 0.5}], lr=123.0)
+    cfg = _sched(kind="warmup_linear", warmup=0.2, final_lr_factor=0.1)
+    sched = LRSchedule(opt, 2e-3, 20, cfg)
     seen = []
     for _ in range(20):
-        seen.append(opt.param_groups[0]["lr"])
+        seen.append((opt.param_groups[0]["lr"], opt.param_groups[1]["lr"]))
         sched.step()
-    assert seen == pytest.approx([2e-3 * lr_factor(s, 20, 4, 0.1) for s in range(20)])
-    assert seen[-1] == pytest.approx(2e-4)
+    assert [x for x, _ in seen] == pytest.approx([2e-3 * cfg.factor(s, 20) for s in range(20)])
+    assert [y for _, y in seen] == pytest.approx([0.5 * x for x, _ in seen])
+    assert seen[-1][0] == pytest.approx(2e-4) and sched.get_lr(19) == pytest.approx(2e-4)
 
-    opt2 = torch.optim.AdamW([p], lr=1.0)
-    sched2 = WarmupCosineSchedule(opt2, 2e-3, 20, 4, 0.1)
+    opt2 = torch.optim.SGD([{"params": [a]}, {"params": [b], "lr_multiplier": 0.5}], lr=1.0)
+    sched2 = LRSchedule(opt2, 2e-3, 20, cfg)
     sched2.load_state_dict({"last_step": 7})
-    assert opt2.param_groups[0]["lr"] == pytest.approx(seen[7])
+    assert (opt2.param_groups[0]["lr"], opt2.param_groups[1]["lr"]) == pytest.approx(seen[7])
 
 
-def test_config_defaults_and_warmup_steps():
-    cfg = TrainConfig(steps=200)
-    assert (cfg.lr, cfg.final_lr_factor, cfg.warmup, cfg.weight_decay) == (2e-3, 0.1, 0.05, 0.1)
-    assert cfg.betas == (0.9, 0.95) and cfg.eps == 1e-9 and cfg.grad_clip == 1.0
-    assert cfg.warmup_steps == 10
-    assert TrainConfig(betas=[0.8, 0.9]).betas == (0.8, 0.9)
-
-
-@pytest.mark.parametrize(
-    "kwargs, fragment",
-    [
-        ({"precision": "fp16"}, "train.precision = 'fp16'"),
-        ({"steps": 0}, "train.steps = 0"),
-        ({"lr": 0.0}, "train.lr = 0.0"),
-        ({"warmup": 1.5}, "train.warmup = 1.5"),
-        ({"grad_accum": 2.0}, "train.grad_accum = 2.0"),
-        ({"device": "gpu"}, "train.device = 'gpu'"),
-        ({"betas": (0.9, 1.0)}, "train.betas[1] = 1.0"),
-        ({"compile": "yes"}, "train.compile = 'yes'"),
-    ],
-)
-def test_config_errors_name_key_value_and_allowed(kwargs, fragment):
-    with pytest.raises(ConfigError) as e:
-        TrainConfig(**kwargs)
-    assert fragment in str(e.value)
-    assert ":" in str(e.value)  # "... : what is allowed"
-
-
-def test_config_from_dict_rejects_unknown_keys():
-    with pytest.raises(ConfigError, match=r"train.stpes: unknown key.*did you mean 'steps'"):
-        TrainConfig.from_dict({"stpes": 3})
-    assert TrainConfig.from_dict({"steps": 3, "betas": [0.5, 0.6]}).betas == (0.5, 0.6)
+def test_registered_schedule_kinds():
+    assert SCHEDULES.names() == ["warmup_cosine", "warmup_linear", "constant"]

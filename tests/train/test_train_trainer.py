@@ -17,7 +17,6 @@ from energyformer.train import (
     TrainingDiverged,
     latest_checkpoint,
     list_checkpoints,
-    param_groups,
     verify_checkpoint,
 )
 
@@ -181,15 +180,6 @@ def test_resume_without_checkpoint_starts_fresh(tmp_path):
     with pytest.warns(UserWarning, match="no valid checkpoint"):
         final = build(tmp_path, steps=2).fit(resume=True)
     assert final["step"] == 2
-
-
-def test_weight_decay_only_on_matrices():
-    model = TiedLM()
-    groups = param_groups(model, 0.1)
-    decay = {id(p) for p in groups[0]["params"]}
-    assert groups[0]["weight_decay"] == 0.1 and groups[1]["weight_decay"] == 0.0
-    assert decay == {id(model.proj.weight)}  # not the (tied) embedding, biases or norms
-    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
 
 
 def test_trainer_rejects_bad_data(tmp_path):

@@ -107,17 +107,19 @@ def make_eval_fn(data_seed: int = 0):
 
 def build(out_dir: str | Path, *, steps: int = 20, seed: int = 0, data_seed: int = 0,
           dropout: float = 0.1, batch_size: int = 16, sleep: float = 0.0, nan_from: int | None = None,
-          with_eval: bool = False, **cfg_kwargs) -> Trainer:
+          with_eval: bool = False, callbacks=None, **cfg_kwargs) -> Trainer:
     """Seed, build model + data and return a Trainer (the way a task would)."""
     seed_everything(seed)
     model = ToyMLP(dropout=dropout)
     data = ToyData(batch_size=batch_size, seed=data_seed, nan_from=nan_from, sleep=sleep)
     kw = dict(steps=steps, seed=seed, log_every=1, eval_every=0, save_every=0, progress=False,
-              tensorboard=False, device="cpu", warmup=0.1, lr=1e-2)
+              tensorboard=False, device="cpu", schedule={"kind": "warmup_cosine", "warmup": 0.1},
+              lr=1e-2)
     kw.update(cfg_kwargs)
     cfg = TrainConfig(**kw)
     return Trainer(model, cfg, mse_loss, data, make_eval_fn(data_seed) if with_eval else None,
-                   out_dir=out_dir, run_config={"task": "toy", "train": cfg.to_dict()})
+                   out_dir=out_dir, run_config={"task": "toy", "train": cfg.to_dict()},
+                   callbacks=callbacks)
 
 
 def read_metrics(out_dir: str | Path, event: str = "train") -> list[dict]:

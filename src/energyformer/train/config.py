@@ -1,8 +1,21 @@
 """Trainer configuration: one typed config, validated when it is built (pydantic, see utils.config).
 
+Layout of the ``train:`` section (every key optional)::
+
+    train:
+      steps: 1000
+      lr: 2.0e-3                                   # peak learning rate
+      optimizer: {kind: adamw, betas: [0.9, 0.95], eps: 1.0e-9, weight_decay: 0.1}
+      schedule: {kind: warmup_cosine, warmup: 0.05, final_lr_factor: 0.1}
+      no_decay_roles: [embedding, norm, bias, precond, diagonal, position, step_size, other_no_decay]
+      lr_multipliers: {step_size: 0.1}             # optional, per parameter role
+      grad_clip: 1.0
+      ...
+
 A bad value fails with one line that names the key, the value and what is allowed, e.g.::
 
     ConfigError: train.precision = 'fp16': allowed values are 'fp32' or 'bf16' (did you mean 'fp32'?)
+    ConfigError: train.optimizer.kind = 'lion': unknown optimizer kind 'lion'; registered: adamw, adam, sgd
 """
 
 from __future__ import annotations
@@ -10,25 +23,34 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from energyformer.utils.config import ConfigModel, from_dict
+from energyformer.utils.validate import closest
+
+from .optim import OPTIMIZERS
+from .roles import DEFAULT_NO_DECAY_ROLES, ROLES, Role
+from .schedule import SCHEDULES
 
 PRECISIONS = ("fp32", "bf16")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
+
+# keys of the layout before optimiser/schedule kinds, and where they went
+LEGACY_KEYS = {"betas": "optimizer.betas", "eps": "optimizer.eps",
+               "weight_decay": "optimizer.weight_decay", "warmup": "schedule.warmup",
+               "final_lr_factor": "schedule.final_lr_factor"}
 
 
 class TrainConfig(ConfigModel):
     """Everything the trainer needs to know; nothing about the model, the energy or the data.
 
-    Optimiser: AdamW(lr, betas, eps, weight_decay). Weight decay is applied **only to weight
-    matrices**: parameters with ``ndim >= 2`` that are not embedding tables (``nn.Embedding`` /
-    ``nn.EmbeddingBag`` weights, including an output head tied to one). Biases, norm gains, learned
-    step sizes and every other 1-D/0-D parameter are not decayed. A parameter can also opt out by
-    carrying the attribute ``no_weight_decay = True``.
+    Optimiser: ``optimizer.kind`` (adamw | adam | sgd, see :mod:`energyformer.train.optim`) over one
+    parameter group per role (:mod:`energyformer.train.roles`); ``optimizer.weight_decay`` applies
+    to roles not in ``no_decay_roles`` (by default only ``weight``: matrices and unrecognised
+    parameters). ``lr_multipliers`` scales the learning rate of whole roles.
 
-    Learning rate: linear warm-up over ``round(warmup * steps)`` steps to ``lr``, then cosine decay to
-    ``final_lr_factor * lr`` at the last step (see :func:`energyformer.train.schedule.lr_factor`).
+    Learning rate: ``lr`` times the ``schedule`` kind's factor (warmup_cosine | warmup_linear |
+    constant, see :mod:`energyformer.train.schedule`).
 
     ``eval_every``, ``log_every`` and ``save_every`` count optimiser steps; ``0`` means "only at the
     end" (logging always happens at least at the last step). ``keep_checkpoints = 0`` keeps all.
@@ -38,16 +60,14 @@ class TrainConfig(ConfigModel):
     """number of optimiser steps"""
     lr: float = Field(2e-3, gt=0)
     """peak learning rate"""
-    final_lr_factor: float = Field(0.1, ge=0, le=1)
-    """learning rate at the last step, as a fraction of the peak"""
-    warmup: float = Field(0.05, ge=0, le=1)
-    """fraction of the steps spent in linear warm-up"""
-    weight_decay: float = Field(0.1, ge=0)
-    """decoupled weight decay on weight matrices"""
-    betas: tuple[float, float] = (0.9, 0.95)
-    """Adam betas, each in [0, 1)"""
-    eps: float = Field(1e-9, gt=0)
-    """Adam epsilon"""
+    optimizer: OPTIMIZERS.type("adamw") = OPTIMIZERS.field("adamw")
+    """optimiser kind and its keys"""
+    schedule: SCHEDULES.type("warmup_cosine") = SCHEDULES.field("warmup_cosine")
+    """learning-rate schedule kind and its keys"""
+    no_decay_roles: list[Role] = Field(default_factory=lambda: list(DEFAULT_NO_DECAY_ROLES))
+    """parameter roles exempt from weight decay"""
+    lr_multipliers: dict[str, float] = Field(default_factory=dict)
+    """learning-rate factor per parameter role (default 1)"""
     grad_clip: float = Field(1.0, ge=0)
     """clip the global gradient norm to this (0: no clipping)"""
     grad_accum: int = Field(1, ge=1)
@@ -75,14 +95,6 @@ class TrainConfig(ConfigModel):
     ddp_find_unused_parameters: bool = False
     """DDP option for models with parameters unused in some steps"""
 
-    @field_validator("betas")
-    @classmethod
-    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
-        for b in v:
-            if not 0.0 <= b < 1.0:
-                raise ValueError("must be a pair of numbers in [0, 1)")
-        return v
-
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
@@ -90,10 +102,36 @@ class TrainConfig(ConfigModel):
             raise ValueError("allowed values are 'auto', 'cpu', 'cuda', 'cuda:N' (N an integer), 'mps'")
         return v
 
-    @property
-    def warmup_steps(self) -> int:
-        """Number of linear warm-up steps: ``round(warmup * steps)``."""
-        return int(round(self.warmup * self.steps))
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in LEGACY_KEYS.items():
+                if old in data:
+                    raise ValueError(f"key {old!r} moved to '{new}' (the optimiser and schedule "
+                                     "kinds decide which keys they take)")
+        return data
+
+    @field_validator("no_decay_roles")
+    @classmethod
+    def _unique_roles(cls, v: list[str]) -> list[str]:
+        dup = sorted({r for r in v if v.count(r) > 1})
+        if dup:
+            raise ValueError(f"lists {', '.join(map(repr, dup))} more than once")
+        return v
+
+    @field_validator("lr_multipliers")
+    @classmethod
+    def _positive_multipliers(cls, v: dict[str, float]) -> dict[str, float]:
+        for role, m in v.items():
+            if role not in ROLES:
+                near = closest(role, ROLES)
+                raise ValueError(f"{role!r} is not a parameter role"
+                                 + (f" (did you mean {near!r}?)" if near else "")
+                                 + f"; roles: {', '.join(ROLES)}")
+            if not m >= 0:
+                raise ValueError(f"multiplier of role {role!r} is {m!r}; must be >= 0")
+        return v
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (YAML/JSON friendly)."""

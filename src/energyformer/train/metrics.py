@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,46 @@ class MetricsLogger:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+class StepWindow:
+    """The optimiser steps since the last train event: their mean loss and metrics, tokens/s.
+
+    ``grad_norm`` is the last step's; ``callback_metrics`` (filled by the trainer with what
+    callbacks return) keep their latest values across windows.
+    """
+
+    def __init__(self) -> None:
+        self.callback_metrics: dict[str, float] = {}
+        self.grad_norm: float | None = None
+        self._reset(time.perf_counter())
+
+    def _reset(self, now: float) -> None:
+        self.losses: list[float] = []
+        self.metrics: dict[str, float] = {}
+        self.tokens = 0
+        self.t0 = now
+
+    def add(self, loss: float, metrics: dict[str, float], tokens: int, grad_norm: float | None) -> None:
+        self.losses.append(loss)
+        for k, v in metrics.items():
+            self.metrics[k] = self.metrics.get(k, 0.0) + v
+        self.tokens += tokens
+        if grad_norm is not None:
+            self.grad_norm = grad_norm
+
+    def event(self, step: int, lr: float, tokens_total: int, elapsed_s: float) -> dict[str, Any]:
+        """The ``train`` event of this window (then the window starts again)."""
+        now = time.perf_counter()
+        n = max(1, len(self.losses))
+        event: dict[str, Any] = {
+            "event": "train", "step": step, "lr": lr, "loss": sum(self.losses) / n,
+            "tokens_per_s": self.tokens / max(now - self.t0, 1e-9), "tokens": tokens_total,
+            "elapsed_s": elapsed_s,
+        }
+        if self.grad_norm is not None:
+            event["grad_norm"] = self.grad_norm
+        event.update({f"train/{k}": v / n for k, v in self.metrics.items()})
+        event.update(self.callback_metrics)
+        self._reset(now)
+        return event

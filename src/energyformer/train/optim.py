@@ -1,89 +1,162 @@
-"""Optimiser and device selection for the trainer.
+"""Optimisers by kind (``train.optimizer``) over parameter groups by role (``train.roles``).
 
-AdamW with weight decay on weight matrices only (not embeddings, biases, norms or other 0-/1-D
-parameters), and ``train.device`` resolution (``auto`` picks CUDA, then MPS, then CPU; under torchrun
-each rank takes ``cuda:LOCAL_RANK``).
+``train.optimizer.kind`` picks one registered optimiser; its keys are checked against that kind::
+
+    optimizer: {kind: adamw, betas: [0.9, 0.95], eps: 1.0e-9, weight_decay: 0.1}
+    optimizer: {kind: adam, weight_decay: 0.0}                 # torch.optim.Adam
+    optimizer: {kind: sgd, momentum: 0.9, nesterov: true}      # torch.optim.SGD, dampening 0
+
+What ``weight_decay`` means depends on the kind, so each kind keeps its own key and default:
+
+* ``adamw``: decoupled decay, ``w <- w - lr * wd * w`` beside the Adam step (Loshchilov & Hutter).
+* ``adam``: torch.optim.Adam's coupled L2 penalty, ``g <- g + wd * w`` *before* the moments (so the
+  decay is rescaled by the adaptive denominator). The default 0 gives plain, L2-free Adam.
+* ``sgd``: the same coupled L2 penalty, ``g <- g + wd * w`` before momentum; default 0.
+
+In every kind it applies only to groups whose role is decayed (``train.no_decay_roles``). Each role
+is one parameter group carrying ``role``, ``names`` (parameter names, used to match optimiser state
+on resume), ``weight_decay`` and ``lr_multiplier`` (``train.lr_multipliers``; the schedule sets
+``lr = base_lr * factor * lr_multiplier``). A new kind registers a config class and a builder
+``build(cfg, groups, lr, device) -> torch.optim.Optimizer`` with :data:`OPTIMIZERS`.
 """
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+from pydantic import Field, ValidationInfo, field_validator
 from torch import nn
 
-from energyformer.utils.validate import ConfigError
+from energyformer.utils.config import KindConfig, Registry
 
-from .config import TrainConfig
-from .distributed import local_rank, wants_distributed
+from .roles import DEFAULT_NO_DECAY_ROLES, ROLES, param_roles, warn_undeclared
 
+if TYPE_CHECKING:
+    from .config import TrainConfig
 
-def resolve_device(spec: str) -> torch.device:
-    """``'auto'|'cpu'|'cuda'|'cuda:N'|'mps'`` -> a device. Under ``torchrun`` CUDA uses ``LOCAL_RANK``."""
-    distributed = wants_distributed()
-    if spec == "auto":
-        if torch.cuda.is_available():
-            spec = "cuda"
-        elif not distributed and hasattr(torch.backends, "mps") and torch.backends.mps.is_available():
-            spec = "mps"
-        else:
-            spec = "cpu"
-    if spec.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError(f"train.device = {spec!r}: CUDA is not available here; use 'auto' or 'cpu'")
-        if distributed:
-            if ":" in spec:
-                warnings.warn(f"train.device = {spec!r}: under torchrun each rank uses cuda:LOCAL_RANK",
-                              stacklevel=3)
-            return torch.device("cuda", local_rank())
-        if ":" in spec:
-            idx = int(spec.split(":")[1])
-            if idx >= torch.cuda.device_count():
-                raise ConfigError(f"train.device = {spec!r}: only {torch.cuda.device_count()} CUDA "
-                                  "device(s) present")
-            return torch.device("cuda", idx)
-        return torch.device("cuda", torch.cuda.current_device())
-    if spec == "mps":
-        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise ConfigError("train.device = 'mps': MPS is not available here; use 'auto' or 'cpu'")
-        return torch.device("mps")
-    return torch.device("cpu")
+OPTIMIZERS = Registry("optimizer")
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: decay only weight matrices (``ndim >= 2``) that are not embedding tables.
+def _check_betas(v: tuple[float, float]) -> tuple[float, float]:
+    if not all(0.0 <= b < 1.0 for b in v):
+        raise ValueError("must be a pair of numbers in [0, 1)")
+    return v
 
-    Biases, norm gains and any 0-/1-D parameter are not decayed; neither are ``nn.Embedding`` /
-    ``nn.EmbeddingBag`` weights (nor heads tied to them) or parameters with
-    ``no_weight_decay = True``. Shared parameters appear once.
+
+def _fused(flag: bool | None, device: torch.device) -> dict[str, Any]:
+    """``fused=None``: the fused kernel on CUDA, torch's default elsewhere."""
+    if flag is None:
+        flag = device.type == "cuda"
+    return {"fused": True} if flag else {}
+
+
+class AdamWConfig(KindConfig):
+    """AdamW: Adam with decoupled weight decay (torch.optim.AdamW)."""
+
+    kind: Literal["adamw"] = "adamw"
+    betas: tuple[float, float] = (0.9, 0.95)
+    """Adam betas (beta1, beta2), each in [0, 1)"""
+    eps: float = Field(1e-9, gt=0)
+    """Adam epsilon"""
+    weight_decay: float = Field(0.1, ge=0)
+    """decoupled decay w <- w - lr*wd*w, on roles not in no_decay_roles"""
+    fused: bool | None = None
+    """fused kernel (None: on CUDA only)"""
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        return _check_betas(v)
+
+
+class AdamConfig(KindConfig):
+    """Adam (torch.optim.Adam); weight_decay is the coupled L2 penalty g + wd*w (default 0: L2-free)."""
+
+    kind: Literal["adam"] = "adam"
+    betas: tuple[float, float] = (0.9, 0.999)
+    """Adam betas (beta1, beta2), each in [0, 1)"""
+    eps: float = Field(1e-8, gt=0)
+    """Adam epsilon"""
+    weight_decay: float = Field(0.0, ge=0)
+    """coupled L2 penalty g <- g + wd*w before the moments (0: plain Adam)"""
+    fused: bool | None = None
+    """fused kernel (None: on CUDA only)"""
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        return _check_betas(v)
+
+
+class SGDConfig(KindConfig):
+    """SGD with optional (Nesterov) momentum, dampening 0 (torch.optim.SGD)."""
+
+    kind: Literal["sgd"] = "sgd"
+    momentum: float = Field(0.0, ge=0, lt=1)
+    """momentum coefficient mu: b <- mu*b + g (0: plain SGD)"""
+    nesterov: bool = False
+    """Nesterov momentum: step along g + mu*b (needs momentum > 0)"""
+    weight_decay: float = Field(0.0, ge=0)
+    """coupled L2 penalty g <- g + wd*w before momentum"""
+    fused: bool | None = None
+    """fused kernel (None: on CUDA only)"""
+
+    @field_validator("nesterov")
+    @classmethod
+    def _nesterov_needs_momentum(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and info.data.get("momentum", 0.0) == 0:
+            raise ValueError("needs momentum > 0 (Nesterov SGD with dampening 0)")
+        return v
+
+
+@OPTIMIZERS.register("adamw", AdamWConfig)
+def build_adamw(cfg: AdamWConfig, groups: list[dict], lr: float, device: torch.device
+                ) -> torch.optim.Optimizer:
+    """torch.optim.AdamW over the role groups (each group's weight_decay already set)."""
+    return torch.optim.AdamW(groups, lr=lr, betas=cfg.betas, eps=cfg.eps, **_fused(cfg.fused, device))
+
+
+@OPTIMIZERS.register("adam", AdamConfig)
+def build_adam(cfg: AdamConfig, groups: list[dict], lr: float, device: torch.device
+               ) -> torch.optim.Optimizer:
+    """torch.optim.Adam over the role groups (coupled L2 = each group's weight_decay)."""
+    return torch.optim.Adam(groups, lr=lr, betas=cfg.betas, eps=cfg.eps, **_fused(cfg.fused, device))
+
+
+@OPTIMIZERS.register("sgd", SGDConfig)
+def build_sgd(cfg: SGDConfig, groups: list[dict], lr: float, device: torch.device
+              ) -> torch.optim.Optimizer:
+    """torch.optim.SGD over the role groups, dampening 0."""
+    return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, dampening=0.0,
+                           nesterov=cfg.nesterov, **_fused(cfg.fused, device))
+
+
+def param_groups(model: nn.Module, weight_decay: float,
+                 no_decay_roles: Iterable[str] = DEFAULT_NO_DECAY_ROLES,
+                 lr_multipliers: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+    """One group per role that has trainable parameters, in :data:`~energyformer.train.roles.ROLES` order.
+
+    ``weight_decay`` is ``weight_decay`` for roles not in ``no_decay_roles``, else 0. Shared
+    parameters appear once (under their first name). See :mod:`energyformer.train.roles`.
     """
-    embedding_ids = {
-        id(m.weight) for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))
-    }
-    decay, no_decay, seen = [], [], set()
-    for p in model.parameters():  # .parameters() already yields shared parameters once
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        if p.ndim >= 2 and id(p) not in embedding_ids and not getattr(p, "no_weight_decay", False):
-            decay.append(p)
-        else:
-            no_decay.append(p)
-    groups = []
-    if decay:
-        groups.append({"params": decay, "weight_decay": weight_decay})
-    if no_decay:
-        groups.append({"params": no_decay, "weight_decay": 0.0})
-    return groups
+    no_decay = set(no_decay_roles)
+    mult = dict(lr_multipliers or {})
+    params = dict(model.named_parameters())
+    by_role: dict[str, list[str]] = {}
+    for name, role in param_roles(model).items():
+        by_role.setdefault(role, []).append(name)
+    return [{"params": [params[n] for n in by_role[role]], "names": list(by_role[role]),
+             "role": role, "weight_decay": 0.0 if role in no_decay else float(weight_decay),
+             "lr_multiplier": float(mult.get(role, 1.0))}
+            for role in ROLES if role in by_role]
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW over :func:`param_groups` (fused kernel on CUDA)."""
-    groups = param_groups(model, cfg.weight_decay)
+def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """The ``cfg.optimizer`` kind over :func:`param_groups` of ``model`` at peak ``cfg.lr``."""
+    groups = param_groups(model, cfg.optimizer.weight_decay, cfg.no_decay_roles, cfg.lr_multipliers)
     if not groups:
         raise ValueError("the model has no trainable parameters")
-    kwargs: dict[str, Any] = {}
-    if device.type == "cuda":
-        kwargs["fused"] = True
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, **kwargs)
+    warn_undeclared(model, cfg.optimizer.weight_decay > 0 and "weight" not in cfg.no_decay_roles)
+    return OPTIMIZERS.build(cfg.optimizer, groups, cfg.lr, device)

@@ -26,18 +26,26 @@ Contract with a task (DESIGN.md: config -> task -> trainer -> checkpoints + metr
 One optimiser step = ``grad_accum`` micro-batches, each from ``next_batch()``; each micro-batch
 loss is divided by ``grad_accum`` before ``backward`` so the gradient is that of the mean loss.
 
-Resume is exact: ``fit(resume=True)`` restores weights, AdamW moments, schedule position, the data
-state and every RNG state (per rank), so on CPU in fp32 the loss at every later step equals that of
+Optimiser (``train.optimizer`` kind), schedule (``train.schedule`` kind) and parameter groups by
+role: :mod:`~energyformer.train.optim`, :mod:`~energyformer.train.schedule`,
+:mod:`~energyformer.train.roles`. ``callbacks`` run after every optimiser step, before that step's
+logging, evaluation and checkpoint (protocol: :mod:`~energyformer.train.callbacks`).
+
+Resume is exact: ``fit(resume=True)`` restores weights, optimiser state (matched by parameter name,
+:mod:`~energyformer.train.resume`), schedule position, callback state, the data state and every RNG
+state (per rank), so on CPU in fp32 the loss at every later step equals that of
 an uninterrupted run with the same seed (same machine, same torch intra-op thread count and world
 size: float reductions depend on them). Fresh runs seed everything with ``seed + rank``; a task
 should call :func:`energyformer.train.seed_everything` itself before building its model.
 ``fit(resume=False)`` refuses an ``out_dir`` that already holds checkpoints. On resume, events in
 ``metrics.jsonl`` (and TensorBoard) after the checkpoint's step are dropped, invalid newer
 checkpoints are renamed ``ckpt-<step>.corrupt`` (kept, not deleted) with a warning, and a changed
-``config.yaml`` is saved beside the original as ``config-resume-<step>.yaml``.
+``config.yaml`` is saved beside the original as ``config-resume-<step>.yaml``. A changed train
+config (including one stored in the layout before optimiser/schedule kinds) is warned about and the
+current one is used; a changed optimiser kind restores no optimiser state.
 
 Ctrl-C (``KeyboardInterrupt``, single process only): if the model and optimiser hold a completed
-step (the interrupt came outside ``optimizer.step()``), a checkpoint of that step is written — with
+step (the interrupt came outside ``optimizer.step()`` and the callbacks after it), a checkpoint of that step is written — with
 the data/RNG state from before the unfinished step, so resuming is still exact — and the
 interrupt is re-raised. Under DDP nothing is saved on Ctrl-C (ranks cannot agree safely); resume
 from the last periodic checkpoint.
@@ -54,9 +62,9 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -64,54 +72,21 @@ from torch import nn
 
 from energyformer.utils.validate import ConfigError
 
-from .checkpoint import (
-    checkpoint_step,
-    latest_valid_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    save_checkpoint,
-    unwrap_model,
-)
+from .callbacks import CallbackList
+from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint, unwrap_model
 from .config import TrainConfig
+from .contract import EvalFn, LossFn, TrainData, TrainingDiverged
+from .device import resolve_device
 from .distributed import destroy_distributed, dist_info, init_distributed
-from .metrics import MetricsLogger
-from .optim import build_optimizer, resolve_device
+from .metrics import MetricsLogger, StepWindow
+from .optim import build_optimizer
+from .resume import config_changes, find_resume_checkpoint, load_optimizer_state, upgrade_train_config
 from .rng import fork_rng, get_rng_state, seed_everything, set_rng_state
+from .roles import format_param_groups
 from .runinfo import collect_run_info, write_config, write_run_info
-from .schedule import WarmupCosineSchedule
+from .schedule import LRSchedule
 
 log = logging.getLogger("energyformer.train")
-
-LossFn = Callable[[nn.Module, tuple], "tuple[torch.Tensor, dict[str, float]]"]
-EvalFn = Callable[[nn.Module], "dict[str, float]"]
-
-
-class TrainData(Protocol):
-    """What the trainer needs from a data source (``tokens_per_batch`` is optional)."""
-
-    def next_batch(self) -> tuple[torch.Tensor, ...]: ...
-    def state_dict(self) -> dict: ...
-    def load_state_dict(self, d: dict) -> None: ...
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss (or gradient norm) became NaN/inf; no optimiser step or checkpoint was made of it."""
-
-    def __init__(self, step: int, value: float, what: str = "loss",
-                 last_checkpoint: str | None = None) -> None:
-        self.step = step
-        self.value = value
-        self.loss = value
-        self.what = what
-        self.last_checkpoint = last_checkpoint
-        where = (f"the last good checkpoint is {last_checkpoint}" if last_checkpoint
-                 else "no checkpoint was written in this run")
-        super().__init__(
-            f"training diverged at step {step}: {what} = {value} is not finite. Stopped before the "
-            f"optimizer step; {where}. Try a lower train.lr, train.grad_clip > 0 or "
-            "train.precision='fp32'."
-        )
-
 
 # ----------------------------------------------------------------------------------------------
 
@@ -129,7 +104,10 @@ class Trainer:
     """Train ``model`` with ``loss_fn`` on ``train_data``; write checkpoints and metrics to ``out_dir``.
 
     See the module docstring for the contract. ``run_config`` is the resolved experiment config
-    (written to ``config.yaml``); without it the :class:`TrainConfig` is written.
+    (written to ``config.yaml``); without it the :class:`TrainConfig` is written. ``callbacks``:
+    objects with ``on_step_end(trainer, step)`` and optionally ``on_train_start(trainer)``,
+    ``state_dict()``/``load_state_dict()`` (see :mod:`energyformer.train.callbacks`); they can read
+    the step's metrics in ``trainer.step_metrics``.
     """
 
     def __init__(
@@ -142,6 +120,7 @@ class Trainer:
         *,
         out_dir: str | Path,
         run_config: dict[str, Any] | None = None,
+        callbacks: Sequence[Any] | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -169,11 +148,13 @@ class Trainer:
         self.eval_fn = eval_fn
         self.out_dir = Path(out_dir)
         self.run_config = run_config
+        self.callbacks = CallbackList(callbacks)
+        self.step_metrics: dict[str, float] = {}  # metrics of the step just taken (for callbacks)
         self.step = 0
         self.tokens_seen = 0
         self.loss_history: list[float] = []  # per-step loss of this fit() call
         self.optimizer: torch.optim.Optimizer | None = None
-        self.scheduler: WarmupCosineSchedule | None = None
+        self.scheduler: LRSchedule | None = None
         self.device: torch.device | None = None
         self.rank, self.world_size = 0, 1
         self.last_checkpoint: Path | None = None
@@ -199,8 +180,9 @@ class Trainer:
             raise ConfigError("train.precision = 'bf16': this GPU does not support bfloat16; use 'fp32'")
         self.model.to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
-        self.scheduler = WarmupCosineSchedule(self.optimizer, cfg.lr, cfg.steps, cfg.warmup_steps,
-                                              cfg.final_lr_factor)
+        self.scheduler = LRSchedule(self.optimizer, cfg.lr, cfg.steps, cfg.schedule)
+        if self.is_main:
+            log.info("%s", format_param_groups(self.model, cfg.no_decay_roles, cfg.lr_multipliers))
         m: nn.Module = self.model
         if cfg.compile:
             m = torch.compile(m)  # type: ignore[assignment]
@@ -260,32 +242,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ resume
 
-    def _find_resume_checkpoint(self) -> str | None:
-        choice: str | None = None
-        if self.is_main:
-            ckpt, bad = latest_valid_checkpoint(self.out_dir, warn=False)
-            chosen_step = checkpoint_step(ckpt) if ckpt is not None else -1
-            for path, err in bad:
-                msg = f"checkpoint {path.name} is invalid ({err})"
-                s = checkpoint_step(path)
-                if s is not None and s > chosen_step:
-                    target = path.with_name(path.name + ".corrupt")
-                    if not target.exists():
-                        path.rename(target)
-                        msg += f"; moved aside to {target.name}"
-                warnings.warn(msg + (f"; resuming from {ckpt.name}" if ckpt else ""), stacklevel=4)
-                log.warning(msg)
-            choice = str(ckpt) if ckpt is not None else None
-        if self.ddp:
-            box = [choice]
-            dist.broadcast_object_list(box, src=0)
-            choice = box[0]
-        return choice
-
     def _restore(self, path: str) -> dict[str, Any]:
         assert self.optimizer is not None and self.scheduler is not None
-        # rank 0 verified the manifest in _find_resume_checkpoint
-        state = load_checkpoint(path, self.model, self.optimizer, self.scheduler, verify=False)
+        # rank 0 verified the manifest in find_resume_checkpoint
+        state = load_checkpoint(path, self.model, None, self.scheduler, verify=False)
         entries = state.get("ranks") or []
         if entries:
             if len(entries) != self.world_size:
@@ -297,17 +257,28 @@ class Trainer:
             entry = entries[self.rank % len(entries)]
             self.train_data.load_state_dict(entry["data"])
             set_rng_state(entry["rng"])
-        old_cfg = state.get("train_config") or {}
+        old_cfg, legacy = upgrade_train_config(state.get("train_config") or {})
         new_cfg = self.cfg.to_dict()
-        changed = [k for k in new_cfg if k in old_cfg and old_cfg[k] != new_cfg[k]
-                   and k not in ("progress", "device", "log_every", "eval_every", "save_every",
-                                 "keep_checkpoints", "tensorboard")]
-        if changed:
-            warnings.warn(
-                "resuming with a changed train config: "
-                + ", ".join(f"{k}: {old_cfg[k]!r} -> {new_cfg[k]!r}" for k in changed),
-                stacklevel=4,
-            )
+        changed = config_changes(old_cfg, new_cfg) if old_cfg else []
+        if changed or legacy:
+            note = (" (the checkpoint's train config uses the layout before optimizer/schedule "
+                    "kinds; read as optimizer.kind='adamw', schedule.kind='warmup_cosine')"
+                    if legacy else "")
+            warnings.warn("resuming with a changed train config" + note
+                          + (": " + ", ".join(changed) if changed else ""), stacklevel=4)
+        if state.get("optimizer") is None:
+            raise CheckpointError(f"checkpoint {path}: state.pt holds no optimizer state")
+        old_kind = (old_cfg.get("optimizer") or {}).get("kind", self.cfg.optimizer.kind)
+        if old_kind != self.cfg.optimizer.kind:
+            warnings.warn(f"train.optimizer.kind changed from {old_kind!r} to "
+                          f"{self.cfg.optimizer.kind!r}: the optimizer state starts fresh",
+                          stacklevel=4)
+        else:
+            missing = load_optimizer_state(self.optimizer, state["optimizer"], self.model, path)
+            if missing:
+                warnings.warn(f"checkpoint {path} holds no optimizer state for "
+                              f"{', '.join(missing)}; it starts fresh", stacklevel=4)
+        self.callbacks.load_state_dict(state.get("callbacks"))
         self.step = int(state["step"])
         self.tokens_seen = int(state.get("tokens_seen", 0))
         self._elapsed_before = float(state.get("elapsed_s", 0.0))
@@ -333,6 +304,7 @@ class Trainer:
                 "tokens_seen": self.tokens_seen,
                 "elapsed_s": self._elapsed(),
                 "train_config": self.cfg.to_dict(),
+                "callbacks": self.callbacks.state_dict(),
                 "loss": self.loss_history[-1] if self.loss_history else None,
             }
             self.last_checkpoint = save_checkpoint(
@@ -356,7 +328,7 @@ class Trainer:
         self._t0 = time.perf_counter()
         resumed_from: str | None = None
         if resume:
-            resumed_from = self._find_resume_checkpoint()
+            resumed_from = find_resume_checkpoint(out, self.is_main, self.ddp)
             if resumed_from is None:
                 warnings.warn(f"fit(resume=True): no valid checkpoint in {out}; starting from scratch",
                               stacklevel=3)
@@ -373,6 +345,7 @@ class Trainer:
             # each rank gets its own stream (dropout etc.); model init happened in the task
             seed_everything(cfg.seed + self.rank)
         self._last_saved_step = self.step if resumed_from is not None else -1
+        self.callbacks.on_train_start(self)
 
         if self.is_main:
             info = collect_run_info(cfg.seed, self.device, self.world_size)  # type: ignore[arg-type]
@@ -392,12 +365,9 @@ class Trainer:
         model = self._train_model
         model.train()
         tokens_per_micro = getattr(self.train_data, "tokens_per_batch", None)
-        win_losses: list[float] = []
-        win_metrics: dict[str, float] = {}
-        win_tokens, win_t = 0, time.perf_counter()
-        last_gn: float | None = None
+        self._window = window = StepWindow()
         self._in_step = False
-        self._in_update = False
+        self._in_update: int | None = None  # number of the step being applied (update + callbacks)
         snapshot: dict[str, Any] | None = None
         try:
             while self.step < cfg.steps:
@@ -406,29 +376,14 @@ class Trainer:
                 self._in_step = True
                 loss_val, metrics, ntok, gn = self._train_step(model, tokens_per_micro)
                 self._in_step = False
-                last_gn = gn if gn is not None else last_gn
                 self.loss_history.append(loss_val)
                 ntok *= self.world_size
                 self.tokens_seen += ntok
-                win_tokens += ntok
-                win_losses.append(loss_val)
-                for k, v in metrics.items():
-                    win_metrics[k] = win_metrics.get(k, 0.0) + v
+                window.add(loss_val, metrics, ntok, gn)
                 is_last = self.step == cfg.steps
                 if (cfg.log_every and self.step % cfg.log_every == 0) or is_last:
-                    now = time.perf_counter()
-                    n = len(win_losses)
-                    event = {
-                        "event": "train", "step": self.step,
-                        "lr": self.scheduler.get_lr(self.step - 1),  # lr of the step just taken
-                        "loss": sum(win_losses) / n,
-                        "tokens_per_s": win_tokens / max(now - win_t, 1e-9),
-                        "tokens": self.tokens_seen,
-                        "elapsed_s": self._elapsed(),
-                    }
-                    if last_gn is not None:
-                        event["grad_norm"] = last_gn
-                    event.update({f"train/{k}": v / n for k, v in win_metrics.items()})
+                    event = window.event(self.step, self.scheduler.get_lr(self.step - 1),
+                                         self.tokens_seen, self._elapsed())
                     self._logger.log(event)
                     self._pbar.set_postfix(loss=f"{event['loss']:.4g}",
                                            tok_s=f"{event['tokens_per_s']:.3g}", refresh=False)
@@ -436,7 +391,6 @@ class Trainer:
                         log.info("step %d/%d loss %.4g lr %.3g tok/s %.3g", self.step, cfg.steps,
                                  event["loss"], event["lr"], event["tokens_per_s"])
                     final.update({k: v for k, v in event.items() if k != "event"})
-                    win_losses, win_metrics, win_tokens, win_t = [], {}, 0, now
                 if self.eval_fn is not None and ((cfg.eval_every and self.step % cfg.eval_every == 0)
                                                  or is_last):
                     eval_metrics = self.evaluate()
@@ -502,21 +456,28 @@ class Trainer:
             gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
             if not math.isfinite(gn):
                 raise TrainingDiverged(self.step + 1, gn, "gradient norm", ckpt)
-        self._in_update = True
+        metrics = {k: v / accum for k, v in msum.items()}
+        self._in_update = self.step + 1  # until the callbacks are done, not a complete step
+        lr = self.scheduler.get_lr()
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        self._in_update = False
-        return loss_val, {k: v / accum for k, v in msum.items()}, ntok, gn
+        if len(self.callbacks):
+            self.step_metrics = {"loss": loss_val, "lr": lr,
+                                 **({"grad_norm": gn} if gn is not None else {}),
+                                 **{f"train/{k}": v for k, v in metrics.items()}}
+            self._window.callback_metrics.update(self.callbacks.on_step_end(self, self.step))
+        self._in_update = None
+        return loss_val, metrics, ntok, gn
 
     def _on_interrupt(self, snapshot: dict[str, Any] | None) -> None:
         where = f"last checkpoint: {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint yet"
         if self.ddp:
             log.warning("interrupted at step %d under DDP; not saving (%s)", self.step, where)
             return
-        if self._in_update:
-            log.warning("interrupted inside the optimizer update of step %d; the state is not a "
-                        "complete step, not saving (%s)", self.step + 1, where)
+        if self._in_update is not None:
+            log.warning("interrupted inside the optimizer update or callbacks of step %d; the state "
+                        "is not a complete step, not saving (%s)", self._in_update, where)
             return
         if self.step <= self._last_saved_step or self.step == 0:
             return

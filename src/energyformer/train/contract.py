@@ -1,0 +1,40 @@
+"""What a task hands the trainer (``loss_fn``, ``eval_fn``, ``train_data``) and what a diverging run
+raises. The full contract is in :mod:`energyformer.train.trainer`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+from torch import nn
+
+LossFn = Callable[[nn.Module, tuple], "tuple[torch.Tensor, dict[str, float]]"]
+EvalFn = Callable[[nn.Module], "dict[str, float]"]
+
+
+class TrainData(Protocol):
+    """What the trainer needs from a data source (``tokens_per_batch`` is optional)."""
+
+    def next_batch(self) -> tuple[torch.Tensor, ...]: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, d: dict) -> None: ...
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss (or gradient norm) became NaN/inf; no optimiser step or checkpoint was made of it."""
+
+    def __init__(self, step: int, value: float, what: str = "loss",
+                 last_checkpoint: str | None = None) -> None:
+        self.step = step
+        self.value = value
+        self.loss = value
+        self.what = what
+        self.last_checkpoint = last_checkpoint
+        where = (f"the last good checkpoint is {last_checkpoint}" if last_checkpoint
+                 else "no checkpoint was written in this run")
+        super().__init__(
+            f"training diverged at step {step}: {what} = {value} is not finite. Stopped before the "
+            f"optimizer step; {where}. Try a lower train.lr, train.grad_clip > 0 or "
+            "train.precision='fp32'."
+        )

@@ -1,0 +1,159 @@
+"""Resuming a run: choose the checkpoint, compare train configs, restore optimiser state by name.
+
+Optimiser state is matched to parameters **by name**, not by position: each parameter group
+carries the names of its parameters (``group["names"]``, see :mod:`energyformer.train.optim`), so
+a resumed run whose groups differ (other ``no_decay_roles``, a new role declaration, a checkpoint
+from the layout before roles, which had two groups by number of dimensions) still gives every
+parameter its own moments. The group hyper-parameters (weight decay, betas, momentum, ...) come
+from the *current* config, never from the checkpoint. A checkpoint written with another optimiser
+kind restores no optimiser state (with a warning): its moments mean something else.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .checkpoint import CheckpointError, checkpoint_step, latest_valid_checkpoint
+from .config import LEGACY_KEYS
+
+log = logging.getLogger("energyformer.train")
+
+# keys whose change on resume is expected and not worth a warning
+QUIET_KEYS = ("progress", "device", "log_every", "eval_every", "save_every", "keep_checkpoints",
+              "tensorboard")
+
+
+def find_resume_checkpoint(out_dir: Path, is_main: bool, ddp: bool) -> str | None:
+    """Newest valid checkpoint (rank 0 decides, broadcast under DDP); newer invalid ones are
+    renamed ``<name>.corrupt`` with a warning."""
+    choice: str | None = None
+    if is_main:
+        ckpt, bad = latest_valid_checkpoint(out_dir, warn=False)
+        chosen_step = checkpoint_step(ckpt) if ckpt is not None else -1
+        for path, err in bad:
+            msg = f"checkpoint {path.name} is invalid ({err})"
+            s = checkpoint_step(path)
+            if s is not None and s > chosen_step:
+                target = path.with_name(path.name + ".corrupt")
+                if not target.exists():
+                    path.rename(target)
+                    msg += f"; moved aside to {target.name}"
+            warnings.warn(msg + (f"; resuming from {ckpt.name}" if ckpt else ""), stacklevel=4)
+            log.warning(msg)
+        choice = str(ckpt) if ckpt is not None else None
+    if ddp:
+        box = [choice]
+        dist.broadcast_object_list(box, src=0)
+        choice = box[0]
+    return choice
+
+
+def upgrade_train_config(old: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """A stored train config in the current layout, and whether it was in the previous flat one.
+
+    The previous layout had ``betas``/``eps``/``weight_decay`` (AdamW) and ``warmup``/
+    ``final_lr_factor`` (warm-up + cosine) at the top level.
+    """
+    old = dict(old or {})
+    legacy = "optimizer" not in old and any(k in old for k in LEGACY_KEYS)
+    if not legacy:
+        return old, False
+    opt: dict[str, Any] = {"kind": "adamw"}
+    sched: dict[str, Any] = {"kind": "warmup_cosine"}
+    for key, new in LEGACY_KEYS.items():
+        if key in old:
+            section, sub = new.split(".")
+            (opt if section == "optimizer" else sched)[sub] = old.pop(key)
+    old["optimizer"], old["schedule"] = opt, sched
+    return old, True
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: list(d) if isinstance(d, tuple) else d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``"key: old -> new"`` for every dotted key that differs (absent on one side included).
+
+    A changed ``optimizer.kind`` / ``schedule.kind`` is reported once, not with every sub-key.
+    """
+    fo, fn = _flat(old), _flat(new)
+    changes = []
+    switched = [s for s in ("optimizer", "schedule") if fo.get(f"{s}.kind") != fn.get(f"{s}.kind")]
+    for key in dict.fromkeys([*fo, *fn]):
+        if key.split(".")[0] in QUIET_KEYS:
+            continue
+        if any(key.startswith(f"{s}.") and key != f"{s}.kind" for s in switched):
+            continue
+        a, b = fo.get(key, "<unset>"), fn.get(key, "<unset>")
+        if a != b:
+            changes.append(f"{key}: {a!r} -> {b!r}")
+    return changes
+
+
+def legacy_group_names(model: nn.Module) -> list[list[str]]:
+    """Parameter names of the two AdamW groups of the layout before roles (decay, no decay).
+
+    That layout decayed trainable parameters with ``ndim >= 2`` that were not ``nn.Embedding`` /
+    ``nn.EmbeddingBag`` weights nor marked ``no_weight_decay``; empty groups were left out.
+    """
+    emb = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
+    decay, rest = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        wd = p.ndim >= 2 and id(p) not in emb and not getattr(p, "no_weight_decay", False)
+        (decay if wd else rest).append(name)
+    return [g for g in (decay, rest) if g]
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any],
+                         model: nn.Module, where: str) -> list[str]:
+    """Load ``saved`` (an optimizer ``state_dict``) into ``optimizer``, matching parameters by name.
+
+    Hyper-parameters of every group stay those of ``optimizer`` (the current config). Returns the
+    names of current parameters the checkpoint's optimizer did not have (their state starts fresh).
+    """
+    saved_groups = saved.get("param_groups") or []
+    if all("names" in g for g in saved_groups):
+        saved_names = [list(g["names"]) for g in saved_groups]
+    else:  # written before parameter roles: two groups by number of dimensions
+        saved_names = legacy_group_names(model)
+    if len(saved_names) != len(saved_groups) or any(
+            len(n) != len(g["params"]) for n, g in zip(saved_names, saved_groups)):
+        raise CheckpointError(f"checkpoint {where}: its optimizer state does not fit this model's "
+                              "parameters (group sizes differ)")
+    known = {n for names in saved_names for n in names}
+    by_name = {}
+    for names, g in zip(saved_names, saved_groups):
+        for name, idx in zip(names, g["params"]):
+            if idx in saved["state"]:
+                by_name[name] = saved["state"][idx]
+    state: dict[int, Any] = {}
+    groups: list[dict[str, Any]] = []
+    missing: list[str] = []
+    idx = 0
+    for group in optimizer.param_groups:
+        ids = []
+        for name in group["names"]:
+            if name in by_name:
+                state[idx] = by_name[name]
+            elif name not in known:
+                missing.append(name)
+            ids.append(idx)
+            idx += 1
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    return missing
