@@ -25,7 +25,7 @@ def _cfg(tmp_path, block="cem", steps=2, **train):
         "name": f"gp-{block}{steps}", "out_dir": str(tmp_path),
         "task": {"kind": "gp", "kernel": {"name": "rbf"}, "n_train": 200, "n_test": 100, "batch_size": 50},
         "model": {"block": block, "steps": steps if block == "cem" else 1},
-        "train": {"steps": 60, "lr": 1e-2, "weight_decay": 0.0, "eval_every": 0, "save_every": 0,
+        "train": {"steps": 60, "lr": 1e-2, "optimizer": {"kind": "adam"}, "eval_every": 0, "save_every": 0,
                   "progress": False, "tensorboard": False, "device": "cpu", **train}})
 
 

@@ -112,6 +112,8 @@ class InteractionEnergy(Energy):
     """Interaction energy of CEM attention with K heads (see module docstring)."""
 
     exact = True
+    #: parameter roles for the trainer's weight-decay groups (train/roles.py): never decayed
+    param_roles = {"d": "diagonal", "self_bias": "position"}
 
     def __init__(
         self, dim: int, heads: int, head_dim: int | None = None, diagonal: str = "shared",

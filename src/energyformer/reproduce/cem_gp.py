@@ -137,7 +137,7 @@ def model_table(models: list[str]) -> dict[str, dict]:
 
 
 def run_config(args: argparse.Namespace, kernel: str, rep: int, model: str, data_seed: int):
-    """The RunConfig of one (kernel, repetition, model): the gp task, the regressor, Adam (AdamW, wd 0)."""
+    """The RunConfig of one (kernel, repetition, model): the gp task, the regressor, Adam."""
     from energyformer.experiment import RunConfig
     from energyformer.utils.config import to_dict
 
@@ -147,9 +147,11 @@ def run_config(args: argparse.Namespace, kernel: str, rep: int, model: str, data
         "task": {"kind": "gp", "kernel": {"name": kernel}, "n_train": args.n_train, "n_test": args.n_test,
                  "data_seed": data_seed, "batch_size": args.batch_size},
         "model": to_dict(MODEL_SPECS[model]),
-        # Adam == AdamW with weight decay 0; PyTorch's Adam defaults for betas and eps
-        "train": {"steps": steps, "lr": args.lr, "weight_decay": 0.0, "betas": [0.9, 0.999], "eps": 1e-8,
-                  "warmup": 0.05, "final_lr_factor": 0.1, "grad_clip": 1.0, "seed": args.seed + rep,
+        # Adam with PyTorch's defaults (no weight decay), 5% warm-up, cosine to 0.1x
+        "train": {"steps": steps, "lr": args.lr,
+                  "optimizer": {"kind": "adam", "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0},
+                  "schedule": {"kind": "warmup_cosine", "warmup": 0.05, "final_lr_factor": 0.1},
+                  "grad_clip": 1.0, "seed": args.seed + rep,
                   "eval_every": 0, "log_every": 0, "save_every": 0, "keep_checkpoints": 1,
                   "progress": False, "tensorboard": False, "device": "cpu"},
     })
