@@ -1,68 +1,105 @@
-import math
+"""GradientDescent and EnergyBlock: the pre-existing behaviour (fixed steps, learned eta, traces
+only when asked, option errors) plus call-time options: step overrides, (block, iteration) keys for
+traces and statistics, exactness, the proximal anchor and momentum carried across blocks."""
 
 import pytest
 import torch
+from core_toys import FixedTarget
 from torch import nn
 
-from energyformer.core import EnergyBlock, ForwardContext, GradientDescent, Traces, make_preconditioner
+from energyformer.core import (
+    EnergyBlock, ForwardContext, GradientDescent, Momentum, NetworkStepSize, ProximalGradient,
+    QuadraticEnergy, SolverStats, Traces, make_preconditioner,
+)
 from energyformer.energies import ElementwiseEnergy
 
-
-class Quadratic(nn.Module):
-    """E_i(x) = ½‖x_i − c_i‖² with c = context (exact gradient x − c) — a solver test bed."""
-
-    exact = True
-
-    def prepare(self, context, **kw):
-        return context
-
-    def energy(self, x, c):
-        return 0.5 * (x - c).pow(2).sum(-1)
-
-    def grad(self, x, c):
-        return x - c
-
-    def direction(self, x, c, P):
-        return -P(self.grad(x, c))
-
-    def precond_exact(self, P):
-        return True
+DT = torch.float64
 
 
-def test_tolerance_stops_early_and_trace_counts_steps():
-    solver = GradientDescent(step_size=0.5, tol=1e-3)
-    c = torch.randn(2, 3, 4)
-    res = solver.run(Quadratic(), torch.zeros_like(c), c, steps=100, trace=True)
-    # step norm halves every step: ‖Δ_t‖ = 0.5^(t+1)‖c‖ — stops once below tol
-    expected = 1 + math.ceil(math.log2(0.5 * c.norm(dim=-1).max().item() / 1e-3))
-    assert res.steps == expected < 100
-    assert res.trace.steps == res.steps and len(res.trace.energy) == res.steps + 1
-    e = res.trace.mean_energy()
-    assert all(b < a for a, b in zip(e, e[1:]))
+def _x(seed=0, shape=(2, 3, 4)):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=DT)
 
 
 def test_fixed_steps_without_trace_returns_no_trace():
-    res = GradientDescent(step_size=1.0).run(Quadratic(), torch.zeros(1, 2, 3), torch.ones(1, 2, 3), steps=3)
-    assert res.trace is None and res.steps == 3
+    res = GradientDescent(step_size=1.0).run(QuadraticEnergy(3), torch.zeros(1, 2, 3), torch.ones(1, 2, 3), steps=3)
+    assert res.trace is None and res.steps == 3 and res.stats is None
     torch.testing.assert_close(res.x, torch.ones(1, 2, 3))  # eta = 1 on a unit quadratic: exact in one step
 
 
 def test_learned_step_size_starts_at_given_value_and_gets_gradients():
     s = GradientDescent(step_size=0.3, learn_step_size=True)
-    assert s.eta().item() == pytest.approx(0.3, rel=1e-6)
+    assert s.step_size(0, None, None).item() == pytest.approx(0.3, rel=1e-6)
     blk = EnergyBlock(ElementwiseEnergy(6, 10), s, steps=2, norm=nn.RMSNorm(6))
     blk(torch.randn(2, 4, 6)).sum().backward()
-    assert s.theta.grad is not None and s.theta.grad.abs() > 0
+    assert s.step_size.theta.grad is not None and s.step_size.theta.grad.abs() > 0
 
 
-def test_block_records_trace_only_when_asked():
+def test_block_records_traces_and_stats_only_when_asked_keyed_by_block_and_iteration():
     blk = EnergyBlock(ElementwiseEnergy(6, 10), GradientDescent(make_preconditioner("diagonal", 6)), steps=2)
     blk.qualname = "mlp"
-    ctx = ForwardContext(traces=Traces())
-    blk(torch.randn(2, 4, 6), ctx)
-    assert list(ctx.traces) == ["mlp"] and ctx.traces["mlp"].steps == 2
-    assert ctx.traces["mlp"].exact is True  # no norm, single diagonal P: exact preconditioned steps
-    assert ctx.traces.summary()["mlp"]["energy"]
+    x = torch.randn(2, 4, 6)
+    ctx = ForwardContext(traces=Traces(), stats={})
+    for it in range(3):  # a block iterated by a recurrent-depth backbone keeps one record per pass
+        ctx.iteration = it
+        x = blk(x, ctx)
+    assert list(ctx.traces) == [("mlp", 0), ("mlp", 1), ("mlp", 2)] and list(ctx.stats) == list(ctx.traces)
+    assert ctx.traces[("mlp", 0)].steps == 2 and ctx.traces.blocks() == ["mlp"]
+    assert ctx.traces.of("mlp")[2] is ctx.traces[("mlp", 2)]
+    assert ctx.traces[("mlp", 1)].exact is True  # no norm, single diagonal P: exact preconditioned steps
+    assert list(ctx.traces.summary()) == ["mlp", "mlp@1", "mlp@2"] and ctx.traces.summary()["mlp"]["energy"]
+    st = ctx.stats[("mlp", 0)]
+    assert isinstance(st, SolverStats) and st.steps.shape == (2, 4) and bool((st.steps == 2).all())
+    plain = ForwardContext()
+    blk(x, plain)
+    assert plain.traces is None and plain.stats is None
+
+
+def test_step_count_overrides_ctx_steps_then_argument():
+    blk = EnergyBlock(QuadraticEnergy(4).to(DT), GradientDescent(step_size=0.5), steps=2)
+    ctx = ForwardContext(stats={})
+    blk(_x(), ctx)
+    assert int(ctx.stats[(blk.record_name(), 0)].steps.max()) == 2
+    ctx = ForwardContext(stats={}, steps=5)
+    blk(_x(), ctx)
+    assert int(ctx.stats[(blk.record_name(), 0)].steps.max()) == 5
+    blk(_x(), ctx, steps=1)
+    assert int(ctx.stats[(blk.record_name(), 0)].steps.max()) == 1
+
+
+def test_exactness_combines_energy_rule_step_size_norm_and_preconditioner():
+    q = QuadraticEnergy(4)
+    assert EnergyBlock(q, GradientDescent(step_size=0.1), 1).exact
+    assert EnergyBlock(q, ProximalGradient(), 1).exact  # exact on the traced objective E + prox
+    assert not EnergyBlock(q, Momentum(), 1).exact
+    assert not EnergyBlock(q, GradientDescent(step_size=NetworkStepSize(4)), 1).exact
+    assert not EnergyBlock(q, GradientDescent(), 1, norm=nn.RMSNorm(4)).exact
+    assert EnergyBlock(q, GradientDescent(), 1, norm=nn.RMSNorm(4), norm_in_loop=False).exact
+
+
+def test_proximal_anchor_defaults_to_the_blocks_start_and_can_be_given():
+    c = _x(1)
+    energy, solver = FixedTarget(c).to(DT), ProximalGradient(step_size=0.2, gamma=0.5)
+    blk = EnergyBlock(energy, solver, steps=4)
+    x, a = _x(2), _x(3)
+    torch.testing.assert_close(blk(x), solver.run(energy, x, c, 4, anchor=x).x, rtol=0, atol=0)
+    torch.testing.assert_close(blk(x, anchor=a), solver.run(energy, x, c, 4, anchor=a).x, rtol=0, atol=0)
+    assert not torch.allclose(blk(x), blk(x, anchor=a))
+
+
+def test_momentum_velocity_is_carried_across_blocks_through_ctx():
+    """Two one-step blocks sharing a carry key = one two-step run (one velocity stream)."""
+    c = _x(4)
+    energy = FixedTarget(c, scales=[0.5, 1.0, 1.5, 2.0]).to(DT)
+    make = lambda key: EnergyBlock(energy, Momentum(step_size=0.3, beta=0.8, carry_key=key), steps=1)  # noqa: E731
+    x = _x(5)
+    ctx = ForwardContext()
+    y = make("v")(make("v")(x, ctx), ctx)
+    torch.testing.assert_close(y, Momentum(step_size=0.3, beta=0.8).run(energy, x, c, 2).x, rtol=1e-14, atol=0)
+    assert ctx.carry["v"].shape == x.shape
+    fresh = make(None)(make(None)(x))
+    assert not torch.allclose(fresh, y)
+    with pytest.raises(ValueError, match="carried velocity"):
+        make("v")(_x(6, (2, 5, 4)), ctx)
 
 
 def test_bad_solver_options():
@@ -72,3 +109,9 @@ def test_bad_solver_options():
         GradientDescent(tol=-1.0)
     with pytest.raises(ValueError, match="steps"):
         EnergyBlock(ElementwiseEnergy(4, 4), GradientDescent(), steps=0)
+    with pytest.raises(ValueError, match="beta"):
+        Momentum(beta=1.0)
+    with pytest.raises(ValueError, match="learn_beta"):
+        Momentum(beta=0.0, learn_beta=True)
+    with pytest.raises(ValueError, match="gamma"):
+        ProximalGradient(gamma=0.0)

@@ -1,17 +1,42 @@
-"""Core abstractions: Energy, Solver, Preconditioner, EnergyBlock, Trace."""
+"""Core abstractions: Energy, Solver (step rule + shared loop), StepSize, Preconditioner,
+EnergyBlock, Trace. Importing this package registers the core energies (quadratic, composite),
+the solvers (gd, momentum, nesterov, proximal) and the step-size kinds."""
 
+from .backward import BACKWARD_MODES, BackwardMode, Truncated, Unroll, make_backward_mode, register_backward_mode
 from .block import EnergyBlock, ForwardContext
+from .checks import check_descent, check_energy, check_grad, check_reference
+from .composite import CompositeEnergy
 from .energy import ENERGIES, Energy, register_energy
+from .momentum import Momentum, MomentumConfig, Nesterov, NesterovConfig
 from .precond import (
     PRECONDITIONERS, DiagLowRankPrecond, DiagonalPrecond, IdentityPrecond, Preconditioner,
     make_preconditioner,
 )
-from .solver import SOLVERS, GradientDescent, Solver, SolverResult, register_solver
-from .trace import Trace, Traces
+from .proximal import ProximalConfig, ProximalGradient
+from .quadratic import QuadraticEnergy
+from .solver import (
+    SOLVER_CONFIGS, SOLVERS, Descent, GDConfig, GradientDescent, Solver, SolverConfig, SolverResult,
+    SolverStats, register_solver,
+)
+from .stepsize import (
+    STEP_SIZES, FixedStepSize, FixedStepSizeConfig, LearnedStepSize, LearnedStepSizeConfig,
+    NetworkStepSize, NetworkStepSizeConfig, PerIterationStepSize, PerIterationStepSizeConfig, StepSize,
+    StepSizeField, make_step_size,
+)
+from .trace import Trace, Traces, key_label
 
 __all__ = [
-    "ENERGIES", "Energy", "register_energy", "EnergyBlock", "ForwardContext", "PRECONDITIONERS",
-    "Preconditioner", "IdentityPrecond", "DiagonalPrecond", "DiagLowRankPrecond",
-    "make_preconditioner", "SOLVERS", "Solver", "SolverResult", "GradientDescent",
-    "register_solver", "Trace", "Traces",
+    "ENERGIES", "Energy", "register_energy", "CompositeEnergy", "QuadraticEnergy",
+    "check_energy", "check_grad", "check_descent", "check_reference",
+    "EnergyBlock", "ForwardContext",
+    "PRECONDITIONERS", "Preconditioner", "IdentityPrecond", "DiagonalPrecond", "DiagLowRankPrecond",
+    "make_preconditioner",
+    "SOLVERS", "SOLVER_CONFIGS", "Solver", "SolverConfig", "SolverResult", "SolverStats", "Descent",
+    "register_solver", "GradientDescent", "GDConfig", "Momentum", "MomentumConfig", "Nesterov",
+    "NesterovConfig", "ProximalGradient", "ProximalConfig",
+    "BACKWARD_MODES", "BackwardMode", "Unroll", "Truncated", "make_backward_mode", "register_backward_mode",
+    "STEP_SIZES", "StepSize", "StepSizeField", "make_step_size", "FixedStepSize", "FixedStepSizeConfig",
+    "LearnedStepSize", "LearnedStepSizeConfig", "PerIterationStepSize", "PerIterationStepSizeConfig",
+    "NetworkStepSize", "NetworkStepSizeConfig",
+    "Trace", "Traces", "key_label",
 ]

@@ -1,4 +1,4 @@
-"""``EnergyBlock`` = Energy + Solver + steps (DESIGN.md "Block"), and the context passed down a model.
+"""``EnergyBlock`` = Energy + Solver + steps (DESIGN.md "Block").
 
 A block normalises its input once (``h = norm(x)``), lets the energy do its once-only work
 (``state = energy.prepare(h)``: keys, values, gates), then runs the solver from ``x0`` for ``steps``
@@ -10,6 +10,12 @@ When ``norm_in_loop`` (CEM Algorithm 1, default) the gradient is evaluated at ``
 step ``x_{t+1} = x_t - eta P ∇E(u_t)`` is then not a gradient step on ``x -> E(norm(x))`` (the norm's
 Jacobian is missing), so ``exact`` is False. Without it every step is an exact (preconditioned)
 gradient step on ``E(x | h)``.
+
+Call-time options (DESIGN.md core table): the step count is ``steps=`` if given, else
+``ctx.steps`` (test-time budgets), else the block's own; step sizes see the index
+``ctx.iteration * steps + t``; the proximal anchor is ``anchor=`` if given, else x0; the padding
+mask ``ctx.mask`` keeps masked tokens fixed. Records go to ``ctx.traces`` / ``ctx.stats`` under
+``ctx.key(qualname)`` = (block name, iteration).
 """
 
 from __future__ import annotations
@@ -42,25 +48,37 @@ class EnergyBlock(nn.Module):
 
     @property
     def exact(self) -> bool:
-        """True when every step is ``-eta P ∇E(x | h)`` with one PD matrix P (see module docstring)."""
+        """True when every step is ``-eta P ∇E(x | h)`` with one PD matrix P (see module docstring):
+        the energy's update is its gradient, the solver's rule and step size are plain gradient
+        steps, no norm sits in the loop and the preconditioner is a single matrix."""
         norm_free = isinstance(self.norm, nn.Identity) or not self.norm_in_loop
         precond = getattr(self.solver, "precond", None)
         p_ok = precond is None or self.energy.precond_exact(precond)
         return bool(self.energy.exact and self.solver.exact and norm_free and p_ok)
 
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None) -> Tensor:
+    def record_name(self) -> str:
+        """Name of this block's records (its qualified name; a stable fallback when unnamed)."""
+        return self.qualname or f"{type(self).__name__}@{id(self):x}"
+
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None,
+                anchor: Tensor | None = None) -> Tensor:
         ctx = ctx or ForwardContext()
+        if steps is None:
+            steps = self.steps if ctx.steps is None else ctx.steps
         h = self.norm(x)  # (B, N, D)
-        state = self.energy.prepare(h, cache=ctx.cache_slot(self.qualname), offset=ctx.offset)
+        state = self.energy.prepare(h, cache=ctx.cache_slot(self.qualname), offset=ctx.offset,
+                                    mask=ctx.mask)
         x0 = x if self.init == "residual" else h
-        point = self.norm if self.norm_in_loop else None
+        trace, stats = ctx.traces is not None, ctx.stats is not None
+        in_loop = self.norm_in_loop and not isinstance(self.norm, nn.Identity)
         res = self.solver.run(
-            self.energy, x0, state, self.steps if steps is None else steps,
-            point=point, trace=ctx.traces is not None, carry=ctx.carry.get(self.solver.registry_name),
-        )
-        if res.carry is not None:
-            ctx.carry[self.solver.registry_name] = res.carry
-        if ctx.traces is not None and res.trace is not None:
-            res.trace.exact = self.exact
-            ctx.traces[ctx.key(self.qualname)] = res.trace
+            self.energy, x0, state, steps, point=self.norm if in_loop else None,
+            trace=trace, ctx=ctx, anchor=anchor, stats=stats)
+        if trace or stats:
+            key = ctx.key(self.record_name())
+            if trace and res.trace is not None:
+                res.trace.exact = self.exact
+                ctx.traces[key] = res.trace
+            if stats:
+                ctx.stats[key] = res.stats
         return res.x

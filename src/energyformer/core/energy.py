@@ -7,11 +7,24 @@ An energy assigns each token state ``x_i`` a scalar ``E_i(x_i | context)``. A bl
     grad(x, state)   -> like x     gradient of sum(energy) w.r.t. x; subclasses give a closed form
     direction(x, state, P) -> like x   the update direction the block uses; default ``-P grad``
 
-``exact`` says whether ``grad`` is exactly the gradient of ``energy`` and ``direction`` is exactly
-``-P grad``. Energies whose update is *not* a gradient of the energy they report (e.g. per-token
-partial gradients) set ``exact = False`` and document why. Every energy in the library is checked
-by the property test ``tests/core/test_energy_properties.py``: closed-form ``grad`` equals autograd
-of ``energy`` in float64, and a small step along ``direction`` lowers the energy.
+Three kinds of energies beyond the plain one (DESIGN.md core table):
+
+* **Context = the iterate** (``context_is_iterate = True``; bi-softmax attention of Hyper-SET, bare
+  self-attention): the solver calls ``reprepare(state, u_t)`` at every step, so the context is the
+  current point ``u_t``. ``grad`` is then the *total* derivative d/dx sum_i E_i(x | x) (the default
+  autograd differentiates through ``reprepare``).
+* **Composite energies** (:class:`~energyformer.core.composite.CompositeEnergy`): a weighted sum of
+  named energies; ``energy_terms`` gives the weighted per-term energies that traces record.
+* **Inexact updates**: ``exact`` says whether ``direction`` is exactly ``-P grad``. An energy whose
+  update is deliberately *not* the gradient of the energy it reports (e.g. per-token partial
+  gradients) sets ``exact = False``, documents why, and must implement ``reference_direction``: an
+  independent (slow, obviously correct) formula of its update that the property test compares
+  ``direction`` with.
+
+Every registered energy is checked by ``tests/core/test_energy_properties.py`` through
+:mod:`energyformer.core.checks`: ``grad`` equals autograd of ``energy`` in float64; where ``exact``,
+a small step along ``direction`` lowers the energy; where not, ``direction`` equals
+``reference_direction``.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ class Energy(nn.Module):
     """Base class of every energy. Subclasses implement ``energy`` and, ideally, a closed-form ``grad``."""
 
     exact: bool = True
+    context_is_iterate: bool = False
     registry_name: str = ""
 
     @classmethod
@@ -56,25 +70,54 @@ class Energy(nn.Module):
         raise NotImplementedError(f"{cls.__name__} must provide examples() for the property tests")
 
     def prepare(self, context: Tensor, **kwargs: Any) -> Any:
-        """Work done once per block call (outside the loop). Default: the context itself."""
+        """Work done once per block call (outside the loop). Default: the context itself.
+
+        Blocks pass ``cache``, ``offset`` and ``mask`` keywords; accept ``**kwargs``.
+        """
         return context
+
+    def reprepare(self, state: Any, u: Tensor) -> Any:
+        """State for context = ``u`` (called every step when ``context_is_iterate``).
+
+        Default: ``prepare(u)``. The old ``state`` is given so that options fixed for the whole
+        call (a padding mask) can be carried over; the KV cache is not (iterate-context energies
+        do not decode incrementally).
+        """
+        return self.prepare(u)
 
     def energy(self, x: Tensor, state: Any) -> Tensor:
         """Per-token energy, shape (B, N)."""
         raise NotImplementedError
 
+    def energy_terms(self, x: Tensor, state: Any) -> dict[str, Tensor] | None:
+        """Named (B, N) parts that sum to :meth:`energy` (composite energies); None for one term."""
+        return None
+
     def grad(self, x: Tensor, state: Any) -> Tensor:
         """∇_x Σ_i E_i. Default: autograd of :meth:`energy` (differentiable w.r.t. parameters when
-        grad mode is on, so a block built on an energy-only subclass still trains)."""
+        grad mode is on, so a block built on an energy-only subclass still trains). For an
+        iterate-context energy the derivative also goes through ``reprepare(state, x)``."""
         create = torch.is_grad_enabled()
         with torch.enable_grad():
             xg = x if x.requires_grad else x.detach().requires_grad_(True)
-            (g,) = torch.autograd.grad(self.energy(xg, state).sum(), xg, create_graph=create)
+            st = self.reprepare(state, xg) if self.context_is_iterate else state
+            (g,) = torch.autograd.grad(self.energy(xg, st).sum(), xg, create_graph=create)
         return g
 
     def direction(self, x: Tensor, state: Any, precond: Preconditioner) -> Tensor:
         """Update direction ``-P ∇E``; subclasses may fuse P into their weights."""
         return -precond(self.grad(x, state))
+
+    def reference_direction(self, x: Tensor, state: Any, precond: Preconditioner) -> Tensor:
+        """Independent formula of :meth:`direction` for energies with ``exact = False``.
+
+        Required when ``exact`` is False: the property test compares ``direction`` with it, since
+        such an update cannot be checked against the gradient. Write it the slow, obvious way (e.g.
+        per-token autograd of the partial energy with the context held fixed).
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} has exact = False and must implement reference_direction(x, state, "
+            f"precond) (an independent formula of its update) for the property tests")
 
     def precond_exact(self, precond: Preconditioner) -> bool:
         """Whether ``direction`` with this preconditioner is ``-P ∇E`` for one PD matrix P."""

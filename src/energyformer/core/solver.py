@@ -1,33 +1,68 @@
-"""Descent rules (DESIGN.md "Solver").
+"""Descent rules = a step rule + one shared loop (DESIGN.md "Solver" and core table).
 
-``Solver.run(energy, x0, state, steps, point=..., trace=...)`` descends ``energy`` from ``x0`` and
-returns a :class:`SolverResult`. ``point`` maps the iterate to where the gradient is evaluated:
-identity for an exact gradient step, or e.g. RMSNorm as in CEM Algorithm 1 (then the update is
-``-eta P ∇E(RMSNorm(x))`` applied to ``x``, which is *not* the gradient of ``E(RMSNorm(x))``; the
-block reports ``exact = False``).
+``Solver.run(energy, x0, state, steps, ...)`` descends ``energy`` from ``x0`` and returns a
+:class:`SolverResult`. The base class owns the loop (:class:`Descent`); a subclass writes only its
+step rule:
 
-Solvers are looked up by name in :data:`SOLVERS`.
+    init_memory(x0, carry, anchor) -> memory       state of the rule (velocity, anchor, ...)
+    update(energy, x, u, state, memory, eta) -> (dx, memory)
+
+One step of the loop, at step index t (``index = ctx.iteration * steps + t``, see
+:mod:`energyformer.core.stepsize`):
+
+    u_t   = point(x_t)                       (identity, or RMSNorm for CEM Algorithm 1)
+    state = energy.reprepare(state, u_t)     (only for energies whose context is the iterate)
+    eta   = step_size(index, x0, x_t)
+    dx, memory = update(...);  x_{t+1} = x_t + dx   (tokens that stopped or are masked: dx = 0)
+
+``point`` maps the iterate to where the gradient is evaluated: identity for an exact gradient
+step, or RMSNorm as in CEM Algorithm 1 (then the update ``-eta P ∇E(RMSNorm(x))`` is *not* the
+gradient of ``E(RMSNorm(x))``; the block reports ``exact = False``).
+
+Stopping rules: the step count (always); ``tol``: per token, a token whose step norm
+``||x_{t+1} - x_t||`` falls below ``tol`` stops (it keeps that last step) while the others
+continue; ``energy_threshold``: per token, a token whose (traced) energy is at or below the
+threshold stops before stepping. Tokens masked out by ``ctx.mask`` never move. The loop ends when
+the budget is spent or no token is moving; only these data-dependent rules sync with the host
+(one ``any()`` per step). Backward modes (unroll / truncated) live in
+:mod:`energyformer.core.backward`; statistics follow torchdeq (steps taken and final step norm per
+token, :class:`SolverStats`).
+
+Solvers are registered by name in :data:`SOLVERS` (classes) and :data:`SOLVER_CONFIGS` (typed
+configs, ``solver: {kind: gd | momentum | nesterov | proximal, ...}``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import torch
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from ..utils.validate import check_float
+from ..utils.config import KindConfig, Registry
+from ..utils.validate import ConfigError, check_float, check_int
+from .backward import make_backward_mode
 from .energy import Energy
-from .precond import IdentityPrecond, Preconditioner
-from .trace import Trace
+from .precond import IdentityPrecond, Preconditioner, make_preconditioner
+from .stepsize import FixedStepSize, FixedStepSizeConfig, StepSize, StepSizeField, make_step_size
+from .trace import Trace, _at_least_fp32
 
+#: Solver classes by name.
 SOLVERS: dict[str, type[Solver]] = {}
+#: Solver kinds for configs: name -> (config class, builder ``(cfg, dim, heads=None) -> Solver``).
+SOLVER_CONFIGS = Registry("solver")
 
 
-def register_solver(name: str):
+def register_solver(name: str, config: type[KindConfig] | None = None):
+    """Class decorator adding a Solver to :data:`SOLVERS` (and its config to :data:`SOLVER_CONFIGS`)."""
+
     def deco(cls):
+        if name in SOLVERS:
+            raise ValueError(f"solver {name!r} is already registered (by {SOLVERS[name].__name__})")
+        if config is not None:
+            SOLVER_CONFIGS.register(name, config)(cls.from_config)
         SOLVERS[name] = cls
         cls.registry_name = name
         return cls
@@ -35,74 +70,347 @@ def register_solver(name: str):
     return deco
 
 
+# ----------------------------------------------------------------------------- results
 @dataclass
-class SolverResult:
-    x: Tensor                  # final iterate, like x0
-    trace: Trace | None = None  # per-step record when asked for
-    steps: int = 0             # steps actually taken
-    carry: Any = None          # state a solver hands to the next layer (e.g. momentum)
+class SolverStats:
+    """Per-token statistics of one run (torchdeq-style).
 
-
-class Solver(nn.Module):
-    """Base class: subclasses implement :meth:`run`."""
-
-    registry_name = ""
-    exact = True
-
-    def run(
-        self, energy: Energy, x: Tensor, state: Any, steps: int, *,
-        point: Callable[[Tensor], Tensor] | None = None, trace: bool = False, carry: Any = None,
-    ) -> SolverResult:
-        raise NotImplementedError
-
-
-@register_solver("gd")
-class GradientDescent(Solver):
-    """Preconditioned gradient descent with a fixed number of steps or a tolerance.
-
-        u_t = point(x_t);   x_{t+1} = x_t + eta * direction(u_t)   (= x_t - eta P ∇E(u_t))
-
-    CEM seed Eq. 16-17 / Algorithm 1. ``step_size`` is eta (a fixed hyper-parameter, or learned
-    when ``learn_step_size``: eta = softplus(theta), initialised at ``step_size``). ``tol`` stops
-    early once every token's step norm is below it (checked on the host, so it costs a sync per
-    step; leave None for training).
+    steps:     (B, N) int64 steps each token took (0 for masked tokens).
+    step_norm: (B, N) norm of each token's last step (its last non-zero move; 0 if it never moved).
     """
 
+    steps: Tensor
+    step_norm: Tensor
+
+
+@dataclass
+class SolverResult:
+    x: Tensor                    # final iterate, like x0
+    trace: Trace | None = None   # per-step record when asked for
+    steps: int = 0               # steps taken (the maximum over tokens)
+    carry: Any = None            # state a solver hands to the next layer (e.g. momentum velocity)
+    stats: SolverStats | None = None  # when asked for (always when a data-dependent stop rule is on)
+
+
+# ----------------------------------------------------------------------------- configs
+class SolverConfig(KindConfig):
+    """Options shared by every solver kind."""
+
+    step_size: StepSizeField = Field(default_factory=lambda: FixedStepSizeConfig(value=1.0))
+    """eta: a number (fixed) or {kind: fixed | learned | per_iteration | network, ...}."""
+    precond: Literal["identity", "diagonal", "diag_low_rank"] = "identity"
+    """Preconditioner P (CEM Eq. 13)."""
+    precond_rank: int = Field(4, ge=1)
+    """Rank of the low-rank part of 'diag_low_rank'."""
+    precond_per_head: bool = False
+    """One P per attention head (CEM Eq. 14); the block must give its head count."""
+    tol: float | None = Field(None, gt=0)
+    """Per-token stop once the step norm is below tol (host sync per step; None = off)."""
+    energy_threshold: float | None = None
+    """Per-token stop once the energy is at or below this value (None = off)."""
+    backward: Literal["unroll", "truncated"] = "unroll"
+    """Gradient through every step, or only through the last ``truncate`` steps."""
+    truncate: int | None = Field(None, ge=1)
+    """k for backward = 'truncated'."""
+
+    @model_validator(mode="after")
+    def _truncate_needs_truncated(self):
+        if self.backward == "truncated" and self.truncate is None:
+            raise ValueError("backward = 'truncated' needs truncate = k (an integer >= 1)")
+        if self.backward != "truncated" and self.truncate is not None:
+            raise ValueError(f"truncate = {self.truncate}: only allowed with backward = 'truncated'")
+        return self
+
+
+# ----------------------------------------------------------------------------- the loop
+def _scale(eta: Tensor | float, d: Tensor) -> Tensor:
+    """eta * d with eta cast to d's dtype (a float32 eta must not upcast a bf16 direction)."""
+    return (eta.to(d.dtype) if isinstance(eta, Tensor) else eta) * d
+
+
+def _select(keep: Tensor, new: Any, old: Any) -> Any:
+    """``new`` where ``keep`` (B, N, 1) else ``old``, through tensors, tuples and dicts; with no old
+    value yet (``old`` None: momentum's first step) stopped tokens get 0."""
+    if new is old:
+        return new
+    if isinstance(new, Tensor):
+        return torch.where(keep, new, 0.0 if old is None else old)
+    if isinstance(new, (tuple, list)):
+        olds = old if old is not None else [None] * len(new)
+        return type(new)(_select(keep, n, o) for n, o in zip(new, olds))
+    if isinstance(new, dict):
+        return {k: _select(keep, v, None if old is None else old[k]) for k, v in new.items()}
+    return new
+
+
+class Descent:
+    """One run of the shared loop: its constants and its per-token bookkeeping.
+
+    ``descend(x, state, memory, start, stop)`` runs steps ``start .. stop-1`` (a backward mode may
+    call it several times, e.g. once without a graph and once with); ``step(...)`` is the bare
+    one-step map (no stopping rules), for backward modes that need it (implicit differentiation).
+    """
+
+    def __init__(self, solver: Solver, energy: Energy, x0: Tensor, point: Callable | None,
+                 index0: int, mask: Tensor | None, trace: bool, want_stats: bool):
+        self.solver, self.energy, self.x0, self.point, self.index0 = solver, energy, x0, point, index0
+        self.iterate = bool(energy.context_is_iterate)
+        ss = solver.step_size
+        self.fixed_eta = ss.value if type(ss) is FixedStepSize else None  # skip a module call per step
+        self.tol, self.threshold = solver.tol, solver.energy_threshold
+        self.dynamic = self.tol is not None or self.threshold is not None
+        self.rec = Trace() if trace else None
+        self.need_energy = trace or self.threshold is not None
+        self.want_stats = want_stats or self.dynamic
+        B, N = x0.shape[:2]
+        self.stat_dtype = torch.promote_types(x0.dtype, torch.float32)  # norms at least fp32
+        if mask is not None:
+            if mask.shape != (B, N):
+                raise ValueError(f"ctx.mask has shape {tuple(mask.shape)}: expected (batch, seq) = {(B, N)}")
+            mask = mask.to(device=x0.device, dtype=torch.bool)
+        self.mask = mask
+        if self.dynamic:
+            self.active = mask.clone() if mask is not None else torch.ones(B, N, dtype=torch.bool,
+                                                                           device=x0.device)
+            self.taken = torch.zeros(B, N, dtype=torch.long, device=x0.device)
+            self.last_norm = torch.zeros(B, N, dtype=self.stat_dtype, device=x0.device)
+        else:
+            self.active = mask  # static: None or the padding mask
+        self.done = False
+        self.steps = 0               # steps taken (loop iterations that moved some token)
+        self.last_dx: Tensor | None = None
+        self.energy_is_current = False  # the last recorded energy is at the current iterate
+
+    # -- one step without bookkeeping (the map x_t -> x_{t+1})
+    def step(self, x: Tensor, state: Any, memory: Any, index: int) -> tuple[Tensor, Any, Any, Tensor]:
+        u = x if self.point is None else self.point(x)
+        if self.iterate:
+            state = self.energy.reprepare(state, u)
+        eta = self.solver.step_size(index, self.x0, x)
+        dx, memory = self.solver.update(self.energy, x, u, state, memory, eta)
+        return x + dx, state, memory, dx
+
+    def descend(self, x: Tensor, state: Any, memory: Any, start: int, stop: int) -> tuple[Tensor, Any, Any]:
+        solver, energy, point = self.solver, self.energy, self.point
+        for t in range(start, stop):
+            if self.done:
+                break
+            u = x if point is None else point(x)
+            if self.iterate:
+                state = energy.reprepare(state, u)
+            if self.need_energy:
+                self.observe(u, x, state, memory)
+                if self.done:
+                    break
+            eta = self.fixed_eta if self.fixed_eta is not None else solver.step_size(
+                self.index0 + t, self.x0, x)
+            dx, new_memory = solver.update(energy, x, u, state, memory, eta)
+            if self.active is not None:  # stopped / masked tokens do not move
+                keep = self.active.unsqueeze(-1)  # (B, N, 1)
+                dx = torch.where(keep, dx, 0.0)
+                new_memory = _select(keep, new_memory, memory)
+            memory = new_memory
+            x = x + dx
+            self.steps += 1
+            self.energy_is_current = False
+            if self.rec is not None:
+                self.rec.add_step(dx)
+            if self.dynamic:
+                self.after_step(dx)
+            else:
+                self.last_dx = dx
+        return x, state, memory
+
+    # -- bookkeeping
+    def energies(self, u: Tensor, x: Tensor, state: Any, memory: Any) -> tuple[Tensor, dict | None]:
+        """Total traced energy (B, N) and its named terms (energy terms + solver terms)."""
+        with torch.no_grad():
+            terms = self.energy.energy_terms(u, state)
+            total = sum(terms.values()) if terms else self.energy.energy(u, state)
+            extra = self.solver.extra_energy(x, memory)
+            if extra:
+                terms = dict(terms) if terms else {self.energy.registry_name or "energy": total}
+                terms.update(extra)
+                total = total + sum(extra.values())
+        return total, terms
+
+    def observe(self, u: Tensor, x: Tensor, state: Any, memory: Any) -> None:
+        total, terms = self.energies(u, x, state, memory)
+        if self.rec is not None:
+            self.rec.add_energy(total, terms)
+            self.energy_is_current = True
+        if self.threshold is not None:
+            self.active = self.active & (total > self.threshold)
+            if not bool(self.active.any()):  # host sync: data-dependent rule
+                self.done = True
+
+    def after_step(self, dx: Tensor) -> None:
+        n = _at_least_fp32(dx.detach()).norm(dim=-1)  # (B, N)
+        moved = self.active
+        self.taken += moved
+        self.last_norm = torch.where(moved, n.to(self.last_norm.dtype), self.last_norm)
+        if self.tol is not None:
+            self.active = moved & (n >= self.tol)
+        if not bool(self.active.any()):  # host sync: data-dependent rule
+            self.done = True
+
+    def finish(self, x: Tensor, state: Any, memory: Any) -> tuple[Trace | None, SolverStats | None]:
+        if self.rec is not None and not self.energy_is_current:
+            with torch.no_grad():
+                u = x if self.point is None else self.point(x)
+                if self.iterate:
+                    state = self.energy.reprepare(state, u)
+                total, terms = self.energies(u, x, state, memory)
+            self.rec.add_energy(total, terms)
+        if not self.want_stats:
+            return self.rec, None
+        if self.dynamic:
+            return self.rec, SolverStats(self.taken, self.last_norm)
+        B, N = x.shape[:2]
+        taken = torch.full((B, N), self.steps, dtype=torch.long, device=x.device)
+        if self.mask is not None:
+            taken = taken * self.mask
+        norm = (_at_least_fp32(self.last_dx.detach()).norm(dim=-1) if self.last_dx is not None
+                else torch.zeros(B, N, dtype=self.stat_dtype, device=x.device))
+        return self.rec, SolverStats(taken, norm)
+
+
+# ----------------------------------------------------------------------------- base solver
+class Solver(nn.Module):
+    """Base class: one shared loop (:meth:`run`); subclasses write the step rule.
+
+    Arguments shared by every solver: ``precond`` P (default identity), ``step_size`` (a number, a
+    :class:`~energyformer.core.stepsize.StepSize` module; ``learn_step_size`` turns a number into a
+    learned softplus scalar), ``tol`` / ``energy_threshold`` (per-token stopping rules, see the
+    module docstring), ``backward`` ('unroll' | 'truncated') with ``truncate`` = k.
+    """
+
+    registry_name = ""
+    rule_exact = True  # is the rule's update -eta P grad (momentum: no)
+    carry_key: str | None = None  # ctx.carry key of state handed across layers (momentum)
+
     def __init__(
-        self, precond: Preconditioner | None = None, step_size: float = 1.0,
-        learn_step_size: bool = False, tol: float | None = None,
+        self, precond: Preconditioner | None = None, step_size: float | StepSize = 1.0,
+        learn_step_size: bool = False, tol: float | None = None, *,
+        energy_threshold: float | None = None, backward: str = "unroll", truncate: int | None = None,
+        dim: int | None = None,
     ):
         super().__init__()
-        check_float("step_size", step_size, min=0.0, min_exclusive=True)
         if tol is not None:
             check_float("tol", tol, min=0.0, min_exclusive=True)
+        if energy_threshold is not None:
+            check_float("energy_threshold", energy_threshold)
         self.precond = precond if precond is not None else IdentityPrecond(1)
-        self.learn_step_size = learn_step_size
-        if learn_step_size:  # inverse softplus so that softplus(theta) == step_size
-            self.theta = nn.Parameter(torch.tensor(step_size + math.log(-math.expm1(-step_size))))
-        self.step_size = float(step_size)
-        self.tol = tol
+        self.step_size = make_step_size(step_size, dim, learn=learn_step_size)
+        self.tol = None if tol is None else float(tol)
+        self.energy_threshold = None if energy_threshold is None else float(energy_threshold)
+        self.backward = make_backward_mode(backward, truncate)
+        self._register_load_state_dict_pre_hook(_old_theta_key, with_module=True)
 
-    def eta(self) -> Tensor | float:
-        return nn.functional.softplus(self.theta) if self.learn_step_size else self.step_size
+    # -- construction from a config
+    @classmethod
+    def from_config(cls, cfg: SolverConfig, dim: int, heads: int | None = None) -> Solver:
+        """Build from a :class:`SolverConfig`; ``dim`` is the model width, ``heads`` the head count
+        of a per-head preconditioner bank."""
+        if cfg.precond_per_head and heads is None:
+            raise ConfigError("solver.precond_per_head = True: this block has no attention heads "
+                              "(set precond_per_head = false)")
+        precond = make_preconditioner(cfg.precond, dim, cfg.precond_rank,
+                                      heads if cfg.precond_per_head else None, name="solver.precond")
+        return cls(precond, make_step_size(cfg.step_size, dim), tol=cfg.tol,
+                   energy_threshold=cfg.energy_threshold, backward=cfg.backward,
+                   truncate=cfg.truncate, **cls.config_kwargs(cfg))
 
-    def run(self, energy, x, state, steps, *, point=None, trace=False, carry=None):
-        point = point or (lambda z: z)
-        rec = Trace() if trace else None
-        eta = self.eta()
-        taken = 0
-        for _ in range(steps):
-            u = point(x)
-            if rec is not None:
-                rec.add_energy(energy.energy(u, state))
-            d = energy.direction(u, state, self.precond)
-            dx = (eta.to(d.dtype) if isinstance(eta, Tensor) else eta) * d
-            x = x + dx
-            taken += 1
-            if rec is not None:
-                rec.add_step(dx)
-            if self.tol is not None and bool(dx.detach().norm(dim=-1).max() < self.tol):
-                break
-        if rec is not None:
-            rec.add_energy(energy.energy(point(x), state))
-        return SolverResult(x=x, trace=rec, steps=taken, carry=carry)
+    @classmethod
+    def config_kwargs(cls, cfg: SolverConfig) -> dict[str, Any]:
+        """Rule-specific constructor arguments from the config (subclasses)."""
+        return {}
+
+    # -- the step rule (subclasses)
+    def init_memory(self, x0: Tensor, carry: Any, anchor: Tensor) -> Any:
+        """Initial state of the rule (None for plain gradient descent)."""
+        return None
+
+    def update(self, energy: Energy, x: Tensor, u: Tensor, state: Any, memory: Any,
+               eta: Tensor | float) -> tuple[Tensor, Any]:  # pragma: no cover
+        """The step ``dx`` from iterate ``x`` (gradient point ``u``) and the new memory."""
+        raise NotImplementedError
+
+    def extra_energy(self, x: Tensor, memory: Any) -> dict[str, Tensor] | None:
+        """Named (B, N) terms the rule adds to the descended objective (proximal term)."""
+        return None
+
+    def carry_out(self, memory: Any) -> Any:
+        """What the rule hands to the next layer (None: nothing)."""
+        return None
+
+    @property
+    def exact(self) -> bool:
+        """True when every step is ``-eta P ∇E`` of the traced objective with one positive scalar eta."""
+        return bool(self.rule_exact and self.step_size.exact)
+
+    # -- the shared loop
+    def run(
+        self, energy: Energy, x0: Tensor, state: Any, steps: int, *,
+        point: Callable[[Tensor], Tensor] | None = None, trace: bool = False, carry: Any = None,
+        ctx: Any = None, anchor: Tensor | None = None, stats: bool = False,
+    ) -> SolverResult:
+        """Descend ``energy`` from ``x0`` (B, N, D) for at most ``steps`` steps.
+
+        ``ctx`` (a :class:`~energyformer.core.context.ForwardContext`) supplies the padding mask,
+        the iteration index and the carried state; ``carry`` overrides the carried state;
+        ``anchor`` is the proximal anchor (default ``x0``); ``stats`` asks for :class:`SolverStats`.
+        """
+        check_int("steps", steps, min=0)
+        iteration = ctx.iteration if ctx is not None else 0
+        index0 = iteration * steps
+        if steps:
+            self.step_size.check_index(index0 + steps - 1, iteration=iteration, steps=steps)
+        key = self.carry_key
+        if carry is None and key is not None and ctx is not None:
+            carry = ctx.carry.get(key)
+        memory = self.init_memory(x0, carry, x0 if anchor is None else anchor)
+        loop = Descent(self, energy, x0, point, index0, ctx.mask if ctx is not None else None,
+                       trace, stats)
+        x, state, memory = self.backward.run(loop, x0, state, memory, steps)
+        rec, st = loop.finish(x, state, memory)
+        out = self.carry_out(memory)
+        if key is not None and ctx is not None and out is not None:
+            ctx.carry[key] = out
+        return SolverResult(x=x, trace=rec, steps=loop.steps, carry=out, stats=st)
+
+    def extra_repr(self) -> str:
+        parts = [f"backward={self.backward!r}"]
+        if self.tol is not None:
+            parts.append(f"tol={self.tol}")
+        if self.energy_threshold is not None:
+            parts.append(f"energy_threshold={self.energy_threshold}")
+        return ", ".join(parts)
+
+
+def _old_theta_key(module, state_dict, prefix, *args) -> None:
+    """Checkpoints from before step-size modules stored a learned eta as ``solver.theta``."""
+    old = prefix + "theta"
+    if old in state_dict and prefix + "step_size.theta" not in state_dict:
+        state_dict[prefix + "step_size.theta"] = state_dict.pop(old)
+
+
+# ----------------------------------------------------------------------------- gradient descent
+class GDConfig(SolverConfig):
+    """Preconditioned gradient descent."""
+
+    kind: Literal["gd"] = "gd"
+
+
+@register_solver("gd", GDConfig)
+class GradientDescent(Solver):
+    """Preconditioned gradient descent (CEM seed Eq. 16-17 / Algorithm 1):
+
+        u_t = point(x_t);   x_{t+1} = x_t + eta_t * direction(u_t)   (= x_t - eta_t P ∇E(u_t))
+
+    ``step_size`` is eta (a fixed hyper-parameter, a step-size module, or learned when
+    ``learn_step_size``: eta = softplus(theta), initialised at ``step_size``).
+    """
+
+    def update(self, energy, x, u, state, memory, eta):
+        return _scale(eta, energy.direction(u, state, self.precond)), memory

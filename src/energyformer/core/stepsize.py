@@ -1,0 +1,271 @@
+"""Step sizes as modules (DESIGN.md core table: "step-size modules").
+
+A solver multiplies its update direction by ``eta = step_size(index, x0, x)`` at every step. The
+value is a Python float, a 0-d tensor, or a tensor broadcastable to the iterate (B, N, 1) or
+(B, N, D). Kinds (config ``step_size: {kind: ...}``, registry :data:`STEP_SIZES`):
+
+``fixed``          eta = value                                         (a hyper-parameter)
+``learned``        eta = softplus(theta), theta_0 = softplus^-1(init)  (CEM seed §4: learned eta)
+``per_iteration``  eta_t = softplus(theta_t), one theta per step index t < max_steps
+``network``        eta_t(s) = base + MLP(sin-emb(t), RMSNorm(s))       (Hyper-SET Eq. 12, App. D.1)
+
+**The index.** A step-size module sees ``index = ctx.iteration * steps + t``: the recurrent
+iteration of the block (``ForwardContext.iteration``, 0 for a plain stack) times the block's step
+count *in this call* (``ctx.steps`` / ``steps=`` override included), plus the step index ``t`` within
+the call. A block iterated L times with T steps each thus sees indices 0 .. L*T - 1, one per step.
+
+A float of the config (``step_size: 0.5``) is shorthand for ``{kind: fixed, value: 0.5}``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import BeforeValidator, Field, field_validator
+from torch import Tensor, nn
+
+from ..utils.config import KindConfig, Registry
+from ..utils.validate import ConfigError, check_float, check_int
+
+#: Registry of step-size kinds: name -> (config class, builder ``(cfg, dim) -> StepSize``).
+STEP_SIZES = Registry("step size")
+
+
+def _inverse_softplus(y: float) -> float:
+    """theta with softplus(theta) == y (y > 0), stable for small and large y."""
+    return y + math.log(-math.expm1(-y))
+
+
+class StepSize(nn.Module):
+    """Base class: ``forward(index, x0, x)`` gives the step size of step ``index``.
+
+    ``exact`` is True when the value is one positive scalar for every token and channel, so that a
+    step ``eta * (-P grad)`` is still an exact (preconditioned) gradient step.
+    """
+
+    exact: bool = True
+
+    def forward(self, index: int, x0: Tensor, x: Tensor) -> Tensor | float:  # pragma: no cover
+        raise NotImplementedError
+
+    def check_index(self, last: int, *, iteration: int = 0, steps: int = 1) -> None:
+        """Raise a clear error if step index ``last`` is not supported (checked before a run)."""
+
+
+# ----------------------------------------------------------------------------- fixed
+class FixedStepSizeConfig(KindConfig):
+    """A fixed step size eta (a hyper-parameter)."""
+
+    kind: Literal["fixed"] = "fixed"
+    value: float = Field(1.0, gt=0)
+    """eta > 0."""
+
+
+@STEP_SIZES.register("fixed", FixedStepSizeConfig)
+class FixedStepSize(StepSize):
+    """eta = value (a Python float: no tensor op, no parameter)."""
+
+    def __init__(self, value: float = 1.0):
+        super().__init__()
+        check_float("step_size", value, min=0.0, min_exclusive=True)
+        self.value = float(value)
+
+    @classmethod
+    def from_config(cls, cfg: FixedStepSizeConfig, dim: int | None = None) -> FixedStepSize:
+        return cls(cfg.value)
+
+    def forward(self, index: int, x0: Tensor, x: Tensor) -> float:
+        return self.value
+
+    def extra_repr(self) -> str:
+        return f"value={self.value}"
+
+
+# ----------------------------------------------------------------------------- learned scalar
+class LearnedStepSizeConfig(KindConfig):
+    """One learned positive step size eta = softplus(theta), initialised at ``init``."""
+
+    kind: Literal["learned"] = "learned"
+    init: float = Field(1.0, gt=0)
+    """Initial eta > 0."""
+
+
+@STEP_SIZES.register("learned", LearnedStepSizeConfig)
+class LearnedStepSize(StepSize):
+    """eta = softplus(theta), theta_0 = softplus^-1(init) (positive by construction)."""
+
+    def __init__(self, init: float = 1.0):
+        super().__init__()
+        check_float("step_size.init", init, min=0.0, min_exclusive=True)
+        self.theta = nn.Parameter(torch.tensor(_inverse_softplus(float(init))))
+
+    @classmethod
+    def from_config(cls, cfg: LearnedStepSizeConfig, dim: int | None = None) -> LearnedStepSize:
+        return cls(cfg.init)
+
+    def forward(self, index: int, x0: Tensor, x: Tensor) -> Tensor:
+        return F.softplus(self.theta)  # 0-d
+
+
+# ----------------------------------------------------------------------------- per iteration
+class PerIterationStepSizeConfig(KindConfig):
+    """One learned positive step size per step index (softplus), all initialised at ``init``."""
+
+    kind: Literal["per_iteration"] = "per_iteration"
+    init: float = Field(1.0, gt=0)
+    """Initial eta_t > 0 for every index."""
+    max_steps: int = Field(16, ge=1)
+    """Number of learned values: indices 0 .. max_steps - 1 (iterations x steps of the block)."""
+
+
+@STEP_SIZES.register("per_iteration", PerIterationStepSizeConfig)
+class PerIterationStepSize(StepSize):
+    """eta_t = softplus(theta_t), t < max_steps; a larger index is an error (no silent reuse)."""
+
+    def __init__(self, max_steps: int, init: float = 1.0):
+        super().__init__()
+        check_int("step_size.max_steps", max_steps, min=1)
+        check_float("step_size.init", init, min=0.0, min_exclusive=True)
+        self.max_steps = max_steps
+        self.theta = nn.Parameter(torch.full((max_steps,), _inverse_softplus(float(init))))
+
+    @classmethod
+    def from_config(cls, cfg: PerIterationStepSizeConfig, dim: int | None = None) -> PerIterationStepSize:
+        return cls(cfg.max_steps, cfg.init)
+
+    def check_index(self, last: int, *, iteration: int = 0, steps: int = 1) -> None:
+        if last >= self.max_steps:
+            raise ConfigError(
+                f"step_size.max_steps = {self.max_steps}: step index {last} (iteration {iteration} x "
+                f"{steps} steps + step {last - iteration * steps}) has no learned value; allowed "
+                f"indices are 0..{self.max_steps - 1} (raise max_steps or use fewer iterations/steps)")
+
+    def forward(self, index: int, x0: Tensor, x: Tensor) -> Tensor:
+        if index >= self.max_steps:  # also guards direct calls that skipped check_index
+            self.check_index(index)
+        return F.softplus(self.theta[index])  # 0-d
+
+    def extra_repr(self) -> str:
+        return f"max_steps={self.max_steps}"
+
+
+# ----------------------------------------------------------------------------- network
+class NetworkStepSizeConfig(KindConfig):
+    """Step sizes from a small network of the step index and the state (Hyper-SET Eq. 12, App. D.1)."""
+
+    kind: Literal["network"] = "network"
+    embed_dim: int = Field(64, ge=2)
+    """Width of the sinusoidal index embedding (Hyper-SET Table 6: 512); even."""
+    condition: Literal["x0", "iterate"] = "x0"
+    """State the step size sees: the block's starting point x0 (Hyper-SET Eq. 12) or the current iterate."""
+    output: Literal["scalar", "vector"] = "vector"
+    """One step size per token (scalar) or one per token and channel (vector, Hyper-SET)."""
+    zero_init: Literal["none", "output", "all"] = "output"
+    """Zero-initialise the output Linear ('output') or every Linear ('all'); both give eta = base at first."""
+    base: float = 0.0
+    """Constant added to the network output (eta = base + net)."""
+
+    @field_validator("embed_dim")
+    @classmethod
+    def _even(cls, v: int) -> int:
+        if v % 2:
+            raise ValueError("must be even (sin and cos halves)")
+        return v
+
+
+def sinusoidal_embedding(index: int, freqs: Tensor) -> Tensor:
+    """[sin(index * f), cos(index * f)] with f_k = max_period^(-k/half): (2 * half,)."""
+    arg = freqs * float(index)
+    return torch.cat([torch.sin(arg), torch.cos(arg)])
+
+
+@STEP_SIZES.register("network", NetworkStepSizeConfig)
+class NetworkStepSize(StepSize):
+    """eta_t(s) = base + W_o GELU(tau(t) + RMSNorm(s)),  tau(t) = W_2 GELU(W_1 sin-emb(t)).
+
+    Our reading of Hyper-SET §4.3 Eq. 12 and App. D.1 (Table 6: time embedding 512, Linear 512 x d,
+    GELU, Linear d x d, GELU, Linear d x 2d; the released code adds the normalised input to the time
+    embedding before the last GELU). One module per block, so the output is d (``output='vector'``)
+    or 1 (``'scalar'``) per token instead of Hyper-SET's 2d (alpha and gamma of two sublayers).
+    ``s`` is the block's x0 or the current iterate (``condition``). The index is 0-based
+    (Hyper-SET counts t = 1..L). No sign constraint (Hyper-SET App. F), so ``exact`` is False.
+
+    Zero initialisation (Bachlechner et al. 2021, as Hyper-SET) makes the first forward take steps of
+    exactly ``base`` (zero by default). ``'output'`` zeroes only W_o and its bias (every other layer
+    still receives gradient after the first update of W_o). ``'all'`` zeroes every Linear, the
+    literal reading of "zero-initialization of network parameters"; then W_1, b_1 and W_2 get no
+    gradient ever (GELU(0) = 0 and W_2 = 0 block each other's gradient), so the step size learns to
+    depend on the state but never on the index; ``tests/core/test_stepsize.py`` shows it.
+    """
+
+    exact = False
+
+    def __init__(self, dim: int, embed_dim: int = 64, condition: str = "x0", output: str = "vector",
+                 zero_init: str = "output", base: float = 0.0, max_period: float = 10000.0):
+        super().__init__()
+        cfg = NetworkStepSizeConfig(embed_dim=embed_dim, condition=condition, output=output,
+                                    zero_init=zero_init, base=base)  # validates the options
+        check_int("dim", dim, min=1)
+        self.dim, self.condition, self.output, self.base = dim, cfg.condition, cfg.output, float(base)
+        half = embed_dim // 2
+        self.register_buffer(
+            "freqs", torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32) / half),
+            persistent=False)
+        self.time_in = nn.Linear(embed_dim, dim)   # W_1
+        self.time_out = nn.Linear(dim, dim)        # W_2
+        self.state_norm = nn.RMSNorm(dim)
+        self.out = nn.Linear(dim, 1 if output == "scalar" else dim)  # W_o
+        zeroed = {"none": (), "output": (self.out,), "all": (self.time_in, self.time_out, self.out)}
+        for lin in zeroed[cfg.zero_init]:
+            nn.init.zeros_(lin.weight)
+            nn.init.zeros_(lin.bias)
+
+    @classmethod
+    def from_config(cls, cfg: NetworkStepSizeConfig, dim: int) -> NetworkStepSize:
+        return cls(dim, cfg.embed_dim, cfg.condition, cfg.output, cfg.zero_init, cfg.base)
+
+    def forward(self, index: int, x0: Tensor, x: Tensor) -> Tensor:
+        s = x0 if self.condition == "x0" else x  # (B, N, D)
+        w = self.time_in.weight
+        emb = sinusoidal_embedding(index, self.freqs.to(w.dtype))  # (E,)
+        tau = self.time_out(F.gelu(self.time_in(emb)))  # (D,)
+        h = F.gelu(tau + self.state_norm(s.to(w.dtype)))  # (B, N, D)
+        eta = self.out(h)  # (B, N, 1) or (B, N, D)
+        return eta + self.base if self.base else eta
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, condition={self.condition!r}, output={self.output!r}, base={self.base}"
+
+
+# ----------------------------------------------------------------------------- helpers
+def _number_is_fixed(value: Any) -> Any:
+    """``step_size: 0.5`` is shorthand for ``{kind: fixed, value: 0.5}``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {"kind": "fixed", "value": value}
+    return value
+
+
+#: Annotation of a config field holding a step-size config (default kind 'fixed'; numbers accepted).
+StepSizeField = Annotated[STEP_SIZES.type("fixed"), BeforeValidator(_number_is_fixed)]
+
+
+def make_step_size(spec: float | StepSize | KindConfig, dim: int | None = None,
+                   learn: bool = False) -> StepSize:
+    """A :class:`StepSize` from a number (fixed, or learned when ``learn``), a module or a config."""
+    if isinstance(spec, StepSize):
+        if learn:
+            raise ConfigError("learn_step_size = True: only allowed with a numeric step_size "
+                              f"(got a {type(spec).__name__} module)")
+        return spec
+    if isinstance(spec, KindConfig):
+        entry = STEP_SIZES.get(spec.kind)
+        if spec.kind == "network" and dim is None:
+            raise ConfigError("step_size.kind = 'network': the solver needs the model width (dim)")
+        return entry.builder.from_config(spec, dim)
+    if isinstance(spec, bool) or not isinstance(spec, (int, float)):
+        raise ConfigError(f"step_size = {spec!r}: must be a positive number, a StepSize module or a "
+                          f"step-size config (kinds: {', '.join(STEP_SIZES.names())})")
+    return LearnedStepSize(spec) if learn else FixedStepSize(spec)

@@ -1,0 +1,127 @@
+"""Step-size modules: values, parameters, the index they receive (ctx.iteration × steps + t),
+per-iteration range errors, and the network's zero initialisation."""
+
+import pytest
+import torch
+from core_toys import FixedTarget
+
+from energyformer.core import (
+    EnergyBlock, FixedStepSize, ForwardContext, GradientDescent, LearnedStepSize, NetworkStepSize,
+    PerIterationStepSize, StepSize, make_step_size,
+)
+from energyformer.core.stepsize import FixedStepSizeConfig, NetworkStepSizeConfig
+from energyformer.utils.validate import ConfigError
+
+DT = torch.float64
+
+
+class Recording(StepSize):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, index, x0, x):
+        self.seen.append(index)
+        return 0.1
+
+
+def _block(step_size, steps=2, seed=0):
+    c = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(seed), dtype=DT)
+    return EnergyBlock(FixedTarget(c).to(DT), GradientDescent(step_size=step_size), steps=steps).to(DT)
+
+
+def _x(seed=1):
+    return torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(seed), dtype=DT)
+
+
+def test_index_is_iteration_times_steps_plus_step():
+    rec = Recording()
+    blk = _block(rec, steps=3)
+    blk(_x(), ForwardContext(iteration=2))
+    assert rec.seen == [6, 7, 8]
+    rec.seen.clear()
+    blk(_x(), ForwardContext(iteration=1, steps=5))  # a test-time budget changes the stride
+    assert rec.seen == [5, 6, 7, 8, 9]
+    rec.seen.clear()
+    blk(_x(), ForwardContext(iteration=1, steps=5), steps=2)  # steps= wins over ctx.steps
+    assert rec.seen == [2, 3]
+
+
+def test_fixed_and_learned():
+    assert FixedStepSize(0.25)(3, None, None) == 0.25
+    s = LearnedStepSize(0.3).to(DT)
+    assert float(s(0, None, None).detach()) == pytest.approx(0.3, rel=1e-6)
+    blk = _block(s)
+    blk(_x()).sum().backward()
+    assert s.theta.grad is not None and s.theta.grad.abs() > 0
+    with pytest.raises(ValueError, match="step_size"):
+        FixedStepSize(0.0)
+
+
+def test_per_iteration_uses_one_value_per_index_and_rejects_larger_indices():
+    s = PerIterationStepSize(max_steps=6, init=0.2).to(DT)
+    blk = _block(s, steps=2)
+    blk(_x(), ForwardContext(iteration=1)).sum().backward()  # indices 2, 3
+    used = (s.theta.grad != 0).nonzero().flatten().tolist()
+    assert used == [2, 3]
+    with torch.no_grad():
+        s.theta[2] += 1.0  # only index 2 changes the first step of iteration 1
+    y1 = blk(_x(), ForwardContext(iteration=1))
+    y0 = blk(_x(), ForwardContext(iteration=0))
+    assert not torch.allclose(y0, y1)
+    with pytest.raises(ConfigError, match=r"max_steps = 6: step index 7 \(iteration 3 x 2 steps \+ step 1\)"):
+        blk(_x(), ForwardContext(iteration=3))
+
+
+def test_network_step_size_shapes_conditions_and_index_dependence():
+    x0, x = _x(1), _x(2)
+    for output, shape in (("scalar", (2, 3, 1)), ("vector", (2, 3, 4))):
+        net = NetworkStepSize(4, embed_dim=8, output=output, zero_init="none").to(DT)
+        assert net(0, x0, x).shape == shape
+    torch.manual_seed(0)
+    on_x0 = NetworkStepSize(4, embed_dim=8, condition="x0", zero_init="none").to(DT)
+    torch.manual_seed(0)
+    on_it = NetworkStepSize(4, embed_dim=8, condition="iterate", zero_init="none").to(DT)
+    torch.testing.assert_close(on_x0(3, x0, x), on_it(3, x0, x0))  # same weights, same state
+    assert not torch.allclose(on_x0(3, x0, x), on_it(3, x0, x))
+    assert not torch.allclose(on_x0(3, x0, x), on_x0(4, x0, x))  # depends on the index
+    assert NetworkStepSize.exact is False
+
+
+@pytest.mark.parametrize("zero_init", ["output", "all"])
+def test_zero_initialised_network_first_forward_takes_zero_steps(zero_init):
+    net = NetworkStepSize(4, embed_dim=8, zero_init=zero_init).to(DT)
+    blk = _block(net, steps=3)
+    x = _x().requires_grad_(True)
+    y = blk(x)
+    assert torch.equal(y, x)  # eta = 0 exactly: the block is the identity at initialisation
+    y.pow(2).sum().backward(retain_graph=True)
+    assert net.out.weight.grad.abs().sum() > 0  # ... and the output layer learns
+    # 'all': the index branch can never learn (GELU(0) = 0 and W_2 = 0 block each other)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        blk(_x(), ForwardContext(iteration=1)).pow(2).sum().backward()
+        opt.step()
+    dead = net.time_in.weight.grad.abs().sum() == 0 and net.time_out.weight.grad.abs().sum() == 0
+    assert dead == (zero_init == "all")
+
+
+def test_network_base_and_config_validation():
+    net = NetworkStepSize(4, embed_dim=8, base=0.5).to(DT)
+    torch.testing.assert_close(net(0, _x(), _x()), torch.full((2, 3, 4), 0.5, dtype=DT))
+    with pytest.raises(ConfigError, match="embed_dim"):
+        NetworkStepSizeConfig(embed_dim=7)
+    with pytest.raises(ConfigError, match="zero_init"):
+        NetworkStepSize(4, zero_init="yes")
+
+
+def test_make_step_size_from_numbers_modules_and_configs():
+    assert isinstance(make_step_size(0.5), FixedStepSize)
+    assert isinstance(make_step_size(0.5, learn=True), LearnedStepSize)
+    assert isinstance(make_step_size(FixedStepSizeConfig(value=0.2)), FixedStepSize)
+    assert isinstance(make_step_size(NetworkStepSizeConfig(), dim=4), NetworkStepSize)
+    with pytest.raises(ConfigError, match="needs the model width"):
+        make_step_size(NetworkStepSizeConfig())
+    with pytest.raises(ConfigError, match="step_size = 'big'"):
+        make_step_size("big")
