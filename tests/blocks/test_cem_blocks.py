@@ -85,3 +85,24 @@ def test_preconditioner_init_and_fold():
     torch.testing.assert_close(P.fold(w), P.matrix() @ w)
     M = P.matrix()
     torch.testing.assert_close(M, M.transpose(-1, -2))
+
+
+@pytest.mark.parametrize("diagonal", ["shared", "per_head"])
+def test_weight_decay_groups_by_role_not_rank(diagonal):
+    """CEM seed §4.4 compares shared and per-head diagonals: neither may be decayed (nor P, η, biases)."""
+    from energyformer.models import CausalLM, ModelConfig
+    from energyformer.train.roles import describe_param_groups
+    from energyformer.utils.config import load_config
+
+    cfg = load_config(ModelConfig, {"vocab_size": 50, "dim": 32, "heads": 4, "n_layers": 1, "block": {
+        "attention": {"kind": "cem", "precond": "diag_low_rank", "learn_step_size": True, "diagonal": diagonal},
+        "mlp": {"kind": "cem", "precond": "diagonal", "learn_step_size": True}}})
+    groups = describe_param_groups(CausalLM(cfg))
+    decayed = {n for g in groups.values() if g["decay"] for n in g["names"]}
+    assert decayed == {"layers.0.attn.energy.wq.weight", "layers.0.attn.energy.wk.weight",
+                       "layers.0.mlp.energy.W.weight", "layers.0.mlp.energy.V.weight"}
+    assert groups["diagonal"]["names"] == ["layers.0.attn.energy.d"]
+    assert groups["position"]["names"] == ["layers.0.attn.energy.self_bias"]
+    assert set(groups["step_size"]["names"]) == {"layers.0.attn.solver.step_size.theta",
+                                                  "layers.0.mlp.solver.step_size.theta"}
+    assert len(groups["precond"]["names"]) == 4  # attention p, U, V; MLP p

@@ -19,10 +19,9 @@ CEM attention is causal (the seed) or bidirectional (``causal=False``, given by 
 from typing import Literal
 
 from pydantic import Field
-from torch import Tensor, nn
+from torch import nn
 
 from ..core.block import EnergyBlock
-from ..core.context import ForwardContext
 from ..core.precond import make_preconditioner
 from ..core.solver import GradientDescent
 from ..energies.elementwise import ElementwiseEnergy
@@ -93,11 +92,6 @@ def _rmsnorm(dim: int) -> nn.Module:
     return nn.RMSNorm(dim, eps=1e-6)
 
 
-def _steps(ctx: ForwardContext, steps: int | None) -> int | None:
-    """Step budget: an explicit ``steps`` argument, else the context's override ``ctx.steps``."""
-    return steps if steps is not None else ctx.steps
-
-
 class CEMAttention(EnergyBlock):
     """CEM attention sublayer: (B, N, D) -> (B, N, D), residual included."""
 
@@ -115,16 +109,6 @@ class CEMAttention(EnergyBlock):
         super().__init__(energy, solver, cfg.steps, _rmsnorm(dim), cfg.norm_in_loop, cfg.init)
         self.cfg = cfg
 
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None) -> Tensor:
-        # Hands ctx.mask to energy.prepare and ctx.steps to the solver, which EnergyBlock.forward
-        # does not do yet; once core/block.py passes both, this override can go.
-        ctx = ctx or ForwardContext()
-        self.energy.pending_mask = ctx.mask
-        try:
-            return super().forward(x, ctx, _steps(ctx, steps))
-        finally:
-            self.energy.pending_mask = None
-
 
 class CEMMLP(EnergyBlock):
     """CEM MLP sublayer: (B, N, D) -> (B, N, D), residual included."""
@@ -139,10 +123,6 @@ class CEMMLP(EnergyBlock):
         solver = GradientDescent(precond, cfg.step_size, cfg.learn_step_size)
         super().__init__(energy, solver, cfg.steps, _rmsnorm(dim), cfg.norm_in_loop, cfg.init)
         self.cfg = cfg
-
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None) -> Tensor:
-        ctx = ctx or ForwardContext()  # ctx.steps: see CEMAttention.forward
-        return super().forward(x, ctx, _steps(ctx, steps))
 
 
 @ATTENTIONS.register("cem", CEMAttentionConfig)

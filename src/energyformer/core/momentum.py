@@ -57,6 +57,7 @@ class NesterovConfig(_MomentumConfig):
 
 class _Momentum(Solver):
     rule_exact = False  # the step is a momentum step, not -eta P grad
+    param_roles = {"beta_logit": "step_size"}  # a learned optimiser coefficient: never decayed
 
     def __init__(self, precond=None, step_size=1.0, learn_step_size=False, tol=None, *,
                  beta: float = 0.5, learn_beta: bool = False, carry_key: str | None = None, **kw: Any):

@@ -97,6 +97,8 @@ class LearnedStepSizeConfig(KindConfig):
 class LearnedStepSize(StepSize):
     """eta = softplus(theta), theta_0 = softplus^-1(init) (positive by construction)."""
 
+    param_roles = {"theta": "step_size"}  # never weight-decayed (train/roles.py)
+
     def __init__(self, init: float = 1.0):
         super().__init__()
         check_float("step_size.init", init, min=0.0, min_exclusive=True)
@@ -124,6 +126,8 @@ class PerIterationStepSizeConfig(KindConfig):
 @STEP_SIZES.register("per_iteration", PerIterationStepSizeConfig)
 class PerIterationStepSize(StepSize):
     """eta_t = softplus(theta_t), t < max_steps; a larger index is an error (no silent reuse)."""
+
+    param_roles = {"theta": "step_size"}
 
     def __init__(self, max_steps: int, init: float = 1.0):
         super().__init__()

@@ -147,9 +147,6 @@ class InteractionEnergy(Energy):
         self.self_bias = nn.Parameter(torch.zeros(heads)) if self_bias else None
         self.attn_fp32 = attn_fp32
         self.causal = bool(causal)
-        # Key mask handed over by CEMAttention while ``EnergyBlock.forward`` does not pass
-        # ``ctx.mask`` to ``prepare`` (see blocks/cem.py); an explicit ``mask=`` wins.
-        self.pending_mask: Tensor | None = None
 
     @classmethod
     def examples(cls, dtype=torch.float64):
@@ -183,8 +180,6 @@ class InteractionEnergy(Energy):
         mask: (B, Nn) bool key-padding mask of this call's tokens (True = real).
         """
         h = context  # (B, Nn, D) normalised input
-        if mask is None:
-            mask = self.pending_mask
         k = rearrange(self.wk(h), "b n (h r) -> b h n r", h=self.heads)  # (B, H, Nn, Dr)
         nq = h.shape[1]
         n_old = 0
