@@ -1,5 +1,5 @@
 """Backward modes: 'truncated' backpropagates through the last k steps only (the graph-free
-prefix keeps the input path, x_{T−k} = x0 + stopgrad(x_{T−k} − x0)); 'implicit' is not faked."""
+prefix keeps the input path, x_{T−k} = x0 + stopgrad(x_{T−k} − x0)). 'implicit': test_backward_implicit.py."""
 
 import pytest
 import torch
@@ -69,9 +69,8 @@ def test_truncation_at_or_beyond_the_budget_is_the_full_unroll():
 
 
 def test_backward_mode_errors_name_the_option_and_the_allowed_values():
-    with pytest.raises(ConfigError, match="implicit differentiation is not implemented"):
-        make_backward_mode("implicit")
-    with pytest.raises(ConfigError, match="'unroll', 'truncated'"):
+    assert type(make_backward_mode("implicit")).__name__ == "Implicit"  # registered (tests/core/test_backward_implicit.py)
+    with pytest.raises(ConfigError, match="'unroll', 'truncated', 'implicit'"):
         GradientDescent(backward="phantom")
     with pytest.raises(ConfigError, match="needs truncate"):
         GradientDescent(backward="truncated")

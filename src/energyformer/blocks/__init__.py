@@ -19,3 +19,6 @@ __all__ = [
     "GPTAttentionConfig", "SwiGLU", "SwiGLUConfig", "GeluMLP", "GeluMLPConfig", "CEMAttention",
     "CEMAttentionConfig", "CEMMLP", "CEMMLPConfig",
 ]
+from .equilibrium import EquilibriumRefiner, RefineConfig, RefinedLayer, RefineStats  # noqa: E402
+
+__all__ += ["EquilibriumRefiner", "RefineConfig", "RefinedLayer", "RefineStats"]

@@ -15,13 +15,15 @@ and decides which steps build an autograd graph:
                layers) and parameters get gradient only from the last k steps. State updated
                by the step rule in the prefix (momentum velocity) has no graph either.
 
-**Extension point: implicit differentiation** (equilibrium models). A mode named ``implicit`` is
-not implemented. To add it, subclass :class:`BackwardMode`, register it with
-:func:`register_backward_mode` and in :meth:`BackwardMode.run`:
-run ``descent.descend`` under ``torch.no_grad()`` to the fixed point x*, then apply the one-step
-map ``descent.step(x*, state, memory, index)`` once with a graph and attach the implicit gradient
-``(I - J_f(x*))^{-T}`` with an ``autograd.Function`` (or a backward hook) solved by fixed-point
-iteration — torchdeq's ``backward_factory``. The loop exposes everything that needs.
+``implicit``   the run goes to (near) a fixed point without a graph; the gradient comes from the
+               implicit function theorem, (I − Jᵀ) v = g solved by conjugate gradient or a damped
+               fixed-point iteration (:mod:`energyformer.core.implicit`, :class:`Implicit`;
+               non-convergence is reported). The forward value equals the unrolled one.
+
+Options of a mode are constructor arguments (``Implicit(method='fixed_point', max_iter=...)``);
+:func:`make_backward_mode` builds a mode by name with its defaults. A new mode subclasses
+:class:`BackwardMode` and registers with :func:`register_backward_mode`; the loop exposes
+``descent.descend`` (steps with the stopping rules) and ``descent.step`` (the bare one-step map).
 """
 
 from __future__ import annotations
@@ -98,12 +100,8 @@ class Truncated(BackwardMode):
 
 
 def make_backward_mode(name: str, truncate: int | None = None) -> BackwardMode:
-    """Build a backward mode by name: ``'unroll'`` or ``'truncated'`` (with ``truncate`` = k)."""
-    if name == "implicit" and name not in BACKWARD_MODES:
-        raise ConfigError(
-            "backward = 'implicit': implicit differentiation is not implemented yet (see "
-            "energyformer.core.backward for the extension point); allowed values are "
-            + ", ".join(repr(n) for n in BACKWARD_MODES))
+    """Build a backward mode by name: ``'unroll'``, ``'truncated'`` (with ``truncate`` = k) or
+    ``'implicit'`` (default options; build :class:`~energyformer.core.implicit.Implicit` directly for others)."""
     if name not in BACKWARD_MODES:
         raise ConfigError(f"backward = {name!r}: allowed values are "
                           + ", ".join(repr(n) for n in BACKWARD_MODES))
@@ -116,3 +114,6 @@ def make_backward_mode(name: str, truncate: int | None = None) -> BackwardMode:
         raise ConfigError(f"truncate = {truncate!r}: only allowed with backward = 'truncated' "
                           f"(backward = {name!r})")
     return BACKWARD_MODES[name]()
+
+
+from . import implicit as _implicit  # noqa: E402,F401  (registers "implicit"; imports BackwardMode from here)

@@ -16,3 +16,4 @@ __all__ = [
     "MODELS", "ModelConfig", "LayerStack", "CausalLM", "LMOutput", "TokenEncoder", "EncoderOutput",
     "build_transformer", "kv_cache_bytes",
 ]
+from . import equilibrium  # noqa: E402,F401  (registers "equilibrium")

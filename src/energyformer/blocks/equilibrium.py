@@ -1,0 +1,343 @@
+"""Equilibrium Refinement Module (ERM) of the equilibrium transformer (seed 003 §2.3, §3.2, §3.5,
+§3.7, Algorithm 1; reconstructed.md §3).
+
+A standard block proposes f; the ERM descends the learned coherence energy ℒ (Eq. 11) with the core's
+proximal solver (:class:`~energyformer.core.ProximalGradient`), anchor f and start h⁽⁰⁾ = f:
+
+    h⁽ᵏ⁺¹⁾ = h⁽ᵏ⁾ − α (∇ℒ(h⁽ᵏ⁾) + (h⁽ᵏ⁾ − f)/γ),   k = 0 … K−1        (Eq. 8, Alg. 1 lines 7-16)
+
+and Alg. 1 ends with h* = LayerNorm(h⁽ᴷ⁾) (the model's final LayerNorm, see
+:mod:`energyformer.models.equilibrium`; ``norm_each`` adds one per ERM). With ℒ ≡ 0 or K = 0 the
+ERM is the identity, so the model is the backbone followed by its final LayerNorm.
+
+Steps: ``steps`` (K_train, default 2: "K = 2 for gradient stability") in training mode,
+``eval_steps`` (K_eval, default 8) in eval mode, ``ctx.steps`` (``--steps``) overrides both.
+Early stopping (§3.7): ``tol`` ε stops a token once ‖h⁽ᵏ⁺¹⁾ − h⁽ᵏ⁾‖ < ε (absolute; the relative
+change ‖Δh‖/‖h⁽ᵏ⁾‖ is recorded when statistics are asked for); ``energy_threshold`` τ stops a token
+once its energy is at or below τ (Corollary 5; the core compares the traced objective ℒ + proximal
+term, which equals ℒ at h⁽⁰⁾ and bounds it from above after). Adaptive K (§3.7, eval only):
+``adaptive='entropy'`` gives tokens whose proposal f has output entropy below
+``entropy_threshold``·ln C (C classes) ``k_low`` = 8 steps and the others ``k_high`` = 32.
+
+Training (§3.5): the loss is CE + β·ℒ(h⁽ᴷ⁾); the ERM adds β·λ_i·mean ℒ_i(h⁽ᴷ⁾) to ``ctx.aux_losses``
+as ``eqt/<term>`` (the task sums them). ℒ is evaluated at h⁽ᴷ⁾ (the variable it was minimised over)
+rather than at LayerNorm(h⁽ᴷ⁾): the seed writes ℒ(h*) with h* ≈ h⁽ᴷ⁾ (Eq. 8). Differentiation:
+``backward='unroll'`` (default, exact gradient of the K-step map) or ``'implicit'`` (implicit
+function theorem at the end point, :mod:`energyformer.core.implicit`; meant for converged runs,
+e.g. K = 16-32 with ``tol``; non-convergence is reported). γ annealing (10 → 1, §3.5 step 3) and
+the K curriculum (4 → 16, step 4) are trainer callbacks (:meth:`EquilibriumRefiner.callbacks`).
+
+Energies (``energy``): ``'coherence'`` (§3.3, default): rev / mask / conf / mem with weights
+λ = 1.0 / 0.5 / 0.2 / 0 (§3.7 values; the parity experiment lists no memory term, so it is off
+by default); ``'consistency'`` (§2.2.2): pred / consist / mem with λ = 1 / 1 / 0 (the seed gives no
+values). A weight of 0 leaves the term out.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import torch
+from pydantic import Field, model_validator
+from torch import Tensor, nn
+
+from ..core.composite import CompositeEnergy
+from ..core.context import ForwardContext
+from ..core.implicit import Implicit
+from ..core.proximal import ProximalGradient
+from ..core.solver import SolverStats
+from ..energies.coherence import CoherenceContext, MaskedReconstructionEnergy, ReversePredictionEnergy
+from ..energies.coherence_pointwise import ConfidenceEnergy, ConsistencyEnergy, MemoryEnergy
+from ..utils.config import ConfigModel
+
+TERMS = {"coherence": ("rev", "mask", "conf", "mem"), "consistency": ("pred", "consist", "mem")}
+DEFAULT_WEIGHTS = {"coherence": {"rev": 1.0, "mask": 0.5, "conf": 0.2, "mem": 0.0},
+                   "consistency": {"pred": 1.0, "consist": 1.0, "mem": 0.0}}
+
+
+class Schedule(ConfigModel):
+    """A value moved from ``start`` to ``end`` over ``steps`` optimiser steps after ``begin``
+    (linear; ``steps: 1`` is a switch at ``begin``)."""
+
+    start: float
+    """value before ``begin``"""
+    end: float
+    """value from ``begin + steps`` on"""
+    steps: int = Field(1, ge=1)
+    """length of the ramp (optimiser steps)"""
+    begin: int = Field(0, ge=0)
+    """optimiser step at which the ramp starts"""
+
+
+class RefineConfig(ConfigModel):
+    """The ERM: energy, proximal descent, step budgets, stopping, training and backward options."""
+
+    energy: Literal["coherence", "consistency"] = "coherence"
+    """'coherence' (§3.3: rev, mask, conf, mem) or 'consistency' (§2.2.2: pred, consist, mem)"""
+    weights: dict[str, float] | None = None
+    """λ per term (None: coherence rev 1.0, mask 0.5, conf 0.2, mem 0; consistency pred 1, consist 1, mem 0)"""
+    placement: Literal["last", "every"] = "last"
+    """refine after the last layer only, or after every layer (the seed leaves it open)"""
+    window: int = Field(32, ge=1)
+    """W: tokens read by the rev and mask terms (W_t = min(W, t))"""
+    mask_prob: float = Field(0.15, gt=0, le=1)
+    """fraction of the window masked for the mask term"""
+    rev_layers: int = Field(1, ge=1)
+    """layers of the reverse window transformer q_φ"""
+    rev_heads: int | None = Field(None, ge=1)
+    """heads of q_φ (None: the model's)"""
+    rev_readout: Literal["bilinear", "mlp"] = "bilinear"
+    """how q_φ reads h_t: bilinear (convex in h, cheap) or a residual MLP (see energies.coherence)"""
+    hidden: int | None = Field(None, ge=1)
+    """hidden size of the energy networks' MLPs (None: the model width)"""
+    mem_size: int = Field(256, ge=1)
+    """memory bank slots M"""
+    mem_tau: float = Field(0.1, gt=0)
+    """memory temperature τ"""
+    mem_relevance: Literal["all", "topk"] = "all"
+    """r_i: every slot, or the mem_topk slots most similar to the proposal"""
+    mem_topk: int = Field(16, ge=1)
+    """slots kept by mem_relevance = 'topk'"""
+    mem_ema: float = Field(0.99, ge=0, le=1)
+    """EMA factor of the memory write (Eq. 16)"""
+    consist_map: Literal["mlp", "own"] = "mlp"
+    """F_θ of the consistency term: the refined layer's MLP sublayer, or an own residual MLP"""
+    alpha: float = Field(0.1, gt=0)
+    """step size α"""
+    gamma: float = Field(1.0, gt=0)
+    """proximal scale γ (at the end of gamma_anneal, if any)"""
+    steps: int = Field(2, ge=0)
+    """K_train"""
+    eval_steps: int = Field(8, ge=0)
+    """K_eval (eval mode; ctx.steps / --steps override)"""
+    tol: float | None = Field(None, gt=0)
+    """ε: per-token early stop once ‖Δh‖ < ε (absolute; None: off)"""
+    energy_threshold: float | None = None
+    """τ: per-token stop once the energy is at or below τ (None: off)"""
+    adaptive: Literal["none", "entropy"] = "none"
+    """eval-time K per token: 'entropy' gives confident proposals k_low steps, the others k_high"""
+    k_low: int = Field(8, ge=0)
+    """steps for confident tokens (adaptive = 'entropy')"""
+    k_high: int = Field(32, ge=0)
+    """steps for uncertain tokens (adaptive = 'entropy')"""
+    entropy_threshold: float = Field(0.5, gt=0, le=1)
+    """confident: entropy of p_θ(·|f) below this fraction of ln C"""
+    beta: float = Field(0.3, ge=0)
+    """β of the training loss CE + β·ℒ(h⁽ᴷ⁾)"""
+    backward: Literal["unroll", "implicit"] = "unroll"
+    """gradient through the unrolled K steps, or implicit differentiation at the end point"""
+    implicit_method: Literal["cg", "fixed_point"] = "cg"
+    """linear solver of the implicit backward"""
+    implicit_max_iter: int = Field(50, ge=1)
+    """iterations of the implicit linear solve"""
+    implicit_tol: float = Field(1e-6, gt=0)
+    """relative tolerance of the implicit linear solve"""
+    norm_each: bool = False
+    """LayerNorm after every ERM (Alg. 1 per layer); False: only the model's final LayerNorm"""
+    gamma_anneal: Schedule | None = None
+    """γ schedule in training, e.g. {start: 10, end: 1, steps: 10000} (§3.5); None: fixed γ"""
+    k_curriculum: Schedule | None = None
+    """K_train schedule, e.g. {start: 4, end: 16, begin: 50000} (§3.5); None: fixed steps"""
+    mask_seed: int = Field(0, ge=0)
+    """seed of the mask term's random mask in eval mode (training uses torch's RNG)"""
+
+    @model_validator(mode="after")
+    def _check(self):
+        allowed = TERMS[self.energy]
+        for k, v in (self.weights or {}).items():
+            if k not in allowed:
+                raise ValueError(f"weights.{k}: not a term of energy {self.energy!r}; allowed: {', '.join(allowed)}")
+            if not v >= 0:
+                raise ValueError(f"weights.{k} = {v}: must be >= 0")
+        if not any(v > 0 for v in self.resolved_weights().values()):
+            raise ValueError("weights: at least one term needs a weight > 0")
+        if self.k_low > self.k_high:
+            raise ValueError(f"k_low = {self.k_low}: must be <= k_high = {self.k_high}")
+        if self.mem_topk > self.mem_size:
+            raise ValueError(f"mem_topk = {self.mem_topk}: must be <= mem_size = {self.mem_size}")
+        return self
+
+    def resolved_weights(self) -> dict[str, float]:
+        """λ of every term of the chosen energy (defaults filled in)."""
+        return {**DEFAULT_WEIGHTS[self.energy], **(self.weights or {})}
+
+
+class _RelativeChange:
+    """Identity gradient point that records the per-token relative change ‖h⁽ᵏ⁾ − h⁽ᵏ⁻¹⁾‖/‖h⁽ᵏ⁻¹⁾‖.
+
+    The solver loop evaluates ``point(h⁽ᵏ⁾)`` once per step; the map is the identity, so the
+    descent is unchanged. Only used when statistics are requested (never with implicit training).
+    """
+
+    def __init__(self) -> None:
+        self.prev: Tensor | None = None
+        self.last_obj: Tensor | None = None
+        self.rel: list[Tensor] = []
+
+    def __call__(self, x: Tensor) -> Tensor:
+        self.see(x)
+        return x
+
+    def see(self, x: Tensor) -> None:
+        if x is self.last_obj:
+            return
+        xd = x.detach().float()
+        if self.prev is not None:
+            self.rel.append((xd - self.prev).norm(dim=-1) / self.prev.norm(dim=-1).clamp_min(1e-12))
+        self.prev, self.last_obj = xd, x
+
+
+class EquilibriumRefiner(nn.Module):
+    """ERM: ``refiner(f, ctx) -> h⁽ᴷ⁾`` (B, N, D) by proximal descent on ℒ from h⁽⁰⁾ = f (module docstring).
+
+    ``embedding``, ``head`` and ``final_norm`` are the model's (shared, not owned); ``mlp`` is the
+    refined layer's MLP sublayer (F_θ of the consistency term).
+    """
+
+    def __init__(self, cfg: RefineConfig, dim: int, heads: int, vocab_size: int, n_out: int, *,
+                 embedding: nn.Embedding, head: nn.Module, final_norm: nn.Module, mlp: nn.Module | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.n_out = n_out
+        w = cfg.resolved_weights()
+        terms: dict[str, nn.Module] = {}
+        if w.get("rev", 0) > 0:
+            terms["rev"] = ReversePredictionEnergy(
+                dim, vocab_size, window=cfg.window, layers=cfg.rev_layers, heads=cfg.rev_heads or heads,
+                hidden=cfg.hidden, readout=cfg.rev_readout, embedding=embedding)
+        if w.get("mask", 0) > 0:
+            terms["mask"] = MaskedReconstructionEnergy(dim, vocab_size, window=cfg.window, mask_prob=cfg.mask_prob,
+                                                       hidden=cfg.hidden, embedding=embedding)
+        for name, ent in (("conf", True), ("pred", False)):
+            if w.get(name, 0) > 0:
+                terms[name] = ConfidenceEnergy(dim, n_out, head=head, norm=final_norm, entropy=ent)
+        if w.get("consist", 0) > 0:
+            terms["consist"] = ConsistencyEnergy(dim, forward_map=mlp if cfg.consist_map == "mlp" else None,
+                                                 hidden=cfg.hidden)
+        if w.get("mem", 0) > 0:
+            terms["mem"] = MemoryEnergy(dim, size=cfg.mem_size, tau=cfg.mem_tau, relevance=cfg.mem_relevance,
+                                        topk=cfg.mem_topk, ema=cfg.mem_ema)
+        self.energy = CompositeEnergy(terms, {k: w[k] for k in terms})
+        self.solver = ProximalGradient(step_size=cfg.alpha, gamma=cfg.gamma, tol=cfg.tol,
+                                       energy_threshold=cfg.energy_threshold)
+        if cfg.backward == "implicit":
+            self.solver.backward = Implicit(cfg.implicit_method, cfg.implicit_max_iter, cfg.implicit_tol)
+        self.steps, self.eval_steps, self.beta = cfg.steps, cfg.eval_steps, cfg.beta
+        self.norm = nn.LayerNorm(dim) if cfg.norm_each else nn.Identity()
+        self._head_norm = (head, final_norm)  # not registered: the model owns them
+        self.qualname = ""
+        self._eval_gen: torch.Generator | None = None
+
+    # -- schedules (trainer callbacks write these)
+    @property
+    def k_train(self) -> float:
+        """K_train as a float (the K-curriculum callback writes it; steps = round(k_train))."""
+        return float(self.steps)
+
+    @k_train.setter
+    def k_train(self, value: float) -> None:
+        self.steps = max(0, int(round(value)))
+
+    @property
+    def exact(self) -> bool:
+        """Every step is an exact gradient step on ℒ + ‖h − f‖²/(2γ)."""
+        return bool(self.energy.exact and self.solver.exact)
+
+    def budget(self, ctx: ForwardContext) -> int:
+        if ctx.steps is not None:
+            return ctx.steps
+        return self.steps if self.training else self.eval_steps
+
+    def _context(self, f: Tensor, ctx: ForwardContext) -> CoherenceContext:
+        if ctx.inputs is None or not isinstance(ctx.inputs, Tensor) or ctx.inputs.shape != f.shape[:2]:
+            raise ValueError("EquilibriumRefiner needs the token ids (B, N) in ctx.inputs, aligned with the "
+                             f"hidden states {tuple(f.shape)} (KV-cached decoding is not supported)")
+        gen = None
+        if not self.training:  # a reproducible mask at evaluation
+            gen = torch.Generator().manual_seed(self.cfg.mask_seed)
+        return CoherenceContext(ctx.inputs, f, gen)
+
+    def _uncertain(self, f: Tensor) -> Tensor:
+        """(B, N) bool: tokens whose proposal's output entropy is at or above the threshold."""
+        head, norm = self._head_norm
+        with torch.no_grad():
+            logp = torch.log_softmax(head(norm(f)).float(), -1)
+            ent = -(logp.exp() * logp).sum(-1)
+        return ent >= self.cfg.entropy_threshold * math.log(self.n_out)
+
+    def forward(self, f: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D) -> (B, N, D)
+        ctx = ctx or ForwardContext()
+        adaptive = self.cfg.adaptive == "entropy" and not self.training and ctx.steps is None
+        K = self.cfg.k_low if adaptive else self.budget(ctx)
+        state = self.energy.prepare(self._context(f, ctx))
+        want_stats, trace = ctx.stats is not None, ctx.traces is not None
+        rel = _RelativeChange() if want_stats else None
+        res = self.solver.run(self.energy, f, state, K, anchor=f, ctx=ctx, trace=trace, stats=want_stats,
+                              point=rel)
+        h, st = res.x, res.stats
+        if adaptive and self.cfg.k_high > K:
+            more = self._uncertain(f) if ctx.mask is None else self._uncertain(f) & ctx.mask
+            sub = ForwardContext(mask=more, iteration=ctx.iteration)
+            res2 = self.solver.run(self.energy, h, state, self.cfg.k_high - K, anchor=f, ctx=sub,
+                                   stats=want_stats, point=rel)
+            h = res2.x
+            if want_stats:
+                st = SolverStats(st.steps + res2.stats.steps,
+                                 torch.where(res2.stats.steps > 0, res2.stats.step_norm, st.step_norm))
+        if rel is not None:
+            rel.see(h)
+        key = ctx.key(self.qualname or "erm")
+        if trace and res.trace is not None:
+            res.trace.exact = self.exact
+            ctx.traces[key] = res.trace
+        if want_stats:
+            ctx.stats[key] = RefineStats(st.steps, st.step_norm, rel.rel)
+        if self.training:
+            self._training_terms(h, state, ctx)
+        return self.norm(h)
+
+    def _training_terms(self, h: Tensor, state: Any, ctx: ForwardContext) -> None:
+        """β·λ_i·mean ℒ_i(h⁽ᴷ⁾) into ctx.aux_losses; the memory bank's EMA write."""
+        if self.beta > 0:
+            for name, e in self.energy.energy_terms(h, state).items():   # weighted (B, N) terms
+                v = e.float()
+                v = (v * ctx.mask).sum() / ctx.mask.sum().clamp_min(1) if ctx.mask is not None else v.mean()
+                ctx.add_aux(f"eqt/{name}", self.beta * v)
+        if "mem" in self.energy.terms:
+            self.energy.terms["mem"].update(h, ctx.mask)
+
+    def callbacks(self) -> list:
+        """Trainer callbacks of this ERM's schedules (γ annealing, K curriculum); see the model's."""
+        from ..train.callbacks import AnnealCallback
+
+        cbs = []
+        if self.cfg.gamma_anneal is not None:
+            s = self.cfg.gamma_anneal
+            cbs.append(AnnealCallback("gamma", s.start, s.end, s.steps, begin=s.begin, target=[self.solver],
+                                      label=f"{self.qualname}.gamma"))
+        if self.cfg.k_curriculum is not None:
+            s = self.cfg.k_curriculum
+            cbs.append(AnnealCallback("k_train", s.start, s.end, s.steps, begin=s.begin, target=[self],
+                                      label=f"{self.qualname}.k_train"))
+        return cbs
+
+
+class RefineStats(SolverStats):
+    """Solver statistics of one ERM call plus ``relative``: per step k a (B, N) tensor of
+    ‖h⁽ᵏ⁺¹⁾ − h⁽ᵏ⁾‖/‖h⁽ᵏ⁾‖ (0 for tokens that stopped)."""
+
+    def __init__(self, steps: Tensor, step_norm: Tensor, relative: list[Tensor]):
+        super().__init__(steps, step_norm)
+        self.relative = relative
+
+
+class RefinedLayer(nn.Module):
+    """A backbone layer followed by an ERM: x -> refiner(layer(x)) (the layer's output is the proposal f)."""
+
+    def __init__(self, layer: nn.Module, refiner: EquilibriumRefiner):
+        super().__init__()
+        self.layer, self.refiner = layer, refiner
+
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:
+        return self.refiner(self.layer(x, ctx), ctx)

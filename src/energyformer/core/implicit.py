@@ -1,0 +1,195 @@
+"""Implicit differentiation of a solver run (backward mode ``implicit``; EqT seed 003 §3.5 Eq. 19,
+torchdeq's implicit backward; Bai et al. 2019).
+
+The forward pass descends to (approximately) a fixed point x* = T(x*) of the one-step map
+T(x) = x + update(x) without building a graph. For the proximal step of EqT,
+T(x) = x − α(∇ℒ(x) + (x − f)/γ), and x* satisfies the equilibrium condition ∇ℒ(x*) + (x* − f)/γ = 0.
+By the implicit function theorem, for any quantity θ the fixed point depends on (parameters, the
+anchor f, the prepared context),
+
+    dx*/dθ = (I − J)^{-1} ∂T/∂θ,     J = ∂T/∂x at x*,
+
+so the gradient of a loss with upstream gradient g = ∂loss/∂x* is v^T ∂T/∂θ with v the solution of
+
+    (I − Jᵀ) v = g.                                             (for EqT: α(∇²ℒ + I/γ) v = g, Eq. 19)
+
+The mode applies T once more at x* with a graph, and a hook on its output replaces the incoming
+gradient g by v. The forward value is x* itself (``x* + (T(x*) − stopgrad T(x*))``), so a run with
+``implicit`` returns exactly what ``unroll`` returns; only the gradient differs.
+
+Linear solvers (``method``):
+
+``cg``           conjugate gradient on (I − Jᵀ) v = g. Valid only when I − J is symmetric: an exact
+                 gradient step with a scalar step size, an identity preconditioner and no norm in
+                 the loop (checked). Stops on ‖r‖ ≤ tol·‖g‖. A direction with pᵀ(I − Jᵀ)p ≤ 0
+                 (negative curvature: ℒ is not convex there, the fixed point is not a strict
+                 minimum of the proximal objective) stops it: reported as non-convergence.
+``fixed_point``  damped iteration v ← (1 − d) v + d (g + Jᵀ v) (torchdeq), any step rule; converges
+                 when the spectral radius of (1 − d) I + d Jᵀ is below 1. Stops on
+                 ‖v_{k+1} − v_k‖ ≤ tol·‖v_{k+1}‖.
+
+Non-convergence is never silent: the forward residual ‖T(x*) − x*‖ (how far the run is from a
+fixed point, where the implicit gradient is only approximate) and the backward solve's
+iterations, relative residual and status are kept in :attr:`Implicit.last` and counted in
+:attr:`Implicit.failures`; ``on_fail`` chooses what happens to a failed solve: ``'warn'``
+(default: warn and use the last iterate), ``'raise'``, or ``'fallback'`` (warn and use v = g, the
+one-step "Jacobian-free" gradient). A step rule that carries memory across steps (momentum) has a
+fixed point in (x, memory) jointly; it is rejected.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch import Tensor
+
+from ..utils.validate import ConfigError, check_choice, check_float, check_int
+from .backward import BackwardMode, register_backward_mode
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .solver import Descent
+
+METHODS = ("cg", "fixed_point")
+ON_FAIL = ("warn", "raise", "fallback")
+
+
+class ImplicitSolveError(RuntimeError):
+    """The implicit backward linear solve did not converge (``on_fail='raise'``)."""
+
+
+def _dot(a: Tensor, b: Tensor) -> Tensor:
+    return (a.double() * b.double()).sum()
+
+
+def solve_cg(apply_a: Callable[[Tensor], Tensor], g: Tensor, max_iter: int, tol: float) -> tuple[Tensor, dict]:
+    """Conjugate gradient for A v = g (A symmetric); returns v and {iterations, rel_residual, status}."""
+    v = torch.zeros_like(g)
+    r, p = g.clone(), g.clone()
+    g_norm = math.sqrt(float(_dot(g, g))) or 1.0
+    rr = _dot(r, r)
+    status, it = "max_iter", 0
+    if math.sqrt(float(rr)) <= tol * g_norm:
+        return v, {"iterations": 0, "rel_residual": 0.0, "status": "converged"}
+    for it in range(1, max_iter + 1):
+        ap = apply_a(p)
+        pap = _dot(p, ap)
+        if not float(pap) > 0:
+            status = "negative_curvature"
+            break
+        a = (rr / pap).to(g.dtype)
+        v = v + a * p
+        r = r - a * ap
+        rr_new = _dot(r, r)
+        if math.sqrt(float(rr_new)) <= tol * g_norm:
+            status, rr = "converged", rr_new
+            break
+        p = r + (rr_new / rr).to(g.dtype) * p
+        rr = rr_new
+    return v, {"iterations": it, "rel_residual": math.sqrt(float(rr)) / g_norm, "status": status}
+
+
+def solve_fixed_point(jtv: Callable[[Tensor], Tensor], g: Tensor, max_iter: int, tol: float,
+                      damping: float) -> tuple[Tensor, dict]:
+    """Damped iteration v ← (1 − d) v + d (g + Jᵀ v) from v = g; returns v and its statistics."""
+    v, rel = g.clone(), float("inf")
+    status, it = "max_iter", 0
+    for it in range(1, max_iter + 1):
+        new = (1 - damping) * v + damping * (g + jtv(v))
+        diff = math.sqrt(float(_dot(new - v, new - v)))
+        scale = math.sqrt(float(_dot(new, new))) or 1.0
+        v, rel = new, diff / scale
+        if not math.isfinite(rel):
+            status = "diverged"
+            break
+        if rel <= tol:
+            status = "converged"
+            break
+    return v, {"iterations": it, "rel_residual": rel, "status": status}
+
+
+@register_backward_mode("implicit")
+class Implicit(BackwardMode):
+    """Implicit-function-theorem gradients at the run's end point (see the module docstring)."""
+
+    def __init__(self, method: str = "cg", max_iter: int = 50, tol: float = 1e-6, damping: float = 1.0,
+                 on_fail: str = "warn"):
+        check_choice("implicit.method", method, METHODS)
+        check_int("implicit.max_iter", max_iter, min=1)
+        check_float("implicit.tol", tol, min=0.0, min_exclusive=True)
+        check_float("implicit.damping", damping, min=0.0, max=1.0, min_exclusive=True)
+        check_choice("implicit.on_fail", on_fail, ON_FAIL)
+        self.method, self.max_iter, self.tol, self.damping, self.on_fail = method, max_iter, tol, damping, on_fail
+        self.last: dict[str, Any] = {}
+        self.failures = 0
+        self.solves = 0
+
+    def _check_rule(self, descent: Descent) -> None:
+        solver = descent.solver
+        if not solver.rule_exact:
+            raise ConfigError(f"backward = 'implicit': the {type(solver).__name__} step rule carries "
+                              "memory across steps (its fixed point is in (x, memory)); use unroll or truncated")
+        if self.method == "cg":
+            p = getattr(solver, "precond", None)
+            if not (solver.exact and descent.energy.exact and descent.point is None
+                    and (p is None or p.is_identity)):
+                raise ConfigError("implicit.method = 'cg' needs a symmetric step Jacobian (an exact "
+                                  "gradient step, scalar step size, identity preconditioner, no norm in "
+                                  "the loop); use implicit.method = 'fixed_point'")
+
+    def run(self, descent, x0, state, memory, steps):
+        if not torch.is_grad_enabled():
+            return descent.descend(x0, state, memory, 0, steps)
+        self._check_rule(descent)
+        with torch.no_grad():
+            xs, _, _ = descent.descend(x0, state, memory, 0, steps)
+        z = xs.detach().requires_grad_(True)
+        y, _, _, dx = descent.step(z, state, memory, descent.index0 + max(steps - 1, 0))  # T(x*) with a graph
+        keep = None if descent.mask is None else descent.mask.unsqueeze(-1)       # (B, N, 1)
+        if keep is not None:
+            y = torch.where(keep, y, z.detach())
+        with torch.no_grad():
+            res = dx.detach().float().norm(dim=-1)
+            if descent.mask is not None:
+                res = res * descent.mask
+            rel = res / xs.detach().float().norm(dim=-1).clamp_min(1e-12)
+        self.last = {"forward_residual": float(res.max()) if res.numel() else 0.0,
+                     "forward_rel_residual": float(rel.max()) if rel.numel() else 0.0}
+        if y.requires_grad:
+            y.register_hook(lambda g: self._backward(g, y, z))
+        out = xs.detach() + (y - y.detach())
+        if keep is not None:
+            out = torch.where(keep, out, x0)  # masked tokens never move: gradient straight to x0
+        return out, state, memory
+
+    def _backward(self, g: Tensor, y: Tensor, z: Tensor) -> Tensor:
+        def jtv(v: Tensor) -> Tensor:
+            (out,) = torch.autograd.grad(y, z, v, retain_graph=True)
+            return out
+
+        with torch.enable_grad():
+            if self.method == "cg":
+                v, info = solve_cg(lambda p: p - jtv(p), g, self.max_iter, self.tol)
+            else:
+                v, info = solve_fixed_point(jtv, g, self.max_iter, self.tol, self.damping)
+        self.solves += 1
+        self.last.update(info)
+        if info["status"] != "converged":
+            self.failures += 1
+            msg = (f"implicit backward ({self.method}) did not converge: {info['status']} after "
+                   f"{info['iterations']} iterations, relative residual {info['rel_residual']:.2e} "
+                   f"(forward residual {self.last.get('forward_residual', float('nan')):.2e})")
+            if self.on_fail == "raise":
+                raise ImplicitSolveError(msg)
+            warnings.warn(msg + ("; using the one-step gradient" if self.on_fail == "fallback"
+                                 else "; using the last iterate"), stacklevel=2)
+            if self.on_fail == "fallback":
+                return g
+        return v.detach()
+
+    def __repr__(self) -> str:
+        return (f"Implicit(method={self.method!r}, max_iter={self.max_iter}, tol={self.tol}"
+                + (f", damping={self.damping}" if self.method == "fixed_point" else "")
+                + f", on_fail={self.on_fail!r})")

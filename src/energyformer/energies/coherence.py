@@ -1,0 +1,285 @@
+"""EqT coherence energies over a token window (equilibrium transformer, seed 003 §3.3.1-3.3.2;
+reconstructed.md §3).
+
+The refinement of the equilibrium transformer descends a learned energy ℒ(h; x_≤t) of the hidden
+state h_t of every token t (Eq. 11, ℒ = Σ λ_i ℒ_i). This module holds the two terms that read the
+recent context; :mod:`energyformer.energies.coherence_pointwise` holds the terms that read h_t alone.
+
+* :class:`ReversePredictionEnergy` ``coherence_rev`` (Eq. 12, reverse predictive coding): h_t must
+  let a reverse model q_φ re-predict the last W_t = min(W, t) tokens,
+
+      ℒ_rev(h_t) = −(1/W_t) Σ_{i = t−W_t+1}^{t} log q_φ(x_i | h_t, x_{<i})
+
+  q_φ: a small causal transformer over the token sequence (its own attention / FFN weights; the
+  model's token embedding shared for its inputs and its tied output) gives u_i from x_{<i}; the
+  prediction of x_i from (h_t, u_i, offset t − i) is its read-out (``readout``).
+* :class:`MaskedReconstructionEnergy` ``coherence_mask`` (Eq. 13): 15% of the window is masked and a
+  2-layer MLP p_ψ reconstructs each masked token from h_t and the unmasked window:
+
+      ℒ_mask(h_t) = −(1/|M_t|) Σ_{i ∈ M_t} log p_ψ(x_i | h_t, x_{≤t∖M_t})
+
+Both are per token: ℒ_t depends on h_t and on x_{≤t} only, so the gradient of Σ_t ℒ_t w.r.t. h_t
+is ∂ℒ_t/∂h_t and the refined state of token t never sees a later token. Their context is a
+:class:`CoherenceContext` (token ids, the proposal f, a mask generator). ``prepare`` does every
+h-free piece once per block call (q_φ's transformer pass, gathers, the random mask, the h-free
+half of each first layer); a step runs only the h-dependent remainder. Gradients are autograd of
+``energy`` (no closed form); both energies are exact (the update is −∇ℒ).
+
+Choices where the source is ambiguous (flags; defaults as recommended by reconstructed.md §3 or,
+where it is silent, for cost):
+
+* ``window`` W = 32, truncated to the t available tokens. Window slot k holds position i = t − k.
+* q_φ's context: x_{<i} is the *whole* prefix (Eq. 12 as written), read by one causal transformer
+  pass over the sequence (O(N), not O(N·W)); the window only chooses which x_i are scored.
+* Reverse ``readout``: ``'bilinear'`` (default) logit_v = e_vᵀ(B u'_ik) + e_vᵀ((G u'_ik) ∘ (A h_t)),
+  u'_ik = u_i + r_k (r_k a learned offset embedding): the context u picks which directions of A h_t
+  encode x_i. Logits are affine in h_t, so ℒ_rev is *convex in h* and a step costs O(d² + W·V·d)
+  per token. ``'mlp'``: z = u'_ik + A h_t through a residual GELU MLP and a LayerNorm, logits z Eᵀ
+  (non-convex, O(W·d·hidden) per token and step).
+* Masked context: the seed's p_ψ is "a 2-layer MLP"; how x_{≤t∖M} enters it is not given. Here the
+  unmasked window enters as one vector s_t = (1/W_t) Σ_k g_k ∘ ẽ_{t−k} (ẽ the token embedding, or a
+  learned [MASK] vector where masked; g_k a learned per-slot gain) and the MLP reads
+  h_t + q_k + s_t (q_k a learned query of the masked slot). At least one slot is masked per token;
+  the mask is drawn once per block call (fixed during the K steps, so ℒ is one function of h).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..core.energy import Energy, register_energy
+from ..utils.validate import check_choice, check_float, check_int
+
+READOUTS = ("bilinear", "mlp")
+
+
+@dataclass
+class CoherenceContext:
+    """What the coherence energies read besides h (``energy.prepare(context)``).
+
+    tokens:    (B, N) long token ids x.
+    proposal:  (B, N, D) the proposal f of the forward block (memory relevance); optional.
+    generator: torch.Generator of the random mask (None: torch's global RNG).
+    """
+
+    tokens: Tensor
+    proposal: Tensor | None = None
+    generator: torch.Generator | None = None
+
+
+class SharedModules:
+    """Mixin: hold modules owned by the model (embedding, head, final norm) without registering them.
+
+    A module given at construction is *shared*: used, not owned (its parameters belong to the
+    model, appear once in ``state_dict`` and are trained through the model). Without one, the
+    energy builds and owns its own (standalone use, the property tests).
+    """
+
+    def _hold(self, name: str, module: nn.Module | None, factory) -> None:
+        if module is None:
+            setattr(self, f"own_{name}", factory())
+        else:
+            object.__setattr__(self, f"_shared_{name}", (module,))
+
+    def _held(self, name: str) -> nn.Module:
+        shared = self.__dict__.get(f"_shared_{name}")
+        return shared[0] if shared is not None else getattr(self, f"own_{name}")
+
+
+def window_positions(n: int, window: int, device=None) -> tuple[Tensor, Tensor, Tensor]:
+    """Slots of the window of every position t: slot k holds position t − k, k < W_t = min(W, t + 1).
+
+    Returns ``pos`` (N, W) long (padding slots point at t itself, so gathers stay in range),
+    ``valid`` (N, W) bool and ``count`` (N,) = W_t (0-based t).
+    """
+    t = torch.arange(n, device=device)[:, None]             # (N, 1)
+    k = torch.arange(window, device=device)[None, :]         # (1, W)
+    valid = k <= t
+    return torch.where(valid, t - k, t), valid, torch.clamp(t[:, 0] + 1, max=window)
+
+
+class _SeqLayer(nn.Module):
+    """Pre-LN causal transformer layer: (B, N, d) -> (B, N, d)."""
+
+    def __init__(self, dim: int, heads: int, hidden: int):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"coherence_rev.heads = {heads}: must divide dim = {dim}")
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.fc, self.out = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+
+    def forward(self, z: Tensor) -> Tensor:
+        B, N, D = z.shape
+        q, k, v = self.qkv(self.ln1(z)).view(B, N, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)      # (B, H, N, Dh)
+        z = z + self.proj(a.transpose(1, 2).reshape(B, N, D))
+        return z + self.out(F.gelu(self.fc(self.ln2(z))))
+
+
+def _examples_context(dtype, B=2, N=7, D=8, V=3, seed=0) -> tuple[CoherenceContext, Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, V, (B, N), generator=g)
+    f = torch.randn(B, N, D, generator=g, dtype=dtype)
+    x = f + 0.3 * torch.randn(B, N, D, generator=g, dtype=dtype)
+    return CoherenceContext(tokens, f, torch.Generator().manual_seed(seed + 1)), x
+
+
+# ----------------------------------------------------------------------------- reverse prediction
+@register_energy("coherence_rev")
+class ReversePredictionEnergy(SharedModules, Energy):
+    """ℒ_rev(h_t) = −(1/W_t) Σ_{i in window} log q_φ(x_i | h_t, x_{<i}) (EqT Eq. 12; module docstring).
+
+    ``embedding``: the model's token embedding (shared for q_φ's inputs and its tied output); None
+    builds an own one of ``vocab_size`` rows. ``layers``/``heads``/``hidden``: q_φ's causal
+    transformer (1 layer, hidden = dim by default: the parity model's +8% parameter budget).
+    """
+
+    exact = True
+
+    def __init__(self, dim: int, vocab_size: int, *, window: int = 32, layers: int = 1, heads: int = 4,
+                 hidden: int | None = None, readout: str = "bilinear", embedding: nn.Embedding | None = None):
+        super().__init__()
+        check_int("coherence_rev.dim", dim, min=1)
+        check_int("coherence_rev.window", window, min=1)
+        check_int("coherence_rev.layers", layers, min=1)
+        check_choice("coherence_rev.readout", readout, READOUTS)
+        hidden = dim if hidden is None else hidden
+        self.dim, self.window, self.readout = dim, window, readout
+        self._hold("embed", embedding, lambda: nn.Embedding(vocab_size, dim))
+        self.bos = nn.Parameter(torch.zeros(dim))                  # q_φ's input before x_1
+        self.layers = nn.ModuleList(_SeqLayer(dim, heads, hidden) for _ in range(layers))
+        self.ln_u = nn.LayerNorm(dim)
+        self.offset = nn.Parameter(0.02 * torch.randn(window, dim))  # r_k, k = t − i
+        self.h_in = nn.Linear(dim, dim, bias=False)                # A
+        if readout == "bilinear":
+            self.base, self.gate = nn.Linear(dim, dim), nn.Linear(dim, dim)   # B, G
+        else:
+            self.ln_r, self.ln_f = nn.LayerNorm(dim), nn.LayerNorm(dim)
+            self.fc, self.out = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+
+    param_roles = {"bos": "embedding", "offset": "position"}
+
+    @classmethod
+    def examples(cls, dtype=torch.float64):
+        out = []
+        for readout in READOUTS:
+            torch.manual_seed(0)
+            e = cls(8, 3, window=4, heads=2, readout=readout).to(dtype)
+            ctx, x = _examples_context(dtype)
+            out.append((readout, e, ctx, x))
+        return out
+
+    @property
+    def embedding(self) -> nn.Embedding:
+        return self._held("embed")
+
+    def prepare(self, context: CoherenceContext, **kwargs: Any) -> dict[str, Tensor]:
+        tokens = context.tokens
+        B, N = tokens.shape
+        emb = self.embedding(tokens)                                          # (B, N, D)
+        u = torch.cat([self.bos.to(emb.dtype).expand(B, 1, -1), emb[:, :-1]], 1)  # u_i reads x_{<i}
+        for layer in self.layers:
+            u = layer(u)
+        u = self.ln_u(u)                                                      # (B, N, D), once per call
+        pos, valid, count = window_positions(N, self.window, tokens.device)   # (N, W)
+        state = {"target": tokens[:, pos], "weight": valid.to(emb.dtype) / count[:, None].to(emb.dtype)}
+        r = self.offset.to(emb.dtype)                                         # (W, D)
+        E = self.embedding.weight.to(emb.dtype)                               # (V, D)
+        if self.readout == "bilinear":  # h-free halves, per position then gathered: B u'_ik, G u'_ik
+            state["base"] = (self.base(u) @ E.t())[:, pos] + F.linear(r, self.base.weight) @ E.t()  # (B, N, W, V)
+            state["gate"] = self.gate(u)[:, pos] + F.linear(r, self.gate.weight)                    # (B, N, W, D)
+        else:
+            state["z0"] = u[:, pos] + r                                       # (B, N, W, D)
+        return state
+
+    def energy(self, h: Tensor, state: dict[str, Tensor]) -> Tensor:
+        a = self.h_in(h)                                                      # (B, N, D)
+        E = self.embedding.weight.to(h.dtype)
+        if self.readout == "bilinear":
+            logits = state["base"] + (state["gate"] * a[:, :, None]) @ E.t()    # e_vᵀ(g ∘ a): (B, N, W, V)
+        else:
+            z = state["z0"] + a[:, :, None]
+            z = self.ln_f(z + self.out(F.gelu(self.fc(self.ln_r(z)))))
+            logits = z @ E.t()                                                # (B, N, W, V)
+        nll = -F.log_softmax(logits, -1).gather(-1, state["target"][..., None])[..., 0]  # (B, N, W)
+        return (nll * state["weight"]).sum(-1)                                # (B, N)
+
+
+# ----------------------------------------------------------------------------- masked reconstruction
+@register_energy("coherence_mask")
+class MaskedReconstructionEnergy(SharedModules, Energy):
+    """ℒ_mask(h_t) = −(1/|M_t|) Σ_{i ∈ M_t} log p_ψ(x_i | h_t, x_{≤t∖M}) (EqT Eq. 13; module docstring).
+
+    p_ψ(· | h_t, slot k) = softmax(E (W_2 GELU(W_1 (h_t + q_k + s_t) + b_1) + b_2)), E the shared
+    embedding. Only the masked slots are evaluated; W_1 (q_k + s_t) + b_1 and E W_2 are computed once
+    per block call.
+    """
+
+    exact = True
+
+    def __init__(self, dim: int, vocab_size: int, *, window: int = 32, mask_prob: float = 0.15,
+                 hidden: int | None = None, embedding: nn.Embedding | None = None):
+        super().__init__()
+        check_int("coherence_mask.dim", dim, min=1)
+        check_int("coherence_mask.window", window, min=1)
+        check_float("coherence_mask.mask_prob", mask_prob, min=0.0, max=1.0, min_exclusive=True)
+        hidden = dim if hidden is None else hidden
+        self.dim, self.window, self.mask_prob = dim, window, float(mask_prob)
+        self._hold("embed", embedding, lambda: nn.Embedding(vocab_size, dim))
+        self.mask_vec = nn.Parameter(torch.zeros(dim))              # [MASK] input
+        self.gain = nn.Parameter(torch.ones(window, dim))           # g_k: binds slot and token
+        self.query = nn.Parameter(0.02 * torch.randn(window, dim))  # q_k: which slot to reconstruct
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+
+    param_roles = {"mask_vec": "embedding", "gain": "diagonal", "query": "position"}
+
+    @classmethod
+    def examples(cls, dtype=torch.float64):
+        torch.manual_seed(0)
+        e = cls(8, 3, window=4, mask_prob=0.4).to(dtype)
+        ctx, x = _examples_context(dtype)
+        return [("W4_p0.4", e, ctx, x)]
+
+    @property
+    def embedding(self) -> nn.Embedding:
+        return self._held("embed")
+
+    def draw_mask(self, valid: Tensor, batch: int, generator: torch.Generator | None) -> Tensor:
+        """(B, N, W) bool: each valid slot masked with probability p, at least one per token."""
+        N, W = valid.shape
+        u = torch.rand(batch, N, W, generator=generator).to(valid.device)
+        u = torch.where(valid, u, 2.0)
+        masked = (u < self.mask_prob) & valid
+        first = F.one_hot(u.argmin(-1), W).bool()                    # the valid slot with the smallest u
+        return masked | (first & ~masked.any(-1, keepdim=True))
+
+    def prepare(self, context: CoherenceContext, **kwargs: Any) -> dict[str, Tensor]:
+        tokens = context.tokens
+        B, N = tokens.shape
+        pos, valid, count = window_positions(N, self.window, tokens.device)   # (N, W)
+        win = tokens[:, pos]                                                  # (B, N, W)
+        masked = self.draw_mask(valid, B, context.generator)                  # (B, N, W)
+        emb = self.embedding(win)                                             # (B, N, W, D)
+        shown = torch.where(masked[..., None], self.mask_vec.to(emb.dtype), emb)
+        s = (shown * self.gain.to(emb.dtype) * valid[..., None]).sum(2) / count[:, None].to(emb.dtype)
+        b, t, k = masked.nonzero(as_tuple=True)                               # masked slots only
+        E = self.embedding.weight.to(emb.dtype)
+        return {"b": b, "t": t, "pre": self.fc1(self.query[k].to(emb.dtype) + s[b, t]),  # (M, hidden)
+                "out_w": E @ self.fc2.weight, "out_b": E @ self.fc2.bias,           # E W_2, E b_2
+                "target": win[b, t, k], "n": masked.sum(-1).to(emb.dtype)}          # n: (B, N) >= 1
+
+    def energy(self, h: Tensor, state: dict[str, Tensor]) -> Tensor:
+        b, t = state["b"], state["t"]
+        a = F.gelu(state["pre"] + F.linear(h, self.fc1.weight)[b, t])          # (M, hidden)
+        logits = F.linear(a, state["out_w"], state["out_b"])                   # (M, V)
+        nll = F.cross_entropy(logits, state["target"], reduction="none")       # (M,)
+        out = torch.zeros(h.shape[:2], dtype=nll.dtype, device=h.device).index_put((b, t), nll, accumulate=True)
+        return (out / state["n"]).to(h.dtype)                                  # (B, N)

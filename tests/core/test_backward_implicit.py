@@ -1,0 +1,139 @@
+"""Backward mode 'implicit' (core/implicit.py): implicit-function-theorem gradients at the end point.
+
+On a converged run the implicit gradient equals the unrolled one (the unrolled derivative of a
+contracting map converges to (I − J)^{-1} ∂T/∂θ); the forward value is the unrolled value exactly;
+non-convergence (too few iterations, negative curvature) is reported, never silent."""
+
+import warnings
+
+import pytest
+import torch
+
+from energyformer.core import DiagonalPrecond, ForwardContext, Momentum, ProximalGradient, make_backward_mode
+from energyformer.core.energy import Energy
+from energyformer.core.implicit import Implicit, ImplicitSolveError, solve_cg
+from energyformer.energies import ElementwiseEnergy
+from energyformer.utils.validate import ConfigError
+
+DT = torch.float64
+
+
+def _setup(seed=0):
+    torch.manual_seed(seed)
+    energy = ElementwiseEnergy(6, 10).to(DT)
+    g = torch.Generator().manual_seed(seed)
+    ctx = torch.randn(2, 4, 6, generator=g, dtype=DT).requires_grad_(True)
+    f = torch.randn(2, 4, 6, generator=g, dtype=DT).requires_grad_(True)
+    w = torch.randn(2, 4, 6, generator=g, dtype=DT)
+    return energy, ctx, f, w
+
+
+def _grads(mode, steps, seed=0, mask=None):
+    energy, ctx, f, w = _setup(seed)
+    solver = ProximalGradient(step_size=0.1, gamma=0.25)
+    if mode is not None:
+        solver.backward = mode
+    c = None if mask is None else ForwardContext(mask=mask)
+    x = solver.run(energy, f, energy.prepare(ctx), steps, ctx=c).x
+    params = [energy.W.weight, energy.V.weight, ctx, f]
+    return x, torch.autograd.grad((w * x).sum(), params)
+
+
+@pytest.mark.parametrize("method", ["cg", "fixed_point"])
+def test_implicit_gradients_match_unrolled_gradients_at_convergence(method):
+    mode = Implicit(method, max_iter=200, tol=1e-12)
+    x_u, g_u = _grads(None, 300)
+    x_i, g_i = _grads(mode, 300)
+    torch.testing.assert_close(x_i, x_u, rtol=0, atol=0)  # the forward value is the unrolled one
+    assert mode.last["status"] == "converged" and mode.last["forward_residual"] < 1e-12
+    for a, b in zip(g_i, g_u):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+    # and they are not the one-step (Jacobian-free) gradient: the solve matters
+    _, g_1 = _grads(Implicit(method, max_iter=1, tol=1e-12, on_fail="fallback"), 300)
+    assert not torch.allclose(g_1[1], g_u[1], rtol=1e-3)
+
+
+def test_short_unroll_differs_from_the_implicit_gradient():
+    """At K = 2 the unrolled gradient is not the equilibrium's: implicit is for converged runs."""
+    _, g_short = _grads(None, 2)
+    _, g_imp = _grads(Implicit("cg", tol=1e-12), 300)
+    assert not torch.allclose(g_short[1], g_imp[1], rtol=1e-2)
+
+
+def test_masked_tokens_keep_the_identity_gradient_and_others_match_unroll():
+    mask = torch.tensor([[True, False, True, True], [True, True, True, False]])
+    _, g_u = _grads(None, 300, mask=mask)
+    _, g_i = _grads(Implicit("cg", tol=1e-12), 300, mask=mask)
+    for a, b in zip(g_i, g_u):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+def test_non_convergence_is_reported_warned_or_raised():
+    mode = Implicit("fixed_point", max_iter=2, tol=1e-14)
+    with pytest.warns(UserWarning, match="did not converge: max_iter after 2 iterations"):
+        _grads(mode, 300)
+    assert mode.failures == 1 and mode.last["status"] == "max_iter"
+    with pytest.raises(ImplicitSolveError, match="did not converge"):
+        _grads(Implicit("cg", max_iter=1, tol=1e-14, on_fail="raise"), 300)
+
+
+class _Concave(Energy):
+    """E = −(s/2)‖x − c‖²: the proximal objective is concave when s > 1/γ."""
+
+    def __init__(self, s):
+        super().__init__()
+        self.s = torch.nn.Parameter(torch.tensor(float(s), dtype=DT))
+
+    def energy(self, x, c):
+        return -0.5 * self.s * (x - c).pow(2).sum(-1)
+
+
+def test_negative_curvature_stops_cg_and_is_reported():
+    e = _Concave(2.0)
+    c = torch.randn(1, 3, 4, dtype=DT)
+    f = torch.randn(1, 3, 4, dtype=DT, requires_grad=True)
+    mode = Implicit("cg", tol=1e-12)
+    solver = ProximalGradient(step_size=0.1, gamma=1.0)
+    solver.backward = mode
+    x = solver.run(e, f, c, 3).x
+    with pytest.warns(UserWarning, match="negative_curvature"):
+        x.sum().backward()
+    assert mode.last["status"] == "negative_curvature" and mode.failures == 1
+
+
+def test_cg_solves_a_spd_system():
+    A = torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=DT)
+    g = torch.tensor([1.0, 2.0], dtype=DT)
+    v, info = solve_cg(lambda p: A @ p, g, 10, 1e-12)
+    torch.testing.assert_close(v, torch.linalg.solve(A, g))
+    assert info["status"] == "converged" and info["iterations"] <= 2
+
+
+def test_rules_and_methods_that_cannot_be_differentiated_implicitly_are_rejected():
+    energy, ctx, f, _ = _setup()
+    m = Momentum(step_size=0.1, beta=0.5)
+    m.backward = Implicit()
+    with pytest.raises(ConfigError, match="carries memory across steps"):
+        m.run(energy, f, energy.prepare(ctx), 3)
+    p = ProximalGradient(DiagonalPrecond(6).to(DT), step_size=0.1)
+    p.backward = Implicit("cg")
+    with pytest.raises(ConfigError, match="implicit.method = 'cg' needs a symmetric step Jacobian"):
+        p.run(energy, f, energy.prepare(ctx), 3)
+    with pytest.raises(ConfigError, match=r"implicit.method = 'newton': allowed values are 'cg', 'fixed_point'"):
+        Implicit("newton")
+
+
+def test_implicit_by_name_and_without_grad_is_the_plain_run():
+    mode = make_backward_mode("implicit")
+    assert isinstance(mode, Implicit) and mode.method == "cg"
+    energy, ctx, f, _ = _setup()
+    s = ProximalGradient(step_size=0.1, gamma=0.25)
+    s.backward = mode
+    with torch.no_grad():
+        x = s.run(energy, f, energy.prepare(ctx), 5).x
+    torch.testing.assert_close(x, ProximalGradient(step_size=0.1, gamma=0.25).run(
+        energy, f, energy.prepare(ctx), 5).x.detach(), rtol=0, atol=0)
+    assert mode.solves == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        repr(mode)
