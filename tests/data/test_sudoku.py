@@ -178,6 +178,8 @@ def test_generator_parallel_output_equals_serial():
 def test_generator_gives_up_with_a_clear_error():
     with pytest.raises(DataError, match="could not generate a Sudoku with 17 givens"):
         S.generate_puzzle(np.random.default_rng(0), 17, max_grids=1, climb_steps=2)
+    with pytest.raises(ValueError, match="must be an integer"):
+        S.generate_puzzle(np.random.default_rng(0), (24, 30))
     for bad in (16, (30, 25), "24", (20, 30, 40)):
         with pytest.raises(ValueError):
             S.givens_range(bad)
@@ -263,6 +265,15 @@ def test_read_csv_with_and_without_header(tmp_path, small_set, content_kind):
     f.write_text(text + "\n")
     got = S.read_sudoku(f)
     assert torch.equal(got.puzzles, ds.puzzles) and torch.equal(got.solutions, ds.solutions)
+
+
+def test_read_puzzle_only_csv_with_one_column_header(tmp_path, small_set):
+    ds = _ds(small_set)
+    f = tmp_path / "only.csv"
+    f.write_text("Puzzle\n" + "".join(S.grid_to_string(p) + "\n" for p in ds.puzzles))
+    got = S.read_sudoku(f)
+    assert got.solutions is None and torch.equal(got.puzzles, ds.puzzles)
+    assert got.score(ds.solutions) == {"n": 3, "board_accuracy": 1.0, "valid_fraction": 1.0}
 
 
 @pytest.mark.parametrize("header", [True, False])

@@ -13,21 +13,28 @@ One puzzle (:func:`generate_puzzle`):
 
 Every puzzle returned has exactly one solution and exactly ``target`` givens.
 
-Reachable range (measured with ``benchmarks/sudoku_generator.py``, one core of this project's CPU;
-the dig alone ends at a minimal puzzle whose size is 20-29, mostly 23-26):
+Reachable range, measured with ``benchmarks/sudoku_generator.py`` on one core of this project's
+2-core CPU (puzzles/s: median of 5 runs of 40 puzzles; "dig fails": fraction of full grids whose
+plain dig stopped at a minimal puzzle above the target, so the climb had to take over):
 
-=======  ==========================  ===========================================
-givens   dig alone fails (1 grid)    with climbing
-=======  ==========================  ===========================================
->= 28    0 %                         not needed; ~0.4-1 ms a puzzle
-26       ~3 %                        ~0.6 ms a puzzle
-24       ~45 %                       ~1 ms a puzzle
-22       ~96 %                       ~10 ms a puzzle
-21       ~99.7 %                     ~50 ms a puzzle
-20       ~99.99 %                    ~0.3 s a puzzle
-19       (never seen)                ~0.25 of grids succeed in 2,000 climbs: ~3 s a puzzle
-<= 18    (never seen)                not reached; 17 is the proven minimum of any unique puzzle
-=======  ==========================  ===========================================
+=======  =========  ============  ==================================================
+givens   dig fails  puzzles/s     notes
+=======  =========  ============  ==================================================
+36       0 %        ~5,500
+30       0 %        ~4,100
+26       3.5 %      ~2,400
+24       45 %       ~840          1.5 climbs a puzzle
+22       97 %       ~100          19 climbs a puzzle
+21       99.7 %     ~35           67 climbs a puzzle
+20       99.995 %   ~5            450 climbs a puzzle
+19       (100 %)    ~0.3          ~6,000 climbs; with max_grids=10, 1 of 3 runs gave up
+<= 18    (100 %)    --            not reached; 17 is the proven minimum of any unique puzzle
+=======  =========  ============  ==================================================
+
+The plain dig alone (20,000 random grids) stops at minimal puzzles of 20-29 givens: 20: 0.005 %,
+21: 0.26 %, 22: 3.5 %, 23: 17.6 %, 24: 34.1 %, 25: 29.6 %, 26: 12.3 %, 27: 2.5 %, 28: 0.2 %,
+29: 0.015 %. A 21-34 range (evenly spread) costs ~3.5 ms a puzzle: 10,000 puzzles in ~35 s on
+one process, ~21 s on two (``workers=2``).
 
 So ranges down to 20 are practical, 19 is slow and 17-18 cannot be generated here. The Hyper-SET
 paper's data (Palm et al., 2018: Royle's 49,151 17-given puzzles with 0-17 givens added back from the
@@ -144,7 +151,8 @@ def generate_puzzle(rng: np.random.Generator, givens: int, *,
     raises :class:`~energyformer.errors.DataError` when the target is not reached. ``stats``, if
     given, accumulates the cost.
     """
-    target = givens_range(givens)[0]
+    check_int("givens", givens, min=MIN_GIVENS, max=81)
+    target = int(givens)
     check_int("max_grids", max_grids, min=1)
     check_int("climb_steps", climb_steps, min=0)
     st = TargetStats() if stats is None else stats
@@ -262,7 +270,8 @@ def generate_puzzles(n: int, givens: int | Sequence[int], seed: int = 0, *, stre
     givens is drawn uniformly (Palm et al.'s data is evenly spread over 17-34 the same way).
     ``stream`` separates independent sets drawn with one ``seed`` (e.g. one per split).
     ``workers > 1`` generates chunks in that many processes (spawned; each imports the package and
-    loads the compiled solver, ~3 s); the output is identical for any ``workers``.
+    loads the compiled solver, ~3 s, so a script calling it needs the usual
+    ``if __name__ == "__main__":`` guard); the output is identical for any ``workers``.
     """
     check_int("stream", stream, min=0)
     sizes = [0] * stream + [n]

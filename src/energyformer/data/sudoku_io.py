@@ -14,7 +14,8 @@ Formats (``fmt``):
     1M/9M layout); 4 = ``source,q,a,rating`` (the many-puzzles "sudoku-extreme" layout).
   - a header is recognised by its first row holding no 81-character grid.
 
-* ``'auto'`` (default) — ``'csv'`` when the first data line holds a comma, else ``'lines'``.
+* ``'auto'`` (default) — ``'csv'`` when the first data line holds a comma (or is a lone puzzle
+  column name such as ``puzzle``), else ``'lines'``.
 
 Puzzles without solutions are allowed (then scoring checks validity against the givens). Every
 malformed line is a :class:`~energyformer.errors.DataError` whose message starts ``FILE:LINE:``:
@@ -182,8 +183,10 @@ def read_sudoku(path: str | os.PathLike, fmt: str = "auto", *, name: str | None 
     where = str(path)
     text = read_utf8(path)
     if fmt == "auto":
-        first = next((ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
-        fmt = "csv" if "," in first else "lines"
+        first = next((ln.strip() for ln in text.splitlines()
+                      if ln.strip() and not ln.lstrip().startswith("#")), "")
+        one_column_header = first.lower() in _COLUMN_NAMES["puzzle"]
+        fmt = "csv" if "," in first or one_column_header else "lines"
     rows, columns = (_read_csv if fmt == "csv" else _read_lines)(text, where)
     if not rows.puzzles:
         raise DataError(f"{where}: no puzzles found (only a header, blank lines or comments)")
