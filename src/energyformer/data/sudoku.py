@@ -24,6 +24,7 @@ this one re-exports their public names and owns the cache.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import time
@@ -118,7 +119,6 @@ class SudokuGenConfig(ConfigModel):
 
     def cache_key(self) -> str:
         """16 hex digits of sha256 over the parameters and :data:`GENERATOR_VERSION`."""
-        import hashlib
         lo, hi = givens_range(self.givens)
         d = self.model_dump()
         d["givens"] = [lo, hi]

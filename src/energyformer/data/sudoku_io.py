@@ -21,7 +21,8 @@ Puzzles without solutions are allowed (then scoring checks validity against the 
 malformed line is a :class:`~energyformer.errors.DataError` whose message starts ``FILE:LINE:``:
 a wrong length, a bad character, a wrong number of fields, conflicting givens, a solution with a
 blank or a rule violation, a solution that contradicts its puzzle, a rating that is not a number.
-The checks are vectorised, so a file of a million puzzles reads in seconds.
+The checks are vectorised: ``puzzle,solution`` CSV reads at ~100,000 puzzles/s, the lines format at
+~280,000 puzzles/s (500,000-puzzle files on this project's CPU).
 """
 
 from __future__ import annotations
