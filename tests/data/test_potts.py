@@ -137,6 +137,12 @@ def test_gibbs_seeds_layout_and_init(tiny):
         P.gibbs_sample(tiny, 7, thin=0)
 
 
+def test_chain_autocorrelation_decays(tiny):
+    rho = P.chain_autocorrelation(tiny, (1, 10), chains=256, burn_in=20)
+    assert 0.05 < rho[1] < 1 and abs(rho[10]) < 0.05, rho
+    assert P.chain_autocorrelation(P.PottsModel(tiny.J, tiny.U, tiny.h, 0.0), (1,), chains=256)[1] < 0.05
+
+
 # -------------------------------------------------------------------------------- Bayes loss
 def test_bayes_loss_consistent_with_enumeration(tiny):
     exact = tiny.exact_bayes_loss()

@@ -95,11 +95,20 @@ class Normalization:
         return x * s + m
 
     @classmethod
-    def fit(cls, images: torch.Tensor) -> Normalization:
-        """Per-channel mean and standard deviation of uint8 ``(n, C, H, W)`` on the [0, 1] scale."""
-        x = images.double().div_(255.0)
-        mean = x.mean(dim=(0, 2, 3))
-        std = x.std(dim=(0, 2, 3), unbiased=False).clamp_min(1e-8)
+    def fit(cls, images: torch.Tensor, chunk: int = 4096) -> Normalization:
+        """Per-channel mean and standard deviation of uint8 ``(n, C, H, W)`` on the [0, 1] scale.
+
+        Accumulated in float64 over chunks of ``chunk`` images (no full-size float copy).
+        """
+        s1 = torch.zeros(images.shape[1], dtype=torch.float64)
+        s2 = torch.zeros_like(s1)
+        for i in range(0, images.shape[0], chunk):
+            x = images[i:i + chunk].to("cpu", torch.float64).div_(255.0)
+            s1 += x.sum(dim=(0, 2, 3))
+            s2 += x.square_().sum(dim=(0, 2, 3))
+        count = images.shape[0] * images.shape[2] * images.shape[3]
+        mean = s1 / count
+        std = (s2 / count - mean.square()).clamp_min(0).sqrt().clamp_min(1e-8)
         return cls(tuple(float(v) for v in mean), tuple(float(v) for v in std))
 
 
