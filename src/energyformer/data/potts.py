@@ -239,8 +239,8 @@ def gibbs_sample(model: PottsModel, n: int, *, burn_in: int = 1000, thin: int = 
     """``n`` samples ``(n, L)`` (long) from ``P(s)`` by systematic-scan Gibbs sampling.
 
     ``M = ceil(n / samples_per_chain)`` independent chains, vectorised (in blocks of
-    :func:`gibbs_block_size` chains). Each starts uniformly at random (or from ``init``, ``(M, L)``), makes
-    ``burn_in`` sweeps (a sweep updates sites ``0 .. L-1`` in turn, each drawn from the exact
+    :func:`gibbs_block_size` chains). Each starts uniformly at random (or from ``init``,
+    ``(M, L)``), makes ``burn_in`` sweeps (a sweep updates sites ``0 .. L-1`` in turn, each drawn from the exact
     conditional ``softmax_a(beta sum_j J_ij U[a, s_j] + beta h_i[a])``), then records one sample
     every ``thin`` sweeps. Output is chain-major: sample ``t`` of chain ``m`` is row
     ``m * samples_per_chain + t`` (truncated to ``n``). ``dtype`` is the compute precision of
