@@ -9,7 +9,8 @@ gradient vs Algorithm 1 read-out comparison, with ``loss_curves.png`` and ``lr_s
 Protocol (as the seed): claims of §4.1/4.2/4.4 and Fig. 3c/4 compare runs at one learning rate,
 Llama's best on the sweep grid (``--at-lr`` overrides); §4.3 compares each model at its own Akima
 optimum. A finished run (``summary.json`` in its run directory) is not trained again, so a suite can
-be stopped and restarted, and reports of several output folders merge (``--report-only --from``;
+be stopped and restarted; the command's report covers every finished run in ``--out``, and reports
+of several output folders merge (``--report-only --from``;
 ``--from`` also takes a ``results.json`` — the committed ``docs/results/cem/lm_results.json``
 regenerates the results page without any run).
 
@@ -177,9 +178,24 @@ def _readout_section(agg: dict) -> list[str]:
             "|---|---:|---|---|---:|", *lines]
 
 
+def gp_section(path: Path) -> list[str]:
+    """The GP reproduction's claim verdicts (``reproduce cem-gp --report``'s gp_results.json), linked."""
+    from ..analysis.gp_report import aggregate as gp_aggregate
+    from ..analysis.gp_report import check_claims as gp_claims
+    from ..analysis.gp_report import claims_text
+
+    res = json.loads(path.read_text())
+    runs = res["runs"]
+    reps = len({r["rep"] for r in runs})
+    return ["\n## GP regression (seed Table 3, Appendix E)\n",
+            f"From `{res['setup'].get('command', 'energyformer reproduce cem-gp')}` ({reps} repetitions; full "
+            f"table, the paper's numbers beside ours and the recursion-depth study: [gp.md](gp.md)).\n",
+            "```", claims_text(gp_claims(gp_aggregate(runs))), "```"]
+
+
 def write_report(records: list[dict], out: Path, report: Path | None = None,
                  title: str = "CEM language-model comparison", at_lr: float | None = None,
-                 setup: str | None = None) -> tuple[list[dict], str]:
+                 setup: str | None = None, gp_results: Path | None = None) -> tuple[list[dict], str]:
     """report.md (or ``report``), loss_curves.png, lr_sweep.png and results.json; returns (rows, text)."""
     out.mkdir(parents=True, exist_ok=True)
     report = report or out / "report.md"
@@ -221,6 +237,8 @@ def write_report(records: list[dict], out: Path, report: Path | None = None,
                         f"{', '.join(f'{x:.3f}' for x in v['val_loss'])} | {v['akima_lr']:.2e} | "
                         f"{math.exp(v['akima_val_loss']):.2f} |")
     text += _readout_section(agg)
+    if gp_results is not None:
+        text += gp_section(gp_results)
     body = "\n".join(text) + "\n"
     report.write_text(body)
     results = {"runs": records, "at_lr": agg["at_lr"], "lr_sweep": agg["sweep"], "noise": agg["noise"],
@@ -265,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", type=Path, help="write the report here (default OUT/report.md); its plots "
                    "go beside it, and a copy of results.json as lm_results.json")
     p.add_argument("--overwrite", action="store_true", help="train again runs already in the output directory")
+    p.add_argument("--gp-results", type=Path, help="gp_results.json of `reproduce cem-gp --report`: add its verdicts")
+    p.add_argument("--setup", help="a paragraph (markdown) describing how the runs were made, put under the title")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: rebuild the report from the --from folders / results.json files")
     p.add_argument("--from", dest="sources", nargs="+", type=Path, default=[],
@@ -277,9 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         configs = a.configs or SUITES[a.suite]
         overrides = list(a.overrides) + ([f"train.steps={a.steps}"] if a.steps else [])
-        records = [run_one(n, out, overrides, lr, s, a.overwrite)
-                   for n in configs for lr in (a.lr_sweep or [None]) for s in a.seeds]
-    _, text = write_report(records, out, a.report, title, a.at_lr)
+        new = [run_one(n, out, overrides, lr, s, a.overwrite)
+               for n in configs for lr in (a.lr_sweep or [None]) for s in a.seeds]
+        # the report covers every finished run in --out (earlier invocations included)
+        records = list({r["run_dir"]: r for r in load_records([out]) + new}.values())
+    _, text = write_report(records, out, a.report, title, a.at_lr, a.setup, a.gp_results)
     if a.report is not None:
         shutil.copyfile(out / "results.json", a.report.parent / "lm_results.json")
     print("\n" + text)
