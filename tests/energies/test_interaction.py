@@ -118,9 +118,10 @@ def test_causality(steps):
         assert not torch.allclose(y2[:, j], y[:, j])
 
 
+@pytest.mark.parametrize("path", ["auto", "fused", "blocked"])
 @pytest.mark.parametrize("diagonal", ["none", "shared"])
-def test_kv_cache_decoding_equals_full_forward(diagonal):
-    blk = CEMAttention(16, 4, CEMAttentionConfig(steps=2, diagonal=diagonal)).double()
+def test_kv_cache_decoding_equals_full_forward(diagonal, path):
+    blk = CEMAttention(16, 4, CEMAttentionConfig(steps=2, diagonal=diagonal, attn_path=path, attn_block=3)).double()
     _randomise(blk, 5)
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     full = blk(x)
