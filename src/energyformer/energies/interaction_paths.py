@@ -188,8 +188,9 @@ def position_bias(slopes: tuple | None, i0: int, nq: int, nk: int, causal: bool,
 
 
 def blocked_values(e, st, bs: BlockedState, plan: ValuePlan) -> tuple[Tensor, Tensor | None]:
-    """Per-head values [k ; lr projections] (B, H, Nk, Dr [+ 2R]) and, for 'stack', c_k∘h (B, Nk, H, D);
-    built once per call and plan, reused by every step."""
+    """Per-head values [k ; lr projections] (B, H, Nk, Dr [+ 2R]) and, for per-head factors ('stack'),
+    c_k∘h_j laid out (B, Nk, H, D) so that a key prefix is one (ke·H, D) matrix; built once per call
+    and plan and reused by every step."""
     if plan.key in bs.cache:
         return bs.cache[plan.key]
     vals, hc = bs.k, None
@@ -200,6 +201,12 @@ def blocked_values(e, st, bs: BlockedState, plan: ValuePlan) -> tuple[Tensor, Te
         hc = bs.h[:, :, None, :] * plan.c.to(bs.cdt)[None, None]  # (B, Nk, H, D)
     bs.cache[plan.key] = (vals, hc)
     return vals, hc
+
+
+def _upto(t: Tensor, n: int, dim: int) -> Tensor:
+    """``t`` cut to its first ``n`` entries along ``dim`` (no slice, hence no zero-filled gradient, when
+    nothing is cut)."""
+    return t if t.shape[dim] == n else t.narrow(dim, 0, n)
 
 
 def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_logz: bool) -> Averages:
@@ -223,22 +230,23 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
         delta = None if e.self_bias is None else e.self_bias.to(sdt)
         c = None if plan.c is None else plan.c.to(cdt)
 
-        def block(s0: int, e0: int, q, ud, vals, hc, delta, c):
+        def block(s0: int, e0: int, qb, udb, vals, hc, delta, c):
             i0 = offset + s0
             ke = offset + e0 if e.causal else nk  # causal: no key after the block's last query
             b = e0 - s0
-            s = q[:, :, s0:e0] @ bs.k[:, :, :ke].transpose(-1, -2)  # (B, H, b, ke)
-            if ud is not None:
-                ht = bs.h[:, :ke].transpose(-1, -2)  # (B, D, ke)
-                if ud.dim() == 3:  # shared diagonal: one product for all heads
-                    s = s + (ud[:, s0:e0] @ ht).unsqueeze(1)
+            k, h = _upto(bs.k, ke, 2), None if bs.h is None else _upto(bs.h, ke, 1)
+            s = qb @ k.transpose(-1, -2)  # (B, H, b, ke); a fresh tensor, ours to modify in place
+            if udb is not None:
+                ht = h.transpose(-1, -2)  # (B, D, ke)
+                if udb.dim() == 3:  # shared diagonal: one product for all heads
+                    s.add_((udb @ ht).unsqueeze(1))
                 else:
-                    s = s + (ud[:, :, s0:e0].reshape(B, H * b, D) @ ht).view(B, H, b, ke)
+                    s.add_((udb.reshape(B, H * b, D) @ ht).view(B, H, b, ke))
             s = s.to(sdt)
             pb = full_bias[:, s0:e0, :ke] if full_bias is not None else \
                 position_bias(slopes, i0, b, ke, e.causal, u.device, sdt)
             if pb is not None:
-                s = s + pb
+                s.add_(pb)
             if delta is not None:  # learned self bias on j = i
                 s.diagonal(offset=i0, dim1=-2, dim2=-1).add_(delta[:, None])
             if st.key_mask is not None:  # hidden keys, except the query itself
@@ -248,19 +256,22 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
             p = torch.softmax(s, dim=-1)
             lz = torch.logsumexp(s, dim=-1) if need_logz else None
             pc = p.to(cdt)
-            ov = pc @ vals[:, :, :ke]  # (B, H, b, Dr [+ 2R])
+            ov = pc @ _upto(vals, ke, 2)  # (B, H, b, Dr [+ 2R])
             ht_ = None
-            if plan.h_mode == "sum":
-                ht_ = (p.sum(1).to(cdt) @ bs.h[:, :ke]) * c  # (B, b, D)
-            elif plan.h_mode == "stack":
-                ht_ = torch.einsum("bhqe,behd->bqd", pc, hc[:, :ke])
+            if plan.h_mode == "sum":  # one factor for all heads: Σ_k p_ijk first
+                ht_ = (p.sum(1).to(cdt) @ h) * c  # (B, b, D)
+            elif plan.h_mode == "stack":  # per-head factors: one product over (key, head)
+                pk = pc.permute(0, 2, 3, 1).reshape(B, b, ke * H)  # (B, b, ke·H)
+                ht_ = pk @ _upto(hc, ke, 1).reshape(B, ke * H, D)
             return ov, ht_, lz
 
         bq = max(1, min(bs.block, nq))
+        q_blocks = q.split(bq, dim=2)  # one SplitBackward instead of a zero-filled gradient per block
+        ud_blocks = [None] * len(q_blocks) if ud is None else ud.split(bq, dim=-2)
         outs = []
-        for s0 in range(0, nq, bq):
+        for n_blk, s0 in enumerate(range(0, nq, bq)):
             e0 = min(nq, s0 + bq)
-            args = (s0, e0, q, ud, vals, hc, delta, c)
+            args = (s0, e0, q_blocks[n_blk], ud_blocks[n_blk], vals, hc, delta, c)
             if bs.recompute and torch.is_grad_enabled():
                 outs.append(checkpoint(block, *args, use_reentrant=False))
             else:
