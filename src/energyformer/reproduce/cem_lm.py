@@ -45,7 +45,11 @@ SUITES: dict[str, list[str]] = {
               "lm/attn_plain_reuse", "lm/cem_attn_t1", "lm/cem_attn_t2_diag"],                   # Fig. 3c / 4
     "sweep": ["lm/llama", "lm/cem_full", "lm/cem_attn_t2_dlr"],                                  # Fig. 3a
     "readout": ["lm/cem_full_alg1", "lm/cem_kq_shared_alg1"],            # gradient vs Algorithm 1 read-out
+    "step-size": ["lm/cem_attn_t2_eta0.5", "lm/cem_mlp_t2_eta0.5"],      # T=2 with T·η = 1 (not in the seed)
 }
+#: step-size probes: (probe, T=2 with η = 1, T=1)
+STEP_PROBES = [("cem_attn_t2_eta0.5", "cem_attn_t2_diag", "cem_attn_t1"),
+               ("cem_mlp_t2_eta0.5", "cem_mlp_t2_diag", "cem_mlp_t1")]
 #: the seed's rates (§4.3: five rates from 0.0005 to 0.008, doubling)
 SEED_RATES = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
 HISTORY_POINTS = 80
@@ -193,6 +197,19 @@ def gp_section(path: Path) -> list[str]:
             "```", claims_text(gp_claims(gp_aggregate(runs))), "```"]
 
 
+def _step_size_section(agg: dict) -> list[str]:
+    """T=1 vs T=2 with η = 1 vs T=2 with η = 0.5 (same total step as T=1), at the one-LR rate."""
+    p = agg["ppl_fixed"]
+    lines = [f"| {t1} | {p[t1]:.2f} | {t2} | {p[t2]:.2f} | {probe} | {p[probe]:.2f} |"
+             for probe, t2, t1 in STEP_PROBES if all(n in p for n in (probe, t2, t1))]
+    if not lines:
+        return []
+    return ["\n## Within-layer recursion and the step size (probe, not a seed claim)\n",
+            "With η = 1 a second step doubles how far the layer moves the token; the probe halves η so that "
+            "T = 2 moves as far in total as T = 1.\n",
+            "| T=1 | val ppl | T=2, η=1 | val ppl | T=2, η=0.5 | val ppl |", "|---|---:|---|---:|---|---:|", *lines]
+
+
 def write_report(records: list[dict], out: Path, report: Path | None = None,
                  title: str = "CEM language-model comparison", at_lr: float | None = None,
                  setup: str | None = None, gp_results: Path | None = None) -> tuple[list[dict], str]:
@@ -237,6 +254,7 @@ def write_report(records: list[dict], out: Path, report: Path | None = None,
                         f"{', '.join(f'{x:.3f}' for x in v['val_loss'])} | {v['akima_lr']:.2e} | "
                         f"{math.exp(v['akima_val_loss']):.2f} |")
     text += _readout_section(agg)
+    text += _step_size_section(agg)
     if gp_results is not None:
         text += gp_section(gp_results)
     body = "\n".join(text) + "\n"
