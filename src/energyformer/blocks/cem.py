@@ -69,7 +69,7 @@ class CEMAttentionConfig(AttentionConfig):
     """τ: 'head_dim' (√D_r, default; None means the same), 'model_dim' (√D, Algorithm 1 read literally) or a number"""
     attn_path: AttnPath = "auto"
     """attention evaluation: 'fused' SDPA (O(N) memory), 'blocked' exact scores per query block (shared
-    diagonal computed once for all heads), 'auto' = blocked with a diagonal, fused without and for decoding"""
+    diagonal computed once for all heads), 'auto' = blocked within attn_memory_mb, fused for decoding"""
     attn_memory_mb: float = Field(512.0, ge=0)
     """budget for the blocked path's N×N tensors kept for backward by one step of one layer (MiB);
     above it blocks are recomputed in backward, and auto falls back to fused when one block does not fit"""
