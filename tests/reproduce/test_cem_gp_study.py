@@ -24,6 +24,7 @@ def test_tiny_study_reports_table_claims_and_recursion_trace(tmp_path):
     text = report.read_text()
     assert "gains level off beyond T2" in text and "recursion-depth study" in text
     assert "| CEM-T8-exact |" in text and "energy per step" in text
+    assert (report.parent / "gp_recursion.png").stat().st_size > 1000
     res = json.loads((report.parent / "gp_results.json").read_text())
     rec = next(r for r in res["runs"] if r["model"] == "CEM-T8")
     assert len(rec["recursion"]["energy"]) == 9 and len(rec["recursion"]["step_norm"]) == 8

@@ -236,6 +236,47 @@ def render_study(runs: list[dict]) -> str:
     return "\n".join(out)
 
 
+def plot_recursion(runs: list[dict], path) -> object:
+    """Test RMSE against the number of recursive steps T per kernel: ours (mean ± std over repetitions),
+    the paper's Table 3 (dashed) and the study's variants at T = 4, 8 (markers). Returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agg = aggregate(runs)
+    kernels = [k for k in _kernels(agg) if (k, "CEM-T2") in agg]
+    if not kernels:
+        return None
+    fig, axes = plt.subplots(1, len(kernels), figsize=(4.2 * len(kernels), 3.6), squeeze=False)
+    ts = [1, 2, 4, 8]
+    marks = {"eta": ("s", "η = 2/T"), "learned": ("^", "learned η"), "exact": ("x", "exact steps")}
+    for ax, k in zip(axes[0], kernels):
+        ours = [(t, agg[(k, f"CEM-T{t}")]) for t in ts if (k, f"CEM-T{t}") in agg]
+        ax.errorbar([t for t, _ in ours], [a["test_mean"] for _, a in ours], [a["test_std"] for _, a in ours],
+                    fmt="o-", label="ours (Algorithm 1, η = 1)", capsize=3)
+        paper = [(t, PAPER_TABLE3[(k, f"CEM-T{t}")].test_mean) for t in ts if (k, f"CEM-T{t}") in PAPER_TABLE3]
+        if paper:
+            ax.plot([t for t, _ in paper], [v for _, v in paper], "k--", label="paper (Table 3)")
+        for key, (m, label) in marks.items():
+            pts = [(t, agg[(k, name)]["test_mean"]) for t in (4, 8) for (kk, name) in agg
+                   if kk == k and name.startswith(f"CEM-T{t}-") and key in name]
+            if pts:
+                ax.plot([t for t, _ in pts], [v for _, v in pts], m, ms=8, label=f"ours, {label}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ts, [str(t) for t in ts])
+        ax.set_yscale("log")
+        ax.set_xlabel("recursive steps T")
+        ax.set_ylabel("test RMSE")
+        ax.set_title(_label(k))
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def render_markdown(runs: list[dict], model_info: dict[str, dict], setup: dict) -> str:
     """The full ``report.md``: setup, table, parameter/FLOP details and the claim checks."""
     agg = aggregate(runs)

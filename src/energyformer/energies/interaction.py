@@ -24,8 +24,8 @@ Evaluation paths (``attn_path``; :mod:`energyformer.energies.interaction_paths` 
     D_h + D wide), O(N) memory; the self score is merged *inside* SDPA's max-subtracted softmax,
     so any finite logits are safe in float32 and bf16. Always used for decoding (one query).
   * ``blocked``: explicit scores per causal query block; the shared diagonal's logits are computed
-    once for all heads and its value term from the head-summed probabilities — exact, and about
-    H + 1 times less attention work than ``fused`` for the shared diagonal. It keeps ~B·H·N²/2
+    once for all heads and its value term from the head-summed probabilities — exact, and about twice
+    Llama's attention-core work instead of H + 1 times (shared diagonal, no per-head P). It keeps ~B·H·N²/2
     probabilities for backward; when that exceeds ``attn_memory_mb`` each block is recomputed in
     backward instead (live N² memory: one block), and when even one block of 16 queries does not
     fit, ``auto`` falls back to ``fused``.

@@ -283,7 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     if args.report is not None:
+        from energyformer.analysis.gp_report import plot_recursion
+
         args.report.parent.mkdir(parents=True, exist_ok=True)
+        png = plot_recursion(runs, args.report.parent / "gp_recursion.png")
+        if png is not None:
+            report += f"\n![test RMSE against T](gp_recursion.png)\n"
         args.report.write_text(report)
         (args.report.parent / "gp_results.json").write_text(json.dumps(results, indent=1))
     print(report)
