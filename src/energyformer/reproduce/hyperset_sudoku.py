@@ -261,6 +261,12 @@ def render(res: dict, L: int) -> str:
         f"{_yes(c['hyperset_improves_past_L'])} ({hs['board_L']:.2f} → {hs['board_2L']:.2f}) |",
         f"| (the transformer's too, less) | {_yes(c['transformer_improves_past_L'])} "
         f"({tf['board_L']:.2f} → {tf['board_2L']:.2f}) |",
+        f"| (cell accuracy on blanks, finer-grained) Hyper-SET above the transformer at L / at 2L | "
+        f"{_yes(hs['cell_L'] > tf['cell_L'])} ({hs['cell_L']:.2f} vs {tf['cell_L']:.2f}) / "
+        f"{_yes(hs['cell_2L'] > tf['cell_2L'])} ({hs['cell_2L']:.2f} vs {tf['cell_2L']:.2f}) |",
+        f"| (cell accuracy) improves past L: Hyper-SET / transformer | {_yes(hs['cell_2L'] > hs['cell_L'])} "
+        f"({hs['cell_L']:.2f} → {hs['cell_2L']:.2f}) / {_yes(tf['cell_2L'] > tf['cell_L'])} "
+        f"({tf['cell_L']:.2f} → {tf['cell_2L']:.2f}) |",
         f"| E_ATTN + E_FF decreases over the training iterations (Fig. 5) | {_yes(c['energy_total_decreases_to_L'])} |",
         f"| … and keeps decreasing beyond them | {_yes(c['energy_total_decreases_to_2L'])} |",
         f"| E_ATTN decreases / E_FF decreases (to L) | {_yes(c['e_attn_decreases_to_L'])} / {_yes(c['e_ff_decreases_to_L'])} |",
