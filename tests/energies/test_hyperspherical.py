@@ -188,3 +188,14 @@ def test_config_errors_name_the_option():
         LinearAttentionEnergy(8, 2, self_interaction=False)
     with pytest.raises(ValueError, match="heads = 3"):
         BiSoftmaxAttentionEnergy(8, 3)
+
+
+def test_auto_impl_switches_at_the_threshold():
+    from energyformer.energies import hyperspherical as hs
+
+    e = BiSoftmaxAttentionEnergy(8, 2, impl="auto").double()
+    ref = BiSoftmaxAttentionEnergy(8, 2, impl="einsum").double()
+    ref.load_state_dict(e.state_dict())
+    for n in (hs.AUTO_FUSED_MIN_TOKENS - 1, hs.AUTO_FUSED_MIN_TOKENS):
+        x = torch.randn(1, n, 8, dtype=D64)
+        torch.testing.assert_close(e.direction(x, e.prepare(x), P), ref.direction(x, ref.prepare(x), P))

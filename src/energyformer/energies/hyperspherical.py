@@ -56,7 +56,11 @@ from .hyperspherical_ops import bisoftmax_einsum, bisoftmax_fused, chunked_lse
 
 GAINS = ("fixed", "learned")
 QKV_NORMS = ("shared", "separate")
-IMPLS = ("fused", "einsum")
+IMPLS = ("fused", "einsum", "auto")
+#: ``impl='auto'`` uses the fused path from this many tokens on and the einsum path below (CPU,
+#: benchmarks/hyperset_attention.py: the materialised scores are faster at N = 81 and 256, the fused
+#: path at N >= 1024; docs/results/hyperset/benchmark.md).
+AUTO_FUSED_MIN_TOKENS = 512
 
 
 @dataclass
@@ -231,7 +235,9 @@ class BiSoftmaxAttentionEnergy(SubspaceAttentionEnergy):
 
     ``impl='fused'`` (default) computes the operator with two SDPA passes and one chunked
     log-sum-exp (:func:`~energyformer.energies.hyperspherical_ops.bisoftmax_fused`), no N x N matrix;
-    ``'einsum'`` materialises the scores (the reference; also what ``reference_direction`` uses).
+    ``'einsum'`` materialises the scores (the reference; also what ``reference_direction`` uses);
+    ``'auto'`` takes the einsum path below :data:`AUTO_FUSED_MIN_TOKENS` tokens (faster there) and the
+    fused one from it on (faster and far smaller there).
     """
 
     def __init__(self, dim: int, heads: int, head_dim: int | None = None, *, impl: str = "fused", **kw: Any):
@@ -250,7 +256,8 @@ class BiSoftmaxAttentionEnergy(SubspaceAttentionEnergy):
         return chunked_lse(q, k, self.beta, mask) / self.beta  # (B, H, N), at least float32
 
     def operator(self, st: SubspaceState) -> Tensor:
-        if self.impl == "einsum":
+        n = st.q.shape[2]
+        if self.impl == "einsum" or (self.impl == "auto" and n < AUTO_FUSED_MIN_TOKENS):
             return bisoftmax_einsum(st.q, st.k, st.v, self.beta, st.mask)
         return bisoftmax_fused(st.q, st.k, st.v, self.beta, st.mask, symmetric=self.symmetric)[0]
 

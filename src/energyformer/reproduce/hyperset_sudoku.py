@@ -200,8 +200,11 @@ def _yes(b: bool) -> str:
 
 def render(res: dict, L: int) -> str:
     """The report (markdown) from ``results.json``'s content."""
+    from energyformer.analysis.hyperset import is_decreasing as _decreasing
+
     hs, tf = res["models"]["Hyper-SET"], res["models"]["Transformer"]
     c = res["claims"]
+    t = hs["trajectory"]
     m = lambda x: f"{x / 1e6:.2f}M" if x >= 1e5 else f"{x / 1e3:.1f}K"  # noqa: E731
     gv = hs["config"]["task"]["generate"]["givens"]
     lo, hi = (gv, gv) if isinstance(gv, int) else gv
@@ -269,6 +272,9 @@ def render(res: dict, L: int) -> str:
         f"({tf['cell_L']:.2f} → {tf['cell_2L']:.2f}) |",
         f"| E_ATTN + E_FF decreases over the training iterations (Fig. 5) | {_yes(c['energy_total_decreases_to_L'])} |",
         f"| … and keeps decreasing beyond them | {_yes(c['energy_total_decreases_to_2L'])} |",
+        f"| E_ATTN + E_FF decreases at every iteration after the first (t = 1 … {2 * L}) | "
+        f"{_yes(_decreasing(t['e_total'][1:]))} (t = 0 → 1: {t['e_total'][0]:.0f} → {t['e_total'][1]:.0f}; "
+        f"t = {L}: {t['e_total'][L]:.0f}; t = {2 * L}: {t['e_total'][2 * L]:.0f}) |",
         f"| E_ATTN decreases / E_FF decreases (to L) | {_yes(c['e_attn_decreases_to_L'])} / {_yes(c['e_ff_decreases_to_L'])} |",
         f"| subspace effective rank rises (Fig. 6) | {_yes(c['eff_rank_rises_0_to_L'])} |",
         f"| subspace average angle rises toward 90° (Fig. 6) | {_yes(c['angle_rises_0_to_L'])} |", "",
