@@ -285,6 +285,26 @@ def render(res: dict, L: int) -> str:
         "Speed and memory of the fused bi-softmax path and the training throughput of both models: "
         "[benchmark.md](benchmark.md) (`benchmarks/hyperset_attention.py`).", "",
     ]
+    first = {n: next((e["step"] for e in r["eval_history"] if e.get("eval/cell_accuracy", 0) > 0.2), None)
+             for n, r in res["models"].items()}
+    lines += [
+        "## Summary", "",
+        f"* **Not reproduced at this scale.** Neither model solves a single test board (0 / {hs['n_test']} at {L} "
+        f"and at {2 * L} iterations), so the paper's headline comparison (board accuracy) cannot be made here.",
+        f"* On the finer measure, cell accuracy on blanks, Hyper-SET is ahead: {hs['cell_L']:.2f}% vs "
+        f"{tf['cell_L']:.2f}% at L = {L} (but it is the larger model here, and one seed each).",
+        f"* Neither model improves past its training iteration count: cell accuracy {hs['cell_L']:.2f} → "
+        f"{hs['cell_2L']:.2f} (Hyper-SET) and {tf['cell_L']:.2f} → {tf['cell_2L']:.2f} (transformer) from {L} to "
+        f"{2 * L}. Below L, at {L // 2} iterations: {100 * hs['curve'][str(L // 2)]['cell_accuracy']:.2f} "
+        f"(Hyper-SET) vs {100 * tf['curve'][str(L // 2)]['cell_accuracy']:.2f} (transformer).",
+        f"* E_ATTN + E_FF {'rises' if t['e_total'][1] > t['e_total'][0] else 'falls'} at the first iteration "
+        f"({t['e_total'][0]:.0f} → {t['e_total'][1]:.0f}) and then "
+        + (f"falls at every iteration up to {2 * L}, beyond the training count."
+           if _decreasing(t["e_total"][1:]) else "does not fall monotonically (see the plot)."),
+        f"* Training dynamics: the transformer left the log 9 plateau first (validation cell accuracy > 20% at step "
+        f"{first['Transformer']}, Hyper-SET at step {first['Hyper-SET']}); Hyper-SET's step sizes start at zero.",
+        "",
+    ]
     lines += [f"## Training curves (validation, {hs['config']['task']['eval_max'] or 'all'} boards)", "",
               "| model | step | board acc. | cell acc. |",
               "|---|---|---|---|"]
