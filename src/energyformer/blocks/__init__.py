@@ -19,3 +19,9 @@ __all__ = [
     "GPTAttentionConfig", "SwiGLU", "SwiGLUConfig", "GeluMLP", "GeluMLPConfig", "CEMAttention",
     "CEMAttentionConfig", "CEMMLP", "CEMMLPConfig",
 ]
+from .hyperset import (  # noqa: E402  (Hyper-SET kinds: attention 'hyperset', mlp 'hyperset')
+    DepthLoRA, HyperSETAttention, HyperSETAttentionConfig, HyperSETFF, HyperSETFFConfig, LoRAConfig,
+)
+
+__all__ += ["HyperSETAttention", "HyperSETAttentionConfig", "HyperSETFF", "HyperSETFFConfig", "LoRAConfig",
+            "DepthLoRA"]

@@ -4,3 +4,10 @@ from .elementwise import ElementwiseEnergy
 from .interaction import InteractionEnergy
 
 __all__ = ["ElementwiseEnergy", "InteractionEnergy"]
+from .hyperspherical import BiSoftmaxAttentionEnergy, ReLUFFEnergy  # noqa: E402  (Hyper-SET)
+from .hyperspherical_alt import (  # noqa: E402  (Hyper-SET Tables 19-20)
+    GatedFFEnergy, LinearAttentionEnergy, SigmoidAttentionEnergy, SoftmaxFFEnergy,
+)
+
+__all__ += ["BiSoftmaxAttentionEnergy", "ReLUFFEnergy", "SigmoidAttentionEnergy", "LinearAttentionEnergy",
+            "SoftmaxFFEnergy", "GatedFFEnergy"]

@@ -2,5 +2,6 @@
 
 from .base import TASKS, Task, TaskConfig, register_task
 from . import gp, lm  # noqa: F401  (registration)
+from . import sudoku  # noqa: F401,E402  (Hyper-SET Sudoku)
 
 __all__ = ["TASKS", "Task", "TaskConfig", "register_task"]
