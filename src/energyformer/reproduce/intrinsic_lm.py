@@ -35,6 +35,8 @@ from ..experiment import load_run_config, run_experiment
 SEED_VARIANTS = ["mha", "momen_mha", "nag_mha", "mha2nd1st", "mha2nd1st_simple", "mha2nd_lite"]
 EXTRA_VARIANTS = ["mha_tied", "linear_attn", "mha2nd"]
 CORPORA = ["shakespeare", "pydoc"]
+#: the seed's training tokens: 1M samples x 256 tokens x 3 epochs (App. A.8)
+SEED_TOKENS = 1_000_000 * 256 * 3
 
 
 def run_name(corpus: str, variant: str, seed: int) -> str:
@@ -104,7 +106,7 @@ def write_report(data: dict, out: Path, traces: Path | None = None, note: str = 
     groups = by_corpus(data)
     any_run = next(iter(data["runs"].values()))
     steps, tps = any_run["steps"], any_run["tokens_per_step"]
-    m, t = any_run["model"], any_run["train"]
+    m, t, P = any_run["model"], any_run["train"], any_run["params"]
     seeds = sorted({r["seed"] for r in data["runs"].values()})
     secs = sum(r["seconds"] for r in data["runs"].values())
     lines = ["# Intrinsic-optimizer attention: the LM comparison (seed 001 §4)\n",
@@ -121,9 +123,11 @@ def write_report(data: dict, out: Path, traces: Path | None = None, note: str = 
              f"* {len(data['runs'])} runs, {secs / 60:.1f} min of training in total on "
              f"{any_run.get('hardware', 'unrecorded hardware')}."
              + (f" {note}" if note else ""),
-             "* The seed: 30M-160M parameters, MiniPile, 1M samples x 3 epochs (~0.8B tokens). Here the models "
-             "are ~1000x smaller (most parameters are the GPT-2 embedding) and see ~0.1% of those tokens: only "
-             "the *direction* of the seed's claims can be checked, and only early in training.\n"]
+             f"* The seed: 30M-160M parameters, MiniPile, 1M samples x 3 epochs (~{SEED_TOKENS / 1e9:.1f}B tokens at "
+             f"context 256). Here: {P['total'] / 1e6:.1f}M parameters ({100 * P['embedding'] / P['total']:.0f}% of "
+             f"them the GPT-2 embedding) and {steps * tps / 1e6:.2f}M tokens per run "
+             f"({100 * steps * tps / SEED_TOKENS:.2f}% of the seed's): only the *direction* of the seed's claims "
+             "can be checked, early in training.\n"]
     for corpus, runs in groups.items():
         s = summarise(runs, steps, tps)
         lines += [f"## {corpus}\n", table(s, steps * tps), "", claims_table(s), ""]
