@@ -4,3 +4,4 @@ from .elementwise import ElementwiseEnergy
 from .interaction import InteractionEnergy
 
 __all__ = ["ElementwiseEnergy", "InteractionEnergy"]
+from .pseudolikelihood import PseudoLikelihoodEnergy  # noqa: E402  (bare self-attention, seed 004)
