@@ -4,3 +4,5 @@ from .base import TASKS, Task, TaskConfig, register_task
 from . import gp, lm  # noqa: F401  (registration)
 
 __all__ = ["TASKS", "Task", "TaskConfig", "register_task"]
+from . import potts_mlm  # noqa: E402,F401  (registers "potts_mlm"; seed 004)
+from . import denoise  # noqa: E402,F401  (registers "denoise"; seed 004)
