@@ -35,6 +35,7 @@ from torch import nn
 from ..data.batching import EpochBatcher, seeded_generator
 from ..data.potts import PottsConfig, PottsDataset, load_potts_dataset
 from ..models import MODELS
+from ..models.backbone import LayerStack
 from ..train.callbacks import ProjectionCallback
 from ..train.checkpoint import unwrap_model
 from ..utils.config import KindConfig, replace
@@ -96,6 +97,19 @@ def calibrate_scale(raw: torch.Tensor, target: torch.Tensor, lo: float = 1e-2, h
             d = a + g * (b - a)
             fd = ce(d)
     return math.exp((a + b) / 2)
+
+
+def is_recurrent(model: nn.Module) -> bool:
+    """Whether a model is meant to be run at any number of iterations q: it says so (``recurrent``), or it
+    is a transformer whose layer stack is one recycled block or is iterated (``n_layers == 1``,
+    ``iterations > 1`` or ``train_iterations``); a stack of distinct layers run once is not."""
+    flag = getattr(model, "recurrent", None)
+    if flag is not None:
+        return bool(flag)
+    cfg = getattr(model, "cfg", None)
+    if not isinstance(getattr(model, "layers", None), LayerStack) or cfg is None:
+        return False
+    return cfg.n_layers == 1 or cfg.iterations > 1 or cfg.train_iterations is not None
 
 
 @register_task("potts_mlm", PottsMLMConfig)
@@ -219,7 +233,7 @@ class PottsMLMTask(Task):
         inner = unwrap_model(model)
         bare = hasattr(inner, "local_loss")
         qs: list[int | None] = [None]
-        if sweep and getattr(inner, "recurrent", False) and "iterations" not in options:
+        if sweep and is_recurrent(inner) and "iterations" not in options:
             qs += list(self.cfg.eval_iterations)
         cal = None
         if bare:
