@@ -113,3 +113,11 @@ def test_config_and_input_errors():
         m(_ids(), torch.ones(3, 6, dtype=torch.bool))
     with pytest.raises(ValueError, match="token dimension 3"):
         m.local_loss(torch.randn(2, 6, 3))
+
+
+def test_traces_record_the_energy_at_every_step():
+    m = _model()
+    out = m(_ids(), iterations=3, trace=True, stats=True)
+    (tr,) = out.traces.values()
+    assert tr.steps == 3 and len(tr.mean_energy()) == 4 and tr.exact is False
+    assert not m.solver.exact

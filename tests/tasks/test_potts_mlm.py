@@ -95,3 +95,13 @@ def test_config_errors(data_dir):
         build_task(_cfg("potts_factored", data_dir, ["task.n_validation=5000"]))
     with pytest.raises(ConfigError, match="model.kind = 'bare_sa'"):
         load_run_config(None, ["task.kind=lm", "model.kind=bare_sa"])
+
+
+def test_frobenius_constraint_is_kept_by_the_trainer(data_dir):
+    from energyformer.experiment import load_trained
+
+    res = run_experiment(_cfg("potts_bare_sa", data_dir, ["model.objective=plain", "model.frobenius=0.01",
+                                                          "name=frob"]))
+    _, model, _ = load_trained(res.run_dir)
+    norms = model.energy.J.detach().flatten(2).norm(dim=-1)
+    assert float(norms.max()) <= 0.01 + 1e-6 and float(norms.max()) > 0.009

@@ -151,7 +151,10 @@ class BareSelfAttention(nn.Module):
         steps = self.cfg.iterations if steps is None else steps
         ctx = ForwardContext(mask=moving)
         state = self.energy.prepare(x0, J=J)
-        return self.solver.run(self.energy, x0, state, steps, ctx=ctx, trace=trace, stats=stats)
+        res = self.solver.run(self.energy, x0, state, steps, ctx=ctx, trace=trace, stats=stats)
+        if res.trace is not None:  # not gradient steps on the traced energy (per-token partial, projected)
+            res.trace.exact = bool(self.energy.exact and self.solver.exact)
+        return res
 
     @torch.no_grad()
     def trajectory(self, x0: Tensor, steps: int, *, moving: Tensor | None = None) -> Tensor:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,8 +218,8 @@ def stage_sweep(runs: Path, scale: Scale) -> dict:
     }
     for tag, extra in variants.items():
         print(f"== sweep: bare SA {tag}", flush=True)
-        out["bare_variants"].append(one("potts_bare_sa", extra, "bare_" + tag.split()[0].lower() +
-                                        str(len(out["bare_variants"]))) | {"tag": tag})
+        slug = "bare_" + re.sub(r"[^a-z0-9]+", "_", tag.lower()).strip("_")
+        out["bare_variants"].append(one("potts_bare_sa", extra, slug) | {"tag": tag})
     for lr in (5e-4, 2e-3, 8e-3):
         print(f"== sweep: recycled x1 lr {lr}", flush=True)
         out["recycled_lr"].append({"lr": lr, **one("potts_recycled_x1", [f"train.lr={lr}"], f"rec1_lr{lr}")})
