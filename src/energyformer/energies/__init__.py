@@ -17,3 +17,4 @@ from .newton import LiteHeads, NewtonHeads  # noqa: E402
 
 __all__ += ["ElasticPotential", "HelmholtzFreeEnergy", "MultiHeadFreeEnergy", "SumOfSquaresEnergy",
             "MHAHeads", "LinearAttentionHeads", "GeluFFNField", "NewtonHeads", "LiteHeads"]
+from .pseudolikelihood import PseudoLikelihoodEnergy  # noqa: E402  (bare self-attention, seed 004)

@@ -16,3 +16,4 @@ __all__ = [
     "MODELS", "ModelConfig", "LayerStack", "CausalLM", "LMOutput", "TokenEncoder", "EncoderOutput",
     "build_transformer", "kv_cache_bytes",
 ]
+from . import bare_attention, factored  # noqa: E402,F401  (registers "bare_sa", "factored"; seed 004)

@@ -38,3 +38,5 @@ register_reproduction("hyperset-sudoku", "energyformer.reproduce.hyperset_sudoku
                       "Hyper-SET seed §5.1: Hyper-SET vs the looped transformer on Sudoku, test-time extrapolation")
 register_reproduction("intrinsic-lm", "energyformer.reproduce.intrinsic_lm",
                       "Intrinsic-optimizer seed §4: MHA vs MomenMHA, NagMHA, MHA2nd1st(+simplified), MHA2nd-lite LMs")
+register_reproduction("bare-sa", "energyformer.reproduce.bare_sa",
+                      "seed 004: recycled transformer vs bare self-attention trained by pseudo-likelihood (Potts MLM, denoising)")

@@ -5,3 +5,5 @@ from . import gp, lm  # noqa: F401  (registration)
 from . import sudoku  # noqa: F401,E402  (Hyper-SET Sudoku)
 
 __all__ = ["TASKS", "Task", "TaskConfig", "register_task"]
+from . import potts_mlm  # noqa: E402,F401  (registers "potts_mlm"; seed 004)
+from . import denoise  # noqa: E402,F401  (registers "denoise"; seed 004)
