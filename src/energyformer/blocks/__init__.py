@@ -19,3 +19,8 @@ __all__ = [
     "GPTAttentionConfig", "SwiGLU", "SwiGLUConfig", "GeluMLP", "GeluMLPConfig", "CEMAttention",
     "CEMAttentionConfig", "CEMMLP", "CEMMLPConfig",
 ]
+from .crate import CRATEAttention, CRATEAttentionConfig, ISTABlock, ISTAConfig  # noqa: E402  (CRATE / CRATE-T)
+from .et import EnergyTransformerBlock, ETConfig, NoMLP, NoMLPConfig  # noqa: E402  (Energy Transformer; mlp 'identity')
+
+__all__ += ["CRATEAttention", "CRATEAttentionConfig", "ISTABlock", "ISTAConfig", "EnergyTransformerBlock",
+            "ETConfig", "NoMLP", "NoMLPConfig"]

@@ -16,3 +16,4 @@ __all__ = [
     "MODELS", "ModelConfig", "LayerStack", "CausalLM", "LMOutput", "TokenEncoder", "EncoderOutput",
     "build_transformer", "kv_cache_bytes",
 ]
+from . import vision  # noqa: F401,E402  (registers "vision": the image wrapper)

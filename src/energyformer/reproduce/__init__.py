@@ -34,3 +34,5 @@ register_reproduction("cem-lm", "energyformer.reproduce.cem_lm",
                       "CEM seed §4: Llama vs CEM language models at CPU scale (suites, LR sweep)")
 register_reproduction("cem-gp", "energyformer.reproduce.cem_gp",
                       "CEM seed Table 3: Plain / Gated / CEM-T{1,2,4,8} on GP regression")
+register_reproduction("hyperset-images", "energyformer.reproduce.hyperset_images",
+                      "Hyper-SET seed §5.2: Hyper-SET vs Transformer / ET / CRATE(-T) on images, Tables 1, 4, 5, Fig. 4")
