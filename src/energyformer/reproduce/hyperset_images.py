@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -101,6 +102,48 @@ def run_one(entry: str, dataset: str, out: Path, overrides: list[str]) -> dict[s
     print(f"   {run_name}: val {100 * row['val_accuracy']:.2f}%, test {100 * row['test_accuracy']:.2f}%, "
           f"{row['wall_seconds']:.0f} s", flush=True)
     return row
+
+
+def _run_in_child(args: tuple, threads: int) -> str:
+    torch.set_num_threads(threads)
+    run_one(*args)
+    return args[0]
+
+
+def run_all(entries: list[str], dataset: str, out: Path, overrides: list[str], jobs: int = 1,
+            deadline: float | None = None) -> None:
+    """Train ``entries`` one after the other, or ``jobs`` at a time in spawned processes; start none
+    after ``deadline`` seconds (each run is reused when rerun, so a later call continues)."""
+    t0 = time.perf_counter()
+    late = lambda: deadline is not None and time.perf_counter() - t0 > deadline  # noqa: E731
+    if jobs <= 1:
+        for e in entries:
+            if late():
+                print(f"deadline: not starting {e}", flush=True)
+                continue
+            run_one(e, dataset, out, overrides)
+        return
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        pending, queue = set(), list(entries)
+        while queue or pending:
+            while queue and len(pending) < jobs and not late():
+                e = queue.pop(0)
+                fut = pool.submit(_run_in_child, (e, dataset, out, overrides), threads)
+                fut.entry = e
+                pending.add(fut)
+            if late() and queue:
+                print(f"deadline: not starting {', '.join(queue)}", flush=True)
+                queue.clear()
+            if pending:
+                done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                for f in done:
+                    if f.exception() is not None:  # one failed run does not stop the others
+                        print(f"== {f.entry} ({dataset}) FAILED: {type(f.exception()).__name__}: "
+                              f"{f.exception()}", flush=True)
 
 
 def collect(out: Path, dataset: str) -> dict[str, dict]:
@@ -242,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", help="folder of README.md and the PNGs (default OUT/report)")
     p.add_argument("--report-datasets", default="fashion_mnist,mnist,digits",
                    help="data sets whose finished runs go into the report")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs trained at the same time, each in its own process (a GPU or many cores)")
+    p.add_argument("--deadline", type=float,
+                   help="seconds after which no new run is started (finished runs are kept; rerun to continue)")
     a = p.parse_args(argv)
     out = Path(a.out)
     overrides = list(a.overrides) + ([f"train.steps={a.steps}"] if a.steps else [])
@@ -253,8 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             entries += [e for e in SUITES[s] if e not in entries]
     if a.only:
         entries = [e for e in entries if _split_seed(e)[0] in a.only] or list(a.only)
-    for e in entries:
-        run_one(e, a.dataset, out, overrides)
+    run_all(entries, a.dataset, out, overrides, a.jobs, a.deadline)
     report = Path(a.report) if a.report else out / "report"
     datasets = [d for d in a.report_datasets.split(",") if (out / d).is_dir()]
     text = write_report(out, report, datasets)
