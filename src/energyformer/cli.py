@@ -8,6 +8,7 @@ registry: ``eval`` and ``generate`` take the options of the run's task (``eval R
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -80,7 +81,15 @@ def cmd_eval(a, extra) -> int:
         setattr(a, k, v)
     with torch.no_grad():
         where, res = task.eval_from_args(model, a, _forward_options(a))
-    print(f"{where}: {task.format_metrics(res)}")
+    from .train import checkpoint_step
+
+    step = checkpoint_step(task.checkpoint)
+    print(f"{where}: {task.format_metrics(res)} (checkpoint step {step}{task.checkpoint_note})")
+    bad = [k for k, v in res.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        print(f"energyformer: error: non-finite {', '.join(bad)}: the model's weights or this input give "
+              f"inf/NaN", file=sys.stderr)
+        return 1
     return 0
 
 

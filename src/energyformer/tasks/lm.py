@@ -229,6 +229,10 @@ class LMTask(Task):
             raise ConfigError(f"--top-k {args.top_k}: must be an integer >= 1")
         if args.max_new_tokens < 0:
             raise ConfigError(f"--max-new-tokens {args.max_new_tokens}: must be an integer >= 0")
+        try:
+            args.prompt.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError("--prompt is not valid text (it holds bytes that are not UTF-8)") from None
         device = next(model.parameters()).device
         ids = self.tokenizer.encode(args.prompt) or [0]
         idx = torch.tensor([ids], device=device)
