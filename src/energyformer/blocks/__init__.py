@@ -27,3 +27,8 @@ from .hyperset import (  # noqa: E402  (Hyper-SET kinds: attention 'hyperset', m
 
 __all__ += ["HyperSETAttention", "HyperSETAttentionConfig", "HyperSETFF", "HyperSETFFConfig", "LoRAConfig",
             "DepthLoRA"]
+from .crate import CRATEAttention, CRATEAttentionConfig, ISTABlock, ISTAConfig  # noqa: E402  (CRATE / CRATE-T)
+from .et import EnergyTransformerBlock, ETConfig, NoMLP, NoMLPConfig  # noqa: E402  (Energy Transformer; mlp 'identity')
+
+__all__ += ["CRATEAttention", "CRATEAttentionConfig", "ISTABlock", "ISTAConfig", "EnergyTransformerBlock",
+            "ETConfig", "NoMLP", "NoMLPConfig"]

@@ -21,6 +21,7 @@ flips only where a mirrored image is still of its class (clothes, CIFAR objects;
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,6 +223,19 @@ class ImageDataset:
         s = self.split(split)
         return EpochBatcher((s.images, s.labels), batch_size, seed=seed, shuffle=shuffle,
                             transform=transform, device=device, name=f"{self.name}.{split} batcher")
+
+    def subset(self, split: str, n: int | None, seed: int = 0) -> ImageDataset:
+        """A copy whose ``split`` keeps ``n`` examples drawn by a permutation seeded with ``seed``
+        (in their original order); ``n`` None or at least the split's size: unchanged. The
+        normalisation statistics stay those of the full training split."""
+        s = self.split(split)
+        if n is None or n >= len(s):
+            return self
+        check_int(f"{self.name}.{split} subset size", n, min=1)
+        perm = torch.randperm(len(s), generator=seeded_generator("image-subset", self.name, split, seed))
+        idx = perm[:n].sort().values
+        return dataclasses.replace(self, **{split: ImageSplit(s.images[idx], s.labels[idx])},
+                                   meta={**self.meta, f"{split}_subset": {"n": n, "seed": seed}})
 
     def eval_batches(self, split: str = "test", batch_size: int = 256, *, normalize: bool = True,
                      device: torch.device | str | None = None):

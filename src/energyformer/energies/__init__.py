@@ -18,3 +18,9 @@ from .newton import LiteHeads, NewtonHeads  # noqa: E402
 __all__ += ["ElasticPotential", "HelmholtzFreeEnergy", "MultiHeadFreeEnergy", "SumOfSquaresEnergy",
             "MHAHeads", "LinearAttentionHeads", "GeluFFNField", "NewtonHeads", "LiteHeads"]
 from .pseudolikelihood import PseudoLikelihoodEnergy  # noqa: E402  (bare self-attention, seed 004)
+from .crate import LassoEnergy, SubspaceAttentionEnergy  # noqa: E402  (CRATE / CRATE-T)
+from .energy_transformer import EnergyLayerNorm, EnergyTransformerEnergy, ETAttentionEnergy  # noqa: E402  (ET)
+from .hopfield import HopfieldEnergy  # noqa: E402  (ET's Hopfield memory)
+
+__all__ += ["HopfieldEnergy", "ETAttentionEnergy", "EnergyTransformerEnergy", "EnergyLayerNorm",
+            "SubspaceAttentionEnergy", "LassoEnergy"]
