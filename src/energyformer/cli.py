@@ -21,9 +21,10 @@ EPILOG = """examples:
   energyformer eval runs/cem_full --text-file my.txt    # perplexity and bits/byte on any UTF-8 text
   energyformer eval runs/RUN --iterations 8             # a recurrent-depth model at more iterations
   energyformer generate runs/cem_full --prompt "ROMEO:" --max-new-tokens 200
-  energyformer list configs | energies | solvers | tasks | models | attentions | mlps | keys
-  energyformer reproduce cem-lm --suite recursion       # seed §4.2 at CPU scale
-  energyformer reproduce cem-gp                         # seed Table 3 (GP regression)
+  energyformer list configs | energies | solvers | tasks | models | attentions | mlps | keys | reproductions
+  energyformer reproduce cem-lm --suite recursion       # CEM seed §4.2 at CPU scale
+  energyformer reproduce hyperset-sudoku                # Hyper-SET vs looped transformer, test-time extrapolation
+  energyformer reproduce intrinsic-lm                   # MHA vs momentum / Nesterov / Newton attentions
 """
 
 
