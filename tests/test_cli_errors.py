@@ -183,9 +183,13 @@ def test_ctrl_c_prints_the_resume_command(tmp_path):
         [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]))
     sets = _sets(TINY + ["train.steps=100000", "train.save_every=20", "name=intr", f"out_dir={tmp_path}"])
     proc = subprocess.Popen([sys.executable, "-m", "energyformer.cli", "train", "lm/llama", *sets], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # stdout is not a pipe: an unread pipe fills up with the training log and blocks the child's writes
     deadline = time.time() + 120
-    while time.time() < deadline and not list((tmp_path / "intr").glob("ckpt-*[0-9]")):
+    while not list((tmp_path / "intr").glob("ckpt-*[0-9]")):
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            pytest.fail(f"no checkpoint appeared (exit {proc.poll()}): {proc.communicate()[1][-2000:]}")
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
