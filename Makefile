@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 data: install
-	$(PY) scripts/prepare_data.py
+	$(PY) scripts/prepare_data.py  # includes the python3.11-doc corpus (apt-get download, no root)
 
 demo: data
 	$(VENV)/bin/energyformer demo

@@ -1,45 +1,38 @@
-"""CEM attention cost: within-layer recursion and memory growth (issue: energy core, Performance).
+"""CEM attention cost per evaluation path: within-layer recursion and memory growth (issue #8, Performance).
 
-Prints, from one run on this machine:
-  1. forward+backward time of a CEM attention layer at T=2 relative to T=1, next to the ratio for
-     plain layer reuse (the same layer applied twice, keys recomputed), so the saving from computing
-     keys/values once is visible;
-  2. peak memory of forward+backward at N = 512, 1024, 2048 for the default fused path and for a
-     dense reference that materialises the N×N scores (live tensors counted by PyTorch's MemTracker).
+Prints, from one run on this machine (every number measured):
+  1. forward+backward time of one CEM attention layer at T = 1 and T = 2, and of plain layer reuse
+     (the T = 1 layer applied twice, keys recomputed), for each evaluation path (``fused`` SDPA and
+     ``blocked``) and option set. All variants of one option set are interleaved in every repeat (start
+     rotated); the T2/T1 and reuse/T1 ratios are taken repeat by repeat and reported as median [min, max].
+     Floor of T2/T1: the keys/values are computed once, so T = 2 adds one query projection, one attention
+     core and one read-out to T = 1's work — about 5/3 of T = 1 when those three dominate;
+  2. peak live-tensor memory of forward+backward against N for the fused path, the blocked path keeping
+     its probabilities, the blocked path recomputing them in backward (memory budget exceeded) and a dense
+     reference that materialises all (B, H, N, N) scores (PyTorch's MemTracker, CPU and CUDA).
 
-Usage: python benchmarks/cem_attention.py [--dim 256 --heads 8 --seq 512 --batch 4 --repeats 5]
+Usage: python benchmarks/cem_attention.py [--dim 256 --heads 8 --seq 256 --batch 8 --repeats 7 --threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
 
 from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
 
+OPTION_SETS = {
+    "shared diagonal, identity P (default)": {},
+    "shared diagonal, per-head D+LR P (R=4) (paper)": {"precond": "diag_low_rank"},
+    "no diagonal, no ALiBi/self bias": {"diagonal": "none", "alibi": False, "self_bias": False},
+}
+
 
 def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def fwd_bwd_time(block, x, repeats: int) -> float:
-    def once():
-        y = block(x)
-        y.square().mean().backward()
-
-    once()  # warm-up
-    if x.is_cuda:
-        torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        once()
-        if x.is_cuda:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]  # median
 
 
 class Reuse(torch.nn.Module):
@@ -55,35 +48,77 @@ class Reuse(torch.nn.Module):
         return x
 
 
-def timing(args, seq: int, batch: int) -> None:
+def fwd_bwd(block, x, precision: str):
+    def once():
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            y = block(x)
+        y.float().square().mean().backward()
+    return once
+
+
+def interleaved(fns: dict, warmup: int, repeats: int, dev) -> dict[str, list[float]]:
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    names = list(fns)
+    for _ in range(warmup):
+        for n in names:
+            fns[n]()
+    times = {n: [] for n in names}
+    for r in range(repeats):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            sync()
+            t0 = time.perf_counter()
+            fns[n]()
+            sync()
+            times[n].append(time.perf_counter() - t0)
+    return times
+
+
+def med(xs):
+    s = sorted(xs)
+    return s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
+
+
+def ratio(times, a, b):
+    r = [x / y for x, y in zip(times[a], times[b])]
+    return f"{med(r):.2f} [{min(r):.2f}, {max(r):.2f}]"
+
+
+def timing(args, precision: str) -> None:
     dev = device()
     torch.manual_seed(0)
-    x = torch.randn(batch, seq, args.dim, device=dev, requires_grad=True)
-    print(f"# forward+backward time (median of {args.repeats}), B={batch} N={seq} D={args.dim} H={args.heads} on {dev}")
-    for label, extra in [("identity P, shared diagonal (default)", {}),
-                         ("per-head D+LR P (R=4), shared diagonal", {"precond": "diag_low_rank"}),
-                         ("no diagonal, no ALiBi/self bias", {"diagonal": "none", "alibi": False, "self_bias": False})]:
-        t = {}
-        for steps in (1, 2):
+    x = torch.randn(args.batch, args.seq, args.dim, device=dev, requires_grad=True)
+    print(f"\n# forward+backward, B={args.batch} N={args.seq} D={args.dim} H={args.heads} on {dev}, {precision}; "
+          f"{args.repeats} interleaved repeats; ratios per repeat: median [min, max]")
+    for label, extra in OPTION_SETS.items():
+        fns = {}
+        for path in ("fused", "blocked"):
+            for steps in (1, 2):
+                torch.manual_seed(0)
+                blk = CEMAttention(args.dim, args.heads, CEMAttentionConfig(steps=steps, attn_path=path, **extra))
+                fns[(path, steps)] = fwd_bwd(blk.to(dev), x, precision)
             torch.manual_seed(0)
-            blk = CEMAttention(args.dim, args.heads, CEMAttentionConfig(steps=steps, **extra)).to(dev)
-            t[steps] = fwd_bwd_time(blk, x, args.repeats)
-        torch.manual_seed(0)
-        reuse = Reuse(CEMAttention(args.dim, args.heads, CEMAttentionConfig(steps=1, **extra)).to(dev), 2)
-        t_reuse = fwd_bwd_time(reuse, x, args.repeats)
-        print(f"{label:42s} T=1 {t[1] * 1e3:8.1f} ms  T=2 {t[2] * 1e3:8.1f} ms  "
-              f"ratio T2/T1 = {t[2] / t[1]:.2f}   plain reuse x2 / T1 = {t_reuse / t[1]:.2f}")
+            reuse = Reuse(CEMAttention(args.dim, args.heads, CEMAttentionConfig(steps=1, attn_path=path, **extra)), 2)
+            fns[(path, "reuse")] = fwd_bwd(reuse.to(dev), x, precision)
+        t = interleaved(fns, 1, args.repeats, dev)
+        print(f"{label}")
+        for path in ("fused", "blocked"):
+            print(f"  {path:8s} T=1 {med(t[(path, 1)]) * 1e3:8.1f} ms  T=2 {med(t[(path, 2)]) * 1e3:8.1f} ms  "
+                  f"T2/T1 = {ratio(t, (path, 2), (path, 1))}   plain reuse x2 / T1 = {ratio(t, (path, 'reuse'), (path, 1))}")
+        print(f"  blocked vs fused (time ratio fused/blocked): T=1 {ratio(t, ('fused', 1), ('blocked', 1))}, "
+              f"T=2 {ratio(t, ('fused', 2), ('blocked', 2))}")
 
 
 def peak_memory(mode: str, seq: int, args) -> int:
-    """Peak bytes of live tensors during one forward+backward, counted by PyTorch's own
-    dispatch-level ``MemTracker`` (works on CPU and CUDA; RSS is useless on CPU because the
-    allocator keeps freed pages)."""
+    """Peak bytes of live tensors during one forward+backward (PyTorch's dispatch-level MemTracker;
+    RSS is useless on CPU because the allocator keeps freed pages)."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
     dev = device()
     torch.manual_seed(0)
-    blk = CEMAttention(args.dim, args.heads, CEMAttentionConfig(steps=args.steps)).to(dev)
+    cfg = {"fused": dict(attn_path="fused"), "blocked": dict(attn_path="blocked", attn_memory_mb=1e6),
+           "recompute": dict(attn_path="blocked", attn_memory_mb=args.recompute_mb),
+           "dense": dict(attn_path="fused")}[mode]
+    blk = CEMAttention(args.dim, args.heads, CEMAttentionConfig(steps=args.steps, **cfg)).to(dev)
     x = torch.randn(1, seq, args.dim, device=dev, requires_grad=True)
     mt = MemTracker()
     mt.track_external(blk, x)
@@ -99,25 +134,38 @@ def peak_memory(mode: str, seq: int, args) -> int:
 
 
 def memory(args) -> None:
-    print(f"\n# peak live-tensor memory of forward+backward, B=1 D={args.dim} H={args.heads} T={args.steps}")
-    for mode, label in (("fused", "fused (default path)"), ("dense", "dense N×N reference")):
-        m = [peak_memory(mode, n, args) / 2**20 for n in (512, 1024, 2048)]
-        print(f"{label:22s} N=512 {m[0]:7.1f} MiB  N=1024 {m[1]:7.1f} MiB  N=2048 {m[2]:7.1f} MiB   "
-              f"growth x{m[1] / m[0]:.2f}, x{m[2] / m[1]:.2f}  (linear = x2, quadratic -> x4)")
+    ns = [int(n) for n in args.mem_seqs.split(",")]
+    print(f"\n# peak live-tensor memory of forward+backward (MiB), B=1 D={args.dim} H={args.heads} T={args.steps}; "
+          f"recompute budget {args.recompute_mb} MiB")
+    for mode, label in (("fused", "fused (SDPA)"), ("blocked", "blocked, keeps probabilities"),
+                        ("recompute", "blocked, recomputes blocks"), ("dense", "dense N×N energy (reference)")):
+        m = [peak_memory(mode, n, args) / 2**20 for n in ns]
+        growth = ", ".join(f"x{b / a:.2f}" for a, b in zip(m, m[1:]))
+        print(f"  {label:32s} " + "  ".join(f"N={n} {v:8.1f}" for n, v in zip(ns, m)) +
+              f"   growth per doubling {growth} (linear x2, quadratic x4)")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--seq", type=int, default=512)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=2, help="T of the memory section")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--mem-seqs", default="256,512,1024,2048")
+    p.add_argument("--recompute-mb", type=float, default=16.0)
     p.add_argument("--skip-memory", action="store_true")
+    p.add_argument("--skip-timing", action="store_true")
     args = p.parse_args()
-    timing(args, args.seq, args.batch)
-    timing(args, 64, args.batch * args.seq // 64)  # same tokens, short context: projections dominate
+    torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), 1-min load {load:.2f} on {os.cpu_count()} cores")
+    if not args.skip_timing:
+        for precision in args.precisions.split(","):
+            timing(args, precision)
     if not args.skip_memory:
         memory(args)
 

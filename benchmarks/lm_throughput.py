@@ -7,8 +7,13 @@ Prints, from one run on this machine (every number measured, nothing hard-coded)
      the same batch, sequence and optimizer; parameter counts are checked first, and the HF model gets a
      copy of our weights (its logits are compared with ours) so both run the very same network;
   2. tokens/s of full CEM (T=1), CEM attention + Llama MLP and the CEM seed's recommended full CEM
-     (T=2, diagonal + low-rank preconditioners) vs the Llama baseline at the same width, for a training
-     step and, separately, an inference forward;
+     (T=2, diagonal + low-rank preconditioners; also with Algorithm 1's read-out) vs the Llama baseline
+     at the same width, for a training step and an inference forward, in float32 and under bf16
+     autocast (``--precisions``); "before" rows force the fused SDPA path (``attn_path: fused``, the
+     only path before the blocked one) so the speed-up is measured in the same run. Ratios are the
+     median [min, max] over repeats of the per-repeat ratio (variants interleaved in each repeat);
+  4. (``--sections 4``) float32 training steps with ``nn.Linear`` routed through oneDNN instead of MKL
+     (``energyformer.onednn``), interleaved with the default, for every model;
   3. KV-cache bytes per token, CEM vs Llama, from ``kv_cache_bytes`` after a prefill of N tokens:
      CEM attention without the KQ diagonal (the cache holds only the tied keys) and with the default
      shared diagonal (the cache also holds the normalised inputs h).
@@ -57,16 +62,24 @@ def model_config(vocab: int, dim: int, layers: int, heads: int, mlp_hidden: int,
                        max_seq_len=max_seq_len, tie_embeddings=False, block=block or BlockConfig())
 
 
-def variant_blocks() -> dict[str, BlockConfig]:
-    """The blocks compared in section 2 (all at the model's width)."""
-    return {
+def variant_blocks(before: bool = False) -> dict[str, BlockConfig]:
+    """The blocks compared in section 2 (all at the model's width); ``before`` adds the fused-path rows."""
+    paper = dict(steps=2, precond="diag_low_rank")
+    v = {
         "Llama baseline": BlockConfig(),
         "CEM attention (T=1) + Llama MLP": BlockConfig(attention="cem"),
         "full CEM (T=1)": BlockConfig(attention="cem", mlp="cem"),
         "full CEM (T=2, D+LR precond)": BlockConfig(
-            attention=CEMAttentionConfig(steps=2, precond="diag_low_rank"),
-            mlp=CEMMLPConfig(steps=2, precond="diag_low_rank")),
+            attention=CEMAttentionConfig(**paper), mlp=CEMMLPConfig(**paper)),
+        "full CEM (T=2, D+LR), Algorithm 1 read-out": BlockConfig(
+            attention=CEMAttentionConfig(**paper, diagonal_readout="algorithm1"), mlp=CEMMLPConfig(**paper)),
     }
+    if before:
+        v["before: full CEM (T=1), fused path"] = BlockConfig(
+            attention=CEMAttentionConfig(attn_path="fused"), mlp="cem")
+        v["before: full CEM (T=2, D+LR), fused path"] = BlockConfig(
+            attention=CEMAttentionConfig(**paper, attn_path="fused"), mlp=CEMMLPConfig(**paper))
+    return v
 
 
 def transformers_version() -> str | None:
@@ -134,29 +147,51 @@ def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
+def _context(precision: str, device: torch.device, onednn: bool = False):
+    """bf16 autocast for precision 'bf16'; oneDNN float32 linears when ``onednn``."""
+    import contextlib
+
+    from energyformer.onednn import onednn_linear
+
+    stack = contextlib.ExitStack()
+    if precision == "bf16":
+        stack.enter_context(torch.autocast(device.type, dtype=torch.bfloat16))
+    if onednn:
+        stack.enter_context(onednn_linear())
+    return stack
+
+
 def make_train_step(model: nn.Module, logits_fn: Callable, idx: Tensor, targets: Tensor,
-                    lr: float = 3e-4) -> Callable[[], None]:
-    """One float32 training step: zero grads, forward, loss, backward, AdamW step."""
+                    lr: float = 3e-4, precision: str = "fp32", onednn: bool = False) -> Callable[[], None]:
+    """One training step: zero grads, forward, loss, backward, AdamW step (bf16 autocast if asked)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        lm_loss(logits_fn(model, idx), targets).backward()
+        with _context(precision, idx.device, onednn):
+            lm_loss(logits_fn(model, idx), targets).backward()
         opt.step()
 
     return step
 
 
-def make_infer_step(model: nn.Module, logits_fn: Callable, idx: Tensor) -> Callable[[], None]:
+def make_infer_step(model: nn.Module, logits_fn: Callable, idx: Tensor, precision: str = "fp32",
+                    onednn: bool = False) -> Callable[[], None]:
     """One inference forward over the whole (B, N) batch, no autograd."""
     model.eval()
 
     def step() -> None:
-        with torch.no_grad():
+        with torch.no_grad(), _context(precision, idx.device, onednn):
             logits_fn(model, idx)
 
     return step
+
+
+def paired_ratio(times: dict[str, list[float]], base: str, name: str) -> tuple[float, float, float]:
+    """Median, min and max over repeats of time[base] / time[name] (tokens/s ratio), repeat by repeat."""
+    r = [b / t for b, t in zip(times[base], times[name])]
+    return median(r), min(r), max(r)
 
 
 def median(xs: list[float]) -> float:
@@ -262,33 +297,66 @@ def section_hf(args, device: torch.device) -> None:
 
 
 def section_cem(args, device: torch.device) -> None:
-    print("\n== 2. CEM vs Llama baseline at the same width (tokens/s, float32) ==")
     g = torch.Generator().manual_seed(2)
     idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g).to(device)
     x, y = idx[:, :-1], idx[:, 1:]
     models = {}
-    for name, block in variant_blocks().items():
+    for name, block in variant_blocks(before=not args.no_before).items():
         torch.manual_seed(0)
         models[name] = CausalLM(model_config(args.vocab, args.dim, args.layers, args.heads, args.mlp_hidden,
                                              args.seq, block)).to(device)
     tokens = args.batch * args.seq
-    print(f"B={args.batch} N={args.seq} D={args.dim} L={args.layers} H={args.heads} F={args.mlp_hidden} "
-          f"V={args.vocab}; median of {args.repeats} interleaved repeats after {args.warmup} warm-up")
-    for n, m in models.items():
-        print(f"  params {n:34s} {n_params(m):>12,}")
     base = "Llama baseline"
-    for kind in ("training step", "inference forward"):
-        if kind == "training step":
-            fns = {n: make_train_step(m, ours_logits, x, y) for n, m in models.items()}
-        else:
-            fns = {n: make_infer_step(m, ours_logits, x) for n, m in models.items()}
-        times = interleaved_times(fns, args.warmup, args.repeats, device)
-        med = {n: median(t) for n, t in times.items()}
-        print(f"-- {kind}")
-        for n, t in med.items():
-            print(f"  {n:34s} {fmt_ms(t)}  {tokens / t:10,.0f} tokens/s  "
-                  f"tokens/s ratio vs Llama = {med[base] / t:.3f}  {spread(times[n])}")
-    print("  (ratio = tokens/s of the variant / tokens/s of the Llama baseline; < 1: slower than Llama)")
+    for precision in args.precisions.split(","):
+        print(f"\n== 2. CEM vs Llama baseline at the same width (tokens/s, {precision}"
+              f"{' autocast' if precision == 'bf16' else ''}) ==")
+        print(f"B={args.batch} N={args.seq} D={args.dim} L={args.layers} H={args.heads} F={args.mlp_hidden} "
+              f"V={args.vocab}; {args.repeats} interleaved repeats after {args.warmup} warm-up")
+        if precision == args.precisions.split(",")[0]:
+            for n, m in models.items():
+                print(f"  params {n:44s} {n_params(m):>12,}")
+        for kind in ("training step", "inference forward"):
+            if kind == "training step":
+                fns = {n: make_train_step(m, ours_logits, x, y, precision=precision) for n, m in models.items()}
+            else:
+                fns = {n: make_infer_step(m, ours_logits, x, precision=precision) for n, m in models.items()}
+            times = interleaved_times(fns, args.warmup, args.repeats, device)
+            med = {n: median(t) for n, t in times.items()}
+            print(f"-- {kind} ({precision})")
+            for n, t in med.items():
+                r, lo, hi = paired_ratio(times, base, n)
+                print(f"  {n:44s} {fmt_ms(t)}  {tokens / t:9,.0f} tok/s  vs Llama {r:.3f} "
+                      f"[{lo:.3f}, {hi:.3f}]  {spread(times[n])}")
+            for after, before in (("full CEM (T=1)", "before: full CEM (T=1), fused path"),
+                                  ("full CEM (T=2, D+LR precond)", "before: full CEM (T=2, D+LR), fused path")):
+                if before in times:
+                    r, lo, hi = paired_ratio(times, before, after)
+                    print(f"  speed-up of the blocked path over the fused path, {after}: x{r:.2f} [{lo:.2f}, {hi:.2f}]")
+    print("  (ratio = tokens/s of the variant / tokens/s of the Llama baseline, per repeat; median [min, max])")
+
+
+def section_onednn(args, device: torch.device) -> None:
+    from energyformer.onednn import available
+
+    print("\n== 4. float32 training step: nn.Linear through oneDNN vs MKL (energyformer.onednn) ==")
+    if device.type != "cpu" or not available():
+        print("not a CPU run or no oneDNN linear in this build: skipped")
+        return
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g).to(device)
+    x, y = idx[:, :-1], idx[:, 1:]
+    fns = {}
+    for name, block in variant_blocks().items():
+        for dnn in (False, True):
+            torch.manual_seed(0)
+            m = CausalLM(model_config(args.vocab, args.dim, args.layers, args.heads, args.mlp_hidden,
+                                      args.seq, block)).to(device)
+            fns[(name, dnn)] = make_train_step(m, ours_logits, x, y, onednn=dnn)
+    times = interleaved_times(fns, args.warmup, args.repeats, device)
+    for name in variant_blocks():
+        r = [a / b for a, b in zip(times[(name, False)], times[(name, True)])]
+        print(f"  {name:44s} MKL {fmt_ms(median(times[(name, False)]))}  oneDNN "
+              f"{fmt_ms(median(times[(name, True)]))}  speed-up x{median(r):.2f} [{min(r):.2f}, {max(r):.2f}]")
 
 
 def section_kv(args, device: torch.device) -> None:
@@ -327,7 +395,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=7, help="timed repeats per model (median reported)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps per model before timing")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = all cores)")
-    ap.add_argument("--sections", default="1,2,3", help="comma-separated subset of sections to run")
+    ap.add_argument("--sections", default="1,2,3", help="comma-separated subset of sections to run (4: oneDNN)")
+    ap.add_argument("--precisions", default="fp32,bf16", help="section 2: fp32 and/or bf16 (autocast)")
+    ap.add_argument("--no-before", action="store_true", help="section 2: skip the fused-path 'before' rows")
     args = ap.parse_args(argv)
 
     threads = args.threads or os.cpu_count() or 1
@@ -351,6 +421,8 @@ def main(argv: list[str] | None = None) -> None:
         section_cem(args, device)
     if "3" in sections:
         section_kv(args, device)
+    if "4" in sections:
+        section_onednn(args, device)
     print(f"\ntotal wall time {time.perf_counter() - t0:.0f} s")
 
 

@@ -53,7 +53,8 @@ def test_bad_input_gives_one_line_error(capsys):
     err = capsys.readouterr().err
     assert "unknown mlp kind 'gated'" in err and "swiglu" in err
     assert main(["config", "lm/llama", "--set", "task.kind=sudokuu"]) == 2
-    assert "unknown task kind 'sudokuu'; registered: " in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown task kind 'sudokuu'" in err and "registered: " in err and "did you mean 'sudoku'" in err
     assert main(["train", "no/such/config"]) == 2
     assert "lm/llama" in capsys.readouterr().err
 

@@ -8,6 +8,7 @@ registry: ``eval`` and ``generate`` take the options of the run's task (``eval R
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -20,9 +21,10 @@ EPILOG = """examples:
   energyformer eval runs/cem_full --text-file my.txt    # perplexity and bits/byte on any UTF-8 text
   energyformer eval runs/RUN --iterations 8             # a recurrent-depth model at more iterations
   energyformer generate runs/cem_full --prompt "ROMEO:" --max-new-tokens 200
-  energyformer list configs | energies | solvers | tasks | models | attentions | mlps | keys
-  energyformer reproduce cem-lm --suite recursion       # seed §4.2 at CPU scale
-  energyformer reproduce cem-gp                         # seed Table 3 (GP regression)
+  energyformer list configs | energies | solvers | tasks | models | attentions | mlps | keys | reproductions
+  energyformer reproduce cem-lm --suite recursion       # CEM seed §4.2 at CPU scale
+  energyformer reproduce hyperset-sudoku                # Hyper-SET vs looped transformer, test-time extrapolation
+  energyformer reproduce intrinsic-lm                   # MHA vs momentum / Nesterov / Newton attentions
 """
 
 
@@ -80,7 +82,15 @@ def cmd_eval(a, extra) -> int:
         setattr(a, k, v)
     with torch.no_grad():
         where, res = task.eval_from_args(model, a, _forward_options(a))
-    print(f"{where}: {task.format_metrics(res)}")
+    from .train import checkpoint_step
+
+    step = checkpoint_step(task.checkpoint)
+    print(f"{where}: {task.format_metrics(res)} (checkpoint step {step}{task.checkpoint_note})")
+    bad = [k for k, v in res.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        print(f"energyformer: error: non-finite {', '.join(bad)}: the model's weights or this input give "
+              f"inf/NaN", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -53,10 +53,12 @@ class RunConfig(ConfigModel):
         task = data.get("task", "lm")
         kind = task if isinstance(task, str) else (task.get("kind", "lm") if isinstance(task, dict)
                                                    else getattr(task, "kind", "lm"))
-        if kind not in TASKS.entries:  # the task error is reported; do not build a default model
+        if not isinstance(kind, str) or kind not in TASKS.entries:  # the task error is reported; do not build a default model
             return {**data, "model": data.get("model") or {}}
         default = TASKS.get(kind).builder.model_kinds[0]
         model = data.get("model")
+        if isinstance(model, dict) and not isinstance(model.get("kind", ""), str):
+            return data  # the model error is reported
         if model is None:
             return {**data, "model": {"kind": default}}
         if isinstance(model, dict) and "kind" not in model:
@@ -152,12 +154,20 @@ class RunResult:
 
 
 def check_run_dir(cfg: RunConfig, resume: bool, overwrite: bool = False) -> None:
-    """Refuse to start a new run on top of an old one's checkpoints (unless resuming or overwriting)."""
+    """Refuse to start a new run on top of an old one's checkpoints (unless resuming or overwriting),
+    and refuse at once when another process is training in the same run directory."""
+    from .train.lock import RunDirLock
+
+    if cfg.run_dir.is_dir():
+        RunDirLock(cfg.run_dir).acquire().release()  # RunDirBusy names the process holding it
     old = sorted(cfg.run_dir.glob("ckpt-*")) if cfg.run_dir.is_dir() else []
     if not old or resume:
         return
     if overwrite:
-        shutil.rmtree(cfg.run_dir)
+        with RunDirLock(cfg.run_dir):  # refuses while another process trains there
+            for p in cfg.run_dir.iterdir():
+                if p.name != ".lock":
+                    shutil.rmtree(p) if p.is_dir() else p.unlink()
         return
     raise FileExistsError(
         f"{cfg.run_dir} already holds checkpoints ({old[-1].name}): use --resume to continue it, "
@@ -202,12 +212,26 @@ def load_run_dir_config(run_dir: str | Path) -> RunConfig:
 
 def load_trained(run_dir: str | Path, device: str | torch.device = "cpu"
                  ) -> tuple[RunConfig, nn.Module, Task]:
-    """Rebuild a trained model from its run directory (resolved config + newest valid checkpoint)."""
-    from .train import load_model_weights
+    """Rebuild a trained model from its run directory (resolved config + newest valid checkpoint).
 
+    ``task.checkpoint`` records which checkpoint was loaded, and ``task.checkpoint_note`` says when
+    newer checkpoints were skipped because they are invalid (empty otherwise).
+    """
+    from .train import CheckpointError, checkpoint_step, latest_valid_checkpoint, load_model_weights, resolve_device
+
+    dev = resolve_device(str(device)) if isinstance(device, str) else device
     cfg = load_run_dir_config(run_dir)
+    ckpt, bad = latest_valid_checkpoint(Path(run_dir), warn=False)
+    if ckpt is None:
+        why = f" ({bad[0][1]})" if bad else ""
+        raise CheckpointError(f"no valid checkpoint in run directory {run_dir}{why}: train it first "
+                              f"(energyformer train ... --resume continues an interrupted run)")
     task = build_task(cfg, rank=0)
     cfg = resolve(cfg, task)
     model = task.build_model(cfg.model)
-    load_model_weights(model, Path(run_dir))
-    return cfg, model.to(device).eval(), task
+    load_model_weights(model, ckpt, verify=False)
+    task.checkpoint = ckpt
+    newer = [p for p, _ in bad if (checkpoint_step(p) or -1) > (checkpoint_step(ckpt) or -1)]
+    task.checkpoint_note = (f"; newer checkpoint(s) {', '.join(p.name for p in newer)} are invalid, "
+                            f"so step {checkpoint_step(ckpt)} was evaluated" if newer else "")
+    return cfg, model.to(dev).eval(), task

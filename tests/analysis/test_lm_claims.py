@@ -23,3 +23,16 @@ def test_verdicts_follow_the_numbers():
     assert next(v for c, v, _ in check_claims(ppl) if "only a little" in c.text) == "DOES NOT HOLD"
     md = claims_markdown(ppl)
     assert md.count("\n") == len(CLAIMS) + 1 and "+20.0%" in md
+
+
+def test_optimal_lr_claims_and_noise_marks():
+    ppl = {"llama": 100.0, "cem_full": 99.5}
+    opt = {"llama": 100.0, "cem_full": 99.5}
+    lr = {"llama": 2e-3, "cem_full": 4e-3}
+    got = {c.text: v for c, v, _ in check_claims(ppl, opt, lr, noise=0.01)}
+    full = next(v for t, v in got.items() if "full CEM transformer" in t)
+    assert full == "HOLDS (within seed noise)"                       # -0.5% < 1% noise
+    assert next(v for t, v in got.items() if "higher learning rates" in t) == "HOLDS"
+    got = {c.text: v for c, v, _ in check_claims(ppl, opt, lr, noise=0.001)}
+    assert next(v for t, v in got.items() if "full CEM transformer" in t) == "HOLDS"
+    assert next(v for c, v, _ in check_claims(ppl) if "full CEM transformer" in c.text) == "not run"

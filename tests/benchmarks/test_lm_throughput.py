@@ -67,5 +67,18 @@ def test_interleaved_times_counts_every_repeat():
 
 
 def test_variants_build():
-    for block in bench.variant_blocks().values():
+    for block in bench.variant_blocks(before=True).values():
         bench.CausalLM(_tiny(block))
+
+
+def test_paired_ratio_is_per_repeat():
+    t = {"base": [1.0, 2.0, 4.0], "v": [2.0, 2.0, 2.0]}
+    assert bench.paired_ratio(t, "base", "v") == (1.0, 0.5, 2.0)
+
+
+def test_tiny_sections_run(capsys):
+    bench.main(["--vocab", "50", "--dim", "32", "--layers", "1", "--heads", "2", "--mlp-hidden", "32",
+                "--batch", "1", "--seq", "8", "--repeats", "1", "--warmup", "0", "--sections", "2,4",
+                "--threads", "1"])
+    out = capsys.readouterr().out
+    assert "bf16 autocast" in out and "speed-up of the blocked path" in out and "oneDNN" in out

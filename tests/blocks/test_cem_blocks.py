@@ -106,3 +106,26 @@ def test_weight_decay_groups_by_role_not_rank(diagonal):
     assert set(groups["step_size"]["names"]) == {"layers.0.attn.solver.step_size.theta",
                                                   "layers.0.mlp.solver.step_size.theta"}
     assert len(groups["precond"]["names"]) == 4  # attention p, U, V; MLP p
+
+
+@pytest.mark.parametrize("per_head", [True, False])
+def test_weight_decay_never_touches_any_preconditioner_part(per_head):
+    """Every CEM preconditioner parameter (diagonal p, low-rank U and V; per-head banks and shared P; attention
+    and MLP) has the role ``precond`` and is not decayed; only the four projection matrices are."""
+    from energyformer.models import CausalLM, ModelConfig
+    from energyformer.train.roles import describe_param_groups
+    from energyformer.utils.config import load_config
+
+    cfg = load_config(ModelConfig, {"vocab_size": 50, "dim": 32, "heads": 4, "n_layers": 1, "block": {
+        "attention": {"kind": "cem", "precond": "diag_low_rank", "precond_per_head": per_head},
+        "mlp": {"kind": "cem", "precond": "diag_low_rank", "precond_rank": 8}}})
+    model = CausalLM(cfg)
+    groups = describe_param_groups(model)
+    precond = {n for n, _ in model.named_parameters() if ".precond." in n}
+    assert precond == {f"layers.0.{part}.solver.precond.{p}" for part in ("attn", "mlp") for p in "pUV"}
+    assert set(groups["precond"]["names"]) == precond and not groups["precond"]["decay"]
+    bank = model.layers[0].attn.solver.precond
+    assert (bank.U.shape[0] == 4) == per_head  # a per-head bank of U_k
+    decayed = {n for g in groups.values() if g["decay"] for n in g["names"]}
+    assert decayed == {"layers.0.attn.energy.wq.weight", "layers.0.attn.energy.wk.weight",
+                       "layers.0.mlp.energy.W.weight", "layers.0.mlp.energy.V.weight"}

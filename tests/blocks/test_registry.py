@@ -188,5 +188,5 @@ def test_a_new_kind_is_a_config_and_a_builder(echo_kind):
     m(torch.randint(0, 11, (1, 4)))
     assert att.seen == [0, 1, 2]  # the block saw ctx.iteration of every pass
     assert count_params(m)["attention"] == 8
-    with pytest.raises(ConfigError, match="registered: llama, gpt, cem, echo_iteration"):
+    with pytest.raises(ConfigError, match="registered: llama, gpt, cem, .*echo_iteration"):  # other systems add kinds
         load_config(BlockConfig, {"attention": "echo"})

@@ -74,18 +74,31 @@ def test_norm_in_loop_is_reported_inexact_and_uses_gradient_at_normalised_point(
     torch.testing.assert_close(blk(x) - x, -g, rtol=1e-9, atol=1e-11)
 
 
-def test_per_head_preconditioner_folding_matches_dense_matrices():
-    cfg = CEMAttentionConfig(precond="diag_low_rank", precond_rank=3, diagonal="per_head")
+@pytest.mark.parametrize("path", ["fused", "blocked"])
+@pytest.mark.parametrize("diagonal", ["shared", "per_head"])
+def test_per_head_preconditioner_folding_matches_dense_matrices(path, diagonal):
+    """Σ_k P_k (W_Qkᵀ o_qk + d_k∘o_hk) with dense P_k matrices and an explicit softmax, both paths
+    (the blocked path pushes P_k's low-rank part through the attention average)."""
+    cfg = CEMAttentionConfig(precond="diag_low_rank", precond_rank=3, diagonal=diagonal, attn_path=path,
+                             attn_block=2)
     blk = CEMAttention(16, 4, cfg).double()
     _randomise(blk, 3)
     assert not blk.exact  # per-head P_k: Σ_k P_k ∇E_k is not a single-P gradient step
     e, P = blk.energy, blk.solver.precond
     u = torch.randn(2, 5, 16, dtype=torch.float64)
-    st = e.prepare(torch.randn(2, 5, 16, dtype=torch.float64))
-    o, _ = e.attend(u, st)
-    R = e.head_dim
-    wq = e.wq.weight.view(4, R, 16)
-    per_head = torch.einsum("bhnr,hrd->bhnd", o[..., :R], wq) + o[..., R:] * e.d[None, :, None, :]
+    h = torch.randn(2, 5, 16, dtype=torch.float64)
+    st = e.prepare(h)
+    assert st.path == path
+    H, R = 4, e.head_dim
+    wq, wk = e.wq.weight.view(H, R, 16), e.wk.weight.view(H, R, 16)
+    s = torch.einsum("bid,hrd,hre,bje->bhij", u, wq, wk, h)
+    dk = e.d if e.d.dim() == 2 else e.d.expand(H, 16)
+    s = (s + torch.einsum("bid,hd,bjd->bhij", u, dk, h)) / e.tau
+    i, j = torch.arange(5)[:, None], torch.arange(5)[None]
+    s = s - e.slopes[:, None, None] * (i - j) + e.self_bias[:, None, None] * (i == j)
+    p = s.masked_fill(j > i, float("-inf")).softmax(-1)
+    k = torch.einsum("hrd,bjd->bhjr", wk, h)
+    per_head = torch.einsum("bhij,bhjr,hrd->bhid", p, k, wq) + torch.einsum("bhij,bjd->bhid", p, h) * dk[None, :, None]
     ref = torch.einsum("hde,bhne->bnd", P.matrix(), per_head)
     torch.testing.assert_close(e.direction(u, st, P), ref, rtol=1e-10, atol=1e-10)
 
@@ -105,9 +118,10 @@ def test_causality(steps):
         assert not torch.allclose(y2[:, j], y[:, j])
 
 
+@pytest.mark.parametrize("path", ["auto", "fused", "blocked"])
 @pytest.mark.parametrize("diagonal", ["none", "shared"])
-def test_kv_cache_decoding_equals_full_forward(diagonal):
-    blk = CEMAttention(16, 4, CEMAttentionConfig(steps=2, diagonal=diagonal)).double()
+def test_kv_cache_decoding_equals_full_forward(diagonal, path):
+    blk = CEMAttention(16, 4, CEMAttentionConfig(steps=2, diagonal=diagonal, attn_path=path, attn_block=3)).double()
     _randomise(blk, 5)
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     full = blk(x)
@@ -224,7 +238,7 @@ def test_bidirectional_alibi_is_symmetric_in_distance():
         e.self_bias.zero_()
     h = torch.randn(1, 9, 16, dtype=torch.float64)
     st = e.prepare(h)
-    o, _ = e.attend(torch.randn(1, 9, 16, dtype=torch.float64), st)  # o: Σ_j p_ij k_j per head
+    o = e.attend(torch.randn(1, 9, 16, dtype=torch.float64), st).oq  # o: Σ_j p_ij k_j per head
     k = st.k  # (1, H, N, R)
     i = 4
     m = e.slopes.double()

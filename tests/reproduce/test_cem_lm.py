@@ -1,7 +1,7 @@
 import json
 
-from energyformer.reproduce.cem_lm import SUITES, run_suite
 from energyformer.experiment import resolve_config_path
+from energyformer.reproduce.cem_lm import SUITES, aggregate, load_records, main, run_suite
 
 TINY = ["model.dim=32", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "task.seq_len=32",
         "task.batch_size=2", "task.eval_batch_size=4", "task.eval_max_batches=1", "train.steps=2",
@@ -14,25 +14,46 @@ def test_every_suite_config_exists():
             assert resolve_config_path(n).exists()
 
 
-def test_lr_sweep_writes_report_plot_and_results(tmp_path):
+def test_lr_sweep_writes_report_plots_and_results(tmp_path):
     rows, text = run_suite(["lm/llama", "lm/cem_attn_t1"], tmp_path, TINY, lr_sweep=[1e-3, 2e-3, 4e-3])
-    assert [r["name"] for r in rows] == ["llama", "cem_attn_t1"]
+    assert sorted(r["name"] for r in rows) == ["cem_attn_t1", "llama"]
     assert (tmp_path / "loss_curves.png").stat().st_size > 1000
+    assert (tmp_path / "lr_sweep.png").stat().st_size > 1000
     assert "Akima" in text and "Unigram baseline" in text
     res = json.loads((tmp_path / "results.json").read_text())
     assert set(res["lr_sweep"]) == {"llama", "cem_attn_t1"}
-    assert len(res["lr_sweep"]["llama"]["val_loss"]) == 3
-    assert res["runs"][0]["params"]["attention"] > res["runs"][1]["params"]["attention"]
+    assert len(res["lr_sweep"]["llama"]["val_loss"]) == 3 and len(res["runs"]) == 6
+    best = min(res["lr_sweep"]["llama"]["lrs"], key=dict(zip(res["lr_sweep"]["llama"]["lrs"],
+                                                              res["lr_sweep"]["llama"]["val_loss"])).get)
+    assert res["at_lr"] == best  # one-LR claims at Llama's best grid rate
+    p = {r["config"]: r["params"]["attention"] for r in res["runs"]}
+    assert p["llama"] > p["cem_attn_t1"]
 
 
-def test_report_only_merges_earlier_results(tmp_path):
-    from energyformer.reproduce.cem_lm import main
+def test_finished_runs_are_reused_and_seeds_aggregate(tmp_path, capsys):
+    run_suite(["lm/llama"], tmp_path, TINY, seeds=[0, 1])
+    capsys.readouterr()
+    rows, text = run_suite(["lm/llama"], tmp_path, TINY, seeds=[0, 1])
+    assert capsys.readouterr().out.count("finished earlier") == 2  # nothing trained twice
+    assert len(rows) == 1 and len(rows[0]["ppl_seeds"]) == 2
+    agg = aggregate(load_records([tmp_path]))
+    assert agg["noise"] is not None and agg["n_noise_groups"] == 1
+    assert "Seed noise" in text
 
+
+def test_report_only_merges_earlier_results_and_readout_comparison(tmp_path):
     a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "merged"
-    run_suite(["lm/llama"], a, TINY)
-    run_suite(["lm/cem_attn_t1"], b, TINY)
-    assert main(["--report-only", "--from", str(a), str(b), "--out", str(out)]) == 0
-    text = (out / "report.md").read_text()
-    assert "| llama |" in text and "| cem_attn_t1 |" in text
-    assert "CEM attention (T=1) changes perplexity only a little" in text
-    assert (out / "loss_curves.png").exists()
+    run_suite(["lm/llama", "lm/cem_kq_shared"], a, TINY)
+    run_suite(["lm/cem_kq_shared_alg1"], b, TINY)
+    report = tmp_path / "docs" / "README.md"
+    assert main(["--report-only", "--from", str(a), str(b / "results.json"), "--out", str(out),
+                 "--report", str(report)]) == 0
+    text = report.read_text()
+    assert "| llama |" in text and "| cem_kq_shared |" in text
+    assert "Algorithm 1" in text and "| cem_kq_shared | 0.002 |" in text
+    assert (report.parent / "lm_loss_curves.png").exists() and (report.parent / "lm_results.json").exists()
+    # the committed results file alone regenerates the page
+    again = tmp_path / "again" / "README.md"
+    assert main(["--report-only", "--from", str(report.parent / "lm_results.json"), "--out",
+                 str(tmp_path / "o2"), "--report", str(again)]) == 0
+    assert again.read_text() == text

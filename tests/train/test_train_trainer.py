@@ -11,6 +11,7 @@ import torch
 import yaml
 from train_toys import TiedLM, ToyData, ToyMLP, build, mse_loss, read_metrics
 
+from energyformer.errors import UserError
 from energyformer.train import (
     TrainConfig,
     Trainer,
@@ -172,7 +173,7 @@ def test_records_metrics_run_info_config_tensorboard(tmp_path):
 
 def test_fresh_fit_refuses_dir_with_checkpoints(tmp_path):
     build(tmp_path, steps=2).fit()
-    with pytest.raises(RuntimeError, match="already holds checkpoints.*resume=True"):
+    with pytest.raises(UserError, match="already holds checkpoints.*resume=True"):
         build(tmp_path, steps=2).fit()
 
 

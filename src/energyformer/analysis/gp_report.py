@@ -104,6 +104,8 @@ def check_claims(agg: dict) -> list[dict]:
 
     * ``t2_beats_t1``: mean test RMSE of CEM-T2 < CEM-T1 (also: in how many paired repetitions).
     * ``not_monotonic_beyond_t2``: the sequence T2, T4, T8 is *not* strictly decreasing.
+    * ``levels_off``: "gains level off" — neither T4 nor T8 is worse than T2 by more than T2's std over
+      repetitions (the paper's rows satisfy it on every kernel).
     """
     rows = []
     for k in _kernels(agg):
@@ -114,6 +116,8 @@ def check_claims(agg: dict) -> list[dict]:
         r1, r2 = agg[(k, "CEM-T1")]["test_by_rep"], agg[(k, "CEM-T2")]["test_by_rep"]
         reps = sorted(set(r1) & set(r2))
         seq = [t["CEM-T2"], t["CEM-T4"], t["CEM-T8"]]
+        tol = agg[(k, "CEM-T2")]["test_std"]
+        p2 = PAPER_TABLE3.get((k, "CEM-T2"))
         rows.append({
             "kernel": k, "test": t, "train": tr,
             "t2_beats_t1": t["CEM-T2"] < t["CEM-T1"],
@@ -122,6 +126,9 @@ def check_claims(agg: dict) -> list[dict]:
             "paper_t2_beats_t1": _paper_test(k, "CEM-T2") < _paper_test(k, "CEM-T1"),
             "paper_not_monotonic": not (_paper_test(k, "CEM-T2") > _paper_test(k, "CEM-T4")
                                         > _paper_test(k, "CEM-T8")),
+            "levels_off": max(t["CEM-T4"], t["CEM-T8"]) <= t["CEM-T2"] + tol, "t2_std": tol,
+            "paper_levels_off": p2 is not None and max(_paper_test(k, "CEM-T4"), _paper_test(k, "CEM-T8"))
+            <= p2.test_mean + p2.test_std,
         })
     return rows
 
@@ -146,7 +153,13 @@ def claims_text(claims: list[dict]) -> str:
             f"[{c['kernel']}] gains not strictly monotonic beyond T2: {yes[c['not_monotonic_beyond_t2']]} "
             f"(T2 {t['CEM-T2']:.4f}, T4 {t['CEM-T4']:.4f}, T8 {t['CEM-T8']:.4f}; "
             f"paper: {yes[c['paper_not_monotonic']]})")
+        lines.append(
+            f"[{c['kernel']}] gains level off beyond T2 (T4, T8 within T2 + 1 std): {yes[c['levels_off']]} "
+            f"(T2 {t['CEM-T2']:.4f} ± {c['t2_std']:.4f}, T4 {t['CEM-T4']:.4f}, T8 {t['CEM-T8']:.4f}; "
+            f"paper: {yes[c['paper_levels_off']]})")
     if claims:
+        n3 = sum(c["levels_off"] for c in claims)
+        lines.append(f"OVERALL 'gains level off beyond T2': {yes[n3 == len(claims)]} in {n3}/{len(claims)} kernels")
         n1 = sum(c["t2_beats_t1"] for c in claims)
         n2 = sum(c["not_monotonic_beyond_t2"] for c in claims)
         lines.append(f"OVERALL 'T2 better than T1': {yes[n1 == len(claims)]} in {n1}/{len(claims)} kernels")
@@ -188,6 +201,82 @@ def _label(kernel: str) -> str:
     return KERNEL_LABELS.get(kernel, kernel)
 
 
+def render_study(runs: list[dict]) -> str:
+    """The recursion-depth study (``reproduce cem-gp --study``): T2/T4/T8 and the variants, paired
+    differences to T2 over repetitions, and what the trained block does inside its recursion."""
+    study = sorted({r["model"] for r in runs if r["model"] not in MODELS})
+    if not study:
+        return ""
+    agg = aggregate(runs)
+    out = ["## Why do T4 / T8 not level off? (recursion-depth study)", "",
+           "Same data, initial weights and schedule as the Table 3 rows; one change per row: `etaX` = step size "
+           "η = 2/T (so T·η equals T2's total step), `learned` = learned η (softplus, initialised at 1), "
+           "`exact` = no RMSNorm of the iterate inside the loop (exact gradient steps on ξ(x | h)). "
+           "Δ test = mean over repetitions of (test RMSE − CEM-T2's test RMSE), paired by repetition.", ""]
+    for k in _kernels(agg):
+        models = [m for m in ("CEM-T2", "CEM-T4", "CEM-T8") if (k, m) in agg] + [m for m in study if (k, m) in agg]
+        if not any(m in study for m in models) or (k, "CEM-T2") not in agg:
+            continue
+        base = agg[(k, "CEM-T2")]["test_by_rep"]
+        out += [f"### {_label(k)}", "",
+                "| model | train RMSE | test RMSE | Δ test vs T2 | η (rep 0) | ‖x‖ start → end (rep 0) | "
+                "energy per step (rep 0) | step norm per step (rep 0) |", "|---|---|---|---|---|---|---|---|"]
+        for m in models:
+            a = agg[(k, m)]
+            d = [a["test_by_rep"][i] - base[i] for i in a["test_by_rep"] if i in base]
+            rec = next((r.get("recursion") for r in runs if r["kernel"] == k and r["model"] == m
+                        and r["rep"] == 0 and r.get("recursion")), None)
+            diag = ["–"] * 4 if rec is None else [
+                f"{rec['eta']:.3g}", f"{rec['state_norm_start']:.2f} → {rec['state_norm_end']:.2f}",
+                ", ".join(f"{e:.2f}" for e in rec["energy"]), ", ".join(f"{n:.2f}" for n in rec["step_norm"])]
+            out.append(f"| {m} | {_cell(a['train_mean'], a['train_std'], False)} | "
+                       f"{_cell(a['test_mean'], a['test_std'], False)} | "
+                       f"{sum(d) / max(len(d), 1):+.4f} ({sum(x < 0 for x in d)}/{len(d)} better) | " + " | ".join(diag) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def plot_recursion(runs: list[dict], path) -> object:
+    """Test RMSE against the number of recursive steps T per kernel: ours (mean ± std over repetitions),
+    the paper's Table 3 (dashed) and the study's variants at T = 4, 8 (markers). Returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agg = aggregate(runs)
+    kernels = [k for k in _kernels(agg) if (k, "CEM-T2") in agg]
+    if not kernels:
+        return None
+    fig, axes = plt.subplots(1, len(kernels), figsize=(4.2 * len(kernels), 3.6), squeeze=False)
+    ts = [1, 2, 4, 8]
+    marks = {"eta": ("s", "η = 2/T"), "learned": ("^", "learned η"), "exact": ("x", "exact steps")}
+    for ax, k in zip(axes[0], kernels):
+        ours = [(t, agg[(k, f"CEM-T{t}")]) for t in ts if (k, f"CEM-T{t}") in agg]
+        ax.errorbar([t for t, _ in ours], [a["test_mean"] for _, a in ours], [a["test_std"] for _, a in ours],
+                    fmt="o-", label="ours (Algorithm 1, η = 1)", capsize=3)
+        paper = [(t, PAPER_TABLE3[(k, f"CEM-T{t}")].test_mean) for t in ts if (k, f"CEM-T{t}") in PAPER_TABLE3]
+        if paper:
+            ax.plot([t for t, _ in paper], [v for _, v in paper], "k--", label="paper (Table 3)")
+        for key, (m, label) in marks.items():
+            pts = [(t, agg[(k, name)]["test_mean"]) for t in (4, 8) for (kk, name) in agg
+                   if kk == k and name.startswith(f"CEM-T{t}-") and key in name]
+            if pts:
+                ax.plot([t for t, _ in pts], [v for _, v in pts], m, ms=8, label=f"ours, {label}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ts, [str(t) for t in ts])
+        ax.set_yscale("log")
+        ax.set_xlabel("recursive steps T")
+        ax.set_ylabel("test RMSE")
+        ax.set_title(_label(k))
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def render_markdown(runs: list[dict], model_info: dict[str, dict], setup: dict) -> str:
     """The full ``report.md``: setup, table, parameter/FLOP details and the claim checks."""
     agg = aggregate(runs)
@@ -206,5 +295,6 @@ def render_markdown(runs: list[dict], model_info: dict[str, dict], setup: dict) 
           for m, i in model_info.items()], "",
         "## Claims of the seed (checked automatically on our runs)", "",
         "```", claims_text(check_claims(agg)), "```", "",
+        render_study(runs), "",
     ]
     return "\n".join(out)

@@ -14,17 +14,18 @@ def _fmt_params(n: int) -> str:
 
 
 def markdown_table(rows: list[dict], unigram_ppl: float | None = None) -> str:
-    """One row per run: parameters by part, validation perplexity, bits/byte, tokens/s."""
-    head = ("| run | attention | MLP | embedding | total | val ppl | val bpb | tokens/s | beats unigram |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|:---:|")
+    """One row per run: parameters by part, validation perplexity (and per seed), bits/byte, tokens/s."""
+    head = ("| run | attention | MLP | embedding | total | val ppl | per seed | val bpb | tokens/s | beats unigram |\n"
+            "|---|---:|---:|---:|---:|---:|---|---:|---:|:---:|")
     lines = [head]
     best = min(r["val_ppl"] for r in rows)
     for r in rows:
         p = r["params"]
         ppl = f"**{r['val_ppl']:.2f}**" if r["val_ppl"] == best else f"{r['val_ppl']:.2f}"
         beats = "—" if unigram_ppl is None else ("yes" if r["val_ppl"] < unigram_ppl else "NO")
+        per_seed = ", ".join(f"{x:.2f}" for x in r.get("ppl_seeds") or [r["val_ppl"]])
         lines.append(f"| {r['name']} | {_fmt_params(p['attention'])} | {_fmt_params(p['mlp'])} | "
-                     f"{_fmt_params(p['embedding'])} | {_fmt_params(p['total'])} | {ppl} | "
+                     f"{_fmt_params(p['embedding'])} | {_fmt_params(p['total'])} | {ppl} | {per_seed} | "
                      f"{r.get('val_bpb', float('nan')):.3f} | {r['tokens_per_s']:.0f} | {beats} |")
     lines.append("\ntokens/s: training tokens divided by the wall-clock time of the whole run, evaluation and "
                  "checkpointing included (benchmarks/lm_throughput.py measures pure step throughput).")
@@ -81,6 +82,37 @@ def akima_optimum(lrs: list[float], losses: list[float], grid: int = 400) -> tup
     ys = f(xs)
     i = int(np.nanargmin(ys))
     return float(2 ** xs[i]), float(ys[i])
+
+
+def plot_lr_sweep(sweep: dict[str, dict], path: Path, title: str = "validation loss vs learning rate") -> Path:
+    """Validation loss against log2 lr per run, its Akima interpolant and the optimum (star), like
+    the seed's Fig. 3a. ``sweep[name]`` has ``lrs``, ``val_loss``, ``akima_lr``, ``akima_val_loss``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scipy.interpolate import Akima1DInterpolator
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, v in sweep.items():
+        x, y = np.log2(np.asarray(v["lrs"], dtype=float)), np.asarray(v["val_loss"], dtype=float)
+        ok = np.isfinite(y)
+        line = ax.plot(2 ** x[ok], y[ok], "o", label=name)[0]
+        if ok.sum() >= 3:
+            xs = np.linspace(x[ok][0], x[ok][-1], 200)
+            ax.plot(2 ** xs, Akima1DInterpolator(x[ok], y[ok])(xs), "-", color=line.get_color(), alpha=0.7)
+        ax.plot([v["akima_lr"]], [v["akima_val_loss"]], "*", ms=14, color=line.get_color(), mec="k")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("validation loss (nats/token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def write_results(out_dir: Path, rows: list[dict], extra: dict | None = None) -> Path:

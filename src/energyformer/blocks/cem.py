@@ -31,6 +31,9 @@ from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
 Precond = Literal["identity", "diagonal", "diag_low_rank"]  # = core.precond.PRECONDITIONERS (tested)
 Diagonal = Literal["none", "shared", "per_head"]              # = energies.interaction.DIAGONAL_MODES
 Init = Literal["residual", "normalized"]
+Readout = Literal["gradient", "algorithm1"]                   # = energies.interaction.READOUTS
+AttnPath = Literal["auto", "fused", "blocked"]                # = energies.interaction.ATTN_PATHS
+Temperature = Literal["head_dim", "model_dim"]                # = energies.interaction.TEMPERATURES
 
 
 class CEMAttentionConfig(AttentionConfig):
@@ -59,10 +62,22 @@ class CEMAttentionConfig(AttentionConfig):
     """RMSNorm the iterate before each step (Algorithm 1); the update is then not exact"""
     init: Init = "residual"
     """x0 = residual stream ('residual': T=1 is pre-norm attention) or RMSNorm(h) ('normalized')"""
-    temperature: float | None = Field(None, gt=0)
-    """τ (None: sqrt(head_dim))"""
-    attn_fp32: bool = True
-    """attention core in float32 under autocast (ALiBi features need it)"""
+    diagonal_readout: Readout = "gradient"
+    """'gradient': the update is the exact gradient of Eq. 2 + 12 (d_k∘h_j in the values too);
+    'algorithm1': the seed's Algorithm 1, diagonal in the scores only (not a gradient step)"""
+    temperature: float | Temperature | None = None
+    """τ: 'head_dim' (√D_r, default; None means the same), 'model_dim' (√D, Algorithm 1 read literally) or a number"""
+    attn_path: AttnPath = "auto"
+    """attention evaluation: 'fused' SDPA (O(N) memory), 'blocked' exact scores per query block (shared
+    diagonal computed once for all heads), 'auto' = blocked within attn_memory_mb, fused for decoding"""
+    attn_memory_mb: float = Field(512.0, ge=0)
+    """budget for the blocked path's N×N tensors kept for backward by one step of one layer (MiB);
+    above it blocks are recomputed in backward, and auto falls back to fused when one block does not fit"""
+    attn_block: int = Field(128, ge=1)
+    """query block size of the blocked path"""
+    attn_fp32: bool = False
+    """keep the blocked path's products in float32 under autocast (default: bf16 products, float32
+    bias and softmax); the fused path is always float32"""
 
 
 class CEMMLPConfig(MLPConfig):
@@ -101,7 +116,9 @@ class CEMAttention(EnergyBlock):
         cfg = cfg or CEMAttentionConfig()
         energy = InteractionEnergy(
             dim, heads, diagonal=cfg.diagonal, alibi=cfg.alibi, self_bias=cfg.self_bias,
-            temperature=cfg.temperature, attn_fp32=cfg.attn_fp32, causal=causal)
+            temperature=cfg.temperature, attn_fp32=cfg.attn_fp32, causal=causal,
+            diagonal_readout=cfg.diagonal_readout, attn_path=cfg.attn_path,
+            attn_memory_mb=cfg.attn_memory_mb, attn_block=cfg.attn_block)
         precond = make_preconditioner(
             cfg.precond, dim, cfg.precond_rank, heads if cfg.precond_per_head else None,
             name="cem_attention.precond")

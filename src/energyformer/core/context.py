@@ -39,6 +39,9 @@ class ForwardContext:
     carry:      state carried across layers by solvers (e.g. momentum), keyed by the solver's
                 carry key.
     aux_losses: auxiliary losses added by blocks (:meth:`add_aux`); the task adds them to its loss.
+    embedded:   the layer stack's input x⁰ (embedded tokens or patches, (B, N, D)), set by
+                :class:`~energyformer.models.backbone.LayerStack` before its first pass; blocks that
+                condition on the model input read it (Hyper-SET's step sizes, seed 002 Eq. 12).
     """
 
     traces: Traces | None = None
@@ -52,6 +55,7 @@ class ForwardContext:
     inputs: Any = None
     carry: dict[str, Any] = field(default_factory=dict)
     aux_losses: dict[str, Tensor] = field(default_factory=dict)
+    embedded: Tensor | None = None
 
     def key(self, name: str) -> BlockKey:
         """Record key of block ``name`` at the current iteration."""

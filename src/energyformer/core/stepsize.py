@@ -171,6 +171,9 @@ class NetworkStepSizeConfig(KindConfig):
     """Zero-initialise the output Linear ('output') or every Linear ('all'); both give eta = base at first."""
     base: float = 0.0
     """Constant added to the network output (eta = base + net)."""
+    groups: int = Field(1, ge=1)
+    """Step sizes produced by one network (output width groups x d, or groups for 'scalar'): Hyper-SET's
+    network gives alpha and gamma of two sublayers from one trunk (Table 6: Linear d x 2d), groups = 2."""
 
     @field_validator("embed_dim")
     @classmethod
@@ -208,12 +211,14 @@ class NetworkStepSize(StepSize):
     exact = False
 
     def __init__(self, dim: int, embed_dim: int = 64, condition: str = "x0", output: str = "vector",
-                 zero_init: str = "output", base: float = 0.0, max_period: float = 10000.0):
+                 zero_init: str = "output", base: float = 0.0, max_period: float = 10000.0,
+                 groups: int = 1):
         super().__init__()
         cfg = NetworkStepSizeConfig(embed_dim=embed_dim, condition=condition, output=output,
-                                    zero_init=zero_init, base=base)  # validates the options
+                                    zero_init=zero_init, base=base, groups=groups)  # validates the options
         check_int("dim", dim, min=1)
         self.dim, self.condition, self.output, self.base = dim, cfg.condition, cfg.output, float(base)
+        self.groups, self.zero_init = cfg.groups, cfg.zero_init
         half = embed_dim // 2
         self.register_buffer(
             "freqs", torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32) / half),
@@ -221,15 +226,22 @@ class NetworkStepSize(StepSize):
         self.time_in = nn.Linear(embed_dim, dim)   # W_1
         self.time_out = nn.Linear(dim, dim)        # W_2
         self.state_norm = nn.RMSNorm(dim)
-        self.out = nn.Linear(dim, 1 if output == "scalar" else dim)  # W_o
+        self.out = nn.Linear(dim, cfg.groups * (1 if output == "scalar" else dim))  # W_o
+        self.after_model_init()
+
+    def after_model_init(self) -> None:
+        """(Re-)apply the zero initialisation. Models that re-initialise every Linear call this
+        hook afterwards (:class:`~energyformer.models.wrapper.TokenModel`), so a step-size network
+        inside a model still starts at eta = base."""
         zeroed = {"none": (), "output": (self.out,), "all": (self.time_in, self.time_out, self.out)}
-        for lin in zeroed[cfg.zero_init]:
-            nn.init.zeros_(lin.weight)
-            nn.init.zeros_(lin.bias)
+        with torch.no_grad():
+            for lin in zeroed[self.zero_init]:
+                nn.init.zeros_(lin.weight)
+                nn.init.zeros_(lin.bias)
 
     @classmethod
     def from_config(cls, cfg: NetworkStepSizeConfig, dim: int) -> NetworkStepSize:
-        return cls(dim, cfg.embed_dim, cfg.condition, cfg.output, cfg.zero_init, cfg.base)
+        return cls(dim, cfg.embed_dim, cfg.condition, cfg.output, cfg.zero_init, cfg.base, groups=cfg.groups)
 
     def forward(self, index: int, x0: Tensor, x: Tensor) -> Tensor:
         s = x0 if self.condition == "x0" else x  # (B, N, D)
@@ -237,11 +249,12 @@ class NetworkStepSize(StepSize):
         emb = sinusoidal_embedding(index, self.freqs.to(w.dtype))  # (E,)
         tau = self.time_out(F.gelu(self.time_in(emb)))  # (D,)
         h = F.gelu(tau + self.state_norm(s.to(w.dtype)))  # (B, N, D)
-        eta = self.out(h)  # (B, N, 1) or (B, N, D)
+        eta = self.out(h)  # (B, N, groups) or (B, N, groups * D)
         return eta + self.base if self.base else eta
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, condition={self.condition!r}, output={self.output!r}, base={self.base}"
+        g = f", groups={self.groups}" if self.groups > 1 else ""
+        return f"dim={self.dim}, condition={self.condition!r}, output={self.output!r}, base={self.base}{g}"
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -1,46 +1,67 @@
 """CEM interaction energy → weight-tied attention (CEM seed §2.1, §2.3 Eq. 1-5, 12, 14, 16; App. B;
-reconstructed.md §4).
+Algorithm 1; reconstructed.md §4).
 
-For the update variable u_i (the normalised query-side state) and the normalised causal context h_{≤i}:
+For the update variable u_i (the normalised query-side state) and the normalised context h_{≤i}:
 
     E_i(u_i) = −τ Σ_k log Σ_{j≤i} exp(s_ijk),
     s_ijk    = (1/τ) u_iᵀ A_k h_j + b_ijk,     A_k = W_Qkᵀ W_Kk + diag(d_k)           (Eq. 1, 12)
-    b_ijk    = −m_k (i − j) + δ_k [j = i]       (ALiBi slopes m_k = 2^{−8k/K}; learned self bias δ_k)
+    b_ijk    = −m_k (i − j) + δ_k [j = i]       (ALiBi slopes m_k of Press et al.; learned self bias δ_k)
     −∇E_i    = Σ_k Σ_j p_ijk (W_Qkᵀ k_j + d_k ∘ h_j),   p = softmax_j(s),  k_j = W_Kk h_j   (Eq. 2, 4)
 
 With d = 0 and no bias, one step of size 1 is multi-head attention with W^V = W^K and W^O = W^Q
-(Eq. 5). The diagonal enters the scores AND the value/output path; adding it only to the scores would
-not be a gradient step (reconstructed.md §4).
+(Eq. 5). The diagonal enters the scores AND the value/output path; adding it only to the scores is
+not a gradient step (reconstructed.md §4).
 
-Fused evaluation (no N×N matrix): per head the query, key and value are concatenated
-``q̃ = [W_Qk u ; d_k∘u ; τ m_k (1, −i)]``, ``k̃ = [k_j ; h_j ; (j, 1)]``, ``ṽ = [k_j ; h_j]`` and one
-``scaled_dot_product_attention`` call with scale 1/τ gives ``Σ_j p_ijk [k_j ; h_j]``. ALiBi is the two
-extra feature columns (exact: m_k j − m_k i). The self bias δ_k [j = i] is not low-rank, so the fused
-call attends *strictly* earlier keys plus a zero "null" key whose value carries an indicator column;
-the indicator returns r_i = 1/(1 + Σ_{j<i} e^{s_ij}) and the self term is merged exactly:
+Read-outs (``diagonal_readout``):
+  * ``gradient`` (default, ``exact = True``): the step is −P ∇E above, the exact gradient of Eq. 2 + 12.
+  * ``algorithm1``: the paper's Algorithm 1 literally — the diagonal is in the scores only and the
+    update is ``Σ_k P_k W_Qkᵀ o_k`` with ``o_k = Σ_j p_ijk W_Kk h_j`` (no d_k ∘ h_j value term). This
+    is not the gradient of any energy we know of (``exact = False``); :meth:`reference_direction`
+    is its slow, literal formula for the property test, and ``grad`` stays the true gradient of E.
 
-    o_i = (o_i^{<} + c_i ṽ_i) / (1 − r_i + c_i),     c_i = r_i exp(s_ii),    log Z_i = log(1 − r_i + c_i) − log r_i
+Evaluation paths (``attn_path``; :mod:`energyformer.energies.interaction_paths` has the details):
+  * ``fused``: one ``scaled_dot_product_attention`` call over feature-augmented keys (every head
+    D_h + D wide), O(N) memory; the self score is merged *inside* SDPA's max-subtracted softmax,
+    so any finite logits are safe in float32 and bf16. Always used for decoding (one query).
+  * ``blocked``: explicit scores per causal query block; the shared diagonal's logits are computed
+    once for all heads and its value term from the head-summed probabilities — exact, and about twice
+    Llama's attention-core work instead of H + 1 times (shared diagonal, no per-head P). It keeps ~B·H·N²/2
+    probabilities for backward; when that exceeds ``attn_memory_mb`` each block is recomputed in
+    backward instead (live N² memory: one block), and when even one block of 16 queries does not
+    fit, ``auto`` falls back to ``fused``.
+  * ``auto`` (default): ``blocked`` within the memory budget, ``fused`` for decoding. (Measured with
+    ``benchmarks/cem_attention.py``: blocked is faster than SDPA here even without a diagonal — x1.1
+    in float32, x2.0 under bf16 autocast, D = 256, N = 256, 8 heads, one CPU thread.)
 
 Choices where the source is ambiguous (flags, defaults recommended by reconstructed.md §4):
-  * ``temperature`` τ = √(head dim) (standard attention scale; Eq. 5 writes √D_h with D_h ambiguous).
+  * ``temperature`` τ: the seed's Eq. 5 and Algorithm 1 write τ = √D_h, but D_h is also its symbol
+    for the model width (§2.1: "D_h is the feature dimension for h_i", head width D_r). Default
+    ``head_dim`` (τ = √D_r, standard attention scaling, so that T = 1 is ordinary MHA); ``model_dim``
+    (τ = √D) is the literal reading; a number sets τ directly.
+  * ALiBi slopes: Press et al. 2022 — m_k = 2^{−8k/K} for K a power of two; otherwise the 2^⌊log2 K⌋
+    power-of-two slopes followed by every other slope of the 2·2^⌊log2 K⌋ sequence. The seed's App. B
+    prints ``b_ijk = m_k |i − j|`` (a *positive* sign, which would reward distance) and gives
+    ``m_k = 2^{−k}`` "e.g."; we use −m_k (i − j) as Press et al. (for K = 8 the slopes coincide).
   * ``diagonal``: 'shared' (seed §4.4: close to per-head at lower cost), 'per_head' or 'none'; d init 0,
     so the layer starts as tied MHA.
   * Only δ = β_self − β_cross is identifiable (β_cross shifts every logit of a row equally), so one
     self bias per head is learned, initialised at 0.
-  * ``attn_fp32``: the attention core runs in float32 under autocast, because the ALiBi feature
-    columns carry values ~m·N that bfloat16 cannot resolve.
+  * ``attn_fp32``: under bf16 autocast the blocked path runs its products in bf16 (scores rounded to
+    bf16, relative error 2^-9) and the bias and softmax in float32; ``attn_fp32`` keeps the products
+    in float32 too. The fused path always runs in float32 (its ALiBi feature columns reach m·N).
 
 Bidirectional context (``causal=False``; not in the seed, needed by Hyper-SET-style encoders and
 masked modelling): the sum runs over every j, the self bias still marks j = i, and ALiBi becomes the
-symmetric distance penalty ``−m_k |i − j|`` (Press et al. 2022's encoder variant; with ``alibi=False``
-there is no position bias). ``|i − j|`` is not low-rank, so the bidirectional path passes the bias as
-an additive SDPA mask (one SDPA call, O(N²) bias) instead of the feature columns; the causal path
-keeps the fused single call with ``is_causal``. For every j ≤ i, ``−m(i − j) = −m|i − j|``, so one
-formula covers both.
+symmetric distance penalty ``−m_k |i − j|`` (Press et al. 2022's encoder variant). For every j ≤ i,
+``−m(i − j) = −m|i − j|``, so one formula covers both.
 
 Key padding (``prepare(..., mask=...)``, (B, Nk) bool, True = real token): masked keys are never
-attended. Every query still sees itself (the self term is merged separately), so a padded query's
-row is well defined; its output is meaningless and no real token reads it.
+attended. Every query still sees itself, so a padded query's row is well defined; its output is
+meaningless and no real token reads it.
+
+Weight decay: ``d`` has the role ``diagonal`` and ``self_bias`` the role ``position``; the trainer
+never decays them (train/roles.py). Preconditioner parameters (p, U, V, also of per-head banks) have
+the role ``precond`` by module type.
 """
 
 from __future__ import annotations
@@ -49,20 +70,38 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_float, check_int
+from .interaction_paths import (
+    Averages, BlockedState, FusedState, ValuePlan, attend_blocked, attend_fused, blocked_bytes,
+    prepare_fused,
+)
 
 DIAGONAL_MODES = ("none", "shared", "per_head")
+READOUTS = ("gradient", "algorithm1")
+ATTN_PATHS = ("auto", "fused", "blocked")
+TEMPERATURES = ("head_dim", "model_dim")
+#: smallest query block the blocked path uses to stay inside the memory budget
+MIN_BLOCK = 16
 
 
 def alibi_slopes(heads: int) -> Tensor:
-    """m_k = 2^{−8k/K}, k = 1..K (Press et al. 2022; reconstructed.md §4)."""
-    return torch.tensor([2.0 ** (-8.0 * (k + 1) / heads) for k in range(heads)])
+    """ALiBi slopes of Press et al. 2022 (their reference ``get_slopes``).
+
+    K a power of two: m_k = 2^{−8k/K}, k = 1..K. Otherwise, with n = 2^⌊log2 K⌋: the n slopes for n
+    heads followed by the first K − n of every other slope for 2n heads (2^{−4(2k−1)/n})."""
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (k + 1) / n) for k in range(n)]
+
+    n = 2 ** int(math.floor(math.log2(heads)))
+    slopes = power_of_two(n)
+    if n < heads:
+        slopes += power_of_two(2 * n)[0::2][: heads - n]
+    return torch.tensor(slopes)
 
 
 def concat_key_mask(old: Tensor | None, new: Tensor | None, n_old: int, n_new: int, batch: int,
@@ -94,17 +133,14 @@ def append_key_mask(cache: dict | None, mask: Tensor | None, n_old: int, n_new: 
 class InteractionState:
     """Work done once per block call (outside the recursion)."""
 
-    keys: Tensor     # (B, H, 1 + Nk, F) null key + feature-augmented keys k̃
-    values: Tensor   # (B, H, 1 + Nk, F) [ṽ ; null indicator ; zero padding]
-    self_keys: Tensor    # (B, H, Nq, F) k̃ at the query positions
-    self_values: Tensor  # (B, H, Nq, Fv)
-    qpos_feat: Tensor | None  # (H, Nq, 2) τ m_k (1, −i) or None
     h: Tensor        # (B, Nk, D) normalised context
     k: Tensor        # (B, H, Nk, Dr) keys (= values, tied)
     offset: int      # position of the first query
-    qpad: int = 0    # zero columns appended to queries so that q/k/v widths match
+    path: str        # 'fused' or 'blocked'
     key_mask: Tensor | None = None   # (B, Nk) bool, True = real key (None: all real)
-    attn_mask: Tensor | None = None  # SDPA mask over [null ; keys] for the non-fused paths, or None
+    fused: FusedState | None = None
+    blocked: BlockedState | None = None
+    attn_mask: Tensor | None = None  # fused path: SDPA mask over [null ; keys], or None
 
 
 @register_energy("cem_interaction")
@@ -117,8 +153,9 @@ class InteractionEnergy(Energy):
 
     def __init__(
         self, dim: int, heads: int, head_dim: int | None = None, diagonal: str = "shared",
-        alibi: bool = True, self_bias: bool = True, temperature: float | None = None,
-        attn_fp32: bool = True, causal: bool = True,
+        alibi: bool = True, self_bias: bool = True, temperature: float | str | None = None,
+        attn_fp32: bool = False, causal: bool = True, diagonal_readout: str = "gradient",
+        attn_path: str = "auto", attn_memory_mb: float = 512.0, attn_block: int = 128,
     ):
         super().__init__()
         check_int("dim", dim, min=1)
@@ -126,12 +163,19 @@ class InteractionEnergy(Energy):
         if head_dim is None and dim % heads != 0:
             raise ValueError(f"heads = {heads!r}: must divide dim = {dim} (or set head_dim)")
         check_choice("diagonal", diagonal, DIAGONAL_MODES)
+        check_choice("diagonal_readout", diagonal_readout, READOUTS)
+        check_choice("attn_path", attn_path, ATTN_PATHS)
+        check_float("attn_memory_mb", attn_memory_mb, min=0.0)
+        check_int("attn_block", attn_block, min=1)
         self.dim, self.heads = dim, heads
         self.head_dim = head_dim or dim // heads
         check_int("head_dim", self.head_dim, min=1)
-        if temperature is not None:
+        if temperature is None or isinstance(temperature, str):
+            check_choice("temperature", temperature or "head_dim", TEMPERATURES)
+            self.tau = math.sqrt(self.dim if temperature == "model_dim" else self.head_dim)
+        else:
             check_float("temperature", temperature, min=0.0, min_exclusive=True)
-        self.tau = float(temperature) if temperature is not None else math.sqrt(self.head_dim)
+            self.tau = float(temperature)
         self.diagonal = diagonal
         self.wq = nn.Linear(dim, heads * self.head_dim, bias=False)  # W^Q = W^O (tied)
         self.wk = nn.Linear(dim, heads * self.head_dim, bias=False)  # W^K = W^V (tied)
@@ -147,18 +191,25 @@ class InteractionEnergy(Energy):
         self.self_bias = nn.Parameter(torch.zeros(heads)) if self_bias else None
         self.attn_fp32 = attn_fp32
         self.causal = bool(causal)
+        self.readout = diagonal_readout
+        self.exact = diagonal_readout == "gradient"  # Algorithm 1's read-out is not a gradient step
+        self.attn_path, self.attn_memory_mb, self.attn_block = attn_path, float(attn_memory_mb), attn_block
 
     @classmethod
     def examples(cls, dtype=torch.float64):
-        """Causal: every diagonal mode with / without ALiBi + self bias; bidirectional: the same
-        (symmetric ALiBi −m|i − j|) for diagonal none / shared."""
-        cases = [(diag, ab, True) for diag in DIAGONAL_MODES for ab in (False, True)]
-        cases += [(diag, ab, False) for diag in ("none", "shared") for ab in (False, True)]
+        """Causal: every diagonal mode with / without ALiBi + self bias, on both paths; bidirectional:
+        the same (symmetric ALiBi −m|i − j|) for diagonal none / shared; Algorithm 1's read-out."""
+        cases = [(diag, ab, True, "gradient", path) for diag in DIAGONAL_MODES for ab in (False, True)
+                 for path in ("fused", "blocked")]
+        cases += [(diag, ab, False, "gradient", "auto") for diag in ("none", "shared") for ab in (False, True)]
+        cases += [(diag, True, c, "algorithm1", path) for diag in ("shared", "per_head") for c in (True, False)
+                  for path in ("fused", "blocked")]
         out = []
-        for diag, ab, causal in cases:
+        for diag, ab, causal, readout, path in cases:
             g = torch.Generator().manual_seed(len(out))
             torch.manual_seed(len(out))
-            e = cls(16, 4, diagonal=diag, alibi=ab, self_bias=ab, causal=causal).to(dtype)
+            e = cls(16, 4, diagonal=diag, alibi=ab, self_bias=ab, causal=causal, diagonal_readout=readout,
+                    attn_path=path, attn_block=3).to(dtype)
             with torch.no_grad():
                 if e.d is not None:
                     e.d.normal_(0, 0.5, generator=g)
@@ -166,7 +217,7 @@ class InteractionEnergy(Energy):
                     e.self_bias.normal_(0, 1, generator=g)
             ctx = torch.randn(2, 7, 16, generator=g, dtype=dtype)
             x = torch.randn(2, 7, 16, generator=g, dtype=dtype)
-            label = f"diag={diag},alibi={ab},self_bias={ab}" + ("" if causal else ",bidirectional")
+            label = f"diag={diag},alibi={ab},self_bias={ab},{readout},{path}" + ("" if causal else ",bidirectional")
             out.append((label, e, ctx, x))
         return out
 
@@ -174,7 +225,7 @@ class InteractionEnergy(Energy):
     def prepare(
         self, context: Tensor, cache: dict | None = None, offset: int = 0, mask: Tensor | None = None, **kw,
     ) -> InteractionState:
-        """Keys, values and the SDPA mask for queries at the last ``Nn`` positions.
+        """Keys (and the chosen path's tensors) for queries at the last ``Nn`` positions.
 
         context: (B, Nn, D) normalised input of this call; ``cache`` holds earlier keys (decoding);
         mask: (B, Nn) bool key-padding mask of this call's tokens (True = real).
@@ -195,43 +246,52 @@ class InteractionEnergy(Energy):
         key_mask = append_key_mask(cache, mask, n_old, nq, k.shape[0], k.device)  # (B, Nk) or None
         B, H, nk, _ = k.shape
         offset = nk - nq
-        cdt = self._compute_dtype(k.dtype)
-        feats = [k.to(cdt)]
-        if self.d is not None:
-            feats.append(h.to(cdt).unsqueeze(1).expand(B, H, nk, self.dim))
-        vals = torch.cat(feats, dim=-1)  # ṽ: (B, H, Nk, Fv)
-        qpos = None
-        if self.alibi and self.causal:  # exact rank-2 features: τ m (1, −i) · (j, 1) = τ m (j − i)
-            pos = torch.arange(nk, device=k.device, dtype=cdt)
-            kpos = torch.stack([pos, torch.ones_like(pos)], -1)  # (Nk, 2): (j, 1)
-            feats.append(kpos.expand(B, H, nk, 2))
-            qi = pos[offset:]
-            m = self.tau * self.slopes.to(cdt)[:, None, None]  # (H, 1, 1)
-            qpos = m * torch.stack([torch.ones_like(qi), -qi], -1)  # (H, Nq, 2): τ m (1, −i)
-        keys = torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0]  # k̃: (B, H, Nk, F)
-        # The fused CPU/CUDA kernels need equal q/k/v widths: the value gets the null-indicator
-        # column plus zero padding up to the key width F (F >= Fv + 1 is ensured by padding keys).
-        fv, fq = vals.shape[-1], keys.shape[-1]
-        self_keys = keys[:, :, offset:]  # (B, H, Nq, Fq) before padding
-        fk = max(fq, fv + 1)
-        if fk > fq:
-            keys = torch.cat([keys, keys.new_zeros(B, H, nk, fk - fq)], -1)
-        null_k = keys.new_zeros(B, H, 1, fk)
-        null_v = keys.new_zeros(B, H, 1, fk)
-        null_v[..., fv] = 1.0  # indicator column: returns r_i = p(null)
-        vals_ind = torch.cat([vals, vals.new_zeros(B, H, nk, fk - fv)], -1)
-        return InteractionState(
-            keys=torch.cat([null_k, keys], 2), values=torch.cat([null_v, vals_ind], 2),
-            self_keys=self_keys, self_values=vals[:, :, offset:], qpos_feat=qpos,
-            h=h, k=k, offset=offset, qpad=fk - fq, key_mask=key_mask,
-            attn_mask=self._others_mask(nq, nk, offset, key_mask, cdt, k.device),
-        )
+        st = InteractionState(h=h, k=k, offset=offset, path="fused", key_mask=key_mask)
+        path, block, recompute = self._choose_path(B, nq, nk, offset, self._product_dtype(k))
+        if path == "blocked":
+            cdt = self._product_dtype(k)
+            st.path = "blocked"
+            st.blocked = BlockedState(block=block, recompute=recompute, cdt=cdt, k=k.to(cdt),
+                                      h=None if self.d is None else h.to(cdt))
+        else:
+            st.fused = prepare_fused(self, h, k, offset, h_values=self.readout == "gradient")
+            st.attn_mask = self._others_mask(nq, nk, offset, key_mask, st.fused.keys.dtype, k.device)
+        return st
+
+    def _product_dtype(self, k: Tensor) -> torch.dtype:
+        """dtype of the blocked path's products: at least float32 with ``attn_fp32``, else the
+        autocast dtype under autocast, else the keys' dtype."""
+        if self.attn_fp32:
+            return torch.promote_types(k.dtype, torch.float32)
+        dev = k.device.type
+        return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else k.dtype
+
+    def _choose_path(self, B: int, nq: int, nk: int, offset: int, cdt: torch.dtype) -> tuple[str, int, bool]:
+        """(path, query block, recompute) under the memory budget (module docstring)."""
+        if self.attn_path == "fused" or (self.attn_path == "auto" and nq == 1):
+            return "fused", 0, False
+        budget = self.attn_memory_mb * 2**20
+        stack = self.d is not None and self.readout == "gradient"  # conservative: per-head value factors
+
+        def est(b):
+            return blocked_bytes(B, self.heads, nq, nk, offset, self.causal, b, cdt, stack)
+
+        block = self.attn_block
+        total, worst = est(block)
+        keep = torch.is_grad_enabled()
+        if (total if keep else worst) <= budget:
+            return "blocked", block, False
+        while block > MIN_BLOCK and est(block)[1] > budget:
+            block = max(MIN_BLOCK, block // 2)
+        if est(block)[1] <= budget or self.attn_path == "blocked":
+            return "blocked", block, keep
+        return "fused", 0, False
 
     def _others_mask(
         self, nq: int, nk: int, offset: int, key_mask: Tensor | None, cdt: torch.dtype, device,
     ) -> Tensor | None:
-        """SDPA mask over [null ; keys] for the keys j ≠ i merged by SDPA (the self term is added
-        exactly afterwards). None where :meth:`attend` uses the fused causal calls.
+        """Fused path: SDPA mask over [null ; keys] for the keys j ≠ i merged by SDPA (the null key,
+        carrying the self score, is always visible). None where the fused causal calls apply.
 
         Causal: bool (Nq, 1+Nk) or (B, 1, Nq, 1+Nk), key c = j + 1 visible iff j < i (and real).
         Bidirectional: every real j ≠ i; with ALiBi an additive float mask −m_k |i − j| (−inf where
@@ -253,99 +313,93 @@ class InteractionEnergy(Energy):
         vis = vis[None, None] if vis.dim() == 2 else vis[:, None]
         return bias.masked_fill(~vis, float("-inf"))
 
-    def _compute_dtype(self, dt: torch.dtype) -> torch.dtype:
-        return torch.promote_types(dt, torch.float32) if self.attn_fp32 else dt
-
     # ------------------------------------------------------------------ inside the loop
-    def _query(self, u: Tensor, st: InteractionState, cdt: torch.dtype) -> Tensor:
-        B, nq, _ = u.shape
-        parts = [rearrange(self.wq(u), "b n (h r) -> b h n r", h=self.heads).to(cdt)]
-        if self.d is not None:
-            d = self.d if self.d.dim() == 2 else self.d.expand(self.heads, self.dim)
-            parts.append((u.unsqueeze(1) * d[None, :, None, :]).to(cdt))  # (B, H, Nq, D)
-        if st.qpos_feat is not None:
-            parts.append(st.qpos_feat.expand(B, -1, -1, -1))
-        return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
+    @staticmethod
+    def _bank(precond: Preconditioner | None) -> bool:
+        return precond is not None and not precond.is_identity and precond.heads is not None
 
-    def attend(self, u: Tensor, st: InteractionState) -> tuple[Tensor, Tensor]:
-        """Fused attention of queries u (B, Nq, D) on the prepared context.
+    def _plan(self, precond: Preconditioner | None, gradient: bool) -> ValuePlan:
+        """What the read-out needs: the h-term's per-head factors c_k and the low-rank projections."""
+        if self.d is None or not gradient:
+            return ValuePlan(key=("none",))
+        if not self._bank(precond):
+            mode = "sum" if self.d.dim() == 1 else "stack"
+            return ValuePlan(h_mode=mode, c=self.d, key=(mode,))
+        dd = self.d if self.d.dim() == 2 else self.d[None]            # (H or 1, D)
+        c = precond.diag() * dd                                       # (H, D): diag(P_k) ∘ d_k
+        lr = None
+        if hasattr(precond, "U"):                                     # [d_k∘V_k , d_k∘U_k]: (H, D, 2R)
+            lr = torch.cat([precond.V, precond.U], -1) * dd[..., None]
+        return ValuePlan(h_mode="stack", c=c, lr=lr, key=("bank", id(precond)))
 
-        Returns (o, logZ): o (B, H, Nq, Fv) = Σ_j p_ijk ṽ_j and logZ (B, H, Nq) = log Σ_j e^{s_ijk}
-        over the visible keys (j ≤ i when causal, all real j otherwise).
-        """
-        cdt = st.keys.dtype
-        with torch.autocast(u.device.type, enabled=False) if self.attn_fp32 else _null():
-            qt = self._query(u, st, cdt)  # (B, H, Nq, Fq)
-            s_self = (qt * st.self_keys).sum(-1) / self.tau  # (B, H, Nq)
-            if st.qpad:
-                qt = torch.cat([qt, qt.new_zeros(*qt.shape[:-1], st.qpad)], -1)
-            nq, nk = qt.shape[2], st.keys.shape[2] - 1
-            if st.attn_mask is not None:  # bidirectional, key padding or chunked prefill: one masked call
-                out = F.scaled_dot_product_attention(
-                    qt, st.keys, st.values, attn_mask=st.attn_mask, scale=1.0 / self.tau)
-            elif nq == nk:  # causal training / prefill: square strictly-causal call (fused)
-                q_pad = torch.cat([qt, qt.new_zeros(qt.shape[0], qt.shape[1], 1, qt.shape[-1])], 2)
-                out = F.scaled_dot_product_attention(
-                    q_pad, st.keys, st.values, is_causal=True, scale=1.0 / self.tau)[:, :, :-1]
-            else:  # decoding one token: every cached key before it is visible
-                out = F.scaled_dot_product_attention(
-                    qt, st.keys[:, :, :-1], st.values[:, :, :-1], scale=1.0 / self.tau)
-            fv = st.self_values.shape[-1]
-            o_lt, r = out[..., :fv], out[..., fv]  # (B,H,Nq,Fv), (B,H,Nq)
-            if self.self_bias is not None:
-                s_self = s_self + self.self_bias.to(cdt)[None, :, None]
-            log_r = torch.log(r.clamp_min(torch.finfo(r.dtype).tiny))
-            c = torch.exp(s_self + log_r)
-            denom = 1.0 - r + c
-            o = (o_lt + c.unsqueeze(-1) * st.self_values) / denom.unsqueeze(-1)
-            log_z = torch.log(denom) - log_r
-        return o, log_z
+    def attend(self, u: Tensor, st: InteractionState, plan: ValuePlan | None = None,
+               need_logz: bool = False) -> Averages:
+        """The attention averages of queries u (B, Nq, D) on the prepared context (see
+        :mod:`energyformer.energies.interaction_paths`); default plan: the gradient's."""
+        plan = plan or self._plan(None, True)
+        if st.path == "blocked":
+            return attend_blocked(self, u, st, st.blocked, plan, need_logz)
+        o, _, logz = attend_fused(self, u, st.fused, st.attn_mask, need_logz)
+        R = self.head_dim
+        avg = Averages(oq=o[..., :R], logz=logz)
+        if plan.h_mode is not None or plan.lr is not None:
+            if not st.fused.h_values:
+                raise RuntimeError("this fused state carries no h values (prepared for Algorithm 1's read-out)")
+            oh = o[..., R:]  # (B, H, Nq, D) Σ_j p_ijk h_j
+            if plan.h_mode == "sum":
+                avg.hterm = oh.sum(1) * plan.c.to(oh.dtype)
+            elif plan.h_mode == "stack":
+                avg.hterm = torch.einsum("bhnd,hd->bnd", oh, plan.c.to(oh.dtype))
+            if plan.lr is not None:
+                avg.lowrank = torch.einsum("bhnd,hdr->bhnr", oh, plan.lr.to(oh.dtype))
+        return avg
 
-    def _readout(self, o: Tensor, precond: Preconditioner | None, dtype: torch.dtype) -> Tensor:
-        """Σ_k P_k (W_Qkᵀ o_k[:Dr] + d_k ∘ o_k[Dr:]) → (B, Nq, D)."""
+    def _combine(self, avg: Averages, precond: Preconditioner | None, plan: ValuePlan,
+                 dtype: torch.dtype) -> Tensor:
+        """Σ_k P_k (W_Qkᵀ oq_k) + h-term + low-rank term (→ (B, Nq, D)); a single P is applied last."""
         H, R, D = self.heads, self.head_dim, self.dim
-        o = o.to(dtype)
-        o_q, o_h = o[..., :R], o[..., R:]
         wq = self.wq.weight.view(H, R, D)  # W_Qk: (H, Dr, D)
-        bank = precond is not None and not precond.is_identity and precond.heads is not None
-        if bank:
+        oq = avg.oq.to(dtype)
+        if self._bank(precond):
             w_eff = precond.fold(wq.transpose(1, 2))  # P_k W_Qkᵀ: (H, D, Dr), weight-only
-            out = torch.einsum("bhnr,hdr->bnd", o_q, w_eff.to(dtype))
+            out = torch.einsum("bhnr,hdr->bnd", oq, w_eff.to(dtype))
         else:
-            out = torch.einsum("bhnr,hrd->bnd", o_q, wq.to(dtype))
-        if self.d is not None:
-            d = self.d.to(dtype)
-            if bank:
-                g = rearrange(o_h, "b h n d -> b n h d") * (d if d.dim() == 2 else d[None])
-                out = out + precond(g).sum(2)
-            elif d.dim() == 1:
-                out = out + d * o_h.sum(1)
-            else:
-                out = out + torch.einsum("bhnd,hd->bnd", o_h, d)
-        if precond is not None and not precond.is_identity and not bank:
+            out = torch.einsum("bhnr,hrd->bnd", oq, wq.to(dtype))
+        if avg.hterm is not None:
+            out = out + avg.hterm.to(dtype)
+        if avg.lowrank is not None:  # Σ_k U_k (V_kᵀ d∘o_hk) + V_k (U_kᵀ d∘o_hk)
+            uv = torch.cat([precond.U, precond.V], -1).to(dtype)  # (H, D, 2R)
+            out = out + torch.einsum("bhnr,hdr->bnd", avg.lowrank.to(dtype), uv)
+        if precond is not None and not precond.is_identity and not self._bank(precond):
             out = precond(out)
         return out
 
     # ------------------------------------------------------------------ Energy API
     def direction(self, u: Tensor, st: InteractionState, precond: Preconditioner) -> Tensor:
-        o, _ = self.attend(u, st)
-        return self._readout(o, precond, u.dtype)
+        plan = self._plan(precond, self.readout == "gradient")
+        return self._combine(self.attend(u, st, plan), precond, plan, u.dtype)
 
     def grad(self, u: Tensor, st: InteractionState) -> Tensor:
-        o, _ = self.attend(u, st)
-        return -self._readout(o, None, u.dtype)
+        if st.path == "fused" and not st.fused.h_values and self.d is not None:
+            return super().grad(u, st)  # Algorithm 1's fused state has no h values: autograd of E
+        plan = self._plan(None, True)
+        return -self._combine(self.attend(u, st, plan), None, plan, u.dtype)
 
     def energy_fused(self, u: Tensor, st: InteractionState) -> Tensor:
-        """E_i from the fused path's normaliser (no N×N matrix): −τ Σ_k log Z_ik + ALiBi offset."""
-        _, log_z = self.attend(u, st)
+        """E_i from the chosen path's normaliser (no N×N matrix on the fused path): −τ Σ_k log Z_ik.
+
+        The fused path gets log Z = s_ii − log p_ii; where p_ii underflows (the past outweighs the self
+        score by more than the dtype's range) this row is recomputed on the blocked path."""
+        log_z = self.attend(u, st, ValuePlan(), need_logz=True).logz
+        if st.path == "fused" and not torch.isfinite(log_z).all():
+            bs = BlockedState(block=self.attn_block, recompute=False, cdt=st.fused.keys.dtype,
+                              k=st.k.to(st.fused.keys.dtype), h=None if self.d is None else st.h.to(st.fused.keys.dtype))
+            alt = InteractionState(h=st.h, k=st.k, offset=st.offset, path="blocked", key_mask=st.key_mask, blocked=bs)
+            log_z = torch.where(torch.isfinite(log_z), log_z, self.attend(u, alt, ValuePlan(), need_logz=True).logz)
         return -self.tau * log_z.sum(1).to(u.dtype)
 
-    def energy(self, u: Tensor, st: InteractionState) -> Tensor:
-        """Reference per-token energy with explicit (B, H, Nq, Nk) scores (tests, traces).
-
-        Masked (padded) queries get a finite energy from their own key and the real ones; it is
-        meaningless and callers that aggregate should ignore it.
-        """
+    def _dense_scores(self, u: Tensor, st: InteractionState) -> Tensor:
+        """Explicit (B, H, Nq, Nk) scores s_ijk with −inf where j is not visible (tests, traces)."""
         H = self.heads
         q = rearrange(self.wq(u), "b n (h r) -> b h n r", h=H)
         s = torch.einsum("bhnr,bhmr->bhnm", q, st.k.to(q.dtype))
@@ -364,18 +418,33 @@ class InteractionEnergy(Energy):
         if st.key_mask is not None:
             vis = (vis[None] & st.key_mask[:, None, :]) | (i == j)[None]  # (B, Nq, Nk); self always
             vis = vis[:, None]
-        s = s.masked_fill(~vis, float("-inf"))
-        return -self.tau * torch.logsumexp(s, dim=-1).sum(1)  # (B, Nq)
+        return s.masked_fill(~vis, float("-inf"))
+
+    def energy(self, u: Tensor, st: InteractionState) -> Tensor:
+        """Reference per-token energy with explicit (B, H, Nq, Nk) scores (tests, traces).
+
+        Masked (padded) queries get a finite energy from their own key and the real ones; it is
+        meaningless and callers that aggregate should ignore it.
+        """
+        return -self.tau * torch.logsumexp(self._dense_scores(u, st), dim=-1).sum(1)  # (B, Nq)
+
+    def reference_direction(self, u: Tensor, st: InteractionState, precond: Preconditioner) -> Tensor:
+        """Algorithm 1's update written out: p from the explicit scores (diagonal included),
+        o_k = Σ_j p_ijk W_Kk h_j, update Σ_k P_k W_Qkᵀ o_k with P_k as dense matrices."""
+        if self.readout == "gradient":
+            return super().reference_direction(u, st, precond)  # exact: checked against the gradient
+        p = torch.softmax(self._dense_scores(u, st), dim=-1)              # (B, H, Nq, Nk)
+        o = torch.einsum("bhnm,bhmr->bhnr", p, st.k.to(p.dtype))          # (B, H, Nq, Dr)
+        wq = self.wq.weight.view(self.heads, self.head_dim, self.dim)
+        per_head = torch.einsum("bhnr,hrd->bhnd", o, wq)                  # W_Qkᵀ o_k
+        if precond.is_identity:
+            return per_head.sum(1)
+        M = precond.matrix()
+        if precond.heads is not None:
+            return torch.einsum("hde,bhne->bnd", M, per_head)
+        return per_head.sum(1) @ M.T
 
     def precond_exact(self, precond: Preconditioner) -> bool:
         # Per-head P_k (seed Eq. 14) give Σ_k P_k ∇E_k, which is not −P∇E for one PD P and need not
         # even be a descent direction; a shared P (or identity) is an exact preconditioned step.
         return precond.is_identity or precond.heads is None
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *a):
-        return False

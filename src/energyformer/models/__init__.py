@@ -17,3 +17,5 @@ __all__ = [
     "build_transformer", "kv_cache_bytes",
 ]
 from . import equilibrium  # noqa: E402,F401  (registers "equilibrium")
+from . import bare_attention, factored  # noqa: E402,F401  (registers "bare_sa", "factored"; seed 004)
+from . import vision  # noqa: F401,E402  (registers "vision": the image wrapper)

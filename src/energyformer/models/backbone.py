@@ -9,7 +9,8 @@ more iterations than it trained with (seed 002 §3, §5); recycling draws the tr
 pass after the first (as in recurrent-depth / deep-equilibrium models, so late passes stay anchored
 to the tokens); with L = 1 it has no effect.
 
-Every pass sets ``ctx.iteration`` (0 … L−1) and ``ctx.iterations`` (L), so blocks can read the
+Before the first pass the stack stores its input in ``ctx.embedded`` (x⁰: blocks that condition on
+the model input, such as Hyper-SET's step-size network, read it there). Every pass sets ``ctx.iteration`` (0 … L−1) and ``ctx.iterations`` (L), so blocks can read the
 iteration (per-iteration LoRA, iteration-conditioned step sizes), and traces, solver statistics and
 KV-cache slots are keyed by (block, iteration).
 
@@ -66,6 +67,7 @@ class LayerStack(nn.ModuleList):
             iterations = self.iterations if ctx.cache is not None else self.num_iterations()
         check_int("iterations", iterations, min=1)
         e = x
+        ctx.embedded = x
         ctx.iterations = iterations
         for it in range(iterations):
             ctx.iteration = it

@@ -59,6 +59,10 @@ class RegressorConfig(KindConfig):
     """CEM step size eta"""
     precond: Literal["identity", "diagonal", "diag_low_rank"] = "identity"
     """CEM preconditioner"""
+    learn_step_size: bool = False
+    """CEM: learn eta (softplus-parametrised, initialised at step_size)"""
+    norm_in_loop: bool = True
+    """CEM: RMSNorm the iterate before each step (Algorithm 1); False: exact gradient steps on E(x | h)"""
 
     @model_validator(mode="after")
     def _steps(self) -> RegressorConfig:
@@ -115,7 +119,8 @@ def make_block(cfg: RegressorConfig) -> nn.Module:
     from ..blocks.cem import CEMMLP, CEMMLPConfig
 
     return CEMMLP(cfg.dim, CEMMLPConfig(steps=cfg.steps, hidden=cfg.h, step_size=cfg.step_size,
-                                        precond=cfg.precond))
+                                        precond=cfg.precond, learn_step_size=cfg.learn_step_size,
+                                        norm_in_loop=cfg.norm_in_loop))
 
 
 @MODELS.register("regressor", RegressorConfig)

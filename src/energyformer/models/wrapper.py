@@ -47,7 +47,9 @@ def _positions(cfg: ModelConfig) -> nn.Module | None:
 class TokenModel(nn.Module):
     """Embedding, layer stack (iterated), final norm and a bias-free head with ``n_out`` outputs.
 
-    The head is tied to the embedding when ``cfg.tie_embeddings`` is True, or None and the head
+    Every Linear and Embedding weight is drawn from N(0, init_std²) (biases zero); afterwards every
+    module that defines ``after_model_init()`` re-applies its own rule (e.g. a zero-initialised
+    step-size network). The head is tied to the embedding when ``cfg.tie_embeddings`` is True, or None and the head
     predicts the vocabulary (``n_out == vocab_size``); tying with ``n_out != vocab_size`` is an error.
     """
 
@@ -68,6 +70,10 @@ class TokenModel(nn.Module):
         self.norm = nn.RMSNorm(cfg.dim, eps=1e-6) if cfg.final_norm == "rms" else nn.LayerNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, n_out, bias=False)
         self.apply(self._init)
+        for m in self.modules():  # modules with their own init rule (zero-initialised step-size networks)
+            hook = getattr(m, "after_model_init", None)
+            if callable(hook):
+                hook()
         if tie:
             self.head.weight = self.embed.weight
         name_blocks(self)

@@ -34,3 +34,11 @@ register_reproduction("cem-lm", "energyformer.reproduce.cem_lm",
                       "CEM seed §4: Llama vs CEM language models at CPU scale (suites, LR sweep)")
 register_reproduction("cem-gp", "energyformer.reproduce.cem_gp",
                       "CEM seed Table 3: Plain / Gated / CEM-T{1,2,4,8} on GP regression")
+register_reproduction("hyperset-sudoku", "energyformer.reproduce.hyperset_sudoku",
+                      "Hyper-SET seed §5.1: Hyper-SET vs the looped transformer on Sudoku, test-time extrapolation")
+register_reproduction("intrinsic-lm", "energyformer.reproduce.intrinsic_lm",
+                      "Intrinsic-optimizer seed §4: MHA vs MomenMHA, NagMHA, MHA2nd1st(+simplified), MHA2nd-lite LMs")
+register_reproduction("bare-sa", "energyformer.reproduce.bare_sa",
+                      "seed 004: recycled transformer vs bare self-attention trained by pseudo-likelihood (Potts MLM, denoising)")
+register_reproduction("hyperset-images", "energyformer.reproduce.hyperset_images",
+                      "Hyper-SET seed §5.2: Hyper-SET vs Transformer / ET / CRATE(-T) on images, Tables 1, 4, 5, Fig. 4")

@@ -46,6 +46,16 @@ MODEL_SPECS: dict[str, RegressorConfig] = {
     **{f"CEM-T{t}": RegressorConfig(block="cem", steps=t) for t in (1, 2, 4, 8)},
 }
 
+#: Study of recursion depth (issue #8: why do T4/T8 get worse than T2?): the same data, initial weights
+#: and schedule as the Table 3 rows, changing one thing — the step size scaled so that T·η = 2 (the
+#: total step of T2), a learned η, or exact gradient steps (no RMSNorm of the iterate in the loop).
+STUDY_SPECS: dict[str, RegressorConfig] = {
+    **{f"CEM-T{t}-eta{2 / t:g}": RegressorConfig(block="cem", steps=t, step_size=2 / t) for t in (4, 8)},
+    **{f"CEM-T{t}-learned": RegressorConfig(block="cem", steps=t, learn_step_size=True) for t in (4, 8)},
+    **{f"CEM-T{t}-exact": RegressorConfig(block="cem", steps=t, norm_in_loop=False) for t in (4, 8)},
+}
+ALL_SPECS = {**MODEL_SPECS, **STUDY_SPECS}
+
 QUICK = {"reps": 3, "n_train": 4000, "n_test": 1000, "epochs": 12}
 FULL = {"reps": 10, "n_train": 8000, "n_test": 1000, "epochs": 50}
 
@@ -73,8 +83,12 @@ class GPExperiment(ConfigModel):
     """base seed of data and initial weights"""
     threads: int = Field(1, ge=1)
     """torch intra-op threads (1 is fastest for these sizes)"""
+    study: bool = False
+    """also run the recursion-depth study (STUDY_SPECS) on study_kernels"""
+    study_kernels: list[str] = Field(default_factory=lambda: ["rbf", "periodic"])
+    """kernels of the recursion-depth study"""
 
-    @field_validator("kernels")
+    @field_validator("kernels", "study_kernels")
     @classmethod
     def _kernels(cls, v: list[str]) -> list[str]:
         bad = [k for k in v if k not in KERNELS]
@@ -107,6 +121,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--models", nargs="+", help=f"subset of {list(MODEL_SPECS)}")
     p.add_argument("--seed", type=int)
     p.add_argument("--threads", type=int, help="torch intra-op threads (1 is fastest for these sizes)")
+    p.add_argument("--study", action="store_true", default=None,
+                   help="also run the recursion-depth study (T4/T8 with eta = 2/T, learned eta, exact steps)")
+    p.add_argument("--study-kernels", nargs="+", help="kernels of the study (default rbf periodic)")
+    p.add_argument("--report", type=Path, help="also write the report here (its JSON beside it as gp_results.json)")
     args = p.parse_args(argv)
     values: dict = dict(FULL) if args.full else {}
     try:
@@ -127,7 +145,7 @@ def model_table(models: list[str]) -> dict[str, dict]:
     """Exact parameter counts and FLOPs (analytic and FlopCounterMode) for each model."""
     info = {}
     for m in models:
-        cfg = MODEL_SPECS[m]
+        cfg = ALL_SPECS[m]
         torch.manual_seed(0)
         net = GPRegressor(cfg)
         info[m] = {"params": count_params(net)["total"], "flops": analytic_flops(cfg),
@@ -146,7 +164,7 @@ def run_config(args: argparse.Namespace, kernel: str, rep: int, model: str, data
         "name": f"{kernel}-r{rep}-{model}", "out_dir": str(Path(args.out) / "runs"),
         "task": {"kind": "gp", "kernel": {"name": kernel}, "n_train": args.n_train, "n_test": args.n_test,
                  "data_seed": data_seed, "batch_size": args.batch_size},
-        "model": to_dict(MODEL_SPECS[model]),
+        "model": to_dict(ALL_SPECS[model]),
         # Adam with PyTorch's defaults (no weight decay), 5% warm-up, cosine to 0.1x
         "train": {"steps": steps, "lr": args.lr,
                   "optimizer": {"kind": "adam", "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0},
@@ -165,26 +183,52 @@ def _git_commit() -> str | None:
         return None
 
 
+def recursion_trace(run_dir: str, x: torch.Tensor) -> dict:
+    """What the trained CEM block does inside its recursion on inputs ``x``: mean energy ξ(u_t | h)
+    per step (u_t = the point where the gradient is taken), mean step norm ‖x_{t+1} − x_t‖, the norm of
+    the state ‖x_t‖ (from the embedding's norm and the steps) and the step size η in use."""
+    from energyformer.core import ForwardContext
+    from energyformer.experiment import load_trained
+
+    _, model, _ = load_trained(run_dir)
+    ctx = ForwardContext(traces={})
+    with torch.no_grad():
+        z = model.embed(x)[:, None, :]
+        out = model.block(z, ctx)
+    trace = next(iter(ctx.traces.values()))
+    eta = model.block.solver.step_size(0, z, z)
+    return {"energy": trace.mean_energy(), "step_norm": trace.mean_step_norm(),
+            "state_norm_start": float(z.norm(dim=-1).mean()), "state_norm_end": float(out.norm(dim=-1).mean()),
+            "eta": float(eta.detach() if isinstance(eta, torch.Tensor) else eta)}
+
+
 def run_all(args: argparse.Namespace) -> list[dict]:
-    """Train every (kernel, repetition, model); print one line per run; return the run records."""
+    """Train every (kernel, repetition, model) — and the study's — one line per run; return the records."""
     from energyformer.experiment import build_task, run_experiment
 
-    runs, total = [], len(args.kernels) * args.reps * len(args.models)
+    plan = [(k, m) for k in args.kernels for m in args.models]
+    if args.study:
+        plan += [(k, m) for k in args.study_kernels for m in STUDY_SPECS]
+    runs, total = [], len(plan) * args.reps
     t_start = time.perf_counter()
-    for kernel in args.kernels:
+    for kernel in dict.fromkeys(k for k, _ in plan):
         k_index = list(KERNELS).index(kernel)
         for rep in range(args.reps):
             data_seed = args.seed + 1000 * k_index + rep
-            for model in args.models:
+            for model in [m for k, m in plan if k == kernel]:
                 cfg = run_config(args, kernel, rep, model, data_seed)
-                res = run_experiment(cfg, overwrite=True, task=build_task(cfg, rank=0))
+                task = build_task(cfg, rank=0)
+                res = run_experiment(cfg, overwrite=True, task=task)
                 per_epoch = math.ceil(args.n_train / args.batch_size)
                 last = res.loss_history[-per_epoch:]
-                runs.append({"kernel": kernel, "model": model, "rep": rep, "data_seed": data_seed,
-                             "init_seed": args.seed + rep, "train_rmse": res.final["eval/train_rmse"],
-                             "test_rmse": res.final["eval/test_rmse"], "seconds": res.seconds,
-                             "final_train_loss": sum(last) / max(len(last), 1), "run_dir": str(res.run_dir)})
-                print(f"[{len(runs):3d}/{total}] {kernel:8s} rep {rep} {model:7s} "
+                rec = {"kernel": kernel, "model": model, "rep": rep, "data_seed": data_seed,
+                       "init_seed": args.seed + rep, "train_rmse": res.final["eval/train_rmse"],
+                       "test_rmse": res.final["eval/test_rmse"], "seconds": res.seconds,
+                       "final_train_loss": sum(last) / max(len(last), 1), "run_dir": str(res.run_dir)}
+                if args.study and kernel in args.study_kernels and rep == 0 and ALL_SPECS[model].block == "cem":
+                    rec["recursion"] = recursion_trace(str(res.run_dir), task.data.x_test[:500])
+                runs.append(rec)
+                print(f"[{len(runs):3d}/{total}] {kernel:8s} rep {rep} {model:15s} "
                       f"train {runs[-1]['train_rmse']:.4f} test {runs[-1]['test_rmse']:.4f} "
                       f"({res.seconds:.1f}s, elapsed {time.perf_counter() - t_start:.0f}s)", flush=True)
     return runs
@@ -192,7 +236,7 @@ def run_all(args: argparse.Namespace) -> list[dict]:
 
 def setup_dict(args: argparse.Namespace, info: dict, seconds: float) -> dict:
     per_sample = {m: i["flops"] / FLOPS_BATCH for m, i in info.items()}
-    paper_flops = {m: parse_si(PAPER_TABLE3[("rbf", m)].flops) for m in info}
+    paper_flops = {m: parse_si(PAPER_TABLE3[("rbf", m)].flops) for m in info if ("rbf", m) in PAPER_TABLE3}
     return {
         "data": f"x ~ U[-1,1]^10, one joint GP draw (float64 Cholesky, jitter 1e-6) on "
                 f"{args.n_train} train + {args.n_test} test points, no noise, no rescaling",
@@ -216,9 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    info = model_table(args.models)
+    info = model_table(list(args.models) + (list(STUDY_SPECS) if args.study else []))
     for m, i in info.items():
-        print(f"{m:7s} params {i['params']:6d}  FLOPs/forward(B={FLOPS_BATCH}) {i['flops']:>9d} "
+        print(f"{m:14s} params {i['params']:6d}  FLOPs/forward(B={FLOPS_BATCH}) {i['flops']:>9d} "
               f"(FlopCounterMode {i['flops_measured']})")
     runs = run_all(args)
     setup = setup_dict(args, info, time.perf_counter() - t0)
@@ -238,6 +282,15 @@ def main(argv: list[str] | None = None) -> int:
             {"kernel": k, "model": m, **vars(r)} for (k, m), r in PAPER_TABLE3.items()]},
     }
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
+    if args.report is not None:
+        from energyformer.analysis.gp_report import plot_recursion
+
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        png = plot_recursion(runs, args.report.parent / "gp_recursion.png")
+        if png is not None:
+            report += f"\n![test RMSE against T](gp_recursion.png)\n"
+        args.report.write_text(report)
+        (args.report.parent / "gp_results.json").write_text(json.dumps(results, indent=1))
     print(report)
     print(f"wrote {args.out / 'report.md'} and {args.out / 'results.json'}")
     return 0

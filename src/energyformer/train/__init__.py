@@ -23,6 +23,7 @@ from .callbacks import AnnealCallback, Callback, ProjectionCallback
 from .checkpoint import (
     CheckpointError,
     latest_checkpoint,
+    checkpoint_step,
     latest_valid_checkpoint,
     list_checkpoints,
     load_checkpoint,
@@ -51,7 +52,7 @@ __all__ = [
     "AnnealCallback", "Callback", "CheckpointError", "LRSchedule", "OPTIMIZERS", "ProjectionCallback",
     "ROLES", "SCHEDULES", "TrainConfig", "Trainer", "TrainingDiverged", "build_optimizer",
     "declare_param_roles", "describe_param_groups", "dist_info", "fork_rng", "format_param_groups",
-    "get_rng_state", "is_main_process", "latest_checkpoint", "latest_valid_checkpoint",
+    "checkpoint_step", "get_rng_state", "is_main_process", "latest_checkpoint", "latest_valid_checkpoint",
     "list_checkpoints", "load_checkpoint", "load_model_weights", "lr_factor", "param_groups",
     "param_roles", "register_module_role", "resolve_device", "save_checkpoint", "seed_everything",
     "set_rng_state", "unwrap_model", "verify_checkpoint",

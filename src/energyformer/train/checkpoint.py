@@ -32,9 +32,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from energyformer.utils.io import atomic_write_text, fsync_dir
 import torch
 from torch import nn
+
+from energyformer.errors import UserError
+from energyformer.utils.io import atomic_write_text, fsync_dir
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.pt"
@@ -44,7 +46,7 @@ FORMAT_VERSION = 1
 _CKPT_RE = re.compile(r"^ckpt-(\d+)$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint is missing, incomplete or corrupt; the message names the file and the problem."""
 
 
@@ -174,6 +176,31 @@ def check_plain(obj: Any, where: str = "state") -> None:
 # save
 
 
+def nonfinite_tensors(obj: Any, prefix: str = "") -> list[str]:
+    """Names of floating-point tensors in ``obj`` (a module's state, an optimizer state, nested
+    dicts/lists) that hold NaN or inf. Empty when everything is finite."""
+    bad: list[str] = []
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() and obj.numel() and not bool(torch.isfinite(obj).all()):
+            bad.append(prefix or "tensor")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            bad += nonfinite_tensors(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            bad += nonfinite_tensors(v, f"{prefix}[{i}]")
+    return bad
+
+
+def _is_disk_full(err: BaseException) -> bool:
+    import errno
+
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(err)  # torch.save reports a full disk as a RuntimeError from its zip writer
+    return "No space left" in text or ("file write failed" in text and "inline_container" in text)
+
+
 def save_checkpoint(
     out_dir: str | os.PathLike,
     step: int,
@@ -190,14 +217,38 @@ def save_checkpoint(
     made of tensors and plain Python values (see :func:`check_plain`). ``keep``: number of newest
     checkpoints to keep after this one is complete (0 keeps all). Wrapped models (DDP, compiled)
     are unwrapped; tied/shared weights are stored once (``safetensors.torch.save_model``).
-    """
-    from safetensors.torch import save_model
 
+    A checkpoint is never written with non-finite weights or optimizer state (:class:`CheckpointError`),
+    so every checkpoint on disk is a good one and pruning can never leave only poisoned ones. A full
+    disk raises ``OSError(ENOSPC)`` ("no space left on device") and leaves no temporary files.
+    """
+    raw = unwrap_model(model)
+    bad = nonfinite_tensors(raw.state_dict())
+    if optimizer is not None:
+        bad += nonfinite_tensors(optimizer.state_dict().get("state", {}), "optimizer")
+    if bad:
+        raise CheckpointError(f"refusing to save step {step}: non-finite values in {', '.join(bad[:4])}"
+                              + (f" and {len(bad) - 4} more" if len(bad) > 4 else ""))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = checkpoint_name(step)
-    final = out / name
     tmp = out / (name + ".tmp")
+    try:
+        return _write_checkpoint(out, name, tmp, step, raw, optimizer, scheduler, extra, keep)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if _is_disk_full(err) and not isinstance(err, OSError):
+            import errno
+
+            raise OSError(errno.ENOSPC, "No space left on device", str(out)) from None
+        raise
+
+
+def _write_checkpoint(out: Path, name: str, tmp: Path, step: int, raw: nn.Module, optimizer, scheduler,
+                      extra: dict[str, Any] | None, keep: int) -> Path:
+    from safetensors.torch import save_model
+
+    final = out / name
     if tmp.exists():  # left over from an interrupted save of this step
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -215,7 +266,6 @@ def save_checkpoint(
         state.update(extra)
     check_plain(state)
 
-    raw = unwrap_model(model)
     save_model(raw, str(tmp / MODEL_FILE), metadata={"step": str(step), "format": "pt"})
     torch.save(state, tmp / STATE_FILE)
     files = {}
@@ -258,8 +308,9 @@ def save_checkpoint(
 # load
 
 
-def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Check ``manifest.json`` against the files (presence, size, sha256); return the manifest.
+def verify_checkpoint(path: str | os.PathLike, *, check_finite: bool = True) -> dict[str, Any]:
+    """Check ``manifest.json`` against the files (presence, size, sha256) and, with
+    ``check_finite``, that weights and optimizer state are finite; return the manifest.
 
     Raises :class:`CheckpointError` naming the checkpoint, the file and what is wrong.
     """
@@ -277,6 +328,10 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         files = manifest["files"]
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint {ckpt}: {MANIFEST_FILE} is unreadable ({e})") from e
+    if not isinstance(files, dict) or set(files) != {MODEL_FILE, STATE_FILE}:
+        listed = sorted(files) if isinstance(files, dict) else files
+        raise CheckpointError(f"checkpoint {ckpt}: {MANIFEST_FILE} must list {MODEL_FILE} and {STATE_FILE} "
+                              f"(it lists {listed})")
     for fname, meta in files.items():
         p = ckpt / fname
         if not p.is_file():
@@ -294,7 +349,24 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
                 f"checkpoint {ckpt}: file {fname} is corrupt: sha256 {digest[:16]}... does not "
                 f"match the manifest's {meta['sha256'][:16]}..."
             )
+    if check_finite:
+        _check_finite(ckpt)
     return manifest
+
+
+def _check_finite(ckpt: Path) -> None:
+    """A checkpoint with NaN/inf weights or optimizer moments is not a good checkpoint (older versions
+    of the trainer could write one when training diverged)."""
+    from safetensors.torch import load_file
+
+    try:
+        bad = nonfinite_tensors(load_file(str(ckpt / MODEL_FILE)))
+        state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=True)
+    except Exception as e:  # unreadable despite a matching hash: report, do not crash
+        raise CheckpointError(f"checkpoint {ckpt}: cannot read its files ({e})") from None
+    bad += nonfinite_tensors((state.get("optimizer") or {}).get("state", {}), "optimizer")
+    if bad:
+        raise CheckpointError(f"checkpoint {ckpt}: non-finite values in {', '.join(bad[:3])}")
 
 
 def _resolve_checkpoint(path: str | os.PathLike) -> Path:
@@ -315,7 +387,16 @@ def _load_weights(model: nn.Module, file: Path, strict: bool) -> None:
     try:
         load_model(raw, str(file), strict=strict, device="cpu")
     except RuntimeError as e:
-        raise CheckpointError(f"{file}: weights do not fit {type(raw).__name__}: {e}") from e
+        shapes = re.findall(r"size mismatch for ([\w.]+): copying a param with shape (torch.Size\(\[[\d, ]*\]\)) "
+                            r"from checkpoint, the shape in current model is (torch.Size\(\[[\d, ]*\]\))", str(e))
+        if shapes:
+            name, old, new = shapes[0]
+            raise CheckpointError(
+                f"{file}: the checkpoint does not fit this model ({name} is {old[10:-1]} in the checkpoint, "
+                f"{new[10:-1]} in the model{f'; {len(shapes) - 1} more' if len(shapes) > 1 else ''}): "
+                "use the model config the run was trained with, or start a new run") from None
+        text = " ".join(str(e).split())
+        raise CheckpointError(f"{file}: weights do not fit {type(raw).__name__}: {text[:300]}") from None
     except Exception as e:  # safetensors raises its own error types for bad headers
         raise CheckpointError(f"{file}: cannot read safetensors file: {e}") from e
 

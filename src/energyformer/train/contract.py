@@ -9,6 +9,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from ..errors import UserError
+
 LossFn = Callable[[nn.Module, tuple], "tuple[torch.Tensor, dict[str, float]]"]
 EvalFn = Callable[[nn.Module], "dict[str, float]"]
 
@@ -21,7 +23,7 @@ class TrainData(Protocol):
     def load_state_dict(self, d: dict) -> None: ...
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(UserError, RuntimeError):
     """The loss (or gradient norm) became NaN/inf; no optimiser step or checkpoint was made of it."""
 
     def __init__(self, step: int, value: float, what: str = "loss",

@@ -31,7 +31,7 @@ from torch import nn
 
 from energyformer.utils.config import KindConfig, Registry
 
-from .roles import DEFAULT_NO_DECAY_ROLES, ROLES, param_roles, warn_undeclared
+from .roles import DEFAULT_NO_DECAY_ROLES, names_by_role, warn_undeclared
 
 if TYPE_CHECKING:
     from .config import TrainConfig
@@ -52,7 +52,24 @@ def _fused(flag: bool | None, device: torch.device) -> dict[str, Any]:
     return {"fused": True} if flag else {}
 
 
-class AdamWConfig(KindConfig):
+class _AdamBase(KindConfig):
+    """Options shared by the Adam kinds."""
+
+    kind: str
+    betas: tuple[float, float] = (0.9, 0.999)
+    """Adam betas (beta1, beta2), each in [0, 1)"""
+    eps: float = Field(1e-8, gt=0)
+    """Adam epsilon"""
+    fused: bool | None = None
+    """fused kernel (None: on CUDA only)"""
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        return _check_betas(v)
+
+
+class AdamWConfig(_AdamBase):
     """AdamW: Adam with decoupled weight decay (torch.optim.AdamW)."""
 
     kind: Literal["adamw"] = "adamw"
@@ -62,32 +79,14 @@ class AdamWConfig(KindConfig):
     """Adam epsilon"""
     weight_decay: float = Field(0.1, ge=0)
     """decoupled decay w <- w - lr*wd*w, on roles not in no_decay_roles"""
-    fused: bool | None = None
-    """fused kernel (None: on CUDA only)"""
-
-    @field_validator("betas")
-    @classmethod
-    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
-        return _check_betas(v)
 
 
-class AdamConfig(KindConfig):
+class AdamConfig(_AdamBase):
     """Adam (torch.optim.Adam); weight_decay is the coupled L2 penalty g + wd*w (default 0: L2-free)."""
 
     kind: Literal["adam"] = "adam"
-    betas: tuple[float, float] = (0.9, 0.999)
-    """Adam betas (beta1, beta2), each in [0, 1)"""
-    eps: float = Field(1e-8, gt=0)
-    """Adam epsilon"""
     weight_decay: float = Field(0.0, ge=0)
     """coupled L2 penalty g <- g + wd*w before the moments (0: plain Adam)"""
-    fused: bool | None = None
-    """fused kernel (None: on CUDA only)"""
-
-    @field_validator("betas")
-    @classmethod
-    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
-        return _check_betas(v)
 
 
 class SGDConfig(KindConfig):
@@ -144,13 +143,10 @@ def param_groups(model: nn.Module, weight_decay: float,
     no_decay = set(no_decay_roles)
     mult = dict(lr_multipliers or {})
     params = dict(model.named_parameters())
-    by_role: dict[str, list[str]] = {}
-    for name, role in param_roles(model).items():
-        by_role.setdefault(role, []).append(name)
-    return [{"params": [params[n] for n in by_role[role]], "names": list(by_role[role]),
-             "role": role, "weight_decay": 0.0 if role in no_decay else float(weight_decay),
+    return [{"params": [params[n] for n in names], "names": list(names), "role": role,
+             "weight_decay": 0.0 if role in no_decay else float(weight_decay),
              "lr_multiplier": float(mult.get(role, 1.0))}
-            for role in ROLES if role in by_role]
+            for role, names in names_by_role(model).items()]
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:

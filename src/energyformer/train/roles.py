@@ -220,6 +220,15 @@ def undeclared_low_dim_weights(model: nn.Module) -> list[str]:
             if p.requires_grad and p.ndim < 2 and min(r for r, _, _ in cands[id(p)]) == _DEFAULT]
 
 
+def names_by_role(model: nn.Module) -> dict[str, list[str]]:
+    """Role -> names of the trainable parameters with that role, in :data:`ROLES` order
+    (shared parameters once, under their first name)."""
+    by_role: dict[str, list[str]] = {}
+    for name, role in param_roles(model).items():
+        by_role.setdefault(role, []).append(name)
+    return {role: by_role[role] for role in ROLES if role in by_role}
+
+
 def describe_param_groups(model: nn.Module, no_decay_roles: Iterable[str] = DEFAULT_NO_DECAY_ROLES,
                           lr_multipliers: Mapping[str, float] | None = None) -> dict[str, dict]:
     """Role -> ``{"names", "tensors", "numel", "decay", "lr_multiplier"}`` for trainable parameters.
@@ -230,13 +239,9 @@ def describe_param_groups(model: nn.Module, no_decay_roles: Iterable[str] = DEFA
     no_decay = set(no_decay_roles)
     mult = dict(lr_multipliers or {})
     params = dict(model.named_parameters())
-    by_role: dict[str, list[str]] = {}
-    for name, role in param_roles(model).items():
-        by_role.setdefault(role, []).append(name)
-    return {role: {"names": by_role[role], "tensors": len(by_role[role]),
-                   "numel": sum(params[n].numel() for n in by_role[role]),
+    return {role: {"names": names, "tensors": len(names), "numel": sum(params[n].numel() for n in names),
                    "decay": role not in no_decay, "lr_multiplier": float(mult.get(role, 1.0))}
-            for role in ROLES if role in by_role}
+            for role, names in names_by_role(model).items()}
 
 
 def format_param_groups(model: nn.Module, no_decay_roles: Iterable[str] = DEFAULT_NO_DECAY_ROLES,

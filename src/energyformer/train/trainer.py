@@ -50,7 +50,10 @@ the data/RNG state from before the unfinished step, so resuming is still exact â
 interrupt is re-raised. Under DDP nothing is saved on Ctrl-C (ranks cannot agree safely); resume
 from the last periodic checkpoint.
 
-A non-finite loss (or gradient norm, when clipping) stops the run with :class:`TrainingDiverged`
+The run directory is locked (:mod:`energyformer.train.lock`) for the whole of ``fit``: a second
+training in the same directory fails at once with a message naming the holder.
+
+A non-finite loss or gradient norm (checked with and without clipping) stops the run with :class:`TrainingDiverged`
 before the optimiser step, so neither the weights nor any checkpoint see the bad state.
 """
 
@@ -70,6 +73,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from energyformer.errors import UserError
 from energyformer.utils.validate import ConfigError
 
 from .callbacks import CallbackList
@@ -78,6 +82,7 @@ from .config import TrainConfig
 from .contract import EvalFn, LossFn, TrainData, TrainingDiverged
 from .device import resolve_device
 from .distributed import destroy_distributed, dist_info, init_distributed
+from .lock import RunDirLock
 from .metrics import MetricsLogger, StepWindow
 from .optim import build_optimizer
 from .resume import config_changes, find_resume_checkpoint, load_optimizer_state, upgrade_train_config
@@ -158,6 +163,7 @@ class Trainer:
         self.device: torch.device | None = None
         self.rank, self.world_size = 0, 1
         self.last_checkpoint: Path | None = None
+        self._lock: RunDirLock | None = None
         self._owns_pg = False
         self._fitted = False
 
@@ -213,6 +219,7 @@ class Trainer:
                                "(use fit(resume=True) to continue a run)")
         self._fitted = True
         self._setup()
+        self._lock = RunDirLock(self.out_dir).acquire() if self.is_main else None
         self._logger: MetricsLogger | None = None
         self._pbar = None
         try:
@@ -225,6 +232,8 @@ class Trainer:
             if self._owns_pg:
                 destroy_distributed()
                 self._owns_pg = False
+            if self._lock is not None:
+                self._lock.release()
 
     def evaluate(self) -> dict[str, float]:
         """Run ``eval_fn`` the way ``fit`` does (no grad, eval mode, RNG untouched)."""
@@ -307,10 +316,16 @@ class Trainer:
                 "callbacks": self.callbacks.state_dict(),
                 "loss": self.loss_history[-1] if self.loss_history else None,
             }
-            self.last_checkpoint = save_checkpoint(
-                self.out_dir, self.step, self.model, self.optimizer, self.scheduler,
-                extra=extra, keep=self.cfg.keep_checkpoints,
-            )
+            try:
+                self.last_checkpoint = save_checkpoint(
+                    self.out_dir, self.step, self.model, self.optimizer, self.scheduler,
+                    extra=extra, keep=self.cfg.keep_checkpoints,
+                )
+            except CheckpointError as err:  # non-finite weights/moments after a finite-looking step
+                if "non-finite" not in str(err):
+                    raise
+                last = str(self.last_checkpoint) if self.last_checkpoint is not None else None
+                raise TrainingDiverged(self.step, float("nan"), "weights or optimizer state", last) from None
             log.info("step %d: saved %s", self.step, self.last_checkpoint)
         if self.ddp:
             dist.barrier()
@@ -333,7 +348,7 @@ class Trainer:
                 warnings.warn(f"fit(resume=True): no valid checkpoint in {out}; starting from scratch",
                               stacklevel=3)
         elif list_checkpoints(out):
-            raise RuntimeError(
+            raise UserError(
                 f"{out} already holds checkpoints ({', '.join(p.name for p in list_checkpoints(out))}); "
                 "use fit(resume=True) to continue that run, or choose another out_dir"
             )
@@ -451,11 +466,12 @@ class Trainer:
         ckpt = str(self.last_checkpoint) if self.last_checkpoint is not None else None
         if not math.isfinite(loss_val):
             raise TrainingDiverged(self.step + 1, loss_val, "loss", ckpt)
-        gn: float | None = None
-        if cfg.grad_clip > 0:
-            gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
-            if not math.isfinite(gn):
-                raise TrainingDiverged(self.step + 1, gn, "gradient norm", ckpt)
+        # the gradient norm is checked even without clipping (max_norm=inf leaves gradients as they
+        # are): an inf/NaN gradient with a finite loss would poison the weights and moments
+        gn: float | None = float(torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf")))
+        if not math.isfinite(gn):
+            raise TrainingDiverged(self.step + 1, gn, "gradient norm", ckpt)
         metrics = {k: v / accum for k, v in msum.items()}
         self._in_update = self.step + 1  # until the callbacks are done, not a complete step
         lr = self.scheduler.get_lr()

@@ -179,7 +179,7 @@ class Registry:
                     "kind_type", "expected a {what} kind name or a mapping with 'kind'",
                     {"what": self.what})
             kind = value.get("kind", default)
-            if kind not in self.entries:
+            if not isinstance(kind, str) or kind not in self.entries:
                 near = closest(str(kind), self.names())
                 raise PydanticCustomError(
                     "unknown_kind", "unknown {what} kind {kind_repr}{hint}; registered: {names}",

@@ -1,0 +1,193 @@
+"""Hyper-SET analysis (seed 002 §5.4, App. D.5, F): energies, effective rank and average angle per
+iteration, test-time extrapolation curves, and their plots.
+
+* :func:`effective_rank` — Eq. 17: exp of the entropy of p_i = σ_i / Σ_j σ_j (singular values of the
+  N x p matrix of one subspace's tokens).
+* :func:`average_angle` — Eq. 18: arccos of the mean pairwise cosine over i < j, in degrees
+  (``mode='paper'``); ``mode='code'`` is the released code's mean of the pairwise arccos.
+* :func:`iteration_states` — the states x⁰ … x^L of a recurrent-depth token model (forward hooks).
+* :func:`trajectory` — per iteration t = 0 … L: E_ATTN, E_FF and their sum (per board: summed over
+  the tokens, averaged over boards; the energies at the normalised projections, as Fig. 5), and
+  per subspace h the effective rank and average angle of RMSNorm(W_hᵀ x^t) (Fig. 6). For a plain
+  (GPT) attention layer the subspaces are its RMS-normalised per-head queries (no energies).
+* :func:`extrapolation` — a score (e.g. board accuracy) at each iteration count (Fig. 3b).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+
+@torch.no_grad()
+def effective_rank(z: Tensor) -> Tensor:
+    """Eq. 17 on the last two axes (N, p) of ``z``: exp(−Σ p_i log p_i), p_i = σ_i / Σ σ. Shape z.shape[:-2]."""
+    s = torch.linalg.svdvals(z.double())
+    p = s / s.sum(-1, keepdim=True).clamp_min(1e-300)
+    ent = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+    return ent.exp().to(torch.float32)
+
+
+@torch.no_grad()
+def average_angle(z: Tensor, mode: str = "paper") -> Tensor:
+    """Eq. 18 on (…, N, p) in degrees: arccos of the mean pairwise cosine over i < j (``'paper'``), or
+    the mean of the pairwise angles (``'code'``, the released code)."""
+    if mode not in ("paper", "code"):
+        raise ValueError(f"mode = {mode!r}: allowed values are 'paper', 'code'")
+    u = F.normalize(z.double(), dim=-1)
+    cos = (u @ u.transpose(-1, -2)).clamp(-1.0, 1.0)  # (…, N, N)
+    n = z.shape[-2]
+    off = ~torch.eye(n, dtype=torch.bool, device=z.device)
+    if mode == "paper":
+        mean_cos = cos.masked_select(off).reshape(*cos.shape[:-2], -1).mean(-1)
+        return torch.rad2deg(torch.arccos(mean_cos)).to(torch.float32)
+    ang = torch.arccos(cos).masked_select(off).reshape(*cos.shape[:-2], -1)
+    return torch.rad2deg(ang.mean(-1)).to(torch.float32)
+
+
+@torch.no_grad()
+def iteration_states(model: nn.Module, idx: Tensor, iterations: int, **forward) -> list[Tensor]:
+    """[x⁰, x¹, …, x^L]: the layer stack's input and its state after every pass (B, N, D) each."""
+    stack = model.layers
+    states: list[Tensor] = []
+    h1 = stack.register_forward_pre_hook(lambda m, args: states.append(args[0].detach().clone()))
+    h2 = stack[-1].register_forward_hook(lambda m, args, out: states.append(out.detach().clone()))
+    try:
+        model(idx, iterations=iterations, **forward)
+    finally:
+        h1.remove()
+        h2.remove()
+    return states
+
+
+def _subspaces(layer: nn.Module, x: Tensor) -> Tensor:
+    """(B, H, N, p) normalised subspace projections of x for a Hyper-SET or a GPT attention layer."""
+    attn = layer.attn
+    if hasattr(attn, "energy") and hasattr(attn.energy, "spherical"):
+        return attn.energy.spherical(x)
+    if hasattr(attn, "c_attn"):  # GPT attention: its per-head queries of the normalised input
+        q = attn.c_attn(attn.norm(x))[..., : x.shape[-1]]
+        q = rearrange(q, "b n (h p) -> b h n p", h=attn.heads)
+        return F.rms_norm(q, (q.shape[-1],))
+    raise TypeError(f"no subspace projections known for attention {type(attn).__name__}")
+
+
+@torch.no_grad()
+def trajectory(model: nn.Module, idx: Tensor, iterations: int, mask: Tensor | None = None) -> dict:
+    """Per-iteration statistics of the first layer (module docstring): a dict of lists over t = 0 … L.
+
+    Keys: ``e_attn``, ``e_ff``, ``e_total`` (None entries for layers without energies),
+    ``eff_rank`` and ``angle`` (lists of per-head values), ``full_rank`` (effective rank of the
+    whole D-dimensional state, Fig. 6's "full rank").
+    """
+    model.eval()
+    states = iteration_states(model, idx, iterations)
+    layer = model.layers[0]
+    has_energy = hasattr(layer.attn, "energy_at") and hasattr(layer.mlp, "energy_at")
+    out = {k: [] for k in ("e_attn", "e_ff", "e_total", "eff_rank", "angle", "full_rank")}
+    for t, x in enumerate(states):
+        if has_energy:
+            it = max(0, min(t, iterations - 1))
+            ea = float(layer.attn.energy_at(x, it, mask).sum(-1).mean())
+            ef = float(layer.mlp.energy_at(x, it, mask).sum(-1).mean())
+            out["e_attn"].append(ea)
+            out["e_ff"].append(ef)
+            out["e_total"].append(ea + ef)
+        else:
+            for k in ("e_attn", "e_ff", "e_total"):
+                out[k].append(None)
+        z = _subspaces(layer, x)  # (B, H, N, p)
+        out["eff_rank"].append(effective_rank(z).mean(0).tolist())
+        out["angle"].append(average_angle(z).mean(0).tolist())
+        out["full_rank"].append(float(effective_rank(x).mean()))
+    return out
+
+
+def extrapolation(score: Callable[[int], dict[str, float]], iterations: Sequence[int]) -> dict[int, dict[str, float]]:
+    """``{L: score(L)}`` for every iteration count (``score`` evaluates the model at L passes)."""
+    return {int(n): score(int(n)) for n in iterations}
+
+
+# ------------------------------------------------------------------------------------------ plots
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_extrapolation(curves: dict[str, dict[int, float]], train_iterations: int, path, *,
+                       ylabel: str = "board accuracy (%)", title: str = "") -> None:
+    """One line per model: metric vs iterations, a dashed line at the training count."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    for name, c in curves.items():
+        xs = sorted(c)
+        ax.plot(xs, [c[x] for x in xs], marker="o", label=name)
+    ax.axvline(train_iterations, color="grey", ls="--", lw=1, label=f"trained with {train_iterations}")
+    ax.set_xlabel("iterations at test time")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title or "test-time extrapolation")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_energies(traj: dict, train_iterations: int, path, title: str = "") -> None:
+    """E_ATTN, E_FF and the total per iteration (three panels), Fig. 5's layout."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    ts = list(range(len(traj["e_attn"])))
+    for ax, key, name in zip(axes, ("e_attn", "e_ff", "e_total"), ("E_ATTN", "E_FF", "E_ATTN + E_FF")):
+        ax.plot(ts, traj[key], marker=".")
+        ax.axvline(train_iterations, color="grey", ls="--", lw=1)
+        ax.set_xlabel("iteration t")
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or "energy per iteration (per board, at the normalised projections)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_rank_angle(trajs: dict[str, dict], train_iterations: int, path, title: str = "") -> None:
+    """Effective rank and average angle per iteration: mean over subspaces (line) and range (band)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for name, tr in trajs.items():
+        ts = list(range(len(tr["eff_rank"])))
+        for ax, key in zip(axes, ("eff_rank", "angle")):
+            v = torch.tensor(tr[key])  # (T, H)
+            ax.plot(ts, v.mean(1), marker=".", label=name)
+            ax.fill_between(ts, v.amin(1), v.amax(1), alpha=0.2)
+    axes[0].set_title("effective rank per subspace (Eq. 17)")
+    axes[1].set_title("average angle per subspace, degrees (Eq. 18)")
+    for ax in axes:
+        ax.axvline(train_iterations, color="grey", ls="--", lw=1)
+        ax.set_xlabel("iteration t")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title or "subspace geometry of the tokens")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def is_decreasing(values: Sequence[float], upto: int | None = None, tol: float = 0.0) -> bool:
+    """Whether ``values[:upto+1]`` never rises by more than ``tol`` (relative to the first value's scale)."""
+    v = list(values[: None if upto is None else upto + 1])
+    scale = max(1e-12, abs(v[0])) if v else 1.0
+    return all(b <= a + tol * scale for a, b in zip(v, v[1:]))
+
+
+def finite(x: float) -> bool:
+    return x is not None and math.isfinite(x)

@@ -1,0 +1,115 @@
+"""Energy Transformer block (Hoover et al. 2023, NeurIPS, §2 Eqs. 1-8) as attention kind ``et``, and the
+empty MLP kind ``identity`` that goes with it.
+
+ET has one energy (attention + Hopfield memory, :mod:`energyformer.energies.energy_transformer`) and
+one update for both: T steps of
+
+    x ← x - α ∇_g E(g),   g = EnergyLayerNorm(x)                                     (Eq. 8, discretised)
+
+i.e. an :class:`~energyformer.core.EnergyBlock` with the ET layer norm *in the loop* (re-applied at
+every step), gradient descent and no separate MLP — so a layer is ``{attention: {kind: et}, mlp:
+identity}``. Recurrent depth: ``steps`` descent steps inside the block times the model's ``iterations``
+passes (ET's code: 12 steps, α = 0.1; the Hyper-SET authors' image ET: one step per pass, 12 passes,
+α = 1). The update is
+exactly -α ∇_g E at g = LN(x) (tested against autograd); it is not -α ∇_x E(LN(x)), so the block
+reports ``exact = False``, but it lowers E(LN(x)) for small α because the scalar-gain layer norm has
+a symmetric PSD Jacobian (the energies module docstring; tested).
+
+Config (``model.block``)::
+
+    attention: {kind: et, steps: 1, step_size: 0.1, memories_ratio: 4.0, self_interaction: false}
+    mlp: identity
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from torch import Tensor, nn
+
+from ..core.block import EnergyBlock
+from ..core.context import ForwardContext
+from ..core.solver import GradientDescent
+from ..core.stepsize import StepSizeField, make_step_size
+from ..energies.energy_transformer import EnergyLayerNorm, EnergyTransformerEnergy
+from ..utils.validate import ConfigError
+from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
+
+
+class ETConfig(AttentionConfig):
+    """Energy Transformer block: attention + Hopfield energy on LN(x), T gradient steps (ET Eqs. 1-8)."""
+
+    kind: Literal["et"] = "et"
+    steps: int = Field(1, ge=1)
+    """descent steps per block call (times the model's iterations = ET's T)"""
+    step_size: StepSizeField = 0.1
+    """α (ET's code: 0.1 with 12 steps; the Hyper-SET authors' ET: 1.0); a number or a step-size config"""
+    head_dim: int | None = Field(None, ge=1)
+    """Y, the query/key dimension per head (None: dim / heads)"""
+    beta: float | None = Field(None, gt=0)
+    """inverse temperature (None: 1/√Y)"""
+    memories_ratio: float = Field(4.0, ge=0)
+    """Hopfield memories M = ratio · dim (ET and the Hyper-SET authors' ET: 4); 0 = no Hopfield term"""
+    self_interaction: bool = False
+    """include B = C in the attention sum (the ET paper, Eq. 2, excludes it; ET's code and the Hyper-SET
+    authors' ET include it)"""
+    init_std: float = Field(0.002, gt=0)
+    """std of the N(0, std²) init of W^Q, W^K (ET code: 0.002)"""
+
+
+class EnergyTransformerBlock(EnergyBlock):
+    """ET sublayer: :class:`EnergyBlock` (energy, GD(α), T steps, EnergyLayerNorm in the loop)."""
+
+    part = "attention"
+
+    def __init__(self, dim: int, heads: int, cfg: ETConfig):
+        memories = int(round(cfg.memories_ratio * dim))
+        try:
+            energy = EnergyTransformerEnergy(dim, heads, cfg.head_dim, memories, cfg.beta, cfg.self_interaction,
+                                             cfg.init_std)
+        except ValueError as err:
+            raise ConfigError(f"attention (et): {err}") from None
+        solver = GradientDescent(step_size=make_step_size(cfg.step_size, dim))
+        super().__init__(energy, solver, cfg.steps, norm=EnergyLayerNorm(dim), norm_in_loop=True, init="residual")
+
+
+@ATTENTIONS.register("et", ETConfig)
+def build_et(cfg: ETConfig, spec: SublayerSpec) -> EnergyTransformerBlock:
+    """Energy Transformer block (Hoover et al. 2023): attention + Hopfield energy, T gradient steps."""
+    if spec.causal:
+        raise ConfigError("attention kind 'et' is bidirectional here (its energy couples every pair of tokens): "
+                          "set model.causal: false or use a bidirectional task")
+    if spec.dim % spec.heads and cfg.head_dim is None:
+        raise ConfigError(f"attention (et): heads = {spec.heads} does not divide dim = {spec.dim}; set head_dim")
+    return EnergyTransformerBlock(spec.dim, spec.heads, cfg)
+
+
+class NoMLPConfig(MLPConfig):
+    """No MLP sublayer (the identity): for blocks whose one energy already holds the memory term (ET)."""
+
+    kind: Literal["identity"] = "identity"
+
+    def default_hidden(self, dim: int) -> int:
+        return 0
+
+
+class NoMLP(nn.Module):
+    """Identity sublayer with no parameters (MLP kind ``identity``)."""
+
+    part = "mlp"
+
+    def __init__(self):
+        super().__init__()
+        self.qualname = ""
+
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:
+        return x
+
+
+@MLPS.register("identity", NoMLPConfig)
+def build_no_mlp(cfg: NoMLPConfig, spec: SublayerSpec) -> NoMLP:
+    """No MLP: the identity (Energy Transformer layers hold their memory inside the attention energy)."""
+    if cfg.hidden is not None:
+        raise ConfigError(f"mlp.hidden = {cfg.hidden}: MLP kind 'identity' has no hidden layer; remove the key")
+    return NoMLP()

@@ -1,0 +1,151 @@
+"""Bi-softmax attention kernels of Hyper-SET (seed 002, Eq. 7 and 9; derivation in App. C.1).
+
+With scores ``S = β Q Kᵀ`` (per head, shapes (B, H, N, p)), row normalisers ``r_i = LSE_j S_ij`` and
+column normalisers ``c_j = LSE_i S_ij``, the bi-softmax operator is
+
+    y_i = Σ_j [softmax_row(S)_ij + softmax_col(S)_ij] v_j = Σ_j exp(S_ij - r_i) v_j + Σ_j exp(S_ij - c_j) v_j.
+
+When Q = K (one shared projection on one sphere, the paper's layer) S is symmetric, ``c = r`` and
+``y`` is the total derivative of ``E = β⁻¹ Σ_i r_i`` with respect to the projections (App. C.1).
+
+**Fused path** (:func:`bisoftmax_fused`): the row term is ordinary attention; the column term is
+attention with the values rescaled by the column normalisers:
+
+    Σ_j exp(S_ij - c_j) v_j = exp(r_i - m) · SDPA(Q, K, V ⊙ exp(m - c))_i,
+
+since SDPA(Q, K, W)_i = Σ_j exp(S_ij - r_i) w_j (``m`` is a per-(batch, head) shift that keeps both
+factors in range). So two fused ``scaled_dot_product_attention`` passes plus one log-sum-exp (two for
+non-symmetric scores) give the operator without an N x N matrix, and the same log-sum-exp is the
+energy E_ATTN. The log-sum-exp (:func:`chunked_lse`) runs over query chunks in at least float32,
+with a hand-written backward that recomputes the chunks, so its memory is O(chunk x N), not O(N²).
+
+The factors ``exp(±(· - m))`` stay finite while the normalisers span less than ~2·log(max float)
+(``|r - m|, |c - m|`` below :data:`SAFE_SPAN`); on the sphere of radius √p every score lies in
+[-√p, √p] (gain 1), so the span is at most 2√p + log N. When the span is larger the fused path falls
+back to the einsum path (one host sync per call decides; ``check_span=False`` skips the check).
+
+**Einsum path** (:func:`bisoftmax_einsum`): the N x N scores and both softmaxes, materialised: the
+reference the tests compare with, and the natural form for the code-style option with separate
+query/key/value norms (Q ≠ K).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+#: largest |log-normaliser - shift| the fused path accepts per dtype (exp of it must not overflow
+#: when multiplied by an attention output of order 1).
+SAFE_SPAN = {torch.float16: 10.0, torch.bfloat16: 80.0, torch.float32: 80.0, torch.float64: 700.0}
+
+
+def _chunk_rows(n_rows: int, n_cols: int, batch: int, budget: int) -> int:
+    return max(1, min(n_rows, budget // max(1, batch * n_cols)))
+
+
+def _work_dtype(t: Tensor) -> torch.dtype:
+    return torch.promote_types(t.dtype, torch.float32)
+
+
+class _ChunkedLSE(torch.autograd.Function):
+    """lse_i = LSE_j (scale q_i·k_j [+ mask]) over query chunks; backward recomputes the chunks."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, scale: float, mask: Tensor | None, budget: int) -> Tensor:
+        wd = _work_dtype(q)
+        qw, kw = q.to(wd), k.to(wd)
+        B, H, N, _ = q.shape
+        c = _chunk_rows(N, k.shape[2], B * H, budget)
+        outs = []
+        for s in range(0, N, c):
+            sc = torch.matmul(qw[:, :, s:s + c], kw.transpose(-1, -2)) * scale  # (B, H, c, Nk)
+            if mask is not None:
+                sc = sc.masked_fill(~(mask[:, :, s:s + c] if mask.shape[2] > 1 else mask), float("-inf"))
+            outs.append(torch.logsumexp(sc, dim=-1))
+        lse = torch.cat(outs, dim=2)  # (B, H, N) in the work dtype
+        ctx.save_for_backward(q, k, lse, mask if mask is not None else torch.empty(0))
+        ctx.scale, ctx.chunk, ctx.has_mask = scale, c, mask is not None
+        return lse
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        q, k, lse, mask = ctx.saved_tensors
+        mask = mask if ctx.has_mask else None
+        wd = lse.dtype
+        qw, kw, g = q.to(wd), k.to(wd), g.to(wd)
+        N, c, scale = q.shape[2], ctx.chunk, ctx.scale
+        dqs, dk = [], torch.zeros_like(kw)
+        for s in range(0, N, c):
+            sc = torch.matmul(qw[:, :, s:s + c], kw.transpose(-1, -2)) * scale
+            if mask is not None:
+                sc = sc.masked_fill(~(mask[:, :, s:s + c] if mask.shape[2] > 1 else mask), float("-inf"))
+            p = torch.exp(sc - lse[:, :, s:s + c, None]) * g[:, :, s:s + c, None]  # (B, H, c, Nk)
+            dqs.append(torch.matmul(p, kw) * scale)
+            dk = dk + torch.matmul(p.transpose(-1, -2), qw[:, :, s:s + c]) * scale
+        return torch.cat(dqs, dim=2).to(q.dtype), dk.to(k.dtype), None, None, None
+
+
+def chunked_lse(q: Tensor, k: Tensor, scale: float, mask: Tensor | None = None,
+                budget: int = 1 << 22) -> Tensor:
+    """(B, H, N) log-sum-exp over keys of ``scale · q kᵀ`` in at least float32, O(budget) memory.
+
+    ``mask``: bool, True = visible, broadcastable to (B, H, Nq, Nk) with a size-1 query axis
+    (key padding, (B, 1, 1, Nk)) or a full query axis ((B|1, 1, Nq, Nk)). ``budget`` bounds the
+    elements of one chunk of scores.
+    """
+    return _ChunkedLSE.apply(q, k, float(scale), mask, int(budget))
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None) -> Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def _transpose_mask(mask: Tensor | None) -> Tensor | None:
+    """The mask with queries and keys swapped (a key-padding mask (B, 1, 1, N) is its own swap)."""
+    if mask is None or mask.shape[-2] == 1:
+        return mask
+    return mask.transpose(-1, -2)
+
+
+def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None, *,
+                    symmetric: bool = True, lse: Tensor | None = None, check_span: bool = True,
+                    budget: int = 1 << 22) -> tuple[Tensor, Tensor]:
+    """Bi-softmax attention without the N x N matrix (module docstring). Returns (y, r).
+
+    q, k, v: (B, H, N, p); mask: bool, True = visible, (B|1, 1, 1, N) key padding or
+    (B|1, 1, N, N). ``symmetric`` promises q == k (then c = r: one log-sum-exp); ``lse``: the row
+    normalisers r if already known. ``y`` (B, H, N, p) in v's dtype, ``r`` (B, H, N) in at least
+    float32. Rows of padded queries are defined but not meaningful (padded tokens never move).
+    """
+    r = chunked_lse(q, k, scale, mask, budget) if lse is None else lse
+    c = r if symmetric else chunked_lse(k, q, scale, _transpose_mask(mask), budget)
+    m = 0.5 * (c.amax(-1, keepdim=True) + c.amin(-1, keepdim=True))  # (B, H, 1) shift
+    if check_span:
+        with torch.no_grad():  # one host sync
+            span = max(float((r - m).abs().amax()), float((c - m).abs().amax()))
+        if not math.isfinite(span) or span > SAFE_SPAN.get(v.dtype, 80.0):
+            return bisoftmax_einsum(q, k, v, scale, mask), r
+    w = (v.to(r.dtype) * torch.exp(m - c)[..., None]).to(v.dtype)  # V ⊙ exp(m - c)
+    row = _sdpa(q, k, v, scale, mask)
+    col = _sdpa(q, k, w, scale, mask) * torch.exp(r - m)[..., None].to(v.dtype)
+    return row + col, r
+
+
+def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None) -> Tensor:
+    """Reference: y = (softmax_row(S) + softmax_col(S)) V with S = scale · Q Kᵀ materialised.
+
+    The column softmax normalises over the queries i of each key j (``dim=-2``), as the released
+    code does. With a key-padding mask both softmaxes run over real tokens only (padded query rows
+    get no column term); a full mask (B|1, 1, N, N) applies to both as given.
+    """
+    s = torch.einsum("bhid,bhjd->bhij", q, k) * scale  # (B, H, N, N)
+    if mask is None:
+        row, col = torch.softmax(s, dim=-1), torch.softmax(s, dim=-2)
+    else:
+        vis = mask if mask.shape[-2] > 1 else (mask & mask.transpose(-1, -2))
+        row = torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
+        col = torch.softmax(s.masked_fill(~vis, float("-inf")), dim=-2).nan_to_num(0.0)
+    return torch.einsum("bhij,bhjd->bhid", row + col, v)

@@ -1,0 +1,333 @@
+"""Newton-type heads of seed 001 §3.2 and App. A.7 (equations from ``reconstructed.md`` §1.3).
+
+Per head h and query i (causal, j ≤ i), theory-tied ``q_i = P_h u_i`` (P_h = W_Q^h), ``k_j = W_h h_j``
+(W_h = W_K^h), values ``v_j = k_j`` (``tie_values``) or ``W_V^h h_j``:
+
+    elastic logits  ℓ_ij = (q_i·k_j − ½‖k_j‖²)/T_s,   p = softmax_j ℓ,   μ_i = Σ_j p_ij v_j
+    a_i = μ_i − q_i  (= −∂F_h/∂q, the negative gradient; ``subtract_query``)
+    C_i = Σ_j p_ij (v_j − μ_i)(v_j − μ_i)ᵀ,          ∂²F_h/∂q² = M_i = I − C_i/T_s   (Lemma 2, D8)
+
+* ``mode='newton'`` (**MHA2nd**, the reference): ``o_i = M_{i,ε}⁻¹ a_i`` with ``M_ε`` damped (eigenvalues
+  clamped to ≥ ε, or |λ| ≥ ε, or ``M + εI``): M is indefinite once λ_max(C) > T_s (the seed's Lemma 2),
+  so an undamped Newton step may ascend. Per-token d_h×d_h eigendecompositions: a reference, not a
+  fast layer.
+* ``mode='taylor'`` (**MHA2nd1st**): ``M⁻¹ ≈ I + C/T`` (first-order Taylor), so
+  ``o_i = a_i + b_i``, ``b_i = (1/T_b)[Σ_j p_ij (v_j·a_i) v_j − (μ_i·a_i) μ_i] = C_i a_i / T_b``. The
+  inner products ``v_j·a_i`` come first (an N×N matrix, then one more N×N matmul), so the cost stays
+  O(N² d) as the seed says; P must be materialised (no fused attention kernel returns it).
+  Two head-wise learnable temperatures (App. A.7.1): ``T_s`` in the scores, ``T_b`` in the bias term;
+  with ``T_b = T_s`` and tied values, ``o = −(2I − ∇²F)∇F`` exactly (tested against autograd).
+
+Output map (the per-head range-space / pseudo-inverse step of App. A.7.1):
+  ``output='pinv'``: ``d = Σ_h P_h⁺ o_h`` with ``P_h⁺ = P_hᵀ(P_h P_hᵀ + εI)⁻¹`` computed from W_Q each
+  call (weight-only work; **MHA2nd1st** / **MHA2nd**);
+  ``output='learned'``: ``d = W_O concat_h o_h`` with a free W_O (the **simplified** form: "the matrix
+  replaced by a learnable one"; our reading, reconstructed.md §1.3).
+
+Initial temperatures: the seed's values were lost in extraction; default ``T = √d_h``
+(reconstructed.md §1.3 [REC]: matches standard attention at initialisation). Temperatures are
+``softplus(θ)`` (positive); a non-positive initial value is an error.
+
+* :class:`LiteHeads` (**MHA2nd-lite**, App. A.7.2): standard MHA parametrisation (fused QKV, W_O),
+  inner-product scores ``q·k/T_s`` and per-dimension variance preconditioning
+  ``o = μ + (σ² ⊙ μ)/T_b``, ``σ² = Σ_j p_ij v_j⊙v_j − μ⊙μ`` (diagonal of C), two per-head learnables.
+  μ and E[v⊙v] come from ONE fused SDPA call with values ``[v, v⊙v]``; as ``T_b → ∞`` it is MHA.
+
+All are ``exact = False`` (a Newton-type step is not ``−η∇F``); ``reference_direction`` recomputes the
+update per query with explicit centred covariances (and, for 'newton', ``torch.linalg.eigh`` of the
+explicit M), independently of the batched code.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..core.energy import Energy, register_energy
+from ..core.stepsize import _inverse_softplus
+from ..utils.validate import ConfigError, check_choice, check_float, check_int
+from .free_energy import (
+    HeadsState, append_cache, free_energy_heads, masked_softmax, merge_heads, sdpa, split_heads, visible,
+)
+from .intrinsic_heads import MHAHeads, QKVState, _apply
+
+MODES = ("newton", "taylor")
+OUTPUTS = ("pinv", "learned")
+DAMPINGS = ("clamp", "abs", "add")
+
+
+class HeadTemperature(nn.Module):
+    """Per-head positive temperature ``T_h = softplus(θ_h)`` (learned) or a fixed buffer."""
+
+    param_roles = {"theta": "other_no_decay"}
+
+    def __init__(self, heads: int, init: float, learn: bool = True, name: str = "temperature"):
+        super().__init__()
+        if isinstance(init, bool) or not isinstance(init, (int, float)) or not init > 0 or not math.isfinite(init):
+            raise ConfigError(f"{name} = {init!r}: must be a finite number > 0 (a temperature)")
+        theta = torch.full((heads,), _inverse_softplus(float(init)))
+        if learn:
+            self.theta = nn.Parameter(theta)
+        else:
+            self.register_buffer("theta", theta, persistent=False)
+
+    def forward(self) -> Tensor:
+        return F.softplus(self.theta)
+
+
+def damp(M: Tensor, kind: str, eps: float) -> Tensor:
+    """Damped symmetric matrices (..., d, d): eigenvalues clamped to ≥ eps ('clamp'), |λ| ≥ eps
+    ('abs', saddle-free Newton), or ``M + eps I`` ('add', may stay indefinite).
+
+    'clamp' / 'abs' add the correction ``V diag(λ_ε − λ) Vᵀ`` computed without gradient: the value is
+    exactly the clamped matrix, and the gradient flows through M alone (differentiating an
+    eigendecomposition is unstable at the repeated eigenvalues M = I − C/T has when C is small).
+    """
+    eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
+    if kind == "add":
+        return M + eps * eye
+    with torch.no_grad():
+        lam, V = torch.linalg.eigh(M.float() if M.dtype in (torch.float16, torch.bfloat16) else M)
+        target = lam.clamp_min(eps) if kind == "clamp" else lam.abs().clamp_min(eps)
+        corr = ((V * (target - lam)[..., None, :]) @ V.transpose(-1, -2)).to(M.dtype)
+    return M + corr
+
+
+@register_energy("newton_heads")
+class NewtonHeads(Energy):
+    """MHA2nd (``mode='newton'``) and MHA2nd1st (``mode='taylor'``); see the module docstring."""
+
+    exact = False
+
+    def __init__(self, dim: int, heads: int, mode: str = "taylor", output: str = "pinv",
+                 tie_values: bool = True, subtract_query: bool = True,
+                 temperature_init: float | None = None, bias_temperature_init: float | None = None,
+                 learn_temperature: bool = True, damping: str = "clamp", damping_eps: float = 0.1,
+                 pinv_eps: float = 1e-6, dropout: float = 0.0, causal: bool = True, fp32_heads: bool = True):
+        super().__init__()
+        self.fp32_heads = bool(fp32_heads)
+        check_int("heads", heads, min=1)
+        if dim % heads:
+            raise ValueError(f"heads = {heads}: must divide dim = {dim}")
+        check_choice("mode", mode, MODES)
+        check_choice("output", output, OUTPUTS)
+        check_choice("damping", damping, DAMPINGS)
+        check_float("damping_eps", damping_eps, min=0.0, min_exclusive=True)
+        check_float("pinv_eps", pinv_eps, min=0.0)
+        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.mode, self.output, self.tie_values, self.subtract_query = mode, output, tie_values, subtract_query
+        self.damping, self.damping_eps, self.pinv_eps = damping, float(damping_eps), float(pinv_eps)
+        self.dropout, self.causal = float(dropout), bool(causal)
+        dh = self.head_dim
+        self.wq = nn.Linear(dim, dim, bias=False)  # P_h stacked (H·dh × D)
+        self.wk = nn.Linear(dim, dim, bias=False)  # W_h stacked
+        self.wv = None if tie_values else nn.Linear(dim, dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False) if output == "learned" else None
+        t0 = math.sqrt(dh) if temperature_init is None else temperature_init
+        tb = math.sqrt(dh) if bias_temperature_init is None else bias_temperature_init
+        self.temp_score = HeadTemperature(heads, t0, learn_temperature, "temperature_init")
+        self.temp_bias = HeadTemperature(heads, tb, learn_temperature, "bias_temperature_init") \
+            if mode == "taylor" else None
+
+    # ------------------------------------------------------------------ state
+    def prepare(self, context: Tensor, cache: dict | None = None, offset: int = 0,
+                mask: Tensor | None = None, **kw) -> QKVState:
+        k = split_heads(self.wk(context), self.heads)
+        v = k if self.wv is None else split_heads(self.wv(context), self.heads)
+        kv, key_mask = append_cache(cache, mask, k=k, v=v)
+        return QKVState(context, split_heads(self.wq(context), self.heads), kv["k"], kv["v"], key_mask)
+
+    def queries(self, u: Tensor, st: QKVState) -> Tensor:
+        return st.q if u is st.h else split_heads(self.wq(u), self.heads)
+
+    # ------------------------------------------------------------------ energy (elastic, D7)
+    def _fe(self, u: Tensor, st: QKVState):
+        vis = visible(u.shape[1], st.k.shape[2], self.causal, st.key_mask, u.device)
+        return free_energy_heads(self.queries(u, st), st.k, self.temp_score().to(u.dtype), "elastic", vis)
+
+    def energy(self, u: Tensor, st: QKVState) -> Tensor:
+        return self._fe(u, st)[0].mean(1)
+
+    def grad(self, u: Tensor, st: QKVState) -> Tensor:
+        return merge_heads(self._fe(u, st)[1] / self.heads) @ self.wq.weight
+
+    # ------------------------------------------------------------------ output map
+    def pinv_rows(self) -> Tensor:
+        """Stacked ``(P_h⁺)ᵀ = (P_h P_hᵀ + εI)⁻¹ P_h`` as an (H·dh × D) matrix (weight-only work)."""
+        w = self.wq.weight
+        with torch.autocast(w.device.type, enabled=False):  # a d_h x d_h solve: float32 at least
+            P = w.float().view(self.heads, self.head_dim, self.dim) if w.dtype in (torch.float16, torch.bfloat16) \
+                else w.view(self.heads, self.head_dim, self.dim)  # (H, dh, D)
+            G = P @ P.transpose(-1, -2)
+            if self.pinv_eps:
+                G = G + self.pinv_eps * torch.eye(self.head_dim, dtype=G.dtype, device=G.device)
+            return torch.linalg.solve(G, P).reshape(self.heads * self.head_dim, self.dim)
+
+    def out_map(self, o: Tensor) -> Tensor:
+        """(B, H, N, dh) per-head steps -> (B, N, D)."""
+        if self.output == "learned":
+            return self.wo(merge_heads(o))
+        return merge_heads(o) @ self.pinv_rows()
+
+    # ------------------------------------------------------------------ the batched update
+    def head_steps(self, q: Tensor, st: QKVState) -> Tensor:
+        """Per-head step o (B, H, N, dh) before the output map.
+
+        Computed in at least float32 (autocast off) unless ``fp32_heads`` is False: the bias
+        ``Σ_j p_ij (v_j·a_i) v_j − (μ_i·a_i) μ_i`` cancels two large terms when attention is peaked
+        (in bf16 its relative error reached 2.8 at logits ~1e3 in tests/energies/test_free_energy.py).
+        """
+        if self.fp32_heads and (q.dtype in (torch.float16, torch.bfloat16) or torch.is_autocast_enabled(q.device.type)):
+            dt = torch.promote_types(q.dtype, torch.float32)
+            with torch.autocast(q.device.type, enabled=False):
+                st32 = QKVState(st.h, st.q, st.k.to(dt), st.v.to(dt), st.key_mask)
+                return self._head_steps(q.to(dt), st32).to(q.dtype)
+        return self._head_steps(q, st)
+
+    def _head_steps(self, q: Tensor, st: QKVState) -> Tensor:
+        k, v = st.k, st.v
+        Ts = self.temp_score().to(q.dtype)[None, :, None, None]
+        s = (q @ k.transpose(-1, -2) - 0.5 * (k * k).sum(-1)[:, :, None, :]) / Ts
+        p = masked_softmax(s, visible(q.shape[2], k.shape[2], self.causal, st.key_mask, q.device))
+        if self.training and self.dropout:
+            p = F.dropout(p, self.dropout)
+        mu = p @ v                                       # (B, H, N, dh)
+        a = mu - q if self.subtract_query else mu
+        if self.mode == "taylor":
+            g = a @ v.transpose(-1, -2)                  # v_j·a_i first: (B, H, N, Nk)
+            Ca = (p * g) @ v - (mu * a).sum(-1, keepdim=True) * mu
+            return a + Ca / self.temp_bias().to(q.dtype)[None, :, None, None]
+        vv = (v[..., :, None] * v[..., None, :]).flatten(-2)          # (B, H, Nk, dh²)
+        C = (p @ vv).unflatten(-1, (self.head_dim, self.head_dim)) - mu[..., :, None] * mu[..., None, :]
+        eye = torch.eye(self.head_dim, dtype=q.dtype, device=q.device)
+        M = damp(eye - C / Ts[..., None], self.damping, self.damping_eps)
+        with torch.autocast(q.device.type, enabled=False):  # batched d_h x d_h solves in float32
+            dt = torch.promote_types(q.dtype, torch.float32)
+            return torch.linalg.solve(M.to(dt), a.to(dt)[..., None])[..., 0].to(q.dtype)
+
+    def direction(self, u: Tensor, st: QKVState, precond) -> Tensor:
+        d = self.out_map(self.head_steps(self.queries(u, st), st))
+        if self.training and self.dropout:
+            d = F.dropout(d, self.dropout)  # residual dropout, as MHA
+        return _apply(precond, d)
+
+    # ------------------------------------------------------------------ the slow, obvious formula
+    def reference_direction(self, u: Tensor, st: QKVState, precond) -> Tensor:
+        q = self.queries(u, st)
+        Ts = self.temp_score()
+        Tb = self.temp_bias() if self.temp_bias is not None else None
+        vis = visible(u.shape[1], st.k.shape[2], self.causal, st.key_mask, u.device)
+        B, H, N, dh = q.shape
+        out = torch.zeros_like(q)
+        eye = torch.eye(dh, dtype=q.dtype)
+        for b in range(B):
+            for h in range(H):
+                for i in range(N):
+                    js = torch.arange(st.k.shape[2]) if vis is None else vis[min(b, vis.shape[0] - 1), 0, i].nonzero()[:, 0]
+                    k, v, qi = st.k[b, h, js], st.v[b, h, js], q[b, h, i]
+                    logits = torch.stack([(qi @ kj - 0.5 * kj @ kj) / Ts[h] for kj in k])
+                    w = torch.exp(logits - logits.max())
+                    p = w / w.sum()
+                    mu = (p[:, None] * v).sum(0)
+                    C = sum(p[j] * torch.outer(v[j] - mu, v[j] - mu) for j in range(len(js)))
+                    a = mu - qi if self.subtract_query else mu
+                    if self.mode == "taylor":
+                        out[b, h, i] = a + C @ a / Tb[h]
+                    else:
+                        lam, V = torch.linalg.eigh(eye - C / Ts[h])
+                        lam = {"clamp": lam.clamp_min(self.damping_eps),
+                               "abs": lam.abs().clamp_min(self.damping_eps),
+                               "add": lam + self.damping_eps}[self.damping]
+                        out[b, h, i] = V @ ((V.T @ a) / lam)
+        if self.output == "learned":
+            d = self.wo(merge_heads(out))
+        else:
+            P = self.wq.weight.view(H, dh, self.dim).detach()
+            pinv = [torch.linalg.pinv(P[h]) if not self.pinv_eps else
+                    P[h].T @ torch.linalg.inv(P[h] @ P[h].T + self.pinv_eps * eye) for h in range(H)]
+            d = sum(out[:, h] @ pinv[h].T for h in range(H))
+        return _apply(precond, d)
+
+    @classmethod
+    def examples(cls, dtype=torch.float64):
+        out = []
+        for mode, output, tie, damping in (("taylor", "pinv", True, "clamp"), ("taylor", "learned", False, "clamp"),
+                                           ("newton", "pinv", True, "clamp"), ("newton", "pinv", True, "abs"),
+                                           ("newton", "learned", False, "add")):
+            torch.manual_seed(17)
+            e = cls(8, 2, mode=mode, output=output, tie_values=tie, damping=damping, pinv_eps=0.0,
+                    temperature_init=1.3, bias_temperature_init=2.1).to(dtype)
+            with torch.no_grad():
+                for lin in (e.wq, e.wk, e.wv, e.wo):
+                    if lin is not None:
+                        lin.weight.normal_(0, 0.5)
+            g = torch.Generator().manual_seed(18)
+            ctx, x = (torch.randn(2, 5, 8, generator=g, dtype=dtype) for _ in range(2))
+            out.append((f"{mode},{output},tie_values={tie},damping={damping}", e, ctx, x))
+        return out
+
+
+@register_energy("lite_heads")
+class LiteHeads(MHAHeads):
+    """MHA2nd-lite (App. A.7.2): MHA with ``o = μ + σ²⊙μ / T_b`` and learnable ``T_s``, ``T_b`` per head."""
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0, causal: bool = True,
+                 temperature_init: float | None = None, bias_temperature_init: float | None = None,
+                 learn_temperature: bool = True):
+        super().__init__(dim, heads, dropout, causal)
+        dh = self.head_dim
+        self.temp_score = HeadTemperature(heads, math.sqrt(dh) if temperature_init is None else temperature_init,
+                                          learn_temperature, "temperature_init")
+        self.temp_bias = HeadTemperature(heads, math.sqrt(dh) if bias_temperature_init is None
+                                         else bias_temperature_init, learn_temperature, "bias_temperature_init")
+
+    def score_temperature(self, ref: Tensor) -> Tensor:
+        return self.temp_score().to(ref.dtype)
+
+    def attend(self, q: Tensor, st: QKVState) -> Tensor:
+        Ts = self.score_temperature(q)[None, :, None, None]
+        vv = torch.cat([st.v, st.v * st.v], dim=-1)  # values [v, v⊙v]: μ and E[v⊙v] in one call
+        o = sdpa(q / Ts, st.k, vv, self.causal, st.key_mask, self.dropout if self.training else 0.0, scale=1.0)
+        mu, m2 = o.split(self.head_dim, dim=-1)
+        return mu + (m2 - mu * mu) * mu / self.temp_bias().to(q.dtype)[None, :, None, None]
+
+    def head_reference(self, q: Tensor, k: Tensor, v: Tensor, T: Tensor) -> Tensor:
+        raise AssertionError("unused")  # replaced by reference_direction below
+
+    def reference_direction(self, u: Tensor, st: QKVState, precond) -> Tensor:
+        q = self.queries(u, st)
+        Ts, Tb = self.temp_score(), self.temp_bias()
+        vis = visible(u.shape[1], st.k.shape[2], self.causal, st.key_mask, u.device)
+        out = torch.zeros_like(q)
+        B, H, N, _ = q.shape
+        for b in range(B):
+            for h in range(H):
+                for i in range(N):
+                    js = torch.arange(st.k.shape[2]) if vis is None else vis[min(b, vis.shape[0] - 1), 0, i].nonzero()[:, 0]
+                    k, v = st.k[b, h, js], st.v[b, h, js]
+                    s = (k @ q[b, h, i]) / Ts[h]
+                    p = torch.softmax(s, 0)
+                    mu = (p[:, None] * v).sum(0)
+                    var = (p[:, None] * (v - mu) ** 2).sum(0)
+                    out[b, h, i] = mu + var * mu / Tb[h]
+        return _apply(precond, self.c_proj(merge_heads(out)))
+
+    @classmethod
+    def examples(cls, dtype=torch.float64):
+        out = []
+        for causal in (True, False):
+            torch.manual_seed(19)
+            e = cls(8, 2, causal=causal, temperature_init=1.7, bias_temperature_init=0.9).to(dtype)
+            with torch.no_grad():
+                e.c_attn.weight.normal_(0, 0.5)
+                e.c_attn.bias.normal_(0, 0.1)
+            g = torch.Generator().manual_seed(20)
+            ctx, x = (torch.randn(2, 5, 8, generator=g, dtype=dtype) for _ in range(2))
+            out.append((f"causal={causal}", e, ctx, x))
+        return out
+
+
+__all__ = ["NewtonHeads", "LiteHeads", "HeadTemperature", "damp", "HeadsState", "append_cache"]

@@ -1,0 +1,258 @@
+"""Bare self-attention as a model: fixed embedding, q steps of the pseudo-likelihood dynamics, readout
+(seed 004 slides "The bare self-attention", Eq. 3-4, 13-16, 19-20; reconstructed.md §2.1).
+
+``model: {kind: bare_sa, ...}``. The only parameter is J (:class:`~energyformer.energies.pseudolikelihood.
+PseudoLikelihoodEnergy`); there is no positional encoding, no MLP, no learned embedding or head:
+
+* discrete tokens (Potts colours) are embedded by a fixed codebook E (C, d): one-hot (d = C, default)
+  or seeded random unit vectors; a masked token starts at 0 (``mask_init: zero``, recommended by
+  reconstructed §2.1) or at a random unit vector;
+* the state runs q steps ``x_i <- normalise(γ x_i + Σ_{j≠i} α_ij J_ij x_j)`` (the energy's per-token
+  direction with step size ``step_size`` = 1, descended by :class:`SphereDescent`; without
+  ``renorm`` plain :class:`~energyformer.core.GradientDescent`), every token moving (the slides'
+  dynamical system) unless ``clamp_observed`` keeps the observed tokens fixed;
+* discrete readout ``logits_i(a) = λ_out e_aᵀ x_i(q)`` (``readout_scale`` = λ_out; accuracy does not
+  depend on it, cross-entropy does, so tasks also report it at a scale calibrated on training data).
+
+Training never runs the dynamics through a graph: :meth:`local_loss` is the pseudo-likelihood of the
+data (:mod:`energyformer.energies.pl_objectives`) whose gradient w.r.t. J is the closed-form Hebbian
+rule, applied by the shared Trainer and optimiser (``objective``: plain | vmf | codebook | cd;
+``sites``: all | random, slide Eq. 13). Normalisations of the unbounded plain objective (reconstructed
+§2.1): weight decay (``train.optimizer.weight_decay``; J has the ``weight`` role), a Frobenius bound
+``frobenius`` on every block J_ij (kept by a ``ProjectionCallback`` through :meth:`project_`), the vMF
+normaliser (``vmf``), the discrete Potts normaliser (``codebook``), or contrastive divergence (``cd``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import Field, model_validator
+from torch import Tensor, nn
+
+from ..core.context import ForwardContext
+from ..core.solver import GradientDescent, Solver, SolverResult
+from ..energies.pl_objectives import pl_objective
+from ..energies.pseudolikelihood import PseudoLikelihoodEnergy
+from ..utils.config import KindConfig
+from ..utils.validate import ConfigError
+from .encoder import EncoderOutput
+from .registry import MODELS
+
+
+class BareSAConfig(KindConfig):
+    """Bare self-attention (seed 004): J only, fixed embedding, q steps of the dynamics, PL training."""
+
+    kind: Literal["bare_sa"] = "bare_sa"
+    n_tokens: int | None = Field(None, ge=2)
+    """N, positions of J (set by the task)"""
+    dim: int | None = Field(None, ge=1)
+    """d, token dimension (set by the task: C for one-hot colours, 2·channels·patch² for images)"""
+    n_colours: int | None = Field(None, ge=2)
+    """C, discrete token values (set by token tasks; None for continuous inputs)"""
+    lam: float = Field(1.0, gt=0)
+    """λ, inverse temperature of the attention scores ([REC] 1)"""
+    gamma: float = 1.0
+    """γ, self-coupling of the update (the slides use 1)"""
+    renorm: bool = True
+    """renormalise every token onto the unit sphere after each step ([REC] on)"""
+    heads: int = Field(0, ge=0)
+    """0: a full J; H > 0: J_ij = Σ_h K_ijᵀ Q_ij (slide Eq. 19)"""
+    head_dim: int | None = Field(None, ge=1)
+    """d_h of the factored form (None: d // heads)"""
+    init_std: float = Field(0.0, ge=0)
+    """std of J's normal init (0: J = 0; the factored form needs > 0)"""
+    init_seed: int = Field(0, ge=0)
+    """seed of J's init and of a random codebook"""
+    iterations: int = Field(1, ge=1)
+    """q, dynamics steps at evaluation (forward(iterations=) overrides)"""
+    step_size: float = Field(1.0, gt=0)
+    """η of each step (1: the slides' map x <- γx + Σ α J x)"""
+    mask_init: Literal["zero", "random"] = "zero"
+    """initial state of a masked token: 0 or a random unit vector"""
+    clamp_observed: bool = False
+    """keep observed tokens fixed during the dynamics (False: every token moves, as in the slides)"""
+    readout_scale: float = Field(1.0, gt=0)
+    """λ_out in logits = λ_out e_aᵀ x_i"""
+    codebook: Literal["onehot", "random"] = "onehot"
+    """embedding of discrete tokens: one-hot (needs dim = n_colours) or seeded random unit vectors"""
+    objective: Literal["plain", "vmf", "codebook", "cd"] | None = None
+    """training objective (None: the task's normaliser: codebook for discrete tokens, vmf otherwise)"""
+    sites: Literal["all", "random"] = "all"
+    """sites per training step: all (GD/SGD on Σ_i e_i) or one random site (slide Eq. 13)"""
+    cd_steps: int = Field(1, ge=1)
+    """dynamics steps from the data that give the contrastive-divergence model samples"""
+    frobenius: float | None = Field(None, gt=0)
+    """radius r: after every optimiser step each block J_ij is projected onto ‖J_ij‖_F ≤ r (N1)"""
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.codebook == "onehot" and self.n_colours is not None and self.dim is not None \
+                and self.dim != self.n_colours:
+            raise ValueError(f"codebook = 'onehot' needs dim = n_colours = {self.n_colours}; got dim = "
+                             f"{self.dim} (use codebook: random for another dim)")
+        if self.heads > 0 and self.init_std == 0:
+            raise ValueError("heads > 0 needs init_std > 0 (K = Q = 0 is a saddle of J = Σ_h KᵀQ)")
+        if self.frobenius is not None and self.heads > 0:
+            raise ValueError("frobenius is implemented for a full J (heads = 0)")
+        return self
+
+
+class SphereDescent(Solver):
+    """Projected descent on the unit sphere: ``x_{t+1} = (x_t + η d_t) / ‖x_t + η d_t‖`` with the
+    energy's direction d_t (for bare attention and η = 1: ``normalise(γ x_i + Σ_j α_ij J_ij x_j)``).
+    Not a gradient step of any energy (``rule_exact = False``)."""
+
+    registry_name = "sphere_gd"
+    rule_exact = False
+
+    def update(self, energy, x, u, state, memory, eta):
+        d = energy.direction(u, state, self.precond)
+        y = x + (eta.to(d.dtype) if isinstance(eta, Tensor) else eta) * d
+        return y / y.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(y.dtype).tiny) - x, memory
+
+
+def random_codebook(n: int, d: int, seed: int) -> Tensor:
+    """n seeded random unit vectors in R^d, (n, d)."""
+    e = torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
+    return e / e.norm(dim=-1, keepdim=True)
+
+
+class BareSelfAttention(nn.Module):
+    """Bare self-attention model (module docstring). ``recurrent``: evaluated at any q."""
+
+    recurrent = True
+
+    def __init__(self, cfg: BareSAConfig):
+        super().__init__()
+        if cfg.n_tokens is None or cfg.dim is None:
+            raise ConfigError(f"model.n_tokens = {cfg.n_tokens}, model.dim = {cfg.dim}: bare_sa needs both "
+                              "(a task sets them from its data)")
+        self.cfg = cfg
+        g = torch.Generator().manual_seed(cfg.init_seed)
+        self.energy = PseudoLikelihoodEnergy(cfg.n_tokens, cfg.dim, cfg.lam, cfg.gamma, cfg.heads,
+                                             cfg.head_dim, cfg.init_std, generator=g)
+        self.solver = (SphereDescent if cfg.renorm else GradientDescent)(step_size=cfg.step_size)
+        cb = None
+        if cfg.n_colours is not None:
+            cb = torch.eye(cfg.n_colours) if cfg.codebook == "onehot" else random_codebook(
+                cfg.n_colours, cfg.dim, cfg.init_seed + 1)
+        self.register_buffer("codebook", cb, persistent=False)
+        self.qualname = "bare_sa"
+
+    # ------------------------------------------------------------------ dynamics
+    def run(self, x0: Tensor, *, moving: Tensor | None = None, steps: int | None = None,
+            trace: bool = False, stats: bool = False, J: Tensor | None = None) -> SolverResult:
+        """q = ``steps`` (default ``cfg.iterations``) steps from x0 (B, N, d). ``moving`` (B, N) bool: only
+        these tokens move (passed to the solver as the context mask, which keeps the others fixed;
+        bare attention still attends them). Traces record the per-token energy e_i at every step."""
+        self.energy.check_input(x0, "input")
+        steps = self.cfg.iterations if steps is None else steps
+        ctx = ForwardContext(mask=moving)
+        state = self.energy.prepare(x0, J=J)
+        res = self.solver.run(self.energy, x0, state, steps, ctx=ctx, trace=trace, stats=stats)
+        if res.trace is not None:  # not gradient steps on the traced energy (per-token partial, projected)
+            res.trace.exact = bool(self.energy.exact and self.solver.exact)
+        return res
+
+    @torch.no_grad()
+    def trajectory(self, x0: Tensor, steps: int, *, moving: Tensor | None = None) -> Tensor:
+        """States x(0), ..., x(steps): (steps + 1, B, N, d) (J materialised once)."""
+        J = self.energy.coupling()
+        xs = [x0]
+        for _ in range(steps):
+            xs.append(self.run(xs[-1], moving=moving, steps=1, J=J).x)
+        return torch.stack(xs)
+
+    # ------------------------------------------------------------------ discrete tokens
+    def _check_ids(self, idx: Tensor) -> None:
+        C = self.cfg.n_colours
+        if C is None:
+            raise ValueError("this bare_sa model has no codebook (model.n_colours is None): it takes "
+                             "continuous tokens through run(), not token ids")
+        if idx.dim() != 2 or idx.is_floating_point():
+            raise ValueError(f"token ids must be an integer (batch, tokens) tensor; got {idx.dtype} "
+                             f"{tuple(idx.shape)}")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) > C):
+            raise ValueError(f"token ids in [{int(idx.min())}, {int(idx.max())}]; allowed 0..{C - 1} "
+                             f"(colours) and {C} (mask)")
+
+    def embed(self, idx: Tensor) -> Tensor:
+        """Token ids (B, N) -> (B, N, d): colour a -> e_a, the mask id C -> 0 or a random unit vector
+        (seeded with 0, so evaluation is deterministic)."""
+        self._check_ids(idx)
+        C = self.cfg.n_colours
+        masked = idx == C
+        x = self.codebook[idx.clamp_max(C - 1)] * (~masked)[..., None]
+        if self.cfg.mask_init == "random" and bool(masked.any()):
+            r = torch.randn(x.shape, generator=torch.Generator().manual_seed(0)).to(x)
+            x = torch.where(masked[..., None], r / r.norm(dim=-1, keepdim=True), x)
+        return x
+
+    def forward(self, idx: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
+                iterations: int | None = None, steps: int | None = None) -> EncoderOutput:
+        """Token ids (B, N) with masked sites = C -> logits (B, N, C) after q = iterations × steps steps
+        (``iterations`` defaults to cfg.iterations, ``steps`` to 1). ``mask`` (key padding) is refused."""
+        if mask is not None:
+            raise ValueError("bare self-attention takes no padding mask (its sequences have fixed length)")
+        q = (self.cfg.iterations if iterations is None else iterations) * (1 if steps is None else steps)
+        x0 = self.embed(idx)
+        moving = (idx == self.cfg.n_colours) if self.cfg.clamp_observed else None
+        res = self.run(x0, moving=moving, steps=q, trace=trace, stats=stats)
+        logits = self.cfg.readout_scale * res.x @ self.codebook.T  # (B, N, C)
+        traces = None
+        if trace:
+            from ..core.trace import Traces
+
+            traces = Traces()
+            traces[(self.qualname, 0)] = res.trace
+        return EncoderOutput(logits=logits, traces=traces,
+                             stats={(self.qualname, 0): res.stats} if stats else None)
+
+    @torch.no_grad()
+    def conditional_logits(self, idx: Tensor) -> Tensor:
+        """The model's own conditional at every site, without dynamics: ``log Σ_{j≠i} exp(λ e_aᵀ J_ij x_j)``
+        (B, N, C): the discrete pseudo-likelihood that the ``codebook`` objective fits."""
+        x = self.embed(idx)
+        J = self.energy._J_for(self.energy.coupling(), x.shape[1])
+        g = self.cfg.lam * torch.einsum("zija,ka->zijk", torch.einsum("ijac,zjc->zija", J, x), self.codebook)
+        eye = torch.eye(x.shape[1], dtype=torch.bool, device=x.device)
+        return torch.logsumexp(g.masked_fill(eye[None, :, :, None], float("-inf")), 2)
+
+    # ------------------------------------------------------------------ training (no backprop through dynamics)
+    def local_loss(self, x: Tensor, objective: str | None = None) -> tuple[Tensor, dict[str, float]]:
+        """Pseudo-likelihood objective of data tokens x (B, N, d) (cfg.objective unless given), with the
+        closed-form gradient w.r.t. J; sites per cfg.sites (one random site per call: torch RNG)."""
+        self.energy.check_input(x, "data")
+        kind = objective or self.cfg.objective or ("codebook" if self.codebook is not None else "vmf")
+        N = x.shape[1]
+        rows = torch.randint(0, N, (1,)) if self.cfg.sites == "random" else None
+        x_model = None
+        if kind == "cd":
+            x_model = self.trajectory(x, self.cfg.cd_steps)[-1]
+        J = self.energy._J_for(self.energy.coupling(), N)
+        loss = pl_objective(J, x, lam=self.cfg.lam, kind=kind, rows=rows, codebook=self.codebook,
+                            x_model=x_model)
+        return loss, {"j_norm": float(J.detach().norm())}
+
+    @torch.no_grad()
+    def project_(self) -> None:
+        """Frobenius bound (N1): every block J_ij with ‖J_ij‖_F > r is scaled back onto the ball of radius r."""
+        r = self.cfg.frobenius
+        if r is None:
+            return
+        J = self.energy.J
+        norms = J.flatten(2).norm(dim=-1)[..., None, None]
+        J.mul_(torch.clamp(r / norms.clamp_min(1e-30), max=1.0))
+
+    def extra_repr(self) -> str:
+        c = self.cfg
+        return (f"q={c.iterations}, renorm={c.renorm}, clamp_observed={c.clamp_observed}, "
+                f"objective={c.objective}, sites={c.sites}")
+
+
+@MODELS.register("bare_sa", BareSAConfig)
+def build_bare_sa(cfg: BareSAConfig, **_: Any) -> BareSelfAttention:
+    """Bare self-attention: J only, fixed embedding, q steps of the dynamics (seed 004)."""
+    return BareSelfAttention(cfg)

@@ -1,0 +1,41 @@
+"""Claims of reproduce intrinsic-lm are decided by the numbers (and can come out either way)."""
+
+import math
+
+from energyformer.analysis.intrinsic_report import check_claims, loss_at, steps_to_reach, summarise
+
+P = {"attention": 1, "mlp": 1, "embedding": 1, "head": 0, "other": 0, "total": 3}
+
+
+def _runs(offsets: dict[str, list[float]]):
+    """Loss curves 5 + 3 exp(-s/30) + offset per seed, evaluated every 10 of 100 steps."""
+    return {v: [{"seed": i, "params": P, "tokens_per_s": 1.0,
+                 "history": [(s, 5 + 3 * math.exp(-s / 30) + o) for s in range(10, 101, 10)]}
+                for i, o in enumerate(offs)] for v, offs in offsets.items()}
+
+
+def _verdicts(offsets):
+    return {c[:3]: v for c, v, _ in check_claims(summarise(_runs(offsets), 100, 10))}
+
+
+def test_claims_hold_when_the_numbers_say_so():
+    v = _verdicts({"mha": [0.0, 0.02], "momen_mha": [-0.2, -0.18], "nag_mha": [-0.4, -0.38],
+                   "mha2nd1st": [0.3, 0.32], "mha2nd1st_simple": [0.6, 0.62], "mha2nd_lite": [0.005, 0.015]})
+    assert v == {"(a)": "HOLDS", "(b)": "HOLDS", "(c)": "HOLDS", "(d)": "HOLDS", "(e)": "HOLDS"}
+
+
+def test_claims_fail_within_seed_noise_or_in_the_wrong_direction():
+    v = _verdicts({"mha": [0.0, 0.2], "momen_mha": [-0.05, 0.15], "nag_mha": [0.3, 0.31],
+                   "mha2nd1st": [-0.3, -0.29], "mha2nd1st_simple": [-0.5, -0.49], "mha2nd_lite": [1.0, 1.01]})
+    assert v == {"(a)": "DOES NOT HOLD", "(b)": "DOES NOT HOLD", "(c)": "DOES NOT HOLD",
+                 "(d)": "DOES NOT HOLD", "(e)": "DOES NOT HOLD"}
+
+
+def test_missing_variants_are_not_run():
+    assert set(_verdicts({"mha": [0.0, 0.1]}).values()) == {"not run"}
+
+
+def test_interpolation_helpers():
+    h = [(10, 4.0), (20, 3.0), (30, 2.5)]
+    assert loss_at(h, 15) == 3.5 and math.isnan(loss_at(h, 5))
+    assert steps_to_reach(h, 3.5) == 15.0 and steps_to_reach(h, 2.0) == math.inf

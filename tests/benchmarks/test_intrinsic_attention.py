@@ -1,0 +1,26 @@
+"""benchmarks/intrinsic_attention.py runs and reports consistent numbers (tiny sizes; no timing claims)."""
+
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "intrinsic_attention.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("intrinsic_attention_bench", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_tiny_benchmark_table():
+    b = _load()
+    args = b.main.__globals__["argparse"].Namespace(
+        contexts=[16], variants=["mha", "momen_mha", "mha2nd1st", "mha2nd"], dim=16, layers=1, heads=2, vocab=32,
+        batch=1, reps=2, warmup=1, threads=1, mha2nd_max_ctx=256, device="cpu", bf16=False, json=None)
+    res = b.bench(args)[16]
+    assert res["mha"]["ratio_median"] == 1.0 and res["mha"]["flops_ratio"] == 1.0
+    assert res["momen_mha"]["flops_ratio"] == 1.0        # momentum adds no matmul
+    assert res["mha2nd1st"]["flops_ratio"] > 1.0           # two extra N×N matmuls per head
+    assert all(r["memory_mib"] > 0 and r["median_s"] > 0 for r in res.values())
+    assert "| mha2nd1st |" in b.markdown({16: res}, args)

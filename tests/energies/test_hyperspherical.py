@@ -1,0 +1,201 @@
+"""Hyper-SET energies: fused bi-softmax == einsum, the update is −∇E exactly on the sphere and only
+tangentially off it, precision of float32 / bf16 vs float64 at large and small magnitudes."""
+
+import math
+
+import pytest
+import torch
+from einops import rearrange
+
+from energyformer.core import IdentityPrecond
+from energyformer.energies.hyperspherical import BiSoftmaxAttentionEnergy, ReLUFFEnergy
+from energyformer.energies.hyperspherical_alt import (
+    GatedFFEnergy, LinearAttentionEnergy, SigmoidAttentionEnergy, SoftmaxFFEnergy,
+)
+from energyformer.energies.hyperspherical_ops import bisoftmax_einsum, bisoftmax_fused, chunked_lse
+
+D64 = torch.float64
+P = IdentityPrecond(1)
+
+
+def _z(B=2, H=3, N=9, p=4, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, H, N, p, generator=g, dtype=D64) * scale
+
+
+@pytest.mark.parametrize("case", ["plain", "key_padding", "no_self", "non_symmetric", "non_symmetric_padding"])
+def test_fused_equals_einsum_float64(case):
+    z = _z()
+    q, k, v = z, z, z
+    mask = None
+    if case in ("key_padding", "non_symmetric_padding"):
+        mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+        mask[0, ..., -3:] = False
+    if case == "no_self":
+        mask = ~torch.eye(9, dtype=torch.bool)[None, None]
+    sym = not case.startswith("non_symmetric")
+    if not sym:
+        q = _z(seed=1)
+    y, r = bisoftmax_fused(q, k, v, 0.5, mask, symmetric=sym, budget=40)  # several chunks
+    ref = bisoftmax_einsum(q, k, v, 0.5, mask)
+    rows = slice(None) if mask is None or mask.shape[-2] > 1 else slice(0, 6)  # padded rows are free
+    torch.testing.assert_close(y[0, :, rows], ref[0, :, rows], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(y[1], ref[1], rtol=1e-12, atol=1e-12)
+
+
+def test_column_term_is_rescaled_attention():
+    """Σ_j exp(S_ij - r_j) v_j == r_i · SDPA(Q, K, V / r)_i with r_i = Σ_j exp(S_ij) (the algebra, checked)."""
+    z = _z(N=6)
+    s = torch.einsum("bhid,bhjd->bhij", z, z) * 0.7
+    r = s.exp().sum(-1)  # (B, H, N)
+    col = torch.einsum("bhij,bhjd->bhid", s.exp() / r[..., None, :], z)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(z, z, z / r[..., None], scale=0.7)
+    torch.testing.assert_close(col, r[..., None] * sdpa, rtol=1e-12, atol=1e-12)
+
+
+def test_chunked_lse_gradcheck_and_value():
+    q = _z(N=7).requires_grad_(True)
+    k = _z(N=7, seed=3).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda a, b: chunked_lse(a, b, 0.6, None, 30), (q, k))
+    ref = torch.logsumexp(torch.einsum("bhid,bhjd->bhij", q, k) * 0.6, -1)
+    torch.testing.assert_close(chunked_lse(q, k, 0.6, None, 30), ref)
+
+
+def test_energy_is_the_same_lse():
+    """E_ATTN per token = β⁻¹ Σ_h LSE_j (the log-sum-exp the fused path computes anyway)."""
+    e = BiSoftmaxAttentionEnergy(12, 3).double()
+    x = torch.randn(2, 5, 12, dtype=D64)
+    st = e.prepare(x)
+    z = e.spherical(x)
+    ref = torch.logsumexp(torch.einsum("bhid,bhjd->bhij", z, z) * e.beta, -1).sum(1) / e.beta
+    torch.testing.assert_close(e.energy(x, st), ref)
+
+
+def _on_sphere_inputs(D=12, H=3, seed=0):
+    """Square invertible W and X with ‖W_hᵀ x_i‖ = √p for every head and token."""
+    g = torch.Generator().manual_seed(seed)
+    p = D // H
+    e_sph = BiSoftmaxAttentionEnergy(D, H).double()
+    e_raw = BiSoftmaxAttentionEnergy(D, H, sphere=False).double()
+    W = torch.randn(D, D, generator=g, dtype=D64) / math.sqrt(D) + torch.eye(D, dtype=D64)
+    with torch.no_grad():
+        e_sph.proj.weight.copy_(W)
+        e_raw.proj.weight.copy_(W)
+    u = torch.randn(2, 7, H, p, generator=g, dtype=D64)
+    u = u / u.norm(dim=-1, keepdim=True) * math.sqrt(p)  # on the spheres
+    x = torch.linalg.solve(W, rearrange(u, "b n h p -> b n (h p)").unsqueeze(-1)).squeeze(-1)
+    return e_sph, e_raw, x
+
+
+def test_attention_update_is_exact_gradient_on_the_sphere():
+    e_sph, e_raw, x = _on_sphere_inputs()
+    z = e_raw.project(x)
+    torch.testing.assert_close(z.norm(dim=-1), torch.full_like(z[..., 0], 2.0))  # √p, p = 4
+    d = e_sph.direction(x, e_sph.prepare(x), P)
+    xg = x.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(e_raw.energy(xg, e_raw.prepare(xg)).sum(), xg)  # ∇ of the plain E_ATTN
+    torch.testing.assert_close(d, -g, rtol=1e-10, atol=1e-10)
+    assert e_raw.exact and not e_sph.exact
+
+
+def test_attention_update_off_sphere_is_only_tangentially_the_gradient():
+    """With W = I: ∇_z E(RMSNorm(z)) = (√p/‖z‖) P_⊥ g(u) while the update is −g(u)."""
+    D, H, p = 8, 2, 4
+    e = BiSoftmaxAttentionEnergy(D, H).double()
+    with torch.no_grad():
+        e.proj.weight.copy_(torch.eye(D, dtype=D64))
+    x = torch.randn(2, 6, D, dtype=D64, generator=torch.Generator().manual_seed(5)) * 3
+    d = e.direction(x, e.prepare(x), P)
+    g = e.grad(x, e.prepare(x))  # autograd of E ∘ RMSNorm (exact = False path)
+    assert (d + g).abs().max() > 1e-3  # not the gradient
+    z, dz = (rearrange(t, "b n (h p) -> b n h p", h=H) for t in (x, d))
+    zhat = z / z.norm(dim=-1, keepdim=True)
+    tangential = dz - (dz * zhat).sum(-1, keepdim=True) * zhat
+    scaled = tangential * math.sqrt(p) / z.norm(dim=-1, keepdim=True)
+    torch.testing.assert_close(rearrange(scaled, "b n h p -> b n (h p)"), -g, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("cls", [ReLUFFEnergy, SoftmaxFFEnergy, GatedFFEnergy])
+def test_ff_update_is_exact_gradient_on_the_sphere(cls):
+    D = 10
+    g = torch.Generator().manual_seed(1)
+    e_sph, e_raw = cls(D, D).double(), cls(D, D, sphere=False).double()
+    W = torch.randn(D, D, generator=g, dtype=D64) / math.sqrt(D) + torch.eye(D, dtype=D64)
+    with torch.no_grad():
+        e_sph.proj.weight.copy_(W)
+        e_raw.proj.weight.copy_(W)
+    u = torch.randn(3, 4, D, generator=g, dtype=D64)
+    u = u / u.norm(dim=-1, keepdim=True) * math.sqrt(D)  # ‖Dᵀx‖ = √M
+    x = torch.linalg.solve(W, u.unsqueeze(-1)).squeeze(-1)
+    d = e_sph.direction(x, e_sph.prepare(x), P)
+    torch.testing.assert_close(d, -e_raw.grad(x, e_raw.prepare(x)), rtol=1e-10, atol=1e-10)
+    assert e_raw.exact and not e_sph.exact
+
+
+@pytest.mark.parametrize("cls", [SigmoidAttentionEnergy, LinearAttentionEnergy])
+def test_alternative_attention_exact_on_sphere(cls):
+    e_sph, e_raw, x = _on_sphere_inputs(seed=2)
+    a, b = cls(12, 3).double(), cls(12, 3, sphere=False).double()
+    with torch.no_grad():
+        a.proj.weight.copy_(e_sph.proj.weight)
+        b.proj.weight.copy_(e_sph.proj.weight)
+    torch.testing.assert_close(a.direction(x, a.prepare(x), P), -b.grad(x, b.prepare(x)), rtol=1e-10, atol=1e-10)
+
+
+def test_separate_norms_are_not_symmetric_and_not_exact():
+    e = BiSoftmaxAttentionEnergy(8, 2, qkv_norm="separate", gain="learned").double()
+    with torch.no_grad():
+        for i, gp in enumerate(e.gains):
+            gp.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(i))
+    assert not e.exact and not e.symmetric
+    x = torch.randn(2, 5, 8, dtype=D64)
+    st = e.prepare(x)
+    torch.testing.assert_close(e.direction(x, st, P), e.reference_direction(x, st, P))
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1.0, 1e4])
+def test_precision_float32_bf16_vs_float64(scale):
+    """The layer's update at small and large token magnitudes: fp32 ≈ fp64 (1e-5), bf16 ≈ fp64 (5e-2)."""
+    torch.manual_seed(0)
+    e64 = BiSoftmaxAttentionEnergy(32, 4).double()
+    x64 = torch.randn(2, 81, 32, dtype=D64) * scale
+    ref = e64.direction(x64, e64.prepare(x64), P)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 5e-2)):
+        e = BiSoftmaxAttentionEnergy(32, 4).to(dtype)
+        e.load_state_dict(e64.state_dict())
+        x = x64.to(dtype)
+        d = e.direction(x, e.prepare(x), P).double()
+        rel = (d - ref).norm() / ref.norm()
+        assert rel < tol, (dtype, scale, float(rel))
+        en = e.energy(x, e.prepare(x)).double()
+        ren = e64.energy(x64, e64.prepare(x64))
+        assert ((en - ren).abs().max() / ren.abs().max()) < tol
+
+
+def test_fused_falls_back_when_normalisers_span_too_much():
+    """Off the sphere, huge scores: the fused path detects the span and uses the einsum path (finite)."""
+    z = _z(scale=30.0).float()
+    y, _ = bisoftmax_fused(z, z, z, 1.0)
+    ref = bisoftmax_einsum(z.double(), z.double(), z.double(), 1.0)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y.double(), ref, rtol=1e-4, atol=1e-3)
+
+
+def test_config_errors_name_the_option():
+    with pytest.raises(ValueError, match="qkv_norm"):
+        BiSoftmaxAttentionEnergy(8, 2, qkv_norm="both")
+    with pytest.raises(ValueError, match="self_interaction"):
+        LinearAttentionEnergy(8, 2, self_interaction=False)
+    with pytest.raises(ValueError, match="heads = 3"):
+        BiSoftmaxAttentionEnergy(8, 3)
+
+
+def test_auto_impl_switches_at_the_threshold():
+    from energyformer.energies import hyperspherical as hs
+
+    e = BiSoftmaxAttentionEnergy(8, 2, impl="auto").double()
+    ref = BiSoftmaxAttentionEnergy(8, 2, impl="einsum").double()
+    ref.load_state_dict(e.state_dict())
+    for n in (hs.AUTO_FUSED_MIN_TOKENS - 1, hs.AUTO_FUSED_MIN_TOKENS):
+        x = torch.randn(1, n, 8, dtype=D64)
+        torch.testing.assert_close(e.direction(x, e.prepare(x), P), ref.direction(x, ref.prepare(x), P))

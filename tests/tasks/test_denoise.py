@@ -1,0 +1,40 @@
+"""The denoise task on the always-available digits: embedding sizes, training, overlap curves."""
+
+import math
+
+import pytest
+import torch
+
+from energyformer.experiment import build_model, build_task, load_run_config, resolve, run_experiment
+from energyformer.utils.validate import ConfigError
+
+SMALL = ["task.eval_images=32", "task.eval_steps=4", "task.report_steps=[0,1,4]", "task.nearest_train=200",
+         "task.n_train=256", "train.steps=5", "train.eval_every=0", "train.log_every=0",
+         "train.progress=false", "train.tensorboard=false", "train.save_every=0"]
+
+
+def test_denoise_trains_and_reports_curves(tmp_path):
+    res = run_experiment(load_run_config("bare_sa/digits_denoise", SMALL + [f"out_dir={tmp_path}"]))
+    ev = {k[5:]: v for k, v in res.final.items() if k.startswith("eval/")}
+    assert {"peak_overlap", "overlap_t0", "nearest_t4", "mse_t1"} <= set(ev)
+    assert all(math.isfinite(v) for v in ev.values())
+    assert res.config.model.n_tokens == 16 and res.config.model.dim == 8 and res.config.model.objective == "vmf"
+
+
+def test_clean_inputs_start_at_overlap_one():
+    cfg = load_run_config("bare_sa/digits_denoise", SMALL + ["task.noise_level=0.0"])
+    task = build_task(cfg)
+    model = build_model(resolve(cfg, task), task)
+    c = task.curves(model, "test", steps=2)
+    assert c["overlap"][0] == pytest.approx(1.0, abs=1e-6) and c["mse"][0] < 1e-8
+    assert len(c["nearest"]) == 3 and c["decoded"].shape == (3, 8, 1, 8, 8)
+    # J = 0: x <- normalise(x), nothing moves
+    assert c["overlap"][2] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_errors():
+    with pytest.raises(ConfigError, match="task.patch = 3"):
+        build_task(load_run_config("bare_sa/digits_denoise", ["task.patch=3"]))
+    cfg = load_run_config("bare_sa/digits_denoise", ["model.dim=9"])
+    with pytest.raises(ConfigError, match="model.dim = 9: the embedded images have 8"):
+        resolve(cfg, build_task(cfg))

@@ -1,0 +1,107 @@
+"""The potts_mlm task: masking, the Bayes-optimal reference (met exactly by factored attention with the
+true parameters), training of every model kind through the shared trainer (bare SA: pseudo-likelihood
+with its closed-form gradient), calibration, config errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from energyformer.experiment import build_model, build_task, load_run_config, resolve, run_experiment
+from energyformer.tasks.potts_mlm import calibrate_scale, mask_sites
+from energyformer.utils.validate import ConfigError
+
+SMALL = ["task.data.L=6", "task.data.C=3", "task.data.n_train=640", "task.data.n_test=128",
+         "task.data.burn_in=50", "task.data.samples_per_chain=8", "task.n_validation=128",
+         "task.batch_size=32", "task.eval_iterations=[1,2]", "task.calibrate_sequences=64",
+         "train.steps=6", "train.eval_every=0", "train.log_every=0", "train.progress=false",
+         "train.tensorboard=false", "train.save_every=0"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """One small Potts data set for the module (generated once, in a private data cache)."""
+    tmp = tmp_path_factory.mktemp("potts")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ENERGYFORMER_DATA", str(tmp / "data"))
+        yield tmp
+
+
+def _cfg(name, tmp, extra=()):
+    return load_run_config(f"bare_sa/{name}", SMALL + [f"out_dir={tmp}/runs"] + list(extra))
+
+
+_RUN = iter(range(10**6))
+
+
+def test_mask_sites_masks_n_distinct_sites():
+    s = torch.randint(0, 3, (50, 6), generator=torch.Generator().manual_seed(0))
+    idx, m = mask_sites(s, 2, 3, torch.Generator().manual_seed(1))
+    assert m.sum(1).tolist() == [2] * 50 and bool((idx[m] == 3).all()) and torch.equal(idx[~m], s[~m])
+
+
+def test_calibrate_scale_finds_the_optimum():
+    g = torch.Generator().manual_seed(0)
+    raw = torch.randn(4000, 5, generator=g)
+    y = torch.distributions.Categorical(logits=3.0 * raw).sample()
+    assert abs(calibrate_scale(raw, y) - 3.0) < 0.3
+
+
+def test_true_factored_attention_meets_the_bayes_loss(data_dir):
+    cfg = _cfg("potts_factored", data_dir)
+    task = build_task(cfg)
+    cfg = resolve(cfg, task)
+    model = build_model(cfg, task).double()
+    pm = task.data.model
+    model.set_potts(pm.J, pm.U, pm.beta, pm.h)
+    m = task.evaluate(model, "test")
+    assert abs(m["loss"] - m["bayes_loss"]) < 1e-5 and m["accuracy"] == pytest.approx(m["bayes_accuracy"])
+    assert m["bayes_loss"] < math.log(3)
+
+
+@pytest.mark.parametrize("name", ["potts_bare_sa", "potts_recycled_x3", "potts_factored"])
+def test_every_model_kind_trains_and_evaluates(data_dir, name):
+    res = run_experiment(_cfg(name, data_dir, [f"name={name}_{next(_RUN)}"]))
+    ev = {k[5:]: v for k, v in res.final.items() if k.startswith("eval/")}
+    assert all(math.isfinite(v) for v in ev.values())
+    assert {"loss", "accuracy", "bayes_loss", "excess_loss"} <= set(ev)
+    if name == "potts_bare_sa":
+        assert {"loss_cal", "cond_loss", "readout_scale"} <= set(ev)
+        full = res.task.evaluate(build_model(res.config, res.task), "validation")
+        assert {"loss_q1", "loss_cal_q2", "accuracy_q2"} <= set(full)
+
+
+def test_bare_sa_training_step_is_the_closed_form_gradient(data_dir):
+    cfg = _cfg("potts_bare_sa", data_dir, ["model.init_std=0.1", "model.objective=plain"])
+    task = build_task(cfg)
+    model = build_model(resolve(cfg, task), task)
+    (s,) = task.train_data.next_batch()
+    loss, _ = task.loss(model, (s,))
+    loss.backward()
+    from energyformer.energies.pl_objectives import hebbian_gradient
+
+    x = model.embed(s)
+    torch.testing.assert_close(model.energy.J.grad, hebbian_gradient(model.energy.J.detach(), x) / 6)
+
+
+def test_config_errors(data_dir):
+    with pytest.raises(ConfigError, match="causal"):
+        _cfg("potts_recycled_x3", data_dir, ["model.causal=true"])
+    with pytest.raises(ConfigError, match="model.n_tokens = 9: the data have 6"):
+        _cfg("potts_bare_sa", data_dir, ["model.n_tokens=9"])
+    with pytest.raises(ConfigError, match="n_validation = 5000"):
+        build_task(_cfg("potts_factored", data_dir, ["task.n_validation=5000"]))
+    with pytest.raises(ConfigError, match="model.kind = 'bare_sa'"):
+        load_run_config(None, ["task.kind=lm", "model.kind=bare_sa"])
+
+
+def test_frobenius_constraint_is_kept_by_the_trainer(data_dir):
+    from energyformer.experiment import load_trained
+
+    res = run_experiment(_cfg("potts_bare_sa", data_dir, ["model.objective=plain", "model.frobenius=0.01",
+                                                          "name=frob"]))
+    _, model, _ = load_trained(res.run_dir)
+    norms = model.energy.J.detach().flatten(2).norm(dim=-1)
+    assert float(norms.max()) <= 0.01 + 1e-6 and float(norms.max()) > 0.009

@@ -1,0 +1,199 @@
+"""Every error a user can cause ends in one line and a non-zero exit (issue 9, classes 3-6)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from energyformer.cli import main
+from energyformer.experiment import RunConfig
+from energyformer.utils.config import config_fields
+
+TINY = ["model.dim=16", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "task.seq_len=16",
+        "task.batch_size=2", "task.eval_batch_size=2", "task.eval_max_batches=1", "train.progress=false",
+        "train.tensorboard=false", "train.eval_every=0"]
+
+
+def _sets(items):
+    return [a for kv in items for a in ("--set", kv)]
+
+
+def _one_line_error(capsys, code, argv) -> str:
+    got = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert got == code, (argv, got, err)
+    assert err.startswith("energyformer: error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    assert main(["train", "lm/llama", *_sets(TINY + ["train.steps=2", "train.save_every=1",
+                                                      "train.keep_checkpoints=0", "name=tiny", f"out_dir={out}"])]) == 0
+    return out / "tiny"
+
+
+def test_text_file_inputs(trained, tmp_path, capsys):
+    cases = {"empty.txt": b"", "binary.bin": b"\x00\x01\x02abc", "latin1.txt": b"caf\xe9\n", "one.txt": b"a"}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+    assert "is empty" in _one_line_error(capsys, 2, ["eval", str(trained), "--text-file", str(tmp_path / "empty.txt")])
+    assert "looks binary" in _one_line_error(capsys, 2, ["eval", str(trained), "--text-file", str(tmp_path / "binary.bin")])
+    assert "not valid UTF-8: line 1, column 4" in _one_line_error(
+        capsys, 2, ["eval", str(trained), "--text-file", str(tmp_path / "latin1.txt")])
+    assert "too short to evaluate" in _one_line_error(
+        capsys, 2, ["eval", str(trained), "--text-file", str(tmp_path / "one.txt")])
+    assert "is a directory" in _one_line_error(capsys, 2, ["eval", str(trained), "--text-file", str(tmp_path)])
+    assert "not found" in _one_line_error(capsys, 2, ["eval", str(trained), "--text-file", str(tmp_path / "no.txt")])
+
+
+def test_run_directories_and_checkpoints(trained, tmp_path, capsys):
+    empty = tmp_path / "norun"
+    empty.mkdir()
+    assert "config.yaml not found" in _one_line_error(capsys, 2, ["eval", str(empty)])
+    (empty / "config.yaml").write_text((trained / "config.yaml").read_text())
+    assert "no valid checkpoint in run directory" in _one_line_error(capsys, 2, ["eval", str(empty)])
+    # resuming with a changed model shape
+    err = _one_line_error(capsys, 2, ["train", "lm/llama", "--resume", *_sets(
+        TINY + ["train.steps=3", "name=tiny", f"out_dir={trained.parent}", "model.dim=32"])])
+    assert "does not fit this model" in err and "use the model config the run was trained with" in err
+    # an output path under a file
+    (tmp_path / "afile").write_text("x")
+    err = _one_line_error(capsys, 1, ["train", "lm/llama", *_sets(TINY + ["train.steps=1", f"out_dir={tmp_path / 'afile'}"])])
+    assert "not a directory" in err or "exists" in err
+
+
+def test_eval_names_the_checkpoint_and_the_fallback(trained, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("To be, or not to be, that is the question.\n" * 4)
+    assert main(["eval", str(trained), "--text-file", str(text)]) == 0
+    assert "(checkpoint step 2)" in capsys.readouterr().out
+    state = trained / "ckpt-00000002" / "state.pt"
+    good = state.read_bytes()
+    state.write_bytes(good[:-10])  # truncate the newest checkpoint
+    try:
+        assert main(["eval", str(trained), "--text-file", str(text)]) == 0
+        out = capsys.readouterr().out
+        assert "checkpoint step 1; newer checkpoint(s) ckpt-00000002 are invalid" in out
+    finally:
+        state.write_bytes(good)
+
+
+def test_non_finite_eval_exits_non_zero(trained, tmp_path, capsys):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from energyformer.train import checkpoint as C
+
+    run = tmp_path / "nan"
+    shutil.copytree(trained, run)
+    for ck in run.glob("ckpt-*"):
+        w = load_file(str(ck / C.MODEL_FILE))
+        w = {k: torch.full_like(v, float("nan")) for k, v in w.items()}
+        save_file(w, str(ck / C.MODEL_FILE), metadata={"format": "pt"})
+        man = json.loads((ck / C.MANIFEST_FILE).read_text())
+        man["files"][C.MODEL_FILE] = {"size": (ck / C.MODEL_FILE).stat().st_size, "sha256": C._sha256(ck / C.MODEL_FILE)}
+        (ck / C.MANIFEST_FILE).write_text(json.dumps(man))
+    # a poisoned checkpoint is not valid: nothing to evaluate, said in one line
+    assert "non-finite" in _one_line_error(capsys, 2, ["eval", str(run)])
+
+
+def test_devices_sizes_and_generate_arguments(trained, capsys):
+    assert "train.device" in _one_line_error(capsys, 2, ["config", "lm/llama", "--set", "train.device=tpu"])
+    if not torch.cuda.is_available():
+        assert "CUDA is not available" in _one_line_error(capsys, 2, ["eval", str(trained), "--device", "cuda"])
+    err = _one_line_error(capsys, 1, ["train", "lm/llama", *_sets(TINY + ["model.dim=4194304", "model.heads=1",
+                                                                            "name=huge", "train.steps=1"])])
+    assert "not enough memory" in err
+    for args, msg in ((["--temperature", "-1"], "--temperature -1.0"), (["--temperature", "nan"], "--temperature nan"),
+                      (["--top-k", "0"], "--top-k 0"), (["--prompt", "\udcff"], "--prompt is not valid text")):
+        assert msg in _one_line_error(capsys, 2, ["generate", str(trained), "--max-new-tokens", "2", *args])
+    assert main(["generate", str(trained), "--max-new-tokens", "2", "--temperature", "0"]) == 0
+
+
+def test_config_classes(tmp_path, capsys):
+    assert "unknown key" in _one_line_error(capsys, 2, ["config", "lm/llama", "--set", "trian.lr=1"])
+    assert "finite" in _one_line_error(capsys, 2, ["config", "lm/llama", "--set", "train.lr=inf"])
+    assert "no path separators" in _one_line_error(capsys, 2, ["config", "lm/llama", "--set", "name=../x"])
+    assert "no path separators" in _one_line_error(capsys, 2, ["config", "lm/llama", "--set", "name="])
+    assert "ignores it" in _one_line_error(capsys, 2, ["config", "lm/llama", "--set", "task.text_files=[a.txt]"])
+    assert "exceeds model.max_seq_len" in _one_line_error(capsys, 2, [
+        "config", "lm/gpt", "--set", "task.seq_len=4096"])
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("name: a\nname: b\n")
+    assert "dup.yaml:2: duplicate key 'name'" in _one_line_error(capsys, 2, ["config", str(dup)])
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing\n")
+    assert "is empty" in _one_line_error(capsys, 2, ["config", str(empty)])
+    assert "is a directory" in _one_line_error(capsys, 2, ["config", str(tmp_path)])
+    assert "--steps 0" in _one_line_error(capsys, 2, ["demo", "--steps", "0"])
+
+
+def _bad_values(type_name: str, rng: random.Random) -> list:
+    common = ["[1, 2", "{a: 1}", "", "nan", "inf", "-inf", "1e400", "kinds_that_do_not_exist"]
+    if "int" in type_name:
+        common += ["2.5", "-7", "999999999999999999999", "abc"]
+    if "float" in type_name:
+        common += ["-1e30", "abc", "[]"]
+    if "bool" in type_name:
+        common += ["maybe", "2"]
+    return rng.sample(common, k=min(4, len(common)))
+
+
+def test_config_fuzz_gives_one_line_errors_and_no_tracebacks(capsys):
+    """Wrong types, out-of-range numbers, unknown kinds, NaN/inf, huge values, empty strings and
+    unknown keys, for every key of every registered kind (seeded sample)."""
+    rng = random.Random(0)
+    rows = config_fields(RunConfig)
+    for key, type_name, _, _ in rows:
+        select = []
+        while "[kind=" in key:  # choose the kinds first: task[kind=gp].n_train -> task.kind=gp, task.n_train
+            head, rest = key.split("[kind=", 1)
+            kind, tail = rest.split("]", 1)
+            select.append(f"{head}.kind={kind}")
+            key = head + tail
+        for value in _bad_values(type_name, rng):
+            sets = select + [f"{key}={value}"]
+            code = main(["config", *_sets(sets)])
+            captured = capsys.readouterr()
+            assert "Traceback" not in captured.err and captured.err.count("\n") <= 1, (sets, captured.err)
+            if code != 0:
+                assert code == 2 and captured.err.startswith("energyformer: error: "), (sets, code, captured.err)
+    for key, _, _, _ in rng.sample(rows, 10):
+        code = main(["config", "--set", f"{key.split('[')[0]}.no_such_key=1"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("energyformer: error: ") and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_the_resume_command(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]))
+    sets = _sets(TINY + ["train.steps=100000", "train.save_every=20", "name=intr", f"out_dir={tmp_path}"])
+    proc = subprocess.Popen([sys.executable, "-m", "energyformer.cli", "train", "lm/llama", *sets], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # stdout is not a pipe: an unread pipe fills up with the training log and blocks the child's writes
+    deadline = time.time() + 120
+    while not list((tmp_path / "intr").glob("ckpt-*[0-9]")):
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            pytest.fail(f"no checkpoint appeared (exit {proc.poll()}): {proc.communicate()[1][-2000:]}")
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert len(lines) <= 2 and "Traceback" not in err, err
+    assert "energyformer train lm/llama --resume --set" in lines[-1] and "name=intr" in lines[-1], err
