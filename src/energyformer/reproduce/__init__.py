@@ -42,3 +42,5 @@ register_reproduction("bare-sa", "energyformer.reproduce.bare_sa",
                       "seed 004: recycled transformer vs bare self-attention trained by pseudo-likelihood (Potts MLM, denoising)")
 register_reproduction("hyperset-images", "energyformer.reproduce.hyperset_images",
                       "Hyper-SET seed §5.2: Hyper-SET vs Transformer / ET / CRATE(-T) on images, Tables 1, 4, 5, Fig. 4")
+register_reproduction("eqt", "energyformer.reproduce.eqt",
+                      "EqT seed 003 §4: baseline vs equilibrium transformer on cumulative parity (Table 2), convergence, overheads")

@@ -8,3 +8,4 @@ __all__ = ["TASKS", "Task", "TaskConfig", "register_task"]
 from . import potts_mlm  # noqa: E402,F401  (registers "potts_mlm"; seed 004)
 from . import denoise  # noqa: E402,F401  (registers "denoise"; seed 004)
 from . import classification  # noqa: F401,E402  (image classification, Hyper-SET §5.2)
+from . import parity  # noqa: E402,F401  (registers "parity"; EqT seed 003)

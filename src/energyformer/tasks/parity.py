@@ -1,0 +1,112 @@
+"""Binary cumulative parity task (EqT seed 003 §4, Table 2; reconstructed.md §3).
+
+Input: bits b_1 … b_L as tokens 0/1; target y_t = b_1 ⊕ … ⊕ b_t at every position; model: a causal
+per-token classifier with 2 classes — the ``transformer`` kind (baseline: the backbone without
+refinement) or the ``equilibrium`` kind (EqT). Loss: cross-entropy + the auxiliary losses the blocks
+add (EqT: β·λ_i·ℒ_i(h⁽ᴷ⁾)). Metric: per-token accuracy on the fixed test set of ``task.data.length``
+and, with ``eval_lengths``, of other lengths (``accuracy/L<length>``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, field_validator
+from torch import nn
+
+from ..data.parity import ParityConfig
+from ..utils.config import KindConfig, replace
+from .base import Task, TaskConfig, register_task
+
+CLASSES = 2
+
+
+class ParityTaskConfig(TaskConfig):
+    """Cumulative parity: per-token accuracy by length (EqT Table 2)."""
+
+    kind: Literal["parity"] = "parity"
+    data: ParityConfig = Field(default_factory=ParityConfig)
+    """length, training set (fresh or fixed) and test-set size"""
+    batch_size: int = Field(32, ge=1)
+    """sequences per training batch"""
+    eval_batch_size: int = Field(256, ge=1)
+    """sequences per evaluation batch"""
+    eval_lengths: list[int] = Field(default_factory=list)
+    """extra lengths scored by evaluate (each needs length <= model.max_seq_len)"""
+
+    @field_validator("eval_lengths")
+    @classmethod
+    def _lengths(cls, v: list[int]) -> list[int]:
+        for n in v:
+            if n < 1:
+                raise ValueError(f"eval_lengths: {n} is not a length; allowed: integers >= 1")
+        return v
+
+
+@register_task("parity", ParityTaskConfig)
+class ParityTask(Task):
+    """Cumulative parity with a causal 2-class per-token model (module docstring)."""
+
+    model_kinds = ("transformer", "equilibrium")
+    main_metric = "accuracy"
+    lower_is_better = False
+
+    def __init__(self, cfg: ParityTaskConfig, *, seed: int = 0, rank: int = 0):
+        super().__init__(cfg, seed=seed, rank=rank)
+        self.train_data = cfg.data.batcher(cfg.batch_size, seed=seed * 1000 + rank)
+
+    def resolve_model_config(self, model_cfg: KindConfig) -> KindConfig:
+        longest = max([self.cfg.data.length, *self.cfg.eval_lengths])
+        if getattr(model_cfg, "max_seq_len", longest) < longest:
+            raise ValueError(f"model.max_seq_len = {model_cfg.max_seq_len}: the parity task needs >= {longest} "
+                             "(task.data.length / task.eval_lengths)")
+        if getattr(model_cfg, "causal", None) is False:
+            raise ValueError("model.causal = False: cumulative parity is scored causally; leave it unset or true")
+        updates: dict[str, Any] = {}
+        if model_cfg.vocab_size != 2:
+            updates["vocab_size"] = 2
+        if model_cfg.kind == "transformer" and model_cfg.causal is None:
+            updates["causal"] = True
+        return replace(model_cfg, **updates) if updates else model_cfg
+
+    def build_model(self, model_cfg: KindConfig) -> nn.Module:
+        from ..models.registry import MODELS
+
+        return MODELS.build(model_cfg, vocab_size=2, n_out=CLASSES, causal=True)
+
+    def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
+        x, y = batch                     # (B, L) bits and targets
+        out = model(x)                   # logits (B, L, 2); both model kinds take (idx) alone
+        ce = F.cross_entropy(out.logits.flatten(0, 1).float(), y.flatten())
+        aux = sum(out.aux_losses.values()) if out.aux_losses else 0.0
+        metrics = {"ce": float(ce.detach())}
+        metrics.update({k: float(v.detach()) for k, v in out.aux_losses.items()})
+        return ce + aux, metrics
+
+    @torch.no_grad()
+    def accuracy(self, model: nn.Module, length: int, *, n: int | None = None, steps: int | None = None) -> float:
+        """Per-token accuracy on the fixed test set of ``length`` (first ``n`` sequences)."""
+        dev = next(model.parameters()).device
+        data = replace(self.cfg.data, length=length, n_test=n or self.cfg.data.n_test)
+        bits, tgt = data.test_set(device=dev)
+        correct = total = 0
+        kw = {} if steps is None else {"steps": steps}
+        for i in range(0, len(bits), self.cfg.eval_batch_size):
+            xb, yb = bits[i:i + self.cfg.eval_batch_size], tgt[i:i + self.cfg.eval_batch_size]
+            pred = model(xb, **kw).logits.argmax(-1)
+            correct += int((pred == yb).sum())
+            total += yb.numel()
+        return correct / total
+
+    def evaluate(self, model: nn.Module, split: str = "validation", **options: Any) -> dict[str, float]:
+        was = model.training
+        model.eval()
+        try:
+            out = {"accuracy": self.accuracy(model, self.cfg.data.length, steps=options.get("steps"))}
+            for n in self.cfg.eval_lengths:
+                out[f"accuracy/L{n}"] = self.accuracy(model, n, steps=options.get("steps"))
+        finally:
+            model.train(was)
+        return out
