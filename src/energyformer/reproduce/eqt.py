@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="energyformer reproduce eqt", description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", type=int, nargs="+", default=[16, 64])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    p.add_argument("--train-steps", type=int, default=600)
+    p.add_argument("--train-steps", type=int, default=500)
     p.add_argument("--lr", type=float, default=3e-3, help="peak AdamW rate (paper: 3e-4 at 6.3M params)")
     p.add_argument("--n-test", type=int, default=512, help="test sequences per length (paper: 4096)")
     p.add_argument("--baseline-config", default=str(ROOT / "configs/eqt/baseline.yaml"))

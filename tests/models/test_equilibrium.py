@@ -1,0 +1,118 @@
+"""Equilibrium transformer (EqT, seed 003): the "Must show" properties of issue 13.
+
+Refinement off (ℒ ≡ 0 or K = 0) = backbone + final LayerNorm exactly; the proximal step on a quadratic
+energy is the closed form and contracts at max|1 − α(λ + 1/γ)|; early stopping reports steps per
+token; K_eval > K_train works; the training loss carries β·λ_i·ℒ_i."""
+
+import pytest
+import torch
+
+from energyformer.core import ProximalGradient
+from energyformer.core.quadratic import QuadraticEnergy
+from energyformer.models import MODELS
+from energyformer.models.equilibrium import EquilibriumConfig
+from energyformer.utils.validate import ConfigError
+
+KW = dict(vocab_size=2, dim=16, n_layers=2, heads=2, max_seq_len=16, positions="sinusoidal")
+
+
+def _model(**refine):
+    torch.manual_seed(0)
+    refine = {"window": 4, "hidden": 16, **refine}
+    return MODELS.build(EquilibriumConfig(**KW, refine=refine), vocab_size=2, n_out=2).eval()
+
+
+def _x():
+    return torch.randint(0, 2, (3, 10), generator=torch.Generator().manual_seed(1))
+
+
+def _backbone_logits(model, x):
+    """The same model with every ERM removed: backbone layers, then the final LayerNorm and head."""
+    refined = {i: l for i, l in enumerate(model.layers) if hasattr(l, "refiner")}
+    for i, l in refined.items():
+        model.layers[i] = l.layer
+    try:
+        return model(x).logits
+    finally:
+        for i, l in refined.items():
+            model.layers[i] = l
+
+
+@pytest.mark.parametrize("placement", ["last", "every"])
+def test_zero_steps_is_the_backbone_followed_by_the_final_layernorm(placement):
+    m = _model(placement=placement)
+    x = _x()
+    with torch.no_grad():
+        assert torch.equal(m(x, steps=0).logits, _backbone_logits(m, x))
+        assert not torch.equal(m(x, steps=4).logits, _backbone_logits(m, x))  # refinement does act
+    assert isinstance(m.norm, torch.nn.LayerNorm)
+
+
+def test_zero_energy_is_the_backbone_followed_by_the_final_layernorm():
+    m = _model()
+    for r in m.refiners():
+        r.energy.weights = {k: 0.0 for k in r.energy.weights}   # ℒ ≡ 0: only the proximal term is left
+    x = _x()
+    with torch.no_grad():
+        assert torch.equal(m(x, steps=8).logits, _backbone_logits(m, x))
+
+
+def test_proximal_step_is_the_closed_form_and_contracts_at_the_predicted_rate():
+    lam = torch.tensor([0.5, 2.0, 8.0], dtype=torch.float64)
+    alpha, gamma = 0.1, 0.5
+    energy = QuadraticEnergy(3, scales=lam)
+    g = torch.Generator().manual_seed(0)
+    c = torch.randn(2, 4, 3, generator=g, dtype=torch.float64)
+    f = torch.randn(2, 4, 3, generator=g, dtype=torch.float64)
+    solver = ProximalGradient(step_size=alpha, gamma=gamma)
+    state = energy.prepare(c)
+    h, hs = f.clone(), []
+    for k in range(1, 6):
+        h = h - alpha * (lam * (h - c) + (h - f) / gamma)          # Eq. 8, closed form
+        hs.append(h)
+        torch.testing.assert_close(solver.run(energy, f, state, k, anchor=f).x, h)
+    h_star = (lam * c + f / gamma) / (lam + 1 / gamma)
+    rho = (1 - alpha * (lam + 1 / gamma)).abs()
+    torch.testing.assert_close(hs[-1] - h_star, rho ** 5 * (f - h_star))  # per coordinate
+    e0, e5 = (f - h_star).norm(dim=-1), (hs[-1] - h_star).norm(dim=-1)
+    assert (e5 <= rho.max() ** 5 * e0 + 1e-12).all()
+
+
+def test_early_stopping_reports_steps_per_token_and_stops_converged_tokens():
+    m = _model(eval_steps=32)
+    for r in m.refiners():
+        r.energy.weights = {k: w * 50 for k, w in r.energy.weights.items()}  # a visible pull
+    x = _x()
+    with torch.no_grad():
+        (full,) = m(x, stats=True).stats.values()               # no tolerance: every token takes 32 steps
+        assert (full.steps == 32).all()
+        eps = float(full.step_norm.median())                    # half the tokens end below it
+        for r in m.refiners():
+            r.solver.tol = eps
+        (st,) = m(x, stats=True).stats.values()
+    assert st.steps.shape == (3, 10) and (st.steps >= 1).all() and (st.steps <= 32).all()
+    assert (st.steps < 32).any() and (st.steps == 32).any()   # converged tokens stopped, the others ran on
+    assert (st.step_norm[st.steps < 32] < eps).all()          # absolute ‖Δh‖ < ε at the stop
+    assert len(st.relative) >= 1 and st.relative[0].shape == (3, 10)
+
+
+def test_k_eval_larger_than_k_train_and_training_loss_terms():
+    m = _model(steps=2, eval_steps=8).train()
+    x = _x()
+    out = m(x, stats=True)
+    assert set(out.aux_losses) == {"eqt/rev", "eqt/mask", "eqt/conf"}
+    (st,) = out.stats.values()
+    assert int(st.steps.max()) == 2
+    loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), (x.cumsum(-1) % 2).flatten())
+    (loss + sum(out.aux_losses.values())).backward()
+    assert all(p.grad is not None for p in m.refiners()[0].energy.parameters() if p.requires_grad)
+    m.eval()
+    with torch.no_grad():
+        (st8,) = m(x, stats=True).stats.values()
+        (st32,) = m(x, stats=True, steps=32).stats.values()
+    assert int(st8.steps.max()) == 8 and int(st32.steps.max()) == 32
+
+
+def test_a_bidirectional_equilibrium_model_is_refused():
+    with pytest.raises(ConfigError, match="causal"):
+        MODELS.build(EquilibriumConfig(**KW, causal=False), vocab_size=2, n_out=2)

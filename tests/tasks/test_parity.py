@@ -1,0 +1,55 @@
+"""Parity task (EqT seed 003 §4): loss, per-length accuracy, config errors."""
+
+import pytest
+import torch
+
+from energyformer.models.config import ModelConfig
+from energyformer.models.equilibrium import EquilibriumConfig
+from energyformer.tasks import TASKS
+from energyformer.tasks.parity import ParityTask, ParityTaskConfig
+
+MKW = dict(dim=16, n_layers=1, heads=2, max_seq_len=32, positions="sinusoidal")
+
+
+def _task(**kw):
+    cfg = ParityTaskConfig(data={"length": 8, "n_test": 16}, batch_size=4, eval_lengths=[16], **kw)
+    return ParityTask(cfg, seed=0)
+
+
+@pytest.mark.parametrize("mcfg", [ModelConfig(**MKW), EquilibriumConfig(**MKW, refine={"window": 4})])
+def test_loss_and_per_length_accuracy(mcfg):
+    task = _task()
+    torch.manual_seed(0)
+    model = task.build_model(task.resolve_model_config(mcfg))
+    loss, metrics = task.loss(model, task.train_data.next_batch())
+    assert torch.isfinite(loss) and loss.requires_grad
+    if mcfg.kind == "equilibrium":
+        assert loss.item() > metrics["ce"] and "eqt/rev" in metrics
+    else:
+        assert loss.item() == pytest.approx(metrics["ce"])
+    m = task.evaluate(model)
+    assert set(m) == {"accuracy", "accuracy/L16"} and all(0 <= v <= 1 for v in m.values())
+    assert model.training
+
+
+def test_accuracy_counts_correct_tokens():
+    task = _task()
+
+    class Oracle(torch.nn.Module):  # predicts the cumulative parity exactly, or its negation
+        def __init__(self, flip):
+            super().__init__()
+            self.flip, self.p = flip, torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, x, **_):
+            y = (x.cumsum(-1) % 2) ^ self.flip
+            return type("O", (), {"logits": torch.nn.functional.one_hot(y, 2).float()})()
+
+    assert task.accuracy(Oracle(0), 8) == 1.0 and task.accuracy(Oracle(1), 16) == 0.0
+
+
+def test_parity_is_registered_and_bad_configs_fail_clearly():
+    assert "parity" in TASKS.names() and TASKS.get("parity").builder is ParityTask
+    with pytest.raises(ValueError, match="eval_lengths"):
+        ParityTaskConfig(eval_lengths=[0])
+    with pytest.raises(ValueError, match="max_seq_len = 32.*>= 64"):
+        ParityTask(ParityTaskConfig(data={"length": 64}), seed=0).resolve_model_config(ModelConfig(**MKW))
