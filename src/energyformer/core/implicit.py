@@ -165,15 +165,23 @@ class Implicit(BackwardMode):
         return out, state, memory
 
     def _backward(self, g: Tensor, y: Tensor, z: Tensor) -> Tensor:
+        # the hook sits on y, so it also fires for the vector-Jacobian products below: pass those through
+        if getattr(self, "_solving", False):
+            return g
+
         def jtv(v: Tensor) -> Tensor:
             (out,) = torch.autograd.grad(y, z, v, retain_graph=True)
             return out
 
-        with torch.enable_grad():
-            if self.method == "cg":
-                v, info = solve_cg(lambda p: p - jtv(p), g, self.max_iter, self.tol)
-            else:
-                v, info = solve_fixed_point(jtv, g, self.max_iter, self.tol, self.damping)
+        self._solving = True
+        try:
+            with torch.enable_grad():
+                if self.method == "cg":
+                    v, info = solve_cg(lambda p: p - jtv(p), g, self.max_iter, self.tol)
+                else:
+                    v, info = solve_fixed_point(jtv, g, self.max_iter, self.tol, self.damping)
+        finally:
+            self._solving = False
         self.solves += 1
         self.last.update(info)
         if info["status"] != "converged":
