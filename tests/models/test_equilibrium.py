@@ -116,3 +116,18 @@ def test_k_eval_larger_than_k_train_and_training_loss_terms():
 def test_a_bidirectional_equilibrium_model_is_refused():
     with pytest.raises(ConfigError, match="causal"):
         MODELS.build(EquilibriumConfig(**KW, causal=False), vocab_size=2, n_out=2)
+
+
+def test_gamma_annealing_and_k_curriculum_are_trainer_callbacks():
+    m = _model(gamma_anneal={"start": 10, "end": 1, "steps": 10},
+               k_curriculum={"start": 2, "end": 4, "steps": 1, "begin": 5})
+    (r,) = m.refiners()
+    cbs = {cb.label.rsplit(".", 1)[-1]: cb for cb in m.callbacks()}
+    assert set(cbs) == {"gamma", "k_train"}
+    for cb in cbs.values():
+        cb.bind(m)
+    expect = {0: (10.0, 2), 5: (5.5, 2), 6: (4.6, 4), 10: (1.0, 4), 50: (1.0, 4)}
+    for t, (gamma, k) in expect.items():
+        for cb in cbs.values():
+            cb.apply(cb.value(t))
+        assert float(r.solver.gamma) == pytest.approx(gamma) and r.steps == k

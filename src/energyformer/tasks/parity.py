@@ -76,6 +76,11 @@ class ParityTask(Task):
 
         return MODELS.build(model_cfg, vocab_size=2, n_out=CLASSES, causal=True)
 
+    def callbacks(self, model: nn.Module) -> list:
+        """The model's schedules (EqT: γ annealing, K curriculum) as trainer callbacks."""
+        inner = getattr(model, "module", model)
+        return inner.callbacks() if hasattr(inner, "callbacks") else []
+
     def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
         x, y = batch                     # (B, L) bits and targets
         out = model(x)                   # logits (B, L, 2); both model kinds take (idx) alone
