@@ -131,3 +131,18 @@ def test_gamma_annealing_and_k_curriculum_are_trainer_callbacks():
         for cb in cbs.values():
             cb.apply(cb.value(t))
         assert float(r.solver.gamma) == pytest.approx(gamma) and r.steps == k
+
+
+@pytest.mark.slow
+def test_implicit_backward_trains_the_model_and_reports_non_convergence():
+    m = _model(backward="implicit", implicit_method="cg", steps=16).train()
+    out = m(_x())
+    (out.logits.sum() + sum(out.aux_losses.values())).backward()
+    (r,) = m.refiners()
+    assert r.solver.backward.last["status"] == "converged"
+    assert all(p.grad is not None for p in r.energy.parameters() if p.requires_grad)
+    m2 = _model(backward="implicit", implicit_method="fixed_point", implicit_max_iter=2, steps=16).train()
+    out = m2(_x())
+    with pytest.warns(UserWarning, match="did not converge"):
+        (out.logits.sum() + sum(out.aux_losses.values())).backward()
+    assert m2.refiners()[0].solver.backward.failures == 1
