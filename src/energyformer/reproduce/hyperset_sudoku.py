@@ -201,7 +201,7 @@ def _claims(res: dict, trajs: dict, L: int, is_decreasing) -> dict:
 
 
 def _yes(b: bool) -> str:
-    return "**yes**" if b else "**no**"
+    return "**HOLDS**" if b else "**DOES NOT HOLD**"
 
 
 def render(res: dict, L: int) -> str:
