@@ -51,8 +51,6 @@ def test_board_claims_flip_and_the_page_states_both_numbers():
     hs["board_L_ci"], tf["board_L_ci"] = [57.0, 63.0], [47.0, 53.0]
     c = _claims_of(flipped)
     assert c["hyperset_beats_transformer_at_L"] and not c["ci_overlap_at_L"]
-    assert not _claims_of(res)["hyperset_beats_transformer_at_L"] or res["models"]["Hyper-SET"]["board_L"] > \
-        res["models"]["Transformer"]["board_L"]
     flipped["claims"] = c
     page = render(flipped, hs["L"])
     assert "54.70" in page and "49.30" in page  # the paper's numbers beside ours
