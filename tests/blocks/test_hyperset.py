@@ -145,7 +145,9 @@ def test_trained_tiny_model_energies_decrease_over_iterations():
     energy then rises at t = 0 → 1 (2793 → 2854 here, 1764 → 4025 with seeds 1, whose x⁸ stays above x⁰'s
     energy), so the old assertions on x⁰ failed or passed by seed. Once ‖x‖ has grown the relative step shrinks
     (0.74, 0.47, … 0.15 by t = 8 with seed 1) and the energy falls at every iteration — what is checked
-    here, with the shrinking relative step that explains it. That a small *positive* step along each
+    here, with the shrinking relative step that explains it. Measured on four variants (seeds 0, 1, 2 at
+    d = 32 and 150 steps; d = 16 after 80 steps): the fall from x¹ to x⁸ held in all four, the fall from
+    x⁰ in one (seed 2). E_ATTN alone need not fall (it rose slightly in two of them while E_FF fell). That a small *positive* step along each
     sublayer's update lowers its own energy is the library-wide property test
     (tests/core/test_energy_properties.py)."""
     from energyformer.analysis.hyperset import iteration_states, trajectory
@@ -170,4 +172,4 @@ def test_trained_tiny_model_energies_decrease_over_iterations():
     assert all(b < a for a, b in zip(e[1:], e[2:])), e
     xs = iteration_states(m, p[:32], 8)
     rel = [float(((b - a).norm(dim=-1) / a.norm(dim=-1)).mean()) for a, b in zip(xs, xs[1:])]
-    assert rel[0] > 0.5 and rel[-1] < rel[1] / 2, rel  # the first step is large relative to x⁰; then they shrink
+    assert rel[0] == max(rel) and rel[-1] < rel[1] / 2, rel  # the step from x⁰ is the largest; then they shrink
