@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         res = json.loads((rep / "results.json").read_text())
         L = next(iter(res["models"].values()))["L"]
         res["claims"] = _claims(res, {n: r["trajectory"] for n, r in res["models"].items()}, L, is_decreasing)
+        plot_energies(res["models"]["Hyper-SET"]["trajectory"], L, rep / "energy.png")
         (rep / "results.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
         (rep / "README.md").write_text(render(res, L))
         print(f"report: {rep / 'README.md'}")
