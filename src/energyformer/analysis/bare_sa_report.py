@@ -176,6 +176,9 @@ def write_report(out: Path, r: dict) -> str:
          + "; one CPU thread on a shared 2-core machine). The slides give no numbers, so every claim is checked "
          "against criteria declared in `energyformer/analysis/bare_sa_report.py` before the runs.\n",
          scale_note(r), "",
+         "Training seconds in the tables are wall clock of runs made one after another on a machine shared with "
+         "other jobs, so they move with its load; the cost benchmark at the end times the models interleaved in "
+         "one run, and its ratios are the ones to compare.\n",
          "## The slides' claims\n", markdown_table(["claim", "verdict", "measured"], claims(r)), ""]
     P = r.get("potts")
     if P:
