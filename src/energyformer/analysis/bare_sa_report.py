@@ -187,8 +187,8 @@ def write_report(out: Path, r: dict) -> str:
         d = t["data"]
         L += ["## Potts masked-token prediction\n",
               f"Data: L = {d['L']} sites, C = {d['C']} colours, β = {d['beta']}, J ~ N(0, 1/L), U ~ N(0, 1) "
-              f"(coupling seed {d['coupling_seed']}, sample seed {d['sample_seed']}); {d['n_train'] - t['n_validation']:,} "
-              f"training, {t['n_validation']:,} validation and {d['n_test']:,} test sequences; {t['n_masked']} masked "
+              f"(coupling seed {d['coupling_seed']}, sample seed {d['sample_seed']}); "
+              f"{d['n_train'] - t['n_validation']:,} training, {t['n_validation']:,} validation and {d['n_test']:,} test sequences; {t['n_masked']} masked "
               f"site per sequence. Bayes-optimal test CE "
               f"{b['bayes_loss']:.4f} ± {b['bayes_loss_se']:.4f} (accuracy {b['bayes_accuracy']:.3f}); "
               f"colour frequencies {P['marginal_loss']:.4f}; uniform {math.log(10):.4f}.\n"]
