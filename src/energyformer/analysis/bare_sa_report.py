@@ -161,7 +161,7 @@ def scale_note(r: dict) -> str:
                      f"{sc.mnist_steps} (MNIST, {sc.mnist_train:,} training images)")
         if r.get("scale") == "short":
             parts.append("half the optimiser steps of the default `cpu` scale, same data and models, so that the "
-                         "run fits 30 minutes on one shared core")
+                         "run takes about 30 minutes on one shared core")
     parts.append(f"one training seed per model (train.seed = {', '.join(map(str, seeds))}): every ± below is a "
                  "standard error over test sites (paired where two models are compared), not a spread over seeds")
     return "; ".join(parts) + "."
