@@ -8,6 +8,10 @@
    iterations, width and batch (interleaved, repeated).
 
     PYTHONPATH=src python benchmarks/hyperset_attention.py [--threads 1] [--repeats 5] [--quick]
+        [--sizes 1024 2048] [--no-training]
+
+"time ratio" is the median over repeats of fused / einsum timed back to back in the same repeat (not the
+ratio of the two medians, which a noisy machine can put on the other side of 1).
 
 Run ``benchmarks/sudoku_generator.py`` for the generator's puzzles per second.
 """
@@ -149,6 +153,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="N = 81, 256 only, 3 repeats")
+    ap.add_argument("--sizes", type=int, nargs="+", default=None, help=f"token counts N (default {SIZES})")
+    ap.add_argument("--no-training", action="store_true", help="skip the training-throughput comparison")
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -157,9 +163,9 @@ def main() -> int:
         return 0
     torch.set_num_threads(a.threads)
     print(f"torch {torch.__version__}, {a.threads} thread(s); B=2, H=4, p=32, float32")
-    sizes = SIZES[:2] if a.quick else SIZES
+    sizes = a.sizes or (SIZES[:2] if a.quick else SIZES)
     rows = bench_attention(3 if a.quick else a.repeats, sizes)
-    train = bench_training(3 if a.quick else a.repeats)
+    train = None if a.no_training else bench_training(3 if a.quick else a.repeats)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"attention": rows, "training": train, "torch": torch.__version__, "threads": a.threads}, f,

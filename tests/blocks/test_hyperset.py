@@ -132,15 +132,25 @@ def test_steps_override_is_refused():
 
 @pytest.mark.slow
 def test_trained_tiny_model_energies_decrease_over_iterations():
-    """A tiny Hyper-SET (d = 32) trained 150 steps on Sudoku boards: E_ATTN + E_FF ends lower than it starts.
+    """A tiny Hyper-SET (d = 32, L = 4) trained 150 steps on Sudoku boards: E_ATTN + E_FF falls at every
+    iteration, x¹ … x^L and on to x^2L (test-time extrapolation), as in Fig. 5.
 
-    Fig. 5's observation, checked in the sense that holds for the paper's step sizes: over the L
-    iterations the energy falls (last below first, and below its start at every iteration after the
-    first). A single iteration may raise it: the step sizes of the paper's network are unconstrained
-    per-dimension vectors (App. F: no sign constraint), so one step is not guaranteed to descend — e.g.
-    this model goes 2758 -> 2771 at t = 1 and then 2288, 2149, 2071. That each *positive scalar* small
-    step descends is the library-wide property test (tests/core/test_energy_properties.py)."""
-    from energyformer.analysis.hyperset import trajectory
+    Fig. 5 is measured after each iteration: the released code records the energies (and Fig. 6's rank
+    and angle) on the state an iteration returns, so its curves start at x¹, never at the embedding x⁰.
+    From x⁰ nothing guarantees descent, and it does not hold: the energies see only RMSNorm(W_hᵀx) and
+    RMSNorm(Dᵀx), so they are scale-invariant and their curvature grows as 1/‖x‖², while the step sizes
+    α_t, γ_t are not scaled by ‖x‖ (with the paper's all-zero init they cannot even depend on t). The
+    embedding is short (init N(0, 0.02²)), so the first step moves each token by about its own length or
+    more (‖x¹ − x⁰‖ / ‖x⁰‖ = 3.2 with seeds 1 for model and batches), far from the small-step regime; the
+    energy then rises at t = 0 → 1 (2793 → 2854 here, 1764 → 4025 with seeds 1, whose x⁸ stays above x⁰'s
+    energy), so the old assertions on x⁰ failed or passed by seed. Once ‖x‖ has grown the relative step shrinks
+    (0.74, 0.47, … 0.15 by t = 8 with seed 1) and the energy falls at every iteration — what is checked
+    here, with the shrinking relative step that explains it. Measured on four variants (seeds 0, 1, 2 at
+    d = 32 and 150 steps; d = 16 after 80 steps): the fall from x¹ to x⁸ held in all four, the fall from
+    x⁰ in one (seed 2). E_ATTN alone need not fall (it rose slightly in two of them while E_FF fell). That a small *positive* step along each
+    sublayer's update lowers its own energy is the library-wide property test
+    (tests/core/test_energy_properties.py)."""
+    from energyformer.analysis.hyperset import iteration_states, trajectory
     from energyformer.data.sudoku import generate_puzzles
     from energyformer.tasks.sudoku import targets_of
 
@@ -158,6 +168,8 @@ def test_trained_tiny_model_energies_decrease_over_iterations():
         opt.zero_grad()
         loss.backward()
         opt.step()
-    tr = trajectory(m, p[:32], 4)
-    e = tr["e_total"]
-    assert e[-1] < e[0] and all(v < e[0] for v in e[2:]), e
+    e = trajectory(m, p[:32], 8)["e_total"]  # x⁰ … x⁸: trained with 4 iterations, run to 2x
+    assert all(b < a for a, b in zip(e[1:], e[2:])), e
+    xs = iteration_states(m, p[:32], 8)
+    rel = [float(((b - a).norm(dim=-1) / a.norm(dim=-1)).mean()) for a, b in zip(xs, xs[1:])]
+    assert rel[0] == max(rel) and rel[-1] < rel[1] / 2, rel  # the step from x⁰ is the largest; then they shrink

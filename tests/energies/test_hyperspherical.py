@@ -199,3 +199,26 @@ def test_auto_impl_switches_at_the_threshold():
     for n in (hs.AUTO_FUSED_MIN_TOKENS - 1, hs.AUTO_FUSED_MIN_TOKENS):
         x = torch.randn(1, n, 8, dtype=D64)
         torch.testing.assert_close(e.direction(x, e.prepare(x), P), ref.direction(x, ref.prepare(x), P))
+
+
+def test_on_the_sphere_a_token_scores_itself_highest():
+    """Why the mirror toy task uses ``self_interaction: false`` (tests/tasks/test_sudoku.py): with one shared
+    projection on the sphere (gain 1), Z_iᵀZ_j <= ‖Z_i‖‖Z_j‖ = p = Z_iᵀZ_i, so in every row of the scores the
+    token's own entry is the largest and its row-softmax weight on any other token is at most its weight on
+    itself. A learned per-channel gain (the released code's RMSNorm) breaks the equal radii, and with them
+    the bound: another token can then outscore the token itself."""
+    torch.manual_seed(0)
+    e = BiSoftmaxAttentionEnergy(8, 2).double()
+    x = torch.randn(3, 7, 8, dtype=D64)
+    z = e.spherical(x)  # (B, H, N, p)
+    s = z @ z.transpose(-1, -2)  # (B, H, N, N)
+    diag = s.diagonal(dim1=-2, dim2=-1)
+    torch.testing.assert_close(diag, torch.full_like(diag, 4.0))  # p = 8 / 2
+    assert bool((s <= diag.unsqueeze(-1) + 1e-12).all())
+    learned = BiSoftmaxAttentionEnergy(8, 2, gain="learned").double()
+    with torch.no_grad():
+        learned.proj.weight.copy_(e.proj.weight)
+        learned.gains[0].copy_(torch.tensor([3.0, 0.1, 0.1, 0.1], dtype=D64))
+    zl = learned.spherical(x)
+    sl = zl @ zl.transpose(-1, -2)
+    assert bool((sl > sl.diagonal(dim1=-2, dim2=-1).unsqueeze(-1) + 1e-9).any())

@@ -29,6 +29,10 @@ def _results() -> dict:
         "3 layers": {"test": t(1.861, 0.34), "curve": curve([(100, 60.0, 2.1)]), "steps": 2000, "train_s": 600.0,
                      "params": 150000},
     }
+    task = {"data": {"L": 20, "C": 10, "beta": 1.0, "coupling_seed": 0, "sample_seed": 0, "n_train": 25600,
+                     "n_test": 3200}, "n_validation": 2560, "n_masked": 1, "batch_size": 256}
+    for m in models.values():
+        m["config"] = {"task": task, "train": {"seed": 0}}
     paired = {"recycled x3 - 3 layers": (-0.001, 0.002), "recycled x3 - factored": (-0.002, 0.002),
               "bare SA - recycled x3": (0.18, 0.01), "recycled x3 - recycled x1": (-0.01, 0.005),
               "factored - bayes": (0.02, 0.002)}
@@ -72,8 +76,12 @@ def test_verdicts_follow_the_numbers(tmp_path):
     v = _verdicts(r)
     flipped = [c for c, x in v.items() if x == "DOES NOT HOLD"]
     assert len(flipped) == 7, v
-    text = write_report(tmp_path, _results())
+    r = _results() | {"scale": "short"}
+    (tmp_path / "benchmark.md").write_text("| model | ratio to bare SA |\n|---|---|\n| recycled x3 | 7.50 |")
+    text = write_report(tmp_path, r)
     assert "| HOLDS |" in text and (tmp_path / "README.md").exists()
+    assert "23,040 training, 2,560 validation and 3,200 test" in text and "2000 optimiser steps" in text
+    assert "sweep runs 400 steps" in text and "| recycled x3 | 7.50 |" in text
 
 
 @pytest.mark.slow

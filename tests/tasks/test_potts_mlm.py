@@ -105,3 +105,27 @@ def test_frobenius_constraint_is_kept_by_the_trainer(data_dir):
     _, model, _ = load_trained(res.run_dir)
     norms = model.energy.J.detach().flatten(2).norm(dim=-1)
     assert float(norms.max()) <= 0.01 + 1e-6 and float(norms.max()) > 0.009
+
+
+def test_recycled_block_draws_q_in_its_training_range_each_step_and_runs_any_q_in_eval(data_dir):
+    cfg = _cfg("potts_recycled_x3", data_dir)
+    task = build_task(cfg)
+    model = build_model(resolve(cfg, task), task)
+    assert len(model.layers) == 1 and model.layers.train_iterations == (2, 4)
+    calls = []
+    model.layers[0].register_forward_hook(lambda *a: calls.append(1))
+    torch.manual_seed(0)
+    model.train()
+    per_step = []
+    for _ in range(12):  # what the trainer does each step: one loss on one batch
+        calls.clear()
+        task.loss(model, task.train_data.next_batch())
+        per_step.append(len(calls))
+    assert set(per_step) <= {2, 3, 4} and len(set(per_step)) >= 2, per_step
+    model.eval()
+    (s,) = task.train_data.next_batch()
+    for q, kw in ((3, {}), (6, {"iterations": 6}), (1, {"iterations": 1})):
+        calls.clear()
+        with torch.no_grad():
+            model(s, **kw)
+        assert len(calls) == q

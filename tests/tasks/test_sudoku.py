@@ -92,10 +92,13 @@ def test_hyperset_layer_learns_a_bidirectional_toy_task(tmp_path, capsys):
     """The shared Hyper-SET layer, iterated, learns the mirror task (needs attention to the future).
 
     With ``self_interaction: false`` (the j != i option of Eq. 3-4). With the paper's default (i = j
-    included) this task is out of reach of a symmetric energy: on the sphere Z_i^T Z_j <= p = Z_i^T Z_i,
-    so a token's own score is never below its mirror's and it can at best split its attention evenly
-    between itself and the token it must copy (measured: 0.32-0.48 accuracy after 200 steps, chance
-    1/6); the transformer kinds learn it (tests/test_cli_toy_task.py)."""
+    included) copying a token is structurally hard for the symmetric energy: one shared projection on the
+    sphere gives Z_i^T Z_j <= p = Z_i^T Z_i, so a token's own score is never below its mirror's and it can
+    at best split its attention evenly between itself and the token it must copy, whose value then arrives
+    mixed with its own (the bound is tests/energies/test_hyperspherical.py::
+    test_on_the_sphere_a_token_scores_itself_highest). Measured with i = j: 0.32-0.48 accuracy after 200
+    steps (chance 1/6), the failure this test had on every commit; not a bug in the layer. The transformer
+    kinds learn the task (tests/test_cli_toy_task.py)."""
     import sys
     from pathlib import Path
 

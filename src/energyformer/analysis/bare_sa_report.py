@@ -74,7 +74,8 @@ def claims(r: dict) -> list[tuple[str, str, str]]:
         out.append(("Bare SA works qualitatively like recycled transformers", _verdict(ok),
                     f"bare SA closes {closed:.0%} of the gap from the colour-frequency loss "
                     f"({P['marginal_loss']:.4f}) to recycled x3; its calibrated test CE over q = {qs}: "
-                    + ", ".join(f"{v:.4f}" for v in curve) + f" (best at q = {best_q})"))
+                    + ", ".join(f"{v:.4f}" for v in curve) + f" (best at q = {best_q}"
+                    + (": the steps of the dynamics themselves never lower the loss)" if best_q == qs[0] else ")")))
         rec3 = M["recycled x3"]
         target = M["bare SA"]["curve"][-1][2] if M["bare SA"]["curve"] else None
         if target is not None:
@@ -142,6 +143,30 @@ def claims(r: dict) -> list[tuple[str, str, str]]:
     return out
 
 
+def scale_note(r: dict) -> str:
+    """What was run: steps per stage of the scale, seeds and what the ± are (every number from results.json
+    except the step counts of the sweep and image stages, read from the named scale)."""
+    from ..reproduce.bare_sa import SCALES
+
+    sc = SCALES.get(r.get("scale", ""))
+    P = r.get("potts", {}).get("models", {})
+    seeds = sorted({v["config"]["train"].get("seed") for v in P.values()})
+    steps = sorted({v["steps"] for v in P.values()})
+    parts = [f"**Scale `{r.get('scale', '?')}`**"]
+    if P:
+        t = next(iter(P.values()))["config"]["task"]
+        parts.append(f"Potts models: {', '.join(map(str, steps))} optimiser steps each (batch {t['batch_size']})")
+    if sc is not None:
+        parts.append(f"sweep runs {sc.sweep_steps} steps; image denoising {sc.digits_steps} steps (digits), "
+                     f"{sc.mnist_steps} (MNIST, {sc.mnist_train:,} training images)")
+        if r.get("scale") == "short":
+            parts.append("half the optimiser steps of the default `cpu` scale, same data and models, so that the "
+                         "run takes about 30 minutes on one shared core")
+    parts.append(f"one training seed per model (train.seed = {', '.join(map(str, seeds))}): every ± below is a "
+                 "standard error over test sites (paired where two models are compared), not a spread over seeds")
+    return "; ".join(parts) + "."
+
+
 def write_report(out: Path, r: dict) -> str:
     """README.md in ``out`` from the results; returns its text."""
     L = ["# Recycling and bare self-attention (seed 004 slides) at CPU scale\n",
@@ -150,13 +175,21 @@ def write_report(out: Path, r: dict) -> str:
          + ", ".join(f"{k} {v / 60:.1f} min" for k, v in r.get("stage_seconds", {}).items())
          + "; one CPU thread on a shared 2-core machine). The slides give no numbers, so every claim is checked "
          "against criteria declared in `energyformer/analysis/bare_sa_report.py` before the runs.\n",
+         scale_note(r), "",
+         "Training seconds in the tables are wall clock of runs made one after another on a machine shared with "
+         "other jobs, so they move with its load; the cost benchmark at the end times the models interleaved in "
+         "one run, and its ratios are the ones to compare.\n",
          "## The slides' claims\n", markdown_table(["claim", "verdict", "measured"], claims(r)), ""]
     P = r.get("potts")
     if P:
         b = P["bayes"]
+        t = next(iter(P["models"].values()))["config"]["task"]
+        d = t["data"]
         L += ["## Potts masked-token prediction\n",
-              f"Data: L = 20 sites, C = 10 colours, β = 1, J ~ N(0, 1/L), U ~ N(0, 1); 23,040 training, 2,560 "
-              f"validation and 3,200 test sequences; one masked site per sequence. Bayes-optimal test CE "
+              f"Data: L = {d['L']} sites, C = {d['C']} colours, β = {d['beta']}, J ~ N(0, 1/L), U ~ N(0, 1) "
+              f"(coupling seed {d['coupling_seed']}, sample seed {d['sample_seed']}); "
+              f"{d['n_train'] - t['n_validation']:,} training, {t['n_validation']:,} validation and {d['n_test']:,} test sequences; {t['n_masked']} masked "
+              f"site per sequence. Bayes-optimal test CE "
               f"{b['bayes_loss']:.4f} ± {b['bayes_loss_se']:.4f} (accuracy {b['bayes_accuracy']:.3f}); "
               f"colour frequencies {P['marginal_loss']:.4f}; uniform {math.log(10):.4f}.\n"]
         rows = []
@@ -191,6 +224,9 @@ def write_report(out: Path, r: dict) -> str:
               markdown_table(["bare SA λ", "SGD lr", "val CE", "val accuracy", "own conditional CE"],
                              [[g["lam"], g["lr"], g["val_loss"], g["val_accuracy"], g["cond_loss"]]
                               for g in S["bare_grid"]]), "",
+              "With the Potts normalisation the loss is CE(λJ)/λ, so SGD moves λJ by λ·lr·g(λJ): runs with the "
+              "same product λ·lr train the same λJ, and the q = 1 prediction (masked token from 0, renormalised) "
+              "depends only on J's direction: such rows are identical.\n",
               markdown_table(["bare SA variant (λ = 1)", "val CE", "val accuracy", "own conditional CE", "training s"],
                              [[g["tag"], g["val_loss"], g["val_accuracy"], g["cond_loss"], g["train_s"]]
                               for g in S["bare_variants"]]), "",
@@ -221,6 +257,12 @@ def write_report(out: Path, r: dict) -> str:
                                   for k, c in v["curves"].items()]), "",
                   f"![{name} overlap]({name}_overlap.png)\n", f"![{name} examples]({name}_examples.png)\n",
                   f"![{name} J]({name}_J.png) ![{name} F]({name}_F.png)\n"]
+    bench = out / "benchmark.md"
+    if bench.exists():
+        L += ["## Cost benchmark (`benchmarks/bare_sa.py`, one run, variants interleaved)\n",
+              "Written by `python benchmarks/bare_sa.py --results OUT/results.json > OUT/benchmark.md` after the "
+              "reproduction (it reads the steps each model needed from `results.json`); re-rendered here as is.\n",
+              bench.read_text().strip(), ""]
     text = "\n".join(L) + "\n"
     (out / "README.md").write_text(text)
     return text

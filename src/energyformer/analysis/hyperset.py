@@ -148,11 +148,16 @@ def plot_energies(traj: dict, train_iterations: int, path, title: str = "") -> N
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
     ts = list(range(len(traj["e_attn"])))
     for ax, key, name in zip(axes, ("e_attn", "e_ff", "e_total"), ("E_ATTN", "E_FF", "E_ATTN + E_FF")):
-        ax.plot(ts, traj[key], marker=".")
+        v = traj[key]
+        # t = 0 is the embedding x⁰, which the paper's Fig. 5 leaves out (its code records each iteration's output)
+        ax.plot(ts[:2], v[:2], ls=":", lw=1, color="C0")
+        ax.plot(ts[1:], v[1:], marker=".", color="C0")
+        ax.plot(ts[:1], v[:1], marker="o", mfc="none", ls="", color="C0", label="x⁰ (not in Fig. 5)")
         ax.axvline(train_iterations, color="grey", ls="--", lw=1)
         ax.set_xlabel("iteration t")
         ax.set_title(name)
         ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
     fig.suptitle(title or "energy per iteration (per board, at the normalised projections)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

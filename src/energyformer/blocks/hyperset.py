@@ -27,7 +27,10 @@ attention step, as in the released code. Every Linear of the network is zero-ini
 (``zero_init: all``, the paper's "zero-initialization of network parameters" and the code), so the
 first forward pass leaves the tokens unchanged. Note what that implies (the core's docstring shows
 it): with all-zero init the time-embedding trunk never receives a gradient, so the learned steps
-depend on the conditioning state but not on t; ``zero_init: output`` keeps t in play. Fixed,
+depend on the conditioning state but not on t — in the released Sudoku code too, which zeroes the
+same three Linears; ``zero_init: output`` keeps t in play. The conditioning state is RMS-normalised
+before it meets the time embedding (as the released image code's ``ln_inp``; its Sudoku model adds
+x⁽⁰⁾ unnormalised). Fixed,
 learned-scalar and per-iteration step sizes (the Table 4 ablation: ``step_size: 0.1``) work as in
 any energy block. The iteration index t is 0-based (the paper counts 1..L).
 
