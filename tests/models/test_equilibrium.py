@@ -146,3 +146,14 @@ def test_implicit_backward_trains_the_model_and_reports_non_convergence():
     with pytest.warns(UserWarning, match="did not converge"):
         (out.logits.sum() + sum(out.aux_losses.values())).backward()
     assert m2.refiners()[0].solver.backward.failures == 1
+
+
+@pytest.mark.parametrize("threshold,expected", [(0.01, 6), (1.0, 2)])
+def test_adaptive_k_gives_uncertain_tokens_k_high_and_confident_ones_k_low(threshold, expected):
+    """Entropy switch (§3.7): entropy ≥ threshold·ln C → k_high steps, else k_low (eval mode only)."""
+    m = _model(adaptive="entropy", k_low=2, k_high=6, entropy_threshold=threshold)
+    with torch.no_grad():
+        (st,) = m(_x(), stats=True).stats.values()
+        assert (st.steps == expected).all()
+        (forced,) = m(_x(), stats=True, steps=3).stats.values()   # an explicit K overrides the switch
+    assert (forced.steps == 3).all()
