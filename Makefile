@@ -41,6 +41,11 @@ test-fast: install
 bench: install
 	$(PY) benchmarks/cem_attention.py
 	$(PY) benchmarks/lm_throughput.py
+	$(PY) benchmarks/intrinsic_attention.py
+	$(PY) benchmarks/hyperset_attention.py
+	$(PY) benchmarks/image_models.py
+	$(PY) benchmarks/bare_sa.py
+	$(PY) benchmarks/eqt.py
 
 clean:
 	rm -rf $(VENV) runs data_cache
