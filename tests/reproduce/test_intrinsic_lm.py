@@ -54,3 +54,20 @@ def test_report_names_variants_that_missed_a_seed(tmp_path):
     text = write_report(json.loads(json.dumps({"runs": runs})), tmp_path)
     assert "not every variant ran every seed: shakespeare/MHA 2, shakespeare/MomenMHA 1" in text
     assert text.count("UNDECIDED") == 5 and "cannot tell the variants apart" in text
+
+
+def test_every_variant_config_has_equal_width_depth_data_and_training():
+    """configs/intrinsic/*.yaml differ only in the sublayer kinds (issue 10 Build 3; seed App. A.8)."""
+    from energyformer.experiment import load_run_config
+    from energyformer.reproduce.intrinsic_lm import EXTRA_VARIANTS
+
+    ref = None
+    for v in SEED_VARIANTS + EXTRA_VARIANTS:
+        cfg = load_run_config(f"intrinsic/{v}", [])
+        d = cfg.model_dump(mode="json")
+        d["model"]["block"].pop("attention"), d["model"]["block"].pop("mlp"), d.pop("name")
+        assert cfg.task.tokenizer == "gpt2" and cfg.task.seq_len == 256 and cfg.model.block.dropout == 0.1
+        assert cfg.train.schedule.kind == "warmup_linear" and cfg.train.optimizer.kind == "adamw"
+        assert cfg.model.block.attention.kind == v
+        ref = ref or d
+        assert d == ref, v
