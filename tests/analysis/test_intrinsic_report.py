@@ -2,7 +2,9 @@
 
 import math
 
-from energyformer.analysis.intrinsic_report import check_claims, loss_at, steps_to_reach, summarise
+from energyformer.analysis.intrinsic_report import (
+    check_claims, loss_at, scale_verdict, steps_to_reach, summarise,
+)
 
 P = {"attention": 1, "mlp": 1, "embedding": 1, "head": 0, "other": 0, "total": 3}
 
@@ -39,3 +41,19 @@ def test_interpolation_helpers():
     h = [(10, 4.0), (20, 3.0), (30, 2.5)]
     assert loss_at(h, 15) == 3.5 and math.isnan(loss_at(h, 5))
     assert steps_to_reach(h, 3.5) == 15.0 and steps_to_reach(h, 2.0) == math.inf
+
+
+def test_a_claim_on_a_single_seed_is_undecided_and_says_what_the_numbers_read():
+    v = _verdicts({"mha": [0.0, 0.02], "momen_mha": [-0.2], "nag_mha": [-0.4, -0.38],
+                   "mha2nd1st": [0.3, 0.32], "mha2nd1st_simple": [0.6, 0.62], "mha2nd_lite": [0.005, 0.015]})
+    assert v["(a)"] == "UNDECIDED (< 2 seeds of MomenMHA; the numbers alone read HOLDS)"
+    assert v["(c)"] == "HOLDS" and v["(d)"] == "HOLDS"
+
+
+def test_scale_verdict_compares_the_spread_of_variants_with_seed_noise():
+    tight = summarise(_runs({"mha": [0.0, 0.1], "momen_mha": [0.05, 0.12], "nag_mha": [0.02]}), 100, 10)
+    assert "cannot tell the variants apart" in scale_verdict(tight)
+    wide = summarise(_runs({"mha": [0.0, 0.01], "momen_mha": [0.5, 0.51]}), 100, 10)
+    assert "separates at least the extreme variants" in scale_verdict(wide)
+    one = summarise(_runs({"mha": [0.0], "momen_mha": [0.5]}), 100, 10)
+    assert "no noise estimate" in scale_verdict(one)

@@ -104,6 +104,30 @@ def test_theorem2_gd_on_sum_of_squares_is_linear_attention():
     torch.testing.assert_close(gd, ref, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("feature", ["none", "elu1"])
+def test_gd_on_the_weighted_sum_of_squares_is_gated_kernelised_linear_attention(feature):
+    """Seed §2.2 options carried by D6: w_ij = γ^{i−j} (gated / retention) and φ = elu + 1 (kernel).
+    One GD step is z_i − η φ'(z_i) ⊙ Σ_{j≤i} γ^{i−j} (φ(z_i)·φ(k_j)) φ(k_j) (φ' = 1 without a kernel)."""
+    d, eta, gamma = 4, 0.1, 0.7
+    e = SumOfSquaresEnergy(d, 1, decay=True, feature=feature, temperature=1.0, head_dim=d).double()
+    g = _g(11)
+    W = torch.randn(d, d, generator=g, dtype=D64)
+    with torch.no_grad():
+        e.wq.weight.copy_(torch.eye(d, dtype=D64))
+        e.wk.weight.copy_(W)
+        e.decay_logit.fill_(math.log(gamma / (1 - gamma)))
+    h, z = torch.randn(1, 6, d, generator=g, dtype=D64), torch.randn(1, 6, d, generator=g, dtype=D64)
+    gd = z - eta * e.grad(z, e.prepare(h))
+    phi = (lambda t: F.elu(t) + 1) if feature == "elu1" else (lambda t: t)  # noqa: E731
+    dphi = (lambda t: torch.where(t > 0, 1.0, torch.exp(t))) if feature == "elu1" else torch.ones_like  # noqa: E731
+    k = h[0] @ W.T
+    ref = z.clone()
+    for i in range(6):
+        s = sum(gamma ** (i - j) * (phi(z[0, i]) @ phi(k[j])) * phi(k[j]) for j in range(i + 1))
+        ref[0, i] = z[0, i] - eta * dphi(z[0, i]) * s
+    torch.testing.assert_close(gd, ref, rtol=1e-12, atol=1e-12)
+
+
 def _newton(mode, **kw):
     torch.manual_seed(1)
     e = NewtonHeads(8, 2, mode=mode, tie_values=True, pinv_eps=0.0, temperature_init=1.7,

@@ -14,6 +14,10 @@ overlap (:func:`separated`: every seed of one is below every seed of the other).
 (c) MHA2nd1st consistently underperforms MHA — separated above MHA at all 4 points.
 (d) the simplified form is worse still — separated above MHA2nd1st at ≥ 3 of 4 points.
 (e) MHA2nd-lite is comparable to MHA — final |Δ| ≤ max(2 × the larger seed range, COMPARABLE × MHA's loss).
+
+A claim involving a variant run with fewer than ``MIN_SEEDS`` seeds is reported as UNDECIDED (with what
+the numbers alone would read). :func:`scale_verdict` says in one sentence whether the run can tell the
+variants apart at all: the spread of their final losses against the seed-to-seed range.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import numpy as np
 POINTS = (0.10, 0.25, 0.50, 1.00)
 #: "comparable" tolerance of claim (e), relative to MHA's final loss (a definition, not a result)
 COMPARABLE = 0.01
+#: seeds a variant needs before a claim about it is decided (one seed cannot tell a difference from noise)
+MIN_SEEDS = 2
 VARIANT_NAMES = {
     "mha": "MHA", "momen_mha": "MomenMHA", "nag_mha": "NagMHA", "mha2nd1st": "MHA2nd1st",
     "mha2nd1st_simple": "MHA2nd1st-simplified", "mha2nd_lite": "MHA2nd-lite", "mha_tied": "tied MHA (GD on F_MH)",
@@ -110,9 +116,13 @@ def check_claims(s: dict) -> list[tuple[str, str, str]]:
         miss = need(*names)
         if miss:
             res.append((claim, "not run", f"needs {', '.join(miss)}"))
-        else:
-            ok, why = fn()
-            res.append((claim, "HOLDS" if ok else "DOES NOT HOLD", why))
+            return
+        ok, why = fn()
+        verdict = "HOLDS" if ok else "DOES NOT HOLD"
+        single = [VARIANT_NAMES.get(n, n) for n in names if len(v[n]["seeds"]) < MIN_SEEDS]
+        if single:  # one seed cannot tell a difference from noise: say so, and what the numbers alone read
+            verdict = f"UNDECIDED (< {MIN_SEEDS} seeds of {', '.join(single)}; the numbers alone read {verdict})"
+        res.append((claim, verdict, why))
 
     def faster():
         parts, ok = [], True
@@ -188,6 +198,31 @@ def table(s: dict, total_tokens: int) -> str:
                  f"(mean over seeds) = {s['target_loss']:.3f}; budget {_fmt_tokens(total_tokens)} tokens. "
                  "tokens/s: whole run incl. evaluation.")
     return "\n".join(lines)
+
+
+def scale_verdict(s: dict) -> str:
+    """One sentence: do the variants' final losses differ by more than the seed-to-seed range?
+
+    Spread = max − min over variants of the mean final loss; noise = the largest final-loss range over
+    the seeds of any variant run with ≥ MIN_SEEDS seeds. Spread ≤ 2 × noise (or no noise estimate at
+    all) means the run cannot tell the variants apart — said plainly rather than read as a result.
+    """
+    v = s["variants"]
+    finals = {n: list(r["losses"]["1.0"]) for n, r in v.items()}
+    means = {n: float(np.mean(x)) for n, x in finals.items()}
+    spread = max(means.values()) - min(means.values())
+    multi = {n: max(x) - min(x) for n, x in finals.items() if len(x) >= MIN_SEEDS}
+    lo, hi = min(means, key=means.get), max(means, key=means.get)
+    head = (f"The mean final losses of the {len(v)} variants span {spread:.3f} nats "
+            f"({VARIANT_NAMES.get(lo, lo)} {means[lo]:.3f} to {VARIANT_NAMES.get(hi, hi)} {means[hi]:.3f})")
+    if not multi:
+        return head + "; no variant was run with 2 seeds, so there is no noise estimate: this run cannot tell the variants apart."
+    worst = max(multi, key=multi.get)
+    noise = (f"the largest seed-to-seed range is {multi[worst]:.3f} nats ({VARIANT_NAMES.get(worst, worst)}, "
+             f"{len(finals[worst])} seeds; {len(multi)} of {len(v)} variants have ≥ {MIN_SEEDS} seeds)")
+    if spread <= 2 * multi[worst]:
+        return f"{head}, within twice the seed noise: {noise}. At this scale the run cannot tell the variants apart."
+    return f"{head}, more than twice the seed noise: {noise}. The run separates at least the extreme variants."
 
 
 def claims_table(s: dict) -> str:
