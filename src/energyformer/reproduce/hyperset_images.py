@@ -38,6 +38,7 @@ from ..analysis.classification_report import (
     orderings, orderings_markdown, plot_curves, table1, table4, table5, table_tradeoff,
 )
 from ..experiment import load_run_config, load_trained, run_experiment
+from ..train import CheckpointError
 from ..utils.config import to_dict
 
 SUITES: dict[str, list[str]] = {
@@ -193,7 +194,11 @@ def depth_curves(out: Path, dataset: str, names=DEPTH_FOR, factors=(0.5, 1.0, 1.
         run_dir = out / dataset / name
         if not (run_dir / "result.json").exists():
             continue
-        cfg, model, task = load_trained(run_dir)
+        try:
+            cfg, model, task = load_trained(run_dir)
+        except CheckpointError as err:  # e.g. a run copied back without its full checkpoint
+            print(f"depth curve of {name} ({dataset}) skipped: {err}", flush=True)
+            continue
         task.cfg = task.cfg.model_copy(update={"eval_examples": examples})
         L = cfg.model.iterations
         curves[name] = {n: 100 * task.evaluate(model, "validation", iterations=n)["accuracy"]
@@ -213,7 +218,11 @@ def hyperset_trajectory(out: Path, dataset: str, report: Path, images: int = 256
         run_dir = out / dataset / name
         if not (run_dir / "result.json").exists():
             continue
-        cfg, model, task = load_trained(run_dir)
+        try:
+            cfg, model, task = load_trained(run_dir)
+        except CheckpointError as err:
+            print(f"trajectory of {name} ({dataset}) skipped: {err}", flush=True)
+            continue
         x, _ = next(iter(task.data.eval_batches("validation", images)))
         trajs[name] = trajectory(model, x, 2 * cfg.model.iterations)
     if "hyperset" not in trajs:
