@@ -266,6 +266,11 @@ def write_report(out: Path, report: Path, datasets: list[str], notes: str = "") 
         any_row = next(iter(rows.values()))
         text.append(f"\n## {dn}\n\nTraining: {any_row['steps']} steps of {any_row['batch_size']} images "
                     f"({any_row['train_examples']} training images), test on the official test split.\n")
+        by_dev: dict[str, list[str]] = {}
+        for k, r in collect(out, ds).items():
+            by_dev.setdefault(r["device"], []).append(k)
+        text.append("Trained on: " + "; ".join(f"**{d}**: {', '.join(sorted(v))}" for d, v in sorted(by_dev.items()))
+                    + ".\n")
         text.append("### Table 1 (single-layer recurrent-depth models) and Table 2's 12-layer transformer\n")
         text.append(table1(rows, dn))
         if seeds:
