@@ -17,6 +17,8 @@ shared machine does not count), wall clock with synchronisation on CUDA.
 
 Usage: python benchmarks/image_models.py [--dataset fashion_mnist] [--batch 128] [--repeats 7]
            [--models transformer et ...] [--device cpu|cuda] [--threads 1] [--precision fp32|bf16]
+           [--out FILE.md]  (also write the table to FILE; ``reproduce hyperset-images`` includes
+           ``OUT/benchmark_*.md`` in its report)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import platform
 import random
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -78,6 +81,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--out", help="also write the printed table (markdown) to this file")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     cuda = a.device.startswith("cuda")
@@ -92,6 +96,8 @@ def main(argv=None) -> int:
             models[name] = build(name, a.dataset, a.device)
         except Exception as err:  # a config that cannot be built here (e.g. no Hyper-SET kind) is reported
             print(f"skip {name}: {type(err).__name__}: {err}")
+    if not models:
+        raise SystemExit(f"--models {' '.join(a.models)}: none could be built for --dataset {a.dataset} (see above)")
     opts = {k: torch.optim.Adam(m.parameters(), 1e-4) for k, (m, _) in models.items()}
     amp = torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16) if a.precision == "bf16" else None
 
@@ -134,17 +140,25 @@ def main(argv=None) -> int:
             times[name].append(step(name))
     base = next(iter(models))
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"# image models, {a.dataset} ({ch}x{side}x{side}), batch {a.batch}, {a.repeats} interleaved rounds, "
+    lines: list[str] = []
+    emit = lines.append
+    emit(f"Image models, {a.dataset} ({ch}x{side}x{side}), batch {a.batch}, {a.repeats} interleaved rounds, "
           f"{a.device} ({platform.processor() or platform.machine()}, {a.threads} threads), {a.precision}, "
-          f"clock {'wall' if cuda else 'process CPU'}; torch {torch.__version__}")
-    print("| model | width | params | step time median (range) | train images/s | time / " + base
+          f"clock {'wall' if cuda else 'process CPU'}; torch {torch.__version__}:")
+    emit("")
+    emit("| model | width | params | step time median (range) | train images/s | time / " + base
           + " | memory" + (" (CUDA peak)" if cuda else " (saved activations + weights, grads, Adam)") + " |")
-    print("|---|---:|---:|---|---:|---:|---:|")
+    emit("|---|---:|---:|---|---:|---:|---:|")
     for name, (m, mcfg) in models.items():
         v = times[name]
-        print(f"| {name} | {mcfg.dim} | {count_params(m)['total'] / 1e3:.1f}K | {1e3 * med[name]:.1f} ms "
+        emit(f"| {name} | {mcfg.dim} | {count_params(m)['total'] / 1e3:.1f}K | {1e3 * med[name]:.1f} ms "
               f"({1e3 * min(v):.1f}..{1e3 * max(v):.1f}) | {a.batch / med[name]:.0f} | "
               f"{med[name] / med[base]:.2f} | {memory[name] / 2**20:.1f} MiB |")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(text)
     return 0
 
 

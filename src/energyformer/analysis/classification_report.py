@@ -58,15 +58,16 @@ def _acc(rows: dict, key: str, split: str = "test") -> float | None:
 
 def table1(rows: dict, dataset: str) -> str:
     """Our Table 1 analogue beside the paper's CIFAR-10/100 columns."""
-    out = [f"| model | width | params | {dataset} val (%) | {dataset} test (%) | train img/s | paper width | "
-           "paper params | paper CIFAR-10 (%) | paper CIFAR-100 (%) |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [f"| model | width | params | {dataset} val (%) | {dataset} test (%) | trained on | train img/s | "
+           "paper width | paper params | paper CIFAR-10 (%) | paper CIFAR-100 (%) |",
+           "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for key, (label, w, p, c10, c100) in PAPER_TABLE1.items():
         r = rows.get(key)
         if r is None:
+            out.append(f"| {label} (`{key}`) | — | — | not run | not run | — | — | {w} | {p} | {c10:.2f} | {c100:.2f} |")
             continue
         out.append(f"| {label} (`{key}`) | {r['width']} | {fmt_params(r['params']['total'])} | "
-                   f"{pct(r.get('val_accuracy'))} | {pct(r.get('test_accuracy'))} | "
+                   f"{pct(r.get('val_accuracy'))} | {pct(r.get('test_accuracy'))} | {r.get('device', '?')} | "
                    f"{r.get('train_images_per_s', float('nan')):.0f} | {w} | {p} | {c10:.2f} | {c100:.2f} |")
     return "\n".join(out)
 
@@ -77,6 +78,7 @@ def table4(rows: dict, dataset: str) -> str:
     for key, (comp, design, c10, c100) in PAPER_TABLE4.items():
         r = rows.get(key)
         if r is None:
+            out.append(f"| {comp} | {design} (`{key}`) | — | not run | {c10:.2f} | {c100:.2f} |")
             continue
         out.append(f"| {comp} | {design} (`{key}`) | {fmt_params(r['params']['total'])} | "
                    f"{pct(r.get('test_accuracy'))} | {c10:.2f} | {c100:.2f} |")
@@ -89,6 +91,7 @@ def table5(rows: dict, dataset: str) -> str:
     for key, (rank, p, acc) in PAPER_TABLE5.items():
         r = rows.get(key)
         if r is None:
+            out.append(f"| {rank or 'none'} (`{key}`) | — | not run | {p} | {acc:.2f} |")
             continue
         out.append(f"| {rank or 'none'} | {fmt_params(r['params']['total'])} | {pct(r.get('test_accuracy'))} | "
                    f"{p} | {acc:.2f} |")
@@ -130,38 +133,42 @@ def orderings(rows: dict) -> list[dict]:
                       a[k[0]] >= a[k[1]] if both(k) else None,
                       show(k) + (f"; params {fmt_params(rows[k[0]]['params']['total'])} vs "
                                  f"{fmt_params(rows[k[1]]['params']['total'])}" if both(k) else "")))
-    main = [m for m in ("transformer", "crate_t", "crate", "et", "hyperset", "hyperset_wide") if a.get(m) is not None]
-    if "et" in main and len(main) > 1:
-        out.append(_claim("Energy Transformer is the lowest of the Table 1 models",
-                          all(c10["et"] < c10[m] for m in PAPER_TABLE1 if m not in ("et", "transformer_12layer")),
-                          all(a["et"] < a[m] for m in main if m != "et"), show(main)))
+    k = ("hyperset_wide", "transformer")
+    out.append(_claim("wider Hyper-SET ≥ Transformer (Table 1)", c10[k[0]] >= c10[k[1]],
+                      a[k[0]] >= a[k[1]] if both(k) else None, show(k)))
+    table1 = ("transformer", "crate_t", "crate", "et", "hyperset", "hyperset_wide")
+    main = [m for m in table1 if a.get(m) is not None]
+    out.append(_claim("Energy Transformer is the lowest of the Table 1 models",
+                      all(c10["et"] < c10[m] for m in table1 if m != "et"),
+                      all(a["et"] < a[m] for m in main if m != "et") if both(table1) else None, show(table1)))
     k = ("hyperset", "hyperset_fixed05", "hyperset_fixed01")
-    if both(k):
-        out.append(_claim("learned step sizes > both fixed step sizes (Table 4)", t4[k[0]] > max(t4[k[1]], t4[k[2]]),
-                          a[k[0]] > max(a[k[1]], a[k[2]]), show(k)))
-        out.append(_claim("fixed 0.1 > fixed 0.5 (Table 4)", t4[k[2]] > t4[k[1]], a[k[2]] > a[k[1]], show(k[1:])))
+    out.append(_claim("learned step sizes > both fixed step sizes (Table 4)", t4[k[0]] > max(t4[k[1]], t4[k[2]]),
+                      a[k[0]] > max(a[k[1]], a[k[2]]) if both(k) else None, show(k)))
+    k2 = ("hyperset", "hyperset_fixed01")
+    out.append(_claim("learned step sizes > fixed 0.1 (Table 4)", t4[k2[0]] > t4[k2[1]],
+                      a[k2[0]] > a[k2[1]] if both(k2) else None, show(k2)))
+    out.append(_claim("fixed 0.1 > fixed 0.5 (Table 4)", t4[k[2]] > t4[k[1]],
+                      a[k[2]] > a[k[1]] if both(k) else None, show(k[1:])))
     k = ("hyperset", "hyperset_sigmoid", "hyperset_linear")
-    if both(k):
-        out.append(_claim("bi-softmax attention > sigmoid and linear (Table 4)", t4[k[0]] > max(t4[k[1]], t4[k[2]]),
-                          a[k[0]] > max(a[k[1]], a[k[2]]), show(k)))
+    out.append(_claim("bi-softmax attention > sigmoid and linear (Table 4)", t4[k[0]] > max(t4[k[1]], t4[k[2]]),
+                      a[k[0]] > max(a[k[1]], a[k[2]]) if both(k) else None, show(k)))
     k = ("hyperset", "hyperset_ff_softmax", "hyperset_ff_gated")
-    if both(k):
-        out.append(_claim("ReLU FF > softmax and gated FF (Table 4)", t4[k[0]] > max(t4[k[1]], t4[k[2]]),
-                          a[k[0]] > max(a[k[1]], a[k[2]]), show(k)))
-    lora = [m for m in PAPER_TABLE5 if a.get(m) is not None]
-    if len(lora) == len(PAPER_TABLE5):
-        out.append(_claim("depth-wise LoRA (r = 32) > no LoRA (Table 5)", t5["hyperset_lora32"] > t5["hyperset"],
-                          a["hyperset_lora32"] > a["hyperset"], show(["hyperset", "hyperset_lora32"])))
-        vals = [a[m] for m in lora]
-        pv = [t5[m] for m in lora]
-        out.append(_claim("accuracy non-decreasing in the LoRA rank (Table 5)", all(y >= x for x, y in zip(pv, pv[1:])),
-                          all(y >= x for x, y in zip(vals, vals[1:])), show(lora)))
+    out.append(_claim("ReLU FF > softmax and gated FF (Table 4)", t4[k[0]] > max(t4[k[1]], t4[k[2]]),
+                      a[k[0]] > max(a[k[1]], a[k[2]]) if both(k) else None, show(k)))
+    lora = list(PAPER_TABLE5)
+    k = ("hyperset", "hyperset_lora32")
+    out.append(_claim("depth-wise LoRA (r = 32) > no LoRA (Table 5)", t5[k[1]] > t5[k[0]],
+                      a[k[1]] > a[k[0]] if both(k) else None, show(k)))
+    pv = [t5[m] for m in lora]
+    vals = [a.get(m) for m in lora]
+    out.append(_claim("accuracy non-decreasing in the LoRA rank (Table 5)", all(y >= x for x, y in zip(pv, pv[1:])),
+                      all(y >= x for x, y in zip(vals, vals[1:])) if both(lora) else None, show(lora)))
     return out
 
 
 def orderings_markdown(claims: list[dict]) -> str:
     def yn(v):
-        return "—" if v is None else ("holds" if v else "**does not hold**")
+        return "not run" if v is None else ("HOLDS" if v else "**DOES NOT HOLD**")
 
     out = ["| ordering | paper (CIFAR-10 / IN-100) | here | numbers (test %) |", "|---|---|---|---|"]
     out += [f"| {c['claim']} | {yn(c['paper'])} | {yn(c['here'])} | {c['detail']} |" for c in claims]

@@ -38,6 +38,7 @@ from ..analysis.classification_report import (
     orderings, orderings_markdown, plot_curves, table1, table4, table5, table_tradeoff,
 )
 from ..experiment import load_run_config, load_trained, run_experiment
+from ..train import CheckpointError
 from ..utils.config import to_dict
 
 SUITES: dict[str, list[str]] = {
@@ -69,6 +70,14 @@ def _train_rate(run_dir: Path) -> float:
     return float(statistics.median(rates)) if rates else float("nan")
 
 
+def _device(run_dir: Path) -> str:
+    """The device a run trained on (its ``run_info.json``), e.g. ``cpu`` or ``cuda:0``."""
+    try:
+        return str(json.loads((run_dir / "run_info.json").read_text()).get("device", "?"))
+    except (OSError, ValueError):
+        return "?"
+
+
 def run_one(entry: str, dataset: str, out: Path, overrides: list[str]) -> dict[str, Any]:
     """Train (or reuse) one config on ``dataset``; returns its result row (also in result.json)."""
     name, seed = _split_seed(entry)
@@ -97,7 +106,7 @@ def run_one(entry: str, dataset: str, out: Path, overrides: list[str]) -> dict[s
            "classes": list(task.classes), "train_seconds": res.seconds, "train_images_per_s": _train_rate(run_dir),
            "steps": cfg.train.steps, "batch_size": rcfg.task.batch_size,
            "train_examples": len(task.data.train), "final_train_loss": res.loss_history[-1],
-           "wall_seconds": time.perf_counter() - t0, "config": to_dict(cfg)}
+           "wall_seconds": time.perf_counter() - t0, "device": _device(run_dir), "config": to_dict(cfg)}
     res_path.write_text(json.dumps(row, indent=1))
     print(f"   {run_name}: val {100 * row['val_accuracy']:.2f}%, test {100 * row['test_accuracy']:.2f}%, "
           f"{row['wall_seconds']:.0f} s", flush=True)
@@ -151,8 +160,29 @@ def collect(out: Path, dataset: str) -> dict[str, dict]:
     rows = {}
     for p in sorted((out / dataset).glob("*/result.json")):
         r = json.loads(p.read_text())
+        r.setdefault("device", _device(p.parent))
         rows[r["name"]] = r
     return rows
+
+
+def benchmark_sections(out: Path) -> list[str]:
+    """Tables written by ``benchmarks/image_models.py --out OUT/benchmark_<name>.md``, included verbatim."""
+    files = sorted(out.glob("benchmark_*.md"))
+    if not files:
+        return ["\n## Throughput and memory\n\n_not run: `python benchmarks/image_models.py --out "
+                f"{out}/benchmark_cpu.md` writes the table this section includes._"]
+    return ["\n## Throughput and memory (`benchmarks/image_models.py`)\n"] + [f.read_text() for f in files]
+
+
+def results_json(out: Path, datasets: list[str], report: Path) -> None:
+    """``report/results.json``: every run's row (without its config and confusion matrix) and the orderings."""
+    data = {}
+    for ds in datasets:
+        rows = collect(out, ds)
+        data[ds] = {"runs": {k: {f: v for f, v in r.items() if f not in ("config", "confusion")}
+                             for k, r in rows.items()},
+                    "orderings": orderings({k: v for k, v in rows.items() if "_seed" not in k})}
+    (report / "results.json").write_text(json.dumps(data, indent=1))
 
 
 @torch.no_grad()
@@ -164,7 +194,11 @@ def depth_curves(out: Path, dataset: str, names=DEPTH_FOR, factors=(0.5, 1.0, 1.
         run_dir = out / dataset / name
         if not (run_dir / "result.json").exists():
             continue
-        cfg, model, task = load_trained(run_dir)
+        try:
+            cfg, model, task = load_trained(run_dir)
+        except CheckpointError as err:  # e.g. a run copied back without its full checkpoint
+            print(f"depth curve of {name} ({dataset}) skipped: {err}", flush=True)
+            continue
         task.cfg = task.cfg.model_copy(update={"eval_examples": examples})
         L = cfg.model.iterations
         curves[name] = {n: 100 * task.evaluate(model, "validation", iterations=n)["accuracy"]
@@ -184,7 +218,11 @@ def hyperset_trajectory(out: Path, dataset: str, report: Path, images: int = 256
         run_dir = out / dataset / name
         if not (run_dir / "result.json").exists():
             continue
-        cfg, model, task = load_trained(run_dir)
+        try:
+            cfg, model, task = load_trained(run_dir)
+        except CheckpointError as err:
+            print(f"trajectory of {name} ({dataset}) skipped: {err}", flush=True)
+            continue
         x, _ = next(iter(task.data.eval_batches("validation", images)))
         trajs[name] = trajectory(model, x, 2 * cfg.model.iterations)
     if "hyperset" not in trajs:
@@ -217,7 +255,8 @@ def write_report(out: Path, report: Path, datasets: list[str], notes: str = "") 
             "CIFAR-10/100 and ImageNet-100 after 200 epochs at widths 384-896; we train on 28x28 grey "
             "Fashion-MNIST / MNIST for about one epoch at a quarter of those widths, one seed per config. Our "
             "numbers test the *direction* of the paper's claims at small scale; they neither confirm nor refute "
-            "its CIFAR numbers.\n", notes]
+            "its CIFAR numbers. The column *trained on* names the device of each run (`run_info.json`); the "
+            "same config trains to the same accuracy within seed noise on either.\n", notes]
     for ds in datasets:
         rows = {k: v for k, v in collect(out, ds).items() if "_seed" not in k}
         if not rows:
@@ -227,6 +266,11 @@ def write_report(out: Path, report: Path, datasets: list[str], notes: str = "") 
         any_row = next(iter(rows.values()))
         text.append(f"\n## {dn}\n\nTraining: {any_row['steps']} steps of {any_row['batch_size']} images "
                     f"({any_row['train_examples']} training images), test on the official test split.\n")
+        by_dev: dict[str, list[str]] = {}
+        for k, r in collect(out, ds).items():
+            by_dev.setdefault(r["device"], []).append(k)
+        text.append("Trained on: " + "; ".join(f"**{d}**: {', '.join(sorted(v))}" for d, v in sorted(by_dev.items()))
+                    + ".\n")
         text.append("### Table 1 (single-layer recurrent-depth models) and Table 2's 12-layer transformer\n")
         text.append(table1(rows, dn))
         if seeds:
@@ -235,12 +279,10 @@ def write_report(out: Path, report: Path, datasets: list[str], notes: str = "") 
                 f"{100 * rows[v['config_name']]['test_accuracy']:.2f}% (seed {rows[v['config_name']]['seed']})"
                 for v in seeds.values() if v["config_name"] in rows)
                 + ". Differences between configs smaller than this spread are not meaningful.")
-        if any(k in rows for k in ("hyperset_sigmoid", "hyperset_fixed01")):
-            text.append("\n### Table 4 (alternative energies and fixed step sizes)\n")
-            text.append(table4(rows, dn))
-        if any(k in rows for k in ("hyperset_lora4", "hyperset_lora32")):
-            text.append("\n### Table 5 (depth-wise LoRA; the paper's column is ImageNet-100)\n")
-            text.append(table5(rows, dn))
+        text.append("\n### Table 4 (alternative energies and fixed step sizes)\n")
+        text.append(table4(rows, dn))
+        text.append("\n### Table 5 (depth-wise LoRA; the paper's column is ImageNet-100)\n")
+        text.append(table5(rows, dn))
         if any(k in rows for k in ("hyperset_l2i6", "transformer_l2i6")):
             text.append("\n### Fig. 4 (layer-iteration trade-off at depth 12; the paper gives a figure, "
                         "CIFAR-100)\n")
@@ -266,6 +308,8 @@ def write_report(out: Path, report: Path, datasets: list[str], notes: str = "") 
                         + per_class_markdown(cm, r["classes"]))
         text.append("\n### Energy, effective rank and average angle over iterations (Fig. 5-6)\n")
         text.append(hyperset_trajectory(out, ds, report))
+    text += benchmark_sections(out)
+    results_json(out, datasets, report)
     body = "\n".join(text) + "\n"
     (report / "README.md").write_text(body)
     return body
