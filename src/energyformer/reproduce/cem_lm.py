@@ -239,7 +239,7 @@ def write_report(records: list[dict], out: Path, report: Path | None = None,
     steps = sorted({r["steps"] for r in records})
     tok = sorted({r.get("tokens_per_step", 0) for r in records})
     seeds = sorted({r["seed"] for r in records})
-    text = [f"# {title}\n", setup or "",
+    text = [f"# {title}\n", f"{setup}\n" if setup else "",
             f"Runs: {len(records)} ({', '.join(map(str, steps))} steps of {', '.join(map(str, tok))} tokens; "
             f"precision {', '.join(sorted({r.get('precision', 'fp32') for r in records}))}; seeds "
             f"{', '.join(map(str, seeds))}). Table and one-LR claims at lr = {agg['at_lr']:g}"
