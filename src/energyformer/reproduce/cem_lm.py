@@ -151,7 +151,8 @@ def aggregate(records: list[dict], at_lr: float | None = None) -> dict:
                      "val_bpb": float(np.mean([r["val_bpb"] for r in rs])),
                      "tokens_per_s": float(np.mean([r["tokens_per_s"] for r in rs])),
                      "ppl_seeds": [r["val_ppl"] for r in rs], "run_dir": rs[0]["run_dir"],
-                     "history": rs[0].get("history", []), "at_fixed_lr": lr == at_lr})
+                     "history": rs[0].get("history", []), "steps": rs[0].get("steps"),
+                     "at_fixed_lr": lr == at_lr})
     ppl_fixed = {r["name"]: r["val_ppl"] for r in rows if r["at_fixed_lr"]}
     return {"by": by, "at_lr": at_lr, "rows": rows, "ppl_fixed": ppl_fixed, "sweep": sweep,
             "ppl_opt": ppl_opt, "lr_opt": lr_opt, "noise": max(spreads) if spreads else None,
@@ -235,7 +236,8 @@ def write_report(records: list[dict], out: Path, report: Path | None = None,
     unigram = next((r["unigram_val_ppl"] for r in records if r.get("unigram_val_ppl")), None)
     fixed = [r for r in rows if r["at_fixed_lr"]]
     curves = plot_loss_curves({r["name"]: r["history"] for r in fixed if r["history"]},
-                              report.parent / f"{prefix}loss_curves.png", f"{title} (lr {agg['at_lr']:g})")
+                              report.parent / f"{prefix}loss_curves.png", f"{title} (lr {agg['at_lr']:g})",
+                              {r["name"]: r["steps"] for r in fixed})
     steps = sorted({r["steps"] for r in records})
     tok = sorted({r.get("tokens_per_step", 0) for r in records})
     seeds = sorted({r["seed"] for r in records})
