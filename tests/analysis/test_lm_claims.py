@@ -36,3 +36,12 @@ def test_optimal_lr_claims_and_noise_marks():
     got = {c.text: v for c, v, _ in check_claims(ppl, opt, lr, noise=0.001)}
     assert next(v for t, v in got.items() if "full CEM transformer" in t) == "HOLDS"
     assert next(v for c, v, _ in check_claims(ppl) if "full CEM transformer" in c.text) == "not run"
+
+
+def test_recursion_vs_reuse_says_when_neither_gains():
+    ppl = {"cem_attn_t1": 100.0, "attn_plain_reuse": 130.0, "cem_attn_t2_diag": 120.0}
+    c, v, d = next(x for x in check_claims(ppl) if x[0].section == "Fig. 4")
+    assert v == "HOLDS" and "neither gains" in d  # -20 ppl beats -30 ppl, but recursion does not gain
+    ppl["cem_attn_t2_diag"] = 90.0
+    c, v, d = next(x for x in check_claims(ppl) if x[0].section == "Fig. 4")
+    assert v == "HOLDS" and "neither gains" not in d

@@ -46,13 +46,16 @@ def test_report_only_merges_earlier_results_and_readout_comparison(tmp_path):
     run_suite(["lm/llama", "lm/cem_kq_shared"], a, TINY)
     run_suite(["lm/cem_kq_shared_alg1"], b, TINY)
     report = tmp_path / "docs" / "README.md"
+    setup = tmp_path / "setup.md"
+    setup.write_text("**What ran**: a tiny test setup.\n")
     assert main(["--report-only", "--from", str(a), str(b / "results.json"), "--out", str(out),
-                 "--report", str(report)]) == 0
+                 "--report", str(report), "--setup", str(setup)]) == 0
     text = report.read_text()
+    assert "**What ran**: a tiny test setup." in text  # --setup takes a file
     assert "| llama |" in text and "| cem_kq_shared |" in text
     assert "Algorithm 1" in text and "| cem_kq_shared | 0.002 |" in text
     assert (report.parent / "lm_loss_curves.png").exists() and (report.parent / "lm_results.json").exists()
-    # the committed results file alone regenerates the page
+    # the committed results file alone regenerates the page (setup paragraph and one-LR rate included)
     again = tmp_path / "again" / "README.md"
     assert main(["--report-only", "--from", str(report.parent / "lm_results.json"), "--out",
                  str(tmp_path / "o2"), "--report", str(again)]) == 0

@@ -67,8 +67,10 @@ def _within(a: str, b: str, tol: float = SMALL) -> Check:
 def _gain_smaller(reuse: str, base: str, rec: str, rec_base: str) -> Check:
     def f(p):
         g_reuse, g_rec = p[base] - p[reuse], p[rec_base] - p[rec]
+        note = "; neither gains: recursion only hurts less" if g_reuse < g_rec <= 0 else ""
         return g_reuse < g_rec, (f"plain reuse gain {g_reuse:+.2f} ppl ({base} -> {reuse}) vs within-layer "
-                                 f"recursion gain {g_rec:+.2f} ppl ({rec_base} -> {rec})"), (g_reuse - g_rec) / p[base]
+                                 f"recursion gain {g_rec:+.2f} ppl ({rec_base} -> {rec}){note}"), \
+            (g_reuse - g_rec) / p[base]
     return f
 
 

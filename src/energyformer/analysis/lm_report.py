@@ -42,22 +42,34 @@ def smooth(values: list[float], window: int) -> np.ndarray:
     return np.convolve(v, kernel, mode="valid")
 
 
-def plot_loss_curves(histories: dict[str, list[float]], path: Path, title: str = "training loss") -> Path:
+def plot_loss_curves(histories: dict[str, list[float]], path: Path, title: str = "training loss",
+                     total_steps: dict[str, int] | None = None) -> Path:
+    """Moving-average training loss per run; x in training steps when ``total_steps`` gives each run's
+    length (a history is sampled evenly over the run), else in logged points. Many curves: the legend goes
+    beside the axes and line styles cycle, so no two curves look alike."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for name, hist in histories.items():
+    many = len(histories) > 10
+    fig, ax = plt.subplots(figsize=(9.5 if many else 7, 4.8 if many else 4.2))
+    styles = ["-", "--", ":", "-."]
+    for i, (name, hist) in enumerate(histories.items()):
         w = max(1, len(hist) // 50)
         y = smooth(hist, w)
-        ax.plot(np.arange(len(y)) + w, y, label=name)
-    ax.set_xlabel("step")
+        x = np.arange(len(y)) + w
+        if total_steps and total_steps.get(name) and len(hist):
+            x = x * total_steps[name] / len(hist)
+        ax.plot(x, y, styles[(i // 10) % len(styles)], label=name)
+    ax.set_xlabel("training step" if total_steps else "logged point")
     ax.set_ylabel("training loss (nats/token, moving average)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if many:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    else:
+        ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -151,7 +151,8 @@ def aggregate(records: list[dict], at_lr: float | None = None) -> dict:
                      "val_bpb": float(np.mean([r["val_bpb"] for r in rs])),
                      "tokens_per_s": float(np.mean([r["tokens_per_s"] for r in rs])),
                      "ppl_seeds": [r["val_ppl"] for r in rs], "run_dir": rs[0]["run_dir"],
-                     "history": rs[0].get("history", []), "at_fixed_lr": lr == at_lr})
+                     "history": rs[0].get("history", []), "steps": rs[0].get("steps"),
+                     "at_fixed_lr": lr == at_lr})
     ppl_fixed = {r["name"]: r["val_ppl"] for r in rows if r["at_fixed_lr"]}
     return {"by": by, "at_lr": at_lr, "rows": rows, "ppl_fixed": ppl_fixed, "sweep": sweep,
             "ppl_opt": ppl_opt, "lr_opt": lr_opt, "noise": max(spreads) if spreads else None,
@@ -210,6 +211,18 @@ def _step_size_section(agg: dict) -> list[str]:
             "| T=1 | val ppl | T=2, η=1 | val ppl | T=2, η=0.5 | val ppl |", "|---|---:|---|---:|---|---:|", *lines]
 
 
+def _at_lr_note(agg: dict) -> str:
+    """Where the one-LR rate comes from: Llama's best grid rate (seed mean) or an explicit ``--at-lr``."""
+    llama = agg["sweep"].get("llama")
+    if not llama:
+        return "."
+    best = min(zip(llama["val_loss"], llama["lrs"]))[1]
+    if best == agg["at_lr"]:
+        return " (Llama's best rate of the sweep)."
+    return (f" (set with --at-lr; on the seed mean Llama's best grid rate is {best:g}, where the suite "
+            f"configs did not run).")
+
+
 def write_report(records: list[dict], out: Path, report: Path | None = None,
                  title: str = "CEM language-model comparison", at_lr: float | None = None,
                  setup: str | None = None, gp_results: Path | None = None) -> tuple[list[dict], str]:
@@ -223,15 +236,16 @@ def write_report(records: list[dict], out: Path, report: Path | None = None,
     unigram = next((r["unigram_val_ppl"] for r in records if r.get("unigram_val_ppl")), None)
     fixed = [r for r in rows if r["at_fixed_lr"]]
     curves = plot_loss_curves({r["name"]: r["history"] for r in fixed if r["history"]},
-                              report.parent / f"{prefix}loss_curves.png", f"{title} (lr {agg['at_lr']:g})")
+                              report.parent / f"{prefix}loss_curves.png", f"{title} (lr {agg['at_lr']:g})",
+                              {r["name"]: r["steps"] for r in fixed})
     steps = sorted({r["steps"] for r in records})
     tok = sorted({r.get("tokens_per_step", 0) for r in records})
     seeds = sorted({r["seed"] for r in records})
-    text = [f"# {title}\n", setup or "",
+    text = [f"# {title}\n", f"{setup}\n" if setup else "",
             f"Runs: {len(records)} ({', '.join(map(str, steps))} steps of {', '.join(map(str, tok))} tokens; "
             f"precision {', '.join(sorted({r.get('precision', 'fp32') for r in records}))}; seeds "
             f"{', '.join(map(str, seeds))}). Table and one-LR claims at lr = {agg['at_lr']:g}"
-            + (" (Llama's best rate of the sweep)." if agg["sweep"].get("llama") else "."),
+            + _at_lr_note(agg),
             "", markdown_table(fixed or rows, unigram), f"\n![loss curves]({curves.name})\n",
             "\n## The seed's claims on these runs\n",
             "Validation perplexity (seed mean, exp of the mean loss). ~1M-parameter models trained for "
@@ -260,7 +274,7 @@ def write_report(records: list[dict], out: Path, report: Path | None = None,
     body = "\n".join(text) + "\n"
     report.write_text(body)
     results = {"runs": records, "at_lr": agg["at_lr"], "lr_sweep": agg["sweep"], "noise": agg["noise"],
-               "unigram_val_ppl": unigram}
+               "unigram_val_ppl": unigram, "setup": setup}
     (out / "results.json").write_text(json.dumps(results, indent=1))
     return rows, body
 
@@ -302,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
                    "go beside it, and a copy of results.json as lm_results.json")
     p.add_argument("--overwrite", action="store_true", help="train again runs already in the output directory")
     p.add_argument("--gp-results", type=Path, help="gp_results.json of `reproduce cem-gp --report`: add its verdicts")
-    p.add_argument("--setup", help="a paragraph (markdown) describing how the runs were made, put under the title")
+    p.add_argument("--setup", help="a paragraph (markdown), or a file holding it, describing how the runs were "
+                   "made, put under the title (kept in results.json)")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: rebuild the report from the --from folders / results.json files")
     p.add_argument("--from", dest="sources", nargs="+", type=Path, default=[],
@@ -310,8 +325,17 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     out = Path(a.out)
     title = "CEM language-model comparison"
+    setup = a.setup
+    if setup is not None and Path(setup).is_file():
+        setup = Path(setup).read_text().strip()
     if a.report_only:
         records = load_records(a.sources or [out])
+        # a results.json keeps the setup paragraph it was written with, so the page regenerates unchanged
+        for s in a.sources:
+            if s.is_file():
+                saved = json.loads(s.read_text())
+                setup = saved.get("setup") if setup is None else setup
+                a.at_lr = saved.get("at_lr") if a.at_lr is None else a.at_lr
     else:
         configs = a.configs or SUITES[a.suite]
         overrides = list(a.overrides) + ([f"train.steps={a.steps}"] if a.steps else [])
@@ -319,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                for n in configs for lr in (a.lr_sweep or [None]) for s in a.seeds]
         # the report covers every finished run in --out (earlier invocations included)
         records = list({r["run_dir"]: r for r in load_records([out]) + new}.values())
-    _, text = write_report(records, out, a.report, title, a.at_lr, a.setup, a.gp_results)
+    _, text = write_report(records, out, a.report, title, a.at_lr, setup, a.gp_results)
     if a.report is not None:
         shutil.copyfile(out / "results.json", a.report.parent / "lm_results.json")
     print("\n" + text)
