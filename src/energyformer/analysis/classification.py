@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from .figures import save_figure
 
 
 @torch.no_grad()
@@ -103,8 +104,4 @@ def plot_confusion(cm: Tensor, classes: Sequence[str], path: str | Path, title: 
     ax.set_title(title or f"confusion matrix (accuracy {100 * accuracy(cm):.2f}%)")
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="fraction of the true class")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from .figures import save_figure
 
 #: Table 1 (single-layer recurrent-depth models): key -> (label, width, params, CIFAR-10, CIFAR-100)
 PAPER_TABLE1 = {
@@ -195,8 +196,4 @@ def plot_curves(curves: dict[str, dict[int, float]], path: str | Path, *, xlabel
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)

@@ -27,6 +27,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+from .figures import save_figure
 
 #: budget fractions at which losses are reported (seed: convergence speed)
 POINTS = (0.10, 0.25, 0.50, 1.00)
@@ -255,7 +256,4 @@ def plot_curves(per_corpus: dict[str, dict[str, list[dict]]], tokens_per_step: i
         ax.set_ylim(lo - 0.05, hi + 0.05)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)

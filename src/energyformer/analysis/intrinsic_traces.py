@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..blocks.intrinsic import IntrinsicBlock
+from .figures import save_figure
 
 
 @torch.no_grad()
@@ -109,7 +110,4 @@ def plot_depth_traces(run_dirs: dict[str, Path], path: Path, labels: dict[str, s
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)

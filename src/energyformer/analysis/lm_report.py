@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+from .figures import save_figure
 
 
 def _fmt_params(n: int) -> str:
@@ -71,10 +72,7 @@ def plot_loss_curves(histories: dict[str, list[float]], path: Path, title: str =
     else:
         ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def akima_optimum(lrs: list[float], losses: list[float], grid: int = 400) -> tuple[float, float]:
@@ -121,10 +119,7 @@ def plot_lr_sweep(sweep: dict[str, dict], path: Path, title: str = "validation l
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def write_results(out_dir: Path, rows: list[dict], extra: dict | None = None) -> Path:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.trace import Traces
+from .figures import save_figure
 
 
 def trace_label(key: Any) -> str:
@@ -64,8 +65,4 @@ def plot_traces(traces: Traces, path: str | Path, title: str = "energy descent p
     ax_e.legend(fontsize=7, ncol=2 if len(traces) > 8 else 1)
     fig.suptitle(f"{title}  (dashed: update not exactly −ηP∇E; darker: later iteration)")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
