@@ -98,13 +98,7 @@ class IntrinsicBlock(EnergyBlock):
             point = None if shift is None else (lambda v: v + shift)
         trace, stats = ctx.traces is not None, ctx.stats is not None
         res = self.solver.run(self.energy, x, state, steps, point=point, trace=trace, ctx=ctx, stats=stats)
-        if trace or stats:
-            key = ctx.key(self.record_name())
-            if trace and res.trace is not None:
-                res.trace.exact = self.exact
-                ctx.traces[key] = res.trace
-            if stats:
-                ctx.stats[key] = res.stats
+        self.record(ctx, res)
         return res.x
 
 

@@ -56,6 +56,17 @@ class EnergyBlock(nn.Module):
         p_ok = precond is None or self.energy.precond_exact(precond)
         return bool(self.energy.exact and self.solver.exact and norm_free and p_ok)
 
+    def record(self, ctx, res) -> None:
+        """Store a run's trace (marked with this block's ``exact``) and stats in ``ctx`` under (block, iteration)."""
+        if ctx.traces is None and ctx.stats is None:
+            return
+        key = ctx.key(self.record_name())
+        if ctx.traces is not None and res.trace is not None:
+            res.trace.exact = self.exact
+            ctx.traces[key] = res.trace
+        if ctx.stats is not None:
+            ctx.stats[key] = res.stats
+
     def record_name(self) -> str:
         """Name of this block's records (its qualified name; a stable fallback when unnamed)."""
         return self.qualname or f"{type(self).__name__}@{id(self):x}"
@@ -74,11 +85,5 @@ class EnergyBlock(nn.Module):
         res = self.solver.run(
             self.energy, x0, state, steps, point=self.norm if in_loop else None,
             trace=trace, ctx=ctx, anchor=anchor, stats=stats)
-        if trace or stats:
-            key = ctx.key(self.record_name())
-            if trace and res.trace is not None:
-                res.trace.exact = self.exact
-                ctx.traces[key] = res.trace
-            if stats:
-                ctx.stats[key] = res.stats
+        self.record(ctx, res)
         return res.x
