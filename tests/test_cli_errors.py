@@ -183,7 +183,10 @@ def test_ctrl_c_prints_the_resume_command(tmp_path):
         [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]))
     sets = _sets(TINY + ["train.steps=100000", "train.save_every=20", "name=intr", f"out_dir={tmp_path}"])
     proc = subprocess.Popen([sys.executable, "-m", "energyformer.cli", "train", "lm/llama", *sets], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            # a shell without job control starts background jobs with SIGINT ignored, and
+                            # Python keeps an inherited SIG_IGN: give the child the default disposition
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # stdout is not a pipe: an unread pipe fills up with the training log and blocks the child's writes
     deadline = time.time() + 120
     while not list((tmp_path / "intr").glob("ckpt-*[0-9]")):
