@@ -31,7 +31,7 @@ def _mssa_reference(x, h, U, heads, out=None, bias=None):
     return res if bias is None else res + bias
 
 
-@pytest.mark.parametrize("output", ["tied", "learned"])
+@pytest.mark.parametrize("output", ["tied", "learned", "tied_code"])
 def test_crate_attention_is_the_reference_formula(output):
     torch.manual_seed(0)
     blk = build_attention(CRATEAttentionConfig(output=output, step_size=0.7), SPEC).double()
@@ -39,8 +39,10 @@ def test_crate_attention_is_the_reference_formula(output):
     e = blk.energy
     h = blk.norm(x)
     U = e.basis.t()
-    upd = (_mssa_reference(h, h, U, 2) if output == "tied"
-           else _mssa_reference(h, h, U, 2, e.out_weight, e.out_bias))
+    upd = {"tied": lambda: _mssa_reference(h, h, U, 2),
+           "learned": lambda: _mssa_reference(h, h, U, 2, e.out_weight, e.out_bias),
+           # the released code: F.linear(SSA, W) with W = U^T, i.e. SSA @ U (a D x Kp reading of U^T)
+           "tied_code": lambda: _mssa_reference(h, h, U, 2, U.t())}[output]()
     with torch.no_grad():
         torch.testing.assert_close(blk(x), x + 0.7 * upd)
     assert blk.exact is False  # LayerNorm in the loop (and, for CRATE, the learned output)
@@ -113,6 +115,8 @@ def test_ista_trace_carries_the_l1_term():
 def test_crate_config_errors():
     with pytest.raises(ConfigError, match="output"):
         CRATEAttentionConfig(output="free")
+    with pytest.raises(ConfigError, match="tied_code.*must equal dim"):
+        build_attention(CRATEAttentionConfig(output="tied_code", head_dim=3), SPEC)
     with pytest.raises(ConfigError, match="square"):
         build_mlp(ISTAConfig(hidden=16), SPEC)
     with pytest.raises(ConfigError, match="bidirectional"):

@@ -18,6 +18,8 @@ MODELS = {
     "et": ["model.block.attention.kind=et", "model.block.attention.step_size=1.0", "model.block.mlp=identity"],
     "crate": ["model.block.attention.kind=crate", "model.block.mlp=ista"],
     "crate_t": ["model.block.attention.kind=crate", "model.block.attention.output=tied", "model.block.mlp=ista"],
+    "crate_t_code": ["model.block.attention.kind=crate", "model.block.attention.output=tied_code",
+                     "model.block.mlp=ista"],
 }
 
 

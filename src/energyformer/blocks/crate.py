@@ -14,6 +14,8 @@ in front of each)::
   subspace attention (not a gradient; the block reports ``exact = False``).
 * ``attention: {kind: crate, output: tied}`` — CRATE-T: the output is the subspace basis U itself, so
   the step is exactly -κ ∇E of the subspace energy at the normalised point (fused SDPA).
+* ``attention: {kind: crate, output: tied_code}`` — CRATE-T as the released Hyper-SET code has it (the
+  output mapped with the transposed operator; ``exact = False``); the one that trains at our scale.
 * ``mlp: {kind: ista, step_size: 0.1, lambd: 0.1}`` — η and λ of the reference code; ``steps: T``
   runs T ISTA steps from h (CRATE: 1).
 
@@ -74,8 +76,10 @@ class CRATEAttentionConfig(AttentionConfig):
     """CRATE multi-head subspace self-attention: one gradient step on the subspace energy (Yu et al. Eq. 11)."""
 
     kind: Literal["crate"] = "crate"
-    output: Literal["learned", "tied"] = "learned"
-    """learned W_O + bias (CRATE, Yu et al. 2023) or the subspace basis U itself (CRATE-T, Hu et al. 2024)"""
+    output: Literal["learned", "tied", "tied_code"] = "learned"
+    """learned W_O + bias (CRATE, Yu et al. 2023), the subspace basis U itself (CRATE-T, Hu et al. 2024;
+    exactly -κ∇E), or 'tied_code': the released Hyper-SET code's CRATE-T, which applies Uᵀ read as a
+    D x Kp matrix (not a gradient; needs heads·head_dim = dim; see energies/crate.py)"""
     steps: int = Field(1, ge=1)
     """gradient steps per call (CRATE: 1)"""
     step_size: StepSizeField = 1.0

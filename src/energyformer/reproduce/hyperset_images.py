@@ -42,7 +42,8 @@ from ..train import CheckpointError
 from ..utils.config import to_dict
 
 SUITES: dict[str, list[str]] = {
-    "main": ["transformer", "transformer_12layer", "et", "crate", "crate_t", "hyperset", "hyperset_wide"],
+    "main": ["transformer", "transformer_12layer", "et", "crate", "crate_t", "crate_t_code", "hyperset",
+             "hyperset_wide"],
     "ablation": ["hyperset", "hyperset_sigmoid", "hyperset_linear", "hyperset_ff_softmax", "hyperset_ff_gated",
                  "hyperset_fixed05", "hyperset_fixed01"],
     "lora": ["hyperset", "hyperset_lora4", "hyperset_lora8", "hyperset_lora16", "hyperset_lora32"],
