@@ -1,24 +1,35 @@
 """Reproduce EqT's parity benchmark (seed 003 §4, Table 2; reconstructed.md §3) at CPU scale.
 
-    energyformer reproduce eqt [--lengths 16 64] [--seeds 0 1] [--train-steps N] [--out DIR] ...
+    energyformer reproduce eqt [--lengths 16 64] [--seeds 0 1] [--train-steps N] [--out DIR]
+                               [--runs DIR] [--jobs N] ...
 
 For every length and seed: a baseline (``configs/eqt/baseline.yaml``: the backbone without
-refinement) and EqT (``configs/eqt/eqt.yaml``: the same backbone + an ERM, K_train = 2) are trained
-on fresh random sequences with the paper's optimiser (AdamW lr 3e-4, wd 0.01, cosine, clip 1.0;
-``--lr`` changes the rate) from the same initial backbone weights (seeded) and data stream, then
-scored by per-token accuracy on the fixed test set of that length: baseline, EqT at K = 8 and 32.
-Also measured: the convergence statistic (fraction of tokens whose relative change ‖Δh‖/‖h‖ < 1e-3
-by step k, K = 32), parameters (+%), training step time and inference time at K = 8 (ratios; the
-two models' steps are interleaved in one loop), and the training-loss curves at the longest length.
+refinement) and EqT (``configs/eqt/eqt.yaml``: the same backbone + an ERM, K_train = 2) are each one
+run of the library's Trainer (``experiment.run_experiment``), in ``RUNS/L<length>_seed<seed>_<model>``
+(``--runs``, default ``runs/reproduce-eqt``): config.yaml, run_info.json, metrics.jsonl (one event per
+step), safetensors checkpoints. The paper's optimiser is the train config :data:`TRAIN` (AdamW
+β = (0.9, 0.999), ε = 1e-8, weight decay 0.01 on every parameter, 5% warm-up then cosine to 0, clip
+1.0; ``--lr`` sets the peak, paper 3e-4). Both runs of a seed share ``train.seed``: the same data
+stream and the same initial backbone weights (the seeded initialisation gives EqT's backbone the
+baseline's tensors, its ERM comes on top; ``tests/reproduce/test_eqt_runs.py`` checks this).
 
-The training loop is a plain loop over ``task.loss`` (the parity task's loss, CE + EqT's auxiliary
-terms), not the library Trainer, to keep the interleaved timing simple. Writes ``results.json``,
-``README.md`` and ``loss_curve.png`` to ``--out`` (default ``docs/results/eqt``).
+A finished run writes ``result.json`` (its config, accuracies, parameters, loss curve read from
+metrics.jsonl and, for EqT, the convergence statistic); a later invocation with the same config reuses
+it, a run with checkpoints but no result resumes from its newest checkpoint, and a changed config
+trains again from scratch. Scored by per-token accuracy on the fixed test set of each length:
+baseline, EqT at K = 0, 8 and 32. Convergence: the fraction of tokens whose relative change
+‖Δh‖/‖h‖ < 1e-3 by step k (K = 32). Overheads: parameters (+%), and training-step and inference
+(K = 8) time ratios from a short measurement after training on the two trained models (see
+:func:`overheads`: both models' steps alternated, repeated; median [min, max]), not from training.
+
+Writes ``results.json``, ``README.md``, ``loss_curve.png`` and ``convergence.png`` to ``--out``
+(default ``docs/results/eqt``); ``--from-results`` re-renders them from a results.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import platform
@@ -28,16 +39,28 @@ from pathlib import Path
 
 import torch
 
-from energyformer.models.config import ModelConfig
-from energyformer.models.equilibrium import EquilibriumConfig
-from energyformer.tasks.parity import ParityTask, ParityTaskConfig
-from energyformer.utils.config import read_yaml, replace
+from ..experiment import (
+    RunConfig, build_task, load_run_config, load_run_dir_config, load_trained, resolve, run_experiment,
+)
+from ..train import build_optimizer, list_checkpoints
+from ..train.metrics import METRICS_FILE
+from ..utils.config import to_dict
+from ..utils.io import atomic_write_text
+from ..utils.validate import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
 PAPER = {  # Table 2 (%), baseline -> EqT (K = 32); the shorter lengths from the text
     8: (100.0, 100.0), 16: (100.0, 99.99), 32: (99.94, 99.85), 48: (98.09, 96.56), 64: (88.15, 92.81),
     96: (77.19, 77.68), 128: (64.64, 67.04), 192: (51.86, 59.93), 256: (55.79, 56.59)}
 PAPER_OVERHEAD = {"params_pct": 8.0, "train_time_pct": 15.0, "infer_ratio_k8": 3.0, "converged_by_6": 0.94}
+MODELS = ("baseline", "eqt")
+TRAIN = (  # the paper's optimiser (seed 003 §4) as train-config overrides; train.lr = --lr
+    "train.optimizer.kind=adamw", "train.optimizer.betas=[0.9,0.999]", "train.optimizer.eps=1e-8",
+    "train.optimizer.weight_decay=0.01", "train.no_decay_roles=[]", "train.grad_clip=1.0",
+    "train.schedule.kind=warmup_cosine", "train.schedule.warmup=0.05", "train.schedule.final_lr_factor=0",
+    "train.eval_every=0", "train.log_every=1", "train.keep_checkpoints=1", "train.progress=false",
+    "train.tensorboard=false")
+EVAL_VERSION = 1  # bump when what result.json holds changes: older results are then recomputed
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,91 +72,187 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n-test", type=int, default=512, help="test sequences per length (paper: 4096)")
     p.add_argument("--baseline-config", default=str(ROOT / "configs/eqt/baseline.yaml"))
     p.add_argument("--eqt-config", default=str(ROOT / "configs/eqt/eqt.yaml"))
-    p.add_argument("--out", default=str(ROOT / "docs/results/eqt"))
+    p.add_argument("--out", default=str(ROOT / "docs/results/eqt"), help="folder of the report")
+    p.add_argument("--runs", default="runs/reproduce-eqt",
+                   help="folder of the run directories (RUNS/L<length>_seed<seed>_<model>); finished runs with "
+                        "the same config are reused, interrupted ones resumed")
+    p.add_argument("--save-every", type=int, default=100, help="checkpoint every N steps (and at the end)")
+    p.add_argument("--device", default="auto", help="train.device of every run: auto | cpu | cuda | cuda:N | mps")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs trained at the same time, each in its own process (the timing runs after, alone)")
+    p.add_argument("--timing-repeats", type=int, default=7,
+                   help="repeats of the interleaved timing per (length, seed) after training")
     p.add_argument("--from-results", default=None, metavar="JSON",
                    help="re-render README.md and the plots from a results.json of an earlier run (no training)")
     return p.parse_args(argv)
 
 
-def _configs(args: argparse.Namespace, length: int) -> tuple[ParityTaskConfig, ModelConfig, EquilibriumConfig]:
-    base, eqt = read_yaml(args.baseline_config), read_yaml(args.eqt_config)
-    task = ParityTaskConfig.model_validate(base["task"])
-    task = replace(task, data=replace(task.data, length=length, n_test=args.n_test))
-    return task, ModelConfig.model_validate(base["model"]), EquilibriumConfig.model_validate(eqt["model"])
+def run_config(args: argparse.Namespace, length: int, seed: int, model: str) -> RunConfig:
+    """The run config of one (length, seed, model): its YAML + the paper's optimiser + this run's keys."""
+    path = args.baseline_config if model == "baseline" else args.eqt_config
+    return load_run_config(path, [*TRAIN, f"name=L{length}_seed{seed}_{model}", f"out_dir={args.runs}",
+                                  f"task.data.length={length}", f"task.data.n_test={args.n_test}",
+                                  f"train.steps={args.train_steps}", f"train.lr={args.lr}", f"train.seed={seed}",
+                                  f"train.save_every={args.save_every}", f"train.device={args.device}"])
 
 
-def _lr(step: int, total: int, peak: float) -> float:
-    warm = max(1, total // 20)
-    if step < warm:
-        return peak * (step + 1) / warm
-    return 0.5 * peak * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+def _resumable(cfg: RunConfig, task) -> bool:
+    """Whether ``cfg.run_dir`` holds checkpoints of this very (resolved) config."""
+    if not list_checkpoints(cfg.run_dir):
+        return False
+    try:
+        return to_dict(load_run_dir_config(cfg.run_dir)) == to_dict(resolve(cfg, task))
+    except (ConfigError, OSError, ValueError):  # an unreadable config.yaml: train again
+        return False
 
 
-def train_pair(args: argparse.Namespace, length: int, seed: int) -> dict:
-    """Train baseline and EqT side by side (interleaved steps, same data); score both."""
-    tcfg, bcfg, ecfg = _configs(args, length)
-    models, tasks, opts, curves, times = {}, {}, {}, {}, {}
-    for name, mcfg in (("baseline", bcfg), ("eqt", ecfg)):
-        task = ParityTask(tcfg, seed=seed)   # same seed: the same training stream for both
-        torch.manual_seed(seed)
-        models[name] = task.build_model(task.resolve_model_config(mcfg))
-        tasks[name] = task
-        opts[name] = torch.optim.AdamW(models[name].parameters(), lr=args.lr, weight_decay=0.01)
-        curves[name], times[name] = [], []
-    for step in range(args.train_steps):
-        for name in ("baseline", "eqt"):
-            m, opt = models[name], opts[name]
-            m.train()
-            for g in opt.param_groups:
-                g["lr"] = _lr(step, args.train_steps, args.lr)
-            batch = tasks[name].train_data.next_batch()
-            t0 = time.perf_counter()
-            loss, metrics = tasks[name].loss(m, batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
-            opt.step()
-            times[name].append(time.perf_counter() - t0)
-            curves[name].append(metrics["ce"])
-    task = tasks["baseline"]
-    acc = {"baseline": task.accuracy(models["baseline"].eval(), length),
-           "eqt_k8": task.accuracy(models["eqt"].eval(), length, steps=8),
-           "eqt_k32": task.accuracy(models["eqt"], length, steps=32),
-           "eqt_k0": task.accuracy(models["eqt"], length, steps=0)}
-    return {"length": length, "seed": seed, "accuracy": acc, "curves": curves,
-            "train_step_s": {k: statistics.median(v[5:] or v) for k, v in times.items()},
-            "params": {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()},
-            "convergence": convergence(models["eqt"], length, seed), "infer": infer_time(models, length),
-            "_models": models}
+def loss_curve(run_dir: Path, key: str = "train/ce") -> list[float]:
+    """Per-step training CE from the run's metrics.jsonl (log_every = 1; the last event of a step wins)."""
+    by_step = {}
+    for line in (run_dir / METRICS_FILE).read_text().splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if ev.get("event") == "train" and key in ev:
+            by_step[int(ev["step"])] = float(ev[key])
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def train_run(args: argparse.Namespace, length: int, seed: int, model: str) -> dict:
+    """Train one (length, seed, model) with the Trainer, or reuse / resume it; score it; return result.json."""
+    cfg = run_config(args, length, seed, model)
+    res_path = cfg.run_dir / "result.json"
+    want = {"config": to_dict(cfg), "eval_version": EVAL_VERSION}
+    if res_path.exists():
+        old = json.loads(res_path.read_text())
+        if {k: old.get(k) for k in want} == want:
+            print(f"== {cfg.name}: reusing {res_path}", flush=True)
+            return old
+    task = build_task(cfg)
+    resume = _resumable(cfg, task)
+    res_path.unlink(missing_ok=True)
+    print(f"== {cfg.name}: {'resuming' if resume else 'training'} ({cfg.train.steps} steps)", flush=True)
+    res = run_experiment(cfg, resume=resume, overwrite=not resume, task=task)
+    _, m, task = load_trained(cfg.run_dir, device=cfg.train.device)
+    if model == "baseline":
+        acc = {"baseline": task.accuracy(m, length)}
+    else:
+        acc = {f"eqt_k{k}": task.accuracy(m, length, steps=k) for k in (0, 8, 32)}
+    row = {**want, "name": cfg.name, "length": length, "seed": seed, "model": model, "accuracy": acc,
+           "params": sum(p.numel() for p in m.parameters()), "curve": loss_curve(cfg.run_dir),
+           "train_seconds": float(res.final.get("elapsed_s", res.seconds)),
+           "device": str(next(m.parameters()).device)}
+    if model == "eqt":
+        row["convergence"] = convergence(m, length)
+    atomic_write_text(res_path, json.dumps(row, indent=1))
+    return row
+
+
+def _train_in_child(args: argparse.Namespace, key: tuple[int, int, str]) -> None:
+    torch.set_num_threads(1)
+    train_run(args, *key)
+
+
+def train_all(args: argparse.Namespace) -> dict[tuple[int, int, str], dict]:
+    """Every (length, seed, model) run, one after the other or ``--jobs`` at a time in spawned processes."""
+    keys = [(L, s, m) for L in args.lengths for s in args.seeds for m in MODELS]
+    if args.jobs > 1:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+            for f in [pool.submit(_train_in_child, args, k) for k in keys]:
+                f.result()   # a failed run fails the reproduction (finished runs are kept and reused)
+    return {k: train_run(args, *k) for k in keys}   # in-process: reuses what the children wrote
 
 
 @torch.no_grad()
-def convergence(model: torch.nn.Module, length: int, seed: int, n: int = 64) -> list[float]:
+def convergence(model: torch.nn.Module, length: int, n: int = 64) -> list[float]:
     """Fraction of tokens with relative change < 1e-3 at step k = 1 … 32 (K = 32, no early stop)."""
-    from energyformer.data.parity import parity_test_set
+    from ..data.parity import parity_test_set
 
-    bits, _ = parity_test_set(length, n)
+    bits, _ = parity_test_set(length, n, device=next(model.parameters()).device)
     out = model.eval()(bits, stats=True, steps=32)
     (st,) = out.stats.values()
     return [float((r < 1e-3).float().mean()) for r in st.relative]
 
 
-@torch.no_grad()
-def infer_time(models: dict, length: int, n: int = 64, reps: int = 7) -> dict:
-    """Median inference seconds per batch (baseline, EqT K = 8), the two interleaved."""
-    from energyformer.data.parity import parity_test_set
+def _clock(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
-    bits, _ = parity_test_set(length, n)
-    t: dict[str, list[float]] = {"baseline": [], "eqt_k8": []}
-    for _ in range(reps):
-        for name, m, kw in (("baseline", models["baseline"], {}), ("eqt_k8", models["eqt"], {"steps": 8})):
-            t0 = time.perf_counter()
-            m.eval()(bits, **kw)
-            t[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in t.items()}
+
+def overheads(models: dict, task, train_cfg, length: int, repeats: int = 7, n: int = 64) -> dict:
+    """Time the trained baseline and EqT side by side: a training step (forward, backward, clip, the
+    run's optimiser; on copies, so the trained weights stay) at K_train and inference at K = 8 on ``n``
+    test sequences. The four are alternated in each of ``repeats`` rounds after one warm-up round;
+    returns median seconds and the per-round ratios EqT / baseline."""
+    from ..data.parity import parity_test_set
+
+    dev = next(models["baseline"].parameters()).device
+    x, y = (t.to(dev) for t in task.train_data.next_batch())
+    bits, _ = parity_test_set(length, n, device=dev)
+    copies = {k: copy.deepcopy(m).train() for k, m in models.items()}
+    opts = {k: build_optimizer(m, train_cfg, dev) for k, m in copies.items()}
+
+    def train(k):
+        loss, _ = task.loss(copies[k], (x, y))
+        opts[k].zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(copies[k].parameters(), train_cfg.grad_clip or float("inf"))
+        opts[k].step()
+
+    @torch.no_grad()
+    def infer(k, **kw):
+        models[k].eval()(bits, **kw)
+
+    variants = {"train_baseline": lambda: train("baseline"), "train_eqt": lambda: train("eqt"),
+                "infer_baseline": lambda: infer("baseline"), "infer_eqt_k8": lambda: infer("eqt", steps=8)}
+    t: dict[str, list[float]] = {k: [] for k in variants}
+    for r in range(repeats + 1):
+        for k, fn in variants.items():
+            t0 = _clock(dev)
+            fn()
+            if r:   # round 0 warms up
+                t[k].append(_clock(dev) - t0)
+    return {"seconds": {k: statistics.median(v) for k, v in t.items()},
+            "train_step_ratio": [e / b for e, b in zip(t["train_eqt"], t["train_baseline"])],
+            "infer_ratio_k8": [e / b for e, b in zip(t["infer_eqt_k8"], t["infer_baseline"])]}
+
+
+def pair(args: argparse.Namespace, length: int, seed: int, rows: dict) -> dict:
+    """The (length, seed) record of results.json: both runs' results + the overheads measured now."""
+    b, e = rows[(length, seed, "baseline")], rows[(length, seed, "eqt")]
+    dirs = {k: Path(args.runs) / rows[(length, seed, k)]["name"] for k in MODELS}
+    loaded = {k: load_trained(d, device=args.device) for k, d in dirs.items()}
+    models = {k: m for k, (_, m, _) in loaded.items()}
+    cfg, _, task = loaded["baseline"]   # both runs share the train config and the data stream
+    tm = overheads(models, task, cfg.train, length, args.timing_repeats)
+    s = tm["seconds"]
+    return {"length": length, "seed": seed, "accuracy": {**b["accuracy"], **e["accuracy"]},
+            "curves": {"baseline": b["curve"], "eqt": e["curve"]},
+            "params": {"baseline": b["params"], "eqt": e["params"]}, "convergence": e["convergence"],
+            "train_step_s": {"baseline": s["train_baseline"], "eqt": s["train_eqt"]},
+            "infer": {"baseline": s["infer_baseline"], "eqt_k8": s["infer_eqt_k8"]},
+            "timing": {k: tm[k] for k in ("train_step_ratio", "infer_ratio_k8")},
+            "train_seconds": {"baseline": b["train_seconds"], "eqt": e["train_seconds"]},
+            "device": e["device"], "run_dirs": {k: str(d) for k, d in dirs.items()}}
+
+
+def _ratios(r: dict, key: str) -> list[float]:
+    """Per-round EqT/baseline time ratios of one (length, seed) record (older results: one median ratio)."""
+    if "timing" in r:
+        return r["timing"][key]
+    if key == "train_step_ratio":
+        return [r["train_step_s"]["eqt"] / r["train_step_s"]["baseline"]]
+    return [r["infer"]["eqt_k8"] / r["infer"]["baseline"]]
 
 
 def summarise(runs: list[dict]) -> dict:
+    """Accuracy table (mean [min, max] over seeds), convergence by step, parameters and time ratios
+    (median [min, max] over every measured round of every run)."""
     lengths = sorted({r["length"] for r in runs})
     table = {}
     for L in lengths:
@@ -146,8 +265,8 @@ def summarise(runs: list[dict]) -> dict:
         table[L] = row
     conv = [statistics.mean(c) for c in zip(*[r["convergence"] for r in runs])]
     p = runs[0]["params"]
-    step_ratio = [r["train_step_s"]["eqt"] / r["train_step_s"]["baseline"] for r in runs]
-    inf_ratio = [r["infer"]["eqt_k8"] / r["infer"]["baseline"] for r in runs]
+    step_ratio = [x for r in runs for x in _ratios(r, "train_step_ratio")]
+    inf_ratio = [x for r in runs for x in _ratios(r, "infer_ratio_k8")]
     return {"table": table, "convergence_by_step": conv,
             "params": p, "params_pct": 100 * (p["eqt"] / p["baseline"] - 1),
             "train_step_ratio": {"median": statistics.median(step_ratio), "min": min(step_ratio), "max": max(step_ratio)},
@@ -223,14 +342,21 @@ def plot(runs: list[dict], summ: dict, out: Path) -> list[str]:
 
 def render(args: argparse.Namespace, runs: list[dict], summ: dict, verd: dict, seconds: float) -> str:
     t = summ["table"]
+    dev = sorted({r.get("device", "cpu") for r in runs})
+    trained = (", each run by the library Trainer (runs reused when their config is unchanged)"
+               if any("run_dirs" in r for r in runs) else "")
+    where = (f" on {', '.join(dev)}, one CPU thread ({platform.processor() or platform.machine()})"
+             if any("run_dirs" in r for r in runs) else f" on one thread ({platform.processor() or platform.machine()})")
+    if any("train_seconds" in r for r in runs):
+        where += f"; training alone {sum(sum(r['train_seconds'].values()) for r in runs) / 60:.1f} min summed over runs"
     lines = ["# EqT: cumulative parity (seed 003 §4, Table 2) at CPU scale", "",
              "Generated by `energyformer reproduce eqt --lengths " + " ".join(map(str, args.lengths)) + " --seeds "
              + " ".join(map(str, args.seeds)) + f" --train-steps {args.train_steps} --lr {args.lr:g} --n-test {args.n_test}`"
              + " (`--from-results results.json` re-renders this page without training).", "",
              f"Setup: backbone {args._model}; one model per length; {args.train_steps} training steps of batch "
-             f"{args._batch} fresh sequences, AdamW lr {args.lr:g} (paper 3e-4 at 6.3M params), wd 0.01, cosine, clip 1.0; "
-             f"seeds {args.seeds}; {args.n_test} test sequences per length (paper 4096); wall time {seconds / 60:.1f} min "
-             f"on one thread ({platform.processor() or platform.machine()}). The paper trains 6 layers × 256 wide for "
+             f"{args._batch} fresh sequences, AdamW lr {args.lr:g} (paper 3e-4 at 6.3M params), wd 0.01, cosine, clip 1.0"
+             f"{trained}; seeds {args.seeds}; {args.n_test} test sequences per length (paper 4096); wall time "
+             f"{seconds / 60:.1f} min{where}. The paper trains 6 layers × 256 wide for "
              "far longer, so absolute accuracies are not comparable; the comparison is baseline vs EqT.", "",
              "## Verdicts", ""]
     lines += [f"- **{k}** — {v}" for k, v in verd.items()]
@@ -249,8 +375,12 @@ def render(args: argparse.Namespace, runs: list[dict], summ: dict, verd: dict, s
               "", ("Already at k = 1 most tokens move by less than 1e-3 of their norm: the learned energy barely "
                    "moves h at this scale, so this statistic says little about reaching an equilibrium."
                    if conv[0] >= 0.9 else "The fraction grows with k as the iterates settle."),
-              "", "![convergence](convergence.png)", "", "## Overheads (ratios from one interleaved run)", "",
-              "| quantity | paper | ours (median [min, max] over runs) |", "|---|---|---|",
+              "", "![convergence](convergence.png)", "", "## Overheads", "",
+              ("Time ratios measured after training on the trained models: a training step (K = 2) and inference "
+               "(K = 8) of both models alternated in each round, one warm-up round first; median [min, max] over "
+               "all rounds of all runs." if any("timing" in r for r in runs) else
+               "Time ratios from the training loop's interleaved steps (one median per run)."), "",
+              "| quantity | paper | ours (median [min, max]) |", "|---|---|---|",
               f"| parameters | +8% | +{summ['params_pct']:.1f}% ({summ['params']['baseline']} → {summ['params']['eqt']}) |"]
     for key, label, paper in (("train_step_ratio", "training step time, K = 2", "1.15×"),
                               ("infer_ratio_k8", "inference time, K = 8", "≈3×")):
@@ -274,26 +404,32 @@ def render(args: argparse.Namespace, runs: list[dict], summ: dict, verd: dict, s
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args._argv = argv or []
+    if args.jobs < 1 or args.timing_repeats < 1 or args.save_every < 0:
+        raise SystemExit("energyformer reproduce eqt: --jobs and --timing-repeats must be >= 1, --save-every >= 0")
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    _, bcfg, _ = _configs(args, args.lengths[0])
-    args._model = f"{bcfg.n_layers} layers × {bcfg.dim} wide, {bcfg.heads} heads, {bcfg.positions} positions"
-    args._batch = ParityTaskConfig.model_validate(read_yaml(args.baseline_config)["task"]).batch_size
+    cfg = run_config(args, args.lengths[0], args.seeds[0], "baseline")
+    m = cfg.model
+    args._model = f"{m.n_layers} layers × {m.dim} wide, {m.heads} heads, {m.positions} positions"
+    args._batch = cfg.task.batch_size
     if args.from_results:
         old = json.loads(Path(args.from_results).read_text())
         for k, v in old["args"].items():
             if k not in ("out", "from_results"):
                 setattr(args, k, v)
         return _write(args, out, old["runs"], old.get("seconds", float("nan")))
-    t0, runs = time.time(), []
+    t0 = time.time()
+    rows = train_all(args)
+    runs = []
     for L in args.lengths:
         for s in args.seeds:
-            r = train_pair(args, L, s)
-            r.pop("_models")
+            r = pair(args, L, s, rows)
             runs.append(r)
             print(f"L={L} seed={s}: " + ", ".join(f"{k} {100 * v:.2f}" for k, v in r["accuracy"].items())
-                  + f"  ({(time.time() - t0) / 60:.1f} min)", flush=True)
+                  + f"; time ratios train {statistics.median(r['timing']['train_step_ratio']):.2f}x, infer K=8 "
+                  f"{statistics.median(r['timing']['infer_ratio_k8']):.2f}x  ({(time.time() - t0) / 60:.1f} min)",
+                  flush=True)
     return _write(args, out, runs, time.time() - t0)
 
 
