@@ -37,7 +37,8 @@ from energyformer.experiment import load_run_config
 from energyformer.models.params import count_params
 from energyformer.tasks.classification import IMAGE_SHAPES
 
-DEFAULT_MODELS = ["transformer", "transformer_12layer", "et", "crate", "crate_t", "hyperset", "hyperset_wide"]
+DEFAULT_MODELS = ["transformer", "transformer_12layer", "et", "crate", "crate_t", "crate_t_code", "hyperset",
+                  "hyperset_wide"]
 
 
 def build(name: str, dataset: str, device: str):
