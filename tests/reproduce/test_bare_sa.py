@@ -95,3 +95,40 @@ def test_tiny_reproduction_writes_report(tmp_path, monkeypatch):
     assert "HOLD" in text and "Bayes-optimal" in text
     for png in ("potts_q_sweep.png", "potts_time.png", "potts_J.png", "digits_overlap.png", "digits_J.png"):
         assert (out / png).stat().st_size > 1000
+
+
+def test_blew_up_flags_a_finite_but_exploding_training_objective():
+    from energyformer.reproduce.bare_sa import blew_up
+
+    # the factored J (Eq. 19) under SGD lr 300: finite losses, so the Trainer never stopped it
+    assert "2.3 -> 1e+15" in blew_up([2.3] * 10 + [4.0, 1e5] * 20 + [1e15] * 10)
+    assert blew_up([2.3] * 10 + [float("inf")]) is not None
+    assert blew_up([2.30 - 0.001 * k for k in range(300)]) is None      # codebook objective going down
+    assert blew_up([-2.9 - 0.1 * k for k in range(300)]) is None        # plain objective: unbounded below
+    assert blew_up([0.0, 0.3, -0.2, 0.5] * 50) is None                  # contrastive divergence noise
+    assert blew_up([]) is None
+
+
+def test_blown_up_variant_shows_no_own_conditional_ce_but_a_note(tmp_path):
+    r = _results() | {"scale": "short"}
+    ok = {"val_loss": 2.10, "val_accuracy": 0.27, "cond_loss": 2.0887, "train_s": 6.5, "bayes_loss": 1.85,
+          "train_loss_start": 2.30, "train_loss": 2.09, "blew_up": None}
+    r["sweep"]["bare_variants"] = [
+        ok | {"tag": "J = sum of 4 heads K^T Q (Eq. 19), SGD lr 300", "cond_loss": 1.7419889136369664e+16,
+              "train_loss": 1.3e27, "blew_up": "training objective 2.3 -> 1.332e+27", "rerun": "alone"},
+        ok | {"tag": "J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100"},
+        {"tag": "legacy row without training-loss records", "val_loss": 2.2, "val_accuracy": 0.2, "cond_loss": 2.3,
+         "train_s": 1.0, "bayes_loss": 1.85},
+        {"tag": "diverged", "val_loss": float("inf"), "val_accuracy": float("nan"), "train_s": float("nan"),
+         "cond_loss": None, "bayes_loss": None, "diverged": "training diverged at step 3"},
+    ]
+    text = write_report(tmp_path, r)
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in text.splitlines()
+            if line.startswith("| J = sum") or line.startswith("| legacy") or line.startswith("| diverged")}
+    assert rows["J = sum of 4 heads K^T Q (Eq. 19), SGD lr 300"][3] == "—"
+    assert "blew up: training objective 2.3 -> 1.332e+27" in rows["J = sum of 4 heads K^T Q (Eq. 19), SGD lr 300"][5]
+    assert rows["J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100"][3] == "2.089"
+    assert rows["legacy row without training-loss records"][3] == "2.3"
+    assert rows["diverged"][3] == "—" and "diverged" in rows["diverged"][5]
+    assert "only reports the blown-up scale" in text and "*rerun*" in text
+    assert "| 1.742e+16 |" not in text

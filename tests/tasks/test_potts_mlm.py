@@ -129,3 +129,31 @@ def test_recycled_block_draws_q_in_its_training_range_each_step_and_runs_any_q_i
         with torch.no_grad():
             model(s, **kw)
         assert len(calls) == q
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e3])
+def test_multihead_bare_sa_own_conditional_ce_is_the_float64_reference(data_dir, scale):
+    """cond_loss of a multi-head bare SA (J = Σ_h KᵀQ, Eq. 19) equals an independent float64 computation
+    of P(s_i = a | s_−i) ∝ Σ_{j≠i} exp(λ J_ij[a, s_j]) on the evaluated sites, at ordinary and large J
+    (the page's 1.7e16 came from a J that blew up in training, not from this quantity)."""
+    cfg = _cfg("potts_bare_sa", data_dir, ["model.heads=2", "model.head_dim=2", "model.init_std=0.3",
+                                           "model.lam=0.8"])
+    task = build_task(cfg)
+    model = build_model(resolve(cfg, task), task)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(math.sqrt(scale))
+    ev = task.evaluate(model, "validation", sweep=False)
+    s, _, masked = task.eval_set("validation")
+    K, Q = model.energy.K.detach().double(), model.energy.Q.detach().double()
+    nll = []
+    for b, i in masked.nonzero().tolist():
+        logits = [[0.8 * float(sum(K[h, i, j].T @ Q[h, i, j] for h in range(2))[a, s[b, j]])
+                   for j in range(task.L) if j != i] for a in range(task.C)]
+        lse = [max(r) + math.log(sum(math.exp(t - max(r)) for t in r)) for r in logits]  # over j, per colour a
+        top = max(lse)
+        nll.append(top + math.log(sum(math.exp(v - top) for v in lse)) - lse[int(s[b, i])])
+    ref = sum(nll) / len(nll)
+    assert math.isfinite(ev["cond_loss"]) and ev["cond_loss"] == pytest.approx(ref, rel=1e-9, abs=1e-9)
+    if scale == 1.0:
+        assert ev["cond_loss"] <= math.log(task.C) + 0.5

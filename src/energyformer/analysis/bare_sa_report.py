@@ -38,6 +38,49 @@ def _ce(m: dict) -> float:
     return m.get("loss_cal", m["loss"])
 
 
+BLEW_UP_NOTE = (
+    "\"—\" in the own-conditional column: that run's training blew up or diverged (its training "
+    "objective, which for the Potts normalisation is the own-conditional CE on training batches, ended far "
+    "above where it started while staying finite, so the trainer did not stop it). The own conditional "
+    "is computed correctly (float64, checked against an independent reference, multi-head J included), "
+    "but it scales with ‖J‖ and only reports the blown-up scale; the val CE beside it is that of the "
+    "renormalised dynamics, which uses only J's direction and stays ordinary. Such a row measures a failed "
+    "training, not the variant.\n")
+
+
+def _failed(g: dict) -> bool:
+    """A sweep row whose run diverged (non-finite loss) or blew up (finite but exploding objective)."""
+    return bool(g.get("blew_up") or g.get("diverged"))
+
+
+def _cond_ce(g: dict) -> Any:
+    """The own-conditional CE of a sweep row; "—" where the run failed (see BLEW_UP_NOTE) or it is absent."""
+    v = g.get("cond_loss")
+    return "—" if v is None or _failed(g) else v
+
+
+def _run_note(g: dict) -> str:
+    notes = []
+    if g.get("diverged"):
+        notes.append(f"diverged: {g['diverged']}")
+    elif g.get("blew_up"):
+        v = g.get("cond_loss")
+        notes.append(f"blew up: {g['blew_up']}" + (f"; own-conditional CE {v:.4g}" if isinstance(v, float) else ""))
+    if g.get("rerun"):
+        notes.append("rerun")
+    return "; ".join(notes)
+
+
+def _reruns(rows: list[dict]) -> list[str]:
+    """One line naming the rows that were trained again on their own, with how (from results.json)."""
+    rr = [g for g in rows if g.get("rerun")]
+    if not rr:
+        return []
+    how = "; ".join(sorted({g["rerun"] for g in rr}))
+    return [f"Rows noted *rerun* ({'; '.join(repr(g['tag']) for g in rr)}) were trained again on their own, after "
+            f"the rest of the sweep: {how}.\n"]
+
+
 def _verdict(ok: bool | None) -> str:
     return "not measured" if ok is None else ("HOLDS" if ok else "DOES NOT HOLD")
 
@@ -222,14 +265,17 @@ def write_report(out: Path, r: dict) -> str:
     if S:
         L += ["## Hyper-parameter sweep (validation, shorter runs)\n",
               markdown_table(["bare SA λ", "SGD lr", "val CE", "val accuracy", "own conditional CE"],
-                             [[g["lam"], g["lr"], g["val_loss"], g["val_accuracy"], g["cond_loss"]]
+                             [[g["lam"], g["lr"], g["val_loss"], g["val_accuracy"], _cond_ce(g)]
                               for g in S["bare_grid"]]), "",
               "With the Potts normalisation the loss is CE(λJ)/λ, so SGD moves λJ by λ·lr·g(λJ): runs with the "
               "same product λ·lr train the same λJ, and the q = 1 prediction (masked token from 0, renormalised) "
               "depends only on J's direction: such rows are identical.\n",
-              markdown_table(["bare SA variant (λ = 1)", "val CE", "val accuracy", "own conditional CE", "training s"],
-                             [[g["tag"], g["val_loss"], g["val_accuracy"], g["cond_loss"], g["train_s"]]
+              markdown_table(["bare SA variant (λ = 1)", "val CE", "val accuracy", "own conditional CE", "training s",
+                              "note"],
+                             [[g["tag"], g["val_loss"], g["val_accuracy"], _cond_ce(g), g["train_s"], _run_note(g)]
                               for g in S["bare_variants"]]), "",
+              *([BLEW_UP_NOTE] if any(_failed(g) for g in S["bare_grid"] + S["bare_variants"]) else []),
+              *_reruns(S["bare_variants"]),
               markdown_table(["recycled x1 AdamW lr", "val CE", "val accuracy", "training s"],
                              [[g["lr"], g["val_loss"], g["val_accuracy"], g["train_s"]] for g in S["recycled_lr"]]), ""]
     Mm = r.get("memory")

@@ -211,12 +211,31 @@ class BareSelfAttention(nn.Module):
                              stats={(self.qualname, 0): res.stats} if stats else None)
 
     @torch.no_grad()
+    def coupling64(self) -> Tensor:
+        """J (N, N, d, d) materialised in float64 (for the factored form from float64 K and Q, so that a
+        large J is not rounded to float32 before it is used)."""
+        e = self.energy
+        if e.heads == 0:
+            return e.J.detach().double()
+        return torch.einsum("hijka,hijkb->ijab", e.K.detach().double(), e.Q.detach().double())
+
+    @torch.no_grad()
     def conditional_logits(self, idx: Tensor) -> Tensor:
         """The model's own conditional at every site, without dynamics: ``log Σ_{j≠i} exp(λ e_aᵀ J_ij x_j)``
-        (B, N, C): the discrete pseudo-likelihood that the ``codebook`` objective fits."""
-        x = self.embed(idx)
-        J = self.energy._J_for(self.energy.coupling(), x.shape[1])
-        g = self.cfg.lam * torch.einsum("zija,ka->zijk", torch.einsum("ijac,zjc->zija", J, x), self.codebook)
+        (B, N, C), float64: the discrete pseudo-likelihood that the ``codebook`` objective fits
+        (``P(s_i = a | s_−i) = softmax_a`` of these logits; for one-hot colours ``Σ_j exp(λ J_ij[a, s_j])``).
+
+        Well defined for every J, the factored one included: Eq. 19 only writes ``J_ij = Σ_h K_ijᴴᵀ Q_ijᴴ``
+        (the heads share one softmax over j; there is no per-head conditional to combine), so the
+        conditional is that of the materialised J. Computed in float64 with log-sum-exp over j, so it
+        is exact at any scale of J. Unlike the CE of the dynamics (renormalised states, so only J's
+        direction matters), its cross-entropy grows linearly with ‖J‖ when the argmax is wrong: a J whose
+        scale blew up in training (e.g. the factored form under plain SGD with a step size meant for a
+        full J) gives a huge own-conditional CE next to an ordinary dynamics CE."""
+        x = self.embed(idx).double()
+        J = self.energy._J_for(self.coupling64().to(x.device), x.shape[1])
+        g = self.cfg.lam * torch.einsum("zija,ka->zijk", torch.einsum("ijac,zjc->zija", J, x),
+                                        self.codebook.double())  # (B, N, N, C)
         eye = torch.eye(x.shape[1], dtype=torch.bool, device=x.device)
         return torch.logsumexp(g.masked_fill(eye[None, :, :, None], float("-inf")), 2)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -106,8 +107,26 @@ def mlm_loss(m: dict[str, float]) -> float:
     return m.get("loss_cal", m.get("loss", float("nan")))
 
 
+def blew_up(losses: list[float], window: int = 10) -> str | None:
+    """Whether a run's training objective ended far above where it started, in words (None if not).
+
+    The Trainer stops only on a non-finite loss; a run whose parameters grow without bound can keep a
+    finite loss (the factored J = Σ_h KᵀQ under plain SGD at the full-J step size: the objective went
+    from 2.30 to about 1e27, the norms of K and Q from about 26 to 1e16 and more). Criterion: the mean
+    of the last ``window`` training losses exceeds the mean of the first ``window`` by more than
+    max(1, |first|), or is not finite."""
+    if not losses:
+        return None
+    n = min(window, len(losses))
+    first, last = sum(losses[:n]) / n, sum(losses[-n:]) / n
+    if math.isfinite(last) and last <= first + max(1.0, abs(first)):
+        return None
+    return f"training objective {first:.4g} -> {last:.4g}"
+
+
 def train_timed(cfg) -> tuple[torch.nn.Module, Any, dict]:
-    """Train one run with the shared Trainer; training time excludes evaluation."""
+    """Train one run with the shared Trainer; training time excludes evaluation. The record keeps the
+    mean training loss of the first and last 10 steps and ``blew_up`` (:func:`blew_up`)."""
     check_run_dir(cfg, resume=False, overwrite=True)
     task = build_task(cfg)
     cfg = resolve(cfg, task)
@@ -120,6 +139,11 @@ def train_timed(cfg) -> tuple[torch.nn.Module, Any, dict]:
     rec = {"steps": cfg.train.steps, "train_s": clock.train_seconds(), "params": count_params(model)["total"],
            "curve": [(s, t, mlm_loss(m)) for s, t, m in timed.records],
            "val": timed.records[-1][2] if timed.records else {}, "config": to_dict(cfg)}
+    hist = list(trainer.loss_history)
+    n = min(10, len(hist))
+    if n:
+        rec |= {"train_loss_start": sum(hist[:n]) / n, "train_loss": sum(hist[-n:]) / n}
+    rec["blew_up"] = blew_up(hist)
     return model.eval(), task, rec
 
 
@@ -189,42 +213,57 @@ def stage_potts(runs: Path, scale: Scale, fig_dir: Path) -> dict:
     return res
 
 
+# Bare SA variants of the sweep (λ = 1, the potts_bare_sa config plus these overrides). The factored J
+# (Eq. 19) is run at two SGD step sizes: the full-J lr 300 makes it blow up (SGD on K and Q moves J by
+# about lr·(‖K‖² + ‖Q‖²)·g, a step that grows with the factors), lr 100 trains it.
+BARE_VARIANTS = {
+    "plain + weight decay 1e-3": ["model.objective=plain", "train.optimizer.weight_decay=0.001"],
+    "plain + Frobenius r = 5": ["model.objective=plain", "model.frobenius=5.0"],
+    "vMF-normalised": ["model.objective=vmf"],
+    "contrastive divergence (1 step)": ["model.objective=cd", "model.init_std=0.1"],
+    "one random site per step (Eq. 13)": ["model.sites=random"],
+    "J = sum of 4 heads K^T Q (Eq. 19), SGD lr 300": ["model.heads=4", "model.head_dim=3", "model.init_std=0.05"],
+    "J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100": ["model.heads=4", "model.head_dim=3", "model.init_std=0.05",
+                                                       "train.lr=100.0"],
+    "Adam lr 0.01": ["train.optimizer.kind=adam", "train.lr=0.01"],
+}
+
+
+def sweep_run(runs: Path, scale: Scale, name: str, extra, tag: str) -> dict:
+    """One sweep run (validation metrics of the last step, no periodic evaluation) as a table row; a run
+    that diverged (non-finite loss) or blew up (:func:`blew_up`) is a result of the sweep, not an error."""
+    cfg = _cfg(name, runs, scale, [f"train.steps={scale.sweep_steps}", "train.eval_every=0", f"name=sweep_{tag}"]
+               + list(extra))
+    try:
+        model, task, rec = train_timed(cfg)
+    except TrainingDiverged as err:
+        return {"tag": tag, "val_loss": float("inf"), "val_accuracy": float("nan"), "train_s": float("nan"),
+                "cond_loss": None, "bayes_loss": None, "diverged": str(err).split(".")[0]}
+    v = rec["val"]
+    return {"tag": tag, "val_loss": mlm_loss(v), "val_accuracy": v["accuracy"], "train_s": rec["train_s"],
+            "cond_loss": v.get("cond_loss"), "bayes_loss": v["bayes_loss"],
+            "train_loss_start": rec.get("train_loss_start"), "train_loss": rec.get("train_loss"),
+            "blew_up": rec["blew_up"]}
+
+
+def variant_slug(tag: str) -> str:
+    return "bare_" + re.sub(r"[^a-z0-9]+", "_", tag.lower()).strip("_")
+
+
 def stage_sweep(runs: Path, scale: Scale) -> dict:
     out: dict[str, Any] = {"bare_grid": [], "bare_variants": [], "recycled_lr": []}
-    steps = [f"train.steps={scale.sweep_steps}", "train.eval_every=0"]
-
-    def one(name, extra, tag):
-        cfg = _cfg(name, runs, scale, steps + [f"name=sweep_{tag}"] + list(extra))
-        try:
-            model, task, rec = train_timed(cfg)
-        except TrainingDiverged as err:  # a diverged setting is a result of the sweep, not an error
-            return {"tag": tag, "val_loss": float("inf"), "val_accuracy": float("nan"), "train_s": float("nan"),
-                    "cond_loss": None, "bayes_loss": None, "diverged": str(err).split(".")[0]}
-        v = rec["val"]
-        return {"tag": tag, "val_loss": mlm_loss(v), "val_accuracy": v["accuracy"], "train_s": rec["train_s"],
-                "cond_loss": v.get("cond_loss"), "bayes_loss": v["bayes_loss"]}
-
     for lam in (0.3, 1.0, 3.0):
         for lr in (100.0, 300.0, 1000.0):
             print(f"== sweep: bare SA lam {lam} lr {lr}", flush=True)
-            out["bare_grid"].append({"lam": lam, "lr": lr, **one(
-                "potts_bare_sa", [f"model.lam={lam}", f"train.lr={lr}"], f"bare_lam{lam}_lr{lr}")})
-    variants = {
-        "plain + weight decay 1e-3": ["model.objective=plain", "train.optimizer.weight_decay=0.001"],
-        "plain + Frobenius r = 5": ["model.objective=plain", "model.frobenius=5.0"],
-        "vMF-normalised": ["model.objective=vmf"],
-        "contrastive divergence (1 step)": ["model.objective=cd", "model.init_std=0.1"],
-        "one random site per step (Eq. 13)": ["model.sites=random"],
-        "J = sum of 4 heads K^T Q (Eq. 19)": ["model.heads=4", "model.head_dim=3", "model.init_std=0.05"],
-        "Adam lr 0.01": ["train.optimizer.kind=adam", "train.lr=0.01"],
-    }
-    for tag, extra in variants.items():
+            out["bare_grid"].append({"lam": lam, "lr": lr, **sweep_run(
+                runs, scale, "potts_bare_sa", [f"model.lam={lam}", f"train.lr={lr}"], f"bare_lam{lam}_lr{lr}")})
+    for tag, extra in BARE_VARIANTS.items():
         print(f"== sweep: bare SA {tag}", flush=True)
-        slug = "bare_" + re.sub(r"[^a-z0-9]+", "_", tag.lower()).strip("_")
-        out["bare_variants"].append(one("potts_bare_sa", extra, slug) | {"tag": tag})
+        out["bare_variants"].append(sweep_run(runs, scale, "potts_bare_sa", extra, variant_slug(tag)) | {"tag": tag})
     for lr in (5e-4, 2e-3, 8e-3):
         print(f"== sweep: recycled x1 lr {lr}", flush=True)
-        out["recycled_lr"].append({"lr": lr, **one("potts_recycled_x1", [f"train.lr={lr}"], f"rec1_lr{lr}")})
+        out["recycled_lr"].append({"lr": lr, **sweep_run(runs, scale, "potts_recycled_x1", [f"train.lr={lr}"],
+                                                         f"rec1_lr{lr}")})
     return out
 
 

@@ -16,7 +16,8 @@ default) training and evaluation see the same problem; more masked sites make th
 bound. Recurrent models (``recurrent = True``) are also evaluated at every q in ``eval_iterations``
 (``loss_q{q}``, ``accuracy_q{q}``). For bare self-attention the readout scale is not learned, so the
 cross-entropy is also given at a scale calibrated on training sequences (``loss_cal``), and the model's
-own conditional without dynamics (``cond_loss``, ``cond_accuracy``).
+own conditional without dynamics (``cond_loss``, ``cond_accuracy``; float64, exact at any scale of J,
+multi-head J included; it grows with ‖J‖, so a J that blew up in training shows there first).
 
 Splits: ``train`` minus its last ``n_validation`` sequences (training), those (``validation``, used for
 periodic evaluation and hyper-parameter choices), and the stored ``test`` set.
@@ -240,7 +241,8 @@ class PottsMLMTask(Task):
             cs = self.splits["train"][: self.cfg.calibrate_sequences]
             cidx, cmask = mask_sites(cs, 1, self.C, seeded_generator("potts-mlm-cal", self.cfg.eval_seed))
             cal = (cs, cidx, cmask)
-            cl = inner.conditional_logits(idx.to(next(inner.parameters()).device)).float().cpu()
+            # float64: at a large J the CE is a small difference of large logits
+            cl = inner.conditional_logits(idx.to(next(inner.parameters()).device)).cpu()
             out["cond_loss"], out["cond_accuracy"] = self._metrics(cl, s, masked)
         for q in qs:
             opts = dict(options) if q is None else {**options, "iterations": q}
