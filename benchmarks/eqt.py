@@ -2,40 +2,50 @@
 
 Baseline (``configs/eqt/baseline.yaml``) vs EqT (``configs/eqt/eqt.yaml``), same backbone, on parity
 batches: (1) parameters (+%), (2) one training step (forward + backward + AdamW) at K_train = 2,
-(3) inference at K = 8 without and with early stopping (ε = ``--tol``), (4) inference at K = 32.
-Variants are interleaved in every repeat; the median ratio to the baseline and its range are printed.
-Goals from issue 13: inference at K = 8 with early stopping ≤ 2.5× (paper ≈3×), training +15%,
+(3) inference at K = 8 without and with early stopping (ε = ``--tol``), (4) inference at K = 32,
+(5) matmul FLOPs (``torch.utils.flop_counter``) of the EqT forward relative to the baseline's: the
+floor a timing ratio cannot go below on compute alone. Variants are interleaved in every repeat;
+the median ratio to the baseline of the same repeat and its range are printed.
+
+``--before REV`` also times the source of git revision REV (``git archive`` into a temporary
+directory; the working tree is not touched) in a second worker process, interleaved with the
+current tree in every repeat (the order alternates), so "before" and "after" ratios come from one
+run. Goals from issue 13: inference at K = 8 with early stopping ≤ 2.5× (paper ≈3×), training +15%,
 parameters +8%.
 
-Usage: ``python benchmarks/eqt.py [--length 64] [--batch 32] [--repeats 7] [--tol 1e-3]``.
-Run it alone: timings on a shared machine are noisy, so only ratios from one run are reported.
+Usage: ``python benchmarks/eqt.py [--length 64] [--batch 32] [--repeats 7] [--tol 1e-3] [--threads 1]
+[--before HEAD]``. Run it alone: timings on a shared machine are noisy, so only ratios from one
+run are reported.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
+from io import BytesIO
 from pathlib import Path
-
-import torch
-
-from energyformer.data.parity import make_parity
-from energyformer.models.config import ModelConfig
-from energyformer.models.equilibrium import EquilibriumConfig
-from energyformer.tasks.parity import ParityTask, ParityTaskConfig
-from energyformer.utils.config import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--length", type=int, default=64)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--tol", type=float, default=1e-3)
-    args = p.parse_args()
+def _worker(args) -> None:
+    """Build both models from the importable ``energyformer``; answer ``round`` / ``info`` on stdin."""
+    import torch
+
+    from energyformer.data.parity import make_parity
+    from energyformer.models.config import ModelConfig
+    from energyformer.models.equilibrium import EquilibriumConfig
+    from energyformer.tasks.parity import ParityTask, ParityTaskConfig
+    from energyformer.utils.config import read_yaml
+
+    torch.set_num_threads(args.threads)
     base, eqt = read_yaml(ROOT / "configs/eqt/baseline.yaml"), read_yaml(ROOT / "configs/eqt/eqt.yaml")
     task = ParityTask(ParityTaskConfig(data={"length": args.length}, batch_size=args.batch))
     torch.manual_seed(0)
@@ -66,21 +76,120 @@ def main() -> None:
                 "infer EqT K=32": lambda: infer(me, 32)}
     for fn in variants.values():   # warm-up
         fn()
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(args.repeats):
-        for k, fn in variants.items():
-            t = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t)
-    nb, ne = (sum(q.numel() for q in m.parameters()) for m in (mb, me))
-    print(f"parameters: baseline {nb}, EqT {ne} (+{100 * (ne / nb - 1):.1f}%; paper +8%)")
+    for line in sys.stdin:
+        if line.strip() == "round":
+            out = {}
+            for k, fn in variants.items():
+                t = time.perf_counter()
+                fn()
+                out[k] = time.perf_counter() - t
+        else:
+            out = {"params": [sum(q.numel() for q in m.parameters()) for m in (mb, me)], "flops": _flops(mb, me, x)}
+        print(json.dumps(out), flush=True)
+
+
+def _flops(mb, me, x) -> dict[str, float]:
+    """Matmul FLOPs (mm, bmm, addmm, convolution, attention: torch's flop formulas, backward of the
+    energy gradients included) of eval forwards: the baseline and EqT at K = 0, 1, 2, 8."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class Count(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            f = flop_registry.get(func._overloadpacket)
+            if f is not None:
+                self.total += f(*args, **(kwargs or {}), out_val=out)
+            return out
+
+    out = {}
+    with torch.no_grad():
+        for name, fn in (("baseline", lambda: mb.eval()(x)), *((f"K={k}", lambda k=k: me.eval()(x, steps=k))
+                                                               for k in (0, 1, 2, 8))):
+            with Count() as c:
+                fn()
+            out[name] = float(c.total)
+    return out
+
+
+class _Worker:
+    def __init__(self, src: Path, args):
+        env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS=str(args.threads))
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--length", str(args.length),
+               "--batch", str(args.batch), "--tol", str(args.tol), "--threads", str(args.threads)]
+        self.p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(self, what: str) -> dict:
+        self.p.stdin.write(what + "\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())
+
+    def close(self) -> None:
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def _extract(rev: str, where: Path) -> Path:
+    """``git archive REV src`` unpacked under ``where`` (read-only use of the repository)."""
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=BytesIO(data)) as tf:
+        tf.extractall(where, filter="data") if sys.version_info >= (3, 12) else tf.extractall(where)
+    return where / "src"
+
+
+def _summary(name: str, rounds: list[dict]) -> list[str]:
+    lines = []
     for group, ref in (("train", "train baseline"), ("infer", "infer baseline")):
-        for k, v in times.items():
+        for k in rounds[0]:
             if not k.startswith(group):
                 continue
-            r = [a / b for a, b in zip(v, times[ref])]
-            print(f"{k:28s} median {statistics.median(v) * 1e3:8.1f} ms   ratio {statistics.median(r):5.2f}x "
-                  f"[{min(r):.2f}, {max(r):.2f}]")
+            r = [t[k] / t[ref] for t in rounds]
+            ms = statistics.median(t[k] for t in rounds) * 1e3
+            lines.append(f"{name:7s} {k:28s} median {ms:8.1f} ms   ratio {statistics.median(r):5.2f}x "
+                         f"[{min(r):.2f}, {max(r):.2f}]")
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--length", type=int, default=64)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--tol", type=float, default=1e-3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--before", default=None, help="git revision to compare with (e.g. HEAD)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return _worker(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"after": ROOT / "src"}
+        if args.before:
+            trees = {"before": _extract(args.before, Path(tmp)), **trees}
+        workers = {k: _Worker(src, args) for k, src in trees.items()}
+        info = {k: w.ask("info") for k, w in workers.items()}
+        times: dict[str, list[dict]] = {k: [] for k in workers}
+        for i in range(args.repeats):
+            for k in (list(workers) if i % 2 == 0 else list(workers)[::-1]):
+                times[k].append(workers[k].ask("round"))
+        for w in workers.values():
+            w.close()
+    label = {k: (k if args.before else "") for k in workers}
+    for k, inf in info.items():
+        nb, ne = inf["params"]
+        print(f"{label[k]:7s} parameters: baseline {nb}, EqT {ne} (+{100 * (ne / nb - 1):.1f}%; paper +8%)")
+    for k, rounds in times.items():
+        print("\n".join(_summary(label[k], rounds)))
+    for k, inf in info.items():
+        fl = inf.get("flops") or {}
+        if fl:
+            b = fl["baseline"]
+            step, prep = fl["K=2"] - fl["K=1"], fl["K=1"] - fl["K=0"] - (fl["K=2"] - fl["K=1"])
+            print(f"{label[k]:7s} matmul FLOPs / baseline forward ({b / 1e6:.0f} MFLOP): one refinement step "
+                  f"{step / b:.2f}, prepare {prep / b:.2f}, EqT K=8 forward {fl['K=8'] / b:.2f}x")
 
 
 if __name__ == "__main__":

@@ -267,11 +267,22 @@ class EquilibriumRefiner(nn.Module):
         return ent >= self.cfg.entropy_threshold * math.log(self.n_out)
 
     def forward(self, f: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D) -> (B, N, D)
+        """h⁽ᴷ⁾ (then ``norm``). Eval mode runs under ``torch.no_grad()`` (the energy gradients are
+        closed form or local autograd without ``create_graph``); use train mode to differentiate."""
         ctx = ctx or ForwardContext()
         adaptive = self.cfg.adaptive == "entropy" and not self.training and ctx.steps is None
         K = self.cfg.k_low if adaptive else self.budget(ctx)
-        state = self.energy.prepare(self._context(f, ctx))
         want_stats, trace = ctx.stats is not None, ctx.traces is not None
+        if self.training:
+            return self._refine(f, ctx, K, adaptive, want_stats, trace)
+        with torch.no_grad():  # eval: an inference procedure, no graph through the K steps
+            return self._refine(f, ctx, K, adaptive, want_stats, trace)
+
+    def _refine(self, f: Tensor, ctx: ForwardContext, K: int, adaptive: bool, want_stats: bool,
+                trace: bool) -> Tensor:  # (B, N, D) -> (B, N, D)
+        needed = self.training or trace or K > 0 or (adaptive and self.cfg.k_high > K)
+        context = self._context(f, ctx)  # checks the token ids even when nothing is prepared
+        state = self.energy.prepare(context) if needed else None  # K = 0 at eval: ℒ is never read
         rel = _RelativeChange() if want_stats else None
         res = self.solver.run(self.energy, f, state, K, anchor=f, ctx=ctx, trace=trace, stats=want_stats,
                               point=rel)

@@ -22,8 +22,10 @@ Both are per token: ℒ_t depends on h_t and on x_{≤t} only, so the gradient o
 is ∂ℒ_t/∂h_t and the refined state of token t never sees a later token. Their context is a
 :class:`CoherenceContext` (token ids, the proposal f, a mask generator). ``prepare`` does every
 h-free piece once per block call (q_φ's transformer pass, gathers, the random mask, the h-free
-half of each first layer); a step runs only the h-dependent remainder. Gradients are autograd of
-``energy`` (no closed form); both energies are exact (the update is −∇ℒ).
+half of each first layer, the folded read-out keys); a step runs only the h-dependent remainder.
+Gradients are closed form (``grad``: the bilinear ℒ_rev and ℒ_mask; autograd for the ``'mlp'``
+read-out), tested equal to autograd of ``energy`` in float64; both energies are exact (the update
+is −∇ℒ).
 
 Choices where the source is ambiguous (flags; defaults as recommended by reconstructed.md §3 or,
 where it is silent, for cost):
@@ -33,8 +35,8 @@ where it is silent, for cost):
   pass over the sequence (O(N), not O(N·W)); the window only chooses which x_i are scored.
 * Reverse ``readout``: ``'bilinear'`` (default) logit_v = e_vᵀ(B u'_ik) + e_vᵀ((G u'_ik) ∘ (A h_t)),
   u'_ik = u_i + r_k (r_k a learned offset embedding): the context u picks which directions of A h_t
-  encode x_i. Logits are affine in h_t, so ℒ_rev is *convex in h* and a step costs O(d² + W·V·d)
-  per token. ``'mlp'``: z = u'_ik + A h_t through a residual GELU MLP and a LayerNorm, logits z Eᵀ
+  encode x_i. Logits are affine in h_t, so ℒ_rev is *convex in h* and a step costs O(W·(V−1)·d)
+  per token (A and e_v − e_0 folded into the keys once per call, see ``_bilinear_logits``). ``'mlp'``: z = u'_ik + A h_t through a residual GELU MLP and a LayerNorm, logits z Eᵀ
   (non-convex, O(W·d·hidden) per token and step).
 * Masked context: the seed's p_ψ is "a 2-layer MLP"; how x_{≤t∖M} enters it is not given. Here the
   unmasked window enters as one vector s_t = (1/W_t) Σ_k g_k ∘ ẽ_{t−k} (ẽ the token embedding, or a
@@ -101,6 +103,50 @@ def window_positions(n: int, window: int, device=None) -> tuple[Tensor, Tensor, 
     k = torch.arange(window, device=device)[None, :]         # (1, W)
     valid = k <= t
     return torch.where(valid, t - k, t), valid, torch.clamp(t[:, 0] + 1, max=window)
+
+
+def band_blocks(keys: Tensor, window: int) -> Tensor:
+    """(B, N, P, D) -> (B, nb, 2W, P, D), nb = ⌈N/W⌉: block j holds positions (j−1)W … (j+1)W − 1
+    (zeros outside 0 … N−1), so rows jW … (j+1)W − 1 and all their W-window positions lie in block j."""
+    N = keys.shape[1]
+    nb = -(-N // window)
+    kp = F.pad(keys, (0, 0, 0, 0, window, nb * window - N))                  # (B, (nb+1)W, P, D)
+    return kp.unfold(1, 2 * window, window).movedim(-1, 2).contiguous()      # (B, nb, 2W, P, D)
+
+
+def band_index(w: int, device) -> Tensor:
+    """(W, W) long: column of position t − k in the block of row t = jW + r is W + r − k."""
+    r = torch.arange(w, device=device)
+    return w + r[:, None] - r[None, :]
+
+
+def band_scores(q: Tensor, blocks: Tensor, window: int, idx: Tensor | None = None) -> Tensor:
+    """S[b, t, p, k] = q[b, t] · key[b, t − k, p] for k < ``window`` (0 where t − k < 0).
+
+    q (B, N, D); blocks = :func:`band_blocks` (key (B, N, P, D), W') with W' = min(window, N); idx =
+    :func:`band_index` (W') (made here when None) -> (B, N, P, window). Cost O(B N 2W' P D) in dense
+    matmuls; no (B, N, W, P, D) gather is formed.
+    """
+    B, N, D = q.shape
+    nb, w2, P = blocks.shape[1:4]
+    w = w2 // 2
+    qb = F.pad(q, (0, 0, 0, nb * w - N)).view(B, nb, w, D)
+    s = (qb @ blocks.view(B, nb, w2 * P, D).transpose(-1, -2)).view(B, nb, w, w2, P)  # (B, nb, W', 2W', P)
+    idx = (band_index(w, q.device) if idx is None else idx).view(1, 1, w, w, 1).expand(B, nb, w, w, P)
+    s = s.gather(3, idx).view(B, nb * w, w, P)[:, :N].transpose(-1, -2)      # (B, N, P, W')
+    return F.pad(s, (0, window - w))                                         # slots k >= N: t − k < 0
+
+
+def band_apply(r: Tensor, blocks: Tensor, window: int, idx: Tensor | None = None) -> Tensor:
+    """Transpose of :func:`band_scores`: out[b, t] = Σ_{p,k} r[b, t, p, k] key[b, t − k, p] (B, N, D)."""
+    B, N, P, _ = r.shape
+    nb, w2 = blocks.shape[1:3]
+    w = w2 // 2
+    rb = F.pad(r[..., :w].transpose(-1, -2), (0, 0, 0, 0, 0, nb * w - N)).view(B, nb, w, w, P)
+    idx = (band_index(w, r.device) if idx is None else idx).view(1, 1, w, w, 1).expand(B, nb, w, w, P)
+    full = r.new_zeros(B, nb, w, w2, P).scatter(3, idx, rb)                  # (B, nb, W', 2W', P)
+    out = full.view(B, nb, w, w2 * P) @ blocks.view(B, nb, w2 * P, -1)       # (B, nb, W', D)
+    return out.view(B, nb * w, -1)[:, :N]
 
 
 class _SeqLayer(nn.Module):
@@ -193,24 +239,61 @@ class ReversePredictionEnergy(SharedModules, Energy):
         state = {"target": tokens[:, pos], "weight": valid.to(emb.dtype) / count[:, None].to(emb.dtype)}
         r = self.offset.to(emb.dtype)                                         # (W, D)
         E = self.embedding.weight.to(emb.dtype)                               # (V, D)
-        if self.readout == "bilinear":  # h-free halves, per position then gathered: B u'_ik, G u'_ik
-            state["base"] = (self.base(u) @ E.t())[:, pos] + F.linear(r, self.base.weight) @ E.t()  # (B, N, W, V)
-            state["gate"] = self.gate(u)[:, pos] + F.linear(r, self.gate.weight)                    # (B, N, W, D)
+        if self.readout == "bilinear":  # h-free parts, once per call (see _bilinear_logits)
+            base = (self.base(u) @ E.t())[:, pos] + F.linear(r, self.base.weight) @ E.t()  # (B, N, W, V)
+            state["base"] = (base[..., 1:] - base[..., :1]).transpose(-1, -2)  # relative to class 0: (B, N, V-1, W)
+            E1, A = E[1:] - E[:1], self.h_in.weight.to(emb.dtype)            # e_v − e_0: (V-1, D); A: (D, D)
+            keys = (self.gate(u)[:, :, None] * E1) @ A                        # Aᵀ((e_v − e_0) ∘ G u_i): (B, N, V-1, D)
+            state["gate_blocks"] = band_blocks(keys, min(self.window, N))     # (B, nb, 2W', V-1, D)
+            state["gate_off"] = ((F.linear(r, self.gate.weight)[None] * E1[:, None]) @ A).flatten(0, 1)  # (V-1 W, D)
+            state["band_idx"] = band_index(min(self.window, N), tokens.device)  # (W', W')
+            y = state["target"]                                               # (B, N, W)
+            state["y_rel"] = F.one_hot(y, E.shape[0])[..., 1:].to(emb.dtype).transpose(-1, -2)  # (B, N, V-1, W)
         else:
             state["z0"] = u[:, pos] + r                                       # (B, N, W, D)
         return state
 
+    def _bilinear_logits(self, h: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """Logits relative to class 0, l_ikv − l_ik0 = b'_ikv + (e_v − e_0)ᵀ((G u_i + G r_k) ∘ A h_t)
+        (B, N, V-1, W), and their log-normaliser (B, N, W) with the class-0 logit ≡ 0 (log-softmax is
+        shift invariant, so ℒ_rev is unchanged).
+
+        A and e_v − e_0 are folded into the h-free keys once (``prepare``): (e_v − e_0)ᵀ(g ∘ A h) =
+        h · Aᵀ((e_v − e_0) ∘ g), so a step multiplies h by no D×D matrix, and the gathered
+        (B, N, W, D) gate of every window slot is never formed: the scores against G u_{t−k} come from
+        blocked matmuls (:func:`band_scores`), those against G r_k from one matmul.
+        """
+        idx, blocks, off = state["band_idx"], state["gate_blocks"], state["gate_off"]
+        rel = state["base"] + band_scores(h, blocks, self.window, idx) + (h @ off.t()).view_as(state["base"])
+        if rel.shape[2] == 1:                                                 # two classes: log(1 + e^l)
+            return rel, torch.logaddexp(rel[:, :, 0].new_zeros(()), rel[:, :, 0])
+        return rel, torch.logsumexp(F.pad(rel, (0, 0, 1, 0)), 2)              # (B, N, W)
+
     def energy(self, h: Tensor, state: dict[str, Tensor]) -> Tensor:
-        a = self.h_in(h)                                                      # (B, N, D)
-        E = self.embedding.weight.to(h.dtype)
         if self.readout == "bilinear":
-            logits = state["base"] + (state["gate"] * a[:, :, None]) @ E.t()    # e_vᵀ(g ∘ a): (B, N, W, V)
+            rel, lse = self._bilinear_logits(h, state)
+            nll = lse - (rel * state["y_rel"]).sum(2)                         # (B, N, W)
+            return (nll * state["weight"]).sum(-1)                            # (B, N)
         else:
+            a = self.h_in(h)                                                  # (B, N, D)
             z = state["z0"] + a[:, :, None]
             z = self.ln_f(z + self.out(F.gelu(self.fc(self.ln_r(z)))))
-            logits = z @ E.t()                                                # (B, N, W, V)
+            logits = z @ self.embedding.weight.to(h.dtype).t()                # (B, N, W, V)
         nll = -F.log_softmax(logits, -1).gather(-1, state["target"][..., None])[..., 0]  # (B, N, W)
         return (nll * state["weight"]).sum(-1)                                # (B, N)
+
+    def grad(self, h: Tensor, state: dict[str, Tensor]) -> Tensor:
+        """∇_h Σ_t ℒ_rev; closed form for the bilinear read-out (autograd for 'mlp'):
+
+            ∂ℒ_t/∂l_tkv = w_tk (p_tkv − [v = x_{t−k}]),   ∇_{h_t} = Σ_{k, v≥1} ∂ℒ_t/∂l_tkv Aᵀ((e_v − e_0) ∘ g_tk)
+
+        (g_tk = G u_{t−k} + G r_k; Eq. 12 with the bilinear q_φ): the transpose of the score map.
+        """
+        if self.readout != "bilinear":
+            return super().grad(h, state)
+        rel, lse = self._bilinear_logits(h, state)                            # (B, N, V-1, W), (B, N, W)
+        r = (torch.exp(rel - lse[:, :, None]) - state["y_rel"]) * state["weight"][:, None]  # (B, N, V-1, W)
+        return band_apply(r, state["gate_blocks"], self.window, state["band_idx"]) + r.flatten(2) @ state["gate_off"]
 
 
 # ----------------------------------------------------------------------------- masked reconstruction
@@ -267,19 +350,45 @@ class MaskedReconstructionEnergy(SharedModules, Energy):
         pos, valid, count = window_positions(N, self.window, tokens.device)   # (N, W)
         win = tokens[:, pos]                                                  # (B, N, W)
         masked = self.draw_mask(valid, B, context.generator)                  # (B, N, W)
-        emb = self.embedding(win)                                             # (B, N, W, D)
-        shown = torch.where(masked[..., None], self.mask_vec.to(emb.dtype), emb)
-        s = (shown * self.gain.to(emb.dtype) * valid[..., None]).sum(2) / count[:, None].to(emb.dtype)
+        emb = self.embedding(tokens)                                          # (B, N, D)
+        gain = self.gain.to(emb.dtype)                                        # (W, D)
+        # Σ_{k < W_t} g_k ∘ e_{t−k}: a causal depthwise convolution (no (B, N, W, D) gather) ...
+        s = F.conv1d(F.pad(emb.transpose(1, 2), (self.window - 1, 0)), gain.flip(0).t()[:, None],
+                     groups=self.dim)[..., :N].transpose(1, 2)                # (B, N, D)
         b, t, k = masked.nonzero(as_tuple=True)                               # masked slots only
+        target = win[b, t, k]                                                 # (M,)
+        # ... then the masked slots show [MASK] instead of their token: − g_k ∘ (e_{x_i} − [MASK])
+        fix = gain[k] * (self.embedding(target) - self.mask_vec.to(emb.dtype))  # (M, D)
+        s = s.index_put((b, t), -fix, accumulate=True) / count[:, None].to(emb.dtype)
         E = self.embedding.weight.to(emb.dtype)
-        return {"b": b, "t": t, "pre": self.fc1(self.query[k].to(emb.dtype) + s[b, t]),  # (M, hidden)
+        pre = (F.linear(s, self.fc1.weight).flatten(0, 1)[b * N + t]         # W_1 s_t on (B N) rows, then
+               + self.fc1(self.query.to(emb.dtype))[k])                       # gathered: (M, hidden)
+        return {"bt": b * N + t, "pre": pre,                                  # W_1 (q_k + s_t) + b_1
                 "out_w": E @ self.fc2.weight, "out_b": E @ self.fc2.bias,           # E W_2, E b_2
-                "target": win[b, t, k], "n": masked.sum(-1).to(emb.dtype)}          # n: (B, N) >= 1
+                "target": target, "n": masked.sum(-1).to(emb.dtype)}                # n: (B, N) >= 1
+
+    def _logits(self, h: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """Pre-activation z = W_1 (h_t + q_k + s_t) + b_1 (M, hidden) and logits (M, V) of the masked slots."""
+        z = state["pre"] + F.linear(h, self.fc1.weight).flatten(0, 1)[state["bt"]]  # (M, hidden)
+        return z, F.linear(F.gelu(z), state["out_w"], state["out_b"])             # (M, V)
 
     def energy(self, h: Tensor, state: dict[str, Tensor]) -> Tensor:
-        b, t = state["b"], state["t"]
-        a = F.gelu(state["pre"] + F.linear(h, self.fc1.weight)[b, t])          # (M, hidden)
-        logits = F.linear(a, state["out_w"], state["out_b"])                   # (M, V)
+        _, logits = self._logits(h, state)
         nll = F.cross_entropy(logits, state["target"], reduction="none")       # (M,)
-        out = torch.zeros(h.shape[:2], dtype=nll.dtype, device=h.device).index_put((b, t), nll, accumulate=True)
-        return (out / state["n"]).to(h.dtype)                                  # (B, N)
+        out = nll.new_zeros(h.shape[0] * h.shape[1]).index_add(0, state["bt"], nll)
+        return (out.view(h.shape[:2]) / state["n"]).to(h.dtype)                # (B, N)
+
+    def grad(self, h: Tensor, state: dict[str, Tensor]) -> Tensor:
+        """∇_h Σ_t ℒ_mask in closed form (Eq. 13 through p_ψ):
+
+            ∂/∂logits = (p − onehot(x_i)) / |M_t|,   ∂/∂z = (E W_2)ᵀ∂/∂logits ∘ GELU'(z),   ∇_{h_t} = W_1ᵀ Σ_{i∈M_t} ∂/∂z
+
+        with GELU'(z) = Φ(z) + z φ(z) (the exact, erf GELU; one fused kernel, differentiable again).
+        """
+        z, logits = self._logits(h, state)
+        bt = state["bt"]
+        p = torch.softmax(logits, -1) - F.one_hot(state["target"], logits.shape[-1]).to(logits.dtype)
+        p = p / state["n"].flatten()[bt, None]                                 # (M, V)
+        dz = torch.ops.aten.gelu_backward(p @ state["out_w"], z)                # (E W_2)ᵀ∂ ∘ GELU'(z): (M, hidden)
+        acc = dz.new_zeros(h.shape[0] * h.shape[1], dz.shape[-1]).index_add(0, bt, dz)  # (B N, hidden)
+        return (acc @ self.fc1.weight).view_as(h).to(h.dtype)                  # (B, N, D)
