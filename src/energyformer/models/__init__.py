@@ -19,3 +19,4 @@ __all__ = [
 from . import equilibrium  # noqa: E402,F401  (registers "equilibrium")
 from . import bare_attention, factored  # noqa: E402,F401  (registers "bare_sa", "factored"; seed 004)
 from . import vision  # noqa: F401,E402  (registers "vision": the image wrapper)
+from . import masked_vision  # noqa: F401,E402  (registers "masked_vision": masked image modelling, Hyper-SET §5.3)

@@ -1,0 +1,270 @@
+"""``MaskedCodeTransformer``: masked image modelling over a grid of image codes (MaskGIT; Hyper-SET §5.3).
+
+Hyper-SET seed 002 §5.3 and App. D.4 follow MaskGIT (Chang et al. 2022): an image is a grid of
+discrete codes, a random subset is replaced by a learned mask token, and a bidirectional transformer
+predicts the codebook entry at every position (cross-entropy on the masked ones). Registered as model
+kind ``masked_vision``::
+
+    codes (B, N) in {0 .. K-1}, mask (B, N) bool
+      -> ids = codes, with K (the mask token) where mask       (vocabulary K + 1: Table 15's 1025)
+      -> Embedding(K + 1, D) [-> LayerNorm]                    (B, N, D)
+      -> + positions: sinusoidal (Table 15), learned, or none
+      -> LayerStack: ``n_layers`` layers iterated ``iterations`` times (the same stack as ``vision``)
+      -> final norm -> Linear(D, K)                            logits (B, N, K)
+
+The layers are the library's :class:`~energyformer.blocks.layer.TransformerLayer`, built exactly as in
+:mod:`energyformer.models.vision` (its ``ConsecutiveStack`` for several layers), so the Transformer
+(``gpt`` + ``gelu``) and Hyper-SET (``hyperset`` + ``hyperset``) are one config switch apart.
+
+:func:`maskgit_decode` is MaskGIT's iterative decoding (Chang et al. 2022 §3.2, Eq. 3 and the cosine
+mask schedule): at step t of T every still-masked position gets a sampled code, the least confident
+of them are masked again so that ⌊k₀ cos(π t / 2T)⌋ stay masked (k₀ = the image's masked count), and
+positions that were never masked are never touched.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+from torch import Tensor, nn
+
+from ..blocks.layer import BlockConfig, TransformerLayer
+from ..blocks.registry import SublayerSpec
+from ..core.context import ForwardContext
+from ..core.trace import Traces
+from ..utils.config import KindConfig
+from ..utils.validate import ConfigError, check_int
+from .backbone import LayerStack
+from .naming import name_blocks
+from .registry import MODELS
+from .vision import ConsecutiveStack
+from .wrapper import SinusoidalPositions
+
+
+def _block() -> BlockConfig:
+    return BlockConfig(attention="gpt", mlp="gelu")
+
+
+class MaskedVisionConfig(KindConfig):
+    """Masked code model: code embedding + mask token + positions, layer stack, codebook head."""
+
+    kind: Literal["masked_vision"] = "masked_vision"
+    n_codes: int | None = Field(None, ge=2)
+    """codebook size K (set by the task from its tokeniser); the mask token is id K"""
+    num_tokens: int | None = Field(None, ge=1)
+    """codes per image N (set by the task: the tokeniser's grid)"""
+    dim: int = Field(128, ge=1)
+    """model width D"""
+    heads: int = Field(4, ge=1)
+    """attention heads (must divide dim)"""
+    n_layers: int = Field(1, ge=1)
+    """distinct layers (Hyper-SET Table 15: 1)"""
+    iterations: int = Field(1, ge=1)
+    """passes through the layers with shared weights (Table 3: 12 or 24)"""
+    train_iterations: tuple[int, int] | None = None
+    """[min, max]: training passes sampled per batch; None: use iterations"""
+    input_injection: Literal["none", "add"] = "none"
+    """'add': re-add the embedded input before every pass after the first"""
+    stack_order: Literal["consecutive", "cycle"] = "consecutive"
+    """with n_layers > 1: each layer L times in turn (Hyper-SET image code) or the stack L times"""
+    mlp_hidden: int | None = Field(None, ge=1)
+    """MLP hidden size for every MLP kind (None: each kind's default)"""
+    positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
+    """absolute positions added to the code embeddings (Table 15: sinusoidal)"""
+    embed_norm: bool = False
+    """LayerNorm after the code embedding"""
+    final_norm: Literal["layer", "rms"] = "layer"
+    """norm before the head"""
+    init: Literal["torch", "normal"] = "torch"
+    """'torch': PyTorch's default Linear / Embedding init (as ``vision``); 'normal': N(0, init_std²)"""
+    init_std: float = Field(0.02, gt=0)
+    """std of the 'normal' init and of learned positions"""
+    block: BlockConfig = Field(default_factory=_block)
+    """the sublayers of every layer (default: pre-LayerNorm GPT attention + GELU MLP)"""
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.dim % self.heads:
+            raise ValueError(f"heads = {self.heads}: must divide dim = {self.dim}")
+        if self.train_iterations is not None:
+            lo, hi = self.train_iterations
+            if not 1 <= lo <= hi:
+                raise ValueError(f"train_iterations = {[lo, hi]}: must be [min, max] with 1 <= min <= max")
+        return self
+
+    def check_resolved(self) -> None:
+        """Raise if the task-given sizes are missing."""
+        missing = [k for k in ("n_codes", "num_tokens") if getattr(self, k) is None]
+        if missing:
+            raise ConfigError(f"model.{missing[0]} is not set: the masked_image_modelling task sets "
+                              f"{', '.join(missing)} from its tokeniser (or give them when building directly)")
+
+    def spec(self) -> SublayerSpec:
+        """What every sublayer builder gets (bidirectional attention)."""
+        return SublayerSpec(dim=self.dim, heads=self.heads, causal=False, dropout=self.block.dropout,
+                            mlp_hidden=self.mlp_hidden)
+
+
+@dataclass
+class MaskedCodeOutput:
+    logits: Tensor                 # (B, N, K)
+    traces: Traces | None = None   # (block name, iteration) -> Trace, when asked for
+    aux_losses: dict[str, Tensor] = field(default_factory=dict)  # added by blocks; the task sums them
+    stats: dict | None = None      # solver statistics by (block, iteration), when asked for
+
+
+@MODELS.register("masked_vision", MaskedVisionConfig)
+class MaskedCodeTransformer(nn.Module):
+    """Bidirectional code predictor (MaskGIT's transformer; Hyper-SET §5.3 / App. D.4, Table 15).
+
+    ``forward(codes, mask, *, trace, stats, iterations, steps) -> MaskedCodeOutput``; masked positions
+    see the learned mask token (embedding row K) whatever their code. Parameter names: ``embed``,
+    ``pos`` (learned), ``layers.{i}.attn|mlp``, ``norm``, ``head``.
+    """
+
+    param_roles = {"pos": "embedding"}
+
+    def __init__(self, cfg: MaskedVisionConfig):
+        super().__init__()
+        cfg.check_resolved()
+        self.cfg = cfg
+        D, K, N = cfg.dim, cfg.n_codes, cfg.num_tokens
+        self.embed = nn.Embedding(K + 1, D)  # row K: the learned mask token
+        self.embed_norm = nn.LayerNorm(D) if cfg.embed_norm else nn.Identity()
+        if cfg.positions == "learned":
+            self.pos = nn.Parameter(torch.zeros(1, N, D))
+        elif cfg.positions == "sinusoidal":
+            self.register_buffer("pos_table", SinusoidalPositions(N, D).table[None], persistent=False)
+        self.drop = nn.Dropout(cfg.block.dropout)
+        spec = cfg.spec()
+        stack = ConsecutiveStack if cfg.stack_order == "consecutive" and cfg.n_layers > 1 else LayerStack
+        self.layers = stack((TransformerLayer(cfg.block, spec) for _ in range(cfg.n_layers)),
+                            iterations=cfg.iterations, train_iterations=cfg.train_iterations,
+                            input_injection=cfg.input_injection)
+        self.norm = nn.LayerNorm(D) if cfg.final_norm == "layer" else nn.RMSNorm(D, eps=1e-6)
+        self.head = nn.Linear(D, K)
+        self.reset_parameters()
+        name_blocks(self)
+
+    @property
+    def mask_id(self) -> int:
+        return int(self.cfg.n_codes)
+
+    def reset_parameters(self) -> None:
+        """The ``init`` rule, then each module's own (``after_model_init``, ``reset_energy_parameters``)."""
+        normal = self.cfg.init == "normal"
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                if normal:
+                    nn.init.normal_(m.weight, std=self.cfg.init_std)
+                    if getattr(m, "bias", None) is not None:
+                        nn.init.zeros_(m.bias)
+                else:
+                    m.reset_parameters()  # Linear U(±1/√fan_in); Embedding N(0, 1)
+        if isinstance(getattr(self, "pos", None), nn.Parameter):
+            with torch.no_grad():
+                nn.init.normal_(self.pos, std=self.cfg.init_std)
+        for m in self.modules():
+            for hook in ("after_model_init", "reset_energy_parameters"):
+                fn = getattr(m, hook, None)
+                if callable(fn) and m is not self:
+                    fn()
+
+    def input_ids(self, codes: Tensor, mask: Tensor | None) -> Tensor:
+        """(B, N) codes and bool mask -> ids with the mask token K at masked positions (checked)."""
+        c = self.cfg
+        if codes.dim() != 2 or codes.shape[1] != c.num_tokens:
+            raise ValueError(f"codes of shape {tuple(codes.shape)}: this model takes (B, {c.num_tokens})")
+        if mask is None:
+            return codes
+        if mask.shape != codes.shape or mask.dtype != torch.bool:
+            raise ValueError(f"mask must be bool of the codes' shape {tuple(codes.shape)}; got "
+                             f"{mask.dtype} {tuple(mask.shape)}")
+        return codes.masked_fill(mask, self.mask_id)
+
+    def forward(self, codes: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
+                iterations: int | None = None, steps: int | None = None) -> MaskedCodeOutput:
+        """codes (B, N) long, mask (B, N) bool -> logits (B, N, K) over the codebook."""
+        ids = self.input_ids(codes, mask)
+        ctx = ForwardContext(traces=Traces() if trace else None, stats={} if stats else None,
+                             steps=steps, inputs=ids)
+        x = self.embed_norm(self.embed(ids))  # (B, N, D)
+        if self.cfg.positions == "learned":
+            x = x + self.pos
+        elif self.cfg.positions == "sinusoidal":
+            x = x + self.pos_table.to(x.dtype)
+        x = self.layers(self.drop(x), ctx, iterations)  # (B, N, D)
+        logits = self.head(self.norm(x))                 # (B, N, K)
+        return MaskedCodeOutput(logits=logits, traces=ctx.traces, aux_losses=ctx.aux_losses, stats=ctx.stats)
+
+
+# ------------------------------------------------------------------------------ iterative decoding
+def cosine_schedule(masked: Tensor, step: int, steps: int) -> Tensor:
+    """Positions still masked after ``step`` of ``steps``: ⌊k₀ cos(π/2 · step/steps)⌋ (MaskGIT §3.2),
+    exactly 0 at the last step. ``masked``: (B,) initial masked counts k₀ -> (B,) long."""
+    check_int("step", step, min=0)
+    check_int("steps", steps, min=1)
+    if step >= steps:
+        return torch.zeros_like(masked)
+    return torch.floor(masked.double() * math.cos(0.5 * math.pi * step / steps)).long()
+
+
+def _gumbel(shape: torch.Size, generator: torch.Generator | None, device: torch.device) -> Tensor:
+    u = torch.rand(shape, generator=generator).clamp_(1e-20, 1.0 - 1e-7)  # drawn on the CPU: same on every device
+    return (-torch.log(-torch.log(u))).to(device)
+
+
+@torch.no_grad()
+def maskgit_decode(model: nn.Module, codes: Tensor, mask: Tensor, steps: int = 8, temperature: float = 1.0,
+                   randomize_temperature: float = 4.5, generator: torch.Generator | None = None,
+                   **forward_options: Any) -> Tensor:
+    """Fill the masked codes by MaskGIT's iterative decoding; (B, N) codes, (B, N) bool -> (B, N) codes.
+
+    Each step t = 1..T: one forward pass on the current codes with the still-masked positions as mask
+    tokens; a code is sampled at every still-masked position (Gumbel-max at ``temperature``; 0 =
+    argmax); its confidence is its log-probability plus ``randomize_temperature`` · (1 − t/T) ·
+    Gumbel noise (MaskGIT's annealed randomisation); the ⌊k₀ cos(π t / 2T)⌋ least confident stay
+    masked (at least one position is filled per step while any remain) and the others keep their
+    sample. Unmasked positions are returned unchanged. Noise comes from ``generator`` (CPU) so a
+    seeded call is deterministic on every device.
+    """
+    check_int("steps", steps, min=1)
+    if temperature < 0 or randomize_temperature < 0:
+        raise ValueError(f"temperature = {temperature}, randomize_temperature = {randomize_temperature}: "
+                         f"must be >= 0")
+    if mask.shape != codes.shape or mask.dtype != torch.bool:
+        raise ValueError(f"mask must be bool of the codes' shape {tuple(codes.shape)}")
+    k0 = mask.sum(1)                                             # (B,)
+    cur = codes.masked_fill(mask, 0)                             # the masked values are never read
+    still = mask.clone()
+    pos = torch.arange(codes.shape[1], device=codes.device).expand_as(codes)
+    for t in range(1, steps + 1):
+        if not bool(still.any()):
+            break
+        logits = model(cur, still, **forward_options).logits.float()  # (B, N, K)
+        if temperature > 0:
+            logits = logits / temperature
+            sampled = (logits + _gumbel(logits.shape, generator, logits.device)).argmax(-1)  # (B, N)
+        else:
+            sampled = logits.argmax(-1)
+        conf = F.log_softmax(logits, -1).gather(-1, sampled[..., None])[..., 0]  # (B, N)
+        if randomize_temperature > 0:
+            conf = conf + randomize_temperature * (1.0 - t / steps) * _gumbel(conf.shape, generator, conf.device)
+        conf = conf.masked_fill(~still, float("inf"))            # fixed positions are never re-masked
+        keep = torch.minimum(cosine_schedule(k0, t, steps), (still.sum(1) - 1).clamp_min(0))  # (B,)
+        order = conf.argsort(dim=1, stable=True)                 # least confident first
+        rank = torch.empty_like(order).scatter_(1, order, pos)   # rank of each position
+        new_still = still & (rank < keep[:, None])
+        fill = still & ~new_still
+        cur = torch.where(fill, sampled, cur)
+        still = new_still
+    return torch.where(mask, cur, codes)
+
+
+__all__ = ["MaskedVisionConfig", "MaskedCodeTransformer", "MaskedCodeOutput", "maskgit_decode",
+           "cosine_schedule"]
