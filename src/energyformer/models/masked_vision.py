@@ -30,72 +30,29 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import Tensor, nn
 
-from ..blocks.layer import BlockConfig, TransformerLayer
-from ..blocks.registry import SublayerSpec
 from ..core.context import ForwardContext
 from ..core.trace import Traces
-from ..utils.config import KindConfig
 from ..utils.validate import ConfigError, check_int
-from .backbone import LayerStack
 from .naming import name_blocks
 from .registry import MODELS
-from .vision import ConsecutiveStack
+from .vision import IteratedStackConfig, run_module_init_hooks
 from .wrapper import SinusoidalPositions
 
 
-def _block() -> BlockConfig:
-    return BlockConfig(attention="gpt", mlp="gelu")
-
-
-class MaskedVisionConfig(KindConfig):
-    """Masked code model: code embedding + mask token + positions, layer stack, codebook head."""
+class MaskedVisionConfig(IteratedStackConfig):
+    """Masked code model: code embedding + mask token + positions, layer stack, codebook head
+    (the stack keys are :class:`~energyformer.models.vision.IteratedStackConfig`'s, as for ``vision``)."""
 
     kind: Literal["masked_vision"] = "masked_vision"
     n_codes: int | None = Field(None, ge=2)
     """codebook size K (set by the task from its tokeniser); the mask token is id K"""
     num_tokens: int | None = Field(None, ge=1)
     """codes per image N (set by the task: the tokeniser's grid)"""
-    dim: int = Field(128, ge=1)
-    """model width D"""
-    heads: int = Field(4, ge=1)
-    """attention heads (must divide dim)"""
-    n_layers: int = Field(1, ge=1)
-    """distinct layers (Hyper-SET Table 15: 1)"""
-    iterations: int = Field(1, ge=1)
-    """passes through the layers with shared weights (Table 3: 12 or 24)"""
-    train_iterations: tuple[int, int] | None = None
-    """[min, max]: training passes sampled per batch; None: use iterations"""
-    input_injection: Literal["none", "add"] = "none"
-    """'add': re-add the embedded input before every pass after the first"""
-    stack_order: Literal["consecutive", "cycle"] = "consecutive"
-    """with n_layers > 1: each layer L times in turn (Hyper-SET image code) or the stack L times"""
-    mlp_hidden: int | None = Field(None, ge=1)
-    """MLP hidden size for every MLP kind (None: each kind's default)"""
-    positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
-    """absolute positions added to the code embeddings (Table 15: sinusoidal)"""
     embed_norm: bool = False
     """LayerNorm after the code embedding"""
-    final_norm: Literal["layer", "rms"] = "layer"
-    """norm before the head"""
-    init: Literal["torch", "normal"] = "torch"
-    """'torch': PyTorch's default Linear / Embedding init (as ``vision``); 'normal': N(0, init_std²)"""
-    init_std: float = Field(0.02, gt=0)
-    """std of the 'normal' init and of learned positions"""
-    block: BlockConfig = Field(default_factory=_block)
-    """the sublayers of every layer (default: pre-LayerNorm GPT attention + GELU MLP)"""
-
-    @model_validator(mode="after")
-    def _check(self):
-        if self.dim % self.heads:
-            raise ValueError(f"heads = {self.heads}: must divide dim = {self.dim}")
-        if self.train_iterations is not None:
-            lo, hi = self.train_iterations
-            if not 1 <= lo <= hi:
-                raise ValueError(f"train_iterations = {[lo, hi]}: must be [min, max] with 1 <= min <= max")
-        return self
 
     def check_resolved(self) -> None:
         """Raise if the task-given sizes are missing."""
@@ -103,11 +60,6 @@ class MaskedVisionConfig(KindConfig):
         if missing:
             raise ConfigError(f"model.{missing[0]} is not set: the masked_image_modelling task sets "
                               f"{', '.join(missing)} from its tokeniser (or give them when building directly)")
-
-    def spec(self) -> SublayerSpec:
-        """What every sublayer builder gets (bidirectional attention)."""
-        return SublayerSpec(dim=self.dim, heads=self.heads, causal=False, dropout=self.block.dropout,
-                            mlp_hidden=self.mlp_hidden)
 
 
 @dataclass
@@ -141,11 +93,7 @@ class MaskedCodeTransformer(nn.Module):
         elif cfg.positions == "sinusoidal":
             self.register_buffer("pos_table", SinusoidalPositions(N, D).table[None], persistent=False)
         self.drop = nn.Dropout(cfg.block.dropout)
-        spec = cfg.spec()
-        stack = ConsecutiveStack if cfg.stack_order == "consecutive" and cfg.n_layers > 1 else LayerStack
-        self.layers = stack((TransformerLayer(cfg.block, spec) for _ in range(cfg.n_layers)),
-                            iterations=cfg.iterations, train_iterations=cfg.train_iterations,
-                            input_injection=cfg.input_injection)
+        self.layers = cfg.build_stack()
         self.norm = nn.LayerNorm(D) if cfg.final_norm == "layer" else nn.RMSNorm(D, eps=1e-6)
         self.head = nn.Linear(D, K)
         self.reset_parameters()
@@ -169,11 +117,7 @@ class MaskedCodeTransformer(nn.Module):
         if isinstance(getattr(self, "pos", None), nn.Parameter):
             with torch.no_grad():
                 nn.init.normal_(self.pos, std=self.cfg.init_std)
-        for m in self.modules():
-            for hook in ("after_model_init", "reset_energy_parameters"):
-                fn = getattr(m, hook, None)
-                if callable(fn) and m is not self:
-                    fn()
+        run_module_init_hooks(self)
 
     def input_ids(self, codes: Tensor, mask: Tensor | None) -> Tensor:
         """(B, N) codes and bool mask -> ids with the mask token K at masked positions (checked)."""

@@ -59,18 +59,10 @@ def _vit_block() -> BlockConfig:
     return BlockConfig(attention="gpt", mlp="gelu")
 
 
-class VisionConfig(KindConfig):
-    """Image classifier over patches: patch embedding, [CLS], positions, layer stack, class head."""
+class IteratedStackConfig(KindConfig):
+    """The keys every model built on an iterated layer stack shares (``vision``, ``masked_vision``):
+    width, heads, distinct layers x iterations, depth order, MLP size, positions, final norm, init, block."""
 
-    kind: Literal["vision"] = "vision"
-    image_size: int | None = Field(None, ge=1)
-    """side of the (square) input images (set by the task from its data set)"""
-    channels: int | None = Field(None, ge=1)
-    """input channels (set by the task)"""
-    n_classes: int | None = Field(None, ge=2)
-    """number of classes (set by the task)"""
-    patch_size: int = Field(4, ge=1)
-    """side p of the square patches; must divide image_size (Hyper-SET CIFAR: 4, an 8x8 grid)"""
     dim: int = Field(128, ge=1)
     """model width D"""
     heads: int = Field(4, ge=1)
@@ -88,11 +80,7 @@ class VisionConfig(KindConfig):
     mlp_hidden: int | None = Field(None, ge=1)
     """MLP hidden size for every MLP kind (None: each kind's default)"""
     positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
-    """absolute positions added to [CLS] + patches (Hyper-SET App. D.3: sinusoidal)"""
-    pool: Literal["cls", "mean"] = "cls"
-    """classify the learned [CLS] token (Hyper-SET App. D.3) or the mean of the final tokens"""
-    embed_norm: bool = False
-    """LayerNorm before and after the patch projection (the Hyper-SET image code's embedding)"""
+    """absolute positions added to the input tokens (Hyper-SET App. D.3: sinusoidal)"""
     final_norm: Literal["layer", "rms"] = "layer"
     """norm before the head (the Hyper-SET image code: LayerNorm)"""
     init: Literal["torch", "normal"] = "torch"
@@ -104,17 +92,62 @@ class VisionConfig(KindConfig):
     """the sublayers of every layer (default: pre-LayerNorm GPT attention + GELU MLP)"""
 
     @model_validator(mode="after")
-    def _check(self):
+    def _check_stack(self):
         if self.dim % self.heads:
             raise ValueError(f"heads = {self.heads}: must divide dim = {self.dim}")
-        if self.image_size is not None and self.image_size % self.patch_size:
-            divisors = [d for d in range(1, self.image_size + 1) if self.image_size % d == 0]
-            raise ValueError(f"patch_size = {self.patch_size}: must divide image_size = {self.image_size} "
-                             f"(allowed: {', '.join(map(str, divisors))})")
         if self.train_iterations is not None:
             lo, hi = self.train_iterations
             if not 1 <= lo <= hi:
                 raise ValueError(f"train_iterations = {[lo, hi]}: must be [min, max] with 1 <= min <= max")
+        return self
+
+    def spec(self) -> SublayerSpec:
+        """What every sublayer builder gets (bidirectional attention)."""
+        return SublayerSpec(dim=self.dim, heads=self.heads, causal=False, dropout=self.block.dropout,
+                            mlp_hidden=self.mlp_hidden)
+
+    def build_stack(self) -> LayerStack:
+        """``n_layers`` :class:`TransformerLayer` s iterated ``iterations`` times in ``stack_order``."""
+        spec = self.spec()
+        stack = ConsecutiveStack if self.stack_order == "consecutive" and self.n_layers > 1 else LayerStack
+        return stack((TransformerLayer(self.block, spec) for _ in range(self.n_layers)),
+                     iterations=self.iterations, train_iterations=self.train_iterations,
+                     input_injection=self.input_injection)
+
+
+def run_module_init_hooks(model: nn.Module) -> None:
+    """Every submodule's own initialisation after a model's generic one: ``after_model_init()``
+    (zero-initialised step-size networks) and ``reset_energy_parameters()`` (energies with their own scale)."""
+    for m in model.modules():
+        for hook in ("after_model_init", "reset_energy_parameters"):
+            fn = getattr(m, hook, None)
+            if callable(fn) and m is not model:
+                fn()
+
+
+class VisionConfig(IteratedStackConfig):
+    """Image classifier over patches: patch embedding, [CLS], positions, layer stack, class head."""
+
+    kind: Literal["vision"] = "vision"
+    image_size: int | None = Field(None, ge=1)
+    """side of the (square) input images (set by the task from its data set)"""
+    channels: int | None = Field(None, ge=1)
+    """input channels (set by the task)"""
+    n_classes: int | None = Field(None, ge=2)
+    """number of classes (set by the task)"""
+    patch_size: int = Field(4, ge=1)
+    """side p of the square patches; must divide image_size (Hyper-SET CIFAR: 4, an 8x8 grid)"""
+    pool: Literal["cls", "mean"] = "cls"
+    """classify the learned [CLS] token (Hyper-SET App. D.3) or the mean of the final tokens"""
+    embed_norm: bool = False
+    """LayerNorm before and after the patch projection (the Hyper-SET image code's embedding)"""
+
+    @model_validator(mode="after")
+    def _check_image(self):
+        if self.image_size is not None and self.image_size % self.patch_size:
+            divisors = [d for d in range(1, self.image_size + 1) if self.image_size % d == 0]
+            raise ValueError(f"patch_size = {self.patch_size}: must divide image_size = {self.image_size} "
+                             f"(allowed: {', '.join(map(str, divisors))})")
         return self
 
     def check_resolved(self) -> None:
@@ -133,11 +166,6 @@ class VisionConfig(KindConfig):
     def num_tokens(self) -> int:
         """Sequence length the layers see: patches (+ 1 for [CLS])."""
         return self.num_patches + (self.pool == "cls")
-
-    def spec(self) -> SublayerSpec:
-        """What every sublayer builder gets (bidirectional attention)."""
-        return SublayerSpec(dim=self.dim, heads=self.heads, causal=False, dropout=self.block.dropout,
-                            mlp_hidden=self.mlp_hidden)
 
 
 @dataclass
@@ -213,11 +241,7 @@ class VisionTransformer(nn.Module):
         elif cfg.positions == "sinusoidal":
             self.register_buffer("pos_table", SinusoidalPositions(n, D).table[None], persistent=False)
         self.drop = nn.Dropout(cfg.block.dropout)
-        spec = cfg.spec()
-        stack = ConsecutiveStack if cfg.stack_order == "consecutive" and cfg.n_layers > 1 else LayerStack
-        self.layers = stack((TransformerLayer(cfg.block, spec) for _ in range(cfg.n_layers)),
-                            iterations=cfg.iterations, train_iterations=cfg.train_iterations,
-                            input_injection=cfg.input_injection)
+        self.layers = cfg.build_stack()
         self.norm = nn.LayerNorm(D) if cfg.final_norm == "layer" else nn.RMSNorm(D, eps=1e-6)
         self.head = nn.Linear(D, cfg.n_classes)
         self.reset_parameters()
@@ -243,11 +267,7 @@ class VisionTransformer(nn.Module):
                 nn.init.normal_(self.cls_token, std=1.0 if torch_init else std)
             if isinstance(getattr(self, "pos", None), nn.Parameter):
                 nn.init.normal_(self.pos, std=std)
-        for m in self.modules():
-            for hook in ("after_model_init", "reset_energy_parameters"):
-                fn = getattr(m, hook, None)
-                if callable(fn) and m is not self:
-                    fn()
+        run_module_init_hooks(self)
 
     def tokens(self, images: Tensor) -> Tensor:
         """The layer stack's input: (B, C, H, W) -> (B, N(+1), D) patch tokens, [CLS], positions."""
