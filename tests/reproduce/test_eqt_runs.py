@@ -83,3 +83,13 @@ def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(tmp_path, monk
     assert eqt.train_run(args, 8, 0, "baseline") == row
     new = eqt.train_run(_args(tmp_path, "--train-steps", "6", "--save-every", "2", "--lr", "1e-3"), 8, 0, "baseline")
     assert new["config"]["train"]["lr"] == 1e-3 and "resumes" not in json.loads((run_dir / "run_info.json").read_text())
+
+
+def test_per_length_gain_names_each_length_and_the_lengths_at_chance():
+    def row(b, e):
+        return {"baseline": {"mean": b}, "eqt_k32": {"mean": e}}
+    table = {64: row(55.0, 60.0), 192: row(50.2, 49.9), 128: row(50.1, 51.6)}
+    text = eqt.per_length_gain(table, [64, 128, 192])
+    assert "L=64 +5.00 (paper +4.66)" in text and "L=192 -0.30 (paper +8.07)" in text
+    assert "at L ∈ [192] both models are at chance" in text  # 128: EqT is 1.6 points above 50%
+    assert "at chance" not in eqt.per_length_gain(table, [64])

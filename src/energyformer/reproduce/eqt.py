@@ -273,6 +273,30 @@ def summarise(runs: list[dict]) -> dict:
             "infer_ratio_k8": {"median": statistics.median(inf_ratio), "min": min(inf_ratio), "max": max(inf_ratio)}}
 
 
+#: a per-token accuracy within this many points of 50% is chance on binary parity
+CHANCE_BAND = 1.0
+
+
+def per_length_gain(table: dict, lengths: list[int]) -> str:
+    """EqT(K=32) − baseline per hard length (seed means) beside the paper's, and where both are at chance.
+
+    The pooled 'hard-length gain' can hold on the shorter hard lengths alone; this line says at which
+    lengths the gain is there, and which lengths test nothing at this scale (both models within
+    :data:`CHANCE_BAND` points of 50%)."""
+    parts, chance = [], []
+    for L in lengths:
+        b, e = table[L]["baseline"]["mean"], table[L]["eqt_k32"]["mean"]
+        pb, pe = PAPER.get(L, (float("nan"), float("nan")))
+        parts.append(f"L={L} {e - b:+.2f} (paper {pe - pb:+.2f})")  # table values are in %
+        if abs(b - 50) < CHANCE_BAND and abs(e - 50) < CHANCE_BAND:
+            chance.append(L)
+    text = "; ".join(parts)
+    if chance:
+        text += (f"; at L ∈ {chance} both models are at chance (within {CHANCE_BAND:g} point of 50%), so "
+                 "those lengths test nothing at this scale")
+    return text
+
+
 def verdicts(runs: list[dict], summ: dict) -> dict[str, str]:
     """Plain verdicts on the paper's claims from the measured numbers."""
     out = {}
@@ -291,6 +315,7 @@ def verdicts(runs: list[dict], summ: dict) -> dict[str, str]:
         missing = [L for L in (64, 96, 128, 192, 256) if L not in hard]
         if missing:
             out["hard-length gain"] += f"; lengths {missing} not run, so only part of the claim is tested"
+        out["gain per hard length"] = per_length_gain(summ["table"], hard)
     k8 = [abs(r["accuracy"]["eqt_k8"] - r["accuracy"]["eqt_k32"]) * 100 for r in runs]
     out["K=8 equals K=32"] = (f"{'HOLDS' if max(k8) < 0.5 else 'DOES NOT HOLD'}: largest |acc(K=8) − acc(K=32)| "
                               f"{max(k8):.2f} points (paper: identical)")
