@@ -254,7 +254,8 @@ def write_report(out: Path, report: Path, datasets: list[str], notes: str = "") 
             "Produced by `energyformer reproduce hyperset-images` (numbers from the runs' `result.json`; the "
             "paper's columns quoted from its Tables 1, 2, 4 and 5). **The data sets differ**: the paper reports "
             "CIFAR-10/100 and ImageNet-100 after 200 epochs at widths 384-896; we train on 28x28 grey "
-            "Fashion-MNIST / MNIST for about one epoch at a quarter of those widths, one seed per config. Our "
+            "Fashion-MNIST / MNIST for a few epochs at most (each data set's section says how many) at a quarter "
+            "of those widths, one seed per config. Our "
             "numbers test the *direction* of the paper's claims at small scale; they neither confirm nor refute "
             "its CIFAR numbers. The column *trained on* names the device of each run (`run_info.json`); the "
             "same config trains to the same accuracy within seed noise on either.\n", notes]
@@ -265,8 +266,10 @@ def write_report(out: Path, report: Path, datasets: list[str], notes: str = "") 
         seeds = {k: v for k, v in collect(out, ds).items() if "_seed" in k}
         dn = DATASET_NAMES.get(ds, ds)
         any_row = next(iter(rows.values()))
+        epochs = any_row["steps"] * any_row["batch_size"] / any_row["train_examples"]
         text.append(f"\n## {dn}\n\nTraining: {any_row['steps']} steps of {any_row['batch_size']} images "
-                    f"({any_row['train_examples']} training images), test on the official test split.\n")
+                    f"({any_row['train_examples']} training images, {epochs:.1f} epochs), test on the official "
+                    "test split.\n")
         by_dev: dict[str, list[str]] = {}
         for k, r in collect(out, ds).items():
             by_dev.setdefault(r["device"], []).append(k)
@@ -330,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", help="folder of README.md and the PNGs (default OUT/report)")
     p.add_argument("--report-datasets", default="fashion_mnist,mnist,digits",
                    help="data sets whose finished runs go into the report")
+    p.add_argument("--note", action="append", default=[],
+                   help="a markdown paragraph put under the report's introduction (repeatable), e.g. links "
+                        "to related pages")
     p.add_argument("--jobs", type=int, default=1,
                    help="runs trained at the same time, each in its own process (a GPU or many cores)")
     p.add_argument("--deadline", type=float,
@@ -348,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     run_all(entries, a.dataset, out, overrides, a.jobs, a.deadline)
     report = Path(a.report) if a.report else out / "report"
     datasets = [d for d in a.report_datasets.split(",") if (out / d).is_dir()]
-    text = write_report(out, report, datasets)
+    text = write_report(out, report, datasets, "\n".join(f"{n}\n" for n in a.note))
     print("\n" + text)
     print(f"wrote {report / 'README.md'}")
     return 0
