@@ -48,7 +48,7 @@ from ..core.context import ForwardContext
 from ..core.trace import Traces
 from ..data.images import patchify
 from ..utils.config import KindConfig
-from ..utils.validate import ConfigError, check_int
+from ..utils.validate import ConfigError, check_divides, check_int
 from .backbone import LayerStack
 from .naming import name_blocks
 from .registry import MODELS
@@ -144,10 +144,8 @@ class VisionConfig(IteratedStackConfig):
 
     @model_validator(mode="after")
     def _check_image(self):
-        if self.image_size is not None and self.image_size % self.patch_size:
-            divisors = [d for d in range(1, self.image_size + 1) if self.image_size % d == 0]
-            raise ValueError(f"patch_size = {self.patch_size}: must divide image_size = {self.image_size} "
-                             f"(allowed: {', '.join(map(str, divisors))})")
+        if self.image_size is not None:
+            check_divides("patch_size", self.patch_size, self.image_size, "image_size =")
         return self
 
     def check_resolved(self) -> None:

@@ -27,6 +27,7 @@ from ..analysis.classification import (
 )
 from ..data.images import ImageDataset, load_image_dataset
 from ..utils.config import KindConfig, replace
+from ..utils.validate import check_divides
 from .base import Task, TaskConfig, register_task
 
 #: (channels, side, classes) of each set, known without loading it (config-time checks)
@@ -117,10 +118,8 @@ class ImageClassificationTask(Task):
         """Checked when the run config is loaded: the patch size divides the set's image side."""
         _, side, _ = cls._shape(task_cfg)
         p = getattr(model_cfg, "patch_size", None)
-        if p is not None and side % p:
-            divisors = [d for d in range(1, side + 1) if side % d == 0]
-            raise ValueError(f"model.patch_size = {p}: must divide the {task_cfg.dataset} image side {side} "
-                             f"(allowed: {', '.join(map(str, divisors))})")
+        if p is not None:
+            check_divides("model.patch_size", p, side, f"the {task_cfg.dataset} image side")
         for n in task_cfg.eval_iterations:
             if n < 1:
                 raise ValueError(f"task.eval_iterations = {task_cfg.eval_iterations}: counts must be >= 1")

@@ -33,7 +33,6 @@ import hashlib
 import json
 import math
 import os
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -47,7 +46,7 @@ from ..data.images import ImageDataset, load_image_dataset, patchify, unpatchify
 from ..data.text import data_dir
 from ..models.masked_vision import maskgit_decode
 from ..utils.config import KindConfig, replace
-from ..utils.validate import check_int
+from ..utils.validate import check_divides, check_int
 from .base import Task, TaskConfig, register_task
 from .classification import IMAGE_SHAPES
 
@@ -244,10 +243,7 @@ class MaskedImageTask(Task):
     def check_config(cls, task_cfg: MaskedImageConfig, model_cfg: KindConfig) -> None:
         """Checked when the run config is loaded: the patch divides the side; task-given sizes agree."""
         side, p = IMAGE_SHAPES[task_cfg.dataset][1], cls.patch(task_cfg)
-        if side % p:
-            divisors = [d for d in range(1, side + 1) if side % d == 0]
-            raise ValueError(f"task.patch_size = {p}: must divide the {task_cfg.dataset} image side {side} "
-                             f"(allowed: {', '.join(map(str, divisors))})")
+        check_divides("task.patch_size", p, side, f"the {task_cfg.dataset} image side")
         for key, want in (("n_codes", task_cfg.codebook_size), ("num_tokens", cls.grid_tokens(task_cfg))):
             have = getattr(model_cfg, key, None)
             if have is not None and have != want:

@@ -9,6 +9,7 @@ construction with one readable line, e.g.::
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -62,3 +63,18 @@ def _check_bounds(name: str, value: Any, lo: Any, hi: Any, what: str) -> None:
         raise ConfigError(f"{name} = {value!r}: must be {what} >= {lo}")
     if hi is not None and value > hi:
         raise ConfigError(f"{name} = {value!r}: must be {what} <= {hi}")
+
+
+def check_divides(name: str, value: int, whole: int, what: str, *, listed_up_to: int = 10**6) -> None:
+    """Raise ``ValueError`` unless ``value`` divides ``whole``; the message lists the allowed values
+    (the divisors of ``whole``, found in O(√whole)) when ``whole`` ≤ ``listed_up_to``, so a hostile huge
+    ``whole`` gives an error at once instead of a long search."""
+    if whole % value == 0:
+        return
+    if whole <= listed_up_to:
+        small = [d for d in range(1, math.isqrt(whole) + 1) if whole % d == 0]
+        allowed = sorted(set(small) | {whole // d for d in small})
+        hint = f"allowed: {', '.join(map(str, allowed))}"
+    else:
+        hint = f"allowed: the divisors of {whole}"
+    raise ValueError(f"{name} = {value}: must divide {what} {whole} ({hint})")
