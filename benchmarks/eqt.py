@@ -14,7 +14,8 @@ run. Goals from issue 13: inference at K = 8 with early stopping ≤ 2.5× (pape
 parameters +8%.
 
 Usage: ``python benchmarks/eqt.py [--length 64] [--batch 32] [--repeats 7] [--tol 1e-3] [--threads 1]
-[--before HEAD]``. Run it alone: timings on a shared machine are noisy, so only ratios from one
+[--before HEAD] [--model-set n_layers=6 --model-set dim=256 --model-set heads=8]`` (the last: the
+paper's 6 x 256 backbone, where the ERM is a smaller share of the model than in our CPU configs). Run it alone: timings on a shared machine are noisy, so only ratios from one
 run are reported.
 """
 
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _worker(args) -> None:
     """Build both models from the importable ``energyformer``; answer ``round`` / ``info`` on stdin."""
     import torch
+    import yaml
 
     from energyformer.data.parity import make_parity
     from energyformer.models.config import ModelConfig
@@ -47,6 +49,10 @@ def _worker(args) -> None:
 
     torch.set_num_threads(args.threads)
     base, eqt = read_yaml(ROOT / "configs/eqt/baseline.yaml"), read_yaml(ROOT / "configs/eqt/eqt.yaml")
+    for item in args.model_set:  # backbone overrides shared by both models, e.g. n_layers=6
+        key, _, value = item.partition("=")
+        for cfg in (base, eqt):
+            cfg["model"][key] = yaml.safe_load(value)
     task = ParityTask(ParityTaskConfig(data={"length": args.length}, batch_size=args.batch))
     torch.manual_seed(0)
     mb = task.build_model(task.resolve_model_config(ModelConfig.model_validate(base["model"])))
@@ -120,6 +126,7 @@ class _Worker:
         env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS=str(args.threads))
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--length", str(args.length),
                "--batch", str(args.batch), "--tol", str(args.tol), "--threads", str(args.threads)]
+        cmd += [a for item in args.model_set for a in ("--model-set", item)]
         self.p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(self, what: str) -> dict:
@@ -161,6 +168,9 @@ def main() -> None:
     p.add_argument("--tol", type=float, default=1e-3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--before", default=None, help="git revision to compare with (e.g. HEAD)")
+    p.add_argument("--model-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="top-level model key for both models (repeatable), e.g. the paper's backbone: "
+                        "--model-set n_layers=6 --model-set dim=256 --model-set heads=8")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
