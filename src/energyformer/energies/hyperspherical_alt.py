@@ -33,9 +33,8 @@ from .hyperspherical import SphericalFFEnergy, SubspaceAttentionEnergy, Subspace
 
 def _phi(name: str, u: Tensor) -> tuple[Tensor, Tensor]:
     """Φ(u) and Φ'(u) for the element-wise transforms of Tables 19-20."""
-    if name == "sigmoid":
-        s = torch.sigmoid(u)
-        return s, s * (1 - s)
+    if name == "sigmoid":  # σ' = σ(u)σ(−u): no cancellation in 1 − σ(u) for large u (bf16: 1 − σ = 0)
+        return torch.sigmoid(u), torch.sigmoid(u) * torch.sigmoid(-u)
     if name == "tanh":
         t = torch.tanh(u)
         return t, 1 - t * t
@@ -68,8 +67,7 @@ class SigmoidAttentionEnergy(SubspaceAttentionEnergy):
 
     def operator(self, st: SubspaceState) -> Tensor:
         s = torch.einsum("bhid,bhjd->bhij", st.q, st.k) * self.beta
-        sg = torch.sigmoid(s)
-        a = sg * (1 - sg)
+        a = torch.sigmoid(s) * torch.sigmoid(-s)  # σ'(S) without the cancellation of σ(1 − σ)
         m = _keys_mask(st.mask, a)
         if m is not None:
             a = a * m
