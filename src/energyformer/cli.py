@@ -315,6 +315,8 @@ def describe_error(err: BaseException) -> tuple[str, int]:
     name = type(err).__name__
     if name in ("TrainingDiverged", "CheckpointError"):
         return text, 1
+    if name == "EvaluationFailed":  # a bug in an evaluation; the run's checkpoint is safe
+        return f"{text}; rerun with --debug for the traceback", 1
     return f"internal error ({name}: {' '.join(text.split())[:300]}); rerun with --debug for the traceback", 1
 
 

@@ -227,3 +227,52 @@ def test_device_auto_falls_back_and_cuda_is_a_clear_error():
     assert resolve_device("auto").type in ("cpu", "mps")
     with pytest.raises(ConfigError, match=r"train.device = 'cuda': CUDA is not available"):
         resolve_device("cuda")
+
+
+@pytest.mark.parametrize("exc, cls", [(ValueError("predict: no batches"), "EvaluationFailed"),
+                                      (UserError("task.validation = 0: no batches"), "EvaluationUserError")])
+def test_failing_final_evaluation_keeps_the_final_checkpoint(tmp_path, exc, cls):
+    """Issue 25 class 1: the last step's checkpoint is written before the final evaluation, so a
+    run with save_every = 0 whose evaluation raises keeps its trained weights, and the error names
+    the step and the checkpoint (a user error stays a UserError: one line, exit code 2)."""
+    from energyformer.train.contract import EvaluationFailed
+
+    t = build(tmp_path, steps=3, save_every=0, with_eval=True, eval_every=0)
+
+    def bad_eval(model):
+        raise exc
+
+    t.eval_fn = bad_eval
+    with pytest.raises(EvaluationFailed) as info:
+        t.fit()
+    assert type(info.value).__name__ == cls
+    assert isinstance(info.value, UserError) == (cls == "EvaluationUserError")
+    ckpts = list_checkpoints(tmp_path)
+    assert [p.name for p in ckpts] == [latest_checkpoint(tmp_path).name] and "3" in ckpts[-1].name
+    verify_checkpoint(ckpts[-1])
+    assert f"step 3" in str(info.value) and ckpts[-1].name in str(info.value)
+    assert info.value.__cause__ is exc
+    # the saved weights are the trained ones; resuming just evaluates (here: fails again, same way)
+    t2 = build(tmp_path, steps=3, save_every=0, with_eval=True)
+    t2.eval_fn = bad_eval
+    with pytest.raises(EvaluationFailed):
+        t2.fit(resume=True)
+    torch.testing.assert_close(t2.model.state_dict(), t.model.state_dict())
+
+
+def test_failing_periodic_evaluation_after_a_save_names_the_checkpoint(tmp_path):
+    t = build(tmp_path, steps=6, save_every=2, with_eval=True, eval_every=2)
+    inner, calls = t.eval_fn, {"n": 0}
+
+    def eval_fn(model):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("boom")
+        return inner(model)
+
+    t.eval_fn = eval_fn
+    from energyformer.train.contract import EvaluationFailed
+
+    with pytest.raises(EvaluationFailed, match="step 4") as info:
+        t.fit()
+    assert "ckpt" in str(info.value) and latest_checkpoint(tmp_path).name in str(info.value)

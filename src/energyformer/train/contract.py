@@ -40,3 +40,24 @@ class TrainingDiverged(UserError, RuntimeError):
             f"optimizer step; {where}. Try a lower train.lr, train.grad_clip > 0 or "
             "train.precision='fp32'."
         )
+
+
+class EvaluationFailed(RuntimeError):
+    """An evaluation during or after training raised; the checkpoint of that step was written first.
+
+    ``__cause__`` is the original error. A user error (a bad task option) surfaces as
+    :class:`EvaluationUserError` so the CLI prints it as one line with exit code 2.
+    """
+
+    def __init__(self, step: int, checkpoint: str | None, cause: BaseException) -> None:
+        self.step, self.checkpoint = step, checkpoint
+        saved = (f"checkpoint {checkpoint} holds step {step}" if checkpoint
+                 else "no checkpoint was written (train.save_every = 0 and not the last step)")
+        detail = str(cause) if isinstance(cause, UserError) else f"{type(cause).__name__}: {cause}"
+        super().__init__(f"evaluation at step {step} failed ({detail}); training stopped, {saved}; "
+                         f"after fixing the cause, `energyformer eval RUN_DIR` evaluates it or "
+                         f"`--resume` continues the run")
+
+
+class EvaluationUserError(EvaluationFailed, UserError):
+    """:class:`EvaluationFailed` whose cause is a user error (bad value, data problem)."""

@@ -79,7 +79,7 @@ from energyformer.utils.validate import ConfigError
 from .callbacks import CallbackList
 from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint, unwrap_model
 from .config import TrainConfig
-from .contract import EvalFn, LossFn, TrainData, TrainingDiverged
+from .contract import EvalFn, EvaluationFailed, EvaluationUserError, LossFn, TrainData, TrainingDiverged
 from .device import resolve_device
 from .distributed import destroy_distributed, dist_info, init_distributed
 from .lock import RunDirLock
@@ -249,6 +249,19 @@ class Trainer:
             model.train(was_training)
         return {f"eval/{k}": float(v) for k, v in res.items()}
 
+    def _checked_evaluate(self) -> dict[str, float]:
+        """:meth:`evaluate` inside ``fit``: a failure is re-raised as :class:`EvaluationFailed`
+        naming the step and the checkpoint that holds it (written before the evaluation)."""
+        try:
+            return self.evaluate()
+        except (KeyboardInterrupt, TrainingDiverged):
+            raise
+        except Exception as err:  # noqa: BLE001 - re-raised with the run's state named
+            ckpt = (str(self.last_checkpoint) if self.last_checkpoint is not None
+                    and self._last_saved_step == self.step else None)
+            cls = EvaluationUserError if isinstance(err, UserError) else EvaluationFailed
+            raise cls(self.step, ckpt, err) from err
+
     # ------------------------------------------------------------------ resume
 
     def _restore(self, path: str) -> dict[str, Any]:
@@ -406,13 +419,14 @@ class Trainer:
                         log.info("step %d/%d loss %.4g lr %.3g tok/s %.3g", self.step, cfg.steps,
                                  event["loss"], event["lr"], event["tokens_per_s"])
                     final.update({k: v for k, v in event.items() if k != "event"})
-                if self.eval_fn is not None and ((cfg.eval_every and self.step % cfg.eval_every == 0)
-                                                 or is_last):
-                    eval_metrics = self.evaluate()
-                    self._logger.log({"event": "eval", "step": self.step,
-                                      "elapsed_s": self._elapsed(), **eval_metrics})
+                # the checkpoint first: a failing evaluation never costs the step's weights
                 if (cfg.save_every and self.step % cfg.save_every == 0) or is_last:
                     self._save()
+                if self.eval_fn is not None and ((cfg.eval_every and self.step % cfg.eval_every == 0)
+                                                 or is_last):
+                    eval_metrics = self._checked_evaluate()
+                    self._logger.log({"event": "eval", "step": self.step,
+                                      "elapsed_s": self._elapsed(), **eval_metrics})
                 self._pbar.update(1)
         except KeyboardInterrupt:
             self._on_interrupt(snapshot)
@@ -422,7 +436,7 @@ class Trainer:
                               "elapsed_s": self._elapsed()})
             raise
         if not self.loss_history and self.eval_fn is not None:  # resumed at the end: just evaluate
-            eval_metrics = self.evaluate()
+            eval_metrics = self._checked_evaluate()
         final.update(eval_metrics)
         final["step"] = self.step
         if self.loss_history:
@@ -502,10 +516,10 @@ class Trainer:
         rank_state = snapshot if self._in_step else None
         try:
             self._save(rank_state)
-            msg = (f"interrupted: saved checkpoint {self.last_checkpoint} at step {self.step}; "
-                   "continue with fit(resume=True)")
-            log.warning(msg)
-            if self._pbar is not None:
-                self._pbar.write(msg)
+            msg = f"interrupted: saved checkpoint {self.last_checkpoint} at step {self.step}"
+            if self._pbar is not None and not self._pbar.disable:
+                self._pbar.write(msg)  # once: through the progress bar when it is shown, else the log
+            else:
+                log.warning(msg)
         except BaseException as e:  # a second Ctrl-C while saving: previous checkpoints are intact
             log.warning("interrupted: could not save a checkpoint (%r); %s", e, where)
