@@ -120,3 +120,16 @@ train: {{steps: 200, lr: 1.0e-2, eval_every: 0, save_every: 0, progress: false, 
     out = capsys.readouterr().out
     acc = float(out.split("accuracy ")[1].split(";")[0].split(",")[0])
     assert acc > 0.6, out  # chance is 1/6
+
+
+def test_too_few_training_puzzles_for_a_validation_split_is_a_data_error(tmp_path):
+    """Issue 25: fewer than 10 puzzles used to give an empty validation split ('0 boards, nan%')."""
+    from energyformer.errors import DataError
+    from energyformer.tasks.sudoku import SudokuTaskConfig, load_splits
+
+    p17 = "000000010400000000020000000000050407008000300001090000300400200050100000000806000"
+    s17 = "693784512487512936125963874932651487568247391741398625319475268856129743274836159"
+    f = tmp_path / "few.csv"
+    f.write_text("quizzes,solutions\n" + "".join(f"{p17},{s17}\n" for _ in range(5)))
+    with pytest.raises(DataError, match="few.csv.*5 puzzle.*validation_file"):
+        load_splits(SudokuTaskConfig(source="files", train_file=str(f)))

@@ -89,9 +89,9 @@ class SudokuGenConfig(ConfigModel):
     generated here; bring that file with :func:`read_sudoku` to match it).
     """
 
-    n_train: int = Field(9000, ge=0)
+    n_train: int = Field(9000, ge=1)
     """training puzzles"""
-    n_validation: int = Field(500, ge=0)
+    n_validation: int = Field(500, ge=1)
     """validation puzzles"""
     n_test: int = Field(1000, ge=0)
     """test puzzles"""

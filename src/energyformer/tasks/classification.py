@@ -26,6 +26,7 @@ from ..analysis.classification import (
     confusion_matrix, per_class_accuracy, per_class_markdown, plot_confusion, predict,
 )
 from ..data.images import ImageDataset, load_image_dataset
+from ..utils.fields import IterationCounts, SplitSize
 from ..utils.config import KindConfig, replace
 from ..utils.validate import check_divides
 from .base import Task, TaskConfig, register_task
@@ -41,8 +42,8 @@ class ImageClassificationConfig(TaskConfig):
     kind: Literal["image_classification"] = "image_classification"
     dataset: Literal["digits", "mnist", "fashion_mnist", "cifar10", "cifar100"] = "digits"
     """image set (digits ships with scikit-learn; MNIST / Fashion-MNIST come from `make data`)"""
-    validation: float | int = Field(0.1, ge=0)
-    """validation examples carved from the official training set: a fraction in [0, 1) or a count"""
+    validation: SplitSize = 0.1
+    """validation examples carved from the official training set: a fraction in (0, 1) or a count >= 1"""
     split_seed: int = Field(0, ge=0)
     """seed of the validation carve and of train_examples' draw"""
     train_examples: int | None = Field(None, ge=1)
@@ -61,7 +62,7 @@ class ImageClassificationConfig(TaskConfig):
     """images per evaluation batch"""
     label_smoothing: float = Field(0.0, ge=0, lt=1)
     """cross-entropy label smoothing"""
-    eval_iterations: list[int] = Field(default_factory=list)
+    eval_iterations: IterationCounts = Field(default_factory=list)
     """extra iteration counts at which the periodic evaluation also reports accuracy (test-time depth)"""
 
 
@@ -120,9 +121,6 @@ class ImageClassificationTask(Task):
         p = getattr(model_cfg, "patch_size", None)
         if p is not None:
             check_divides("model.patch_size", p, side, f"the {task_cfg.dataset} image side")
-        for n in task_cfg.eval_iterations:
-            if n < 1:
-                raise ValueError(f"task.eval_iterations = {task_cfg.eval_iterations}: counts must be >= 1")
 
     def resolve_model_config(self, model_cfg: KindConfig) -> KindConfig:
         ch, side, n = self._shape(self.cfg)

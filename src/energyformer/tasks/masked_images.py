@@ -45,6 +45,7 @@ from ..data.batching import EpochBatcher, seeded_generator
 from ..data.images import ImageDataset, load_image_dataset, patchify, unpatchify
 from ..data.text import data_dir
 from ..models.masked_vision import maskgit_decode
+from ..utils.fields import SplitSize
 from ..utils.config import KindConfig, replace
 from ..utils.validate import check_divides, check_int
 from .base import Task, TaskConfig, register_task
@@ -175,8 +176,8 @@ class MaskedImageConfig(TaskConfig):
     kind: Literal["masked_image_modelling"] = "masked_image_modelling"
     dataset: Literal["digits", "mnist", "fashion_mnist"] = "digits"
     """image set (digits ships with scikit-learn; MNIST / Fashion-MNIST come from `make data`)"""
-    validation: float | int = Field(0.1, ge=0)
-    """validation examples carved from the official training set: a fraction in [0, 1) or a count"""
+    validation: SplitSize = 0.1
+    """validation examples carved from the official training set: a fraction in (0, 1) or a count >= 1"""
     split_seed: int = Field(0, ge=0)
     """seed of the validation carve and of the subsets' draws"""
     train_examples: int | None = Field(None, ge=1)

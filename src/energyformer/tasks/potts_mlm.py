@@ -39,6 +39,7 @@ from ..models import MODELS
 from ..models.backbone import LayerStack
 from ..train.callbacks import ProjectionCallback
 from ..train.checkpoint import unwrap_model
+from ..utils.fields import IterationCounts
 from ..utils.config import KindConfig, replace
 from ..utils.validate import ConfigError
 from .base import Task, TaskConfig, register_task
@@ -58,7 +59,7 @@ class PottsMLMConfig(TaskConfig):
     """sites masked per training sequence (1: the Bayes reference is exact)"""
     eval_sequences: int | None = Field(None, ge=1)
     """sequences evaluated per split (None: all)"""
-    eval_iterations: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 6, 8])
+    eval_iterations: IterationCounts = Field(default_factory=lambda: [1, 2, 3, 4, 6, 8])
     """q values at which recurrent models are evaluated (sweep)"""
     calibrate_sequences: int = Field(2048, ge=1)
     """training sequences used to calibrate bare self-attention's readout scale"""

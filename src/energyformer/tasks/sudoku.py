@@ -33,8 +33,9 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from ..data.sudoku import SudokuDataset, SudokuGenConfig, augment, load_generated_sudoku, read_sudoku, score_sudoku
+from ..utils.fields import IterationCounts
 from ..utils.config import KindConfig, replace
-from ..utils.validate import ConfigError
+from ..utils.validate import ConfigError, DataError
 from .base import Task, TaskConfig, register_task
 
 VOCAB, CLASSES, CELLS = 10, 9, 81
@@ -62,7 +63,7 @@ class SudokuTaskConfig(TaskConfig):
     """boards per evaluation batch"""
     eval_max: int | None = Field(None, ge=1)
     """boards of the split scored by the periodic evaluation (None: all)"""
-    eval_iterations: list[int] = Field(default_factory=list)
+    eval_iterations: IterationCounts = Field(default_factory=list)
     """extra iteration counts scored by evaluate (e.g. [16] for 2x a model trained with 8)"""
     workers: int = Field(1, ge=1)
     """processes generating the data on first use (cached afterwards)"""
@@ -94,6 +95,9 @@ def load_splits(cfg: SudokuTaskConfig) -> dict[str, SudokuDataset]:
         out["train"], out["validation"] = train, read_sudoku(cfg.validation_file)
     else:
         n_val = min(500, len(train) // 10)
+        if n_val < 1:
+            raise DataError(f"task.train_file = {cfg.train_file!r}: {len(train)} puzzle(s); at least 10 are "
+                            "needed to split off a validation set (or give task.validation_file)")
         parts = train.split({"train": len(train) - n_val, "validation": n_val}, seed=0)
         out.update(parts)
     if cfg.test_file:
