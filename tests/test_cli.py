@@ -119,3 +119,25 @@ def test_new_run_on_top_of_old_checkpoints_is_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "already holds checkpoints" in err and "--resume" in err
     assert main(["train", "lm/llama", "--resume", *_sets(ov)]) == 0
+
+
+def test_eval_refuses_options_the_run_cannot_honour(tmp_path, capsys):
+    """Issue 25 class 2: `eval --steps` on a Llama and `--split/--iterations` on a GP run were
+    silently ignored (rc 0, numbers identical to a plain eval)."""
+    ov = TINY + ["train.steps=1", "train.eval_every=0", "name=l", f"out_dir={tmp_path}"]
+    assert main(["train", "lm/llama", *_sets(ov)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "l"), "--steps", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--steps 3" in err and "'transformer'" in err and err.count("\n") == 1
+    cfg = tmp_path / "gp.yaml"
+    cfg.write_text(f"name: g\nout_dir: {tmp_path}\ntask: {{kind: gp, n_train: 32, n_test: 8}}\n"
+                   "model: {dim: 16}\ntrain: {steps: 1, progress: false, tensorboard: false}\n")
+    assert main(["train", str(cfg)]) == 0
+    capsys.readouterr()
+    for args, what in ((["--split", "test"], "--split test"), (["--iterations", "2"], "--iterations 2"),
+                       (["--steps", "2"], "--steps 2")):
+        assert main(["eval", str(tmp_path / "g"), *args]) == 2
+        err = capsys.readouterr().err
+        assert what in err and err.count("\n") == 1, err
+    assert main(["eval", str(tmp_path / "g")]) == 0

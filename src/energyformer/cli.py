@@ -73,6 +73,7 @@ def cmd_eval(a, extra) -> int:
     import torch
 
     from .experiment import load_trained
+    from .models.options import check_forward_options
 
     cfg, model, task = load_trained(a.run, a.device)
     tp = _task_parser(f"energyformer eval RUN (task {task.name})", type(task).add_eval_args)
@@ -80,8 +81,14 @@ def cmd_eval(a, extra) -> int:
     _no_extra(rest, f"eval of a {task.name!r} run")
     for k, v in vars(targs).items():
         setattr(a, k, v)
+    if a.split is not None and not task.has_splits:
+        raise ConfigError(f"--split {a.split}: a {task.name!r} run has no splits to choose from "
+                          f"(its evaluation always reports {task.split_note})")
+    a.split = a.split or "validation"
+    options = _forward_options(a)
+    check_forward_options(model, options, cfg.model.kind)
     with torch.no_grad():
-        where, res = task.eval_from_args(model, a, _forward_options(a))
+        where, res = task.eval_from_args(model, a, options)
     from .train import checkpoint_step
 
     step = checkpoint_step(task.checkpoint)
@@ -216,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Evaluate a trained run on a split of its task's data (or on the task's "
                        "own inputs, e.g. --text-file for language models).", epilog=_task_options_help("eval"))
     e.add_argument("run", help="run directory (contains config.yaml and checkpoints)")
-    e.add_argument("--split", default="validation", choices=["validation", "test"])
+    e.add_argument("--split", default=None, choices=["validation", "test"],
+                   help="split to evaluate (default: validation)")
     e.add_argument("--iterations", type=int, help="recurrent-depth models: number of iterations (test-time depth)")
     e.add_argument("--steps", type=int, help="energy blocks: descent steps per block (test-time step budget)")
     e.add_argument("--device", default="cpu")

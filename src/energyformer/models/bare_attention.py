@@ -190,6 +190,10 @@ class BareSelfAttention(nn.Module):
             x = torch.where(masked[..., None], r / r.norm(dim=-1, keepdim=True), x)
         return x
 
+    def forward_options(self) -> set[str]:
+        """Call-time ``iterations`` and ``steps`` both change the dynamics (models/options.py)."""
+        return {"iterations", "steps"}
+
     def forward(self, idx: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
                 iterations: int | None = None, steps: int | None = None) -> EncoderOutput:
         """Token ids (B, N) with masked sites = C -> logits (B, N, C) after q = iterations × steps steps

@@ -85,6 +85,10 @@ class EquilibriumModel(TokenModel):
         """Trainer callbacks of the ERMs' schedules (γ annealing, K curriculum)."""
         return [cb for r in self.refiners() for cb in r.callbacks()]
 
+    def forward_options(self) -> set[str]:
+        """Call-time ``iterations`` and ``steps`` both change the dynamics (models/options.py)."""
+        return {"iterations", "steps"}
+
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, mask: Tensor | None = None,
                 trace: bool = False, stats: bool = False, iterations: int | None = None,
                 steps: int | None = None) -> EqTOutput:

@@ -74,6 +74,10 @@ class FactoredAttention(nn.Module):
             return self.A.masked_fill(~self.offdiag, float("-inf")).softmax(-1)
         return self.A * self.offdiag
 
+    def forward_options(self) -> set[str]:
+        """A single non-recurrent layer: no call-time iterations or steps (models/options.py)."""
+        return set()
+
     def forward(self, idx: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
                 iterations: int | None = None, steps: int | None = None) -> EncoderOutput:
         """Token ids (B, L) (id C = masked) -> logits (B, L, C). One layer: ``iterations``/``steps`` must be
@@ -82,7 +86,8 @@ class FactoredAttention(nn.Module):
             raise ValueError("factored attention takes no padding mask (Potts sequences have fixed length)")
         for name, v in (("iterations", iterations), ("steps", steps)):
             if v not in (None, 1):
-                raise ValueError(f"{name} = {v}: factored attention is a single non-recurrent layer")
+                raise ConfigError(f"{name} = {v}: factored attention is a single non-recurrent layer "
+                                  "(allowed: 1)")
         L, C = self.cfg.n_tokens, self.cfg.n_colours
         if idx.dim() != 2 or idx.shape[1] != L or idx.is_floating_point():
             raise ValueError(f"token ids must be integers of shape (batch, L = {L}); got {idx.dtype} "

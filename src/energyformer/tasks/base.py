@@ -67,6 +67,10 @@ class Task:
     #: the metric ``reproduce``/``train`` summaries lead with, and whether lower is better
     main_metric: ClassVar[str] = "loss"
     lower_is_better: ClassVar[bool] = True
+    #: whether ``energyformer eval --split`` chooses what is evaluated (else it is an error)
+    has_splits: ClassVar[bool] = True
+    #: what the evaluation reports when ``has_splits`` is False (for that error message)
+    split_note: ClassVar[str] = ""
 
     def __init__(self, cfg: TaskConfig, *, seed: int = 0, rank: int = 0):
         self.cfg = cfg

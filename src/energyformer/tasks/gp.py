@@ -94,6 +94,8 @@ class GPTask(Task):
 
     model_kinds = ("regressor",)
     main_metric = "test_rmse"
+    has_splits = False
+    split_note = "train and test RMSE together"
 
     def __init__(self, cfg: GPTaskConfig, *, seed: int = 0, rank: int = 0):
         super().__init__(cfg, seed=seed, rank=rank)
