@@ -141,3 +141,29 @@ def test_eval_refuses_options_the_run_cannot_honour(tmp_path, capsys):
         err = capsys.readouterr().err
         assert what in err and err.count("\n") == 1, err
     assert main(["eval", str(tmp_path / "g")]) == 0
+
+
+def test_resume_and_eval_refuse_a_config_that_no_longer_fits_the_checkpoint(tmp_path, capsys):
+    """Issue 25 class 4: an edited run-dir config.yaml used to be ignored by --resume, and the
+    resumed run could then not be evaluated; a changed model on resume is refused too."""
+    import yaml
+
+    ov = TINY + ["train.steps=2", "train.save_every=1", "train.eval_every=0", "name=r", f"out_dir={tmp_path}"]
+    assert main(["train", "lm/llama", *_sets(ov)]) == 0
+    capsys.readouterr()
+    # another model on --resume
+    assert main(["train", "lm/llama", *_sets(ov + ["train.steps=3", "model.dim=64"]), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "model.dim: 32 -> 64" in err and err.count("\n") == 1, err
+    # a train-config change is still allowed on resume
+    assert main(["train", "lm/llama", *_sets(ov + ["train.steps=3"]), "--resume"]) == 0
+    capsys.readouterr()
+    # an edited config.yaml
+    path = tmp_path / "r" / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["model"]["n_layers"] = 3
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for cmd in (["train", "lm/llama", *_sets(ov + ["train.steps=4"]), "--resume"], ["eval", str(tmp_path / "r")]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert "config.yaml was edited" in err and "model.n_layers: 2 -> 3" in err, err

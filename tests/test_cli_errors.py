@@ -61,7 +61,7 @@ def test_run_directories_and_checkpoints(trained, tmp_path, capsys):
     # resuming with a changed model shape
     err = _one_line_error(capsys, 2, ["train", "lm/llama", "--resume", *_sets(
         TINY + ["train.steps=3", "name=tiny", f"out_dir={trained.parent}", "model.dim=32"])])
-    assert "does not fit this model" in err and "use the model config the run was trained with" in err
+    assert "model.dim:" in err and "-> 32" in err and "continues only under its own model" in err
     # an output path under a file
     (tmp_path / "afile").write_text("x")
     err = _one_line_error(capsys, 1, ["train", "lm/llama", *_sets(TINY + ["train.steps=1", f"out_dir={tmp_path / 'afile'}"])])

@@ -226,6 +226,11 @@ def load_trained(run_dir: str | Path, device: str | torch.device = "cpu"
         why = f" ({bad[0][1]})" if bad else ""
         raise CheckpointError(f"no valid checkpoint in run directory {run_dir}{why}: train it first "
                               f"(energyformer train ... --resume continues an interrupted run)")
+    from .train import load_checkpoint
+    from .train.resume import check_model_config
+
+    saved = load_checkpoint(ckpt, verify=False).get("run_config")
+    check_model_config(saved, None, ckpt, Path(run_dir))  # config.yaml still describes the checkpoint
     task = build_task(cfg, rank=0)
     cfg = resolve(cfg, task)
     model = task.build_model(cfg.model)

@@ -392,8 +392,8 @@ def _load_weights(model: nn.Module, file: Path, strict: bool) -> None:
         if shapes:
             name, old, new = shapes[0]
             raise CheckpointError(
-                f"{file}: the checkpoint does not fit this model ({name} is {old[10:-1]} in the checkpoint, "
-                f"{new[10:-1]} in the model{f'; {len(shapes) - 1} more' if len(shapes) > 1 else ''}): "
+                f"{file}: the checkpoint does not fit this model ({name} is {old[11:-1]} in the checkpoint, "
+                f"{new[11:-1]} in the model{f'; {len(shapes) - 1} more' if len(shapes) > 1 else ''}): "
                 "use the model config the run was trained with, or start a new run") from None
         text = " ".join(str(e).split())
         raise CheckpointError(f"{file}: weights do not fit {type(raw).__name__}: {text[:300]}") from None

@@ -157,3 +157,45 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]
         groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
     optimizer.load_state_dict({"state": state, "param_groups": groups})
     return missing
+
+
+def check_model_config(saved: dict[str, Any] | None, current: dict[str, Any] | None, ckpt: str | Path,
+                       out_dir: Path) -> None:
+    """Refuse to resume or evaluate a checkpoint under another model config (issue 25 class 4).
+
+    ``saved`` is the run config a checkpoint recorded (``extra['run_config']``; absent in checkpoints
+    written before it was recorded: then nothing is checked), ``current`` the one in use. Two
+    checks, each naming what differs: the config in use, and the run directory's ``config.yaml`` on
+    disk (an edit there would make a later ``eval`` rebuild another model than the checkpoint's).
+    """
+    import yaml
+
+    from ..errors import ConfigError
+    from .runinfo import CONFIG_FILE
+
+    if not isinstance(saved, dict) or "model" not in saved:
+        return
+
+    def diff(other: Any) -> list[str]:
+        return config_changes(saved.get("model") or {}, (other or {}).get("model") or {})
+
+    if isinstance(current, dict) and "model" in current:
+        changed = diff(current)
+        if changed:
+            raise ConfigError(
+                f"model config differs from the one checkpoint {ckpt} was trained with "
+                f"({'; '.join('model.' + c for c in changed[:3])}{' ...' if len(changed) > 3 else ''}): "
+                f"a checkpoint continues only under its own model; use the run's own config "
+                f"({out_dir / CONFIG_FILE}) or start a new run (--set name=OTHER)")
+    path = Path(out_dir) / CONFIG_FILE
+    if path.is_file():
+        try:
+            on_disk = yaml.safe_load(path.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not readable YAML ({' '.join(str(e).split())[:200]})") from None
+        changed = diff(on_disk if isinstance(on_disk, dict) else {})
+        if changed:
+            raise ConfigError(
+                f"{path} was edited after checkpoint {ckpt} was written "
+                f"({'; '.join('model.' + c for c in changed[:3])}{' ...' if len(changed) > 3 else ''}); "
+                f"it must describe the run's checkpoints: restore it, or train the new model as a new run")

@@ -77,7 +77,8 @@ from energyformer.errors import UserError
 from energyformer.utils.validate import ConfigError
 
 from .callbacks import CallbackList
-from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint, unwrap_model
+from .checkpoint import (CheckpointError, list_checkpoints, load_checkpoint, load_model_weights, save_checkpoint,
+                         unwrap_model)
 from .config import TrainConfig
 from .contract import EvalFn, EvaluationFailed, EvaluationUserError, LossFn, TrainData, TrainingDiverged
 from .device import resolve_device
@@ -85,10 +86,10 @@ from .distributed import destroy_distributed, dist_info, init_distributed
 from .lock import RunDirLock
 from .metrics import MetricsLogger, StepWindow
 from .optim import build_optimizer
-from .resume import config_changes, find_resume_checkpoint, load_optimizer_state, upgrade_train_config
+from .resume import check_model_config, config_changes, find_resume_checkpoint, load_optimizer_state, upgrade_train_config
 from .rng import fork_rng, get_rng_state, seed_everything, set_rng_state
 from .roles import format_param_groups
-from .runinfo import collect_run_info, write_config, write_run_info
+from .runinfo import collect_run_info, to_plain, write_config, write_run_info
 from .schedule import LRSchedule
 
 log = logging.getLogger("energyformer.train")
@@ -267,7 +268,10 @@ class Trainer:
     def _restore(self, path: str) -> dict[str, Any]:
         assert self.optimizer is not None and self.scheduler is not None
         # rank 0 verified the manifest in find_resume_checkpoint
-        state = load_checkpoint(path, self.model, None, self.scheduler, verify=False)
+        state = load_checkpoint(path, None, None, self.scheduler, verify=False)
+        # the model config first: a checkpoint continues only under its own model
+        check_model_config(state.get("run_config"), to_plain(self.run_config), path, self.out_dir)
+        load_model_weights(self.model, path, verify=False)
         entries = state.get("ranks") or []
         if entries:
             if len(entries) != self.world_size:
@@ -326,6 +330,7 @@ class Trainer:
                 "tokens_seen": self.tokens_seen,
                 "elapsed_s": self._elapsed(),
                 "train_config": self.cfg.to_dict(),
+                "run_config": to_plain(self.run_config) if self.run_config is not None else None,
                 "callbacks": self.callbacks.state_dict(),
                 "loss": self.loss_history[-1] if self.loss_history else None,
             }
