@@ -12,6 +12,7 @@ import math
 import os
 import sys
 
+from .utils.paths import writable_dir
 from .utils.validate import ConfigError
 
 EPILOG = """examples:
@@ -215,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "logs and the resolved config to OUT_DIR/NAME.")
     t.add_argument("config", help="config name (see `energyformer list configs`) or YAML path")
     t.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint")
-    t.add_argument("--out", help="output root (overrides out_dir)")
+    t.add_argument("--out", type=writable_dir("--out"), help="output root (overrides out_dir)")
     _add_overrides(t)
     t.set_defaults(fn=cmd_train)
 
@@ -341,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         hint = ""
         if args.cmd == "train":
-            cmd = ["energyformer", "train", args.config, "--resume"] + (["--out", args.out] if args.out else [])
+            cmd = ["energyformer", "train", args.config, "--resume"] + (["--out", str(args.out)] if args.out else [])
             cmd += [x for o in args.overrides for x in ("--set", o)]
             hint = "; continue with: " + " ".join(cmd)
         print(f"\nenergyformer: interrupted{hint}", file=sys.stderr)

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..utils.paths import writable_dir
 from ..analysis import bare_sa as A
 from ..experiment import build_model, build_task, check_run_dir, load_run_config, resolve
 from ..models.params import count_params
@@ -334,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="energyformer reproduce bare-sa", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="runs/reproduce-bare-sa", help="report folder (README.md, PNGs, results.json)")
+    p.add_argument("--out", type=writable_dir("--out"), default="runs/reproduce-bare-sa", help="report folder (README.md, PNGs, results.json)")
     p.add_argument("--runs", default=None, help="run directories (default: OUT/runs)")
     p.add_argument("--scale", default="cpu", choices=sorted(SCALES),
                    help="cpu (about 1 h on one core), short (half the steps: about 30 min) or tiny (a smoke test)")

@@ -38,6 +38,7 @@ from energyformer.models.regressor import (
     FLOPS_BATCH, GPRegressor, RegressorConfig, analytic_flops, fit_flops_batch, measured_flops,
 )
 from energyformer.utils.config import ConfigModel, load_config, read_yaml
+from ..utils.paths import writable_dir, writable_file
 
 #: The six rows of Table 3, in order.
 MODEL_SPECS: dict[str, RegressorConfig] = {
@@ -111,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, help="repetitions per kernel (quick 3, full 10)")
     p.add_argument("--full", action="store_true", help="paper-like run: 10 reps, 8000 train points, 50 epochs")
     p.add_argument("--config", type=Path, help="YAML file with GPExperiment keys")
-    p.add_argument("--out", type=Path, default=Path("runs/cem_gp"), help="output directory")
+    p.add_argument("--out", type=writable_dir("--out", as_path=True), default=Path("runs/cem_gp"), help="output directory")
     p.add_argument("--epochs", type=int)
     p.add_argument("--n-train", type=int)
     p.add_argument("--n-test", type=int)
@@ -124,7 +125,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--study", action="store_true", default=None,
                    help="also run the recursion-depth study (T4/T8 with eta = 2/T, learned eta, exact steps)")
     p.add_argument("--study-kernels", nargs="+", help="kernels of the study (default rbf periodic)")
-    p.add_argument("--report", type=Path, help="also write the report here (its JSON beside it as gp_results.json)")
+    p.add_argument("--report", type=writable_file("--report", as_path=True), help="also write the report here (its JSON beside it as gp_results.json)")
     args = p.parse_args(argv)
     values: dict = dict(FULL) if args.full else {}
     try:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..utils.paths import writable_dir, writable_file
 from ..analysis.lm_claims import claims_markdown
 from ..analysis.lm_report import akima_optimum, markdown_table, plot_loss_curves, plot_lr_sweep
 from ..experiment import load_run_config, run_experiment
@@ -311,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--at-lr", type=float, help="learning rate of the one-LR claims (default: Llama's best)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted override applied to every run (repeatable)")
-    p.add_argument("--out", default="runs/reproduce-cem-lm", help="output directory (run directories)")
-    p.add_argument("--report", type=Path, help="write the report here (default OUT/report.md); its plots "
+    p.add_argument("--out", type=writable_dir("--out"), default="runs/reproduce-cem-lm", help="output directory (run directories)")
+    p.add_argument("--report", type=writable_file("--report", as_path=True), help="write the report here (default OUT/report.md); its plots "
                    "go beside it, and a copy of results.json as lm_results.json")
     p.add_argument("--overwrite", action="store_true", help="train again runs already in the output directory")
     p.add_argument("--gp-results", type=Path, help="gp_results.json of `reproduce cem-gp --report`: add its verdicts")

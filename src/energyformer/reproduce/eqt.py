@@ -39,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from ..utils.paths import writable_dir
 from ..experiment import (
     RunConfig, build_task, load_run_config, load_run_dir_config, load_trained, resolve, run_experiment,
 )
@@ -72,7 +73,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n-test", type=int, default=512, help="test sequences per length (paper: 4096)")
     p.add_argument("--baseline-config", default=str(ROOT / "configs/eqt/baseline.yaml"))
     p.add_argument("--eqt-config", default=str(ROOT / "configs/eqt/eqt.yaml"))
-    p.add_argument("--out", default=str(ROOT / "docs/results/eqt"), help="folder of the report")
+    p.add_argument("--out", type=writable_dir("--out"), default=str(ROOT / "docs/results/eqt"), help="folder of the report")
     p.add_argument("--runs", default="runs/reproduce-eqt",
                    help="folder of the run directories (RUNS/L<length>_seed<seed>_<model>); finished runs with "
                         "the same config are reused, interrupted ones resumed")

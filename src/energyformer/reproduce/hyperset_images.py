@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from ..utils.paths import writable_dir
 from ..analysis.classification import per_class_markdown, plot_confusion
 from ..analysis.classification_report import (
     orderings, orderings_markdown, plot_curves, table1, table4, table5, table_tradeoff,
@@ -329,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, help="override train.steps for every run")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted override applied to every run (repeatable)")
-    p.add_argument("--out", default="runs/reproduce-hyperset-images", help="folder of the runs")
-    p.add_argument("--report", help="folder of README.md and the PNGs (default OUT/report)")
+    p.add_argument("--out", type=writable_dir("--out"), default="runs/reproduce-hyperset-images", help="folder of the runs")
+    p.add_argument("--report", type=writable_dir("--report"), help="folder of README.md and the PNGs (default OUT/report)")
     p.add_argument("--report-datasets", default="fashion_mnist,mnist,digits",
                    help="data sets whose finished runs go into the report")
     p.add_argument("--note", action="append", default=[],

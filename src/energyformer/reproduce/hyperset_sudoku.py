@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from ..utils.paths import writable_dir
 
 #: The paper's numbers (seed 002 §5.1, Fig. 3b, Table 8): board accuracy (%) at 24 and 48 iterations.
 PAPER = {
@@ -36,8 +37,8 @@ PAPER_WIDTH = ["model.dim=768", "model.heads=12", "model.iterations=24"]
 
 def _args(argv):
     p = argparse.ArgumentParser(prog="energyformer reproduce hyperset-sudoku", description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="runs/hyperset_sudoku", help="run directories (reused when finished)")
-    p.add_argument("--report", default="docs/results/hyperset", help="where README.md, results.json, PNGs go")
+    p.add_argument("--out", type=writable_dir("--out"), default="runs/hyperset_sudoku", help="run directories (reused when finished)")
+    p.add_argument("--report", type=writable_dir("--report"), default="docs/results/hyperset", help="where README.md, results.json, PNGs go")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the configs', 3000)")
     p.add_argument("--dim", type=int, default=None, help="model width (default: the configs', 128)")
     p.add_argument("--iterations", type=int, default=None, help="training iterations L (default 8); eval at 2L")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..utils.paths import writable_dir
 from ..analysis.intrinsic_report import (
     VARIANT_NAMES, claims_table, eval_history, plot_curves, scale_verdict, summarise, table,
 )
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, help="override train.steps of every run")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted override applied to every run (repeatable)")
-    p.add_argument("--out", default="runs/reproduce-intrinsic-lm", help="output directory")
+    p.add_argument("--out", type=writable_dir("--out"), default="runs/reproduce-intrinsic-lm", help="output directory")
     p.add_argument("--report-only", action="store_true", help="train nothing; rebuild the report")
     p.add_argument("--no-traces", action="store_true", help="skip the depth-trace figure")
     p.add_argument("--note", default="", help="a sentence added to 'What ran'")

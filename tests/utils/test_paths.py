@@ -1,0 +1,40 @@
+"""Issue 25 class 5: unwritable output paths are refused before any work, saying they cannot be written."""
+
+import time
+
+import pytest
+
+from energyformer.cli import main
+from energyformer.errors import ConfigError
+from energyformer.utils.paths import check_writable_dir, check_writable_file
+
+
+def test_writable_folder_and_file_pass_and_are_created(tmp_path):
+    assert check_writable_dir(tmp_path / "a" / "b").is_dir()
+    assert check_writable_file(tmp_path / "c" / "x.png") == tmp_path / "c" / "x.png"
+    assert not list((tmp_path / "a" / "b").iterdir())  # the probe file is removed
+
+
+@pytest.mark.parametrize("path, why", [("/proc/x.png", "cannot be written"), ("/proc/x/y.md", "cannot be written")])
+def test_unwritable_file_is_refused(path, why):
+    with pytest.raises(ConfigError, match=f"--report {path}: {why}"):
+        check_writable_file(path, "--report")
+
+
+def test_folder_in_place_of_a_file_and_file_in_place_of_a_folder(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match="it is a file, not a folder"):
+        check_writable_dir(tmp_path / "f", "--out")
+    with pytest.raises(ConfigError, match="a parent of the path is a file"):
+        check_writable_dir(tmp_path / "f" / "sub", "--out")
+    with pytest.raises(ConfigError, match="it is a folder, not a file"):
+        check_writable_file(tmp_path, "--confusion")
+
+
+def test_reproduction_refuses_an_unwritable_report_before_training(capsys):
+    t0 = time.perf_counter()
+    with pytest.raises(SystemExit) as e:
+        main(["reproduce", "cem-lm", "--report", "/proc/x/report.md"])
+    assert e.value.code == 2 and time.perf_counter() - t0 < 30
+    err = capsys.readouterr().err
+    assert "--report /proc/x/report.md: cannot be written" in err
