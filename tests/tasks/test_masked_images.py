@@ -183,3 +183,12 @@ def test_short_digits_run_beats_the_unigram_baseline(config, tmp_path):
     assert f["loss"] <= f["unigram_loss"] - 0.5, f"{config}: masked CE {f['loss']:.3f} vs unigram {f['unigram_loss']:.3f}"
     assert f["psnr"] >= f["unigram_psnr"] + 1.0, f"{config}: PSNR {f['psnr']:.2f} vs unigram fill {f['unigram_psnr']:.2f}"
     assert f["accuracy"] > f["unigram_accuracy"] - 0.02
+
+
+def test_codebook_larger_than_the_patch_count_is_a_config_error(digits):
+    """Issue 25 class 3: this was reported as 'internal error (ValueError ...)'."""
+    from energyformer.errors import ConfigError
+
+    images = digits.train.images[:2]  # 2 digits images of 8x8 at patch 4: 8 patches
+    with pytest.raises(ConfigError, match=r"task.codebook_size = 64: more codes than the 8 training patches"):
+        PatchTokenizer.fit(images, 4, 64, seed=0)

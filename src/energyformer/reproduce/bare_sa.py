@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from ..errors import DataError
+from ..utils.io import read_json
 from ..utils.paths import writable_dir
 from ..analysis import bare_sa as A
 from ..experiment import build_model, build_task, check_run_dir, load_run_config, resolve
@@ -347,7 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = Path(a.runs) if a.runs else out / "runs"
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
+    if a.report_only and not path.exists():
+        raise DataError(f"--report-only: {path} not found; nothing to re-render (run without --report-only "
+                        f"first, or give --out the folder of an earlier run)")
+    results = read_json(path, "results file") if path.exists() else {}
     if not a.report_only:
         scale = SCALES[a.scale]
         results["scale"] = a.scale

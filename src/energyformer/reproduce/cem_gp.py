@@ -38,6 +38,7 @@ from energyformer.models.regressor import (
     FLOPS_BATCH, GPRegressor, RegressorConfig, analytic_flops, fit_flops_batch, measured_flops,
 )
 from energyformer.utils.config import ConfigModel, load_config, read_yaml
+from ..utils.cliargs import count, nonneg_int, positive_float
 from ..utils.paths import writable_dir, writable_file
 
 #: The six rows of Table 3, in order.
@@ -109,19 +110,19 @@ class GPExperiment(ConfigModel):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Precedence: built-in quick preset < ``--full`` < ``--config`` YAML < explicit flags."""
     p = argparse.ArgumentParser(prog="energyformer reproduce cem-gp", description=__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, help="repetitions per kernel (quick 3, full 10)")
+    p.add_argument("--reps", type=count, help="repetitions per kernel (quick 3, full 10)")
     p.add_argument("--full", action="store_true", help="paper-like run: 10 reps, 8000 train points, 50 epochs")
     p.add_argument("--config", type=Path, help="YAML file with GPExperiment keys")
     p.add_argument("--out", type=writable_dir("--out", as_path=True), default=Path("runs/cem_gp"), help="output directory")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--n-train", type=int)
-    p.add_argument("--n-test", type=int)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--lr", type=float)
+    p.add_argument("--epochs", type=count)
+    p.add_argument("--n-train", type=count)
+    p.add_argument("--n-test", type=count)
+    p.add_argument("--batch-size", type=count)
+    p.add_argument("--lr", type=positive_float)
     p.add_argument("--kernels", nargs="+", help=f"subset of {list(KERNELS)}")
     p.add_argument("--models", nargs="+", help=f"subset of {list(MODEL_SPECS)}")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--threads", type=int, help="torch intra-op threads (1 is fastest for these sizes)")
+    p.add_argument("--seed", type=nonneg_int)
+    p.add_argument("--threads", type=count, help="torch intra-op threads (1 is fastest for these sizes)")
     p.add_argument("--study", action="store_true", default=None,
                    help="also run the recursion-depth study (T4/T8 with eta = 2/T, learned eta, exact steps)")
     p.add_argument("--study-kernels", nargs="+", help="kernels of the study (default rbf periodic)")

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..utils.io import read_json
+from ..utils.cliargs import count, positive_float
 from ..utils.paths import writable_dir, writable_file
 from ..analysis.lm_claims import claims_markdown
 from ..analysis.lm_report import akima_optimum, markdown_table, plot_loss_curves, plot_lr_sweep
@@ -190,7 +192,7 @@ def gp_section(path: Path) -> list[str]:
     from ..analysis.gp_report import check_claims as gp_claims
     from ..analysis.gp_report import claims_text
 
-    res = json.loads(path.read_text())
+    res = read_json(path, "--gp-results", require=("runs",))
     runs = res["runs"]
     reps = len({r["rep"] for r in runs})
     return ["\n## GP regression (seed Table 3, Appendix E)\n",
@@ -286,11 +288,11 @@ def load_records(sources: list[Path]) -> list[dict]:
     for s in sources:
         files = [s] if s.is_file() else ([s / "results.json"] if (s / "results.json").exists() else [])
         for f in files:
-            for r in json.loads(f.read_text())["runs"]:
+            for r in read_json(f, "results file", require=("runs",))["runs"]:
                 records[r["run_dir"]] = r
         if s.is_dir():
             for f in sorted(s.glob("*/summary.json")):
-                r = json.loads(f.read_text())
+                r = read_json(f, "run summary", require=("run_dir",))
                 records[r["run_dir"]] = r
         if not files and not (s.is_dir() and any(s.glob("*/summary.json"))):
             raise FileNotFoundError(f"{s}: no results.json or run summaries (--from takes output folders "
@@ -304,12 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", default="drop-in", choices=sorted(SUITES),
                    help="named subset of configs (default: drop-in, seed §4.1)")
     p.add_argument("--configs", nargs="+", help="explicit config names instead of a suite (e.g. lm/llama)")
-    p.add_argument("--steps", type=int, help="override train.steps for every run")
+    p.add_argument("--steps", type=count, help="override train.steps for every run")
     p.add_argument("--lr-sweep", type=lambda s: [float(x) for x in s.split(",")],
                    help="comma-separated learning rates, e.g. 5e-4,1e-3,2e-3,4e-3,8e-3 (the seed's)")
     p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0],
                    help="comma-separated training seeds (default 0)")
-    p.add_argument("--at-lr", type=float, help="learning rate of the one-LR claims (default: Llama's best)")
+    p.add_argument("--at-lr", type=positive_float, help="learning rate of the one-LR claims (default: Llama's best)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted override applied to every run (repeatable)")
     p.add_argument("--out", type=writable_dir("--out"), default="runs/reproduce-cem-lm", help="output directory (run directories)")
@@ -324,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from", dest="sources", nargs="+", type=Path, default=[],
                    help="with --report-only: output folders of earlier runs or results.json files (default: --out)")
     a = p.parse_args(argv)
+    if a.sources and not a.report_only:
+        p.error("--from only applies with --report-only (it names earlier results to re-render; "
+                "without --report-only this command trains the suite)")
     out = Path(a.out)
     title = "CEM language-model comparison"
     setup = a.setup

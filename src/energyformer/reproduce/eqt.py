@@ -39,6 +39,8 @@ from pathlib import Path
 
 import torch
 
+from ..utils.io import read_json
+from ..utils.cliargs import count, nonneg_int, positive_float
 from ..utils.paths import writable_dir
 from ..experiment import (
     RunConfig, build_task, load_run_config, load_run_dir_config, load_trained, resolve, run_experiment,
@@ -66,22 +68,22 @@ EVAL_VERSION = 1  # bump when what result.json holds changes: older results are 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="energyformer reproduce eqt", description=__doc__.split("\n\n")[0])
-    p.add_argument("--lengths", type=int, nargs="+", default=[16, 64])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    p.add_argument("--train-steps", type=int, default=500)
-    p.add_argument("--lr", type=float, default=3e-3, help="peak AdamW rate (paper: 3e-4 at 6.3M params)")
-    p.add_argument("--n-test", type=int, default=512, help="test sequences per length (paper: 4096)")
+    p.add_argument("--lengths", type=count, nargs="+", default=[16, 64])
+    p.add_argument("--seeds", type=nonneg_int, nargs="+", default=[0, 1])
+    p.add_argument("--train-steps", type=count, default=500)
+    p.add_argument("--lr", type=positive_float, default=3e-3, help="peak AdamW rate (paper: 3e-4 at 6.3M params)")
+    p.add_argument("--n-test", type=count, default=512, help="test sequences per length (paper: 4096)")
     p.add_argument("--baseline-config", default=str(ROOT / "configs/eqt/baseline.yaml"))
     p.add_argument("--eqt-config", default=str(ROOT / "configs/eqt/eqt.yaml"))
     p.add_argument("--out", type=writable_dir("--out"), default=str(ROOT / "docs/results/eqt"), help="folder of the report")
     p.add_argument("--runs", default="runs/reproduce-eqt",
                    help="folder of the run directories (RUNS/L<length>_seed<seed>_<model>); finished runs with "
                         "the same config are reused, interrupted ones resumed")
-    p.add_argument("--save-every", type=int, default=100, help="checkpoint every N steps (and at the end)")
+    p.add_argument("--save-every", type=count, default=100, help="checkpoint every N steps (and at the end)")
     p.add_argument("--device", default="auto", help="train.device of every run: auto | cpu | cuda | cuda:N | mps")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--jobs", type=count, default=1,
                    help="runs trained at the same time, each in its own process (the timing runs after, alone)")
-    p.add_argument("--timing-repeats", type=int, default=7,
+    p.add_argument("--timing-repeats", type=count, default=7,
                    help="repeats of the interleaved timing per (length, seed) after training")
     p.add_argument("--from-results", default=None, metavar="JSON",
                    help="re-render README.md and the plots from a results.json of an earlier run (no training)")
@@ -440,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     args._model = f"{m.n_layers} layers × {m.dim} wide, {m.heads} heads, {m.positions} positions"
     args._batch = cfg.task.batch_size
     if args.from_results:
-        old = json.loads(Path(args.from_results).read_text())
+        old = read_json(args.from_results, "--from-results", require=("args", "runs"))
         for k, v in old["args"].items():
             if k not in ("out", "from_results"):
                 setattr(args, k, v)

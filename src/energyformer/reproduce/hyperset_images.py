@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from ..utils.cliargs import count, positive_float
 from ..utils.paths import writable_dir
 from ..analysis.classification import per_class_markdown, plot_confusion
 from ..analysis.classification_report import (
@@ -327,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suites", default="main,ablation,lora,tradeoff,seeds",
                    help=f"comma-separated suites ({', '.join(SUITES)}); 'none' trains nothing")
     p.add_argument("--only", nargs="+", help="train only these config names (e.g. hyperset transformer)")
-    p.add_argument("--steps", type=int, help="override train.steps for every run")
+    p.add_argument("--steps", type=count, help="override train.steps for every run")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted override applied to every run (repeatable)")
     p.add_argument("--out", type=writable_dir("--out"), default="runs/reproduce-hyperset-images", help="folder of the runs")
@@ -337,9 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", action="append", default=[],
                    help="a markdown paragraph put under the report's introduction (repeatable), e.g. links "
                         "to related pages")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--jobs", type=count, default=1,
                    help="runs trained at the same time, each in its own process (a GPU or many cores)")
-    p.add_argument("--deadline", type=float,
+    p.add_argument("--deadline", type=positive_float,
                    help="seconds after which no new run is started (finished runs are kept; rerun to continue)")
     a = p.parse_args(argv)
     out = Path(a.out)

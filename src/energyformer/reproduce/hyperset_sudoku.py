@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 import torch
+from ..utils.io import read_json
+from ..utils.cliargs import count
 from ..utils.paths import writable_dir
 
 #: The paper's numbers (seed 002 §5.1, Fig. 3b, Table 8): board accuracy (%) at 24 and 48 iterations.
@@ -39,12 +41,12 @@ def _args(argv):
     p = argparse.ArgumentParser(prog="energyformer reproduce hyperset-sudoku", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=writable_dir("--out"), default="runs/hyperset_sudoku", help="run directories (reused when finished)")
     p.add_argument("--report", type=writable_dir("--report"), default="docs/results/hyperset", help="where README.md, results.json, PNGs go")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the configs', 3000)")
-    p.add_argument("--dim", type=int, default=None, help="model width (default: the configs', 128)")
-    p.add_argument("--iterations", type=int, default=None, help="training iterations L (default 8); eval at 2L")
-    p.add_argument("--test-boards", type=int, default=1000, help="test boards scored (default: all 1000)")
-    p.add_argument("--trace-boards", type=int, default=100, help="boards for the energy/rank/angle trajectories")
-    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--steps", type=count, default=None, help="training steps (default: the configs' train.steps)")
+    p.add_argument("--dim", type=count, default=None, help="model width (default: the configs' model.dim)")
+    p.add_argument("--iterations", type=count, default=None, help="training iterations L (default: the configs' model.iterations); eval at 2L")
+    p.add_argument("--test-boards", type=count, default=1000, help="test boards scored (default: all 1000)")
+    p.add_argument("--trace-boards", type=count, default=100, help="boards for the energy/rank/angle trajectories")
+    p.add_argument("--threads", type=count, default=1, help="torch threads")
     p.add_argument("--render-only", action="store_true",
                    help="rewrite README.md from the report's results.json (no training or evaluation)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     out, rep = Path(a.out), Path(a.report)
     rep.mkdir(parents=True, exist_ok=True)
     if a.render_only:
-        res = json.loads((rep / "results.json").read_text())
+        res = read_json(rep / "results.json", "results file", require=("models",))
         L = next(iter(res["models"].values()))["L"]
         res["claims"] = _claims(res, {n: r["trajectory"] for n, r in res["models"].items()}, L, is_decreasing)
         plot_energies(res["models"]["Hyper-SET"]["trajectory"], L, rep / "energy.png")

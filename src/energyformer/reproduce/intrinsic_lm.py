@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..utils.cliargs import count, nonneg_int
 from ..utils.paths import writable_dir
 from ..analysis.intrinsic_report import (
     VARIANT_NAMES, claims_table, eval_history, plot_curves, scale_verdict, summarise, table,
@@ -159,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", nargs="+", default=SEED_VARIANTS,
                    choices=SEED_VARIANTS + EXTRA_VARIANTS, help="configs/intrinsic/<variant>.yaml to run")
     p.add_argument("--corpora", nargs="+", default=CORPORA, choices=CORPORA)
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    p.add_argument("--steps", type=int, help="override train.steps of every run")
+    p.add_argument("--seeds", nargs="+", type=nonneg_int, default=[0, 1])
+    p.add_argument("--steps", type=count, help="override train.steps of every run")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted override applied to every run (repeatable)")
     p.add_argument("--out", type=writable_dir("--out"), default="runs/reproduce-intrinsic-lm", help="output directory")

@@ -47,7 +47,7 @@ from ..data.text import data_dir
 from ..models.masked_vision import maskgit_decode
 from ..utils.fields import SplitSize
 from ..utils.config import KindConfig, replace
-from ..utils.validate import check_divides, check_int
+from ..utils.validate import ConfigError, check_divides, check_int
 from .base import Task, TaskConfig, register_task
 from .classification import IMAGE_SHAPES
 
@@ -86,7 +86,9 @@ class PatchTokenizer:
 
         x = patchify(images.float() / 255.0, patch_size).reshape(-1, images.shape[1] * patch_size ** 2)
         if x.shape[0] < n_codes:
-            raise ValueError(f"codebook_size = {n_codes}: more codes than the {x.shape[0]} patches to fit")
+            raise ConfigError(f"task.codebook_size = {n_codes}: more codes than the {x.shape[0]} training "
+                              f"patches to fit k-means on; allowed at most {x.shape[0]} (or use more "
+                              f"task.train_examples, or a smaller task.patch_size)")
         km = MiniBatchKMeans(n_clusters=n_codes, random_state=seed, batch_size=4096, n_init=3,
                              max_iter=100).fit(x.numpy())
         return cls(km.cluster_centers_.astype(np.float32), patch_size, tuple(images.shape[1:]))

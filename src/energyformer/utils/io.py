@@ -44,3 +44,35 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = 
 def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = True) -> Path:
     """UTF-8 text version of :func:`atomic_write_bytes`."""
     return atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file", require: tuple[str, ...] = ()) -> dict:
+    """A JSON object from ``path``, or a :class:`~energyformer.errors.DataError` naming the file and
+    what is wrong with it: missing, a folder, not text, empty, malformed (line and column), not an
+    object, or lacking one of the ``require`` d top-level keys."""
+    import json
+
+    from ..errors import DataError
+
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{what} {p}: not found")
+    if p.is_dir():
+        raise DataError(f"{what} {p}: is a folder, not a JSON file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"{what} {p}: not a text file (binary data; expected JSON)") from None
+    if not text.strip():
+        raise DataError(f"{what} {p}: empty file (expected JSON)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{what} {p}: not valid JSON at line {e.lineno}, column {e.colno} ({e.msg})") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{what} {p}: holds a JSON {type(data).__name__}, expected an object")
+    missing = [k for k in require if k not in data]
+    if missing:
+        raise DataError(f"{what} {p}: lacks the key(s) {', '.join(repr(k) for k in missing)} "
+                        f"(is it the right file?)")
+    return data

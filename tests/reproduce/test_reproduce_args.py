@@ -1,0 +1,46 @@
+"""Issue 25 classes 2 and 3: reproduction arguments out of range, or that do nothing, are refused at
+once; results files that are binary, empty or of the wrong kind are errors naming the file."""
+
+import pytest
+
+from energyformer.cli import main
+
+REFUSED = [
+    (["hyperset-sudoku", "--dim", "0"], "--dim"),
+    (["hyperset-sudoku", "--test-boards", "-1"], "--test-boards"),
+    (["hyperset-sudoku", "--threads", "0"], "--threads"),
+    (["hyperset-images", "--jobs", "-3"], "--jobs"),
+    (["cem-lm", "--at-lr", "-1"], "--at-lr"),
+    (["cem-lm", "--steps", "0"], "--steps"),
+    (["eqt", "--lengths", "16", "0"], "--lengths"),
+    (["cem-lm", "--from", "somewhere"], "--from only applies with --report-only"),
+]
+
+
+@pytest.mark.parametrize("args, what", REFUSED, ids=lambda x: " ".join(x) if isinstance(x, list) else x)
+def test_bad_reproduction_arguments_are_refused_before_work(args, what, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # default output folders land here
+    with pytest.raises(SystemExit) as e:
+        main(["reproduce", *args])
+    assert e.value.code == 2
+    assert what in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, why", [(b"\x00\xff\xfe binary", "not a text file"), (b"", "empty file"),
+                                          (b"{\"a\": 1,", "not valid JSON at line 1"),
+                                          (b"[1, 2]", "holds a JSON list"), (b"{\"a\": 1}", "lacks the key")])
+def test_results_files_that_are_not_results_name_the_file(content, why, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "bad.json"
+    f.write_bytes(content)
+    for args in (["cem-lm", "--report-only", "--from", str(f)], ["eqt", "--from-results", str(f), "--out", str(tmp_path / "o")]):
+        assert main(["reproduce", *args]) == 2
+        err = capsys.readouterr().err
+        assert str(f) in err and why in err and err.count("\n") == 1, err
+
+
+def test_bare_sa_report_only_on_an_empty_folder_is_an_error(tmp_path, capsys):
+    assert main(["reproduce", "bare-sa", "--report-only", "--out", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "results.json not found" in err and "nothing to re-render" in err
+    assert not (tmp_path / "empty" / "README.md").exists()
