@@ -167,3 +167,11 @@ def test_resume_and_eval_refuse_a_config_that_no_longer_fits_the_checkpoint(tmp_
         assert main(cmd) == 2
         err = capsys.readouterr().err
         assert "config.yaml was edited" in err and "model.n_layers: 2 -> 3" in err, err
+
+
+def test_warnings_are_one_plain_line(capsys):
+    from energyformer.cli import _show_warning
+
+    _show_warning(UserWarning("resuming with a changed\n train config: steps: 2 -> 3"), UserWarning, "x.py", 3)
+    err = capsys.readouterr().err
+    assert err == "energyformer: warning: resuming with a changed train config: steps: 2 -> 3\n"

@@ -58,9 +58,9 @@ def _forward_options(a) -> dict:
             raise ConfigError(f"--iterations {a.iterations}: must be an integer >= 1")
         opts["iterations"] = a.iterations
     if a.steps is not None:
-        if a.steps < 1:
-            raise ConfigError(f"--steps {a.steps}: must be an integer >= 1")
-        opts["steps"] = a.steps
+        if a.steps < 0:
+            raise ConfigError(f"--steps {a.steps}: must be an integer >= 0")
+        opts["steps"] = a.steps  # the least value each model takes is checked against the model
     return opts
 
 
@@ -329,10 +329,20 @@ def describe_error(err: BaseException) -> tuple[str, int]:
     return f"internal error ({name}: {' '.join(text.split())[:300]}); rerun with --debug for the traceback", 1
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one line of their own (no Python category, source file or code line)."""
+    text = " ".join(str(message).split())
+    print(f"energyformer: warning: {text}", file=file if file is not None else sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     debug = args.debug or os.environ.get("ENERGYFORMER_DEBUG", "") not in ("", "0")
+    if not debug:
+        warnings.showwarning = _show_warning
     if extra and args.cmd in ("list", "config", "demo", "train"):
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
     try:

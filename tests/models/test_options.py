@@ -12,10 +12,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 from system_cases import build_case  # noqa: E402
 
 EXPECTED = {
-    "llama": {"iterations"}, "sudoku_transformer": {"iterations"}, "img_transformer": {"iterations"},
-    "cem_full": {"iterations", "steps"}, "sudoku_hyperset": {"iterations", "steps"},
-    "eqt": {"iterations", "steps"}, "potts_bare_sa": {"iterations", "steps"},
-    "potts_factored": set(), "gp_cem": set(),
+    "llama": {"iterations": 1}, "sudoku_transformer": {"iterations": 1}, "img_transformer": {"iterations": 1},
+    "cem_full": {"iterations": 1, "steps": 1}, "sudoku_hyperset": {"iterations": 1, "steps": 1},
+    "eqt": {"iterations": 1, "steps": 0}, "potts_bare_sa": {"iterations": 1, "steps": 1},
+    "potts_factored": {}, "gp_cem": {},
 }
 
 
@@ -39,3 +39,11 @@ def test_factored_attention_refuses_more_steps_as_a_config_error():
     task, model, batch = build_case("potts_factored")
     with pytest.raises(ConfigError, match="steps = 3.*allowed: 1"):
         model(batch[0], steps=3)
+
+
+def test_least_values():
+    _, eqt, _ = build_case("eqt")
+    check_forward_options(eqt, {"steps": 0}, "equilibrium")  # K = 0: the paper's ablation
+    _, cem, _ = build_case("cem_full")
+    with pytest.raises(ConfigError, match=r"--steps 0: a 'transformer' model takes --steps >= 1"):
+        check_forward_options(cem, {"steps": 0}, "transformer")

@@ -85,6 +85,14 @@ def test_train_and_eval_puzzle_files_through_the_cli(data_env, capsys):
     assert main(["eval", run, "--puzzles", str(no_sol)]) == 0
     out = capsys.readouterr().out
     assert "board accuracy" in out and "cell accuracy" not in out  # scored by validity only
+    # a consistent but unsolvable puzzle (row 1 holds 1-8, and its last column a 9) is named, not
+    # silently scored 0 (issue 25)
+    unsolvable = "123456780" + "000000009" + "0" * 63
+    no_sol.write_text(no_sol.read_text() + unsolvable + "\n")
+    assert main(["eval", run, "--puzzles", str(no_sol)]) == 0
+    cap = capsys.readouterr()
+    assert "1 puzzle(s) have no solution" in cap.out and "9 boards" in cap.out
+    assert "energyformer: warning:" in cap.err and "board(s) 9" in cap.err
 
 
 @pytest.mark.slow

@@ -190,9 +190,9 @@ class BareSelfAttention(nn.Module):
             x = torch.where(masked[..., None], r / r.norm(dim=-1, keepdim=True), x)
         return x
 
-    def forward_options(self) -> set[str]:
+    def forward_options(self) -> dict[str, int]:
         """Call-time ``iterations`` and ``steps`` both change the dynamics (models/options.py)."""
-        return {"iterations", "steps"}
+        return {"iterations": 1, "steps": 1}
 
     def forward(self, idx: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
                 iterations: int | None = None, steps: int | None = None) -> EncoderOutput:

@@ -85,9 +85,10 @@ class EquilibriumModel(TokenModel):
         """Trainer callbacks of the ERMs' schedules (γ annealing, K curriculum)."""
         return [cb for r in self.refiners() for cb in r.callbacks()]
 
-    def forward_options(self) -> set[str]:
-        """Call-time ``iterations`` and ``steps`` both change the dynamics (models/options.py)."""
-        return {"iterations", "steps"}
+    def forward_options(self) -> dict[str, int]:
+        """Call-time ``iterations`` and ``steps`` (models/options.py); ``steps = 0`` is K = 0, the
+        proposal without refinement (the paper's ablation)."""
+        return {"iterations": 1, "steps": 0}
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, mask: Tensor | None = None,
                 trace: bool = False, stats: bool = False, iterations: int | None = None,

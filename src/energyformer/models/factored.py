@@ -74,9 +74,9 @@ class FactoredAttention(nn.Module):
             return self.A.masked_fill(~self.offdiag, float("-inf")).softmax(-1)
         return self.A * self.offdiag
 
-    def forward_options(self) -> set[str]:
+    def forward_options(self) -> dict[str, int]:
         """A single non-recurrent layer: no call-time iterations or steps (models/options.py)."""
-        return set()
+        return {}
 
     def forward(self, idx: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
                 iterations: int | None = None, steps: int | None = None) -> EncoderOutput:

@@ -81,11 +81,16 @@ def _device(run_dir: Path) -> str:
         return "?"
 
 
+#: overrides a data set needs before the user's: digits are 8x8, so the configs' 7x7 patches (a 4x4
+#: grid of 28x28 images) become 2x2 patches (the same 4x4 grid)
+DATASET_OVERRIDES = {"digits": ["model.patch_size=2"]}
+
+
 def run_one(entry: str, dataset: str, out: Path, overrides: list[str]) -> dict[str, Any]:
     """Train (or reuse) one config on ``dataset``; returns its result row (also in result.json)."""
     name, seed = _split_seed(entry)
     run_name = name if seed is None else f"{name}_seed{seed}"
-    ov = [f"task.dataset={dataset}", *overrides, f"out_dir={out / dataset}", f"name={run_name}",
+    ov = [f"task.dataset={dataset}", *DATASET_OVERRIDES.get(dataset, []), *overrides, f"out_dir={out / dataset}", f"name={run_name}",
           "train.progress=false", "train.tensorboard=false"] + ([f"train.seed={seed}"] if seed is not None else [])
     cfg = load_run_config(f"images/{name}", ov)
     run_dir = cfg.run_dir

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import warnings
 from typing import Any, Literal
 
 import torch
@@ -236,8 +237,20 @@ class SudokuTask(Task):
     def eval_from_args(self, model, args, forward_options):
         if getattr(args, "puzzles", None):
             data = read_sudoku(args.puzzles)
+            note = ""
+            if not data.has_solutions:  # scored by validity: say when a board can never count
+                from ..data.sudoku_solver import count_solutions
+
+                counts, _ = count_solutions(data.puzzles.numpy(), limit=1)
+                bad = [i for i, c in enumerate(counts) if c == 0]
+                if bad:
+                    note = f"; {len(bad)} puzzle(s) have no solution and count as failures"
+                    warnings.warn(f"{args.puzzles}: {len(bad)} of {len(data)} puzzles have no solution "
+                                  f"(board(s) {', '.join(str(i + 1) for i in bad[:5])}"
+                                  f"{' ...' if len(bad) > 5 else ''}); no prediction can solve them, so "
+                                  "they are scored as failures", stacklevel=2)
             res = self.score(model, data, **forward_options)
-            return f"{args.puzzles} ({data.describe_givens()})", res
+            return f"{args.puzzles} ({data.describe_givens()}{note})", res
         return f"Sudoku {args.split} split", self.evaluate(model, args.split, **forward_options)
 
     def format_metrics(self, metrics: dict[str, float]) -> str:
