@@ -322,9 +322,76 @@ def _int_float(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 else value
 
 
-def read_yaml(path: str | os.PathLike) -> dict:
-    """A YAML mapping from ``path``; empty files, duplicate keys and non-mappings are errors."""
-    path = Path(path)
+def read_yaml(path: str | os.PathLike, *, inherit: bool = True) -> dict:
+    """A YAML mapping from ``path``; empty files, duplicate keys and non-mappings are errors.
+
+    With ``inherit`` (default) a top-level ``base:`` names another config this one derives
+    from (:func:`resolve_base`): the result is the base with this file's keys merged over it.
+    """
+    data = _read_yaml_file(Path(path))
+    return resolve_base(data, Path(path)) if inherit else data
+
+
+#: the most ``base:`` links followed from one file (a longer chain is surely a mistake)
+MAX_BASE_DEPTH = 16
+
+
+def _base_path(name: Any, path: Path) -> Path:
+    """The file a ``base:`` value names: a path ending in .yaml/.yml (relative to ``path``'s folder),
+    or a config name like ``lm/llama`` looked up under the nearest enclosing ``configs/`` folder
+    (else ``path``'s folder)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{path}: base = {name!r}: must be a config name (e.g. lm/llama) or a YAML path")
+    if name.endswith((".yaml", ".yml")):
+        cand = Path(name) if Path(name).is_absolute() else path.parent / name
+    else:
+        root = next((p for p in path.resolve().parents if p.name == "configs"), path.parent)
+        cand = root / f"{name}.yaml"
+    if not cand.is_file():
+        raise ConfigError(f"{path}: base = {name!r}: no such config ({cand} not found)")
+    return cand
+
+
+def _merge_over(base: Any, child: Any) -> Any:
+    """``child`` merged over ``base``: mappings merge key by key, anything else is replaced. A
+    mapping (or bare kind name) that picks another ``kind`` than the base's replaces the base's
+    section instead of merging into it: the keys of one kind do not carry over to another."""
+    bkind = base.get("kind") if isinstance(base, Mapping) else base if isinstance(base, str) else None
+    ckind = child.get("kind") if isinstance(child, Mapping) else child if isinstance(child, str) else None
+    if isinstance(child, str) and isinstance(base, Mapping) and "kind" in base:
+        return child  # a bare kind name: that kind with its defaults
+    if not (isinstance(base, Mapping) and isinstance(child, Mapping)):
+        return child
+    if ckind is not None and bkind is not None and ckind != bkind:
+        return dict(child)
+    out = dict(base)
+    for k, v in child.items():
+        out[k] = _merge_over(out[k], v) if k in out else v
+    return out
+
+
+def resolve_base(data: Mapping, path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """Config inheritance: ``base: NAME`` pulls in another config, this file's keys win.
+
+    Variants (LoRA ranks, ablations, sizes) state only what differs from the config they derive
+    from. Chains are followed (a base may have a base); a cycle, a missing base or a chain longer
+    than :data:`MAX_BASE_DEPTH` is a one-line :class:`ConfigError` naming the files.
+    """
+    data = dict(data)
+    if "base" not in data:
+        return data
+    here = path.resolve()
+    if here in _seen:
+        chain = " -> ".join(str(p) for p in (*_seen, here))
+        raise ConfigError(f"config inheritance cycle: {chain}")
+    if len(_seen) >= MAX_BASE_DEPTH:
+        raise ConfigError(f"{path}: more than {MAX_BASE_DEPTH} base: links (is there a cycle?)")
+    base_file = _base_path(data.pop("base"), path)
+    base = resolve_base(_read_yaml_file(base_file), base_file, (*_seen, here))
+    return _merge_over(base, data)
+
+
+def _read_yaml_file(path: Path) -> dict:
     if path.is_dir():
         raise ConfigError(f"{path} is a directory, not a YAML config file")
     try:
