@@ -1,0 +1,64 @@
+"""Issue 22: the verdict rules (UNDECIDED inside noise; UNTESTABLE at floor or chance; one seed)."""
+
+import math
+
+import pytest
+
+from energyformer.analysis.verdicts import Rules, Verdict, compare
+
+H, N, U, T = Verdict.HOLDS, Verdict.DOES_NOT_HOLD, Verdict.UNDECIDED, Verdict.UNTESTABLE
+
+
+def test_outside_the_seed_spread_decides_both_ways():
+    assert compare([70.0, 71.0], [60.0, 61.0], higher_is_better=True).verdict is H
+    assert compare([60.0, 61.0], [70.0, 71.0], higher_is_better=True).verdict is N
+    # lower is better (perplexity)
+    assert compare([80.0, 81.0], [90.0, 91.0], higher_is_better=False).verdict is H
+
+
+def test_inside_the_seed_spread_or_declared_noise_is_undecided():
+    out = compare([70.0, 72.0], [69.0, 70.0], higher_is_better=True)  # margin 1.5, spread 2
+    assert out.verdict is U and out.band == 2.0 and "seed spread" in out.reason
+    assert compare([70.0, 70.5], [69.0, 69.5], higher_is_better=True, rules=Rules(noise=1.5)).verdict is U
+    assert compare([70.0, 70.5], [69.0, 69.5], higher_is_better=True, rules=Rules(noise=0.5)).verdict is H
+
+
+def test_one_seed_is_undecided_unless_the_margin_beats_the_stated_bound():
+    assert compare([70.0], [60.0], higher_is_better=True).verdict is U
+    assert compare([70.0], [60.0], higher_is_better=True, rules=Rules(single_seed_bound=5.0)).verdict is H
+    assert compare([70.0], [67.0], higher_is_better=True, rules=Rules(single_seed_bound=5.0)).verdict is U
+    assert compare([60.0], [70.0], higher_is_better=True, rules=Rules(single_seed_bound=5.0)).verdict is N
+
+
+def test_floor_and_chance_are_untestable():
+    assert compare([0.0, 0.0], [0.0, 0.0], higher_is_better=True, rules=Rules(floor=0.0)).verdict is T
+    ln9 = math.log(9)
+    out = compare([ln9, ln9 - 0.01], [ln9 + 0.005], higher_is_better=False, rules=Rules(chance=ln9, at_band=0.02))
+    assert out.verdict is T and "chance" in out.reason
+    # one side off the floor: testable
+    assert compare([5.0, 6.0], [0.0, 0.0], higher_is_better=True, rules=Rules(floor=0.0)).verdict is H
+
+
+def test_missing_or_diverged_runs_are_untestable():
+    assert compare([], [1.0], higher_is_better=True).verdict is T
+    assert compare([float("nan")], [1.0], higher_is_better=True).verdict is T
+
+
+def test_not_worse_and_equal_claims():
+    # 'A costs little': A within 5 of B
+    assert compare([83.0, 84.0], [82.0, 83.0], higher_is_better=False, claim="not_worse", tolerance=5.0).verdict is H
+    assert compare([95.0, 96.0], [82.0, 83.0], higher_is_better=False, claim="not_worse", tolerance=5.0).verdict is N
+    assert compare([86.0, 89.0], [82.0, 83.0], higher_is_better=False, claim="not_worse", tolerance=5.0).verdict is U
+    assert compare([1.00, 1.01], [1.005], higher_is_better=True, claim="equal", tolerance=0.05).verdict is H
+    assert compare([2.0, 2.01], [1.0], higher_is_better=True, claim="equal", tolerance=0.05).verdict is N
+
+
+def test_a_fixed_reference_number():
+    assert compare([54.0, 55.0], 49.3, higher_is_better=True).verdict is H
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="claim"):
+        compare([1.0], [1.0], higher_is_better=True, claim="bigger")
+    with pytest.raises(ValueError, match="tolerance"):
+        compare([1.0], [1.0], higher_is_better=True, claim="equal", tolerance=-1)
