@@ -190,3 +190,25 @@ def test_a_new_kind_is_a_config_and_a_builder(echo_kind):
     assert count_params(m)["attention"] == 8
     with pytest.raises(ConfigError, match="registered: llama, gpt, cem, .*echo_iteration"):  # other systems add kinds
         load_config(BlockConfig, {"attention": "echo"})
+
+
+_SUBLAYERS = [(reg, build, name) for reg, build in ((ATTENTIONS, build_attention), (MLPS, build_mlp))
+              for name in reg.names()]
+
+
+@pytest.mark.parametrize("reg,build,name", _SUBLAYERS, ids=[f"{r.what}-{n}" for r, _, n in _SUBLAYERS])
+def test_every_sublayer_declares_causal_support_and_keeps_it(reg, build, name):
+    """A kind with ``supports_causal`` builds for a causal model and never lets token i see j > i; one
+    without is refused by the registry with one error naming the kind."""
+    cfg = reg.get(name).config()
+    spec = SublayerSpec(dim=16, heads=4, causal=True)
+    if not type(cfg).supports_causal:
+        with pytest.raises(ConfigError, match=f"{reg.what} kind '{name}' is bidirectional only"):
+            build(cfg, spec)
+        return
+    torch.manual_seed(0)
+    blk = _randomise(build(cfg, spec).double(), 1).eval()
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    x2 = x.clone()
+    x2[:, 5] += torch.randn(16, dtype=torch.float64)
+    torch.testing.assert_close(blk(x2, ForwardContext())[:, :5], blk(x, ForwardContext())[:, :5], rtol=0, atol=1e-12)

@@ -24,9 +24,10 @@ from einops import rearrange
 from pydantic import Field
 from torch import Tensor, nn
 
+from ..core.attention import sdpa
 from ..core.context import ForwardContext
 from ..utils.validate import check_int
-from .attention import append_kv_cache, apply_rope, attention, rope_cos_sin
+from .attention import append_kv_cache, apply_rope, rope_cos_sin
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, llama_hidden
 
 
@@ -71,7 +72,7 @@ class LlamaAttention(nn.Module):
         cos, sin = rope_cos_sin(pos, self.head_dim, self.theta, q.dtype)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v, key_mask = append_kv_cache(ctx, self.qualname, k, v)  # (B, H, Nk, Dh)
-        o = attention(q, k, v, self.causal, key_mask)
+        o = sdpa(q, k, v, self.causal, key_mask)
         return x + self.wo(rearrange(o, "b h n d -> b n (h d)"))
 
 
@@ -95,7 +96,7 @@ class GPTAttention(nn.Module):
     def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
         q, k, v = rearrange(self.c_attn(self.norm(x)), "b n (t h d) -> t b h n d", t=3, h=self.heads)
         k, v, key_mask = append_kv_cache(ctx, self.qualname, k, v)
-        o = attention(q, k, v, self.causal, key_mask, self.dropout if self.training else 0.0)
+        o = sdpa(q, k, v, self.causal, key_mask, self.dropout if self.training else 0.0)
         return x + self.resid_drop(self.c_proj(rearrange(o, "b h n d -> b n (h d)")))
 
 

@@ -29,7 +29,7 @@ F(z) = ½‖x − Dz‖² + λ‖z‖₁ (Beck & Teboulle 2009). The solver adds
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -76,6 +76,8 @@ class CRATEAttentionConfig(AttentionConfig):
     """CRATE multi-head subspace self-attention: one gradient step on the subspace energy (Yu et al. Eq. 11)."""
 
     kind: Literal["crate"] = "crate"
+    supports_causal: ClassVar[bool] = False
+    causal_note: ClassVar[str] = "CRATE's subspace energy couples every pair of tokens"
     output: Literal["learned", "tied", "tied_code"] = "learned"
     """learned W_O + bias (CRATE, Yu et al. 2023), the subspace basis U itself (CRATE-T, Hu et al. 2024;
     exactly -κ∇E), or 'tied_code': the released Hyper-SET code's CRATE-T, which applies Uᵀ read as a
@@ -105,9 +107,6 @@ class CRATEAttention(EnergyBlock):
 @ATTENTIONS.register("crate", CRATEAttentionConfig)
 def build_crate_attention(cfg: CRATEAttentionConfig, spec: SublayerSpec) -> CRATEAttention:
     """CRATE (output: learned) / CRATE-T (output: tied) subspace self-attention."""
-    if spec.causal:
-        raise ConfigError("attention kind 'crate' is bidirectional here: set model.causal: false or use a "
-                          "bidirectional task")
     if spec.dim % spec.heads and cfg.head_dim is None:
         raise ConfigError(f"attention (crate): heads = {spec.heads} does not divide dim = {spec.dim}; set head_dim")
     return CRATEAttention(spec.dim, spec.heads, cfg)

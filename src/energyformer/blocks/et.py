@@ -23,7 +23,7 @@ Config (``model.block``)::
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from torch import Tensor, nn
@@ -41,6 +41,8 @@ class ETConfig(AttentionConfig):
     """Energy Transformer block: attention + Hopfield energy on LN(x), T gradient steps (ET Eqs. 1-8)."""
 
     kind: Literal["et"] = "et"
+    supports_causal: ClassVar[bool] = False
+    causal_note: ClassVar[str] = "its energy couples every pair of tokens"
     steps: int = Field(1, ge=1)
     """descent steps per block call (times the model's iterations = ET's T)"""
     step_size: StepSizeField = 0.1
@@ -77,9 +79,6 @@ class EnergyTransformerBlock(EnergyBlock):
 @ATTENTIONS.register("et", ETConfig)
 def build_et(cfg: ETConfig, spec: SublayerSpec) -> EnergyTransformerBlock:
     """Energy Transformer block (Hoover et al. 2023): attention + Hopfield energy, T gradient steps."""
-    if spec.causal:
-        raise ConfigError("attention kind 'et' is bidirectional here (its energy couples every pair of tokens): "
-                          "set model.causal: false or use a bidirectional task")
     if spec.dim % spec.heads and cfg.head_dim is None:
         raise ConfigError(f"attention (et): heads = {spec.heads} does not divide dim = {spec.dim}; set head_dim")
     return EnergyTransformerBlock(spec.dim, spec.heads, cfg)

@@ -47,7 +47,7 @@ patches (images) alike.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -211,6 +211,8 @@ class HyperSETAttentionConfig(AttentionConfig):
     """Hyper-SET attention: one descent step on a hyperspherical attention energy (Eq. 9, Table 19)."""
 
     kind: Literal["hyperset"] = "hyperset"
+    supports_causal: ClassVar[bool] = False
+    causal_note: ClassVar[str] = "Hyper-SET has no causal form, seed 002 App. H.4"
     energy: Literal["bisoftmax", "sigmoid", "linear"] = "bisoftmax"
     """E_ATTN: bi-softmax (Eq. 3, the paper), sigmoid or linear attention (Table 19)"""
     head_dim: int | None = Field(None, ge=1)
@@ -245,6 +247,8 @@ class HyperSETFFConfig(MLPConfig):
     """Hyper-SET feed-forward: one ascent step toward the columns of D on the sphere (Eq. 11, Table 20)."""
 
     kind: Literal["hyperset"] = "hyperset"
+    supports_causal: ClassVar[bool] = False
+    causal_note: ClassVar[str] = "Hyper-SET has no causal form, seed 002 App. H.4"
     energy: Literal["relu", "softmax", "gated"] = "relu"
     """E_FF: ReLU² (Eq. 5, the paper), softmax or gated (Table 20)"""
     sphere: bool = True
@@ -269,16 +273,9 @@ class HyperSETFF(HyperSETSublayer):
     role = "mlp"
 
 
-def _no_causal(kind: str, spec: SublayerSpec) -> None:
-    if spec.causal:
-        raise ConfigError(f"{kind} kind 'hyperset' is bidirectional only (Hyper-SET has no causal form, seed "
-                          f"002 App. H.4): set model.causal: false or use a bidirectional task")
-
-
 @ATTENTIONS.register("hyperset", HyperSETAttentionConfig)
 def build_hyperset_attention(cfg: HyperSETAttentionConfig, spec: SublayerSpec) -> HyperSETAttention:
     """Hyper-SET attention (bi-softmax / sigmoid / linear energy, learned step sizes, optional LoRA)."""
-    _no_causal("attention", spec)
     cls = ATTENTION_ENERGIES[cfg.energy]
     kw = dict(sphere=cfg.sphere, gain=cfg.gain, qkv_norm=cfg.qkv_norm, self_interaction=cfg.self_interaction)
     if cfg.energy == "bisoftmax":
@@ -295,7 +292,6 @@ def build_hyperset_attention(cfg: HyperSETAttentionConfig, spec: SublayerSpec) -
 @MLPS.register("hyperset", HyperSETFFConfig)
 def build_hyperset_ff(cfg: HyperSETFFConfig, spec: SublayerSpec) -> HyperSETFF:
     """Hyper-SET feed-forward (ReLU / softmax / gated energy, shared or own step sizes, optional LoRA)."""
-    _no_causal("mlp", spec)
     cls = FF_ENERGIES[cfg.energy]
     kw = dict(sphere=cfg.sphere, gain=cfg.gain)
     if cfg.energy == "gated":
