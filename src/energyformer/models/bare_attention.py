@@ -37,7 +37,7 @@ from ..energies.pl_objectives import pl_objective
 from ..energies.pseudolikelihood import PseudoLikelihoodEnergy
 from ..utils.config import KindConfig
 from ..utils.validate import ConfigError
-from .encoder import EncoderOutput
+from .output import ModelOutput
 from .registry import MODELS
 
 
@@ -191,7 +191,7 @@ class BareSelfAttention(nn.Module):
         return x
 
     def forward(self, idx: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
-                iterations: int | None = None, steps: int | None = None) -> EncoderOutput:
+                iterations: int | None = None, steps: int | None = None) -> ModelOutput:
         """Token ids (B, N) with masked sites = C -> logits (B, N, C) after q = iterations × steps steps
         (``iterations`` defaults to cfg.iterations, ``steps`` to 1). ``mask`` (key padding) is refused."""
         if mask is not None:
@@ -207,8 +207,8 @@ class BareSelfAttention(nn.Module):
 
             traces = Traces()
             traces[(self.qualname, 0)] = res.trace
-        return EncoderOutput(logits=logits, traces=traces,
-                             stats={(self.qualname, 0): res.stats} if stats else None)
+        return ModelOutput(logits=logits, traces=traces,
+                           stats={(self.qualname, 0): res.stats} if stats else None)
 
     @torch.no_grad()
     def coupling64(self) -> Tensor:
