@@ -76,7 +76,7 @@ def test_bad_values_and_wrong_config_class():
 
 
 def test_literals_follow_the_core_choices():
-    assert set(Precond.__args__) == set(PRECONDITIONERS)
+    assert set(Precond.__args__) == set(PRECONDITIONERS.names())
     assert set(Diagonal.__args__) == set(DIAGONAL_MODES)
 
 

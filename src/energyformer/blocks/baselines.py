@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ..core.attention import sdpa
 from ..core.context import ForwardContext
-from ..utils.validate import check_int
+from ..utils.validate import check_choice, check_int
 from .attention import append_kv_cache, apply_rope, rope_cos_sin
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, llama_hidden
 
@@ -126,6 +126,8 @@ class GeluMLPConfig(MLPConfig):
     """GPT-2 MLP (GELU, bias, dropout); default hidden 4·D."""
 
     kind: Literal["gelu"] = "gelu"
+    norm: Literal["layer", "rms"] = "layer"
+    """pre-norm: LayerNorm (GPT-2) or RMSNorm (the CEM seed's Plain regressor, Table 3)"""
 
     def default_hidden(self, dim: int) -> int:
         return 4 * dim
@@ -150,13 +152,14 @@ class SwiGLU(nn.Module):
 
 
 class GeluMLP(nn.Module):
-    """GPT-2 MLP sublayer: x + Dropout(W2 GELU(W1 LayerNorm(x)))."""
+    """GPT-2 MLP sublayer: x + Dropout(W2 GELU(W1 Norm(x) + b1) + b2), Norm = LayerNorm (or RMSNorm)."""
 
     part = "mlp"
 
-    def __init__(self, dim: int, hidden: int, dropout: float = 0.0):
+    def __init__(self, dim: int, hidden: int, dropout: float = 0.0, norm: str = "layer"):
         super().__init__()
-        self.norm = nn.LayerNorm(dim)
+        check_choice("norm", norm, ("layer", "rms"))
+        self.norm = nn.LayerNorm(dim) if norm == "layer" else nn.RMSNorm(dim, eps=1e-6)
         self.fc = nn.Linear(dim, hidden)
         self.proj = nn.Linear(hidden, dim)
         self.drop = nn.Dropout(dropout)
@@ -174,5 +177,5 @@ def build_swiglu(cfg: SwiGLUConfig, spec: SublayerSpec) -> SwiGLU:
 
 @MLPS.register("gelu", GeluMLPConfig)
 def build_gelu_mlp(cfg: GeluMLPConfig, spec: SublayerSpec) -> GeluMLP:
-    """GPT-2 GELU MLP, pre-LayerNorm, bias, dropout."""
-    return GeluMLP(spec.dim, cfg.hidden_size(spec), spec.dropout)
+    """GPT-2 GELU MLP, pre-LayerNorm (or RMSNorm), bias, dropout."""
+    return GeluMLP(spec.dim, cfg.hidden_size(spec), spec.dropout, cfg.norm)
