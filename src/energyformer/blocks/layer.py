@@ -56,6 +56,8 @@ class TransformerLayer(nn.Module):
     def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
         if self.attn_reuse > 1 and ctx is not None and ctx.cache is not None:
             raise NotImplementedError("block.attn_reuse > 1 does not support KV-cached decoding")
+        if ctx is not None:
+            ctx.layer_input = x  # what step sizes with condition 'layer' see (Hyper-SET's shared network)
         for _ in range(self.attn_reuse):
             x = self.attn(x, ctx)
         for _ in range(self.mlp_reuse):
