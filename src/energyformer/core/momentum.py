@@ -33,7 +33,7 @@ import math
 from typing import Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from ..utils.validate import ConfigError, check_float
@@ -49,6 +49,15 @@ class _MomentumConfig(SolverConfig):
     """Share the velocity across layers through ctx.carry[carry_key] (None: fresh per call)."""
     ema: bool = False
     """velocity m <- beta m + (1 - beta) d (EMA) instead of m <- beta m + d"""
+
+    @model_validator(mode="after")
+    def _learn_beta_needs_open_interval(self):
+        if self.learn_beta and not 0 < self.beta < 1:
+            raise ValueError(f"beta = {self.beta}: must be in (0, 1) when learn_beta = true "
+                             "(beta = sigmoid(theta)); set learn_beta: false for beta = 0")
+        if self.carry_key == "":
+            raise ValueError("carry_key = '': must be a non-empty string or null")
+        return self
 
 
 class MomentumConfig(_MomentumConfig):

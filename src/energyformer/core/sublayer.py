@@ -75,12 +75,16 @@ def migrate_descent(cls: type[ConfigModel], data: dict) -> dict:
     # -- step size: number + learn flag
     if "learn_step_size" in data and "learn_step_size" not in fields:
         learn = data.pop("learn_step_size")
-        eta = data.get("step_size", None)
         default = _default(cls, "step_size")
-        if eta is None:
-            if bool(learn) != (getattr(default, "kind", None) == "learned" or default is None):
+        if "step_size" in data:
+            eta = data["step_size"]
+        else:  # the old default number of this sublayer (the value of its default step size)
+            eta = getattr(default, "value", getattr(default, "init", None))
+        if eta is None:  # the old "sublayer default" (e.g. heads): today's 'auto' step size of the kind
+            if not isinstance(default, str) or bool(learn) != getattr(cls, "auto_step_learned", None):
                 raise ConfigError(f"learn_step_size = {learn!r} with step_size = null: give step_size explicitly, "
                                   "e.g. {kind: learned, init: 1.0}")
+            data.pop("step_size", None)
         elif isinstance(eta, (int, float)) and not isinstance(eta, bool):
             data["step_size"] = {"kind": "learned", "init": eta} if learn else {"kind": "fixed", "value": eta}
         elif learn:
