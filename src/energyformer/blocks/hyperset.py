@@ -184,6 +184,9 @@ class HyperSETSublayer(EnergyBlock):
     def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None,
                 anchor: Tensor | None = None) -> Tensor:  # (B, N, D)
         ctx = ctx or ForwardContext()
+        if ctx.steps not in (None, 1):
+            raise ConfigError(f"steps = {ctx.steps}: a Hyper-SET sublayer takes one step per iteration; "
+                              f"use iterations to run longer")
         with self._adapted(ctx.iteration):
             return super().forward(x, ctx, steps, anchor)
 
