@@ -158,3 +158,17 @@ def test_old_hyperset_parameter_names_load():
         old[k.replace("mlp.energy.", "mlp.block.energy.")] = v + 1
     layer.load_state_dict(old, strict=True)
     assert torch.equal(layer.attn.step.out.bias, state["attn.solver.step_size.net.out.bias"] + 1)
+
+
+def test_list_keys_shows_the_descent_keys_under_every_energy_sublayer():
+    """What ``energyformer list keys`` prints (format_config_help(RunConfig))."""
+    from energyformer.experiment import RunConfig
+    from energyformer.utils.config import format_config_help
+
+    text = format_config_help(RunConfig)
+    for part, reg in (("attention", ATTENTIONS), ("mlp", MLPS)):
+        for name in reg.names():
+            if issubclass(reg.get(name).config, DescentConfig):
+                head = f"block.{part}[kind={name}]."
+                for key in ("solver.kind", "step_size", "backward.kind", "steps", "eval_steps"):
+                    assert head + key in text, head + key
