@@ -146,8 +146,8 @@ def cmd_list(a, extra) -> int:
         for k, cls in sorted(ENERGIES.items()):
             print(f"{k:24s} {cls.__name__:26s} {_first_line(cls.__doc__)}")
     elif what == "solvers":
-        for k, cls in sorted(SOLVERS.items()):
-            print(f"{k:24s} {cls.__name__:26s} {_first_line(cls.__doc__)}")
+        for k, e in sorted(SOLVERS.entries.items()):
+            print(f"{k:24s} {e.builder.__name__:26s} {_first_line(e.builder.__doc__)}")
     elif what == "tasks":
         for k, e in _tasks().entries.items():
             print(f"{k:12s} models: {', '.join(e.builder.model_kinds):22s} {e.doc}")
