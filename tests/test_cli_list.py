@@ -14,6 +14,8 @@ def test_every_choice_is_a_listing():
     ("tokenizers", ["bpe", "gpt2", "llama", "bytes"]),
     ("positions", ["none", "learned", "sinusoidal"]),
     ("step_sizes", ["fixed", "learned", "per_iteration", "network"]),
+    ("solvers", ["gd", "momentum", "nesterov", "proximal", "ista", "sphere"]),
+    ("backward_modes", ["unroll", "truncated", "implicit"]),
     ("attentions", ["llama", "cem", "hyperset"]),
     ("models", ["transformer", "vision", "masked_vision", "regressor"]),
 ])

@@ -23,7 +23,7 @@ EPILOG = """examples:
   energyformer eval runs/cem_full --text-file my.txt    # perplexity and bits/byte on any UTF-8 text
   energyformer eval runs/RUN --iterations 8             # a recurrent-depth model at more iterations
   energyformer generate runs/cem_full --prompt "ROMEO:" --max-new-tokens 200
-  energyformer list configs | energies | solvers | step_sizes | tasks | models | attentions | mlps |
+  energyformer list configs | energies | solvers | step_sizes | backward_modes | tasks | models | attentions | mlps |
                    preconditioners | tokenizers | positions | keys | reproductions
   energyformer reproduce cem-lm --suite recursion       # CEM seed §4.2 at CPU scale
   energyformer reproduce hyperset-sudoku                # Hyper-SET vs looped transformer, test-time extrapolation
@@ -142,7 +142,7 @@ def listings() -> dict[str, Callable[[], list[tuple[str, str]]]]:
     """``energyformer list WHAT``: WHAT -> the rows (name, description) of one registry lookup."""
     _registries()
     from .blocks.registry import ATTENTIONS, MLPS
-    from .core import ENERGIES, SOLVERS, STEP_SIZES
+    from .core import BACKWARD_MODES, ENERGIES, SOLVERS, STEP_SIZES
     from .core.precond import PRECONDITIONERS
     from .data.tokenizers import TOKENIZERS
     from .experiment import configs_dir
@@ -161,7 +161,8 @@ def listings() -> dict[str, Callable[[], list[tuple[str, str]]]]:
     def tasks() -> list[tuple[str, str]]:
         return [(k, f"models: {', '.join(e.builder.model_kinds):22s} {e.doc}") for k, e in _tasks().entries.items()]
 
-    registries = {"energies": ENERGIES, "solvers": SOLVERS, "step_sizes": STEP_SIZES, "models": MODELS,
+    registries = {"energies": ENERGIES, "solvers": SOLVERS, "step_sizes": STEP_SIZES,
+                  "backward_modes": BACKWARD_MODES, "models": MODELS,
                   "attentions": ATTENTIONS, "mlps": MLPS, "preconditioners": PRECONDITIONERS,
                   "tokenizers": TOKENIZERS, "positions": POSITIONS}
     out: dict[str, Callable[[], list[tuple[str, str]]]] = {"configs": configs, "tasks": tasks}
@@ -170,7 +171,7 @@ def listings() -> dict[str, Callable[[], list[tuple[str, str]]]]:
     return out
 
 
-LIST_CHOICES = ("configs", "energies", "solvers", "step_sizes", "tasks", "models", "attentions", "mlps",
+LIST_CHOICES = ("configs", "energies", "solvers", "step_sizes", "backward_modes", "tasks", "models", "attentions", "mlps",
                 "preconditioners", "tokenizers", "positions", "reproductions", "keys")
 
 

@@ -55,8 +55,8 @@ from torch import Tensor, nn
 
 from ..core.block import EnergyBlock
 from ..core.context import ForwardContext
-from ..core.solver import GradientDescent
-from ..core.stepsize import NetworkStepSize, NetworkStepSizeConfig, StepSize, StepSizeField, make_step_size
+from ..core.stepsize import NetworkStepSize, NetworkStepSizeConfig, StepSizeField, StepSizeGroup, make_step_size
+from ..core.sublayer import DescentConfig, build_solver
 from ..energies.hyperspherical import BiSoftmaxAttentionEnergy, ReLUFFEnergy
 from ..energies.hyperspherical_alt import GatedFFEnergy, LinearAttentionEnergy, SigmoidAttentionEnergy, SoftmaxFFEnergy
 from ..utils.config import ConfigModel
@@ -66,12 +66,11 @@ from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
 ATTENTION_ENERGIES = {"bisoftmax": BiSoftmaxAttentionEnergy, "sigmoid": SigmoidAttentionEnergy,
                       "linear": LinearAttentionEnergy}
 FF_ENERGIES = {"relu": ReLUFFEnergy, "softmax": SoftmaxFFEnergy, "gated": GatedFFEnergy}
-SHARE_KEY = "hyperset.gamma"
 
 
 def paper_step_network() -> NetworkStepSizeConfig:
     """The step-size network of App. D.1 / Table 6 (Sudoku, Table 8: conditioned on x⁽⁰⁾)."""
-    return NetworkStepSizeConfig(embed_dim=512, condition="x0", output="vector", zero_init="all", groups=2)
+    return NetworkStepSizeConfig(embed_dim=512, condition="input", output="vector", zero_init="all", groups=2)
 
 
 class LoRAConfig(ConfigModel):
@@ -117,65 +116,61 @@ class DepthLoRA(nn.Module):
         return f"rank={self.rank}, iterations={self.iterations}, scale={self.scale:g}, beyond={self.beyond!r}"
 
 
-class _GivenStepSize(StepSize):
-    """The step size the owning sublayer computed for this call (set just before the solver runs)."""
-
-    exact = False
-
-    def __init__(self):
-        super().__init__()
-        self.value: Tensor | float | None = None
-
-    def forward(self, index: int, x0: Tensor, x: Tensor) -> Tensor | float:
-        if self.value is None:
-            raise RuntimeError("a Hyper-SET sublayer's solver ran outside its sublayer (no step size set)")
-        return self.value
+SHARED_NETWORK = "hyperset.step_network"  # SublayerSpec.shared key: the attention's network, for the MLP
 
 
-class HyperSETSublayer(nn.Module):
-    """One descent step x ← x + η ⊙ direction(x) on ``energy``, with η from ``step_size``; optional LoRA."""
+def _hyperset_condition(data: dict) -> dict:
+    """In Hyper-SET sublayers a network's ``condition: x0`` has always meant the model input x⁽⁰⁾ (Eq. 12):
+    today's ``input``; the attention's ``iterate`` (its input = the layer input) is ``layer``, the state
+    the shared γ_t is computed from."""
+    eta = data.get("step_size")
+    if isinstance(eta, dict) and eta.get("kind") == "network":
+        cond = eta.get("condition", "x0")
+        role = data.get("_role")
+        new = {"x0": "input", "iterate": "layer" if role == "attention" else "iterate"}.get(cond, cond)
+        data["step_size"] = {**eta, "condition": new}
+    data.pop("_role", None)
+    return data
 
-    role = ""  # "attention" (publishes γ) or "mlp" (may take it)
 
-    def __init__(self, energy: nn.Module, dim: int, step_size, lora: LoRAConfig, name: str):
-        super().__init__()
-        self.block = EnergyBlock(energy, GradientDescent(step_size=_GivenStepSize()), steps=1)
+class HyperSETSublayer(EnergyBlock):
+    """One descent step x ← x + η ⊙ direction(x) on ``energy`` (an :class:`~energyformer.core.EnergyBlock`),
+    with η from the config's step size, a group of the attention's shared network (``step_size: shared``),
+    and optional depth-wise LoRA."""
+
+    role = ""  # "attention" (owns a groups-2 network) or "mlp" (may reference it)
+
+    def __init__(self, energy: nn.Module, dim: int, cfg, name: str, shared: dict | None = None):
+        shared = {} if shared is None else shared
+        if cfg.step_size == "shared":
+            net = shared.get(SHARED_NETWORK)
+            if net is None:
+                raise ConfigError(
+                    f"{name}.step_size = 'shared' takes gamma from the step-size network of the hyperset attention of "
+                    f"the same layer (step_size {{kind: network, groups: 2}}); there is none: give the {name} its own "
+                    f"step_size")
+            step = net.group(1)
+        else:
+            step = make_step_size(cfg.step_size, dim)
+            if isinstance(step, NetworkStepSize):
+                if step.groups > 2:
+                    raise ConfigError(f"{name}.step_size.groups = {step.groups}: allowed 1 or 2 (alpha, gamma)")
+                if step.groups == 2:
+                    if self.role == "attention":
+                        shared[SHARED_NETWORK] = step
+                    step = step.group(0, owner=True)
+        super().__init__(energy, build_solver(cfg, dim, step_size=step, name=name), cfg.steps,
+                         eval_steps=cfg.eval_steps)
         self.dim, self.name = dim, name
-        self.step: StepSize | None = None if step_size == "shared" else make_step_size(step_size, dim)
-        if isinstance(self.step, NetworkStepSize) and self.step.groups > 2:
-            raise ConfigError(f"{name}.step_size.groups = {self.step.groups}: allowed 1 or 2 (alpha, gamma)")
         w = energy.proj.weight
-        self.lora = DepthLoRA(w.shape[0], w.shape[1], lora, f"{name}.lora") if lora.rank else None
-        self.qualname = ""
+        self.lora = DepthLoRA(w.shape[0], w.shape[1], cfg.lora, f"{name}.lora") if cfg.lora.rank else None
+        self._register_load_state_dict_pre_hook(_old_names, with_module=True)
 
     @property
-    def energy(self):
-        return self.block.energy
-
-    def _share_key(self) -> tuple[str, str]:
-        return SHARE_KEY, self.qualname.rpartition(".")[0]
-
-    def step_size(self, x: Tensor, ctx: ForwardContext) -> Tensor | float:
-        """η for this call (α or γ, (B, N, D) for the network); publishes γ when the network has 2 groups."""
-        if self.step is None:
-            key = self._share_key()
-            if key not in ctx.carry:
-                raise ConfigError(
-                    f"{self.name}.step_size = 'shared' takes gamma from the step-size network of the hyperset "
-                    f"attention of the same layer (step_size {{kind: network, groups: 2}}); none ran before "
-                    f"{self.qualname or 'this sublayer'}: give the MLP its own step_size")
-            return ctx.carry.pop(key)
-        t = ctx.iteration
-        self.step.check_index(t, iteration=t, steps=1)
-        if isinstance(self.step, NetworkStepSize):
-            cond = ctx.embedded if self.step.condition == "x0" and ctx.embedded is not None else x
-            eta = self.step(t, cond, x)  # (B, N, groups * D) or (B, N, groups)
-            if self.step.groups == 2:
-                eta, gamma = eta.chunk(2, dim=-1)
-                if self.role == "attention":
-                    ctx.carry[self._share_key()] = gamma
-            return eta
-        return self.step(t, x, x)
+    def step(self) -> nn.Module:
+        """This sublayer's step-size module (the shared network itself for a group view)."""
+        ss = self.solver.step_size
+        return ss.source if isinstance(ss, StepSizeGroup) else ss
 
     @contextmanager
     def _adapted(self, t: int):
@@ -186,18 +181,14 @@ class HyperSETSublayer(nn.Module):
         finally:
             e.delta = None
 
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None,
+                anchor: Tensor | None = None) -> Tensor:  # (B, N, D)
         ctx = ctx or ForwardContext()
         if ctx.steps not in (None, 1):
             raise ConfigError(f"steps = {ctx.steps}: a Hyper-SET sublayer takes one step per iteration; "
                               f"use iterations to run longer")
-        solver_step = self.block.solver.step_size
-        solver_step.value = self.step_size(x, ctx)
-        try:
-            with self._adapted(ctx.iteration):
-                return self.block(x, ctx, steps=1)
-        finally:
-            solver_step.value = None
+        with self._adapted(ctx.iteration):
+            return super().forward(x, ctx, steps, anchor)
 
     @torch.no_grad()
     def energy_at(self, x: Tensor, iteration: int = 0, mask: Tensor | None = None) -> Tensor:
@@ -207,7 +198,19 @@ class HyperSETSublayer(nn.Module):
             return self.energy.energy(x, st)
 
 
-class HyperSETAttentionConfig(AttentionConfig):
+def _old_names(module: HyperSETSublayer, state_dict, prefix, *args) -> None:
+    """Checkpoints from before the core-seams refactor: the sublayer wrapped its EnergyBlock (``block.``)
+    and held its step-size network as ``step.`` (now the solver's step size, ``net.`` inside a group view)."""
+    step = "solver.step_size." + ("net." if isinstance(module.solver.step_size, StepSizeGroup) else "")
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        rest = key[len(prefix):]
+        if rest.startswith("block.energy."):
+            state_dict[prefix + rest[len("block."):]] = state_dict.pop(key)
+        elif rest.startswith("step."):
+            state_dict[prefix + step + rest[len("step."):]] = state_dict.pop(key)
+
+
+class HyperSETAttentionConfig(AttentionConfig, DescentConfig):
     """Hyper-SET attention: one descent step on a hyperspherical attention energy (Eq. 9, Table 19)."""
 
     kind: Literal["hyperset"] = "hyperset"
@@ -235,6 +238,10 @@ class HyperSETAttentionConfig(AttentionConfig):
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     """depth-wise LoRA of W (App. G.2)"""
 
+    @classmethod
+    def migrate(cls, data: dict) -> dict:
+        return _hyperset_condition({**super().migrate(data), "_role": "attention"})
+
 
 class HyperSETAttention(HyperSETSublayer):
     """Hyper-SET attention sublayer: x ← x − α_t ⊙ Σ_h W_h (bi-softmax)(Z_h) (Eq. 9)."""
@@ -243,7 +250,7 @@ class HyperSETAttention(HyperSETSublayer):
     role = "attention"
 
 
-class HyperSETFFConfig(MLPConfig):
+class HyperSETFFConfig(MLPConfig, DescentConfig):
     """Hyper-SET feed-forward: one ascent step toward the columns of D on the sphere (Eq. 11, Table 20)."""
 
     kind: Literal["hyperset"] = "hyperset"
@@ -261,6 +268,10 @@ class HyperSETFFConfig(MLPConfig):
     """γ_t: 'shared' (from the attention sublayer's network, Table 6) or a step-size config of its own"""
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     """depth-wise LoRA of D (App. G.2)"""
+
+    @classmethod
+    def migrate(cls, data: dict) -> dict:
+        return _hyperset_condition(super().migrate(data))
 
     def default_hidden(self, dim: int) -> int:
         return 4 * dim  # M = 4d (Sudoku, Table 8); the image models use M = d
@@ -286,7 +297,7 @@ def build_hyperset_attention(cfg: HyperSETAttentionConfig, spec: SublayerSpec) -
         energy = cls(spec.dim, spec.heads, cfg.head_dim, **kw)
     except ValueError as err:
         raise ConfigError(f"attention ({cfg.energy}): {err}") from None
-    return HyperSETAttention(energy, spec.dim, cfg.step_size, cfg.lora, "attention")
+    return HyperSETAttention(energy, spec.dim, cfg, "attention", spec.shared)
 
 
 @MLPS.register("hyperset", HyperSETFFConfig)
@@ -297,7 +308,7 @@ def build_hyperset_ff(cfg: HyperSETFFConfig, spec: SublayerSpec) -> HyperSETFF:
     if cfg.energy == "gated":
         kw["phi"] = cfg.phi
     energy = cls(spec.dim, cfg.hidden_size(spec), **kw)
-    return HyperSETFF(energy, spec.dim, cfg.step_size, cfg.lora, "mlp")
+    return HyperSETFF(energy, spec.dim, cfg, "mlp", spec.shared)
 
 
 def check_hyperset_block(block) -> None:

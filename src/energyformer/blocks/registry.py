@@ -19,7 +19,7 @@ declares ``part`` itself; :func:`energyformer.models.params.count_params` counts
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pydantic import Field
@@ -43,6 +43,8 @@ class SublayerSpec:
     causal:     whether token i may only see tokens j <= i (decided by the model / task).
     dropout:    the block's dropout probability (used by the kinds that have dropout).
     mlp_hidden: model-wide MLP hidden size; None = each MLP kind's own default.
+    shared:     modules one sublayer of a layer offers the next at build time (Hyper-SET's step-size
+                network, built by the attention, referenced by the MLP); one dict per layer.
     """
 
     dim: int
@@ -50,6 +52,7 @@ class SublayerSpec:
     causal: bool = True
     dropout: float = 0.0
     mlp_hidden: int | None = None
+    shared: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 class SublayerConfig(KindConfig):
