@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch.nn.functional as F
 from pydantic import Field
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..blocks.equilibrium import EquilibriumRefiner, RefineConfig, RefinedLayer
 from ..utils.config import replace
