@@ -138,7 +138,7 @@ def test_lora_applies_the_iterations_delta_to_the_shared_weight():
     with torch.no_grad():
         plain.energy.proj.weight.copy_(attn.energy.proj.weight + attn.lora.delta(2))
     torch.testing.assert_close(out, plain(x, ForwardContext(iteration=2)))
-    assert attn.energy.delta is None  # cleared after the call
+    assert attn.energy.delta is None  # the shared energy is never modified (the adapter returns a view)
 
 
 def test_causal_is_refused():

@@ -41,7 +41,7 @@ from ..core.solver import SOLVERS
 from ..core.stepsize import StepSizeField
 from ..core.sublayer import DescentConfig, build_solver
 from ..energies.crate import LassoEnergy, SubspaceAttentionEnergy
-from ..utils.validate import ConfigError, check_float
+from ..utils.validate import ConfigError
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
 
 

@@ -46,20 +46,19 @@ patches (images) alike.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
 from torch import Tensor, nn
 
+from ..core.adapter import DepthLoRA, LoRAConfig
 from ..core.block import EnergyBlock
 from ..core.context import ForwardContext
 from ..core.stepsize import NetworkStepSize, NetworkStepSizeConfig, StepSizeField, StepSizeGroup, make_step_size
 from ..core.sublayer import DescentConfig, build_solver
 from ..energies.hyperspherical import BiSoftmaxAttentionEnergy, ReLUFFEnergy
 from ..energies.hyperspherical_alt import GatedFFEnergy, LinearAttentionEnergy, SigmoidAttentionEnergy, SoftmaxFFEnergy
-from ..utils.config import ConfigModel
 from ..utils.validate import ConfigError
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
 
@@ -71,49 +70,6 @@ FF_ENERGIES = {"relu": ReLUFFEnergy, "softmax": SoftmaxFFEnergy, "gated": GatedF
 def paper_step_network() -> NetworkStepSizeConfig:
     """The step-size network of App. D.1 / Table 6 (Sudoku, Table 8: conditioned on x⁽⁰⁾)."""
     return NetworkStepSizeConfig(embed_dim=512, condition="input", output="vector", zero_init="all", groups=2)
-
-
-class LoRAConfig(ConfigModel):
-    """Depth-wise LoRA (App. G.2): one low-rank delta of the shared projection per iteration."""
-
-    rank: int = Field(0, ge=0)
-    """r; 0 = off"""
-    alpha: float | None = Field(None, gt=0)
-    """scale numerator: ΔW = (alpha/r) B A (None: 4r, the paper's scaling factor 4)"""
-    iterations: int | None = Field(None, ge=1)
-    """number of per-iteration adapters (required when rank > 0; >= the training iterations)"""
-    init_std: float = Field(0.02, gt=0)
-    """std of the Gaussian init of A and B (paper and code: 0.02)"""
-    beyond: Literal["error", "last", "none"] = "error"
-    """iterations past the last adapter: error, reuse the last adapter, or no adapter"""
-
-
-class DepthLoRA(nn.Module):
-    """ΔW_t = (alpha/r) B_t A_t, t < iterations (App. G.2); ``delta(t)`` -> (d_out, d_in) or None."""
-
-    def __init__(self, d_out: int, d_in: int, cfg: LoRAConfig, name: str = "lora"):
-        super().__init__()
-        if cfg.iterations is None:
-            raise ConfigError(f"{name}.iterations is not set: give the number of per-iteration adapters "
-                              f"(at least the training iterations) when {name}.rank = {cfg.rank}")
-        r, n = cfg.rank, cfg.iterations
-        self.rank, self.iterations, self.beyond, self.name = r, n, cfg.beyond, name
-        self.scale = (cfg.alpha if cfg.alpha is not None else 4.0 * r) / r
-        self.A = nn.Parameter(torch.randn(n, r, d_in) * cfg.init_std)
-        self.B = nn.Parameter(torch.randn(n, d_out, r) * cfg.init_std)
-
-    def delta(self, t: int) -> Tensor | None:
-        if t >= self.iterations:
-            if self.beyond == "none":
-                return None
-            if self.beyond == "error":
-                raise ConfigError(f"{self.name}.iterations = {self.iterations}: iteration {t} has no adapter; "
-                                  f"set {self.name}.beyond to 'last' or 'none' to run more iterations")
-            t = self.iterations - 1
-        return self.scale * (self.B[t] @ self.A[t])
-
-    def extra_repr(self) -> str:
-        return f"rank={self.rank}, iterations={self.iterations}, scale={self.scale:g}, beyond={self.beyond!r}"
 
 
 SHARED_NETWORK = "hyperset.step_network"  # SublayerSpec.shared key: the attention's network, for the MLP
@@ -163,7 +119,8 @@ class HyperSETSublayer(EnergyBlock):
                          eval_steps=cfg.eval_steps)
         self.dim, self.name = dim, name
         w = energy.proj.weight
-        self.lora = DepthLoRA(w.shape[0], w.shape[1], cfg.lora, f"{name}.lora") if cfg.lora.rank else None
+        if cfg.lora.rank:
+            self.adapter = DepthLoRA(w.shape[0], w.shape[1], cfg.lora, f"{name}.lora")
         self._register_load_state_dict_pre_hook(_old_names, with_module=True)
 
     @property
@@ -172,35 +129,28 @@ class HyperSETSublayer(EnergyBlock):
         ss = self.solver.step_size
         return ss.source if isinstance(ss, StepSizeGroup) else ss
 
-    @contextmanager
-    def _adapted(self, t: int):
-        e = self.energy
-        e.delta = None if self.lora is None else self.lora.delta(t)
-        try:
-            yield
-        finally:
-            e.delta = None
+    @property
+    def lora(self) -> DepthLoRA | None:
+        return self.adapter
 
     def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None,
                 anchor: Tensor | None = None) -> Tensor:  # (B, N, D)
-        ctx = ctx or ForwardContext()
-        if ctx.steps not in (None, 1):
+        if ctx is not None and ctx.steps not in (None, 1):
             raise ConfigError(f"steps = {ctx.steps}: a Hyper-SET sublayer takes one step per iteration; "
                               f"use iterations to run longer")
-        with self._adapted(ctx.iteration):
-            return super().forward(x, ctx, steps, anchor)
+        return super().forward(x, ctx, steps, anchor)
 
     @torch.no_grad()
     def energy_at(self, x: Tensor, iteration: int = 0, mask: Tensor | None = None) -> Tensor:
         """(B, N) energy of this sublayer at x with iteration ``iteration``'s weights (LoRA)."""
-        with self._adapted(iteration):
-            st = self.energy.prepare(x, mask=mask)
-            return self.energy.energy(x, st)
+        energy = self.adapted_energy(iteration)
+        return energy.energy(x, energy.prepare(x, mask=mask))
 
 
 def _old_names(module: HyperSETSublayer, state_dict, prefix, *args) -> None:
     """Checkpoints from before the core-seams refactor: the sublayer wrapped its EnergyBlock (``block.``)
-    and held its step-size network as ``step.`` (now the solver's step size, ``net.`` inside a group view)."""
+    held its step-size network as ``step.`` (now the solver's step size, ``net.`` inside a group view) and
+its depth-wise LoRA as ``lora.`` (now the block's ``adapter.``)."""
     step = "solver.step_size." + ("net." if isinstance(module.solver.step_size, StepSizeGroup) else "")
     for key in [k for k in state_dict if k.startswith(prefix)]:
         rest = key[len(prefix):]
@@ -208,6 +158,8 @@ def _old_names(module: HyperSETSublayer, state_dict, prefix, *args) -> None:
             state_dict[prefix + rest[len("block."):]] = state_dict.pop(key)
         elif rest.startswith("step."):
             state_dict[prefix + step + rest[len("step."):]] = state_dict.pop(key)
+        elif rest.startswith("lora."):
+            state_dict[prefix + "adapter." + rest[len("lora."):]] = state_dict.pop(key)
 
 
 class HyperSETAttentionConfig(AttentionConfig, DescentConfig):

@@ -24,6 +24,9 @@ the block then normalises and prepares at ``y = x + shift`` and evaluates every 
 ``point(x_t + shift)`` while the stream keeps x (one step per call). The normalised input ``h`` is
 reused for the first step's gradient point (no second norm of the same tensor).
 
+**Adapters.** ``adapter(energy, iteration)`` (e.g. :class:`~energyformer.core.adapter.DepthLoRA`) gives
+the energy this iteration's weights for the call (a view; the shared module is not modified).
+
 :meth:`EnergyBlock.from_config` is the one generic builder of an energy sublayer from its
 :class:`~energyformer.core.sublayer.DescentConfig`.
 """
@@ -46,6 +49,7 @@ class EnergyBlock(nn.Module):
     def __init__(
         self, energy: Energy, solver: Solver, steps: int, norm: nn.Module | None = None,
         norm_in_loop: bool = True, init: str = "residual", eval_steps: int | None = None,
+        adapter: nn.Module | None = None,
     ):
         super().__init__()
         check_int("steps", steps, min=1)
@@ -59,6 +63,7 @@ class EnergyBlock(nn.Module):
         self.norm = norm if norm is not None else nn.Identity()
         self.norm_in_loop = norm_in_loop
         self.init = init
+        self.adapter = adapter  # (energy, iteration) -> energy with this iteration's weights (core/adapter.py)
         self.qualname = ""  # set by models.naming.name_blocks
 
     @classmethod
@@ -110,16 +115,20 @@ class EnergyBlock(nn.Module):
             shift = self.solver.shift(x, ctx)
         y = x if shift is None else x + shift
         h = self.norm(y)  # (B, N, D)
-        state = self.energy.prepare(h, cache=ctx.cache_slot(self.qualname), offset=ctx.offset,
-                                    mask=ctx.mask)
+        energy = self.adapted_energy(ctx.iteration)
+        state = energy.prepare(h, cache=ctx.cache_slot(self.qualname), offset=ctx.offset, mask=ctx.mask)
         x0 = x if self.init == "residual" else h
         trace, stats = ctx.traces is not None, ctx.stats is not None
         in_loop = self.norm_in_loop and not isinstance(self.norm, nn.Identity)
         res = self.solver.run(
-            self.energy, x0, state, n, point=self._point(x, h, shift, in_loop),
+            energy, x0, state, n, point=self._point(x, h, shift, in_loop),
             trace=trace, ctx=ctx, anchor=anchor, stats=stats)
         self.record(ctx, res)
         return res.x
+
+    def adapted_energy(self, iteration: int) -> Energy:
+        """The energy with iteration ``iteration``'s adapter applied (itself without an adapter)."""
+        return self.energy if self.adapter is None else self.adapter(self.energy, iteration)
 
     def _point(self, x: Tensor, h: Tensor, shift: Tensor | None, in_loop: bool):
         """Where step t's gradient is evaluated: norm(x_t + shift) in the loop (h itself at x_t = x),
