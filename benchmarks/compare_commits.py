@@ -4,10 +4,12 @@
                                          [--rounds 5 --steps 10 --threads 1]
 
 Each commit is checked out into a temporary git worktree. In every round, for every config, one
-subprocess per commit (the order alternates between rounds) builds ``CausalLM`` from that commit's own
+subprocess per commit (the order alternates between rounds) builds the model from that commit's own
 ``configs/<name>.yaml`` (the same experiment in each commit's config format), runs a few untimed warm-up
-steps, then times ``--steps`` training steps (forward + backward + AdamW, float32, batch 8 x the config's
-sequence length) and prints the median step time. The script reports, per config, head/base as the
+steps, then times ``--steps`` training steps (forward + backward + AdamW, float32) and prints the median
+step time. Language-model configs build ``CausalLM`` (batch 8 x the config's sequence length); other
+tasks (Sudoku for Hyper-SET, parity for EqT: generated data) go through the task registry, one fixed
+batch of the task's own size, loss from ``task.loss``. The script reports, per config, head/base as the
 median and range over rounds. Both commits run with the same thread count in turn, so load on a shared
 machine hits both alike.
 """
@@ -26,16 +28,24 @@ SNIPPET = r"""
 import statistics, sys, time, torch
 torch.manual_seed(0)
 torch.set_num_threads(int(sys.argv[3]))
-from energyformer.experiment import load_run_config
-from energyformer.models.lm import CausalLM
+from energyformer.experiment import build_task, load_run_config, resolve
 cfg = load_run_config(sys.argv[1], [])
-model = CausalLM(cfg.model)
+if cfg.task.kind == "lm":
+    from energyformer.models.lm import CausalLM
+    model = CausalLM(cfg.model)
+    n = cfg.model.max_seq_len
+    x = torch.randint(0, cfg.model.vocab_size, (8, n))
+    loss = lambda: model(x, x).loss
+else:
+    task = build_task(cfg, rank=0)
+    cfg = resolve(cfg, task)
+    model = task.build_model(cfg.model).train()
+    batch = task.train_data.next_batch()
+    loss = lambda: task.loss(model, batch)[0]
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-n = cfg.model.max_seq_len
-x = torch.randint(0, cfg.model.vocab_size, (8, n))
 def step():
     opt.zero_grad(set_to_none=True)
-    model(x, x).loss.backward()
+    loss().backward()
     opt.step()
 for _ in range(2):
     step()
@@ -54,6 +64,7 @@ def worktree(repo: Path, rev: str, where: Path) -> Path:
 
 def time_once(tree: Path, config: str, steps: int, threads: int) -> float:
     env = dict(os.environ, PYTHONPATH=str(tree / "src"), OMP_NUM_THREADS=str(threads))
+    env.setdefault("ENERGYFORMER_DATA", str(Path(__file__).resolve().parents[1] / "data_cache"))
     out = subprocess.run([sys.executable, "-c", SNIPPET, config, str(steps), str(threads)], env=env, cwd=tree,
                          capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
@@ -81,11 +92,11 @@ def main(argv: list[str] | None = None) -> int:
                     for w in order:
                         secs.setdefault((c, w), []).append(t[w])
                     ratios[c].append(t["head"] / t["base"])
-                    print(f"round {r + 1}: {c:14s} base {t['base'] * 1e3:7.1f} ms  head {t['head'] * 1e3:7.1f} ms"
+                    print(f"round {r + 1}: {c:24s} base {t['base'] * 1e3:7.1f} ms  head {t['head'] * 1e3:7.1f} ms"
                           f"  head/base {ratios[c][-1]:.3f}", flush=True)
             print(f"\nhead {a.head} vs base {a.base}, {a.threads} thread(s), {a.rounds} rounds x {a.steps} steps:")
             for c, rs in ratios.items():
-                print(f"  {c:14s} step time head/base: median {statistics.median(rs):.3f} "
+                print(f"  {c:24s} step time head/base: median {statistics.median(rs):.3f} "
                       f"(range {min(rs):.3f}-{max(rs):.3f}); base median "
                       f"{statistics.median(secs[(c, 'base')]) * 1e3:.1f} ms")
         finally:

@@ -13,7 +13,7 @@ Prints, from one run on this machine (every number measured, nothing hard-coded)
      only path before the blocked one) so the speed-up is measured in the same run. Ratios are the
      median [min, max] over repeats of the per-repeat ratio (variants interleaved in each repeat);
   4. (``--sections 4``) float32 training steps with ``nn.Linear`` routed through oneDNN instead of MKL
-     (``energyformer.onednn``), interleaved with the default, for every model;
+     (``benchmarks/onednn.py``), interleaved with the default, for every model;
   3. KV-cache bytes per token, CEM vs Llama, from ``kv_cache_bytes`` after a prefill of N tokens:
      CEM attention without the KQ diagonal (the cache holds only the tied keys) and with the default
      shared diagonal (the cache also holds the normalised inputs h).
@@ -147,11 +147,25 @@ def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
+def _onednn():
+    """The sibling module ``benchmarks/onednn.py`` (a script directory, not a package)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if "ef_bench_onednn" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("ef_bench_onednn", Path(__file__).with_name("onednn.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["ef_bench_onednn"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["ef_bench_onednn"]
+
+
 def _context(precision: str, device: torch.device, onednn: bool = False):
     """bf16 autocast for precision 'bf16'; oneDNN float32 linears when ``onednn``."""
     import contextlib
 
-    from energyformer.onednn import onednn_linear
+    onednn_linear = _onednn().onednn_linear
 
     stack = contextlib.ExitStack()
     if precision == "bf16":
@@ -336,9 +350,9 @@ def section_cem(args, device: torch.device) -> None:
 
 
 def section_onednn(args, device: torch.device) -> None:
-    from energyformer.onednn import available
+    available = _onednn().available
 
-    print("\n== 4. float32 training step: nn.Linear through oneDNN vs MKL (energyformer.onednn) ==")
+    print("\n== 4. float32 training step: nn.Linear through oneDNN vs MKL (benchmarks/onednn.py) ==")
     if device.type != "cpu" or not available():
         print("not a CPU run or no oneDNN linear in this build: skipped")
         return

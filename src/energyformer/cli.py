@@ -11,6 +11,8 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from .utils.paths import writable_dir
 from .utils.validate import ConfigError
@@ -22,7 +24,8 @@ EPILOG = """examples:
   energyformer eval runs/cem_full --text-file my.txt    # perplexity and bits/byte on any UTF-8 text
   energyformer eval runs/RUN --iterations 8             # a recurrent-depth model at more iterations
   energyformer generate runs/cem_full --prompt "ROMEO:" --max-new-tokens 200
-  energyformer list configs | energies | solvers | tasks | models | attentions | mlps | keys | reproductions
+  energyformer list configs | energies | solvers | step_sizes | backward_modes | tasks | models | attentions | mlps |
+                   preconditioners | tokenizers | positions | keys | reproductions
   energyformer reproduce cem-lm --suite recursion       # CEM seed §4.2 at CPU scale
   energyformer reproduce hyperset-sudoku                # Hyper-SET vs looped transformer, test-time extrapolation
   energyformer reproduce intrinsic-lm                   # MHA vs momentum / Nesterov / Newton attentions
@@ -135,44 +138,63 @@ def _first_line(text: str | None) -> str:
     return lines[0] if lines else ""
 
 
-def cmd_list(a, extra) -> int:
-    _no_extra(extra, "list")
-    _registries()
-    from .core import ENERGIES, SOLVERS
-    from .experiment import RunConfig, configs_dir
-    from .models import MODELS
-    from .reproduce import REPRODUCTIONS
-    from .utils.config import format_config_help
+def _registry_rows(registry: Any) -> list[tuple[str, str]]:
+    """(kind, one-line description) of a :class:`~energyformer.utils.config.Registry` or a name -> class dict."""
+    entries = getattr(registry, "entries", None)
+    if entries is not None:
+        return [(k, e.doc) for k, e in entries.items()]
+    return [(k, f"{cls.__name__:26s} {_first_line(cls.__doc__)}") for k, cls in sorted(registry.items())]
 
-    what = a.what
-    if what == "configs":
+
+def listings() -> dict[str, Callable[[], list[tuple[str, str]]]]:
+    """``energyformer list WHAT``: WHAT -> the rows (name, description) of one registry lookup."""
+    _registries()
+    from .blocks.registry import ATTENTIONS, MLPS
+    from .core import BACKWARD_MODES, ENERGIES, SOLVERS, STEP_SIZES
+    from .core.precond import PRECONDITIONERS
+    from .data.tokenizers import TOKENIZERS
+    from .experiment import configs_dir
+    from .models import MODELS
+    from .models.wrapper import POSITIONS
+    from .reproduce import REPRODUCTIONS
+
+    def configs() -> list[tuple[str, str]]:
+        rows = []
         for p in sorted(configs_dir().rglob("*.yaml")):
             text = p.read_text()
             first = text.splitlines()[0] if text else ""
-            print(f"{str(p.relative_to(configs_dir()).with_suffix('')):34s} {first.lstrip('# ')}")
-    elif what == "energies":
-        for k, cls in sorted(ENERGIES.items()):
-            print(f"{k:24s} {cls.__name__:26s} {_first_line(cls.__doc__)}")
-    elif what == "solvers":
-        for k, cls in sorted(SOLVERS.items()):
-            print(f"{k:24s} {cls.__name__:26s} {_first_line(cls.__doc__)}")
-    elif what == "tasks":
-        for k, e in _tasks().entries.items():
-            print(f"{k:12s} models: {', '.join(e.builder.model_kinds):22s} {e.doc}")
-    elif what == "models":
-        for k, e in MODELS.entries.items():
-            print(f"{k:16s} {e.doc}")
-    elif what in ("attentions", "mlps"):
-        from .blocks import registry as br
+            rows.append((str(p.relative_to(configs_dir()).with_suffix("")), first.lstrip("# ")))
+        return rows
 
-        reg = br.ATTENTIONS if what == "attentions" else br.MLPS
-        for k, e in reg.entries.items():
-            print(f"{k:16s} {e.doc}")
-    elif what == "reproductions":
-        for k, r in REPRODUCTIONS.items():
-            print(f"{k:20s} {r.description}")
-    elif what == "keys":
+    def tasks() -> list[tuple[str, str]]:
+        return [(k, f"models: {', '.join(e.builder.model_kinds):22s} {e.doc}") for k, e in _tasks().entries.items()]
+
+    registries = {"energies": ENERGIES, "solvers": SOLVERS, "step_sizes": STEP_SIZES,
+                  "backward_modes": BACKWARD_MODES, "models": MODELS,
+                  "attentions": ATTENTIONS, "mlps": MLPS, "preconditioners": PRECONDITIONERS,
+                  "tokenizers": TOKENIZERS, "positions": POSITIONS}
+    out: dict[str, Callable[[], list[tuple[str, str]]]] = {"configs": configs, "tasks": tasks}
+    out.update({name: (lambda r=reg: _registry_rows(r)) for name, reg in registries.items()})
+    out["reproductions"] = lambda: [(k, r.description) for k, r in REPRODUCTIONS.items()]
+    return out
+
+
+LIST_CHOICES = ("configs", "energies", "solvers", "step_sizes", "backward_modes", "tasks", "models", "attentions", "mlps",
+                "preconditioners", "tokenizers", "positions", "reproductions", "keys")
+
+
+def cmd_list(a, extra) -> int:
+    _no_extra(extra, "list")
+    if a.what == "keys":
+        from .experiment import RunConfig
+        from .utils.config import format_config_help
+
         print(format_config_help(RunConfig))
+        return 0
+    rows = listings()[a.what]()
+    width = max([16] + [len(k) + 2 for k, _ in rows])
+    for name, text in rows:
+        print(f"{name:{width}s} {text}".rstrip())
     return 0
 
 
@@ -243,8 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "their one-line description), registered energies, solvers, tasks, models, "
                         "attention and MLP kinds, reproductions, or every config key with its type and default.")
     ls.add_argument("what", nargs="?", default="configs",
-                    choices=["configs", "energies", "solvers", "tasks", "models", "attentions", "mlps",
-                             "reproductions", "keys"], help="what to list (default: configs)")
+                    choices=list(LIST_CHOICES), help="what to list (default: configs)")
     ls.set_defaults(fn=cmd_list)
 
     c = sub.add_parser("config", help="print a resolved config (after overrides)",

@@ -33,19 +33,42 @@ def test_zero_initialised_step_sizes_leave_tokens_unchanged():
     assert all(float(p.abs().max()) == 0 for n, p in net.named_parameters() if "state_norm" not in n)
 
 
+def _eta(block, x, ctx):
+    """The step size a sublayer's solver uses at iterate x (step index = ctx.iteration)."""
+    return block.solver.step_size(ctx.iteration, x, x, ctx=ctx)
+
+
 def test_shared_gamma_is_the_second_half_of_the_network():
     m = _model()
     attn, mlp = m.layers[0].attn, m.layers[0].mlp
+    assert mlp.step is attn.step  # one module, referenced by both sublayers
+    assert not any(n.startswith("solver.step_size") for n, _ in mlp.named_parameters())  # owned by the attention
     with torch.no_grad():
         attn.step.out.bias.copy_(torch.cat([torch.full((32,), 0.1), torch.full((32,), 0.3)]))
     ctx = ForwardContext()
     x = torch.randn(2, 81, 32)
     ctx.embedded = x
-    alpha = attn.step_size(x, ctx)
-    gamma = mlp.step_size(x, ctx)
+    alpha = _eta(attn, x, ctx)
+    gamma = _eta(mlp, x + 1, ctx)
     assert torch.allclose(alpha, torch.full_like(alpha, 0.1)) and torch.allclose(gamma, torch.full_like(gamma, 0.3))
-    with pytest.raises(ConfigError, match="shared"):
-        mlp.step_size(x, ctx)  # consumed: the FF of a layer takes its own layer's γ once
+
+
+def test_shared_gamma_is_computed_from_the_layer_input_once():
+    """condition 'layer': α and γ both come from the state before the attention step (released code),
+    and the shared network runs once per iteration (ctx.memo)."""
+    m = _model(attention={"kind": "hyperset", "step_size": {"kind": "network", "condition": "layer", "groups": 2}})
+    attn, mlp = m.layers[0].attn, m.layers[0].mlp
+    with torch.no_grad():
+        attn.step.out.weight.normal_(0, 0.1)
+    x = torch.randn(2, 81, 32)
+    calls = []
+    h = attn.step.register_forward_hook(lambda *a: calls.append(1))
+    ctx = ForwardContext(layer_input=x)
+    full = attn.step.net(0, x)  # (B, N, 2D)
+    torch.testing.assert_close(_eta(mlp, x * 2 - 1, ctx), full[..., 32:])  # not the MLP's own input
+    torch.testing.assert_close(_eta(attn, x, ctx), full[..., :32])
+    h.remove()
+    assert ctx.memo and len(ctx.memo) == 1
 
 
 def test_shared_gamma_needs_a_two_group_network():
@@ -54,9 +77,8 @@ def test_shared_gamma_needs_a_two_group_network():
     cfg = _cfg(attention={"kind": "hyperset", "step_size": 0.1})
     with pytest.raises(ConfigError, match="shared"):
         check_hyperset_block(cfg.block)
-    m = MODELS.build(cfg, n_out=9)
-    with pytest.raises(ConfigError, match="shared"):
-        m(torch.zeros(1, 81, dtype=torch.long))
+    with pytest.raises(ConfigError, match="shared"):  # at build time: the MLP has no network to reference
+        MODELS.build(cfg, n_out=9)
     own = _cfg(attention={"kind": "hyperset", "step_size": 0.1}, mlp={"kind": "hyperset", "step_size": 0.1})
     check_hyperset_block(own.block)
     MODELS.build(own, n_out=9)(torch.zeros(1, 81, dtype=torch.long))
@@ -70,16 +92,16 @@ def test_step_size_conditioned_on_the_model_input():
         attn.step.out.weight.normal_(0, 0.1)
     x0, xt = torch.randn(1, 81, 32), torch.randn(1, 81, 32)
     ctx = ForwardContext(embedded=x0)
-    a = attn.step_size(xt, ctx)
+    a = _eta(attn, xt, ctx)
     ctx2 = ForwardContext(embedded=x0)
-    b = attn.step_size(xt * 3 + 1, ctx2)
+    b = _eta(attn, xt * 3 + 1, ctx2)
     torch.testing.assert_close(a, b)
     it = _model(attention={"kind": "hyperset", "step_size": {"kind": "network", "condition": "iterate", "groups": 2}})
     net = it.layers[0].attn
     with torch.no_grad():
         net.step.out.weight.normal_(0, 0.1)
-    c1 = net.step_size(xt, ForwardContext(embedded=x0))
-    c2 = net.step_size(xt * 3 + 1, ForwardContext(embedded=x0))
+    c1 = _eta(net, xt, ForwardContext(embedded=x0))
+    c2 = _eta(net, xt * 3 + 1, ForwardContext(embedded=x0))
     assert (c1 - c2).abs().max() > 1e-3
 
 
@@ -116,7 +138,7 @@ def test_lora_applies_the_iterations_delta_to_the_shared_weight():
     with torch.no_grad():
         plain.energy.proj.weight.copy_(attn.energy.proj.weight + attn.lora.delta(2))
     torch.testing.assert_close(out, plain(x, ForwardContext(iteration=2)))
-    assert attn.energy.delta is None  # cleared after the call
+    assert attn.energy.delta is None  # the shared energy is never modified (the adapter returns a view)
 
 
 def test_causal_is_refused():

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from energyformer.blocks.intrinsic import EMAMomentum, IntrinsicBlock, MomentumFields, momentum_solver
-from energyformer.core import ForwardContext
+from energyformer.blocks.intrinsic import IntrinsicBlock
+from energyformer.core import ForwardContext, Momentum, Nesterov
 from energyformer.models.lm import CausalLM, ModelConfig
 from energyformer.experiment import RunConfig
 from energyformer.utils.config import ConfigError, load_config
@@ -84,9 +84,9 @@ def test_exact_oracle_reproduces_torch_sgd_step_for_step(rule, nesterov):
     """25 blocks sharing one carried velocity = 25 steps of torch.optim.SGD(momentum, nesterov), float64."""
     A, b = _quadratic(5, 0)
     beta, eta = 0.8, 0.3
-    cfg = MomentumFields(beta=beta, learn_beta=False, step_size=eta, learn_step_size=False)
-    blocks = [IntrinsicBlock(QuadField(A, b), momentum_solver(cfg, rule), nn.Identity(), norm_in_loop=False)
-              for _ in range(25)]
+    cls = Nesterov if rule == "nesterov" else Momentum
+    blocks = [IntrinsicBlock(QuadField(A, b), cls(step_size=eta, beta=beta, carry_key="v"), nn.Identity(),
+                             norm_in_loop=False) for _ in range(25)]
     x0 = torch.randn(1, 1, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     ctx, x = ForwardContext(), x0
     p = nn.Parameter(x0.clone())
@@ -103,11 +103,11 @@ def test_explicit_nesterov_form_equals_sgd_form_shifted():
     """readout='iterate' (sublayer at x + ηβm) holds x; the SGD form holds y = x + ηβm: same sequence."""
     A, b = _quadratic(4, 2)
     beta, eta = 0.7, 0.2
-    cfg = MomentumFields(beta=beta, learn_beta=False, step_size=eta, learn_step_size=False)
-    sgd = [IntrinsicBlock(QuadField(A, b), momentum_solver(cfg, "nesterov"), nn.Identity(), norm_in_loop=False)
+    sgd = [IntrinsicBlock(QuadField(A, b), Nesterov(step_size=eta, beta=beta, carry_key="intrinsic_velocity"),
+                          nn.Identity(), norm_in_loop=False) for _ in range(10)]
+    exp = [IntrinsicBlock(QuadField(A, b), Nesterov(step_size=eta, beta=beta, carry_key="intrinsic_velocity",
+                                                    form="sutskever"), nn.Identity(), norm_in_loop=False)
            for _ in range(10)]
-    exp = [IntrinsicBlock(QuadField(A, b), momentum_solver(cfg, "momentum"), nn.Identity(), norm_in_loop=False,
-                          lookahead=True) for _ in range(10)]
     x0 = torch.randn(2, 3, 4, dtype=torch.float64)
     c1, c2, y, x = ForwardContext(), ForwardContext(), x0, x0
     for s, e in zip(sgd, exp):
@@ -117,11 +117,8 @@ def test_explicit_nesterov_form_equals_sgd_form_shifted():
 
 def test_ema_velocity():
     A, b = _quadratic(3, 4)
-    cfg = MomentumFields(beta=0.6, learn_beta=False, step_size=0.5, learn_step_size=False, ema=True)
-    solver = momentum_solver(cfg, "momentum")
-    assert isinstance(solver, EMAMomentum)
-    blocks = [IntrinsicBlock(QuadField(A, b), momentum_solver(cfg, "momentum"), nn.Identity(), norm_in_loop=False)
-              for _ in range(5)]
+    blocks = [IntrinsicBlock(QuadField(A, b), Momentum(step_size=0.5, beta=0.6, ema=True, carry_key="v"),
+                             nn.Identity(), norm_in_loop=False) for _ in range(5)]
     x = x_ref = torch.randn(1, 2, 3, dtype=torch.float64)
     m = torch.zeros_like(x)
     ctx = ForwardContext()
@@ -159,8 +156,8 @@ def test_learned_beta_and_step_are_parameters_with_step_size_role():
     ({"kind": "mha_tied", "form": "cosine"}, "form.*'sphere' or 'elastic'"),
     ({"kind": "mha_tied", "temperature": 0.0}, "temperature = 0.0: input should be greater than 0"),
     ({"kind": "mha2nd_lite", "bias_temperature_init": -2.0}, "bias_temperature_init = -2.0"),
-    ({"kind": "momen_mha", "step_size": -1.0}, "step_size = -1.0: input should be greater than 0"),
-    ({"kind": "momen_mha", "momentum": 0.9}, "unknown key .*momentum.* allowed keys: beta"),
+    ({"kind": "momen_mha", "step_size": -1.0}, "step_size.value = -1.0: input should be greater than 0"),
+    ({"kind": "momen_mha", "momentum": 0.9}, "unknown key .*momentum.* allowed keys: solver, step_size"),
 ])
 def test_bad_options_are_one_line_errors(attention, match):
     with pytest.raises(ConfigError, match=match) as e:
@@ -169,7 +166,7 @@ def test_bad_options_are_one_line_errors(attention, match):
 
 
 @pytest.mark.parametrize("mlp,match", [
-    ({"kind": "momen_gelu", "beta": 1.0}, "model.block.mlp.beta = 1.0: input should be less than 1"),
+    ({"kind": "momen_gelu", "beta": 1.0}, "model.block.mlp.solver.beta = 1.0: input should be less than 1"),
     ({"kind": "nag_gelu", "readout": "x"}, "model.block.mlp.readout = 'x': allowed values are 'lookahead' or 'iterate'"),
     ({"kind": "nag_gelu", "beta": 0.0}, "learn_beta"),
 ])

@@ -22,8 +22,8 @@ def test_yaml_layout_each_kind_its_own_section():
     cfg = load_config(BlockConfig, {"attention": {"kind": "cem", "steps": 2, "precond": "diag_low_rank"},
                                     "mlp": {"kind": "cem", "steps": 2}})
     assert isinstance(cfg.attention, CEMAttentionConfig) and cfg.attention.steps == 2
-    assert cfg.attention.precond == "diag_low_rank" and cfg.attention.precond_rank == 4
-    assert isinstance(cfg.mlp, CEMMLPConfig) and cfg.mlp.steps == 2 and cfg.mlp.precond_rank == 16
+    assert cfg.attention.solver.precond == "diag_low_rank" and cfg.attention.solver.precond_rank == 4
+    assert isinstance(cfg.mlp, CEMMLPConfig) and cfg.mlp.steps == 2 and cfg.mlp.solver.precond_rank == 16
     # shorthand: a bare kind name = that kind with its defaults; round trip through to_dict
     short = load_config(BlockConfig, {"attention": "gpt", "mlp": "gelu"})
     assert short == load_config(BlockConfig, {"attention": {"kind": "gpt"}, "mlp": {"kind": "gelu"}})
@@ -53,8 +53,8 @@ def test_bad_kind_is_one_line_listing_registered(data, needles):
      ["unknown key 'attention.rope_theta' for attention kind 'gpt'", "kinds that accept it: llama"]),
     ({"attention": {"kind": "llama", "steps": 2}},
      ["unknown key 'attention.steps' for attention kind 'llama'", "kinds that accept it: cem"]),
-    ({"mlp": {"kind": "gelu", "precond": "diagonal"}},
-     ["unknown key 'mlp.precond' for mlp kind 'gelu'", "kinds that accept it: cem"]),
+    ({"mlp": {"kind": "gelu", "steps": 2}},
+     ["unknown key 'mlp.steps' for mlp kind 'gelu'", "kinds that accept it: cem"]),
     ({"attention": {"kind": "cem", "stpes": 2}}, ["unknown key 'attention.stpes'", "did you mean 'attention.steps'"]),
 ])
 def test_unknown_key_in_a_kind_section_names_the_kinds_that_accept_it(data, needles):
@@ -76,7 +76,7 @@ def test_bad_values_and_wrong_config_class():
 
 
 def test_literals_follow_the_core_choices():
-    assert set(Precond.__args__) == set(PRECONDITIONERS)
+    assert set(Precond.__args__) == set(PRECONDITIONERS.names())
     assert set(Diagonal.__args__) == set(DIAGONAL_MODES)
 
 
@@ -190,3 +190,25 @@ def test_a_new_kind_is_a_config_and_a_builder(echo_kind):
     assert count_params(m)["attention"] == 8
     with pytest.raises(ConfigError, match="registered: llama, gpt, cem, .*echo_iteration"):  # other systems add kinds
         load_config(BlockConfig, {"attention": "echo"})
+
+
+_SUBLAYERS = [(reg, build, name) for reg, build in ((ATTENTIONS, build_attention), (MLPS, build_mlp))
+              for name in reg.names()]
+
+
+@pytest.mark.parametrize("reg,build,name", _SUBLAYERS, ids=[f"{r.what}-{n}" for r, _, n in _SUBLAYERS])
+def test_every_sublayer_declares_causal_support_and_keeps_it(reg, build, name):
+    """A kind with ``supports_causal`` builds for a causal model and never lets token i see j > i; one
+    without is refused by the registry with one error naming the kind."""
+    cfg = reg.get(name).config()
+    spec = SublayerSpec(dim=16, heads=4, causal=True)
+    if not type(cfg).supports_causal:
+        with pytest.raises(ConfigError, match=f"{reg.what} kind '{name}' is bidirectional only"):
+            build(cfg, spec)
+        return
+    torch.manual_seed(0)
+    blk = _randomise(build(cfg, spec).double(), 1).eval()
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    x2 = x.clone()
+    x2[:, 5] += torch.randn(16, dtype=torch.float64)
+    torch.testing.assert_close(blk(x2, ForwardContext())[:, :5], blk(x, ForwardContext())[:, :5], rtol=0, atol=1e-12)

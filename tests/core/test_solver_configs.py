@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from energyformer.core import (
-    SOLVER_CONFIGS, SOLVERS, STEP_SIZES, DiagLowRankPrecond, GradientDescent, LearnedStepSize, Momentum,
+    BACKWARD_MODES, SOLVERS, STEP_SIZES, DescentConfig, build_solver, DiagLowRankPrecond, GradientDescent, LearnedStepSize, Momentum,
     NetworkStepSize, Nesterov, PerIterationStepSize, ProximalGradient, Solver, register_solver,
 )
 from energyformer.core.solver import GDConfig
@@ -14,17 +14,20 @@ from energyformer.utils.validate import ConfigError
 
 
 class Holder(ConfigModel):
-    solver: SOLVER_CONFIGS.type("gd") = SOLVER_CONFIGS.field("gd")
+    sub: DescentConfig = DescentConfig()
 
 
 def _build(data, dim=8, heads=None):
-    cfg = load_config(Holder, {"solver": data}).solver
-    return SOLVER_CONFIGS.build(cfg, dim, heads)
+    """``data``: solver keys plus the sublayer's step_size / backward keys."""
+    data = dict(data)
+    top = {k: data.pop(k) for k in ("step_size", "backward") if k in data}
+    cfg = load_config(Holder, {"sub": {"solver": data, **top}}).sub
+    return build_solver(cfg, dim, heads)
 
 
 def test_registries_list_the_kinds():
-    assert SOLVER_CONFIGS.names() == ["gd", "momentum", "nesterov", "proximal"]
-    assert set(SOLVERS) >= {"gd", "momentum", "nesterov", "proximal"}
+    assert SOLVERS.names() == ["gd", "momentum", "nesterov", "ista", "sphere", "proximal"]
+    assert BACKWARD_MODES.names() == ["unroll", "truncated", "implicit"]
     assert STEP_SIZES.names() == ["fixed", "learned", "per_iteration", "network"]
 
 
@@ -37,7 +40,7 @@ def test_every_kind_builds_its_solver_with_its_options():
     assert isinstance(m.step_size, LearnedStepSize)
     n = _build({"kind": "nesterov", "learn_beta": True, "step_size": {"kind": "per_iteration", "max_steps": 4}})
     assert type(n) is Nesterov and isinstance(n.step_size, PerIterationStepSize) and n.step_size.max_steps == 4
-    p = _build({"kind": "proximal", "gamma": 2.0, "backward": "truncated", "truncate": 1})
+    p = _build({"kind": "proximal", "gamma": 2.0, "step_size": 0.1, "backward": {"kind": "truncated", "k": 1}})
     assert type(p) is ProximalGradient and p.gamma == 2.0 and p.step_size.value == 0.1
     assert p.backward.k == 1
     net = _build({"kind": "gd", "step_size": {"kind": "network", "output": "scalar", "zero_init": "all"}}, dim=6)
@@ -47,7 +50,8 @@ def test_every_kind_builds_its_solver_with_its_options():
 
 
 def test_resolved_config_round_trips_through_yaml():
-    cfg = load_config(Holder, {"solver": {"kind": "nesterov", "beta": 0.8, "step_size": {"kind": "network"}}})
+    cfg = load_config(Holder, {"sub": {"solver": {"kind": "nesterov", "beta": 0.8}, "step_size": {"kind": "network"},
+                                       "backward": {"kind": "implicit", "method": "fixed_point"}}})
     import yaml
 
     again = load_config(Holder, yaml.safe_load(dumps_yaml(cfg)))
@@ -55,26 +59,27 @@ def test_resolved_config_round_trips_through_yaml():
 
 
 @pytest.mark.parametrize("data,pattern", [
-    ({"kind": "adam"}, r"^solver.kind = 'adam': unknown solver kind 'adam'; registered: gd, momentum, nesterov, "
-                       r"proximal$"),
+    ({"kind": "adam"}, r"^sub.solver.kind = 'adam': unknown solver kind 'adam'; registered: gd, momentum, "
+                       r"nesterov, ista, sphere, proximal$"),
     ({"kind": "gd", "step_size": {"kind": "cosine"}},
      r"unknown step size kind 'cosine'; registered: fixed, learned, per_iteration, network$"),
-    ({"kind": "gd", "beta": 0.5}, r"unknown key 'solver.beta' for solver kind 'gd'; kinds that accept it: "
+    ({"kind": "gd", "beta": 0.5}, r"unknown key 'sub.solver.beta' for solver kind 'gd'; kinds that accept it: "
                                   r"momentum, nesterov"),
     ({"kind": "momentum", "beta": 1.0}, r"beta = 1.0: input should be less than 1"),
-    ({"kind": "gd", "backward": "truncated"}, r"needs truncate"),
-    ({"kind": "gd", "backward": "implicit"}, r"backward = 'implicit': allowed values are 'unroll' or 'truncated'"),
+    ({"kind": "gd", "backward": "truncated"}, r"missing required key 'sub.backward.k'"),
+    ({"kind": "gd", "backward": "newton"}, r"unknown backward mode kind 'newton'; registered: unroll, truncated, "
+                                           r"implicit"),
 ])
 def test_bad_configs_are_one_line_errors(data, pattern):
     with pytest.raises(ConfigError, match=pattern) as err:
-        load_config(Holder, {"solver": data})
+        _build(data)
     assert "\n" not in str(err.value)
 
 
 def test_direct_lookup_of_a_bad_kind_lists_the_registered_ones():
     with pytest.raises(ConfigError, match=r"unknown solver kind 'nesterof' \(did you mean 'nesterov'\?\); "
-                                          r"registered: gd, momentum, nesterov, proximal"):
-        SOLVER_CONFIGS.get("nesterof")
+                                          r"registered: gd, momentum, nesterov, ista, sphere, proximal"):
+        SOLVERS.get("nesterof")
 
 
 def test_per_head_preconditioner_needs_heads():
@@ -83,14 +88,12 @@ def test_per_head_preconditioner_needs_heads():
 
 
 def test_duplicate_solver_registration_fails_and_leaves_the_registries_unchanged():
-    before = (dict(SOLVERS), SOLVER_CONFIGS.names())
-    with pytest.raises(ValueError, match="solver 'gd' is already registered"):
+    before = dict(SOLVERS.entries)
+    with pytest.raises(ValueError, match="solver kind 'gd' is already registered"):
         @register_solver("gd", GDConfig)
         class Again(Solver):
             pass
-    with pytest.raises(ValueError, match="solver 'momentum' is already registered"):
-        register_solver("momentum")(type("Again2", (Solver,), {}))
-    assert (dict(SOLVERS), SOLVER_CONFIGS.names()) == before
+    assert dict(SOLVERS.entries) == before
 
 
 def test_old_checkpoint_key_of_a_learned_step_size_still_loads():

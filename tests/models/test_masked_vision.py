@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from energyformer.models import MODELS
+from energyformer.models import MODELS, ModelOutput
 from energyformer.models.masked_vision import (
-    MaskedCodeOutput, MaskedCodeTransformer, MaskedVisionConfig, cosine_schedule, maskgit_decode,
+    MaskedCodeTransformer, MaskedVisionConfig, cosine_schedule, maskgit_decode,
 )
 from energyformer.utils.config import load_config
 from energyformer.utils.validate import ConfigError
@@ -33,7 +33,7 @@ def test_shapes_and_the_mask_token_hides_the_code():
     mask = torch.zeros(3, N, dtype=torch.bool)
     mask[:, 2] = True
     out = m(codes, mask)
-    assert isinstance(out, MaskedCodeOutput) and out.logits.shape == (3, N, K)
+    assert isinstance(out, ModelOutput) and out.logits.shape == (3, N, K)
     other = codes.clone()
     other[:, 2] = (codes[:, 2] + 1) % K  # a different code under the mask: the model cannot see it
     assert torch.equal(m(other, mask).logits, out.logits)
@@ -86,7 +86,7 @@ class Spy(torch.nn.Module):
         B, n = codes.shape
         logits = torch.full((B, n, K), -5.0)
         logits[:, torch.arange(n), (torch.arange(n) + 3) % K] = 5.0
-        return MaskedCodeOutput(logits=logits + self.w)
+        return ModelOutput(logits=logits + self.w)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -49,7 +49,25 @@ def test_cem_block_is_the_library_cem_mlp_with_steps():
 
 
 def test_regressor_config_errors_name_key_value_allowed():
-    with pytest.raises(ConfigError, match=r"block = 'mlp'.*'plain'"):
+    with pytest.raises(ConfigError, match=r"unknown mlp kind 'mlp'.*registered: .*gelu"):
         RegressorConfig(block="mlp")
-    with pytest.raises(ConfigError, match=r"model.steps = 2: only the 'cem' block recurses"):
-        RegressorConfig(block="gated", steps=2)
+    with pytest.raises(ConfigError, match=r"unknown key 'block.steps' for mlp kind 'swiglu'; kinds that accept it: cem"):
+        RegressorConfig(block={"kind": "swiglu", "steps": 2})
+
+
+@pytest.mark.parametrize("name,renames", [("Plain", {"fc.": "up.", "proj.": "down."}),
+                                          ("Gated", {"w_gate.": "gate.", "w_up.": "up.", "w_down.": "down."})])
+def test_checkpoints_of_the_hand_written_blocks_still_load(name, renames):
+    """The block is now the registry's gelu / swiglu MLP; a state dict with the old names loads strictly."""
+    torch.manual_seed(0)
+    net = GPRegressor(MODEL_SPECS[name])
+    old = {}
+    for k, v in net.state_dict().items():
+        for new, was in renames.items():
+            k = k.replace("block." + new, "block." + was)
+        old[k] = v.clone()
+    assert any(k.startswith("block." + next(iter(renames.values()))) for k in old)
+    fresh = GPRegressor(MODEL_SPECS[name])
+    fresh.load_state_dict(old, strict=True)
+    x = torch.randn(4, 10)
+    torch.testing.assert_close(fresh(x), net(x), rtol=0, atol=0)

@@ -6,7 +6,7 @@ import torch
 
 from energyformer.data.images import patchify
 from energyformer.models import MODELS
-from energyformer.models.vision import ConsecutiveStack, VisionConfig, VisionTransformer
+from energyformer.models.vision import VisionConfig, VisionTransformer
 from energyformer.utils.validate import ConfigError
 
 
@@ -77,12 +77,13 @@ def test_iterations_override_and_traces_per_iteration():
 
 def test_consecutive_order_runs_each_layer_L_times_in_turn():
     m = VisionTransformer(_cfg(n_layers=2, iterations=3))
-    assert isinstance(m.layers, ConsecutiveStack)
+    assert m.layers.order == "consecutive"
     calls = []
     for i, layer in enumerate(m.layers):
         layer.register_forward_hook(lambda mod, a, o, i=i: calls.append(i))
-    m(_images())
+    out = m(_images(), hiddens=True)
     assert calls == [0, 0, 0, 1, 1, 1]
+    assert list(out.hiddens) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]  # execution order
     mc = VisionTransformer(_cfg(n_layers=2, iterations=3, stack_order="cycle"))
     calls.clear()
     for i, layer in enumerate(mc.layers):

@@ -12,7 +12,7 @@ def test_study_specs_change_one_thing_each():
     m = GPRegressor(t8["CEM-T8-learned"])
     assert m.block.steps == 8 and any("step_size" in n for n, _ in m.named_parameters())
     assert not GPRegressor(t8["CEM-T8-exact"]).block.norm_in_loop
-    assert GPRegressor(RegressorConfig(block="cem", steps=8)).block.norm_in_loop  # default: Algorithm 1
+    assert GPRegressor(RegressorConfig(block={"kind": "cem", "steps": 8})).block.norm_in_loop  # default: Algorithm 1
     assert float(GPRegressor(t8["CEM-T8-eta0.25"]).block.solver.step_size(0, None, None)) == 0.25
 
 

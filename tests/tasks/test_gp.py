@@ -22,9 +22,9 @@ def one_thread():
 
 def _cfg(tmp_path, block="cem", steps=2, **train):
     return load_config(RunConfig, {
-        "name": f"gp-{block}{steps}", "out_dir": str(tmp_path),
+        "name": f"gp-{block if isinstance(block, str) else block['kind']}{steps}", "out_dir": str(tmp_path),
         "task": {"kind": "gp", "kernel": {"name": "rbf"}, "n_train": 200, "n_test": 100, "batch_size": 50},
-        "model": {"block": block, "steps": steps if block == "cem" else 1},
+        "model": {"block": {"kind": "cem", "steps": steps} if block == "cem" else block},
         "train": {"steps": 60, "lr": 1e-2, "optimizer": {"kind": "adam"}, "eval_every": 0, "save_every": 0,
                   "progress": False, "tensorboard": False, "device": "cpu", **train}})
 
@@ -40,7 +40,7 @@ def test_model_kind_defaults_to_the_tasks_and_mismatch_is_an_error(tmp_path):
         load_config(RunConfig, {"task": "lm", "model": {"kind": "regressor"}})
 
 
-@pytest.mark.parametrize("block", ["plain", "gated", "cem"])
+@pytest.mark.parametrize("block", [{"kind": "gelu", "norm": "rms"}, "swiglu", "cem"], ids=["plain", "gated", "cem"])
 def test_training_through_the_trainer_reduces_rmse_and_is_seeded(tmp_path, one_thread, block):
     cfg = _cfg(tmp_path, block)
     task = build_task(cfg)

@@ -5,7 +5,7 @@ iteration, test-time extrapolation curves, and their plots.
   N x p matrix of one subspace's tokens).
 * :func:`average_angle` — Eq. 18: arccos of the mean pairwise cosine over i < j, in degrees
   (``mode='paper'``); ``mode='code'`` is the released code's mean of the pairwise arccos.
-* :func:`iteration_states` — the states x⁰ … x^L of a recurrent-depth token model (forward hooks).
+* :func:`iteration_states` — the states x⁰ … x^L of a recurrent-depth token model (its output's hidden states).
 * :func:`trajectory` — per iteration t = 0 … L: E_ATTN, E_FF and their sum (per board: summed over
   the tokens, averaged over boards; the energies at the normalised projections, as Fig. 5), and
   per subspace h the effective rank and average angle of RMSNorm(W_hᵀ x^t) (Fig. 6). For a plain
@@ -22,6 +22,10 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
+
+from ..blocks.baselines import GPTAttention
+from ..blocks.hyperset import HyperSETSublayer
+from ..energies.hyperspherical import SubspaceAttentionEnergy
 
 
 @torch.no_grad()
@@ -52,25 +56,17 @@ def average_angle(z: Tensor, mode: str = "paper") -> Tensor:
 
 @torch.no_grad()
 def iteration_states(model: nn.Module, idx: Tensor, iterations: int, **forward) -> list[Tensor]:
-    """[x⁰, x¹, …, x^L]: the layer stack's input and its state after every pass (B, N, D) each."""
-    stack = model.layers
-    states: list[Tensor] = []
-    h1 = stack.register_forward_pre_hook(lambda m, args: states.append(args[0].detach().clone()))
-    h2 = stack[-1].register_forward_hook(lambda m, args, out: states.append(out.detach().clone()))
-    try:
-        model(idx, iterations=iterations, **forward)
-    finally:
-        h1.remove()
-        h2.remove()
-    return states
+    """[x⁰, x¹, …, x^L]: the layer stack's input and its state after every pass (B, N, D) each, read
+    from the model's :class:`~energyformer.models.output.ModelOutput` (``hiddens=True``)."""
+    return model(idx, iterations=iterations, hiddens=True, **forward).iteration_states()
 
 
 def _subspaces(layer: nn.Module, x: Tensor) -> Tensor:
     """(B, H, N, p) normalised subspace projections of x for a Hyper-SET or a GPT attention layer."""
     attn = layer.attn
-    if hasattr(attn, "energy") and hasattr(attn.energy, "spherical"):
+    if isinstance(attn, HyperSETSublayer) and isinstance(attn.energy, SubspaceAttentionEnergy):
         return attn.energy.spherical(x)
-    if hasattr(attn, "c_attn"):  # GPT attention: its per-head queries of the normalised input
+    if isinstance(attn, GPTAttention):  # its per-head queries of the normalised input
         q = attn.c_attn(attn.norm(x))[..., : x.shape[-1]]
         q = rearrange(q, "b n (h p) -> b h n p", h=attn.heads)
         return F.rms_norm(q, (q.shape[-1],))
@@ -88,7 +84,7 @@ def trajectory(model: nn.Module, idx: Tensor, iterations: int, mask: Tensor | No
     model.eval()
     states = iteration_states(model, idx, iterations)
     layer = model.layers[0]
-    has_energy = hasattr(layer.attn, "energy_at") and hasattr(layer.mlp, "energy_at")
+    has_energy = isinstance(layer.attn, HyperSETSublayer) and isinstance(layer.mlp, HyperSETSublayer)
     out = {k: [] for k in ("e_attn", "e_ff", "e_total", "eff_rank", "angle", "full_rank")}
     for t, x in enumerate(states):
         if has_energy:

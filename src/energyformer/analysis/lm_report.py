@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import numpy as np
+
 from .figures import save_figure
 
 
@@ -121,10 +120,3 @@ def plot_lr_sweep(sweep: dict[str, dict], path: Path, title: str = "validation l
     fig.tight_layout()
     return save_figure(fig, path, dpi=120)
 
-
-def write_results(out_dir: Path, rows: list[dict], extra: dict | None = None) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    p = out_dir / "results.json"
-    p.write_text(json.dumps({"runs": rows, **(extra or {})}, indent=2, default=lambda o: None
-                            if isinstance(o, float) and math.isnan(o) else str(o)))
-    return p

@@ -24,9 +24,10 @@ from einops import rearrange
 from pydantic import Field
 from torch import Tensor, nn
 
+from ..core.attention import sdpa
 from ..core.context import ForwardContext
-from ..utils.validate import check_int
-from .attention import append_kv_cache, apply_rope, attention, rope_cos_sin
+from ..utils.validate import check_choice, check_int
+from .attention import append_kv_cache, apply_rope, rope_cos_sin
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, llama_hidden
 
 
@@ -71,7 +72,7 @@ class LlamaAttention(nn.Module):
         cos, sin = rope_cos_sin(pos, self.head_dim, self.theta, q.dtype)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v, key_mask = append_kv_cache(ctx, self.qualname, k, v)  # (B, H, Nk, Dh)
-        o = attention(q, k, v, self.causal, key_mask)
+        o = sdpa(q, k, v, self.causal, key_mask)
         return x + self.wo(rearrange(o, "b h n d -> b n (h d)"))
 
 
@@ -95,7 +96,7 @@ class GPTAttention(nn.Module):
     def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
         q, k, v = rearrange(self.c_attn(self.norm(x)), "b n (t h d) -> t b h n d", t=3, h=self.heads)
         k, v, key_mask = append_kv_cache(ctx, self.qualname, k, v)
-        o = attention(q, k, v, self.causal, key_mask, self.dropout if self.training else 0.0)
+        o = sdpa(q, k, v, self.causal, key_mask, self.dropout if self.training else 0.0)
         return x + self.resid_drop(self.c_proj(rearrange(o, "b h n d -> b n (h d)")))
 
 
@@ -125,6 +126,8 @@ class GeluMLPConfig(MLPConfig):
     """GPT-2 MLP (GELU, bias, dropout); default hidden 4·D."""
 
     kind: Literal["gelu"] = "gelu"
+    norm: Literal["layer", "rms"] = "layer"
+    """pre-norm: LayerNorm (GPT-2) or RMSNorm (the CEM seed's Plain regressor, Table 3)"""
 
     def default_hidden(self, dim: int) -> int:
         return 4 * dim
@@ -149,13 +152,14 @@ class SwiGLU(nn.Module):
 
 
 class GeluMLP(nn.Module):
-    """GPT-2 MLP sublayer: x + Dropout(W2 GELU(W1 LayerNorm(x)))."""
+    """GPT-2 MLP sublayer: x + Dropout(W2 GELU(W1 Norm(x) + b1) + b2), Norm = LayerNorm (or RMSNorm)."""
 
     part = "mlp"
 
-    def __init__(self, dim: int, hidden: int, dropout: float = 0.0):
+    def __init__(self, dim: int, hidden: int, dropout: float = 0.0, norm: str = "layer"):
         super().__init__()
-        self.norm = nn.LayerNorm(dim)
+        check_choice("norm", norm, ("layer", "rms"))
+        self.norm = nn.LayerNorm(dim) if norm == "layer" else nn.RMSNorm(dim, eps=1e-6)
         self.fc = nn.Linear(dim, hidden)
         self.proj = nn.Linear(hidden, dim)
         self.drop = nn.Dropout(dropout)
@@ -173,5 +177,5 @@ def build_swiglu(cfg: SwiGLUConfig, spec: SublayerSpec) -> SwiGLU:
 
 @MLPS.register("gelu", GeluMLPConfig)
 def build_gelu_mlp(cfg: GeluMLPConfig, spec: SublayerSpec) -> GeluMLP:
-    """GPT-2 GELU MLP, pre-LayerNorm, bias, dropout."""
-    return GeluMLP(spec.dim, cfg.hidden_size(spec), spec.dropout)
+    """GPT-2 GELU MLP, pre-LayerNorm (or RMSNorm), bias, dropout."""
+    return GeluMLP(spec.dim, cfg.hidden_size(spec), spec.dropout, cfg.norm)

@@ -12,6 +12,10 @@ with one RMSNorm per sublayer used both on the block input (keys / gate, compute
 is pre-norm multi-head attention with W^K = W^V, W^Q = W^O plus the residual; CEM MLP is a pre-norm
 gated MLP with W^u = W^dᵀ.
 
+Descent keys (``solver``, ``step_size``, ``steps``, ``eval_steps``, ``backward``) are the shared
+sublayer shape (:mod:`energyformer.core.sublayer`); the default solver is ``gd`` with the seed's
+preconditioner options (``solver: {precond: diag_low_rank}`` picks P_k of Eq. 13-14).
+
 CEM attention is causal (the seed) or bidirectional (``causal=False``, given by the model; see
 :mod:`energyformer.energies.interaction` for the bidirectional energy and its symmetric ALiBi).
 """
@@ -22,8 +26,8 @@ from pydantic import Field
 from torch import nn
 
 from ..core.block import EnergyBlock
-from ..core.precond import make_preconditioner
-from ..core.solver import GradientDescent
+from ..core.solver import SOLVERS, GDConfig
+from ..core.sublayer import DescentConfig, build_solver
 from ..energies.elementwise import ElementwiseEnergy
 from ..energies.interaction import InteractionEnergy
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, llama_hidden
@@ -36,24 +40,14 @@ AttnPath = Literal["auto", "fused", "blocked"]                # = energies.inter
 Temperature = Literal["head_dim", "model_dim"]                # = energies.interaction.TEMPERATURES
 
 
-class CEMAttentionConfig(AttentionConfig):
+class CEMAttentionConfig(AttentionConfig, DescentConfig):
     """CEM attention (defaults: seed §4 + reconstructed.md §4 recommendations)."""
 
     kind: Literal["cem"] = "cem"
-    steps: int = Field(1, ge=1)
-    """T recursive steps (Eq. 16)"""
-    step_size: float = Field(1.0, gt=0)
-    """eta, the step size"""
-    learn_step_size: bool = False
-    """learn eta (softplus-parametrised, initialised at step_size)"""
+    solver: SOLVERS.type("gd") = Field(default_factory=lambda: GDConfig(precond_rank=4, precond_per_head=True))
+    """descent rule (default gd; precond: P_k of Eq. 13, rank R = 4 (App. D.4), one P_k per head (Eq. 14))"""
     diagonal: Diagonal = "shared"
     """diagonal d_k in A_k = W_Qkᵀ W_Kk + diag(d_k) (Eq. 12); 'shared' per seed §4.4"""
-    precond: Precond = "identity"
-    """preconditioner P_k (Eq. 13)"""
-    precond_rank: int = Field(4, ge=1)
-    """rank R of the low-rank part of P_k (App. D.4: 4)"""
-    precond_per_head: bool = True
-    """one P_k per head as in Eq. 14 (True) or one P shared by all heads"""
     alibi: bool = True
     """ALiBi bias: −m_k (i − j) causal, symmetric −m_k |i − j| bidirectional (App. B)"""
     self_bias: bool = True
@@ -80,20 +74,12 @@ class CEMAttentionConfig(AttentionConfig):
     bias and softmax); the fused path is always float32"""
 
 
-class CEMMLPConfig(MLPConfig):
+class CEMMLPConfig(MLPConfig, DescentConfig):
     """CEM MLP (element-wise energy); default hidden as Llama's MLP, 8/3·D rounded up to 32."""
 
     kind: Literal["cem"] = "cem"
-    steps: int = Field(1, ge=1)
-    """T recursive steps (Eq. 17)"""
-    step_size: float = Field(1.0, gt=0)
-    """eta, the step size"""
-    learn_step_size: bool = False
-    """learn eta (softplus-parametrised, initialised at step_size)"""
-    precond: Precond = "identity"
-    """preconditioner P (Eq. 13)"""
-    precond_rank: int = Field(16, ge=1)
-    """rank R of the low-rank part of P (App. D.4: 16)"""
+    solver: SOLVERS.type("gd") = Field(default_factory=lambda: GDConfig(precond_rank=16))
+    """descent rule (default gd; precond: P of Eq. 13, rank R = 16 (App. D.4))"""
     norm_in_loop: bool = True
     """RMSNorm the iterate before each step (Algorithm 1); the update is then not exact"""
     init: Init = "residual"
@@ -119,11 +105,8 @@ class CEMAttention(EnergyBlock):
             temperature=cfg.temperature, attn_fp32=cfg.attn_fp32, causal=causal,
             diagonal_readout=cfg.diagonal_readout, attn_path=cfg.attn_path,
             attn_memory_mb=cfg.attn_memory_mb, attn_block=cfg.attn_block)
-        precond = make_preconditioner(
-            cfg.precond, dim, cfg.precond_rank, heads if cfg.precond_per_head else None,
-            name="cem_attention.precond")
-        solver = GradientDescent(precond, cfg.step_size, cfg.learn_step_size)
-        super().__init__(energy, solver, cfg.steps, _rmsnorm(dim), cfg.norm_in_loop, cfg.init)
+        solver = build_solver(cfg, dim, heads, name="attention")
+        super().__init__(energy, solver, cfg.steps, _rmsnorm(dim), cfg.norm_in_loop, cfg.init, cfg.eval_steps)
         self.cfg = cfg
 
 
@@ -136,9 +119,8 @@ class CEMMLP(EnergyBlock):
         cfg = cfg or CEMMLPConfig()
         hidden = cfg.hidden or hidden or cfg.default_hidden(dim)
         energy = ElementwiseEnergy(dim, hidden)
-        precond = make_preconditioner(cfg.precond, dim, cfg.precond_rank, None, name="cem_mlp.precond")
-        solver = GradientDescent(precond, cfg.step_size, cfg.learn_step_size)
-        super().__init__(energy, solver, cfg.steps, _rmsnorm(dim), cfg.norm_in_loop, cfg.init)
+        solver = build_solver(cfg, dim, name="mlp")
+        super().__init__(energy, solver, cfg.steps, _rmsnorm(dim), cfg.norm_in_loop, cfg.init, cfg.eval_steps)
         self.cfg = cfg
 
 

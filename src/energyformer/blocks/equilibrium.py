@@ -10,6 +10,10 @@ and Alg. 1 ends with h* = LayerNorm(h⁽ᴷ⁾) (the model's final LayerNorm, se
 :mod:`energyformer.models.equilibrium`; ``norm_each`` adds one per ERM). With ℒ ≡ 0 or K = 0 the
 ERM is the identity, so the model is the backbone followed by its final LayerNorm.
 
+The config has the shared sublayer shape (``solver`` (proximal: ``gamma``, ``tol``,
+``energy_threshold``), ``step_size`` α, ``steps``, ``eval_steps``, ``backward``); budgets, the adaptive
+phase and the relative-change statistics are options of the core solver's run (no loop here).
+
 Steps: ``steps`` (K_train, default 2: "K = 2 for gradient stability") in training mode,
 ``eval_steps`` (K_eval, default 8) in eval mode, ``ctx.steps`` (``--steps``) overrides both.
 Early stopping (§3.7): ``tol`` ε stops a token once ‖h⁽ᵏ⁺¹⁾ − h⁽ᵏ⁾‖ < ε (absolute; the relative
@@ -22,7 +26,7 @@ term, which equals ℒ at h⁽⁰⁾ and bounds it from above after). Adaptive K
 Training (§3.5): the loss is CE + β·ℒ(h⁽ᴷ⁾); the ERM adds β·λ_i·mean ℒ_i(h⁽ᴷ⁾) to ``ctx.aux_losses``
 as ``eqt/<term>`` (the task sums them). ℒ is evaluated at h⁽ᴷ⁾ (the variable it was minimised over)
 rather than at LayerNorm(h⁽ᴷ⁾): the seed writes ℒ(h*) with h* ≈ h⁽ᴷ⁾ (Eq. 8). Differentiation:
-``backward='unroll'`` (default, exact gradient of the K-step map) or ``'implicit'`` (implicit
+``backward: unroll`` (default, exact gradient of the K-step map) or ``{kind: implicit}`` (implicit
 function theorem at the end point, :mod:`energyformer.core.implicit`; meant for converged runs,
 e.g. K = 16-32 with ``tol``; non-convergence is reported). γ annealing (10 → 1, §3.5 step 3) and
 the K curriculum (4 → 16, step 4) are trainer callbacks (:meth:`EquilibriumRefiner.callbacks`).
@@ -42,11 +46,13 @@ import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
+from ..core.backward import BACKWARD_MODES
 from ..core.composite import CompositeEnergy
 from ..core.context import ForwardContext
-from ..core.implicit import Implicit
-from ..core.proximal import ProximalGradient
-from ..core.solver import SolverStats
+from ..core.proximal import ProximalConfig
+from ..core.solver import SOLVERS, Budget, SolverStats
+from ..core.stepsize import StepSizeField
+from ..core.sublayer import build_solver
 from ..energies.coherence import CoherenceContext, MaskedReconstructionEnergy, ReversePredictionEnergy
 from ..energies.coherence_pointwise import ConfidenceEnergy, ConsistencyEnergy, MemoryEnergy
 from ..utils.config import ConfigModel
@@ -103,18 +109,16 @@ class RefineConfig(ConfigModel):
     """EMA factor of the memory write (Eq. 16)"""
     consist_map: Literal["mlp", "own"] = "mlp"
     """F_θ of the consistency term: the refined layer's MLP sublayer, or an own residual MLP"""
-    alpha: float = Field(0.1, gt=0)
+    solver: SOLVERS.type("proximal") = Field(default_factory=ProximalConfig)
+    """descent rule (default proximal: gamma γ, tol ε = per-token early stop once ‖Δh‖ < ε, energy_threshold τ)"""
+    step_size: StepSizeField = 0.1
     """step size α"""
-    gamma: float = Field(1.0, gt=0)
-    """proximal scale γ (at the end of gamma_anneal, if any)"""
     steps: int = Field(2, ge=0)
     """K_train"""
     eval_steps: int = Field(8, ge=0)
     """K_eval (eval mode; ctx.steps / --steps override)"""
-    tol: float | None = Field(None, gt=0)
-    """ε: per-token early stop once ‖Δh‖ < ε (absolute; None: off)"""
-    energy_threshold: float | None = None
-    """τ: per-token stop once the energy is at or below τ (None: off)"""
+    backward: BACKWARD_MODES.type("unroll") = BACKWARD_MODES.field("unroll")
+    """gradient through the unrolled K steps, or {kind: implicit, method, max_iter, tol} at the end point"""
     adaptive: Literal["none", "entropy"] = "none"
     """eval-time K per token: 'entropy' gives confident proposals k_low steps, the others k_high"""
     k_low: int = Field(8, ge=0)
@@ -125,14 +129,6 @@ class RefineConfig(ConfigModel):
     """confident: entropy of p_θ(·|f) below this fraction of ln C"""
     beta: float = Field(0.3, ge=0)
     """β of the training loss CE + β·ℒ(h⁽ᴷ⁾)"""
-    backward: Literal["unroll", "implicit"] = "unroll"
-    """gradient through the unrolled K steps, or implicit differentiation at the end point"""
-    implicit_method: Literal["cg", "fixed_point"] = "cg"
-    """linear solver of the implicit backward"""
-    implicit_max_iter: int = Field(50, ge=1)
-    """iterations of the implicit linear solve"""
-    implicit_tol: float = Field(1e-6, gt=0)
-    """relative tolerance of the implicit linear solve"""
     norm_each: bool = False
     """LayerNorm after every ERM (Alg. 1 per layer); False: only the model's final LayerNorm"""
     gamma_anneal: Schedule | None = None
@@ -141,6 +137,23 @@ class RefineConfig(ConfigModel):
     """K_train schedule, e.g. {start: 4, end: 16, begin: 50000} (§3.5); None: fixed steps"""
     mask_seed: int = Field(0, ge=0)
     """seed of the mask term's random mask in eval mode (training uses torch's RNG)"""
+
+    @classmethod
+    def migrate(cls, data: dict) -> dict:
+        """Old spellings (before the one sublayer shape): ``alpha`` is the step size, ``gamma`` /
+        ``tol`` / ``energy_threshold`` are proximal-solver options, ``backward: implicit`` with
+        ``implicit_method`` / ``implicit_max_iter`` / ``implicit_tol`` is the backward config."""
+        data = dict(data)
+        if "alpha" in data:
+            data.setdefault("step_size", data.pop("alpha"))
+        moved = {k: data.pop(k) for k in ("gamma", "tol", "energy_threshold") if k in data}
+        if moved:
+            data["solver"] = {**ProximalConfig().model_dump(), **moved, **(data.get("solver") or {})}
+        imp = {k[len("implicit_"):]: data.pop(k) for k in ("implicit_method", "implicit_max_iter", "implicit_tol")
+               if k in data}
+        if data.get("backward") == "implicit":
+            data["backward"] = {"kind": "implicit", **imp}
+        return data
 
     @model_validator(mode="after")
     def _check(self):
@@ -164,11 +177,8 @@ class RefineConfig(ConfigModel):
 
 
 class _RelativeChange:
-    """Identity gradient point that records the per-token relative change ‖h⁽ᵏ⁾ − h⁽ᵏ⁻¹⁾‖/‖h⁽ᵏ⁻¹⁾‖.
-
-    The solver loop evaluates ``point(h⁽ᵏ⁾)`` once per step; the map is the identity, so the
-    descent is unchanged. Only used when statistics are requested (never with implicit training).
-    """
+    """Solver observer recording the per-token relative change ‖h⁽ᵏ⁾ − h⁽ᵏ⁻¹⁾‖/‖h⁽ᵏ⁻¹⁾‖ (the solver
+    shows it every iterate; a repeated iterate is skipped). Only used when statistics are requested."""
 
     def __init__(self) -> None:
         self.prev: Tensor | None = None
@@ -219,10 +229,7 @@ class EquilibriumRefiner(nn.Module):
             terms["mem"] = MemoryEnergy(dim, size=cfg.mem_size, tau=cfg.mem_tau, relevance=cfg.mem_relevance,
                                         topk=cfg.mem_topk, ema=cfg.mem_ema)
         self.energy = CompositeEnergy(terms, {k: w[k] for k in terms})
-        self.solver = ProximalGradient(step_size=cfg.alpha, gamma=cfg.gamma, tol=cfg.tol,
-                                       energy_threshold=cfg.energy_threshold)
-        if cfg.backward == "implicit":
-            self.solver.backward = Implicit(cfg.implicit_method, cfg.implicit_max_iter, cfg.implicit_tol)
+        self.solver = build_solver(cfg, dim, name="refine")
         self.steps, self.eval_steps, self.beta = cfg.steps, cfg.eval_steps, cfg.beta
         self.norm = nn.LayerNorm(dim) if cfg.norm_each else nn.Identity()
         self._head_norm = (head, final_norm)  # not registered: the model owns them
@@ -245,9 +252,8 @@ class EquilibriumRefiner(nn.Module):
         return bool(self.energy.exact and self.solver.exact)
 
     def budget(self, ctx: ForwardContext) -> int:
-        if ctx.steps is not None:
-            return ctx.steps
-        return self.steps if self.training else self.eval_steps
+        """K of this call: K_train / K_eval by mode, ``ctx.steps`` overrides (the solver's :class:`Budget`)."""
+        return Budget(self.steps, self.eval_steps).resolve(ctx, self.training)
 
     def _context(self, f: Tensor, ctx: ForwardContext) -> CoherenceContext:
         if ctx.inputs is None or not isinstance(ctx.inputs, Tensor) or ctx.inputs.shape != f.shape[:2]:
@@ -284,20 +290,12 @@ class EquilibriumRefiner(nn.Module):
         context = self._context(f, ctx)  # checks the token ids even when nothing is prepared
         state = self.energy.prepare(context) if needed else None  # K = 0 at eval: ℒ is never read
         rel = _RelativeChange() if want_stats else None
-        res = self.solver.run(self.energy, f, state, K, anchor=f, ctx=ctx, trace=trace, stats=want_stats,
-                              point=rel)
-        h, st = res.x, res.stats
+        more = None
         if adaptive and self.cfg.k_high > K:
-            more = self._uncertain(f) if ctx.mask is None else self._uncertain(f) & ctx.mask
-            sub = ForwardContext(mask=more, iteration=ctx.iteration)
-            res2 = self.solver.run(self.energy, h, state, self.cfg.k_high - K, anchor=f, ctx=sub,
-                                   stats=want_stats, point=rel)
-            h = res2.x
-            if want_stats:
-                st = SolverStats(st.steps + res2.stats.steps,
-                                 torch.where(res2.stats.steps > 0, res2.stats.step_norm, st.step_norm))
-        if rel is not None:
-            rel.see(h)
+            more = (self._uncertain(f), self.cfg.k_high - K)
+        res = self.solver.run(self.energy, f, state, K, anchor=f, ctx=ctx, trace=trace, stats=want_stats,
+                              adaptive=more, observer=rel)
+        h, st = res.x, res.stats
         key = ctx.key(self.qualname or "erm")
         if trace and res.trace is not None:
             res.trace.exact = self.exact

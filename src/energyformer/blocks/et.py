@@ -23,26 +23,26 @@ Config (``model.block``)::
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from torch import Tensor, nn
 
 from ..core.block import EnergyBlock
 from ..core.context import ForwardContext
-from ..core.solver import GradientDescent
-from ..core.stepsize import StepSizeField, make_step_size
+from ..core.stepsize import StepSizeField
+from ..core.sublayer import DescentConfig, build_solver
 from ..energies.energy_transformer import EnergyLayerNorm, EnergyTransformerEnergy
 from ..utils.validate import ConfigError
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
 
 
-class ETConfig(AttentionConfig):
+class ETConfig(AttentionConfig, DescentConfig):
     """Energy Transformer block: attention + Hopfield energy on LN(x), T gradient steps (ET Eqs. 1-8)."""
 
     kind: Literal["et"] = "et"
-    steps: int = Field(1, ge=1)
-    """descent steps per block call (times the model's iterations = ET's T)"""
+    supports_causal: ClassVar[bool] = False
+    causal_note: ClassVar[str] = "its energy couples every pair of tokens"
     step_size: StepSizeField = 0.1
     """α (ET's code: 0.1 with 12 steps; the Hyper-SET authors' ET: 1.0); a number or a step-size config"""
     head_dim: int | None = Field(None, ge=1)
@@ -70,16 +70,14 @@ class EnergyTransformerBlock(EnergyBlock):
                                              cfg.init_std)
         except ValueError as err:
             raise ConfigError(f"attention (et): {err}") from None
-        solver = GradientDescent(step_size=make_step_size(cfg.step_size, dim))
-        super().__init__(energy, solver, cfg.steps, norm=EnergyLayerNorm(dim), norm_in_loop=True, init="residual")
+        solver = build_solver(cfg, dim, heads, name="attention")
+        super().__init__(energy, solver, cfg.steps, norm=EnergyLayerNorm(dim), norm_in_loop=True, init="residual",
+                         eval_steps=cfg.eval_steps)
 
 
 @ATTENTIONS.register("et", ETConfig)
 def build_et(cfg: ETConfig, spec: SublayerSpec) -> EnergyTransformerBlock:
     """Energy Transformer block (Hoover et al. 2023): attention + Hopfield energy, T gradient steps."""
-    if spec.causal:
-        raise ConfigError("attention kind 'et' is bidirectional here (its energy couples every pair of tokens): "
-                          "set model.causal: false or use a bidirectional task")
     if spec.dim % spec.heads and cfg.head_dim is None:
         raise ConfigError(f"attention (et): heads = {spec.heads} does not divide dim = {spec.dim}; set head_dim")
     return EnergyTransformerBlock(spec.dim, spec.heads, cfg)

@@ -46,171 +46,128 @@ patches (images) alike.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
 from torch import Tensor, nn
 
+from ..core.adapter import DepthLoRA, LoRAConfig
 from ..core.block import EnergyBlock
 from ..core.context import ForwardContext
-from ..core.solver import GradientDescent
-from ..core.stepsize import NetworkStepSize, NetworkStepSizeConfig, StepSize, StepSizeField, make_step_size
+from ..core.stepsize import NetworkStepSize, NetworkStepSizeConfig, StepSizeField, StepSizeGroup, make_step_size
+from ..core.sublayer import DescentConfig, build_solver
 from ..energies.hyperspherical import BiSoftmaxAttentionEnergy, ReLUFFEnergy
 from ..energies.hyperspherical_alt import GatedFFEnergy, LinearAttentionEnergy, SigmoidAttentionEnergy, SoftmaxFFEnergy
-from ..utils.config import ConfigModel
 from ..utils.validate import ConfigError
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
 
 ATTENTION_ENERGIES = {"bisoftmax": BiSoftmaxAttentionEnergy, "sigmoid": SigmoidAttentionEnergy,
                       "linear": LinearAttentionEnergy}
 FF_ENERGIES = {"relu": ReLUFFEnergy, "softmax": SoftmaxFFEnergy, "gated": GatedFFEnergy}
-SHARE_KEY = "hyperset.gamma"
 
 
 def paper_step_network() -> NetworkStepSizeConfig:
     """The step-size network of App. D.1 / Table 6 (Sudoku, Table 8: conditioned on x⁽⁰⁾)."""
-    return NetworkStepSizeConfig(embed_dim=512, condition="x0", output="vector", zero_init="all", groups=2)
+    return NetworkStepSizeConfig(embed_dim=512, condition="input", output="vector", zero_init="all", groups=2)
 
 
-class LoRAConfig(ConfigModel):
-    """Depth-wise LoRA (App. G.2): one low-rank delta of the shared projection per iteration."""
-
-    rank: int = Field(0, ge=0)
-    """r; 0 = off"""
-    alpha: float | None = Field(None, gt=0)
-    """scale numerator: ΔW = (alpha/r) B A (None: 4r, the paper's scaling factor 4)"""
-    iterations: int | None = Field(None, ge=1)
-    """number of per-iteration adapters (required when rank > 0; >= the training iterations)"""
-    init_std: float = Field(0.02, gt=0)
-    """std of the Gaussian init of A and B (paper and code: 0.02)"""
-    beyond: Literal["error", "last", "none"] = "error"
-    """iterations past the last adapter: error, reuse the last adapter, or no adapter"""
+SHARED_NETWORK = "hyperset.step_network"  # SublayerSpec.shared key: the attention's network, for the MLP
 
 
-class DepthLoRA(nn.Module):
-    """ΔW_t = (alpha/r) B_t A_t, t < iterations (App. G.2); ``delta(t)`` -> (d_out, d_in) or None."""
-
-    def __init__(self, d_out: int, d_in: int, cfg: LoRAConfig, name: str = "lora"):
-        super().__init__()
-        if cfg.iterations is None:
-            raise ConfigError(f"{name}.iterations is not set: give the number of per-iteration adapters "
-                              f"(at least the training iterations) when {name}.rank = {cfg.rank}")
-        r, n = cfg.rank, cfg.iterations
-        self.rank, self.iterations, self.beyond, self.name = r, n, cfg.beyond, name
-        self.scale = (cfg.alpha if cfg.alpha is not None else 4.0 * r) / r
-        self.A = nn.Parameter(torch.randn(n, r, d_in) * cfg.init_std)
-        self.B = nn.Parameter(torch.randn(n, d_out, r) * cfg.init_std)
-
-    def delta(self, t: int) -> Tensor | None:
-        if t >= self.iterations:
-            if self.beyond == "none":
-                return None
-            if self.beyond == "error":
-                raise ConfigError(f"{self.name}.iterations = {self.iterations}: iteration {t} has no adapter; "
-                                  f"set {self.name}.beyond to 'last' or 'none' to run more iterations")
-            t = self.iterations - 1
-        return self.scale * (self.B[t] @ self.A[t])
-
-    def extra_repr(self) -> str:
-        return f"rank={self.rank}, iterations={self.iterations}, scale={self.scale:g}, beyond={self.beyond!r}"
+def _hyperset_condition(data: dict) -> dict:
+    """In Hyper-SET sublayers a network's ``condition: x0`` has always meant the model input x⁽⁰⁾ (Eq. 12):
+    today's ``input``; the attention's ``iterate`` (its input = the layer input) is ``layer``, the state
+    the shared γ_t is computed from."""
+    eta = data.get("step_size")
+    if isinstance(eta, dict) and eta.get("kind") == "network":
+        cond = eta.get("condition", "x0")
+        role = data.get("_role")
+        new = {"x0": "input", "iterate": "layer" if role == "attention" else "iterate"}.get(cond, cond)
+        data["step_size"] = {**eta, "condition": new}
+    data.pop("_role", None)
+    return data
 
 
-class _GivenStepSize(StepSize):
-    """The step size the owning sublayer computed for this call (set just before the solver runs)."""
+class HyperSETSublayer(EnergyBlock):
+    """One descent step x ← x + η ⊙ direction(x) on ``energy`` (an :class:`~energyformer.core.EnergyBlock`),
+    with η from the config's step size, a group of the attention's shared network (``step_size: shared``),
+    and optional depth-wise LoRA."""
 
-    exact = False
+    role = ""  # "attention" (owns a groups-2 network) or "mlp" (may reference it)
 
-    def __init__(self):
-        super().__init__()
-        self.value: Tensor | float | None = None
-
-    def forward(self, index: int, x0: Tensor, x: Tensor) -> Tensor | float:
-        if self.value is None:
-            raise RuntimeError("a Hyper-SET sublayer's solver ran outside its sublayer (no step size set)")
-        return self.value
-
-
-class HyperSETSublayer(nn.Module):
-    """One descent step x ← x + η ⊙ direction(x) on ``energy``, with η from ``step_size``; optional LoRA."""
-
-    role = ""  # "attention" (publishes γ) or "mlp" (may take it)
-
-    def __init__(self, energy: nn.Module, dim: int, step_size, lora: LoRAConfig, name: str):
-        super().__init__()
-        self.block = EnergyBlock(energy, GradientDescent(step_size=_GivenStepSize()), steps=1)
+    def __init__(self, energy: nn.Module, dim: int, cfg, name: str, shared: dict | None = None):
+        shared = {} if shared is None else shared
+        if cfg.step_size == "shared":
+            net = shared.get(SHARED_NETWORK)
+            if net is None:
+                raise ConfigError(
+                    f"{name}.step_size = 'shared' takes gamma from the step-size network of the hyperset attention of "
+                    f"the same layer (step_size {{kind: network, groups: 2}}); there is none: give the {name} its own "
+                    f"step_size")
+            step = net.group(1)
+        else:
+            step = make_step_size(cfg.step_size, dim)
+            if isinstance(step, NetworkStepSize):
+                if step.groups > 2:
+                    raise ConfigError(f"{name}.step_size.groups = {step.groups}: allowed 1 or 2 (alpha, gamma)")
+                if step.groups == 2:
+                    if self.role == "attention":
+                        shared[SHARED_NETWORK] = step
+                    step = step.group(0, owner=True)
+        super().__init__(energy, build_solver(cfg, dim, step_size=step, name=name), cfg.steps,
+                         eval_steps=cfg.eval_steps)
         self.dim, self.name = dim, name
-        self.step: StepSize | None = None if step_size == "shared" else make_step_size(step_size, dim)
-        if isinstance(self.step, NetworkStepSize) and self.step.groups > 2:
-            raise ConfigError(f"{name}.step_size.groups = {self.step.groups}: allowed 1 or 2 (alpha, gamma)")
         w = energy.proj.weight
-        self.lora = DepthLoRA(w.shape[0], w.shape[1], lora, f"{name}.lora") if lora.rank else None
-        self.qualname = ""
+        if cfg.lora.rank:
+            self.adapter = DepthLoRA(w.shape[0], w.shape[1], cfg.lora, f"{name}.lora")
+        self._register_load_state_dict_pre_hook(_old_names, with_module=True)
 
     @property
-    def energy(self):
-        return self.block.energy
+    def step(self) -> nn.Module:
+        """This sublayer's step-size module (the shared network itself for a group view)."""
+        ss = self.solver.step_size
+        return ss.source if isinstance(ss, StepSizeGroup) else ss
 
-    def _share_key(self) -> tuple[str, str]:
-        return SHARE_KEY, self.qualname.rpartition(".")[0]
+    @property
+    def lora(self) -> DepthLoRA | None:
+        return self.adapter
 
-    def step_size(self, x: Tensor, ctx: ForwardContext) -> Tensor | float:
-        """η for this call (α or γ, (B, N, D) for the network); publishes γ when the network has 2 groups."""
-        if self.step is None:
-            key = self._share_key()
-            if key not in ctx.carry:
-                raise ConfigError(
-                    f"{self.name}.step_size = 'shared' takes gamma from the step-size network of the hyperset "
-                    f"attention of the same layer (step_size {{kind: network, groups: 2}}); none ran before "
-                    f"{self.qualname or 'this sublayer'}: give the MLP its own step_size")
-            return ctx.carry.pop(key)
-        t = ctx.iteration
-        self.step.check_index(t, iteration=t, steps=1)
-        if isinstance(self.step, NetworkStepSize):
-            cond = ctx.embedded if self.step.condition == "x0" and ctx.embedded is not None else x
-            eta = self.step(t, cond, x)  # (B, N, groups * D) or (B, N, groups)
-            if self.step.groups == 2:
-                eta, gamma = eta.chunk(2, dim=-1)
-                if self.role == "attention":
-                    ctx.carry[self._share_key()] = gamma
-            return eta
-        return self.step(t, x, x)
-
-    @contextmanager
-    def _adapted(self, t: int):
-        e = self.energy
-        e.delta = None if self.lora is None else self.lora.delta(t)
-        try:
-            yield
-        finally:
-            e.delta = None
-
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
-        ctx = ctx or ForwardContext()
-        if ctx.steps not in (None, 1):
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None,
+                anchor: Tensor | None = None) -> Tensor:  # (B, N, D)
+        if ctx is not None and ctx.steps not in (None, 1):
             raise ConfigError(f"steps = {ctx.steps}: a Hyper-SET sublayer takes one step per iteration; "
                               f"use iterations to run longer")
-        solver_step = self.block.solver.step_size
-        solver_step.value = self.step_size(x, ctx)
-        try:
-            with self._adapted(ctx.iteration):
-                return self.block(x, ctx, steps=1)
-        finally:
-            solver_step.value = None
+        return super().forward(x, ctx, steps, anchor)
 
     @torch.no_grad()
     def energy_at(self, x: Tensor, iteration: int = 0, mask: Tensor | None = None) -> Tensor:
         """(B, N) energy of this sublayer at x with iteration ``iteration``'s weights (LoRA)."""
-        with self._adapted(iteration):
-            st = self.energy.prepare(x, mask=mask)
-            return self.energy.energy(x, st)
+        energy = self.adapted_energy(iteration)
+        return energy.energy(x, energy.prepare(x, mask=mask))
 
 
-class HyperSETAttentionConfig(AttentionConfig):
+def _old_names(module: HyperSETSublayer, state_dict, prefix, *args) -> None:
+    """Checkpoints from before the core-seams refactor: the sublayer wrapped its EnergyBlock (``block.``)
+    held its step-size network as ``step.`` (now the solver's step size, ``net.`` inside a group view) and
+its depth-wise LoRA as ``lora.`` (now the block's ``adapter.``)."""
+    step = "solver.step_size." + ("net." if isinstance(module.solver.step_size, StepSizeGroup) else "")
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        rest = key[len(prefix):]
+        if rest.startswith("block.energy."):
+            state_dict[prefix + rest[len("block."):]] = state_dict.pop(key)
+        elif rest.startswith("step."):
+            state_dict[prefix + step + rest[len("step."):]] = state_dict.pop(key)
+        elif rest.startswith("lora."):
+            state_dict[prefix + "adapter." + rest[len("lora."):]] = state_dict.pop(key)
+
+
+class HyperSETAttentionConfig(AttentionConfig, DescentConfig):
     """Hyper-SET attention: one descent step on a hyperspherical attention energy (Eq. 9, Table 19)."""
 
     kind: Literal["hyperset"] = "hyperset"
+    supports_causal: ClassVar[bool] = False
+    causal_note: ClassVar[str] = "Hyper-SET has no causal form, seed 002 App. H.4"
     energy: Literal["bisoftmax", "sigmoid", "linear"] = "bisoftmax"
     """E_ATTN: bi-softmax (Eq. 3, the paper), sigmoid or linear attention (Table 19)"""
     head_dim: int | None = Field(None, ge=1)
@@ -233,6 +190,10 @@ class HyperSETAttentionConfig(AttentionConfig):
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     """depth-wise LoRA of W (App. G.2)"""
 
+    @classmethod
+    def migrate(cls, data: dict) -> dict:
+        return _hyperset_condition({**super().migrate(data), "_role": "attention"})
+
 
 class HyperSETAttention(HyperSETSublayer):
     """Hyper-SET attention sublayer: x ← x − α_t ⊙ Σ_h W_h (bi-softmax)(Z_h) (Eq. 9)."""
@@ -241,10 +202,12 @@ class HyperSETAttention(HyperSETSublayer):
     role = "attention"
 
 
-class HyperSETFFConfig(MLPConfig):
+class HyperSETFFConfig(MLPConfig, DescentConfig):
     """Hyper-SET feed-forward: one ascent step toward the columns of D on the sphere (Eq. 11, Table 20)."""
 
     kind: Literal["hyperset"] = "hyperset"
+    supports_causal: ClassVar[bool] = False
+    causal_note: ClassVar[str] = "Hyper-SET has no causal form, seed 002 App. H.4"
     energy: Literal["relu", "softmax", "gated"] = "relu"
     """E_FF: ReLU² (Eq. 5, the paper), softmax or gated (Table 20)"""
     sphere: bool = True
@@ -258,6 +221,10 @@ class HyperSETFFConfig(MLPConfig):
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     """depth-wise LoRA of D (App. G.2)"""
 
+    @classmethod
+    def migrate(cls, data: dict) -> dict:
+        return _hyperset_condition(super().migrate(data))
+
     def default_hidden(self, dim: int) -> int:
         return 4 * dim  # M = 4d (Sudoku, Table 8); the image models use M = d
 
@@ -269,16 +236,9 @@ class HyperSETFF(HyperSETSublayer):
     role = "mlp"
 
 
-def _no_causal(kind: str, spec: SublayerSpec) -> None:
-    if spec.causal:
-        raise ConfigError(f"{kind} kind 'hyperset' is bidirectional only (Hyper-SET has no causal form, seed "
-                          f"002 App. H.4): set model.causal: false or use a bidirectional task")
-
-
 @ATTENTIONS.register("hyperset", HyperSETAttentionConfig)
 def build_hyperset_attention(cfg: HyperSETAttentionConfig, spec: SublayerSpec) -> HyperSETAttention:
     """Hyper-SET attention (bi-softmax / sigmoid / linear energy, learned step sizes, optional LoRA)."""
-    _no_causal("attention", spec)
     cls = ATTENTION_ENERGIES[cfg.energy]
     kw = dict(sphere=cfg.sphere, gain=cfg.gain, qkv_norm=cfg.qkv_norm, self_interaction=cfg.self_interaction)
     if cfg.energy == "bisoftmax":
@@ -289,19 +249,18 @@ def build_hyperset_attention(cfg: HyperSETAttentionConfig, spec: SublayerSpec) -
         energy = cls(spec.dim, spec.heads, cfg.head_dim, **kw)
     except ValueError as err:
         raise ConfigError(f"attention ({cfg.energy}): {err}") from None
-    return HyperSETAttention(energy, spec.dim, cfg.step_size, cfg.lora, "attention")
+    return HyperSETAttention(energy, spec.dim, cfg, "attention", spec.shared)
 
 
 @MLPS.register("hyperset", HyperSETFFConfig)
 def build_hyperset_ff(cfg: HyperSETFFConfig, spec: SublayerSpec) -> HyperSETFF:
     """Hyper-SET feed-forward (ReLU / softmax / gated energy, shared or own step sizes, optional LoRA)."""
-    _no_causal("mlp", spec)
     cls = FF_ENERGIES[cfg.energy]
     kw = dict(sphere=cfg.sphere, gain=cfg.gain)
     if cfg.energy == "gated":
         kw["phi"] = cfg.phi
     energy = cls(spec.dim, cfg.hidden_size(spec), **kw)
-    return HyperSETFF(energy, spec.dim, cfg.step_size, cfg.lora, "mlp")
+    return HyperSETFF(energy, spec.dim, cfg, "mlp", spec.shared)
 
 
 def check_hyperset_block(block) -> None:

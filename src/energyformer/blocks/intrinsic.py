@@ -20,169 +20,104 @@ kind                update (x: residual stream, S: the sublayer's direction)    
 (The Newton kinds ``mha2nd``, ``mha2nd1st``, ``mha2nd1st_simple``, ``mha2nd_lite`` are in
 :mod:`energyformer.blocks.intrinsic_newton`.)
 
-**Momentum across layers.** ``momen_*`` / ``nag_*`` build the core :class:`~energyformer.core.Momentum`
+Every kind has the shared sublayer shape (:mod:`energyformer.core.sublayer`: ``solver``, ``step_size``,
+``steps``, ``eval_steps``, ``backward``); the kinds differ in their energy and their default solver.
+
+**Momentum across layers.** ``momen_*`` / ``nag_*`` default to the core :class:`~energyformer.core.Momentum`
 / :class:`~energyformer.core.Nesterov` solvers (``torch.optim.SGD`` semantics, tested step for step)
 whose velocity is carried through ``ctx.carry[carry_key]``; attention and FFN share the key, so one
 velocity runs through all 2L sublayers (reconstructed.md §1.2). Every sublayer has its own
 **learnable β = sigmoid(θ)** and **learnable step η = softplus(θ')** (seed §3.1; footnote 4 puts η in
 the x-update). The seed's initial values were lost in extraction: defaults β₀ = 0.5
-(reconstructed.md §1.2 [REC]) and η₀ = 1 (so that β → 0 recovers the baseline). With ``beta: 0``,
-``learn_beta: false``, ``step_size: 1``, ``learn_step_size: false`` a model is bit-for-bit GPT (tested).
+(reconstructed.md §1.2 [REC]) and η₀ = 1 (so that β → 0 recovers the baseline). With
+``solver: {beta: 0, learn_beta: false}``, ``step_size: 1`` a model is bit-for-bit GPT (tested).
 
 Flags for what the text leaves open (defaults and why):
 
-* ``ema`` (False): ``m ← β m + (1 − β) S`` instead of ``m ← β m + S``. Default off: the seed writes
+* ``solver.ema`` (False): ``m ← β m + (1 − β) S`` instead of ``m ← β m + S``. Default off: the seed writes
   momentum as Sutskever et al. (no dampening) and β = 0 must give the baseline either way.
 * ``readout`` (``nag_mha``/``nag_gelu``; 'lookahead'): the stream holds the look-ahead point
   ``y = x + ηβm`` (SGD's form, one sublayer call per step, what ``torch.optim.SGD(nesterov=True)``
   returns) — or 'iterate': the stream holds x and each sublayer is evaluated at ``x + ηβm``
   (Sutskever's form; keys/values are then computed from the look-ahead stream too). Both evaluate
   the sublayers at the same points when β and η are shared; they differ in what the head reads.
+  'iterate' is the core Nesterov solver's ``form: sutskever`` (its look-ahead point is evaluated by
+  :class:`~energyformer.core.EnergyBlock`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
-from torch import Tensor, nn
+from pydantic import Field
+from torch import nn
 
 from ..core.block import EnergyBlock
-from ..core.context import ForwardContext
-from ..core.momentum import Momentum, Nesterov
-from ..core.solver import GradientDescent, Solver, _scale
-from ..core.stepsize import LearnedStepSize
+from ..core.momentum import MomentumConfig, NesterovConfig
+from ..core.solver import SOLVERS, Solver
+from ..core.stepsize import LearnedStepSizeConfig, StepSizeField
+from ..core.sublayer import DescentConfig, build_solver
 from ..energies.free_energy import FEATURE_MAPS, MultiHeadFreeEnergy, SumOfSquaresEnergy
 from ..energies.intrinsic_heads import GeluFFNField, LinearAttentionHeads, MHAHeads
-from ..utils.config import ConfigModel
-from ..utils.validate import ConfigError
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
 
 CARRY_KEY = "intrinsic_velocity"
 
 
 class IntrinsicBlock(EnergyBlock):
-    """Pre-LayerNorm sublayer = one solver step on an energy (residual included).
-
-    Like :class:`~energyformer.core.EnergyBlock`, plus: the queries prepared from ``LN(x)`` are
-    reused for the first step (no second projection), and with ``lookahead`` (explicit Nesterov) the
-    sublayer is evaluated at ``x + η β m`` where ``m`` is the carried velocity.
-    """
+    """Pre-LayerNorm sublayer = one solver step on an energy (residual included): an
+    :class:`~energyformer.core.EnergyBlock` with a LayerNorm (the look-ahead point of explicit
+    Nesterov is the core's, :meth:`~energyformer.core.Solver.shift`)."""
 
     def __init__(self, energy: nn.Module, solver: Solver, norm: nn.Module, steps: int = 1,
-                 norm_in_loop: bool = True, lookahead: bool = False):
-        super().__init__(energy, solver, steps, norm, norm_in_loop, "residual")
-        self.lookahead = lookahead
-
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None,
-                anchor: Tensor | None = None) -> Tensor:  # (B, N, D)
-        ctx = ctx or ForwardContext()
-        if steps is None:
-            steps = self.steps if ctx.steps is None else ctx.steps
-        shift = None
-        if self.lookahead:
-            if steps != 1:
-                raise ConfigError(f"steps = {steps}: readout = 'iterate' (explicit Nesterov) takes one step "
-                                  "per sublayer")
-            m = ctx.carry.get(self.solver.carry_key)
-            if m is not None:
-                eta = self.solver.step_size(ctx.iteration, x, x)
-                shift = _scale(eta, _scale(self.solver.beta(), m))
-        y = x if shift is None else x + shift
-        h = self.norm(y)  # (B, N, D)
-        state = self.energy.prepare(h, cache=ctx.cache_slot(self.qualname), offset=ctx.offset, mask=ctx.mask)
-        if self.norm_in_loop:
-            def point(v: Tensor) -> Tensor:
-                return h if v is x else self.norm(v if shift is None else v + shift)
-        else:
-            point = None if shift is None else (lambda v: v + shift)
-        trace, stats = ctx.traces is not None, ctx.stats is not None
-        res = self.solver.run(self.energy, x, state, steps, point=point, trace=trace, ctx=ctx, stats=stats)
-        self.record(ctx, res)
-        return res.x
+                 norm_in_loop: bool = True, eval_steps: int | None = None):
+        super().__init__(energy, solver, steps, norm, norm_in_loop, "residual", eval_steps)
 
 
-# ----------------------------------------------------------------------------- solvers
-class _EMAVelocity:
-    """``m ← β m + (1 − β) d`` (m₀ = 0): torch.optim.SGD(dampening=β), except that SGD does not
-    dampen its first step."""
-
-    def velocity(self, d: Tensor, m: Tensor | None) -> Tensor:
-        b = self.beta()
-        d = _scale(1 - b, d)
-        return d if m is None else _scale(b, m) + d
+def _learned(init: float = 1.0):
+    return lambda: LearnedStepSizeConfig(init=init)
 
 
-class EMAMomentum(_EMAVelocity, Momentum):
-    """Heavy-ball momentum with an EMA velocity (not registered: built by ``ema: true``)."""
+def _momentum_default(kind: str):
+    cls = MomentumConfig if kind == "momentum" else NesterovConfig
+    return lambda: cls(beta=0.5, learn_beta=True, carry_key=CARRY_KEY)
 
 
-class EMANesterov(_EMAVelocity, Nesterov):
-    """Nesterov (SGD form) with an EMA velocity (not registered: built by ``ema: true``)."""
+class _MomentumSublayer(DescentConfig):
+    """Defaults of the momentum / Nesterov sublayers (seed §3.1): learned η₀ = 1 (footnote 4; value
+    lost: 1 = the baseline's step), learned β₀ = 0.5 (reconstructed.md §1.2 [REC]), one velocity
+    shared across depth through carry_key."""
 
-
-def step_size(value: float, learn: bool):
-    return LearnedStepSize(value) if learn else float(value)
-
-
-class MomentumFields(ConfigModel):
-    """Options of the momentum / Nesterov sublayers (seed §3.1)."""
-
-    beta: float = Field(0.5, ge=0, lt=1)
-    """initial momentum coefficient β in [0, 1) (seed value lost; reconstructed.md §1.2 [REC] 0.5)"""
-    learn_beta: bool = True
-    """learn β = sigmoid(θ) per sublayer (seed §3.1); needs 0 < beta < 1"""
-    step_size: float = Field(1.0, gt=0)
-    """initial step η in the x-update (seed footnote 4; value lost: 1 = the baseline's step)"""
-    learn_step_size: bool = True
-    """learn η = softplus(θ) per sublayer (seed §3.1)"""
-    ema: bool = False
-    """velocity m <- beta m + (1 - beta) S (EMA) instead of m <- beta m + S"""
-    carry_key: str = Field(CARRY_KEY, min_length=1)
-    """ctx.carry key of the velocity: sublayers sharing it share one velocity across depth"""
-
-    @model_validator(mode="after")
-    def _learn_beta_needs_open_interval(self):
-        if self.learn_beta and not 0 < self.beta < 1:
-            raise ValueError(f"beta = {self.beta}: must be in (0, 1) when learn_beta = true "
-                             "(beta = sigmoid(theta)); set learn_beta: false for beta = 0")
-        return self
-
-
-def momentum_solver(cfg: MomentumFields, rule: str) -> Solver:
-    """The core heavy-ball ('momentum') or Nesterov ('nesterov') solver of a sublayer config."""
-    cls = {("momentum", False): Momentum, ("momentum", True): EMAMomentum,
-           ("nesterov", False): Nesterov, ("nesterov", True): EMANesterov}[(rule, cfg.ema)]
-    return cls(step_size=step_size(cfg.step_size, cfg.learn_step_size), beta=cfg.beta,
-               learn_beta=cfg.learn_beta, carry_key=cfg.carry_key)
+    step_size: StepSizeField = Field(default_factory=_learned())
+    """η in the x-update (seed footnote 4): learned softplus, initialised at 1 (the baseline's step)"""
 
 
 # ----------------------------------------------------------------------------- attention kinds
-class MHAConfig(AttentionConfig):
+class MHAConfig(AttentionConfig, DescentConfig):
     """GPT-2 multi-head attention as one GD step (η fixed at 1: the ``gpt`` kind, bit for bit)."""
 
     kind: Literal["mha"] = "mha"
-    step_size: float = Field(1.0, gt=0)
-    """η (1: the baseline)"""
-    learn_step_size: bool = False
-    """learn η = softplus(θ)"""
 
 
-class MomenMHAConfig(AttentionConfig, MomentumFields):
+class MomenMHAConfig(AttentionConfig, _MomentumSublayer):
     """MomenMHA (seed §3.1): heavy-ball momentum over depth; pair with mlp: momen_gelu."""
 
     kind: Literal["momen_mha"] = "momen_mha"
+    solver: SOLVERS.type("momentum") = Field(default_factory=_momentum_default("momentum"))
+    """descent rule (default: heavy-ball momentum, learned beta from 0.5, carry_key intrinsic_velocity)"""
 
 
-class NagMHAConfig(AttentionConfig, MomentumFields):
+class NagMHAConfig(AttentionConfig, _MomentumSublayer):
     """NagMHA (seed §3.1): Nesterov momentum over depth; pair with mlp: nag_gelu."""
 
     kind: Literal["nag_mha"] = "nag_mha"
+    solver: SOLVERS.type("nesterov") = Field(default_factory=_momentum_default("nesterov"))
+    """descent rule (default: Nesterov, learned beta from 0.5, carry_key intrinsic_velocity)"""
     readout: Literal["lookahead", "iterate"] = "lookahead"
     """stream holds the look-ahead point (SGD form) or the iterate x (sublayer evaluated at x + eta beta m)"""
 
 
-class TiedMHAConfig(AttentionConfig):
+class TiedMHAConfig(AttentionConfig, DescentConfig):
     """Tied MHA = GD on the multi-head free energy (Theorem 3: V^h = K^h, W_O^h = (eta/H) P_h^T)."""
 
     kind: Literal["mha_tied"] = "mha_tied"
@@ -190,15 +125,14 @@ class TiedMHAConfig(AttentionConfig):
     """free energy: hypersphere (Theorem 3, = tied softmax MHA) or full-space elastic (adds -q)"""
     temperature: float | None = Field(None, gt=0)
     """T_h for every head (None: sqrt(head_dim), the standard attention scale)"""
-    step_size: float | None = Field(None, gt=0)
-    """initial eta (None: heads, so that W_O^h = P_h^T at the start)"""
-    learn_step_size: bool = True
-    """learn eta = softplus(theta)"""
+    auto_step_learned: ClassVar[bool] = True
+    step_size: Literal["auto"] | StepSizeField = "auto"
+    """eta: 'auto' = learned, initialised at heads (so that W_O^h = P_h^T at the start), or a step-size config"""
     norm_in_loop: bool = True
     """gradient at z = LN(x) (Theorem 1's point on the sphere); false: exact GD on F(x | LN(context))"""
 
 
-class LinearAttnConfig(AttentionConfig):
+class LinearAttnConfig(AttentionConfig, DescentConfig):
     """Linear attention (seed Eq. 5, §2.2) = GD on the sum-of-squares energy (Theorem 2)."""
 
     kind: Literal["linear_attn"] = "linear_attn"
@@ -208,14 +142,28 @@ class LinearAttnConfig(AttentionConfig):
     """gated / retention weights gamma_h^(i-j), gamma_h = sigmoid(theta_h) learned (RetNet init)"""
     feature_map: Literal[FEATURE_MAPS] = "none"
     """kernel phi on queries and keys: none or elu1 (elu + 1, Katharopoulos et al.)"""
-    step_size: float | None = Field(None, gt=0)
-    """initial eta (None: 1 untied, heads when tied)"""
-    learn_step_size: bool = False
-    """learn eta = softplus(theta)"""
+    auto_step_learned: ClassVar[bool] = False
+    step_size: Literal["auto"] | StepSizeField = "auto"
+    """eta: 'auto' = fixed 1 untied, heads when tied; or a step-size config"""
 
 
 def _norm(dim: int) -> nn.LayerNorm:
     return nn.LayerNorm(dim)
+
+
+def _block(energy: nn.Module, cfg: DescentConfig, spec: SublayerSpec, name: str, step_size=None,
+           norm_in_loop: bool = True) -> IntrinsicBlock:
+    """The generic energy sublayer with a pre-LayerNorm (``step_size`` overrides an 'auto' config)."""
+    solver = build_solver(cfg, spec.dim, spec.heads, step_size=step_size, name=name)
+    return IntrinsicBlock(energy, solver, _norm(spec.dim), cfg.steps, norm_in_loop, cfg.eval_steps)
+
+
+def _nag(cfg):
+    """readout 'iterate' is the Nesterov solver's Sutskever form (look-ahead evaluation point)."""
+    if cfg.solver.kind != "nesterov":
+        return cfg
+    form = "sutskever" if cfg.readout == "iterate" else "sgd"
+    return cfg.model_copy(update={"solver": cfg.solver.model_copy(update={"form": form})})
 
 
 def _tag(block: nn.Module, part: str) -> nn.Module:
@@ -227,33 +175,29 @@ def _tag(block: nn.Module, part: str) -> nn.Module:
 def build_mha(cfg: MHAConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """GPT-2 MHA as one gradient-descent step (η fixed 1 = the gpt kind)."""
     energy = MHAHeads(spec.dim, spec.heads, spec.dropout, spec.causal)
-    solver = GradientDescent(step_size=step_size(cfg.step_size, cfg.learn_step_size))
-    return _tag(IntrinsicBlock(energy, solver, _norm(spec.dim)), "attention")
+    return _tag(_block(energy, cfg, spec, "attention"), "attention")
 
 
 @ATTENTIONS.register("momen_mha", MomenMHAConfig)
 def build_momen_mha(cfg: MomenMHAConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """MomenMHA: heavy-ball momentum across layers (core Momentum solver, carried velocity)."""
     energy = MHAHeads(spec.dim, spec.heads, spec.dropout, spec.causal)
-    return _tag(IntrinsicBlock(energy, momentum_solver(cfg, "momentum"), _norm(spec.dim)), "attention")
+    return _tag(_block(energy, cfg, spec, "attention"), "attention")
 
 
 @ATTENTIONS.register("nag_mha", NagMHAConfig)
 def build_nag_mha(cfg: NagMHAConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """NagMHA: Nesterov momentum across layers (core Nesterov solver, or heavy ball at x + ηβm)."""
     energy = MHAHeads(spec.dim, spec.heads, spec.dropout, spec.causal)
-    explicit = cfg.readout == "iterate"
-    solver = momentum_solver(cfg, "momentum" if explicit else "nesterov")
-    return _tag(IntrinsicBlock(energy, solver, _norm(spec.dim), lookahead=explicit), "attention")
+    return _tag(_block(energy, _nag(cfg), spec, "attention"), "attention")
 
 
 @ATTENTIONS.register("mha_tied", TiedMHAConfig)
 def build_tied_mha(cfg: TiedMHAConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """Tied MHA: exact −∇F_MH (fused SDPA), one step of learned size η."""
     energy = MultiHeadFreeEnergy(spec.dim, spec.heads, cfg.form, cfg.temperature, spec.causal)
-    eta = float(spec.heads) if cfg.step_size is None else cfg.step_size
-    solver = GradientDescent(step_size=step_size(eta, cfg.learn_step_size))
-    return _tag(IntrinsicBlock(energy, solver, _norm(spec.dim), norm_in_loop=cfg.norm_in_loop), "attention")
+    eta = LearnedStepSizeConfig(init=float(spec.heads)) if cfg.step_size == "auto" else None
+    return _tag(_block(energy, cfg, spec, "attention", eta, norm_in_loop=cfg.norm_in_loop), "attention")
 
 
 @ATTENTIONS.register("linear_attn", LinearAttnConfig)
@@ -263,9 +207,8 @@ def build_linear_attn(cfg: LinearAttnConfig, spec: SublayerSpec) -> IntrinsicBlo
         energy = SumOfSquaresEnergy(spec.dim, spec.heads, cfg.decay, cfg.feature_map, None, spec.causal)
     else:
         energy = LinearAttentionHeads(spec.dim, spec.heads, cfg.decay, cfg.feature_map, spec.causal)
-    eta = (float(spec.heads) if cfg.tied else 1.0) if cfg.step_size is None else cfg.step_size
-    solver = GradientDescent(step_size=step_size(eta, cfg.learn_step_size))
-    return _tag(IntrinsicBlock(energy, solver, _norm(spec.dim)), "attention")
+    eta = (float(spec.heads) if cfg.tied else 1.0) if cfg.step_size == "auto" else None
+    return _tag(_block(energy, cfg, spec, "attention", eta), "attention")
 
 
 # ----------------------------------------------------------------------------- FFN kinds
@@ -274,33 +217,36 @@ class _GeluHidden(MLPConfig):
         return 4 * dim
 
 
-class MomenGeluConfig(_GeluHidden, MomentumFields):
+class MomenGeluConfig(_GeluHidden, _MomentumSublayer):
     """GPT-2 GELU FFN inside the heavy-ball recursion (seed §3.1: momentum through the FFN too)."""
 
     kind: Literal["momen_gelu"] = "momen_gelu"
+    solver: SOLVERS.type("momentum") = Field(default_factory=_momentum_default("momentum"))
+    """descent rule (default: heavy-ball momentum, learned beta from 0.5, carry_key intrinsic_velocity)"""
 
 
-class NagGeluConfig(_GeluHidden, MomentumFields):
+class NagGeluConfig(_GeluHidden, _MomentumSublayer):
     """GPT-2 GELU FFN inside the Nesterov recursion (seed §3.1)."""
 
     kind: Literal["nag_gelu"] = "nag_gelu"
+    solver: SOLVERS.type("nesterov") = Field(default_factory=_momentum_default("nesterov"))
+    """descent rule (default: Nesterov, learned beta from 0.5, carry_key intrinsic_velocity)"""
     readout: Literal["lookahead", "iterate"] = "lookahead"
     """as nag_mha.readout (use the same value in both sublayers)"""
 
 
-def _ffn(cfg, spec: SublayerSpec, rule: str, lookahead: bool = False) -> IntrinsicBlock:
+def _ffn(cfg, spec: SublayerSpec) -> IntrinsicBlock:
     energy = GeluFFNField(spec.dim, cfg.hidden_size(spec), spec.dropout)
-    return _tag(IntrinsicBlock(energy, momentum_solver(cfg, rule), _norm(spec.dim), lookahead=lookahead), "mlp")
+    return _tag(_block(energy, cfg, spec, "mlp"), "mlp")
 
 
 @MLPS.register("momen_gelu", MomenGeluConfig)
 def build_momen_gelu(cfg: MomenGeluConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """GELU FFN with heavy-ball momentum carried across sublayers."""
-    return _ffn(cfg, spec, "momentum")
+    return _ffn(cfg, spec)
 
 
 @MLPS.register("nag_gelu", NagGeluConfig)
 def build_nag_gelu(cfg: NagGeluConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """GELU FFN with Nesterov momentum carried across sublayers."""
-    explicit = cfg.readout == "iterate"
-    return _ffn(cfg, spec, "momentum" if explicit else "nesterov", lookahead=explicit)
+    return _ffn(_nag(cfg), spec)

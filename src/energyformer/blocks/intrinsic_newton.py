@@ -33,13 +33,14 @@ from typing import Literal
 from pydantic import Field
 from torch import nn
 
-from ..core.solver import GradientDescent
+from ..core.stepsize import FixedStepSizeConfig, LearnedStepSizeConfig, StepSizeField
+from ..core.sublayer import DescentConfig
 from ..energies.newton import DAMPINGS, LiteHeads, NewtonHeads
-from .intrinsic import IntrinsicBlock, step_size
+from .intrinsic import IntrinsicBlock, _block as _intrinsic_block
 from .registry import ATTENTIONS, AttentionConfig, SublayerSpec
 
 
-class _NewtonConfig(AttentionConfig):
+class _NewtonConfig(AttentionConfig, DescentConfig):
     temperature_init: float | None = Field(None, gt=0)
     """initial score temperature T_s per head (None: sqrt(head_dim))"""
     learn_temperature: bool = True
@@ -48,8 +49,8 @@ class _NewtonConfig(AttentionConfig):
     """v = k (the theory) instead of a value projection W_V (the seed's practical Eq. 32)"""
     subtract_query: bool = True
     """a = mu - q (the negative elastic gradient); false: a = mu"""
-    step_size: float = Field(1.0, gt=0)
-    """initial eta"""
+    step_size: StepSizeField = Field(default_factory=lambda: LearnedStepSizeConfig(init=1.0))
+    """eta: learned softplus, initialised at 1 (the natural Newton step)"""
 
 
 class MHA2ndConfig(_NewtonConfig):
@@ -60,8 +61,6 @@ class MHA2ndConfig(_NewtonConfig):
     """clamp eigenvalues of M to >= damping_eps, |lambda| >= eps (saddle-free), or M + eps I"""
     damping_eps: float = Field(0.1, gt=0)
     """epsilon of the damping"""
-    learn_step_size: bool = True
-    """learn eta = softplus(theta)"""
 
 
 class MHA2nd1stConfig(_NewtonConfig):
@@ -70,19 +69,17 @@ class MHA2nd1stConfig(_NewtonConfig):
     kind: Literal["mha2nd1st"] = "mha2nd1st"
     bias_temperature_init: float | None = Field(None, gt=0)
     """initial bias-term temperature T_b per head (None: sqrt(head_dim))"""
-    learn_step_size: bool = True
-    """learn eta = softplus(theta)"""
 
 
 class MHA2nd1stSimpleConfig(MHA2nd1stConfig):
     """Simplified MHA2nd1st: P_h^+ replaced by a learnable W_O."""
 
     kind: Literal["mha2nd1st_simple"] = "mha2nd1st_simple"
-    learn_step_size: bool = False
-    """learn eta (W_O already absorbs it)"""
+    step_size: StepSizeField = Field(default_factory=lambda: FixedStepSizeConfig(value=1.0))
+    """eta: fixed 1 (W_O already absorbs it)"""
 
 
-class MHA2ndLiteConfig(AttentionConfig):
+class MHA2ndLiteConfig(AttentionConfig, DescentConfig):
     """MHA2nd-lite: MHA with per-dimension variance preconditioning and two per-head temperatures."""
 
     kind: Literal["mha2nd_lite"] = "mha2nd_lite"
@@ -92,15 +89,10 @@ class MHA2ndLiteConfig(AttentionConfig):
     """initial preconditioning temperature T_b (None: sqrt(head_dim))"""
     learn_temperature: bool = True
     """learn both temperatures (softplus, per head)"""
-    step_size: float = Field(1.0, gt=0)
-    """eta (W_O absorbs it)"""
-    learn_step_size: bool = False
-    """learn eta = softplus(theta)"""
 
 
 def _block(energy: nn.Module, cfg, spec: SublayerSpec) -> IntrinsicBlock:
-    solver = GradientDescent(step_size=step_size(cfg.step_size, cfg.learn_step_size))
-    block = IntrinsicBlock(energy, solver, nn.LayerNorm(spec.dim))
+    block = _intrinsic_block(energy, cfg, spec, "attention")
     block.part = "attention"
     return block
 

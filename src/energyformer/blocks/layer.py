@@ -11,6 +11,8 @@ layer reuse* baseline of seed Fig. 3c / Fig. 4, to contrast with CEM's within-la
 only the query side is iterated.
 """
 
+from dataclasses import replace
+
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
@@ -49,6 +51,7 @@ class TransformerLayer(nn.Module):
 
     def __init__(self, cfg: BlockConfig, spec: SublayerSpec):
         super().__init__()
+        spec = replace(spec, shared={})  # build-time references between this layer's sublayers
         self.attn = build_attention(cfg.attention, spec)
         self.mlp = build_mlp(cfg.mlp, spec)
         self.attn_reuse, self.mlp_reuse = cfg.attn_reuse, cfg.mlp_reuse
@@ -56,6 +59,8 @@ class TransformerLayer(nn.Module):
     def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
         if self.attn_reuse > 1 and ctx is not None and ctx.cache is not None:
             raise NotImplementedError("block.attn_reuse > 1 does not support KV-cached decoding")
+        if ctx is not None:
+            ctx.layer_input = x  # what step sizes with condition 'layer' see (Hyper-SET's shared network)
         for _ in range(self.attn_reuse):
             x = self.attn(x, ctx)
         for _ in range(self.mlp_reuse):

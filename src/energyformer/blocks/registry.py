@@ -6,7 +6,8 @@ with its own config section (a :class:`~energyformer.utils.config.KindConfig`) a
     @ATTENTIONS.register("gpt", GPTAttentionConfig)
     def build_gpt_attention(cfg: GPTAttentionConfig, spec: SublayerSpec) -> nn.Module: ...
 
-A builder gets its own config plus one :class:`SublayerSpec` with what the model decides (width,
+A kind declares whether it has a causal form (``supports_causal``, default True); a causal model
+refuses one that does not, with one clear error. A builder gets its own config plus one :class:`SublayerSpec` with what the model decides (width,
 heads, causal, dropout, the model-wide MLP width) and returns an ``nn.Module`` mapping
 ``(x (B, N, D), ctx) -> (B, N, D)`` with the residual included. Adding a system adds a config class
 and a builder; nothing else changes (no shared-config fields, no if-chains).
@@ -18,12 +19,14 @@ declares ``part`` itself; :func:`energyformer.models.params.count_params` counts
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from pydantic import Field
 from torch import nn
 
 from ..utils.config import KindConfig, Registry
+from ..utils.validate import ConfigError
 
 #: attention kind -> (config class, builder(cfg, spec) -> nn.Module)
 ATTENTIONS = Registry("attention")
@@ -40,6 +43,8 @@ class SublayerSpec:
     causal:     whether token i may only see tokens j <= i (decided by the model / task).
     dropout:    the block's dropout probability (used by the kinds that have dropout).
     mlp_hidden: model-wide MLP hidden size; None = each MLP kind's own default.
+    shared:     modules one sublayer of a layer offers the next at build time (Hyper-SET's step-size
+                network, built by the attention, referenced by the MLP); one dict per layer.
     """
 
     dim: int
@@ -47,13 +52,23 @@ class SublayerSpec:
     causal: bool = True
     dropout: float = 0.0
     mlp_hidden: int | None = None
+    shared: dict = field(default_factory=dict, compare=False, repr=False)
 
 
-class AttentionConfig(KindConfig):
+class SublayerConfig(KindConfig):
+    """Base of every sublayer kind config. A kind that has no causal form declares
+    ``supports_causal = False`` (with the reason in ``causal_note``): building it for a causal model is
+    then a :class:`ConfigError` before its builder runs."""
+
+    supports_causal: ClassVar[bool] = True
+    causal_note: ClassVar[str] = ""
+
+
+class AttentionConfig(SublayerConfig):
     """Base of attention kind configs (a kind adds ``kind: Literal[name] = name`` and its options)."""
 
 
-class MLPConfig(KindConfig):
+class MLPConfig(SublayerConfig):
     """Base of MLP kind configs; each kind knows its default hidden size (:meth:`default_hidden`)."""
 
     hidden: int | None = Field(None, ge=1)
@@ -82,6 +97,10 @@ def _build(registry: Registry, cfg: KindConfig, spec: SublayerSpec) -> nn.Module
     if not isinstance(cfg, entry.config):
         raise TypeError(f"{registry.what} kind {cfg.kind!r} expects a {entry.config.__name__}, "
                         f"got a {type(cfg).__name__}")
+    if spec.causal and not getattr(cfg, "supports_causal", True):
+        note = getattr(cfg, "causal_note", "")
+        raise ConfigError(f"{registry.what} kind {cfg.kind!r} is bidirectional only{f' ({note})' if note else ''}: "
+                          f"set model.causal: false or use a bidirectional task")
     module = entry.builder(cfg, spec)
     if not isinstance(module, nn.Module):
         raise TypeError(f"the builder of {registry.what} kind {cfg.kind!r} returned "

@@ -1,28 +1,35 @@
 """Core abstractions: Energy, Solver (step rule + shared loop), StepSize, Preconditioner,
-EnergyBlock, Trace. Importing this package registers the core energies (quadratic, composite),
-the solvers (gd, momentum, nesterov, proximal) and the step-size kinds."""
+EnergyBlock, Trace, and the one sublayer config shape (DescentConfig). Importing this package
+registers the core energies (quadratic, composite), the solvers (gd, momentum, nesterov, proximal,
+ista, sphere), the backward modes (unroll, truncated, implicit) and the step-size kinds."""
 
-from .backward import BACKWARD_MODES, BackwardMode, Truncated, Unroll, make_backward_mode, register_backward_mode
+from .backward import (
+    BACKWARD_MODES, BackwardMode, Truncated, TruncatedConfig, Unroll, UnrollConfig, make_backward_mode,
+    register_backward_mode,
+)
 from .block import EnergyBlock, ForwardContext
 from .checks import check_descent, check_energy, check_grad, check_reference
 from .composite import CompositeEnergy
 from .energy import ENERGIES, Energy, register_energy
+from .implicit import Implicit, ImplicitConfig
 from .momentum import Momentum, MomentumConfig, Nesterov, NesterovConfig
 from .precond import (
     PRECONDITIONERS, DiagLowRankPrecond, DiagonalPrecond, IdentityPrecond, Preconditioner,
     make_preconditioner,
 )
+from .projected import ISTA, ISTAConfig, SphereConfig, SphereDescent
 from .proximal import ProximalConfig, ProximalGradient
 from .quadratic import QuadraticEnergy
 from .solver import (
-    SOLVER_CONFIGS, SOLVERS, Descent, GDConfig, GradientDescent, Solver, SolverConfig, SolverResult,
+    SOLVERS, Budget, Descent, GDConfig, GradientDescent, Solver, SolverConfig, SolverResult,
     SolverStats, register_solver,
 )
 from .stepsize import (
     STEP_SIZES, FixedStepSize, FixedStepSizeConfig, LearnedStepSize, LearnedStepSizeConfig,
     NetworkStepSize, NetworkStepSizeConfig, PerIterationStepSize, PerIterationStepSizeConfig, StepSize,
-    StepSizeField, make_step_size,
+    StepSizeField, StepSizeGroup, make_step_size,
 )
+from .sublayer import DescentConfig, build_solver, migrate_descent
 from .trace import Trace, Traces, key_label
 
 __all__ = [
@@ -31,10 +38,12 @@ __all__ = [
     "EnergyBlock", "ForwardContext",
     "PRECONDITIONERS", "Preconditioner", "IdentityPrecond", "DiagonalPrecond", "DiagLowRankPrecond",
     "make_preconditioner",
-    "SOLVERS", "SOLVER_CONFIGS", "Solver", "SolverConfig", "SolverResult", "SolverStats", "Descent",
+    "SOLVERS", "Solver", "Budget", "ISTA", "ISTAConfig", "SphereDescent", "SphereConfig",
+    "DescentConfig", "build_solver", "migrate_descent", "StepSizeGroup", "SolverConfig", "SolverResult", "SolverStats", "Descent",
     "register_solver", "GradientDescent", "GDConfig", "Momentum", "MomentumConfig", "Nesterov",
     "NesterovConfig", "ProximalGradient", "ProximalConfig",
-    "BACKWARD_MODES", "BackwardMode", "Unroll", "Truncated", "make_backward_mode", "register_backward_mode",
+    "BACKWARD_MODES", "BackwardMode", "Unroll", "UnrollConfig", "Truncated", "TruncatedConfig", "Implicit",
+    "ImplicitConfig", "make_backward_mode", "register_backward_mode",
     "STEP_SIZES", "StepSize", "StepSizeField", "make_step_size", "FixedStepSize", "FixedStepSizeConfig",
     "LearnedStepSize", "LearnedStepSizeConfig", "PerIterationStepSize", "PerIterationStepSizeConfig",
     "NetworkStepSize", "NetworkStepSizeConfig",

@@ -20,35 +20,39 @@ and decides which steps build an autograd graph:
                fixed-point iteration (:mod:`energyformer.core.implicit`, :class:`Implicit`;
                non-convergence is reported). The forward value equals the unrolled one.
 
-Options of a mode are constructor arguments (``Implicit(method='fixed_point', max_iter=...)``);
-:func:`make_backward_mode` builds a mode by name with its defaults. A new mode subclasses
-:class:`BackwardMode` and registers with :func:`register_backward_mode`; the loop exposes
-``descent.descend`` (steps with the stopping rules) and ``descent.step`` (the bare one-step map).
+Modes are a tagged union of configs in the one registry :data:`BACKWARD_MODES`
+(``backward: {kind: unroll | truncated | implicit, ...}`` in every energy sublayer's config; a bare
+name is ``{kind: name}``); :func:`make_backward_mode` builds one from a config, a name or a module.
+A new mode subclasses :class:`BackwardMode` and registers its config with
+``@BACKWARD_MODES.register(name, ConfigClass)`` (``implicit`` does so in
+:mod:`energyformer.core.implicit`, imported by the package, so this module imports nothing back);
+the loop exposes ``descent.descend`` (steps with the stopping rules) and ``descent.step`` (the bare
+one-step map).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
+from ..utils.config import KindConfig, Registry
 from ..utils.validate import ConfigError, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from .solver import Descent
 
-#: Registry of backward modes by name.
-BACKWARD_MODES: dict[str, type[BackwardMode]] = {}
+#: Backward modes: kind -> (config class, mode class with ``from_config(cfg)``).
+BACKWARD_MODES = Registry("backward mode")
 
 
-def register_backward_mode(name: str):
-    """Class decorator adding a :class:`BackwardMode` to :data:`BACKWARD_MODES` (names are unique)."""
+def register_backward_mode(name: str, config: type[KindConfig]):
+    """Class decorator adding a :class:`BackwardMode` and its config to :data:`BACKWARD_MODES`."""
 
     def deco(cls):
-        if name in BACKWARD_MODES:
-            raise ValueError(f"backward mode {name!r} is already registered")
-        BACKWARD_MODES[name] = cls
+        BACKWARD_MODES.register(name, config)(cls)
         cls.name = name
         return cls
 
@@ -60,6 +64,10 @@ class BackwardMode:
 
     name = ""
 
+    @classmethod
+    def from_config(cls, cfg: KindConfig) -> BackwardMode:
+        return cls()
+
     def run(self, descent: Descent, x0: Tensor, state: Any, memory: Any, steps: int
             ) -> tuple[Tensor, Any, Any]:  # pragma: no cover
         raise NotImplementedError
@@ -68,7 +76,13 @@ class BackwardMode:
         return f"{type(self).__name__}()"
 
 
-@register_backward_mode("unroll")
+class UnrollConfig(KindConfig):
+    """Backpropagate through every step (exact gradient of the T-step map)."""
+
+    kind: Literal["unroll"] = "unroll"
+
+
+@register_backward_mode("unroll", UnrollConfig)
 class Unroll(BackwardMode):
     """Backpropagate through every step (the graph of all T steps is kept)."""
 
@@ -76,13 +90,25 @@ class Unroll(BackwardMode):
         return descent.descend(x0, state, memory, 0, steps)
 
 
-@register_backward_mode("truncated")
+class TruncatedConfig(KindConfig):
+    """Gradient through the last k steps only (the prefix runs without a graph)."""
+
+    kind: Literal["truncated"] = "truncated"
+    k: int = Field(..., ge=1)
+    """steps that build a graph (the last k of the run)"""
+
+
+@register_backward_mode("truncated", TruncatedConfig)
 class Truncated(BackwardMode):
     """Gradient through the last ``k`` steps only (see the module docstring for the exact rule)."""
 
     def __init__(self, k: int):
         check_int("truncate", k, min=1)
         self.k = k
+
+    @classmethod
+    def from_config(cls, cfg: TruncatedConfig) -> Truncated:
+        return cls(cfg.k)
 
     def run(self, descent, x0, state, memory, steps):
         prefix = max(steps - self.k, 0)
@@ -99,21 +125,26 @@ class Truncated(BackwardMode):
         return f"Truncated(k={self.k})"
 
 
-def make_backward_mode(name: str, truncate: int | None = None) -> BackwardMode:
-    """Build a backward mode by name: ``'unroll'``, ``'truncated'`` (with ``truncate`` = k) or
-    ``'implicit'`` (default options; build :class:`~energyformer.core.implicit.Implicit` directly for others)."""
-    if name not in BACKWARD_MODES:
-        raise ConfigError(f"backward = {name!r}: allowed values are "
-                          + ", ".join(repr(n) for n in BACKWARD_MODES))
-    if name == "truncated":
+def make_backward_mode(spec: str | KindConfig | BackwardMode = "unroll", truncate: int | None = None
+                       ) -> BackwardMode:
+    """A backward mode from a config, a module, or a name (``'truncated'`` with ``truncate`` = k;
+    other names with their default options)."""
+    if isinstance(spec, BackwardMode):
+        if truncate is not None:
+            raise ConfigError(f"truncate = {truncate!r}: only allowed with backward = 'truncated' given by name")
+        return spec
+    if isinstance(spec, KindConfig):
+        return BACKWARD_MODES.get(spec.kind).builder.from_config(spec)
+    if spec not in BACKWARD_MODES.entries:
+        raise ConfigError(f"backward = {spec!r}: allowed values are "
+                          + ", ".join(repr(n) for n in BACKWARD_MODES.names()))
+    if spec == "truncated":
         if truncate is None:
             raise ConfigError("backward = 'truncated' needs truncate = k (steps that build a graph), "
                               "an integer >= 1")
         return Truncated(truncate)
     if truncate is not None:
         raise ConfigError(f"truncate = {truncate!r}: only allowed with backward = 'truncated' "
-                          f"(backward = {name!r})")
-    return BACKWARD_MODES[name]()
-
-
-from . import implicit as _implicit  # noqa: E402,F401  (registers "implicit"; imports BackwardMode from here)
+                          f"(backward = {spec!r})")
+    entry = BACKWARD_MODES.get(spec)
+    return entry.builder.from_config(entry.config())

@@ -12,20 +12,35 @@ Jacobian is missing), so ``exact`` is False. Without it every step is an exact (
 gradient step on ``E(x | h)``.
 
 Call-time options (DESIGN.md core table): the step count is ``steps=`` if given, else
-``ctx.steps`` (test-time budgets), else the block's own; step sizes see the index
+``ctx.steps`` (test-time budgets), else the block's own (``eval_steps`` in eval mode when set,
+:class:`~energyformer.core.solver.Budget`); step sizes see the index
 ``ctx.iteration * steps + t``; the proximal anchor is ``anchor=`` if given, else x0; the padding
 mask ``ctx.mask`` keeps masked tokens fixed. Records go to ``ctx.traces`` / ``ctx.stats`` under
 ``ctx.key(qualname)`` = (block name, iteration).
+
+**Look-ahead point.** A rule that evaluates its gradient away from the iterate (Sutskever's Nesterov,
+``solver.lookahead``) gives ``shift = solver.shift(x, ctx)`` (``η β m`` from its carried velocity);
+the block then normalises and prepares at ``y = x + shift`` and evaluates every step at
+``point(x_t + shift)`` while the stream keeps x (one step per call). The normalised input ``h`` is
+reused for the first step's gradient point (no second norm of the same tensor).
+
+**Adapters.** ``adapter(energy, iteration)`` (e.g. :class:`~energyformer.core.adapter.DepthLoRA`) gives
+the energy this iteration's weights for the call (a view; the shared module is not modified).
+
+:meth:`EnergyBlock.from_config` is the one generic builder of an energy sublayer from its
+:class:`~energyformer.core.sublayer.DescentConfig`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
-from ..utils.validate import check_choice, check_int
+from ..utils.validate import ConfigError, check_choice, check_int
 from .context import ForwardContext
 from .energy import Energy
-from .solver import Solver
+from .solver import Budget, Solver
 
 
 class EnergyBlock(nn.Module):
@@ -33,18 +48,35 @@ class EnergyBlock(nn.Module):
 
     def __init__(
         self, energy: Energy, solver: Solver, steps: int, norm: nn.Module | None = None,
-        norm_in_loop: bool = True, init: str = "residual",
+        norm_in_loop: bool = True, init: str = "residual", eval_steps: int | None = None,
+        adapter: nn.Module | None = None,
     ):
         super().__init__()
         check_int("steps", steps, min=1)
+        if eval_steps is not None:
+            check_int("eval_steps", eval_steps, min=1)
         check_choice("init", init, ("residual", "normalized"))
         self.energy = energy
         self.solver = solver
         self.steps = steps
+        self.eval_steps = eval_steps
         self.norm = norm if norm is not None else nn.Identity()
         self.norm_in_loop = norm_in_loop
         self.init = init
+        self.adapter = adapter  # (energy, iteration) -> energy with this iteration's weights (core/adapter.py)
         self.qualname = ""  # set by models.naming.name_blocks
+
+    @classmethod
+    def from_config(cls, energy: Energy, cfg: Any, dim: int, heads: int | None = None, *,
+                    norm: nn.Module | None = None, norm_in_loop: bool = True, init: str = "residual",
+                    step_size: Any = None, name: str = "sublayer", **kw: Any) -> EnergyBlock:
+        """The block of a sublayer config (:class:`~energyformer.core.sublayer.DescentConfig`): its
+        solver (rule, step size, backward mode), ``steps`` and ``eval_steps``; ``step_size``
+        overrides the config's (a sublayer default that depends on the model, a shared module)."""
+        from .sublayer import build_solver
+
+        solver = build_solver(cfg, dim, heads, step_size=step_size, name=name)
+        return cls(energy, solver, cfg.steps, norm, norm_in_loop, init, cfg.eval_steps, **kw)
 
     @property
     def exact(self) -> bool:
@@ -74,16 +106,36 @@ class EnergyBlock(nn.Module):
     def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None,
                 anchor: Tensor | None = None) -> Tensor:
         ctx = ctx or ForwardContext()
-        if steps is None:
-            steps = self.steps if ctx.steps is None else ctx.steps
-        h = self.norm(x)  # (B, N, D)
-        state = self.energy.prepare(h, cache=ctx.cache_slot(self.qualname), offset=ctx.offset,
-                                    mask=ctx.mask)
+        n = self.solver.budget(Budget(self.steps, self.eval_steps) if steps is None else steps, ctx)
+        shift = None
+        if self.solver.lookahead:
+            if n != 1:
+                raise ConfigError(f"steps = {n}: a look-ahead rule ({type(self.solver).__name__}, "
+                                  "form 'sutskever') takes one step per call")
+            shift = self.solver.shift(x, ctx)
+        y = x if shift is None else x + shift
+        h = self.norm(y)  # (B, N, D)
+        energy = self.adapted_energy(ctx.iteration)
+        state = energy.prepare(h, cache=ctx.cache_slot(self.qualname), offset=ctx.offset, mask=ctx.mask)
         x0 = x if self.init == "residual" else h
         trace, stats = ctx.traces is not None, ctx.stats is not None
         in_loop = self.norm_in_loop and not isinstance(self.norm, nn.Identity)
         res = self.solver.run(
-            self.energy, x0, state, steps, point=self.norm if in_loop else None,
+            energy, x0, state, n, point=self._point(x, h, shift, in_loop),
             trace=trace, ctx=ctx, anchor=anchor, stats=stats)
         self.record(ctx, res)
         return res.x
+
+    def adapted_energy(self, iteration: int) -> Energy:
+        """The energy with iteration ``iteration``'s adapter applied (itself without an adapter)."""
+        return self.energy if self.adapter is None else self.adapter(self.energy, iteration)
+
+    def _point(self, x: Tensor, h: Tensor, shift: Tensor | None, in_loop: bool):
+        """Where step t's gradient is evaluated: norm(x_t + shift) in the loop (h itself at x_t = x),
+        x_t + shift outside it (None: the iterate itself)."""
+        norm = self.norm
+        if in_loop:
+            if shift is None:
+                return lambda v: h if v is x else norm(v)
+            return lambda v: h if v is x else norm(v + shift)
+        return None if shift is None else (lambda v: v + shift)

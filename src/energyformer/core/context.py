@@ -36,12 +36,17 @@ class ForwardContext:
     iterations: number of passes in this forward pass.
     steps:      when not None, overrides the step count of every energy block (test-time budgets).
     inputs:     the model's inputs (token ids, images), for energies that need them.
-    carry:      state carried across layers by solvers (e.g. momentum), keyed by the solver's
-                carry key.
+    carry:      state a solver's rule carries across layers (momentum velocity), keyed by the
+                solver's carry key; read and written only by :meth:`Solver.run` / :meth:`Solver.shift`.
     aux_losses: auxiliary losses added by blocks (:meth:`add_aux`); the task adds them to its loss.
     embedded:   the layer stack's input x⁰ (embedded tokens or patches, (B, N, D)), set by
                 :class:`~energyformer.models.backbone.LayerStack` before its first pass; blocks that
                 condition on the model input read it (Hyper-SET's step sizes, seed 002 Eq. 12).
+    layer_input: the input of the current layer (set by
+                :class:`~energyformer.blocks.layer.TransformerLayer`): the state a step size with
+                ``condition: layer`` sees in every sublayer of the layer (Hyper-SET's γ_t and α_t).
+    memo:       per-forward cache of pure functions of (module, index, state), e.g. a step-size
+                network shared by two sublayers computes its output once.
     """
 
     traces: Traces | None = None
@@ -56,6 +61,8 @@ class ForwardContext:
     carry: dict[str, Any] = field(default_factory=dict)
     aux_losses: dict[str, Tensor] = field(default_factory=dict)
     embedded: Tensor | None = None
+    layer_input: Tensor | None = None
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     def key(self, name: str) -> BlockKey:
         """Record key of block ``name`` at the current iteration."""

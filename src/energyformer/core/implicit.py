@@ -41,11 +41,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
+from ..utils.config import KindConfig
 from ..utils.validate import ConfigError, check_choice, check_float, check_int
 from .backward import BackwardMode, register_backward_mode
 
@@ -110,9 +112,29 @@ def solve_fixed_point(jtv: Callable[[Tensor], Tensor], g: Tensor, max_iter: int,
     return v, {"iterations": it, "rel_residual": rel, "status": status}
 
 
-@register_backward_mode("implicit")
+class ImplicitConfig(KindConfig):
+    """Implicit differentiation at the run's end point (implicit function theorem)."""
+
+    kind: Literal["implicit"] = "implicit"
+    method: Literal["cg", "fixed_point"] = "cg"
+    """linear solver of (I - J^T) v = g: conjugate gradient (symmetric steps only) or damped fixed point"""
+    max_iter: int = Field(50, ge=1)
+    """iterations of the linear solve"""
+    tol: float = Field(1e-6, gt=0)
+    """relative tolerance of the linear solve"""
+    damping: float = Field(1.0, gt=0, le=1)
+    """d of the damped fixed-point iteration"""
+    on_fail: Literal["warn", "raise", "fallback"] = "warn"
+    """what a solve that does not converge does: warn, raise, or warn and use v = g"""
+
+
+@register_backward_mode("implicit", ImplicitConfig)
 class Implicit(BackwardMode):
     """Implicit-function-theorem gradients at the run's end point (see the module docstring)."""
+
+    @classmethod
+    def from_config(cls, cfg: ImplicitConfig) -> Implicit:
+        return cls(cfg.method, cfg.max_iter, cfg.tol, cfg.damping, cfg.on_fail)
 
     def __init__(self, method: str = "cg", max_iter: int = 50, tol: float = 1e-6, damping: float = 1.0,
                  on_fail: str = "warn"):

@@ -16,6 +16,12 @@ holds the look-ahead point, so one gradient evaluation per step suffices (recons
 depth with one velocity stream shared by every block using that key (MomenMHA applies the rule to
 attention and FFN alike). The carried velocity keeps its graph (unrolled through depth).
 
+**Variants** (options of both kinds): ``ema`` — velocity ``m ← β m + (1 − β) d`` (an exponential
+moving average; ``torch.optim.SGD(dampening=β)`` except that SGD does not dampen its first step);
+``nesterov.form`` — ``'sgd'`` (above: the stream holds the look-ahead point) or ``'sutskever'``: the
+stream holds the iterate x and the step is heavy ball with the gradient evaluated at the look-ahead
+point ``x + η β m`` (:meth:`Solver.shift`; one step per block call, the velocity carried).
+
 ``beta`` is a fixed number in [0, 1), or learned (``learn_beta``): beta = sigmoid(theta),
 initialised at ``beta`` in (0, 1) (reconstructed.md §1.2: learnable per layer and sublayer;
 recommended start beta = 0.5).
@@ -27,7 +33,7 @@ import math
 from typing import Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from ..utils.validate import ConfigError, check_float
@@ -41,6 +47,17 @@ class _MomentumConfig(SolverConfig):
     """Learn beta = sigmoid(theta), initialised at beta (then 0 < beta < 1)."""
     carry_key: str | None = None
     """Share the velocity across layers through ctx.carry[carry_key] (None: fresh per call)."""
+    ema: bool = False
+    """velocity m <- beta m + (1 - beta) d (EMA) instead of m <- beta m + d"""
+
+    @model_validator(mode="after")
+    def _learn_beta_needs_open_interval(self):
+        if self.learn_beta and not 0 < self.beta < 1:
+            raise ValueError(f"beta = {self.beta}: must be in (0, 1) when learn_beta = true "
+                             "(beta = sigmoid(theta)); set learn_beta: false for beta = 0")
+        if self.carry_key == "":
+            raise ValueError("carry_key = '': must be a non-empty string or null")
+        return self
 
 
 class MomentumConfig(_MomentumConfig):
@@ -53,6 +70,9 @@ class NesterovConfig(_MomentumConfig):
     """Nesterov momentum (torch.optim.SGD(momentum=beta, nesterov=True))."""
 
     kind: Literal["nesterov"] = "nesterov"
+    form: Literal["sgd", "sutskever"] = "sgd"
+    """'sgd': the stream holds the look-ahead point (torch.optim.SGD(nesterov=True)); 'sutskever': the
+    stream holds x, the gradient is evaluated at x + eta beta m (one step per call, carried velocity)"""
 
 
 class _Momentum(Solver):
@@ -60,7 +80,8 @@ class _Momentum(Solver):
     param_roles = {"beta_logit": "step_size"}  # a learned optimiser coefficient: never decayed
 
     def __init__(self, precond=None, step_size=1.0, learn_step_size=False, tol=None, *,
-                 beta: float = 0.5, learn_beta: bool = False, carry_key: str | None = None, **kw: Any):
+                 beta: float = 0.5, learn_beta: bool = False, carry_key: str | None = None,
+                 ema: bool = False, **kw: Any):
         super().__init__(precond, step_size, learn_step_size, tol, **kw)
         check_float("beta", beta, min=0.0, max=1.0)
         if beta >= 1.0:
@@ -74,10 +95,11 @@ class _Momentum(Solver):
         if carry_key is not None and not (isinstance(carry_key, str) and carry_key):
             raise ConfigError(f"carry_key = {carry_key!r}: must be a non-empty string or None")
         self.carry_key = carry_key
+        self.ema = bool(ema)
 
     @classmethod
     def config_kwargs(cls, cfg: _MomentumConfig) -> dict[str, Any]:
-        return dict(beta=cfg.beta, learn_beta=cfg.learn_beta, carry_key=cfg.carry_key)
+        return dict(beta=cfg.beta, learn_beta=cfg.learn_beta, carry_key=cfg.carry_key, ema=cfg.ema)
 
     def beta(self) -> Tensor | float:
         return torch.sigmoid(self.beta_logit) if self.learn_beta else self._beta
@@ -90,7 +112,11 @@ class _Momentum(Solver):
         return carry  # None: v_0 = 0, the first velocity is the first direction (as SGD)
 
     def velocity(self, d: Tensor, m: Tensor | None) -> Tensor:
-        """m_{t+1} = beta m_t + d_t (descent velocity m = -v)."""
+        """m_{t+1} = beta m_t + d_t, or beta m_t + (1 - beta) d_t with ``ema`` (descent velocity m = -v)."""
+        if self.ema:
+            b = self.beta()
+            d = _scale(1 - b, d)
+            return d if m is None else _scale(b, m) + d
         return d if m is None else _scale(self.beta(), m) + d
 
     def carry_out(self, memory: Any) -> Any:
@@ -98,7 +124,8 @@ class _Momentum(Solver):
 
     def extra_repr(self) -> str:
         b = "learned" if self.learn_beta else self._beta
-        return f"beta={b}, carry_key={self.carry_key!r}, " + super().extra_repr()
+        e = ", ema=True" if self.ema else ""
+        return f"beta={b}{e}, carry_key={self.carry_key!r}, " + super().extra_repr()
 
 
 @register_solver("momentum", MomentumConfig)
@@ -112,9 +139,35 @@ class Momentum(_Momentum):
 
 @register_solver("nesterov", NesterovConfig)
 class Nesterov(_Momentum):
-    """Nesterov: v <- beta v + g;  x <- x - eta (g + beta v),  g = P∇E(u)  (SGD(..., nesterov=True))."""
+    """Nesterov: v <- beta v + g;  x <- x - eta (g + beta v),  g = P∇E(u)  (SGD(..., nesterov=True));
+    ``form='sutskever'``: x <- x - eta v with g evaluated at x + eta beta v_prev (:meth:`shift`)."""
+
+    def __init__(self, *args: Any, form: str = "sgd", **kw: Any):
+        super().__init__(*args, **kw)
+        if form not in ("sgd", "sutskever"):
+            raise ConfigError(f"form = {form!r}: allowed values are 'sgd', 'sutskever'")
+        self.form = form
+        self.lookahead = form == "sutskever"
+
+    @classmethod
+    def config_kwargs(cls, cfg: NesterovConfig) -> dict[str, Any]:
+        return dict(super().config_kwargs(cfg), form=cfg.form)
+
+    def shift(self, x: Tensor, ctx: Any) -> Tensor | None:
+        if self.form != "sutskever":
+            return None
+        m = self.carried(ctx)
+        if m is None:
+            return None
+        eta = self.step_size(ctx.iteration, x, x)
+        return _scale(eta, _scale(self.beta(), m))  # eta beta m, like x
 
     def update(self, energy, x, u, state, memory, eta):
         d = energy.direction(u, state, self.precond)
         m = self.velocity(d, memory)
+        if self.form == "sutskever":
+            return _scale(eta, m), m
         return _scale(eta, d + _scale(self.beta(), m)), m
+
+    def extra_repr(self) -> str:
+        return ("form='sutskever', " if self.form != "sgd" else "") + super().extra_repr()

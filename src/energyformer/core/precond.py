@@ -15,14 +15,18 @@ assume it, and the tests check it at initialisation.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import Tensor, nn
 
+from ..utils.config import KindConfig, Registry
 from ..utils.validate import check_choice, check_int
 
-PRECONDITIONERS = ("identity", "diagonal", "diag_low_rank")
+#: preconditioner kind -> (config class, builder(cfg, dim, heads, name) -> Preconditioner)
+PRECONDITIONERS = Registry("preconditioner")
 
 
 class Preconditioner(nn.Module):
@@ -101,14 +105,53 @@ class DiagLowRankPrecond(DiagonalPrecond):
         return g * self.diag().to(g.dtype) + low
 
 
+class IdentityPrecondConfig(KindConfig):
+    """P = I (plain gradient descent)."""
+
+    kind: Literal["identity"] = "identity"
+
+
+class DiagonalPrecondConfig(KindConfig):
+    """P = diag(softplus(√D p)) (seed App. D.4)."""
+
+    kind: Literal["diagonal"] = "diagonal"
+
+
+class DiagLowRankPrecondConfig(KindConfig):
+    """P = diag(softplus(d)) + U Vᵀ + V Uᵀ of rank R (seed Eq. 13)."""
+
+    kind: Literal["diag_low_rank"] = "diag_low_rank"
+    rank: int = Field(4, ge=1)
+    """R, the rank of the low-rank part (< dim)"""
+
+
+@PRECONDITIONERS.register("identity", IdentityPrecondConfig)
+def _identity(cfg: IdentityPrecondConfig, dim: int, heads: int | None, name: str) -> Preconditioner:
+    """P = I (plain gradient descent)."""
+    return IdentityPrecond(dim, heads)
+
+
+@PRECONDITIONERS.register("diagonal", DiagonalPrecondConfig)
+def _diagonal(cfg: DiagonalPrecondConfig, dim: int, heads: int | None, name: str) -> Preconditioner:
+    """P = diag(softplus(√D p)), p₀ = 1/√D (seed App. D.4)."""
+    return DiagonalPrecond(dim, heads)
+
+
+@PRECONDITIONERS.register("diag_low_rank", DiagLowRankPrecondConfig)
+def _diag_low_rank(cfg: DiagLowRankPrecondConfig, dim: int, heads: int | None, name: str) -> Preconditioner:
+    """P = diag(softplus(d)) + U Vᵀ + V Uᵀ, U₀ ~ N(0, 0.02²), V₀ = 0 (seed Eq. 13)."""
+    check_int(f"{name}_rank", cfg.rank, min=1, max=dim - 1)
+    return DiagLowRankPrecond(dim, cfg.rank, heads)
+
+
 def make_preconditioner(
     kind: str, dim: int, rank: int = 4, heads: int | None = None, name: str = "precond"
 ) -> Preconditioner:
-    """Build a preconditioner by name: 'identity' | 'diagonal' | 'diag_low_rank'."""
-    check_choice(name, kind, PRECONDITIONERS)
-    if kind == "identity":
-        return IdentityPrecond(dim, heads)
-    if kind == "diagonal":
-        return DiagonalPrecond(dim, heads)
-    check_int(f"{name}_rank", rank, min=1, max=dim - 1)
-    return DiagLowRankPrecond(dim, rank, heads)
+    """Build a preconditioner by kind (a :data:`PRECONDITIONERS` lookup): 'identity' | 'diagonal' |
+    'diag_low_rank' (``rank`` R)."""
+    check_choice(name, kind, PRECONDITIONERS.names())
+    entry = PRECONDITIONERS.get(kind)
+    if "rank" in entry.config.model_fields:
+        check_int(f"{name}_rank", rank, min=1, max=dim - 1)
+        return entry.builder(entry.config(rank=rank), dim, heads, name)
+    return entry.builder(entry.config(), dim, heads, name)

@@ -23,15 +23,12 @@ from torch import Tensor
 
 from ..utils.validate import ConfigError, check_float
 from .solver import Solver, SolverConfig, _scale, register_solver
-from .stepsize import FixedStepSizeConfig, StepSizeField
 
 
 class ProximalConfig(SolverConfig):
     """Proximal gradient descent with anchor = the block's starting point."""
 
     kind: Literal["proximal"] = "proximal"
-    step_size: StepSizeField = Field(default_factory=lambda: FixedStepSizeConfig(value=0.1))
-    """alpha (EqT default 0.1)."""
     gamma: float = Field(1.0, gt=0)
     """Proximal scale gamma > 0 (EqT: 1 after annealing)."""
 

@@ -12,7 +12,7 @@ One step of the loop, at step index t (``index = ctx.iteration * steps + t``, se
 
     u_t   = point(x_t)                       (identity, or RMSNorm for CEM Algorithm 1)
     state = energy.reprepare(state, u_t)     (only for energies whose context is the iterate)
-    eta   = step_size(index, x0, x_t)
+    eta   = step_size(index, x0, x_t[, ctx])  (a context-aware step size also sees the forward context)
     dx, memory = update(...);  x_{t+1} = x_t + dx   (tokens that stopped or are masked: dx = 0)
 
 ``point`` maps the iterate to where the gradient is evaluated: identity for an exact gradient
@@ -28,8 +28,9 @@ the budget is spent or no token is moving; only these data-dependent rules sync 
 :mod:`energyformer.core.backward`; statistics follow torchdeq (steps taken and final step norm per
 token, :class:`SolverStats`).
 
-Solvers are registered by name in :data:`SOLVERS` (classes) and :data:`SOLVER_CONFIGS` (typed
-configs, ``solver: {kind: gd | momentum | nesterov | proximal, ...}``).
+Solvers are registered by name in the one registry :data:`SOLVERS` (typed configs and classes,
+``solver: {kind: gd | momentum | nesterov | proximal | ista | sphere, ...}``); a sublayer builds its
+solver, step size and backward mode from one config shape (:mod:`energyformer.core.sublayer`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import Tensor, nn
 
 from ..utils.config import KindConfig, Registry
@@ -46,24 +47,18 @@ from ..utils.validate import ConfigError, check_float, check_int
 from .backward import make_backward_mode
 from .energy import Energy
 from .precond import IdentityPrecond, Preconditioner, make_preconditioner
-from .stepsize import FixedStepSize, FixedStepSizeConfig, StepSize, StepSizeField, make_step_size
+from .stepsize import FixedStepSize, StepSize, make_step_size
 from .trace import Trace, _at_least_fp32
 
-#: Solver classes by name.
-SOLVERS: dict[str, type[Solver]] = {}
-#: Solver kinds for configs: name -> (config class, builder ``(cfg, dim, heads=None) -> Solver``).
-SOLVER_CONFIGS = Registry("solver")
+#: Solver kinds: name -> (config class, solver class; ``cls.from_config(cfg, dim, heads, ...)`` builds it).
+SOLVERS = Registry("solver")
 
 
-def register_solver(name: str, config: type[KindConfig] | None = None):
-    """Class decorator adding a Solver to :data:`SOLVERS` (and its config to :data:`SOLVER_CONFIGS`)."""
+def register_solver(name: str, config: type[KindConfig]):
+    """Class decorator adding a Solver and its config to :data:`SOLVERS` (names are unique)."""
 
     def deco(cls):
-        if name in SOLVERS:
-            raise ValueError(f"solver {name!r} is already registered (by {SOLVERS[name].__name__})")
-        if config is not None:
-            SOLVER_CONFIGS.register(name, config)(cls.from_config)
-        SOLVERS[name] = cls
+        SOLVERS.register(name, config)(cls)
         cls.registry_name = name
         return cls
 
@@ -94,10 +89,9 @@ class SolverResult:
 
 # ----------------------------------------------------------------------------- configs
 class SolverConfig(KindConfig):
-    """Options shared by every solver kind."""
+    """Options shared by every solver kind (the step size and the backward mode are keys of the
+    sublayer, next to ``solver``: :class:`~energyformer.core.sublayer.DescentConfig`)."""
 
-    step_size: StepSizeField = Field(default_factory=lambda: FixedStepSizeConfig(value=1.0))
-    """eta: a number (fixed) or {kind: fixed | learned | per_iteration | network, ...}."""
     precond: Literal["identity", "diagonal", "diag_low_rank"] = "identity"
     """Preconditioner P (CEM Eq. 13)."""
     precond_rank: int = Field(4, ge=1)
@@ -108,18 +102,21 @@ class SolverConfig(KindConfig):
     """Per-token stop once the step norm is below tol (host sync per step; None = off)."""
     energy_threshold: float | None = None
     """Per-token stop once the energy is at or below this value (None = off)."""
-    backward: Literal["unroll", "truncated"] = "unroll"
-    """Gradient through every step, or only through the last ``truncate`` steps."""
-    truncate: int | None = Field(None, ge=1)
-    """k for backward = 'truncated'."""
 
-    @model_validator(mode="after")
-    def _truncate_needs_truncated(self):
-        if self.backward == "truncated" and self.truncate is None:
-            raise ValueError("backward = 'truncated' needs truncate = k (an integer >= 1)")
-        if self.backward != "truncated" and self.truncate is not None:
-            raise ValueError(f"truncate = {self.truncate}: only allowed with backward = 'truncated'")
-        return self
+
+@dataclass(frozen=True)
+class Budget:
+    """Train / eval step budgets (torchdeq's ``f_max_iter`` / ``eval_f_max_iter``): ``train`` steps in
+    training mode, ``eval`` (None: ``train``) in eval mode; ``ctx.steps`` (a test-time budget)
+    overrides both."""
+
+    train: int
+    eval: int | None = None
+
+    def resolve(self, ctx: Any, training: bool) -> int:
+        if ctx is not None and ctx.steps is not None:
+            return ctx.steps
+        return self.train if training or self.eval is None else self.eval
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -152,11 +149,14 @@ class Descent:
     """
 
     def __init__(self, solver: Solver, energy: Energy, x0: Tensor, point: Callable | None,
-                 index0: int, mask: Tensor | None, trace: bool, want_stats: bool):
+                 index0: int, mask: Tensor | None, trace: bool, want_stats: bool,
+                 ctx: Any = None, observer: Callable[[Tensor], None] | None = None):
         self.solver, self.energy, self.x0, self.point, self.index0 = solver, energy, x0, point, index0
+        self.ctx, self.observer = ctx, observer
         self.iterate = bool(energy.context_is_iterate)
         ss = solver.step_size
         self.fixed_eta = ss.value if type(ss) is FixedStepSize else None  # skip a module call per step
+        self.wants_ctx = bool(getattr(ss, "needs_context", False))
         self.tol, self.threshold = solver.tol, solver.energy_threshold
         self.dynamic = self.tol is not None or self.threshold is not None
         self.rec = Trace() if trace else None
@@ -186,15 +186,24 @@ class Descent:
         u = x if self.point is None else self.point(x)
         if self.iterate:
             state = self.energy.reprepare(state, u)
-        eta = self.solver.step_size(index, self.x0, x)
+        eta = self.eta(index, x)
         dx, memory = self.solver.update(self.energy, x, u, state, memory, eta)
         return x + dx, state, memory, dx
+
+    def eta(self, index: int, x: Tensor) -> Tensor | float:
+        """The step size of step ``index`` at iterate ``x`` (a context-aware module also sees ``ctx``)."""
+        if self.fixed_eta is not None:
+            return self.fixed_eta
+        ss = self.solver.step_size
+        return ss(index, self.x0, x, ctx=self.ctx) if self.wants_ctx else ss(index, self.x0, x)
 
     def descend(self, x: Tensor, state: Any, memory: Any, start: int, stop: int) -> tuple[Tensor, Any, Any]:
         solver, energy, point = self.solver, self.energy, self.point
         for t in range(start, stop):
             if self.done:
                 break
+            if self.observer is not None:
+                self.observer(x)
             u = x if point is None else point(x)
             if self.iterate:
                 state = energy.reprepare(state, u)
@@ -202,8 +211,7 @@ class Descent:
                 self.observe(u, x, state, memory)
                 if self.done:
                     break
-            eta = self.fixed_eta if self.fixed_eta is not None else solver.step_size(
-                self.index0 + t, self.x0, x)
+            eta = self.eta(self.index0 + t, x)
             dx, new_memory = solver.update(energy, x, u, state, memory, eta)
             if self.active is not None:  # stopped / masked tokens do not move
                 keep = self.active.unsqueeze(-1)  # (B, N, 1)
@@ -255,6 +263,8 @@ class Descent:
             self.done = True
 
     def finish(self, x: Tensor, state: Any, memory: Any) -> tuple[Trace | None, SolverStats | None]:
+        if self.observer is not None:
+            self.observer(x)
         if self.rec is not None and not self.energy_is_current:
             with torch.no_grad():
                 u = x if self.point is None else self.point(x)
@@ -288,6 +298,7 @@ class Solver(nn.Module):
     registry_name = ""
     rule_exact = True  # is the rule's update -eta P grad (momentum: no)
     carry_key: str | None = None  # ctx.carry key of state handed across layers (momentum)
+    lookahead = False  # the gradient is evaluated at x + shift(x, ctx) (one step per block call)
 
     def __init__(
         self, precond: Preconditioner | None = None, step_size: float | StepSize = 1.0,
@@ -309,17 +320,19 @@ class Solver(nn.Module):
 
     # -- construction from a config
     @classmethod
-    def from_config(cls, cfg: SolverConfig, dim: int, heads: int | None = None) -> Solver:
+    def from_config(cls, cfg: SolverConfig, dim: int, heads: int | None = None, *,
+                    step_size: Any = 1.0, backward: Any = "unroll", name: str = "solver") -> Solver:
         """Build from a :class:`SolverConfig`; ``dim`` is the model width, ``heads`` the head count
-        of a per-head preconditioner bank."""
+        of a per-head preconditioner bank; ``step_size`` (a number, module or step-size config) and
+        ``backward`` (a name, mode or backward config) are the sublayer's keys next to ``solver``."""
         if cfg.precond_per_head and heads is None:
-            raise ConfigError("solver.precond_per_head = True: this block has no attention heads "
+            raise ConfigError(f"{name}.precond_per_head = True: this block has no attention heads "
                               "(set precond_per_head = false)")
         precond = make_preconditioner(cfg.precond, dim, cfg.precond_rank,
-                                      heads if cfg.precond_per_head else None, name="solver.precond")
-        return cls(precond, make_step_size(cfg.step_size, dim), tol=cfg.tol,
-                   energy_threshold=cfg.energy_threshold, backward=cfg.backward,
-                   truncate=cfg.truncate, **cls.config_kwargs(cfg))
+                                      heads if cfg.precond_per_head else None, name=f"{name}.precond")
+        return cls(precond, make_step_size(step_size, dim), tol=cfg.tol,
+                   energy_threshold=cfg.energy_threshold, backward=make_backward_mode(backward),
+                   **cls.config_kwargs(cfg))
 
     @classmethod
     def config_kwargs(cls, cfg: SolverConfig) -> dict[str, Any]:
@@ -350,30 +363,62 @@ class Solver(nn.Module):
         return bool(self.rule_exact and self.step_size.exact)
 
     # -- the shared loop
+    def budget(self, steps: int | Budget, ctx: Any = None) -> int:
+        """The step count of a run: an int as given, a :class:`Budget` resolved against ``ctx.steps``
+        and this solver's training mode."""
+        return steps.resolve(ctx, self.training) if isinstance(steps, Budget) else steps
+
+    def shift(self, x: Tensor, ctx: Any) -> Tensor | None:
+        """Offset of the evaluation point from the iterate for a look-ahead rule (Sutskever's
+        Nesterov: ``eta beta m``, from the carried state), or None. A block evaluates its energy's
+        context and gradient at ``x + shift`` (:class:`~energyformer.core.block.EnergyBlock`)."""
+        return None
+
+    def carried(self, ctx: Any) -> Any:
+        """The state this solver's rule carries across layers (``ctx.carry[carry_key]``), or None."""
+        key = self.carry_key
+        return ctx.carry.get(key) if key is not None and ctx is not None else None
+
     def run(
-        self, energy: Energy, x0: Tensor, state: Any, steps: int, *,
+        self, energy: Energy, x0: Tensor, state: Any, steps: int | Budget, *,
         point: Callable[[Tensor], Tensor] | None = None, trace: bool = False, carry: Any = None,
         ctx: Any = None, anchor: Tensor | None = None, stats: bool = False,
+        adaptive: tuple[Tensor, int] | None = None, observer: Callable[[Tensor], None] | None = None,
     ) -> SolverResult:
         """Descend ``energy`` from ``x0`` (B, N, D) for at most ``steps`` steps.
 
+        ``steps`` is a count or a :class:`Budget` (train / eval counts, ``ctx.steps`` overrides).
         ``ctx`` (a :class:`~energyformer.core.context.ForwardContext`) supplies the padding mask,
         the iteration index and the carried state; ``carry`` overrides the carried state;
         ``anchor`` is the proximal anchor (default ``x0``); ``stats`` asks for :class:`SolverStats`.
+        ``adaptive = (more, k)``: after the budget, the tokens where ``more`` (B, N) is True (and
+        the padding mask allows) take ``k`` further steps (EqT §3.7 adaptive K; no trace of this
+        phase; statistics add up). ``observer(x)`` sees every iterate x_0 .. x_T (x_T once more after
+        an adaptive phase starts from it), e.g. to record relative changes.
         """
+        steps = self.budget(steps, ctx)
         check_int("steps", steps, min=0)
         iteration = ctx.iteration if ctx is not None else 0
         index0 = iteration * steps
         if steps:
             self.step_size.check_index(index0 + steps - 1, iteration=iteration, steps=steps)
         key = self.carry_key
-        if carry is None and key is not None and ctx is not None:
-            carry = ctx.carry.get(key)
-        memory = self.init_memory(x0, carry, x0 if anchor is None else anchor)
-        loop = Descent(self, energy, x0, point, index0, ctx.mask if ctx is not None else None,
-                       trace, stats)
+        if carry is None:
+            carry = self.carried(ctx)
+        anchor = x0 if anchor is None else anchor
+        memory = self.init_memory(x0, carry, anchor)
+        mask = ctx.mask if ctx is not None else None
+        loop = Descent(self, energy, x0, point, index0, mask, trace, stats, ctx, observer)
         x, state, memory = self.backward.run(loop, x0, state, memory, steps)
         rec, st = loop.finish(x, state, memory)
+        if adaptive is not None and adaptive[1] > 0:
+            more, k = adaptive
+            more = more if mask is None else more & mask.to(torch.bool)
+            loop2 = Descent(self, energy, x, point, index0, more, False, stats, ctx, observer)
+            x, state, memory = self.backward.run(loop2, x, state, self.init_memory(x, carry, anchor), k)
+            _, st2 = loop2.finish(x, state, memory)
+            if stats:
+                st = SolverStats(st.steps + st2.steps, torch.where(st2.steps > 0, st2.step_norm, st.step_norm))
         out = self.carry_out(memory)
         if key is not None and ctx is not None and out is not None:
             ctx.carry[key] = out

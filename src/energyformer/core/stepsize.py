@@ -14,6 +14,14 @@ iteration of the block (``ForwardContext.iteration``, 0 for a plain stack) times
 count *in this call* (``ctx.steps`` / ``steps=`` override included), plus the step index ``t`` within
 the call. A block iterated L times with T steps each thus sees indices 0 .. L*T - 1, one per step.
 
+**The forward context.** A module with ``needs_context = True`` is called as
+``step_size(index, x0, x, ctx=ctx)`` with the block's :class:`~energyformer.core.context.ForwardContext`
+(iteration, model input ``ctx.embedded``, layer input ``ctx.layer_input``): the network's
+``condition`` chooses the state it sees. One network may serve several sublayers (Hyper-SET: α of the
+attention and γ of the feed-forward from one trunk, ``groups: 2``): :meth:`NetworkStepSize.group`
+gives a view on one group; the sublayer that owns the network registers it, the others reference
+it, and the output is computed once per (iteration, state) of a forward pass (``ctx.memo``).
+
 A float of the config (``step_size: 0.5``) is shorthand for ``{kind: fixed, value: 0.5}``.
 """
 
@@ -47,6 +55,7 @@ class StepSize(nn.Module):
     """
 
     exact: bool = True
+    needs_context: bool = False  # called with ctx= (the forward context) when True
 
     def forward(self, index: int, x0: Tensor, x: Tensor) -> Tensor | float:  # pragma: no cover
         raise NotImplementedError
@@ -163,8 +172,10 @@ class NetworkStepSizeConfig(KindConfig):
     kind: Literal["network"] = "network"
     embed_dim: int = Field(64, ge=2)
     """Width of the sinusoidal index embedding (Hyper-SET Table 6: 512); even."""
-    condition: Literal["x0", "iterate"] = "x0"
-    """State the step size sees: the block's starting point x0 (Hyper-SET Eq. 12) or the current iterate."""
+    condition: Literal["x0", "iterate", "input", "layer"] = "x0"
+    """State the step size sees: the block's starting point x0, the current iterate, the model input
+    (ctx.embedded, Hyper-SET Eq. 12) or the layer input (ctx.layer_input, the state before the layer's
+    first sublayer); the last two fall back to x0 outside a model."""
     output: Literal["scalar", "vector"] = "vector"
     """One step size per token (scalar) or one per token and channel (vector, Hyper-SET)."""
     zero_init: Literal["none", "output", "all"] = "output"
@@ -197,7 +208,8 @@ class NetworkStepSize(StepSize):
     GELU, Linear d x d, GELU, Linear d x 2d; the released code adds the normalised input to the time
     embedding before the last GELU). One module per block, so the output is d (``output='vector'``)
     or 1 (``'scalar'``) per token instead of Hyper-SET's 2d (alpha and gamma of two sublayers).
-    ``s`` is the block's x0 or the current iterate (``condition``). The index is 0-based
+    ``s`` is the block's x0, the current iterate, the model input or the layer input
+    (``condition``; the last two come from the forward context). The index is 0-based
     (Hyper-SET counts t = 1..L). No sign constraint (Hyper-SET App. F), so ``exact`` is False.
 
     Zero initialisation (Bachlechner et al. 2021, as Hyper-SET) makes the first forward take steps of
@@ -243,8 +255,22 @@ class NetworkStepSize(StepSize):
     def from_config(cls, cfg: NetworkStepSizeConfig, dim: int) -> NetworkStepSize:
         return cls(dim, cfg.embed_dim, cfg.condition, cfg.output, cfg.zero_init, cfg.base, groups=cfg.groups)
 
-    def forward(self, index: int, x0: Tensor, x: Tensor) -> Tensor:
-        s = x0 if self.condition == "x0" else x  # (B, N, D)
+    @property
+    def needs_context(self) -> bool:  # type: ignore[override]
+        return self.condition in ("input", "layer") or self.groups > 1
+
+    def state(self, x0: Tensor, x: Tensor, ctx: Any) -> Tensor:
+        """The conditioning state s (B, N, D) chosen by ``condition``."""
+        if self.condition == "iterate":
+            return x
+        if ctx is not None:
+            s = ctx.embedded if self.condition == "input" else ctx.layer_input if self.condition == "layer" else None
+            if s is not None:
+                return s
+        return x0
+
+    def net(self, index: int, s: Tensor) -> Tensor:
+        """base + W_o GELU(tau(index) + RMSNorm(s)): (B, N, groups * D) or (B, N, groups)."""
         w = self.time_in.weight
         emb = sinusoidal_embedding(index, self.freqs.to(w.dtype))  # (E,)
         tau = self.time_out(F.gelu(self.time_in(emb)))  # (D,)
@@ -252,9 +278,61 @@ class NetworkStepSize(StepSize):
         eta = self.out(h)  # (B, N, groups) or (B, N, groups * D)
         return eta + self.base if self.base else eta
 
+    def full(self, index: int, x0: Tensor, x: Tensor, ctx: Any = None) -> Tensor:
+        """The whole output; computed once per (network, index, state) in a forward pass (``ctx.memo``)."""
+        s = self.state(x0, x, ctx)
+        if ctx is None or self.groups == 1:
+            return self.net(index, s)
+        key = (id(self), index)
+        hit = ctx.memo.get(key)
+        if hit is not None and hit[0] is s:
+            return hit[1]
+        out = self.net(index, s)
+        ctx.memo[key] = (s, out)
+        return out
+
+    def forward(self, index: int, x0: Tensor, x: Tensor, ctx: Any = None) -> Tensor:
+        return self.full(index, x0, x, ctx)
+
+    def group(self, g: int, owner: bool = False) -> StepSizeGroup:
+        """A step size giving group ``g`` of this network's output (registered in the view when ``owner``)."""
+        return StepSizeGroup(self, g, owner)
+
     def extra_repr(self) -> str:
         g = f", groups={self.groups}" if self.groups > 1 else ""
         return f"dim={self.dim}, condition={self.condition!r}, output={self.output!r}, base={self.base}{g}"
+
+
+class StepSizeGroup(StepSize):
+    """Group ``g`` of a shared :class:`NetworkStepSize` (Hyper-SET: α = group 0 in the attention,
+    γ = group 1 in the feed-forward). The owner view registers the network (``net.*`` parameters);
+    other views reference it without registering it, so it is saved and moved once."""
+
+    exact = False
+    needs_context = True
+
+    def __init__(self, net: NetworkStepSize, g: int, owner: bool = False):
+        super().__init__()
+        check_int("group", g, min=0, max=net.groups - 1)
+        self.g, self.owner = g, owner
+        if owner:
+            self.net = net
+        else:
+            self._shared = (net,)  # a reference, not a submodule
+
+    @property
+    def source(self) -> NetworkStepSize:
+        return self.net if self.owner else self._shared[0]
+
+    def check_index(self, last: int, *, iteration: int = 0, steps: int = 1) -> None:
+        self.source.check_index(last, iteration=iteration, steps=steps)
+
+    def forward(self, index: int, x0: Tensor, x: Tensor, ctx: Any = None) -> Tensor:
+        net = self.source
+        return net.full(index, x0, x, ctx).chunk(net.groups, dim=-1)[self.g]
+
+    def extra_repr(self) -> str:
+        return f"group={self.g}" + ("" if self.owner else ", shared")
 
 
 # ----------------------------------------------------------------------------- helpers

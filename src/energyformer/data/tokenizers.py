@@ -22,9 +22,10 @@ import sys
 import zipfile
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from energyformer.data.text import atomic_write_bytes, data_dir, load_shakespeare, package_dir
+from energyformer.utils.config import KindConfig, Registry, from_dict
 from energyformer.utils.validate import ConfigError, check_choice, check_int
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -299,33 +300,67 @@ def load_llama(model_file: str | os.PathLike | None = None) -> SentencePieceToke
 
 
 # --------------------------------------------------------------------------------------------
-# factory
+# registry
 # --------------------------------------------------------------------------------------------
 
-_OPTIONS: dict[str, tuple[str, ...]] = {
-    "bpe": ("vocab_size", "path", "retrain"),
-    "gpt2": (),
-    "llama": ("model_file",),
-    "bytes": ("eos",),
-}
+#: tokenizer kind -> (config class with the kind's options, builder(cfg) -> Tokenizer)
+TOKENIZERS = Registry("tokenizer")
+
+
+class BPETokenizerConfig(KindConfig):
+    """Byte-level BPE trained on the Shakespeare training split (trained once, then loaded)."""
+
+    kind: Literal["bpe"] = "bpe"
+    vocab_size: int = DEFAULT_BPE_VOCAB
+    """vocabulary size (>= 258)"""
+    path: Path | None = None
+    """an existing tokenizer JSON to load (trained and saved there if missing)"""
+    retrain: bool = False
+    """train again even if cached"""
+
+
+class GPT2TokenizerConfig(KindConfig):
+    """GPT-2's byte-level BPE (the files of an installed package)."""
+
+    kind: Literal["gpt2"] = "gpt2"
+
+
+class LlamaTokenizerConfig(KindConfig):
+    """The Llama / Mistral SentencePiece tokenizer (extracted from the mistral_common wheel)."""
+
+    kind: Literal["llama"] = "llama"
+    model_file: Path | None = None
+    """a SentencePiece model file (None: the prepared cache)"""
+
+
+class BytesTokenizerConfig(KindConfig):
+    """UTF-8 bytes as ids 0..255 (+ end-of-text 256 with eos)."""
+
+    kind: Literal["bytes"] = "bytes"
+    eos: bool = False
+    """add an end-of-text id 256"""
+
+
+TOKENIZERS.register("bpe", BPETokenizerConfig)(lambda c: load_bpe(c.vocab_size, c.path, c.retrain))
+TOKENIZERS.register("gpt2", GPT2TokenizerConfig)(lambda c: load_gpt2())
+TOKENIZERS.register("llama", LlamaTokenizerConfig)(lambda c: load_llama(c.model_file))
+TOKENIZERS.register("bytes", BytesTokenizerConfig)(lambda c: ByteTokenizer(c.eos))
+assert tuple(TOKENIZERS.names()) == TOKENIZER_KINDS
 
 
 def get_tokenizer(kind: str = DEFAULT_KIND, **opts: Any) -> Tokenizer:
-    """Build a tokenizer by kind: ``'bpe'`` (default), ``'gpt2'``, ``'llama'`` or ``'bytes'``.
+    """Build a tokenizer by kind (a :data:`TOKENIZERS` lookup): ``'bpe'`` (default), ``'gpt2'``,
+    ``'llama'`` or ``'bytes'``.
 
     Options: bpe(vocab_size=4096, path=None, retrain=False); llama(model_file=None);
     bytes(eos=False). An unknown kind or option raises ``ConfigError`` naming it.
     """
-    check_choice("tokenizer", kind, TOKENIZER_KINDS)
+    check_choice("tokenizer", kind, TOKENIZERS.names())
+    cls = TOKENIZERS.get(kind).config
+    options = [k for k in cls.model_fields if k != "kind"]
     for key in opts:
-        if key not in _OPTIONS[kind]:
-            allowed = ", ".join(repr(o) for o in _OPTIONS[kind]) or "none"
+        if key not in options:
+            allowed = ", ".join(repr(o) for o in options) or "none"
             raise ConfigError(f"tokenizer option {key!r} = {opts[key]!r} is not an option of "
                               f"tokenizer {kind!r}; allowed options: {allowed}")
-    if kind == "bpe":
-        return load_bpe(**opts)
-    if kind == "gpt2":
-        return load_gpt2()
-    if kind == "llama":
-        return load_llama(**opts)
-    return ByteTokenizer(**opts)
+    return TOKENIZERS.build(from_dict(cls, {**opts, "kind": kind}))

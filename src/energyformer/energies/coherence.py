@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..core.attention import sdpa
 from ..core.energy import Energy, register_energy
 from ..utils.validate import check_choice, check_float, check_int
 
@@ -165,7 +166,7 @@ class _SeqLayer(nn.Module):
     def forward(self, z: Tensor) -> Tensor:
         B, N, D = z.shape
         q, k, v = self.qkv(self.ln1(z)).view(B, N, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)      # (B, H, N, Dh)
+        a = sdpa(q, k, v, causal=True, key_mask=None)                    # (B, H, N, Dh)
         z = z + self.proj(a.transpose(1, 2).reshape(B, N, D))
         return z + self.out(F.gelu(self.fc(self.ln2(z))))
 

@@ -53,6 +53,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from ..core.attention import key_padding_mask
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_int
@@ -114,7 +115,7 @@ class SubspaceAttentionEnergy(Energy):
         return rearrange(x @ self.basis.to(x.dtype).t(), "b n (h p) -> b h n p", h=self.heads)  # (B, K, N, p)
 
     def prepare(self, context: Tensor, *, mask: Tensor | None = None, **kwargs: Any) -> dict[str, Any]:
-        key_mask = None if mask is None else mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, Nk)
+        key_mask = key_padding_mask(mask)  # (B, 1, 1, Nk) or None
         return {"v": self._heads(context), "mask": key_mask}
 
     def energy(self, x: Tensor, state: dict[str, Any]) -> Tensor:

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..core.attention import key_padding_mask
 from ..core.composite import CompositeEnergy
 from ..core.energy import Energy, register_energy
 from ..utils.validate import check_float, check_int
@@ -132,7 +133,7 @@ class ETAttentionEnergy(Energy):
         if not self.self_interaction:
             hide = torch.eye(n_q, n_k, dtype=torch.bool, device=s.device)
         if mask is not None:
-            pad = ~mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, Nk)
+            pad = ~key_padding_mask(mask)  # (B, 1, 1, Nk)
             hide = pad if hide is None else (hide | pad)
         return s if hide is None else s.masked_fill(hide, float("-inf"))
 

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from ..core.attention import append_cache, masked_logsumexp, sdpa, visible
 from ..core.energy import Energy, register_energy
 from ..utils.validate import check_choice, check_float, check_int
 
@@ -42,35 +43,7 @@ FORMS = ("elastic", "sphere")
 
 
 # ----------------------------------------------------------------------------- shared helpers
-def visible(nq: int, nk: int, causal: bool, key_mask: Tensor | None, device) -> Tensor | None:
-    """Bool mask (1 or B, 1, Nq, Nk), True = query i may see key j; None = every key visible.
-
-    Queries sit at the last Nq of Nk positions (KV cache); a query always sees itself.
-    """
-    if not causal and key_mask is None:
-        return None
-    i = (nk - nq) + torch.arange(nq, device=device)[:, None]
-    j = torch.arange(nk, device=device)[None, :]
-    vis = (j <= i) if causal else torch.ones(nq, nk, dtype=torch.bool, device=device)
-    vis = vis[None, None]
-    if key_mask is not None:
-        vis = (vis & key_mask[:, None, None, :].to(torch.bool)) | (i == j)[None, None]
-    return vis
-
-
-def masked_softmax(logits: Tensor, vis: Tensor | None) -> Tensor:
-    """softmax over the last axis with invisible keys at −inf. logits: (B, H, Nq, Nk)."""
-    if vis is not None:
-        logits = logits.masked_fill(~vis, float("-inf"))
-    return torch.softmax(logits, dim=-1)
-
-
-def masked_logsumexp(logits: Tensor, vis: Tensor | None) -> Tensor:
-    if vis is not None:
-        logits = logits.masked_fill(~vis, float("-inf"))
-    return torch.logsumexp(logits, dim=-1)
-
-
+# masks, SDPA dispatch and the KV cache: energyformer.core.attention (the attention kit)
 def split_heads(t: Tensor, heads: int) -> Tensor:
     """(B, N, H·dh) -> (B, H, N, dh)."""
     return rearrange(t, "b n (h d) -> b h n d", h=heads)
@@ -79,27 +52,6 @@ def split_heads(t: Tensor, heads: int) -> Tensor:
 def merge_heads(t: Tensor) -> Tensor:
     """(B, H, N, dh) -> (B, N, H·dh)."""
     return rearrange(t, "b h n d -> b n (h d)")
-
-
-def append_cache(cache: dict | None, mask: Tensor | None, **new: Tensor) -> tuple[dict[str, Tensor], Tensor | None]:
-    """Concatenate this call's (B, H, n, ·) tensors and (B, n) key mask to the cached ones (KV cache)."""
-    if cache is None:
-        return new, (None if mask is None else mask.to(torch.bool))
-    first = next(iter(new.values()))
-    B, n = first.shape[0], first.shape[2]
-    n_old = cache[next(iter(new))].shape[2] if next(iter(new)) in cache else 0
-    out = {}
-    for name, t in new.items():
-        out[name] = t if name not in cache else torch.cat([cache[name], t], dim=2)
-        cache[name] = out[name]
-    old_mask = cache.get("mask")
-    if mask is None and old_mask is None:
-        return out, None
-    dev = first.device
-    old_mask = old_mask if old_mask is not None else torch.ones(B, n_old, dtype=torch.bool, device=dev)
-    new_mask = mask.to(torch.bool) if mask is not None else torch.ones(B, n, dtype=torch.bool, device=dev)
-    cache["mask"] = torch.cat([old_mask, new_mask], dim=1)
-    return out, cache["mask"]
 
 
 def helmholtz(p: Tensor, E: Tensor, T: float | Tensor) -> Tensor:
@@ -319,18 +271,6 @@ class MultiHeadFreeEnergy(_HeadsBase):
                 ctx, x = cls._example_inputs(dtype, 6)
                 out.append((f"{form},causal={causal}", e, ctx, x))
         return out
-
-
-def sdpa(q: Tensor, k: Tensor, v: Tensor, causal: bool, key_mask: Tensor | None, dropout: float = 0.0,
-         scale: float | None = None) -> Tensor:
-    """Fused attention over (B, H, N, ·) with the causal / key-padding visibility of :func:`visible`."""
-    nq, nk = q.shape[2], k.shape[2]
-    if key_mask is None and causal and nq == nk:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale)
-    if key_mask is None and (not causal or nq == 1):
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=visible(nq, nk, causal, key_mask, q.device),
-                                          dropout_p=dropout, scale=scale)
 
 
 # ----------------------------------------------------------------------------- D6

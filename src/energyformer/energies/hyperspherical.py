@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from ..core.attention import key_padding_mask
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_int
@@ -156,7 +157,7 @@ class SubspaceAttentionEnergy(Energy):
         else:
             q, k, v = (self._norm(z, i) for i in range(3))
         n = context.shape[1]
-        sdpa = None if mask is None else mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, N)
+        sdpa = key_padding_mask(mask)  # (B, 1, 1, N) or None
         if not self.self_interaction:
             off = ~torch.eye(n, dtype=torch.bool, device=context.device)[None, None]  # (1, 1, N, N)
             sdpa = off if sdpa is None else (sdpa & off)

@@ -73,6 +73,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
+from ..core.attention import append_cache, visible
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_float, check_int
@@ -102,31 +103,6 @@ def alibi_slopes(heads: int) -> Tensor:
     if n < heads:
         slopes += power_of_two(2 * n)[0::2][: heads - n]
     return torch.tensor(slopes)
-
-
-def concat_key_mask(old: Tensor | None, new: Tensor | None, n_old: int, n_new: int, batch: int,
-                    device: torch.device) -> Tensor | None:
-    """Key-padding mask (B, n_old + n_new) of cached + new keys; None when neither part has one."""
-    if old is None and new is None:
-        return None
-    if old is None:
-        old = torch.ones(batch, n_old, dtype=torch.bool, device=device)
-    if new is None:
-        new = torch.ones(batch, n_new, dtype=torch.bool, device=device)
-    return torch.cat([old, new.to(torch.bool)], dim=1)
-
-
-def append_key_mask(cache: dict | None, mask: Tensor | None, n_old: int, n_new: int, batch: int,
-                    device: torch.device) -> Tensor | None:
-    """The key mask of all keys so far; stored in ``cache['mask']`` when a cache is given."""
-    if mask is not None and tuple(mask.shape) != (batch, n_new):
-        raise ValueError(f"key mask of shape {tuple(mask.shape)}: expected (batch, tokens) = {(batch, n_new)}")
-    if cache is None:
-        return None if mask is None else mask.to(torch.bool)
-    full = concat_key_mask(cache.get("mask"), mask, n_old, n_new, batch, device)
-    if full is not None:
-        cache["mask"] = full
-    return full
 
 
 @dataclass
@@ -233,17 +209,9 @@ class InteractionEnergy(Energy):
         h = context  # (B, Nn, D) normalised input
         k = rearrange(self.wk(h), "b n (h r) -> b h n r", h=self.heads)  # (B, H, Nn, Dr)
         nq = h.shape[1]
-        n_old = 0
-        if cache is not None:
-            if "k" in cache:
-                n_old = cache["k"].shape[2]
-                k = torch.cat([cache["k"], k], dim=2)
-                if self.d is not None:
-                    h = torch.cat([cache["h"], h], dim=1)
-            cache["k"] = k
-            if self.d is not None:
-                cache["h"] = h
-        key_mask = append_key_mask(cache, mask, n_old, nq, k.shape[0], k.device)  # (B, Nk) or None
+        new = {"k": k} if self.d is None else {"k": k, "h": h}  # the diagonal term also reads the inputs h
+        kv, key_mask = append_cache(cache, mask, seq_dims={"h": 1}, **new)  # key mask (B, Nk) or None
+        k, h = kv["k"], kv.get("h", h)  # (B, H, Nk, Dr), (B, Nk, D) with the diagonal
         B, H, nk, _ = k.shape
         offset = nk - nq
         st = InteractionState(h=h, k=k, offset=offset, path="fused", key_mask=key_mask)
@@ -414,11 +382,8 @@ class InteractionEnergy(Energy):
             s = s - self.slopes.to(s.dtype)[:, None, None] * (i - j).abs().to(s.dtype)
         if self.self_bias is not None:
             s = s + self.self_bias.to(s.dtype)[:, None, None] * (i == j).to(s.dtype)
-        vis = (j <= i) if self.causal else torch.ones_like(i == j)  # (Nq, Nk)
-        if st.key_mask is not None:
-            vis = (vis[None] & st.key_mask[:, None, :]) | (i == j)[None]  # (B, Nq, Nk); self always
-            vis = vis[:, None]
-        return s.masked_fill(~vis, float("-inf"))
+        vis = visible(nq, nk, self.causal, st.key_mask, u.device)  # (1|B, 1, Nq, Nk) or None
+        return s if vis is None else s.masked_fill(~vis, float("-inf"))
 
     def energy(self, u: Tensor, st: InteractionState) -> Tensor:
         """Reference per-token energy with explicit (B, H, Nq, Nk) scores (tests, traces).

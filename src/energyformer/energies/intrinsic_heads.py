@@ -29,11 +29,11 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from ..core.attention import append_cache, sdpa, visible
 from ..core.energy import Energy, register_energy
 from ..utils.validate import check_choice, check_float, check_int
 from .free_energy import (
-    FEATURE_MAPS, HeadsState, SumOfSquaresEnergy, append_cache, feature_map, free_energy_heads, merge_heads, sdpa,
-    split_heads, visible,
+    FEATURE_MAPS, HeadsState, SumOfSquaresEnergy, feature_map, free_energy_heads, merge_heads, split_heads,
 )
 
 

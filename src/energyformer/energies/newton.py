@@ -46,12 +46,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..core.attention import append_cache, masked_softmax, sdpa, visible
 from ..core.energy import Energy, register_energy
 from ..core.stepsize import _inverse_softplus
 from ..utils.validate import ConfigError, check_choice, check_float, check_int
-from .free_energy import (
-    HeadsState, append_cache, free_energy_heads, masked_softmax, merge_heads, sdpa, split_heads, visible,
-)
+from .free_energy import HeadsState, free_energy_heads, merge_heads, split_heads
 from .intrinsic_heads import MHAHeads, QKVState, _apply
 
 MODES = ("newton", "taylor")
@@ -330,4 +329,4 @@ class LiteHeads(MHAHeads):
         return out
 
 
-__all__ = ["NewtonHeads", "LiteHeads", "HeadTemperature", "damp", "HeadsState", "append_cache"]
+__all__ = ["NewtonHeads", "LiteHeads", "HeadTemperature", "damp", "HeadsState"]

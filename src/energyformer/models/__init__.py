@@ -6,14 +6,15 @@ Importing this package registers every model kind in :data:`MODELS`.
 
 from .backbone import LayerStack
 from .config import ModelConfig
-from .encoder import EncoderOutput, TokenEncoder
-from .lm import CausalLM, LMOutput, kv_cache_bytes
+from .encoder import TokenEncoder
+from .lm import CausalLM, kv_cache_bytes
+from .output import ModelOutput
 from .registry import MODELS
 from .transformer import build_transformer
 from . import regressor  # noqa: F401  (registers "regressor")
 
 __all__ = [
-    "MODELS", "ModelConfig", "LayerStack", "CausalLM", "LMOutput", "TokenEncoder", "EncoderOutput",
+    "MODELS", "ModelConfig", "LayerStack", "ModelOutput", "CausalLM", "TokenEncoder",
     "build_transformer", "kv_cache_bytes",
 ]
 from . import equilibrium  # noqa: E402,F401  (registers "equilibrium")

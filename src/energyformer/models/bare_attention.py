@@ -32,12 +32,13 @@ from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from ..core.context import ForwardContext
-from ..core.solver import GradientDescent, Solver, SolverResult
+from ..core.projected import SphereDescent  # noqa: F401  (the core's 'sphere' solver; re-exported)
+from ..core.solver import SOLVERS, SolverResult
 from ..energies.pl_objectives import pl_objective
 from ..energies.pseudolikelihood import PseudoLikelihoodEnergy
 from ..utils.config import KindConfig
 from ..utils.validate import ConfigError
-from .encoder import EncoderOutput
+from .output import ModelOutput
 from .registry import MODELS
 
 
@@ -99,20 +100,6 @@ class BareSAConfig(KindConfig):
         return self
 
 
-class SphereDescent(Solver):
-    """Projected descent on the unit sphere: ``x_{t+1} = (x_t + η d_t) / ‖x_t + η d_t‖`` with the
-    energy's direction d_t (for bare attention and η = 1: ``normalise(γ x_i + Σ_j α_ij J_ij x_j)``).
-    Not a gradient step of any energy (``rule_exact = False``)."""
-
-    registry_name = "sphere_gd"
-    rule_exact = False
-
-    def update(self, energy, x, u, state, memory, eta):
-        d = energy.direction(u, state, self.precond)
-        y = x + (eta.to(d.dtype) if isinstance(eta, Tensor) else eta) * d
-        return y / y.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(y.dtype).tiny) - x, memory
-
-
 def random_codebook(n: int, d: int, seed: int) -> Tensor:
     """n seeded random unit vectors in R^d, (n, d)."""
     e = torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
@@ -133,7 +120,9 @@ class BareSelfAttention(nn.Module):
         g = torch.Generator().manual_seed(cfg.init_seed)
         self.energy = PseudoLikelihoodEnergy(cfg.n_tokens, cfg.dim, cfg.lam, cfg.gamma, cfg.heads,
                                              cfg.head_dim, cfg.init_std, generator=g)
-        self.solver = (SphereDescent if cfg.renorm else GradientDescent)(step_size=cfg.step_size)
+        kind = "sphere" if cfg.renorm else "gd"
+        self.solver = SOLVERS.get(kind).builder.from_config(SOLVERS.get(kind).config(), cfg.dim,
+                                                             step_size=cfg.step_size)
         cb = None
         if cfg.n_colours is not None:
             cb = torch.eye(cfg.n_colours) if cfg.codebook == "onehot" else random_codebook(
@@ -195,7 +184,7 @@ class BareSelfAttention(nn.Module):
         return {"iterations": 1, "steps": 1}
 
     def forward(self, idx: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
-                iterations: int | None = None, steps: int | None = None) -> EncoderOutput:
+                iterations: int | None = None, steps: int | None = None) -> ModelOutput:
         """Token ids (B, N) with masked sites = C -> logits (B, N, C) after q = iterations × steps steps
         (``iterations`` defaults to cfg.iterations, ``steps`` to 1). ``mask`` (key padding) is refused."""
         if mask is not None:
@@ -211,8 +200,8 @@ class BareSelfAttention(nn.Module):
 
             traces = Traces()
             traces[(self.qualname, 0)] = res.trace
-        return EncoderOutput(logits=logits, traces=traces,
-                             stats={(self.qualname, 0): res.stats} if stats else None)
+        return ModelOutput(logits=logits, traces=traces,
+                           stats={(self.qualname, 0): res.stats} if stats else None)
 
     @torch.no_grad()
     def coupling64(self) -> Tensor:

@@ -10,21 +10,11 @@ blanks of a Sudoku, on the masked tokens of an MLM, on every prefix parity bit).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from torch import Tensor
 
-from ..core.trace import Traces
 from .config import ModelConfig
+from .output import ModelOutput
 from .wrapper import TokenModel
-
-
-@dataclass
-class EncoderOutput:
-    logits: Tensor                 # (B, N, n_out)
-    traces: Traces | None = None   # (block name, iteration) -> Trace, when asked for
-    aux_losses: dict[str, Tensor] = field(default_factory=dict)  # added by blocks; the task sums them
-    stats: dict | None = None      # solver statistics by (block, iteration), when asked for
 
 
 class TokenEncoder(TokenModel):
@@ -45,13 +35,15 @@ class TokenEncoder(TokenModel):
 
     def forward(
         self, idx: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
-        iterations: int | None = None, steps: int | None = None,
-    ) -> EncoderOutput:
+        iterations: int | None = None, steps: int | None = None, hiddens: bool = False,
+    ) -> ModelOutput:
         """idx: (B, N) token ids; mask: (B, N) bool, True = real token (padded keys are never attended).
 
         ``iterations`` overrides the number of passes (e.g. evaluate at more passes than trained),
-        ``steps`` the step budget of every energy block.
+        ``steps`` the step budget of every energy block; ``hiddens`` returns the state after every
+        (layer, iteration).
         """
         ctx = self.context(idx, mask=mask, trace=trace, stats=stats, steps=steps)
-        logits = self.body(idx, ctx, iterations)  # (B, N, n_out)
-        return EncoderOutput(logits=logits, traces=ctx.traces, aux_losses=ctx.aux_losses, stats=ctx.stats)
+        states = {} if hiddens else None
+        logits = self.body(idx, ctx, iterations, states)  # (B, N, n_out)
+        return ModelOutput.of(logits, ctx, hiddens=states)

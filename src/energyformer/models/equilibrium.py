@@ -19,19 +19,18 @@ reads x_{≤t} only, so the whole model stays causal).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Literal
 
 import torch.nn.functional as F
 from pydantic import Field
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..blocks.equilibrium import EquilibriumRefiner, RefineConfig, RefinedLayer
-from ..core.trace import Traces
 from ..utils.config import replace
 from ..utils.validate import ConfigError
 from .config import ModelConfig
 from .naming import name_blocks
+from .output import ModelOutput
 from .registry import MODELS
 from .wrapper import TokenModel
 
@@ -49,15 +48,6 @@ class EquilibriumConfig(ModelConfig):
         """The ``transformer`` config of the same backbone (the baseline without refinement)."""
         data = self.model_dump(exclude={"kind", "refine"})
         return ModelConfig.model_validate(data)
-
-
-@dataclass
-class EqTOutput:
-    logits: Tensor                 # (B, N, n_out)
-    loss: Tensor | None = None     # mean cross-entropy over targets != -100, when targets are given
-    traces: Traces | None = None   # (ERM name, iteration) -> Trace
-    aux_losses: dict[str, Tensor] = field(default_factory=dict)  # eqt/<term>: β λ_i mean ℒ_i (training)
-    stats: dict | None = None      # (ERM name, iteration) -> RefineStats
 
 
 class EquilibriumModel(TokenModel):
@@ -92,14 +82,15 @@ class EquilibriumModel(TokenModel):
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, mask: Tensor | None = None,
                 trace: bool = False, stats: bool = False, iterations: int | None = None,
-                steps: int | None = None) -> EqTOutput:
+                steps: int | None = None, hiddens: bool = False) -> ModelOutput:
         """idx, targets: (B, N); ``steps`` overrides every ERM's K (e.g. K_eval = 32)."""
         ctx = self.context(idx, mask=mask, trace=trace, stats=stats, steps=steps)
-        logits = self.body(idx, ctx, iterations)  # (B, N, n_out)
+        states = {} if hiddens else None
+        logits = self.body(idx, ctx, iterations, states)  # (B, N, n_out)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
-        return EqTOutput(logits, loss, ctx.traces, ctx.aux_losses, ctx.stats)
+        return ModelOutput.of(logits, ctx, loss=loss, hiddens=states)
 
 
 @MODELS.register("equilibrium", EquilibriumConfig)

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ..utils.config import KindConfig
 from ..utils.validate import ConfigError
-from .encoder import EncoderOutput
+from .output import ModelOutput
 from .registry import MODELS
 
 
@@ -79,7 +79,7 @@ class FactoredAttention(nn.Module):
         return {}
 
     def forward(self, idx: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
-                iterations: int | None = None, steps: int | None = None) -> EncoderOutput:
+                iterations: int | None = None, steps: int | None = None) -> ModelOutput:
         """Token ids (B, L) (id C = masked) -> logits (B, L, C). One layer: ``iterations``/``steps`` must be
         None or 1."""
         if mask is not None:
@@ -100,7 +100,7 @@ class FactoredAttention(nn.Module):
         logits = torch.einsum("ij,zja->zia", self.positional(), vx)
         if self.b is not None:
             logits = logits + self.b
-        return EncoderOutput(logits=logits)
+        return ModelOutput(logits=logits)
 
     @torch.no_grad()
     def set_potts(self, J: Tensor, U: Tensor, beta: float, h: Tensor | None = None) -> None:

@@ -1,7 +1,7 @@
 """Causal language model: embedding, the (possibly iterated) layer stack, final norm, tied or untied head.
 
 Blocks come from :class:`~energyformer.blocks.layer.BlockConfig` (Llama / GPT baselines, CEM attention
-and/or CEM MLP). ``forward(idx, targets, trace=True)`` returns every energy block's
+and/or CEM MLP). ``forward(idx, targets, trace=True)`` returns a :class:`~energyformer.models.output.ModelOutput` with every energy block's
 :class:`~energyformer.core.Trace` in one :class:`~energyformer.core.Traces` mapping keyed by
 ``(block name, iteration)``. ``generate`` decodes with a KV cache holding one entry per block and
 iteration (for CEM attention: the tied keys — one tensor per head — plus, with a diagonal term, the
@@ -10,27 +10,16 @@ normalised inputs).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..core.trace import Traces
 from ..utils.validate import ConfigError, check_int
 from .config import ModelConfig
+from .output import ModelOutput
 from .wrapper import TokenModel
 
-__all__ = ["CausalLM", "LMOutput", "ModelConfig", "kv_cache_bytes"]
-
-
-@dataclass
-class LMOutput:
-    logits: Tensor              # (B, N, V)
-    loss: Tensor | None = None  # mean cross-entropy over targets != -100
-    traces: Traces | None = None
-    aux_losses: dict[str, Tensor] = field(default_factory=dict)  # added by blocks; the task sums them
-    stats: dict | None = None   # solver statistics by (block, iteration), when asked for
+__all__ = ["CausalLM", "ModelConfig", "kv_cache_bytes"]
 
 
 class CausalLM(TokenModel):
@@ -45,19 +34,21 @@ class CausalLM(TokenModel):
     def forward(
         self, idx: Tensor, targets: Tensor | None = None, *, mask: Tensor | None = None,
         trace: bool = False, stats: bool = False, cache: dict | None = None, offset: int = 0,
-        iterations: int | None = None, steps: int | None = None,
-    ) -> LMOutput:
+        iterations: int | None = None, steps: int | None = None, hiddens: bool = False,
+    ) -> ModelOutput:
         """idx, targets: (B, N) token ids; mask: (B, N) bool, True = real token (padded keys hidden).
 
         ``cache``/``offset`` for incremental decoding; ``iterations`` overrides the number of passes
-        through the layer stack, ``steps`` the step budget of every energy block (``ctx.steps``).
+        through the layer stack, ``steps`` the step budget of every energy block (``ctx.steps``);
+        ``hiddens`` returns the state after every (layer, iteration) (:class:`ModelOutput`).
         """
         ctx = self.context(idx, mask=mask, trace=trace, stats=stats, cache=cache, offset=offset, steps=steps)
-        logits = self.body(idx, ctx, iterations)  # (B, N, V)
+        states = {} if hiddens else None
+        logits = self.body(idx, ctx, iterations, states)  # (B, N, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
-        return LMOutput(logits=logits, loss=loss, traces=ctx.traces, aux_losses=ctx.aux_losses, stats=ctx.stats)
+        return ModelOutput.of(logits, ctx, loss=loss, hiddens=states)
 
     @torch.no_grad()
     def generate(

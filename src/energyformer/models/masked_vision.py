@@ -13,7 +13,7 @@ kind ``masked_vision``::
       -> final norm -> Linear(D, K)                            logits (B, N, K)
 
 The layers are the library's :class:`~energyformer.blocks.layer.TransformerLayer`, built exactly as in
-:mod:`energyformer.models.vision` (its ``ConsecutiveStack`` for several layers), so the Transformer
+:mod:`energyformer.models.vision` (the one ``LayerStack``, consecutive order by default), so the Transformer
 (``gpt`` + ``gelu``) and Hyper-SET (``hyperset`` + ``hyperset``) are one config switch apart.
 
 :func:`maskgit_decode` is MaskGIT's iterative decoding (Chang et al. 2022 §3.2, Eq. 3 and the cosine
@@ -25,7 +25,6 @@ positions that were never masked are never touched.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -36,9 +35,11 @@ from torch import Tensor, nn
 from ..core.context import ForwardContext
 from ..core.trace import Traces
 from ..utils.validate import ConfigError, check_int
+from .init import init_model
 from .naming import name_blocks
+from .output import ModelOutput
 from .registry import MODELS
-from .vision import IteratedStackConfig, run_module_init_hooks
+from .vision import IteratedStackConfig
 from .wrapper import SinusoidalPositions
 
 
@@ -62,19 +63,11 @@ class MaskedVisionConfig(IteratedStackConfig):
                               f"{', '.join(missing)} from its tokeniser (or give them when building directly)")
 
 
-@dataclass
-class MaskedCodeOutput:
-    logits: Tensor                 # (B, N, K)
-    traces: Traces | None = None   # (block name, iteration) -> Trace, when asked for
-    aux_losses: dict[str, Tensor] = field(default_factory=dict)  # added by blocks; the task sums them
-    stats: dict | None = None      # solver statistics by (block, iteration), when asked for
-
-
 @MODELS.register("masked_vision", MaskedVisionConfig)
 class MaskedCodeTransformer(nn.Module):
     """Bidirectional code predictor (MaskGIT's transformer; Hyper-SET §5.3 / App. D.4, Table 15).
 
-    ``forward(codes, mask, *, trace, stats, iterations, steps) -> MaskedCodeOutput``; masked positions
+    ``forward(codes, mask, *, trace, stats, iterations, steps, hiddens) -> ModelOutput``; masked positions
     see the learned mask token (embedding row K) whatever their code. Parameter names: ``embed``,
     ``pos`` (learned), ``layers.{i}.attn|mlp``, ``norm``, ``head``.
     """
@@ -93,7 +86,7 @@ class MaskedCodeTransformer(nn.Module):
         elif cfg.positions == "sinusoidal":
             self.register_buffer("pos_table", SinusoidalPositions(N, D).table[None], persistent=False)
         self.drop = nn.Dropout(cfg.block.dropout)
-        self.layers = cfg.build_stack()
+        self.layers = cfg.build_stack(causal=False)
         self.norm = nn.LayerNorm(D) if cfg.final_norm == "layer" else nn.RMSNorm(D, eps=1e-6)
         self.head = nn.Linear(D, K)
         self.reset_parameters()
@@ -104,20 +97,15 @@ class MaskedCodeTransformer(nn.Module):
         return int(self.cfg.n_codes)
 
     def reset_parameters(self) -> None:
-        """The ``init`` rule, then each module's own (``after_model_init``, ``reset_energy_parameters``)."""
-        normal = self.cfg.init == "normal"
-        for m in self.modules():
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                if normal:
-                    nn.init.normal_(m.weight, std=self.cfg.init_std)
-                    if getattr(m, "bias", None) is not None:
-                        nn.init.zeros_(m.bias)
-                else:
-                    m.reset_parameters()  # Linear U(±1/√fan_in); Embedding N(0, 1)
-        if isinstance(getattr(self, "pos", None), nn.Parameter):
-            with torch.no_grad():
-                nn.init.normal_(self.pos, std=self.cfg.init_std)
-        run_module_init_hooks(self)
+        """The one init pass (:mod:`energyformer.models.init`) with ``cfg.init``; learned positions
+        N(0, init_std²)."""
+
+        def extra() -> None:
+            if isinstance(getattr(self, "pos", None), nn.Parameter):
+                with torch.no_grad():
+                    nn.init.normal_(self.pos, std=self.cfg.init_std)
+
+        init_model(self, self.cfg.init, self.cfg.init_std, extra)
 
     def input_ids(self, codes: Tensor, mask: Tensor | None) -> Tensor:
         """(B, N) codes and bool mask -> ids with the mask token K at masked positions (checked)."""
@@ -132,7 +120,7 @@ class MaskedCodeTransformer(nn.Module):
         return codes.masked_fill(mask, self.mask_id)
 
     def forward(self, codes: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
-                iterations: int | None = None, steps: int | None = None) -> MaskedCodeOutput:
+                iterations: int | None = None, steps: int | None = None, hiddens: bool = False) -> ModelOutput:
         """codes (B, N) long, mask (B, N) bool -> logits (B, N, K) over the codebook."""
         ids = self.input_ids(codes, mask)
         ctx = ForwardContext(traces=Traces() if trace else None, stats={} if stats else None,
@@ -142,9 +130,10 @@ class MaskedCodeTransformer(nn.Module):
             x = x + self.pos
         elif self.cfg.positions == "sinusoidal":
             x = x + self.pos_table.to(x.dtype)
-        x = self.layers(self.drop(x), ctx, iterations)  # (B, N, D)
-        logits = self.head(self.norm(x))                 # (B, N, K)
-        return MaskedCodeOutput(logits=logits, traces=ctx.traces, aux_losses=ctx.aux_losses, stats=ctx.stats)
+        states = {} if hiddens else None
+        x = self.layers(self.drop(x), ctx, iterations, states)  # (B, N, D)
+        logits = self.head(self.norm(x))                         # (B, N, K)
+        return ModelOutput.of(logits, ctx, hiddens=states)
 
 
 # ------------------------------------------------------------------------------ iterative decoding
@@ -210,5 +199,5 @@ def maskgit_decode(model: nn.Module, codes: Tensor, mask: Tensor, steps: int = 8
     return torch.where(mask, cur, codes)
 
 
-__all__ = ["MaskedVisionConfig", "MaskedCodeTransformer", "MaskedCodeOutput", "maskgit_decode",
+__all__ = ["MaskedVisionConfig", "MaskedCodeTransformer", "maskgit_decode",
            "cosine_schedule"]

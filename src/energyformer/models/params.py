@@ -35,12 +35,3 @@ def count_params(model: nn.Module) -> dict[str, int]:
     counts["total"] = sum(counts.values())
     return counts
 
-
-def format_params(counts: dict[str, int]) -> str:
-    """One line, e.g. 'total 1.23M (attention 0.40M, mlp 0.60M, embedding 0.20M, head 0, other 128)'."""
-
-    def f(n: int) -> str:
-        return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}K" if n >= 1e3 else str(n)
-
-    parts = ", ".join(f"{k} {f(v)}" for k, v in counts.items() if k != "total")
-    return f"total {f(counts['total'])} ({parts})"

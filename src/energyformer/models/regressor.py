@@ -2,13 +2,18 @@
 
 Model (all variants): ``x (B, in_dim) -> Linear(in_dim, d) -> block on (B, 1, d) -> Linear(d, 1)``; the
 latent state of the block has the model dimension ``d`` ("the latent state dimension is set equal to
-the model dimension", Table 3 caption). Blocks, each with the residual included:
+the model dimension", Table 3 caption). The block is an MLP sublayer of the library's registry
+(:data:`~energyformer.blocks.registry.MLPS`), configured by its own section ``block: {kind: ..., ...}``;
+the three of Table 3, each with the residual included:
 
-* ``plain``  pre-norm MLP ``x + W2 GELU(W1 RMSNorm(x) + b1) + b2``.
-* ``gated``  pre-norm SwiGLU MLP ``x + Wd(SiLU(Wg n) ∘ Wu n)``, ``n = RMSNorm(x)`` (Eq. 6).
-* ``cem``    :class:`energyformer.blocks.cem.CEMMLP` with T recursive steps (Eq. 15, 17; Algorithm 1).
+* Plain  ``{kind: gelu, norm: rms}``: pre-norm MLP ``x + W2 GELU(W1 RMSNorm(x) + b1) + b2``.
+* Gated  ``{kind: swiglu}``: pre-norm SwiGLU MLP ``x + Wd(SiLU(Wg n) ∘ Wu n)``, ``n = RMSNorm(x)`` (Eq. 6).
+* CEM-T  ``{kind: cem, steps: T}``: :class:`energyformer.blocks.cem.CEMMLP` (Eq. 15, 17; Algorithm 1).
 
-Sizes (:data:`DEFAULT_SIZES`): ``d = 16``. The paper's counts say ``2 d h + rest ≈ 22.66K`` (CEM,
+Checkpoints of the earlier hand-written Plain / Gated blocks (``block.up`` / ``block.down``,
+``block.gate``) load through a state-dict pre-hook that renames them.
+
+Sizes (:data:`DEFAULT_SIZES`, the hidden size when the section sets none): ``d = 16``. The paper's counts say ``2 d h + rest ≈ 22.66K`` (CEM,
 weights W, V) and ``3 d h + rest ≈ 33.94K`` (gated), i.e. ``d h ≈ 11.28K`` and a small rest;
 ``d = 16`` is the smallest power of two above the input dimension for which RMSNorm of the (biased)
 embedding loses no information (an affine 10-dim subspace missing the origin meets each ray once),
@@ -26,101 +31,45 @@ biases and the residual adds are not counted. This equals what ``torch.utils.flo
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import Tensor, nn
 
+from ..blocks.registry import MLPS, SublayerSpec, build_mlp
 from ..utils.config import KindConfig
 from .registry import MODELS
 
 FLOPS_BATCH = 100
 DEFAULT_DIM = 16
-DEFAULT_SIZES = {"plain": 1023, "gated": 703, "cem": 702}
+#: Table 3 hidden sizes by MLP kind (Plain = gelu, Gated = swiglu, CEM = cem) at d = 16
+DEFAULT_SIZES = {"gelu": 1023, "swiglu": 703, "cem": 702}
 
 
 class RegressorConfig(KindConfig):
-    """A vector regressor: embedding, one Plain / Gated / CEM block, linear read-out."""
+    """A vector regressor: embedding, one MLP sublayer (Plain / Gated / CEM-T), linear read-out."""
 
     kind: Literal["regressor"] = "regressor"
-    block: Literal["plain", "gated", "cem"] = "cem"
-    """plain (GELU MLP), gated (SwiGLU) or cem (CEM MLP with T steps)"""
+    block: MLPS.type("cem") = MLPS.field("cem")
+    """the MLP sublayer section: {kind: gelu, norm: rms} (Plain), swiglu (Gated), {kind: cem, steps: T}"""
     dim: int = Field(DEFAULT_DIM, ge=1)
     """model (= latent state) dimension d"""
-    hidden: int | None = Field(None, ge=1)
-    """MLP hidden size (None: the Table 3 size of the block kind)"""
-    steps: int = Field(1, ge=1)
-    """CEM recursive steps T (cem only)"""
     in_dim: int = Field(10, ge=1)
     """input dimension (set by the task)"""
-    step_size: float = Field(1.0, gt=0)
-    """CEM step size eta"""
-    precond: Literal["identity", "diagonal", "diag_low_rank"] = "identity"
-    """CEM preconditioner"""
-    learn_step_size: bool = False
-    """CEM: learn eta (softplus-parametrised, initialised at step_size)"""
-    norm_in_loop: bool = True
-    """CEM: RMSNorm the iterate before each step (Algorithm 1); False: exact gradient steps on E(x | h)"""
 
-    @model_validator(mode="after")
-    def _steps(self) -> RegressorConfig:
-        if self.block != "cem" and self.steps != 1:
-            raise ValueError(f"model.steps = {self.steps}: only the 'cem' block recurses; use 1 for "
-                             f"{self.block!r}")
-        return self
+    def spec(self) -> SublayerSpec:
+        """The sublayer spec: width d, one token (no attention), the Table 3 hidden size as default."""
+        return SublayerSpec(dim=self.dim, heads=1, causal=False, mlp_hidden=DEFAULT_SIZES.get(self.block.kind))
 
     @property
     def h(self) -> int:
-        return self.hidden if self.hidden is not None else DEFAULT_SIZES[self.block]
+        """The block's hidden size: its section's ``hidden``, else the Table 3 size of its kind."""
+        return self.block.hidden_size(self.spec())
 
 
-def _rmsnorm(dim: int) -> nn.Module:
-    return nn.RMSNorm(dim, eps=1e-6)
-
-
-class PlainMLPBlock(nn.Module):
-    """Pre-norm residual MLP ``x + W2 GELU(W1 RMSNorm(x))`` (biases on both projections)."""
-
-    kind = "mlp"
-
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.norm, self.up, self.down = _rmsnorm(dim), nn.Linear(dim, hidden), nn.Linear(hidden, dim)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x + self.down(F.gelu(self.up(self.norm(x))))
-
-
-class GatedMLPBlock(nn.Module):
-    """Pre-norm residual SwiGLU ``x + Wd(SiLU(Wg n) ∘ Wu n)``, n = RMSNorm(x) (seed Eq. 6, no biases)."""
-
-    kind = "mlp"
-
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.norm = _rmsnorm(dim)
-        self.gate = nn.Linear(dim, hidden, bias=False)
-        self.up = nn.Linear(dim, hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        n = self.norm(x)
-        return x + self.down(F.silu(self.gate(n)) * self.up(n))
-
-
-def make_block(cfg: RegressorConfig) -> nn.Module:
-    """The block for ``cfg``: Plain, Gated, or the library's CEM MLP with ``cfg.steps`` steps (Eq. 17)."""
-    if cfg.block == "plain":
-        return PlainMLPBlock(cfg.dim, cfg.h)
-    if cfg.block == "gated":
-        return GatedMLPBlock(cfg.dim, cfg.h)
-    from ..blocks.cem import CEMMLP, CEMMLPConfig
-
-    return CEMMLP(cfg.dim, CEMMLPConfig(steps=cfg.steps, hidden=cfg.h, step_size=cfg.step_size,
-                                        precond=cfg.precond, learn_step_size=cfg.learn_step_size,
-                                        norm_in_loop=cfg.norm_in_loop))
+_OLD_NAMES = {"gelu": {"up.": "fc.", "down.": "proj."},
+              "swiglu": {"gate.": "w_gate.", "up.": "w_up.", "down.": "w_down."}}
 
 
 @MODELS.register("regressor", RegressorConfig)
@@ -131,8 +80,19 @@ class GPRegressor(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Linear(cfg.in_dim, cfg.dim)
-        self.block = make_block(cfg)
+        self.block = build_mlp(cfg.block, cfg.spec())
         self.readout = nn.Linear(cfg.dim, 1)
+        self._register_load_state_dict_pre_hook(self._rename_old_block)
+
+    def _rename_old_block(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        """Old checkpoints (hand-written Plain / Gated blocks): block.up/down/gate -> the MLP kind's names."""
+        renames = _OLD_NAMES.get(self.cfg.block.kind, {})
+        head = prefix + "block."
+        for key in [k for k in state_dict if k.startswith(head)]:
+            for old, new in renames.items():
+                if key[len(head):].startswith(old):
+                    state_dict[head + new + key[len(head) + len(old):]] = state_dict.pop(key)
+                    break
 
     def forward(self, x: Tensor) -> Tensor:
         z = self.embed(x)[:, None, :]  # (B, 1, d): one token per sample
@@ -141,14 +101,16 @@ class GPRegressor(nn.Module):
 
 def analytic_flops(cfg: RegressorConfig, batch: int = FLOPS_BATCH) -> int:
     """Matmul FLOPs (2 per multiply-add) of one forward pass on ``batch`` samples (module docstring)."""
-    d, h = cfg.dim, cfg.h
+    d, h, kind = cfg.dim, cfg.h, cfg.block.kind
     io = 2 * cfg.in_dim * d + 2 * d  # embedding + read-out
-    if cfg.block == "plain":
+    if kind == "gelu":
         core = 4 * d * h
-    elif cfg.block == "gated":
+    elif kind == "swiglu":
         core = 6 * d * h
+    elif kind == "cem":
+        core = 2 * d * h + 4 * d * h * cfg.block.steps  # gamma = W h once; V, V^T per step
     else:
-        core = 2 * d * h + 4 * d * h * cfg.steps  # gamma = W h once; V, V^T per step
+        raise ValueError(f"analytic_flops: no formula for MLP kind {kind!r} (gelu, swiglu, cem)")
     return batch * (core + io)
 
 

@@ -19,8 +19,8 @@ and an MLP kind from the registries), so a baseline and an energy model differ b
 **Depth order** with several distinct layers and L iterations (Hyper-SET Fig. 4, the layer-iteration
 trade-off): ``stack_order: consecutive`` runs layer 1 L times, then layer 2 L times, ... (the released
 Hyper-SET image code; every layer sees iteration indices 0 .. L-1); ``cycle`` runs the stack
-(1, 2, ..., 1, 2, ...) L times (the core's :class:`~energyformer.models.backbone.LayerStack`). With one
-layer both are the same.
+(1, 2, ..., 1, 2, ...) L times; both are orders of the one :class:`~energyformer.models.backbone.LayerStack`.
+With one layer both are the same.
 
 Initialisation (``init``): ``torch`` (default) keeps PyTorch's default Linear initialisation,
 U(±1/√fan_in), and draws the [CLS] token from N(0, 1), as the Hyper-SET authors' image code does
@@ -35,22 +35,21 @@ whose parameters have their own scale, e.g. ET's Q/K at 0.002) run, so a block's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from ..blocks.layer import BlockConfig, TransformerLayer
-from ..blocks.registry import SublayerSpec
+from ..blocks.layer import BlockConfig
 from ..core.context import ForwardContext
 from ..core.trace import Traces
 from ..data.images import patchify
-from ..utils.config import KindConfig
-from ..utils.validate import ConfigError, check_divides, check_int
-from .backbone import LayerStack
+from ..utils.validate import ConfigError, check_divides
+from .config import StackConfig
+from .init import init_model
 from .naming import name_blocks
+from .output import ModelOutput
 from .registry import MODELS
 from .wrapper import SinusoidalPositions
 
@@ -59,26 +58,17 @@ def _vit_block() -> BlockConfig:
     return BlockConfig(attention="gpt", mlp="gelu")
 
 
-class IteratedStackConfig(KindConfig):
-    """The keys every model built on an iterated layer stack shares (``vision``, ``masked_vision``):
-    width, heads, distinct layers x iterations, depth order, MLP size, positions, final norm, init, block."""
+class IteratedStackConfig(StackConfig):
+    """The stack keys of the image models (``vision``, ``masked_vision``): the one
+    :class:`~energyformer.models.config.StackConfig` with the Hyper-SET image code's defaults (one
+    layer, consecutive order, sinusoidal positions, LayerNorm, PyTorch's init, GPT + GELU sublayers)."""
 
-    dim: int = Field(128, ge=1)
-    """model width D"""
-    heads: int = Field(4, ge=1)
-    """attention heads (must divide dim)"""
     n_layers: int = Field(1, ge=1)
     """distinct layers (Hyper-SET: 1)"""
     iterations: int = Field(1, ge=1)
     """passes through the layers with shared weights (Hyper-SET images: 12)"""
-    train_iterations: tuple[int, int] | None = None
-    """[min, max]: training passes sampled per batch; None: use iterations"""
-    input_injection: Literal["none", "add"] = "none"
-    """'add': re-add the embedded input before every pass after the first"""
-    stack_order: Literal["consecutive", "cycle"] = "consecutive"
+    stack_order: Literal["cycle", "consecutive"] = "consecutive"
     """with n_layers > 1: each layer L times in turn (Hyper-SET image code) or the stack L times"""
-    mlp_hidden: int | None = Field(None, ge=1)
-    """MLP hidden size for every MLP kind (None: each kind's default)"""
     positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
     """absolute positions added to the input tokens (Hyper-SET App. D.3: sinusoidal)"""
     final_norm: Literal["layer", "rms"] = "layer"
@@ -86,43 +76,8 @@ class IteratedStackConfig(KindConfig):
     init: Literal["torch", "normal"] = "torch"
     """'torch': PyTorch's default Linear init and a N(0, 1) [CLS] token (the Hyper-SET image code, every
     model); 'normal': N(0, init_std²) Linear weights and [CLS] (the token models' GPT-style init)"""
-    init_std: float = Field(0.02, gt=0)
-    """std of the 'normal' init, and of learned positions"""
     block: BlockConfig = Field(default_factory=_vit_block)
     """the sublayers of every layer (default: pre-LayerNorm GPT attention + GELU MLP)"""
-
-    @model_validator(mode="after")
-    def _check_stack(self):
-        if self.dim % self.heads:
-            raise ValueError(f"heads = {self.heads}: must divide dim = {self.dim}")
-        if self.train_iterations is not None:
-            lo, hi = self.train_iterations
-            if not 1 <= lo <= hi:
-                raise ValueError(f"train_iterations = {[lo, hi]}: must be [min, max] with 1 <= min <= max")
-        return self
-
-    def spec(self) -> SublayerSpec:
-        """What every sublayer builder gets (bidirectional attention)."""
-        return SublayerSpec(dim=self.dim, heads=self.heads, causal=False, dropout=self.block.dropout,
-                            mlp_hidden=self.mlp_hidden)
-
-    def build_stack(self) -> LayerStack:
-        """``n_layers`` :class:`TransformerLayer` s iterated ``iterations`` times in ``stack_order``."""
-        spec = self.spec()
-        stack = ConsecutiveStack if self.stack_order == "consecutive" and self.n_layers > 1 else LayerStack
-        return stack((TransformerLayer(self.block, spec) for _ in range(self.n_layers)),
-                     iterations=self.iterations, train_iterations=self.train_iterations,
-                     input_injection=self.input_injection)
-
-
-def run_module_init_hooks(model: nn.Module) -> None:
-    """Every submodule's own initialisation after a model's generic one: ``after_model_init()``
-    (zero-initialised step-size networks) and ``reset_energy_parameters()`` (energies with their own scale)."""
-    for m in model.modules():
-        for hook in ("after_model_init", "reset_energy_parameters"):
-            fn = getattr(m, hook, None)
-            if callable(fn) and m is not model:
-                fn()
 
 
 class VisionConfig(IteratedStackConfig):
@@ -166,38 +121,6 @@ class VisionConfig(IteratedStackConfig):
         return self.num_patches + (self.pool == "cls")
 
 
-@dataclass
-class ClassifierOutput:
-    logits: Tensor                 # (B, n_classes)
-    traces: Traces | None = None   # (block name, iteration) -> Trace, when asked for
-    aux_losses: dict[str, Tensor] = field(default_factory=dict)  # added by blocks; the task sums them
-    stats: dict | None = None      # solver statistics by (block, iteration), when asked for
-
-
-class ConsecutiveStack(LayerStack):
-    """Layer 1 iterated L times, then layer 2 L times, ... (``stack_order: consecutive``).
-
-    Each layer's passes see ``ctx.iteration`` = 0 .. L-1 (per-iteration step sizes and LoRA are per
-    layer, as in the released Hyper-SET code); ``input_injection`` re-adds the stack input before
-    every pass but the first of each layer.
-    """
-
-    def forward(self, x: Tensor, ctx: ForwardContext, iterations: int | None = None) -> Tensor:
-        if iterations is None:
-            iterations = self.num_iterations()
-        check_int("iterations", iterations, min=1)
-        e = x
-        ctx.embedded = x
-        ctx.iterations = iterations
-        for layer in self:
-            for it in range(iterations):
-                ctx.iteration = it
-                if it > 0 and self.input_injection == "add":
-                    x = x + e
-                x = layer(x, ctx)
-        return x
-
-
 class PatchEmbedding(nn.Module):
     """(B, C, H, W) -> (B, N, D): non-overlapping p x p patches, [LayerNorm], Linear, [LayerNorm]."""
 
@@ -218,7 +141,7 @@ class PatchEmbedding(nn.Module):
 class VisionTransformer(nn.Module):
     """Image classifier: patches + [CLS] + positions -> layer stack (iterated) -> norm -> head.
 
-    ``forward(images, *, trace, stats, iterations, steps) -> ClassifierOutput``; ``iterations``
+    ``forward(images, *, trace, stats, iterations, steps, hiddens) -> ModelOutput``; ``iterations``
     overrides the number of passes (test-time depth), ``steps`` the step budget of every energy block.
     Parameter names: ``embed.*``, ``cls_token``, ``pos`` (learned), ``layers.{i}.attn|mlp``, ``norm``,
     ``head``.
@@ -239,33 +162,27 @@ class VisionTransformer(nn.Module):
         elif cfg.positions == "sinusoidal":
             self.register_buffer("pos_table", SinusoidalPositions(n, D).table[None], persistent=False)
         self.drop = nn.Dropout(cfg.block.dropout)
-        self.layers = cfg.build_stack()
+        self.layers = cfg.build_stack(causal=False)
         self.norm = nn.LayerNorm(D) if cfg.final_norm == "layer" else nn.RMSNorm(D, eps=1e-6)
         self.head = nn.Linear(D, cfg.n_classes)
         self.reset_parameters()
         name_blocks(self)
 
     def reset_parameters(self) -> None:
-        """The ``init`` rule (module docstring), then each module's own (``after_model_init``,
-        ``reset_energy_parameters``)."""
-        std = self.cfg.init_std
-        torch_init = self.cfg.init == "torch"
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                if torch_init:
-                    m.reset_parameters()  # U(±1/√fan_in) (kaiming_uniform with a = √5), bias likewise
-                else:
-                    nn.init.normal_(m.weight, std=std)
-                    if m.bias is not None:
-                        nn.init.zeros_(m.bias)
-        if not torch_init:  # LeCun normal: unit-scale patch tokens, the scale of sinusoidal positions
-            nn.init.normal_(self.embed.proj.weight, std=self.embed.proj.in_features ** -0.5)
-        with torch.no_grad():
-            if self.cls_token is not None:
-                nn.init.normal_(self.cls_token, std=1.0 if torch_init else std)
-            if isinstance(getattr(self, "pos", None), nn.Parameter):
-                nn.init.normal_(self.pos, std=std)
-        run_module_init_hooks(self)
+        """The one init pass (:mod:`energyformer.models.init`) with this model's extras: a LeCun-normal
+        patch projection under 'normal', the [CLS] token and learned positions."""
+        std, torch_init = self.cfg.init_std, self.cfg.init == "torch"
+
+        def extra() -> None:
+            if not torch_init:  # LeCun normal: unit-scale patch tokens, the scale of sinusoidal positions
+                nn.init.normal_(self.embed.proj.weight, std=self.embed.proj.in_features ** -0.5)
+            with torch.no_grad():
+                if self.cls_token is not None:
+                    nn.init.normal_(self.cls_token, std=1.0 if torch_init else std)
+                if isinstance(getattr(self, "pos", None), nn.Parameter):
+                    nn.init.normal_(self.pos, std=std)
+
+        init_model(self, self.cfg.init, std, extra)
 
     def tokens(self, images: Tensor) -> Tensor:
         """The layer stack's input: (B, C, H, W) -> (B, N(+1), D) patch tokens, [CLS], positions."""
@@ -287,10 +204,12 @@ class VisionTransformer(nn.Module):
         return x[:, 0] if self.cfg.pool == "cls" else x.mean(1)
 
     def forward(self, images: Tensor, *, trace: bool = False, stats: bool = False,
-                iterations: int | None = None, steps: int | None = None) -> ClassifierOutput:
-        """images (B, C, H, W) float -> logits (B, n_classes) (+ traces, stats, auxiliary losses)."""
+                iterations: int | None = None, steps: int | None = None, hiddens: bool = False) -> ModelOutput:
+        """images (B, C, H, W) float -> logits (B, n_classes) (+ traces, stats, auxiliary losses,
+        hidden states per (layer, iteration))."""
         ctx = ForwardContext(traces=Traces() if trace else None, stats={} if stats else None,
                              steps=steps, inputs=images)
-        x = self.layers(self.tokens(images), ctx, iterations)  # (B, N, D)
-        logits = self.head(self.norm(self.pool(x)))           # (B, n_classes)
-        return ClassifierOutput(logits=logits, traces=ctx.traces, aux_losses=ctx.aux_losses, stats=ctx.stats)
+        states = {} if hiddens else None
+        x = self.layers(self.tokens(images), ctx, iterations, states)  # (B, N, D)
+        logits = self.head(self.norm(self.pool(x)))                   # (B, n_classes)
+        return ModelOutput.of(logits, ctx, hiddens=states)

@@ -7,15 +7,16 @@ layer stack behind different tasks. Parameter names: ``embed``, ``pos`` (learned
 """
 
 import math
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
-from ..blocks.layer import TransformerLayer
 from ..core.context import ForwardContext
 from ..core.trace import Traces
-from .backbone import LayerStack
+from ..utils.config import KindConfig, Registry
 from .config import ModelConfig
+from .init import init_module, init_model
 from .naming import name_blocks
 
 
@@ -36,21 +37,47 @@ class SinusoidalPositions(nn.Module):
         return self.table[positions]
 
 
-def _positions(cfg: ModelConfig) -> nn.Module | None:
-    if cfg.positions == "learned":
-        return nn.Embedding(cfg.max_seq_len, cfg.dim)
-    if cfg.positions == "sinusoidal":
-        return SinusoidalPositions(cfg.max_seq_len, cfg.dim)
-    return None
+#: position kind (``model.positions``) -> (config class, builder(cfg, max_len, dim) -> module or None);
+#: the module maps positions (N,) -> (N, D) and is added to the token embedding
+POSITIONS = Registry("positions")
+
+
+class NoPositionsConfig(KindConfig):
+    """No absolute positions (RoPE / ALiBi live in the attention; or a permutation-invariant model)."""
+
+    kind: Literal["none"] = "none"
+
+
+class LearnedPositionsConfig(KindConfig):
+    """A learned table of max_seq_len x D (an nn.Embedding, GPT-2)."""
+
+    kind: Literal["learned"] = "learned"
+
+
+class SinusoidalPositionsConfig(KindConfig):
+    """Fixed sinusoids (Vaswani et al. 2017 §3.5); no parameters."""
+
+    kind: Literal["sinusoidal"] = "sinusoidal"
+
+
+POSITIONS.register("none", NoPositionsConfig)(lambda cfg, max_len, dim: None)
+POSITIONS.register("learned", LearnedPositionsConfig)(lambda cfg, max_len, dim: nn.Embedding(max_len, dim))
+POSITIONS.register("sinusoidal", SinusoidalPositionsConfig)(lambda cfg, max_len, dim: SinusoidalPositions(max_len, dim))
+
+
+def build_positions(kind: str, max_len: int, dim: int) -> nn.Module | None:
+    """The positions module of ``kind`` (a :data:`POSITIONS` lookup) for ``max_len`` positions of width ``dim``."""
+    return POSITIONS.build(POSITIONS.get(kind).config(), max_len, dim)
 
 
 class TokenModel(nn.Module):
     """Embedding, layer stack (iterated), final norm and a bias-free head with ``n_out`` outputs.
 
-    Every Linear and Embedding weight is drawn from N(0, init_std²) (biases zero); afterwards every
-    module that defines ``after_model_init()`` re-applies its own rule (e.g. a zero-initialised
-    step-size network). The head is tied to the embedding when ``cfg.tie_embeddings`` is True, or None and the head
-    predicts the vocabulary (``n_out == vocab_size``); tying with ``n_out != vocab_size`` is an error.
+    Initialisation: the one pass of :mod:`energyformer.models.init` with ``cfg.init`` (default every
+    Linear and Embedding weight from N(0, init_std²), biases zero), then every module's own rule
+    (``after_model_init``, ``reset_energy_parameters``). The head is tied to the embedding when
+    ``cfg.tie_embeddings`` is True, or None and the head predicts the vocabulary
+    (``n_out == vocab_size``); tying with ``n_out != vocab_size`` is an error.
     """
 
     def __init__(self, cfg: ModelConfig, n_out: int, causal: bool):
@@ -61,28 +88,19 @@ class TokenModel(nn.Module):
             raise ValueError(f"model.tie_embeddings = True: the head has {n_out} outputs but the "
                              f"embedding {cfg.vocab_size} tokens; set model.tie_embeddings: false")
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.pos = _positions(cfg)
+        self.pos = build_positions(cfg.positions, cfg.max_seq_len, cfg.dim)
         self.drop = nn.Dropout(cfg.block.dropout)
-        spec = cfg.spec(causal)
-        self.layers = LayerStack(
-            (TransformerLayer(cfg.block, spec) for _ in range(cfg.n_layers)), iterations=cfg.iterations,
-            train_iterations=cfg.train_iterations, input_injection=cfg.input_injection)
+        self.layers = cfg.build_stack(causal)
         self.norm = nn.RMSNorm(cfg.dim, eps=1e-6) if cfg.final_norm == "rms" else nn.LayerNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, n_out, bias=False)
-        self.apply(self._init)
-        for m in self.modules():  # modules with their own init rule (zero-initialised step-size networks)
-            hook = getattr(m, "after_model_init", None)
-            if callable(hook):
-                hook()
+        init_model(self, cfg.init, cfg.init_std)
         if tie:
             self.head.weight = self.embed.weight
         name_blocks(self)
 
     def _init(self, m: nn.Module) -> None:
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, std=self.cfg.init_std)
-            if getattr(m, "bias", None) is not None:
-                nn.init.zeros_(m.bias)
+        """The generic init rule on one module (for modules added after construction)."""
+        init_module(m, self.cfg.init, self.cfg.init_std)
 
     def context(
         self, idx: Tensor, *, mask: Tensor | None = None, trace: bool = False, stats: bool = False,
@@ -95,8 +113,10 @@ class TokenModel(nn.Module):
             traces=Traces() if trace else None, stats={} if stats else None, cache=cache, offset=offset,
             mask=None if mask is None else mask.to(torch.bool), steps=steps, inputs=idx)
 
-    def body(self, idx: Tensor, ctx: ForwardContext, iterations: int | None = None) -> Tensor:
-        """Token ids (B, N) -> head logits (B, N, n_out), running the stack ``iterations`` times."""
+    def body(self, idx: Tensor, ctx: ForwardContext, iterations: int | None = None,
+             hiddens: dict | None = None) -> Tensor:
+        """Token ids (B, N) -> head logits (B, N, n_out), running the stack ``iterations`` times
+        (recording the state after every (layer, iteration) in ``hiddens`` when a dict is given)."""
         B, N = idx.shape
         if ctx.offset + N > self.cfg.max_seq_len and self.pos is not None:
             raise ValueError(f"sequence length {ctx.offset + N} exceeds model.max_seq_len = {self.cfg.max_seq_len}")
@@ -104,5 +124,5 @@ class TokenModel(nn.Module):
         if self.pos is not None:
             x = x + self.pos(torch.arange(ctx.offset, ctx.offset + N, device=idx.device))
         x = self.drop(x)
-        x = self.layers(x, ctx, iterations)  # (B, N, D)
+        x = self.layers(x, ctx, iterations, hiddens)  # (B, N, D)
         return self.head(self.norm(x))       # (B, N, n_out)

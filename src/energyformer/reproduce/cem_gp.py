@@ -43,18 +43,18 @@ from ..utils.paths import writable_dir, writable_file
 
 #: The six rows of Table 3, in order.
 MODEL_SPECS: dict[str, RegressorConfig] = {
-    "Plain": RegressorConfig(block="plain"),
-    "Gated": RegressorConfig(block="gated"),
-    **{f"CEM-T{t}": RegressorConfig(block="cem", steps=t) for t in (1, 2, 4, 8)},
+    "Plain": RegressorConfig(block={"kind": "gelu", "norm": "rms"}),
+    "Gated": RegressorConfig(block="swiglu"),
+    **{f"CEM-T{t}": RegressorConfig(block={"kind": "cem", "steps": t}) for t in (1, 2, 4, 8)},
 }
 
 #: Study of recursion depth (issue #8: why do T4/T8 get worse than T2?): the same data, initial weights
 #: and schedule as the Table 3 rows, changing one thing — the step size scaled so that T·η = 2 (the
 #: total step of T2), a learned η, or exact gradient steps (no RMSNorm of the iterate in the loop).
 STUDY_SPECS: dict[str, RegressorConfig] = {
-    **{f"CEM-T{t}-eta{2 / t:g}": RegressorConfig(block="cem", steps=t, step_size=2 / t) for t in (4, 8)},
-    **{f"CEM-T{t}-learned": RegressorConfig(block="cem", steps=t, learn_step_size=True) for t in (4, 8)},
-    **{f"CEM-T{t}-exact": RegressorConfig(block="cem", steps=t, norm_in_loop=False) for t in (4, 8)},
+    **{f"CEM-T{t}-eta{2 / t:g}": RegressorConfig(block={"kind": "cem", "steps": t, "step_size": 2 / t}) for t in (4, 8)},
+    **{f"CEM-T{t}-learned": RegressorConfig(block={"kind": "cem", "steps": t, "step_size": {"kind": "learned", "init": 1.0}}) for t in (4, 8)},
+    **{f"CEM-T{t}-exact": RegressorConfig(block={"kind": "cem", "steps": t, "norm_in_loop": False}) for t in (4, 8)},
 }
 ALL_SPECS = {**MODEL_SPECS, **STUDY_SPECS}
 
@@ -152,7 +152,7 @@ def model_table(models: list[str]) -> dict[str, dict]:
         net = GPRegressor(cfg)
         info[m] = {"params": count_params(net)["total"], "flops": analytic_flops(cfg),
                    "flops_measured": measured_flops(net), "hidden": cfg.h, "dim": cfg.dim,
-                   "block": cfg.block, "steps": cfg.steps}
+                   "block": cfg.block.kind, "steps": getattr(cfg.block, "steps", 1)}
     return info
 
 
@@ -227,7 +227,7 @@ def run_all(args: argparse.Namespace) -> list[dict]:
                        "init_seed": args.seed + rep, "train_rmse": res.final["eval/train_rmse"],
                        "test_rmse": res.final["eval/test_rmse"], "seconds": res.seconds,
                        "final_train_loss": sum(last) / max(len(last), 1), "run_dir": str(res.run_dir)}
-                if args.study and kernel in args.study_kernels and rep == 0 and ALL_SPECS[model].block == "cem":
+                if args.study and kernel in args.study_kernels and rep == 0 and ALL_SPECS[model].block.kind == "cem":
                     rec["recursion"] = recursion_trace(str(res.run_dir), task.data.x_test[:500])
                 runs.append(rec)
                 print(f"[{len(runs):3d}/{total}] {kernel:8s} rep {rep} {model:15s} "

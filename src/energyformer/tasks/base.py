@@ -18,7 +18,7 @@ A task class subclasses :class:`Task` and is registered with its config::
 
 The trainer contract (:mod:`energyformer.train.trainer`) is met by ``task.train_data``,
 ``task.loss`` and ``task.eval_fn()``; auxiliary losses that blocks put in ``ForwardContext.aux_losses``
-are the task's to add to its loss.
+reach the task in the model's ``ModelOutput`` and are added in one place, :meth:`Task.add_aux_losses`.
 """
 
 from __future__ import annotations
@@ -97,6 +97,18 @@ class Task:
     def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
         """Trainer loss function: (scalar loss, metrics) for one batch on the training device."""
         raise NotImplementedError
+
+    @staticmethod
+    def add_aux_losses(loss: torch.Tensor, out: Any, metrics: dict[str, float] | None = None,
+                       ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The one place auxiliary losses join a task's loss: ``loss + Σ_k out.aux_losses[k]`` (in the
+        order the blocks added them), each also reported as a metric under its name. ``out``: the
+        model's :class:`~energyformer.models.output.ModelOutput`. Returns (loss, metrics)."""
+        metrics = {} if metrics is None else metrics
+        for name, value in (getattr(out, "aux_losses", None) or {}).items():
+            loss = loss + value
+            metrics[name] = float(value.detach())
+        return loss, metrics
 
     def callbacks(self, model: nn.Module) -> list:
         """Trainer callbacks this task needs (annealing, projections); default none."""

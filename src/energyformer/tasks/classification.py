@@ -141,10 +141,7 @@ class ImageClassificationTask(Task):
         logits = out.logits.float()
         loss = F.cross_entropy(logits, y, label_smoothing=self.cfg.label_smoothing)
         metrics = {"acc": float((logits.argmax(-1) == y).float().mean())}
-        for k, v in (out.aux_losses or {}).items():
-            loss = loss + v
-            metrics[k] = float(v.detach())
-        return loss, metrics
+        return self.add_aux_losses(loss, out, metrics)
 
     # ------------------------------------------------------------------ evaluation
     def batches(self, split: str):

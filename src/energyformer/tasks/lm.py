@@ -180,11 +180,7 @@ class LMTask(Task):
     def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
         x, y = batch
         out = model(x, y)
-        loss = out.loss
-        aux = getattr(out, "aux_losses", None) or {}
-        for v in aux.values():
-            loss = loss + v
-        return loss, {k: float(v.detach()) for k, v in aux.items()}
+        return self.add_aux_losses(out.loss, out)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, model: nn.Module, split: str = "validation", **options: Any) -> dict[str, float]:

@@ -324,10 +324,7 @@ class MaskedImageTask(Task):
         with torch.no_grad():
             acc = (out.logits[mask].argmax(-1) == codes[mask]).float().mean()
         metrics = {"acc": float(acc), "masked": float(mask.float().mean())}
-        for k, v in (out.aux_losses or {}).items():
-            loss = loss + v
-            metrics[k] = float(v.detach())
-        return loss, metrics
+        return self.add_aux_losses(loss, out, metrics)
 
     # ------------------------------------------------------------------ evaluation
     def eval_set(self, split: str) -> dict[str, Any]:

@@ -85,10 +85,7 @@ class ParityTask(Task):
         x, y = batch                     # (B, L) bits and targets
         out = model(x)                   # logits (B, L, 2); both model kinds take (idx) alone
         ce = F.cross_entropy(out.logits.flatten(0, 1).float(), y.flatten())
-        aux = sum(out.aux_losses.values()) if out.aux_losses else 0.0
-        metrics = {"ce": float(ce.detach())}
-        metrics.update({k: float(v.detach()) for k, v in out.aux_losses.items()})
-        return ce + aux, metrics
+        return self.add_aux_losses(ce, out, {"ce": float(ce.detach())})
 
     @torch.no_grad()
     def accuracy(self, model: nn.Module, length: int, *, n: int | None = None, steps: int | None = None) -> float:

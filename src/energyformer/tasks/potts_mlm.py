@@ -190,10 +190,7 @@ class PottsMLMTask(Task):
         idx, masked = mask_sites(s, self.cfg.n_masked, self.C)
         out = model(idx)
         loss = F.cross_entropy(out.logits[masked].float(), s[masked])
-        aux = getattr(out, "aux_losses", None) or {}
-        for v in aux.values():
-            loss = loss + v
-        return loss, {k: float(v.detach()) for k, v in aux.items()}
+        return self.add_aux_losses(loss, out)
 
     # ------------------------------------------------------------------ evaluation
     def eval_set(self, split: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

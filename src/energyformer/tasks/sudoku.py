@@ -193,10 +193,7 @@ class SudokuTask(Task):
         puzzles, targets = batch
         out = model(puzzles)
         loss = F.cross_entropy(out.logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
-        aux = out.aux_losses
-        if aux:
-            loss = loss + sum(aux.values())
-        return loss, {k: float(v.detach()) for k, v in aux.items()}
+        return self.add_aux_losses(loss, out)
 
     # ------------------------------------------------------------------ evaluation
     def score(self, model: nn.Module, data: SudokuDataset, **forward: Any) -> dict[str, float]:

@@ -87,10 +87,19 @@ class ConfigModel(BaseModel, metaclass=_ConfigMeta):
         use_attribute_docstrings=True, validate_default=True, protected_namespaces=(),
     )
 
+    @classmethod
+    def migrate(cls, data: dict) -> dict:
+        """Rewrite old spellings of this config's keys into today's (identity by default).
+
+        Called on the raw mapping before any key check, by direct construction, nested validation
+        and registry dispatch alike, so resolved configs saved by older versions keep loading."""
+        return data
+
     @model_validator(mode="before")
     @classmethod
     def _unknown_keys(cls, data: Any) -> Any:
         if isinstance(data, Mapping):
+            data = cls.migrate(dict(data))
             allowed = [n for n in cls.model_fields]
             for key in data:
                 if key not in cls.model_fields:
@@ -186,6 +195,7 @@ class Registry:
                     {"what": self.what, "kind": kind, "kind_repr": repr(kind), "names": ", ".join(self.names()),
                      "hint": f" (did you mean {near!r}?)" if near else "", "key": "kind"})
             cls = self.entries[kind].config
+            value = cls.migrate(dict(value))
             for key in value:
                 if key not in cls.model_fields:
                     others = [n for n, e in self.entries.items() if key in e.config.model_fields]

@@ -4,9 +4,10 @@ PyTorch's CPU build sends float32 ``nn.Linear`` to MKL's sgemm. On some CPUs MKL
 fastest kernels: on this project's AMD EPYC (Zen 5, AVX-512) a single-thread (2048×256)·(256×704)
 product ran at ~88 GFLOP/s through MKL and ~160-200 GFLOP/s through oneDNN's
 ``mkldnn._linear_pointwise``, with float32 accuracy (it is not a reduced-precision mode).
-``benchmarks/lm_throughput.py --onednn`` measures whole training steps with and without it.
+``benchmarks/lm_throughput.py --sections 4`` measures whole training steps with and without it; only
+that benchmark uses it, so it lives beside it (not in the library).
 
-    from energyformer.onednn import onednn_linear
+    from onednn import onednn_linear   # benchmarks/ on sys.path (see lm_throughput._onednn)
     with onednn_linear():          # or onednn_linear(True) / set_onednn_linear(True) globally
         loss = model(x, y).loss
         loss.backward()

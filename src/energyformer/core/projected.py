@@ -1,0 +1,86 @@
+"""Projected and proximal step rules: ISTA (CRATE's sparsification, Yu et al. 2023 Eq. 13) and
+descent on the unit sphere (bare self-attention, seed 004 Eq. 3-4).
+
+``ista``    z ← S_{ηλ}(z + η·direction(z)),  S(v) = ReLU(v − ηλ) (``nonnegative``) or the soft
+            threshold sign(v)·ReLU(|v| − ηλ): a proximal gradient step on E(z) + λ‖z‖₁ (+ z ≥ 0)
+            (Beck & Teboulle 2009). The traced objective includes λ‖z‖₁ (term ``l1``).
+``sphere``  x ← (x + η d) / ‖x + η d‖ with the energy's direction d (bare attention, η = 1:
+            ``normalise(γ x_i + Σ_j α_ij J_ij x_j)``).
+
+Neither is −η∇E of a smooth energy (``rule_exact = False``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import Tensor
+
+from ..utils.validate import check_float
+from .solver import Solver, SolverConfig, _scale, register_solver
+
+
+class ISTAConfig(SolverConfig):
+    """ISTA: proximal gradient for E + λ‖z‖₁ (CRATE's sparsification step)."""
+
+    kind: Literal["ista"] = "ista"
+    lambd: float = Field(0.1, ge=0)
+    """λ, the sparsity weight (CRATE code: 0.1)"""
+    nonnegative: bool = True
+    """non-negative codes (CRATE: ReLU) or the plain soft threshold"""
+
+
+@register_solver("ista", ISTAConfig)
+class ISTA(Solver):
+    """Proximal gradient (ISTA) for E(z) + λ‖z‖₁ (+ z ≥ 0): z ← S_{ηλ}(z + η·direction(z)).
+
+    ``nonnegative`` (CRATE): S(v) = ReLU(v − ηλ); else the soft threshold sign(v)·ReLU(|v| − ηλ).
+    The traced objective includes λ‖z‖₁ (term ``l1``).
+    """
+
+    rule_exact = False
+
+    def __init__(self, precond=None, step_size: Any = 0.1, learn_step_size: bool = False, tol=None, *,
+                 lambd: float = 0.1, nonnegative: bool = True, **kw: Any):
+        super().__init__(precond, step_size, learn_step_size, tol, **kw)
+        check_float("lambd", lambd, min=0.0)
+        self.lambd, self.nonnegative = float(lambd), bool(nonnegative)
+
+    @classmethod
+    def config_kwargs(cls, cfg: ISTAConfig) -> dict[str, Any]:
+        return dict(lambd=cfg.lambd, nonnegative=cfg.nonnegative)
+
+    def update(self, energy, x, u, state, memory, eta):
+        v = x + _scale(eta, energy.direction(u, state, self.precond))  # z - η P ∇E
+        t = _scale(eta, torch.full_like(x, self.lambd))                 # η λ
+        new = F.relu(v - t) if self.nonnegative else torch.sign(v) * F.relu(v.abs() - t)
+        return new - x, memory
+
+    def extra_energy(self, x: Tensor, memory: Any) -> dict[str, Tensor]:
+        return {"l1": self.lambd * x.abs().sum(-1)}  # (B, N)
+
+    def extra_repr(self) -> str:
+        return f"lambd={self.lambd}, nonnegative={self.nonnegative}, " + super().extra_repr()
+
+
+class SphereConfig(SolverConfig):
+    """Projected descent on the unit sphere (bare self-attention with renormalisation)."""
+
+    kind: Literal["sphere"] = "sphere"
+
+
+@register_solver("sphere", SphereConfig)
+class SphereDescent(Solver):
+    """Projected descent on the unit sphere: ``x_{t+1} = (x_t + η d_t) / ‖x_t + η d_t‖`` with the
+    energy's direction d_t (for bare attention and η = 1: ``normalise(γ x_i + Σ_j α_ij J_ij x_j)``).
+    Not a gradient step of any energy (``rule_exact = False``)."""
+
+    rule_exact = False
+
+    def update(self, energy, x, u, state, memory, eta):
+        d = energy.direction(u, state, self.precond)
+        y = x + _scale(eta, d)
+        return y / y.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(y.dtype).tiny) - x, memory

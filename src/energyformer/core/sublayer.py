@@ -1,0 +1,121 @@
+"""One config shape for every energy sublayer, and one builder (DESIGN.md "The target now: no seams").
+
+Every sublayer realised as descent on an energy declares its energy keys next to the same descent keys::
+
+    {kind: cem, <energy keys>,
+     solver:    {kind: gd | momentum | nesterov | proximal | ista | sphere, precond, tol, ...},
+     step_size: {kind: fixed | learned | per_iteration | network, ...}   (a number = fixed),
+     steps: T, eval_steps: T_eval | null,
+     backward:  {kind: unroll | truncated | implicit, ...}}              (a name = its defaults)
+
+A sublayer config inherits :class:`DescentConfig` (overriding a default where its system has
+another, e.g. a momentum solver) and its builder calls :func:`build_solver` /
+:meth:`EnergyBlock.from_config <energyformer.core.block.EnergyBlock.from_config>`; nothing else is
+written per system. ``solver`` given without a kind (or with the default kind) is merged onto the
+sublayer's default solver, so ``solver: {beta: 0.9}`` keeps the other defaults of that sublayer.
+
+**Old spellings** (configs and resolved ``config.yaml`` files written before this shape) are
+rewritten in one place, :func:`migrate_descent`, called on the raw mapping before validation:
+
+* ``step_size: 0.5, learn_step_size: true``  -> ``step_size: {kind: learned, init: 0.5}``
+  (``false`` -> ``{kind: fixed, value: 0.5}``);
+* solver options at the top level (``precond``, ``precond_rank``, ``precond_per_head``, ``tol``,
+  ``energy_threshold``, ``beta``, ``learn_beta``, ``carry_key``, ``ema``, ``lambd``,
+  ``nonnegative``, ``gamma``) -> into ``solver`` (unless the sublayer declares the key itself);
+* ``backward: truncated, truncate: k`` -> ``backward: {kind: truncated, k: k}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from ..utils.config import ConfigModel
+from ..utils.validate import ConfigError
+from .backward import BACKWARD_MODES, make_backward_mode
+from .solver import SOLVERS, Solver
+from .stepsize import FixedStepSizeConfig, StepSizeField
+
+#: Solver options that older configs wrote at the sublayer's top level.
+OLD_SOLVER_KEYS = ("precond", "precond_rank", "precond_per_head", "tol", "energy_threshold", "beta",
+                   "learn_beta", "carry_key", "ema", "lambd", "nonnegative", "gamma")
+
+
+class DescentConfig(ConfigModel):
+    """The descent keys of an energy sublayer: solver, step size, step budgets, backward mode."""
+
+    solver: SOLVERS.type("gd") = SOLVERS.field("gd")
+    """descent rule: {kind: gd | momentum | nesterov | proximal | ista | sphere, ...its options}"""
+    step_size: StepSizeField = Field(default_factory=lambda: FixedStepSizeConfig(value=1.0))
+    """eta: a number (fixed) or {kind: fixed | learned | per_iteration | network, ...}"""
+    steps: int = Field(1, ge=1)
+    """T descent steps per call in training (and in eval unless eval_steps)"""
+    eval_steps: int | None = Field(None, ge=1)
+    """T in eval mode (None: steps); a call-time budget (ctx.steps, --steps) overrides both"""
+    backward: BACKWARD_MODES.type("unroll") = BACKWARD_MODES.field("unroll")
+    """gradient through the run: unroll | {kind: truncated, k} | {kind: implicit, method, ...}"""
+
+    @classmethod
+    def migrate(cls, data: dict) -> dict:
+        return migrate_descent(cls, data)
+
+
+def _default(cls: type[ConfigModel], name: str) -> Any:
+    f = cls.model_fields[name]
+    return f.default_factory() if f.default_factory is not None else f.default
+
+
+def migrate_descent(cls: type[ConfigModel], data: dict) -> dict:
+    """Rewrite old spellings of the descent keys of ``cls`` (module docstring); idempotent."""
+    fields = cls.model_fields
+    if "solver" not in fields:
+        return data
+    data = dict(data)
+    # -- step size: number + learn flag
+    if "learn_step_size" in data and "learn_step_size" not in fields:
+        learn = data.pop("learn_step_size")
+        default = _default(cls, "step_size")
+        if "step_size" in data:
+            eta = data["step_size"]
+        else:  # the old default number of this sublayer (the value of its default step size)
+            eta = getattr(default, "value", getattr(default, "init", None))
+        if eta is None:  # the old "sublayer default" (e.g. heads): today's 'auto' step size of the kind
+            if not isinstance(default, str) or bool(learn) != getattr(cls, "auto_step_learned", None):
+                raise ConfigError(f"learn_step_size = {learn!r} with step_size = null: give step_size explicitly, "
+                                  "e.g. {kind: learned, init: 1.0}")
+            data.pop("step_size", None)
+        elif isinstance(eta, (int, float)) and not isinstance(eta, bool):
+            data["step_size"] = {"kind": "learned", "init": eta} if learn else {"kind": "fixed", "value": eta}
+        elif learn:
+            raise ConfigError(f"learn_step_size = True: only allowed with a numeric step_size (got {eta!r})")
+    # -- solver options at the top level
+    moved = {k: data.pop(k) for k in OLD_SOLVER_KEYS if k in data and k not in fields}
+    solver = data.get("solver")
+    default_solver = _default(cls, "solver")
+    dkind = default_solver.kind
+    if isinstance(solver, str):
+        solver = {"kind": solver}
+    if moved or isinstance(solver, dict):
+        given = dict(solver or {})
+        base = default_solver.model_dump() if given.get("kind", dkind) == dkind else {}
+        data["solver"] = {**base, **moved, **given}  # explicit solver keys > old top-level keys > defaults
+    # -- backward: name + truncate
+    if "truncate" in data and "truncate" not in fields:
+        k = data.pop("truncate")
+        if k is not None:
+            if data.get("backward") not in (None, "truncated"):
+                raise ConfigError(f"truncate = {k!r}: only allowed with backward = 'truncated'")
+            data["backward"] = {"kind": "truncated", "k": k}
+    return data
+
+
+def build_solver(cfg: DescentConfig, dim: int, heads: int | None = None, *, step_size: Any = None,
+                 name: str = "solver") -> Solver:
+    """The solver of a sublayer config: ``cfg.solver``'s rule with ``cfg.step_size`` (or ``step_size``
+    when given: a sublayer-computed default or a shared module) and ``cfg.backward``."""
+    eta = cfg.step_size if step_size is None else step_size
+    if eta is None:
+        raise ConfigError(f"{name}: step_size is not set")
+    return SOLVERS.get(cfg.solver.kind).builder.from_config(
+        cfg.solver, dim, heads, step_size=eta, backward=make_backward_mode(cfg.backward), name=f"{name}.solver")

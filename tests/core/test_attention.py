@@ -1,0 +1,68 @@
+"""The attention kit (core/attention.py): masks, SDPA dispatch against an explicit softmax, KV cache."""
+
+import pytest
+import torch
+
+from energyformer.core.attention import append_cache, key_padding_mask, sdpa, visible
+
+D64 = torch.float64
+
+
+def _reference(q, k, v, vis):
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if vis is not None:
+        s = s.masked_fill(~vis, float("-inf"))
+    return s.softmax(-1) @ v
+
+
+def test_visible_causal_window_and_padding():
+    vis = visible(3, 5, True, None, "cpu")[0, 0]  # queries at positions 2, 3, 4
+    assert vis.tolist() == [[j <= i for j in range(5)] for i in (2, 3, 4)]
+    win = visible(5, 5, True, None, "cpu", window=2)[0, 0]
+    assert win.tolist() == [[0 <= i - j < 2 for j in range(5)] for i in range(5)]
+    both = visible(4, 4, False, None, "cpu", window=2)[0, 0]
+    assert both.tolist() == [[abs(i - j) < 2 for j in range(4)] for i in range(4)]
+    km = torch.tensor([[True, False, True, True]])
+    pad = visible(4, 4, False, km, "cpu")[0, 0]
+    assert pad[:, 1].tolist() == [False, True, False, False]  # padded key hidden, but seen by itself
+    assert visible(4, 4, False, None, "cpu") is None
+    with pytest.raises(ValueError, match="window = 0"):
+        visible(4, 4, True, None, "cpu", window=0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("nq", [1, 3, 6])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("window", [None, 2])
+def test_sdpa_matches_explicit_softmax(causal, nq, padded, window):
+    g = torch.Generator().manual_seed(nq)
+    q = torch.randn(2, 2, nq, 4, generator=g, dtype=D64)
+    k, v = (torch.randn(2, 2, 6, 4, generator=g, dtype=D64) for _ in range(2))
+    km = torch.tensor([[True] * 6, [True, True, False, True, False, True]]) if padded else None
+    got = sdpa(q, k, v, causal, km, window=window)
+    ref = _reference(q, k, v, visible(nq, 6, causal, km, "cpu", window))
+    torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_append_cache_equals_one_call():
+    g = torch.Generator().manual_seed(0)
+    k = torch.randn(2, 3, 5, 4, generator=g)  # (B, H, N, Dh)
+    h = torch.randn(2, 5, 8, generator=g)     # (B, N, D)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, True]])
+    cache: dict = {}
+    append_cache(cache, None, seq_dims={"h": 1}, k=k[:, :, :2], h=h[:, :2])  # no mask in the first call
+    out, km = append_cache(cache, mask[:, 2:], seq_dims={"h": 1}, k=k[:, :, 2:], h=h[:, 2:])
+    torch.testing.assert_close(out["k"], k)
+    torch.testing.assert_close(out["h"], h)
+    assert km.tolist() == [[True] * 5, [True, True, True, False, True]]  # the first call had no mask: all real
+    assert cache["k"] is out["k"] and cache["mask"] is km
+    plain, km0 = append_cache(None, mask, k=k)
+    assert plain["k"] is k and km0 is mask
+    with pytest.raises(ValueError, match="key mask of shape"):
+        append_cache(None, mask[:, :3], k=k)
+
+
+def test_key_padding_mask():
+    assert key_padding_mask(None) is None
+    m = key_padding_mask(torch.tensor([[1, 0, 1]]))
+    assert m.shape == (1, 1, 1, 3) and m.dtype == torch.bool and m.tolist() == [[[[True, False, True]]]]
