@@ -388,8 +388,9 @@ class InteractionEnergy(Energy):
     def energy_fused(self, u: Tensor, st: InteractionState) -> Tensor:
         """E_i from the chosen path's normaliser (no N×N matrix on the fused path): −τ Σ_k log Z_ik.
 
-        The fused path gets log Z = s_ii − log p_ii; where p_ii underflows (the past outweighs the self
-        score by more than the dtype's range) this row is recomputed on the blocked path."""
+        The fused path gets log Z = s_ii − log p_ii; where p_ii is below ``finfo.tiny`` (subnormal or
+        0: the past outweighs the self score by more than the dtype's normal range, and a subnormal
+        p_ii has too few mantissa bits for its log) this row is recomputed on the blocked path."""
         log_z = self.attend(u, st, ValuePlan(), need_logz=True).logz
         if st.path == "fused" and not torch.isfinite(log_z).all():
             bs = BlockedState(block=self.attn_block, recompute=False, cdt=st.fused.keys.dtype,
