@@ -8,6 +8,7 @@
 """
 
 import copy
+import importlib.util
 import math
 
 import pytest
@@ -18,7 +19,9 @@ from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
 from energyformer.core import ForwardContext, IdentityPrecond
 from energyformer.energies.interaction import InteractionEnergy, alibi_slopes
 
-PATHS = ["fused", "blocked"]
+#: the kernel path runs through Triton's CPU interpreter here (tests/energies/test_cem_kernel.py)
+PATHS = ["fused", "blocked", pytest.param("kernel", marks=pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="attn_path 'kernel' needs triton"))]
 
 
 # ---------------------------------------------------------------------------- large logits

@@ -1,0 +1,217 @@
+"""CEM attention's Triton kernel (energies/cem_kernel.py, ``attn_path: kernel``).
+
+On CPU the kernels run through Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1 there);
+the tests marked ``cuda`` run the compiled kernel and are skipped without a GPU.
+
+* the kernel function equals a dense float64 softmax (outputs, log Z and every gradient, log Z's
+  included): causal / bidirectional, key padding, queries at an offset (chunked prefill, decoding);
+* the kernel path of the block equals the fused float64 reference path: outputs, the input gradient and
+  every parameter gradient, T = 1 and 2, both read-outs, every option it covers;
+* its energy (log Z from the kernel) equals the dense float64 energy; KV-cache decoding equals the full
+  forward; float32 / bf16 at logit scales 1e-2..1e4 stay within dtype tolerance of float64;
+* options it does not cover raise, naming the option; ``auto`` takes it on CUDA only.
+"""
+
+import copy
+
+import pytest
+import torch
+
+from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
+from energyformer.core import ForwardContext
+from energyformer.energies import cem_kernel
+from energyformer.energies.interaction import InteractionEnergy
+
+pytest.importorskip("triton")
+
+
+def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset):
+    """(oq, hs, lse) with explicit (B, H, Nq, Nk) scores (float64 reference of cem_attention)."""
+    B, H, nq, _ = q.shape
+    nk = k.shape[2]
+    s = q @ k.transpose(-1, -2) + (ud @ hm.transpose(-1, -2))[:, None]
+    i, j = offset + torch.arange(nq)[:, None], torch.arange(nk)[None]
+    s = s - slopes[:, None, None] * (i - j).abs() + delta[:, None, None] * (i == j)
+    vis = ((j <= i) if causal else torch.ones(nq, nk, dtype=torch.bool)).expand(B, nq, nk)
+    if key_mask is not None:
+        vis = (vis & key_mask[:, None, :]) | (i == j)
+    s = s.masked_fill(~vis[:, None], float("-inf"))
+    p = s.softmax(-1)
+    return p @ k, p.sum(1) @ hm, s.logsumexp(-1)
+
+
+@pytest.mark.parametrize("causal,masked,nq,nk", [
+    (True, False, 7, 7), (True, True, 7, 7), (False, True, 7, 7), (False, False, 20, 20),
+    (True, True, 3, 10), (True, False, 1, 9)])
+def test_kernel_function_equals_dense_float64(causal, masked, nq, nk):
+    g = torch.Generator().manual_seed(nq + nk)
+    B, H, R, D = 2, 3, 4, 10
+    t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
+    q, k, ud, hm, delta = t(B, H, nq, R), t(B, H, nk, R), t(B, nq, D), t(B, nk, D), t(H)
+    slopes = torch.rand(H, generator=g, dtype=torch.float64)
+    key_mask = torch.rand(B, nk, generator=g) > 0.3 if masked else None
+    got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask,
+                                   causal=causal, offset=nk - nq, h_sum=True)
+    ref = _dense(q, k, ud, hm, slopes, delta, key_mask, causal, nk - nq)
+    w = [torch.randn(r.shape, generator=g, dtype=torch.float64) for r in ref]
+    grads = [torch.autograd.grad(sum((o * x).sum() for o, x in zip(out, w)), [q, k, ud, hm, delta])
+             for out in (got, ref)]
+    for a, b in zip(list(got) + list(grads[0]), list(ref) + list(grads[1])):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def _randomised(cfg: CEMAttentionConfig, causal: bool, seed: int) -> CEMAttention:
+    torch.manual_seed(seed)
+    blk = CEMAttention(16, 4, cfg, causal=causal).double()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in blk.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
+    return blk
+
+
+def _fwd_bwd(blk, x, mask):
+    x = x.clone().requires_grad_(True)
+    y = blk(x, ForwardContext(mask=mask))
+    w = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=y.dtype)
+    (y * w).sum().backward()
+    return y.detach(), x.grad, {n: p.grad.clone() for n, p in blk.named_parameters() if p.grad is not None}
+
+
+COVERED = [
+    dict(steps=2),
+    dict(diagonal="none", causal=False, masked=True),
+    dict(alibi=False, self_bias=False, temperature="model_dim", masked=True),
+    dict(precond="diag_low_rank", precond_rank=3, precond_per_head=False, causal=False),
+    dict(diagonal_readout="algorithm1", precond="diag_low_rank", precond_rank=3, steps=2, masked=True),
+    dict(learn_step_size=True, step_size=0.7, norm_in_loop=False, init="normalized"),
+]
+
+
+@pytest.mark.parametrize("opts", COVERED, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_kernel_path_equals_fused_reference_float64(opts):
+    opts = dict(opts)
+    causal, masked = opts.pop("causal", True), opts.pop("masked", False)
+    ref_blk = _randomised(CEMAttentionConfig(**opts, attn_path="fused"), causal, 1)
+    blk = _randomised(CEMAttentionConfig(**opts, attn_path="kernel"), causal, 1)
+    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    mask = torch.tensor([[1] * 7, [1, 1, 0, 1, 1, 0, 0]], dtype=torch.bool) if masked else None
+    assert blk.energy.prepare(blk.norm(x), mask=mask).path == "kernel"
+    y0, gx0, g0 = _fwd_bwd(ref_blk, x, mask)
+    y1, gx1, g1 = _fwd_bwd(blk, x, mask)
+    keep = mask if mask is not None else torch.ones(2, 7, dtype=torch.bool)
+    torch.testing.assert_close(y1[keep], y0[keep], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(gx1, gx0, rtol=1e-9, atol=1e-11)
+    assert set(g1) == set(g0) and g0
+    for n in g0:
+        torch.testing.assert_close(g1[n], g0[n], rtol=1e-9, atol=1e-11, msg=lambda m: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_kernel_energy_and_grad_equal_dense_float64(causal):
+    torch.manual_seed(0)
+    e = InteractionEnergy(16, 4, causal=causal, attn_path="kernel").double()
+    with torch.no_grad():
+        e.d.normal_(0, 0.5)
+        e.self_bias.normal_(0, 1)
+    h, u = torch.randn(2, 6, 16, dtype=torch.float64), torch.randn(2, 6, 16, dtype=torch.float64)
+    mask = torch.tensor([[1] * 6, [1, 0, 1, 1, 0, 1]], dtype=torch.bool)
+    st = e.prepare(h, mask=mask)
+    assert st.path == "kernel"
+    torch.testing.assert_close(e.energy_fused(u, st), e.energy(u, st), rtol=1e-12, atol=1e-12)
+    u = u.requires_grad_(True)
+    auto = torch.autograd.grad(e.energy(u, st).sum(), u)[0]
+    torch.testing.assert_close(e.grad(u, st), auto, rtol=1e-10, atol=1e-12)
+    # log Z's own gradient (energy traces and thresholds never need it; it is still exact)
+    auto_fused = torch.autograd.grad(e.energy_fused(u, st).sum(), u)[0]
+    torch.testing.assert_close(auto_fused, auto, rtol=1e-10, atol=1e-12)
+
+
+def test_kernel_kv_cache_decoding_equals_full_forward():
+    blk = _randomised(CEMAttentionConfig(steps=2, attn_path="kernel"), True, 5)
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    full = blk(x)
+    ctx = ForwardContext(cache={})
+    blk.qualname = "a"
+    pieces, pos = [], 0
+    for n in (4, 1, 1, 3):  # prefill, two decode steps, a chunk
+        ctx.offset = pos
+        pieces.append(blk(x[:, pos:pos + n], ctx))
+        pos += n
+    torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("scale", [1e-2, 1.0, 1e2, 1e4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_low_precision_within_dtype_tolerance(dtype, scale):
+    """Operands rounded to ``dtype`` once; the kernel in ``dtype`` vs the kernel in float64 on the
+    same rounded operands (the float64 kernel equals the dense reference above): logits up to ~scale·R."""
+    g = torch.Generator().manual_seed(int(scale))
+    B, H, R, D, N = 2, 3, 4, 10, 9
+    r = lambda *s: (torch.randn(*s, generator=g) * scale ** 0.5).to(dtype)  # noqa: E731
+    q, k, ud, hm = r(B, H, N, R), r(B, H, N, R), r(B, N, D), r(B, N, D)
+    slopes, delta = torch.rand(H, generator=g), torch.randn(H, generator=g).to(dtype)
+    kw = dict(slopes=slopes, key_mask=None, causal=True, offset=0, h_sum=True)
+    got = cem_kernel.cem_attention(q, k, ud, hm, delta=delta, **kw)
+    ref = cem_kernel.cem_attention(q.double(), k.double(), ud.double(), hm.double(), delta=delta.double(), **kw)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2  # bf16: probabilities rounded before the products
+    for a, b in zip(got[:2], ref[:2]):
+        assert torch.isfinite(a).all()
+        assert ((a.double() - b).abs().max() / b.abs().max()).item() < tol
+
+
+def test_kernel_bf16_autocast_block_stays_close():
+    blk = _randomised(CEMAttentionConfig(attn_path="kernel"), True, 2).float()
+    x = torch.randn(2, 8, 16)
+    ref = copy.deepcopy(blk).double()(x.double())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = blk(x)
+    rel = ((y.double() - ref).norm() / ref.norm()).item()
+    assert rel < 2e-2, rel
+
+
+def test_uncovered_options_raise_naming_the_option(monkeypatch):
+    with pytest.raises(ValueError, match="attn_path = 'kernel' does not cover diagonal = 'per_head'"):
+        CEMAttention(16, 4, CEMAttentionConfig(attn_path="kernel", diagonal="per_head"))
+    blk = CEMAttention(16, 4, CEMAttentionConfig(attn_path="kernel", precond="diagonal")).double()
+    with pytest.raises(ValueError, match="attn_path = 'kernel' does not cover per-head value factors"):
+        blk(torch.randn(1, 4, 16, dtype=torch.float64))
+    monkeypatch.setattr("energyformer.energies.interaction.triton_available", lambda: False)
+    with pytest.raises(ValueError, match="attn_path = 'kernel' needs the triton package"):
+        InteractionEnergy(16, 4, attn_path="kernel")
+
+
+def test_auto_takes_the_kernel_on_cuda_only():
+    e = InteractionEnergy(16, 4)
+    h = torch.randn(2, 8, 16)
+    assert e.prepare(h).path == "blocked"  # CPU: never the (interpreted) kernel
+    assert e._use_kernel(torch.empty(0, device="meta")) is False
+    assert InteractionEnergy(16, 4, attn_path="kernel").prepare(h).path == "kernel"
+
+
+# ------------------------------------------------------------------------------ compiled kernel (GPU)
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype):
+    """The compiled kernel (``auto`` on CUDA) vs the blocked path in float64, forward and backward,
+    at D = 256, 8 heads, N = 300, ALiBi, self bias, shared diagonal, key padding."""
+    torch.manual_seed(0)
+    blk = CEMAttention(256, 8, CEMAttentionConfig(steps=2)).cuda()
+    with torch.no_grad():
+        blk.energy.d.normal_(0, 0.3)
+        blk.energy.self_bias.normal_(0, 1)
+    ref = copy.deepcopy(blk).double()
+    ref.energy.attn_path = "blocked"
+    x = torch.randn(2, 300, 256, device="cuda")
+    mask = torch.ones(2, 300, dtype=torch.bool, device="cuda")
+    mask[1, 250:] = False
+    assert blk.energy.prepare(blk.norm(x), mask=mask).path == "kernel"
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        y = blk(x, ForwardContext(mask=mask))
+    y0 = ref(x.double(), ForwardContext(mask=mask))
+    y.float().square().sum().backward()
+    y0.square().sum().backward()
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    assert ((y.double() - y0)[mask].norm() / y0[mask].norm()).item() < tol
+    g, g0 = blk.energy.wq.weight.grad.double(), ref.energy.wq.weight.grad
+    assert ((g - g0).norm() / g0.norm()).item() < 10 * tol
