@@ -6,7 +6,8 @@ the tests marked ``cuda`` run the compiled kernel and are skipped without a GPU.
 * the kernel function equals a dense float64 softmax (outputs, log Z and every gradient, log Z's
   included): causal / bidirectional, key padding, queries at an offset (chunked prefill, decoding);
 * the kernel path of the block equals the fused float64 reference path: outputs, the input gradient and
-  every parameter gradient, T = 1 and 2, both read-outs, every option it covers;
+  every parameter gradient, T = 1 and 2, both read-outs, every option it covers (per-head
+  preconditioner banks included);
 * its energy (log Z from the kernel) equals the dense float64 energy; KV-cache decoding equals the full
   forward; float32 / bf16 at logit scales 1e-2..1e4 stay within dtype tolerance of float64;
 * options it does not cover raise, naming the option; ``auto`` takes it on CUDA only.
@@ -25,8 +26,9 @@ from energyformer.energies.interaction import InteractionEnergy
 pytest.importorskip("triton")
 
 
-def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset):
-    """(oq, hs, lse) with explicit (B, H, Nq, Nk) scores (float64 reference of cem_attention)."""
+def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x):
+    """(oq, hs, ox, lse) with explicit (B, H, Nq, Nk) scores (float64 reference of cem_attention);
+    hs = (Σ_k P_k) H without c, Σ_k c_k ∘ (P_k H) with c."""
     B, H, nq, _ = q.shape
     nk = k.shape[2]
     s = q @ k.transpose(-1, -2) + (ud @ hm.transpose(-1, -2))[:, None]
@@ -37,26 +39,32 @@ def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset):
         vis = (vis & key_mask[:, None, :]) | (i == j)
     s = s.masked_fill(~vis[:, None], float("-inf"))
     p = s.softmax(-1)
-    return p @ k, p.sum(1) @ hm, s.logsumexp(-1)
+    hs = p.sum(1) @ hm if c is None else torch.einsum("bhij,bjd,hd->bid", p, hm, c)
+    return p @ k, hs, None if x is None else p @ x, s.logsumexp(-1)
 
 
+@pytest.mark.parametrize("mode", ["sum", "stack"])
 @pytest.mark.parametrize("causal,masked,nq,nk", [
     (True, False, 7, 7), (True, True, 7, 7), (False, True, 7, 7), (False, False, 20, 20),
     (True, True, 3, 10), (True, False, 1, 9)])
-def test_kernel_function_equals_dense_float64(causal, masked, nq, nk):
+def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
+    """'sum': the head-summed h read-out; 'stack': per-head factors c_k and extra value columns x_k."""
     g = torch.Generator().manual_seed(nq + nk)
     B, H, R, D = 2, 3, 4, 10
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
     q, k, ud, hm, delta = t(B, H, nq, R), t(B, H, nk, R), t(B, nq, D), t(B, nk, D), t(H)
+    c, x = (t(H, D), t(B, H, nk, 6)) if mode == "stack" else (None, None)
     slopes = torch.rand(H, generator=g, dtype=torch.float64)
     key_mask = torch.rand(B, nk, generator=g) > 0.3 if masked else None
     got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask,
-                                   causal=causal, offset=nk - nq, h_sum=True)
-    ref = _dense(q, k, ud, hm, slopes, delta, key_mask, causal, nk - nq)
+                                   causal=causal, offset=nk - nq, h_mode=mode, c=c, x=x)
+    ref = _dense(q, k, ud, hm, slopes, delta, key_mask, causal, nk - nq, c, x)
+    assert (got[2] is None) == (ref[2] is None)
+    got, ref = [o for o in got if o is not None], [o for o in ref if o is not None]
+    ins = [v for v in (q, k, ud, hm, delta, c, x) if v is not None]
     w = [torch.randn(r.shape, generator=g, dtype=torch.float64) for r in ref]
-    grads = [torch.autograd.grad(sum((o * x).sum() for o, x in zip(out, w)), [q, k, ud, hm, delta])
-             for out in (got, ref)]
-    for a, b in zip(list(got) + list(grads[0]), list(ref) + list(grads[1])):
+    grads = [torch.autograd.grad(sum((o * z).sum() for o, z in zip(out, w)), ins) for out in (got, ref)]
+    for a, b in zip(got + list(grads[0]), ref + list(grads[1])):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
@@ -84,6 +92,8 @@ COVERED = [
     dict(alibi=False, self_bias=False, temperature="model_dim", masked=True),
     dict(precond="diag_low_rank", precond_rank=3, precond_per_head=False, causal=False),
     dict(diagonal_readout="algorithm1", precond="diag_low_rank", precond_rank=3, steps=2, masked=True),
+    dict(precond="diag_low_rank", precond_rank=3, steps=2, masked=True),  # the paper's per-head D+LR bank
+    dict(precond="diagonal", causal=False),
     dict(learn_step_size=True, step_size=0.7, norm_in_loop=False, init="normalized"),
 ]
 
@@ -151,11 +161,11 @@ def test_kernel_low_precision_within_dtype_tolerance(dtype, scale):
     r = lambda *s: (torch.randn(*s, generator=g) * scale ** 0.5).to(dtype)  # noqa: E731
     q, k, ud, hm = r(B, H, N, R), r(B, H, N, R), r(B, N, D), r(B, N, D)
     slopes, delta = torch.rand(H, generator=g), torch.randn(H, generator=g).to(dtype)
-    kw = dict(slopes=slopes, key_mask=None, causal=True, offset=0, h_sum=True)
+    kw = dict(slopes=slopes, key_mask=None, causal=True, offset=0, h_mode="sum")
     got = cem_kernel.cem_attention(q, k, ud, hm, delta=delta, **kw)
     ref = cem_kernel.cem_attention(q.double(), k.double(), ud.double(), hm.double(), delta=delta.double(), **kw)
     tol = 1e-5 if dtype == torch.float32 else 1e-2  # bf16: probabilities rounded before the products
-    for a, b in zip(got[:2], ref[:2]):
+    for a, b in zip((got[0], got[1]), (ref[0], ref[1])):
         assert torch.isfinite(a).all()
         assert ((a.double() - b).abs().max() / b.abs().max()).item() < tol
 
@@ -173,9 +183,6 @@ def test_kernel_bf16_autocast_block_stays_close():
 def test_uncovered_options_raise_naming_the_option(monkeypatch):
     with pytest.raises(ValueError, match="attn_path = 'kernel' does not cover diagonal = 'per_head'"):
         CEMAttention(16, 4, CEMAttentionConfig(attn_path="kernel", diagonal="per_head"))
-    blk = CEMAttention(16, 4, CEMAttentionConfig(attn_path="kernel", precond="diagonal")).double()
-    with pytest.raises(ValueError, match="attn_path = 'kernel' does not cover per-head value factors"):
-        blk(torch.randn(1, 4, 16, dtype=torch.float64))
     monkeypatch.setattr("energyformer.energies.interaction.triton_available", lambda: False)
     with pytest.raises(ValueError, match="attn_path = 'kernel' needs the triton package"):
         InteractionEnergy(16, 4, attn_path="kernel")
@@ -191,12 +198,15 @@ def test_auto_takes_the_kernel_on_cuda_only():
 
 # ------------------------------------------------------------------------------ compiled kernel (GPU)
 @pytest.mark.cuda
+@pytest.mark.parametrize("paper", [False, True], ids=["default", "paper-config"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype):
+def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper):
     """The compiled kernel (``auto`` on CUDA) vs the blocked path in float64, forward and backward,
-    at D = 256, 8 heads, N = 300, ALiBi, self bias, shared diagonal, key padding."""
+    at D = 256, 8 heads, N = 300, T = 2, ALiBi, self bias, shared diagonal, key padding; identity or
+    the paper's per-head D+LR preconditioners."""
     torch.manual_seed(0)
-    blk = CEMAttention(256, 8, CEMAttentionConfig(steps=2)).cuda()
+    cfg = CEMAttentionConfig(steps=2, precond="diag_low_rank" if paper else "identity")
+    blk = CEMAttention(256, 8, cfg).cuda()
     with torch.no_grad():
         blk.energy.d.normal_(0, 0.3)
         blk.energy.self_bias.normal_(0, 1)

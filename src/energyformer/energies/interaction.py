@@ -31,9 +31,9 @@ Evaluation paths (``attn_path``; :mod:`energyformer.energies.interaction_paths` 
     fit, ``auto`` falls back to ``fused``.
   * ``kernel``: the flash-style Triton kernel of :mod:`energyformer.energies.cem_kernel` (no N×N
     tensor; the shared-diagonal tile once per tile for all heads; its own backward). Covers a shared
-    or no diagonal, both read-outs, shared preconditioners; per-head value factors (a per-head
-    preconditioner bank with a diagonal) raise under ``kernel`` and use ``blocked`` under ``auto``.
-    On CPU it runs through Triton's interpreter (tests only: slow).
+    or no diagonal, both read-outs and every preconditioner (per-head banks included); not
+    ``diagonal = per_head`` (an error under ``kernel``; ``auto`` then does not take it). On CPU it
+    runs through Triton's interpreter (tests only: slow).
   * ``auto`` (default): ``kernel`` on CUDA with triton installed (unless ``diagonal = per_head``);
     otherwise ``blocked`` within the memory budget, ``fused`` for decoding. (Measured with
     ``benchmarks/cem_attention.py``: blocked is faster than SDPA here even without a diagonal — x1.1
@@ -82,7 +82,7 @@ from torch import Tensor, nn
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_float, check_int
-from .cem_kernel import attend_kernel, kernel_covers, triton_available
+from .cem_kernel import attend_kernel, triton_available
 from .interaction_paths import (
     Averages, BlockedState, FusedState, ValuePlan, attend_blocked, attend_fused, blocked_bytes,
     prepare_fused,
@@ -260,8 +260,8 @@ class InteractionEnergy(Energy):
         B, H, nk, _ = k.shape
         offset = nk - nq
         st = InteractionState(h=h, k=k, offset=offset, path="fused", key_mask=key_mask)
-        if self._use_kernel(k):  # recompute: for plans the kernel does not cover under auto
-            path, block, recompute = "kernel", self.attn_block, True
+        if self._use_kernel(k):
+            path, block, recompute = "kernel", 0, False
         else:
             path, block, recompute = self._choose_path(B, nq, nk, offset, self._product_dtype(k))
         if path in ("blocked", "kernel"):
@@ -362,14 +362,7 @@ class InteractionEnergy(Energy):
         :mod:`energyformer.energies.interaction_paths`); default plan: the gradient's."""
         plan = plan or self._plan(None, True)
         if st.path == "kernel":
-            if kernel_covers(plan):
-                return attend_kernel(self, u, st, st.blocked, plan, need_logz)
-            if self.attn_path == "kernel":
-                raise ValueError("attn_path = 'kernel' does not cover per-head value factors (a per-head "
-                                 "preconditioner bank with a diagonal: precond_per_head with precond "
-                                 "'diagonal'/'diag_low_rank'); use attn_path 'auto', 'blocked' or 'fused'")
-            # auto: the exact blocked path, recomputing each block in backward (bounded memory)
-            return attend_blocked(self, u, st, st.blocked, plan, need_logz)
+            return attend_kernel(self, u, st, st.blocked, plan, need_logz)
         if st.path == "blocked":
             return attend_blocked(self, u, st, st.blocked, plan, need_logz)
         o, _, logz = attend_fused(self, u, st.fused, st.attn_mask, need_logz)
