@@ -13,8 +13,8 @@ For each setting (sequence length N × batch B), precision (bf16 autocast, fp32)
 Models (built with ``benchmarks/lm_throughput.py``'s helpers): the Llama baseline, CEM attention T=1 +
 Llama MLP, full CEM T=1 (``attn_path: auto``: the Triton kernel on CUDA when triton is installed,
 otherwise the blocked path), full CEM T=1 forced onto the blocked and the fused paths, and the CEM
-paper configuration (T=2, diagonal + low-rank preconditioners; its per-head preconditioner bank is
-evaluated on the blocked path). A model that runs out of memory is reported as OOM and left out of
+paper configuration (T=2, diagonal + low-rank per-head preconditioners; ``auto``, so the kernel on
+CUDA). A model that runs out of memory is reported as OOM and left out of
 the later repeats.
 
 Usage (GPU; write the output under docs/results/cem/):

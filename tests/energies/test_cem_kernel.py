@@ -25,6 +25,12 @@ from energyformer.energies.interaction import InteractionEnergy
 
 pytest.importorskip("triton")
 
+#: CPU tests run the kernels through Triton's interpreter, a mode triton fixes for the whole process at
+#: its first import (tests/conftest.py sets it where there is no GPU); on a CUDA machine triton runs
+#: compiled, and the tests marked ``cuda`` check the kernel there instead
+interpreted = pytest.mark.skipif(torch.cuda.is_available(),
+                                 reason="CUDA machine: triton runs compiled here (see the cuda-marked tests)")
+
 
 def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x):
     """(oq, hs, ox, lse) with explicit (B, H, Nq, Nk) scores (float64 reference of cem_attention);
@@ -43,6 +49,7 @@ def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x):
     return p @ k, hs, None if x is None else p @ x, s.logsumexp(-1)
 
 
+@interpreted
 @pytest.mark.parametrize("mode", ["sum", "stack"])
 @pytest.mark.parametrize("causal,masked,nq,nk", [
     (True, False, 7, 7), (True, True, 7, 7), (False, True, 7, 7), (False, False, 20, 20),
@@ -98,6 +105,7 @@ COVERED = [
 ]
 
 
+@interpreted
 @pytest.mark.parametrize("opts", COVERED, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
 def test_kernel_path_equals_fused_reference_float64(opts):
     opts = dict(opts)
@@ -117,6 +125,7 @@ def test_kernel_path_equals_fused_reference_float64(opts):
         torch.testing.assert_close(g1[n], g0[n], rtol=1e-9, atol=1e-11, msg=lambda m: f"{n}: {m}")
 
 
+@interpreted
 @pytest.mark.parametrize("causal", [True, False])
 def test_kernel_energy_and_grad_equal_dense_float64(causal):
     torch.manual_seed(0)
@@ -137,6 +146,7 @@ def test_kernel_energy_and_grad_equal_dense_float64(causal):
     torch.testing.assert_close(auto_fused, auto, rtol=1e-10, atol=1e-12)
 
 
+@interpreted
 def test_kernel_kv_cache_decoding_equals_full_forward():
     blk = _randomised(CEMAttentionConfig(steps=2, attn_path="kernel"), True, 5)
     x = torch.randn(2, 9, 16, dtype=torch.float64)
@@ -151,6 +161,7 @@ def test_kernel_kv_cache_decoding_equals_full_forward():
     torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-10, atol=1e-10)
 
 
+@interpreted
 @pytest.mark.parametrize("scale", [1e-2, 1.0, 1e2, 1e4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kernel_low_precision_within_dtype_tolerance(dtype, scale):
@@ -170,6 +181,7 @@ def test_kernel_low_precision_within_dtype_tolerance(dtype, scale):
         assert ((a.double() - b).abs().max() / b.abs().max()).item() < tol
 
 
+@interpreted
 def test_kernel_bf16_autocast_block_stays_close():
     blk = _randomised(CEMAttentionConfig(attn_path="kernel"), True, 2).float()
     x = torch.randn(2, 8, 16)
@@ -225,3 +237,57 @@ def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper):
     assert ((y.double() - y0)[mask].norm() / y0[mask].norm()).item() < tol
     g, g0 = blk.energy.wq.weight.grad.double(), ref.energy.wq.weight.grad
     assert ((g - g0).norm() / g0.norm()).item() < 10 * tol
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["sum", "stack"])
+def test_compiled_kernel_function_equals_dense_on_cuda(mode):
+    """Every feature of the compiled kernel in float32 (IEEE products) vs the dense float64 reference:
+    bidirectional with key padding and causal at an offset, h read-outs, c and x, all gradients."""
+    g = torch.Generator().manual_seed(1)
+    B, H, R, D = 2, 4, 64, 256
+    for causal, nq, nk in ((False, 70, 70), (True, 33, 90)):
+        t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+        ins64 = [t(B, H, nq, R) / 8, t(B, H, nk, R), t(B, nq, D) / 16, t(B, nk, D), t(H)]
+        c, x = (t(H, D), t(B, H, nk, 8)) if mode == "stack" else (None, None)
+        ins64 += [v for v in (c, x) if v is not None]
+        ins64 = [v.requires_grad_(True) for v in ins64]
+        ins32 = [v.detach().float().cuda().requires_grad_(True) for v in ins64]
+        slopes = torch.rand(H, generator=g, dtype=torch.float64)
+        key_mask = torch.rand(B, nk, generator=g) > 0.2
+
+        def call(v, dev):
+            q, k, ud, hm, delta = v[:5]
+            cc, xx = (v[5], v[6]) if mode == "stack" else (None, None)
+            return cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes.to(dev), delta=delta,
+                                            key_mask=key_mask.to(dev), causal=causal, offset=nk - nq,
+                                            h_mode=mode, c=cc, x=xx)
+
+        got = [o for o in call(ins32, "cuda") if o is not None]
+        ref = [o for o in _dense(*ins64[:4], slopes, ins64[4], key_mask, causal, nk - nq,
+                                 ins64[5] if mode == "stack" else None,
+                                 ins64[6] if mode == "stack" else None) if o is not None]
+        w = [torch.randn(r.shape, generator=g, dtype=torch.float64) for r in ref]
+        gg = torch.autograd.grad(sum((o.double().cpu() * z).sum() for o, z in zip(got, w)), ins32)
+        gr = torch.autograd.grad(sum((o * z).sum() for o, z in zip(ref, w)), ins64)
+        for a, b in zip(got + list(gg), ref + list(gr)):
+            err = ((a.double().cpu() - b).norm() / b.norm()).item()
+            assert err < 1e-5, err
+
+
+@pytest.mark.cuda
+def test_compiled_kernel_kv_cache_decoding_equals_full_forward_on_cuda():
+    torch.manual_seed(0)
+    blk = CEMAttention(256, 8, CEMAttentionConfig(steps=2)).cuda()
+    with torch.no_grad():
+        blk.energy.d.normal_(0, 0.3)
+    x = torch.randn(2, 40, 256, device="cuda")
+    full = blk(x)
+    ctx = ForwardContext(cache={})
+    blk.qualname = "a"
+    pieces, pos = [], 0
+    for n in (17, 1, 1, 21):
+        ctx.offset = pos
+        pieces.append(blk(x[:, pos:pos + n], ctx))
+        pos += n
+    torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-4, atol=1e-4)
