@@ -54,8 +54,8 @@ PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
         "fwd": [("pass 1: QKᵀ", "r", True), ("pass 1: (d∘U)Hᵀ", "d", False),
                 ("pass 2: QKᵀ", "r", True), ("pass 2: (d∘U)Hᵀ", "d", False), ("PK", "r", True),
                 ("(ΣP)H", "d", False)],
-        "bwd": [  # dq kernel: pass a (row sums Δ of the h read-out), pass b; dkv kernel
-            ("a: QKᵀ", "r", True), ("a: (d∘U)Hᵀ", "d", False), ("a: dHs Hᵀ", "d", False),
+        "bwd": [  # dq kernel: pass a (Δ = Σ_j p dP, the same dP as pass b), pass b; dkv kernel
+            ("a: QKᵀ", "r", True), ("a: (d∘U)Hᵀ", "d", False), ("a: dHs Hᵀ", "d", False), ("a: dOq Kᵀ", "r", True),
             ("b: QKᵀ", "r", True), ("b: (d∘U)Hᵀ", "d", False), ("b: dHs Hᵀ", "d", False),
             ("b: dOq Kᵀ", "r", True), ("b: dS K", "r", True), ("b: (ΣdS) H", "d", False),
             ("kv: QKᵀ", "r", True), ("kv: (d∘U)Hᵀ", "d", False), ("kv: dHs Hᵀ", "d", False),

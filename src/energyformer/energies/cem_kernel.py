@@ -14,7 +14,7 @@ memory. The shared-diagonal tile ``ud hᵀ`` is computed **once per tile** and r
 probabilities by H once per tile. Forward in two passes (pass 1: every head's running max and sum →
 lse; pass 2: normalised probabilities → oq and hs), because Σ_k P_k needs every head's final
 normaliser. Backward (with dS_k = P_k ∘ (dP_k − Δ_k) + g_lse P_k, dP_k = dOq_k K_kᵀ + dHs Hᵀ, the
-second term shared): a query-tile kernel (Δ_k's h part, then dq_k and d(ud) = (Σ_k dS_k) H) and a
+second term shared): a query-tile kernel (Δ_k = Σ_j p dP, then dq_k and d(ud) = (Σ_k dS_k) H) and a
 key-tile kernel (dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs). Per-head
 running state lives in the output buffers, which each program owns row-wise (no atomics).
 
@@ -115,21 +115,17 @@ class _CEMAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, goq, ghs, gox, glse):
-        q, k, ud, hm, x, c, delta, slopes, kmask, oq, ox, m, l = ctx.saved_tensors
+        q, k, ud, hm, x, c, delta, slopes, kmask, oq, ox, m, l = ctx.saved_tensors  # oq, ox: shapes only
         meta, offset, hmode = ctx.meta, ctx.offset, ctx.hmode
         B, H, nq, R = q.shape
         nk = k.shape[2]
         acc_dt = oq.dtype
         new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
         dummy = q.new_zeros(1)
-        goq = new(oq.shape) if goq is None else goq.to(acc_dt)
-        dlt = (goq * oq).sum(-1)  # (B, H, Nq) Δ's k part (+ x part below); the kernel adds the h part
+        goq = new(oq.shape) if goq is None else goq
         if x is not None:
-            gox = new(ox.shape) if gox is None else gox.to(acc_dt)
-            dlt = dlt + (gox * ox).sum(-1)
-            gox = gox.to(q.dtype).contiguous()
-        if glse is not None:
-            dlt = dlt - glse.to(acc_dt)
+            gox = (new(ox.shape) if gox is None else gox).to(q.dtype).contiguous()
+        dlt = new(B, H, nq) if glse is None else -glse.to(acc_dt)  # (B, H, Nq); the kernel adds Σ_j p dP
         if hmode != "none":
             ghs = (new(B, nq, meta["D"]) if ghs is None else ghs).to(q.dtype).contiguous()
         dq, dk = new(q.shape), new(k.shape)

@@ -156,7 +156,7 @@ def _dp(goq, kh, gh, ghs, C, X, GOX, hh, b, rows, cols, rmask, cmask, hb, Nq, Nk
     if HMODE == 2:
         dd = tl.arange(0, DP)
         ch = tl.load(C + hh * D + dd, mask=dd < D, other=0.0)
-        dp += _mm((ghs * ch[None, :].to(ghs.dtype)).to(hb.dtype), tl.trans(hb), PREC, ACC, UPCAST)
+        dp += _mm((ghs.to(ACC) * ch[None, :].to(ACC)).to(hb.dtype), tl.trans(hb), PREC, ACC, UPCAST)
     if HAS_X:
         xh = _tile(X, b * H + hh, cols, Nk, E, EP, cmask)
         gox = _tile(GOX, b * H + hh, rows, Nq, E, EP, rmask)
@@ -171,8 +171,7 @@ def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, D
            CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
            HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
            ACC: tl.constexpr, UPCAST: tl.constexpr):
-    """Per query tile: Δ_k's h part (added to DLT, which holds dOq·oq + dOx·ox − g_lse), dq_k, d(ud),
-    diag dS (self-bias gradient)."""
+    """Per query tile: Δ_k (added to DLT, which holds −g_lse), dq_k, d(ud), diag dS (self-bias gradient)."""
     pid = tl.program_id(0)
     b = tl.program_id(1)
     rows = pid * BM + tl.arange(0, BM)
@@ -192,28 +191,29 @@ def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, D
     kend = Nk
     if CAUSAL:
         kend = tl.minimum(Nk, offset + pid * BM + BM)
-    if HMODE > 0:  # pass a: Δ_k += Σ_j p_ijk (dHs_i (∘ c_k)) · h_j
-        for start in range(0, kend, BN):
-            cols = start + tl.arange(0, BN)
-            cmask = cols < Nk
+    # pass a: Δ_k = Σ_j p_ijk dP_ijk with the very dP of pass b and of the key-tile kernel (not
+    # dOq·oq: rounded differently, it would leave dS = p(dP − Δ) ≠ 0 where p is one-hot)
+    for start in range(0, kend, BN):
+        cols = start + tl.arange(0, BN)
+        cmask = cols < Nk
+        g = tl.zeros((BM, BN), ACC)
+        gh = tl.zeros((BM, BN), ACC)
+        hb = tl.zeros((BN, DP), ACC)
+        if HAS_G or HMODE > 0:
             hb = _tile(HM, b, cols, Nk, D, DP, cmask)
-            g = tl.zeros((BM, BN), ACC)
-            if HAS_G:
-                g = _mm(ud, tl.trans(hb), PREC, ACC, UPCAST)
-            gh = tl.zeros((BM, BN), ACC)
-            if HMODE == 1:
-                gh = _mm(ghs, tl.trans(hb), PREC, ACC, UPCAST)
-            for hh in tl.static_range(H):
-                s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
-                                    H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
-                p = tl.exp(s - _col(m_all, hcol, hh)[:, None]) / _col(l_all, hcol, hh)[:, None]
-                ghh = gh
-                if HMODE == 2:
-                    dd = tl.arange(0, DP)
-                    ch = tl.load(C + hh * D + dd, mask=dd < D, other=0.0)
-                    ghh = _mm((ghs * ch[None, :].to(ghs.dtype)).to(hb.dtype), tl.trans(hb), PREC, ACC, UPCAST)
-                dlt += tl.where(hcol[None, :] == hh, tl.sum(p * ghh, 1)[:, None], 0.0)
-        tl.store(DLT + hptr, dlt, mask=hmask2)
+        if HAS_G:
+            g = _mm(ud, tl.trans(hb), PREC, ACC, UPCAST)
+        if HMODE == 1:
+            gh = _mm(ghs, tl.trans(hb), PREC, ACC, UPCAST)
+        for hh in tl.static_range(H):
+            s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
+                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+            p = tl.exp(s - _col(m_all, hcol, hh)[:, None]) / _col(l_all, hcol, hh)[:, None]
+            goq = _tile(GOQ, b * H + hh, rows, Nq, R, RP, rmask)
+            dp = _dp(goq, kh, gh, ghs, C, X, GOX, hh, b, rows, cols, rmask, cmask, hb, Nq, Nk,
+                     H, D, E, DP, EP, HMODE, HAS_X, PREC, ACC, UPCAST)
+            dlt += tl.where(hcol[None, :] == hh, tl.sum(p * dp, 1)[:, None], 0.0)
+    tl.store(DLT + hptr, dlt, mask=hmask2)
     dud = tl.zeros((BM, DP), ACC)
     ddg = tl.zeros((BM, HP), ACC)
     for start in range(0, kend, BN):  # pass b
