@@ -8,6 +8,7 @@
 """
 
 import copy
+import importlib.util
 import math
 
 import pytest
@@ -18,7 +19,11 @@ from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
 from energyformer.core import ForwardContext, IdentityPrecond
 from energyformer.energies.interaction import InteractionEnergy, alibi_slopes
 
-PATHS = ["fused", "blocked"]
+#: the kernel path runs through Triton's CPU interpreter here (tests/energies/test_cem_kernel.py)
+#: (skipped on CUDA machines, where triton runs compiled in the test process: tests marked cuda there)
+PATHS = ["fused", "blocked", pytest.param("kernel", marks=pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None or torch.cuda.is_available(),
+    reason="attn_path 'kernel' on CPU needs triton, in interpreter mode"))]
 
 
 # ---------------------------------------------------------------------------- large logits
@@ -266,3 +271,22 @@ def test_algorithm1_differs_from_gradient_readout_only_by_the_value_term():
         g.energy.d.zero_()
         a.energy.d.zero_()
     torch.testing.assert_close(g(x), a(x), rtol=1e-12, atol=1e-12)
+
+
+def test_fused_energy_with_subnormal_self_probability():
+    """Self score 100 below the past (float32): p_ii = e^-100 ≈ 3.7e-44 is subnormal, so log p_ii loses
+    ~2 % and s_ii − log p_ii was off by 1.7e-2; such rows now fall back (below finfo.tiny) to the blocked
+    path and E = −τ log(1 + e^-100) ≈ 0 as in float64."""
+    N = 2
+    e, h = _controlled(N, "fused", True, bias=False)
+    L = torch.zeros(2, 2, N, N)
+    L[:, :, 1, 1] = -100.0  # row 1: past logit 0, self logit −100 (both heads, both batch rows)
+    u = rearrange(L, "b h i j -> b i (h j)")
+    p_self = torch.tensor(-100.0).exp()
+    assert 0 < p_self < torch.finfo(torch.float32).tiny  # the case really is subnormal
+    got = e.energy_fused(u, e.prepare(h))[:, 1]
+    e64 = copy.deepcopy(e).double()
+    with torch.no_grad():
+        ref = e64.energy(u.double(), e64.prepare(h.double()))[:, 1]
+    assert ref.abs().max() < 1e-30
+    assert got.abs().max() < 1e-6, got  # the old merge gave 1.7e-2

@@ -36,7 +36,7 @@ Precond = Literal["identity", "diagonal", "diag_low_rank"]  # = core.precond.PRE
 Diagonal = Literal["none", "shared", "per_head"]              # = energies.interaction.DIAGONAL_MODES
 Init = Literal["residual", "normalized"]
 Readout = Literal["gradient", "algorithm1"]                   # = energies.interaction.READOUTS
-AttnPath = Literal["auto", "fused", "blocked"]                # = energies.interaction.ATTN_PATHS
+AttnPath = Literal["auto", "fused", "blocked", "kernel"]      # = energies.interaction.ATTN_PATHS
 Temperature = Literal["head_dim", "model_dim"]                # = energies.interaction.TEMPERATURES
 
 
@@ -63,7 +63,9 @@ class CEMAttentionConfig(AttentionConfig, DescentConfig):
     """τ: 'head_dim' (√D_r, default; None means the same), 'model_dim' (√D, Algorithm 1 read literally) or a number"""
     attn_path: AttnPath = "auto"
     """attention evaluation: 'fused' SDPA (O(N) memory), 'blocked' exact scores per query block (shared
-    diagonal computed once for all heads), 'auto' = blocked within attn_memory_mb, fused for decoding"""
+    diagonal computed once for all heads), 'kernel' the flash-style Triton kernel (needs triton; on CPU
+    only through its slow interpreter), 'auto' = kernel on CUDA with triton, else blocked within
+    attn_memory_mb and fused for decoding"""
     attn_memory_mb: float = Field(512.0, ge=0)
     """budget for the blocked path's N×N tensors kept for backward by one step of one layer (MiB);
     above it blocks are recomputed in backward, and auto falls back to fused when one block does not fit"""

@@ -29,7 +29,13 @@ Evaluation paths (``attn_path``; :mod:`energyformer.energies.interaction_paths` 
     probabilities for backward; when that exceeds ``attn_memory_mb`` each block is recomputed in
     backward instead (live N² memory: one block), and when even one block of 16 queries does not
     fit, ``auto`` falls back to ``fused``.
-  * ``auto`` (default): ``blocked`` within the memory budget, ``fused`` for decoding. (Measured with
+  * ``kernel``: the flash-style Triton kernel of :mod:`energyformer.energies.cem_kernel` (no N×N
+    tensor; the shared-diagonal tile once per tile for all heads; its own backward). Covers a shared
+    or no diagonal, both read-outs and every preconditioner (per-head banks included); not
+    ``diagonal = per_head`` (an error under ``kernel``; ``auto`` then does not take it). On CPU it
+    runs through Triton's interpreter (tests only: slow).
+  * ``auto`` (default): ``kernel`` on CUDA with triton installed (unless ``diagonal = per_head``);
+    otherwise ``blocked`` within the memory budget, ``fused`` for decoding. (Measured with
     ``benchmarks/cem_attention.py``: blocked is faster than SDPA here even without a diagonal — x1.1
     in float32, x2.0 under bf16 autocast, D = 256, N = 256, 8 heads, one CPU thread.)
 
@@ -77,6 +83,7 @@ from ..core.attention import append_cache, visible
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_float, check_int
+from .cem_kernel import attend_kernel, triton_available
 from .interaction_paths import (
     Averages, BlockedState, FusedState, ValuePlan, attend_blocked, attend_fused, blocked_bytes,
     prepare_fused,
@@ -84,7 +91,7 @@ from .interaction_paths import (
 
 DIAGONAL_MODES = ("none", "shared", "per_head")
 READOUTS = ("gradient", "algorithm1")
-ATTN_PATHS = ("auto", "fused", "blocked")
+ATTN_PATHS = ("auto", "fused", "blocked", "kernel")
 TEMPERATURES = ("head_dim", "model_dim")
 #: smallest query block the blocked path uses to stay inside the memory budget
 MIN_BLOCK = 16
@@ -112,10 +119,10 @@ class InteractionState:
     h: Tensor        # (B, Nk, D) normalised context
     k: Tensor        # (B, H, Nk, Dr) keys (= values, tied)
     offset: int      # position of the first query
-    path: str        # 'fused' or 'blocked'
+    path: str        # 'fused', 'blocked' or 'kernel'
     key_mask: Tensor | None = None   # (B, Nk) bool, True = real key (None: all real)
     fused: FusedState | None = None
-    blocked: BlockedState | None = None
+    blocked: BlockedState | None = None  # blocked and kernel paths: keys and h in the product dtype
     attn_mask: Tensor | None = None  # fused path: SDPA mask over [null ; keys], or None
 
 
@@ -170,6 +177,12 @@ class InteractionEnergy(Energy):
         self.readout = diagonal_readout
         self.exact = diagonal_readout == "gradient"  # Algorithm 1's read-out is not a gradient step
         self.attn_path, self.attn_memory_mb, self.attn_block = attn_path, float(attn_memory_mb), attn_block
+        if attn_path == "kernel" and not triton_available():
+            raise ValueError("attn_path = 'kernel' needs the triton package (pip install triton); "
+                             "allowed without it: 'auto', 'fused', 'blocked'")
+        if attn_path == "kernel" and diagonal == "per_head":
+            raise ValueError("attn_path = 'kernel' does not cover diagonal = 'per_head' (the kernel shares "
+                             "the diagonal tile across heads); use diagonal 'shared' or 'none', or another attn_path")
 
     @classmethod
     def examples(cls, dtype=torch.float64):
@@ -215,10 +228,13 @@ class InteractionEnergy(Energy):
         B, H, nk, _ = k.shape
         offset = nk - nq
         st = InteractionState(h=h, k=k, offset=offset, path="fused", key_mask=key_mask)
-        path, block, recompute = self._choose_path(B, nq, nk, offset, self._product_dtype(k))
-        if path == "blocked":
+        if self._use_kernel(k):
+            path, block, recompute = "kernel", 0, False
+        else:
+            path, block, recompute = self._choose_path(B, nq, nk, offset, self._product_dtype(k))
+        if path in ("blocked", "kernel"):
             cdt = self._product_dtype(k)
-            st.path = "blocked"
+            st.path = path
             st.blocked = BlockedState(block=block, recompute=recompute, cdt=cdt, k=k.to(cdt),
                                       h=None if self.d is None else h.to(cdt))
         else:
@@ -233,6 +249,14 @@ class InteractionEnergy(Energy):
             return torch.promote_types(k.dtype, torch.float32)
         dev = k.device.type
         return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else k.dtype
+
+    def _use_kernel(self, k: Tensor) -> bool:
+        """``kernel`` when asked for; ``auto`` takes it on CUDA when triton is installed and the
+        diagonal is not per head (energies/cem_kernel.py)."""
+        if self.attn_path == "kernel":
+            return True
+        return (self.attn_path == "auto" and k.device.type == "cuda" and self.diagonal != "per_head"
+                and triton_available())
 
     def _choose_path(self, B: int, nq: int, nk: int, offset: int, cdt: torch.dtype) -> tuple[str, int, bool]:
         """(path, query block, recompute) under the memory budget (module docstring)."""
@@ -305,6 +329,8 @@ class InteractionEnergy(Energy):
         """The attention averages of queries u (B, Nq, D) on the prepared context (see
         :mod:`energyformer.energies.interaction_paths`); default plan: the gradient's."""
         plan = plan or self._plan(None, True)
+        if st.path == "kernel":
+            return attend_kernel(self, u, st, st.blocked, plan, need_logz)
         if st.path == "blocked":
             return attend_blocked(self, u, st, st.blocked, plan, need_logz)
         o, _, logz = attend_fused(self, u, st.fused, st.attn_mask, need_logz)
@@ -356,8 +382,9 @@ class InteractionEnergy(Energy):
     def energy_fused(self, u: Tensor, st: InteractionState) -> Tensor:
         """E_i from the chosen path's normaliser (no N×N matrix on the fused path): −τ Σ_k log Z_ik.
 
-        The fused path gets log Z = s_ii − log p_ii; where p_ii underflows (the past outweighs the self
-        score by more than the dtype's range) this row is recomputed on the blocked path."""
+        The fused path gets log Z = s_ii − log p_ii; where p_ii is below ``finfo.tiny`` (subnormal or
+        0: the past outweighs the self score by more than the dtype's normal range, and a subnormal
+        p_ii has too few mantissa bits for its log) this row is recomputed on the blocked path."""
         log_z = self.attend(u, st, ValuePlan(), need_logz=True).logz
         if st.path == "fused" and not torch.isfinite(log_z).all():
             bs = BlockedState(block=self.attn_block, recompute=False, cdt=st.fused.keys.dtype,

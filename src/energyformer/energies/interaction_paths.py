@@ -157,7 +157,11 @@ def attend_fused(e, u: Tensor, fs: FusedState, attn_mask: Tensor | None, need_lo
         fv = fs.self_values.shape[-1]
         p_self = out[..., fv]  # (B, H, Nq) = p_iik, exact in [0, 1]
         o = out[..., :fv] + p_self.unsqueeze(-1) * fs.self_values
-        logz = s_self - torch.log(p_self) if need_logz else None  # +inf only where p_self underflows
+        logz = None
+        if need_logz:  # log Z = s_ii − log p_ii, +inf where p_ii is subnormal or 0 (caller recomputes)
+            ok = p_self >= torch.finfo(p_self.dtype).tiny  # subnormal p_ii has too few mantissa bits
+            logz = torch.where(ok, s_self - torch.log(p_self.clamp_min(torch.finfo(p_self.dtype).tiny)),
+                               torch.full_like(s_self, float("inf")))
     return o, s_self, logz
 
 

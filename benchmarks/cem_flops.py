@@ -1,0 +1,134 @@
+"""FLOPs and memory traffic of CEM attention's formulations against Llama's attention (issue 21, item 1).
+
+A count, not a timing: for one layer, one sequence (B = 1), causal, the attention *core* only
+(projections W_Q, W_K, W_V, W_O excluded: they are the same or fewer for CEM, whose W_V = W_K and
+W_O = W_Q are tied). Every core product is a (visible pairs) × width contraction: with N²/2 causal
+pairs, one product of width w costs 2 · N²/2 · w = N² w FLOPs. Scores s_ijk of CEM (docs/cem.md):
+
+    s_ijk = q_ik·k_jk/τ + (d∘u_i)·h_j/τ + b_ijk          (per head: D_r wide; shared term: D wide)
+    read-out  Σ_k W_Qkᵀ Σ_j p_ijk k_jk + d ∘ (Σ_k P_k) H  (gradient read-out, shared diagonal d)
+
+Formulations (the products are listed in PRODUCTS below, so each count can be checked by reading):
+
+* ``llama``      flash attention: QKᵀ, PV forward; backward recomputes QKᵀ and forms dP = dO Vᵀ,
+                 dV = Pᵀ dO, dQ = dS K, dK = dSᵀ Q.
+* ``per-head``   the shared-diagonal term evaluated per head, as the ``fused`` path does (each head
+                 D_r + D wide: keys [k ; h], values [k ; h]); flash forward/backward over that width.
+* ``blocked``    the ``blocked`` path: the diagonal tile (d∘U)Hᵀ once for all heads and the value term
+                 d ∘ ((Σ_k P_k) H) once; P kept for backward (N²/2 per head in memory).
+* ``kernel``     the flash-style kernel of ``energies/cem_kernel.py``: as ``blocked`` but nothing N²
+                 kept; forward in two passes (log Z, then normalised P), backward recomputes.
+
+Bytes: main-memory traffic of the core by a tile model (:func:`traffic`): a pass over the keys reads
+each key-side row once per causal query tile (N / (2 BM) times on average); a materialised P is
+written once and read once in backward (float32, as the blocked path keeps it). "kept N²" is the
+attention memory held for backward by one layer (B = 1).
+
+Usage: python benchmarks/cem_flops.py [--dim 768 --heads 12 --ns 1024 4096 16384 --tile 64 --bytes 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+#: per formulation: forward / backward products as (name, width in units of D_r, per_head?) — a
+#: per-head product costs H times, a shared one once. Widths: "r" = D_r, "d" = D, "rd" = D_r + D.
+PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
+    "llama": {
+        "fwd": [("QKᵀ", "r", True), ("PV", "r", True)],
+        "bwd": [("QKᵀ (recompute)", "r", True), ("dO Vᵀ", "r", True), ("Pᵀ dO", "r", True),
+                ("dS K", "r", True), ("dSᵀ Q", "r", True)],
+    },
+    "per-head": {
+        "fwd": [("[Q;dU][K;H]ᵀ", "rd", True), ("P[K;H]", "rd", True)],
+        "bwd": [("scores (recompute)", "rd", True), ("dO [K;H]ᵀ", "rd", True), ("Pᵀ dO", "rd", True),
+                ("dS [K;H]", "rd", True), ("dSᵀ [Q;dU]", "rd", True)],
+    },
+    "blocked": {
+        "fwd": [("QKᵀ", "r", True), ("(d∘U)Hᵀ once", "d", False), ("PK", "r", True), ("(ΣP)H once", "d", False)],
+        "bwd": [("dOq Kᵀ", "r", True), ("dHs Hᵀ once", "d", False), ("dS K", "r", True), ("dSᵀ Q", "r", True),
+                ("Pᵀ dOq", "r", True), ("(ΣdS) H once", "d", False), ("(ΣdS)ᵀ dU once", "d", False),
+                ("(ΣP)ᵀ dHs once", "d", False)],
+    },
+    "kernel": {
+        "fwd": [("pass 1: QKᵀ", "r", True), ("pass 1: (d∘U)Hᵀ", "d", False),
+                ("pass 2: QKᵀ", "r", True), ("pass 2: (d∘U)Hᵀ", "d", False), ("PK", "r", True),
+                ("(ΣP)H", "d", False)],
+        "bwd": [  # dq kernel: pass a (Δ = Σ_j p dP, the same dP as pass b), pass b; dkv kernel
+            ("a: QKᵀ", "r", True), ("a: (d∘U)Hᵀ", "d", False), ("a: dHs Hᵀ", "d", False), ("a: dOq Kᵀ", "r", True),
+            ("b: QKᵀ", "r", True), ("b: (d∘U)Hᵀ", "d", False), ("b: dHs Hᵀ", "d", False),
+            ("b: dOq Kᵀ", "r", True), ("b: dS K", "r", True), ("b: (ΣdS) H", "d", False),
+            ("kv: QKᵀ", "r", True), ("kv: (d∘U)Hᵀ", "d", False), ("kv: dHs Hᵀ", "d", False),
+            ("kv: dOq Kᵀ", "r", True), ("kv: dSᵀ Q", "r", True), ("kv: Pᵀ dOq", "r", True),
+            ("kv: (ΣdS)ᵀ dU", "d", False), ("kv: (ΣP)ᵀ dHs", "d", False)],
+    },
+}
+
+
+def width(code: str, r: int, d: int) -> int:
+    return {"r": r, "d": d, "rd": r + d}[code]
+
+
+def flops(name: str, phase: str, n: int, d: int, heads: int) -> float:
+    """N² w per product (N²/2 causal pairs × 2 FLOPs × width w), × H for per-head products."""
+    r = d // heads
+    return sum(n * n * width(w, r, d) * (heads if per_head else 1) for _, w, per_head in PRODUCTS[name][phase])
+
+
+def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int) -> tuple[float, float]:
+    """(bytes moved by one training step's core, bytes of N² tensors kept for backward).
+
+    Tile model: the per-token rows each formulation streams (Llama: K, V = 2D; per-head: every head's
+    [k ; h] keys and values = 2H(D_r + D); CEM shared: K (all heads, D) + H (D)) are read once per
+    causal query tile in every pass over the keys (Llama, per-head, blocked: forward + backward = 2;
+    kernel: forward 2 + backward 3), and the query-side rows (inputs, outputs and their gradients) are
+    moved three times. The blocked path also writes its float32 probabilities once and reads them once."""
+    r = d // heads
+    tiles = n / (2 * tile)  # causal: a key row is read by half the query tiles on average
+    row = {"llama": 2 * d, "per-head": 2 * heads * (r + d), "blocked": 2 * d, "kernel": 2 * d}[name]
+    q_side = {"llama": 2 * d, "per-head": 2 * heads * (r + d), "blocked": 4 * d, "kernel": 4 * d}[name]
+    passes = {"llama": 2, "per-head": 2, "blocked": 2, "kernel": 5}[name]
+    moved = n * nbytes * (3 * q_side + row * tiles * passes)
+    kept = heads * n * n / 2 * 4 if name == "blocked" else 0.0
+    return moved + 2 * kept, kept
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--ns", type=int, nargs="+", default=[1024, 4096, 16384])
+    ap.add_argument("--tile", type=int, default=64, help="query tile of the flash-style passes")
+    ap.add_argument("--bytes", type=int, default=2, help="bytes per element of q, k, h (2: bf16)")
+    ap.add_argument("--mlp", type=int, default=2048, help="SwiGLU hidden size, for the rest of the layer")
+    a = ap.parse_args(argv)
+    d, heads = a.dim, a.heads
+    print(f"attention core of one layer, B = 1, causal, D = {d}, H = {heads}, D_r = {d // heads}, "
+          f"{a.bytes}-byte operands, query tile {a.tile}")
+    for name, ph in PRODUCTS.items():
+        print(f"  {name:9s} fwd {len(ph['fwd'])} products, bwd {len(ph['bwd'])}: "
+              + "; ".join(p for p, _, _ in ph["fwd"]) + " | " + "; ".join(p for p, _, _ in ph["bwd"]))
+    print()
+    print("| N | formulation | fwd GFLOP | train GFLOP | train × Llama | traffic GB | × Llama | kept N² GiB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in a.ns:
+        base_f = flops("llama", "fwd", n, d, heads) + flops("llama", "bwd", n, d, heads)
+        base_b, _ = traffic("llama", n, d, heads, a.tile, a.bytes)
+        for name in PRODUCTS:
+            f = flops(name, "fwd", n, d, heads)
+            t = f + flops(name, "bwd", n, d, heads)
+            moved, kept = traffic(name, n, d, heads, a.tile, a.bytes)
+            print(f"| {n} | {name} | {f / 1e9:.1f} | {t / 1e9:.1f} | {t / base_f:.2f} | {moved / 1e9:.2f} | "
+                  f"{moved / base_b:.2f} | {kept / 2**30:.2f} |")
+    print()
+    print(f"rest of a Llama layer (W_Q, W_K, W_V, W_O and a SwiGLU MLP of {a.mlp}; 6 FLOPs per weight and "
+          "token for forward + backward), training GFLOP:")
+    for n in a.ns:
+        rest = 6 * n * (4 * d * d + 3 * d * a.mlp)
+        base = flops("llama", "fwd", n, d, heads) + flops("llama", "bwd", n, d, heads)
+        kern = flops("kernel", "fwd", n, d, heads) + flops("kernel", "bwd", n, d, heads)
+        print(f"  N = {n}: {rest / 1e9:.1f}; whole layer, kernel vs Llama: {(rest + kern) / (rest + base):.2f}x")
+
+
+if __name__ == "__main__":
+    main()

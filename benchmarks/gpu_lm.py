@@ -1,0 +1,226 @@
+"""CEM vs Llama at GPT-2-small size: tokens/s and peak step memory (issue 21's table).
+
+For each setting (sequence length N × batch B), precision (bf16 autocast, fp32) and mode (training step
+= forward + backward + AdamW; inference forward), every model is timed interleaved with the others
+(``lm_throughput.interleaved_times``: the starting model rotates every repeat), and the table gives
+
+* tokens/s (median over repeats) and the ratio to the Llama baseline, median [min, max] of the
+  per-repeat ratios;
+* peak step memory (CUDA only): the peak allocated during one call, minus what was allocated before
+  it, plus the model's own resident state (parameters and, in training, AdamW's two moments) — what
+  the model would use alone, although all models share the device; the ratio to Llama's.
+
+Models (built with ``benchmarks/lm_throughput.py``'s helpers): the Llama baseline, CEM attention T=1 +
+Llama MLP, full CEM T=1 (``attn_path: auto``: the Triton kernel on CUDA when triton is installed,
+otherwise the blocked path), full CEM T=1 forced onto the blocked and the fused paths, and the CEM
+paper configuration (T=2, diagonal + low-rank per-head preconditioners; ``auto``, so the kernel on
+CUDA). A model that runs out of memory is reported as OOM and left out of
+the later repeats.
+
+Usage (GPU; write the output under docs/results/cem/):
+    python benchmarks/gpu_lm.py --out docs/results/cem/gpu_lm.md
+    python benchmarks/gpu_lm.py --tiny          # CPU smoke run at a tiny size (the test's)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lm_throughput import (  # noqa: E402  (a sibling script)
+    CausalLM, make_infer_step, make_train_step, median, model_config, ours_logits, pick_device,
+)
+
+from energyformer.blocks.cem import CEMAttentionConfig, CEMMLPConfig  # noqa: E402
+from energyformer.blocks.layer import BlockConfig  # noqa: E402
+
+BASE = "Llama baseline"
+
+
+def models() -> dict[str, BlockConfig]:
+    """The compared blocks (issue 21's table plus the forced blocked / fused paths)."""
+    paper = dict(steps=2, precond="diag_low_rank")
+    return {
+        BASE: BlockConfig(),
+        "CEM attention T=1 + Llama MLP": BlockConfig(attention="cem"),
+        "full CEM T=1 (auto path)": BlockConfig(attention="cem", mlp="cem"),
+        "full CEM T=1, blocked path": BlockConfig(attention=CEMAttentionConfig(attn_path="blocked"), mlp="cem"),
+        "full CEM T=1, fused path": BlockConfig(attention=CEMAttentionConfig(attn_path="fused"), mlp="cem"),
+        "paper configuration (T=2, D+LR)": BlockConfig(attention=CEMAttentionConfig(**paper),
+                                                       mlp=CEMMLPConfig(**paper)),
+    }
+
+
+def is_oom(err: BaseException) -> bool:
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+def state_bytes(model: torch.nn.Module, training: bool) -> int:
+    """Parameters, plus AdamW's two moments when training (float32 like the parameters)."""
+    n = sum(p.numel() * p.element_size() for p in model.parameters())
+    return 3 * n if training else n
+
+
+def timed_runs(fns: dict[str, Callable[[], None]], warmup: int, repeats: int, device: torch.device,
+               own_bytes: dict[str, int]) -> tuple[dict[str, list[float]], dict[str, float | None], set[str]]:
+    """(seconds per call, peak step bytes or None, models that ran out of memory); calls interleaved,
+    the starting model rotated every repeat; an OOM drops the model from the later calls."""
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    times: dict[str, list[float]] = {n: [] for n in fns}
+    peak: dict[str, float | None] = {n: None for n in fns}
+    oom: set[str] = set()
+
+    def call(n: str, timed: bool) -> None:
+        if n in oom:
+            return
+        try:
+            if cuda:
+                sync()
+                before = torch.cuda.memory_allocated(device)
+                torch.cuda.reset_peak_memory_stats(device)
+            t0 = time.perf_counter()
+            fns[n]()
+            sync()
+            dt = time.perf_counter() - t0
+            if cuda:
+                step = torch.cuda.max_memory_allocated(device) - before + own_bytes[n]
+                peak[n] = max(peak[n] or 0, step)
+            if timed:
+                times[n].append(dt)
+        except RuntimeError as err:
+            if not is_oom(err):
+                raise
+            oom.add(n)
+            times[n].clear()
+            if cuda:
+                torch.cuda.empty_cache()
+
+    names = list(fns)
+    for _ in range(warmup):
+        for n in names:
+            call(n, False)
+    for r in range(repeats):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            call(n, True)
+    return times, peak, oom
+
+
+def ratio(times: dict[str, list[float]], name: str) -> str:
+    """tokens/s of ``name`` / Llama's, per repeat: 'median [min, max]'."""
+    if not times.get(BASE) or not times.get(name):
+        return "—"
+    r = [b / t for b, t in zip(times[BASE], times[name])]
+    return f"{median(r):.2f} [{min(r):.2f}, {max(r):.2f}]"
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def header(args, device: torch.device) -> list[str]:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
+    triton = "not installed"
+    if importlib.util.find_spec("triton") is not None:
+        import triton
+        triton = triton.__version__
+    lines = [f"device: {device.type} ({name}); torch {torch.__version__}; triton {triton}; "
+             f"commit {git_commit()}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"]
+    if device.type == "cpu":
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        lines.append(f"CPU: {torch.get_num_threads()} threads, {os.cpu_count()} cores, 1-min load {load:.2f}; "
+                     "no peak memory on CPU")
+    lines.append(f"D={args.dim} L={args.layers} H={args.heads} F={args.mlp_hidden} V={args.vocab}; "
+                 f"{args.repeats} interleaved repeats after {args.warmup} warm-up per model")
+    return lines
+
+
+def run(args) -> list[str]:
+    device = pick_device()
+    out = header(args, device)
+    blocks = models()
+    for setting in args.settings.split(","):
+        n, b = (int(v) for v in setting.lower().split("x"))
+        g = torch.Generator().manual_seed(2)
+        idx = torch.randint(0, args.vocab, (b, n + 1), generator=g).to(device)
+        x, y = idx[:, :-1], idx[:, 1:]
+        for precision in args.precisions.split(","):
+            for mode in ("training", "inference"):
+                built = {}
+                for name, block in blocks.items():
+                    torch.manual_seed(0)
+                    built[name] = CausalLM(model_config(args.vocab, args.dim, args.layers, args.heads,
+                                                        args.mlp_hidden, n, block)).to(device)
+                training = mode == "training"
+                fns = {name: (make_train_step(m, ours_logits, x, y, precision=precision) if training
+                              else make_infer_step(m, ours_logits, x, precision=precision))
+                       for name, m in built.items()}
+                own = {name: state_bytes(m, training) for name, m in built.items()}
+                times, peak, oom = timed_runs(fns, args.warmup, args.repeats, device, own)
+                out += ["", f"### N = {n}, B = {b}, {precision}{' autocast' if precision == 'bf16' else ''}, {mode}",
+                        "", "| model | tokens/s | × Llama, median [min, max] | peak step GiB | × Llama |",
+                        "|---|---|---|---|---|"]
+                for name in blocks:
+                    if name in oom:
+                        out.append(f"| {name} | OOM | — | OOM | — |")
+                        continue
+                    tps = b * n / median(times[name])
+                    mem = "n/a" if peak[name] is None else f"{peak[name] / 2**30:.2f}"
+                    mem_r = "n/a" if peak[name] is None or peak.get(BASE) is None or BASE in oom \
+                        else f"{peak[name] / peak[BASE]:.2f}"
+                    out.append(f"| {name} | {tps:,.0f} | {ratio(times, name)} | {mem} | {mem_r} |")
+                del built, fns
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--mlp-hidden", type=int, default=2048)
+    ap.add_argument("--settings", help="comma-separated NxB (sequence × batch); default 1024x8,4096x2 "
+                    "(--tiny: 16x2)")
+    ap.add_argument("--precisions", default="bf16,fp32", help="bf16 (autocast) and/or fp32")
+    ap.add_argument("--repeats", type=int, help="timed repeats per model (default 5; --tiny: 2)")
+    ap.add_argument("--warmup", type=int, help="untimed calls per model first (default 2; --tiny: 1)")
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke size: D 32, 2 layers, V 97")
+    ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
+    args = ap.parse_args(argv)
+    if args.tiny:
+        args.vocab, args.dim, args.layers, args.heads, args.mlp_hidden = 97, 32, 2, 4, 64
+    for key, full, tiny in (("settings", "1024x8,4096x2", "16x2"), ("repeats", 5, 2), ("warmup", 2, 1)):
+        if getattr(args, key) is None:
+            setattr(args, key, tiny if args.tiny else full)
+    if pick_device().type == "cpu":
+        torch.set_num_threads(1)
+    lines = run(args)
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        head = lines[:lines.index("")] if "" in lines else lines
+        args.out.write_text("# CEM vs Llama: tokens/s and peak step memory (`python benchmarks/gpu_lm.py`)\n\n"
+                            "```\n" + "\n".join(head) + "\n```\n" + "\n".join(lines[len(head):]) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""Flash-style Triton kernel for CEM attention's averages (``attn_path: kernel``; issue 21, docs/cem.md).
+
+For one batch row, queries i (positions offset + i) and keys j, with q already scaled by 1/τ and the
+shared-diagonal query ud = d∘u/τ (CEM seed Eq. 1, 12, App. B; see :mod:`.interaction_paths`):
+
+    s_ijk = q_ik·k_jk + ud_i·h_j − m_k |i − j| + δ_k [j = i]        (hidden: −∞; self always visible)
+    oq_ik = Σ_j p_ijk k_jk          (B, H, Nq, Dr)    keys are the values (W_V = W_K)
+    hs_i  = Σ_k Σ_j p_ijk h_j = ((Σ_k P_k) H)_i      (B, Nq, D)   the gradient read-out's h-term / d
+    lse_ik = log Σ_j e^{s_ijk}     (B, H, Nq)
+
+Flash-style: one program per (query tile, batch row) walks the key tiles; no N×N tensor exists in
+memory. The shared-diagonal tile ``ud hᵀ`` is computed **once per tile** and reused by every head
+(heads are an unrolled loop inside the program), and the h read-out multiplies the head-summed
+probabilities by H once per tile. Forward in two passes (pass 1: every head's running max and sum →
+lse; pass 2: normalised probabilities → oq and hs), because Σ_k P_k needs every head's final
+normaliser. Backward (with dS_k = P_k ∘ (dP_k − Δ_k) + g_lse P_k, dP_k = dOq_k K_kᵀ + dHs Hᵀ, the
+second term shared): a query-tile kernel (Δ_k = Σ_j p dP, then dq_k and d(ud) = (Σ_k dS_k) H) and a
+key-tile kernel (dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs). Per-head
+running state lives in the output buffers, which each program owns row-wise (no atomics).
+
+Scores, softmax and accumulators run in float32 (float64 for float64 inputs); bf16 inputs are
+multiplied in bf16 with float32 accumulation; float32 products use IEEE (no TF32). On CPU the kernels
+run through Triton's interpreter (``TRITON_INTERPRET=1``; triton fixes its mode at its first import, so
+one process runs either the GPU or the interpreted kernels — see :func:`_kernels`): slow, for tests.
+
+Also: per-head factors c_k (h_mode 'stack': hs = Σ_k c_k ∘ (P_k H), one D-wide product per head, for
+a per-head preconditioner's diagonal) and extra per-head value columns x_k (ox_k = P_k x_k, for its
+low-rank part). Covered: causal and bidirectional, key padding, ALiBi, self bias, queries at an
+offset (chunked prefill and KV-cache decoding), a shared diagonal or none, both read-outs, every
+preconditioner. Not covered (the energy raises, naming the option): a per-head diagonal, whose logits
+differ per head. Block sizes are not tuned for any GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import torch
+from einops import rearrange
+from torch import Tensor
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+@functools.lru_cache(maxsize=2)
+def _kernels(interpret: bool):
+    """The module ``cem_triton.py`` (kernels ``_fwd``, ``_bwd_q``, ``_bwd_kv``), jitted for the GPU or
+    for Triton's CPU interpreter. Triton fixes the mode of its own library when it is first imported,
+    so one process has one mode: if triton is not imported yet, ``TRITON_INTERPRET`` is set here to
+    what the first tensor's device needs; otherwise a mismatch is a clear error."""
+    if "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    import triton
+
+    if bool(triton.knobs.runtime.interpret) != interpret:
+        need = "CPU tensors need TRITON_INTERPRET=1" if interpret else "CUDA tensors need TRITON_INTERPRET unset"
+        raise RuntimeError(f"attn_path = 'kernel': triton was imported with TRITON_INTERPRET="
+                           f"{os.environ.get('TRITON_INTERPRET')!r}; {need} before triton's first import")
+    name = f"{__package__}._cem_triton_{'interpreted' if interpret else 'compiled'}"
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("cem_triton.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _pow2(n: int, lo: int = 16) -> int:
+    return max(lo, 1 << (max(1, n) - 1).bit_length())
+
+
+HMODES = {"none": 0, "sum": 1, "stack": 2}
+
+
+def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: bool, has_g: bool, hmode: str,
+                 alibi: bool, delta: bool, kmask: bool, block_m: int, block_n: int) -> dict:
+    B, H, nq, R = q.shape
+    D = 1 if hm is None else hm.shape[-1]
+    E = 1 if x is None else x.shape[-1]
+    acc = tl.float64 if q.dtype == torch.float64 else tl.float32
+    return dict(H=H, R=R, D=D, E=E, RP=_pow2(R), DP=_pow2(D), EP=_pow2(E), HP=_pow2(H, 2), BM=block_m,
+                BN=block_n, CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
+                HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
+                UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
+
+
+class _CEMAttention(torch.autograd.Function):
+    """(oq, hs, ox, lse) of :func:`cem_attention` with the kernels' own backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode, block_m, block_n):
+        B, H, nq, R = q.shape
+        nk = k.shape[2]
+        acc_dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+        dummy = q.new_zeros(1)
+        kern = _kernels(q.device.type != "cuda")
+        meta = _launch_args(kern.tl, q, hm, x, causal, ud is not None, hmode, slopes is not None,
+                            delta is not None, kmask is not None, block_m, block_n)
+        new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
+        oq = new(B, H, nq, R)
+        hs = new(B, nq, meta["D"]) if hmode != "none" else dummy
+        ox = new(B, H, nq, meta["E"]) if x is not None else dummy
+        lse = torch.empty(B, H, nq, device=q.device, dtype=acc_dt)
+        m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
+        ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
+        kern._fwd[(-(-nq // block_m), B)](*ins, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
+        ctx.save_for_backward(q, k, ud, hm, x, c, delta, slopes, kmask, oq, ox, m, l)
+        ctx.meta, ctx.offset, ctx.hmode = meta, offset, hmode
+        return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse
+
+    @staticmethod
+    def backward(ctx, goq, ghs, gox, glse):
+        q, k, ud, hm, x, c, delta, slopes, kmask, oq, ox, m, l = ctx.saved_tensors  # oq, ox: shapes only
+        meta, offset, hmode = ctx.meta, ctx.offset, ctx.hmode
+        B, H, nq, R = q.shape
+        nk = k.shape[2]
+        acc_dt = oq.dtype
+        new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
+        dummy = q.new_zeros(1)
+        goq = new(oq.shape) if goq is None else goq
+        if x is not None:
+            gox = (new(ox.shape) if gox is None else gox).to(q.dtype).contiguous()
+        dlt = new(B, H, nq) if glse is None else -glse.to(acc_dt)  # (B, H, Nq); the kernel adds Σ_j p dP
+        if hmode != "none":
+            ghs = (new(B, nq, meta["D"]) if ghs is None else ghs).to(q.dtype).contiguous()
+        dq, dk = new(q.shape), new(k.shape)
+        dud = new(ud.shape) if ud is not None else dummy
+        dh = new(hm.shape) if hm is not None else dummy
+        dx = new(x.shape) if x is not None else dummy
+        ddiag = new(B, H, nq) if delta is not None else dummy
+        n_kt = -(-nk // meta["BN"])
+        dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" else dummy
+        ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
+        ins += [m, l, goq.to(q.dtype).contiguous(), ghs if hmode != "none" else dummy,
+                gox if x is not None else dummy, dlt.contiguous()]
+        kern = _kernels(q.device.type != "cuda")
+        kern._bwd_q[(-(-nq // meta["BM"]), B)](*ins, dq, dud, ddiag, nq, nk, offset, **meta)
+        kern._bwd_kv[(n_kt, B)](*ins, dk, dh, dx, dc, nq, nk, offset, **meta)
+
+        def back(g, t):
+            return None if t is None else g.to(t.dtype)
+
+        return (back(dq, q), back(dk, k), back(dud, ud), back(dh, hm), back(dx, x),
+                None if c is None else dc.sum((0, 1)).to(c.dtype),
+                None if delta is None else ddiag.sum((0, 2)).to(delta.dtype),
+                None, None, None, None, None, None, None)
+
+
+def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *, slopes: Tensor | None,
+                  delta: Tensor | None, key_mask: Tensor | None, causal: bool, offset: int,
+                  h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
+                  block_m: int = 16, block_n: int = 16) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
+    """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
+
+    q: (B, H, Nq, Dr) = W_Q u / τ; k: (B, H, Nk, Dr) keys (= values); ud: (B, Nq, D) = d∘u/τ or None
+    (no diagonal); hm: (B, Nk, D) normalised context (needed with ud or an h read-out); slopes, delta:
+    (H,) ALiBi slopes and self bias or None; key_mask: (B, Nk) bool (True = real) or None.
+    h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
+    x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
+    hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype)."""
+    dt = q.dtype
+    if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")
+    if h_mode not in HMODES or (h_mode == "stack") != (c is not None):
+        raise ValueError(f"cem_attention: h_mode = {h_mode!r} (allowed: {sorted(HMODES)}; c exactly with 'stack')")
+    acc_dt = torch.float64 if dt == torch.float64 else torch.float32
+    q, k = q.contiguous(), k.to(dt).contiguous()
+    ud = None if ud is None else ud.to(dt).contiguous()
+    hm = None if hm is None or (ud is None and h_mode == "none") else hm.to(dt).contiguous()
+    x = None if x is None else x.to(dt).contiguous()
+    c = None if c is None else c.contiguous()
+    slopes = None if slopes is None else slopes.to(device=q.device, dtype=acc_dt).contiguous()
+    delta = None if delta is None else delta.to(acc_dt).contiguous()
+    kmask = None if key_mask is None else key_mask.to(device=q.device, dtype=torch.int8).contiguous()
+    return _CEMAttention.apply(q, k, ud, hm, x, c, delta, slopes, kmask, bool(causal), int(offset), h_mode,
+                               block_m, block_n)
+
+
+# ------------------------------------------------------------------------------ the energy's path
+def attend_kernel(e, u: Tensor, st, bs, plan, need_logz: bool):
+    """The attention averages (:class:`~.interaction_paths.Averages`) of queries u (B, Nq, D) through
+    :func:`cem_attention`; ``bs`` is the state's :class:`~.interaction_paths.BlockedState` (keys and
+    h in the product dtype). Read-out plans: no h term, the head-summed one (c = d: hs ∘ d after the
+    kernel), per-head factors c_k ('stack', inside the kernel), and a per-head preconditioner's
+    low-rank projections x_k = [d_k∘V_k, d_k∘U_k]ᵀ h as extra value columns."""
+    from .interaction_paths import Averages
+
+    H = e.heads
+    # projections outside the no-autocast region (as the blocked path): bf16 under bf16 autocast
+    q = rearrange(e.wq(u) * (1.0 / e.tau), "b n (h r) -> b h n r", h=H).to(bs.cdt)  # (B, H, Nq, Dr)
+    ud = None if e.d is None else (u * (e.d / e.tau)).to(bs.cdt)                     # (B, Nq, D)
+    mode = plan.h_mode or "none"
+    x = None
+    if plan.lr is not None:  # Σ_j p_ijk [V_kᵀ(d_k∘h_j) ; U_kᵀ(d_k∘h_j)]: (B, H, Nk, 2R), once per call
+        x = bs.cache.get(("kernel-x",) + plan.key)
+        if x is None:
+            x = bs.cache[("kernel-x",) + plan.key] = torch.einsum("bnd,hdr->bhnr", bs.h, plan.lr.to(bs.cdt))
+    with torch.autocast(u.device.type, enabled=False):
+        oq, hs, ox, lse = cem_attention(
+            q, bs.k, ud, bs.h, slopes=e.slopes if e.alibi else None, delta=e.self_bias,
+            key_mask=st.key_mask, causal=e.causal, offset=st.offset, h_mode=mode,
+            c=plan.c.to(torch.promote_types(bs.cdt, torch.float32)) if mode == "stack" else None, x=x)
+        hterm = hs * plan.c.to(hs.dtype) if mode == "sum" else hs  # 'sum': d ∘ ((Σ_k P_k) H): (B, Nq, D)
+    return Averages(oq=oq, hterm=hterm, lowrank=ox, logz=lse if need_logz else None)

@@ -1,0 +1,62 @@
+"""Smoke test of benchmarks/gpu_lm.py at its CPU size, and its out-of-memory handling (no timing checks)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_lm.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gpu_lm_bench", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = _load()
+
+
+def test_tiny_run_prints_every_model_mode_and_precision(tmp_path, capsys):
+    out = tmp_path / "gpu_lm.md"
+    bench.main(["--tiny", "--settings", "8x1", "--repeats", "1", "--warmup", "0", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert text.startswith("device: cpu")
+    for precision in ("bf16 autocast", "fp32"):
+        for mode in ("training", "inference"):
+            assert f"### N = 8, B = 1, {precision}, {mode}" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| model")]
+    assert len(rows) == 4 * len(bench.models())
+    for name in bench.models():
+        assert sum(row.startswith(f"| {name} |") for row in rows) == 4
+    assert all("OOM" not in row and "| n/a | n/a |" in row for row in rows)  # CPU: no peak memory
+    assert out.read_text().startswith("# CEM vs Llama") and "| Llama baseline | " in out.read_text()
+
+
+def test_out_of_memory_model_is_reported_and_left_out():
+    calls = {"ok": 0, "big": 0}
+
+    def ok():
+        calls["ok"] += 1
+
+    def big():
+        calls["big"] += 1
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 52 GiB")
+
+    def broken():
+        raise RuntimeError("shape mismatch")
+
+    times, peak, oom = bench.timed_runs({bench.BASE: ok, "big": big}, 1, 3, torch.device("cpu"),
+                                        {bench.BASE: 0, "big": 0})
+    assert oom == {"big"} and calls == {"ok": 4, "big": 1}  # tried once, then left out
+    assert len(times[bench.BASE]) == 3 and times["big"] == [] and peak[bench.BASE] is None
+    assert bench.ratio(times, "big") == "—" and bench.ratio(times, bench.BASE).startswith("1.00")
+    try:  # other errors are not swallowed
+        bench.timed_runs({"broken": broken}, 1, 1, torch.device("cpu"), {"broken": 0})
+    except RuntimeError as err:
+        assert "shape mismatch" in str(err)
+    else:
+        raise AssertionError("a non-OOM error was swallowed")

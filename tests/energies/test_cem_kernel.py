@@ -1,0 +1,323 @@
+"""CEM attention's Triton kernel (energies/cem_kernel.py, ``attn_path: kernel``).
+
+On CPU the kernels run through Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1 there);
+the tests marked ``cuda`` run the compiled kernel and are skipped without a GPU.
+
+* the kernel function equals a dense float64 softmax (outputs, log Z and every gradient, log Z's
+  included): causal / bidirectional, key padding, queries at an offset (chunked prefill, decoding);
+* the kernel path of the block equals the fused float64 reference path: outputs, the input gradient and
+  every parameter gradient, T = 1 and 2, both read-outs, every option it covers (per-head
+  preconditioner banks included);
+* its energy (log Z from the kernel) equals the dense float64 energy; KV-cache decoding equals the full
+  forward; float32 / bf16 at logit scales 1e-2..1e4 stay within dtype tolerance of float64;
+* options it does not cover raise, naming the option; ``auto`` takes it on CUDA only.
+"""
+
+import copy
+
+import pytest
+import torch
+
+from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
+from energyformer.core import ForwardContext
+from energyformer.energies import cem_kernel
+from energyformer.energies.interaction import InteractionEnergy
+
+pytest.importorskip("triton")
+
+#: CPU tests run the kernels through Triton's interpreter, a mode triton fixes for the whole process at
+#: its first import (tests/conftest.py sets it where there is no GPU); on a CUDA machine triton runs
+#: compiled, and the tests marked ``cuda`` check the kernel there instead
+interpreted = pytest.mark.skipif(torch.cuda.is_available(),
+                                 reason="CUDA machine: triton runs compiled here (see the cuda-marked tests)")
+
+
+def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x):
+    """(oq, hs, ox, lse) with explicit (B, H, Nq, Nk) scores (float64 reference of cem_attention);
+    hs = (Σ_k P_k) H without c, Σ_k c_k ∘ (P_k H) with c."""
+    B, H, nq, _ = q.shape
+    nk = k.shape[2]
+    s = q @ k.transpose(-1, -2) + (ud @ hm.transpose(-1, -2))[:, None]
+    i, j = offset + torch.arange(nq)[:, None], torch.arange(nk)[None]
+    s = s - slopes[:, None, None] * (i - j).abs() + delta[:, None, None] * (i == j)
+    vis = ((j <= i) if causal else torch.ones(nq, nk, dtype=torch.bool)).expand(B, nq, nk)
+    if key_mask is not None:
+        vis = (vis & key_mask[:, None, :]) | (i == j)
+    s = s.masked_fill(~vis[:, None], float("-inf"))
+    p = s.softmax(-1)
+    hs = p.sum(1) @ hm if c is None else torch.einsum("bhij,bjd,hd->bid", p, hm, c)
+    return p @ k, hs, None if x is None else p @ x, s.logsumexp(-1)
+
+
+@interpreted
+@pytest.mark.parametrize("mode", ["sum", "stack"])
+@pytest.mark.parametrize("causal,masked,nq,nk", [
+    (True, False, 7, 7), (True, True, 7, 7), (False, True, 7, 7), (False, False, 20, 20),
+    (True, True, 3, 10), (True, False, 1, 9)])
+def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
+    """'sum': the head-summed h read-out; 'stack': per-head factors c_k and extra value columns x_k."""
+    g = torch.Generator().manual_seed(nq + nk)
+    B, H, R, D = 2, 3, 4, 10
+    t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
+    q, k, ud, hm, delta = t(B, H, nq, R), t(B, H, nk, R), t(B, nq, D), t(B, nk, D), t(H)
+    c, x = (t(H, D), t(B, H, nk, 6)) if mode == "stack" else (None, None)
+    slopes = torch.rand(H, generator=g, dtype=torch.float64)
+    key_mask = torch.rand(B, nk, generator=g) > 0.3 if masked else None
+    got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask,
+                                   causal=causal, offset=nk - nq, h_mode=mode, c=c, x=x)
+    ref = _dense(q, k, ud, hm, slopes, delta, key_mask, causal, nk - nq, c, x)
+    assert (got[2] is None) == (ref[2] is None)
+    got, ref = [o for o in got if o is not None], [o for o in ref if o is not None]
+    ins = [v for v in (q, k, ud, hm, delta, c, x) if v is not None]
+    w = [torch.randn(r.shape, generator=g, dtype=torch.float64) for r in ref]
+    grads = [torch.autograd.grad(sum((o * z).sum() for o, z in zip(out, w)), ins) for out in (got, ref)]
+    for a, b in zip(got + list(grads[0]), ref + list(grads[1])):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def _randomised(cfg: CEMAttentionConfig, causal: bool, seed: int) -> CEMAttention:
+    torch.manual_seed(seed)
+    blk = CEMAttention(16, 4, cfg, causal=causal).double()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in blk.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
+    return blk
+
+
+def _fwd_bwd(blk, x, mask):
+    x = x.clone().requires_grad_(True)
+    y = blk(x, ForwardContext(mask=mask))
+    w = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=y.dtype)
+    (y * w).sum().backward()
+    return y.detach(), x.grad, {n: p.grad.clone() for n, p in blk.named_parameters() if p.grad is not None}
+
+
+COVERED = [
+    dict(steps=2),
+    dict(diagonal="none", causal=False, masked=True),
+    dict(alibi=False, self_bias=False, temperature="model_dim", masked=True),
+    dict(precond="diag_low_rank", precond_rank=3, precond_per_head=False, causal=False),
+    dict(diagonal_readout="algorithm1", precond="diag_low_rank", precond_rank=3, steps=2, masked=True),
+    dict(precond="diag_low_rank", precond_rank=3, steps=2, masked=True),  # the paper's per-head D+LR bank
+    dict(precond="diagonal", causal=False),
+    dict(learn_step_size=True, step_size=0.7, norm_in_loop=False, init="normalized"),
+]
+
+
+@interpreted
+@pytest.mark.parametrize("opts", COVERED, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_kernel_path_equals_fused_reference_float64(opts):
+    opts = dict(opts)
+    causal, masked = opts.pop("causal", True), opts.pop("masked", False)
+    ref_blk = _randomised(CEMAttentionConfig(**opts, attn_path="fused"), causal, 1)
+    blk = _randomised(CEMAttentionConfig(**opts, attn_path="kernel"), causal, 1)
+    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    mask = torch.tensor([[1] * 7, [1, 1, 0, 1, 1, 0, 0]], dtype=torch.bool) if masked else None
+    assert blk.energy.prepare(blk.norm(x), mask=mask).path == "kernel"
+    y0, gx0, g0 = _fwd_bwd(ref_blk, x, mask)
+    y1, gx1, g1 = _fwd_bwd(blk, x, mask)
+    keep = mask if mask is not None else torch.ones(2, 7, dtype=torch.bool)
+    torch.testing.assert_close(y1[keep], y0[keep], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(gx1, gx0, rtol=1e-9, atol=1e-11)
+    assert set(g1) == set(g0) and g0
+    for n in g0:
+        torch.testing.assert_close(g1[n], g0[n], rtol=1e-9, atol=1e-11, msg=lambda m: f"{n}: {m}")
+
+
+@interpreted
+@pytest.mark.parametrize("causal", [True, False])
+def test_kernel_energy_and_grad_equal_dense_float64(causal):
+    torch.manual_seed(0)
+    e = InteractionEnergy(16, 4, causal=causal, attn_path="kernel").double()
+    with torch.no_grad():
+        e.d.normal_(0, 0.5)
+        e.self_bias.normal_(0, 1)
+    h, u = torch.randn(2, 6, 16, dtype=torch.float64), torch.randn(2, 6, 16, dtype=torch.float64)
+    mask = torch.tensor([[1] * 6, [1, 0, 1, 1, 0, 1]], dtype=torch.bool)
+    st = e.prepare(h, mask=mask)
+    assert st.path == "kernel"
+    torch.testing.assert_close(e.energy_fused(u, st), e.energy(u, st), rtol=1e-12, atol=1e-12)
+    u = u.requires_grad_(True)
+    auto = torch.autograd.grad(e.energy(u, st).sum(), u)[0]
+    torch.testing.assert_close(e.grad(u, st), auto, rtol=1e-10, atol=1e-12)
+    # log Z's own gradient (energy traces and thresholds never need it; it is still exact)
+    auto_fused = torch.autograd.grad(e.energy_fused(u, st).sum(), u)[0]
+    torch.testing.assert_close(auto_fused, auto, rtol=1e-10, atol=1e-12)
+
+
+@interpreted
+def test_kernel_kv_cache_decoding_equals_full_forward():
+    blk = _randomised(CEMAttentionConfig(steps=2, attn_path="kernel"), True, 5)
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    full = blk(x)
+    ctx = ForwardContext(cache={})
+    blk.qualname = "a"
+    pieces, pos = [], 0
+    for n in (4, 1, 1, 3):  # prefill, two decode steps, a chunk
+        ctx.offset = pos
+        pieces.append(blk(x[:, pos:pos + n], ctx))
+        pos += n
+    torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-10, atol=1e-10)
+
+
+def _dense_low(q, k, ud, hm, slopes, delta, c, x):
+    """The blocked path's arithmetic in PyTorch (causal, offset 0): products in the operands' dtype,
+    bias and softmax in float32, probabilities rounded to the operands' dtype before the products."""
+    nq, nk, dt = q.shape[2], k.shape[2], q.dtype
+    s = (q @ k.transpose(-1, -2) + (ud @ hm.transpose(-1, -2))[:, None]).float()
+    i, j = torch.arange(nq)[:, None], torch.arange(nk)[None]
+    s = s - slopes[:, None, None] * (i - j).abs() + delta.float()[:, None, None] * (i == j)
+    p = s.masked_fill(j > i, float("-inf")).softmax(-1).to(dt)
+    hs = p.sum(1) @ hm if c is None else torch.einsum("bhij,bjd,hd->bid", p, hm, c.to(dt))
+    return [p @ k, hs] + ([] if x is None else [p @ x])
+
+
+@interpreted
+@pytest.mark.parametrize("mode", ["sum", "stack"])
+@pytest.mark.parametrize("scale", [1e-2, 1.0, 1e2, 1e4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_low_precision_within_dtype_tolerance(dtype, scale, mode):
+    """Operands rounded to ``dtype`` once (logits up to ~scale·R); error against float64 on the same
+    rounded operands, of every output and gradient: the kernel's is at most 2.5 times that of the same
+    computation in PyTorch (the blocked path's arithmetic) in ``dtype``, whatever the scale — e.g. at
+    1e4, where p is one-hot, no spurious gradient from Δ = Σ_j p dP."""
+    g = torch.Generator().manual_seed(int(scale))
+    B, H, R, D, N = 2, 3, 4, 10, 9
+    r = lambda *s: (torch.randn(*s, generator=g) * scale ** 0.5).to(dtype)  # noqa: E731
+    ops = [r(B, H, N, R), r(B, H, N, R), r(B, N, D), r(B, N, D), torch.randn(H, generator=g).to(dtype)]
+    if mode == "stack":
+        ops += [torch.randn(H, D, generator=g).to(dtype).float(), torch.randn(B, H, N, 6, generator=g).to(dtype)]
+    slopes = torch.rand(H, generator=g)
+    c_x = (lambda v: (v[5], v[6])) if mode == "stack" else (lambda v: (None, None))  # noqa: E731
+
+    def kernel(v):
+        c, x = c_x(v)
+        out = cem_kernel.cem_attention(v[0], v[1], v[2], v[3], delta=v[4], slopes=slopes, key_mask=None,
+                                       causal=True, offset=0, h_mode=mode, c=c, x=x)
+        return [o for o in out[:3] if o is not None]
+
+    res, w = {}, None
+    for name, fn, args in (("ref", kernel, [o.double() for o in ops]), ("kernel", kernel, ops),
+                           ("torch", lambda v: _dense_low(*v[:4], slopes, v[4], *c_x(v)), ops)):
+        v = [o.clone().requires_grad_(True) for o in args]
+        out = fn(v)
+        w = w or [torch.randn(o.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64) for o in out]
+        grads = torch.autograd.grad(sum((o.double() * z).sum() for o, z in zip(out, w)), v)
+        res[name] = [o.double() for o in out] + [t.double() for t in grads]
+    for i, (a, t, ref) in enumerate(zip(res["kernel"], res["torch"], res["ref"])):
+        assert torch.isfinite(a).all()
+        err, err_torch = (a - ref).norm().item(), (t - ref).norm().item()
+        assert err <= 2.5 * err_torch + 1e-6 * ref.norm().item(), (i, err, err_torch)
+
+
+@interpreted
+def test_kernel_bf16_autocast_block_stays_close():
+    blk = _randomised(CEMAttentionConfig(attn_path="kernel"), True, 2).float()
+    x = torch.randn(2, 8, 16)
+    ref = copy.deepcopy(blk).double()(x.double())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = blk(x)
+    rel = ((y.double() - ref).norm() / ref.norm()).item()
+    assert rel < 2e-2, rel
+
+
+def test_uncovered_options_raise_naming_the_option(monkeypatch):
+    with pytest.raises(ValueError, match="attn_path = 'kernel' does not cover diagonal = 'per_head'"):
+        CEMAttention(16, 4, CEMAttentionConfig(attn_path="kernel", diagonal="per_head"))
+    monkeypatch.setattr("energyformer.energies.interaction.triton_available", lambda: False)
+    with pytest.raises(ValueError, match="attn_path = 'kernel' needs the triton package"):
+        InteractionEnergy(16, 4, attn_path="kernel")
+
+
+def test_auto_takes_the_kernel_on_cuda_only():
+    e = InteractionEnergy(16, 4)
+    h = torch.randn(2, 8, 16)
+    assert e.prepare(h).path == "blocked"  # CPU: never the (interpreted) kernel
+    assert e._use_kernel(torch.empty(0, device="meta")) is False
+    assert InteractionEnergy(16, 4, attn_path="kernel").prepare(h).path == "kernel"
+
+
+# ------------------------------------------------------------------------------ compiled kernel (GPU)
+@pytest.mark.cuda
+@pytest.mark.parametrize("paper", [False, True], ids=["default", "paper-config"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper):
+    """The compiled kernel (``auto`` on CUDA) vs the blocked path in float64, forward and backward,
+    at D = 256, 8 heads, N = 300, T = 2, ALiBi, self bias, shared diagonal, key padding; identity or
+    the paper's per-head D+LR preconditioners."""
+    torch.manual_seed(0)
+    cfg = CEMAttentionConfig(steps=2, precond="diag_low_rank" if paper else "identity")
+    blk = CEMAttention(256, 8, cfg).cuda()
+    with torch.no_grad():
+        blk.energy.d.normal_(0, 0.3)
+        blk.energy.self_bias.normal_(0, 1)
+    ref = copy.deepcopy(blk).double()
+    ref.energy.attn_path = "blocked"
+    x = torch.randn(2, 300, 256, device="cuda")
+    mask = torch.ones(2, 300, dtype=torch.bool, device="cuda")
+    mask[1, 250:] = False
+    assert blk.energy.prepare(blk.norm(x), mask=mask).path == "kernel"
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        y = blk(x, ForwardContext(mask=mask))
+    y0 = ref(x.double(), ForwardContext(mask=mask))
+    y.float().square().sum().backward()
+    y0.square().sum().backward()
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    assert ((y.double() - y0)[mask].norm() / y0[mask].norm()).item() < tol
+    g, g0 = blk.energy.wq.weight.grad.double(), ref.energy.wq.weight.grad
+    assert ((g - g0).norm() / g0.norm()).item() < 10 * tol
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["sum", "stack"])
+def test_compiled_kernel_function_equals_dense_on_cuda(mode):
+    """Every feature of the compiled kernel in float32 (IEEE products) vs the dense float64 reference:
+    bidirectional with key padding and causal at an offset, h read-outs, c and x, all gradients."""
+    g = torch.Generator().manual_seed(1)
+    B, H, R, D = 2, 4, 64, 256
+    for causal, nq, nk in ((False, 70, 70), (True, 33, 90)):
+        t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+        ins64 = [t(B, H, nq, R) / 8, t(B, H, nk, R), t(B, nq, D) / 16, t(B, nk, D), t(H)]
+        c, x = (t(H, D), t(B, H, nk, 8)) if mode == "stack" else (None, None)
+        ins64 += [v for v in (c, x) if v is not None]
+        ins64 = [v.requires_grad_(True) for v in ins64]
+        ins32 = [v.detach().float().cuda().requires_grad_(True) for v in ins64]
+        slopes = torch.rand(H, generator=g, dtype=torch.float64)
+        key_mask = torch.rand(B, nk, generator=g) > 0.2
+
+        def call(v, dev):
+            q, k, ud, hm, delta = v[:5]
+            cc, xx = (v[5], v[6]) if mode == "stack" else (None, None)
+            return cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes.to(dev), delta=delta,
+                                            key_mask=key_mask.to(dev), causal=causal, offset=nk - nq,
+                                            h_mode=mode, c=cc, x=xx)
+
+        got = [o for o in call(ins32, "cuda") if o is not None]
+        ref = [o for o in _dense(*ins64[:4], slopes, ins64[4], key_mask, causal, nk - nq,
+                                 ins64[5] if mode == "stack" else None,
+                                 ins64[6] if mode == "stack" else None) if o is not None]
+        w = [torch.randn(r.shape, generator=g, dtype=torch.float64) for r in ref]
+        gg = torch.autograd.grad(sum((o.double().cpu() * z).sum() for o, z in zip(got, w)), ins32)
+        gr = torch.autograd.grad(sum((o * z).sum() for o, z in zip(ref, w)), ins64)
+        for a, b in zip(got + list(gg), ref + list(gr)):
+            err = ((a.double().cpu() - b).norm() / b.norm()).item()
+            assert err < 1e-5, err
+
+
+@pytest.mark.cuda
+def test_compiled_kernel_kv_cache_decoding_equals_full_forward_on_cuda():
+    torch.manual_seed(0)
+    blk = CEMAttention(256, 8, CEMAttentionConfig(steps=2)).cuda()
+    with torch.no_grad():
+        blk.energy.d.normal_(0, 0.3)
+    x = torch.randn(2, 40, 256, device="cuda")
+    full = blk(x)
+    ctx = ForwardContext(cache={})
+    blk.qualname = "a"
+    pieces, pos = [], 0
+    for n in (17, 1, 1, 21):
+        ctx.offset = pos
+        pieces.append(blk(x[:, pos:pos + n], ctx))
+        pos += n
+    torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-4, atol=1e-4)
