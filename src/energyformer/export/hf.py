@@ -77,13 +77,13 @@ def _llama_name_map(n_layers: int) -> dict[str, str]:
     return out
 
 
-def llama_config(cfg: ModelConfig, model: CausalLM) -> dict:
+def llama_config(cfg: ModelConfig) -> dict:
     """``config.json`` of the stock HF Llama with the architecture of ``cfg``."""
     from transformers import LlamaConfig
 
-    tied = model.head.weight is model.embed.weight
+    tied = cfg.tie_embeddings is not False  # None: tied, as the LM head predicts the vocabulary
     hf = LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=model.layers[0].mlp.w_up.out_features,
+        vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.hidden,
         num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
         max_position_embeddings=cfg.max_seq_len, rms_norm_eps=1e-6, rope_theta=cfg.block.attention.rope_theta,
         tie_word_embeddings=tied, attention_bias=False, mlp_bias=False, hidden_act="silu",
@@ -122,7 +122,7 @@ def export_hf(model: CausalLM, out: str | Path, *, tokenizer: Any = None, run_co
     out.mkdir(parents=True, exist_ok=True)
     model = model.float().eval()
     if is_llama(cfg):
-        config = llama_config(cfg, model)
+        config = llama_config(cfg)
         names = _llama_name_map(cfg.n_layers)
         tensors = _tensors(model, names)
         if config["tie_word_embeddings"]:
