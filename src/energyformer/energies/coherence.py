@@ -360,7 +360,7 @@ class MaskedReconstructionEnergy(SharedModules, Energy):
         target = win[b, t, k]                                                 # (M,)
         # ... then the masked slots show [MASK] instead of their token: − g_k ∘ (e_{x_i} − [MASK])
         fix = gain[k] * (self.embedding(target) - self.mask_vec.to(emb.dtype))  # (M, D)
-        s = s.index_put((b, t), -fix, accumulate=True) / count[:, None].to(emb.dtype)
+        s = s.index_put((b, t), -fix.to(s.dtype), accumulate=True) / count[:, None].to(s.dtype)  # bf16 autocast: conv1d gives bf16
         E = self.embedding.weight.to(emb.dtype)
         pre = (F.linear(s, self.fc1.weight).flatten(0, 1)[b * N + t]         # W_1 s_t on (B N) rows, then
                + self.fc1(self.query.to(emb.dtype))[k])                       # gathered: (M, hidden)

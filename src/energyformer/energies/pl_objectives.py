@@ -126,7 +126,7 @@ class PLObjective(torch.autograd.Function):
                 grad = grad - gm if want else None
         if want:
             full = torch.zeros_like(J)
-            full.index_copy_(0, rows, grad / n)
+            full.index_copy_(0, rows, (grad / n).to(full.dtype))  # bf16 autocast computes grad in bf16
             ctx.save_for_backward(full)
         return total / n
 

@@ -58,12 +58,14 @@ STUDY_SPECS: dict[str, RegressorConfig] = {
 }
 ALL_SPECS = {**MODEL_SPECS, **STUDY_SPECS}
 
+#: The quick preset (the defaults of ``parse_args``): the YAML beside this module.
+PRESET_FILE = Path(__file__).with_name("cem_gp.yaml")
 QUICK = {"reps": 3, "n_train": 4000, "n_test": 1000, "epochs": 12}
 FULL = {"reps": 10, "n_train": 8000, "n_test": 1000, "epochs": 50}
 
 
 class GPExperiment(ConfigModel):
-    """Everything a run depends on; YAML keys of ``--config`` (e.g. ``configs/cem_gp.yaml``)."""
+    """Everything a run depends on; YAML keys of ``--config`` and of the preset ``PRESET_FILE``."""
 
     reps: int = Field(QUICK["reps"], ge=1)
     """repetitions per kernel"""
@@ -108,7 +110,7 @@ class GPExperiment(ConfigModel):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Precedence: built-in quick preset < ``--full`` < ``--config`` YAML < explicit flags."""
+    """Precedence: the quick preset ``PRESET_FILE`` < ``--full`` < ``--config`` YAML < explicit flags."""
     p = argparse.ArgumentParser(prog="energyformer reproduce cem-gp", description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=count, help="repetitions per kernel (quick 3, full 10)")
     p.add_argument("--full", action="store_true", help="paper-like run: 10 reps, 8000 train points, 50 epochs")
@@ -128,8 +130,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--study-kernels", nargs="+", help="kernels of the study (default rbf periodic)")
     p.add_argument("--report", type=writable_file("--report", as_path=True), help="also write the report here (its JSON beside it as gp_results.json)")
     args = p.parse_args(argv)
-    values: dict = dict(FULL) if args.full else {}
     try:
+        values: dict = read_yaml(PRESET_FILE)
+        load_config(GPExperiment, values)
+        values.update(FULL if args.full else {})
         if args.config is not None:
             raw = read_yaml(args.config)
             load_config(GPExperiment, raw)  # strict: unknown keys and bad values fail here

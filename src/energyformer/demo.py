@@ -1,0 +1,235 @@
+"""``energyformer demo`` / ``make demo``: one small, meaningful comparison per system, on one report page.
+
+=========  ====================================  =============================================================
+stage      comparison                            what is compared
+=========  ====================================  =============================================================
+cem        CEM vs Llama (Shakespeare LM)          validation perplexity and bits/byte (CEM seed §4)
+intrinsic  NagMHA vs MHA (Shakespeare LM)         validation perplexity (intrinsic-optimizer seed: Nesterov
+                                                  attention vs softmax attention, same MLP kind)
+hyperset   Hyper-SET vs looped Transformer        Sudoku cell accuracy at the trained 8 iterations and at 16
+                                                  (test-time extrapolation, Hyper-SET §4)
+eqt        EqT vs baseline Transformer            cumulative-parity accuracy (equilibrium transformer)
+bare_sa    bare SA vs recycled transformer        Potts masked-token cross-entropy against the Bayes optimum
+                                                  (bare self-attention seed)
+=========  ====================================  =============================================================
+
+Every run is an ordinary run of a config under ``configs/`` (the system's own config with a CPU-demo
+budget as ``--set`` overrides), trained by the one trainer, in ``OUT/<stage>/<run>``. Each stage writes
+``OUT/<stage>/results.json`` and one figure (training loss and the compared metric); the report page
+``OUT/report.md`` is rendered from every stage's results present, so ``--only NAME`` reruns one stage
+and keeps the others on the page. The budgets are sized for a few minutes on 2 CPU cores in total:
+the numbers show the comparison working, not the papers' results (those are ``energyformer reproduce``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .utils.validate import ConfigError
+
+TRAIN = ["train.eval_every=0", "train.save_every=0", "train.log_every=5", "train.tensorboard=false"]
+LM = ["task.tokenizer=bpe", "task.seq_len=64", "task.batch_size=16", "task.eval_batch_size=16",
+      "task.eval_max_batches=8", "model.max_seq_len=64", "model.dim=64", "model.heads=4", "model.n_layers=2"]
+
+PARITY = ["task.data.length=16", "task.data.n_test=1024", "train.lr=3e-3"]
+POTTS = ["task.batch_size=64", "task.eval_sequences=1024", "task.calibrate_sequences=1024"]
+
+
+@dataclass
+class Run:
+    """One run of a stage: a label on the page, a config under configs/, its demo overrides."""
+
+    label: str
+    config: str
+    overrides: list[str]
+
+
+@dataclass
+class Stage:
+    """One system's comparison: runs, the metrics on the page (key, label, lower is better), a headline."""
+
+    name: str
+    title: str
+    runs: list[Run]
+    metrics: list[tuple[str, str, bool]]
+    headline: Callable[[dict[str, dict]], str]
+    reference: tuple[str, str] | None = None  # (metric key, label): a line drawn on the metric panel
+    steps: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _f(x: float | None, nd: int = 3) -> str:
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}g}"
+
+
+def _lm_headline(a: str, b: str) -> Callable[[dict[str, dict]], str]:
+    def text(m: dict[str, dict]) -> str:
+        pa, pb = m[a].get("eval/ppl"), m[b].get("eval/ppl")
+        better = a if (pa or math.inf) < (pb or math.inf) else b
+        return (f"validation perplexity {a} {_f(pa, 4)} vs {b} {_f(pb, 4)}: {better} is lower after the same "
+                f"steps on the same batches.")
+    return text
+
+
+def _sudoku_headline(m: dict[str, dict]) -> str:
+    parts = [f"{k} {_f(100 * v.get('eval/cell_accuracy', float('nan')), 3)}% at 8 iterations, "
+             f"{_f(100 * v.get('eval/cell_accuracy@16', float('nan')), 3)}% at 16" for k, v in m.items()]
+    return "cell accuracy (blank cells): " + "; ".join(parts) + "."
+
+
+def _parity_headline(m: dict[str, dict]) -> str:
+    return "parity accuracy (per position, chance 50%): " + "; ".join(
+        f"{k} {_f(100 * v.get('eval/accuracy', float('nan')), 3)}%" for k, v in m.items()) + "."
+
+
+def _potts_headline(m: dict[str, dict]) -> str:
+    bayes = next(iter(m.values())).get("eval/bayes_loss")
+    return (f"masked-token cross-entropy (nats; Bayes optimum {_f(bayes, 4)}, uniform {math.log(10):.4g}): "
+            + "; ".join(f"{k} {_f(v.get('eval/model_loss'), 4)} (excess {_f(v.get('eval/excess_loss'), 2)})"
+                        for k, v in m.items()) + "." )
+
+
+STAGES: dict[str, Stage] = {s.name: s for s in [
+    Stage("cem", "CEM vs Llama — language modelling on Shakespeare", [
+        Run("Llama", "lm/llama", LM),
+        Run("CEM", "lm/cem_full", LM),
+    ], [("eval/ppl", "val perplexity", True), ("eval/bpb", "bits/byte", True)], _lm_headline("CEM", "Llama"),
+        steps=250),
+    Stage("intrinsic", "NagMHA vs MHA — intrinsic-optimizer attention on Shakespeare", [
+        Run("MHA", "intrinsic/mha", LM),
+        Run("NagMHA", "intrinsic/nag_mha", LM),
+    ], [("eval/ppl", "val perplexity", True), ("eval/bpb", "bits/byte", True)], _lm_headline("NagMHA", "MHA"),
+        steps=250, notes=["the seed's pairing: MHA + GELU MLP vs Nesterov attention + Nesterov GELU MLP, "
+                          "the momentum carried across sublayers; the local BPE instead of GPT-2's 50k ids"]),
+    Stage("hyperset", "Hyper-SET vs looped Transformer — Sudoku, and more iterations than trained", [
+        Run("Hyper-SET", "hyperset/sudoku_hyperset", ["task.eval_max=200", "task.eval_batch_size=200"]),
+        Run("looped Transformer", "hyperset/sudoku_transformer", ["task.eval_max=200", "task.eval_batch_size=200"]),
+    ], [("eval/cell_accuracy", "cell acc. @8", False), ("eval/cell_accuracy@16", "cell acc. @16", False)],
+        _sudoku_headline, steps=250, notes=["chance is 1/9 of the blank cells; the reproduction "
+                                             "(`energyformer reproduce hyperset-sudoku`) trains 6000 steps"]),
+    Stage("eqt", "Equilibrium transformer vs baseline — cumulative parity", [
+        Run("baseline", "eqt/baseline", PARITY),
+        Run("EqT", "eqt/eqt", PARITY),
+    ], [("eval/accuracy", "accuracy", False)], _parity_headline, steps=400,
+        notes=["length 16 (the reproduction's shortest length; learnable in a few hundred steps); EqT's "
+               "training loss includes its energy terms (rev, mask, conf), so the curves differ by more than CE"]),
+    Stage("bare_sa", "Bare self-attention vs recycled transformer — Potts, against the Bayes optimum", [
+        Run("bare SA", "bare_sa/potts_bare_sa", POTTS + ["task.eval_iterations=[1]"]),
+        Run("recycled transformer", "bare_sa/potts_recycled_x3", POTTS + ["task.eval_iterations=[3]"]),
+    ], [("eval/model_loss", "cross-entropy", True)], _potts_headline, reference=("eval/bayes_loss", "Bayes optimum"),
+        steps=800),
+]}
+
+
+def run_stage(stage: Stage, out: Path, steps: int | None = None, overrides: list[str] = ()) -> dict:
+    """Train the stage's runs, write ``out/<stage>/results.json`` and its figure; returns the results."""
+    from .experiment import load_run_config, run_experiment
+
+    folder = out / stage.name
+    results: dict = {"name": stage.name, "title": stage.title, "runs": {}, "steps": steps or stage.steps}
+    t0, c0 = time.perf_counter(), time.process_time()
+    for i, r in enumerate(stage.runs, 1):
+        name = r.label.replace(" ", "_").replace("-", "_")
+        ov = r.overrides + TRAIN + [f"train.steps={results['steps']}", f"out_dir={folder}", f"name={name}",
+                                     *overrides]
+        cfg = load_run_config(r.config, ov)
+        print(f"  [{stage.name} {i}/{len(stage.runs)}] {r.label}: {r.config}, {results['steps']} steps", flush=True)
+        res = run_experiment(cfg, overwrite=True)
+        m = {k: v for k, v in res.final.items() if k.startswith("eval/") and isinstance(v, (int, float))}
+        if "eval/bayes_loss" in m and "eval/excess_loss" in m:  # the model's loss as the excess is measured
+            m["eval/model_loss"] = m["eval/bayes_loss"] + m["eval/excess_loss"]
+        results["runs"][r.label] = {
+            "config": r.config, "overrides": ov, "params": res.params.get("total"), "seconds": res.seconds,
+            "loss_history": res.loss_history, "metrics": m}
+    results["seconds"], results["cpu_seconds"] = time.perf_counter() - t0, time.process_time() - c0
+    metrics = {k: v["metrics"] for k, v in results["runs"].items()}
+    results["headline"] = stage.headline(metrics)
+    results["figure"] = stage_figure(stage, results, folder / f"{stage.name}.png").name
+    (folder / "results.json").write_text(json.dumps(results, indent=1))
+    return results
+
+
+def stage_figure(stage: Stage, results: dict, path: Path) -> Path:
+    """Two panels: training loss per step (both runs), and the compared metric(s) as bars."""
+    from .analysis.figures import save_figure
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
+    for label, r in results["runs"].items():
+        ax1.plot(range(1, len(r["loss_history"]) + 1), r["loss_history"], label=label, lw=1.2)
+    ax1.set(xlabel="step", ylabel="training loss", title="training")
+    ax1.legend(fontsize=8)
+    labels = list(results["runs"])
+    width = 0.8 / len(stage.metrics)
+    for j, (key, name, _) in enumerate(stage.metrics):
+        vals = [results["runs"][lab]["metrics"].get(key, float("nan")) for lab in labels]
+        bars = ax2.bar([i + j * width for i in range(len(labels))], vals, width, label=name)
+        ax2.bar_label(bars, fmt="%.3g", fontsize=8)
+    if stage.reference is not None:
+        key, name = stage.reference
+        ref = next(iter(results["runs"].values()))["metrics"].get(key)
+        if ref is not None:
+            ax2.axhline(ref, color="k", ls="--", lw=1, label=name)
+    ax2.set_xticks([i + width * (len(stage.metrics) - 1) / 2 for i in range(len(labels))], labels)
+    ax2.set(title="evaluation")
+    ax2.legend(fontsize=8)
+    fig.suptitle(stage.title, fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def render_report(out: Path) -> Path:
+    """``out/report.md`` from every ``out/<stage>/results.json`` present, in stage order."""
+    lines = ["# energyformer demo: the five systems, each against its baseline", "",
+             "Tiny models, a few minutes on CPU: the comparisons show each system training and being measured "
+             "the way its paper measures it, not the papers' numbers (see `energyformer reproduce`).", ""]
+    total = cpu = 0.0
+    for name, stage in STAGES.items():
+        f = out / name / "results.json"
+        if not f.is_file():
+            continue
+        res = json.loads(f.read_text())
+        total += res["seconds"]
+        cpu += res.get("cpu_seconds", 0.0)
+        lines += [f"## {res['title']}", "", res["headline"], ""]
+        head = "| run | config | params | " + " | ".join(m[1] for m in stage.metrics) + " | seconds |"
+        lines += [head, "|" + "---|" * (4 + len(stage.metrics))]
+        for label, r in res["runs"].items():
+            vals = " | ".join(_f(r["metrics"].get(k), 4) for k, _, _ in stage.metrics)
+            lines.append(f"| {label} | `{r['config']}` | {r['params']:,} | {vals} | {r['seconds']:.0f} |")
+        lines += [""] + [f"*{n}*" for n in stage.notes] + ([""] if stage.notes else [])
+        lines += [f"{res['steps']} training steps per run; stage time {res['seconds']:.0f} s "
+                  f"({res.get('cpu_seconds', float('nan')):.0f} s of CPU). "
+                  f"Rerun: `energyformer demo --only {name}`.", "", f"![{name}]({name}/{res['figure']})", ""]
+    lines.append(f"Total training and evaluation time of the stages on this page: {total:.0f} s "
+                 f"({cpu:.0f} s of CPU).")
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main(out: str = "runs/demo", steps: int | None = None, overrides: list[str] | None = None,
+         only: list[str] | None = None) -> int:
+    """Run the stages (all, or ``only``), print progress and headlines, render ``out/report.md``."""
+    names = list(STAGES) if not only else only
+    bad = [n for n in names if n not in STAGES]
+    if bad:
+        raise ConfigError(f"--only {bad[0]!r}: unknown demo stage; allowed: {', '.join(STAGES)}")
+    out_dir = Path(out)
+    t0 = time.perf_counter()
+    for i, n in enumerate(names, 1):
+        st = STAGES[n]
+        print(f"[{i}/{len(names)}] {st.title}", flush=True)
+        res = run_stage(st, out_dir, steps, list(overrides or []))
+        print(f"  -> {res['headline']} ({res['seconds']:.0f} s)\n", flush=True)
+    report = render_report(out_dir)
+    print(f"demo done in {time.perf_counter() - t0:.0f} s; report: {report}")
+    return 0

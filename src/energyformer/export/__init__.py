@@ -1,0 +1,26 @@
+"""Export a trained run to other tools' formats: ``energyformer export RUN --format hf OUT``.
+
+``hf``: a Hugging Face model folder (:mod:`energyformer.export.hf`); :func:`load_hf` reads it back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .hf import ExportError, export_hf, load_hf
+
+FORMATS = ("hf",)
+
+
+def export_run(run_dir: str | Path, out: str | Path, format: str = "hf") -> Path:
+    """Export the newest valid checkpoint of ``run_dir`` to ``out`` in ``format`` (see :data:`FORMATS`)."""
+    from ..experiment import load_trained
+    from ..utils.config import to_dict
+
+    if format not in FORMATS:
+        raise ExportError(f"--format {format!r}: allowed formats: {', '.join(FORMATS)}")
+    cfg, model, task = load_trained(run_dir)
+    return export_hf(model, out, tokenizer=getattr(task, "tokenizer", None), run_config=to_dict(cfg))
+
+
+__all__ = ["FORMATS", "ExportError", "export_hf", "export_run", "load_hf"]

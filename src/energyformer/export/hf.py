@@ -1,0 +1,201 @@
+"""Hugging Face model folders: ``energyformer export RUN --format hf OUT`` and the way back.
+
+Two layouts, both loadable offline with ``AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)``:
+
+* **Llama baseline** (attention ``llama``, MLP ``swiglu``, RMS final norm, no absolute positions, one
+  pass): a stock ``LlamaForCausalLM`` folder (``model_type: llama``, HF weight names). The layouts are
+  the same (separate Q/K/V/O and gate/up/down ``Linear`` weights, RMSNorm eps 1e-6, RoPE rotating
+  (first half, second half) with the same θ), so the weights are renamed, never transformed.
+* **every other language model** (CEM, the intrinsic-optimizer attentions, GPT, ...): custom code. The
+  folder holds ``modeling_energyformer.py`` (``auto_map`` in ``config.json``), which builds the model
+  with the *installed* ``energyformer`` package from the model config stored in ``config.json``
+  (``energyformer_model``); the weights are the library's ``state_dict`` under ``model.``. So loading
+  needs ``pip install energyformer`` (the energies, solvers and blocks are the library, not a copy).
+
+Export checks itself: the exported folder is loaded back with ``transformers`` and its logits on a
+fixed probe must equal the run's to 1e-5, else the export fails. A run whose tokenizer is a
+``tokenizers`` BPE (``bpe``, ``gpt2``) also gets ``tokenizer.json`` (a ``PreTrainedTokenizerFast``).
+:func:`load_hf` reads either layout back into an ``energyformer`` ``CausalLM``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..errors import UserError
+from ..models import CausalLM, ModelConfig
+from ..utils.config import load_config, to_dict
+
+MODELING_FILE = Path(__file__).with_name("modeling_energyformer.py")
+WEIGHTS = "model.safetensors"
+PROBE_TOL = 1e-5
+
+#: our state_dict name -> HF Llama name ({i}: layer index)
+_LLAMA_NAMES = {
+    "embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight", "head.weight": "lm_head.weight",
+    "layers.{i}.attn.norm.weight": "model.layers.{i}.input_layernorm.weight",
+    "layers.{i}.attn.wq.weight": "model.layers.{i}.self_attn.q_proj.weight",
+    "layers.{i}.attn.wk.weight": "model.layers.{i}.self_attn.k_proj.weight",
+    "layers.{i}.attn.wv.weight": "model.layers.{i}.self_attn.v_proj.weight",
+    "layers.{i}.attn.wo.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "layers.{i}.mlp.norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "layers.{i}.mlp.w_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
+    "layers.{i}.mlp.w_up.weight": "model.layers.{i}.mlp.up_proj.weight",
+    "layers.{i}.mlp.w_down.weight": "model.layers.{i}.mlp.down_proj.weight",
+}
+
+
+class ExportError(UserError):
+    """The run cannot be exported in this format (the message says why and what can)."""
+
+
+def build_lm(model_config: dict) -> CausalLM:
+    """A freshly built ``CausalLM`` from a (resolved) ``transformer`` model config dict."""
+    return CausalLM(load_config(ModelConfig, model_config))
+
+
+def is_llama(cfg: ModelConfig) -> bool:
+    """Whether ``cfg`` is the Llama baseline that maps onto a stock ``LlamaForCausalLM``."""
+    b = cfg.block
+    return (b.attention.kind == "llama" and b.mlp.kind == "swiglu" and cfg.positions == "none"
+            and cfg.final_norm == "rms" and cfg.iterations == 1 and cfg.train_iterations is None
+            and to_dict(b) == to_dict(type(b)(attention=b.attention, mlp=b.mlp)))
+
+
+def _llama_name_map(n_layers: int) -> dict[str, str]:
+    out = {}
+    for ours, hf in _LLAMA_NAMES.items():
+        for i in range(n_layers) if "{i}" in ours else [None]:
+            out[ours.format(i=i)] = hf.format(i=i)
+    return out
+
+
+def llama_config(cfg: ModelConfig) -> dict:
+    """``config.json`` of the stock HF Llama with the architecture of ``cfg``."""
+    from transformers import LlamaConfig
+
+    tied = cfg.tie_embeddings is not False  # None: tied, as the LM head predicts the vocabulary
+    hf = LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.hidden,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
+        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=1e-6, rope_theta=cfg.block.attention.rope_theta,
+        tie_word_embeddings=tied, attention_bias=False, mlp_bias=False, hidden_act="silu",
+        initializer_range=cfg.init_std, architectures=["LlamaForCausalLM"], torch_dtype="float32")
+    return hf.to_dict()
+
+
+def _tensors(model: nn.Module, rename: dict[str, str] | None = None, prefix: str = "") -> dict[str, torch.Tensor]:
+    """The state_dict as contiguous CPU float tensors (shared tensors copied: safetensors stores each once)."""
+    out = {}
+    for k, v in model.state_dict().items():
+        name = rename[k] if rename is not None else prefix + k
+        out[name] = v.detach().to("cpu").contiguous().clone()
+    return out
+
+
+def _write_tokenizer(tokenizer: Any, out: Path) -> None:
+    backend = getattr(tokenizer, "backend", None)
+    if backend is None:
+        return
+    backend.save(str(out / "tokenizer.json"))
+    eos = "<|endoftext|>" if tokenizer.eos_id is not None else None
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": None, "eos_token": eos,
+           "clean_up_tokenization_spaces": False}
+    (out / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}, indent=1))
+
+
+def export_hf(model: CausalLM, out: str | Path, *, tokenizer: Any = None, run_config: dict | None = None,
+              check: bool = True) -> Path:
+    """Write ``model`` as a Hugging Face folder in ``out`` (see the module docstring); returns ``out``."""
+    if not isinstance(model, CausalLM):
+        raise ExportError(f"--format hf exports causal language models (task lm); this run's model is a "
+                          f"{type(model).__name__}")
+    cfg: ModelConfig = model.cfg
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = model.float().eval()
+    if is_llama(cfg):
+        config = llama_config(cfg)
+        names = _llama_name_map(cfg.n_layers)
+        tensors = _tensors(model, names)
+        if config["tie_word_embeddings"]:
+            tensors.pop("lm_head.weight")
+    else:
+        config = {"architectures": ["EnergyformerForCausalLM"], "model_type": "energyformer",
+                  "auto_map": {"AutoConfig": "modeling_energyformer.EnergyformerConfig",
+                               "AutoModelForCausalLM": "modeling_energyformer.EnergyformerForCausalLM"},
+                  "energyformer_model": to_dict(cfg), "vocab_size": cfg.vocab_size, "torch_dtype": "float32",
+                  "use_cache": False}
+        tensors = _tensors(model, prefix="model.")
+        shutil.copyfile(MODELING_FILE, out / MODELING_FILE.name)
+    if tokenizer is not None:
+        config["eos_token_id"] = tokenizer.eos_id
+        _write_tokenizer(tokenizer, out)
+    if run_config is not None:
+        config["energyformer_run"] = run_config
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    (out / "generation_config.json").write_text(json.dumps({"use_cache": False, "eos_token_id": config.get("eos_token_id")}))
+    save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
+    if check:
+        check_export(model, out)
+    return out
+
+
+def _probe(cfg: ModelConfig) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, cfg.vocab_size, (2, min(cfg.max_seq_len, 12)), generator=g)  # (2, N)
+
+
+@torch.no_grad()
+def check_export(model: CausalLM, out: Path) -> float:
+    """Load ``out`` with ``transformers`` and compare logits on a probe; the max difference (<= 1e-5)."""
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True, local_files_only=True).eval()
+    idx = _probe(model.cfg)
+    diff = float((hf(input_ids=idx).logits.float() - model(idx).logits.float()).abs().max())
+    if not diff <= PROBE_TOL:
+        raise ExportError(f"export check failed: the Hugging Face model in {out} gives logits {diff:.3g} away "
+                          f"from the run's (tolerance {PROBE_TOL:g})")
+    return diff
+
+
+def load_hf(folder: str | Path) -> CausalLM:
+    """An exported folder (either layout) back as an ``energyformer`` ``CausalLM`` in eval mode."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise ExportError(f"{folder / 'config.json'} not found: is {folder} an exported model folder?")
+    config = json.loads((folder / "config.json").read_text())
+    if config.get("model_type") not in ("energyformer", "llama"):
+        raise ExportError(f"{folder}: model_type {config.get('model_type')!r} is not an energyformer export "
+                          f"(allowed: 'energyformer', 'llama')")
+    tensors = load_file(str(folder / WEIGHTS))
+    if config.get("model_type") == "energyformer":
+        model = build_lm(config["energyformer_model"])
+        state = {k.removeprefix("model."): v for k, v in tensors.items()}
+    else:
+        cfg = load_config(ModelConfig, {
+            "vocab_size": config["vocab_size"], "dim": config["hidden_size"], "n_layers": config["num_hidden_layers"],
+            "heads": config["num_attention_heads"], "mlp_hidden": config["intermediate_size"],
+            "max_seq_len": config["max_position_embeddings"], "tie_embeddings": config["tie_word_embeddings"],
+            "init_std": config.get("initializer_range", 0.02),
+            "block": {"attention": {"kind": "llama", "rope_theta": _rope_theta(config)}, "mlp": "swiglu"}})
+        model = CausalLM(cfg)
+        back = {hf: ours for ours, hf in _llama_name_map(cfg.n_layers).items()}
+        state = {back[k]: v for k, v in tensors.items()}
+        if cfg.tie_embeddings and "head.weight" not in state:
+            state["head.weight"] = state["embed.weight"]
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+def _rope_theta(config: dict) -> float:
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    return float(params.get("rope_theta", config.get("rope_theta", 10000.0)))

@@ -1,0 +1,67 @@
+"""``energyformer export RUN --format hf OUT``: a Hugging Face folder that ``transformers`` loads offline
+(logits equal to 1e-5, greedy generation identical) and that loads back into energyformer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from energyformer.cli import main  # noqa: E402
+from energyformer.experiment import load_run_config, load_trained, run_experiment  # noqa: E402
+from energyformer.export import ExportError, export_hf, load_hf  # noqa: E402
+
+TOY = ["train.steps=3", "train.eval_every=0", "train.save_every=0", "train.progress=false",
+       "train.tensorboard=false", "task.seq_len=16", "task.batch_size=2", "task.eval_batch_size=2",
+       "task.eval_max_batches=1", "model.dim=32", "model.heads=4", "model.n_layers=2", "model.max_seq_len=32"]
+CASES = {  # config, tokenizer, HF class the folder loads as
+    "llama": ("lm/llama", "bpe", "LlamaForCausalLM"),
+    "cem_full": ("lm/cem_full", "bytes", "EnergyformerForCausalLM"),
+    "nag_mha": ("intrinsic/nag_mha", "bytes", "EnergyformerForCausalLM"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_export_round_trip(case, tmp_path):
+    config, tokenizer, hf_class = CASES[case]
+    cfg = load_run_config(config, TOY + [f"task.tokenizer={tokenizer}", f"out_dir={tmp_path}", f"name={case}"])
+    run = run_experiment(cfg).run_dir
+    out = tmp_path / "hf"
+    assert main(["export", str(run), "--format", "hf", str(out)]) == 0
+    files = {p.name for p in out.iterdir()}
+    assert {"config.json", "model.safetensors"} <= files
+    assert ("modeling_energyformer.py" in files) == (hf_class != "LlamaForCausalLM")
+
+    _, ours, task = load_trained(run)
+    hf = AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True, local_files_only=True).eval()
+    back = load_hf(out)
+    assert type(hf).__name__ == hf_class and json.loads((out / "config.json").read_text())["architectures"] == [hf_class]
+    idx = torch.randint(0, task.tokenizer.vocab_size, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = ours(idx).logits
+        torch.testing.assert_close(hf(input_ids=idx).logits, ref, atol=1e-5, rtol=0)
+        torch.testing.assert_close(back(idx).logits, ref, atol=1e-5, rtol=0)
+    prompt = idx[:1, :5]
+    g_ours = ours.generate(prompt, 12, greedy=True)
+    g_hf = hf.generate(prompt, max_new_tokens=12, min_new_tokens=12, do_sample=False)
+    assert torch.equal(g_hf, g_ours)
+    assert torch.equal(back.generate(prompt, 12, greedy=True), g_ours)
+    if tokenizer == "bpe":  # the run's tokenizer travels with the folder
+        tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
+        assert tok("ROMEO:\n")["input_ids"] == task.tokenizer.encode("ROMEO:\n")
+
+
+def test_export_refuses_non_language_models(tmp_path):
+    with pytest.raises(ExportError, match="causal language models"):
+        export_hf(torch.nn.Linear(2, 2), tmp_path)
+
+
+def test_load_hf_refuses_other_folders(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ExportError, match="model_type 'bert' is not an energyformer export"):
+        load_hf(tmp_path)
