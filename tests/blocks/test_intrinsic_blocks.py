@@ -156,8 +156,8 @@ def test_learned_beta_and_step_are_parameters_with_step_size_role():
     ({"kind": "mha_tied", "form": "cosine"}, "form.*'sphere' or 'elastic'"),
     ({"kind": "mha_tied", "temperature": 0.0}, "temperature = 0.0: input should be greater than 0"),
     ({"kind": "mha2nd_lite", "bias_temperature_init": -2.0}, "bias_temperature_init = -2.0"),
-    ({"kind": "momen_mha", "step_size": -1.0}, "step_size = -1.0: input should be greater than 0"),
-    ({"kind": "momen_mha", "momentum": 0.9}, "unknown key .*momentum.* allowed keys: beta"),
+    ({"kind": "momen_mha", "step_size": -1.0}, "step_size.value = -1.0: input should be greater than 0"),
+    ({"kind": "momen_mha", "momentum": 0.9}, "unknown key .*momentum.* allowed keys: solver, step_size"),
 ])
 def test_bad_options_are_one_line_errors(attention, match):
     with pytest.raises(ConfigError, match=match) as e:
@@ -166,7 +166,7 @@ def test_bad_options_are_one_line_errors(attention, match):
 
 
 @pytest.mark.parametrize("mlp,match", [
-    ({"kind": "momen_gelu", "beta": 1.0}, "model.block.mlp.beta = 1.0: input should be less than 1"),
+    ({"kind": "momen_gelu", "beta": 1.0}, "model.block.mlp.solver.beta = 1.0: input should be less than 1"),
     ({"kind": "nag_gelu", "readout": "x"}, "model.block.mlp.readout = 'x': allowed values are 'lookahead' or 'iterate'"),
     ({"kind": "nag_gelu", "beta": 0.0}, "learn_beta"),
 ])

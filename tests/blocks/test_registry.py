@@ -22,8 +22,8 @@ def test_yaml_layout_each_kind_its_own_section():
     cfg = load_config(BlockConfig, {"attention": {"kind": "cem", "steps": 2, "precond": "diag_low_rank"},
                                     "mlp": {"kind": "cem", "steps": 2}})
     assert isinstance(cfg.attention, CEMAttentionConfig) and cfg.attention.steps == 2
-    assert cfg.attention.precond == "diag_low_rank" and cfg.attention.precond_rank == 4
-    assert isinstance(cfg.mlp, CEMMLPConfig) and cfg.mlp.steps == 2 and cfg.mlp.precond_rank == 16
+    assert cfg.attention.solver.precond == "diag_low_rank" and cfg.attention.solver.precond_rank == 4
+    assert isinstance(cfg.mlp, CEMMLPConfig) and cfg.mlp.steps == 2 and cfg.mlp.solver.precond_rank == 16
     # shorthand: a bare kind name = that kind with its defaults; round trip through to_dict
     short = load_config(BlockConfig, {"attention": "gpt", "mlp": "gelu"})
     assert short == load_config(BlockConfig, {"attention": {"kind": "gpt"}, "mlp": {"kind": "gelu"}})
@@ -53,8 +53,8 @@ def test_bad_kind_is_one_line_listing_registered(data, needles):
      ["unknown key 'attention.rope_theta' for attention kind 'gpt'", "kinds that accept it: llama"]),
     ({"attention": {"kind": "llama", "steps": 2}},
      ["unknown key 'attention.steps' for attention kind 'llama'", "kinds that accept it: cem"]),
-    ({"mlp": {"kind": "gelu", "precond": "diagonal"}},
-     ["unknown key 'mlp.precond' for mlp kind 'gelu'", "kinds that accept it: cem"]),
+    ({"mlp": {"kind": "gelu", "norm_in_loop": True}},
+     ["unknown key 'mlp.norm_in_loop' for mlp kind 'gelu'", "kinds that accept it: cem"]),
     ({"attention": {"kind": "cem", "stpes": 2}}, ["unknown key 'attention.stpes'", "did you mean 'attention.steps'"]),
 ])
 def test_unknown_key_in_a_kind_section_names_the_kinds_that_accept_it(data, needles):

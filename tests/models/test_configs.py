@@ -21,8 +21,8 @@ def test_lm_config_model_section_loads_and_builds(path):
 def test_the_seed_variants_read_as_intended():
     load = lambda name: load_config(ModelConfig, read_yaml(CONFIGS[0].parent / f"{name}.yaml")["model"])  # noqa: E731
     full = load("cem_full")
-    assert (full.block.attention.kind, full.block.attention.steps, full.block.attention.precond) == ("cem", 2, "diag_low_rank")
-    assert (full.block.mlp.kind, full.block.mlp.steps, full.block.mlp.precond) == ("cem", 2, "diag_low_rank")
+    assert (full.block.attention.kind, full.block.attention.steps, full.block.attention.solver.precond) == ("cem", 2, "diag_low_rank")
+    assert (full.block.mlp.kind, full.block.mlp.steps, full.block.mlp.solver.precond) == ("cem", 2, "diag_low_rank")
     gpt = load("gpt")
     assert (gpt.block.attention.kind, gpt.block.mlp.kind, gpt.block.dropout, gpt.hidden) == ("gpt", "gelu", 0.1, 512)
     assert load("llama").hidden == 352 and load("cem_mlp_t1_param_matched").hidden == 528
