@@ -83,7 +83,7 @@ def _hyperset_condition(data: dict) -> dict:
     if isinstance(eta, dict) and eta.get("kind") == "network":
         cond = eta.get("condition", "x0")
         role = data.get("_role")
-        if isinstance(cond, str):  # anything else is left for validation to refuse by name
+        if isinstance(cond, str):  # anything else is left for validation to reject
             new = {"x0": "input", "iterate": "layer" if role == "attention" else "iterate"}.get(cond, cond)
             data["step_size"] = {**eta, "condition": new}
     data.pop("_role", None)
