@@ -37,7 +37,7 @@ def test_yaml_layout_each_kind_its_own_section():
 @pytest.mark.parametrize("data,needles", [
     ({"attention": "flash"}, ["attention.kind = 'flash'", "registered: llama, gpt, cem"]),
     ({"attention": {"kind": "lama"}}, ["(did you mean 'llama'?)", "registered: llama, gpt, cem"]),
-    ({"mlp": "relu"}, ["mlp.kind = 'relu'", "registered: swiglu, gelu, cem"]),
+    ({"mlp": "reglu"}, ["mlp.kind = 'reglu'", "registered: swiglu, gelu, relu, cem"]),
 ])
 def test_bad_kind_is_one_line_listing_registered(data, needles):
     with pytest.raises(ConfigError) as err:
