@@ -66,12 +66,12 @@ def iteration_states(model: nn.Module, idx: Tensor, iterations: int, **forward) 
 
 
 def _subspaces(layer: nn.Module, x: Tensor) -> Tensor:
-    """(B, H, N, p) normalised subspace projections of x for a Hyper-SET or a GPT attention layer."""
+    """(B, H, N, p) normalised subspace projections of x for a Hyper-SET, GPT or Llama attention layer."""
     attn = layer.attn
     if hasattr(attn, "energy") and hasattr(attn.energy, "spherical"):
         return attn.energy.spherical(x)
-    if hasattr(attn, "c_attn"):  # GPT attention: its per-head queries of the normalised input
-        q = attn.c_attn(attn.norm(x))[..., : x.shape[-1]]
+    if hasattr(attn, "c_attn") or hasattr(attn, "wq"):  # GPT / Llama: per-head queries of the normalised input
+        q = attn.c_attn(attn.norm(x))[..., : x.shape[-1]] if hasattr(attn, "c_attn") else attn.wq(attn.norm(x))
         q = rearrange(q, "b n (h p) -> b h n p", h=attn.heads)
         return F.rms_norm(q, (q.shape[-1],))
     raise TypeError(f"no subspace projections known for attention {type(attn).__name__}")
@@ -137,6 +137,29 @@ def plot_extrapolation(curves: dict[str, dict[int, float]], train_iterations: in
     ax.set_title(title or "test-time extrapolation")
     ax.legend()
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_learning_curves(histories: dict[str, list[dict]], path) -> None:
+    """Fig. 3a: validation cell and board accuracy (%) against training step, one line per model.
+
+    ``histories``: model name -> the run's eval records (``step``, ``eval/cell_accuracy``,
+    ``eval/board_accuracy``), as in ``metrics.jsonl``.
+    """
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6))
+    for ax, key, label in zip(axes, ("eval/cell_accuracy", "eval/board_accuracy"), ("cell (blanks)", "board")):
+        for name, hist in histories.items():
+            pts = [(e["step"], 100 * e[key]) for e in hist if key in e and e.get("step") is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=3, label=name)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(f"{label} accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("learning curves (validation)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
