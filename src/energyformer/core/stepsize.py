@@ -198,7 +198,8 @@ class NetworkStepSize(StepSize):
 
     ``state_norm=False`` drops the RMSNorm (eta_t(s) = base + W_o GELU(tau(t) + s)), as the released
     Sudoku code does: with a short state (an embedding of scale 0.02) the output then starts nearly
-    state-independent and grows at the rate of its bias, not at d times that rate (issue 20).
+    state-independent and grows at about the rate of its bias; with the norm every weight of W_o moves
+    it as much as the bias (Adam), ten times faster at d = 64 (issue 20, docs/results/hyperset/plateau).
 
     Our reading of Hyper-SET §4.3 Eq. 12 and App. D.1 (Table 6: time embedding 512, Linear 512 x d,
     GELU, Linear d x d, GELU, Linear d x 2d; the released code adds the normalised input to the time
