@@ -28,7 +28,7 @@ def test_yaml_layout_each_kind_its_own_section():
     short = load_config(BlockConfig, {"attention": "gpt", "mlp": "gelu"})
     assert short == load_config(BlockConfig, {"attention": {"kind": "gpt"}, "mlp": {"kind": "gelu"}})
     assert load_config(BlockConfig, to_dict(cfg)) == cfg
-    assert to_dict(BlockConfig())["attention"] == {"kind": "llama", "rope_theta": 10000.0}
+    assert to_dict(BlockConfig())["attention"] == {"kind": "llama", "rope_theta": 10000.0, "rope": True}
     # dotted overrides reach into a kind's section
     over = load_config(BlockConfig, {"attention": "cem"}, ["attention.steps=3", "mlp.kind=gelu"])
     assert over.attention.steps == 3 and over.mlp.kind == "gelu"
@@ -37,7 +37,7 @@ def test_yaml_layout_each_kind_its_own_section():
 @pytest.mark.parametrize("data,needles", [
     ({"attention": "flash"}, ["attention.kind = 'flash'", "registered: llama, gpt, cem"]),
     ({"attention": {"kind": "lama"}}, ["(did you mean 'llama'?)", "registered: llama, gpt, cem"]),
-    ({"mlp": "relu"}, ["mlp.kind = 'relu'", "registered: swiglu, gelu, cem"]),
+    ({"mlp": "reglu"}, ["mlp.kind = 'reglu'", "registered: swiglu, gelu, relu, cem"]),
 ])
 def test_bad_kind_is_one_line_listing_registered(data, needles):
     with pytest.raises(ConfigError) as err:

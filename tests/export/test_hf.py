@@ -65,3 +65,15 @@ def test_load_hf_refuses_other_folders(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(ExportError, match="model_type 'bert' is not an energyformer export"):
         load_hf(tmp_path)
+
+
+def test_llama_without_rope_is_not_exported_as_stock_llama():
+    """``attention: {kind: llama, rope: false}`` (Hyper-SET's Sudoku baseline) has no RoPE, which a stock
+    ``LlamaForCausalLM`` always applies: it goes out as the generic energyformer class instead."""
+    from energyformer.export.hf import is_llama
+    from energyformer.models import ModelConfig
+
+    base = dict(vocab_size=32, dim=32, heads=4, n_layers=1, positions="none", final_norm="rms")
+    assert is_llama(ModelConfig.model_validate({**base, "block": {"attention": "llama", "mlp": "swiglu"}}))
+    no_rope = {"attention": {"kind": "llama", "rope": False}, "mlp": "swiglu"}
+    assert not is_llama(ModelConfig.model_validate({**base, "block": no_rope}))

@@ -9,7 +9,7 @@ iteration, test-time extrapolation curves, and their plots.
 * :func:`trajectory` — per iteration t = 0 … L: E_ATTN, E_FF and their sum (per board: summed over
   the tokens, averaged over boards; the energies at the normalised projections, as Fig. 5), and
   per subspace h the effective rank and average angle of RMSNorm(W_hᵀ x^t) (Fig. 6). For a plain
-  (GPT) attention layer the subspaces are its RMS-normalised per-head queries (no energies).
+  (GPT or Llama) attention layer the subspaces are its RMS-normalised per-head queries (no energies).
 * :func:`extrapolation` — a score (e.g. board accuracy) at each iteration count (Fig. 3b).
 """
 
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from ..blocks.baselines import GPTAttention
+from ..blocks.baselines import GPTAttention, LlamaAttention
 from ..blocks.hyperset import HyperSETSublayer
 from ..energies.hyperspherical import SubspaceAttentionEnergy
 
@@ -62,12 +62,13 @@ def iteration_states(model: nn.Module, idx: Tensor, iterations: int, **forward) 
 
 
 def _subspaces(layer: nn.Module, x: Tensor) -> Tensor:
-    """(B, H, N, p) normalised subspace projections of x for a Hyper-SET or a GPT attention layer."""
+    """(B, H, N, p) normalised subspace projections of x for a Hyper-SET, GPT or Llama attention layer."""
     attn = layer.attn
     if isinstance(attn, HyperSETSublayer) and isinstance(attn.energy, SubspaceAttentionEnergy):
         return attn.energy.spherical(x)
-    if isinstance(attn, GPTAttention):  # its per-head queries of the normalised input
-        q = attn.c_attn(attn.norm(x))[..., : x.shape[-1]]
+    if isinstance(attn, (GPTAttention, LlamaAttention)):  # their per-head queries of the normalised input
+        h = attn.norm(x)
+        q = attn.c_attn(h)[..., : x.shape[-1]] if isinstance(attn, GPTAttention) else attn.wq(h)
         q = rearrange(q, "b n (h p) -> b h n p", h=attn.heads)
         return F.rms_norm(q, (q.shape[-1],))
     raise TypeError(f"no subspace projections known for attention {type(attn).__name__}")
@@ -133,6 +134,29 @@ def plot_extrapolation(curves: dict[str, dict[int, float]], train_iterations: in
     ax.set_title(title or "test-time extrapolation")
     ax.legend()
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_learning_curves(histories: dict[str, list[dict]], path) -> None:
+    """Fig. 3a: validation cell and board accuracy (%) against training step, one line per model.
+
+    ``histories``: model name -> the run's eval records (``step``, ``eval/cell_accuracy``,
+    ``eval/board_accuracy``), as in ``metrics.jsonl``.
+    """
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6))
+    for ax, key, label in zip(axes, ("eval/cell_accuracy", "eval/board_accuracy"), ("cell (blanks)", "board")):
+        for name, hist in histories.items():
+            pts = [(e["step"], 100 * e[key]) for e in hist if key in e and e.get("step") is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=3, label=name)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(f"{label} accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("learning curves (validation)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -5,13 +5,17 @@ Every sublayer maps (B, N, D) -> (B, N, D) with the residual included and takes 
 baseline and an energy block are interchangeable in a layer. Registered kinds:
 
 * attention ``llama`` — :class:`LlamaAttention`: pre-RMSNorm, separate W_Q, W_K, W_V, W_O (no bias),
-  RoPE (``rope_theta``), SDPA.
+  RoPE (``rope_theta``; ``rope: false`` for models with absolute positions, e.g. Hyper-SET §5's
+  baseline), SDPA.
 * attention ``gpt``   — :class:`GPTAttention`: pre-LayerNorm, fused QKV with bias, output projection,
   dropout (GPT-2).
 * MLP ``swiglu``      — :class:`SwiGLU`: pre-RMSNorm, W_down(SiLU(W_gate h) ∘ W_up h) (Shazeer 2020);
   default hidden 8/3·D rounded up to 32 (Llama).
 * MLP ``gelu``        — :class:`GeluMLP`: pre-LayerNorm, GELU MLP with bias and dropout; default
   hidden 4·D (GPT-2).
+* MLP ``relu``        — :class:`ReluMLP`: pre-RMSNorm, W_2 ReLU(W_1 h), no bias, no dropout; default
+  hidden 4·D (Hyper-SET §5's baseline: "remove biases and dropout, Pre-Norm with RMSNorm, MLP ratio 4";
+  ReLU as in the released code).
 
 Attention is causal or bidirectional (``causal``, given by the model through the builder spec).
 """
@@ -38,6 +42,8 @@ class LlamaAttentionConfig(AttentionConfig):
     kind: Literal["llama"] = "llama"
     rope_theta: float = Field(10000.0, gt=0)
     """RoPE base θ (Su et al. 2024)"""
+    rope: bool = True
+    """rotary positions on Q and K; false: none (the model's absolute positions only)"""
 
 
 class GPTAttentionConfig(AttentionConfig):
@@ -51,12 +57,13 @@ class LlamaAttention(nn.Module):
 
     part = "attention"
 
-    def __init__(self, dim: int, heads: int, rope_theta: float = 10000.0, causal: bool = True):
+    def __init__(self, dim: int, heads: int, rope_theta: float = 10000.0, causal: bool = True, rope: bool = True):
         super().__init__()
         check_int("heads", heads, min=1)
-        if dim % heads or (dim // heads) % 2:
+        if dim % heads or (rope and (dim // heads) % 2):
             raise ValueError(f"heads = {heads}: must divide dim = {dim} into an even head size")
         self.heads, self.head_dim, self.theta, self.causal = heads, dim // heads, rope_theta, causal
+        self.rope = bool(rope)
         self.norm = nn.RMSNorm(dim, eps=1e-6)
         self.wq = nn.Linear(dim, dim, bias=False)
         self.wk = nn.Linear(dim, dim, bias=False)
@@ -67,10 +74,11 @@ class LlamaAttention(nn.Module):
     def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
         h = self.norm(x)
         q, k, v = (rearrange(w(h), "b n (h d) -> b h n d", h=self.heads) for w in (self.wq, self.wk, self.wv))
-        offset = 0 if ctx is None else ctx.offset
-        pos = torch.arange(offset, offset + x.shape[1], device=x.device)
-        cos, sin = rope_cos_sin(pos, self.head_dim, self.theta, q.dtype)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.rope:
+            offset = 0 if ctx is None else ctx.offset
+            pos = torch.arange(offset, offset + x.shape[1], device=x.device)
+            cos, sin = rope_cos_sin(pos, self.head_dim, self.theta, q.dtype)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v, key_mask = append_kv_cache(ctx, self.qualname, k, v)  # (B, H, Nk, Dh)
         o = sdpa(q, k, v, self.causal, key_mask)
         return x + self.wo(rearrange(o, "b h n d -> b n (h d)"))
@@ -102,8 +110,8 @@ class GPTAttention(nn.Module):
 
 @ATTENTIONS.register("llama", LlamaAttentionConfig)
 def build_llama_attention(cfg: LlamaAttentionConfig, spec: SublayerSpec) -> LlamaAttention:
-    """Llama attention: RoPE, separate Q/K/V/O, pre-RMSNorm (no dropout)."""
-    return LlamaAttention(spec.dim, spec.heads, cfg.rope_theta, causal=spec.causal)
+    """Llama attention: RoPE (optional), separate Q/K/V/O, pre-RMSNorm (no dropout)."""
+    return LlamaAttention(spec.dim, spec.heads, cfg.rope_theta, causal=spec.causal, rope=cfg.rope)
 
 
 @ATTENTIONS.register("gpt", GPTAttentionConfig)
@@ -128,6 +136,15 @@ class GeluMLPConfig(MLPConfig):
     kind: Literal["gelu"] = "gelu"
     norm: Literal["layer", "rms"] = "layer"
     """pre-norm: LayerNorm (GPT-2) or RMSNorm (the CEM seed's Plain regressor, Table 3)"""
+
+    def default_hidden(self, dim: int) -> int:
+        return 4 * dim
+
+
+class ReluMLPConfig(MLPConfig):
+    """Plain pre-RMSNorm ReLU MLP without bias or dropout (Hyper-SET §5's baseline); default hidden 4·D."""
+
+    kind: Literal["relu"] = "relu"
 
     def default_hidden(self, dim: int) -> int:
         return 4 * dim
@@ -169,6 +186,22 @@ class GeluMLP(nn.Module):
         return x + self.drop(self.proj(F.gelu(self.fc(self.norm(x)))))
 
 
+class ReluMLP(nn.Module):
+    """x + W_2 ReLU(W_1 RMSNorm(x)), no bias (Hyper-SET §5: "remove biases and dropout, Pre-Norm with RMSNorm")."""
+
+    part = "mlp"
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.norm = nn.RMSNorm(dim, eps=1e-6)
+        self.fc = nn.Linear(dim, hidden, bias=False)
+        self.proj = nn.Linear(hidden, dim, bias=False)
+        self.qualname = ""
+
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
+        return x + self.proj(F.relu(self.fc(self.norm(x))))
+
+
 @MLPS.register("swiglu", SwiGLUConfig)
 def build_swiglu(cfg: SwiGLUConfig, spec: SublayerSpec) -> SwiGLU:
     """Llama SwiGLU MLP, pre-RMSNorm, no bias (no dropout)."""
@@ -179,3 +212,9 @@ def build_swiglu(cfg: SwiGLUConfig, spec: SublayerSpec) -> SwiGLU:
 def build_gelu_mlp(cfg: GeluMLPConfig, spec: SublayerSpec) -> GeluMLP:
     """GPT-2 GELU MLP, pre-LayerNorm (or RMSNorm), bias, dropout."""
     return GeluMLP(spec.dim, cfg.hidden_size(spec), spec.dropout, cfg.norm)
+
+
+@MLPS.register("relu", ReluMLPConfig)
+def build_relu_mlp(cfg: ReluMLPConfig, spec: SublayerSpec) -> ReluMLP:
+    """Pre-RMSNorm ReLU MLP, no bias, no dropout (Hyper-SET §5's baseline)."""
+    return ReluMLP(spec.dim, cfg.hidden_size(spec))

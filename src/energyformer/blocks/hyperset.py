@@ -17,20 +17,23 @@ backbone's ``iterations`` (one Hyper-SET layer iterated L times is ``n_layers: 1
 **Step sizes** α_t, γ_t ∈ R^d per token (§4.3, App. D.1) come from the core's step-size modules
 (:mod:`energyformer.core.stepsize`). The default is the paper's network (Table 6): a 512-wide
 sinusoidal embedding of the iteration t, Linear 512 x d, GELU, Linear d x d, added to the
-(RMS-normalised) conditioning state, GELU, Linear d x 2d — **one** network for both sublayers:
+conditioning state, GELU, Linear d x 2d — **one** network for both sublayers:
 the attention sublayer's network has ``groups: 2`` and hands the second half (γ_t) to the
-feed-forward sublayer of the same layer, whose ``step_size: shared`` takes it (through
-``ctx.carry``). In these sublayers the network's ``condition: x0`` means the model input x⁽⁰⁾ (the
-layer stack's input ``ctx.embedded``, Eq. 12, the Sudoku setting, Table 8), ``iterate`` the current
-state x_t (the image setting, Table 10); γ_t is computed from the same state as α_t, before the
-attention step, as in the released code. Every Linear of the network is zero-initialised
+feed-forward sublayer of the same layer, whose ``step_size: shared`` references the same network
+(group 1). The network's ``condition: input`` is the model input x⁽⁰⁾ (the layer stack's input
+``ctx.embedded``, Eq. 12, the Sudoku setting, Table 8), ``layer`` the layer's input x_t, the state
+before the attention step (the image setting, Table 10; older configs' ``x0`` / ``iterate`` are
+migrated to these); γ_t is computed from the same state as α_t, before the
+attention step, as in the released code. The conditioning state enters as it is (``state_norm: false``,
+Table 6 and the released Sudoku code's ``c + x_inp``; ``state_norm: true`` RMS-normalises it first, as
+the released image code's ``ln_inp`` — the previous default, which let α, γ grow about ten times
+faster at d = 64 and the token states run away, docs/results/hyperset/plateau/). Every Linear of the
+network is zero-initialised
 (``zero_init: all``, the paper's "zero-initialization of network parameters" and the code), so the
 first forward pass leaves the tokens unchanged. Note what that implies (the core's docstring shows
 it): with all-zero init the time-embedding trunk never receives a gradient, so the learned steps
 depend on the conditioning state but not on t — in the released Sudoku code too, which zeroes the
-same three Linears; ``zero_init: output`` keeps t in play. The conditioning state is RMS-normalised
-before it meets the time embedding (as the released image code's ``ln_inp``; its Sudoku model adds
-x⁽⁰⁾ unnormalised). Fixed,
+same three Linears; ``zero_init: output`` keeps t in play. Fixed,
 learned-scalar and per-iteration step sizes (the Table 4 ablation: ``step_size: 0.1``) work as in
 any energy block. The iteration index t is 0-based (the paper counts 1..L).
 
@@ -68,8 +71,10 @@ FF_ENERGIES = {"relu": ReLUFFEnergy, "softmax": SoftmaxFFEnergy, "gated": GatedF
 
 
 def paper_step_network() -> NetworkStepSizeConfig:
-    """The step-size network of App. D.1 / Table 6 (Sudoku, Table 8: conditioned on x⁽⁰⁾)."""
-    return NetworkStepSizeConfig(embed_dim=512, condition="input", output="vector", zero_init="all", groups=2)
+    """The step-size network of App. D.1 / Table 6 (Sudoku, Table 8: conditioned on the model input x⁽⁰⁾,
+    not normalised)."""
+    return NetworkStepSizeConfig(embed_dim=512, condition="input", output="vector", zero_init="all", groups=2,
+                                 state_norm=False)
 
 
 SHARED_NETWORK = "hyperset.step_network"  # SublayerSpec.shared key: the attention's network, for the MLP

@@ -185,6 +185,9 @@ class NetworkStepSizeConfig(KindConfig):
     groups: int = Field(1, ge=1)
     """Step sizes produced by one network (output width groups x d, or groups for 'scalar'): Hyper-SET's
     network gives alpha and gamma of two sublayers from one trunk (Table 6: Linear d x 2d), groups = 2."""
+    state_norm: bool = True
+    """RMS-normalise the conditioning state before it meets the index embedding (the released image
+    code's ``ln_inp``); false: add it as it is (the released Sudoku code, ``c + x_inp``)"""
 
     @field_validator("embed_dim")
     @classmethod
@@ -203,6 +206,11 @@ def sinusoidal_embedding(index: int, freqs: Tensor) -> Tensor:
 @STEP_SIZES.register("network", NetworkStepSizeConfig)
 class NetworkStepSize(StepSize):
     """eta_t(s) = base + W_o GELU(tau(t) + RMSNorm(s)),  tau(t) = W_2 GELU(W_1 sin-emb(t)).
+
+    ``state_norm=False`` drops the RMSNorm (eta_t(s) = base + W_o GELU(tau(t) + s)), as the released
+    Sudoku code does: with a short state (an embedding of scale 0.02) the output then starts nearly
+    state-independent and grows at about the rate of its bias; with the norm every weight of W_o moves
+    it as much as the bias (Adam), ten times faster at d = 64 (issue 20, docs/results/hyperset/plateau).
 
     Our reading of Hyper-SET §4.3 Eq. 12 and App. D.1 (Table 6: time embedding 512, Linear 512 x d,
     GELU, Linear d x d, GELU, Linear d x 2d; the released code adds the normalised input to the time
@@ -224,10 +232,10 @@ class NetworkStepSize(StepSize):
 
     def __init__(self, dim: int, embed_dim: int = 64, condition: str = "x0", output: str = "vector",
                  zero_init: str = "output", base: float = 0.0, max_period: float = 10000.0,
-                 groups: int = 1):
+                 groups: int = 1, state_norm: bool = True):
         super().__init__()
-        cfg = NetworkStepSizeConfig(embed_dim=embed_dim, condition=condition, output=output,
-                                    zero_init=zero_init, base=base, groups=groups)  # validates the options
+        cfg = NetworkStepSizeConfig(embed_dim=embed_dim, condition=condition, output=output, zero_init=zero_init,
+                                    base=base, groups=groups, state_norm=state_norm)  # validates the options
         check_int("dim", dim, min=1)
         self.dim, self.condition, self.output, self.base = dim, cfg.condition, cfg.output, float(base)
         self.groups, self.zero_init = cfg.groups, cfg.zero_init
@@ -237,7 +245,7 @@ class NetworkStepSize(StepSize):
             persistent=False)
         self.time_in = nn.Linear(embed_dim, dim)   # W_1
         self.time_out = nn.Linear(dim, dim)        # W_2
-        self.state_norm = nn.RMSNorm(dim)
+        self.state_norm = nn.RMSNorm(dim) if cfg.state_norm else nn.Identity()
         self.out = nn.Linear(dim, cfg.groups * (1 if output == "scalar" else dim))  # W_o
         self.after_model_init()
 
@@ -253,7 +261,8 @@ class NetworkStepSize(StepSize):
 
     @classmethod
     def from_config(cls, cfg: NetworkStepSizeConfig, dim: int) -> NetworkStepSize:
-        return cls(dim, cfg.embed_dim, cfg.condition, cfg.output, cfg.zero_init, cfg.base, groups=cfg.groups)
+        return cls(dim, cfg.embed_dim, cfg.condition, cfg.output, cfg.zero_init, cfg.base, groups=cfg.groups,
+                   state_norm=cfg.state_norm)
 
     @property
     def needs_context(self) -> bool:  # type: ignore[override]

@@ -64,7 +64,8 @@ def build_lm(model_config: dict) -> CausalLM:
 def is_llama(cfg: ModelConfig) -> bool:
     """Whether ``cfg`` is the Llama baseline that maps onto a stock ``LlamaForCausalLM``."""
     b = cfg.block
-    return (b.attention.kind == "llama" and b.mlp.kind == "swiglu" and cfg.positions == "none"
+    return (b.attention.kind == "llama" and b.attention.rope and b.mlp.kind == "swiglu"  # stock Llama always has RoPE
+            and cfg.positions == "none"
             and cfg.final_norm == "rms" and cfg.iterations == 1 and cfg.train_iterations is None
             and to_dict(b) == to_dict(type(b)(attention=b.attention, mlp=b.mlp)))
 

@@ -1,0 +1,41 @@
+"""The bias-free pre-RMSNorm baseline of Hyper-SET §5 (attention ``llama`` with ``rope: false``, MLP
+``relu``): its formula, its parameter names, and that without RoPE bidirectional attention is
+permutation-equivariant (with RoPE it is not)."""
+
+import torch
+import torch.nn.functional as F
+
+from energyformer.blocks.baselines import LlamaAttention, ReluMLP
+from energyformer.blocks.layer import BlockConfig
+from energyformer.blocks.registry import SublayerSpec, build_attention, build_mlp
+from energyformer.utils.config import load_config
+
+
+def test_relu_mlp_is_x_plus_w2_relu_w1_rmsnorm_x_without_bias():
+    torch.manual_seed(0)
+    m = ReluMLP(8, 32)
+    x = torch.randn(2, 5, 8)
+    h = F.rms_norm(x, (8,), m.norm.weight, 1e-6)
+    ref = x + F.relu(h @ m.fc.weight.t()) @ m.proj.weight.t()
+    torch.testing.assert_close(m(x), ref)
+    assert sorted(n for n, _ in m.named_parameters()) == ["fc.weight", "norm.weight", "proj.weight"]
+
+
+def test_relu_kind_defaults_to_ratio_4():
+    block = load_config(BlockConfig, {"attention": {"kind": "llama", "rope": False}, "mlp": "relu"})
+    spec = SublayerSpec(dim=16, heads=4, causal=False, dropout=0.0, mlp_hidden=None)
+    mlp = build_mlp(block.mlp, spec)
+    assert mlp.fc.weight.shape == (64, 16)
+    att = build_attention(block.attention, spec)
+    assert isinstance(att, LlamaAttention) and not att.rope
+
+
+def test_attention_without_rope_is_permutation_equivariant():
+    torch.manual_seed(0)
+    x = torch.randn(2, 7, 16)
+    perm = torch.randperm(7)
+    plain = LlamaAttention(16, 4, causal=False, rope=False)
+    torch.testing.assert_close(plain(x)[:, perm], plain(x[:, perm]))
+    rope = LlamaAttention(16, 4, causal=False)
+    rope.load_state_dict(plain.state_dict())
+    assert not torch.allclose(rope(x)[:, perm], rope(x[:, perm]), atol=1e-4)
