@@ -11,7 +11,7 @@ kind                update (x: residual stream, S: the sublayer's direction)    
 ``mha``             ``x + η S(LN x)``, GPT-2 MHA, η = 1 fixed: equals ``gpt``       baseline
 ``mha_tied``        ``x − η ∇F_MH(LN x)``, tied V = K, W_O = P_hᵀ: exact GD on D7    Theorem 3
 ``momen_mha``       ``m ← β m + S(LN x);  x ← x + η m`` (heavy ball)                 §3.1 MomenMHA
-``nag_mha``         ``m ← β m + S(LN y);  y ← y + η(S + β m)`` (Nesterov, SGD form)    §3.1 NagMHA
+``nag_mha``         ``m ← β m + S(LN(x + ηβm));  x ← x + η m`` (Nesterov)           §3.1 NagMHA
 ``momen_gelu``      the FFN in the same momentum recursion (MLP kind)               §3.1 "FFN too"
 ``nag_gelu``        the FFN in the same Nesterov recursion (MLP kind)               §3.1
 ``linear_attn``     ``x + η S(LN x)``, linear attention (D6); ``tied``: exact GD       §2.2, Theorem 2
@@ -33,18 +33,22 @@ Flags for what the text leaves open (defaults and why):
 
 * ``ema`` (False): ``m ← β m + (1 − β) S`` instead of ``m ← β m + S``. Default off: the seed writes
   momentum as Sutskever et al. (no dampening) and β = 0 must give the baseline either way.
-* ``readout`` (``nag_mha``/``nag_gelu``; 'lookahead'): the stream holds the look-ahead point
-  ``y = x + ηβm`` (SGD's form, one sublayer call per step, what ``torch.optim.SGD(nesterov=True)``
-  returns) — or 'iterate': the stream holds x and each sublayer is evaluated at ``x + ηβm``
-  (Sutskever's form; keys/values are then computed from the look-ahead stream too). Both evaluate
-  the sublayers at the same points when β and η are shared; they differ in what the head reads.
+* ``readout`` (``nag_mha``/``nag_gelu``; 'seed'): the seed's recursion (§3.1, Eq. of NAG with η in
+  the x-update): the stream holds the iterate x and sublayer l+1 is evaluated at
+  ``x_l + η_{l+1} β_{l+1} m_l`` (its own η, β; keys/values from that point too), the head reads x_L.
+  'sgd_lookahead' (the default before issue 23, then named 'lookahead'): the stream holds SGD's
+  look-ahead point ``y_l = x_l + η_l β_l m_l`` (one sublayer call per step, what
+  ``torch.optim.SGD(nesterov=True)`` returns), so sublayer l+1 sees the *previous* sublayer's η, β.
+  The two are the same model only when every sublayer shares one fixed η and β (tested); with the
+  default per-sublayer learnable β, η they differ. The old names 'iterate' / 'lookahead' are still
+  read (as 'seed' / 'sgd_lookahead') so saved run configs load as the model they trained.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from torch import Tensor, nn
 
 from ..core.block import EnergyBlock
@@ -59,6 +63,9 @@ from ..utils.validate import ConfigError
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
 
 CARRY_KEY = "intrinsic_velocity"
+#: NagMHA read-outs (module docstring); the names before issue 23 map to the same computations
+READOUTS = ("seed", "sgd_lookahead")
+LEGACY_READOUTS = {"iterate": "seed", "lookahead": "sgd_lookahead"}
 
 
 class IntrinsicBlock(EnergyBlock):
@@ -82,7 +89,7 @@ class IntrinsicBlock(EnergyBlock):
         shift = None
         if self.lookahead:
             if steps != 1:
-                raise ConfigError(f"steps = {steps}: readout = 'iterate' (explicit Nesterov) takes one step "
+                raise ConfigError(f"steps = {steps}: readout = 'seed' (explicit Nesterov) takes one step "
                                   "per sublayer")
             m = ctx.carry.get(self.solver.carry_key)
             if m is not None:
@@ -149,6 +156,20 @@ class MomentumFields(ConfigModel):
         return self
 
 
+class NesterovFields(MomentumFields):
+    """Options of the Nesterov sublayers: the momentum options + the read-out (module docstring)."""
+
+    readout: Literal[READOUTS] = "seed"
+    """seed: stream holds x, sublayer l+1 evaluated at x_l + eta_(l+1) beta_(l+1) m_l (seed §3.1);
+    sgd_lookahead: stream holds SGD's look-ahead point x_l + eta_l beta_l m_l (the default before
+    issue 23); use the same value in attention and MLP"""
+
+    @field_validator("readout", mode="before")
+    @classmethod
+    def _legacy_readout_names(cls, v):
+        return LEGACY_READOUTS.get(v, v) if isinstance(v, str) else v
+
+
 def momentum_solver(cfg: MomentumFields, rule: str) -> Solver:
     """The core heavy-ball ('momentum') or Nesterov ('nesterov') solver of a sublayer config."""
     cls = {("momentum", False): Momentum, ("momentum", True): EMAMomentum,
@@ -174,12 +195,10 @@ class MomenMHAConfig(AttentionConfig, MomentumFields):
     kind: Literal["momen_mha"] = "momen_mha"
 
 
-class NagMHAConfig(AttentionConfig, MomentumFields):
+class NagMHAConfig(AttentionConfig, NesterovFields):
     """NagMHA (seed §3.1): Nesterov momentum over depth; pair with mlp: nag_gelu."""
 
     kind: Literal["nag_mha"] = "nag_mha"
-    readout: Literal["lookahead", "iterate"] = "lookahead"
-    """stream holds the look-ahead point (SGD form) or the iterate x (sublayer evaluated at x + eta beta m)"""
 
 
 class TiedMHAConfig(AttentionConfig):
@@ -242,7 +261,7 @@ def build_momen_mha(cfg: MomenMHAConfig, spec: SublayerSpec) -> IntrinsicBlock:
 def build_nag_mha(cfg: NagMHAConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """NagMHA: Nesterov momentum across layers (core Nesterov solver, or heavy ball at x + ηβm)."""
     energy = MHAHeads(spec.dim, spec.heads, spec.dropout, spec.causal)
-    explicit = cfg.readout == "iterate"
+    explicit = cfg.readout == "seed"
     solver = momentum_solver(cfg, "momentum" if explicit else "nesterov")
     return _tag(IntrinsicBlock(energy, solver, _norm(spec.dim), lookahead=explicit), "attention")
 
@@ -280,12 +299,10 @@ class MomenGeluConfig(_GeluHidden, MomentumFields):
     kind: Literal["momen_gelu"] = "momen_gelu"
 
 
-class NagGeluConfig(_GeluHidden, MomentumFields):
+class NagGeluConfig(_GeluHidden, NesterovFields):
     """GPT-2 GELU FFN inside the Nesterov recursion (seed §3.1)."""
 
     kind: Literal["nag_gelu"] = "nag_gelu"
-    readout: Literal["lookahead", "iterate"] = "lookahead"
-    """as nag_mha.readout (use the same value in both sublayers)"""
 
 
 def _ffn(cfg, spec: SublayerSpec, rule: str, lookahead: bool = False) -> IntrinsicBlock:
@@ -302,5 +319,5 @@ def build_momen_gelu(cfg: MomenGeluConfig, spec: SublayerSpec) -> IntrinsicBlock
 @MLPS.register("nag_gelu", NagGeluConfig)
 def build_nag_gelu(cfg: NagGeluConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """GELU FFN with Nesterov momentum carried across sublayers."""
-    explicit = cfg.readout == "iterate"
+    explicit = cfg.readout == "seed"
     return _ffn(cfg, spec, "momentum" if explicit else "nesterov", lookahead=explicit)
