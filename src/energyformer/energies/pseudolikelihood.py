@@ -7,6 +7,8 @@ through the pair index of J_ij), no MLP and V = J. With ``s_ij = λ x_iᵀ J_ij 
 
     α_ij  = softmax_{j≠i}(s_ij)                                                     (Eq. 4)
     x_i  <- γ x_i + Σ_{j≠i} α_ij J_ij x_j        [then x_i <- x_i/‖x_i‖ when renormalising]   (Eq. 3, 20)
+
+(the renormalisation by :func:`unit`, exact at any scale of y: issue 23)
     e_i(x) = −(1/λ) log Σ_{j≠i} exp(λ x_iᵀ J_ij x_j),      F(x; J) = Σ_i e_i(x)              (Eq. 8, 12)
 
 **The update is not gradient descent on F** (reconstructed §2.1, checked): with γ = 1 the update is
@@ -48,6 +50,24 @@ def offdiag(n: int, device: torch.device | str | None = None) -> Tensor:
     return ~torch.eye(n, dtype=torch.bool, device=device)
 
 
+def safe_norm(v: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
+    """‖v‖ along ``dim`` as ``s ‖v / s‖`` with ``s = max |v|``: no overflow of the squares above
+    ~1.8e19 (float32) nor underflow below ~1e-19, so the norm of any finite v is finite and accurate
+    (``torch.linalg.vector_norm`` squares first: inf at 2e19, 0 at 1e-20). Issue 23."""
+    s = v.abs().amax(dim, keepdim=True)
+    s = torch.where(s > 0, s, torch.ones_like(s))  # v = 0: norm 0
+    n = s * (v / s).norm(dim=dim, keepdim=True)
+    return n if keepdim else n.squeeze(dim)
+
+
+def unit(v: Tensor, dim: int = -1) -> Tensor:
+    """``v / ‖v‖`` at any scale of v (via :func:`safe_norm`); v = 0 stays 0, a non-finite v gives NaN."""
+    s = v.abs().amax(dim, keepdim=True)
+    u = v / torch.where(s > 0, s, torch.ones_like(s))  # max |u| = 1
+    n = u.norm(dim=dim, keepdim=True)
+    return u / torch.where(n > 0, n, torch.ones_like(n))
+
+
 def apply_couplings(J: Tensor, x: Tensor) -> Tensor:
     """``J_ij x_j`` for every pair: J (N, N, d, d), x (B, N, d) -> (B, N, N, d)."""
     return torch.einsum("ijac,zjc->zija", J, x)
@@ -65,7 +85,7 @@ def bare_step(x: Tensor, J: Tensor, lam: float = 1.0, gamma: float = 1.0, renorm
     Jx = apply_couplings(J, x)  # (B, N, N, d)
     alpha = bare_scores(x, Jx, lam).softmax(-1)  # (B, N, N)
     y = gamma * x + torch.einsum("zij,zija->zia", alpha, Jx)
-    return y / y.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(y.dtype).tiny) if renorm else y
+    return unit(y) if renorm else y
 
 
 def pseudolikelihood_F(x: Tensor, J: Tensor, lam: float = 1.0) -> Tensor:

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from ..core.context import ForwardContext
 from ..core.solver import GradientDescent, Solver, SolverResult
 from ..energies.pl_objectives import pl_objective
-from ..energies.pseudolikelihood import PseudoLikelihoodEnergy
+from ..energies.pseudolikelihood import PseudoLikelihoodEnergy, unit
 from ..utils.config import KindConfig
 from ..utils.validate import ConfigError
 from .encoder import EncoderOutput
@@ -102,7 +102,9 @@ class BareSAConfig(KindConfig):
 class SphereDescent(Solver):
     """Projected descent on the unit sphere: ``x_{t+1} = (x_t + η d_t) / ‖x_t + η d_t‖`` with the
     energy's direction d_t (for bare attention and η = 1: ``normalise(γ x_i + Σ_j α_ij J_ij x_j)``).
-    Not a gradient step of any energy (``rule_exact = False``)."""
+    Not a gradient step of any energy (``rule_exact = False``). The norm is scale-safe
+    (:func:`~energyformer.energies.pseudolikelihood.unit`): a plain ‖y‖ overflows once |y| passes
+    ~1.8e19 in float32 and every token silently became 0 (issue 23)."""
 
     registry_name = "sphere_gd"
     rule_exact = False
@@ -110,7 +112,7 @@ class SphereDescent(Solver):
     def update(self, energy, x, u, state, memory, eta):
         d = energy.direction(u, state, self.precond)
         y = x + (eta.to(d.dtype) if isinstance(eta, Tensor) else eta) * d
-        return y / y.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(y.dtype).tiny) - x, memory
+        return unit(y) - x, memory  # scale-safe: y/‖y‖ at any finite scale (issue 23)
 
 
 def random_codebook(n: int, d: int, seed: int) -> Tensor:
