@@ -87,6 +87,10 @@ class CRATEAttentionConfig(AttentionConfig):
     head_dim: int | None = Field(None, ge=1)
     """subspace dimension p (None: dim / heads)"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class CRATEAttention(EnergyBlock):
     """z + κ · MSSA(LN(z)): EnergyBlock(subspace energy, GD(κ), T steps, LayerNorm in the loop)."""
@@ -129,6 +133,10 @@ class ISTAConfig(MLPConfig):
 
     def default_hidden(self, dim: int) -> int:
         return dim  # a square dictionary D ∈ R^{d×d} (the reference code)
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 class ISTABlock(EnergyBlock):

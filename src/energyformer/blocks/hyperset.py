@@ -233,6 +233,11 @@ class HyperSETAttentionConfig(AttentionConfig):
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     """depth-wise LoRA of W (App. G.2)"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}, {"impl": "fused"}, {"energy": "sigmoid"}, {"energy": "linear"},
+                {"sphere": False, "gain": "learned", "self_interaction": False, "impl": "fused"}]
+
 
 class HyperSETAttention(HyperSETSublayer):
     """Hyper-SET attention sublayer: x ← x − α_t ⊙ Σ_h W_h (bi-softmax)(Z_h) (Eq. 9)."""
@@ -260,6 +265,12 @@ class HyperSETFFConfig(MLPConfig):
 
     def default_hidden(self, dim: int) -> int:
         return 4 * dim  # M = 4d (Sudoku, Table 8); the image models use M = d
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        # own step size: the default 'shared' takes γ from the layer's attention, absent when fuzzed alone
+        return [{"step_size": 0.5}, {"step_size": 0.5, "sphere": False}, {"step_size": 0.5, "energy": "softmax"},
+                {"step_size": 0.5, "energy": "gated"}]
 
 
 class HyperSETFF(HyperSETSublayer):

@@ -188,17 +188,29 @@ class MHAConfig(AttentionConfig):
     learn_step_size: bool = False
     """learn η = softplus(θ)"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class MomenMHAConfig(AttentionConfig, MomentumFields):
     """MomenMHA (seed §3.1): heavy-ball momentum over depth; pair with mlp: momen_gelu."""
 
     kind: Literal["momen_mha"] = "momen_mha"
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class NagMHAConfig(AttentionConfig, NesterovFields):
     """NagMHA (seed §3.1): Nesterov momentum over depth; pair with mlp: nag_gelu."""
 
     kind: Literal["nag_mha"] = "nag_mha"
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}, {"readout": "sgd_lookahead"}]
 
 
 class TiedMHAConfig(AttentionConfig):
@@ -216,6 +228,10 @@ class TiedMHAConfig(AttentionConfig):
     norm_in_loop: bool = True
     """gradient at z = LN(x) (Theorem 1's point on the sphere); false: exact GD on F(x | LN(context))"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}, {"form": "elastic", "norm_in_loop": False}]
+
 
 class LinearAttnConfig(AttentionConfig):
     """Linear attention (seed Eq. 5, §2.2) = GD on the sum-of-squares energy (Theorem 2)."""
@@ -231,6 +247,10 @@ class LinearAttnConfig(AttentionConfig):
     """initial eta (None: 1 untied, heads when tied)"""
     learn_step_size: bool = False
     """learn eta = softplus(theta)"""
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}, {"tied": True, "decay": True, "feature_map": "elu1"}]
 
 
 def _norm(dim: int) -> nn.LayerNorm:
@@ -298,11 +318,19 @@ class MomenGeluConfig(_GeluHidden, MomentumFields):
 
     kind: Literal["momen_gelu"] = "momen_gelu"
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class NagGeluConfig(_GeluHidden, NesterovFields):
     """GPT-2 GELU FFN inside the Nesterov recursion (seed §3.1)."""
 
     kind: Literal["nag_gelu"] = "nag_gelu"
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 def _ffn(cfg, spec: SublayerSpec, rule: str, lookahead: bool = False) -> IntrinsicBlock:

@@ -70,6 +70,10 @@ class MHA2ndConfig(_PinvConfig):
     learn_step_size: bool = True
     """learn eta = softplus(theta)"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class _TaylorFields(ConfigModel):
     bias_temperature_init: float | None = Field(None, gt=0)
@@ -83,6 +87,10 @@ class MHA2nd1stConfig(_TaylorFields, _PinvConfig):
     learn_step_size: bool = True
     """learn eta = softplus(theta)"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class MHA2nd1stSimpleConfig(_TaylorFields, _NewtonConfig):
     """Simplified MHA2nd1st: P_h^+ replaced by a learnable W_O (no pseudo-inverse, so no pinv_eps)."""
@@ -90,6 +98,10 @@ class MHA2nd1stSimpleConfig(_TaylorFields, _NewtonConfig):
     kind: Literal["mha2nd1st_simple"] = "mha2nd1st_simple"
     learn_step_size: bool = False
     """learn eta (W_O already absorbs it)"""
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 class MHA2ndLiteConfig(AttentionConfig):
@@ -106,6 +118,10 @@ class MHA2ndLiteConfig(AttentionConfig):
     """eta (W_O absorbs it)"""
     learn_step_size: bool = False
     """learn eta = softplus(theta)"""
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 def _block(energy: nn.Module, cfg, spec: SublayerSpec) -> IntrinsicBlock:

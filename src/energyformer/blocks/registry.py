@@ -49,11 +49,20 @@ class SublayerSpec:
     mlp_hidden: int | None = None
 
 
-class AttentionConfig(KindConfig):
+class _SublayerConfig(KindConfig):
+    @classmethod
+    def examples(cls) -> list[dict]:
+        """Option sets this kind is built with by the library-wide scale fuzz
+        (``tests/core/test_scale_fuzz.py``: float32 and bf16 against float64 at input and weight
+        scales 1e-3 … 1e4); ``[{}]`` is the defaults. A registered kind without examples fails it."""
+        raise NotImplementedError(f"{cls.__name__} must provide examples() for the scale fuzz")
+
+
+class AttentionConfig(_SublayerConfig):
     """Base of attention kind configs (a kind adds ``kind: Literal[name] = name`` and its options)."""
 
 
-class MLPConfig(KindConfig):
+class MLPConfig(_SublayerConfig):
     """Base of MLP kind configs; each kind knows its default hidden size (:meth:`default_hidden`)."""
 
     hidden: int | None = Field(None, ge=1)

@@ -55,7 +55,7 @@ def safe_norm(v: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     ~1.8e19 (float32) nor underflow below ~1e-19, so the norm of any finite v is finite and accurate
     (``torch.linalg.vector_norm`` squares first: inf at 2e19, 0 at 1e-20). Issue 23."""
     s = v.abs().amax(dim, keepdim=True)
-    s = torch.where(s > 0, s, torch.ones_like(s))  # v = 0: norm 0
+    s = torch.where(s == 0, torch.ones_like(s), s)  # v = 0: norm 0
     n = s * (v / s).norm(dim=dim, keepdim=True)
     return n if keepdim else n.squeeze(dim)
 
@@ -63,9 +63,9 @@ def safe_norm(v: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
 def unit(v: Tensor, dim: int = -1) -> Tensor:
     """``v / ‖v‖`` at any scale of v (via :func:`safe_norm`); v = 0 stays 0, a non-finite v gives NaN."""
     s = v.abs().amax(dim, keepdim=True)
-    u = v / torch.where(s > 0, s, torch.ones_like(s))  # max |u| = 1
+    u = v / torch.where(s == 0, torch.ones_like(s), s)  # max |u| = 1
     n = u.norm(dim=dim, keepdim=True)
-    return u / torch.where(n > 0, n, torch.ones_like(n))
+    return u / torch.where(n == 0, torch.ones_like(n), n)  # NaN stays NaN for the whole vector
 
 
 def apply_couplings(J: Tensor, x: Tensor) -> Tensor:
