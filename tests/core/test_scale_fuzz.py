@@ -5,7 +5,7 @@ Driven by the registries: ``ENERGIES`` (each energy's ``examples()``, at most :d
 evenly spread per energy), ``ATTENTIONS`` / ``MLPS`` (each kind config's ``examples()``), so a new
 registration is fuzzed as soon as it exists, and one without examples fails
 :func:`test_every_registration_has_examples`. Scales (:data:`SCALES`): inputs and weight matrices
-1e-3, inputs 17 (unnormalised attention logits ~300), inputs 1e4, weight matrices 1e4. Acceptance
+1e-3, inputs 4 and 17 (unnormalised attention logits ~100 and ~300), inputs 1e4, weight matrices 1e4. Acceptance
 (:func:`energyformer.core.fuzz.low_precision_agreement`): within C · (measured sensitivity to a rounding
 of every input, parameter and submodule output + u‖y‖), or a clear error, or a non-finite result —
 never a finite wrong answer. A case listed in :data:`KNOWN` is a silent wrong answer found and not yet
@@ -30,10 +30,11 @@ from energyformer.models import MODELS
 from energyformer.models.bare_attention import BareSAConfig
 from energyformer.utils.validate import ConfigError
 
-#: (input scale, weight-matrix scale)
-SCALES = [(1e-3, 1e-3), (17.0, 1.0), (1e4, 1.0), (1.0, 1e4)]
+#: (input scale, weight-matrix scale); inputs x4 put unnormalised logits at ~100, where the pre-issue-23
+#: Hyper-SET fused bi-softmax dropped keys (this fuzz fails with its old span check), x17 at ~300
+SCALES = [(1e-3, 1e-3), (4.0, 1.0), (17.0, 1.0), (1e4, 1.0), (1.0, 1e4)]
 PRECISIONS = {"float32": (torch.float32, False), "bf16_autocast": (torch.bfloat16, True)}
-MAX_EXAMPLES = 4
+MAX_EXAMPLES = 3
 
 #: (case id, precision, (input scale, weight scale)) -> why it is still a silent wrong answer
 _TAYLOR = ("MHA2nd1st's Taylor bias Σ_j p_ij (v_j·a_i) v_j − (μ_i·a_i) μ_i cancels two terms of size "
