@@ -39,11 +39,19 @@ class LlamaAttentionConfig(AttentionConfig):
     rope_theta: float = Field(10000.0, gt=0)
     """RoPE base θ (Su et al. 2024)"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class GPTAttentionConfig(AttentionConfig):
     """GPT-2 attention: fused QKV with bias, pre-LayerNorm, attention and residual dropout."""
 
     kind: Literal["gpt"] = "gpt"
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 class LlamaAttention(nn.Module):
@@ -121,6 +129,10 @@ class SwiGLUConfig(MLPConfig):
     def default_hidden(self, dim: int) -> int:
         return llama_hidden(dim)
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class GeluMLPConfig(MLPConfig):
     """GPT-2 MLP (GELU, bias, dropout); default hidden 4·D."""
@@ -131,6 +143,10 @@ class GeluMLPConfig(MLPConfig):
 
     def default_hidden(self, dim: int) -> int:
         return 4 * dim
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 class SwiGLU(nn.Module):
