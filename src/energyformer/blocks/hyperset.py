@@ -83,8 +83,9 @@ def _hyperset_condition(data: dict) -> dict:
     if isinstance(eta, dict) and eta.get("kind") == "network":
         cond = eta.get("condition", "x0")
         role = data.get("_role")
-        new = {"x0": "input", "iterate": "layer" if role == "attention" else "iterate"}.get(cond, cond)
-        data["step_size"] = {**eta, "condition": new}
+        if isinstance(cond, str):  # anything else is left to validation (a one-line error)
+            new = {"x0": "input", "iterate": "layer" if role == "attention" else "iterate"}.get(cond, cond)
+            data["step_size"] = {**eta, "condition": new}
     data.pop("_role", None)
     return data
 
