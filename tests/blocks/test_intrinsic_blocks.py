@@ -27,7 +27,7 @@ ZERO = {"beta": 0.0, "learn_beta": False, "step_size": 1.0, "learn_step_size": F
     ("mha", "gelu"),
     ({"kind": "momen_mha", **ZERO}, {"kind": "momen_gelu", **ZERO}),
     ({"kind": "nag_mha", **ZERO}, {"kind": "nag_gelu", **ZERO}),
-    ({"kind": "nag_mha", "readout": "iterate", **ZERO}, {"kind": "nag_gelu", "readout": "iterate", **ZERO}),
+    ({"kind": "nag_mha", "readout": "sgd_lookahead", **ZERO}, {"kind": "nag_gelu", "readout": "sgd_lookahead", **ZERO}),
     ({"kind": "momen_mha", "ema": True, **ZERO}, {"kind": "momen_gelu", "ema": True, **ZERO}),
 ])
 @pytest.mark.parametrize("train", [False, True])
@@ -100,7 +100,8 @@ def test_exact_oracle_reproduces_torch_sgd_step_for_step(rule, nesterov):
 
 
 def test_explicit_nesterov_form_equals_sgd_form_shifted():
-    """readout='iterate' (sublayer at x + ηβm) holds x; the SGD form holds y = x + ηβm: same sequence."""
+    """With one shared fixed β, η: readout='seed' (sublayer at x + ηβm) holds x; the SGD form
+    ('sgd_lookahead') holds y = x + ηβm: the same sequence."""
     A, b = _quadratic(4, 2)
     beta, eta = 0.7, 0.2
     sgd = [IntrinsicBlock(QuadField(A, b), Nesterov(step_size=eta, beta=beta, carry_key="intrinsic_velocity"),
@@ -113,6 +114,56 @@ def test_explicit_nesterov_form_equals_sgd_form_shifted():
     for s, e in zip(sgd, exp):
         y, x = s(y, c1), e(x, c2)
         torch.testing.assert_close(y, x + eta * beta * c2.carry["intrinsic_velocity"], rtol=1e-12, atol=1e-12)
+
+
+def _seed_nesterov_stream(model, idx):
+    """The seed's NagMHA recursion (§3.1, η in the x-update) written out over the model's sublayers:
+    ``m ← β_s m + S_s(LN_s(x + η_s β_s m));  x ← x + η_s m`` with each sublayer's own β_s, η_s."""
+    x = model.embed(idx) + model.pos(torch.arange(idx.shape[1]))  # (B, N, D)
+    m = torch.zeros_like(x)
+    for layer in model.layers:
+        for blk in (layer.attn, layer.mlp):
+            beta, eta = blk.solver.beta(), blk.solver.step_size(0, x, x)
+            h = blk.norm(x + eta * beta * m)
+            m = beta * m + blk.energy.direction(h, blk.energy.prepare(h), blk.solver.precond)  # identity
+            x = x + eta * m
+    return model.head(model.norm(x))
+
+
+def test_nesterov_default_readout_is_the_seed_recursion():
+    """Issue 23: with per-sublayer β, η (the default: learned per sublayer, here set apart) the default
+    read-out is the seed's recursion, sublayer l+1 evaluated at x_l + η_{l+1} β_{l+1} m_l (float64);
+    the pre-issue-23 default 'sgd_lookahead' (x_l + η_l β_l m_l) is a different model."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        models = {r: _model({"kind": "nag_mha", "readout": r}, {"kind": "nag_gelu", "readout": r}, dropout=0.0)
+                  for r in ("seed", "sgd_lookahead")}
+        default = _model("nag_mha", "nag_gelu", dropout=0.0)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for model in (*models.values(), default):
+            for i, (n, p) in enumerate(sorted(model.named_parameters())):
+                if n.endswith(("beta_logit", "step_size.theta")):  # β in (0.2, 0.8), η in softplus(±1)
+                    p.copy_(torch.empty_like(p).uniform_(-1.2, 1.2, generator=g))
+        default.load_state_dict(models["seed"].state_dict())
+    idx = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(3))
+    for model in (*models.values(), default):
+        model.eval()
+    with torch.no_grad():
+        want = _seed_nesterov_stream(models["seed"], idx)
+        torch.testing.assert_close(models["seed"](idx).logits, want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(default(idx).logits, want, rtol=1e-12, atol=1e-12)
+        models["sgd_lookahead"].load_state_dict(models["seed"].state_dict())
+        assert (models["sgd_lookahead"](idx).logits - want).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("old,new", [("iterate", "seed"), ("lookahead", "sgd_lookahead")])
+def test_readout_names_before_issue_23_load_as_the_same_computation(old, new):
+    cfg = load_config(RunConfig, {"model": {"block": {"attention": {"kind": "nag_mha", "readout": old},
+                                                      "mlp": {"kind": "nag_gelu", "readout": old}}}})
+    assert cfg.model.block.attention.readout == new and cfg.model.block.mlp.readout == new
 
 
 def test_ema_velocity():
@@ -167,7 +218,7 @@ def test_bad_options_are_one_line_errors(attention, match):
 
 @pytest.mark.parametrize("mlp,match", [
     ({"kind": "momen_gelu", "beta": 1.0}, "model.block.mlp.solver.beta = 1.0: input should be less than 1"),
-    ({"kind": "nag_gelu", "readout": "x"}, "model.block.mlp.readout = 'x': allowed values are 'lookahead' or 'iterate'"),
+    ({"kind": "nag_gelu", "readout": "x"}, "model.block.mlp.readout = 'x': allowed values are 'seed' or 'sgd_lookahead'"),
     ({"kind": "nag_gelu", "beta": 0.0}, "learn_beta"),
 ])
 def test_bad_ffn_momentum_options_are_one_line_errors(mlp, match):
@@ -178,7 +229,7 @@ def test_bad_ffn_momentum_options_are_one_line_errors(mlp, match):
 
 @pytest.mark.parametrize("att,mlp", [
     ("mha", "gelu"), ("momen_mha", "momen_gelu"), ("nag_mha", "nag_gelu"),
-    ({"kind": "nag_mha", "readout": "iterate"}, {"kind": "nag_gelu", "readout": "iterate"}),
+    ({"kind": "nag_mha", "readout": "sgd_lookahead"}, {"kind": "nag_gelu", "readout": "sgd_lookahead"}),
     ("mha_tied", "gelu"), ("linear_attn", "gelu"), ({"kind": "linear_attn", "decay": True}, "gelu"),
     ("mha2nd1st", "gelu"), ("mha2nd1st_simple", "gelu"), ("mha2nd_lite", "gelu"), ("mha2nd", "gelu"),
 ])

@@ -222,3 +222,37 @@ def test_on_the_sphere_a_token_scores_itself_highest():
     zl = learned.spherical(x)
     sl = zl @ zl.transpose(-1, -2)
     assert bool((sl > sl.diagonal(dim1=-2, dim2=-1).unsqueeze(-1) + 1e-9).any())
+
+
+def test_fused_bisoftmax_bounds_the_whole_span_of_the_normalisers():
+    """Issue 23: the fused path checked |r - m| and |c - m| <= 80 apart, never the whole span, so with
+    normalisers spanning ~100 (reachable off the sphere, with a learned gain or a large β) keys whose row
+    weight underflowed inside SDPA dropped out of the column term: a silent 3e-2 error in float32. The
+    whole span now decides (float32: 70), and the layer matches float64."""
+    torch.manual_seed(0)
+    e64 = BiSoftmaxAttentionEnergy(32, 4, beta=12.5, sphere=False).double()  # β p = 100
+    x64 = torch.randn(2, 64, 32, dtype=D64)
+    e = BiSoftmaxAttentionEnergy(32, 4, beta=12.5, sphere=False)
+    e.load_state_dict(e64.state_dict())
+    x = x64.float()
+    st = e.prepare(x)
+    with torch.no_grad():
+        r = chunked_lse(st.q, st.k, e.beta, st.mask)
+        m = 0.5 * (r.amax(-1, keepdim=True) + r.amin(-1, keepdim=True))
+        assert float((r - m).abs().max()) < 80 < float((r.amax(-1) - r.amin(-1)).max())  # old check passed
+        forced = bisoftmax_fused(st.q, st.k, st.v, e.beta, st.mask, check_span=False)[0].double()
+        want = bisoftmax_einsum(st.q.double(), st.k.double(), st.v.double(), e.beta, st.mask)
+        assert float((forced - want).norm() / want.norm()) > 1e-3  # what the old fused path returned
+        ref = e64.direction(x64, e64.prepare(x64), P)
+        got = e.direction(x, st, P).double()
+    assert float((got - ref).norm() / ref.norm()) < 1e-5
+
+
+def test_fused_span_limit_follows_the_sdpa_dtype():
+    from energyformer.energies.hyperspherical_ops import SAFE_SPAN, fused_span_limit
+
+    assert 70 < SAFE_SPAN[torch.float32] < 71 and 81 < SAFE_SPAN[torch.bfloat16] < 82 and SAFE_SPAN[torch.float16] < 2
+    v = torch.zeros(1, 1, 2, 2)
+    assert fused_span_limit(v) == SAFE_SPAN[torch.float32]
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert fused_span_limit(v) == SAFE_SPAN[torch.float16]

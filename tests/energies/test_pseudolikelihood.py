@@ -12,7 +12,7 @@ from energyformer.energies.pl_objectives import (
     OBJECTIVES, hebbian_gradient, pl_objective, pl_objective_reference,
 )
 from energyformer.energies.pseudolikelihood import (
-    PseudoLikelihoodEnergy, apply_couplings, bare_scores, bare_step, pseudolikelihood_F,
+    PseudoLikelihoodEnergy, apply_couplings, bare_scores, bare_step, pseudolikelihood_F, safe_norm, unit,
 )
 
 D64 = torch.float64
@@ -205,3 +205,18 @@ def test_shorter_sequences_use_the_leading_block_of_J():
     st = e.reprepare(e.prepare(xs), xs)
     torch.testing.assert_close(xs + e.direction(xs, st, IdentityPrecond(3)),
                                bare_step(xs, J[:4, :4], renorm=False))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("scale", [1e-35, 1e-20, 1.0, 1e20, 1e35])
+def test_unit_and_safe_norm_are_exact_at_any_scale(dtype, scale):
+    """Issue 23: a plain norm squares first (float32: inf from ~1.8e19, 0 below ~1e-19, so v/‖v‖ was 0
+    or a clamped wrong vector); unit() and safe_norm() are exact at every finite scale."""
+    v = torch.tensor([[3.0, -4.0, 0.0], [0.0, 0.0, 0.0]], dtype=torch.float64) * scale
+    u = unit(v.to(dtype))
+    tol = {torch.float32: 1e-6, torch.float64: 1e-14, torch.bfloat16: 1e-2}[dtype]
+    torch.testing.assert_close(u.double(), torch.tensor([[0.6, -0.8, 0.0], [0.0, 0.0, 0.0]], dtype=torch.float64),
+                               rtol=tol, atol=tol)
+    n = safe_norm(v.to(dtype), dim=-1)
+    torch.testing.assert_close(n.double() / scale, torch.tensor([5.0, 0.0], dtype=torch.float64), rtol=tol, atol=tol)
+    assert bool(torch.isnan(unit(torch.tensor([float("inf"), 1.0]))).all())  # never a finite wrong answer

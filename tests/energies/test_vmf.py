@@ -53,3 +53,17 @@ def test_bad_orders_and_dims_are_refused():
         bessel_ratios(-1.0, torch.ones(1))
     with pytest.raises(ValueError, match="d = 1"):
         vmf_log_normalizer(1, torch.ones(1))
+
+
+@pytest.mark.parametrize("nu", [0.0, 0.5, 1.5, 10.0])
+def test_log_bessel_and_ratio_at_huge_kappa(nu):
+    """Issue 23: the starting ratio subtracted two logs of size κ and was inf from κ ~ 1e16 on. Against
+    Hankel's expansion I_ν(κ) ~ e^κ/sqrt(2πκ) (1 − (4ν² − 1)/(8κ)), exact to O(κ⁻²) here."""
+    k = torch.tensor([1e8, 1e12, 1e16, 1e20, 1e30], dtype=torch.float64)
+    log_iv, ratio = bessel_ratios(nu, k)
+    mu = 4 * nu * nu
+    want = k - 0.5 * torch.log(2 * math.pi * k) + torch.log1p(-(mu - 1) / (8 * k))
+    torch.testing.assert_close(log_iv, want, rtol=1e-15, atol=1e-9)
+    torch.testing.assert_close(ratio, 1 - (2 * nu + 1) / (2 * k), rtol=1e-12, atol=0)
+    logz, a_over_k = vmf_log_normalizer(3, k)  # Z_3 = 4π sinh κ / κ
+    torch.testing.assert_close(logz, math.log(2 * math.pi) + k - torch.log(k), rtol=1e-15, atol=1e-9)

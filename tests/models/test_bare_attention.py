@@ -178,3 +178,41 @@ def test_traces_record_the_energy_at_every_step():
     (tr,) = out.traces.values()
     assert tr.steps == 3 and len(tr.mean_energy()) == 4 and tr.exact is False
     assert not m.solver.exact
+
+
+@pytest.mark.parametrize("scale,gamma", [(1e25, 1.0), (1e30, 0.5)])
+def test_renormalised_dynamics_are_exact_at_any_scale_of_J(scale, gamma):
+    """Issue 23: the renormalisation divided by a plain ‖y‖, which overflows once |γx + Σ α J x| passes
+    ~1.8e19 in float32: every token silently became 0. A float32 model at such scales of J now equals
+    its float64 twin (λ scaled down so that the attention weights are ordinary ones). (The underflow
+    side, ‖y‖ < 1e-19, is tested on :func:`unit` itself: with |x| = 1 and γ > 0 the model's y is not
+    that small.)"""
+    m32 = MODELS.build(BareSAConfig(n_tokens=6, dim=4, n_colours=4, init_std=0.5, lam=1.0 / scale, gamma=gamma))
+    with torch.no_grad():
+        m32.energy.J.mul_(scale)
+    m64 = MODELS.build(BareSAConfig(n_tokens=6, dim=4, n_colours=4, init_std=0.5, lam=1.0 / scale, gamma=gamma))
+    m64.load_state_dict(m32.state_dict())
+    m64 = m64.double()
+    x0 = torch.nn.functional.normalize(torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(1)), dim=-1)
+    x32, x64 = m32.run(x0, steps=3).x, m64.run(x0.double(), steps=3).x
+    assert bool(torch.isfinite(x32).all())
+    torch.testing.assert_close(x32.norm(dim=-1), torch.ones(2, 6), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(x32.double(), x64, rtol=1e-5, atol=1e-5)
+
+
+def test_vmf_objective_is_finite_and_exact_at_large_J():
+    """Issue 23: the vMF objective took a plain float32 norm of J_ij x_j (NaN from ~1.8e19 on); its
+    value and closed-form gradient at J ~ 1e20 now match the float64 computation."""
+    m = _model(n_colours=None, dim=3, objective="vmf")
+    x = torch.nn.functional.normalize(torch.randn(4, 6, 3, generator=torch.Generator().manual_seed(2),
+                                                  dtype=torch.float64), dim=-1)
+    J64 = m.energy.coupling().detach() * 1e20
+    J32 = J64.float().requires_grad_(True)
+    J64.requires_grad_(True)
+    l32, l64 = pl_objective(J32, x.float(), kind="vmf"), pl_objective(J64, x, kind="vmf")
+    l32.backward(), l64.backward()
+    l32, l64 = float(l32.detach()), float(l64.detach())
+    assert math.isfinite(l32) and math.isfinite(l64) and l64 > 0
+    # float32 holds J (~1e20) to 6e-8 relative: the loss, of size ~‖J‖, to that relative accuracy
+    assert abs(l32 - l64) <= 1e-6 * l64
+    torch.testing.assert_close(J32.grad.double(), J64.grad, rtol=1e-4, atol=1e-6 * float(J64.grad.abs().max()))

@@ -2,9 +2,10 @@
 
 import json
 import math
+from pathlib import Path
 
 from energyformer.reproduce import REPRODUCTIONS
-from energyformer.reproduce.intrinsic_lm import SEED_VARIANTS, write_report
+from energyformer.reproduce.intrinsic_lm import SEED_VARIANTS, readout_note, write_report
 
 P = {"attention": 10, "mlp": 20, "embedding": 30, "head": 0, "other": 0, "total": 60}
 
@@ -71,3 +72,17 @@ def test_every_variant_config_has_equal_width_depth_data_and_training():
         assert cfg.model.block.attention.kind == v
         ref = ref or d
         assert d == ref, v
+
+
+def test_nag_runs_with_the_pre_issue_23_readout_are_marked(tmp_path):
+    """Runs recorded with readout 'lookahead' (the old default, now 'sgd_lookahead') are named as such on
+    the page; runs with the seed's recursion are not."""
+    def run(readout):
+        return {"variant": "nag_mha", "model": {"block": {"attention": {"kind": "nag_mha", "readout": readout}}}}
+
+    assert readout_note({"runs": {"a": run("seed"), "b": run("iterate")}}) == ""
+    note = readout_note({"runs": {"a": run("lookahead"), "b": run("sgd_lookahead"), "c": run("seed")}})
+    assert note.startswith("* **NagMHA read-out:** 2 NagMHA run(s) here used `readout: sgd_lookahead`")
+    for page in ("cpu", "gpu"):  # the committed pages carry the note their results.json implies
+        root = Path(__file__).resolve().parents[2] / "docs" / "results" / "intrinsic" / page
+        assert readout_note(json.loads((root / "results.json").read_text())) in (root / "README.md").read_text()

@@ -45,11 +45,19 @@ class LlamaAttentionConfig(AttentionConfig):
     rope: bool = True
     """rotary positions on Q and K; false: none (the model's absolute positions only)"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class GPTAttentionConfig(AttentionConfig):
     """GPT-2 attention: fused QKV with bias, pre-LayerNorm, attention and residual dropout."""
 
     kind: Literal["gpt"] = "gpt"
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 class LlamaAttention(nn.Module):
@@ -129,6 +137,10 @@ class SwiGLUConfig(MLPConfig):
     def default_hidden(self, dim: int) -> int:
         return llama_hidden(dim)
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class GeluMLPConfig(MLPConfig):
     """GPT-2 MLP (GELU, bias, dropout); default hidden 4·D."""
@@ -139,6 +151,10 @@ class GeluMLPConfig(MLPConfig):
 
     def default_hidden(self, dim: int) -> int:
         return 4 * dim
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 class ReluMLPConfig(MLPConfig):

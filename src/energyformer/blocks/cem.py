@@ -75,6 +75,11 @@ class CEMAttentionConfig(AttentionConfig, DescentConfig):
     """keep the blocked path's products in float32 under autocast (default: bf16 products, float32
     bias and softmax); the fused path is always float32"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}, {"steps": 2, "diagonal": "per_head", "solver": {"precond": "diag_low_rank"}},
+                {"diagonal_readout": "algorithm1", "attn_fp32": True}]
+
 
 class CEMMLPConfig(MLPConfig, DescentConfig):
     """CEM MLP (element-wise energy); default hidden as Llama's MLP, 8/3·D rounded up to 32."""
@@ -89,6 +94,10 @@ class CEMMLPConfig(MLPConfig, DescentConfig):
 
     def default_hidden(self, dim: int) -> int:
         return llama_hidden(dim)
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}, {"steps": 2, "solver": {"precond": "diag_low_rank", "precond_rank": 4}}]
 
 
 def _rmsnorm(dim: int) -> nn.Module:

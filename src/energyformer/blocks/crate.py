@@ -61,6 +61,10 @@ class CRATEAttentionConfig(AttentionConfig, DescentConfig):
     head_dim: int | None = Field(None, ge=1)
     """subspace dimension p (None: dim / heads)"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class CRATEAttention(EnergyBlock):
     """z + κ · MSSA(LN(z)): EnergyBlock(subspace energy, GD(κ), T steps, LayerNorm in the loop)."""
@@ -96,6 +100,10 @@ class ISTAConfig(MLPConfig, DescentConfig):
 
     def default_hidden(self, dim: int) -> int:
         return dim  # a square dictionary D ∈ R^{d×d} (the reference code)
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 class ISTABlock(EnergyBlock):

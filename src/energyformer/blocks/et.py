@@ -57,6 +57,10 @@ class ETConfig(AttentionConfig, DescentConfig):
     init_std: float = Field(0.002, gt=0)
     """std of the N(0, std²) init of W^Q, W^K (ET code: 0.002)"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class EnergyTransformerBlock(EnergyBlock):
     """ET sublayer: :class:`EnergyBlock` (energy, GD(α), T steps, EnergyLayerNorm in the loop)."""
@@ -90,6 +94,10 @@ class NoMLPConfig(MLPConfig):
 
     def default_hidden(self, dim: int) -> int:
         return 0
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 class NoMLP(nn.Module):

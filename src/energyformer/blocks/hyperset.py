@@ -200,6 +200,11 @@ class HyperSETAttentionConfig(AttentionConfig, DescentConfig):
     def migrate(cls, data: dict) -> dict:
         return _hyperset_condition({**super().migrate(data), "_role": "attention"})
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}, {"impl": "fused"}, {"energy": "sigmoid"}, {"energy": "linear"},
+                {"sphere": False, "gain": "learned", "self_interaction": False, "impl": "fused"}]
+
 
 class HyperSETAttention(HyperSETSublayer):
     """Hyper-SET attention sublayer: x ← x − α_t ⊙ Σ_h W_h (bi-softmax)(Z_h) (Eq. 9)."""
@@ -233,6 +238,13 @@ class HyperSETFFConfig(MLPConfig, DescentConfig):
 
     def default_hidden(self, dim: int) -> int:
         return 4 * dim  # M = 4d (Sudoku, Table 8); the image models use M = d
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        # own step size: the default 'shared' takes γ from the layer's attention, absent when fuzzed alone
+        own = {"kind": "fixed", "value": 0.5}
+        return [{"step_size": own}, {"step_size": own, "sphere": False}, {"step_size": own, "energy": "softmax"},
+                {"step_size": own, "energy": "gated"}]
 
 
 class HyperSETFF(HyperSETSublayer):

@@ -11,7 +11,7 @@ kind                update (x: residual stream, S: the sublayer's direction)    
 ``mha``             ``x + η S(LN x)``, GPT-2 MHA, η = 1 fixed: equals ``gpt``       baseline
 ``mha_tied``        ``x − η ∇F_MH(LN x)``, tied V = K, W_O = P_hᵀ: exact GD on D7    Theorem 3
 ``momen_mha``       ``m ← β m + S(LN x);  x ← x + η m`` (heavy ball)                 §3.1 MomenMHA
-``nag_mha``         ``m ← β m + S(LN y);  y ← y + η(S + β m)`` (Nesterov, SGD form)    §3.1 NagMHA
+``nag_mha``         ``m ← β m + S(LN(x + ηβm));  x ← x + η m`` (Nesterov)           §3.1 NagMHA
 ``momen_gelu``      the FFN in the same momentum recursion (MLP kind)               §3.1 "FFN too"
 ``nag_gelu``        the FFN in the same Nesterov recursion (MLP kind)               §3.1
 ``linear_attn``     ``x + η S(LN x)``, linear attention (D6); ``tied``: exact GD       §2.2, Theorem 2
@@ -36,20 +36,24 @@ Flags for what the text leaves open (defaults and why):
 
 * ``solver.ema`` (False): ``m ← β m + (1 − β) S`` instead of ``m ← β m + S``. Default off: the seed writes
   momentum as Sutskever et al. (no dampening) and β = 0 must give the baseline either way.
-* ``readout`` (``nag_mha``/``nag_gelu``; 'lookahead'): the stream holds the look-ahead point
-  ``y = x + ηβm`` (SGD's form, one sublayer call per step, what ``torch.optim.SGD(nesterov=True)``
-  returns) — or 'iterate': the stream holds x and each sublayer is evaluated at ``x + ηβm``
-  (Sutskever's form; keys/values are then computed from the look-ahead stream too). Both evaluate
-  the sublayers at the same points when β and η are shared; they differ in what the head reads.
-  'iterate' is the core Nesterov solver's ``form: sutskever`` (its look-ahead point is evaluated by
-  :class:`~energyformer.core.EnergyBlock`).
+* ``readout`` (``nag_mha``/``nag_gelu``; 'seed'): the seed's recursion (§3.1, Eq. of NAG with η in
+  the x-update): the stream holds the iterate x and sublayer l+1 is evaluated at
+  ``x_l + η_{l+1} β_{l+1} m_l`` (its own η, β; keys/values from that point too), the head reads x_L.
+  'sgd_lookahead' (the default before issue 23, then named 'lookahead'): the stream holds SGD's
+  look-ahead point ``y_l = x_l + η_l β_l m_l`` (one sublayer call per step, what
+  ``torch.optim.SGD(nesterov=True)`` returns), so sublayer l+1 sees the *previous* sublayer's η, β.
+  The two are the same model only when every sublayer shares one fixed η and β (tested); with the
+  default per-sublayer learnable β, η they differ. The old names 'iterate' / 'lookahead' are still
+  read (as 'seed' / 'sgd_lookahead') so saved run configs load as the model they trained.
+  'seed' is the core Nesterov solver's ``form: sutskever`` (its look-ahead point is evaluated by
+  :class:`~energyformer.core.EnergyBlock`), 'sgd_lookahead' its ``form: sgd``.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import nn
 
 from ..core.block import EnergyBlock
@@ -62,6 +66,9 @@ from ..energies.intrinsic_heads import GeluFFNField, LinearAttentionHeads, MHAHe
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
 
 CARRY_KEY = "intrinsic_velocity"
+#: NagMHA read-outs (module docstring); the names before issue 23 map to the same computations
+READOUTS = ("seed", "sgd_lookahead")
+LEGACY_READOUTS = {"iterate": "seed", "lookahead": "sgd_lookahead"}
 
 
 class IntrinsicBlock(EnergyBlock):
@@ -92,11 +99,29 @@ class _MomentumSublayer(DescentConfig):
     """η in the x-update (seed footnote 4): learned softplus, initialised at 1 (the baseline's step)"""
 
 
+class _NesterovSublayer(_MomentumSublayer):
+    """The momentum sublayer defaults + the Nesterov read-out (module docstring)."""
+
+    readout: Literal[READOUTS] = "seed"
+    """seed: stream holds x, sublayer l+1 evaluated at x_l + eta_(l+1) beta_(l+1) m_l (seed §3.1);
+    sgd_lookahead: stream holds SGD's look-ahead point x_l + eta_l beta_l m_l (the default before
+    issue 23); use the same value in attention and MLP"""
+
+    @field_validator("readout", mode="before")
+    @classmethod
+    def _legacy_readout_names(cls, v):
+        return LEGACY_READOUTS.get(v, v) if isinstance(v, str) else v
+
+
 # ----------------------------------------------------------------------------- attention kinds
 class MHAConfig(AttentionConfig, DescentConfig):
     """GPT-2 multi-head attention as one GD step (η fixed at 1: the ``gpt`` kind, bit for bit)."""
 
     kind: Literal["mha"] = "mha"
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 class MomenMHAConfig(AttentionConfig, _MomentumSublayer):
@@ -106,15 +131,21 @@ class MomenMHAConfig(AttentionConfig, _MomentumSublayer):
     solver: SOLVERS.type("momentum") = Field(default_factory=_momentum_default("momentum"))
     """descent rule (default: heavy-ball momentum, learned beta from 0.5, carry_key intrinsic_velocity)"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
-class NagMHAConfig(AttentionConfig, _MomentumSublayer):
+
+class NagMHAConfig(AttentionConfig, _NesterovSublayer):
     """NagMHA (seed §3.1): Nesterov momentum over depth; pair with mlp: nag_gelu."""
 
     kind: Literal["nag_mha"] = "nag_mha"
     solver: SOLVERS.type("nesterov") = Field(default_factory=_momentum_default("nesterov"))
     """descent rule (default: Nesterov, learned beta from 0.5, carry_key intrinsic_velocity)"""
-    readout: Literal["lookahead", "iterate"] = "lookahead"
-    """stream holds the look-ahead point (SGD form) or the iterate x (sublayer evaluated at x + eta beta m)"""
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}, {"readout": "sgd_lookahead"}]
 
 
 class TiedMHAConfig(AttentionConfig, DescentConfig):
@@ -131,6 +162,10 @@ class TiedMHAConfig(AttentionConfig, DescentConfig):
     norm_in_loop: bool = True
     """gradient at z = LN(x) (Theorem 1's point on the sphere); false: exact GD on F(x | LN(context))"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}, {"form": "elastic", "norm_in_loop": False}]
+
 
 class LinearAttnConfig(AttentionConfig, DescentConfig):
     """Linear attention (seed Eq. 5, §2.2) = GD on the sum-of-squares energy (Theorem 2)."""
@@ -146,6 +181,10 @@ class LinearAttnConfig(AttentionConfig, DescentConfig):
     step_size: Literal["auto"] | StepSizeField = "auto"
     """eta: 'auto' = fixed 1 untied, heads when tied; or a step-size config"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}, {"tied": True, "decay": True, "feature_map": "elu1"}]
+
 
 def _norm(dim: int) -> nn.LayerNorm:
     return nn.LayerNorm(dim)
@@ -159,10 +198,11 @@ def _block(energy: nn.Module, cfg: DescentConfig, spec: SublayerSpec, name: str,
 
 
 def _nag(cfg):
-    """readout 'iterate' is the Nesterov solver's Sutskever form (look-ahead evaluation point)."""
+    """readout 'seed' is the Nesterov solver's Sutskever form (look-ahead evaluation point),
+    'sgd_lookahead' its SGD form."""
     if cfg.solver.kind != "nesterov":
         return cfg
-    form = "sutskever" if cfg.readout == "iterate" else "sgd"
+    form = "sutskever" if cfg.readout == "seed" else "sgd"
     return cfg.model_copy(update={"solver": cfg.solver.model_copy(update={"form": form})})
 
 
@@ -224,15 +264,21 @@ class MomenGeluConfig(_GeluHidden, _MomentumSublayer):
     solver: SOLVERS.type("momentum") = Field(default_factory=_momentum_default("momentum"))
     """descent rule (default: heavy-ball momentum, learned beta from 0.5, carry_key intrinsic_velocity)"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
-class NagGeluConfig(_GeluHidden, _MomentumSublayer):
+
+class NagGeluConfig(_GeluHidden, _NesterovSublayer):
     """GPT-2 GELU FFN inside the Nesterov recursion (seed §3.1)."""
 
     kind: Literal["nag_gelu"] = "nag_gelu"
     solver: SOLVERS.type("nesterov") = Field(default_factory=_momentum_default("nesterov"))
     """descent rule (default: Nesterov, learned beta from 0.5, carry_key intrinsic_velocity)"""
-    readout: Literal["lookahead", "iterate"] = "lookahead"
-    """as nag_mha.readout (use the same value in both sublayers)"""
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 def _ffn(cfg, spec: SublayerSpec) -> IntrinsicBlock:

@@ -36,6 +36,7 @@ from torch import nn
 from ..core.stepsize import FixedStepSizeConfig, LearnedStepSizeConfig, StepSizeField
 from ..core.sublayer import DescentConfig
 from ..energies.newton import DAMPINGS, LiteHeads, NewtonHeads
+from ..utils.config import ConfigModel
 from .intrinsic import IntrinsicBlock, _block as _intrinsic_block
 from .registry import ATTENTIONS, AttentionConfig, SublayerSpec
 
@@ -53,7 +54,13 @@ class _NewtonConfig(AttentionConfig, DescentConfig):
     """eta: learned softplus, initialised at 1 (the natural Newton step)"""
 
 
-class MHA2ndConfig(_NewtonConfig):
+class _PinvConfig(_NewtonConfig):
+    pinv_eps: float | None = Field(None, ge=0)
+    """ridge of the output pseudo-inverse relative to each head's scale, eps_h = pinv_eps tr(P_h P_h^T)/d_h
+    (None: the working dtype's machine epsilon; 0: none)"""
+
+
+class MHA2ndConfig(_PinvConfig):
     """MHA2nd: exact per-head damped Newton step with the pseudo-inverse (reference; slow)."""
 
     kind: Literal["mha2nd"] = "mha2nd"
@@ -62,21 +69,36 @@ class MHA2ndConfig(_NewtonConfig):
     damping_eps: float = Field(0.1, gt=0)
     """epsilon of the damping"""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
-class MHA2nd1stConfig(_NewtonConfig):
-    """MHA2nd1st: first-order Taylor of the inverse Hessian (bias vector C a / T_b), output P_h^+."""
 
-    kind: Literal["mha2nd1st"] = "mha2nd1st"
+class _TaylorFields(ConfigModel):
     bias_temperature_init: float | None = Field(None, gt=0)
     """initial bias-term temperature T_b per head (None: sqrt(head_dim))"""
 
 
-class MHA2nd1stSimpleConfig(MHA2nd1stConfig):
-    """Simplified MHA2nd1st: P_h^+ replaced by a learnable W_O."""
+class MHA2nd1stConfig(_TaylorFields, _PinvConfig):
+    """MHA2nd1st: first-order Taylor of the inverse Hessian (bias vector C a / T_b), output P_h^+."""
+
+    kind: Literal["mha2nd1st"] = "mha2nd1st"
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
+
+class MHA2nd1stSimpleConfig(_TaylorFields, _NewtonConfig):
+    """Simplified MHA2nd1st: P_h^+ replaced by a learnable W_O (no pseudo-inverse, so no pinv_eps)."""
 
     kind: Literal["mha2nd1st_simple"] = "mha2nd1st_simple"
     step_size: StepSizeField = Field(default_factory=lambda: FixedStepSizeConfig(value=1.0))
     """eta: fixed 1 (W_O already absorbs it)"""
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 class MHA2ndLiteConfig(AttentionConfig, DescentConfig):
@@ -89,6 +111,10 @@ class MHA2ndLiteConfig(AttentionConfig, DescentConfig):
     """initial preconditioning temperature T_b (None: sqrt(head_dim))"""
     learn_temperature: bool = True
     """learn both temperatures (softplus, per head)"""
+
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
 
 
 def _block(energy: nn.Module, cfg, spec: SublayerSpec) -> IntrinsicBlock:
@@ -106,13 +132,15 @@ def _newton(cfg, spec: SublayerSpec, mode: str, output: str, **kw) -> NewtonHead
 @ATTENTIONS.register("mha2nd", MHA2ndConfig)
 def build_mha2nd(cfg: MHA2ndConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """MHA2nd: damped per-head Newton with the pseudo-inverse (reference)."""
-    return _block(_newton(cfg, spec, "newton", "pinv", damping=cfg.damping, damping_eps=cfg.damping_eps), cfg, spec)
+    return _block(_newton(cfg, spec, "newton", "pinv", damping=cfg.damping, damping_eps=cfg.damping_eps,
+                          pinv_eps=cfg.pinv_eps), cfg, spec)
 
 
 @ATTENTIONS.register("mha2nd1st", MHA2nd1stConfig)
 def build_mha2nd1st(cfg: MHA2nd1stConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """MHA2nd1st: a + C a / T_b per head, mapped back by P_h^+."""
-    return _block(_newton(cfg, spec, "taylor", "pinv", bias_temperature_init=cfg.bias_temperature_init), cfg, spec)
+    return _block(_newton(cfg, spec, "taylor", "pinv", bias_temperature_init=cfg.bias_temperature_init,
+                          pinv_eps=cfg.pinv_eps), cfg, spec)
 
 
 @ATTENTIONS.register("mha2nd1st_simple", MHA2nd1stSimpleConfig)

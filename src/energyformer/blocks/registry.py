@@ -63,6 +63,13 @@ class SublayerConfig(KindConfig):
     supports_causal: ClassVar[bool] = True
     causal_note: ClassVar[str] = ""
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        """Option sets this kind is built with by the library-wide scale fuzz
+        (``tests/core/test_scale_fuzz.py``: float32 and bf16 against float64 at input and weight
+        scales 1e-3 … 1e4); ``[{}]`` is the defaults. A registered kind without examples fails it."""
+        raise NotImplementedError(f"{cls.__name__} must provide examples() for the scale fuzz")
+
 
 class AttentionConfig(SublayerConfig):
     """Base of attention kind configs (a kind adds ``kind: Literal[name] = name`` and its options)."""

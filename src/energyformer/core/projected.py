@@ -23,6 +23,24 @@ from ..utils.validate import check_float
 from .solver import Solver, SolverConfig, _scale, register_solver
 
 
+def safe_norm(v: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
+    """‖v‖ along ``dim`` as ``s ‖v / s‖`` with ``s = max |v|``: no overflow of the squares above
+    ~1.8e19 (float32) nor underflow below ~1e-19, so the norm of any finite v is finite and accurate
+    (``torch.linalg.vector_norm`` squares first: inf at 2e19, 0 at 1e-20). Issue 23."""
+    s = v.abs().amax(dim, keepdim=True)
+    s = torch.where(s == 0, torch.ones_like(s), s)  # v = 0: norm 0
+    n = s * (v / s).norm(dim=dim, keepdim=True)
+    return n if keepdim else n.squeeze(dim)
+
+
+def unit(v: Tensor, dim: int = -1) -> Tensor:
+    """``v / ‖v‖`` at any scale of v (via :func:`safe_norm`); v = 0 stays 0, a non-finite v gives NaN."""
+    s = v.abs().amax(dim, keepdim=True)
+    u = v / torch.where(s == 0, torch.ones_like(s), s)  # max |u| = 1
+    n = u.norm(dim=dim, keepdim=True)
+    return u / torch.where(n == 0, torch.ones_like(n), n)  # NaN stays NaN for the whole vector
+
+
 class ISTAConfig(SolverConfig):
     """ISTA: proximal gradient for E + λ‖z‖₁ (CRATE's sparsification step)."""
 
@@ -76,11 +94,13 @@ class SphereConfig(SolverConfig):
 class SphereDescent(Solver):
     """Projected descent on the unit sphere: ``x_{t+1} = (x_t + η d_t) / ‖x_t + η d_t‖`` with the
     energy's direction d_t (for bare attention and η = 1: ``normalise(γ x_i + Σ_j α_ij J_ij x_j)``).
-    Not a gradient step of any energy (``rule_exact = False``)."""
+    Not a gradient step of any energy (``rule_exact = False``). The norm is scale-safe
+    (:func:`unit`): a plain ‖y‖ overflows once |y| passes ~1.8e19 in float32 and every token silently
+    became 0 (issue 23)."""
 
     rule_exact = False
 
     def update(self, energy, x, u, state, memory, eta):
         d = energy.direction(u, state, self.precond)
         y = x + _scale(eta, d)
-        return y / y.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(y.dtype).tiny) - x, memory
+        return unit(y) - x, memory  # scale-safe: y/‖y‖ at any finite scale (issue 23)

@@ -36,6 +36,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from ..core.attention import append_cache, masked_logsumexp, sdpa, visible
+from ..core.constants import ExactConstant
 from ..core.energy import Energy, register_energy
 from ..utils.validate import check_choice, check_float, check_int
 
@@ -103,10 +104,15 @@ class _HeadsBase(Energy):
         check_int("head_dim", self.head_dim, min=1)
         t = math.sqrt(self.head_dim) if temperature is None else temperature
         check_float("temperature", t, min=0.0, min_exclusive=True)
-        self.register_buffer("temperature", torch.full((heads,), float(t)), persistent=False)
+        self.fixed_temperature = ExactConstant([float(t)] * heads)  # (H,), exact in every dtype (issue 23)
         self.wq = nn.Linear(dim, heads * self.head_dim, bias=False)  # P_h stacked
         self.wk = nn.Linear(dim, heads * self.head_dim, bias=False)  # W_h stacked
         self.causal = bool(causal)
+
+    @property
+    def temperature(self) -> Tensor:
+        """(H,) fixed temperatures T_h in the module's dtype."""
+        return self.fixed_temperature()
 
     def prepare(self, context: Tensor, cache: dict | None = None, offset: int = 0,
                 mask: Tensor | None = None, **kw) -> HeadsState:

@@ -80,6 +80,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from ..core.attention import append_cache, visible
+from ..core.constants import ExactConstant
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_float, check_int
@@ -97,7 +98,7 @@ TEMPERATURES = ("head_dim", "model_dim")
 MIN_BLOCK = 16
 
 
-def alibi_slopes(heads: int) -> Tensor:
+def alibi_slopes(heads: int, dtype: torch.dtype | None = None) -> Tensor:
     """ALiBi slopes of Press et al. 2022 (their reference ``get_slopes``).
 
     K a power of two: m_k = 2^{−8k/K}, k = 1..K. Otherwise, with n = 2^⌊log2 K⌋: the n slopes for n
@@ -109,7 +110,7 @@ def alibi_slopes(heads: int) -> Tensor:
     slopes = power_of_two(n)
     if n < heads:
         slopes += power_of_two(2 * n)[0::2][: heads - n]
-    return torch.tensor(slopes)
+    return torch.tensor(slopes, dtype=dtype)
 
 
 @dataclass
@@ -170,7 +171,7 @@ class InteractionEnergy(Energy):
             self.register_parameter("d", None)
         self.alibi = alibi
         if alibi:
-            self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
+            self.slope_values = ExactConstant(alibi_slopes(heads, torch.float64).tolist())  # (H,), exact in every dtype
         self.self_bias = nn.Parameter(torch.zeros(heads)) if self_bias else None
         self.attn_fp32 = attn_fp32
         self.causal = bool(causal)
@@ -211,6 +212,11 @@ class InteractionEnergy(Energy):
         return out
 
     # ------------------------------------------------------------------ once per block call
+    @property
+    def slopes(self) -> Tensor | None:
+        """(H,) ALiBi slopes in the module's dtype (None without ALiBi)."""
+        return self.slope_values() if self.alibi else None
+
     def prepare(
         self, context: Tensor, cache: dict | None = None, offset: int = 0, mask: Tensor | None = None, **kw,
     ) -> InteractionState:

@@ -19,8 +19,11 @@ Per head h and query i (causal, j ≤ i), theory-tied ``q_i = P_h u_i`` (P_h = W
   with ``T_b = T_s`` and tied values, ``o = −(2I − ∇²F)∇F`` exactly (tested against autograd).
 
 Output map (the per-head range-space / pseudo-inverse step of App. A.7.1):
-  ``output='pinv'``: ``d = Σ_h P_h⁺ o_h`` with ``P_h⁺ = P_hᵀ(P_h P_hᵀ + εI)⁻¹`` computed from W_Q each
-  call (weight-only work; **MHA2nd1st** / **MHA2nd**);
+  ``output='pinv'``: ``d = Σ_h P_h⁺ o_h`` with ``P_h⁺ = P_hᵀ(P_h P_hᵀ + ε_h I)⁻¹`` computed from W_Q each
+  call (weight-only work; **MHA2nd1st** / **MHA2nd**). The ridge is relative to the head's scale,
+  ``ε_h = pinv_eps · tr(P_h P_hᵀ)/d_h`` (``pinv_eps`` None: the working dtype's machine ε; 0: none), so
+  the bias ``~ε_h/σ_min²`` does not depend on the size of W_Q (an absolute ε = 1e-6 gave 1.2e-3 relative
+  error at D 8, weight std 0.02; issue 23);
   ``output='learned'``: ``d = W_O concat_h o_h`` with a free W_O (the **simplified** form: "the matrix
   replaced by a learnable one"; our reading, reconstructed.md §1.3).
 
@@ -47,6 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core.attention import append_cache, masked_softmax, sdpa, visible
+from ..core.constants import ExactConstant
 from ..core.energy import Energy, register_energy
 from ..core.stepsize import _inverse_softplus
 from ..utils.validate import ConfigError, check_choice, check_float, check_int
@@ -59,7 +63,8 @@ DAMPINGS = ("clamp", "abs", "add")
 
 
 class HeadTemperature(nn.Module):
-    """Per-head positive temperature ``T_h = softplus(θ_h)`` (learned) or a fixed buffer."""
+    """Per-head positive temperature ``T_h = softplus(θ_h)`` (learned) or the fixed ``init`` exactly, in
+    every dtype (an :class:`~energyformer.core.constants.ExactConstant`, not softplus of a rounded θ)."""
 
     param_roles = {"theta": "other_no_decay"}
 
@@ -67,14 +72,13 @@ class HeadTemperature(nn.Module):
         super().__init__()
         if isinstance(init, bool) or not isinstance(init, (int, float)) or not init > 0 or not math.isfinite(init):
             raise ConfigError(f"{name} = {init!r}: must be a finite number > 0 (a temperature)")
-        theta = torch.full((heads,), _inverse_softplus(float(init)))
         if learn:
-            self.theta = nn.Parameter(theta)
+            self.theta = nn.Parameter(torch.full((heads,), _inverse_softplus(float(init))))
         else:
-            self.register_buffer("theta", theta, persistent=False)
+            self.fixed = ExactConstant([float(init)] * heads)  # (H,)
 
     def forward(self) -> Tensor:
-        return F.softplus(self.theta)
+        return F.softplus(self.theta) if hasattr(self, "theta") else self.fixed()
 
 
 def damp(M: Tensor, kind: str, eps: float) -> Tensor:
@@ -105,7 +109,7 @@ class NewtonHeads(Energy):
                  tie_values: bool = True, subtract_query: bool = True,
                  temperature_init: float | None = None, bias_temperature_init: float | None = None,
                  learn_temperature: bool = True, damping: str = "clamp", damping_eps: float = 0.1,
-                 pinv_eps: float = 1e-6, dropout: float = 0.0, causal: bool = True, fp32_heads: bool = True):
+                 pinv_eps: float | None = None, dropout: float = 0.0, causal: bool = True, fp32_heads: bool = True):
         super().__init__()
         self.fp32_heads = bool(fp32_heads)
         check_int("heads", heads, min=1)
@@ -115,10 +119,12 @@ class NewtonHeads(Energy):
         check_choice("output", output, OUTPUTS)
         check_choice("damping", damping, DAMPINGS)
         check_float("damping_eps", damping_eps, min=0.0, min_exclusive=True)
-        check_float("pinv_eps", pinv_eps, min=0.0)
+        if pinv_eps is not None:
+            check_float("pinv_eps", pinv_eps, min=0.0)
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
         self.mode, self.output, self.tie_values, self.subtract_query = mode, output, tie_values, subtract_query
-        self.damping, self.damping_eps, self.pinv_eps = damping, float(damping_eps), float(pinv_eps)
+        self.damping, self.damping_eps = damping, float(damping_eps)
+        self.pinv_eps = None if pinv_eps is None else float(pinv_eps)
         self.dropout, self.causal = float(dropout), bool(causal)
         dh = self.head_dim
         self.wq = nn.Linear(dim, dim, bias=False)  # P_h stacked (H·dh × D)
@@ -154,15 +160,22 @@ class NewtonHeads(Energy):
         return merge_heads(self._fe(u, st)[1] / self.heads) @ self.wq.weight
 
     # ------------------------------------------------------------------ output map
+    def ridge(self, G: Tensor) -> Tensor:
+        """``G + ε_h I`` for Gram matrices G (..., dh, dh), ``ε_h = pinv_eps · tr(G)/dh`` (module docstring)."""
+        eps = torch.finfo(G.dtype).eps if self.pinv_eps is None else self.pinv_eps
+        if not eps:
+            return G
+        scale = G.diagonal(dim1=-2, dim2=-1).mean(-1)  # mean squared singular value of P_h
+        ridge = (eps * scale).clamp_min(torch.finfo(G.dtype).tiny)  # P_h = 0 gives P_h⁺ = 0
+        return G + ridge[..., None, None] * torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
+
     def pinv_rows(self) -> Tensor:
-        """Stacked ``(P_h⁺)ᵀ = (P_h P_hᵀ + εI)⁻¹ P_h`` as an (H·dh × D) matrix (weight-only work)."""
+        """Stacked ``(P_h⁺)ᵀ = (P_h P_hᵀ + ε_h I)⁻¹ P_h`` as an (H·dh × D) matrix (weight-only work)."""
         w = self.wq.weight
         with torch.autocast(w.device.type, enabled=False):  # a d_h x d_h solve: float32 at least
             P = w.float().view(self.heads, self.head_dim, self.dim) if w.dtype in (torch.float16, torch.bfloat16) \
                 else w.view(self.heads, self.head_dim, self.dim)  # (H, dh, D)
-            G = P @ P.transpose(-1, -2)
-            if self.pinv_eps:
-                G = G + self.pinv_eps * torch.eye(self.head_dim, dtype=G.dtype, device=G.device)
+            G = self.ridge(P @ P.transpose(-1, -2))  # (H, dh, dh)
             return torch.linalg.solve(G, P).reshape(self.heads * self.head_dim, self.dim)
 
     def out_map(self, o: Tensor) -> Tensor:
@@ -245,8 +258,9 @@ class NewtonHeads(Energy):
             d = self.wo(merge_heads(out))
         else:
             P = self.wq.weight.view(H, dh, self.dim).detach()
-            pinv = [torch.linalg.pinv(P[h]) if not self.pinv_eps else
-                    P[h].T @ torch.linalg.inv(P[h] @ P[h].T + self.pinv_eps * eye) for h in range(H)]
+            eps = torch.finfo(P.dtype).eps if self.pinv_eps is None else self.pinv_eps
+            pinv = [torch.linalg.pinv(P[h]) if not eps else P[h].T @ torch.linalg.inv(
+                P[h] @ P[h].T + eps * float((P[h] ** 2).sum()) / dh * eye) for h in range(H)]
             d = sum(out[:, h] @ pinv[h].T for h in range(H))
         return _apply(precond, d)
 

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from ..utils.validate import check_choice
-from .pseudolikelihood import offdiag
+from .pseudolikelihood import offdiag, safe_norm
 from .vmf import vmf_log_normalizer
 
 OBJECTIVES = ("plain", "vmf", "codebook", "cd")
@@ -73,12 +73,14 @@ def _terms(J: Tensor, x: Tensor, rows: Tensor, lam: float, kind: str, codebook: 
     if want_grad:
         grad = -_hebb(s.softmax(-1), xr, x)
     if kind == "vmf":
-        kappa = lam * Jx.norm(dim=-1)  # (B, R, N)
+        # κ by a scale-safe norm and the two log-sum-exps combined in float64: the terms grow like ‖J‖
+        # and cancel (a plain float32 norm overflowed at ‖J_ij x_j‖ ~ 1.8e19 and the loss was NaN)
+        kappa = lam * safe_norm(Jx.double(), dim=-1)  # (B, R, N)
         logz, a_over_k = vmf_log_normalizer(x.shape[-1], kappa)
-        logz = logz.to(x.dtype).masked_fill(~keep, float("-inf"))
-        loss = loss + torch.logsumexp(logz, -1) / lam
+        logz = logz.masked_fill(~keep, float("-inf"))
+        loss = ((torch.logsumexp(logz, -1) - lse.double()) / lam).to(x.dtype)
         if want_grad:
-            w = logz.softmax(-1) * a_over_k.to(x.dtype) * lam  # (B, R, N)
+            w = (logz.softmax(-1) * a_over_k * lam).to(x.dtype)  # (B, R, N)
             grad = grad + torch.einsum("zrja,zjc->rjac", w[..., None] * Jx, x)
     elif kind == "codebook":
         g = lam * torch.einsum("zrja,ka->zrjk", Jx, codebook)  # (B, R, N, C)

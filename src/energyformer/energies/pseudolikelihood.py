@@ -7,6 +7,8 @@ through the pair index of J_ij), no MLP and V = J. With ``s_ij = λ x_iᵀ J_ij 
 
     α_ij  = softmax_{j≠i}(s_ij)                                                     (Eq. 4)
     x_i  <- γ x_i + Σ_{j≠i} α_ij J_ij x_j        [then x_i <- x_i/‖x_i‖ when renormalising]   (Eq. 3, 20)
+
+(the renormalisation by :func:`unit`, exact at any scale of y: issue 23)
     e_i(x) = −(1/λ) log Σ_{j≠i} exp(λ x_iᵀ J_ij x_j),      F(x; J) = Σ_i e_i(x)              (Eq. 8, 12)
 
 **The update is not gradient descent on F** (reconstructed §2.1, checked): with γ = 1 the update is
@@ -40,6 +42,7 @@ from torch import Tensor, nn
 
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
+from ..core.projected import safe_norm, unit  # noqa: F401  (scale-safe norms; re-exported, issue 23)
 from ..utils.validate import check_float, check_int
 
 
@@ -65,7 +68,7 @@ def bare_step(x: Tensor, J: Tensor, lam: float = 1.0, gamma: float = 1.0, renorm
     Jx = apply_couplings(J, x)  # (B, N, N, d)
     alpha = bare_scores(x, Jx, lam).softmax(-1)  # (B, N, N)
     y = gamma * x + torch.einsum("zij,zija->zia", alpha, Jx)
-    return y / y.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(y.dtype).tiny) if renorm else y
+    return unit(y) if renorm else y
 
 
 def pseudolikelihood_F(x: Tensor, J: Tensor, lam: float = 1.0) -> Tensor:

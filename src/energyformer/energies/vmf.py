@@ -35,12 +35,13 @@ DEBYE_MIN_ORDER = 50.0
 KAPPA_MIN = 1e-12
 
 
-def _debye_log_iv(nu: float, kappa: Tensor) -> Tensor:
-    """log I_ν(κ) by Debye's uniform expansion with terms u_0..u_4 (ν ≥ ~20 for full precision)."""
+def _debye_parts(nu: float, kappa: Tensor) -> tuple[Tensor, Tensor]:
+    """Debye's uniform expansion (DLMF 10.41.3, terms u_0..u_4) of log I_ν(κ) split as ``S + rest`` with
+    ``S = sqrt(ν² + κ²)`` (the part that grows like κ) and ``rest`` of order log κ, so that the log-ratio
+    of two orders can be formed without cancelling two numbers of size κ (ν ≥ ~20 for full precision)."""
     z = kappa / nu
-    sq = torch.sqrt(1.0 + z * z)
-    t = 1.0 / sq
-    eta = sq + torch.log(z) - torch.log1p(sq)
+    big = torch.sqrt(nu * nu + kappa * kappa)  # S = ν sqrt(1 + z²)
+    t = nu / big
     t2 = t * t
     u1 = t * (3.0 - 5.0 * t2) / 24.0
     u2 = t2 * (81.0 - 462.0 * t2 + 385.0 * t2 * t2) / 1152.0
@@ -48,18 +49,33 @@ def _debye_log_iv(nu: float, kappa: Tensor) -> Tensor:
     u4 = t2 * t2 * (4465125.0 - 94121676.0 * t2 + 349922430.0 * t2 ** 2 - 446185740.0 * t2 ** 3
                     + 185910725.0 * t2 ** 4) / 39813120.0
     series = 1.0 + u1 / nu + u2 / nu ** 2 + u3 / nu ** 3 + u4 / nu ** 4
-    return nu * eta - 0.5 * math.log(2.0 * math.pi * nu) - 0.25 * torch.log1p(z * z) + torch.log(series)
+    # ν η(z) = S + ν log(κ / (ν + S)),  η = sqrt(1 + z²) + log(z / (1 + sqrt(1 + z²)))
+    rest = (nu * torch.log(kappa / (nu + big)) - 0.5 * math.log(2.0 * math.pi * nu)
+            - 0.25 * torch.log1p(z * z) + torch.log(series))
+    return big, rest
+
+
+def _debye_log_iv(nu: float, kappa: Tensor) -> Tensor:
+    """log I_ν(κ) by Debye's uniform expansion with terms u_0..u_4 (ν ≥ ~20 for full precision)."""
+    big, rest = _debye_parts(nu, kappa)
+    return big + rest
 
 
 def bessel_ratios(nu: float, kappa: Tensor) -> tuple[Tensor, Tensor]:
-    """``(log I_ν(κ), I_{ν+1}(κ)/I_ν(κ))`` for real ν ≥ 0 and κ > 0 (float64; see module docstring)."""
+    """``(log I_ν(κ), I_{ν+1}(κ)/I_ν(κ))`` for real ν ≥ 0 and κ > 0 (float64; see module docstring).
+
+    The starting ratio ``r_M = exp(log I_{M+1} − log I_M)`` is formed from Debye's parts with the
+    κ-sized terms subtracted analytically (``S_{M+1} − S_M = (2M + 1)/(S_{M+1} + S_M)``): subtracting
+    two logs of size κ lost everything from κ ~ 1e16 on (the vMF objective was inf; issue 23)."""
     if not nu >= 0:
         raise ValueError(f"bessel order nu = {nu!r}: must be >= 0")
     k = kappa.to(torch.float64).clamp_min(KAPPA_MIN)
     m = max(0, math.ceil(DEBYE_MIN_ORDER - nu))
     top = nu + m
-    log_top = _debye_log_iv(top, k)
-    r = torch.exp(_debye_log_iv(top + 1.0, k) - log_top)  # r_M = I_{M+1}/I_M
+    big0, rest0 = _debye_parts(top, k)
+    big1, rest1 = _debye_parts(top + 1.0, k)
+    log_top = big0 + rest0
+    r = torch.exp((2.0 * top + 1.0) / (big1 + big0) + rest1 - rest0)  # r_M = I_{M+1}/I_M
     log_sum = torch.zeros_like(k)
     for step in range(m):  # orders M-1, ..., ν: r_{o} = 1 / (r_{o+1} + 2(o+1)/κ)
         order = top - 1 - step

@@ -104,6 +104,29 @@ def by_corpus(data: dict) -> dict[str, dict[str, list[dict]]]:
     return out
 
 
+def readout_note(data: dict) -> str:
+    """A 'What ran' line for NagMHA runs whose read-out is not the seed's recursion (issue 23: the
+    default before it, then named 'lookahead', evaluated sublayer l+1 at x_l + η_l β_l m_l)."""
+    from ..blocks.intrinsic import LEGACY_READOUTS
+
+    def readout(run: dict) -> str | None:  # as recorded in the run's model config (None: not recorded)
+        att = run.get("model", {}).get("block", {}).get("attention")
+        r = att.get("readout") if isinstance(att, dict) else None
+        return LEGACY_READOUTS.get(r, r)
+
+    old = sorted(name for name, r in data["runs"].items()
+                 if r["variant"] == "nag_mha" and readout(r) not in (None, "seed"))
+    if not old:
+        return ""
+    return (f"* **NagMHA read-out:** {len(old)} NagMHA run(s) here used `readout: sgd_lookahead` (the default "
+            "before issue 23, then named `lookahead`): sublayer l+1 is evaluated at x_l + η_l β_l m_l, with the "
+            "previous sublayer's learned η, β, not at the seed's x_l + η_{l+1} β_{l+1} m_l (today's default "
+            "`readout: seed`). With per-sublayer learned β, η that is a different model; its rows and claims "
+            "(a), (b) are for that variant. Not rerun (the session that fixed it had no GPU and the CPU runs are not cheap on the shared machine); "
+            "`energyformer reproduce intrinsic-lm --variants nag_mha` after removing these runs from "
+            "results.json reruns them with the seed's read-out.")
+
+
 def write_report(data: dict, out: Path, traces: Path | None = None, note: str = "") -> str:
     groups = by_corpus(data)
     any_run = next(iter(data["runs"].values()))
@@ -129,6 +152,7 @@ def write_report(data: dict, out: Path, traces: Path | None = None, note: str = 
              f"* {len(data['runs'])} runs, {secs / 60:.1f} min of training in total on "
              f"{hw}."
              + (f" {note}" if note else ""),
+             *([readout_note(data)] if readout_note(data) else []),
              f"* The seed: 30M-160M parameters, MiniPile, 1M samples x 3 epochs (~{SEED_TOKENS / 1e9:.1f}B tokens at "
              f"context 256). Here: {P['total'] / 1e6:.1f}M parameters ({100 * P['embedding'] / P['total']:.0f}% of "
              f"them the GPT-2 embedding) and {steps * tps / 1e6:.2f}M tokens per run "

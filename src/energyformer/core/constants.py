@@ -1,0 +1,46 @@
+"""Fixed numbers (temperatures, √d_h, ALiBi slopes) that are exact in every dtype.
+
+A fixed temperature stored as a float32 buffer keeps float32's rounding when the module is moved to
+float64 (``.double()`` converts the rounded value): T = 0.7 becomes 0.7 − 1.2e-8, √32 is off by 9.7e-8,
+so a float64 reference is no longer the same model (issue 23). :class:`ExactConstant` remembers the
+Python floats and, after every dtype or device conversion of its module (``.to``, ``.double``,
+``.half``, ``.cuda``, ``to_empty``), refills its buffer from them: the value in a dtype is the
+correctly rounded number, never a rounding of a rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+class ExactConstant(nn.Module):
+    """A non-persistent (not in the state dict) buffer ``value`` of fixed numbers, shape ``shape``
+    (default: ``(len(values),)``), re-derived from the exact Python floats after every conversion.
+
+    ``forward()`` returns it; ``values`` are the numbers as given (float64 precision)."""
+
+    def __init__(self, values: Sequence[float], shape: Sequence[int] | None = None,
+                 dtype: torch.dtype | None = None):
+        super().__init__()
+        self.values = tuple(float(v) for v in values)
+        self.shape = tuple(shape) if shape is not None else (len(self.values),)
+        self.register_buffer("value", self._fill(dtype or torch.get_default_dtype(), None), persistent=False)
+
+    def _fill(self, dtype: torch.dtype, device) -> Tensor:
+        return torch.tensor(self.values, dtype=torch.float64).reshape(self.shape).to(dtype=dtype, device=device)
+
+    def _apply(self, fn, recurse: bool = True):
+        super()._apply(fn, recurse)
+        v = self.value
+        if v.is_floating_point():
+            self.value = self._fill(v.dtype, v.device)
+        return self
+
+    def forward(self) -> Tensor:
+        return self.value
+
+    def extra_repr(self) -> str:
+        return f"values={self.values if len(self.values) <= 4 else self.values[:4] + ('...',)}"

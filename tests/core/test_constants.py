@@ -1,0 +1,50 @@
+"""Fixed temperatures and slopes are exact in every dtype (issue 23: a float32 buffer moved to float64
+kept float32's rounding, T = 0.7 -> 0.7 - 1.2e-8, sqrt(32) off by 9.7e-8)."""
+
+import math
+
+import pytest
+import torch
+
+from energyformer.core.constants import ExactConstant
+from energyformer.energies.free_energy import MultiHeadFreeEnergy
+from energyformer.energies.interaction import InteractionEnergy
+from energyformer.energies.newton import HeadTemperature, NewtonHeads
+
+
+def _exact(values, dtype):
+    return torch.tensor(values, dtype=torch.float64).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_exact_constant_is_the_correctly_rounded_value_after_any_conversion(dtype):
+    c = ExactConstant([0.7, math.sqrt(32)])
+    assert c().dtype == torch.get_default_dtype()
+    for conv in (lambda m: m.to(dtype), lambda m: m.float().to(dtype), lambda m: m.double().to(dtype)):
+        v = conv(ExactConstant([0.7, math.sqrt(32)]))()
+        assert v.dtype == dtype and torch.equal(v, _exact([0.7, math.sqrt(32)], dtype))
+    assert not dict(c.state_dict())  # not persistent: checkpoints unchanged
+
+
+def test_fixed_free_energy_temperature_is_exact_in_float64():
+    e = MultiHeadFreeEnergy(64, 2, temperature=0.7).double()
+    assert e.temperature.dtype == torch.float64 and bool((e.temperature == 0.7).all())
+    e = MultiHeadFreeEnergy(64, 2).double()  # default sqrt(d_h) = sqrt(32)
+    assert bool((e.temperature == math.sqrt(32)).all())
+    assert "fixed_temperature.value" not in e.state_dict()
+
+
+def test_fixed_newton_temperatures_are_exact_and_learned_ones_unchanged():
+    t = HeadTemperature(3, 0.7, learn=False).double()
+    assert torch.equal(t(), torch.full((3,), 0.7, dtype=torch.float64))
+    e = NewtonHeads(16, 2, learn_temperature=False).double()  # sqrt(8)
+    assert torch.equal(e.temp_score(), torch.full((2,), math.sqrt(8), dtype=torch.float64))
+    learned = HeadTemperature(3, 0.7, learn=True)
+    assert [n for n, _ in learned.named_parameters()] == ["theta"]
+
+
+def test_alibi_slopes_are_exact_for_any_head_count():
+    e = InteractionEnergy(24, 6, alibi=True).double()  # 6 heads: slopes 2^(-8k/4), then 2^(-(2k-1)/2)
+    want = [2.0 ** (-8.0 * (k + 1) / 4) for k in range(4)] + [2.0 ** (-8.0 * (k + 1) / 8) for k in range(8)][0::2][:2]
+    assert torch.equal(e.slopes, torch.tensor(want, dtype=torch.float64))
+    assert InteractionEnergy(24, 6, alibi=False).slopes is None
