@@ -165,6 +165,10 @@ class ReluMLPConfig(MLPConfig):
     def default_hidden(self, dim: int) -> int:
         return 4 * dim
 
+    @classmethod
+    def examples(cls) -> list[dict]:
+        return [{}]
+
 
 class SwiGLU(nn.Module):
     """Llama gated MLP sublayer: x + W_down(SiLU(W_gate h) ∘ W_up h), h = RMSNorm(x)."""

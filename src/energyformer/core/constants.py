@@ -33,10 +33,11 @@ class ExactConstant(nn.Module):
         return torch.tensor(self.values, dtype=torch.float64).reshape(self.shape).to(dtype=dtype, device=device)
 
     def _apply(self, fn, recurse: bool = True):
-        super()._apply(fn, recurse)
+        # the conversion is learnt from an empty probe, never applied to the old value: a value on the
+        # meta device (a model built by Hugging Face's from_pretrained) has no data to copy out
         v = self.value
-        if v.is_floating_point():
-            self.value = self._fill(v.dtype, v.device)
+        probe = fn(torch.empty(0, dtype=v.dtype, device="cpu" if v.is_meta else v.device))
+        self.value = self._fill(probe.dtype, probe.device) if probe.is_floating_point() else probe
         return self
 
     def forward(self) -> Tensor:

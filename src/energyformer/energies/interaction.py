@@ -98,11 +98,12 @@ TEMPERATURES = ("head_dim", "model_dim")
 MIN_BLOCK = 16
 
 
-def alibi_slopes(heads: int, dtype: torch.dtype | None = None) -> Tensor:
-    """ALiBi slopes of Press et al. 2022 (their reference ``get_slopes``).
+def alibi_slope_values(heads: int) -> list[float]:
+    """ALiBi slopes of Press et al. 2022 (their reference ``get_slopes``) as Python floats.
 
     K a power of two: m_k = 2^{−8k/K}, k = 1..K. Otherwise, with n = 2^⌊log2 K⌋: the n slopes for n
-    heads followed by the first K − n of every other slope for 2n heads (2^{−4(2k−1)/n})."""
+    heads followed by the first K − n of every other slope for 2n heads (2^{−4(2k−1)/n}). Pure Python,
+    so a model built on the meta device (Hugging Face's from_pretrained) still gets the numbers."""
     def power_of_two(n: int) -> list[float]:
         return [2.0 ** (-8.0 * (k + 1) / n) for k in range(n)]
 
@@ -110,7 +111,12 @@ def alibi_slopes(heads: int, dtype: torch.dtype | None = None) -> Tensor:
     slopes = power_of_two(n)
     if n < heads:
         slopes += power_of_two(2 * n)[0::2][: heads - n]
-    return torch.tensor(slopes, dtype=dtype)
+    return slopes
+
+
+def alibi_slopes(heads: int, dtype: torch.dtype | None = None) -> Tensor:
+    """:func:`alibi_slope_values` as a tensor."""
+    return torch.tensor(alibi_slope_values(heads), dtype=dtype)
 
 
 @dataclass
@@ -171,7 +177,7 @@ class InteractionEnergy(Energy):
             self.register_parameter("d", None)
         self.alibi = alibi
         if alibi:
-            self.slope_values = ExactConstant(alibi_slopes(heads, torch.float64).tolist())  # (H,), exact in every dtype
+            self.slope_values = ExactConstant(alibi_slope_values(heads))  # (H,), exact in every dtype
         self.self_bias = nn.Parameter(torch.zeros(heads)) if self_bias else None
         self.attn_fp32 = attn_fp32
         self.causal = bool(causal)
