@@ -6,6 +6,7 @@ import torch
 
 from energyformer.blocks.intrinsic_newton import build_mha2nd, build_mha2nd1st, MHA2ndConfig, MHA2nd1stConfig
 from energyformer.blocks.registry import SublayerSpec
+from energyformer.core import IdentityPrecond
 from energyformer.energies.newton import NewtonHeads
 
 
@@ -46,3 +47,42 @@ def test_pinv_of_a_zero_head_is_zero_not_nan():
     with torch.no_grad():
         e.wq.weight.zero_()
     assert torch.equal(e.pinv_rows(), torch.zeros(8, 8))
+
+
+# ----------------------------------------------------------------------------- the Taylor bias (issue 23)
+def _direct_bias(p, v, mu, a):
+    """C a by the unshifted formula Σ_j p_ij (v_j·a_i) v_j − (μ_i·a_i) μ_i (float64 here)."""
+    return (p * (a @ v.transpose(-1, -2))) @ v - (mu * a).sum(-1, keepdim=True) * mu
+
+
+@pytest.mark.parametrize("dropped", [False, True])
+def test_taylor_bias_equals_the_unshifted_formula(dropped):
+    torch.manual_seed(0)
+    e = NewtonHeads(16, 2, mode="taylor").double()
+    p = torch.softmax(torch.randn(2, 2, 5, 7, dtype=torch.float64) * 3, -1)
+    if dropped:  # dropped-out weights, rescaled: rows no longer sum to one
+        e.train()
+        e.dropout = 0.3
+        p = p * (torch.rand_like(p) > 0.3) / 0.7
+    v, a = torch.randn(2, 2, 7, 8, dtype=torch.float64), torch.randn(2, 2, 5, 8, dtype=torch.float64)
+    mu = p @ v
+    torch.testing.assert_close(e._taylor_bias(p, v, mu, a), _direct_bias(p, v, mu, a), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("peak", [1e8, 7.0])
+def test_taylor_bias_has_no_cancellation_when_values_share_a_large_mean(peak):
+    """C a is a covariance: values v_j = 1e3·m + O(1) with a peaked p. The unshifted float32 formula
+    cancels two terms of size |v|²|a| (at peak 7 it fails this check; peak 1e8 is one key per query, the
+    scale fuzz's weights x1e4, where the bias is 0); shifted per query it stays within float32."""
+    torch.manual_seed(1)
+    e = NewtonHeads(16, 2, mode="taylor").eval()
+    m = torch.randn(8, dtype=torch.float64)
+    v = (1e3 * m + torch.randn(1, 2, 7, 8, dtype=torch.float64)).float().double()
+    a = torch.randn(1, 2, 5, 8, dtype=torch.float64).float().double()
+    p = torch.softmax(peak * torch.randn(1, 2, 5, 7, dtype=torch.float64), -1).float().double()
+    c = p @ v  # float64 reference: the explicit centred covariance
+    want = ((v[:, :, None] - c[..., None, :]) * p[..., None]).transpose(-1, -2) @ (
+        (v[:, :, None] - c[..., None, :]) @ a[..., None])
+    got = e._taylor_bias(p.float(), v.float(), (p.float() @ v.float()), a.float()).double()
+    scale = float(a.norm(dim=-1).max() * (v - c[..., :1, :]).norm(dim=-1).max() ** 2)  # |a| |v − μ|²
+    assert float((got - want[..., 0]).abs().max()) <= 1e-4 * max(float(want.abs().max()), 1e-3 * scale)

@@ -14,7 +14,9 @@ Per head h and query i (causal, j ≤ i), theory-tied ``q_i = P_h u_i`` (P_h = W
 * ``mode='taylor'`` (**MHA2nd1st**): ``M⁻¹ ≈ I + C/T`` (first-order Taylor), so
   ``o_i = a_i + b_i``, ``b_i = (1/T_b)[Σ_j p_ij (v_j·a_i) v_j − (μ_i·a_i) μ_i] = C_i a_i / T_b``. The
   inner products ``v_j·a_i`` come first (an N×N matrix, then one more N×N matmul), so the cost stays
-  O(N² d) as the seed says; P must be materialised (no fused attention kernel returns it).
+  O(N² d) as the seed says; P must be materialised (no fused attention kernel returns it). The sum is
+  taken about each query's heaviest value (``_taylor_bias``): the same number, without the float32
+  cancellation of two |v|²|a| terms when attention is peaked.
   Two head-wise learnable temperatures (App. A.7.1): ``T_s`` in the scores, ``T_b`` in the bias term;
   with ``T_b = T_s`` and tied values, ``o = −(2I − ∇²F)∇F`` exactly (tested against autograd).
 
@@ -209,9 +211,7 @@ class NewtonHeads(Energy):
         mu = p @ v                                       # (B, H, N, dh)
         a = mu - q if self.subtract_query else mu
         if self.mode == "taylor":
-            g = a @ v.transpose(-1, -2)                  # v_j·a_i first: (B, H, N, Nk)
-            Ca = (p * g) @ v - (mu * a).sum(-1, keepdim=True) * mu
-            return a + Ca / self.temp_bias().to(q.dtype)[None, :, None, None]
+            return a + self._taylor_bias(p, v, mu, a) / self.temp_bias().to(q.dtype)[None, :, None, None]
         vv = (v[..., :, None] * v[..., None, :]).flatten(-2)          # (B, H, Nk, dh²)
         C = (p @ vv).unflatten(-1, (self.head_dim, self.head_dim)) - mu[..., :, None] * mu[..., None, :]
         eye = torch.eye(self.head_dim, dtype=q.dtype, device=q.device)
@@ -219,6 +219,29 @@ class NewtonHeads(Energy):
         with torch.autocast(q.device.type, enabled=False):  # batched d_h x d_h solves in float32
             dt = torch.promote_types(q.dtype, torch.float32)
             return torch.linalg.solve(M.to(dt), a.to(dt)[..., None])[..., 0].to(q.dtype)
+
+    def _taylor_bias(self, p: Tensor, v: Tensor, mu: Tensor, a: Tensor) -> Tensor:
+        """C_i a_i = Σ_j p_ij (v_j·a_i) v_j − (μ_i·a_i) μ_i, shifted per query (B, H, N, dh).
+
+        The two terms are each of size |v|²|a| and cancel when attention is peaked (issue 23: in
+        float32 at weights x1e4 the difference was off by more than its size). The covariance is
+        shift-invariant for Σ_j p_ij = 1, so it is computed about c_i = v_{j*(i)}, the value of each
+        query's heaviest key: ``C_i a_i = Σ_j p_ij g'_ij (v_j − c_i) − (μ_i − c_i)((μ_i − c_i)·a_i)``
+        with ``g'_ij = v_j·a_i − c_i·a_i`` (c_i·a_i read from the same N×N product, so g'_ij* = 0
+        exactly). Rounding now scales with |v − c| instead of |v|; memory stays O(N²) (no N×N×d_h
+        centred values). Dropped-out weights (training) do not sum to one: the term
+        ``(S_i − 1)(c_i·a_i) c_i``, S_i = Σ_j p_ij, restores the unshifted formula exactly.
+        """
+        g = a @ v.transpose(-1, -2)                                   # v_j·a_i first: (B, H, N, Nk)
+        j = p.argmax(-1, keepdim=True)                                # (B, H, N, 1) heaviest key
+        c = torch.gather(v, 2, j.expand(*j.shape[:-1], v.shape[-1]))  # (B, H, N, dh) = v_{j*(i)}
+        gc = g.gather(-1, j)                                          # (B, H, N, 1) = c_i·a_i
+        w = p * (g - gc)                                              # p_ij g'_ij
+        d = mu - c
+        Ca = w @ v - w.sum(-1, keepdim=True) * c - (d * a).sum(-1, keepdim=True) * d
+        if self.training and self.dropout:
+            Ca = Ca - (p.sum(-1, keepdim=True) - 1) * gc * c
+        return Ca
 
     def direction(self, u: Tensor, st: QKVState, precond) -> Tensor:
         d = self.out_map(self.head_steps(self.queries(u, st), st))
