@@ -48,3 +48,30 @@ def test_alibi_slopes_are_exact_for_any_head_count():
     want = [2.0 ** (-8.0 * (k + 1) / 4) for k in range(4)] + [2.0 ** (-8.0 * (k + 1) / 8) for k in range(8)][0::2][:2]
     assert torch.equal(e.slopes, torch.tensor(want, dtype=torch.float64))
     assert InteractionEnergy(24, 6, alibi=False).slopes is None
+
+
+# ----------------------------------------------------------------------------- computed tables
+def test_sinusoidal_positions_are_exact_after_double():
+    """The table was a float32 buffer, so ``.double()`` kept float32's rounding (~1e-8)."""
+    from energyformer.models.wrapper import SinusoidalPositions, sinusoid_table
+
+    pe = SinusoidalPositions(64, 32).double()
+    assert pe().dtype == torch.float64
+    assert torch.equal(pe(), sinusoid_table(64, 32))
+    assert torch.equal(pe.float()(), sinusoid_table(64, 32).float())  # back: correctly rounded again
+    assert not list(pe.state_dict())  # not a parameter, not saved
+
+
+def test_step_network_frequencies_are_exact_after_double():
+    from energyformer.core.stepsize import NetworkStepSize, timestep_freqs
+
+    net = NetworkStepSize(8, embed_dim=16).double()
+    assert torch.equal(net.freqs(), timestep_freqs(8, 10000.0))
+    assert not any("freqs" in k for k in net.state_dict())
+
+
+def test_exact_table_refuses_a_low_precision_make():
+    from energyformer.core.constants import ExactTable
+
+    with pytest.raises(TypeError, match="float64"):
+        ExactTable(lambda: torch.zeros(3))

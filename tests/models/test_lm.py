@@ -94,7 +94,7 @@ def test_param_parts_for_every_sublayer_kind(attention, mlp):
 
 def test_sinusoidal_positions_are_fixed_and_not_saved():
     m = CausalLM(ModelConfig(vocab_size=50, dim=12, n_layers=1, heads=2, max_seq_len=8, positions="sinusoidal"))
-    t = m.pos.table
+    t = m.pos()
     assert t.shape == (8, 12) and not any(k.startswith("pos.") for k in m.state_dict())
     torch.testing.assert_close(t[3, 4], torch.tensor(3 / 10000 ** (4 / 12)).sin())
     torch.testing.assert_close(t[3, 5], torch.tensor(3 / 10000 ** (4 / 12)).cos())

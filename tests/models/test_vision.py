@@ -43,7 +43,7 @@ def test_tokens_are_patches_then_cls_and_positions():
     torch.testing.assert_close(diff[0], diff[1])  # the same positions for every image
     from energyformer.models.wrapper import SinusoidalPositions
 
-    torch.testing.assert_close(diff[0], SinusoidalPositions(17, 16).table)  # [CLS] at position 0
+    torch.testing.assert_close(diff[0], SinusoidalPositions(17, 16)())  # [CLS] at position 0
 
 
 def test_init_rules():

@@ -5,12 +5,14 @@ float64 (``.double()`` converts the rounded value): T = 0.7 becomes 0.7 − 1.2e
 so a float64 reference is no longer the same model (issue 23). :class:`ExactConstant` remembers the
 Python floats and, after every dtype or device conversion of its module (``.to``, ``.double``,
 ``.half``, ``.cuda``, ``to_empty``), refills its buffer from them: the value in a dtype is the
-correctly rounded number, never a rounding of a rounding.
+correctly rounded number, never a rounding of a rounding. :class:`ExactTable` does the same for a
+computed table (sinusoidal positions, the step network's time frequencies): a float64 function of
+its shape, re-evaluated after a conversion, so a float64 model holds the float64 table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -45,3 +47,23 @@ class ExactConstant(nn.Module):
 
     def extra_repr(self) -> str:
         return f"values={self.values if len(self.values) <= 4 else self.values[:4] + ('...',)}"
+
+
+class ExactTable(ExactConstant):
+    """An :class:`ExactConstant` whose numbers come from ``make()`` (a float64 tensor, computed again
+    after every conversion instead of being stored as Python floats: tables of any size).
+    ``make`` must be picklable (a module-level function or a ``functools.partial`` of one)."""
+
+    def __init__(self, make: Callable[[], Tensor], dtype: torch.dtype | None = None):
+        nn.Module.__init__(self)
+        self.make = make
+        self.register_buffer("value", self._fill(dtype or torch.get_default_dtype(), None), persistent=False)
+
+    def _fill(self, dtype: torch.dtype, device) -> Tensor:
+        v = self.make()
+        if v.dtype != torch.float64:
+            raise TypeError(f"ExactTable: make() returned {v.dtype}; it must compute in float64")
+        return v.to(dtype=dtype, device=device)
+
+    def extra_repr(self) -> str:
+        return f"shape={tuple(self.value.shape)}"

@@ -27,6 +27,7 @@ A float of the config (``step_size: 0.5``) is shorthand for ``{kind: fixed, valu
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Annotated, Any, Literal
 
@@ -36,6 +37,7 @@ from pydantic import BeforeValidator, Field, field_validator
 from torch import Tensor, nn
 
 from ..utils.config import KindConfig, Registry
+from .constants import ExactTable
 from ..utils.validate import ConfigError, check_float, check_int
 
 #: Registry of step-size kinds: name -> (config class, builder ``(cfg, dim) -> StepSize``).
@@ -197,6 +199,11 @@ class NetworkStepSizeConfig(KindConfig):
         return v
 
 
+def timestep_freqs(half: int, max_period: float) -> Tensor:
+    """f_k = max_period^(-k/half), k < half, in float64 (the time embedding's frequencies)."""
+    return torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float64) / half)
+
+
 def sinusoidal_embedding(index: int, freqs: Tensor) -> Tensor:
     """[sin(index * f), cos(index * f)] with f_k = max_period^(-k/half): (2 * half,)."""
     arg = freqs * float(index)
@@ -240,9 +247,7 @@ class NetworkStepSize(StepSize):
         self.dim, self.condition, self.output, self.base = dim, cfg.condition, cfg.output, float(base)
         self.groups, self.zero_init = cfg.groups, cfg.zero_init
         half = embed_dim // 2
-        self.register_buffer(
-            "freqs", torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32) / half),
-            persistent=False)
+        self.freqs = ExactTable(functools.partial(timestep_freqs, half, max_period))  # (half,), exact in every dtype
         self.time_in = nn.Linear(embed_dim, dim)   # W_1
         self.time_out = nn.Linear(dim, dim)        # W_2
         self.state_norm = nn.RMSNorm(dim) if cfg.state_norm else nn.Identity()
@@ -281,7 +286,7 @@ class NetworkStepSize(StepSize):
     def net(self, index: int, s: Tensor) -> Tensor:
         """base + W_o GELU(tau(index) + RMSNorm(s)): (B, N, groups * D) or (B, N, groups)."""
         w = self.time_in.weight
-        emb = sinusoidal_embedding(index, self.freqs.to(w.dtype))  # (E,)
+        emb = sinusoidal_embedding(index, self.freqs().to(w.dtype))  # (E,)
         tau = self.time_out(F.gelu(self.time_in(emb)))  # (D,)
         h = F.gelu(tau + self.state_norm(s.to(w.dtype)))  # (B, N, D)
         eta = self.out(h)  # (B, N, groups) or (B, N, groups * D)

@@ -84,7 +84,7 @@ class MaskedCodeTransformer(nn.Module):
         if cfg.positions == "learned":
             self.pos = nn.Parameter(torch.zeros(1, N, D))
         elif cfg.positions == "sinusoidal":
-            self.register_buffer("pos_table", SinusoidalPositions(N, D).table[None], persistent=False)
+            self.pos_table = SinusoidalPositions(N, D)  # no parameters; exact in every dtype
         self.drop = nn.Dropout(cfg.block.dropout)
         self.layers = cfg.build_stack(causal=False)
         self.norm = nn.LayerNorm(D) if cfg.final_norm == "layer" else nn.RMSNorm(D, eps=1e-6)
@@ -129,7 +129,7 @@ class MaskedCodeTransformer(nn.Module):
         if self.cfg.positions == "learned":
             x = x + self.pos
         elif self.cfg.positions == "sinusoidal":
-            x = x + self.pos_table.to(x.dtype)
+            x = x + self.pos_table()[None].to(x.dtype)
         states = {} if hiddens else None
         x = self.layers(self.drop(x), ctx, iterations, states)  # (B, N, D)
         logits = self.head(self.norm(x))                         # (B, N, K)

@@ -160,7 +160,7 @@ class VisionTransformer(nn.Module):
         if cfg.positions == "learned":
             self.pos = nn.Parameter(torch.zeros(1, n, D))
         elif cfg.positions == "sinusoidal":
-            self.register_buffer("pos_table", SinusoidalPositions(n, D).table[None], persistent=False)
+            self.pos_table = SinusoidalPositions(n, D)  # no parameters; exact in every dtype
         self.drop = nn.Dropout(cfg.block.dropout)
         self.layers = cfg.build_stack(causal=False)
         self.norm = nn.LayerNorm(D) if cfg.final_norm == "layer" else nn.RMSNorm(D, eps=1e-6)
@@ -196,7 +196,7 @@ class VisionTransformer(nn.Module):
         if c.positions == "learned":
             x = x + self.pos
         elif c.positions == "sinusoidal":
-            x = x + self.pos_table.to(x.dtype)
+            x = x + self.pos_table()[None].to(x.dtype)
         return self.drop(x)
 
     def pool(self, x: Tensor) -> Tensor:

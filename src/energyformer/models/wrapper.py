@@ -6,12 +6,14 @@ layer stack behind different tasks. Parameter names: ``embed``, ``pos`` (learned
 ``layers.{i}.attn`` / ``layers.{i}.mlp``, ``norm``, ``head``.
 """
 
+import functools
 import math
 from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
+from ..core.constants import ExactTable
 from ..core.context import ForwardContext
 from ..core.trace import Traces
 from ..utils.config import KindConfig, Registry
@@ -20,21 +22,28 @@ from .init import init_module, init_model
 from .naming import name_blocks
 
 
+def sinusoid_table(max_len: int, dim: int) -> Tensor:
+    """PE (max_len, dim) in float64: PE[p, 2i] = sin(p / 10000^{2i/D}), PE[p, 2i+1] = cos(p / 10000^{2i/D})."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(10000.0) / dim))
+    table = torch.zeros(max_len, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return table
+
+
 class SinusoidalPositions(nn.Module):
-    """Fixed sinusoidal positions (Vaswani et al. 2017): PE[p, 2i] = sin(p / 10000^{2i/D}),
-    PE[p, 2i+1] = cos(p / 10000^{2i/D}). ``forward(positions (N,)) -> (N, D)``; no parameters."""
+    """Fixed sinusoidal positions (Vaswani et al. 2017 §3.5, :func:`sinusoid_table`).
+    ``forward(positions (N,)) -> (N, D)``; no parameters. The table is computed in float64 and held
+    correctly rounded in the module's dtype (:class:`~energyformer.core.constants.ExactTable`)."""
 
     def __init__(self, max_len: int, dim: int):
         super().__init__()
-        pos = torch.arange(max_len, dtype=torch.float32)[:, None]
-        freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
-        table = torch.zeros(max_len, dim)
-        table[:, 0::2] = torch.sin(pos * freq)
-        table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
-        self.register_buffer("table", table, persistent=False)
+        self.table = ExactTable(functools.partial(sinusoid_table, max_len, dim))
 
-    def forward(self, positions: Tensor) -> Tensor:
-        return self.table[positions]
+    def forward(self, positions: Tensor | None = None) -> Tensor:
+        t = self.table()
+        return t if positions is None else t[positions]
 
 
 #: position kind (``model.positions``) -> (config class, builder(cfg, max_len, dim) -> module or None);
