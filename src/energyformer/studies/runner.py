@@ -139,9 +139,10 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
     plans = expand(spec, scale, seeds=seeds, only=only, sets=list(sets))
     path = out / "results.json"
     data = load_results(path, name, scale)
-    todo = []
+    todo, steps = [], {}
     for p in plans:
-        h = config_hash(_config(p, runs_dir))
+        cfg = _config(p, runs_dir)
+        h, steps[p.name] = config_hash(cfg), cfg.train.steps
         old = data["runs"].get(p.name)
         if old is not None and old.get("config_hash") == h:
             log(f"== {p.name}: reusing its record (config unchanged)")
@@ -163,7 +164,7 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
 
     if jobs == 1 or len(todo) <= 1:
         for i, p in enumerate(todo):
-            log(f"== {p.name}: training ({i + 1}/{len(todo)})")
+            log(f"== {p.name}: training {steps[p.name]} steps ({i + 1}/{len(todo)})")
             finish(p, train_one(p, str(runs_dir), spec.metrics, scale))
         return data
     import multiprocessing as mp
@@ -172,7 +173,7 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
         pending = {}
         for p in todo:
-            log(f"== {p.name}: queued ({threads} thread(s) per job, {jobs} jobs)")
+            log(f"== {p.name}: {steps[p.name]} steps queued ({threads} thread(s) per job, {jobs} jobs)")
             pending[pool.submit(train_one, p, str(runs_dir), spec.metrics, scale, threads)] = p
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
