@@ -53,6 +53,12 @@ def render_index(name: str, spec: StudySpec, out: Path, rendered: dict[str, list
             for row in rendered[scale]:
                 counts[str(row.outcome.verdict)] = counts.get(str(row.outcome.verdict), 0) + 1
             verdicts = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no claims"
+            old = sum(r.get("config_hash") == "migrated" for r in data["runs"].values())
+            if old:
+                preset = f" ({sc.note.rstrip('. ')})" if sc.note else ""
+                note = (f" {old} of the runs were recorded before this study by the old program (their settings "
+                        f"are on the page); the study's {scale} preset{preset} has not been run through the study "
+                        f"runner: `{command_line(name, spec, scale)}` would retrain them.")
             lines.append(f"* **{scale}** — [{scale}/README.md]({scale}/README.md): {len(data['runs'])} runs on "
                          f"{'; '.join(hw)}; claims: {verdicts}.{note}")
         else:

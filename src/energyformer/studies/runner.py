@@ -175,8 +175,16 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
         for p in todo:
             log(f"== {p.name}: {steps[p.name]} steps queued ({threads} thread(s) per job, {jobs} jobs)")
             pending[pool.submit(train_one, p, str(runs_dir), spec.metrics, scale, threads)] = p
+        failed: list[BaseException] = []
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
-                finish(pending.pop(f), f.result())  # a failed run fails the study; finished ones are kept
+                p = pending.pop(f)
+                if f.exception() is not None:   # the others still finish and are recorded first
+                    log(f"== {p.name}: FAILED ({type(f.exception()).__name__}: {f.exception()})")
+                    failed.append(f.exception())
+                else:
+                    finish(p, f.result())
+        if failed:
+            raise failed[0]
     return data
