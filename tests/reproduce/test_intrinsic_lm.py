@@ -55,3 +55,28 @@ def test_committed_pages_rerender_from_their_records_alone(tmp_path):
         assert (out / md.relative_to(PAGE)).read_text() == md.read_text(), md
     rec = json.loads((PAGE / "cpu" / "results.json").read_text())
     assert rec["format"] == 1 and all(r["config_hash"] == "migrated" for r in rec["runs"].values())
+
+
+def test_a_tiny_run_of_the_study_records_its_metrics_and_renders(tmp_path):
+    """One MomenMHA run at toy size through the study runner: the val_loss and depth_trace hooks record
+    their numbers, and the page draws the depth traces from them."""
+    from energyformer.studies.command import render_pages
+    from energyformer.studies.runner import run_study
+
+    spec = load_study("intrinsic-lm")
+    tiny = ["task.seq_len=16", "task.batch_size=2", "task.eval_batch_size=2", "task.eval_max_batches=1",
+            "model.max_seq_len=16", "model.dim=16", "model.n_layers=2", "model.heads=2", "train.steps=4",
+            "train.eval_every=1", "train.save_every=0"]
+    data = run_study(spec, "intrinsic-lm", "cpu", tmp_path / "page" / "cpu", tmp_path / "runs", seeds=[0],
+                     only={"variant": ["mha", "momen_mha"], "corpus": ["shakespeare"]}, sets=tiny, log=lambda s: None)
+    rec = data["runs"]["shakespeare-momen_mha-s0"]
+    vl = rec["metrics"]["val_loss"]
+    assert [s for s, _ in vl["history"]] == [1, 2, 3, 4] and vl["final"] == vl["history"][-1][1]
+    tr = rec["metrics"]["depth_trace"]
+    assert len(tr["before"]) == 2 and len(tr["velocity"]) == 4      # 2 layers; velocity after each sublayer
+    render_pages("intrinsic-lm", spec, tmp_path / "page")
+    page = (tmp_path / "page" / "cpu" / "README.md").read_text()
+    assert "![depth traces](depth_traces.png)" in page and "kept as committed" not in page
+    assert (tmp_path / "page" / "cpu" / "depth_traces.png").stat().st_size > 0
+    assert "| **a-momen** MomenMHA converges faster than MHA" in page   # one seed: UNDECIDED
+    assert "**UNDECIDED** | one seed and no declared bound" in page

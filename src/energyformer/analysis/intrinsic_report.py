@@ -170,7 +170,9 @@ def plot_curves(per_corpus: dict[str, dict[str, list[dict]]], tokens_per_step: i
 def history_points(hist: list[tuple[int, float]], total_steps: int) -> dict:
     """The ``val_loss`` record of one run: its (step, loss) history and the loss at each budget point."""
     out = {"history": [[int(s), float(v)] for s, v in hist]}
-    out.update({f"at_{int(p * 100)}": loss_at(hist, p * total_steps) for p in POINTS})
+    for p in POINTS:   # None (not NaN, which is not JSON) before the first evaluation
+        v = loss_at(hist, p * total_steps)
+        out[f"at_{int(p * 100)}"] = v if math.isfinite(v) else None
     out["final"] = out.pop("at_100")
     return out
 
