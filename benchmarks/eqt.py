@@ -14,9 +14,10 @@ run. Goals from issue 13: inference at K = 8 with early stopping ≤ 2.5× (pape
 parameters +8%.
 
 Usage: ``python benchmarks/eqt.py [--length 64] [--batch 32] [--repeats 7] [--tol 1e-3] [--threads 1]
-[--before HEAD] [--model-set n_layers=6 --model-set dim=256 --model-set heads=8]`` (the last: the
+[--before HEAD] [--model-set n_layers=6 --model-set dim=256 --model-set heads=8] [--json FILE]`` (the last: the
 paper's 6 x 256 backbone, where the ERM is a smaller share of the model than in our CPU configs). Run it alone: timings on a shared machine are noisy, so only ratios from one
-run are reported.
+run are reported. ``--json FILE`` also writes the per-round ratios (the page of the ``eqt`` study reads
+``docs/results/eqt/<scale>/overheads.json``, this script's committed output).
 """
 
 from __future__ import annotations
@@ -160,6 +161,20 @@ def _summary(name: str, rounds: list[dict]) -> list[str]:
     return lines
 
 
+def _write_json(args, info: dict, rounds: list[dict]) -> None:
+    import platform
+
+    ratios = {k: [t[k] / t[("train" if k.startswith("train") else "infer") + " baseline"] for t in rounds]
+              for k in rounds[0] if not k.endswith("baseline")}
+    cmd = " ".join(sys.argv[1:])
+    source = (f"Measured by `python benchmarks/eqt.py {cmd}` ({platform.machine()}, {args.threads} thread(s)): "
+              f"freshly initialised models, a training step and inference of both alternated in each of "
+              f"{args.repeats} rounds after one warm-up round; ratios to the baseline of the same round.")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"source": source, "params": info["params"], "flops": info.get("flops"),
+                                           "ratios": ratios}, indent=1) + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--length", type=int, default=64)
@@ -171,6 +186,8 @@ def main() -> None:
     p.add_argument("--model-set", action="append", default=[], metavar="KEY=VALUE",
                    help="top-level model key for both models (repeatable), e.g. the paper's backbone: "
                         "--model-set n_layers=6 --model-set dim=256 --model-set heads=8")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="write the per-round ratios of the current tree (e.g. docs/results/eqt/cpu/overheads.json)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -193,6 +210,8 @@ def main() -> None:
         print(f"{label[k]:7s} parameters: baseline {nb}, EqT {ne} (+{100 * (ne / nb - 1):.1f}%; paper +8%)")
     for k, rounds in times.items():
         print("\n".join(_summary(label[k], rounds)))
+    if args.json:
+        _write_json(args, info["after"], times["after"])
     for k, inf in info.items():
         fl = inf.get("flops") or {}
         if fl:

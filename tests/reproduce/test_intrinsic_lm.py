@@ -1,66 +1,27 @@
-"""reproduce intrinsic-lm: registered, and its report is built from recorded runs (no training here)."""
+"""reproduce intrinsic-lm is the study studies/intrinsic-lm.yaml: registered, its configs differ only in the
+sublayer kinds, and its committed pages re-render byte for byte from their records."""
 
 import json
-import math
+import shutil
 from pathlib import Path
 
+from energyformer.analysis.intrinsic_report import EXTRA_VARIANTS, SEED_VARIANTS, readout_note
 from energyformer.reproduce import REPRODUCTIONS
-from energyformer.reproduce.intrinsic_lm import SEED_VARIANTS, readout_note, write_report
+from energyformer.studies import load_study, study_path
 
-P = {"attention": 10, "mlp": 20, "embedding": 30, "head": 0, "other": 0, "total": 60}
-
-
-def test_registered():
-    assert REPRODUCTIONS["intrinsic-lm"].module == "energyformer.reproduce.intrinsic_lm"
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "results" / "intrinsic"
 
 
-def test_report_from_recorded_runs(tmp_path):
-    runs = {}
-    for corpus in ("shakespeare", "pydoc"):
-        for seed in (0, 1):
-            for k, v in enumerate(SEED_VARIANTS):
-                runs[f"{corpus}-{v}-s{seed}"] = {
-                    "corpus": corpus, "variant": v, "seed": seed, "params": P, "seconds": 1.0, "steps": 100,
-                    "tokens_per_step": 1024, "tokens_per_s": 500.0, "run_dir": str(tmp_path),
-                    "history": [(s, 6 + 2 * math.exp(-s / 30) + 0.01 * k + 0.001 * seed) for s in range(10, 101, 10)],
-                    "model": {"dim": 64, "n_layers": 2, "heads": 2, "max_seq_len": 256, "block": {"dropout": 0.1}},
-                    "train": {"lr": 2e-3, "optimizer": {"betas": [0.9, 0.95], "weight_decay": 0.1},
-                              "schedule": {"kind": "warmup_linear", "warmup": 0.05}},
-                    "hardware": "test CPU"}
-    text = write_report({"runs": runs, "overrides": ["--steps 100"]}, tmp_path)
-    assert (tmp_path / "README.md").read_text().strip() == text.strip()
-    assert (tmp_path / "val_loss.png").stat().st_size > 0
-    assert text.count("| (a) MomenMHA and NagMHA converge faster than MHA |") == 2
-    assert "## shakespeare" in text and "## pydoc" in text and "test CPU" in text
-    assert text.count("**Can this run tell the variants apart?**") == 2
-    assert "not every variant ran every seed" not in text
-
-
-def test_report_names_variants_that_missed_a_seed(tmp_path):
-    """Seed 1 only for MHA (an interrupted run): the README says so, every claim is UNDECIDED, and
-    differences within the seed noise are called what they are."""
-    runs = {}
-    for corpus in ("shakespeare",):
-        for seed in (0, 1):
-            for k, v in enumerate(SEED_VARIANTS):
-                if seed == 1 and v != "mha":
-                    continue
-                runs[f"{corpus}-{v}-s{seed}"] = {
-                    "corpus": corpus, "variant": v, "seed": seed, "params": P, "seconds": 1.0, "steps": 100,
-                    "tokens_per_step": 1024, "tokens_per_s": 500.0, "run_dir": str(tmp_path),
-                    "history": [(s, 6 + 0.005 * k + 0.02 * seed) for s in range(10, 101, 10)],
-                    "model": {"dim": 64, "n_layers": 2, "heads": 2, "max_seq_len": 256, "block": {"dropout": 0.1}},
-                    "train": {"lr": 2e-3, "optimizer": {"betas": [0.9, 0.95], "weight_decay": 0.1},
-                              "schedule": {"kind": "warmup_linear", "warmup": 0.05}}}
-    text = write_report(json.loads(json.dumps({"runs": runs})), tmp_path)
-    assert "not every variant ran every seed: shakespeare/MHA 2, shakespeare/MomenMHA 1" in text
-    assert text.count("UNDECIDED") == 5 and "cannot tell the variants apart" in text
+def test_registered_as_a_study():
+    assert study_path("intrinsic-lm") is not None
+    assert REPRODUCTIONS["intrinsic-lm"].main().func.__module__ == "energyformer.studies.command"
+    assert set(load_study("intrinsic-lm").runs.axes["variant"]) == set(SEED_VARIANTS)
 
 
 def test_every_variant_config_has_equal_width_depth_data_and_training():
     """configs/intrinsic/*.yaml differ only in the sublayer kinds (issue 10 Build 3; seed App. A.8)."""
     from energyformer.experiment import load_run_config
-    from energyformer.reproduce.intrinsic_lm import EXTRA_VARIANTS
 
     ref = None
     for v in SEED_VARIANTS + EXTRA_VARIANTS:
@@ -74,15 +35,48 @@ def test_every_variant_config_has_equal_width_depth_data_and_training():
         assert d == ref, v
 
 
-def test_nag_runs_with_the_pre_issue_23_readout_are_marked(tmp_path):
+def test_nag_runs_with_the_pre_issue_23_readout_are_marked():
     """Runs recorded with readout 'lookahead' (the old default, now 'sgd_lookahead') are named as such on
     the page; runs with the seed's recursion are not."""
     def run(readout):
         return {"variant": "nag_mha", "model": {"block": {"attention": {"kind": "nag_mha", "readout": readout}}}}
 
-    assert readout_note({"runs": {"a": run("seed"), "b": run("iterate")}}) == ""
-    note = readout_note({"runs": {"a": run("lookahead"), "b": run("sgd_lookahead"), "c": run("seed")}})
+    assert readout_note([run("seed"), run("iterate")]) == ""
+    note = readout_note([run("lookahead"), run("sgd_lookahead"), run("seed")])
     assert note.startswith("* **NagMHA read-out:** 2 NagMHA run(s) here used `readout: sgd_lookahead`")
-    for page in ("cpu", "gpu"):  # the committed pages carry the note their results.json implies
-        root = Path(__file__).resolve().parents[2] / "docs" / "results" / "intrinsic" / page
-        assert readout_note(json.loads((root / "results.json").read_text())) in (root / "README.md").read_text()
+
+
+def test_committed_pages_rerender_from_their_records_alone(tmp_path):
+    """The page contract: a copy of the page folder (no run directories anywhere) renders to the same .md."""
+    out = tmp_path / "intrinsic"
+    shutil.copytree(PAGE, out)
+    assert REPRODUCTIONS["intrinsic-lm"].main()(["--report-only", "--out", str(out)]) == 0
+    for md in PAGE.rglob("*.md"):
+        assert (out / md.relative_to(PAGE)).read_text() == md.read_text(), md
+    rec = json.loads((PAGE / "cpu" / "results.json").read_text())
+    assert rec["format"] == 1 and all(r["config_hash"] == "migrated" for r in rec["runs"].values())
+
+
+def test_a_tiny_run_of_the_study_records_its_metrics_and_renders(tmp_path):
+    """One MomenMHA run at toy size through the study runner: the val_loss and depth_trace hooks record
+    their numbers, and the page draws the depth traces from them."""
+    from energyformer.studies.command import render_pages
+    from energyformer.studies.runner import run_study
+
+    spec = load_study("intrinsic-lm")
+    tiny = ["task.seq_len=16", "task.batch_size=2", "task.eval_batch_size=2", "task.eval_max_batches=1",
+            "model.max_seq_len=16", "model.dim=16", "model.n_layers=2", "model.heads=2", "train.steps=4",
+            "train.eval_every=1", "train.save_every=0"]
+    data = run_study(spec, "intrinsic-lm", "cpu", tmp_path / "page" / "cpu", tmp_path / "runs", seeds=[0],
+                     only={"variant": ["mha", "momen_mha"], "corpus": ["shakespeare"]}, sets=tiny, log=lambda s: None)
+    rec = data["runs"]["shakespeare-momen_mha-s0"]
+    vl = rec["metrics"]["val_loss"]
+    assert [s for s, _ in vl["history"]] == [1, 2, 3, 4] and vl["final"] == vl["history"][-1][1]
+    tr = rec["metrics"]["depth_trace"]
+    assert len(tr["before"]) == 2 and len(tr["velocity"]) == 4      # 2 layers; velocity after each sublayer
+    render_pages("intrinsic-lm", spec, tmp_path / "page")
+    page = (tmp_path / "page" / "cpu" / "README.md").read_text()
+    assert "![depth traces](depth_traces.png)" in page and "kept as committed" not in page
+    assert (tmp_path / "page" / "cpu" / "depth_traces.png").stat().st_size > 0
+    assert "| **a-momen** MomenMHA converges faster than MHA" in page   # one seed: UNDECIDED
+    assert "**UNDECIDED** | one seed and no declared bound" in page

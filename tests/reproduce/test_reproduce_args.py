@@ -12,7 +12,8 @@ REFUSED = [
     (["hyperset-images", "--jobs", "-3"], "--jobs"),
     (["cem-lm", "--at-lr", "-1"], "--at-lr"),
     (["cem-lm", "--steps", "0"], "--steps"),
-    (["eqt", "--lengths", "16", "0"], "--lengths"),
+    (["eqt", "--jobs", "0"], "--jobs"),
+    (["intrinsic-lm", "--scale", "tpu"], "--scale"),
     (["cem-lm", "--from", "somewhere"], "--from only applies with --report-only"),
 ]
 
@@ -33,7 +34,11 @@ def test_results_files_that_are_not_results_name_the_file(content, why, tmp_path
     monkeypatch.chdir(tmp_path)
     f = tmp_path / "bad.json"
     f.write_bytes(content)
-    for args in (["cem-lm", "--report-only", "--from", str(f)], ["eqt", "--from-results", str(f), "--out", str(tmp_path / "o")]):
+    (tmp_path / "o" / "cpu").mkdir(parents=True)
+    study = tmp_path / "o" / "cpu" / "results.json"
+    study.write_bytes(content)
+    for args, f in ((["cem-lm", "--report-only", "--from", str(f)], f),
+                    (["eqt", "--report-only", "--out", str(tmp_path / "o")], study)):
         assert main(["reproduce", *args]) == 2
         err = capsys.readouterr().err
         assert str(f) in err and why in err and err.count("\n") == 1, err

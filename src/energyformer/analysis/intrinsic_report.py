@@ -1,23 +1,13 @@
-"""Report of ``energyformer reproduce intrinsic-lm``: convergence table, claims, validation-loss curves.
+"""Page of the ``intrinsic-lm`` study (seed 001 §4, Fig. 1): convergence table, validation-loss curves.
 
-The seed's claim is about **convergence speed** (seed 001 §4, Fig. 1; numbers not recoverable), so
-every run is summarised by its validation loss at 10 / 25 / 50 / 100 % of the token budget and by
-the tokens it needs to reach a target loss. The target is *measured*, never fixed: the MHA
-baseline's final validation loss on that corpus (mean over seeds), i.e. "how much of the budget
-does a variant need to match the baseline's end point".
-
-Noise. Each variant is run with several seeds; a difference counts only when the seeds do not
-overlap (:func:`separated`: every seed of one is below every seed of the other). Claims (per corpus):
-
-(a) MomenMHA and NagMHA converge faster than MHA — each separated below MHA at ≥ 3 of the 4 points.
-(b) NagMHA is the fastest — lowest mean loss at ≥ 3 of 4 points, separated from the runner-up there.
-(c) MHA2nd1st consistently underperforms MHA — separated above MHA at all 4 points.
-(d) the simplified form is worse still — separated above MHA2nd1st at ≥ 3 of 4 points.
-(e) MHA2nd-lite is comparable to MHA — final |Δ| ≤ max(2 × the larger seed range, COMPARABLE × MHA's loss).
-
-A claim involving a variant run with fewer than ``MIN_SEEDS`` seeds is reported as UNDECIDED (with what
-the numbers alone would read). :func:`scale_verdict` says in one sentence whether the run can tell the
-variants apart at all: the spread of their final losses against the seed-to-seed range.
+The seed's claim is about **convergence speed** (numbers not recoverable from the text), so every run is
+summarised by its validation loss at 10 / 25 / 50 / 100 % of the token budget (:func:`val_loss`, the
+study's metric hook) and by the tokens it needs to reach a target loss. The target is *measured*, never
+fixed: the MHA baseline's final validation loss on that corpus (mean over seeds). The claims (a)-(e) are
+declared with their rules in ``studies/intrinsic-lm.yaml`` and decided by ``energyformer.studies.claims``;
+:func:`render` lays out the page from the committed records. :func:`scale_verdict` says in one sentence
+whether the run can tell the variants apart at all: the spread of their final losses against the
+seed-to-seed range.
 """
 
 from __future__ import annotations
@@ -31,10 +21,12 @@ from .figures import save_figure
 
 #: budget fractions at which losses are reported (seed: convergence speed)
 POINTS = (0.10, 0.25, 0.50, 1.00)
-#: "comparable" tolerance of claim (e), relative to MHA's final loss (a definition, not a result)
-COMPARABLE = 0.01
-#: seeds a variant needs before a claim about it is decided (one seed cannot tell a difference from noise)
+#: seeds a variant needs before its spread counts as a noise estimate
 MIN_SEEDS = 2
+#: the seed's training tokens: 1M samples x 256 tokens x 3 epochs (App. A.8)
+SEED_TOKENS = 1_000_000 * 256 * 3
+SEED_VARIANTS = ["mha", "momen_mha", "nag_mha", "mha2nd1st", "mha2nd1st_simple", "mha2nd_lite"]
+EXTRA_VARIANTS = ["mha_tied", "linear_attn", "mha2nd"]
 VARIANT_NAMES = {
     "mha": "MHA", "momen_mha": "MomenMHA", "nag_mha": "NagMHA", "mha2nd1st": "MHA2nd1st",
     "mha2nd1st_simple": "MHA2nd1st-simplified", "mha2nd_lite": "MHA2nd-lite", "mha_tied": "tied MHA (GD on F_MH)",
@@ -76,11 +68,6 @@ def steps_to_reach(hist: list[tuple[int, float]], target: float) -> float:
     return float("inf")
 
 
-def separated(lower: list[float], upper: list[float]) -> bool:
-    """Every value of ``lower`` is below every value of ``upper`` (seeds do not overlap)."""
-    return bool(lower and upper and max(lower) < min(upper))
-
-
 def summarise(runs: dict[str, list[dict]], total_steps: int, tokens_per_step: int) -> dict:
     """Per variant: losses at POINTS per seed, tokens to reach the MHA target per seed, tokens/s."""
     base = runs.get("mha", [])
@@ -95,80 +82,6 @@ def summarise(runs: dict[str, list[dict]], total_steps: int, tokens_per_step: in
             "tokens_per_s": float(np.mean([r["tokens_per_s"] for r in rs])),
         }
     return out
-
-
-def _pts(s: dict, name: str) -> dict[float, list[float]]:
-    return {p: s["variants"][name]["losses"][str(p)] for p in POINTS}
-
-
-def check_claims(s: dict) -> list[tuple[str, str, str]]:
-    """(claim, HOLDS / DOES NOT HOLD / not run, evidence) for the five claims of seed §4."""
-    v = s["variants"]
-    res = []
-
-    def need(*names):
-        return [n for n in names if n not in v]
-
-    def fmt(name, p):
-        xs = v[name]["losses"][str(p)]
-        return f"{np.mean(xs):.3f} [{min(xs):.3f}, {max(xs):.3f}]"
-
-    def row(claim, names, fn):
-        miss = need(*names)
-        if miss:
-            res.append((claim, "not run", f"needs {', '.join(miss)}"))
-            return
-        ok, why = fn()
-        verdict = "HOLDS" if ok else "DOES NOT HOLD"
-        single = [VARIANT_NAMES.get(n, n) for n in names if len(v[n]["seeds"]) < MIN_SEEDS]
-        if single:  # one seed cannot tell a difference from noise: say so, and what the numbers alone read
-            verdict = f"UNDECIDED (< {MIN_SEEDS} seeds of {', '.join(single)}; the numbers alone read {verdict})"
-        res.append((claim, verdict, why))
-
-    def faster():
-        parts, ok = [], True
-        for n in ("momen_mha", "nag_mha"):
-            wins = [p for p in POINTS if separated(_pts(s, n)[p], _pts(s, "mha")[p])]
-            ok &= len(wins) >= 3
-            parts.append(f"{VARIANT_NAMES[n]} below MHA (seeds separated) at {len(wins)}/4 points "
-                         f"({', '.join(f'{int(p * 100)}%' for p in wins) or 'none'}); at 25%: {fmt(n, 0.25)} vs "
-                         f"{fmt('mha', 0.25)}")
-        return ok, "; ".join(parts)
-
-    def nag_fastest():
-        wins, sep = 0, 0
-        for p in POINTS:
-            means = {n: float(np.mean(v[n]["losses"][str(p)])) for n in v}
-            order = sorted(means, key=means.get)
-            if order[0] == "nag_mha":
-                wins += 1
-                sep += separated(v["nag_mha"]["losses"][str(p)], v[order[1]]["losses"][str(p)])
-        return wins >= 3 and sep >= 3, (f"NagMHA has the lowest mean loss at {wins}/4 points, separated from "
-                                        f"the runner-up at {sep}/4")
-
-    def underperforms():
-        wins = [p for p in POINTS if separated(_pts(s, "mha")[p], _pts(s, "mha2nd1st")[p])]
-        return len(wins) == 4, (f"MHA2nd1st above MHA (seeds separated) at {len(wins)}/4 points; final "
-                                f"{fmt('mha2nd1st', 1.0)} vs MHA {fmt('mha', 1.0)}")
-
-    def simple_worse():
-        wins = [p for p in POINTS if separated(_pts(s, "mha2nd1st")[p], _pts(s, "mha2nd1st_simple")[p])]
-        return len(wins) >= 3, (f"simplified above MHA2nd1st (seeds separated) at {len(wins)}/4 points; final "
-                                f"{fmt('mha2nd1st_simple', 1.0)} vs {fmt('mha2nd1st', 1.0)}")
-
-    def comparable():
-        a, b = _pts(s, "mha2nd_lite")[1.0], _pts(s, "mha")[1.0]
-        rng = max(max(a) - min(a), max(b) - min(b))
-        tol = max(2 * rng, COMPARABLE * float(np.mean(b)))
-        d = float(np.mean(a) - np.mean(b))
-        return abs(d) <= tol, f"final Δ = {d:+.3f} nats (tolerance {tol:.3f}); lite {fmt('mha2nd_lite', 1.0)} vs MHA {fmt('mha', 1.0)}"
-
-    row("(a) MomenMHA and NagMHA converge faster than MHA", ("mha", "momen_mha", "nag_mha"), faster)
-    row("(b) NagMHA converges fastest of all variants", ("nag_mha", "mha"), nag_fastest)
-    row("(c) MHA2nd1st consistently underperforms MHA", ("mha", "mha2nd1st"), underperforms)
-    row("(d) the simplified MHA2nd1st is worse still", ("mha2nd1st", "mha2nd1st_simple"), simple_worse)
-    row("(e) MHA2nd-lite is comparable to MHA", ("mha", "mha2nd_lite"), comparable)
-    return res
 
 
 def _fmt_tokens(t: float) -> str:
@@ -226,12 +139,6 @@ def scale_verdict(s: dict) -> str:
     return f"{head}, more than twice the seed noise: {noise}. The run separates at least the extreme variants."
 
 
-def claims_table(s: dict) -> str:
-    rows = ["| seed §4 claim | here | evidence (validation loss, mean [min, max] over seeds) |", "|---|:---:|---|"]
-    rows += [f"| {c} | {verdict} | {why} |" for c, verdict, why in check_claims(s)]
-    return "\n".join(rows)
-
-
 def plot_curves(per_corpus: dict[str, dict[str, list[dict]]], tokens_per_step: int, path: Path) -> Path:
     """Validation loss vs tokens, mean over seeds with the seed range shaded; one panel per corpus."""
     import matplotlib
@@ -257,3 +164,147 @@ def plot_curves(per_corpus: dict[str, dict[str, list[dict]]], tokens_per_step: i
         ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path, dpi=110)
+
+
+# ----------------------------------------------------------------------------- study hooks
+def history_points(hist: list[tuple[int, float]], total_steps: int) -> dict:
+    """The ``val_loss`` record of one run: its (step, loss) history and the loss at each budget point."""
+    out = {"history": [[int(s), float(v)] for s, v in hist]}
+    for p in POINTS:   # None (not NaN, which is not JSON) before the first evaluation
+        v = loss_at(hist, p * total_steps)
+        out[f"at_{int(p * 100)}"] = v if math.isfinite(v) else None
+    out["final"] = out.pop("at_100")
+    return out
+
+
+def val_loss(run) -> dict:
+    """Metric hook of the study: validation-loss history and the loss at 10/25/50/100 % of the budget."""
+    return history_points(eval_history(run.run_dir), run.config.train.steps)
+
+
+def depth_trace(run) -> dict | None:
+    """Metric hook: :func:`intrinsic_traces.depth_traces` of the trained model on 4 validation sequences
+    (None for an attention that is not an intrinsic kind)."""
+    from .intrinsic_traces import depth_traces
+
+    _, model, task = run.trained()
+    x, _ = next(iter(task.windows("validation")))
+    try:
+        return depth_traces(model, x[:4].to(next(model.parameters()).device))
+    except TypeError:
+        return None
+
+
+def _legacy(rec: dict) -> dict:
+    """A study record in the shape the tables and plots read."""
+    t = rec["resolved"]["task"]
+    return {"corpus": rec["cell"]["corpus"], "variant": rec["cell"]["variant"], "seed": rec["seed"],
+            "params": rec["params"], "history": [tuple(h) for h in rec["metrics"]["val_loss"]["history"]],
+            "tokens_per_s": rec["tokens_per_s"], "seconds": rec["seconds"], "steps": rec["steps"],
+            "tokens_per_step": rec.get("tokens_per_step", t["batch_size"] * t["seq_len"]),
+            "model": rec["resolved"]["model"], "train": rec["resolved"]["train"],
+            "hardware": rec.get("hardware", "unrecorded hardware")}
+
+
+def by_corpus(runs: list[dict]) -> dict[str, dict[str, list[dict]]]:
+    """{corpus: {variant: [runs by seed]}}, MHA first, then the seed's order."""
+    out: dict[str, dict[str, list[dict]]] = {}
+    for r in runs:
+        out.setdefault(r["corpus"], {}).setdefault(r["variant"], []).append(r)
+    order = SEED_VARIANTS + EXTRA_VARIANTS
+    return {c: {k: sorted(v[k], key=lambda r: r["seed"])
+                for k in sorted(v, key=lambda k: order.index(k) if k in order else len(order))}
+            for c, v in out.items()}
+
+
+def readout_note(runs: list[dict]) -> str:
+    """A 'What ran' line for NagMHA runs whose read-out is not the seed's recursion (issue 23: the
+    default before it, then named 'lookahead', evaluated sublayer l+1 at x_l + η_l β_l m_l)."""
+    from ..blocks.intrinsic import LEGACY_READOUTS
+
+    def readout(run: dict) -> str | None:  # as recorded in the run's model config (None: not recorded)
+        att = run.get("model", {}).get("block", {}).get("attention")
+        r = att.get("readout") if isinstance(att, dict) else None
+        return LEGACY_READOUTS.get(r, r)
+
+    old = [r for r in runs if r["variant"] == "nag_mha" and readout(r) not in (None, "seed")]
+    if not old:
+        return ""
+    return (f"* **NagMHA read-out:** {len(old)} NagMHA run(s) here used `readout: sgd_lookahead` (the default "
+            "before issue 23, then named `lookahead`): sublayer l+1 is evaluated at x_l + η_l β_l m_l, with the "
+            "previous sublayer's learned η, β, not at the seed's x_l + η_{l+1} β_{l+1} m_l (today's default "
+            "`readout: seed`). With per-sublayer learned β, η that is a different model; its rows and claims "
+            "(a), (b) are for that variant. Not rerun: `energyformer reproduce intrinsic-lm --only variant=nag_mha` "
+            "retrains them with the seed's read-out (their recorded config no longer matches).")
+
+
+def render(out: Path, study, name: str, scale: str, data: dict, rows: list) -> str:
+    """The scale page ``out/README.md`` (+ ``val_loss.png``, ``depth_traces.png``) from the records."""
+    from ..studies.claims import claims_table
+
+    recs = list(data["runs"].values())
+    runs = [_legacy(r) for r in recs]
+    groups = by_corpus(runs)
+    r0 = runs[0]
+    steps, tps = r0["steps"], r0["tokens_per_step"]
+    m, t, P = r0["model"], r0["train"], r0["params"]
+    seeds = sorted({r["seed"] for r in runs})
+    counts = {(c, v): len(rs) for c, g in groups.items() for v, rs in g.items()}
+    uneven = "" if len(set(counts.values())) == 1 else " (not every variant ran every seed: " + ", ".join(
+        f"{c}/{VARIANT_NAMES.get(v, v)} {n}" for (c, v), n in counts.items()) + " seed(s))"
+    secs = sum(r["seconds"] for r in runs)
+    hw = "; ".join(sorted({r["hardware"] for r in runs}))
+    overrides = sorted({" ".join(o for o in rec["overrides"] if not o.startswith(("name=", "train.seed=", "task.corpus=")))
+                        for rec in recs})
+    lines = [f"# {study.title} — {scale} scale\n",
+             f"Rendered from this folder's `results.json` by `energyformer reproduce {name} --report-only --out "
+             f"{study.page}` (study `studies/{name}.yaml`; the runs: `energyformer reproduce {name} --scale {scale}`, "
+             f"recorded with the overrides `{' | '.join(overrides)}`).\n",
+             "## What ran\n",
+             f"* GPT backbone (pre-LN, learned positions, GELU MLP 4x, dropout {m['block']['dropout']}): width "
+             f"{m['dim']}, {m['n_layers']} layers, {m['heads']} heads (head dim {m['dim'] // m['heads']}), "
+             f"context {m['max_seq_len']}, GPT-2 BPE (vocabulary 50257, embedding tied to the head).",
+             f"* AdamW (lr {t['lr']}, betas {t['optimizer'].get('betas')}, weight decay "
+             f"{t['optimizer'].get('weight_decay')}), schedule {t['schedule']['kind']} "
+             f"(warm-up {t['schedule'].get('warmup')}), {steps} steps x {tps} tokens = {steps * tps / 1e6:.2f}M "
+             f"tokens per run; seeds {seeds}{uneven}; every variant sees the same batches for a given seed.",
+             f"* {len(runs)} runs, {secs / 60:.1f} min of training in total on {hw}."
+             + (f" {data['note']}" if data.get("note") else ""),
+             *([readout_note(runs)] if readout_note(runs) else []),
+             f"* The seed: 30M-160M parameters, MiniPile, 1M samples x 3 epochs (~{SEED_TOKENS / 1e9:.1f}B tokens at "
+             f"context 256). Here: {P['total'] / 1e6:.1f}M parameters ({100 * P['embedding'] / P['total']:.0f}% of "
+             f"them the GPT-2 embedding) and {steps * tps / 1e6:.2f}M tokens per run "
+             f"({100 * steps * tps / SEED_TOKENS:.2f}% of the seed's): only the *direction* of the seed's claims "
+             "can be checked, early in training.",
+             "* The paper's side: seed §4 states its results only as validation-loss curves (Fig. 1, models of "
+             "30M, 77M and 160M parameters) and five qualitative claims; no number is given in the text, so each "
+             "claim is set against ours. Each claim's rule is declared in the study file and shown beside its "
+             "verdict (A and B: mean [min, max] over seeds).\n"]
+    for corpus, g in groups.items():
+        s = summarise(g, steps, tps)
+        mine = [r for r in rows if r.label in (None, corpus)]
+        lines += [f"## {corpus}\n", table(s, steps * tps), "", claims_table(mine), "",
+                  f"**Can this run tell the variants apart?** {scale_verdict(s)}\n"]
+    plot = plot_curves(groups, tps, out / "val_loss.png")
+    lines.append(f"![validation loss]({plot.name})\n")
+    traces = {rec["cell"]["variant"]: rec["metrics"]["depth_trace"] for rec in recs
+              if rec["seed"] == seeds[0] and rec["cell"]["corpus"] == next(iter(groups))
+              and rec["metrics"].get("depth_trace") and rec["cell"]["variant"] in ("mha", "momen_mha", "nag_mha")}
+    if traces or (out / "depth_traces.png").exists():
+        if traces:
+            from .intrinsic_traces import plot_depth_traces
+
+            plot_depth_traces(traces, out / "depth_traces.png", labels=VARIANT_NAMES)
+        lines.append("## Layer = optimiser iteration\n\n![depth traces](depth_traces.png)\n")
+        lines.append("Per layer of a trained model (seed 0, first corpus, a validation batch): the attention "
+                     "sublayer's free energy (hypersphere form of its own query/key subspaces, mean over tokens) "
+                     "at the stream before the attention sublayer, after it and after the FFN; and the norm "
+                     "of the carried velocity m after each sublayer (momentum variants)."
+                     + ("" if traces else " The figure was drawn from the run directories when these runs were "
+                        "trained; its numbers are not in results.json, so it is kept as committed.") + "\n")
+    if (out / "benchmark.md").exists():
+        lines.append("## Step-time benchmark on the same machine\n\nSee [benchmark.md](benchmark.md) "
+                     "(`benchmarks/intrinsic_attention.py`, its committed output).\n")
+    text = "\n".join(lines)
+    (out / "README.md").write_text(text + "\n")
+    return text

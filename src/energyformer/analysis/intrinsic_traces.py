@@ -76,21 +76,17 @@ def depth_traces(model: nn.Module, idx: Tensor) -> dict[str, list[float]]:
     return out
 
 
-def plot_depth_traces(run_dirs: dict[str, Path], path: Path, labels: dict[str, str] | None = None,
-                      batch: int = 4) -> Path:
-    """Depth traces of trained runs (one line per run) on the first validation batch -> PNG."""
+def plot_depth_traces(traces: dict[str, dict[str, list[float]]], path: Path,
+                      labels: dict[str, str] | None = None) -> Path:
+    """Depth traces (one line per run: :func:`depth_traces` of its trained model, as the study records
+    them) -> PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..experiment import load_trained
-
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
-    for name, d in run_dirs.items():
-        _, model, task = load_trained(d)
-        x, _ = next(iter(task.windows("validation")))
-        tr = depth_traces(model, x[:batch])
+    for name, tr in traces.items():
         color = None
         for layer in range(len(tr["before"])):  # one segment per layer: each layer has its own energy
             line, = ax1.plot([layer, layer + 0.5, layer + 1.0],

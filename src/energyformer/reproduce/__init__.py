@@ -1,7 +1,8 @@
 """One command per paper result: ``energyformer reproduce NAME [ARGS...]``.
 
 Each reproduction is a module with ``main(argv) -> int`` and its own ``--help``; it is registered here
-by name with a one-line description, and imported only when run (so ``--help`` stays fast).
+by name with a one-line description, and imported only when run (so ``--help`` stays fast). A name with
+a study file ``studies/NAME.yaml`` runs that study (:mod:`energyformer.studies.command`) instead.
 """
 
 from __future__ import annotations
@@ -18,6 +19,14 @@ class Reproduction:
     description: str
 
     def main(self) -> Callable[[list[str]], int]:
+        from ..studies import study_path
+
+        if study_path(self.name) is not None:
+            from functools import partial
+
+            from ..studies.command import main
+
+            return partial(main, self.name)
         return importlib.import_module(self.module).main
 
 
@@ -36,11 +45,11 @@ register_reproduction("cem-gp", "energyformer.reproduce.cem_gp",
                       "CEM seed Table 3: Plain / Gated / CEM-T{1,2,4,8} on GP regression")
 register_reproduction("hyperset-sudoku", "energyformer.reproduce.hyperset_sudoku",
                       "Hyper-SET seed §5.1: Hyper-SET vs the looped transformer on Sudoku, test-time extrapolation")
-register_reproduction("intrinsic-lm", "energyformer.reproduce.intrinsic_lm",
+register_reproduction("intrinsic-lm", "energyformer.studies.command",
                       "Intrinsic-optimizer seed §4: MHA vs MomenMHA, NagMHA, MHA2nd1st(+simplified), MHA2nd-lite LMs")
 register_reproduction("bare-sa", "energyformer.reproduce.bare_sa",
                       "seed 004: recycled transformer vs bare self-attention trained by pseudo-likelihood (Potts MLM, denoising)")
 register_reproduction("hyperset-images", "energyformer.reproduce.hyperset_images",
                       "Hyper-SET seed §5.2: Hyper-SET vs Transformer / ET / CRATE(-T) on images, Tables 1, 4, 5, Fig. 4")
-register_reproduction("eqt", "energyformer.reproduce.eqt",
+register_reproduction("eqt", "energyformer.studies.command",
                       "EqT seed 003 §4: baseline vs equilibrium transformer on cumulative parity (Table 2), convergence, overheads")

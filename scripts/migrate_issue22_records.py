@@ -1,0 +1,88 @@
+"""One-off (issue 22): the committed results.json of the old ``reproduce intrinsic-lm`` / ``reproduce eqt``
+programs -> the study runner's record format (``energyformer.studies.runner``), keeping every number.
+
+    python scripts/migrate_issue22_records.py intrinsic docs/results/intrinsic/cpu cpu "NOTE"
+    python scripts/migrate_issue22_records.py eqt OLD_RESULTS_JSON docs/results/eqt/cpu
+
+Migrated records carry ``config_hash: "migrated"``: the runner never reuses them for a new run (their
+configs were resolved by older code), it only renders them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from energyformer.analysis.eqt_report import KS
+from energyformer.analysis.intrinsic_report import history_points
+from energyformer.studies.runner import FORMAT, save_results
+
+
+def intrinsic(folder: Path, scale: str, note: str) -> None:
+    old = json.loads((folder / "results.json").read_text())
+    runs = {}
+    for name, r in old["runs"].items():
+        tps = r["tokens_per_step"]
+        over = [*old.get("overrides", []), f"task.corpus={r['corpus']}", f"train.seed={r['seed']}", f"name={name}"]
+        runs[name] = {
+            "cell": {"variant": r["variant"], "corpus": r["corpus"]}, "seed": r["seed"],
+            "config": f"intrinsic/{r['variant']}", "overrides": over, "config_hash": "migrated", "scale": scale,
+            "device": "cuda" if "GPU" in r.get("hardware", "") or "H100" in r.get("hardware", "") else "cpu",
+            "hardware": r.get("hardware", "x86_64 CPU, 1 thread(s), torch 2.13.0+cpu"),
+            "params": r["params"], "steps": r["steps"], "seconds": r["seconds"], "tokens_per_s": r["tokens_per_s"],
+            "tokens_per_step": tps, "run_dir": r["run_dir"],
+            "resolved": {"task": {"corpus": r["corpus"], "batch_size": tps // 256, "seq_len": 256},
+                         "model": r["model"], "train": r["train"]},
+            "metrics": {"val_loss": history_points([tuple(h) for h in r["history"]], r["steps"])}}
+    save_results(folder / "results.json", {"format": FORMAT, "study": "intrinsic-lm", "scale": scale,
+                                           "note": note, "runs": runs})
+
+
+def eqt(old_json: Path, folder: Path) -> None:
+    """One-off (issue 22): the old ``reproduce eqt`` results.json -> study records + ``overheads.json``."""
+    old = json.loads(Path(old_json).read_text())
+    a = old["args"]
+    over = ["train.eval_every=0", "train.log_every=1", f"train.steps={a['train_steps']}", f"train.lr={a['lr']}",
+            f"task.data.n_test={a['n_test']}", f"train.save_every={a['save_every']}"]
+    runs, ratios = {}, {"train EqT K=2": [], "infer EqT K=8": []}
+    for r in old["runs"]:
+        L, s = str(r["length"]), r["seed"]
+        for model in ("baseline", "eqt"):
+            name = f"L{L}_seed{s}_{model}"
+            acc = ({"plain": 100 * r["accuracy"]["baseline"]} if model == "baseline"
+                   else {f"k{k}": 100 * r["accuracy"][f"eqt_k{k}"] for k in KS})
+            met = {"accuracy": acc, "train_ce": r["curves"][model]}
+            if model == "eqt":
+                by = [100 * c for c in r["convergence"]]
+                met["convergence"] = {"by_step": by, "k6": by[5]}
+            runs[name] = {
+                "cell": {"model": model, "length": L}, "seed": s, "config": f"eqt/{model}",
+                "overrides": [*over, f"task.data.length={L}", f"train.seed={s}", f"name={name}"],
+                "config_hash": "migrated", "scale": "cpu", "device": r["device"],
+                "hardware": "x86_64 CPU, 1 thread(s)", "params": {"total": r["params"][model]},
+                "steps": a["train_steps"], "seconds": r["train_seconds"][model], "tokens_per_s": None,
+                "run_dir": r["run_dirs"][model],
+                "resolved": {"task": {"batch_size": 32, "data": {"length": int(L), "n_test": a["n_test"]}},
+                             "model": {"n_layers": 2, "dim": 64, "heads": 4, "positions": "sinusoidal"},
+                             "train": {"lr": a["lr"]}},
+                "metrics": met}
+        ratios["train EqT K=2"] += r["timing"]["train_step_ratio"]
+        ratios["infer EqT K=8"] += r["timing"]["infer_ratio_k8"]
+    save_results(folder / "results.json", {"format": FORMAT, "study": "eqt", "scale": "cpu", "note": (
+        f"Trained before the study runner by the old `reproduce eqt` program (the same Trainer runs; wall time "
+        f"{old['seconds'] / 60:.1f} min including scoring and timing)."), "runs": runs})
+    (folder / "overheads.json").write_text(json.dumps({
+        "source": (f"Measured by the old `reproduce eqt` program after training, on the trained models: a training "
+                   f"step (K = 2) and inference (K = 8) of both models alternated in each of "
+                   f"{a['timing_repeats']} rounds per (length, seed) after one warm-up round, one CPU thread on the "
+                   "shared machine; all rounds of all runs pooled. `benchmarks/eqt.py --json` now measures them."),
+        "ratios": ratios}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    kind = sys.argv[1]
+    if kind == "intrinsic":
+        intrinsic(Path(sys.argv[2]), sys.argv[3], sys.argv[4])
+    else:
+        eqt(Path(sys.argv[2]), Path(sys.argv[3]))

@@ -1,0 +1,125 @@
+"""``energyformer reproduce NAME`` for a study (``studies/NAME.yaml``): run it, then render its pages.
+
+    energyformer reproduce NAME [--scale cpu|gpu] [--seeds S ...] [--jobs N] [--set KEY=VALUE ...]
+                                [--only AXIS=LABEL[,LABEL...] ...] [--out DIR] [--runs DIR] [--report-only]
+
+``--out`` is the page folder (default: the study's ``page``): the records of a scale are
+``OUT/<scale>/results.json``, its page ``OUT/<scale>/README.md`` (+ figures) and ``OUT/README.md`` the
+index over the scales. ``--report-only`` trains nothing and re-renders every page of OUT from the
+records committed there, reading nothing else (no run directories, no clock): the page contract of
+``energyformer report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..utils.cliargs import count, nonneg_int
+from ..utils.validate import ConfigError
+from .claims import ClaimRow, evaluate
+from .runner import hook, load_results, run_study
+from .spec import StudySpec, load_study
+
+
+def parse_only(items: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for it in items:
+        axis, eq, labels = it.partition("=")
+        if not eq or not axis or not labels:
+            raise ConfigError(f"--only {it!r}: give AXIS=LABEL[,LABEL...]")
+        out.setdefault(axis, []).extend(labels.split(","))
+    return out
+
+
+def command_line(name: str, spec: StudySpec, scale: str) -> str:
+    return f"energyformer reproduce {name} --scale {scale} --out {spec.page}"
+
+
+def render_index(name: str, spec: StudySpec, out: Path, rendered: dict[str, list[ClaimRow]]) -> str:
+    """``OUT/README.md``: the study, one line per scale (its page or "not run yet" with the command),
+    and every claim's verdict at each scale run."""
+    lines = [f"# {spec.title}", "",
+             f"Seed `{spec.paper.seed}`, {spec.paper.section}. Study: `studies/{name}.yaml` (configs × grid × "
+             "seeds × scales, metrics and claims with their rules; format in `docs/studies.md`). Every page "
+             f"here is generated from the committed `results.json` by `energyformer reproduce {name} "
+             f"--report-only --out {spec.page}`.", "", "## Scales", ""]
+    for scale, sc in spec.scales.items():
+        note = f" {sc.note}" if sc.note else ""
+        if scale in rendered:
+            data = load_results(out / scale / "results.json", name, scale)
+            hw = sorted({r.get("hardware", "unrecorded hardware") for r in data["runs"].values()})
+            counts: dict[str, int] = {}
+            for row in rendered[scale]:
+                counts[str(row.outcome.verdict)] = counts.get(str(row.outcome.verdict), 0) + 1
+            verdicts = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no claims"
+            old = sum(r.get("config_hash") == "migrated" for r in data["runs"].values())
+            if old:
+                preset = f" ({sc.note.rstrip('. ')})" if sc.note else ""
+                note = (f" {old} of the runs were recorded before this study by the old program (their settings "
+                        f"are on the page); the study's {scale} preset{preset} has not been run through the study "
+                        f"runner: `{command_line(name, spec, scale)}` would retrain them.")
+            lines.append(f"* **{scale}** — [{scale}/README.md]({scale}/README.md): {len(data['runs'])} runs on "
+                         f"{'; '.join(hw)}; claims: {verdicts}.{note}")
+        else:
+            lines.append(f"* **{scale}** — not run yet: `{command_line(name, spec, scale)}`.{note}")
+    if rendered:
+        scales = list(rendered)
+        lines += ["", "## Verdicts by scale", "", "| claim | " + " | ".join(scales) + " |",
+                  "|---|" + ":---:|" * len(scales)]
+        keys: list[tuple[str, str | None]] = []
+        text: dict[tuple[str, str | None], str] = {}
+        for rows in rendered.values():
+            for r in rows:
+                k = (r.claim.id, r.label)
+                if k not in text:
+                    keys.append(k)
+                    text[k] = f"**{r.claim.id}** {r.claim.text}" + (f" ({r.claim.per} = {r.label})" if r.label else "")
+        for k in keys:
+            cells = [next((str(r.outcome.verdict) for r in rendered[s] if (r.claim.id, r.label) == k), "–")
+                     for s in scales]
+            lines.append(f"| {text[k]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_pages(name: str, spec: StudySpec, out: Path) -> list[Path]:
+    """Re-render every scale page with records in ``out`` and the index; returns the .md files written."""
+    written, rendered = [], {}
+    for scale in spec.scales:
+        path = out / scale / "results.json"
+        if not path.exists():
+            continue
+        data = load_results(path, name, scale)
+        rows = evaluate(spec, data["runs"])
+        hook(spec.render)(out / scale, spec, name, scale, data, rows)
+        rendered[scale] = rows
+        written.append(out / scale / "README.md")
+    (out / "README.md").write_text(render_index(name, spec, out, rendered))
+    return [*written, out / "README.md"]
+
+
+def main(name: str, argv: list[str] | None = None) -> int:
+    spec = load_study(name)
+    p = argparse.ArgumentParser(prog=f"energyformer reproduce {name}", description=spec.title)
+    p.add_argument("--scale", choices=list(spec.scales), default="cpu" if "cpu" in spec.scales else None)
+    p.add_argument("--seeds", type=nonneg_int, nargs="+", help="seeds (default: the scale's or the study's)")
+    p.add_argument("--jobs", type=count, default=1, help="runs trained at once, each in its own process")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="dotted override applied to every run (repeatable)")
+    p.add_argument("--only", action="append", default=[], metavar="AXIS=LABEL[,LABEL]",
+                   help=f"run only these grid cells (axes: {', '.join(spec.runs.axes) or 'none'})")
+    p.add_argument("--out", default=spec.page, help=f"page folder (default {spec.page})")
+    p.add_argument("--runs", default=None, help=f"run directories (default runs/{name}/SCALE)")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing; re-render OUT's pages from the records committed in OUT")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    if not a.report_only:
+        runs = Path(a.runs) if a.runs else Path("runs") / name / a.scale
+        run_study(spec, name, a.scale, out / a.scale, runs, jobs=a.jobs, seeds=a.seeds, only=parse_only(a.only),
+                  sets=a.sets)
+    elif not out.is_dir():
+        raise ConfigError(f"--out {a.out}: no such folder (give a page folder holding <scale>/results.json)")
+    for f in render_pages(name, spec, out):
+        print(f"wrote {f}")
+    return 0

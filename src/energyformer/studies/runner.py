@@ -1,0 +1,190 @@
+"""The one study runner (issue 22): every run of a study is ``experiment.run_experiment`` — no second
+assembly of model and trainer, no private training or timing loop.
+
+:func:`run_study` expands the grid (:func:`spec.expand`) and for each run
+
+* **reuses** it when ``<out>/results.json`` holds its record with the same config hash (the hash of the
+  run's full config except ``out_dir``; a changed config trains again, never silently reused);
+* **resumes** it when its run directory holds checkpoints of the same resolved config
+  (``run_experiment(cfg, resume=True)``), else trains it from scratch (``overwrite=True``);
+* then runs the study's metric functions (the eval hooks: ``fn(run: FinishedRun) -> JSON``) and records
+  the run — cell, seed, config hash, device, hardware, scale, parameters, steps, seconds, tokens/s,
+  metrics — writing results.json atomically after each run.
+
+``jobs > 1`` trains that many runs at once, each in its own (spawned) process with the machine's
+threads split between them; only the parent writes results.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import platform
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..utils.config import to_dict
+from ..utils.io import atomic_write_text, read_json
+from ..utils.validate import ConfigError
+from .spec import RunPlan, StudySpec, expand
+
+#: version of the record format in results.json
+FORMAT = 1
+
+
+def hook(path: str) -> Callable:
+    """The function ``module:function`` names."""
+    mod, _, fn = path.partition(":")
+    try:
+        return getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"{path!r}: cannot be imported ({err})") from None
+
+
+def config_hash(cfg) -> str:
+    """A short hash of a run config, ``out_dir`` excluded (where a run lives does not change it)."""
+    d = to_dict(cfg)
+    d.pop("out_dir", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def hardware(device: str) -> str:
+    """One line naming the machine a run trained on."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()} GPU, torch {torch.__version__}"
+    return f"{platform.machine()} CPU, {torch.get_num_threads()} thread(s), torch {torch.__version__}"
+
+
+@dataclass
+class FinishedRun:
+    """What a metric function sees: the run directory, its config and (lazily) the trained model."""
+
+    run_dir: Path
+    config: Any                      # RunConfig
+    result: Any = None               # experiment.RunResult
+    _loaded: tuple | None = field(default=None, repr=False)
+
+    def trained(self) -> tuple[Any, torch.nn.Module, Any]:
+        """(resolved config, model in eval mode on the run's device, task), loaded once."""
+        if self._loaded is None:
+            from ..experiment import load_trained
+
+            self._loaded = load_trained(self.run_dir, device=self.config.train.device)
+        return self._loaded
+
+
+def load_results(path: Path, study: str, scale: str) -> dict:
+    if path.exists():
+        data = read_json(path, "study records", require=("format", "runs"))
+        if data.get("format") != FORMAT:
+            raise ConfigError(f"{path}: not a study record file (format {data.get('format')!r}, want {FORMAT})")
+        return data
+    return {"format": FORMAT, "study": study, "scale": scale, "runs": {}}
+
+
+def save_results(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+def _config(plan: RunPlan, runs_dir: Path):
+    from ..experiment import load_run_config
+
+    return load_run_config(plan.config, [*plan.overrides, f"out_dir={runs_dir}"])
+
+
+def train_one(plan: RunPlan, runs_dir: str, metrics: dict[str, str], scale: str, threads: int = 0) -> dict:
+    """Train (or resume) one run with ``run_experiment``, run the metric hooks, return its record."""
+    from ..experiment import build_task, load_run_dir_config, resolve, run_experiment
+    from ..train import list_checkpoints, resolve_device
+
+    if threads:
+        torch.set_num_threads(threads)
+    cfg = _config(plan, Path(runs_dir))
+    task = build_task(cfg)
+    resume = False
+    if list_checkpoints(cfg.run_dir):
+        try:
+            old, new = to_dict(load_run_dir_config(cfg.run_dir)), to_dict(resolve(cfg, task))
+            resume = {**old, "out_dir": None} == {**new, "out_dir": None}  # a moved run folder resumes too
+        except (ConfigError, OSError, ValueError):
+            resume = False
+    res = run_experiment(cfg, resume=resume, overwrite=not resume, task=task)
+    run = FinishedRun(cfg.run_dir, cfg, res)
+    values = {name: hook(fn)(run) for name, fn in metrics.items()}
+    device = str(resolve_device(cfg.train.device))
+    resolved = to_dict(res.config) if res.config is not None else to_dict(cfg)
+    return {"cell": plan.cell, "seed": plan.seed, "config": plan.config, "overrides": plan.overrides,
+            "config_hash": config_hash(cfg), "scale": scale, "device": device, "hardware": hardware(device),
+            "params": res.params, "steps": int(res.final.get("step", cfg.train.steps)),
+            "seconds": float(res.final.get("elapsed_s", res.seconds)), "tokens_per_s": res.tokens_per_s,
+            "resumed": resume, "run_dir": str(cfg.run_dir),
+            "resolved": {k: resolved[k] for k in ("task", "model", "train")},
+            "metrics": {k: v for k, v in values.items() if v is not None}}
+
+
+def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path, *, jobs: int = 1,
+              seeds: list[int] | None = None, only: dict[str, list[str]] | None = None, sets: list[str] = (),
+              log: Callable[[str], None] = print) -> dict:
+    """Every run of the study at ``scale`` not already recorded in ``out/results.json``; returns the records."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: must be >= 1")
+    plans = expand(spec, scale, seeds=seeds, only=only, sets=list(sets))
+    path = out / "results.json"
+    data = load_results(path, name, scale)
+    todo, steps = [], {}
+    for p in plans:
+        cfg = _config(p, runs_dir)
+        h, steps[p.name] = config_hash(cfg), cfg.train.steps
+        old = data["runs"].get(p.name)
+        if old is not None and old.get("config_hash") == h:
+            log(f"== {p.name}: reusing its record (config unchanged)")
+        else:
+            if old is not None:
+                log(f"== {p.name}: its config changed since it was recorded: training it again")
+            todo.append(p)
+    t0, done = time.perf_counter(), 0
+
+    def finish(p: RunPlan, rec: dict) -> None:
+        nonlocal done
+        data["runs"][p.name] = rec
+        save_results(path, data)
+        done += 1
+        left = len(todo) - done
+        eta = (time.perf_counter() - t0) / done * left / jobs
+        log(f"== {p.name}: {rec['steps']} steps in {rec['seconds']:.0f}s ({rec['device']})"
+            f"; {done}/{len(todo)} done" + (f", ~{eta / 60:.1f} min left" if left else ""))
+
+    if jobs == 1 or len(todo) <= 1:
+        for i, p in enumerate(todo):
+            log(f"== {p.name}: training {steps[p.name]} steps ({i + 1}/{len(todo)})")
+            finish(p, train_one(p, str(runs_dir), spec.metrics, scale))
+        return data
+    import multiprocessing as mp
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        pending = {}
+        for p in todo:
+            log(f"== {p.name}: {steps[p.name]} steps queued ({threads} thread(s) per job, {jobs} jobs)")
+            pending[pool.submit(train_one, p, str(runs_dir), spec.metrics, scale, threads)] = p
+        failed: list[BaseException] = []
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                p = pending.pop(f)
+                if f.exception() is not None:   # the others still finish and are recorded first
+                    log(f"== {p.name}: FAILED ({type(f.exception()).__name__}: {f.exception()})")
+                    failed.append(f.exception())
+                else:
+                    finish(p, f.result())
+        if failed:
+            raise failed[0]
+    return data

@@ -1,0 +1,355 @@
+"""A study is data (issue 22): ``studies/<name>.yaml`` = base configs × override grid × seeds × scales,
+the metrics read from every finished run, and the paper's claims with declared verdict rules.
+
+    title: ...                     # the page's title
+    paper: {seed: 003_..., section: "§4, Table 2"}
+    page: docs/results/eqt         # the page folder: <page>/<scale>/results.json, README.md, figures
+    render: module:function        # page text and figures from the committed records (per paper)
+    runs:
+      config: {model: {baseline: eqt/baseline, eqt: eqt/eqt}}   # a config name, or an axis of them
+      grid: {length: {"64": [task.data.length=64], ...}}          # named axes: label -> dotted overrides
+      overrides: [...]                                           # applied to every run
+      name: "L{length}_seed{seed}_{model}"                       # the run name (its run directory)
+    seeds: [0, 1]
+    scales: {cpu: {overrides: [...], only: {length: ["64"]}, seeds: [0]}, gpu: {...}}
+    metrics: {accuracy: module:function}       # eval hooks: a finished run -> JSON numbers
+    claims: [{id, text, paper: {value, source}, metric, a, b, higher_is_better, claim, tolerance,
+              rules: {noise, single_seed_bound, chance, floor, at_band}, per, untestable}]
+
+A claim's arm (``a``/``b``) is a grid cell selection ``{where: {axis: label | [labels]}, metric: ...}``
+(per seed: the mean over the selected runs) or a fixed number ``{value: x}``. ``per: AXIS`` evaluates
+the claim once per label of that axis. :func:`load_study` validates it all; every mistake is one
+:class:`ConfigError` naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ..analysis.verdicts import Rules
+from ..utils.config import ConfigModel, load_config, read_yaml
+from ..utils.validate import ConfigError
+
+SCALES = ("cpu", "gpu")
+_HOOK_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def _labels(v: dict) -> dict:
+    """YAML may give a label as a number (``64:``): labels are strings."""
+    return {str(k): val for k, val in v.items()}
+
+
+class PaperRef(ConfigModel):
+    """Where in the seed paper the study's results are."""
+
+    seed: str
+    """the seed file under specs/ (e.g. 003_equilibrium_transformer)"""
+    section: str
+    """section, table or figure (e.g. '§4, Table 2')"""
+
+
+class RunsSpec(ConfigModel):
+    """The runs: base config(s) × the override grid (× seeds × scales, declared beside it)."""
+
+    config: str | dict[str, dict[str, str]]
+    """a config name under configs/, or {axis: {label: config name}} (the configs are a grid axis)"""
+    grid: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
+    """named axes: {axis: {label: [dotted overrides]}}"""
+    overrides: list[str] = Field(default_factory=list)
+    """dotted overrides applied to every run"""
+    name: str
+    """run-name template over the axes and {seed}, e.g. '{corpus}-{variant}-s{seed}'"""
+
+    @field_validator("grid", mode="before")
+    @classmethod
+    def _str_labels(cls, v):
+        return {a: _labels(vals) if isinstance(vals, dict) else vals for a, vals in v.items()} \
+            if isinstance(v, dict) else v
+
+    @field_validator("config")
+    @classmethod
+    def _one_config_axis(cls, v):
+        if isinstance(v, dict) and len(v) != 1:
+            raise ValueError(f"{sorted(v)}: give one axis of configs ({{axis: {{label: config}}}}) or one name")
+        return {a: _labels(vals) for a, vals in v.items()} if isinstance(v, dict) else v
+
+    @property
+    def axes(self) -> dict[str, list[str]]:
+        """Every axis with its labels, the config axis first."""
+        out = {a: list(vals) for a, vals in self.config.items()} if isinstance(self.config, dict) else {}
+        out.update({a: list(vals) for a, vals in self.grid.items()})
+        return out
+
+    @model_validator(mode="after")
+    def _template(self) -> RunsSpec:
+        cfg_axes = list(self.config) if isinstance(self.config, dict) else []
+        if set(cfg_axes) & set(self.grid):
+            raise ValueError(f"axis {cfg_axes[0]!r} is both the config axis and a grid axis")
+        names = set(re.findall(r"{(\w+)}", self.name))
+        need = set(self.axes) | {"seed"}
+        if names - need or need - names:
+            raise ValueError(f"name = {self.name!r}: must use each of {{{'}, {'.join(sorted(need))}}} "
+                             f"once and nothing else (so every run has its own directory)")
+        return self
+
+
+class ScaleSpec(ConfigModel):
+    """One scale (cpu: minutes on a laptop; gpu: about 20 minutes of one H100)."""
+
+    overrides: list[str] = Field(default_factory=list)
+    """dotted overrides of this scale, after the study's"""
+    seeds: list[int] | None = None
+    """this scale's seeds (default: the study's)"""
+    only: dict[str, list[str]] = Field(default_factory=dict)
+    """{axis: [labels]}: the grid cells this scale runs (default: all)"""
+    note: str = ""
+    """a sentence for the page: what this scale is sized for"""
+
+    @field_validator("only", mode="before")
+    @classmethod
+    def _str(cls, v):
+        return {a: [str(x) for x in vals] for a, vals in v.items()} if isinstance(v, dict) else v
+
+
+class RulesSpec(ConfigModel):
+    """``verdicts.Rules`` of one claim (metric units)."""
+
+    noise: float | None = Field(None, ge=0)
+    """a declared noise band (None: the seeds' own spread only)"""
+    single_seed_bound: float | None = Field(None, ge=0)
+    """with one seed a side, the margin that decides (None: one seed never decides)"""
+    chance: float | None = None
+    """the metric at chance"""
+    floor: float | None = None
+    """the metric's floor"""
+    at_band: float = Field(0.0, ge=0)
+    """how close to chance / floor counts as 'at' it"""
+
+    def rules(self) -> Rules:
+        return Rules(**self.model_dump())
+
+
+class ArmSpec(ConfigModel):
+    """One side of a claim: grid cells (per seed the mean over them) or a fixed number."""
+
+    where: dict[str, str | list[str]] | None = None
+    """{axis: label or [labels]}: the runs on this side (axes not named: every label)"""
+    metric: str | None = None
+    """the metric of this side (default: the claim's), a dotted path into a run's metrics"""
+    value: float | None = None
+    """a fixed number (e.g. the paper's value) instead of runs"""
+
+    @field_validator("where", mode="before")
+    @classmethod
+    def _str(cls, v):
+        if isinstance(v, dict):
+            return {a: [str(x) for x in vals] if isinstance(vals, list) else str(vals) for a, vals in v.items()}
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> ArmSpec:
+        if (self.where is None) == (self.value is None):
+            raise ValueError("give either where: {axis: label} (runs) or value: NUMBER")
+        return self
+
+
+class PaperValue(ConfigModel):
+    value: float | str | None = None
+    """the paper's number (or its words when it gives none)"""
+    source: str
+    """table / figure / section; 'read off Fig. N' when read off a figure"""
+    by: dict[str, float | str] = Field(default_factory=dict)
+    """the paper's value per label of the claim's ``per`` axis"""
+
+    @field_validator("by", mode="before")
+    @classmethod
+    def _str(cls, v):
+        return _labels(v) if isinstance(v, dict) else v
+
+
+class ClaimSpec(ConfigModel):
+    """One claim of the paper with the rule that decides it here."""
+
+    id: str
+    text: str
+    paper: PaperValue
+    metric: str | None = None
+    """the metric (dotted path into a run's metrics) both arms read unless they name their own"""
+    a: ArmSpec | None = None
+    b: ArmSpec | None = None
+    higher_is_better: bool = True
+    claim: Literal["better", "not_worse", "equal"] = "better"
+    tolerance: float = Field(0.0, ge=0)
+    """for not_worse / equal, in metric units"""
+    rules: RulesSpec = Field(default_factory=RulesSpec)
+    per: str | None = None
+    """an axis: one verdict per label of it"""
+    paired: bool = False
+    """both arms ran on the same seeds (same data, same initial weights): decide on the per-seed
+    differences A - B, whose spread is the noise band (at chance / floor is still judged on A and B)"""
+    untestable: str | None = None
+    """the reason this claim cannot be tested here (scale, data, or it holds by construction)"""
+
+    @model_validator(mode="after")
+    def _arms(self) -> ClaimSpec:
+        if self.untestable is None:
+            if self.a is None or self.b is None:
+                raise ValueError(f"claim {self.id!r}: needs arms a and b (or untestable: REASON)")
+            for arm in (self.a, self.b):
+                if arm.where is not None and (arm.metric or self.metric) is None:
+                    raise ValueError(f"claim {self.id!r}: an arm over runs needs a metric")
+            if self.a.value is not None:
+                raise ValueError(f"claim {self.id!r}: arm a must be runs (where:), b may be a number")
+        return self
+
+
+class StudySpec(ConfigModel):
+    """``studies/<name>.yaml``: see the module docstring."""
+
+    title: str
+    paper: PaperRef
+    page: str
+    """the page folder, relative to the repository (docs/results/<x>)"""
+    render: str
+    """module:function(out, study, records) -> rendered .md paths"""
+    runs: RunsSpec
+    seeds: list[int] = Field(min_length=1)
+    scales: dict[str, ScaleSpec]
+    metrics: dict[str, str] = Field(default_factory=dict)
+    """{name: module:function}: eval hooks run on every finished run"""
+    claims: list[ClaimSpec] = Field(default_factory=list)
+
+    @field_validator("render")
+    @classmethod
+    def _hook(cls, v):
+        if not _HOOK_RE.match(v):
+            raise ValueError(f"{v!r}: must be module:function")
+        return v
+
+    @field_validator("metrics")
+    @classmethod
+    def _hooks(cls, v):
+        for k, h in v.items():
+            if not _HOOK_RE.match(h):
+                raise ValueError(f"metric {k!r} = {h!r}: must be module:function")
+        return v
+
+    @field_validator("scales")
+    @classmethod
+    def _scales(cls, v):
+        bad = [s for s in v if s not in SCALES]
+        if bad:
+            raise ValueError(f"scale {bad[0]!r}: allowed {', '.join(SCALES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _refs(self) -> StudySpec:
+        axes = self.runs.axes
+        for s, sc in self.scales.items():
+            for a, labels in sc.only.items():
+                _check_labels(f"scales.{s}.only", axes, a, labels)
+        ids = [c.id for c in self.claims]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"claims: duplicate id among {ids}")
+        for c in self.claims:
+            if c.per is not None and c.per not in axes:
+                raise ValueError(f"claims[{c.id}].per = {c.per!r}: allowed axes {', '.join(axes)}")
+            for side, arm in (("a", c.a), ("b", c.b)):
+                for a, labels in ((arm.where or {}) if arm else {}).items():
+                    _check_labels(f"claims[{c.id}].{side}.where", axes, a,
+                                  labels if isinstance(labels, list) else [labels])
+                m = (arm.metric or c.metric) if arm and arm.where is not None else None
+                if m is not None and m.split(".")[0] not in self.metrics and m.split(".")[0] not in RUN_FIELDS:
+                    raise ValueError(f"claims[{c.id}].{side}.metric = {m!r}: allowed "
+                                     f"{', '.join(sorted(self.metrics) + list(RUN_FIELDS))} (dotted paths inside them)")
+        return self
+
+
+#: numbers every run record carries, usable as claim metrics beside the declared ones
+RUN_FIELDS = ("tokens_per_s", "seconds", "params")
+
+
+def _check_labels(key: str, axes: dict[str, list[str]], axis: str, labels: list[str]) -> None:
+    if axis not in axes:
+        raise ValueError(f"{key}: axis {axis!r} unknown; allowed {', '.join(axes) or '(no axes)'}")
+    for lab in labels:
+        if lab not in axes[axis]:
+            raise ValueError(f"{key}.{axis} = {lab!r}: allowed {', '.join(axes[axis])}")
+
+
+# ----------------------------------------------------------------------------- files
+def studies_dir() -> Path:
+    """The repository's ``studies/`` folder (beside ``configs/``, found the same way), or ``./studies``."""
+    here = Path(__file__).resolve().parents[3] / "studies"
+    return here if here.is_dir() else Path("studies")
+
+
+def known_studies() -> list[str]:
+    return sorted(p.stem for p in studies_dir().glob("*.yaml"))
+
+
+def study_path(name: str) -> Path | None:
+    p = studies_dir() / f"{name}.yaml"
+    return p if p.exists() else None
+
+
+def load_study(name_or_path: str | Path) -> StudySpec:
+    """A validated study from ``studies/<name>.yaml`` or a YAML path."""
+    p = Path(name_or_path)
+    if p.suffix not in (".yaml", ".yml"):
+        found = study_path(str(name_or_path))
+        if found is None:
+            raise ConfigError(f"study {str(name_or_path)!r} not found (one of: {', '.join(known_studies())})")
+        p = found
+    try:
+        return load_config(StudySpec, read_yaml(p))
+    except ConfigError as err:
+        raise ConfigError(f"{p.name}: {err}") from None
+
+
+# ----------------------------------------------------------------------------- grid expansion
+@dataclass(frozen=True)
+class RunPlan:
+    """One run of a study: its cell (axis -> label), seed, base config and overrides."""
+
+    name: str
+    cell: dict[str, str]
+    seed: int
+    config: str
+    overrides: list[str] = field(default_factory=list)
+
+
+def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
+           only: dict[str, list[str]] | None = None, sets: list[str] = ()) -> list[RunPlan]:
+    """Every run of ``scale``: the grid (restricted by the scale's and the caller's ``only``) × seeds.
+
+    Overrides in order: the study's, the cell's, the scale's, ``sets`` (the command line), then
+    ``train.seed`` and ``name``. ``seeds`` (command line) wins over the scale's and the study's."""
+    if scale not in spec.scales:
+        raise ConfigError(f"--scale {scale!r}: this study has {', '.join(spec.scales)}")
+    sc = spec.scales[scale]
+    axes = spec.runs.axes
+    for a, labels in (only or {}).items():
+        try:
+            _check_labels("--only", axes, a, labels)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    pick = {a: [lab for lab in labels if lab in sc.only.get(a, labels) and lab in (only or {}).get(a, labels)]
+            for a, labels in axes.items()}
+    cfg_axis = next(iter(spec.runs.config)) if isinstance(spec.runs.config, dict) else None
+    out = []
+    for seed in seeds if seeds is not None else (sc.seeds or spec.seeds):
+        for combo in itertools.product(*pick.values()):
+            cell = dict(zip(pick, combo))
+            config = spec.runs.config[cfg_axis][cell[cfg_axis]] if cfg_axis else spec.runs.config
+            cell_over = [o for a, lab in cell.items() if a in spec.runs.grid for o in spec.runs.grid[a][lab]]
+            name = spec.runs.name.format(seed=seed, **cell)
+            out.append(RunPlan(name, cell, seed, config, [*spec.runs.overrides, *cell_over, *sc.overrides,
+                                                          *sets, f"train.seed={seed}", f"name={name}"]))
+    return out

@@ -1,0 +1,84 @@
+"""Claims are decided from the study's records by their declared rules (verdicts.compare)."""
+
+import copy
+
+from energyformer.studies import load_study
+from energyformer.studies.claims import claims_table, evaluate, rule_text
+
+from .tiny import TINY, write
+
+
+def _spec(tmp_path, **claim):
+    data = copy.deepcopy(TINY)
+    data["runs"]["grid"]["length"] = {8: ["task.data.length=8"], 64: ["task.data.length=64"]}
+    base = {"id": "c", "text": "EqT beats the baseline", "paper": {"value": 1.0, "source": "Table 2"},
+            "a": {"where": {"model": "eqt"}, "metric": "accuracy.k32"},
+            "b": {"where": {"model": "baseline"}, "metric": "accuracy.plain"}}
+    data["claims"] = [{**base, **claim}]
+    return load_study(write(tmp_path / "s.yaml", **data))
+
+
+def _recs(eqt: dict[int, float], base: dict[int, float], length="64"):
+    out = {}
+    for s, v in eqt.items():
+        out[f"e{s}{length}"] = {"cell": {"model": "eqt", "length": length}, "seed": s, "metrics": {"accuracy": {"k32": v}}}
+    for s, v in base.items():
+        out[f"b{s}{length}"] = {"cell": {"model": "baseline", "length": length}, "seed": s,
+                                "metrics": {"accuracy": {"plain": v}}}
+    return out
+
+
+def _verdict(spec, recs):
+    (row,) = evaluate(spec, recs)
+    return str(row.outcome.verdict)
+
+
+def test_holds_does_not_hold_and_undecided_inside_the_seed_noise(tmp_path):
+    spec = _spec(tmp_path)
+    assert _verdict(spec, _recs({0: 70, 1: 71}, {0: 60, 1: 61})) == "HOLDS"
+    assert _verdict(spec, _recs({0: 60, 1: 61}, {0: 70, 1: 71})) == "DOES NOT HOLD"
+    assert _verdict(spec, _recs({0: 60, 1: 70}, {0: 62, 1: 64})) == "UNDECIDED"   # margin 2 < spread 10
+
+
+def test_declared_noise_band_widens_the_band(tmp_path):
+    recs = _recs({0: 70, 1: 71}, {0: 60, 1: 61})
+    assert _verdict(_spec(tmp_path, rules={"noise": 20}), recs) == "UNDECIDED"
+
+
+def test_one_seed_is_undecided_unless_the_margin_exceeds_the_declared_bound(tmp_path):
+    recs = _recs({0: 70}, {0: 60})
+    assert _verdict(_spec(tmp_path), recs) == "UNDECIDED"
+    assert _verdict(_spec(tmp_path, rules={"single_seed_bound": 5}), recs) == "HOLDS"
+    assert _verdict(_spec(tmp_path, rules={"single_seed_bound": 15}), recs) == "UNDECIDED"
+
+
+def test_untestable_at_chance_or_floor_and_when_declared_or_not_run(tmp_path):
+    at_chance = _recs({0: 50.2, 1: 50.4}, {0: 49.9, 1: 50.1})
+    assert _verdict(_spec(tmp_path, rules={"chance": 50, "at_band": 1}), at_chance) == "UNTESTABLE"
+    assert _verdict(_spec(tmp_path, rules={"floor": 0, "at_band": 0.1}), _recs({0: 0, 1: 0}, {0: 0, 1: 0})) == "UNTESTABLE"
+    assert _verdict(_spec(tmp_path), _recs({0: 70}, {})) == "UNTESTABLE"   # no runs on one side
+    spec = _spec(tmp_path, untestable="needs the paper's 6x256 backbone")
+    (row,) = evaluate(spec, at_chance)
+    assert str(row.outcome.verdict) == "UNTESTABLE" and row.outcome.reason == "needs the paper's 6x256 backbone"
+
+
+def test_paired_claims_decide_on_the_per_seed_differences(tmp_path):
+    """Seeds far apart but the same gain in each: unpaired is inside the noise, paired holds."""
+    recs = _recs({0: 60, 1: 80}, {0: 58, 1: 78})
+    assert _verdict(_spec(tmp_path), recs) == "UNDECIDED"
+    assert _verdict(_spec(tmp_path, paired=True), recs) == "HOLDS"
+    assert _verdict(_spec(tmp_path, paired=True, rules={"chance": 50, "at_band": 1}),
+                    _recs({0: 50.2, 1: 50.4}, {0: 49.9, 1: 50.1})) == "UNTESTABLE"
+
+
+def test_per_axis_rows_pooling_fixed_numbers_and_the_table(tmp_path):
+    recs = {**_recs({0: 70, 1: 71}, {0: 60, 1: 61}, "8"), **_recs({0: 60, 1: 61}, {0: 70, 1: 71}, "64")}
+    rows = evaluate(_spec(tmp_path, per="length", paper={"value": "x", "source": "Table 2", "by": {64: 4.66}}), recs)
+    assert [(r.label, str(r.outcome.verdict)) for r in rows] == [("8", "HOLDS"), ("64", "DOES NOT HOLD")]
+    table = claims_table(rows)
+    assert "(length = 64) | 4.66 (Table 2) |" in table and "(length = 8) | x (Table 2) |" in table
+    (pooled,) = evaluate(_spec(tmp_path), recs)          # per seed: the mean over both lengths
+    assert pooled.a == [65.0, 66.0] and str(pooled.outcome.verdict) == "UNDECIDED"
+    fixed = _spec(tmp_path, b={"value": 60.0}, claim="not_worse", tolerance=1.0)
+    (row,) = evaluate(fixed, _recs({0: 59.5, 1: 59.6}, {}))
+    assert str(row.outcome.verdict) == "HOLDS" and "not worse than B by more than 1" in rule_text(fixed.claims[0])

@@ -1,0 +1,99 @@
+"""The one study runner: runs through run_experiment, reuses finished runs, resumes interrupted ones,
+retrains a changed config, runs --jobs 2 in separate processes; the page renders from the records."""
+
+import json
+import shutil
+
+import pytest
+
+import energyformer.experiment as experiment
+from energyformer.studies import load_study
+from energyformer.studies.command import main as study_main
+from energyformer.studies.runner import run_study
+
+from .tiny import write
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """The tiny study run once (seed 0, baseline + EqT); later tests copy its output."""
+    root = tmp_path_factory.mktemp("study")
+    spec = load_study(write(root / "tiny.yaml"))
+    data = run_study(spec, "tiny", "cpu", root / "out", root / "runs", log=lambda s: None)
+    return spec, root, data
+
+
+def test_runs_are_run_experiment_runs_with_records(study):
+    spec, root, data = study
+    assert sorted(data["runs"]) == ["L8_s0_baseline", "L8_s0_eqt"]
+    eqt = data["runs"]["L8_s0_eqt"]
+    assert eqt["cell"] == {"model": "eqt", "length": "8"} and eqt["seed"] == 0 and eqt["scale"] == "cpu"
+    assert eqt["device"] == "cpu" and "CPU" in eqt["hardware"] and eqt["steps"] == 3
+    assert set(eqt["metrics"]["accuracy"]) == {"k0", "k8", "k32"} and len(eqt["metrics"]["train_ce"]) == 3
+    assert len(eqt["metrics"]["convergence"]["by_step"]) == 32
+    assert "convergence" not in data["runs"]["L8_s0_baseline"]["metrics"]   # the hook returned None
+    for name in data["runs"]:   # each run is a Trainer run directory
+        d = root / "runs" / name
+        assert (d / "metrics.jsonl").exists() and list(d.glob("ckpt-*/model.safetensors"))
+    assert json.loads((root / "out" / "results.json").read_text()) == data
+
+
+def test_second_call_reuses_every_finished_run(study, tmp_path, monkeypatch):
+    spec, root, data = study
+    shutil.copytree(root / "out", tmp_path / "out")
+    monkeypatch.setattr(experiment, "run_experiment", lambda *a, **k: pytest.fail("retrained"))
+    log = []
+    again = run_study(spec, "tiny", "cpu", tmp_path / "out", root / "runs", log=log.append)
+    assert again == data and sum("reusing" in line for line in log) == 2
+
+
+def test_changed_config_trains_again(study, tmp_path):
+    spec, root, data = study
+    shutil.copytree(root / "out", tmp_path / "out")
+    shutil.copytree(root / "runs", tmp_path / "runs")
+    log = []
+    new = run_study(spec, "tiny", "cpu", tmp_path / "out", tmp_path / "runs", sets=["train.lr=1e-4"],
+                    only={"model": ["baseline"]}, log=log.append)
+    assert any("config changed" in line for line in log)
+    rec = new["runs"]["L8_s0_baseline"]
+    assert rec["config_hash"] != data["runs"]["L8_s0_baseline"]["config_hash"] and not rec["resumed"]
+    assert rec["resolved"]["train"]["lr"] == 1e-4
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoint(study, tmp_path):
+    """A run directory with a checkpoint and no record (the process died before recording): resumed."""
+    spec, root, data = study
+    shutil.copytree(root / "runs", tmp_path / "runs")
+    out = tmp_path / "out"
+    out.mkdir()
+    rec = {**data, "runs": {"L8_s0_eqt": data["runs"]["L8_s0_eqt"]}}
+    (out / "results.json").write_text(json.dumps(rec))
+    new = run_study(spec, "tiny", "cpu", out, tmp_path / "runs", log=lambda s: None)
+    b = new["runs"]["L8_s0_baseline"]
+    assert b["resumed"] and b["metrics"]["accuracy"] == data["runs"]["L8_s0_baseline"]["metrics"]["accuracy"]
+    info = json.loads((tmp_path / "runs" / "L8_s0_baseline" / "run_info.json").read_text())
+    assert info.get("resumes")
+
+
+@pytest.mark.slow
+def test_jobs_2_trains_in_separate_processes(tmp_path):
+    spec = load_study(write(tmp_path / "tiny.yaml", seeds=[0, 1]))
+    log = []
+    data = run_study(spec, "tiny", "cpu", tmp_path / "out", tmp_path / "runs", jobs=2, log=log.append)
+    assert len(data["runs"]) == 4 and sum("queued" in line for line in log) == 4
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"].keys() == data["runs"].keys()
+
+
+def test_command_report_only_renders_from_records_alone(study, tmp_path, monkeypatch):
+    spec, root, data = study
+    page = tmp_path / "page"
+    shutil.copytree(root / "out", page / "cpu")
+    monkeypatch.setattr("energyformer.studies.command.load_study", lambda name: spec)
+    assert study_main("tiny", ["--report-only", "--out", str(page)]) == 0
+    index = (page / "README.md").read_text()
+    assert "[cpu/README.md](cpu/README.md)" in index and "not run yet: `energyformer reproduce tiny --scale gpu" in index
+    text = (page / "cpu" / "README.md").read_text()
+    assert "| **gain** EqT beats the baseline | 4.66 (Table 2) |" in text and "paired by seed" in text
+    first = {p.name: p.read_text() for p in page.rglob("*.md")}
+    assert study_main("tiny", ["--report-only", "--out", str(page)]) == 0
+    assert {p.name: p.read_text() for p in page.rglob("*.md")} == first       # deterministic

@@ -1,0 +1,85 @@
+"""Study files: validation errors name the key, the value and what is allowed; grid expansion."""
+
+import copy
+
+import pytest
+
+from energyformer.studies import expand, known_studies, load_study
+from energyformer.utils.validate import ConfigError
+
+from .tiny import TINY, write
+
+
+def _err(tmp_path, mutate) -> str:
+    data = copy.deepcopy(TINY)
+    mutate(data)
+    with pytest.raises(ConfigError) as e:
+        load_study(write(tmp_path / "s.yaml", **data))
+    msg = str(e.value)
+    assert "\n" not in msg.strip()
+    return msg
+
+
+def test_committed_studies_load():
+    assert {"intrinsic-lm", "eqt"} <= set(known_studies())
+    for name in ("intrinsic-lm", "eqt"):
+        spec = load_study(name)
+        assert set(spec.scales) == {"cpu", "gpu"} and spec.claims
+
+
+def test_validation_errors_name_key_value_and_allowed(tmp_path):
+    assert "titel" in _err(tmp_path, lambda d: d.update(titel="x")) and "allowed keys" in _err(
+        tmp_path, lambda d: d.update(titel="x"))
+    msg = _err(tmp_path, lambda d: d["scales"].update(tpu={}))
+    assert "'tpu'" in msg and "cpu, gpu" in msg
+    msg = _err(tmp_path, lambda d: d["claims"][0]["a"]["where"].update(model="transformer"))
+    assert "claims[gain].a.where.model = 'transformer'" in msg and "baseline, eqt" in msg
+    msg = _err(tmp_path, lambda d: d["claims"][0]["a"].update(metric="acc"))
+    assert "'acc'" in msg and "accuracy" in msg
+    msg = _err(tmp_path, lambda d: d["runs"].update(name="L{length}_{model}"))
+    assert "name" in msg and "{seed}" in msg
+    msg = _err(tmp_path, lambda d: d["claims"][0].update(claim="worse"))
+    assert "'worse'" in msg and "better" in msg
+    msg = _err(tmp_path, lambda d: d["claims"][0].pop("b"))
+    assert "arms a and b" in msg and "untestable" in msg
+    msg = _err(tmp_path, lambda d: d["metrics"].update(bad="no_colon"))
+    assert "module:function" in msg
+    msg = _err(tmp_path, lambda d: d["scales"]["cpu"].update(only={"length": [9]}))
+    assert "scales.cpu.only.length = '9'" in msg and "allowed 8" in msg
+    msg = _err(tmp_path, lambda d: d["claims"][0]["rules"].update(noise=-1) if "rules" in d["claims"][0]
+               else d["claims"][0].update(rules={"noise": -1}))
+    assert "noise" in msg and "-1" in msg
+    with pytest.raises(ConfigError, match="study 'nope' not found"):
+        load_study("nope")
+
+
+def test_grid_expansion_configs_axes_seeds_and_override_order(tmp_path):
+    data = copy.deepcopy(TINY)
+    data["runs"]["grid"]["length"][16] = ["task.data.length=16"]
+    data["seeds"] = [0, 1]
+    data["scales"]["gpu"] = {"overrides": ["train.device=cuda"], "only": {"length": [16]}, "seeds": [3]}
+    spec = load_study(write(tmp_path / "s.yaml", **data))
+    plans = expand(spec, "cpu")
+    assert len(plans) == 8 and len({p.name for p in plans}) == 8
+    p = next(p for p in plans if p.name == "L16_s1_eqt")
+    assert p.config == "eqt/eqt" and p.cell == {"model": "eqt", "length": "16"} and p.seed == 1
+    assert p.overrides[-3:] == ["task.data.length=16", "train.seed=1", "name=L16_s1_eqt"]
+    gpu = expand(spec, "gpu", sets=["train.lr=1e-3"])
+    assert [g.name for g in gpu] == ["L16_s3_baseline", "L16_s3_eqt"]
+    assert gpu[0].overrides[-4:-2] == ["train.device=cuda", "train.lr=1e-3"]   # scale, then --set
+    assert [g.name for g in expand(spec, "cpu", seeds=[5], only={"model": ["eqt"]})] == ["L8_s5_eqt", "L16_s5_eqt"]
+    with pytest.raises(ConfigError, match="--only: axis 'size' unknown"):
+        expand(spec, "cpu", only={"size": ["1"]})
+    with pytest.raises(ConfigError, match="--scale 'tpu'"):
+        expand(spec, "tpu")
+
+
+def test_every_committed_run_config_loads():
+    """Every run of every scale of the committed studies is a valid config (nothing trains)."""
+    from energyformer.experiment import load_run_config
+
+    for name in ("intrinsic-lm", "eqt"):
+        spec = load_study(name)
+        for scale in spec.scales:
+            for p in expand(spec, scale):
+                load_run_config(p.config, p.overrides)
