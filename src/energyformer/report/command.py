@@ -84,7 +84,8 @@ def execute(a: argparse.Namespace, registry: Registry | None = None) -> int:
         if a.check and res.diff:
             print(res.diff)
         failed += not res.ok and (a.check or res.status != "hand-written")
-    failed += _readme(reg, root, check=a.check)
+    if not a.names:  # the section summarises every page: only a run over all of them rewrites or checks it
+        failed += _readme(reg, root, check=a.check)
     unregistered = reg.unregistered(root)
     for path in unregistered:
         print(f"{'UNREGISTERED':13s} {path}: no page entry says how it is made (energyformer.report.pages)")
