@@ -38,7 +38,8 @@ class Reproduce:
 
 @dataclass(frozen=True)
 class Script:
-    """``python SCRIPT ARGS`` run from the repository root; ``{out}`` in ARGS is the folder rendered into."""
+    """``python ROOT/SCRIPT ARGS`` (a ``benchmarks/`` or ``scripts/`` render-only mode); ``{out}`` in ARGS is
+    the folder rendered into."""
 
     path: str
     args: tuple[str, ...] = ()

@@ -72,12 +72,15 @@ def _env() -> dict[str, str]:
 
 
 def run_generator(page: Page, out: Path, root: Path) -> None:
-    """Run the page's generator with ``out`` as its folder; a failure is a DataError with its last line."""
+    """Run the page's generator with ``out`` as its folder; a failure is a DataError with its last line.
+
+    It runs in ``out``'s parent (a temporary folder), so a render that reads a relative path outside its
+    folder (``runs/...``) finds nothing there, as the page contract requires."""
     gen = page.generator
     if gen is None:
         raise DataError(f"report {page.name}: hand-written, nothing renders it ({page.why})")
     argv = gen.argv(out) if isinstance(gen, Reproduce) else gen.argv(out, root)
-    proc = subprocess.run(argv, cwd=root, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(argv, cwd=out.parent, env=_env(), capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
         last = lines[-1].strip() if lines else f"exit status {proc.returncode}"
