@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from energyformer.errors import ConfigError
-from energyformer.report.pages import RESULTS, Page, Registry, Reproduce
+from energyformer.report.pages import RESULTS, Page, Registry, Reproduce, Script
 from energyformer.reproduce import REPRODUCTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +25,8 @@ def test_registered_files_exist_and_generators_name_registered_reproductions():
             assert (ROOT / page.folder / name).is_file(), f"{page.name}: {page.folder}/{name}"
         if isinstance(page.generator, Reproduce):
             assert page.generator.name in REPRODUCTIONS
+        if isinstance(page.generator, Script):
+            assert (ROOT / page.generator.path).is_file()
         assert page.generated or page.why, f"{page.name}: a hand-written page says why"
 
 

@@ -56,7 +56,8 @@ Generator = Reproduce | Script
 
 @dataclass(frozen=True)
 class Page:
-    """One results page: ``files`` (``.md`` names inside ``folder``) rendered by ``generator``.
+    """One results page: ``files`` (names inside ``folder``: ``.md`` pages, or a derived table such as a
+    CSV) rendered by ``generator``.
 
     ``inputs``: the committed artifacts the render reads (checked before it runs, so a missing one is
     a one-line error naming the file). ``generator = None``: hand-written, ``why`` says what is missing.
@@ -114,6 +115,8 @@ PAGES: tuple[Page, ...] = (
        why="a placeholder: the GPU-scale Sudoku run has not been made"),
     _p("hyperset-plateau", "hyperset/plateau", inputs=("summary.csv",),
        why="prose over summary.csv (scripts/hyperset_plateau_summary.py); no script renders the page"),
+    _p("hyperset-plateau-summary", "hyperset/plateau", ["summary.csv"],
+       Script("scripts/hyperset_plateau_summary.py", ("{out}",)), inputs=(), readme=False),
     _p("hyperset-images", "images", generator=Reproduce("hyperset-images")),
     _p("hyperset-images-5ep", "images/five_epochs", generator=Reproduce("hyperset-images")),
     _p("images-mim", "images", ["mim.md"], inputs=(),
