@@ -54,7 +54,7 @@ def test_render_in_place_then_check_passes_and_fails_after_a_hand_edit(repo, cap
     page.write_text(page.read_text().replace("0.9", "0.95"))  # a hand edit
     assert run(["--check", "--root", str(repo)], REG) == 1
     out = capsys.readouterr().out
-    assert "DIFFERS       toy                    docs/results/toy/README.md: differs: README.md" in out
+    assert f"DIFFERS       {'toy':24s} docs/results/toy/README.md: differs: README.md" in out
     assert "-| A beats B | 1.0 (Table 1) | 0.95 | HOLDS |" in out and "+| A beats B | 1.0 (Table 1) | 0.9 | HOLDS |" in out
     assert "DIFFERS       README results" in out  # the section no longer matches the edited page
     assert "0.95" in page.read_text()  # --check writes nothing
@@ -64,7 +64,7 @@ def test_check_fails_when_a_referenced_image_is_missing(repo, capsys):
     assert run(["--root", str(repo)], REG) == 0
     (repo / "docs/results/toy/curve.png").unlink()
     assert run(["--check", "toy", "--root", str(repo)], REG) == 1
-    assert "MISSING IMAGE toy                    docs/results/toy/README.md: missing image README.md: curve.png" \
+    assert f"MISSING IMAGE {'toy':24s} docs/results/toy/README.md: missing image README.md: curve.png" \
         in capsys.readouterr().out
 
 
@@ -72,7 +72,7 @@ def test_missing_artifact_is_one_line_naming_the_file(repo, capsys):
     (repo / "docs/results/toy/results.json").unlink()
     assert run(["--check", "toy", "--root", str(repo)], REG) == 1
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines == ["FAILED        toy                    docs/results/toy/results.json not found (the committed "
+    assert lines == [f"FAILED        {'toy':24s} docs/results/toy/results.json not found (the committed "
                      "artifact this page is rendered from)"]
 
 
@@ -89,7 +89,7 @@ def test_hand_written_page_is_listed_and_fails_only_the_check(repo, capsys):
                    artifacts=())
     assert run(["notes", "--root", str(repo)], reg) == 0
     assert run(["--check", "notes", "--root", str(repo)], reg) == 1
-    assert "HAND-WRITTEN  notes                  docs/results/toy/notes.md: hand-written: not checkable (typed by " \
+    assert f"HAND-WRITTEN  {'notes':24s} docs/results/toy/notes.md: hand-written: not checkable (typed by " \
            "hand)" in capsys.readouterr().out
     assert run(["--list", "--root", str(repo)], reg) == 0
     assert "hand-written: not checkable (typed by hand)" in capsys.readouterr().out

@@ -16,11 +16,11 @@ PAGE = """# A page
 
 ## corpus one
 
-| claim | paper (Table 2) | ours | rule | verdict |
+| claim | paper (Table 2) | rule | here | verdict |
 |---|---|---|---|---|
-| A beats B | 54.7 vs 49.3 | 0.00 vs 0.00 | floor 0 | UNTESTABLE |
-| C ≈ D | ≈ | 4.1 \\| 4.2 | noise 0.1 | **DOES NOT HOLD** (inside noise? no) |
-| E rises | rises | not run | — | — |
+| A beats B | 54.7 vs 49.3 | floor 0 | 0.00 vs 0.00 | UNTESTABLE |
+| C ≈ D | ≈ | noise 0.1 | 4.1 \\| 4.2 | **DOES NOT HOLD** (inside noise? no) |
+| E rises | rises | — | not run | — |
 
 ```
 | claim | verdict |

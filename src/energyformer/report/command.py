@@ -37,9 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _line(res: PageResult) -> str:
     where = ", ".join(f"{res.page.folder}/{f}" for f in res.page.files)
     if res.status == "ok":
-        return f"ok            {res.page.name:22s} {where}"
+        return f"ok            {res.page.name:24s} {where}"
     detail = "; ".join([f"differs: {', '.join(res.changed)}"] * bool(res.changed) + res.problems)
-    return f"{res.status.upper():13s} {res.page.name:22s} {where}: {detail}"
+    return f"{res.status.upper():13s} {res.page.name:24s} {where}: {detail}"
 
 
 def _list(reg: Registry, root: Path) -> int:
@@ -73,13 +73,13 @@ def execute(a: argparse.Namespace, registry: Registry | None = None) -> int:
             res = render_page(page, root, in_place=not a.check, diff_lines=a.diff_lines)
         except UserError as err:
             msg = str(err).removeprefix(f"report {page.name}: ")
-            print(f"{'FAILED':13s} {page.name:22s} {msg}", flush=True)
+            print(f"{'FAILED':13s} {page.name:24s} {msg}", flush=True)
             failed += 1
             continue
         if not a.check and res.status == "differs":
             res.status = "ok"
         print(_line(res) if a.check or res.status != "ok" else
-              f"{'updated' if res.changed else 'unchanged':13s} {page.name:22s} "
+              f"{'updated' if res.changed else 'unchanged':13s} {page.name:24s} "
               f"{', '.join(res.changed) if res.changed else ''}".rstrip(), flush=True)
         if a.check and res.diff:
             print(res.diff)
@@ -100,12 +100,12 @@ def _readme(reg: Registry, root: Path, *, check: bool) -> int:
     text = path.read_text()
     section = build_section(list(reg.pages), root)
     if current_section(text, path) == section:
-        print(f"{'ok' if check else 'unchanged':13s} {'README results':22s} README.md")
+        print(f"{'ok' if check else 'unchanged':13s} {'README results':24s} README.md")
         return 0
     if check:
-        print(f"{'DIFFERS':13s} {'README results':22s} README.md: the generated results section is out of date "
+        print(f"{'DIFFERS':13s} {'README results':24s} README.md: the generated results section is out of date "
               f"(run `energyformer report`)")
         return 1
     path.write_text(replace_section(text, section, path))
-    print(f"{'updated':13s} {'README results':22s} README.md")
+    print(f"{'updated':13s} {'README results':24s} README.md")
     return 0

@@ -92,9 +92,11 @@ def verdict_rows(md: str) -> list[Row]:
             continue
         named = _column(header, "verdict")
         vcol = named if named is not None and scores[named] else max(range(len(header)), key=scores.__getitem__)
-        ours = _column(header, "ours", "measured", "evidence", "numbers", exclude={vcol, claim, paper})
-        if ours is None:
-            ours = next((i for i in range(len(header)) if i not in (vcol, claim, paper)), None)
+        ours = _column(header, "ours", "here", "measured", "evidence", "numbers", "result", "value",
+                       exclude={vcol, claim, paper})
+        if ours is None:  # any other column but a rule's
+            ours = next((i for i in range(len(header)) if i not in (vcol, claim, paper)
+                         and "rule" not in header[i].lower()), None)
         for r in body:
             get = (lambda i: r[i] if i is not None and i < len(r) else "")  # noqa: E731
             v = verdict_of(get(vcol))
