@@ -78,4 +78,5 @@ def test_missing_markers_are_one_line_error_naming_the_file():
 def test_committed_readme_section_is_the_one_generated_from_the_committed_pages():
     """Rerun `energyformer report` after changing a page (this is what --check compares, without rendering)."""
     readme = (ROOT / "README.md").read_text()
-    assert current_section(readme) == build_section(list(Registry().pages), ROOT)
+    reg = Registry()
+    assert current_section(readme) == build_section(list(reg.pages), ROOT, reg.artifacts)

@@ -98,7 +98,7 @@ def execute(a: argparse.Namespace, registry: Registry | None = None) -> int:
 def _readme(reg: Registry, root: Path, *, check: bool) -> int:
     path = root / "README.md"
     text = path.read_text()
-    section = build_section(list(reg.pages), root)
+    section = build_section(list(reg.pages), root, reg.artifacts)
     if current_section(text, path) == section:
         print(f"{'ok' if check else 'unchanged':13s} {'README results':24s} README.md")
         return 0
