@@ -22,6 +22,7 @@ import energyformer
 from ..errors import DataError
 from .pages import Page, Reproduce
 
+TIMEOUT_S = 600
 _IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|<img\s[^>]*src=[\"']([^\"']+)[\"']")
 
 
@@ -80,7 +81,11 @@ def run_generator(page: Page, out: Path, root: Path) -> None:
     if gen is None:
         raise DataError(f"report {page.name}: hand-written, nothing renders it ({page.why})")
     argv = gen.argv(out) if isinstance(gen, Reproduce) else gen.argv(out, root)
-    proc = subprocess.run(argv, cwd=out.parent, env=_env(), capture_output=True, text=True)
+    try:
+        proc = subprocess.run(argv, cwd=out.parent, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise DataError(f"report {page.name}: `{gen.describe()}` ran past {TIMEOUT_S} s (a render trains "
+                        f"nothing; it should take seconds)") from None
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
         last = lines[-1].strip() if lines else f"exit status {proc.returncode}"
