@@ -104,6 +104,8 @@ def _diff_head(old: str, new: str, name: str, lines: int) -> str:
     diff = difflib.unified_diff(old.splitlines(), new.splitlines(), f"committed/{name}", f"rendered/{name}",
                                 lineterm="", n=1)
     out = list(diff)
+    if lines <= 0:
+        return ""
     more = f"\n... ({len(out) - lines} more diff lines)" if len(out) > lines else ""
     return "\n".join(out[:lines]) + more
 
