@@ -7,12 +7,13 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: install data demo test test-fast bench clean help
+.PHONY: install data demo test test-fast bench report clean help
 
 help:
 	@echo "make demo   - install, prepare data, compare the five systems with their baselines (runs/demo/report.md)"
 	@echo "make test   - install, prepare data, run the test suite (pytest)"
 	@echo "make bench  - benchmark scripts (print measured ratios)"
+	@echo "make report - check every results page and the README's results section against their artifacts"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,9 @@ bench: install
 	$(PY) benchmarks/image_models.py
 	$(PY) benchmarks/bare_sa.py
 	$(PY) benchmarks/eqt.py
+
+report: install
+	$(VENV)/bin/energyformer report --check
 
 clean:
 	rm -rf $(VENV) runs data_cache

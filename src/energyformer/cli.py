@@ -1,4 +1,4 @@
-"""``energyformer`` command line: train | eval | generate | list | config | demo | reproduce.
+"""``energyformer`` command line: train | eval | generate | list | config | demo | reproduce | report.
 
 Every subcommand has its own ``--help``. Configs are YAML files (or names under ``configs/``, e.g.
 ``lm/llama``) with dotted overrides: ``--set model.block.attention.steps=2``. Tasks come from the task
@@ -31,6 +31,7 @@ EPILOG = """examples:
   energyformer reproduce cem-lm --suite recursion       # CEM seed §4.2 at CPU scale
   energyformer reproduce hyperset-sudoku                # Hyper-SET vs looped transformer, test-time extrapolation
   energyformer reproduce intrinsic-lm                   # MHA vs momentum / Nesterov / Newton attentions
+  energyformer report --check                           # every results page still renders from its artifacts
 """
 
 
@@ -235,6 +236,13 @@ def cmd_reproduce(a, extra) -> int:
     return REPRODUCTIONS[a.which].main()(rest) or 0
 
 
+def cmd_report(a, extra) -> int:
+    from .report.command import execute
+
+    _no_extra(extra, "report")
+    return execute(a)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .reproduce import REPRODUCTIONS
 
@@ -317,6 +325,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("which", choices=list(REPRODUCTIONS), metavar="NAME")
     r.add_argument("args", nargs=argparse.REMAINDER)
     r.set_defaults(fn=cmd_reproduce)
+
+    from .report.command import add_arguments
+
+    rp = sub.add_parser("report", help="re-render the results pages from their committed artifacts (--check, --list)",
+                        description="Re-render the results pages under docs/results/ and the README's results "
+                        "section from the artifacts committed beside them; --check compares and writes nothing "
+                        "(exit 1 when a page or the README section differs).")
+    add_arguments(rp)
+    rp.set_defaults(fn=cmd_report)
     return p
 
 

@@ -1,0 +1,176 @@
+"""The results pages under ``docs/results/`` and what renders each one (issue 22).
+
+A :class:`Page` is one or more ``.md`` files in one folder plus the command that re-renders them from
+the artifacts committed in that folder (the *page contract*: the command trains nothing, reads only
+the folder and the package, and writes the same bytes every time). A page with no generator is
+hand-written: ``energyformer report`` lists it as "hand-written: not checkable" and ``--check`` fails
+on it. Files in a folder that are measurements rather than pages (a benchmark script's verbatim
+output, a raw ``.txt``) are :class:`Artifact` s: listed, never rendered.
+
+``PAGES`` is the registry; :func:`unregistered` names every ``.md`` under ``docs/results`` that no
+entry claims, so a new page cannot be added without saying how it is made.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+
+RESULTS = "docs/results"
+
+
+@dataclass(frozen=True)
+class Reproduce:
+    """``energyformer reproduce NAME --report-only --out DIR``: the page contract of a reproduction."""
+
+    name: str
+
+    def argv(self, out: Path) -> list[str]:
+        return [sys.executable, "-m", "energyformer.cli", "reproduce", self.name, "--report-only", "--out", str(out)]
+
+    def describe(self) -> str:
+        return f"energyformer reproduce {self.name} --report-only --out DIR"
+
+
+@dataclass(frozen=True)
+class Script:
+    """``python ROOT/SCRIPT ARGS`` (a ``benchmarks/`` or ``scripts/`` render-only mode); ``{out}`` in ARGS is
+    the folder rendered into."""
+
+    path: str
+    args: tuple[str, ...] = ()
+
+    def argv(self, out: Path, root: Path) -> list[str]:
+        return [sys.executable, str(root / self.path), *(a.replace("{out}", str(out)) for a in self.args)]
+
+    def describe(self) -> str:
+        return " ".join(["python", self.path, *(a.replace("{out}", "DIR") for a in self.args)])
+
+
+Generator = Reproduce | Script
+
+
+@dataclass(frozen=True)
+class Page:
+    """One results page: ``files`` (names inside ``folder``: ``.md`` pages, or a derived table such as a
+    CSV) rendered by ``generator``.
+
+    ``inputs``: the committed artifacts the render reads (checked before it runs, so a missing one is
+    a one-line error naming the file). ``generator = None``: hand-written, ``why`` says what is missing.
+    ``readme``: whether the README's results section summarises it.
+    """
+
+    name: str
+    folder: str
+    files: tuple[str, ...] = ("README.md",)
+    generator: Generator | None = None
+    inputs: tuple[str, ...] = ("results.json",)
+    why: str = ""
+    readme: bool = True
+
+    @property
+    def generated(self) -> bool:
+        return self.generator is not None
+
+    def describe(self) -> str:
+        return self.generator.describe() if self.generator else f"hand-written: not checkable ({self.why})"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A committed measurement that is not a page (verbatim script output): listed, never rendered."""
+
+    folder: str
+    file: str
+    source: str
+
+
+def _p(name: str, sub: str, files: Sequence[str] = ("README.md",), generator: Generator | None = None,
+       **kw) -> Page:
+    return Page(name, f"{RESULTS}/{sub}", tuple(files), generator, **kw)
+
+
+PAGES: tuple[Page, ...] = (
+    _p("cem-lm", "cem", generator=Reproduce("cem-lm"), inputs=("lm_results.json",)),
+    _p("cem-gp", "cem", ["gp.md"], Reproduce("cem-gp"), inputs=("gp_results.json",)),
+    _p("cem-gp-findings", "cem", ["gp_findings.md"], inputs=(), readme=False,
+       why="an analysis note quoting runs whose outputs are not committed"),
+    _p("cem-benchmarks", "cem", ["benchmarks.md"], inputs=(), readme=False,
+       why="prose over bench_lm_throughput.txt / bench_cem_attention.txt; no script renders it from them"),
+    _p("intrinsic", "intrinsic", inputs=(), readme=False,
+       why="an index of the cpu/ and gpu/ pages with a hand-typed note"),
+    _p("intrinsic-gpu", "intrinsic/gpu", generator=Reproduce("intrinsic-lm")),
+    _p("intrinsic-cpu", "intrinsic/cpu", generator=Reproduce("intrinsic-lm")),
+    _p("intrinsic-cpu-benchmark", "intrinsic/cpu", ["benchmark.md"], inputs=(), readme=False,
+       why="prose around the output of benchmarks/intrinsic_attention.py; its raw numbers are not committed"),
+    _p("hyperset-sudoku", "hyperset", generator=Reproduce("hyperset-sudoku")),
+    _p("hyperset-benchmark", "hyperset", ["benchmark.md"], inputs=(), readme=False,
+       why="outputs of benchmarks/hyperset_attention.py and benchmarks/sudoku_generator.py pasted with prose; "
+           "their raw numbers are not committed"),
+    _p("hyperset-gpu", "hyperset/gpu", inputs=(),
+       why="a placeholder: the GPU-scale Sudoku run has not been made"),
+    _p("hyperset-plateau", "hyperset/plateau", inputs=("summary.csv",),
+       why="prose over summary.csv (scripts/hyperset_plateau_summary.py); no script renders the page"),
+    _p("hyperset-plateau-summary", "hyperset/plateau", ["summary.csv"],
+       Script("scripts/hyperset_plateau_summary.py", ("{out}",)), inputs=(), readme=False),
+    _p("hyperset-images", "images", generator=Reproduce("hyperset-images")),
+    _p("hyperset-images-5ep", "images/five_epochs", generator=Reproduce("hyperset-images")),
+    _p("images-mim", "images", ["mim.md"], inputs=(),
+       why="typed by hand from `energyformer eval` output of three runs"),
+    _p("bare-sa", "bare_sa", generator=Reproduce("bare-sa"), inputs=("results.json", "benchmark.md")),
+    _p("eqt", "eqt", generator=Reproduce("eqt")),
+)
+
+ARTIFACTS: tuple[Artifact, ...] = (
+    Artifact(f"{RESULTS}/bare_sa", "benchmark.md",
+             "verbatim output of `python benchmarks/bare_sa.py --results results.json` (an input of the bare-sa page)"),
+    Artifact(f"{RESULTS}/intrinsic/gpu", "benchmark.md",
+             "verbatim output of `python benchmarks/intrinsic_attention.py --device cuda ...`"),
+    Artifact(f"{RESULTS}/cem", "bench_lm_throughput.txt", "output of `python benchmarks/lm_throughput.py`"),
+    Artifact(f"{RESULTS}/cem", "bench_cem_attention.txt", "output of `python benchmarks/cem_attention.py`"),
+    Artifact(f"{RESULTS}/core", "compare_commits_issue19.txt",
+             "output of `python benchmarks/compare_commits.py --base 2755fd7` (the core refactor's step-time cost)"),
+)
+
+
+@dataclass
+class Registry:
+    """Pages and artifacts looked up by name (``energyformer report NAME``)."""
+
+    pages: tuple[Page, ...] = PAGES
+    artifacts: tuple[Artifact, ...] = ARTIFACTS
+    _by_name: dict[str, Page] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_name = {}
+        for p in self.pages:
+            if p.name in self._by_name:
+                raise ValueError(f"report page {p.name!r} is registered twice")
+            self._by_name[p.name] = p
+
+    def select(self, names: Iterable[str] = ()) -> list[Page]:
+        """The named pages in registry order (all when ``names`` is empty); an unknown name is a ConfigError."""
+        names = list(names)
+        bad = [n for n in names if n not in self._by_name]
+        if bad:
+            raise ConfigError(f"report page {bad[0]!r}: not registered; registered: {', '.join(self._by_name)}")
+        return [p for p in self.pages if not names or p.name in names]
+
+    def folders(self) -> set[str]:
+        return {p.folder for p in self.pages} | {a.folder for a in self.artifacts}
+
+    def unregistered(self, root: Path) -> list[str]:
+        """Paths (relative to ``root``) of ``.md`` files and folders under docs/results no entry claims."""
+        claimed = {f"{p.folder}/{f}" for p in self.pages for f in p.files}
+        claimed |= {f"{a.folder}/{a.file}" for a in self.artifacts}
+        base = root / RESULTS
+        out = [str(f.relative_to(root)) for f in sorted(base.rglob("*.md"))
+               if str(f.relative_to(root)) not in claimed]
+        out += [str(d.relative_to(root)) for d in sorted(base.rglob("*")) if d.is_dir()
+                and str(d.relative_to(root)) not in self.folders()
+                and not any(x.startswith(str(d.relative_to(root)) + "/") for x in self.folders())]
+        return out

@@ -1,0 +1,167 @@
+"""Render one results page under the page contract and compare it with the committed one (issue 22).
+
+The page's folder is copied to a temporary folder, the page's generator runs there (``--out TMP``), and
+the rendered ``.md`` files are compared byte for byte with the committed ones. ``render_in_place``
+then copies back every file the render changed or created; ``check`` only reports. Images a page
+references (``![..](x.png)``, ``<img src="x.png">``) must exist beside it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import energyformer
+
+from ..errors import DataError
+from .pages import Page, Reproduce
+
+TIMEOUT_S = 600
+_IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|<img\s[^>]*src=[\"']([^\"']+)[\"']")
+
+
+@dataclass
+class PageResult:
+    """What rendering (or checking) one page found."""
+
+    page: Page
+    status: str                      # "ok" | "differs" | "hand-written" | "missing image" | "failed"
+    changed: list[str] = field(default_factory=list)   # files that differ from the committed ones
+    diff: str = ""                   # head of the unified diff of the first differing .md
+    problems: list[str] = field(default_factory=list)  # one line each
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def referenced_images(md: str) -> list[str]:
+    """Relative image paths referenced by a markdown page (links to the web are skipped)."""
+    out = []
+    for m in _IMAGE.finditer(md):
+        ref = (m.group(1) or m.group(2)).split("#")[0]
+        if ref and not re.match(r"^[a-z]+:", ref):
+            out.append(ref)
+    return out
+
+
+def missing_images(folder: Path, files: tuple[str, ...]) -> list[str]:
+    """``FILE: IMAGE`` for every image a page file in ``folder`` references that is not there."""
+    out = []
+    for name in files:
+        path = folder / name
+        if path.exists():
+            out += [f"{name}: {ref}" for ref in referenced_images(path.read_text())
+                    if not (path.parent / ref).exists()]
+    return out
+
+
+def _env() -> dict[str, str]:
+    """The environment of a generator: this package first on the path, one thread, no display."""
+    env = dict(os.environ)
+    src = str(Path(energyformer.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([src] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["MPLBACKEND"] = "Agg"
+    return env
+
+
+def run_generator(page: Page, out: Path, root: Path) -> None:
+    """Run the page's generator with ``out`` as its folder; a failure is a DataError with its last line.
+
+    It runs in ``out``'s parent (a temporary folder), so a render that reads a relative path outside its
+    folder (``runs/...``) finds nothing there, as the page contract requires."""
+    gen = page.generator
+    if gen is None:
+        raise DataError(f"report {page.name}: hand-written, nothing renders it ({page.why})")
+    argv = gen.argv(out) if isinstance(gen, Reproduce) else gen.argv(out, root)
+    try:
+        proc = subprocess.run(argv, cwd=out.parent, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise DataError(f"report {page.name}: `{gen.describe()}` ran past {TIMEOUT_S} s (a render trains "
+                        f"nothing; it should take seconds)") from None
+    if proc.returncode != 0:
+        lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        last = lines[-1].strip() if lines else f"exit status {proc.returncode}"
+        last = last.replace(str(out), page.folder)
+        raise DataError(f"report {page.name}: `{gen.describe()}` failed: {last}")
+
+
+def _check_inputs(page: Page, folder: Path) -> None:
+    for name in page.inputs:
+        if not (folder / name).is_file():
+            raise DataError(f"report {page.name}: {page.folder}/{name} not found (the committed artifact this "
+                            f"page is rendered from)")
+
+
+def _diff_head(old: str, new: str, name: str, lines: int) -> str:
+    diff = difflib.unified_diff(old.splitlines(), new.splitlines(), f"committed/{name}", f"rendered/{name}",
+                                lineterm="", n=1)
+    out = list(diff)
+    if lines <= 0:
+        return ""
+    more = f"\n... ({len(out) - lines} more diff lines)" if len(out) > lines else ""
+    return "\n".join(out[:lines]) + more
+
+
+def _changed_files(committed: Path, rendered: Path) -> list[str]:
+    out = []
+    for f in sorted(rendered.rglob("*")):
+        if f.is_file():
+            rel = f.relative_to(rendered)
+            old = committed / rel
+            if not old.is_file() or old.read_bytes() != f.read_bytes():
+                out.append(str(rel))
+    return out
+
+
+def render_page(page: Page, root: Path, *, in_place: bool, diff_lines: int = 40) -> PageResult:
+    """Render ``page`` into a temporary copy of its folder; compare, and copy back when ``in_place``."""
+    folder = root / page.folder
+    if not page.generated:
+        return PageResult(page, "hand-written", problems=[f"hand-written: not checkable ({page.why})"])
+    if not folder.is_dir():
+        raise DataError(f"report {page.name}: folder {page.folder} not found")
+    _check_inputs(page, folder)
+    with tempfile.TemporaryDirectory(prefix=f"report-{page.name}-") as tmp:
+        work = Path(tmp) / folder.name
+        shutil.copytree(folder, work)
+        run_generator(page, work, root)
+        res = PageResult(page, "ok")
+        for name in page.files:
+            new = work / name
+            if not new.is_file():
+                res.problems.append(f"{name}: not rendered")
+                continue
+            old = folder / name
+            old_text = old.read_text() if old.is_file() else ""
+            if old_text != new.read_text():
+                res.changed.append(name)
+                if not res.diff:
+                    res.diff = _diff_head(old_text, new.read_text(), name, diff_lines)
+        stray = [f for f in _changed_files(folder, work) if f.endswith(".md") and f not in page.files
+                 and not (folder / f).exists()]
+        res.problems += [f"{f}: rendered but not committed" for f in stray]
+        images = missing_images(work, page.files) if in_place else missing_images(folder, page.files)
+        if in_place:
+            for rel in _changed_files(folder, work):
+                if rel.endswith(".md") and rel not in page.files:
+                    continue  # another page's file, or a stray one: never overwritten here
+                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(work / rel, folder / rel)
+        else:
+            images += [i for i in missing_images(work, page.files) if i not in images]
+    res.problems += [f"missing image {i}" for i in images]
+    if res.changed and not in_place:
+        res.status = "differs"
+    elif images:
+        res.status = "missing image"
+    elif res.problems:
+        res.status = "failed"
+    return res
