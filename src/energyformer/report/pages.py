@@ -101,10 +101,8 @@ PAGES: tuple[Page, ...] = (
        why="an analysis note quoting runs whose outputs are not committed"),
     _p("cem-benchmarks", "cem", ["benchmarks.md"], inputs=(), readme=False,
        why="prose over bench_lm_throughput.txt / bench_cem_attention.txt; no script renders it from them"),
-    _p("intrinsic", "intrinsic", inputs=(), readme=False,
-       why="an index of the cpu/ and gpu/ pages with a hand-typed note"),
-    _p("intrinsic-gpu", "intrinsic/gpu", generator=Reproduce("intrinsic-lm")),
-    _p("intrinsic-cpu", "intrinsic/cpu", generator=Reproduce("intrinsic-lm")),
+    _p("intrinsic-lm", "intrinsic", ["README.md", "cpu/README.md", "gpu/README.md"], Reproduce("intrinsic-lm"),
+       inputs=("cpu/results.json", "gpu/results.json")),
     _p("intrinsic-cpu-benchmark", "intrinsic/cpu", ["benchmark.md"], inputs=(), readme=False,
        why="prose around the output of benchmarks/intrinsic_attention.py; its raw numbers are not committed"),
     _p("hyperset-sudoku", "hyperset", generator=Reproduce("hyperset-sudoku")),
@@ -122,7 +120,7 @@ PAGES: tuple[Page, ...] = (
     _p("images-mim", "images", ["mim.md"], inputs=(),
        why="typed by hand from `energyformer eval` output of three runs"),
     _p("bare-sa", "bare_sa", generator=Reproduce("bare-sa"), inputs=("results.json", "benchmark.md")),
-    _p("eqt", "eqt", generator=Reproduce("eqt")),
+    _p("eqt", "eqt", ["README.md", "cpu/README.md"], Reproduce("eqt"), inputs=("cpu/results.json", "cpu/overheads.json")),
 )
 
 ARTIFACTS: tuple[Artifact, ...] = (
@@ -161,7 +159,10 @@ class Registry:
         return [p for p in self.pages if not names or p.name in names]
 
     def folders(self) -> set[str]:
-        return {p.folder for p in self.pages} | {a.folder for a in self.artifacts}
+        """Folders holding a page or artifact (a page file in a sub-folder, ``cpu/README.md``, claims it too)."""
+        files = [f"{p.folder}/{f}" for p in self.pages for f in p.files]
+        files += [f"{a.folder}/{a.file}" for a in self.artifacts]
+        return {f.rsplit("/", 1)[0] for f in files}
 
     def unregistered(self, root: Path) -> list[str]:
         """Paths (relative to ``root``) of ``.md`` files and folders under docs/results no entry claims."""
