@@ -38,7 +38,7 @@ def test_finished_runs_are_reused_and_seeds_aggregate(tmp_path, capsys):
     assert len(rows) == 1 and len(rows[0]["ppl_seeds"]) == 2
     agg = aggregate(load_records([tmp_path]))
     assert agg["noise"] is not None and agg["n_noise_groups"] == 1
-    assert "Seed noise" in text
+    assert "Declared noise of a validation loss" in text and "seed range of llama" in text
 
 
 def test_report_only_merges_earlier_results_and_readout_comparison(tmp_path):
@@ -60,3 +60,8 @@ def test_report_only_merges_earlier_results_and_readout_comparison(tmp_path):
     assert main(["--report-only", "--from", str(report.parent / "lm_results.json"), "--out",
                  str(tmp_path / "o2"), "--report", str(again)]) == 0
     assert again.read_text() == text
+    # the page contract: --report-only --out DIR re-renders DIR's page from DIR's artifacts alone
+    (report.parent / "README.md").write_text("edited by hand\n")
+    assert main(["--report-only", "--out", str(report.parent)]) == 0
+    assert (report.parent / "README.md").read_text() == text
+    assert not (report.parent / "results.json").exists()
