@@ -26,7 +26,7 @@ class RuleSpec:
 
 
 def _num(x: float) -> str:
-    return f"{x:.3g}"
+    return f"{x:.4g}"
 
 
 def rule_text(spec: RuleSpec) -> str:
@@ -57,7 +57,7 @@ def verdict_text(outcome: Outcome, unit: str = "") -> str:
     if outcome.margin is None or outcome.band is None:
         return f"{outcome.verdict} ({outcome.reason})"
     u = f" {unit}" if unit else ""
-    return f"{outcome.verdict} (margin {outcome.margin:+.3g}{u}, band {outcome.band:.3g})"
+    return f"{outcome.verdict} (margin {outcome.margin:+.4g}{u}, band {outcome.band:.4g})"
 
 
 def markdown_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
