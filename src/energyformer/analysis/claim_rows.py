@@ -36,6 +36,13 @@ def rule_text(spec: RuleSpec) -> str:
     what = {"better": "better by more than the band",
             "not_worse": f"not worse by more than {_num(spec.tolerance)}{u} ± the band",
             "equal": f"within {_num(spec.tolerance)}{u} ± the band"}[spec.claim]
+    return "; ".join([what, band_text(spec)])
+
+
+def band_text(spec: RuleSpec) -> str:
+    """The band part of a rule: "band = max(seed spread, declared noise 0.28 nats (source))" and the
+    floor / chance conditions."""
+    u = f" {spec.unit}" if spec.unit else ""
     r = spec.rules
     src = f" ({spec.noise_source})" if spec.noise_source else ""
     if r.noise is not None:
@@ -49,7 +56,7 @@ def rule_text(spec: RuleSpec) -> str:
         extra.append(f"UNTESTABLE if both at the floor {r.floor:g}")
     if r.chance is not None:
         extra.append(f"UNTESTABLE if both at chance {r.chance:.4g}")
-    return "; ".join([what, band, *extra])
+    return "; ".join([band, *extra])
 
 
 def verdict_text(outcome: Outcome, unit: str = "") -> str:
