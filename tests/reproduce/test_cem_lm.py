@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 from energyformer.experiment import resolve_config_path
 from energyformer.reproduce.cem_lm import SUITES, aggregate, load_records, main, run_suite
@@ -65,3 +66,15 @@ def test_report_only_merges_earlier_results_and_readout_comparison(tmp_path):
     assert main(["--report-only", "--out", str(report.parent)]) == 0
     assert (report.parent / "README.md").read_text() == text
     assert not (report.parent / "results.json").exists()
+
+
+def test_committed_cem_pages_rerender_byte_for_byte(tmp_path):
+    """The page contract on the committed folder: README.md, gp.md and gp_findings.md from its JSON alone."""
+    import shutil
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "results" / "cem"
+    for f in ("lm_results.json", "gp_results.json"):
+        shutil.copy(page / f, tmp_path / f)
+    assert main(["--report-only", "--out", str(tmp_path)]) == 0
+    for md in ("README.md", "gp.md", "gp_findings.md"):
+        assert (tmp_path / md).read_text() == (page / md).read_text(), md
