@@ -12,7 +12,10 @@ Default (quick, a few minutes on one CPU core): 3 repetitions, 4000 train / 1000
 epochs here: at 2000 points x 50 epochs the recursive models over-fit the rough kernels.
 Repetition ``r`` of kernel ``k`` draws a fresh data set (seed ``seed + 1000 * k_index + r``) and
 fresh initial weights (seed ``seed + r``), shared by all six models so their differences are paired.
-Writes ``report.md`` and ``results.json`` to ``--out`` and prints the table and the claim checks.
+Writes ``report.md`` and ``results.json`` to ``--out`` and prints the table and the claim verdicts
+(:mod:`energyformer.analysis.gp_claims`). ``--report-only --out DIR`` trains nothing: it re-renders the
+pages of the results folder DIR (gp.md, gp_findings.md, and README.md with ``lm_results.json``) from
+its committed JSON.
 """
 
 from __future__ import annotations

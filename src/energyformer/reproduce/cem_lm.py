@@ -11,8 +11,9 @@ Llama's best on the sweep grid (``--at-lr`` overrides); §4.3 compares each mode
 optimum. A finished run (``summary.json`` in its run directory) is not trained again, so a suite can
 be stopped and restarted; the command's report covers every finished run in ``--out``, and reports
 of several output folders merge (``--report-only --from``;
-``--from`` also takes a ``results.json`` — the committed ``docs/results/cem/lm_results.json``
-regenerates the results page without any run).
+``--from`` also takes a ``results.json``). ``--report-only --out DIR`` on a results folder (one holding
+``lm_results.json`` / ``gp_results.json``, e.g. ``docs/results/cem``) re-renders its pages — README.md,
+gp.md, gp_findings.md and their figures — from those files alone (the page contract of issue 22).
 
 The seed trains 86M-256M-parameter models on SlimPajama for billions of tokens; we train ~1M-parameter
 models on Shakespeare for minutes, so only the *direction* of the seed's claims can be checked.
