@@ -194,7 +194,7 @@ def _potts_rows(P: dict, bench: dict) -> list[list[str]]:
     rows.append(_row("Recycling: sampling q_train in [q_min, q_max] removes the dependence on q", _weaker(a, bpart),
                      f"(a) recycled x3 at every q in [2, 4] within {Q_TOL} nats of its best and (b) recycled x1 worse at "
                      f"q = 2 than at q = 1, each ± the band; {band_text(spec)}; the weaker part decides",
-                     f"recycled x3 at q = 2, 3, 4: " + ", ".join(f"{v:.4f}" for v in in_range.values())
+                     "recycled x3 at q = 2, 3, 4: " + ", ".join(f"{v:.4f}" for v in in_range.values())
                      + f" (best {best3:.4f}): {a.verdict}; recycled x1 q = 1 {r1['loss_q1']:.4f}, q = 2 "
                      f"{r1['loss_q2']:.4f}: {bpart.verdict}", "nats"))
     return rows
