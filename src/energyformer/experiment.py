@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from .models import MODELS
 from .models.params import count_params
 from .tasks import TASKS, Task
 from .train import TrainConfig, Trainer, seed_everything
+from .train.callbacks import Callback
 from .utils.config import ConfigModel, load_config, read_yaml, replace, to_dict
 from .utils.validate import ConfigError
 
@@ -151,6 +153,7 @@ class RunResult:
     seconds: float
     task: Task | None = None  # the task the run trained on (data, tokenizer), for reports
     config: RunConfig | None = None
+    model: nn.Module | None = None  # the trained model (in memory; the run directory has its checkpoint)
 
 
 def check_run_dir(cfg: RunConfig, resume: bool, overwrite: bool = False) -> None:
@@ -175,28 +178,28 @@ def check_run_dir(cfg: RunConfig, resume: bool, overwrite: bool = False) -> None
 
 
 def run_experiment(cfg: RunConfig, resume: bool = False, overwrite: bool = False,
-                   task: Task | None = None) -> RunResult:
+                   task: Task | None = None, *, callbacks: Sequence[Callback] = (),
+                   eval_hook: Callable[[Callable], Callable] | None = None) -> RunResult:
     """Train (or resume) one run and return its summary. ``overwrite`` deletes an old run's directory.
 
-    ``task`` may be passed to reuse data already built for the same task config.
+    ``task`` may be passed to reuse data already built for the same task config. ``callbacks`` run after
+    the task's own; ``eval_hook(eval_fn)`` returns the evaluation function the trainer calls instead of
+    the task's validation ``eval_fn`` (e.g. to time or record each evaluation).
     """
     check_run_dir(cfg, resume, overwrite)
     task = task or build_task(cfg)
     cfg = resolve(cfg, task)
     model = build_model(cfg, task)
-    trainer = Trainer(model, cfg.train, task.loss, task.train_data, task.eval_fn("validation"),
-                      out_dir=cfg.run_dir, run_config=to_dict(cfg), **_callbacks(task, model))
+    eval_fn = task.eval_fn("validation")
+    cbs = task.callbacks(model) + list(callbacks)
+    trainer = Trainer(model, cfg.train, task.loss, task.train_data, eval_hook(eval_fn) if eval_hook else eval_fn,
+                      out_dir=cfg.run_dir, run_config=to_dict(cfg), **({"callbacks": cbs} if cbs else {}))
     t0 = time.perf_counter()
     final = trainer.fit(resume=resume)
     secs = time.perf_counter() - t0
     tokens = final.get("tokens", 0.0)
     return RunResult(cfg.name, cfg.run_dir, count_params(model), final, list(trainer.loss_history),
-                     float(tokens) / max(secs, 1e-9), secs, task, cfg)
-
-
-def _callbacks(task: Task, model: nn.Module) -> dict:
-    cbs = task.callbacks(model)
-    return {"callbacks": cbs} if cbs else {}
+                     float(tokens) / max(secs, 1e-9), secs, task, cfg, model)
 
 
 def load_run_dir_config(run_dir: str | Path) -> RunConfig:

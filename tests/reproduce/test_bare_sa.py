@@ -1,87 +1,44 @@
-"""reproduce bare-sa: the claim verdicts follow the measured numbers (they flip when the numbers do), and
-the tiny pipeline writes the report and its figures."""
+"""reproduce bare-sa: the report from a results dict, the committed page re-rendered byte for byte, and the
+tiny pipeline writes the report and its figures (the claim rules: tests/analysis/test_bare_sa_claims.py)."""
 
 from __future__ import annotations
 
-import copy
+import sys
+from pathlib import Path
 
 import pytest
 
-from energyformer.analysis.bare_sa_report import claims, write_report
+from energyformer.analysis.bare_sa_report import write_report
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+from bare_sa_results import bare_sa_results  # noqa: E402
 
 
 def _results() -> dict:
-    qs = [1, 2, 3, 4, 6, 8]
-    t = lambda loss, acc, **kw: {"loss": loss, "accuracy": acc, **kw}  # noqa: E731
-    rec3 = t(1.86, 0.34, **{f"loss_q{q}": v for q, v in zip(qs, [2.0, 1.87, 1.86, 1.87, 1.95, 2.1])},
-             **{f"accuracy_q{q}": 0.3 for q in qs})
-    rec1 = t(1.87, 0.33, **{f"loss_q{q}": v for q, v in zip(qs, [1.87, 2.2, 2.4, 2.5, 2.6, 2.7])},
-             **{f"accuracy_q{q}": 0.3 for q in qs})
-    bare = t(2.10, 0.27, loss_cal=2.04, **{f"loss_cal_q{q}": v for q, v in zip(qs, [2.04, 2.06, 2.08, 2.1, 2.12, 2.13])},
-             **{f"accuracy_q{q}": 0.27 for q in qs})
-    curve = lambda pts: [[s, tt, v] for s, tt, v in pts]  # noqa: E731
-    models = {
-        "factored": {"test": t(1.862, 0.35), "curve": curve([(100, 1.0, 1.9)]), "steps": 2000, "train_s": 10.0, "params": 500},
-        "bare SA": {"test": bare, "curve": curve([(100, 5.0, 2.1), (2000, 90.0, 2.05)]), "steps": 2000, "train_s": 90.0, "params": 40000},
-        "recycled x1": {"test": rec1, "curve": curve([(100, 20.0, 2.2)]), "steps": 2000, "train_s": 200.0, "params": 55000},
-        "recycled x3": {"test": rec3, "curve": curve([(100, 60.0, 2.2), (300, 180.0, 2.0)]), "steps": 2000,
-                        "train_s": 600.0, "params": 55000},
-        "3 layers": {"test": t(1.861, 0.34), "curve": curve([(100, 60.0, 2.1)]), "steps": 2000, "train_s": 600.0,
-                     "params": 150000},
-    }
-    task = {"data": {"L": 20, "C": 10, "beta": 1.0, "coupling_seed": 0, "sample_seed": 0, "n_train": 25600,
-                     "n_test": 3200}, "n_validation": 2560, "n_masked": 1, "batch_size": 256}
-    for m in models.values():
-        m["config"] = {"task": task, "train": {"seed": 0}}
-    paired = {"recycled x3 - 3 layers": (-0.001, 0.002), "recycled x3 - factored": (-0.002, 0.002),
-              "bare SA - recycled x3": (0.18, 0.01), "recycled x3 - recycled x1": (-0.01, 0.005),
-              "factored - bayes": (0.02, 0.002)}
-    mem = lambda b, n: {"params": n, "param_bytes": 4 * n, "step_peak_bytes": b}  # noqa: E731
-    return {
-        "potts": {"models": models, "paired": paired, "qs": qs, "marginal_loss": 2.28,
-                  "bayes": {"bayes_loss": 1.84, "bayes_accuracy": 0.35, "bayes_loss_se": 0.005},
-                  "recovery_bare": {"corr": 0.8, "u_share": 0.5, "symmetry": 0.9},
-                  "recovery_factored": {"corr_A": 0.9, "corr_V": 0.9}},
-        "sweep": {"bare_grid": [{"lam": 1.0, "lr": lr, "val_loss": v, "val_accuracy": 0.3, "cond_loss": 2.0}
-                                for lr, v in ((100, 2.1), (300, 2.05), (1000, 2.3))],
-                  "bare_variants": [], "recycled_lr": [{"lr": lr, "val_loss": v, "val_accuracy": 0.3, "train_s": 1.0}
-                                                       for lr, v in ((5e-4, 1.9), (2e-3, 1.87), (8e-3, 1.88))]},
-        "memory": {"Potts: bare SA (N=20, d=10)": mem(2**20, 40000), "Potts: recycled x3 (dim 64)": mem(2**25, 55000),
-                   "CIFAR p=4: bare SA (N=64, d=96)": mem(2**30, 37748736),
-                   "CIFAR p=4: recycled x3 (dim 96)": mem(2**26, 140000)},
-        "images": {"digits": {"curves": {"test, noise 0.3": {"overlap": [0.75, 0.84, 0.8, 0.77],
-                                                               "nearest": [0.7, 0.85, 0.86, 0.86],
-                                                               "mse": [0.08, 0.04, 0.05, 0.06]}},
-                              "train_s": 5.0, "params": 16384, "patch": 2, "n_tokens": 16, "dim": 8,
-                              "n_train": 1293, "steps": 1000}},
-    }
+    return bare_sa_results()
 
 
-def _verdicts(r) -> dict[str, str]:
-    return {c: v for c, v, _ in claims(r)}
-
-
-def test_verdicts_follow_the_numbers(tmp_path):
-    v = _verdicts(_results())
-    assert set(v.values()) == {"HOLDS"}, v
-    r = copy.deepcopy(_results())
-    r["potts"]["paired"]["recycled x3 - 3 layers"] = (0.05, 0.002)          # no longer matches
-    r["potts"]["paired"]["bare SA - recycled x3"] = (0.005, 0.01)           # not significantly worse
-    r["potts"]["recovery_bare"]["corr"] = 0.1
-    r["memory"]["CIFAR p=4: bare SA (N=64, d=96)"]["step_peak_bytes"] = 1
-    r["images"]["digits"]["curves"]["test, noise 0.3"]["overlap"] = [0.75, 0.76, 0.77, 0.78]  # monotone
-    for g, v in zip(r["sweep"]["bare_grid"], (2.06, 2.05, 2.06)):  # flatter than the transformer sweep
-        g["val_loss"] = v
-    r["potts"]["models"]["recycled x3"]["curve"] = [[100, 1.0, 2.0]]        # reaches the target first
-    v = _verdicts(r)
-    flipped = [c for c, x in v.items() if x == "DOES NOT HOLD"]
-    assert len(flipped) == 7, v
+def test_report_states_scale_data_and_the_benchmark(tmp_path):
     r = _results() | {"scale": "short"}
     (tmp_path / "benchmark.md").write_text("| model | ratio to bare SA |\n|---|---|\n| recycled x3 | 7.50 |")
     text = write_report(tmp_path, r)
-    assert "| HOLDS |" in text and (tmp_path / "README.md").exists()
+    assert "| HOLDS (margin" in text and (tmp_path / "README.md").exists()
     assert "23,040 training, 2,560 validation and 3,200 test" in text and "2000 optimiser steps" in text
     assert "sweep runs 400 steps" in text and "| recycled x3 | 7.50 |" in text
+
+
+def test_report_only_rerenders_the_committed_page(tmp_path):
+    """The page contract: --report-only --out DIR rebuilds README.md from DIR's results.json + benchmark.md."""
+    import shutil
+    from pathlib import Path
+
+    from energyformer.reproduce.bare_sa import main
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "results" / "bare_sa"
+    for f in ("results.json", "benchmark.md"):
+        shutil.copy(page / f, tmp_path / f)
+    assert main(["--report-only", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "README.md").read_text() == (page / "README.md").read_text()
 
 
 @pytest.mark.slow

@@ -22,7 +22,8 @@ def test_tiny_study_reports_table_claims_and_recursion_trace(tmp_path):
                  "--models", "CEM-T1", "CEM-T2", "CEM-T4", "CEM-T8", "--study", "--study-kernels", "rbf",
                  "--out", str(tmp_path / "out"), "--report", str(report)]) == 0
     text = report.read_text()
-    assert "gains level off beyond T2" in text and "recursion-depth study" in text
+    assert "T4 and T8 not worse than T2" in text and "recursion-depth study" in text
+    assert (report.parent / "gp_findings.md").exists()
     assert "| CEM-T8-exact |" in text and "energy per step" in text
     assert (report.parent / "gp_recursion.png").stat().st_size > 1000
     res = json.loads((report.parent / "gp_results.json").read_text())

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 from energyformer.experiment import resolve_config_path
 from energyformer.reproduce.cem_lm import SUITES, aggregate, load_records, main, run_suite
@@ -38,7 +39,7 @@ def test_finished_runs_are_reused_and_seeds_aggregate(tmp_path, capsys):
     assert len(rows) == 1 and len(rows[0]["ppl_seeds"]) == 2
     agg = aggregate(load_records([tmp_path]))
     assert agg["noise"] is not None and agg["n_noise_groups"] == 1
-    assert "Seed noise" in text
+    assert "Declared noise of a validation loss" in text and "seed range of llama" in text
 
 
 def test_report_only_merges_earlier_results_and_readout_comparison(tmp_path):
@@ -60,3 +61,20 @@ def test_report_only_merges_earlier_results_and_readout_comparison(tmp_path):
     assert main(["--report-only", "--from", str(report.parent / "lm_results.json"), "--out",
                  str(tmp_path / "o2"), "--report", str(again)]) == 0
     assert again.read_text() == text
+    # the page contract: --report-only --out DIR re-renders DIR's page from DIR's artifacts alone
+    (report.parent / "README.md").write_text("edited by hand\n")
+    assert main(["--report-only", "--out", str(report.parent)]) == 0
+    assert (report.parent / "README.md").read_text() == text
+    assert not (report.parent / "results.json").exists()
+
+
+def test_committed_cem_pages_rerender_byte_for_byte(tmp_path):
+    """The page contract on the committed folder: README.md, gp.md and gp_findings.md from its JSON alone."""
+    import shutil
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "results" / "cem"
+    for f in ("lm_results.json", "gp_results.json"):
+        shutil.copy(page / f, tmp_path / f)
+    assert main(["--report-only", "--out", str(tmp_path)]) == 0
+    for md in ("README.md", "gp.md", "gp_findings.md"):
+        assert (tmp_path / md).read_text() == (page / md).read_text(), md

@@ -79,7 +79,8 @@ def test_reproduce_entry_point_writes_report_and_results(tmp_path, one_thread, c
     assert "Test RMSE (paper)" in md and "**" in md
     assert len(res["runs"]) == 2 * 5 and res["claims"][0]["kernel"] == "rbf"
     assert "paper_table3_not_measured" in res
-    assert "[rbf] T2 better than T1" in capsys.readouterr().out
+    assert "| RBF | recursion improves: T2 beats T1 |" in capsys.readouterr().out
+    assert res["claims"][0]["verdict"] in ("HOLDS", "DOES NOT HOLD", "UNDECIDED", "UNTESTABLE")
     assert (Path(res["runs"][0]["run_dir"]) / "config.yaml").exists()  # each row is an ordinary run
 
 

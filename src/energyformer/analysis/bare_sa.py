@@ -5,8 +5,9 @@
 * :func:`coupling_recovery`: how much of the planted Potts coupling a learned J holds ("more explainable:
   planted model", slide "pros"): the projection ``c_ij = ⟨J_ij, U⟩_F / ‖U‖²_F`` of each learned C×C block
   on the true colour matrix, its correlation with the true J_ij, and the share of ‖J‖² along U.
-* :func:`step_memory`: peak resident memory of one training step, measured in a fresh subprocess
-  (Linux: ``/proc/self/clear_refs`` resets the peak, ``VmHWM`` reads it).
+* :func:`step_memory`: peak resident memory of one training step, measured in a fresh subprocess running
+  :mod:`energyformer.analysis.bare_sa_memory` (Linux: ``/proc/self/clear_refs`` resets the peak,
+  ``VmHWM`` reads it).
 * Figures (matplotlib, Agg): q sweeps, validation loss against training time, J and F heatmaps,
   denoising overlap curves and example images.
 """
@@ -71,45 +72,6 @@ def coupling_recovery(J: torch.Tensor, J_true: torch.Tensor, U: torch.Tensor) ->
     return {"corr": corr, "u_share": share, "symmetry": sym}
 
 
-_MEMORY_CHILD = r"""
-import json, os, sys, torch
-torch.set_num_threads(1)
-spec = json.loads(sys.argv[1])
-sys.path.insert(0, spec["src"])
-def rss(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key):
-            return int(line.split()[1]) * 1024
-from energyformer.models import MODELS
-from energyformer.utils.config import from_dict
-from energyformer.energies.pl_objectives import pl_objective
-entry = MODELS.get(spec["model"]["kind"])
-cfg = from_dict(entry.config, spec["model"])
-g = torch.Generator().manual_seed(0)
-if cfg.kind == "transformer":
-    model = MODELS.build(cfg, vocab_size=spec["vocab"], n_out=spec["n_out"], causal=False)
-    idx = torch.randint(0, spec["vocab"], (spec["batch"], spec["n_tokens"]), generator=g)
-    def step():
-        out = model(idx, iterations=spec.get("iterations"))
-        out.logits.float().logsumexp(-1).mean().backward()
-else:
-    model = MODELS.build(cfg)
-    x = torch.randn(spec["batch"], cfg.n_tokens, cfg.dim, generator=g)
-    x = x / x.norm(dim=-1, keepdim=True)
-    def step():
-        model.local_loss(x)[0].backward()
-opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-step(); opt.step(); opt.zero_grad(set_to_none=False)
-base = rss("VmRSS:")
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-step(); opt.step()
-peak = rss("VmHWM:")
-n = sum(p.numel() for p in model.parameters())
-print(json.dumps({"params": n, "param_bytes": 4 * n, "step_peak_bytes": peak - base, "rss_bytes": base}))
-"""
-
-
 def step_memory(model_cfg: dict, batch: int, n_tokens: int, *, vocab: int = 0, n_out: int = 0,
                 iterations: int | None = None) -> dict[str, float]:
     """Peak extra resident memory of one training step (forward + backward + Adam) in a fresh process.
@@ -120,10 +82,12 @@ def step_memory(model_cfg: dict, batch: int, n_tokens: int, *, vocab: int = 0, n
     unit tokens.
     """
     spec = {"model": model_cfg, "batch": batch, "n_tokens": n_tokens, "vocab": vocab, "n_out": n_out,
-            "iterations": iterations, "src": str(Path(__file__).resolve().parents[2])}
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, json.dumps(spec)], capture_output=True,
-                         text=True, env=env, check=False)
+            "iterations": iterations}
+    src = str(Path(__file__).resolve().parents[2])  # this package's tree wins in the child, as here
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
+    out = subprocess.run([sys.executable, "-m", "energyformer.analysis.bare_sa_memory", json.dumps(spec)],
+                         capture_output=True, text=True, env=env, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"memory probe failed: {out.stderr.strip().splitlines()[-1:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -25,7 +25,6 @@ import json
 import math
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +34,9 @@ from ..errors import DataError
 from ..utils.io import read_json
 from ..utils.paths import writable_dir
 from ..analysis import bare_sa as A
-from ..experiment import build_model, build_task, check_run_dir, load_run_config, resolve
-from ..models.params import count_params
-from ..train import Trainer, TrainingDiverged
+from ..analysis.bare_sa_scales import SCALES, Scale
+from ..experiment import load_run_config, run_experiment
+from ..train import TrainingDiverged
 from ..train.callbacks import Callback
 from ..utils.config import replace, to_dict
 
@@ -45,30 +44,6 @@ MAIN = {"factored": "potts_factored", "bare SA": "potts_bare_sa", "recycled x1":
         "recycled x3": "potts_recycled_x3", "3 layers": "potts_layers3"}
 
 
-@dataclass(frozen=True)
-class Scale:
-    potts_steps: int
-    eval_every: int
-    sweep_steps: int
-    digits_steps: int
-    mnist_steps: int
-    mnist_train: int
-    overrides: tuple[str, ...] = ()      # applied to every Potts run (tiny: a small data set)
-    image_overrides: tuple[str, ...] = ()
-    memory: bool = True
-
-
-SCALES = {
-    "cpu": Scale(2000, 100, 800, 1000, 500, 10000),
-    # half the optimiser steps of `cpu`, same data and models: fits about 30 min on one shared core
-    "short": Scale(1000, 100, 400, 600, 300, 5000),
-    "tiny": Scale(6, 3, 3, 4, 0, 256, overrides=(
-        "task.data.L=6", "task.data.C=3", "task.data.n_train=640", "task.data.n_test=128",
-        "task.data.burn_in=50", "task.data.samples_per_chain=8", "task.n_validation=128",
-        "task.batch_size=32", "task.eval_iterations=[1,2]", "task.calibrate_sequences=64"),
-        image_overrides=("task.eval_images=16", "task.eval_steps=4", "task.report_steps=[0,1,4]",
-                         "task.nearest_train=100", "task.n_train=128"), memory=False),
-}
 QUIET = ("train.progress=false", "train.tensorboard=false", "train.save_every=0", "train.log_every=0")
 
 
@@ -128,26 +103,23 @@ def blew_up(losses: list[float], window: int = 10) -> str | None:
 
 
 def train_timed(cfg) -> tuple[torch.nn.Module, Any, dict]:
-    """Train one run with the shared Trainer; training time excludes evaluation. The record keeps the
-    mean training loss of the first and last 10 steps and ``blew_up`` (:func:`blew_up`)."""
-    check_run_dir(cfg, resume=False, overwrite=True)
-    task = build_task(cfg)
-    cfg = resolve(cfg, task)
-    model = build_model(cfg, task)
+    """Train one run with :func:`~energyformer.experiment.run_experiment` (a clock callback and a timed
+    evaluation hook); training time excludes evaluation. The record keeps the mean training loss of the
+    first and last 10 steps and ``blew_up`` (:func:`blew_up`)."""
     clock = _Clock()
-    timed = _TimedEval(task.eval_fn("validation"), clock)
-    trainer = Trainer(model, cfg.train, task.loss, task.train_data, timed, out_dir=cfg.run_dir,
-                      run_config=to_dict(cfg), callbacks=task.callbacks(model) + [clock])
-    trainer.fit()
-    rec = {"steps": cfg.train.steps, "train_s": clock.train_seconds(), "params": count_params(model)["total"],
-           "curve": [(s, t, mlm_loss(m)) for s, t, m in timed.records],
-           "val": timed.records[-1][2] if timed.records else {}, "config": to_dict(cfg)}
-    hist = list(trainer.loss_history)
+    timed: list[_TimedEval] = []
+    res = run_experiment(cfg, overwrite=True, callbacks=[clock],
+                         eval_hook=lambda fn: timed.append(_TimedEval(fn, clock)) or timed[-1])
+    records = timed[0].records if timed else []
+    rec = {"steps": res.config.train.steps, "train_s": clock.train_seconds(), "params": res.params["total"],
+           "curve": [(s, t, mlm_loss(m)) for s, t, m in records],
+           "val": records[-1][2] if records else {}, "config": to_dict(res.config)}
+    hist = res.loss_history
     n = min(10, len(hist))
     if n:
         rec |= {"train_loss_start": sum(hist[:n]) / n, "train_loss": sum(hist[-n:]) / n}
     rec["blew_up"] = blew_up(hist)
-    return model.eval(), task, rec
+    return res.model.eval(), res.task, rec
 
 
 def _cfg(name: str, out: Path, scale: Scale, extra=()):

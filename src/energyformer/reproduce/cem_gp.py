@@ -12,7 +12,10 @@ Default (quick, a few minutes on one CPU core): 3 repetitions, 4000 train / 1000
 epochs here: at 2000 points x 50 epochs the recursive models over-fit the rough kernels.
 Repetition ``r`` of kernel ``k`` draws a fresh data set (seed ``seed + 1000 * k_index + r``) and
 fresh initial weights (seed ``seed + r``), shared by all six models so their differences are paired.
-Writes ``report.md`` and ``results.json`` to ``--out`` and prints the table and the claim checks.
+Writes ``report.md`` and ``results.json`` to ``--out`` and prints the table and the claim verdicts
+(:mod:`energyformer.analysis.gp_claims`). ``--report-only --out DIR`` trains nothing: it re-renders the
+pages of the results folder DIR (gp.md, gp_findings.md, and README.md with ``lm_results.json``) from
+its committed JSON.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ import torch
 from pydantic import Field, field_validator
 
 from energyformer.analysis.gp_report import (
-    PAPER_CITATION, PAPER_TABLE3, aggregate, check_claims, parse_si, render_markdown,
+    PAPER_CITATION, PAPER_TABLE3, aggregate, parse_si, render_markdown,
 )
+from energyformer.analysis.gp_claims import check_claims
 from energyformer.data.gp import KERNELS, KernelConfig
 from energyformer.models.params import count_params
 from energyformer.models.regressor import (
@@ -128,7 +132,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--study", action="store_true", default=None,
                    help="also run the recursion-depth study (T4/T8 with eta = 2/T, learned eta, exact steps)")
     p.add_argument("--study-kernels", nargs="+", help="kernels of the study (default rbf periodic)")
-    p.add_argument("--report", type=writable_file("--report", as_path=True), help="also write the report here (its JSON beside it as gp_results.json)")
+    p.add_argument("--report", type=writable_file("--report", as_path=True), help="also write the report here (its JSON beside it as gp_results.json, and gp_findings.md)")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: re-render the pages of the results folder --out (gp.md, gp_findings.md, "
+                        "and README.md when lm_results.json is there) from its committed gp_results.json")
     args = p.parse_args(argv)
     try:
         values: dict = read_yaml(PRESET_FILE)
@@ -264,6 +271,12 @@ def setup_dict(args: argparse.Namespace, info: dict, seconds: float) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.report_only:
+        from .cem_lm import render_page_dir
+
+        for page in render_page_dir(Path(args.out)):
+            print(f"wrote {page}")
+        return 0
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     info = model_table(list(args.models) + (list(STUDY_SPECS) if args.study else []))
@@ -283,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "aggregate": [{"kernel": k, "model": m, **{a: b for a, b in v.items() if a != "test_by_rep"}}
                       for (k, m), v in agg.items()],
-        "claims": check_claims(agg),
+        "claims": [{**{k: v for k, v in c.items() if k != "outcome"}, "verdict": str(c["outcome"].verdict),
+                    "reason": c["outcome"].reason} for c in check_claims(runs)],
         "paper_table3_not_measured": {"citation": PAPER_CITATION, "rows": [
             {"kernel": k, "model": m, **vars(r)} for (k, m), r in PAPER_TABLE3.items()]},
     }
@@ -297,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
             report += f"\n![test RMSE against T](gp_recursion.png)\n"
         args.report.write_text(report)
         (args.report.parent / "gp_results.json").write_text(json.dumps(results, indent=1))
+        from energyformer.analysis.gp_claims import findings_markdown
+
+        (args.report.parent / "gp_findings.md").write_text(findings_markdown(results))
     print(report)
     print(f"wrote {args.out / 'report.md'} and {args.out / 'results.json'}")
     return 0

@@ -11,8 +11,9 @@ Llama's best on the sweep grid (``--at-lr`` overrides); §4.3 compares each mode
 optimum. A finished run (``summary.json`` in its run directory) is not trained again, so a suite can
 be stopped and restarted; the command's report covers every finished run in ``--out``, and reports
 of several output folders merge (``--report-only --from``;
-``--from`` also takes a ``results.json`` — the committed ``docs/results/cem/lm_results.json``
-regenerates the results page without any run).
+``--from`` also takes a ``results.json``). ``--report-only --out DIR`` on a results folder (one holding
+``lm_results.json`` / ``gp_results.json``, e.g. ``docs/results/cem``) re-renders its pages — README.md,
+gp.md, gp_findings.md and their figures — from those files alone (the page contract of issue 22).
 
 The seed trains 86M-256M-parameter models on SlimPajama for billions of tokens; we train ~1M-parameter
 models on Shakespeare for minutes, so only the *direction* of the seed's claims can be checked.
@@ -157,9 +158,16 @@ def aggregate(records: list[dict], at_lr: float | None = None) -> dict:
                      "history": rs[0].get("history", []), "steps": rs[0].get("steps"),
                      "at_fixed_lr": lr == at_lr})
     ppl_fixed = {r["name"]: r["val_ppl"] for r in rows if r["at_fixed_lr"]}
+    # per-seed validation losses at the one-LR rate (the claims' data) and the losses' seed ranges
+    loss_fixed = {c: [r["val_loss"] for r in sorted(lrs[at_lr], key=lambda r: r["seed"])]
+                  for c, lrs in by.items() if at_lr in lrs}
+    ranges = [(max(v) - min(v), c, lr) for c, lrs in by.items() for lr, rs in lrs.items()
+              if len(v := [r["val_loss"] for r in rs]) >= 2]
     return {"by": by, "at_lr": at_lr, "rows": rows, "ppl_fixed": ppl_fixed, "sweep": sweep,
             "ppl_opt": ppl_opt, "lr_opt": lr_opt, "noise": max(spreads) if spreads else None,
-            "n_noise_groups": len(spreads)}
+            "n_noise_groups": len(spreads), "loss_fixed": loss_fixed,
+            "loss_opt": {c: v["akima_val_loss"] for c, v in sweep.items()},
+            "loss_noise": max(ranges) if ranges else None, "loss_ranges": sorted(ranges, reverse=True)}
 
 
 def _readout_section(agg: dict) -> list[str]:
@@ -188,9 +196,7 @@ def _readout_section(agg: dict) -> list[str]:
 
 def gp_section(path: Path) -> list[str]:
     """The GP reproduction's claim verdicts (``reproduce cem-gp --report``'s gp_results.json), linked."""
-    from ..analysis.gp_report import aggregate as gp_aggregate
-    from ..analysis.gp_report import check_claims as gp_claims
-    from ..analysis.gp_report import claims_text
+    from ..analysis.gp_claims import claims_markdown as gp_claims_markdown
 
     res = read_json(path, "--gp-results", require=("runs",))
     runs = res["runs"]
@@ -198,7 +204,7 @@ def gp_section(path: Path) -> list[str]:
     return ["\n## GP regression (seed Table 3, Appendix E)\n",
             f"From `{res['setup'].get('command', 'energyformer reproduce cem-gp')}` ({reps} repetitions; full "
             f"table, the paper's numbers beside ours and the recursion-depth study: [gp.md](gp.md)).\n",
-            "```", claims_text(gp_claims(gp_aggregate(runs))), "```"]
+            gp_claims_markdown(runs)]
 
 
 def _step_size_section(agg: dict) -> list[str]:
@@ -212,6 +218,31 @@ def _step_size_section(agg: dict) -> list[str]:
             "With η = 1 a second step doubles how far the layer moves the token; the probe halves η so that "
             "T = 2 moves as far in total as T = 1.\n",
             "| T=1 | val ppl | T=2, η=1 | val ppl | T=2, η=0.5 | val ppl |", "|---|---:|---|---:|---|---:|", *lines]
+
+
+def _claims_section(agg: dict) -> list[str]:
+    """The seed's claims with their declared rules (analysis.lm_claims) and where the noise comes from."""
+    noise = agg["loss_noise"]
+    if noise is None:
+        head = ("Only one seed per run: no seed variation was measured, so no verdict can be decided "
+                "(UNDECIDED) except where a bound is declared.")
+        src = "none measured"
+        value = None
+    else:
+        value, c, lr = noise
+        others = ", ".join(f"{n} at {l:g}: {r:.3f}" for r, n, l in agg["loss_ranges"][1:])
+        src = f"seed range of {c} at lr {lr:g}"
+        head = (f"Declared noise of a validation loss: **{value:.3f} nats** ({math.exp(value):.2f}x perplexity), "
+                f"the largest seed range (max − min) among the {len(agg['loss_ranges'])} (config, lr) pairs run "
+                f"with two seeds ({c} at lr {lr:g}; the others: {others}). Most configs ran one seed, so this "
+                f"is the only seed-to-seed variation measured here; a margin inside it is UNDECIDED.")
+    return ["\n## The seed's claims on these runs\n",
+            "Validation loss (seed mean; perplexity = exp of it). ~1M-parameter models trained for minutes: a "
+            "claim that does not hold here is reported plainly, but is not evidence against the paper's "
+            "86M-256M-parameter results. Verdicts by `energyformer.analysis.verdicts.compare`: the margin "
+            "in the claim's favour against a band = max(the seeds' own spread, the declared noise).", "",
+            head, "",
+            claims_markdown(agg["loss_fixed"], agg["loss_opt"], agg["lr_opt"], value, src)]
 
 
 def _at_lr_note(agg: dict) -> str:
@@ -228,8 +259,10 @@ def _at_lr_note(agg: dict) -> str:
 
 def write_report(records: list[dict], out: Path, report: Path | None = None,
                  title: str = "CEM language-model comparison", at_lr: float | None = None,
-                 setup: str | None = None, gp_results: Path | None = None) -> tuple[list[dict], str]:
-    """report.md (or ``report``), loss_curves.png, lr_sweep.png and results.json; returns (rows, text)."""
+                 setup: str | None = None, gp_results: Path | None = None,
+                 write_results: bool = True) -> tuple[list[dict], str]:
+    """report.md (or ``report``), loss_curves.png, lr_sweep.png and (``write_results``) results.json;
+    returns (rows, text)."""
     out.mkdir(parents=True, exist_ok=True)
     report = report or out / "report.md"
     report.parent.mkdir(parents=True, exist_ok=True)
@@ -250,15 +283,7 @@ def write_report(records: list[dict], out: Path, report: Path | None = None,
             f"{', '.join(map(str, seeds))}). Table and one-LR claims at lr = {agg['at_lr']:g}"
             + _at_lr_note(agg),
             "", markdown_table(fixed or rows, unigram), f"\n![loss curves]({curves.name})\n",
-            "\n## The seed's claims on these runs\n",
-            "Validation perplexity (seed mean, exp of the mean loss). ~1M-parameter models trained for "
-            "minutes: a claim that does not hold here is reported plainly, but is not evidence against the "
-            "paper's 86M-256M-parameter results.",
-            (f"Seed noise: the largest relative half-range of perplexity over seeds among "
-             f"{agg['n_noise_groups']} repeated (config, lr) pairs is {agg['noise'] * 100:.2f}%; verdicts "
-             f"decided by a smaller margin are marked." if agg["noise"] is not None else
-             "Only one seed per run: no noise estimate."), "",
-            claims_markdown(agg["ppl_fixed"], agg["ppl_opt"], agg["lr_opt"], agg["noise"])]
+            *_claims_section(agg)]
     if agg["sweep"]:
         plot = plot_lr_sweep(agg["sweep"], report.parent / f"{prefix}lr_sweep.png",
                              "validation loss vs learning rate (Akima, seed Fig. 3a)")
@@ -276,10 +301,33 @@ def write_report(records: list[dict], out: Path, report: Path | None = None,
         text += gp_section(gp_results)
     body = "\n".join(text) + "\n"
     report.write_text(body)
-    results = {"runs": records, "at_lr": agg["at_lr"], "lr_sweep": agg["sweep"], "noise": agg["noise"],
-               "unigram_val_ppl": unigram, "setup": setup}
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    if write_results:
+        results = {"runs": records, "at_lr": agg["at_lr"], "lr_sweep": agg["sweep"], "noise": agg["noise"],
+                   "unigram_val_ppl": unigram, "setup": setup}
+        (out / "results.json").write_text(json.dumps(results, indent=1))
     return rows, body
+
+
+def render_page_dir(out: Path) -> list[Path]:
+    """The page contract (issue 22): re-render the CEM results folder ``out`` from the artifacts committed
+    in it — README.md (+ lm_*.png) from ``lm_results.json`` (and the GP section from ``gp_results.json``),
+    and the GP pages (gp.md, gp_findings.md, gp_recursion.png) from ``gp_results.json``. Reads nothing
+    outside ``out``; trains nothing. Returns the pages written."""
+    from ..analysis.gp_claims import render_gp_pages
+
+    written = []
+    lm = out / "lm_results.json"
+    gp = out / "gp_results.json"
+    if lm.exists():
+        saved = read_json(lm, "lm_results.json", require=("runs",))
+        write_report(saved["runs"], out, out / "README.md", at_lr=saved.get("at_lr"), setup=saved.get("setup"),
+                     gp_results=gp if gp.exists() else None, write_results=False)
+        written.append(out / "README.md")
+    if gp.exists():
+        written += render_gp_pages(read_json(gp, "gp_results.json", require=("runs",)), out)
+    if not written:
+        raise FileNotFoundError(f"{out}: no lm_results.json or gp_results.json to render a page from")
+    return written
 
 
 def load_records(sources: list[Path]) -> list[dict]:
@@ -330,6 +378,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--from only applies with --report-only (it names earlier results to re-render; "
                 "without --report-only this command trains the suite)")
     out = Path(a.out)
+    if a.report_only and not a.sources and a.report is None and not (out / "results.json").exists() \
+            and not any(out.glob("*/summary.json")):
+        # a committed results folder (docs/results/cem): re-render its pages from its artifacts
+        for page in render_page_dir(out):
+            print(f"wrote {page}")
+        return 0
     title = "CEM language-model comparison"
     setup = a.setup
     if setup is not None and Path(setup).is_file():
