@@ -7,9 +7,8 @@ from pathlib import Path
 
 ANALYSIS = Path(__file__).resolve().parents[2] / "src" / "energyformer" / "analysis"
 FORBIDDEN = ("energyformer.reproduce", "energyformer.experiment")
-#: modules owned by other branches of issue 22 that still import reproduce/ (the claims branch converts them);
-#: remove a name when its module is fixed, and the test holds it to the rule from then on
-KNOWN = {"energyformer.analysis.bare_sa_report"}
+#: modules allowed to break the rule (none: every analysis module is held to it)
+KNOWN: set[str] = set()
 
 
 def _imports(path: Path) -> set[str]:

@@ -95,10 +95,8 @@ def _p(name: str, sub: str, files: Sequence[str] = ("README.md",), generator: Ge
 
 
 PAGES: tuple[Page, ...] = (
-    _p("cem-lm", "cem", generator=Reproduce("cem-lm"), inputs=("lm_results.json",)),
-    _p("cem-gp", "cem", ["gp.md"], Reproduce("cem-gp"), inputs=("gp_results.json",)),
-    _p("cem-gp-findings", "cem", ["gp_findings.md"], inputs=(), readme=False,
-       why="an analysis note quoting runs whose outputs are not committed"),
+    _p("cem", "cem", ["README.md", "gp.md", "gp_findings.md"], Reproduce("cem-lm"),
+       inputs=("lm_results.json", "gp_results.json")),
     _p("cem-benchmarks", "cem", ["benchmarks.md"], inputs=(), readme=False,
        why="prose over bench_lm_throughput.txt / bench_cem_attention.txt; no script renders it from them"),
     _p("intrinsic-lm", "intrinsic", ["README.md", "cpu/README.md", "gpu/README.md"], Reproduce("intrinsic-lm"),
