@@ -41,7 +41,7 @@ def test_a_new_page_no_entry_claims_is_reported(tmp_path):
 
 
 def test_unknown_page_name_is_one_line_error_listing_the_pages():
-    with pytest.raises(ConfigError, match=r"report page 'bare_sa': not registered; registered: cem-lm, .*bare-sa"):
+    with pytest.raises(ConfigError, match=r"report page 'bare_sa': not registered; registered: cem, .*bare-sa"):
         Registry().select(["bare_sa"])
     with pytest.raises(ValueError, match="registered twice"):
         Registry(pages=(Page("x", "a"), Page("x", "b")))
