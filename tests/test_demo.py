@@ -42,8 +42,60 @@ def test_only_one_stage_runs_and_the_report_keeps_the_others(tmp_path, capsys):
     page = (tmp_path / "report.md").read_text()
     assert page.index("## CEM vs Llama") < page.index("## Equilibrium transformer") and "an earlier headline" in page
     assert "![eqt](eqt/eqt.png)" in page and "energyformer demo --only eqt" in page
+    assert "**EqT higher accuracy than baseline: " in page and "a guide only for this changed run" in page
 
 
 def test_unknown_stage_is_a_one_line_error():
     with pytest.raises(ConfigError, match="--only 'cemm': unknown demo stage; allowed: cem, intrinsic"):
         demo.main(only=["cemm"])
+
+
+# ----------------------------------------------------------------------------- verdicts by the seed spread
+def test_every_stage_compares_two_of_its_runs_with_a_recorded_seed_spread():
+    for name, stage in demo.STAGES.items():
+        c = stage.compare
+        assert c is not None and {c.a, c.b} <= {r.label for r in stage.runs}, name
+        bound, n = demo.noise_bound(name, c)
+        assert bound is not None and bound > 0 and n >= 3, (name, bound, n)
+
+
+@pytest.fixture
+def noise(monkeypatch):
+    table = {"s": {"A": {"eval/acc": {"0": 0.50, "1": 0.52}}, "B": {"eval/acc": {"0": 0.40, "1": 0.41}}}}
+    monkeypatch.setattr(demo, "seed_noise", lambda: table)
+
+
+@pytest.mark.parametrize("a,b,verdict", [(0.60, 0.50, "HOLDS"), (0.50, 0.49, "UNDECIDED"), (0.40, 0.50, "DOES NOT HOLD")])
+def test_a_single_seed_margin_is_decided_only_beyond_the_seed_spread(noise, a, b, verdict):
+    c = demo.Compare("eval/acc", "A", "B", higher_is_better=True)
+    line = demo.verdict_line("s", c, {"A": {"eval/acc": a}, "B": {"eval/acc": b}})
+    assert line.startswith(f"**A higher acc than B: {verdict}**") and "beyond 0.02" in line
+
+
+def test_both_runs_at_chance_is_untestable(noise):
+    c = demo.Compare("eval/acc", "A", "B", higher_is_better=True, chance=0.5, at_band=0.01)
+    line = demo.verdict_line("s", c, {"A": {"eval/acc": 0.505}, "B": {"eval/acc": 0.498}})
+    assert "UNTESTABLE" in line and "chance" in line
+
+
+def test_no_recorded_spread_is_undecided_not_a_verdict(noise):
+    c = demo.Compare("eval/acc", "A", "C", higher_is_better=True)
+    assert "UNDECIDED" in demo.verdict_line("s", c, {"A": {"eval/acc": 0.9}, "C": {"eval/acc": 0.1}})
+
+
+def test_seed_spread_script_collects_seeds_from_demo_folders(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "demo_seed_spread", Path(__file__).resolve().parents[1] / "scripts" / "demo_seed_spread.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for seed, folder in ((0, "d0"), (1, "d1")):
+        (tmp_path / folder / "eqt").mkdir(parents=True)
+        over = [] if seed == 0 else [f"train.seed={seed}"]
+        (tmp_path / folder / "eqt" / "results.json").write_text(json.dumps({"name": "eqt", "runs": {
+            "EqT": {"overrides": over, "metrics": {"eval/accuracy": 0.8 + seed / 10}}}}))
+    out = tmp_path / "noise.json"
+    assert mod.main(["--from", str(tmp_path / "d0"), str(tmp_path / "d1"), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["stages"] == {"eqt": {"EqT": {"eval/accuracy": {"0": 0.8, "1": 0.9}}}}

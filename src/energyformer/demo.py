@@ -19,10 +19,19 @@ budget as ``--set`` overrides), trained by the one trainer, in ``OUT/<stage>/<ru
 ``OUT/report.md`` is rendered from every stage's results present, so ``--only NAME`` reruns one stage
 and keeps the others on the page. The budgets are sized for a few minutes on 2 CPU cores in total:
 the numbers show the comparison working, not the papers' results (those are ``energyformer reproduce``).
+
+**Verdicts.** One seed cannot tell a difference from noise, so each stage's headline decides its
+comparison (:class:`Compare`) by :func:`energyformer.analysis.verdicts.compare` with the seed spread of
+the same demo as the bound (``single_seed_bound``): the largest max − min over seeds of the compared
+metric in either run, from ``demo_noise.json`` (written by ``scripts/demo_seed_spread.py`` from the
+demo trained at several ``train.seed``). A margin inside it is UNDECIDED; both runs at chance is
+UNTESTABLE. A changed budget (``--steps``, ``--set``) makes the stored spread a guide only, and the
+line says so.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -49,6 +58,20 @@ class Run:
     overrides: list[str]
 
 
+@dataclass(frozen=True)
+class Compare:
+    """The stage's decided comparison: ``a`` vs ``b`` (run labels) on ``metric``; ``claim`` is the sentence
+    decided ("A beats B"); ``chance``: the metric's value at chance (both runs within ``at_band``:
+    UNTESTABLE)."""
+
+    metric: str
+    a: str
+    b: str
+    higher_is_better: bool
+    chance: float | None = None
+    at_band: float = 0.0
+
+
 @dataclass
 class Stage:
     """One system's comparison: runs, the metrics on the page (key, label, lower is better), a headline."""
@@ -61,18 +84,61 @@ class Stage:
     reference: tuple[str, str] | None = None  # (metric key, label): a line drawn on the metric panel
     steps: int = 0
     notes: list[str] = field(default_factory=list)
+    compare: Compare | None = None
 
 
 def _f(x: float | None, nd: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}g}"
 
 
+@functools.cache
+def seed_noise() -> dict:
+    """``demo_noise.json``: {stage: {run label: {metric: {seed: value}}}} (empty when absent)."""
+    path = Path(__file__).with_name("demo_noise.json")
+    return json.loads(path.read_text())["stages"] if path.is_file() else {}
+
+
+def noise_bound(stage: str, c: Compare) -> tuple[float | None, int]:
+    """(the largest max − min over seeds of ``c.metric`` in run a or b, the fewest seeds behind it)."""
+    runs = seed_noise().get(stage, {})
+    spreads, counts = [], []
+    for label in (c.a, c.b):
+        vals = list(runs.get(label, {}).get(c.metric, {}).values())
+        if len(vals) < 2:
+            return None, len(vals)
+        spreads.append(max(vals) - min(vals))
+        counts.append(len(vals))
+    return max(spreads), min(counts)
+
+
+def verdict_line(stage: str, c: Compare, m: dict[str, dict], changed: bool = False) -> str:
+    """"**A lower/higher METRIC than B: VERDICT** (why)": one seed per run, decided beyond this demo's
+    seed spread (:func:`noise_bound`)."""
+    from .analysis.verdicts import Rules, compare
+
+    va, vb = m.get(c.a, {}).get(c.metric), m.get(c.b, {}).get(c.metric)
+    claim = f"{c.a} {'higher' if c.higher_is_better else 'lower'} {c.metric.removeprefix('eval/')} than {c.b}"
+    if va is None or vb is None:
+        return f"{claim}: not measured."
+    bound, n = noise_bound(stage, c)
+    out = compare([va], [vb], higher_is_better=c.higher_is_better,
+                  rules=Rules(single_seed_bound=bound, chance=c.chance, at_band=c.at_band))
+    if out.margin is None:  # untestable: at chance, diverged
+        why = out.reason
+    elif bound is None:
+        why = f"margin {out.margin:+.3g}; one seed and no recorded seed spread for this stage"
+    else:
+        why = (f"margin {out.margin:+.3g}, decided only beyond {bound:.3g}: the largest spread of either run "
+               f"over {n} seeds of this demo")
+        if changed:
+            why += ", measured at the default budget (a guide only for this changed run)"
+    return f"**{claim}: {out.verdict}** ({why})."
+
+
 def _lm_headline(a: str, b: str) -> Callable[[dict[str, dict]], str]:
     def text(m: dict[str, dict]) -> str:
         pa, pb = m[a].get("eval/ppl"), m[b].get("eval/ppl")
-        better = a if (pa or math.inf) < (pb or math.inf) else b
-        return (f"validation perplexity {a} {_f(pa, 4)} vs {b} {_f(pb, 4)}: {better} is lower after the same "
-                f"steps on the same batches.")
+        return f"validation perplexity {a} {_f(pa, 4)} vs {b} {_f(pb, 4)} after the same steps on the same batches."
     return text
 
 
@@ -99,30 +165,33 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
         Run("Llama", "lm/llama", LM),
         Run("CEM", "lm/cem_full", LM),
     ], [("eval/ppl", "val perplexity", True), ("eval/bpb", "bits/byte", True)], _lm_headline("CEM", "Llama"),
-        steps=250),
+        steps=250, compare=Compare("eval/bpb", "CEM", "Llama", higher_is_better=False)),
     Stage("intrinsic", "NagMHA vs MHA — intrinsic-optimizer attention on Shakespeare", [
         Run("MHA", "intrinsic/mha", LM),
         Run("NagMHA", "intrinsic/nag_mha", LM),
     ], [("eval/ppl", "val perplexity", True), ("eval/bpb", "bits/byte", True)], _lm_headline("NagMHA", "MHA"),
-        steps=250, notes=["the seed's pairing: MHA + GELU MLP vs Nesterov attention + Nesterov GELU MLP, "
+        steps=250, compare=Compare("eval/bpb", "NagMHA", "MHA", higher_is_better=False), notes=["the seed's pairing: MHA + GELU MLP vs Nesterov attention + Nesterov GELU MLP, "
                           "the momentum carried across sublayers; the local BPE instead of GPT-2's 50k ids"]),
     Stage("hyperset", "Hyper-SET vs looped Transformer — Sudoku, and more iterations than trained", [
         Run("Hyper-SET", "hyperset/sudoku_hyperset", ["task.eval_max=200", "task.eval_batch_size=200"]),
         Run("looped Transformer", "hyperset/sudoku_transformer", ["task.eval_max=200", "task.eval_batch_size=200"]),
     ], [("eval/cell_accuracy", "cell acc. @8", False), ("eval/cell_accuracy@16", "cell acc. @16", False)],
-        _sudoku_headline, steps=250, notes=["chance is 1/9 of the blank cells; the reproduction "
+        _sudoku_headline, steps=250, compare=Compare("eval/cell_accuracy", "Hyper-SET", "looped Transformer",
+                                                     higher_is_better=True, chance=1 / 9, at_band=0.01), notes=["chance is 1/9 of the blank cells: at this budget both models sit near it, on the "
+                                             "plateau that issue 20 traces (docs/results/hyperset/plateau/); the reproduction "
                                              "(`energyformer reproduce hyperset-sudoku`) trains 6000 steps"]),
     Stage("eqt", "Equilibrium transformer vs baseline — cumulative parity", [
         Run("baseline", "eqt/baseline", PARITY),
         Run("EqT", "eqt/eqt", PARITY),
     ], [("eval/accuracy", "accuracy", False)], _parity_headline, steps=400,
+        compare=Compare("eval/accuracy", "EqT", "baseline", higher_is_better=True, chance=0.5, at_band=0.01),
         notes=["length 16 (the reproduction's shortest length; learnable in a few hundred steps); EqT's "
                "training loss includes its energy terms (rev, mask, conf), so the curves differ by more than CE"]),
     Stage("bare_sa", "Bare self-attention vs recycled transformer — Potts, against the Bayes optimum", [
         Run("bare SA", "bare_sa/potts_bare_sa", POTTS + ["task.eval_iterations=[1]"]),
         Run("recycled transformer", "bare_sa/potts_recycled_x3", POTTS + ["task.eval_iterations=[3]"]),
     ], [("eval/model_loss", "cross-entropy", True)], _potts_headline, reference=("eval/bayes_loss", "Bayes optimum"),
-        steps=800),
+        steps=800, compare=Compare("eval/model_loss", "bare SA", "recycled transformer", higher_is_better=False)),
 ]}
 
 
@@ -149,6 +218,9 @@ def run_stage(stage: Stage, out: Path, steps: int | None = None, overrides: list
     results["seconds"], results["cpu_seconds"] = time.perf_counter() - t0, time.process_time() - c0
     metrics = {k: v["metrics"] for k, v in results["runs"].items()}
     results["headline"] = stage.headline(metrics)
+    if stage.compare is not None:
+        changed = bool(overrides) or (steps is not None and steps != stage.steps)
+        results["verdict"] = verdict_line(stage.name, stage.compare, metrics, changed)
     results["figure"] = stage_figure(stage, results, folder / f"{stage.name}.png").name
     (folder / "results.json").write_text(json.dumps(results, indent=1))
     return results
@@ -199,7 +271,7 @@ def render_report(out: Path) -> Path:
         res = json.loads(f.read_text())
         total += res["seconds"]
         cpu += res.get("cpu_seconds", 0.0)
-        lines += [f"## {res['title']}", "", res["headline"], ""]
+        lines += [f"## {res['title']}", "", res["headline"], ""] + ([res["verdict"], ""] if res.get("verdict") else [])
         head = "| run | config | params | " + " | ".join(m[1] for m in stage.metrics) + " | seconds |"
         lines += [head, "|" + "---|" * (4 + len(stage.metrics))]
         for label, r in res["runs"].items():
@@ -229,7 +301,10 @@ def main(out: str = "runs/demo", steps: int | None = None, overrides: list[str] 
         st = STAGES[n]
         print(f"[{i}/{len(names)}] {st.title}", flush=True)
         res = run_stage(st, out_dir, steps, list(overrides or []))
-        print(f"  -> {res['headline']} ({res['seconds']:.0f} s)\n", flush=True)
+        print(f"  -> {res['headline']} ({res['seconds']:.0f} s)", flush=True)
+        if res.get("verdict"):
+            print(f"     {res['verdict'].replace('**', '')}", flush=True)
+        print(flush=True)
     report = render_report(out_dir)
     print(f"demo done in {time.perf_counter() - t0:.0f} s; report: {report}")
     return 0
