@@ -25,8 +25,8 @@ EPILOG = """examples:
   energyformer eval runs/cem_full --text-file my.txt    # perplexity and bits/byte on any UTF-8 text
   energyformer eval runs/RUN --iterations 8             # a recurrent-depth model at more iterations
   energyformer generate runs/cem_full --prompt "ROMEO:" --max-new-tokens 200
-  energyformer list configs | energies | solvers | step_sizes | backward_modes | norms | tasks | models | attentions | mlps |
-                   preconditioners | tokenizers | positions | keys | reproductions
+  energyformer list configs | energies | solvers | step_sizes | backward_modes | norms | tasks | models |
+                   attentions | mlps | preconditioners | tokenizers | positions | keys | reproductions
   energyformer export runs/cem_full --format hf out/cem # a Hugging Face model folder (trust_remote_code)
   energyformer reproduce cem-lm --suite recursion       # CEM seed §4.2 at CPU scale
   energyformer reproduce hyperset-sudoku                # Hyper-SET vs looped transformer, test-time extrapolation
@@ -181,8 +181,8 @@ def listings() -> dict[str, Callable[[], list[tuple[str, str]]]]:
     return out
 
 
-LIST_CHOICES = ("configs", "energies", "solvers", "step_sizes", "backward_modes", "norms", "tasks", "models", "attentions", "mlps",
-                "preconditioners", "tokenizers", "positions", "reproductions", "keys")
+LIST_CHOICES = ("configs", "energies", "solvers", "step_sizes", "backward_modes", "norms", "tasks", "models",
+                "attentions", "mlps", "preconditioners", "tokenizers", "positions", "reproductions", "keys")
 
 
 def cmd_list(a, extra) -> int:

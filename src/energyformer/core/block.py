@@ -2,14 +2,15 @@
 
 A block normalises its input once (``h = norm(x)``), lets the energy do its once-only work
 (``state = energy.prepare(h)``: keys, values, gates), then runs the solver from ``x0`` for ``steps``
-steps. With ``init='residual'`` (default) ``x0`` is the raw residual stream ``x``, so with T = 1 the
-block equals a pre-norm residual sublayer ``x + f(norm(x))``; ``init='normalized'`` starts from
-``norm(x)`` as a literal reading of CEM Algorithm 1 ("x_i <- h_i" after "h <- RMSNorm(h)") would.
+steps. With ``init='residual'`` (default; the config's ``norm.init``) ``x0`` is the raw residual
+stream ``x``, so with T = 1 the block equals a pre-norm residual sublayer ``x + f(norm(x))``;
+``init='normalized'`` starts from ``norm(x)`` as a literal reading of CEM Algorithm 1
+("x_i <- h_i" after "h <- RMSNorm(h)") would.
 
-When ``norm_in_loop`` (CEM Algorithm 1, default; the config's ``norm.in_loop``) the gradient is evaluated at ``u = norm(x_t)``; the
-step ``x_{t+1} = x_t - eta P ∇E(u_t)`` is then not a gradient step on ``x -> E(norm(x))`` (the norm's
-Jacobian is missing), so ``exact`` is False. Without it every step is an exact (preconditioned)
-gradient step on ``E(x | h)``.
+When ``norm_in_loop`` (CEM Algorithm 1, default; the config's ``norm.in_loop``) the gradient is
+evaluated at ``u = norm(x_t)``; the step ``x_{t+1} = x_t - eta P ∇E(u_t)`` is then not a gradient step
+on ``x -> E(norm(x))`` (the norm's Jacobian is missing), so ``exact`` is False. Without it every step
+is an exact (preconditioned) gradient step on ``E(x | h)``.
 
 Call-time options (DESIGN.md core table): the step count is ``steps=`` if given, else
 ``ctx.steps`` (test-time budgets), else the block's own (``eval_steps`` in eval mode when set,
