@@ -16,6 +16,7 @@ def test_every_choice_is_a_listing():
     ("step_sizes", ["fixed", "learned", "per_iteration", "network"]),
     ("solvers", ["gd", "momentum", "nesterov", "proximal", "ista", "sphere"]),
     ("backward_modes", ["unroll", "truncated", "implicit"]),
+    ("norms", ["rms", "layer", "energy_layer", "none"]),
     ("attentions", ["llama", "cem", "hyperset"]),
     ("models", ["transformer", "vision", "masked_vision", "regressor"]),
 ])

@@ -25,8 +25,8 @@ EPILOG = """examples:
   energyformer eval runs/cem_full --text-file my.txt    # perplexity and bits/byte on any UTF-8 text
   energyformer eval runs/RUN --iterations 8             # a recurrent-depth model at more iterations
   energyformer generate runs/cem_full --prompt "ROMEO:" --max-new-tokens 200
-  energyformer list configs | energies | solvers | step_sizes | backward_modes | tasks | models | attentions | mlps |
-                   preconditioners | tokenizers | positions | keys | reproductions
+  energyformer list configs | energies | solvers | step_sizes | backward_modes | norms | tasks | models |
+                   attentions | mlps | preconditioners | tokenizers | positions | keys | reproductions
   energyformer export runs/cem_full --format hf out/cem # a Hugging Face model folder (trust_remote_code)
   energyformer reproduce cem-lm --suite recursion       # CEM seed §4.2 at CPU scale
   energyformer reproduce hyperset-sudoku                # Hyper-SET vs looped transformer, test-time extrapolation
@@ -153,7 +153,7 @@ def listings() -> dict[str, Callable[[], list[tuple[str, str]]]]:
     """``energyformer list WHAT``: WHAT -> the rows (name, description) of one registry lookup."""
     _registries()
     from .blocks.registry import ATTENTIONS, MLPS
-    from .core import BACKWARD_MODES, ENERGIES, SOLVERS, STEP_SIZES
+    from .core import BACKWARD_MODES, ENERGIES, NORMS, SOLVERS, STEP_SIZES
     from .core.precond import PRECONDITIONERS
     from .data.tokenizers import TOKENIZERS
     from .experiment import configs_dir
@@ -173,7 +173,7 @@ def listings() -> dict[str, Callable[[], list[tuple[str, str]]]]:
         return [(k, f"models: {', '.join(e.builder.model_kinds):22s} {e.doc}") for k, e in _tasks().entries.items()]
 
     registries = {"energies": ENERGIES, "solvers": SOLVERS, "step_sizes": STEP_SIZES,
-                  "backward_modes": BACKWARD_MODES, "models": MODELS,
+                  "backward_modes": BACKWARD_MODES, "norms": NORMS, "models": MODELS,
                   "attentions": ATTENTIONS, "mlps": MLPS, "preconditioners": PRECONDITIONERS,
                   "tokenizers": TOKENIZERS, "positions": POSITIONS}
     out: dict[str, Callable[[], list[tuple[str, str]]]] = {"configs": configs, "tasks": tasks}
@@ -182,8 +182,8 @@ def listings() -> dict[str, Callable[[], list[tuple[str, str]]]]:
     return out
 
 
-LIST_CHOICES = ("configs", "energies", "solvers", "step_sizes", "backward_modes", "tasks", "models", "attentions", "mlps",
-                "preconditioners", "tokenizers", "positions", "reproductions", "keys")
+LIST_CHOICES = ("configs", "energies", "solvers", "step_sizes", "backward_modes", "norms", "tasks", "models",
+                "attentions", "mlps", "preconditioners", "tokenizers", "positions", "reproductions", "keys")
 
 
 def cmd_list(a, extra) -> int:

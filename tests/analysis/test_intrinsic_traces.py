@@ -26,7 +26,7 @@ def test_momentum_traces_have_one_velocity_per_sublayer():
 def test_an_exact_small_step_lowers_each_layers_free_energy():
     """Tied MHA without the norm in the loop is exact GD on F(x | LN(context)): the trace must show
     F_l going down across the attention sublayer (a check of the trace, which can fail)."""
-    m = _model({"kind": "mha_tied", "norm_in_loop": False, "form": "elastic", "step_size": 0.05,
+    m = _model({"kind": "mha_tied", "norm": {"in_loop": False}, "form": "elastic", "step_size": 0.05,
                 "learn_step_size": False})
     with torch.no_grad():
         for p in m.parameters():

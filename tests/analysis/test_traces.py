@@ -10,8 +10,8 @@ from energyformer.models.lm import CausalLM, ModelConfig
 
 def test_small_steps_descend_every_block_and_plot(tmp_path):
     torch.manual_seed(0)
-    cfg = BlockConfig(attention=CEMAttentionConfig(steps=4, step_size=0.02, norm_in_loop=False),
-                      mlp=CEMMLPConfig(steps=4, step_size=0.02, norm_in_loop=False))
+    cfg = BlockConfig(attention=CEMAttentionConfig(steps=4, step_size=0.02, norm={"in_loop": False}),
+                      mlp=CEMMLPConfig(steps=4, step_size=0.02, norm={"in_loop": False}))
     m = CausalLM(ModelConfig(vocab_size=40, dim=32, n_layers=2, heads=4, block=cfg)).double()
     out = m(torch.randint(0, 40, (2, 12)), trace=True)
     drops = energy_drops(out.traces)
@@ -26,7 +26,7 @@ def test_iterated_model_traces_are_plotted_per_block_and_iteration(tmp_path):
     from energyformer.analysis.traces import block_name, trace_label
 
     torch.manual_seed(0)
-    cfg = BlockConfig(attention=CEMAttentionConfig(steps=3, step_size=0.02, norm_in_loop=False), mlp="swiglu")
+    cfg = BlockConfig(attention=CEMAttentionConfig(steps=3, step_size=0.02, norm={"in_loop": False}), mlp="swiglu")
     m = CausalLM(ModelConfig(vocab_size=40, dim=32, n_layers=1, heads=4, iterations=3, block=cfg)).double()
     out = m(torch.randint(0, 40, (2, 12)), trace=True)
     drops = energy_drops(out.traces)

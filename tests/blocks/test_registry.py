@@ -53,8 +53,8 @@ def test_bad_kind_is_one_line_listing_registered(data, needles):
      ["unknown key 'attention.rope_theta' for attention kind 'gpt'", "kinds that accept it: llama"]),
     ({"attention": {"kind": "llama", "steps": 2}},
      ["unknown key 'attention.steps' for attention kind 'llama'", "kinds that accept it: cem"]),
-    ({"mlp": {"kind": "gelu", "norm_in_loop": True}},
-     ["unknown key 'mlp.norm_in_loop' for mlp kind 'gelu'", "kinds that accept it: cem"]),
+    ({"mlp": {"kind": "gelu", "solver": "gd"}},
+     ["unknown key 'mlp.solver' for mlp kind 'gelu'", "kinds that accept it: cem"]),
     ({"attention": {"kind": "cem", "stpes": 2}}, ["unknown key 'attention.stpes'", "did you mean 'attention.steps'"]),
 ])
 def test_unknown_key_in_a_kind_section_names_the_kinds_that_accept_it(data, needles):

@@ -66,3 +66,15 @@ def test_key_padding_mask():
     assert key_padding_mask(None) is None
     m = key_padding_mask(torch.tensor([[1, 0, 1]]))
     assert m.shape == (1, 1, 1, 3) and m.dtype == torch.bool and m.tolist() == [[[[True, False, True]]]]
+
+
+def test_sdpa_with_a_prepared_mask():
+    """An energy's mask built once in prepare (CRATE, Hyper-SET key padding) goes through ``mask=``."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 5, 4, generator=g, dtype=D64) for _ in range(3))
+    km = torch.tensor([[True, True, False, True, False], [True] * 5])
+    mask = key_padding_mask(km)  # (B, 1, 1, N): padded keys hidden from every query, themselves included
+    torch.testing.assert_close(sdpa(q, k, v, False, None, mask=mask), _reference(q, k, v, mask))
+    assert not torch.allclose(sdpa(q, k, v, False, None, mask=mask), sdpa(q, k, v, False, None))
+    with pytest.raises(ValueError, match="either mask or"):
+        sdpa(q, k, v, True, None, mask=mask)

@@ -99,7 +99,7 @@ def test_every_energy_sublayer_has_the_descent_keys():
             cfg = reg.get(name).config
             if issubclass(cfg, DescentConfig):
                 found.add(name)
-                assert {"solver", "step_size", "steps", "eval_steps", "backward"} <= set(cfg.model_fields)
+                assert {"solver", "step_size", "steps", "eval_steps", "backward", "norm"} <= set(cfg.model_fields)
     assert energy_kinds <= found
 
 
@@ -160,7 +160,7 @@ def test_old_hyperset_parameter_names_load():
     assert torch.equal(layer.attn.step.out.bias, state["attn.solver.step_size.net.out.bias"] + 1)
 
 
-def test_list_keys_shows_the_descent_keys_under_every_energy_sublayer():
+def test_list_keys_shows_the_descent_keys_under_every_energy_sublayer():  # norm included (norm.kind)
     """What ``energyformer list keys`` prints (format_config_help(RunConfig))."""
     from energyformer.experiment import RunConfig
     from energyformer.utils.config import format_config_help
@@ -170,5 +170,5 @@ def test_list_keys_shows_the_descent_keys_under_every_energy_sublayer():
         for name in reg.names():
             if issubclass(reg.get(name).config, DescentConfig):
                 head = f"block.{part}[kind={name}]."
-                for key in ("solver.kind", "step_size", "backward.kind", "steps", "eval_steps"):
+                for key in ("solver.kind", "step_size", "backward.kind", "steps", "eval_steps", "norm.kind"):
                     assert head + key in text, head + key

@@ -101,7 +101,7 @@ COVERED = [
     dict(diagonal_readout="algorithm1", precond="diag_low_rank", precond_rank=3, steps=2, masked=True),
     dict(precond="diag_low_rank", precond_rank=3, steps=2, masked=True),  # the paper's per-head D+LR bank
     dict(precond="diagonal", causal=False),
-    dict(learn_step_size=True, step_size=0.7, norm_in_loop=False, init="normalized"),
+    dict(learn_step_size=True, step_size=0.7, norm={"in_loop": False, "init": "normalized"}),
 ]
 
 

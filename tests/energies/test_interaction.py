@@ -50,7 +50,7 @@ def test_t1_equals_tied_multihead_attention_with_residual():
 @pytest.mark.parametrize("diagonal", ["shared", "per_head"])
 def test_update_is_exact_negative_gradient_step(diagonal):
     eta = 0.7
-    cfg = CEMAttentionConfig(diagonal=diagonal, step_size=eta, norm_in_loop=False)
+    cfg = CEMAttentionConfig(diagonal=diagonal, step_size=eta, norm={"in_loop": False})
     blk = CEMAttention(16, 4, cfg).double()
     _randomise(blk, 1)
     assert blk.exact

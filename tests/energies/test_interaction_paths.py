@@ -135,7 +135,7 @@ OPTIONS = [
     dict(precond="diag_low_rank", precond_rank=3, diagonal="per_head"),
     dict(precond="diag_low_rank", precond_rank=3, precond_per_head=False),
     dict(diagonal_readout="algorithm1", precond="diag_low_rank", precond_rank=3),
-    dict(learn_step_size=True, step_size=0.7, norm_in_loop=False),
+    dict(learn_step_size=True, step_size=0.7, norm={"in_loop": False}),
 ]
 
 
@@ -253,7 +253,7 @@ def _algorithm1_loop(blk: CEMAttention, x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("path", PATHS)
 def test_algorithm1_readout_equals_literal_loop(path):
     cfg = CEMAttentionConfig(steps=2, diagonal_readout="algorithm1", precond="diag_low_rank", precond_rank=3,
-                             init="normalized", temperature="model_dim", step_size=0.8, attn_path=path,
+                             norm={"init": "normalized"}, temperature="model_dim", step_size=0.8, attn_path=path,
                              attn_block=2)
     blk = _randomised(cfg, True, 5)
     assert not blk.exact and not blk.energy.exact

@@ -6,13 +6,16 @@ Both are :class:`~energyformer.core.EnergyBlock`s, registered as attention kind 
     CEM attention = InteractionEnergy  + GradientDescent(P_k, eta) × T   (Eq. 14, 16)
     CEM MLP       = ElementwiseEnergy  + GradientDescent(P_mlp, eta) × T (Eq. 15, 17)
 
-with one RMSNorm per sublayer used both on the block input (keys / gate, computed once) and, when
-``norm_in_loop`` (Algorithm 1), on the iterate before each gradient evaluation — then ``exact`` is False
-(see :mod:`energyformer.core.block`). With T = 1, identity preconditioner and no diagonal, CEM attention
+with one RMSNorm (eps 1e-6) per sublayer used both on the block input (keys / gate, computed once) and,
+with ``norm: {in_loop: true}`` (Algorithm 1, the default), on the iterate before each gradient
+evaluation — then ``exact`` is False (see :mod:`energyformer.core.block`). ``norm`` is the shared
+sublayer key (:mod:`energyformer.core.norm`): ``norm: {in_loop: false}`` gives exact gradient steps,
+``norm: {init: normalized}`` starts the descent at RMSNorm(x) as Algorithm 1 read literally does,
+``norm: {kind: layer}`` swaps the norm. With T = 1, identity preconditioner and no diagonal, CEM attention
 is pre-norm multi-head attention with W^K = W^V, W^Q = W^O plus the residual; CEM MLP is a pre-norm
 gated MLP with W^u = W^dᵀ.
 
-Descent keys (``solver``, ``step_size``, ``steps``, ``eval_steps``, ``backward``) are the shared
+Descent keys (``solver``, ``step_size``, ``steps``, ``eval_steps``, ``backward``, ``norm``) are the shared
 sublayer shape (:mod:`energyformer.core.sublayer`); the default solver is ``gd`` with the seed's
 preconditioner options (``solver: {precond: diag_low_rank}`` picks P_k of Eq. 13-14).
 
@@ -23,21 +26,25 @@ CEM attention is causal (the seed) or bidirectional (``causal=False``, given by 
 from typing import Literal
 
 from pydantic import Field
-from torch import nn
 
 from ..core.block import EnergyBlock
+from ..core.norm import NORMS, RMSNormConfig
 from ..core.solver import SOLVERS, GDConfig
-from ..core.sublayer import DescentConfig, build_solver
+from ..core.sublayer import DescentConfig
 from ..energies.elementwise import ElementwiseEnergy
 from ..energies.interaction import InteractionEnergy
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, llama_hidden
 
 Precond = Literal["identity", "diagonal", "diag_low_rank"]  # = core.precond.PRECONDITIONERS (tested)
 Diagonal = Literal["none", "shared", "per_head"]              # = energies.interaction.DIAGONAL_MODES
-Init = Literal["residual", "normalized"]
 Readout = Literal["gradient", "algorithm1"]                   # = energies.interaction.READOUTS
 AttnPath = Literal["auto", "fused", "blocked", "kernel"]      # = energies.interaction.ATTN_PATHS
 Temperature = Literal["head_dim", "model_dim"]                # = energies.interaction.TEMPERATURES
+
+
+def _rmsnorm() -> RMSNormConfig:
+    """CEM's norm: RMSNorm with eps 1e-6 (Llama's), on the input and on the iterate (Algorithm 1)."""
+    return RMSNormConfig(eps=1e-6, in_loop=True, init="residual")
 
 
 class CEMAttentionConfig(AttentionConfig, DescentConfig):
@@ -52,10 +59,9 @@ class CEMAttentionConfig(AttentionConfig, DescentConfig):
     """ALiBi bias: −m_k (i − j) causal, symmetric −m_k |i − j| bidirectional (App. B)"""
     self_bias: bool = True
     """learned per-head bias on the self score j = i (App. B)"""
-    norm_in_loop: bool = True
-    """RMSNorm the iterate before each step (Algorithm 1); the update is then not exact"""
-    init: Init = "residual"
-    """x0 = residual stream ('residual': T=1 is pre-norm attention) or RMSNorm(h) ('normalized')"""
+    norm: NORMS.type("rms") = Field(default_factory=lambda: _rmsnorm())
+    """norm (default: RMSNorm, eps 1e-6, in the loop: Algorithm 1, so the update is not exact; x0 = the
+    residual stream, so T = 1 is pre-norm attention; init: normalized starts at RMSNorm(h))"""
     diagonal_readout: Readout = "gradient"
     """'gradient': the update is the exact gradient of Eq. 2 + 12 (d_k∘h_j in the values too);
     'algorithm1': the seed's Algorithm 1, diagonal in the scores only (not a gradient step)"""
@@ -87,10 +93,9 @@ class CEMMLPConfig(MLPConfig, DescentConfig):
     kind: Literal["cem"] = "cem"
     solver: SOLVERS.type("gd") = Field(default_factory=lambda: GDConfig(precond_rank=16))
     """descent rule (default gd; precond: P of Eq. 13, rank R = 16 (App. D.4))"""
-    norm_in_loop: bool = True
-    """RMSNorm the iterate before each step (Algorithm 1); the update is then not exact"""
-    init: Init = "residual"
-    """x0 = residual stream ('residual') or RMSNorm(h) ('normalized')"""
+    norm: NORMS.type("rms") = Field(default_factory=lambda: _rmsnorm())
+    """norm (default: RMSNorm, eps 1e-6, in the loop: Algorithm 1, so the update is not exact; x0 = the
+    residual stream; init: normalized starts at RMSNorm(h))"""
 
     def default_hidden(self, dim: int) -> int:
         return llama_hidden(dim)
@@ -98,10 +103,6 @@ class CEMMLPConfig(MLPConfig, DescentConfig):
     @classmethod
     def examples(cls) -> list[dict]:
         return [{}, {"steps": 2, "solver": {"precond": "diag_low_rank", "precond_rank": 4}}]
-
-
-def _rmsnorm(dim: int) -> nn.Module:
-    return nn.RMSNorm(dim, eps=1e-6)
 
 
 class CEMAttention(EnergyBlock):
@@ -116,8 +117,7 @@ class CEMAttention(EnergyBlock):
             temperature=cfg.temperature, attn_fp32=cfg.attn_fp32, causal=causal,
             diagonal_readout=cfg.diagonal_readout, attn_path=cfg.attn_path,
             attn_memory_mb=cfg.attn_memory_mb, attn_block=cfg.attn_block)
-        solver = build_solver(cfg, dim, heads, name="attention")
-        super().__init__(energy, solver, cfg.steps, _rmsnorm(dim), cfg.norm_in_loop, cfg.init, cfg.eval_steps)
+        super().__init__(energy, **self.config_args(cfg, dim, heads, name="attention"))
         self.cfg = cfg
 
 
@@ -130,8 +130,7 @@ class CEMMLP(EnergyBlock):
         cfg = cfg or CEMMLPConfig()
         hidden = cfg.hidden or hidden or cfg.default_hidden(dim)
         energy = ElementwiseEnergy(dim, hidden)
-        solver = build_solver(cfg, dim, name="mlp")
-        super().__init__(energy, solver, cfg.steps, _rmsnorm(dim), cfg.norm_in_loop, cfg.init, cfg.eval_steps)
+        super().__init__(energy, **self.config_args(cfg, dim, name="mlp"))
         self.cfg = cfg
 
 

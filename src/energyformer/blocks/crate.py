@@ -33,13 +33,13 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from pydantic import Field
-from torch import nn
 
 from ..core.block import EnergyBlock
+from ..core.norm import NORMS, LayerNormConfig
 from ..core.projected import ISTA, ISTAConfig as ISTASolverConfig  # noqa: F401  (ISTA: re-exported)
 from ..core.solver import SOLVERS
 from ..core.stepsize import StepSizeField
-from ..core.sublayer import DescentConfig, build_solver
+from ..core.sublayer import DescentConfig
 from ..energies.crate import LassoEnergy, SubspaceAttentionEnergy
 from ..utils.validate import ConfigError
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
@@ -60,6 +60,8 @@ class CRATEAttentionConfig(AttentionConfig, DescentConfig):
     """κ (the reference code: 1, folded into W_O)"""
     head_dim: int | None = Field(None, ge=1)
     """subspace dimension p (None: dim / heads)"""
+    norm: NORMS.type("layer") = Field(default_factory=LayerNormConfig)
+    """norm (default: the CRATE code's pre-LayerNorm, re-applied at every step when steps > 1; x0 = z)"""
 
     @classmethod
     def examples(cls) -> list[dict]:
@@ -76,8 +78,7 @@ class CRATEAttention(EnergyBlock):
             energy = SubspaceAttentionEnergy(dim, heads, cfg.head_dim, cfg.output)
         except ValueError as err:
             raise ConfigError(f"attention (crate): {err}") from None
-        super().__init__(energy, build_solver(cfg, dim, heads, name="attention"), cfg.steps,
-                         norm=nn.LayerNorm(dim), norm_in_loop=True, init="residual", eval_steps=cfg.eval_steps)
+        super().__init__(energy, **self.config_args(cfg, dim, heads, name="attention"))
 
 
 @ATTENTIONS.register("crate", CRATEAttentionConfig)
@@ -97,6 +98,9 @@ class ISTAConfig(MLPConfig, DescentConfig):
     """descent rule (default ista: lambd λ = 0.1 and nonnegative codes, the CRATE code)"""
     step_size: StepSizeField = 0.1
     """η (CRATE code: 0.1)"""
+    norm: NORMS.type("layer") = Field(default_factory=lambda: LayerNormConfig(in_loop=False, init="normalized"))
+    """norm (default: the CRATE code's pre-LayerNorm h = LN(x), outside the loop, ISTA started at
+    x0 = h: Eq. 13, no residual)"""
 
     def default_hidden(self, dim: int) -> int:
         return dim  # a square dictionary D ∈ R^{d×d} (the reference code)
@@ -112,8 +116,7 @@ class ISTABlock(EnergyBlock):
     part = "mlp"
 
     def __init__(self, dim: int, cfg: ISTAConfig):
-        super().__init__(LassoEnergy(dim), build_solver(cfg, dim, name="mlp"), cfg.steps, norm=nn.LayerNorm(dim),
-                         norm_in_loop=False, init="normalized", eval_steps=cfg.eval_steps)
+        super().__init__(LassoEnergy(dim), **self.config_args(cfg, dim, name="mlp"))
 
 
 @MLPS.register("ista", ISTAConfig)

@@ -7,7 +7,7 @@ one update for both: T steps of
     x ← x - α ∇_g E(g),   g = EnergyLayerNorm(x)                                     (Eq. 8, discretised)
 
 i.e. an :class:`~energyformer.core.EnergyBlock` with the ET layer norm *in the loop* (re-applied at
-every step), gradient descent and no separate MLP — so a layer is ``{attention: {kind: et}, mlp:
+every step; the default of the sublayer's ``norm`` key, ``{kind: energy_layer, in_loop: true}``), gradient descent and no separate MLP — so a layer is ``{attention: {kind: et}, mlp:
 identity}``. Recurrent depth: ``steps`` descent steps inside the block times the model's ``iterations``
 passes (ET's code: 12 steps, α = 0.1; the Hyper-SET authors' image ET: one step per pass, 12 passes,
 α = 1). The update is
@@ -31,8 +31,9 @@ from torch import Tensor, nn
 from ..core.block import EnergyBlock
 from ..core.context import ForwardContext
 from ..core.stepsize import StepSizeField
-from ..core.sublayer import DescentConfig, build_solver
-from ..energies.energy_transformer import EnergyLayerNorm, EnergyTransformerEnergy
+from ..core.norm import NORMS
+from ..core.sublayer import DescentConfig
+from ..energies.energy_transformer import EnergyLayerNormConfig, EnergyTransformerEnergy
 from ..utils.validate import ConfigError
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
 
@@ -56,6 +57,9 @@ class ETConfig(AttentionConfig, DescentConfig):
     authors' ET include it)"""
     init_std: float = Field(0.002, gt=0)
     """std of the N(0, std²) init of W^Q, W^K (ET code: 0.002)"""
+    norm: NORMS.type("energy_layer") = Field(default_factory=EnergyLayerNormConfig)
+    """norm (default: ET's scalar-gain layer norm g = LN(x) in the loop, Eqs. 1 and 8: the step is
+    -α ∇_g E at g = LN(x_t), so not exact; x0 = x)"""
 
     @classmethod
     def examples(cls) -> list[dict]:
@@ -74,9 +78,7 @@ class EnergyTransformerBlock(EnergyBlock):
                                              cfg.init_std)
         except ValueError as err:
             raise ConfigError(f"attention (et): {err}") from None
-        solver = build_solver(cfg, dim, heads, name="attention")
-        super().__init__(energy, solver, cfg.steps, norm=EnergyLayerNorm(dim), norm_in_loop=True, init="residual",
-                         eval_steps=cfg.eval_steps)
+        super().__init__(energy, **self.config_args(cfg, dim, heads, name="attention"))
 
 
 @ATTENTIONS.register("et", ETConfig)

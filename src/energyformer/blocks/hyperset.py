@@ -59,7 +59,8 @@ from ..core.adapter import DepthLoRA, LoRAConfig
 from ..core.block import EnergyBlock
 from ..core.context import ForwardContext
 from ..core.stepsize import NetworkStepSize, NetworkStepSizeConfig, StepSizeField, StepSizeGroup, make_step_size
-from ..core.sublayer import DescentConfig, build_solver
+from ..core.norm import NORMS, NoNormConfig
+from ..core.sublayer import DescentConfig
 from ..energies.hyperspherical import BiSoftmaxAttentionEnergy, ReLUFFEnergy
 from ..energies.hyperspherical_alt import GatedFFEnergy, LinearAttentionEnergy, SigmoidAttentionEnergy, SoftmaxFFEnergy
 from ..utils.validate import ConfigError
@@ -121,8 +122,7 @@ class HyperSETSublayer(EnergyBlock):
                     if self.role == "attention":
                         shared[SHARED_NETWORK] = step
                     step = step.group(0, owner=True)
-        super().__init__(energy, build_solver(cfg, dim, step_size=step, name=name), cfg.steps,
-                         eval_steps=cfg.eval_steps)
+        super().__init__(energy, **self.config_args(cfg, dim, step_size=step, name=name))
         self.dim, self.name = dim, name
         w = energy.proj.weight
         if cfg.lora.rank:
@@ -195,6 +195,9 @@ class HyperSETAttentionConfig(AttentionConfig, DescentConfig):
     """α_t: the paper's network (groups 2: also γ for the feed-forward), or fixed / learned / per_iteration"""
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     """depth-wise LoRA of W (App. G.2)"""
+    norm: NORMS.type("none") = Field(default_factory=NoNormConfig)
+    """norm of the block (default none: Hyper-SET has no pre-norm; its sphere RMSNorms are part of the
+    energy, Eq. 8, keys sphere / gain)"""
 
     @classmethod
     def migrate(cls, data: dict) -> dict:
@@ -231,6 +234,9 @@ class HyperSETFFConfig(MLPConfig, DescentConfig):
     """γ_t: 'shared' (from the attention sublayer's network, Table 6) or a step-size config of its own"""
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     """depth-wise LoRA of D (App. G.2)"""
+    norm: NORMS.type("none") = Field(default_factory=NoNormConfig)
+    """norm of the block (default none: Hyper-SET has no pre-norm; its sphere RMSNorms are part of the
+    energy, Eq. 11, keys sphere / gain)"""
 
     @classmethod
     def migrate(cls, data: dict) -> dict:

@@ -21,7 +21,8 @@ kind                update (x: residual stream, S: the sublayer's direction)    
 :mod:`energyformer.blocks.intrinsic_newton`.)
 
 Every kind has the shared sublayer shape (:mod:`energyformer.core.sublayer`: ``solver``, ``step_size``,
-``steps``, ``eval_steps``, ``backward``); the kinds differ in their energy and their default solver.
+``steps``, ``eval_steps``, ``backward``, ``norm``); the kinds differ in their energy and their default
+solver. The norm is GPT-2's pre-LayerNorm in the loop (the shared default, ``norm: {kind: layer}``).
 
 **Momentum across layers.** ``momen_*`` / ``nag_*`` default to the core :class:`~energyformer.core.Momentum`
 / :class:`~energyformer.core.Nesterov` solvers (``torch.optim.SGD`` semantics, tested step for step)
@@ -58,9 +59,10 @@ from torch import nn
 
 from ..core.block import EnergyBlock
 from ..core.momentum import MomentumConfig, NesterovConfig
+from ..core.norm import NORMS, LayerNormConfig
 from ..core.solver import SOLVERS, Solver
 from ..core.stepsize import LearnedStepSizeConfig, StepSizeField
-from ..core.sublayer import DescentConfig, build_solver
+from ..core.sublayer import DescentConfig
 from ..energies.free_energy import FEATURE_MAPS, MultiHeadFreeEnergy, SumOfSquaresEnergy
 from ..energies.intrinsic_heads import GeluFFNField, LinearAttentionHeads, MHAHeads
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
@@ -74,11 +76,12 @@ LEGACY_READOUTS = {"iterate": "seed", "lookahead": "sgd_lookahead"}
 class IntrinsicBlock(EnergyBlock):
     """Pre-LayerNorm sublayer = one solver step on an energy (residual included): an
     :class:`~energyformer.core.EnergyBlock` with a LayerNorm (the look-ahead point of explicit
-    Nesterov is the core's, :meth:`~energyformer.core.Solver.shift`)."""
+    Nesterov is the core's, :meth:`~energyformer.core.Solver.shift`). Built from a config by
+    :meth:`~energyformer.core.EnergyBlock.from_config`."""
 
     def __init__(self, energy: nn.Module, solver: Solver, norm: nn.Module, steps: int = 1,
-                 norm_in_loop: bool = True, eval_steps: int | None = None):
-        super().__init__(energy, solver, steps, norm, norm_in_loop, "residual", eval_steps)
+                 norm_in_loop: bool = True, eval_steps: int | None = None, init: str = "residual"):
+        super().__init__(energy, solver, steps, norm, norm_in_loop, init, eval_steps)
 
 
 def _learned(init: float = 1.0):
@@ -159,12 +162,13 @@ class TiedMHAConfig(AttentionConfig, DescentConfig):
     auto_step_learned: ClassVar[bool] = True
     step_size: Literal["auto"] | StepSizeField = "auto"
     """eta: 'auto' = learned, initialised at heads (so that W_O^h = P_h^T at the start), or a step-size config"""
-    norm_in_loop: bool = True
-    """gradient at z = LN(x) (Theorem 1's point on the sphere); false: exact GD on F(x | LN(context))"""
+    norm: NORMS.type("layer") = Field(default_factory=LayerNormConfig)
+    """norm (default: LayerNorm in the loop, the gradient at z = LN(x), Theorem 1's point on the sphere;
+    in_loop: false gives exact GD on F(x | LN(context)))"""
 
     @classmethod
     def examples(cls) -> list[dict]:
-        return [{}, {"form": "elastic", "norm_in_loop": False}]
+        return [{}, {"form": "elastic", "norm": {"in_loop": False}}]
 
 
 class LinearAttnConfig(AttentionConfig, DescentConfig):
@@ -186,15 +190,9 @@ class LinearAttnConfig(AttentionConfig, DescentConfig):
         return [{}, {"tied": True, "decay": True, "feature_map": "elu1"}]
 
 
-def _norm(dim: int) -> nn.LayerNorm:
-    return nn.LayerNorm(dim)
-
-
-def _block(energy: nn.Module, cfg: DescentConfig, spec: SublayerSpec, name: str, step_size=None,
-           norm_in_loop: bool = True) -> IntrinsicBlock:
-    """The generic energy sublayer with a pre-LayerNorm (``step_size`` overrides an 'auto' config)."""
-    solver = build_solver(cfg, spec.dim, spec.heads, step_size=step_size, name=name)
-    return IntrinsicBlock(energy, solver, _norm(spec.dim), cfg.steps, norm_in_loop, cfg.eval_steps)
+def _block(energy: nn.Module, cfg: DescentConfig, spec: SublayerSpec, name: str, step_size=None) -> IntrinsicBlock:
+    """The generic energy sublayer (``step_size`` overrides an 'auto' config)."""
+    return IntrinsicBlock.from_config(energy, cfg, spec.dim, spec.heads, step_size=step_size, name=name)
 
 
 def _nag(cfg):
@@ -237,7 +235,7 @@ def build_tied_mha(cfg: TiedMHAConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """Tied MHA: exact −∇F_MH (fused SDPA), one step of learned size η."""
     energy = MultiHeadFreeEnergy(spec.dim, spec.heads, cfg.form, cfg.temperature, spec.causal)
     eta = LearnedStepSizeConfig(init=float(spec.heads)) if cfg.step_size == "auto" else None
-    return _tag(_block(energy, cfg, spec, "attention", eta, norm_in_loop=cfg.norm_in_loop), "attention")
+    return _tag(_block(energy, cfg, spec, "attention", eta), "attention")
 
 
 @ATTENTIONS.register("linear_attn", LinearAttnConfig)

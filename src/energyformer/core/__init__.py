@@ -1,7 +1,8 @@
 """Core abstractions: Energy, Solver (step rule + shared loop), StepSize, Preconditioner,
 EnergyBlock, Trace, and the one sublayer config shape (DescentConfig). Importing this package
 registers the core energies (quadratic, composite), the solvers (gd, momentum, nesterov, proximal,
-ista, sphere), the backward modes (unroll, truncated, implicit) and the step-size kinds."""
+ista, sphere), the backward modes (unroll, truncated, implicit), the step-size kinds and the norm
+kinds (rms, layer, none; ``energy_layer`` comes with :mod:`energyformer.energies`)."""
 
 from .backward import (
     BACKWARD_MODES, BackwardMode, Truncated, TruncatedConfig, Unroll, UnrollConfig, make_backward_mode,
@@ -12,6 +13,7 @@ from .checks import check_descent, check_energy, check_grad, check_reference
 from .composite import CompositeEnergy
 from .energy import ENERGIES, Energy, register_energy
 from .implicit import Implicit, ImplicitConfig
+from .norm import NORMS, LayerNormConfig, NoNormConfig, NormConfig, RMSNormConfig, make_norm
 from .momentum import Momentum, MomentumConfig, Nesterov, NesterovConfig
 from .precond import (
     PRECONDITIONERS, DiagLowRankPrecond, DiagonalPrecond, IdentityPrecond, Preconditioner,
@@ -47,5 +49,6 @@ __all__ = [
     "STEP_SIZES", "StepSize", "StepSizeField", "make_step_size", "FixedStepSize", "FixedStepSizeConfig",
     "LearnedStepSize", "LearnedStepSizeConfig", "PerIterationStepSize", "PerIterationStepSizeConfig",
     "NetworkStepSize", "NetworkStepSizeConfig",
+    "NORMS", "NormConfig", "RMSNormConfig", "LayerNormConfig", "NoNormConfig", "make_norm",
     "Trace", "Traces", "key_label",
 ]

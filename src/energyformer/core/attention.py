@@ -18,7 +18,15 @@ defined, meaningless, and never read by a real token).
 **SDPA dispatch** (:func:`sdpa`): without a padding mask or window the fused paths of
 ``F.scaled_dot_product_attention`` are used — ``is_causal=True`` for square causal calls, no mask at
 all for bidirectional attention or a single decoded token; otherwise the boolean mask of
-:func:`visible` is passed.
+:func:`visible` is passed. An energy that builds its mask once in ``prepare`` (a key-padding mask
+reused by every descent step) passes it as ``mask=``.
+
+**Where attention is not this kit** (each says why at the spot): CEM's fused path
+(:func:`energyformer.energies.interaction_paths.attend_fused`) appends a null key to read p_ii out of
+the same call, so its causal call is shifted by one (a square ``is_causal`` call on [null ; keys]
+with a padded query); the blocked CEM path, the chunked log-sum-exp and the column softmax of
+Hyper-SET's bi-softmax materialise score blocks (an energy or a softmax over queries, which SDPA
+does not return).
 
 **KV cache** (:func:`append_cache`): a cache slot is a plain dict owned by one block and iteration
 (:meth:`~energyformer.core.context.ForwardContext.cache_slot`); it holds this block's tensors under
@@ -86,12 +94,19 @@ def masked_logsumexp(logits: Tensor, vis: Tensor | None) -> Tensor:
 
 # ----------------------------------------------------------------------------- SDPA dispatch
 def sdpa(q: Tensor, k: Tensor, v: Tensor, causal: bool, key_mask: Tensor | None, dropout: float = 0.0,
-         scale: float | None = None, window: int | None = None) -> Tensor:
+         scale: float | None = None, window: int | None = None, mask: Tensor | None = None) -> Tensor:
     """softmax(scale · q kᵀ + mask) v over (B, H, N, ·) with the visibility of :func:`visible`.
 
     Picks the fused SDPA call: ``is_causal`` for square causal calls, no mask for bidirectional
     attention or one causal query (the last position sees every key), else an explicit bool mask.
+    ``mask``: a bool visibility mask built once per block call and reused by every step (from
+    :func:`visible` or :func:`key_padding_mask`; True = visible); it replaces ``causal`` /
+    ``key_mask`` / ``window``, which must then be False / None / None.
     """
+    if mask is not None:
+        if causal or key_mask is not None or window is not None:
+            raise ValueError("sdpa: give either mask or causal / key_mask / window, not both")
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
     nq, nk = q.shape[2], k.shape[2]
     if key_mask is None and window is None:
         if causal and nq == nk:

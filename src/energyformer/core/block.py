@@ -2,14 +2,15 @@
 
 A block normalises its input once (``h = norm(x)``), lets the energy do its once-only work
 (``state = energy.prepare(h)``: keys, values, gates), then runs the solver from ``x0`` for ``steps``
-steps. With ``init='residual'`` (default) ``x0`` is the raw residual stream ``x``, so with T = 1 the
-block equals a pre-norm residual sublayer ``x + f(norm(x))``; ``init='normalized'`` starts from
-``norm(x)`` as a literal reading of CEM Algorithm 1 ("x_i <- h_i" after "h <- RMSNorm(h)") would.
+steps. With ``init='residual'`` (default; the config's ``norm.init``) ``x0`` is the raw residual
+stream ``x``, so with T = 1 the block equals a pre-norm residual sublayer ``x + f(norm(x))``;
+``init='normalized'`` starts from ``norm(x)`` as a literal reading of CEM Algorithm 1
+("x_i <- h_i" after "h <- RMSNorm(h)") would.
 
-When ``norm_in_loop`` (CEM Algorithm 1, default) the gradient is evaluated at ``u = norm(x_t)``; the
-step ``x_{t+1} = x_t - eta P ∇E(u_t)`` is then not a gradient step on ``x -> E(norm(x))`` (the norm's
-Jacobian is missing), so ``exact`` is False. Without it every step is an exact (preconditioned)
-gradient step on ``E(x | h)``.
+When ``norm_in_loop`` (CEM Algorithm 1, default; the config's ``norm.in_loop``) the gradient is
+evaluated at ``u = norm(x_t)``; the step ``x_{t+1} = x_t - eta P ∇E(u_t)`` is then not a gradient step
+on ``x -> E(norm(x))`` (the norm's Jacobian is missing), so ``exact`` is False. Without it every step
+is an exact (preconditioned) gradient step on ``E(x | h)``.
 
 Call-time options (DESIGN.md core table): the step count is ``steps=`` if given, else
 ``ctx.steps`` (test-time budgets), else the block's own (``eval_steps`` in eval mode when set,
@@ -28,7 +29,9 @@ reused for the first step's gradient point (no second norm of the same tensor).
 the energy this iteration's weights for the call (a view; the shared module is not modified).
 
 :meth:`EnergyBlock.from_config` is the one generic builder of an energy sublayer from its
-:class:`~energyformer.core.sublayer.DescentConfig`.
+:class:`~energyformer.core.sublayer.DescentConfig` (solver, step budgets, and the ``norm`` key:
+norm module, ``norm_in_loop``, ``init``; :mod:`energyformer.core.norm`); a subclass with its own
+constructor passes :meth:`EnergyBlock.config_args` to ``super().__init__``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from torch import Tensor, nn
 from ..utils.validate import ConfigError, check_choice, check_int
 from .context import ForwardContext
 from .energy import Energy
+from .norm import make_norm
 from .solver import Budget, Solver
 
 
@@ -68,15 +72,25 @@ class EnergyBlock(nn.Module):
 
     @classmethod
     def from_config(cls, energy: Energy, cfg: Any, dim: int, heads: int | None = None, *,
-                    norm: nn.Module | None = None, norm_in_loop: bool = True, init: str = "residual",
                     step_size: Any = None, name: str = "sublayer", **kw: Any) -> EnergyBlock:
-        """The block of a sublayer config (:class:`~energyformer.core.sublayer.DescentConfig`): its
-        solver (rule, step size, backward mode), ``steps`` and ``eval_steps``; ``step_size``
-        overrides the config's (a sublayer default that depends on the model, a shared module)."""
+        """The block of a sublayer config (:class:`~energyformer.core.sublayer.DescentConfig`): the
+        energy with the config's solver (rule, step size, backward mode), ``steps``, ``eval_steps`` and
+        ``norm`` (module, in-loop flag, start point); ``step_size`` overrides the config's (a sublayer
+        default that depends on the model, a shared module). ``kw`` goes to the constructor."""
+        return cls(energy, **cls.config_args(cfg, dim, heads, step_size=step_size, name=name), **kw)
+
+    @staticmethod
+    def config_args(cfg: Any, dim: int, heads: int | None = None, *, step_size: Any = None,
+                    name: str = "sublayer") -> dict[str, Any]:
+        """The constructor arguments :meth:`from_config` builds from a sublayer config (``solver``,
+        ``steps``, ``eval_steps``, ``norm``, ``norm_in_loop``, ``init``), for a subclass whose own
+        constructor builds the energy and then calls ``super().__init__(energy, **config_args)``."""
         from .sublayer import build_solver
 
         solver = build_solver(cfg, dim, heads, step_size=step_size, name=name)
-        return cls(energy, solver, cfg.steps, norm, norm_in_loop, init, cfg.eval_steps, **kw)
+        norm, in_loop, init = make_norm(cfg.norm, dim)
+        return dict(solver=solver, steps=cfg.steps, eval_steps=cfg.eval_steps, norm=norm, norm_in_loop=in_loop,
+                    init=init)
 
     @property
     def exact(self) -> bool:

@@ -6,13 +6,23 @@ Every sublayer realised as descent on an energy declares its energy keys next to
      solver:    {kind: gd | momentum | nesterov | proximal | ista | sphere, precond, tol, ...},
      step_size: {kind: fixed | learned | per_iteration | network, ...}   (a number = fixed),
      steps: T, eval_steps: T_eval | null,
-     backward:  {kind: unroll | truncated | implicit, ...}}              (a name = its defaults)
+     backward:  {kind: unroll | truncated | implicit, ...},             (a name = its defaults)
+     norm:      {kind: rms | layer | energy_layer | none, in_loop, init, eps}}   (a name = its defaults)
 
 A sublayer config inherits :class:`DescentConfig` (overriding a default where its system has
-another, e.g. a momentum solver) and its builder calls :func:`build_solver` /
-:meth:`EnergyBlock.from_config <energyformer.core.block.EnergyBlock.from_config>`; nothing else is
-written per system. ``solver`` given without a kind (or with the default kind) is merged onto the
-sublayer's default solver, so ``solver: {beta: 0.9}`` keeps the other defaults of that sublayer.
+another, e.g. a momentum solver or its system's norm) and its builder calls
+:meth:`EnergyBlock.from_config <energyformer.core.block.EnergyBlock.from_config>` (solver, step budgets,
+norm, in-loop flag and start point from the config); nothing else is written per system. ``solver``
+and ``norm`` given without a kind (or with the default kind) are merged onto the sublayer's default,
+so ``solver: {beta: 0.9}`` or ``norm: {in_loop: false}`` keeps the other defaults of that sublayer.
+
+``norm`` (:mod:`energyformer.core.norm`) is the norm applied to the block input (and, with
+``in_loop``, to the iterate before every gradient evaluation) and the start point ``init`` of the
+descent. The default here is a LayerNorm in the loop, starting at the residual stream (GPT-2's
+pre-LayerNorm; the intrinsic-optimizer sublayers, seed 001 App. A.8); systems override it: CEM an
+RMSNorm (eps 1e-6) in the loop (CEM Algorithm 1), CRATE's ISTA a LayerNorm outside the loop with
+x0 = LN(x) (the CRATE code), ET its scalar-gain layer norm in the loop (ET Eqs. 1, 8), Hyper-SET
+none (its sphere RMSNorms are part of the energy, Eqs. 8, 11).
 
 **Old spellings** (configs and resolved ``config.yaml`` files written before this shape) are
 rewritten in one place, :func:`migrate_descent`, called on the raw mapping before validation:
@@ -22,7 +32,9 @@ rewritten in one place, :func:`migrate_descent`, called on the raw mapping befor
 * solver options at the top level (``precond``, ``precond_rank``, ``precond_per_head``, ``tol``,
   ``energy_threshold``, ``beta``, ``learn_beta``, ``carry_key``, ``ema``, ``lambd``,
   ``nonnegative``, ``gamma``) -> into ``solver`` (unless the sublayer declares the key itself);
-* ``backward: truncated, truncate: k`` -> ``backward: {kind: truncated, k: k}``.
+* ``backward: truncated, truncate: k`` -> ``backward: {kind: truncated, k: k}``;
+* ``norm_in_loop: b`` and CEM's ``init: residual | normalized`` at the top level -> ``norm: {in_loop: b,
+  init: ...}`` (merged onto the sublayer's default norm).
 """
 
 from __future__ import annotations
@@ -34,16 +46,19 @@ from pydantic import Field
 from ..utils.config import ConfigModel
 from ..utils.validate import ConfigError
 from .backward import BACKWARD_MODES, make_backward_mode
+from .norm import NORMS, LayerNormConfig
 from .solver import SOLVERS, Solver
 from .stepsize import FixedStepSizeConfig, StepSizeField
 
+#: Norm options that older configs wrote at the sublayer's top level -> their key inside ``norm``.
+OLD_NORM_KEYS = {"norm_in_loop": "in_loop", "init": "init"}
 #: Solver options that older configs wrote at the sublayer's top level.
 OLD_SOLVER_KEYS = ("precond", "precond_rank", "precond_per_head", "tol", "energy_threshold", "beta",
                    "learn_beta", "carry_key", "ema", "lambd", "nonnegative", "gamma")
 
 
 class DescentConfig(ConfigModel):
-    """The descent keys of an energy sublayer: solver, step size, step budgets, backward mode."""
+    """The descent keys of an energy sublayer: solver, step size, step budgets, backward mode, norm."""
 
     solver: SOLVERS.type("gd") = SOLVERS.field("gd")
     """descent rule: {kind: gd | momentum | nesterov | proximal | ista | sphere, ...its options}"""
@@ -55,6 +70,9 @@ class DescentConfig(ConfigModel):
     """T in eval mode (None: steps); a call-time budget (ctx.steps, --steps) overrides both"""
     backward: BACKWARD_MODES.type("unroll") = BACKWARD_MODES.field("unroll")
     """gradient through the run: unroll | {kind: truncated, k} | {kind: implicit, method, ...}"""
+    norm: NORMS.type("layer") = Field(default_factory=LayerNormConfig)
+    """norm of the block input and (in_loop) of the iterate, start point init: {kind: rms | layer |
+    energy_layer | none, in_loop, init, eps} (default: LayerNorm in the loop, GPT-2's pre-LN)"""
 
     @classmethod
     def migrate(cls, data: dict) -> dict:
@@ -91,15 +109,7 @@ def migrate_descent(cls: type[ConfigModel], data: dict) -> dict:
             raise ConfigError(f"learn_step_size = True: only allowed with a numeric step_size (got {eta!r})")
     # -- solver options at the top level
     moved = {k: data.pop(k) for k in OLD_SOLVER_KEYS if k in data and k not in fields}
-    solver = data.get("solver")
-    default_solver = _default(cls, "solver")
-    dkind = default_solver.kind
-    if isinstance(solver, str):
-        solver = {"kind": solver}
-    if moved or isinstance(solver, dict):
-        given = dict(solver or {})
-        base = default_solver.model_dump() if given.get("kind", dkind) == dkind else {}
-        data["solver"] = {**base, **moved, **given}  # explicit solver keys > old top-level keys > defaults
+    data = _merge_default(cls, data, "solver", moved)
     # -- backward: name + truncate
     if "truncate" in data and "truncate" not in fields:
         k = data.pop("truncate")
@@ -107,6 +117,27 @@ def migrate_descent(cls: type[ConfigModel], data: dict) -> dict:
             if data.get("backward") not in (None, "truncated"):
                 raise ConfigError(f"truncate = {k!r}: only allowed with backward = 'truncated'")
             data["backward"] = {"kind": "truncated", "k": k}
+    # -- norm: top-level norm_in_loop / init; a norm without a kind (or a bare name) merges onto the default
+    if "norm" in fields:
+        data = _merge_default(cls, data, "norm", {new: data.pop(old) for old, new in OLD_NORM_KEYS.items()
+                                                  if old in data and old not in fields})
+    return data
+
+
+def _merge_default(cls: type[ConfigModel], data: dict, key: str, moved: dict) -> dict:
+    """``data[key]`` (a mapping or a kind name) with ``moved`` old keys, merged onto the default of
+    ``cls.key`` when it names no other kind (explicit keys > moved keys > defaults). Anything else is
+    left for validation to refuse by name."""
+    given = data.get(key)
+    if isinstance(given, str):
+        given = {"kind": given}
+    if given is not None and not isinstance(given, dict):
+        return data
+    if moved or key in data:
+        given = dict(given or {})  # null: the default
+        default = _default(cls, key)
+        base = default.model_dump() if given.get("kind", default.kind) == default.kind else {}
+        data[key] = {**base, **moved, **given}
     return data
 
 

@@ -49,11 +49,10 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from ..core.attention import key_padding_mask
+from ..core.attention import key_padding_mask, masked_logsumexp, masked_softmax, sdpa
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_int
@@ -120,14 +119,12 @@ class SubspaceAttentionEnergy(Energy):
 
     def energy(self, x: Tensor, state: dict[str, Any]) -> Tensor:
         s = self.beta * (self._heads(x) @ state["v"].transpose(-1, -2))  # (B, K, N, Nk)
-        if state["mask"] is not None:
-            s = s.masked_fill(~state["mask"], float("-inf"))
-        return -torch.logsumexp(s, dim=-1).sum(1) / self.beta  # (B, N)
+        return -masked_logsumexp(s, state["mask"]).sum(1) / self.beta  # (B, N)
 
     def ssa(self, x: Tensor, state: dict[str, Any]) -> Tensor:
         """Σ_j softmax_j(β q_iᵀ v_j) v_j per head, heads concatenated: (B, N, K p) (fused SDPA)."""
         v = state["v"]
-        o = F.scaled_dot_product_attention(self._heads(x), v, v, attn_mask=state["mask"], scale=self.beta)
+        o = sdpa(self._heads(x), v, v, False, None, scale=self.beta, mask=state["mask"])  # (B, K, N, p)
         return rearrange(o, "b h n p -> b n (h p)")
 
     def grad(self, x: Tensor, state: dict[str, Any]) -> Tensor:
@@ -144,9 +141,7 @@ class SubspaceAttentionEnergy(Energy):
         """CRATE's MSSA written out: W_O [Σ_j softmax_j(β (U_kᵀx_i)ᵀ(U_kᵀh_j)) U_kᵀh_j]_k + b (materialised)."""
         q, v = self._heads(x), state["v"]
         s = self.beta * torch.einsum("bkip,bkjp->bkij", q, v)
-        if state["mask"] is not None:
-            s = s.masked_fill(~state["mask"], float("-inf"))
-        o = torch.einsum("bkij,bkjp->bkip", torch.softmax(s, -1), v)
+        o = torch.einsum("bkij,bkjp->bkip", masked_softmax(s, state["mask"]), v)
         w = (self.out_weight if self.output == "learned"
              else self.basis.t() if self.output == "tied" else self.basis)  # (D, Kp)
         out = torch.einsum("bkip,dkp->bid", o, w.reshape(self.dim, self.heads, self.head_dim).to(x.dtype))

@@ -38,14 +38,16 @@ not symmetric and the guarantee is lost, which is why ET uses a scalar γ.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor, nn
 
 from ..core.attention import key_padding_mask
 from ..core.composite import CompositeEnergy
 from ..core.energy import Energy, register_energy
+from ..core.norm import NORMS, NormConfig
 from ..utils.validate import check_float, check_int
 from .hopfield import HopfieldEnergy
 
@@ -70,6 +72,22 @@ class EnergyLayerNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"eps={self.eps}, bias={self.delta is not None}"
+
+
+class EnergyLayerNormConfig(NormConfig):
+    """ET's layer norm (Eq. 1): scalar gain γ, per-channel bias δ (norm kind ``energy_layer``)."""
+
+    kind: Literal["energy_layer"] = "energy_layer"
+    eps: float = Field(1e-5, gt=0)
+    """epsilon ε of Eq. 1 (1e-5, as torch's LayerNorm)"""
+    bias: bool = True
+    """the per-channel bias δ of Eq. 1 (false: none)"""
+
+
+@NORMS.register("energy_layer", EnergyLayerNormConfig)
+def build_energy_layer_norm(cfg: EnergyLayerNormConfig, dim: int) -> EnergyLayerNorm:
+    """ET's scalar-gain layer norm (Eq. 1; its Jacobian is symmetric PSD)."""
+    return EnergyLayerNorm(dim, cfg.eps, cfg.bias)
 
 
 @register_energy("et_attention")

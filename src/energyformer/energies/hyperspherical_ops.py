@@ -42,8 +42,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+
+from ..core.attention import masked_softmax, sdpa
 
 def _safe_span(dtype: torch.dtype) -> float:
     fi = torch.finfo(dtype)
@@ -73,7 +74,11 @@ def _work_dtype(t: Tensor) -> torch.dtype:
 
 
 class _ChunkedLSE(torch.autograd.Function):
-    """lse_i = LSE_j (scale q_i·k_j [+ mask]) over query chunks; backward recomputes the chunks."""
+    """lse_i = LSE_j (scale q_i·k_j [+ mask]) over query chunks; backward recomputes the chunks.
+
+    Not the attention kit's ``masked_logsumexp``: the scores are materialised one query chunk at a
+    time (O(chunk x N) memory, forward and backward), which a whole-matrix helper cannot do; the mask
+    is the kit's (:func:`~energyformer.core.attention.key_padding_mask` or a full visibility mask)."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, scale: float, mask: Tensor | None, budget: int) -> Tensor:
@@ -121,10 +126,6 @@ def chunked_lse(q: Tensor, k: Tensor, scale: float, mask: Tensor | None = None,
     return _ChunkedLSE.apply(q, k, float(scale), mask, int(budget))
 
 
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None) -> Tensor:
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-
-
 def _transpose_mask(mask: Tensor | None) -> Tensor | None:
     """The mask with queries and keys swapped (a key-padding mask (B, 1, 1, N) is its own swap)."""
     if mask is None or mask.shape[-2] == 1:
@@ -153,8 +154,8 @@ def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor 
         if not math.isfinite(span) or span > fused_span_limit(v):
             return bisoftmax_einsum(q, k, v, scale, mask), r
     w = (v.to(r.dtype) * torch.exp(m - c)[..., None]).to(v.dtype)  # V ⊙ exp(m - c)
-    row = _sdpa(q, k, v, scale, mask)
-    col = _sdpa(q, k, w, scale, mask) * torch.exp(r - m)[..., None].to(v.dtype)
+    row = sdpa(q, k, v, False, None, scale=scale, mask=mask)  # (B, H, N, p): the attention kit's SDPA
+    col = sdpa(q, k, w, False, None, scale=scale, mask=mask) * torch.exp(r - m)[..., None].to(v.dtype)
     return row + col, r
 
 
@@ -170,6 +171,7 @@ def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor
         row, col = torch.softmax(s, dim=-1), torch.softmax(s, dim=-2)
     else:
         vis = mask if mask.shape[-2] > 1 else (mask & mask.transpose(-1, -2))
-        row = torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
+        row = masked_softmax(s, mask)
+        # the column softmax normalises over queries (dim -2), which the kit's row-wise helpers do not
         col = torch.softmax(s.masked_fill(~vis, float("-inf")), dim=-2).nan_to_num(0.0)
     return torch.einsum("bhij,bhjd->bhid", row + col, v)

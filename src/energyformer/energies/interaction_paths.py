@@ -127,7 +127,13 @@ def prepare_fused(e, h: Tensor, k: Tensor, offset: int, h_values: bool) -> Fused
 
 def attend_fused(e, u: Tensor, fs: FusedState, attn_mask: Tensor | None, need_logz: bool
                  ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """One SDPA call: (o (B, H, Nq, Fv) = Σ_j p_ijk ṽ_j, s_self (B, H, Nq), log Z or None)."""
+    """One SDPA call: (o (B, H, Nq, Fv) = Σ_j p_ijk ṽ_j, s_self (B, H, Nq), log Z or None).
+
+    Calls ``F.scaled_dot_product_attention`` itself, not the attention kit's ``sdpa``: the keys are
+    [null ; keys] (the null key carries the self score s_ii so that p_ii comes out of the same call),
+    so visibility is "others" (j < i causal, j ≠ i bidirectional) shifted by one column — a square
+    ``is_causal`` call on a query padded by one row, or the mask of ``InteractionEnergy._others_mask``
+    (an additive ALiBi float mask when bidirectional) — none of which is the kit's ``visible``."""
     cdt = fs.keys.dtype
     with torch.autocast(u.device.type, enabled=False):
         B, nq = u.shape[:2]

@@ -58,7 +58,7 @@ MODEL_SPECS: dict[str, RegressorConfig] = {
 STUDY_SPECS: dict[str, RegressorConfig] = {
     **{f"CEM-T{t}-eta{2 / t:g}": RegressorConfig(block={"kind": "cem", "steps": t, "step_size": 2 / t}) for t in (4, 8)},
     **{f"CEM-T{t}-learned": RegressorConfig(block={"kind": "cem", "steps": t, "step_size": {"kind": "learned", "init": 1.0}}) for t in (4, 8)},
-    **{f"CEM-T{t}-exact": RegressorConfig(block={"kind": "cem", "steps": t, "norm_in_loop": False}) for t in (4, 8)},
+    **{f"CEM-T{t}-exact": RegressorConfig(block={"kind": "cem", "steps": t, "norm": {"in_loop": False}}) for t in (4, 8)},
 }
 ALL_SPECS = {**MODEL_SPECS, **STUDY_SPECS}
 
