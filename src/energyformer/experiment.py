@@ -193,13 +193,20 @@ def run_experiment(cfg: RunConfig, resume: bool = False, overwrite: bool = False
     eval_fn = task.eval_fn("validation")
     cbs = task.callbacks(model) + list(callbacks)
     trainer = Trainer(model, cfg.train, task.loss, task.train_data, eval_hook(eval_fn) if eval_hook else eval_fn,
-                      out_dir=cfg.run_dir, run_config=to_dict(cfg), **({"callbacks": cbs} if cbs else {}))
+                      out_dir=cfg.run_dir, run_config=to_dict(cfg), normalise_model_config=normalise_model_config,
+                      **({"callbacks": cbs} if cbs else {}))
     t0 = time.perf_counter()
     final = trainer.fit(resume=resume)
     secs = time.perf_counter() - t0
     tokens = final.get("tokens", 0.0)
     return RunResult(cfg.name, cfg.run_dir, count_params(model), final, list(trainer.loss_history),
                      float(tokens) / max(secs, 1e-9), secs, task, cfg, model)
+
+
+def normalise_model_config(model: dict[str, Any]) -> dict[str, Any]:
+    """A recorded ``model`` section in today's spelling: validated by its model config (old spellings
+    migrated, defaults filled), so the resume check compares models, not spellings."""
+    return to_dict(MODELS.get(model["kind"]).config.model_validate(model))
 
 
 def load_run_dir_config(run_dir: str | Path) -> RunConfig:

@@ -11,6 +11,8 @@ kind restores no optimiser state (with a warning): its moments mean something el
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import logging
 import warnings
 from pathlib import Path
@@ -160,13 +162,15 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]
 
 
 def check_model_config(saved: dict[str, Any] | None, current: dict[str, Any] | None, ckpt: str | Path,
-                       out_dir: Path) -> None:
+                       out_dir: Path, normalise: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
     """Refuse to resume or evaluate a checkpoint under another model config (issue 25 class 4).
 
     ``saved`` is the run config a checkpoint recorded (``extra['run_config']``; absent in checkpoints
     written before it was recorded: then nothing is checked), ``current`` the one in use. Two
     checks, each naming what differs: the config in use, and the run directory's ``config.yaml`` on
     disk (an edit there would make a later ``eval`` rebuild another model than the checkpoint's).
+    ``normalise`` maps a recorded model config to today's spelling (old keys migrated, defaults filled)
+    before comparing, so a run written before a config key was renamed still resumes under its own model.
     """
     import yaml
 
@@ -176,8 +180,17 @@ def check_model_config(saved: dict[str, Any] | None, current: dict[str, Any] | N
     if not isinstance(saved, dict) or "model" not in saved:
         return
 
+    def model(run: Any) -> dict[str, Any]:
+        m = (run or {}).get("model") or {}
+        if normalise is not None and isinstance(m, dict):
+            try:
+                return normalise(m)
+            except Exception:  # noqa: BLE001 - an unreadable record is compared as it is written
+                return m
+        return m
+
     def diff(other: Any) -> list[str]:
-        return config_changes(saved.get("model") or {}, (other or {}).get("model") or {})
+        return config_changes(model(saved), model(other))
 
     if isinstance(current, dict) and "model" in current:
         changed = diff(current)

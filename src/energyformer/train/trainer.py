@@ -65,7 +65,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +113,8 @@ class Trainer:
     (written to ``config.yaml``); without it the :class:`TrainConfig` is written. ``callbacks``:
     objects with ``on_step_end(trainer, step)`` and optionally ``on_train_start(trainer)``,
     ``state_dict()``/``load_state_dict()`` (see :mod:`energyformer.train.callbacks`); they can read
-    the step's metrics in ``trainer.step_metrics``.
+    the step's metrics in ``trainer.step_metrics``. ``normalise_model_config`` maps a recorded model
+    config to today's spelling for the resume check (:func:`~energyformer.train.resume.check_model_config`).
     """
 
     def __init__(
@@ -127,6 +128,7 @@ class Trainer:
         out_dir: str | Path,
         run_config: dict[str, Any] | None = None,
         callbacks: Sequence[Any] | None = None,
+        normalise_model_config: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -154,6 +156,7 @@ class Trainer:
         self.eval_fn = eval_fn
         self.out_dir = Path(out_dir)
         self.run_config = run_config
+        self.normalise_model_config = normalise_model_config  # old spellings -> today's (resume check)
         self.callbacks = CallbackList(callbacks)
         self.step_metrics: dict[str, float] = {}  # metrics of the step just taken (for callbacks)
         self.step = 0
@@ -270,7 +273,8 @@ class Trainer:
         # rank 0 verified the manifest in find_resume_checkpoint
         state = load_checkpoint(path, None, None, self.scheduler, verify=False)
         # the model config first: a checkpoint continues only under its own model
-        check_model_config(state.get("run_config"), to_plain(self.run_config), path, self.out_dir)
+        check_model_config(state.get("run_config"), to_plain(self.run_config), path, self.out_dir,
+                           self.normalise_model_config)
         load_model_weights(self.model, path, verify=False)
         entries = state.get("ranks") or []
         if entries:
