@@ -1,8 +1,10 @@
-"""One-off (issue 22): the committed results.json of the old ``reproduce intrinsic-lm`` / ``reproduce eqt``
-programs -> the study runner's record format (``energyformer.studies.runner``), keeping every number.
+"""One-off (issue 22): the committed results.json of the old ``reproduce intrinsic-lm`` / ``reproduce eqt`` /
+``reproduce hyperset-sudoku`` programs -> the study runner's record format (``energyformer.studies.runner``),
+keeping every number.
 
     python scripts/migrate_issue22_records.py intrinsic docs/results/intrinsic/cpu cpu "NOTE"
     python scripts/migrate_issue22_records.py eqt OLD_RESULTS_JSON docs/results/eqt/cpu
+    python scripts/migrate_issue22_records.py hyperset-sudoku OLD_RESULTS_JSON docs/results/hyperset/cpu
 
 Migrated records carry ``config_hash: "migrated"``: the runner never reuses them for a new run (their
 configs were resolved by older code), it only renders them.
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from energyformer.analysis.eqt_report import KS
 from energyformer.analysis.intrinsic_report import history_points
+from energyformer.analysis.sudoku_report import accuracies, energy_summary, geometry_summary, plateau_exit
 from energyformer.studies.runner import FORMAT, save_results
 
 
@@ -80,9 +83,46 @@ def eqt(old_json: Path, folder: Path) -> None:
         "ratios": ratios}, indent=1) + "\n")
 
 
+def hyperset_sudoku(old_json: Path, folder: Path) -> None:
+    """One-off (issue 22): the old ``reproduce hyperset-sudoku`` results.json (one run per model, seed 0) ->
+    study records; the derived claim numbers (gains, largest steps, rises) are computed from the stored ones."""
+    old = json.loads(Path(old_json).read_text())
+    runs = {}
+    for label, model in (("hyperset", "Hyper-SET"), ("transformer", "Transformer")):
+        r, name = old["models"][model], f"{label}_seed0"
+        cfg, L = r["config"], r["L"]
+        ex = accuracies(r["curve"], L)
+        assert all(ex[k] == r[k] for k in ("board_L", "board_2L", "cell_L", "cell_2L", "board_L_ci", "board_2L_ci"))
+        step, n = plateau_exit(r["eval_history"])
+        t = r["trajectory"]
+        met = {"extrapolation": {**ex, "seconds": r["eval_seconds"]},
+               "geometry": geometry_summary(t, L),
+               "training": {"eval_history": r["eval_history"], "final_loss": r["final_train_loss"],
+                            "boards_per_s": r["boards_per_s_train"], "plateau_step": step, "plateau_evals": n,
+                            "call_seconds": r["train_seconds_this_call"]},
+               "sizes": {"step_size": r["step_size_params"], "paper_width": r["params_at_paper_width"]},
+               "data": old["data"]}
+        if t["e_total"][0] is not None:
+            met["energy"] = energy_summary(t, L)
+        runs[name] = {
+            "cell": {"model": label}, "seed": 0, "config": f"hyperset/sudoku_{label}",
+            "overrides": ["train.progress=false", "train.seed=0", f"name={name}"], "config_hash": "migrated",
+            "scale": "cpu", "device": "cpu",
+            "hardware": f"x86_64 CPU, {old['threads']} thread(s), torch {old['torch']}",
+            "params": r["params"], "steps": cfg["train"]["steps"], "seconds": r["train_elapsed_s"],
+            "tokens_per_s": 81 * r["boards_per_s_train"], "resumed": False, "run_dir": r["run_dir"],
+            "resolved": {k: cfg[k] for k in ("task", "model", "train")}, "metrics": met}
+    save_results(folder / "results.json", {"format": FORMAT, "study": "hyperset-sudoku", "scale": "cpu", "note": (
+        f"Trained before the study runner by the old program (`{old['command']}`, the same Trainer runs, on "
+        f"{old['machine']}); the transformer then had the GPT block (attention gpt, MLP gelu), the config now has "
+        "the paper's baseline block."), "old_claims": old["claims"], "runs": runs})
+
+
 if __name__ == "__main__":
     kind = sys.argv[1]
     if kind == "intrinsic":
         intrinsic(Path(sys.argv[2]), sys.argv[3], sys.argv[4])
+    elif kind == "hyperset-sudoku":
+        hyperset_sudoku(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
         eqt(Path(sys.argv[2]), Path(sys.argv[3]))

@@ -1,73 +1,71 @@
-"""reproduce hyperset-sudoku: the page's verdicts follow the stored numbers and it shows the paper's numbers
-beside ours with their source; --report-only re-renders the committed page byte for byte (the claim rules
-themselves: tests/analysis/test_sudoku_claims.py); the GPU preset end to end at toy size."""
+"""reproduce hyperset-sudoku is the study studies/hyperset-sudoku.yaml: the grid is the two models, the gpu
+scale is issue 20's preset, a toy-size study trains both models through the runner and records every metric
+hook, and the committed pages re-render byte for byte from their records (claims: tests/analysis/
+test_sudoku_report.py)."""
 
-from __future__ import annotations
-
-import copy
 import json
+import shutil
 from pathlib import Path
 
-from energyformer.reproduce.hyperset_sudoku import main, render
+from energyformer.experiment import load_run_config
+from energyformer.reproduce import REPRODUCTIONS
+from energyformer.studies import expand, load_study
+from energyformer.studies.command import main as study_main
+from energyformer.studies.runner import run_study
 
-RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "hyperset" / "results.json"
-
-
-def _res() -> dict:
-    return json.loads(RESULTS.read_text())
-
-
-def test_board_verdicts_follow_the_numbers_and_the_page_states_both():
-    res = _res()
-    flipped = copy.deepcopy(res)
-    hs, tf = flipped["models"]["Hyper-SET"], flipped["models"]["Transformer"]
-    hs["board_L"], tf["board_L"] = 60.0, 50.0
-    page = render(flipped, hs["L"])
-    assert "54.70" in page and "49.30" in page and "notebooks/sudoku/test_time_extrapolation.ipynb" in page
-    line = next(x for x in page.splitlines() if x.startswith("| §5.1: Hyper-SET beats"))
-    assert "| HOLDS (margin +10 points" in line and "60.00 vs 50.00" in line
-    line = next(x for x in render(res, hs["L"]).splitlines() if x.startswith("| §5.1: Hyper-SET beats"))
-    assert "UNTESTABLE (both at the floor" in line
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "hyperset"
+TINY = ["model.dim=16", "model.heads=2", "model.iterations=2", "task.eval_iterations=[4]", "train.steps=2",
+        "task.generate={n_train: 16, n_validation: 4, n_test: 4, givens: [45, 55]}", "train.eval_every=1",
+        "train.save_every=2", "task.eval_max=4", "task.workers=1", "train.tensorboard=false", "train.device=cpu"]
 
 
-def test_report_only_renders_the_folder_from_its_results_json(tmp_path):
-    import shutil
-
-    shutil.copy(RESULTS, tmp_path / "results.json")
-    assert main(["--report-only", "--out", str(tmp_path)]) == 0
-    committed = (RESULTS.parent / "README.md").read_text()
-    assert (tmp_path / "README.md").read_text() == committed
-    assert (tmp_path / "learning_curves.png").exists()
-    assert (tmp_path / "results.json").read_text() == RESULTS.read_text()  # the artifact is not rewritten
+def test_the_grid_is_the_two_models_on_one_seed():
+    plans = expand(load_study("hyperset-sudoku"), "cpu")
+    assert [(p.name, p.config) for p in plans] == [("hyperset_seed0", "hyperset/sudoku_hyperset"),
+                                                    ("transformer_seed0", "hyperset/sudoku_transformer")]
+    cfg = {p.cell["model"]: load_run_config(p.config, p.overrides) for p in plans}
+    assert cfg["transformer"].model.block.attention.kind == "llama" and cfg["hyperset"].model.iterations == 8
+    assert cfg["hyperset"].train == cfg["transformer"].train and cfg["hyperset"].task == cfg["transformer"].task
 
 
-def test_gpu_preset_runs_end_to_end_at_toy_size(tmp_path, monkeypatch):
-    """``--scale gpu`` with tiny overrides trains both models (bf16 autocast, here on the CPU), scores
-    them at L and 2L on the test split and on a ``--puzzles`` file, and writes the report with the
-    learning curves; the preset's recipe (lr, batch, precision, givens) is what the runs used."""
-    from energyformer.data.sudoku import generate_puzzles
-    from energyformer.reproduce.hyperset_sudoku import GPU_PRESET, main
+def test_gpu_scale_is_the_issue_20_preset():
+    for p in expand(load_study("hyperset-sudoku"), "gpu"):
+        cfg = load_run_config(p.config, p.overrides)
+        assert (cfg.model.dim, cfg.model.heads, cfg.model.iterations) == (768, 12, 24)
+        assert (cfg.task.batch_size, cfg.task.generate.givens, cfg.task.eval_iterations) == (64, (21, 34), [48])
+        assert (cfg.train.steps, cfg.train.lr, cfg.train.precision, cfg.train.eval_every) == (8000, 3e-4, "bf16", 500)
 
+
+def test_toy_study_trains_both_models_and_records_every_hook(tmp_path, monkeypatch):
+    """The gpu scale at toy size on the CPU (bf16 autocast): both runs through run_experiment, every metric
+    hook recorded, the claims decided and the page rendered from the records."""
     monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path / "data"))  # the tiny generated set stays here
-    p, s, _ = generate_puzzles(3, (45, 55), seed=5)
-    puzzles = tmp_path / "hard.txt"
-    puzzles.write_text("".join(f"{''.join(map(str, a))},{''.join(map(str, b))}\n" for a, b in zip(p, s)))
-    tiny = ["model.dim=16", "model.heads=2", "model.iterations=2", "task.eval_iterations=[4]", "train.steps=2",
-            "task.generate={n_train: 16, n_validation: 4, n_test: 4, givens: [45, 55]}", "train.eval_every=1",
-            "task.eval_max=4", "task.workers=1"]
-    rep = tmp_path / "report"
-    argv = ["--scale", "gpu", "--out", str(tmp_path / "runs"), "--report", str(rep), "--puzzles", str(puzzles),
-            "--test-boards", "4", "--trace-boards", "2"]
-    assert main(argv + [a for o in tiny for a in ("--set", o)]) == 0
-    res = json.loads((rep / "results.json").read_text())
-    assert res["scale"] == "gpu" and "train.lr=3e-4" in GPU_PRESET
-    for name in ("Hyper-SET", "Transformer"):
-        r = res["models"][name]
-        cfg = r["config"]
-        assert (cfg["train"]["lr"], cfg["task"]["batch_size"], cfg["train"]["precision"]) == (3e-4, 64, "bf16")
-        assert r["L"] == 2 and set(r["puzzles"][str(puzzles)]) == {"2", "4"}
-        assert [e["step"] for e in r["eval_history"]] == [1, 2]
-    assert res["models"]["Transformer"]["config"]["model"]["block"]["mlp"]["kind"] == "relu"
-    page = (rep / "README.md").read_text()
-    assert page.startswith("# Hyper-SET on Sudoku: GPU-scale reproduction") and "learning_curves.png" in page
-    assert (rep / "learning_curves.png").stat().st_size > 0
+    spec = load_study("hyperset-sudoku")
+    data = run_study(spec, "hyperset-sudoku", "gpu", tmp_path / "out" / "gpu", tmp_path / "runs", sets=TINY,
+                     log=lambda s: None)
+    hs, tf = data["runs"]["hyperset_seed0"], data["runs"]["transformer_seed0"]
+    assert hs["resolved"]["train"]["precision"] == "bf16" and hs["steps"] == 2
+    ex = hs["metrics"]["extrapolation"]
+    assert ex["L"] == 2 and set(ex["curve"]) == {"1", "2", "3", "4"} and ex["n"] == 4
+    assert len(hs["metrics"]["energy"]["e_total"]) == 5 and "energy" not in tf["metrics"]  # the transformer has none
+    assert len(tf["metrics"]["geometry"]["angle"]) == 5 and len(tf["metrics"]["geometry"]["angle"][0]) == 2
+    assert [e["step"] for e in hs["metrics"]["training"]["eval_history"]] == [1, 2]
+    assert hs["metrics"]["sizes"]["step_size"] > 0 == tf["metrics"]["sizes"]["step_size"]
+    assert hs["metrics"]["sizes"]["paper_width"] > 5e6 and "test" in hs["metrics"]["data"]
+    assert study_main("hyperset-sudoku", ["--report-only", "--out", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "gpu" / "README.md").read_text()
+    assert page.startswith("# Hyper-SET on Sudoku: GPU-scale reproduction") and "| **board-L**" in page
+    assert (tmp_path / "out" / "gpu" / "learning_curves.png").stat().st_size > 0
+    assert "cpu** — not run yet" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_committed_pages_rerender_from_their_records_alone(tmp_path):
+    out = tmp_path / "hyperset"
+    shutil.copytree(PAGE, out)
+    assert REPRODUCTIONS["hyperset-sudoku"].main()(["--report-only", "--out", str(out)]) == 0
+    for md in ("README.md", "cpu/README.md"):
+        assert (out / md).read_text() == (PAGE / md).read_text(), md
+    index = (PAGE / "README.md").read_text()
+    assert "gpu** — not run yet: `energyformer reproduce hyperset-sudoku --scale gpu" in index
+    recs = json.loads((PAGE / "cpu" / "results.json").read_text())["runs"]
+    assert {r["config_hash"] for r in recs.values()} == {"migrated"}

@@ -6,9 +6,7 @@ import pytest
 from energyformer.cli import main
 
 REFUSED = [
-    (["hyperset-sudoku", "--dim", "0"], "--dim"),
-    (["hyperset-sudoku", "--test-boards", "-1"], "--test-boards"),
-    (["hyperset-sudoku", "--threads", "0"], "--threads"),
+    (["hyperset-sudoku", "--scale", "tpu"], "--scale"),
     (["hyperset-images", "--jobs", "-3"], "--jobs"),
     (["cem-lm", "--at-lr", "-1"], "--at-lr"),
     (["cem-lm", "--steps", "0"], "--steps"),

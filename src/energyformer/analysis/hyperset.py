@@ -10,13 +10,11 @@ iteration, test-time extrapolation curves, and their plots.
   the tokens, averaged over boards; the energies at the normalised projections, as Fig. 5), and
   per subspace h the effective rank and average angle of RMSNorm(W_hᵀ x^t) (Fig. 6). For a plain
   (GPT or Llama) attention layer the subspaces are its RMS-normalised per-head queries (no energies).
-* :func:`extrapolation` — a score (e.g. board accuracy) at each iteration count (Fig. 3b).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -103,11 +101,6 @@ def trajectory(model: nn.Module, idx: Tensor, iterations: int, mask: Tensor | No
         out["angle"].append(average_angle(z).mean(0).tolist())
         out["full_rank"].append(float(effective_rank(x).mean()))
     return out
-
-
-def extrapolation(score: Callable[[int], dict[str, float]], iterations: Sequence[int]) -> dict[int, dict[str, float]]:
-    """``{L: score(L)}`` for every iteration count (``score`` evaluates the model at L passes)."""
-    return {int(n): score(int(n)) for n in iterations}
 
 
 # ------------------------------------------------------------------------------------------ plots
@@ -212,7 +205,3 @@ def is_decreasing(values: Sequence[float], upto: int | None = None, tol: float =
     v = list(values[: None if upto is None else upto + 1])
     scale = max(1e-12, abs(v[0])) if v else 1.0
     return all(b <= a + tol * scale for a, b in zip(v, v[1:]))
-
-
-def finite(x: float) -> bool:
-    return x is not None and math.isfinite(x)

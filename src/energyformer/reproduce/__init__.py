@@ -43,7 +43,7 @@ register_reproduction("cem-lm", "energyformer.reproduce.cem_lm",
                       "CEM seed §4: Llama vs CEM language models at CPU scale (suites, LR sweep)")
 register_reproduction("cem-gp", "energyformer.reproduce.cem_gp",
                       "CEM seed Table 3: Plain / Gated / CEM-T{1,2,4,8} on GP regression")
-register_reproduction("hyperset-sudoku", "energyformer.reproduce.hyperset_sudoku",
+register_reproduction("hyperset-sudoku", "energyformer.studies.command",
                       "Hyper-SET seed §5.1: Hyper-SET vs the looped transformer on Sudoku, test-time extrapolation")
 register_reproduction("intrinsic-lm", "energyformer.studies.command",
                       "Intrinsic-optimizer seed §4: MHA vs MomenMHA, NagMHA, MHA2nd1st(+simplified), MHA2nd-lite LMs")

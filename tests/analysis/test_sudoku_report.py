@@ -1,0 +1,100 @@
+"""The hyperset-sudoku study's claims by their declared rules: every verdict each rule can reach, on the
+committed records edited in memory (nothing is trained); the numbers the hooks derive; the paper constants
+and the study file's bound traced to their source."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from energyformer.analysis.sudoku_report import (
+    ACC_BOUND, PAPER, accuracies, counts, energy_summary, max_step, plateau_exit, wilson,
+)
+from energyformer.studies import load_study
+from energyformer.studies.claims import evaluate
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "hyperset" / "cpu" / "results.json"
+
+
+@pytest.fixture(scope="module")
+def base() -> dict:
+    return json.loads(RESULTS.read_text())["runs"]
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_study("hyperset-sudoku")
+
+
+def _verdict(spec, runs: dict, claim: str) -> str:
+    return next(str(r.outcome.verdict) for r in evaluate(spec, runs) if r.claim.id == claim)
+
+
+def test_paper_constants_and_the_declared_bound_come_from_the_released_fig3b_arrays(spec):
+    assert PAPER["Hyper-SET"]["board_2L"] == 57.23 and PAPER["Transformer"]["board_2L"] == 51.2
+    assert math.isclose(ACC_BOUND, 2.3)
+    acc = [c for c in spec.claims if (c.a.metric or c.metric).startswith("extrapolation.")]
+    assert len(acc) == 9 and all(math.isclose(c.rules.single_seed_bound, ACC_BOUND) for c in acc)
+    hs, tf = PAPER["Hyper-SET"], PAPER["Transformer"]
+    assert spec.claims[0].paper.value == f"{hs['board_L']:.2f} vs {tf['board_L']:.2f} (L = 24)"
+    assert spec.claims[1].paper.value == f"{hs['board_2L']:.2f} vs {tf['board_2L']:.2f} (2L = 48)"
+
+
+def test_the_committed_records_keep_the_old_pages_verdicts(spec, base):
+    got = {r.claim.id: str(r.outcome.verdict) for r in evaluate(spec, base)}
+    assert got == {**{k: "UNTESTABLE" for k in ("board-L", "board-2L", "hyperset-board-past-L",
+                                                "transformer-board-past-L", "board-gain")},
+                   "cell-L": "HOLDS", "cell-2L": "HOLDS", "hyperset-cell-past-L": "UNDECIDED",
+                   "transformer-cell-past-L": "UNDECIDED", "plateau": "DOES NOT HOLD", "energy-to-L": "HOLDS",
+                   "energy-beyond-L": "HOLDS", "e-attn": "DOES NOT HOLD", "e-ff": "HOLDS", "rank": "HOLDS",
+                   "angle": "HOLDS"}
+
+
+@pytest.mark.parametrize("hs, tf, verdict", [(0.0, 0.0, "UNTESTABLE"), (60.0, 50.0, "HOLDS"),
+                                             (50.0, 60.0, "DOES NOT HOLD"), (51.0, 50.0, "UNDECIDED")])
+def test_board_accuracy_at_l(spec, base, hs, tf, verdict):
+    runs = copy.deepcopy(base)
+    runs["hyperset_seed0"]["metrics"]["extrapolation"]["board_L"] = hs
+    runs["transformer_seed0"]["metrics"]["extrapolation"]["board_L"] = tf
+    assert _verdict(spec, runs, "board-L") == verdict
+
+
+@pytest.mark.parametrize("hs_step, tf_step, verdict", [(1000, 3000, "HOLDS"), (3000, 1000, "DOES NOT HOLD"),
+                                                       (2000, 2000, "UNDECIDED"), (None, None, "UNDECIDED"),
+                                                       (None, 1000, "DOES NOT HOLD")])
+def test_fig3a_plateau_exit(spec, base, hs_step, tf_step, verdict):
+    runs = copy.deepcopy(base)
+    for name, step in (("hyperset_seed0", hs_step), ("transformer_seed0", tf_step)):
+        hist = [{"step": s, "eval/cell_accuracy": 0.5 if step is not None and s >= step else 0.11}
+                for s in range(1000, 7000, 1000)]
+        got, n = plateau_exit(hist)
+        assert got == step and n == (step // 1000 if step else 7)   # never: censored after the 6th evaluation
+        runs[name]["metrics"]["training"]["plateau_evals"] = n
+    assert _verdict(spec, runs, "plateau") == verdict
+
+
+def test_energy_claims_follow_every_step(spec, base):
+    runs = copy.deepcopy(base)
+    met = runs["hyperset_seed0"]["metrics"]
+    L = met["extrapolation"]["L"]
+    t = {**met["energy"], "e_total": [10.0] + [float(9 - 0.1 * i) for i in range(2 * L)]}
+    met["energy"] = energy_summary(t, L)
+    assert _verdict(spec, runs, "energy-to-L") == "HOLDS" and met["energy"]["total_max_step_to_L"] < 0
+    t["e_total"][3] = 100.0   # one rise inside x¹ … x^L
+    met["energy"] = energy_summary(t, L)
+    assert _verdict(spec, runs, "energy-to-L") == "DOES NOT HOLD"
+    assert _verdict(spec, runs, "energy-beyond-L") == "HOLDS"
+
+
+def test_derived_numbers():
+    assert counts(8) == [4, 6, 8, 10, 12, 14, 16] and counts(2) == [1, 2, 3, 4]
+    assert max_step([3.0, 2.0, 2.5, 1.0]) == 0.5
+    lo, hi = wilson(0, 1000)
+    assert lo == 0.0 and math.isclose(hi, 0.3827, abs_tol=1e-4)
+    curve = {str(n): {"n": 10.0, "board_accuracy": n / 10, "cell_accuracy": 0.5} for n in (2, 4)}
+    a = accuracies(curve, 2)
+    assert (a["board_L"], a["board_2L"], a["board_gain"], a["cell_gain"]) == (20.0, 40.0, 20.0, 0.0)
