@@ -14,11 +14,15 @@ from pathlib import Path
 LM, ATT = "bench_lm_throughput.txt", "bench_cem_attention.txt"
 _NUM = r"([\d.]+)"
 _ROW = re.compile(rf"^  (\S.*?)\s{{2,}}{_NUM} ms\s+([\d,]+) tok/s\s+vs Llama {_NUM} \[{_NUM}, {_NUM}\]")
+_ONEDNN = re.compile(rf"^  (\S.*?)\s{{2,}}MKL\s+{_NUM} ms\s+oneDNN\s+{_NUM} ms\s+speed-up x{_NUM} "
+                     rf"\[{_NUM}, {_NUM}\]")
+_T2T1 = re.compile(rf"^  (fused|blocked)\s+T=1 .* T2/T1 = {_NUM} \[{_NUM}, {_NUM}\]")
 _SPEEDUP = re.compile(rf"^  speed-up of the blocked path over the fused path, (.*): x{_NUM} \[{_NUM}, {_NUM}\]")
 # (target, variant, precision, floor)
 TARGETS = (("full CEM T=1 ≥ 0.85× Llama tokens/s, float32", "full CEM (T=1)", "fp32", 0.85),
            ("full CEM T=1 ≥ 1.0× Llama tokens/s, bf16 autocast", "full CEM (T=1)", "bf16", 1.0),
-           ("paper configuration (full CEM T=2, D+LR) ≥ 0.35× Llama, float32", "full CEM (T=2, D+LR precond)", "fp32", 0.35),
+           ("paper configuration (full CEM T=2, D+LR) ≥ 0.35× Llama, float32", "full CEM (T=2, D+LR precond)",
+            "fp32", 0.35),
            ("same, bf16 autocast", "full CEM (T=2, D+LR precond)", "bf16", 0.35))
 
 
@@ -44,8 +48,7 @@ def parse_lm(lines: list[str]) -> dict:
             out["speedup"][(*kind, m.group(1))] = tuple(map(float, m.group(2, 3, 4)))
         elif m := re.match(r"^  (\S.*?)\s{2,}([\d,]+) B/token .* ratio vs Llama = " + _NUM, line):
             out["kv"].append((m.group(1), m.group(2), float(m.group(3))))
-        elif m := re.match(rf"^  (\S.*?)\s{{2,}}MKL\s+{_NUM} ms\s+oneDNN\s+{_NUM} ms\s+speed-up x{_NUM} \[{_NUM}, {_NUM}\]",
-                           line):
+        elif m := _ONEDNN.match(line):
             out["onednn"].append((m.group(1), *map(float, m.group(4, 5, 6))))
         elif line.startswith("  (ratio ="):
             out["ratio_note"] = line.strip().strip("()")
@@ -64,7 +67,7 @@ def parse_attention(lines: list[str]) -> dict:
             out["memory_setup"], prec = m.group(1), None
         elif prec and line and not line.startswith(" "):
             variant = line.strip()
-        elif prec and variant and (m := re.match(rf"^  (fused|blocked)\s+T=1 .* T2/T1 = {_NUM} \[{_NUM}, {_NUM}\]", line)):
+        elif prec and variant and (m := _T2T1.match(line)):
             out["t2t1"][(variant, prec, m.group(1))] = tuple(map(float, m.group(2, 3, 4)))
         elif prec and variant and (m := re.match(rf"^  blocked vs fused .*: T=1 {_NUM} \[{_NUM}, {_NUM}\]", line)):
             out["vs"][(variant, prec)] = tuple(map(float, m.group(1, 2, 3)))
@@ -104,7 +107,7 @@ def page(folder: Path) -> str:
         lines.append(f"| {name} | {_r(r)}× | {verdict} |")
     alg1 = "full CEM (T=2, D+LR), Algorithm 1 read-out"
     if alg1 in train["fp32"]:
-        lines.append(f"| paper config with the seed's Algorithm 1 read-out (not a gradient step) | "
+        lines.append("| paper config with the seed's Algorithm 1 read-out (not a gradient step) | "
                      + ", ".join(f"{_r(train[p][alg1])}× {p}" for p in ("fp32", "bf16") if alg1 in train[p])
                      + " | (no target) |")
     ups = [(k, v) for k, v in lm["speedup"].items() if k[0] == "training step"]
@@ -122,12 +125,14 @@ def page(folder: Path) -> str:
               + next(iter(att["setup"].values()), "") + "). The issue puts the floor at ≈ 5/3 "
               "(the second step re-uses the keys but recomputes scores and averages); plain re-use of the layer "
               "twice is ≈ 2.", "",
-              "| variant | path | T2/T1 fp32 | T2/T1 bf16 | blocked vs fused (time ratio fused/blocked), T=1, fp32 / bf16 |",
+              "| variant | path | T2/T1 fp32 | T2/T1 bf16 | blocked vs fused (time ratio fused/blocked), T=1, "
+              "fp32 / bf16 |",
               "|---|---|---|---|---|"]
     variants = list(dict.fromkeys(v for v, _, _ in att["t2t1"]))
     for v in variants:
         for path in ("blocked", "fused"):
-            cells = [_r(att["t2t1"][(v, p, path)], "", 2) if (v, p, path) in att["t2t1"] else "–" for p in ("fp32", "bf16")]
+            cells = [_r(att["t2t1"][(v, p, path)], "", 2) if (v, p, path) in att["t2t1"] else "–"
+                     for p in ("fp32", "bf16")]
             vs = " / ".join(_r(att["vs"][(v, p)], "×", 2) if (v, p) in att["vs"] else "–" for p in ("fp32", "bf16"))
             lines.append(f"| {v} | {path} | {cells[0]} | {cells[1]} | {vs if path == 'blocked' else ''} |")
     if att["memory"]:

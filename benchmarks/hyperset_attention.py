@@ -215,19 +215,20 @@ def page(att: dict, sud: dict) -> str:
     out += ["", "## Sudoku generator (single core)", "", f"`{sud['meta']['command']}`: generation on one process, "
             f"{st['n']} puzzles x {st['reps']} repetitions per target (climb_steps = {st['climb_steps']}, max_grids = "
             f"{st['max_grids']}).", "",
-            "| givens | puzzles/s median [min, max] | dig fails | climbs/puzzle | gave up |", "|---:|---:|---:|---:|---:|"]
+            "| givens | puzzles/s median [min, max] | dig fails | climbs/puzzle | gave up |",
+            "|---:|---:|---:|---:|---:|"]
     for g in sud["generation"]:
         xs = g["puzzles_per_s"]
         rate = f"{statistics.median(xs):.1f} [{min(xs):.1f}, {max(xs):.1f}]" if xs else "–"
         out.append(f"| {g['givens']} | {rate} | {g['dig_fail_rate']:.1%} | {g['climbs_per_puzzle']:.1f} | "
                    f"{g['gave_up']}/{g['reps']} |")
-    out += ["", f"Solver (count solutions up to 2), compiled, {st['solver_puzzles']} puzzles (200 for the 17-given one) "
-            f"x {st['reps']} repetitions:", "", "| puzzles | k puzzles/s median [min, max] |", "|---|---:|"]
+    out += ["", f"Solver (count solutions up to 2), compiled, {st['solver_puzzles']} puzzles (200 for the 17-given "
+            f"one) x {st['reps']} repetitions:", "", "| puzzles | k puzzles/s median [min, max] |", "|---|---:|"]
     for name, xs in sud["solver"].items():
         out.append(f"| {name} | {statistics.median(xs) / 1e3:.1f} [{min(xs) / 1e3:.1f}, {max(xs) / 1e3:.1f}] |")
-    out += ["", "Cut from this page (issue 22: not regenerable from committed raw output): the earlier hand-pasted runs "
-            "of 2026-11-22 (their raw numbers were not committed) and the trainer's logged boards/s of the "
-            "reproduction runs (those are on the reproduction page's `results.json`)."]
+    out += ["", "Cut from this page (issue 22: not regenerable from committed raw output): the earlier "
+            "hand-pasted runs of 2026-11-22 (their raw numbers were not committed) and the trainer's logged boards/s "
+            "of the reproduction runs (those are on the reproduction page's `results.json`)."]
     return "\n".join(out)
 
 

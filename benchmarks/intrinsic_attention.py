@@ -26,7 +26,6 @@ average before and after); ``--render-only DIR`` rebuilds the CPU results page
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -158,7 +157,8 @@ def markdown(results: dict, args: dict, meta: dict) -> str:
     mem = "peak allocated (MiB)" if args["device"].startswith("cuda") else "saved-for-backward activations (MiB)"
     out = [f"device {args['device']}, {meta['threads']} thread(s), torch {meta['torch']}; model: width "
            f"{args['dim']}, {args['layers']} layers, {args['heads']} heads, vocabulary {args['vocab']}, batch "
-           f"{args['batch']}{', bf16 autocast' if args['bf16'] else ', fp32'}; {args['reps']} interleaved repetitions\n"]
+           f"{args['batch']}{', bf16 autocast' if args['bf16'] else ', fp32'}; {args['reps']} interleaved "
+           "repetitions\n"]
     for ctx, row in results.items():
         out.append(f"\n### context {ctx}\n")
         out.append(f"| variant | step time median [min, max] (ms) | ratio to MHA median [min, max] | budget | "

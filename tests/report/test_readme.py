@@ -98,7 +98,8 @@ def test_an_index_file_lists_only_the_rows_its_other_files_do_not_state(tmp_path
     table of verdicts per scale page) is counted, linked, never listed twice."""
     index = ("# Index\n\n## Claims\n\n| claim | verdict | ours |\n|---|---|---|\n| own claim | HOLDS | 1 |\n"
              "\n## GP\n\n| kernel | claim | verdict | ours |\n|---|---|---|---|\n| RBF | gp claim | HOLDS | 2 |\n"
-             "\n## Verdicts by scale\n\n| claim | cpu | gpu |\n|---|---|---|\n| **c** scale claim | HOLDS | UNDECIDED |\n")
+             "\n## Verdicts by scale\n\n| claim | cpu | gpu |\n|---|---|---|\n"
+             "| **c** scale claim | HOLDS | UNDECIDED |\n")
     gp = "# GP\n\n| kernel | claim | verdict | ours |\n|---|---|---|---|\n| RBF | gp claim | HOLDS | 2 |\n"
     cpu = "# cpu\n\n| claim | verdict | ours |\n|---|---|---|\n| c scale claim | HOLDS | 3 |\n"
     gpu = "# gpu\n\n| claim | verdict | ours |\n|---|---|---|\n| c scale claim | UNDECIDED | 4 |\n"
