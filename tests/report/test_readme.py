@@ -64,6 +64,7 @@ LABELLED = """# Labels
 | claim | paper (source) | A | B | rule | verdict | why |
 |---|---|---|---|---|---|---|
 | **gain** EqT beats the baseline (length = 64) | 4.66 (Table 2) | 60.5 | 54.6 | A > B | **HOLDS** | margin |
+| **overheads** cost | +8% (§4) | – | – | declared | **UNTESTABLE** | a timing |
 
 | variant | Δ at η = 1 | Δ variant | variant beats η = 1 |
 |---|---|---|---|
@@ -76,7 +77,8 @@ def test_rows_keep_their_label_source_and_both_sides():
     assert [(r.label, r.claim, r.paper, r.ours, r.verdict) for r in rows] == [
         ("RBF", "T2 beats T1", "0.09 vs 0.12 (Table 3, §4.1)", "0.1 vs 0.2", "HOLDS"),  # kernel column; source column
         ("Periodic", "T2 beats T1", "Fig. 4", "0.3 vs 0.3", "UNDECIDED"),  # no paper number: its source alone
-        ("length = 64", "gain EqT beats the baseline", "4.66 (Table 2)", "60.5 vs 54.6", "HOLDS"),
+        ("length = 64", "gain: EqT beats the baseline", "4.66 (Table 2)", "60.5 vs 54.6", "HOLDS"),
+        ("", "overheads: cost", "+8% (§4)", "—", "UNTESTABLE"),  # no measurement on either side
         ("", "T4-eta0.5: variant beats η = 1", "—", "Δ at η = 1: +0.0011; Δ variant: +0.0005", "UNDECIDED"),
     ]
 
@@ -109,7 +111,7 @@ def test_an_index_file_lists_only_the_rows_its_other_files_do_not_state(tmp_path
     rows = page_rows(page, tmp_path)
     assert [r.claim for r in rows["README.md"][0]] == ["own claim"]  # one table left: no heading label
     assert rows["README.md"][0][0].label == ""
-    assert rows["README.md"][1:] == (["gp.md", "cpu/README.md", "gpu/README.md"], 2)
+    assert rows["README.md"][1:] == (["gp.md", "cpu/README.md", "gpu/README.md"], 2)  # the scale table's row too
     assert [(r.label, r.claim) for r in rows["gp.md"][0]] == [("RBF", "gp claim")]
     section = build_section([page], tmp_path)
     assert section.count("gp claim") == 1 and section.count("c scale claim") == 2  # once per scale page

@@ -114,7 +114,8 @@ def _short(text: str) -> str:
 
 
 def _key(claim: str) -> str:
-    return " ".join(claim.replace("*", "").split()).lower()
+    """A claim compared across files: case, emphasis, colons and spacing ignored."""
+    return " ".join(re.sub(r"[*:]", " ", claim).split()).lower()
 
 
 def _table_rows(t: Table) -> list[tuple[str, Row]]:
@@ -144,7 +145,7 @@ def _table_rows(t: Table) -> list[tuple[str, Row]]:
         if not v:
             continue
         if a is not None and b is not None:
-            here = f"{get(a)} vs {get(b)}"
+            here = f"{get(a)} vs {get(b)}" if get(a).strip("—–- ") or get(b).strip("—–- ") else ""
         elif ours is not None:
             here = get(ours)
         else:  # no column says it is ours: every other column but a rule's, by name
@@ -155,7 +156,8 @@ def _table_rows(t: Table) -> list[tuple[str, Row]]:
         srcs = [x for x in (in_header.group(1) if in_header and pap else "", src)  # "paper (Table 3): RMSE"
                 if x and x.lower() != "source" and x not in pap]
         pap = f"{pap} ({', '.join(srcs)})" if pap and srcs else (pap or ", ".join(srcs))
-        text = f"{get(claim)}: {about}" if about else get(claim)
+        text = re.sub(r"^\*\*([^*]+)\*\*\s+", r"\1: ", get(claim))  # "**gain** EqT beats" -> "gain: EqT beats"
+        text = f"{text}: {about}" if about else text
         out.append((get(label), Row(_short(text), _short(pap) or "—", _short(here) or "—", v)))
     return out
 
