@@ -15,13 +15,17 @@ context), which is deterministic and comparable between variants.
 Budgets (issue #10): MomenMHA / NagMHA ≤ 1.05x, MHA2nd-lite ≤ 1.3x, MHA2nd1st ≤ 2x (it materialises
 the N×N attention matrix: no fused kernel returns P, and the bias ``C a`` needs it).
 
-    python benchmarks/intrinsic_attention.py [--contexts 256 1024] [--reps 7] [--device cpu|cuda]
+    python benchmarks/intrinsic_attention.py [--contexts 256 1024] [--reps 7] [--device cpu|cuda] [--json OUT]
+    python benchmarks/intrinsic_attention.py --render-only DIR   # DIR/benchmark.md from DIR/benchmark.json
+
+``--json OUT`` records the raw step times (every repetition), FLOPs, memory and the machine (threads, load
+average before and after); ``--render-only DIR`` rebuilds the CPU results page
+(``docs/results/intrinsic/cpu/benchmark.md``) from the committed ``benchmark.json`` without measuring.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -33,6 +37,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from energyformer.models.lm import CausalLM, ModelConfig  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _page  # noqa: E402
 
 VARIANTS = {
     "mha": ("mha", "gelu"),
@@ -138,17 +145,20 @@ def bench(args) -> dict:
                       "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
                       "flops_ratio": info[v]["flops"] / info["mha"]["flops"], "gflop": info[v]["flops"] / 1e9,
                       "memory_mib": info[v]["memory_mib"],
-                      "memory_ratio": info[v]["memory_mib"] / info["mha"]["memory_mib"]}
+                      "memory_ratio": info[v]["memory_mib"] / info["mha"]["memory_mib"],
+                      "times_s": times[v]}
         results[ctx] = row
         del models, opts, fns
     return results
 
 
-def markdown(results: dict, args) -> str:
-    mem = "peak allocated (MiB)" if args.device.startswith("cuda") else "saved-for-backward activations (MiB)"
-    out = [f"device {args.device}, {torch.get_num_threads()} thread(s), torch {torch.__version__}; model: width "
-           f"{args.dim}, {args.layers} layers, {args.heads} heads, vocabulary {args.vocab}, batch {args.batch}"
-           f"{', bf16 autocast' if args.bf16 else ', fp32'}; {args.reps} interleaved repetitions\n"]
+def markdown(results: dict, args: dict, meta: dict) -> str:
+    """The measurement tables (what the script prints) from the raw results."""
+    mem = "peak allocated (MiB)" if args["device"].startswith("cuda") else "saved-for-backward activations (MiB)"
+    out = [f"device {args['device']}, {meta['threads']} thread(s), torch {meta['torch']}; model: width "
+           f"{args['dim']}, {args['layers']} layers, {args['heads']} heads, vocabulary {args['vocab']}, batch "
+           f"{args['batch']}{', bf16 autocast' if args['bf16'] else ', fp32'}; {args['reps']} interleaved "
+           "repetitions\n"]
     for ctx, row in results.items():
         out.append(f"\n### context {ctx}\n")
         out.append(f"| variant | step time median [min, max] (ms) | ratio to MHA median [min, max] | budget | "
@@ -161,6 +171,44 @@ def markdown(results: dict, args) -> str:
                        f"{r['ratio_median']:.3f} [{r['ratio_min']:.3f}, {r['ratio_max']:.3f}] | {verdict} | "
                        f"{r['gflop']:.2f} | {r['flops_ratio']:.2f} | {r['memory_mib']:.1f} | {r['memory_ratio']:.2f} |")
     return "\n".join(out)
+
+
+NAMES = {"momen_mha": "MomenMHA", "nag_mha": "NagMHA", "mha2nd_lite": "MHA2nd-lite", "mha2nd1st": "MHA2nd1st"}
+
+
+def page(raw: dict) -> str:
+    """``docs/results/intrinsic/cpu/benchmark.md`` from the raw output of ``--json``."""
+    args, meta, results = raw["args"], raw["meta"], raw["results"]
+    ctxs = list(results)
+    lines = ["# Intrinsic attention kinds: CPU training-step benchmark (issue 10, Performance)", "",
+             "Rendered by `python benchmarks/intrinsic_attention.py --render-only DIR` from the committed raw output "
+             "[benchmark.json](benchmark.json), measured by:", "", "```", meta["command"], "```", "",
+             f"Measured on a shared {meta['cpus']}-core machine **under load** from other developers' jobs "
+             f"({_page.load_line(meta)}), with `nice -n {meta['nice']}`, {meta['threads']} torch thread, variants "
+             f"shuffled and interleaved within each of {args['reps']} repetitions so that the load hits all alike. "
+             "The spread of the per-repetition ratios (in brackets) is the measure of that noise: a median whose range "
+             "straddles a budget is not settled by this run. Memory on CPU is the bytes saved for backward "
+             "(activation memory, deterministic), not a peak. FLOPs are exact (`FlopCounterMode`: matmuls and SDPA; "
+             "element-wise work such as the momentum update is not counted).", "",
+             "Targets (median ratio to MHA, [min, max] over repetitions):", "",
+             "| target | " + " | ".join(f"context {c}" for c in ctxs) + " |", "|---|" + "---|" * len(ctxs)]
+    for v, b in BUDGET.items():
+        cells = []
+        for c in ctxs:
+            r = results[c].get(v)
+            cells.append("not run" if r is None else
+                         f"{r['ratio_median']:.3f} [{r['ratio_min']:.3f}, {r['ratio_max']:.3f}]: "
+                         f"{'met' if r['ratio_median'] <= b else 'not met'}"
+                         f"{' (range straddles it)' if r['ratio_min'] <= b < r['ratio_max'] else ''}")
+        lines.append(f"| {NAMES[v]} ≤ {b}x | " + " | ".join(cells) + " |")
+    last = ctxs[-1]
+    acts = ", ".join(f"{NAMES.get(v, v)} {r['memory_ratio']:.2f}" for v, r in results[last].items() if v != "mha")
+    lines += [f"| activations at {last} (x MHA) | " + " | " * (len(ctxs) - 1) + acts + " |", "",
+              "MHA2nd1st materialises the N×N attention matrix (no fused kernel returns P, and the bias `C a` needs "
+              "it), so its cost grows faster with the context than MHA's. The GPU measurement "
+              "([../gpu/benchmark.md](../gpu/benchmark.md), H100) is free of this machine's load.", "",
+              "## Output", "", markdown(results, args, meta)]
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -178,15 +226,23 @@ def main(argv=None) -> int:
     p.add_argument("--mha2nd-max-ctx", type=int, default=256, help="MHA2nd (per-token eigh) only up to this context")
     p.add_argument("--device", default="cpu")
     p.add_argument("--bf16", action="store_true")
-    p.add_argument("--json", type=Path, help="also write the results here")
+    p.add_argument("--json", type=Path, help="also write the raw results and the machine here")
+    p.add_argument("--render-only", type=Path, metavar="DIR",
+                   help="measure nothing: write DIR/benchmark.md from DIR/benchmark.json")
     a = p.parse_args(argv)
+    if a.render_only:
+        _page.write_page(a.render_only, "benchmark.md", page(_page.read_json(a.render_only, "benchmark.json")))
+        return 0
     if "mha" not in a.variants:
         a.variants = ["mha"] + a.variants
     torch.set_num_threads(a.threads)
+    meta = _page.machine(argv)
     res = bench(a)
-    print(markdown(res, a))
+    meta = _page.finish(meta)
+    args = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items() if k not in ("json", "render_only")}
+    print(markdown(res, args, meta))
     if a.json:
-        a.json.write_text(json.dumps({"args": vars(a) | {"json": str(a.json)}, "results": res}, indent=1))
+        _page.write_json(a.json, {"args": args, "meta": meta, "results": {str(k): v for k, v in res.items()}})
     return 0
 
 

@@ -24,6 +24,7 @@ load changes on a shared machine hit all of them alike.
 
 Usage: python benchmarks/lm_throughput.py [--dim 256 --layers 4 --heads 8 --mlp-hidden 704 --vocab 4096
                                            --batch 8 --seq 256 --repeats 7 --warmup 2 --threads 0]
+       python benchmarks/lm_throughput.py --render-only DIR   # docs/results/cem/benchmarks.md from the outputs
 Section 1 needs ``transformers`` (``pip install -e '.[bench]'``); without it that section is skipped.
 """
 
@@ -32,7 +33,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -412,7 +415,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sections", default="1,2,3", help="comma-separated subset of sections to run (4: oneDNN)")
     ap.add_argument("--precisions", default="fp32,bf16", help="section 2: fp32 and/or bf16 (autocast)")
     ap.add_argument("--no-before", action="store_true", help="section 2: skip the fused-path 'before' rows")
+    ap.add_argument("--render-only", type=Path, metavar="DIR",
+                    help="measure nothing: write DIR/benchmarks.md (docs/results/cem) from the committed outputs "
+                         "DIR/bench_lm_throughput.txt and DIR/bench_cem_attention.txt")
     args = ap.parse_args(argv)
+    if args.render_only:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from _cem_page import page
+
+        (args.render_only / "benchmarks.md").write_text(page(args.render_only).rstrip() + "\n")
+        return
 
     threads = args.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)

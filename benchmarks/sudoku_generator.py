@@ -3,6 +3,7 @@
     python benchmarks/sudoku_generator.py                 # ~2 minutes
     python benchmarks/sudoku_generator.py --quick         # a few seconds
     python benchmarks/sudoku_generator.py --targets 19 --n 5 --reps 3 --climb-steps 2000
+    python benchmarks/sudoku_generator.py --quick --no-plain --json OUT   # raw numbers for the Hyper-SET page
 
 For each target number of givens: puzzles per second (generation on one process, median and range
 over ``--reps`` repetitions with different seeds), the *dig failure rate* (fraction of full grids
@@ -21,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +31,9 @@ from energyformer.data.sudoku import (
 )
 from energyformer.errors import DataError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _page  # noqa: E402
+
 P17 = "000000010400000000020000000000050407008000300001090000300400200050100000000806000"
 
 
@@ -36,11 +41,12 @@ def _fmt(xs: list[float], unit: str) -> str:
     return f"{statistics.median(xs):10.1f} {unit}  [{min(xs):.1f} - {max(xs):.1f}]"
 
 
-def bench_generation(targets: list[int], n: int, reps: int, climb_steps: int, max_grids: int) -> None:
+def bench_generation(targets: list[int], n: int, reps: int, climb_steps: int, max_grids: int) -> list[dict]:
     print(f"generation, one process, {n} puzzles x {reps} repetitions per target "
           f"(climb_steps={climb_steps}, max_grids={max_grids})")
     print(f"{'givens':>6}  {'puzzles/s: median [range]':>36}  {'dig fails':>9}  "
           f"{'climbs/puzzle':>13}  {'gave up':>7}")
+    out = []
     for target in targets:
         rates, grids, fails, climbs, made, gave_up = [], 0, 0, 0, 0, 0
         for rep in range(reps):
@@ -58,10 +64,14 @@ def bench_generation(targets: list[int], n: int, reps: int, climb_steps: int, ma
         rate = _fmt(rates, "/s") if rates else f"{'-':>36}"
         print(f"{target:>6}  {rate:>36}  {fails / max(grids, 1):>9.1%}  "
               f"{climbs / max(made, 1):>13.1f}  {gave_up:>4}/{reps}")
+        out.append({"givens": target, "puzzles_per_s": rates, "dig_fail_rate": fails / max(grids, 1),
+                    "climbs_per_puzzle": climbs / max(made, 1), "gave_up": gave_up, "reps": reps, "n": n})
+    return out
 
 
-def bench_solver(reps: int, n: int) -> None:
+def bench_solver(reps: int, n: int) -> dict[str, list[float]]:
     print(f"\nsolver (count solutions up to 2), compiled, {n} puzzles x {reps} repetitions")
+    out = {}
     for givens in (24, 30):
         puzzles, _, _ = generate_puzzles(n, givens, seed=7)
         rates = []
@@ -71,6 +81,7 @@ def bench_solver(reps: int, n: int) -> None:
             rates.append(n / (time.perf_counter() - t0))
             assert (counts == 1).all()
         print(f"  {givens} givens:        {_fmt([r / 1e3 for r in rates], 'k puzzles/s')}")
+        out[f"{givens} givens"] = rates
     p17 = np.stack([grid_from_string(P17)] * 200)
     rates = []
     for _ in range(reps):
@@ -78,6 +89,8 @@ def bench_solver(reps: int, n: int) -> None:
         count_solutions(p17)
         rates.append(200 / (time.perf_counter() - t0))
     print(f"  17-given (Royle #1): {_fmt([r / 1e3 for r in rates], 'k puzzles/s')}")
+    out["17-given (Royle #1)"] = rates
+    return out
 
 
 _PLAIN = """
@@ -126,13 +139,20 @@ def main() -> None:
     ap.add_argument("--no-plain", action="store_true", help="skip the plain-Python comparison")
     ap.add_argument("--workers-n", type=int, default=10000,
                     help="puzzles for the 1-vs-2 worker comparison (0: skip)")
+    ap.add_argument("--json", type=Path, help="also write the raw generation and solver rates and the machine here")
     args = ap.parse_args()
     if args.quick:
         args.targets, args.n, args.reps, args.workers_n = [36, 30, 26, 24], 20, 3, 0
     count_solutions(np.zeros(81, dtype=np.int8))  # load (or compile) the solver first
     generate_puzzles(1, 30, seed=0)
-    bench_generation(args.targets, args.n, args.reps, args.climb_steps, args.max_grids)
-    bench_solver(args.reps, 500 if not args.quick else 100)
+    meta = _page.machine()
+    gen = bench_generation(args.targets, args.n, args.reps, args.climb_steps, args.max_grids)
+    solver = bench_solver(args.reps, 500 if not args.quick else 100)
+    if args.json:
+        settings = {"n": args.n, "reps": args.reps, "climb_steps": args.climb_steps, "max_grids": args.max_grids,
+                    "solver_puzzles": 500 if not args.quick else 100}
+        _page.write_json(args.json, {"settings": settings, "meta": _page.finish(meta), "generation": gen,
+                                     "solver": solver})
     if not args.no_plain:
         bench_plain_python()
     if args.workers_n:

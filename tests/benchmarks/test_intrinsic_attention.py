@@ -23,4 +23,22 @@ def test_tiny_benchmark_table():
     assert res["momen_mha"]["flops_ratio"] == 1.0        # momentum adds no matmul
     assert res["mha2nd1st"]["flops_ratio"] > 1.0           # two extra N×N matmuls per head
     assert all(r["memory_mib"] > 0 and r["median_s"] > 0 for r in res.values())
-    assert "| mha2nd1st |" in b.markdown({16: res}, args)
+    meta = {"threads": 1, "torch": "x", "cpus": 2, "nice": 0, "load_before": [1.0, 1, 1], "load_after": [2.0, 1, 1],
+            "command": "python benchmarks/intrinsic_attention.py"}
+    assert "| mha2nd1st |" in b.markdown({16: res}, vars(args), meta)
+
+
+def test_render_only_rebuilds_the_page_from_the_json_alone(tmp_path):
+    """--json then --render-only: the page comes from the raw output, the same bytes every time, and says
+    that it was measured under load with its spread."""
+    b = _load()
+    out = tmp_path / "benchmark.json"
+    b.main(["--contexts", "16", "--variants", "mha", "momen_mha", "--dim", "16", "--layers", "1", "--vocab", "32",
+            "--batch", "1", "--reps", "2", "--warmup", "0", "--json", str(out)])
+    raw = out.read_text()
+    assert '"times_s"' in raw and '"load_before"' in raw
+    b.main(["--render-only", str(tmp_path)])
+    page = (tmp_path / "benchmark.md").read_text()
+    b.main(["--render-only", str(tmp_path)])
+    assert (tmp_path / "benchmark.md").read_text() == page
+    assert "under load" in page and "MomenMHA ≤ 1.05x" in page and "| momen_mha |" in page

@@ -7,8 +7,8 @@ import pytest
 
 from energyformer.errors import DataError
 from energyformer.report.pages import Page, Registry, Reproduce
-from energyformer.report.readme import (BEGIN, END, build_section, current_section, replace_section, verdict_of,
-                                        verdict_rows)
+from energyformer.report.readme import (BEGIN, END, build_section, current_section, page_rows, replace_section,
+                                        verdict_of, verdict_rows)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,11 +45,77 @@ def test_verdict_words_are_read_whole_and_longest_first():
 
 def test_verdict_rows_from_tables_of_different_shapes():
     rows = verdict_rows(PAGE)
-    assert [(r.claim, r.paper, r.ours, r.verdict) for r in rows] == [
-        ("corpus one: A beats B", "54.7 vs 49.3", "0.00 vs 0.00", "UNTESTABLE"),
-        ("corpus one: C ≈ D", "≈", "4.1 \\| 4.2", "DOES NOT HOLD"),
-        ("corpus two: F falls", "—", "3.0 → 2.0", "HOLDS"),
+    assert [(r.label, r.claim, r.paper, r.ours, r.verdict) for r in rows] == [
+        ("corpus one", "A beats B", "54.7 vs 49.3 (Table 2)", "0.00 vs 0.00", "UNTESTABLE"),
+        ("corpus one", "C ≈ D", "≈ (Table 2)", "4.1 \\| 4.2", "DOES NOT HOLD"),
+        ("corpus two", "F falls", "—", "3.0 → 2.0", "HOLDS"),
     ]
+
+
+LABELLED = """# Labels
+
+## One heading for all
+
+| seed | kernel | claim | verdict | ours | paper (Table 3): RMSE |
+|---|---|---|---|---|---|
+| §4.1 | RBF | T2 beats T1 | HOLDS (margin 1) | 0.1 vs 0.2 | 0.09 vs 0.12 |
+| Fig. 4 | Periodic | T2 beats T1 | UNDECIDED | 0.3 vs 0.3 | — |
+
+| claim | paper (source) | A | B | rule | verdict | why |
+|---|---|---|---|---|---|---|
+| **gain** EqT beats the baseline (length = 64) | 4.66 (Table 2) | 60.5 | 54.6 | A > B | **HOLDS** | margin |
+| **overheads** cost | +8% (§4) | – | – | declared | **UNTESTABLE** | a timing |
+
+| variant | Δ at η = 1 | Δ variant | variant beats η = 1 |
+|---|---|---|---|
+| T4-eta0.5 | +0.0011 | +0.0005 | UNDECIDED (margin 1, band 2) |
+"""
+
+
+def test_rows_keep_their_label_source_and_both_sides():
+    rows = verdict_rows(LABELLED)
+    assert [(r.label, r.claim, r.paper, r.ours, r.verdict) for r in rows] == [
+        ("RBF", "T2 beats T1", "0.09 vs 0.12 (Table 3, §4.1)", "0.1 vs 0.2", "HOLDS"),  # kernel column; source column
+        ("Periodic", "T2 beats T1", "Fig. 4", "0.3 vs 0.3", "UNDECIDED"),  # no paper number: its source alone
+        ("length = 64", "gain: EqT beats the baseline", "4.66 (Table 2)", "60.5 vs 54.6", "HOLDS"),
+        ("", "overheads: cost", "+8% (§4)", "—", "UNTESTABLE"),  # no measurement on either side
+        ("", "T4-eta0.5: variant beats η = 1", "—", "Δ at η = 1: +0.0011; Δ variant: +0.0005", "UNDECIDED"),
+    ]
+
+
+def test_a_single_heading_is_no_label_and_exact_repeats_count_once():
+    page = "# P\n\n## The claims on these runs\n\n| claim | verdict |\n|---|---|\n| x | HOLDS |\n| x | HOLDS |\n"
+    assert [(r.label, r.claim) for r in verdict_rows(page)] == [("", "x")]
+
+
+def _write(folder, **files):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name.replace("__", "/")).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name.replace("__", "/")).write_text(text)
+
+
+def test_an_index_file_lists_only_the_rows_its_other_files_do_not_state(tmp_path):
+    """A row belongs to the page file that states it: the index's copy of gp.md's claims (and a scale
+    table of verdicts per scale page) is counted, linked, never listed twice."""
+    index = ("# Index\n\n## Claims\n\n| claim | verdict | ours |\n|---|---|---|\n| own claim | HOLDS | 1 |\n"
+             "\n## GP\n\n| kernel | claim | verdict | ours |\n|---|---|---|---|\n| RBF | gp claim | HOLDS | 2 |\n"
+             "\n## Verdicts by scale\n\n| claim | cpu | gpu |\n|---|---|---|\n"
+             "| **c** scale claim | HOLDS | UNDECIDED |\n")
+    gp = "# GP\n\n| kernel | claim | verdict | ours |\n|---|---|---|---|\n| RBF | gp claim | HOLDS | 2 |\n"
+    cpu = "# cpu\n\n| claim | verdict | ours |\n|---|---|---|\n| c scale claim | HOLDS | 3 |\n"
+    gpu = "# gpu\n\n| claim | verdict | ours |\n|---|---|---|\n| c scale claim | UNDECIDED | 4 |\n"
+    _write(tmp_path / "docs/results/x", **{"README.md": index, "gp.md": gp, "cpu__README.md": cpu,
+                                           "gpu__README.md": gpu})
+    page = Page("x", "docs/results/x", ("README.md", "gp.md", "cpu/README.md", "gpu/README.md"), Reproduce("eqt"))
+    rows = page_rows(page, tmp_path)
+    assert [r.claim for r in rows["README.md"][0]] == ["own claim"]  # one table left: no heading label
+    assert rows["README.md"][0][0].label == ""
+    assert rows["README.md"][1:] == (["gp.md", "cpu/README.md", "gpu/README.md"], 2)  # the scale table's row too
+    assert [(r.label, r.claim) for r in rows["gp.md"][0]] == [("RBF", "gp claim")]
+    section = build_section([page], tmp_path)
+    assert section.count("gp claim") == 1 and section.count("c scale claim") == 2  # once per scale page
+    assert "1 verdict rows: HOLDS 1" in section and "2 more restate claims of [gp.md]" in section
 
 
 def test_section_round_trips_through_the_markers(tmp_path):

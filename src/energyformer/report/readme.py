@@ -1,11 +1,18 @@
 """The README's measured-results section, generated from the results pages (issue 22).
 
-For every registered page with ``readme = True``: its title (the page's first ``# `` line), a link,
-how it is made, and its verdict rows — claim, paper, ours, verdict — read from the page's verdict
-tables, with counts of HOLDS / DOES NOT HOLD / UNDECIDED / UNTESTABLE. A verdict table is a markdown
-table with a column (not headed "paper") whose cells carry one of the four verdicts of
-:class:`energyformer.analysis.verdicts.Verdict`. Nothing in the section is typed by hand: it changes
-only when a page does. :func:`replace_section` puts it between the markers in README.md.
+For every registered page with ``readme = True`` and every file of it: its title (the file's first
+``# `` line), a link, the command that renders it, its verdict counts and its verdict rows — section,
+claim, paper (with its source), ours, verdict — read from the file's verdict tables. A verdict table is
+a markdown table with a column (not headed "paper") whose cells carry one of the four verdicts of
+:class:`energyformer.analysis.verdicts.Verdict`.
+
+A summary, not a copy: each row is listed once, under the page file that states it. A page's first
+file (its index) that repeats claims stated in its other files (cem/README.md quotes gp.md's GP
+claims; intrinsic/README.md and eqt/README.md tabulate the scale pages' verdicts) lists only its own
+rows and names the file the others are under. Where a file's verdict tables sit under different
+headings (corpus, kernel, data set) or carry a kernel / corpus / length column, each row keeps that
+label. Nothing in the section is typed by hand: it changes only when a page does.
+:func:`replace_section` puts it between the markers in README.md.
 """
 
 from __future__ import annotations
@@ -25,14 +32,31 @@ END = "<!-- results:end -->"
 _VERDICTS = sorted((v.value for v in Verdict), key=len, reverse=True)
 _VERDICT_RE = re.compile(r"\b(" + "|".join(re.escape(v) for v in _VERDICTS) + r")\b")
 CELL_CHARS = 160
+# a column whose cells say which part of the page a row is for
+_LABEL_COLUMNS = ("kernel", "corpus", "data set", "dataset", "length", "l", "scale", "task")
+# a column giving the paper section / table / figure a row comes from (CEM's "seed" column)
+_SOURCE_COLUMNS = ("seed", "source", "paper section", "section")
 
 
 @dataclass(frozen=True)
 class Row:
+    """One verdict row: ``label`` says which kernel / corpus / data set / length it is for ("" if the
+    file has one), ``paper`` is the paper's value with its source where the page states them."""
+
     claim: str
     paper: str
     ours: str
     verdict: str
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A markdown table: the headings it is under (``##``, ``###``, ``####``), header cells, body rows."""
+
+    headings: tuple[str, ...]
+    header: list[str]
+    body: list[list[str]]
 
 
 def verdict_of(cell: str) -> str | None:
@@ -48,9 +72,9 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in re.split(r"(?<!\\)\|", body)]
 
 
-def tables(md: str) -> list[tuple[str, list[str], list[list[str]]]]:
-    """Every markdown table outside code fences: (the heading it is under, header cells, body rows)."""
-    out, block, fenced, heading = [], [], False, ""
+def tables(md: str) -> list[Table]:
+    """Every markdown table outside code fences, with the headings (levels 2-4) it is under."""
+    out, block, fenced, path = [], [], False, ["", "", ""]
     for line in md.splitlines() + [""]:
         if line.lstrip().startswith("```"):
             fenced = not fenced
@@ -58,16 +82,25 @@ def tables(md: str) -> list[tuple[str, list[str], list[list[str]]]]:
             block.append(line)
             continue
         if len(block) >= 2 and re.fullmatch(r"[\s|:\-]+", block[1]):
-            out.append((heading, _cells(block[0]), [_cells(b) for b in block[2:]]))
+            out.append(Table(tuple(path), _cells(block[0]), [_cells(b) for b in block[2:]]))
         block = []
-        if not fenced and re.match(r"#{2,4} ", line):
-            heading = line.lstrip("#").strip()
+        m = re.match(r"(#{2,4}) (.*)", line) if not fenced else None
+        if m:
+            level = len(m.group(1)) - 2
+            path[level:] = [m.group(2).strip()] + [""] * (2 - level)
     return out
 
 
 def _column(header: list[str], *words: str, exclude: set[int] = frozenset()) -> int | None:
     for i, h in enumerate(header):
         if i not in exclude and any(w in h.lower() for w in words):
+            return i
+    return None
+
+
+def _exact(header: list[str], names: Sequence[str], exclude: set[int] = frozenset()) -> int | None:
+    for i, h in enumerate(header):
+        if i not in exclude and h.replace("*", "").strip().lower() in names:
             return i
     return None
 
@@ -80,33 +113,87 @@ def _short(text: str) -> str:
     return text
 
 
-def verdict_rows(md: str) -> list[Row]:
-    """The verdict rows of every verdict table of a page, in page order. Where a page has verdict tables
-    under more than one heading (one per corpus or data set), each claim is prefixed with its heading."""
-    found: list[tuple[str, Row]] = []
-    for heading, header, body in tables(md):
-        claim = _column(header, "claim", "target", "ordering") or 0
-        paper = _column(header, "paper", exclude={claim})
-        scores = [0 if i in (paper, claim) else sum(1 for r in body if i < len(r) and verdict_of(r[i]))
-                  for i in range(len(header))]
-        if not any(scores):
+def _key(claim: str) -> str:
+    """A claim compared across files: case, emphasis, colons and spacing ignored."""
+    return " ".join(re.sub(r"[*:]", " ", claim).split()).lower()
+
+
+def _table_rows(t: Table) -> list[tuple[str, Row]]:
+    """(label from a kernel / corpus / length column, row) for each verdict row of one table."""
+    h = t.header
+    label = _exact(h, _LABEL_COLUMNS)
+    claim = _column(h, "claim", "target", "ordering", exclude={label} - {None})
+    claim = claim if claim is not None else next(i for i in range(len(h)) if i != label)
+    source = _exact(h, _SOURCE_COLUMNS, exclude={label, claim})
+    paper = _column(h, "paper", exclude={claim})
+    skip = {i for i in (label, claim, paper, source) if i is not None}
+    scores = [0 if i in skip else sum(1 for r in t.body if i < len(r) and verdict_of(r[i])) for i in range(len(h))]
+    if not any(scores):
+        return []
+    named = _column(h, "verdict")
+    vcol = named if named is not None and scores[named] else max(range(len(h)), key=scores.__getitem__)
+    skip.add(vcol)
+    a, b = _exact(h, ("a",), skip), _exact(h, ("b",), skip)
+    ours = _column(h, "ours", "here", "measured", "evidence", "numbers", "result", "value", exclude=skip)
+    rest = [i for i in range(len(h)) if i not in skip and not {"rule", "why"} & set(h[i].lower().split())]
+    # a table whose claim column names a thing ("variant") and whose verdict column the claim about it
+    about = "" if named is not None or _column(h, "claim", "target", "ordering") is not None else h[vcol]
+    out = []
+    for r in t.body:
+        get = (lambda i: r[i].strip() if i is not None and i < len(r) else "")  # noqa: E731
+        v = verdict_of(get(vcol))
+        if not v:
             continue
-        named = _column(header, "verdict")
-        vcol = named if named is not None and scores[named] else max(range(len(header)), key=scores.__getitem__)
-        ours = _column(header, "ours", "here", "measured", "evidence", "numbers", "result", "value",
-                       exclude={vcol, claim, paper})
-        if ours is None:  # any other column but a rule's
-            ours = next((i for i in range(len(header)) if i not in (vcol, claim, paper)
-                         and "rule" not in header[i].lower()), None)
-        for r in body:
-            get = (lambda i: r[i] if i is not None and i < len(r) else "")  # noqa: E731
-            v = verdict_of(get(vcol))
-            if v:
-                here = get(ours) or _VERDICT_RE.sub("", get(vcol).replace("*", ""), count=1).strip(" :;,—-")
-                found.append((heading, Row(_short(get(claim)), _short(get(paper)) or "—", _short(here) or "—", v)))
-    if len({h for h, _ in found}) > 1:
-        return [Row(_short(f"{h}: {r.claim}"), r.paper, r.ours, r.verdict) if h else r for h, r in found]
-    return [r for _, r in found]
+        if a is not None and b is not None:
+            here = f"{get(a)} vs {get(b)}" if get(a).strip("—–- ") or get(b).strip("—–- ") else ""
+        elif ours is not None:
+            here = get(ours)
+        else:  # no column says it is ours: every other column but a rule's, by name
+            here = "; ".join(f"{h[i]}: {get(i)}" for i in rest if get(i)) or \
+                _VERDICT_RE.sub("", get(vcol).replace("*", ""), count=1).strip(" :;,—-")
+        pap, src = get(paper).strip("—–- "), get(source)
+        in_header = re.search(r"\(([^()]+)\)", h[paper]) if paper is not None else None
+        srcs = [x for x in (in_header.group(1) if in_header and pap else "", src)  # "paper (Table 3): RMSE"
+                if x and x.lower() != "source" and x not in pap]
+        pap = f"{pap} ({', '.join(srcs)})" if pap and srcs else (pap or ", ".join(srcs))
+        text = re.sub(r"^\*\*([^*]+)\*\*\s+", r"\1: ", get(claim))  # "**gain** EqT beats" -> "gain: EqT beats"
+        text = f"{text}: {about}" if about else text
+        out.append((get(label), Row(_short(text), _short(pap) or "—", _short(here) or "—", v)))
+    return out
+
+
+_TAIL_LABEL = re.compile(r"\s*\((" + "|".join(_LABEL_COLUMNS) + r") = ([^()]+)\)$")
+
+
+def _found(md: str) -> list[tuple[tuple[str, ...], str, Row]]:
+    """(headings, label column, row) for every verdict row of a page, in page order."""
+    return [(t.headings, lab, row) for t in tables(md) for lab, row in _table_rows(t)]
+
+
+def _labelled(found: list[tuple[tuple[str, ...], str, Row]]) -> list[Row]:
+    """The rows with their labels, exact repeats once. A label is the row's kernel / corpus / length
+    column, a trailing "(corpus = pydoc)" of its claim (moved out of the claim), and — where the rows
+    sit under different headings — the heading level that tells them apart (``## MNIST``)."""
+    level = next((i for i in range(3) if len({hs[i] for hs, _, _ in found}) > 1), None)
+    out: list[Row] = []
+    for hs, lab, row in found:
+        parts = [hs[level]] if level is not None else []
+        parts += [lab] * bool(lab)
+        claim = row.claim
+        m = _TAIL_LABEL.search(claim)
+        if m:
+            claim = claim[:m.start()]
+            if not any(m.group(2).strip() == p for p in parts):
+                parts.append(f"{m.group(1)} = {m.group(2).strip()}")
+        row = Row(claim, row.paper, row.ours, row.verdict, _short(" / ".join(parts)))
+        if row not in out:
+            out.append(row)
+    return out
+
+
+def verdict_rows(md: str) -> list[Row]:
+    """The verdict rows of every verdict table of a page, in page order, labelled (:func:`_labelled`)."""
+    return _labelled(_found(md))
 
 
 def title_of(md: str, fallback: str) -> str:
@@ -116,42 +203,74 @@ def title_of(md: str, fallback: str) -> str:
     return fallback
 
 
-def page_summary(page: Page, root: Path) -> list[str]:
-    """The section's lines for one page."""
-    lines = []
+def page_rows(page: Page, root: Path) -> dict[str, tuple[list[Row], list[str], int]]:
+    """Per file of a generated page: (its own verdict rows, the other files of the page that state
+    claims it repeats, how many rows it repeats). Only the page's first file (its index) repeats: its
+    rows whose claim another file states are listed under that file, not here."""
+    found = {}
     for name in page.files:
         path = root / page.folder / name
         if not path.is_file():
             raise DataError(f"report: {page.folder}/{name} not found (page {page.name})")
-        md = path.read_text()
+        found[name] = _found(path.read_text())
+    index, others = page.files[0], page.files[1:]
+    stated = {f: {_key(r.claim) for _, _, r in found[f]} for f in others}
+    homes = {i: [f for f in others if _key(r.claim) in stated[f]] for i, (_, _, r) in enumerate(found[index])}
+    out = {f: (_labelled(found[f]), [], 0) for f in others}
+    where = [f for f in others if any(f in h for h in homes.values())]
+    own = [x for i, x in enumerate(found[index]) if not homes[i]]
+    return {index: (_labelled(own), where, len(found[index]) - len(own)), **out}
+
+
+def _table(rows: list[Row]) -> list[str]:
+    labels = any(r.label for r in rows)
+    head = ["section"] * labels + ["claim", "paper", "ours", "verdict"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.label or "—"] * labels + [r.claim, r.paper, r.ours, r.verdict]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def page_summary(page: Page, root: Path) -> list[str]:
+    """The section's lines for one page."""
+    if not page.generated:
+        lines = []
+        for name in page.files:
+            path = root / page.folder / name
+            if not path.is_file():
+                raise DataError(f"report: {page.folder}/{name} not found (page {page.name})")
+            lines += [f"### [{title_of(path.read_text(), page.name)}]({page.folder}/{name})\n",
+                      f"Hand-written, not generated from committed artifacts ({page.why}); not summarised here.\n"]
+        return lines
+    lines = []
+    command = page.generator.describe().replace(" --report-only --out DIR", "")
+    for name, (rows, where, repeated) in page_rows(page, root).items():
         link = f"{page.folder}/{name}"
-        lines.append(f"### [{title_of(md, page.name)}]({link})\n")
-        if not page.generated:
-            lines.append(f"Hand-written, not generated from committed artifacts ({page.why}); not summarised "
-                         f"here.\n")
-            continue
-        rows = verdict_rows(md)
-        counts = {v: sum(r.verdict == v for r in rows) for v in (x.value for x in Verdict)}
-        tally = " · ".join(f"{v} {n}" for v, n in counts.items())
-        lines.append(f"`{page.generator.describe().replace(' --report-only --out DIR', '')}` — "
-                     f"{len(rows)} verdict rows: {tally}\n")
+        lines.append(f"### [{title_of((root / link).read_text(), page.name)}]({link})\n")
+        there = ", ".join(f"[{f}]({page.folder}/{f})" for f in where)
+        counts = " · ".join(f"{v} {sum(r.verdict == v for r in rows)}" for v in (x.value for x in Verdict))
         if rows:
-            lines += ["| claim | paper | ours | verdict |", "|---|---|---|---|"]
-            lines += [f"| {r.claim} | {r.paper} | {r.ours} | {r.verdict} |" for r in rows]
-            lines.append("")
+            line = f"`{command}` — {len(rows)} verdict rows: {counts}"
+            line += f"; {repeated} more restate claims of {there}, listed there" if repeated else ""
+        elif repeated:
+            line = f"`{command}` — its {repeated} verdict rows restate claims of {there}, listed there"
         else:
-            lines.append("No verdict table on this page.\n")
+            line = f"`{command}` — no verdict table on this page"
+        lines.append(line + "\n")
+        lines += _table(rows) if rows else []
     return lines
 
 
 INTRO = ("Generated by `energyformer report` from the pages under [docs/results/](docs/results/), each rendered "
-         "from the artifacts committed beside it by the command named under its title. Verdicts: HOLDS / DOES "
-         "NOT HOLD / UNDECIDED (inside the seed noise or a declared band) / UNTESTABLE (floor, chance, or not "
-         "testable here), as the pages state them; the pages give the evidence and the rules. Our models and data "
-         "are far smaller than the papers': a claim that does not hold here is reported plainly, but is not "
-         "evidence against a paper's result at its scale. Table cells are cut at {n} characters.\n")
-
-
+         "from the artifacts committed beside it by the command named under its title. Each verdict row is "
+         "listed once, under the page that states it; *section* is the kernel, corpus, data set or length a row "
+         "is for where a page has several; *paper* is the paper's value and its source as the page gives them. "
+         "Verdicts: HOLDS / DOES NOT HOLD / UNDECIDED (inside the seed noise or a declared band) / UNTESTABLE "
+         "(floor, chance, or not testable here), as the pages state them; the pages give the evidence and the "
+         "rules. Our models and data are far smaller than the papers': a claim that does not hold here is "
+         "reported plainly, but is not evidence against a paper's result at its scale. Table cells are cut at "
+         "{n} characters.\n")
 def build_section(pages: list[Page], root: Path, artifacts: Sequence[Artifact] = ()) -> str:
     """The whole generated section, markers included: the summarised pages, then a list of the other
     pages (benchmarks, notes; hand-written ones say so) and of the raw measurements, linked, not quoted."""

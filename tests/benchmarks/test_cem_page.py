@@ -1,0 +1,35 @@
+"""benchmarks/_cem_page.py reads the CEM benchmarks' verbatim outputs into the page's numbers."""
+
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "_cem_page.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("cem_page_bench", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+LM = """device: cpu (cpu); torch 2.13.0+cpu
+1-min load average before the run: 11.19 on 2 cores
+-- training step (bf16)
+  Llama baseline                                   999.0 ms      2,050 tok/s  vs Llama 1.000 [1.000, 1.000]  [min 9, max 10 ms]
+  full CEM (T=1)                                   930.1 ms      2,202 tok/s  vs Llama 1.032 [0.857, 1.136]  [min 8, max 11 ms]
+  speed-up of the blocked path over the fused path, full CEM (T=1): x4.04 [3.09, 4.96]
+""".splitlines()
+
+
+def test_rows_and_speedups_are_parsed_and_a_target_crossed_by_the_range_says_so(tmp_path):
+    m = _load()
+    lm = m.parse_lm(LM)
+    assert lm["rows"][("training step", "bf16")]["full CEM (T=1)"] == (1.032, 0.857, 1.136)
+    assert lm["speedup"][("training step", "bf16", "full CEM (T=1)")] == (4.04, 3.09, 4.96)
+    (tmp_path / m.LM).write_text("\n".join(LM) + "\n")
+    (tmp_path / m.ATT).write_text("torch 2.13.0+cpu, 1 thread(s), 1-min load 6.89 on 2 cores\n")
+    page = m.page(tmp_path)
+    assert "| full CEM T=1 ≥ 1.0× Llama tokens/s, bf16 autocast | 1.032 [0.857, 1.136]× | MET on the median " \
+           "(range crosses 1: min 0.857) |" in page
+    assert "| full CEM T=1 ≥ 0.85× Llama tokens/s, float32 | not in the output | – |" in page
