@@ -85,7 +85,6 @@ def test_committed_pages_rerender_from_their_records_alone(tmp_path):
     assert len(rec["runs"]) == 34 and all(r["config_hash"] == "migrated" for r in rec["runs"].values())
 
 
-@pytest.mark.slow
 def test_a_tiny_run_of_the_study_records_its_metrics_and_renders(tmp_path):
     from energyformer.studies.command import render_pages
     from energyformer.studies.runner import run_study
