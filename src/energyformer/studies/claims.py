@@ -49,7 +49,7 @@ def arm_values(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[
     for r in records.values():
         if _matches(r, where):
             v = metric_value(r, m)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if isinstance(v, (int, float)):
                 label = r.get("cell", {}).get(arm.reduce.over) if arm.reduce else None
                 by_seed.setdefault(int(r["seed"]), {}).setdefault(label, []).append(float(v))
     out: dict[int, float] = {}

@@ -120,7 +120,9 @@ class ScaleSpec(ConfigModel):
     @field_validator("only", mode="before")
     @classmethod
     def _str(cls, v):
-        one = lambda d: {a: [str(x) for x in vals] for a, vals in d.items()} if isinstance(d, dict) else d  # noqa: E731
+        def one(d):
+            return {a: [str(x) for x in vals] for a, vals in d.items()} if isinstance(d, dict) else d
+
         return [one(d) for d in v] if isinstance(v, list) else one(v)
 
     @property
