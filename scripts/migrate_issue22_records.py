@@ -1,10 +1,14 @@
 """One-off (issue 22): the committed results.json of the old ``reproduce intrinsic-lm`` / ``reproduce eqt`` /
-``reproduce hyperset-sudoku`` programs -> the study runner's record format (``energyformer.studies.runner``),
-keeping every number.
+``reproduce hyperset-sudoku`` / ``reproduce cem-lm`` / ``reproduce cem-gp`` programs -> the study runner's
+record format (``energyformer.studies.runner``), keeping every number.
 
     python scripts/migrate_issue22_records.py intrinsic docs/results/intrinsic/cpu cpu "NOTE"
     python scripts/migrate_issue22_records.py eqt OLD_RESULTS_JSON docs/results/eqt/cpu
     python scripts/migrate_issue22_records.py hyperset-sudoku OLD_RESULTS_JSON docs/results/hyperset/cpu
+    python scripts/migrate_issue22_records.py cem-lm docs/results/cem/lm_results.json docs/results/cem/cpu
+    python scripts/migrate_issue22_records.py cem-gp docs/results/cem/gp_results.json docs/results/cem/gp/cpu
+
+(the cem inputs as committed before the conversion: `git show 15d0704:docs/results/cem/lm_results.json`.)
 
 Migrated records carry ``config_hash: "migrated"``: the runner never reuses them for a new run (their
 configs were resolved by older code), it only renders them.
@@ -118,11 +122,73 @@ def hyperset_sudoku(old_json: Path, folder: Path) -> None:
         "the paper's baseline block."), "old_claims": old["claims"], "runs": runs})
 
 
+def cem_lm(old_json: Path, folder: Path) -> None:
+    """One-off (issue 22): the old ``reproduce cem-lm`` lm_results.json -> ``cem-lm`` study records (cpu)."""
+    old = json.loads(Path(old_json).read_text())
+    runs = {}
+    for r in old["runs"]:
+        c, lr, s = r["config"], f"{r['lr']:g}", r["seed"]
+        name = f"{c}_lr{lr}_s{s}"
+        runs[name] = {
+            "cell": {"model": c, "lr": lr}, "seed": s, "config": f"lm/{c}",
+            "overrides": [f"train.lr={lr}", f"train.steps={r['steps']}", f"train.precision={r['precision']}",
+                          f"train.seed={s}", f"name={name}"],
+            "config_hash": "migrated", "scale": "cpu", "device": "cpu", "hardware": "x86_64 CPU, 1 thread(s)",
+            "params": r["params"], "steps": r["steps"], "seconds": r["seconds"], "tokens_per_s": r["tokens_per_s"],
+            "run_dir": r["run_dir"],
+            "resolved": {"task": {"batch_size": r["tokens_per_step"] // 128, "seq_len": 128},
+                         "model": {"dim": 128, "n_layers": 4, "heads": 4},
+                         "train": {"lr": r["lr"], "steps": r["steps"], "precision": r["precision"]}},
+            "metrics": {"val": {"loss": r["val_loss"], "ppl": r["val_ppl"], "bpb": r["val_bpb"]},
+                        "history": r["history"], "unigram": r["unigram_val_ppl"]}}
+    setup = old["setup"].split(" Commands:")[0].replace(", where the suite ran\n(`--at-lr 0.004`);", ", where the suite ran;")
+    setup += " Recorded by the old `reproduce cem-lm` program before the study runner (the same Trainer runs)."
+    save_results(folder / "results.json", {"format": FORMAT, "study": "cem-lm", "scale": "cpu", "setup": setup,
+                                           "ppl_noise_half_range": old["noise"], "runs": runs})
+
+
+def cem_gp(old_json: Path, folder: Path) -> None:
+    """One-off (issue 22): the old ``reproduce cem-gp`` gp_results.json -> ``cem-gp`` study records (cpu)."""
+    old = json.loads(Path(old_json).read_text())
+    a, info = old["args"], old["model_info"]
+    files = {"Plain": "plain", "Gated": "gated"}
+    runs = {}
+    for r in old["runs"]:
+        m, k, rep = r["model"], r["kernel"], r["rep"]
+        name = f"{k}-r{rep}-{m}"
+        steps = a["epochs"] * -(-a["n_train"] // a["batch_size"])
+        met = {"fit": {"train_rmse": r["train_rmse"], "test_rmse": r["test_rmse"],
+                       "final_train_loss": r["final_train_loss"]}, "size": info[m]}
+        if r.get("recursion"):
+            met["recursion"] = r["recursion"]
+        runs[name] = {
+            "cell": {"model": m, "kernel": k}, "seed": rep,
+            "config": f"gp/{files.get(m, m.lower().replace('-', '_'))}",
+            "overrides": [f"task.data_seed={r['data_seed']}", f"task.kernel.name={k}", f"task.n_train={a['n_train']}",
+                          f"train.steps={steps}", "train.device=cpu", f"train.seed={r['init_seed']}", f"name={name}"],
+            "config_hash": "migrated", "scale": "cpu", "device": "cpu",
+            "hardware": f"x86_64 CPU, {a['threads']} thread(s), torch 2.13.0+cpu", "params": {"total": info[m]["params"]},
+            "steps": steps, "seconds": r["seconds"], "tokens_per_s": None, "run_dir": r["run_dir"],
+            "resolved": {"task": {"kernel": old["kernels"][k], "n_train": a["n_train"], "n_test": a["n_test"],
+                                  "batch_size": a["batch_size"], "data_seed": r["data_seed"]},
+                         "model": {"block": info[m]["block"], "steps": info[m]["steps"]},
+                         "train": {"lr": a["lr"], "steps": steps, "seed": r["init_seed"]}},
+            "metrics": met}
+    setup = dict(old["setup"])
+    setup["command"] = f"{setup['command']} (the old program, before the study runner; the same Trainer runs)"
+    save_results(folder / "results.json", {"format": FORMAT, "study": "cem-gp", "scale": "cpu", "setup": setup,
+                                           "runs": runs})
+
+
 if __name__ == "__main__":
     kind = sys.argv[1]
     if kind == "intrinsic":
         intrinsic(Path(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif kind == "hyperset-sudoku":
         hyperset_sudoku(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif kind == "cem-lm":
+        cem_lm(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif kind == "cem-gp":
+        cem_gp(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
         eqt(Path(sys.argv[2]), Path(sys.argv[3]))

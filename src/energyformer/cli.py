@@ -28,7 +28,7 @@ EPILOG = """examples:
   energyformer list configs | energies | solvers | step_sizes | backward_modes | norms | tasks | models |
                    attentions | mlps | preconditioners | tokenizers | positions | keys | reproductions
   energyformer export runs/cem_full --format hf out/cem # a Hugging Face model folder (trust_remote_code)
-  energyformer reproduce cem-lm --suite recursion       # CEM seed §4.2 at CPU scale
+  energyformer reproduce cem-lm --only model=llama,cem_attn_t1,cem_attn_t2_diag   # CEM seed §4.2 at CPU scale
   energyformer reproduce hyperset-sudoku                # Hyper-SET vs looped transformer, test-time extrapolation
   energyformer reproduce intrinsic-lm                   # MHA vs momentum / Nesterov / Newton attentions
   energyformer report --check                           # every results page still renders from its artifacts

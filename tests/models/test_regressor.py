@@ -8,8 +8,20 @@ from energyformer.models.params import count_params
 from energyformer.models.regressor import (
     FLOPS_BATCH, GPRegressor, RegressorConfig, analytic_flops, fit_flops_batch, measured_flops,
 )
-from energyformer.reproduce.cem_gp import MODEL_SPECS
 from energyformer.utils.validate import ConfigError
+
+#: Table 3's six rows: the model configs of the cem-gp study (configs/gp/)
+_FILES = {"Plain": "plain", "Gated": "gated", "CEM-T1": "cem_t1", "CEM-T2": "cem_t2", "CEM-T4": "cem_t4",
+          "CEM-T8": "cem_t8"}
+
+
+def _spec(name: str) -> RegressorConfig:
+    from energyformer.experiment import load_run_config
+
+    return load_run_config(f"gp/{_FILES[name]}", []).model
+
+
+MODEL_SPECS = {name: _spec(name) for name in _FILES}
 
 EXPECTED_PARAMS = {"Plain": 33984, "Gated": 33953, "CEM-T1": 22673, "CEM-T2": 22673,
                    "CEM-T4": 22673, "CEM-T8": 22673}

@@ -1,80 +1,103 @@
+"""reproduce cem-lm is the study studies/cem-lm.yaml: registered, its grid expands to the committed runs, its
+claims decide on synthetic records as declared, and its committed pages re-render byte for byte."""
+
 import json
+import math
+import shutil
 from pathlib import Path
 
-from energyformer.experiment import resolve_config_path
-from energyformer.reproduce.cem_lm import SUITES, aggregate, load_records, main, run_suite
+import pytest
 
-TINY = ["model.dim=32", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "task.seq_len=32",
-        "task.batch_size=2", "task.eval_batch_size=4", "task.eval_max_batches=1", "train.steps=2",
-        "train.eval_every=2", "train.save_every=2", "train.progress=false", "train.tensorboard=false"]
+from energyformer.analysis.lm_report import akima_log2_lr, akima_loss, lowest
+from energyformer.reproduce import REPRODUCTIONS
+from energyformer.studies import expand, load_study, study_path
+from energyformer.studies.claims import evaluate
 
-
-def test_every_suite_config_exists():
-    for names in SUITES.values():
-        for n in names:
-            assert resolve_config_path(n).exists()
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "results" / "cem"
+RATES = ["0.0005", "0.001", "0.002", "0.004", "0.008"]
 
 
-def test_lr_sweep_writes_report_plots_and_results(tmp_path):
-    rows, text = run_suite(["lm/llama", "lm/cem_attn_t1"], tmp_path, TINY, lr_sweep=[1e-3, 2e-3, 4e-3])
-    assert sorted(r["name"] for r in rows) == ["cem_attn_t1", "llama"]
-    assert (tmp_path / "loss_curves.png").stat().st_size > 1000
-    assert (tmp_path / "lr_sweep.png").stat().st_size > 1000
-    assert "Akima" in text and "Unigram baseline" in text
-    res = json.loads((tmp_path / "results.json").read_text())
-    assert set(res["lr_sweep"]) == {"llama", "cem_attn_t1"}
-    assert len(res["lr_sweep"]["llama"]["val_loss"]) == 3 and len(res["runs"]) == 6
-    best = min(res["lr_sweep"]["llama"]["lrs"], key=dict(zip(res["lr_sweep"]["llama"]["lrs"],
-                                                              res["lr_sweep"]["llama"]["val_loss"])).get)
-    assert res["at_lr"] == best  # one-LR claims at Llama's best grid rate
-    p = {r["config"]: r["params"]["attention"] for r in res["runs"]}
-    assert p["llama"] > p["cem_attn_t1"]
+def test_registered_as_a_study_and_the_cpu_grid_is_the_committed_run_set():
+    assert study_path("cem-lm") is not None
+    assert REPRODUCTIONS["cem-lm"].main().func.__module__ == "energyformer.studies.command"
+    spec = load_study("cem-lm")
+    cpu = expand(spec, "cpu")
+    sweep = {p.cell["model"] for p in cpu if p.cell["lr"] != "0.004"}
+    assert sweep == {"llama", "cem_full", "cem_attn_t2_dlr"} and len(cpu) == 3 * 5 + 15
+    assert {p.cell["model"] for p in cpu} == set(spec.runs.axes["model"])
+    committed = json.loads((PAGE / "cpu" / "results.json").read_text())["runs"]
+    assert {p.name for p in cpu} <= set(committed)                 # seed 0; the 4 second seeds via --seeds 1
+    assert len(expand(spec, "gpu")) == 10
+    suite = expand(spec, "cpu", only={"model": ["cem_kq_none", "cem_kq_shared", "cem_kq_per_head"]})
+    assert [p.name for p in suite] == [f"{m}_lr0.004_s0" for m in ("cem_kq_none", "cem_kq_shared", "cem_kq_per_head")]
 
 
-def test_finished_runs_are_reused_and_seeds_aggregate(tmp_path, capsys):
-    run_suite(["lm/llama"], tmp_path, TINY, seeds=[0, 1])
-    capsys.readouterr()
-    rows, text = run_suite(["lm/llama"], tmp_path, TINY, seeds=[0, 1])
-    assert capsys.readouterr().out.count("finished earlier") == 2  # nothing trained twice
-    assert len(rows) == 1 and len(rows[0]["ppl_seeds"]) == 2
-    agg = aggregate(load_records([tmp_path]))
-    assert agg["noise"] is not None and agg["n_noise_groups"] == 1
-    assert "Declared noise of a validation loss" in text and "seed range of llama" in text
+def test_every_run_config_of_both_scales_loads():
+    from energyformer.experiment import load_run_config
+
+    spec = load_study("cem-lm")
+    for scale in spec.scales:
+        for p in expand(spec, scale):
+            cfg = load_run_config(p.config, p.overrides)
+            assert cfg.train.lr == float(p.cell["lr"]) and cfg.name == p.name
 
 
-def test_report_only_merges_earlier_results_and_readout_comparison(tmp_path):
-    a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "merged"
-    run_suite(["lm/llama", "lm/cem_kq_shared"], a, TINY)
-    run_suite(["lm/cem_kq_shared_alg1"], b, TINY)
-    report = tmp_path / "docs" / "README.md"
-    setup = tmp_path / "setup.md"
-    setup.write_text("**What ran**: a tiny test setup.\n")
-    assert main(["--report-only", "--from", str(a), str(b / "results.json"), "--out", str(out),
-                 "--report", str(report), "--setup", str(setup)]) == 0
-    text = report.read_text()
-    assert "**What ran**: a tiny test setup." in text  # --setup takes a file
-    assert "| llama |" in text and "| cem_kq_shared |" in text
-    assert "Algorithm 1" in text and "| cem_kq_shared | 0.002 |" in text
-    assert (report.parent / "lm_loss_curves.png").exists() and (report.parent / "lm_results.json").exists()
-    # the committed results file alone regenerates the page (setup paragraph and one-LR rate included)
-    again = tmp_path / "again" / "README.md"
-    assert main(["--report-only", "--from", str(report.parent / "lm_results.json"), "--out",
-                 str(tmp_path / "o2"), "--report", str(again)]) == 0
-    assert again.read_text() == text
-    # the page contract: --report-only --out DIR re-renders DIR's page from DIR's artifacts alone
-    (report.parent / "README.md").write_text("edited by hand\n")
-    assert main(["--report-only", "--out", str(report.parent)]) == 0
-    assert (report.parent / "README.md").read_text() == text
-    assert not (report.parent / "results.json").exists()
+def test_reducers():
+    assert lowest(["a", "b"], [2.0, 1.0]) == 1.0
+    assert akima_loss(["0.001", "0.002"], [1.0, 2.0]) is None          # below three rates: no optimum
+    lrs, losses = RATES, [5.0, 4.6, 4.4, 4.5, 4.6]
+    assert akima_loss(lrs, losses) <= 4.4 and 0.001 < 2 ** akima_log2_lr(lrs, losses) < 0.004
 
 
-def test_committed_cem_pages_rerender_byte_for_byte(tmp_path):
-    """The page contract on the committed folder: README.md, gp.md and gp_findings.md from its JSON alone."""
-    import shutil
+def _rec(model, lr, seed, loss):
+    return {"cell": {"model": model, "lr": lr}, "seed": seed, "metrics": {"val": {"loss": loss}}}
 
-    page = Path(__file__).resolve().parents[2] / "docs" / "results" / "cem"
-    for f in ("lm_results.json", "gp_results.json"):
-        shutil.copy(page / f, tmp_path / f)
-    assert main(["--report-only", "--out", str(tmp_path)]) == 0
-    for md in ("README.md", "gp.md", "gp_findings.md"):
-        assert (tmp_path / md).read_text() == (page / md).read_text(), md
+
+def test_claims_on_synthetic_records():
+    """Best-of (reduce over model), the Akima optimum (reduce over lr) and a gain (minus) decide as declared."""
+    spec = load_study("cem-lm")
+    recs = {}
+    for i, lr in enumerate(RATES):     # llama's optimum is at 2e-3; cem_full is 1 nat worse everywhere
+        recs[f"l{i}"] = _rec("llama", lr, 0, 4.4 + 0.1 * abs(i - 2))
+        recs[f"f{i}"] = _rec("cem_full", lr, 0, 5.4 + 0.1 * abs(i - 2))
+    for name, loss in {"cem_attn_t1": 4.5, "cem_attn_t2_diag": 4.9, "cem_attn_t2_dlr": 3.5,
+                       "cem_mlp_t1": 4.5, "cem_mlp_t2_diag": 3.5, "mlp_plain_reuse": 4.5}.items():
+        recs[name] = _rec(name, "0.004", 0, loss)
+    rows = {r.claim.id: r for r in evaluate(spec, recs)}
+    assert str(rows["4.2-attn"].outcome.verdict) == "HOLDS" and rows["4.2-attn"].a == [3.5]   # the better T=2
+    assert str(rows["4.3-full"].outcome.verdict) == "DOES NOT HOLD"
+    assert rows["4.3-full"].b[0] == pytest.approx(4.4, abs=0.01)
+    assert str(rows["4.3-lr"].outcome.verdict) == "UNDECIDED"          # same optimum: inside one octave
+    gain = rows["fig3c-gain"]                                          # T1 -> T2 gains 1 nat, reuse 0 (llama 4.5 at 4e-3)
+    assert gain.a == [pytest.approx(1.0)] and gain.b == [pytest.approx(0.0)]
+    assert str(gain.outcome.verdict) == "HOLDS"                        # 1.0 > band 0.567
+    assert str(rows["4.4-kq"].outcome.verdict) == "UNTESTABLE"         # not run
+
+
+def test_committed_pages_rerender_from_their_records_alone(tmp_path):
+    out = tmp_path / "cem"
+    shutil.copytree(PAGE, out)
+    assert REPRODUCTIONS["cem-lm"].main()(["--report-only", "--out", str(out)]) == 0
+    for md in ("README.md", "cpu/README.md"):
+        assert (out / md).read_text() == (PAGE / md).read_text(), md
+    rec = json.loads((PAGE / "cpu" / "results.json").read_text())
+    assert len(rec["runs"]) == 34 and all(r["config_hash"] == "migrated" for r in rec["runs"].values())
+
+
+def test_a_tiny_run_of_the_study_records_its_metrics_and_renders(tmp_path):
+    from energyformer.studies.command import render_pages
+    from energyformer.studies.runner import run_study
+
+    spec = load_study("cem-lm")
+    tiny = ["task.seq_len=16", "task.batch_size=2", "task.eval_batch_size=2", "task.eval_max_batches=1",
+            "model.max_seq_len=16", "model.dim=16", "model.n_layers=1", "model.heads=2", "train.steps=3",
+            "train.eval_every=3", "train.save_every=0", "train.log_every=1", "train.precision=fp32"]
+    data = run_study(spec, "cem-lm", "cpu", tmp_path / "page" / "cpu", tmp_path / "runs",
+                     only={"model": ["llama", "cem_attn_t1"], "lr": ["0.004"]}, sets=tiny, log=lambda s: None)
+    m = data["runs"]["cem_attn_t1_lr0.004_s0"]["metrics"]
+    assert math.exp(m["val"]["loss"]) == pytest.approx(m["val"]["ppl"], rel=1e-4)
+    assert len(m["history"]) == 3 and m["unigram"] > 1
+    render_pages("cem-lm", spec, tmp_path / "page")
+    page = (tmp_path / "page" / "cpu" / "README.md").read_text()
+    assert "| **4.1-attn**" in page and "| **4.4-kq**" in page and "UNTESTABLE" in page

@@ -8,11 +8,10 @@ from energyformer.cli import main
 REFUSED = [
     (["hyperset-sudoku", "--scale", "tpu"], "--scale"),
     (["hyperset-images", "--jobs", "-3"], "--jobs"),
-    (["cem-lm", "--at-lr", "-1"], "--at-lr"),
-    (["cem-lm", "--steps", "0"], "--steps"),
+    (["cem-lm", "--jobs", "0"], "--jobs"),
+    (["cem-gp", "--scale", "tpu"], "--scale"),
     (["eqt", "--jobs", "0"], "--jobs"),
     (["intrinsic-lm", "--scale", "tpu"], "--scale"),
-    (["cem-lm", "--from", "somewhere"], "--from only applies with --report-only"),
 ]
 
 
@@ -30,12 +29,10 @@ def test_bad_reproduction_arguments_are_refused_before_work(args, what, capsys, 
                                           (b"[1, 2]", "holds a JSON list"), (b"{\"a\": 1}", "lacks the key")])
 def test_results_files_that_are_not_results_name_the_file(content, why, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    f = tmp_path / "bad.json"
-    f.write_bytes(content)
     (tmp_path / "o" / "cpu").mkdir(parents=True)
     study = tmp_path / "o" / "cpu" / "results.json"
     study.write_bytes(content)
-    for args, f in ((["cem-lm", "--report-only", "--from", str(f)], f),
+    for args, f in ((["cem-lm", "--report-only", "--out", str(tmp_path / "o")], study),
                     (["eqt", "--report-only", "--out", str(tmp_path / "o")], study)):
         assert main(["reproduce", *args]) == 2
         err = capsys.readouterr().err

@@ -82,3 +82,35 @@ def test_per_axis_rows_pooling_fixed_numbers_and_the_table(tmp_path):
     fixed = _spec(tmp_path, b={"value": 60.0}, claim="not_worse", tolerance=1.0)
     (row,) = evaluate(fixed, _recs({0: 59.5, 1: 59.6}, {}))
     assert str(row.outcome.verdict) == "HOLDS" and "not worse than B by more than 1" in rule_text(fixed.claims[0])
+
+
+def _max_hook(labels, values):
+    return max(values) if len(values) > 1 else None
+
+
+def test_an_arm_reduces_an_axis_by_its_function_and_subtracts_another_selection(tmp_path):
+    """``reduce: {over, fn}``: per seed fn(labels, values) over one axis (None drops the seed); ``minus``:
+    per seed this arm minus another selection, on the seeds both ran."""
+    hook = f"{__name__}:_max_hook"
+    spec = _spec(tmp_path, a={"where": {"model": "eqt"}, "metric": "accuracy.k32",
+                              "reduce": {"over": "length", "fn": hook}}, b={"value": 50})
+    recs = {**_recs({0: 60, 1: 70}, {}, "8"), **_recs({0: 80}, {}, "64")}
+    (row,) = evaluate(spec, recs)
+    assert row.a == [80.0]                      # seed 0: max(60, 80); seed 1 has one length: dropped
+    spec = _spec(tmp_path, a={"where": {"model": "eqt"}, "metric": "accuracy.k32",
+                              "minus": {"where": {"model": "baseline"}, "metric": "accuracy.plain"}}, b={"value": 0})
+    (row,) = evaluate(spec, _recs({0: 90, 1: 95, 2: 99}, {0: 80, 1: 90}))
+    assert row.a == [10.0, 5.0] and str(row.outcome.verdict) == "HOLDS"   # seed 2 has no baseline
+
+
+def test_reduce_and_minus_are_validated(tmp_path):
+    import pytest
+
+    from energyformer.utils.validate import ConfigError
+
+    with pytest.raises(ConfigError, match=r"claims\[c\]\.a\.reduce\.over = 'size': allowed axes model, length"):
+        _spec(tmp_path, a={"where": {"model": "eqt"}, "metric": "accuracy.k32", "reduce": {"over": "size", "fn": "m:f"}})
+    with pytest.raises(ConfigError, match=r"claims\[c\]\.b\.minus\.where\.model = 'x'"):
+        _spec(tmp_path, b={"where": {"model": "eqt"}, "metric": "accuracy.k32", "minus": {"where": {"model": "x"}}})
+    with pytest.raises(ConfigError, match="reduce / minus apply to an arm over runs"):
+        _spec(tmp_path, b={"value": 1, "minus": {"where": {"model": "eqt"}}})

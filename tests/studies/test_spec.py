@@ -21,8 +21,8 @@ def _err(tmp_path, mutate) -> str:
 
 
 def test_committed_studies_load():
-    assert {"intrinsic-lm", "eqt"} <= set(known_studies())
-    for name in ("intrinsic-lm", "eqt"):
+    assert {"intrinsic-lm", "eqt", "cem-lm", "cem-gp"} <= set(known_studies())
+    for name in ("intrinsic-lm", "eqt", "cem-lm", "cem-gp"):
         spec = load_study(name)
         assert set(spec.scales) == {"cpu", "gpu"} and spec.claims
 
@@ -83,3 +83,20 @@ def test_every_committed_run_config_loads():
         for scale in spec.scales:
             for p in expand(spec, scale):
                 load_run_config(p.config, p.overrides)
+
+
+def test_a_scale_may_run_a_union_of_selections_and_seed_placeholders(tmp_path):
+    """``only: [sel, ...]`` runs the cells matching any selection; ``{seed}`` in an override is the run's seed."""
+    data = copy.deepcopy(TINY)
+    data["runs"]["grid"]["length"] = {8: ["task.data.length=8"], 16: ["task.data.length=16"],
+                                      32: ["task.data.length=32"]}
+    data["runs"]["overrides"] = [*data["runs"]["overrides"], "task.data.n_test={seed}0"]
+    data["scales"]["cpu"] = {"only": [{"model": ["eqt"]}, {"length": [8]}]}
+    spec = load_study(write(tmp_path / "s.yaml", **data))
+    names = [p.name for p in expand(spec, "cpu", seeds=[2])]
+    assert names == ["L8_s2_baseline", "L8_s2_eqt", "L16_s2_eqt", "L32_s2_eqt"]
+    assert "task.data.n_test=20" in expand(spec, "cpu", seeds=[2])[0].overrides
+    assert [p.name for p in expand(spec, "cpu", seeds=[0], only={"length": ["16"]})] == ["L16_s0_eqt"]
+    data["scales"]["cpu"] = {"only": [{"model": ["eqt"]}, {"length": [9]}]}
+    with pytest.raises(ConfigError, match=r"scales.cpu.only.length = '9'"):
+        load_study(write(tmp_path / "s.yaml", **data))

@@ -1,7 +1,4 @@
-"""The gp task through the shared Trainer; the cem-gp reproduction end to end."""
-
-import json
-from pathlib import Path
+"""The gp task through the shared Trainer (the cem-gp study end to end: tests/reproduce/test_cem_gp.py)."""
 
 import pytest
 import torch
@@ -66,37 +63,3 @@ def test_batcher_epochs_are_permutations_and_resume_exactly():
     c = GPBatcher(x, y, 4, seed=123)
     c.load_state_dict(state)
     assert all(torch.equal(u, c.next_batch()[1]) for u in ahead)
-
-
-def test_reproduce_entry_point_writes_report_and_results(tmp_path, one_thread, capsys):
-    from energyformer.reproduce.cem_gp import main
-
-    out = tmp_path / "gp"
-    assert main(["--reps", "2", "--epochs", "1", "--n-train", "60", "--n-test", "20", "--kernels", "rbf",
-                 "--models", "Gated", "CEM-T1", "CEM-T2", "CEM-T4", "CEM-T8", "--out", str(out)]) == 0
-    md = (out / "report.md").read_text()
-    res = json.loads((out / "results.json").read_text())
-    assert "Test RMSE (paper)" in md and "**" in md
-    assert len(res["runs"]) == 2 * 5 and res["claims"][0]["kernel"] == "rbf"
-    assert "paper_table3_not_measured" in res
-    assert "| RBF | recursion improves: T2 beats T1 |" in capsys.readouterr().out
-    assert res["claims"][0]["verdict"] in ("HOLDS", "DOES NOT HOLD", "UNDECIDED", "UNTESTABLE")
-    assert (Path(res["runs"][0]["run_dir"]) / "config.yaml").exists()  # each row is an ordinary run
-
-
-def test_reproduce_config_yaml_and_precedence(tmp_path):
-    from energyformer.reproduce.cem_gp import FULL, PRESET_FILE, QUICK, GPExperiment, parse_args
-    from energyformer.utils.config import load_config, read_yaml
-
-    # the preset beside the reproduction holds the built-in defaults and is what parse_args starts from
-    assert load_config(GPExperiment, read_yaml(PRESET_FILE)) == GPExperiment()
-    assert {k: getattr(parse_args([]), k) for k in QUICK} == QUICK
-    a = parse_args(["--config", str(PRESET_FILE), "--reps", "2"])
-    assert (a.reps, a.n_train, a.epochs) == (2, QUICK["n_train"], QUICK["epochs"])
-    assert (parse_args(["--full"]).reps, parse_args(["--full"]).n_train) == (FULL["reps"], FULL["n_train"])
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("repz: 2\n")
-    with pytest.raises(SystemExit):
-        parse_args(["--config", str(bad)])
-    with pytest.raises(SystemExit):
-        parse_args(["--models", "CEM-T3"])

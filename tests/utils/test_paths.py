@@ -34,7 +34,7 @@ def test_folder_in_place_of_a_file_and_file_in_place_of_a_folder(tmp_path):
 def test_reproduction_refuses_an_unwritable_report_before_training(capsys):
     t0 = time.perf_counter()
     with pytest.raises(SystemExit) as e:
-        main(["reproduce", "cem-lm", "--report", "/proc/x/report.md"])
+        main(["reproduce", "hyperset-sudoku", "--report", "/proc/x/report.md"])
     assert e.value.code == 2 and time.perf_counter() - t0 < 30
     err = capsys.readouterr().err
     assert "--report /proc/x/report.md: cannot be written" in err

@@ -39,9 +39,9 @@ def register_reproduction(name: str, module: str, description: str) -> None:
     REPRODUCTIONS[name] = Reproduction(name, module, description)
 
 
-register_reproduction("cem-lm", "energyformer.reproduce.cem_lm",
-                      "CEM seed §4: Llama vs CEM language models at CPU scale (suites, LR sweep)")
-register_reproduction("cem-gp", "energyformer.reproduce.cem_gp",
+register_reproduction("cem-lm", "energyformer.studies.command",
+                      "CEM seed §4: Llama vs CEM language models (configs × learning rates; --only picks a suite)")
+register_reproduction("cem-gp", "energyformer.studies.command",
                       "CEM seed Table 3: Plain / Gated / CEM-T{1,2,4,8} on GP regression")
 register_reproduction("hyperset-sudoku", "energyformer.studies.command",
                       "Hyper-SET seed §5.1: Hyper-SET vs the looped transformer on Sudoku, test-time extrapolation")

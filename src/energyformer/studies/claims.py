@@ -41,15 +41,33 @@ def _matches(record: dict, where: dict[str, str | list[str]]) -> bool:
 
 
 def arm_values(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[str, str]) -> dict[int, float]:
-    """{seed: value}: per seed the mean over the runs the arm selects."""
+    """{seed: value}: per seed the mean over the runs the arm selects — or, with ``reduce``, its function
+    of the per-label means of one axis — minus the ``minus`` selection's value (seeds both ran)."""
     where = {**(arm.where or {}), **extra}
-    by_seed: dict[int, list[float]] = {}
+    m = arm.metric or metric
+    by_seed: dict[int, dict[str | None, list[float]]] = {}
     for r in records.values():
         if _matches(r, where):
-            v = metric_value(r, arm.metric or metric)
+            v = metric_value(r, m)
             if isinstance(v, (int, float)):
-                by_seed.setdefault(int(r["seed"]), []).append(float(v))
-    return {s: fmean(by_seed[s]) for s in sorted(by_seed)}
+                label = r.get("cell", {}).get(arm.reduce.over) if arm.reduce else None
+                by_seed.setdefault(int(r["seed"]), {}).setdefault(label, []).append(float(v))
+    out: dict[int, float] = {}
+    for s in sorted(by_seed):
+        groups = by_seed[s]
+        if arm.reduce is None:
+            out[s] = fmean(groups[None])
+            continue
+        from .runner import hook
+
+        labels = list(groups)
+        v = hook(arm.reduce.fn)(labels, [fmean(groups[lab]) for lab in labels])
+        if v is not None:
+            out[s] = float(v)
+    if arm.minus is not None:
+        other = arm_values(records, arm.minus, m, extra)
+        out = {s: v - other[s] for s, v in out.items() if s in other}
+    return out
 
 
 def rule_text(c: ClaimSpec) -> str:

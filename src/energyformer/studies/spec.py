@@ -8,16 +8,20 @@ the metrics read from every finished run, and the paper's claims with declared v
     runs:
       config: {model: {baseline: eqt/baseline, eqt: eqt/eqt}}   # a config name, or an axis of them
       grid: {length: {"64": [task.data.length=64], ...}}          # named axes: label -> dotted overrides
-      overrides: [...]                                           # applied to every run
+      overrides: [...]                                           # applied to every run ({seed}: the run's seed)
       name: "L{length}_seed{seed}_{model}"                       # the run name (its run directory)
     seeds: [0, 1]
     scales: {cpu: {overrides: [...], only: {length: ["64"]}, seeds: [0]}, gpu: {...}}
+                                   # only: one selection, or a list of them (the union: e.g. every rate
+                                   # for a few configs plus one rate for the rest)
     metrics: {accuracy: module:function}       # eval hooks: a finished run -> JSON numbers
     claims: [{id, text, paper: {value, source}, metric, a, b, higher_is_better, claim, tolerance,
               rules: {noise, single_seed_bound, chance, floor, at_band}, per, untestable}]
 
 A claim's arm (``a``/``b``) is a grid cell selection ``{where: {axis: label | [labels]}, metric: ...}``
-(per seed: the mean over the selected runs) or a fixed number ``{value: x}``. ``per: AXIS`` evaluates
+(per seed: the mean over the selected runs) or a fixed number ``{value: x}``. An arm over runs may
+``reduce`` one axis by a function (per seed, ``fn(labels, values)``: the best of several configs, an
+interpolated optimum over learning rates) and subtract another selection (``minus``: a gain). ``per: AXIS`` evaluates
 the claim once per label of that axis. :func:`load_study` validates it all; every mistake is one
 :class:`ConfigError` naming the key, the value and what is allowed.
 """
@@ -62,7 +66,8 @@ class RunsSpec(ConfigModel):
     grid: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
     """named axes: {axis: {label: [dotted overrides]}}"""
     overrides: list[str] = Field(default_factory=list)
-    """dotted overrides applied to every run"""
+    """dotted overrides applied to every run; ``{seed}`` in any override (here, in the grid or a scale)
+    is the run's seed (e.g. ``task.data_seed={seed}``: a fresh data set per seed)"""
     name: str
     """run-name template over the axes and {seed}, e.g. '{corpus}-{variant}-s{seed}'"""
 
@@ -106,15 +111,29 @@ class ScaleSpec(ConfigModel):
     """dotted overrides of this scale, after the study's"""
     seeds: list[int] | None = None
     """this scale's seeds (default: the study's)"""
-    only: dict[str, list[str]] = Field(default_factory=dict)
-    """{axis: [labels]}: the grid cells this scale runs (default: all)"""
+    only: dict[str, list[str]] | list[dict[str, list[str]]] = Field(default_factory=dict)
+    """{axis: [labels]}: the grid cells this scale runs (default: all); a list of such selections runs
+    their union (a cell runs when it matches any of them)"""
     note: str = ""
     """a sentence for the page: what this scale is sized for"""
 
     @field_validator("only", mode="before")
     @classmethod
     def _str(cls, v):
-        return {a: [str(x) for x in vals] for a, vals in v.items()} if isinstance(v, dict) else v
+        def one(d):
+            return {a: [str(x) for x in vals] for a, vals in d.items()} if isinstance(d, dict) else d
+
+        return [one(d) for d in v] if isinstance(v, list) else one(v)
+
+    @property
+    def selections(self) -> list[dict[str, list[str]]]:
+        """``only`` as a list of selections (empty: every cell)."""
+        return [s for s in (self.only if isinstance(self.only, list) else [self.only]) if s]
+
+    def runs_cell(self, cell: dict[str, str]) -> bool:
+        """Whether this scale runs the grid cell ``cell`` (it matches one of the selections, or there are none)."""
+        sels = self.selections
+        return not sels or any(all(cell[a] in labels for a, labels in s.items()) for s in sels)
 
 
 class RulesSpec(ConfigModel):
@@ -135,6 +154,23 @@ class RulesSpec(ConfigModel):
         return Rules(**self.model_dump())
 
 
+class ReduceSpec(ConfigModel):
+    """Reduce one axis of an arm's selection, per seed, to one number."""
+
+    over: str
+    """the axis whose labels are reduced (e.g. lr, model)"""
+    fn: str
+    """module:function(labels: list[str], values: list[float]) -> float | None (None: this seed has no
+    value), given each selected label of ``over`` with its value (the mean over the other axes)"""
+
+    @field_validator("fn")
+    @classmethod
+    def _hook(cls, v):
+        if not _HOOK_RE.match(v):
+            raise ValueError(f"{v!r}: must be module:function")
+        return v
+
+
 class ArmSpec(ConfigModel):
     """One side of a claim: grid cells (per seed the mean over them) or a fixed number."""
 
@@ -144,6 +180,11 @@ class ArmSpec(ConfigModel):
     """the metric of this side (default: the claim's), a dotted path into a run's metrics"""
     value: float | None = None
     """a fixed number (e.g. the paper's value) instead of runs"""
+    reduce: ReduceSpec | None = None
+    """per seed, reduce the selected labels of one axis by a function (best of, interpolated optimum)"""
+    minus: ArmSpec | None = None
+    """per seed, subtract this selection's value (a difference, e.g. the gain of a change); only the
+    seeds both ran count"""
 
     @field_validator("where", mode="before")
     @classmethod
@@ -156,7 +197,16 @@ class ArmSpec(ConfigModel):
     def _one(self) -> ArmSpec:
         if (self.where is None) == (self.value is None):
             raise ValueError("give either where: {axis: label} (runs) or value: NUMBER")
+        if self.value is not None and (self.reduce is not None or self.minus is not None):
+            raise ValueError("reduce / minus apply to an arm over runs (where:), not to value:")
         return self
+
+    def selections(self):
+        """This arm and the arms it subtracts, each once."""
+        arm = self
+        while arm is not None:
+            yield arm
+            arm = arm.minus
 
 
 class PaperValue(ConfigModel):
@@ -252,22 +302,26 @@ class StudySpec(ConfigModel):
     def _refs(self) -> StudySpec:
         axes = self.runs.axes
         for s, sc in self.scales.items():
-            for a, labels in sc.only.items():
-                _check_labels(f"scales.{s}.only", axes, a, labels)
+            for sel in sc.selections:
+                for a, labels in sel.items():
+                    _check_labels(f"scales.{s}.only", axes, a, labels)
         ids = [c.id for c in self.claims]
         if len(set(ids)) != len(ids):
             raise ValueError(f"claims: duplicate id among {ids}")
         for c in self.claims:
             if c.per is not None and c.per not in axes:
                 raise ValueError(f"claims[{c.id}].per = {c.per!r}: allowed axes {', '.join(axes)}")
-            for side, arm in (("a", c.a), ("b", c.b)):
-                for a, labels in ((arm.where or {}) if arm else {}).items():
-                    _check_labels(f"claims[{c.id}].{side}.where", axes, a,
-                                  labels if isinstance(labels, list) else [labels])
-                m = (arm.metric or c.metric) if arm and arm.where is not None else None
-                if m is not None and m.split(".")[0] not in self.metrics and m.split(".")[0] not in RUN_FIELDS:
-                    raise ValueError(f"claims[{c.id}].{side}.metric = {m!r}: allowed "
-                                     f"{', '.join(sorted(self.metrics) + list(RUN_FIELDS))} (dotted paths inside them)")
+            for side, top in (("a", c.a), ("b", c.b)):
+                for depth, arm in enumerate(top.selections() if top else ()):
+                    key = f"claims[{c.id}].{side}" + ".minus" * depth
+                    for a, labels in (arm.where or {}).items():
+                        _check_labels(f"{key}.where", axes, a, labels if isinstance(labels, list) else [labels])
+                    if arm.reduce is not None and arm.reduce.over not in axes:
+                        raise ValueError(f"{key}.reduce.over = {arm.reduce.over!r}: allowed axes {', '.join(axes)}")
+                    m = (arm.metric or top.metric or c.metric) if arm.where is not None else None
+                    if m is not None and m.split(".")[0] not in self.metrics and m.split(".")[0] not in RUN_FIELDS:
+                        raise ValueError(f"{key}.metric = {m!r}: allowed "
+                                         f"{', '.join(sorted(self.metrics) + list(RUN_FIELDS))} (dotted paths inside them)")
         return self
 
 
@@ -340,16 +394,17 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
             _check_labels("--only", axes, a, labels)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-    pick = {a: [lab for lab in labels if lab in sc.only.get(a, labels) and lab in (only or {}).get(a, labels)]
-            for a, labels in axes.items()}
+    pick = {a: [lab for lab in labels if lab in (only or {}).get(a, labels)] for a, labels in axes.items()}
     cfg_axis = next(iter(spec.runs.config)) if isinstance(spec.runs.config, dict) else None
     out = []
     for seed in seeds if seeds is not None else (sc.seeds or spec.seeds):
         for combo in itertools.product(*pick.values()):
             cell = dict(zip(pick, combo))
+            if not sc.runs_cell(cell):
+                continue
             config = spec.runs.config[cfg_axis][cell[cfg_axis]] if cfg_axis else spec.runs.config
             cell_over = [o for a, lab in cell.items() if a in spec.runs.grid for o in spec.runs.grid[a][lab]]
             name = spec.runs.name.format(seed=seed, **cell)
-            out.append(RunPlan(name, cell, seed, config, [*spec.runs.overrides, *cell_over, *sc.overrides,
-                                                          *sets, f"train.seed={seed}", f"name={name}"]))
+            over = [o.replace("{seed}", str(seed)) for o in (*spec.runs.overrides, *cell_over, *sc.overrides, *sets)]
+            out.append(RunPlan(name, cell, seed, config, [*over, f"train.seed={seed}", f"name={name}"]))
     return out
