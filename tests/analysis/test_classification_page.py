@@ -33,7 +33,7 @@ def test_page_with_records_and_without(tmp_path):
             "hyperset_seed1": {**_row(0.68, 1, traj=_traj([10.0, 9.5, 8.0, 8.0, 8.0], [1.0, 1.2, 1.9, 2.0, 2.0])),
                                "config_name": "hyperset"},
             "transformer": _row(0.74, confusion=False)}
-    data = {"page": {"notes": ["note"]}, "fashion_mnist": {"runs": runs},
+    data = {"page": {"notes": ["note"], "missing_records": {"mnist": "not rerun in budget"}}, "fashion_mnist": {"runs": runs},
             "mnist": {"runs": {"hyperset": _row(0.8, confusion=False)}}}
     (tmp_path / "results.json").write_text(json.dumps(data))
     assert render_folder(tmp_path) == [tmp_path / "README.md"]
@@ -45,6 +45,7 @@ def test_page_with_records_and_without(tmp_path):
     assert "![energies](energy_fashion_mnist.png)" in fm and "it rises at 0 of 2 steps" in fm
     assert "The confusion matrix of this run is not in the committed record" in fm  # transformer: class_acc only
     assert "no Hyper-SET trajectory is recorded for this data set" in mn and "not regenerated" in mn
+    assert "**Curves not recorded**: not rerun in budget." in mn and "Curves not recorded" not in fm
     assert "seed spread of the Fashion-MNIST runs; MNIST has one seed per config" in mn
     for f in ("energy_fashion_mnist.png", "rank_angle_fashion_mnist.png", "depth_fashion_mnist.png",
               "confusion_fashion_mnist_hyperset.png"):

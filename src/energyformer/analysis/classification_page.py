@@ -10,7 +10,9 @@ artifacts (the page contract of issue 22).
 runs that record them ``depth`` (test-time depth curve), ``trajectory`` and ``stats`` (Fig. 5-6;
 :mod:`.classification_records`). ``page``: ``notes`` (markdown paragraphs under the introduction),
 ``benchmark_markdown`` (the table of ``benchmarks/image_models.py``), ``noise`` (a declared noise band
-from another page: ``{"values": {metric: band}, "source": text}``).
+from another page: ``{"values": {metric: band}, "source": text}``), ``missing_records`` (why runs of the
+page carry no curve records, e.g. they were not rerun; one text or one per data set: shown where a
+figure is not regenerated).
 """
 
 from __future__ import annotations
@@ -46,10 +48,10 @@ RULES = (
     "our margin exceeds the noise band, DOES NOT HOLD when it is below minus the band, and is UNDECIDED in "
     "between; UNTESTABLE where a config was not run, a curve was not recorded, or the claim is about data "
     "we do not have. The noise band of an accuracy claim is the seed spread (max − min over seeds): the "
-    "configs with two seeds (`hyperset`, `transformer`) contribute their own spread, and every claim takes "
-    "the largest such spread as its declared band, because the other configs have one seed each. A "
-    "trajectory claim (Fig. 5-6) compares the change of a statistic from t = 0 to the trained L with 0, "
-    "its band the seed spread of that statistic. Parameter counts are exact (band 0).\n")
+    "largest spread of the configs run with two seeds is declared as the band of every claim, because most "
+    "configs have one seed (each section names where its band comes from); two configs are compared on the "
+    "seeds both have. A trajectory claim (Fig. 5-6) compares the change of a statistic from t = 0 to the "
+    "trained L with 0, its band the seed spread of that statistic. Parameter counts are exact (band 0).\n")
 
 
 def _name(ds: str) -> str:
@@ -112,7 +114,7 @@ def _class_table(r: dict) -> str:
     return "\n".join(lines)
 
 
-def _confusion_sections(rows: Mapping[str, dict], ds: str, folder: Path) -> list[str]:
+def _confusion_sections(rows: Mapping[str, dict], ds: str, folder: Path, why: str) -> list[str]:
     text = []
     for name in CONFUSION_FOR:
         r = rows.get(name)
@@ -126,16 +128,16 @@ def _confusion_sections(rows: Mapping[str, dict], ds: str, folder: Path) -> list
                         + per_class_markdown(cm, r["classes"]))
         elif r.get("class_acc"):
             text.append(f"\n### Per-class test accuracy: {name}\n\n_The confusion matrix of this run is not in "
-                        "the committed record (only its per-class accuracy); the figure is not regenerated._\n\n"
+                        f"the committed record (only its per-class accuracy); the figure is not regenerated{why}._\n\n"
                         + _class_table(r))
     return text
 
 
-def _depth_section(rows: Mapping[str, dict], ds: str, folder: Path) -> list[str]:
+def _depth_section(rows: Mapping[str, dict], ds: str, folder: Path, why: str) -> list[str]:
     curves = {k: r["depth"] for k, r in rows.items() if r.get("depth")}
     if not curves:
         return ["\n### Accuracy over test-time iterations\n\n_No run of this data set recorded a depth curve; "
-                "the figure is not regenerated._"]
+                f"the figure is not regenerated{why}._"]
     L = rows[next(iter(curves))]["iterations"]
     examples = next(iter(curves.values())).get("examples")
     plot_curves({k: dict(zip(c["iterations"], c["accuracy"])) for k, c in curves.items()},
@@ -147,14 +149,14 @@ def _depth_section(rows: Mapping[str, dict], ds: str, folder: Path) -> list[str]
             f"paper for images)\n\n![depth](depth_{ds}.png)\n\n" + "\n".join(lines)]
 
 
-def _trajectory_section(rows: Mapping[str, dict], ds: str, folder: Path) -> list[str]:
+def _trajectory_section(rows: Mapping[str, dict], ds: str, folder: Path, why: str) -> list[str]:
     from .hyperset import plot_energies, plot_rank_angle
 
     head = "\n### Energy, effective rank and average angle over iterations (Fig. 5-6)\n"
     trajs = {k: r["trajectory"] for k, r in rows.items() if r.get("trajectory")}
     if "hyperset" not in trajs:
         return [head, "_No Hyper-SET trajectory is recorded for this data set: Fig. 5-6 are not regenerated and "
-                      "their claims are UNTESTABLE._"]
+                      f"their claims are UNTESTABLE{why}._"]
     L = rows["hyperset"]["iterations"]
     tr = trajs["hyperset"]
     plot_energies(tr, L, folder / f"energy_{ds}.png",
@@ -208,15 +210,20 @@ def dataset_section(data: Mapping[str, Any], ds: str, folder: Path) -> str:
             "Hyper-SET": [(la, it, h) for la, it, h, _ in TRADEOFF],
             "Transformer": [(la, it, t) for la, it, _, t in TRADEOFF] + [(12, 1, "transformer_12layer")]}))
     noise, src = _noise(data, ds)
-    missing = ("no Hyper-SET trajectory is recorded for this data set (the figure is not regenerated)"
+    reason = data.get("page", {}).get("missing_records")
+    reason = reason.get(ds) if isinstance(reason, dict) else reason
+    why = " (see *Curves not recorded* above)" if reason else ""
+    if reason:
+        text.insert(3, f"\n**Curves not recorded**: {reason}.\n")
+    missing = (f"no Hyper-SET trajectory is recorded for this data set, the figure is not regenerated{why}"
                if not rows.get("hyperset", {}).get("trajectory") else "")
     claims = accuracy_claims(rows, noise, src) + trajectory_claims(rows, noise, src, missing=missing)
     text.append(f"\n### Every claim of Tables 1, 2, 4, 5 and Fig. 4-6, with its verdict ({verdict_counts(claims)})\n")
     text.append(f"Test accuracy in %; several values are the seeds of one config. Noise source: {src}.\n")
     text.append(claims_markdown(claims))
-    text += _depth_section(rows, ds, folder)
-    text += _confusion_sections(main, ds, folder)
-    text += _trajectory_section(rows, ds, folder)
+    text += _depth_section(rows, ds, folder, why)
+    text += _confusion_sections(main, ds, folder, why)
+    text += _trajectory_section(rows, ds, folder, why)
     return "\n".join(text)
 
 
