@@ -1,7 +1,7 @@
 """``mim.md``: the masked-image-modelling stand-in for Hyper-SET Table 3 (seed 002 §5.3, App. D.4),
 rendered from the page folder's ``mim.json`` alone.
 
-``mim.json``: ``{"runs": {name: row}}``, a row per run of ``energyformer reproduce hyperset-images
+``mim.json``: ``{"runs": {name: row}, "notes": [markdown paragraphs]}``, a row per run of ``energyformer reproduce hyperset-images
 --suites mim``: its config, parameters and the validation metrics of the ``masked_image_modelling``
 task (masked CE and accuracy in one forward pass; decoded accuracy, PSNR and SSIM after MaskGIT
 decoding; the unigram floor and the tokeniser ceiling of the same images).
@@ -136,6 +136,7 @@ def render_mim(data: Mapping[str, Any], folder: Path) -> str:
             "Rendered by `energyformer reproduce hyperset-images` from this folder's `mim.json` (written by "
             "`--suites mim`; `--report-only --out DIR` re-renders it). It replaces a hand-written page (commit "
             "20bc94f) whose numbers had no committed source.\n",
+            *(f"{n}\n" for n in data.get("notes", [])),
             _setting(first) + "\n",
             f"## Ours ({first['dataset']}, {first['split']}, {100 * first['eval']['masked_fraction']:.0f}% masked)\n"]
     cols = " | ".join(v[0] for v in METRICS.values())

@@ -273,7 +273,7 @@ def write_results(out: Path, datasets: list[str], report: Path, notes: list[str]
     """Merge the finished runs under ``out`` into ``report/results.json`` (the page's one artifact).
 
     A run's row replaces the committed row of the same name wholly (its accuracy and its records come
-    from one run); when the committed row had another test accuracy, the new row keeps it under
+    from one run); when the committed row had another test or validation accuracy, the new row keeps them under
     ``replaces`` so the page can say so. Rows of runs not under ``out`` stay as committed. ``notes``
     (markdown paragraphs under the page's introduction) replace the stored ones when given;
     ``noise_from`` (another page's results.json) stores that page's seed spreads as this page's
@@ -296,7 +296,7 @@ def write_results(out: Path, datasets: list[str], report: Path, notes: list[str]
         for name, row in collect(out, ds).items():
             row = {k: v for k, v in row.items() if k != "config"}
             old = runs.get(name)
-            if old is not None and old.get("test_accuracy") != row["test_accuracy"]:
+            if old is not None and any(old.get(k) != row[k] for k in ("test_accuracy", "val_accuracy")):
                 row["replaces"] = old.get("replaces") or {
                     k: old.get(k) for k in ("test_accuracy", "val_accuracy", "git_commit")}
             runs[name] = row
