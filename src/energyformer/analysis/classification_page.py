@@ -164,8 +164,9 @@ def _trajectory_section(rows: Mapping[str, dict], ds: str, folder: Path, why: st
     plot_rank_angle(trajs, L, folder / f"rank_angle_{ds}.png",
                     f"{_name(ds)} validation: subspace geometry per iteration")
     lines = [head, f"![energies](energy_{ds}.png)\n\n![rank and angle](rank_angle_{ds}.png)\n",
-             f"Trajectories on {tr['images']} validation images to t = {tr['iterations']} (2L), one line per "
-             "recorded run; the statistics below are at the trained L."]
+             f"Trajectories on {tr['images']} validation images to t = {tr['iterations']} (2L); the energy figure "
+             "shows the run `hyperset`, the rank and angle figure every recorded run; the statistics below are at "
+             "the trained L (their verdicts are in the table above)."]
     for name, t in trajs.items():
         s = rows[name]["stats"]
         mean = lambda v: sum(v) / len(v)  # noqa: E731
