@@ -49,10 +49,10 @@ def test_bare_sa_report_only_on_an_empty_folder_is_an_error(tmp_path, capsys):
 def test_hyperset_images_configs_load_on_digits():
     """Issue 25 class 6: --dataset digits failed out of the box (patch 7 does not divide side 8)."""
     from energyformer.experiment import load_run_config
-    from energyformer.reproduce.hyperset_images import DATASET_OVERRIDES
     from energyformer.reproduce.hyperset_images import SUITES as suites
+    from energyformer.reproduce.hyperset_images import dataset_overrides
 
     names = {e.split("@")[0] for entries in suites.values() for e in entries}
     assert names
     for name in sorted(names):
-        load_run_config(f"images/{name}", ["task.dataset=digits", *DATASET_OVERRIDES["digits"]])
+        load_run_config(f"images/{name}", dataset_overrides(name, "digits"))

@@ -13,12 +13,15 @@ runs). Suites (``--suites``):
 * ``seeds``     Hyper-SET and Transformer with a second seed (the spread a single-seed table hides).
 
 Each run trains (or is reused from ``OUT/<dataset>/<name>/result.json`` when its config is unchanged),
-then is evaluated on the validation and test splits. The report (``--report``, default
-``OUT/report``) has the tables beside the paper's, the orderings the paper reports checked on our
-numbers, accuracy over test-time iterations, the confusion matrices, and for the trained Hyper-SET
-the per-iteration energies, effective rank and average angle (Fig. 5-6; ``analysis/hyperset.py``).
-The paper trains 200 epochs on CIFAR at widths 384-896; we train about one epoch of a 28x28 set at a
-quarter of those widths, so only directions can be compared, and the report says so.
+then is evaluated on the validation and test splits; its row keeps the test confusion matrix, and the
+runs of :data:`RECORD_FOR` also record their test-time depth curve and their per-iteration trajectory
+(energies, effective rank, average angle; Fig. 5-6) with its statistics (``analysis/classification_records.py``).
+The rows are merged into the page folder's ``results.json`` (``--report``, default ``OUT/report``), and
+the page is rendered from that file alone (``analysis/classification_page.py``): tables beside the
+paper's, every claim with its verdict (``analysis/classification_claims.py``), the figures.
+``--report-only --out DIR`` trains nothing and re-renders DIR's pages (README.md, mim.md, and those of
+its subfolders) from DIR's committed artifacts. The paper trains 200 epochs on CIFAR at widths 384-896;
+we train about one epoch of a 28x28 set at a quarter of those widths, so only directions are compared.
 """
 
 from __future__ import annotations
@@ -33,15 +36,14 @@ from typing import Any
 
 import torch
 
-from ..utils.cliargs import count, positive_float
-from ..utils.paths import writable_dir
-from ..analysis.classification import per_class_markdown, plot_confusion
-from ..analysis.classification_report import (
-    orderings, orderings_markdown, plot_curves, table1, table4, table5, table_tradeoff,
-)
+from ..analysis.classification_claims import seed_noise
+from ..analysis.classification_page import render_folder
+from ..analysis.classification_records import depth_curve, geometry_record, trajectory_stats
+from ..errors import DataError
 from ..experiment import load_run_config, load_trained, run_experiment
-from ..train import CheckpointError
+from ..utils.cliargs import count, positive_float
 from ..utils.config import to_dict
+from ..utils.paths import writable_dir
 
 SUITES: dict[str, list[str]] = {
     "main": ["transformer", "transformer_12layer", "et", "crate", "crate_t", "crate_t_code", "hyperset",
@@ -52,13 +54,14 @@ SUITES: dict[str, list[str]] = {
     "tradeoff": ["hyperset", "hyperset_l2i6", "hyperset_l4i3", "transformer", "transformer_l2i6",
                  "transformer_l4i3", "transformer_12layer"],
     "seeds": ["hyperset@1", "transformer@1"],
+    # Table 3's stand-in (masked image modelling on k-means patch codes; its page is mim.md), second seeds
+    # of the two 1 / 12 models for the noise band
+    "mim": ["mim_transformer", "mim_hyperset", "mim_hyperset_wide", "mim_transformer@1", "mim_hyperset@1"],
 }
-TRADEOFF = {"Hyper-SET": [(1, 12, "hyperset"), (2, 6, "hyperset_l2i6"), (4, 3, "hyperset_l4i3")],
-            "Transformer": [(1, 12, "transformer"), (2, 6, "transformer_l2i6"), (4, 3, "transformer_l4i3"),
-                            (12, 1, "transformer_12layer")]}
-DATASET_NAMES = {"fashion_mnist": "Fashion-MNIST", "mnist": "MNIST", "digits": "digits"}
-CONFUSION_FOR = ("hyperset", "transformer")
-DEPTH_FOR = ("hyperset", "transformer")
+#: configs whose runs (every seed) record a depth curve and a trajectory (Fig. 5-6)
+RECORD_FOR = ("hyperset", "transformer")
+#: validation images of a depth curve; validation images of a trajectory
+DEPTH_EXAMPLES, TRAJECTORY_IMAGES = 2000, 256
 
 
 def _split_seed(entry: str) -> tuple[str, int | None]:
@@ -73,24 +76,81 @@ def _train_rate(run_dir: Path) -> float:
     return float(statistics.median(rates)) if rates else float("nan")
 
 
+def _run_info(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "run_info.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def _device(run_dir: Path) -> str:
     """The device a run trained on (its ``run_info.json``), e.g. ``cpu`` or ``cuda:0``."""
-    try:
-        return str(json.loads((run_dir / "run_info.json").read_text()).get("device", "?"))
-    except (OSError, ValueError):
-        return "?"
+    return str(_run_info(run_dir).get("device", "?"))
 
 
-#: overrides a data set needs before the user's: digits are 8x8, so the configs' 7x7 patches (a 4x4
-#: grid of 28x28 images) become 2x2 patches (the same 4x4 grid)
+#: overrides a data set needs before the user's: digits are 8x8, so the classifiers' 7x7 patches (a 4x4
+#: grid of 28x28 images) become 2x2 patches (the same 4x4 grid); the masked-image configs' 4x4 codes
+#: become 2x2 (a 4x4 grid of codes instead of 7x7)
 DATASET_OVERRIDES = {"digits": ["model.patch_size=2"]}
+MIM_DATASET_OVERRIDES = {"digits": ["task.patch_size=2"]}
+
+
+def dataset_overrides(name: str, dataset: str) -> list[str]:
+    """The overrides config ``name`` needs on ``dataset`` (:data:`DATASET_OVERRIDES`)."""
+    table = MIM_DATASET_OVERRIDES if name.startswith("mim_") else DATASET_OVERRIDES
+    return [f"task.dataset={dataset}", *table.get(dataset, [])]
+
+
+@torch.no_grad()
+def add_records(row: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """``row`` with the trained model's depth curve (validation accuracy at 0.5-2x its iterations,
+    :data:`DEPTH_EXAMPLES` images), its trajectory to 2L on :data:`TRAJECTORY_IMAGES` validation images
+    and the trajectory's statistics (:func:`~energyformer.analysis.classification_records.trajectory_stats`)."""
+    cfg, model, task = load_trained(run_dir)
+    L = cfg.model.iterations
+    x, _ = next(iter(task.data.eval_batches("validation", TRAJECTORY_IMAGES)))
+    record = geometry_record(model, x, 2 * L)
+    task.cfg = task.cfg.model_copy(update={"eval_examples": DEPTH_EXAMPLES})
+    depth = depth_curve(lambda n: task.evaluate(model, "validation", iterations=n)["accuracy"], L)
+    return {**row, "depth": {**depth, "split": "validation", "examples": DEPTH_EXAMPLES},
+            "trajectory": record, "stats": trajectory_stats(record, L)}
+
+
+def run_mim_one(entry: str, dataset: str, out: Path, overrides: list[str]) -> dict[str, Any]:
+    """Train (or reuse) one masked-image-modelling config; its row (``OUT/mim/<dataset>/<name>/result.json``)
+    has the validation metrics of ``task.evaluate`` (masked CE and accuracy, decoded accuracy, PSNR,
+    SSIM, the unigram floor and tokeniser ceiling) and the run's config."""
+    name, seed = _split_seed(entry)
+    run_name = name if seed is None else f"{name}_seed{seed}"
+    ov = [*dataset_overrides(name, dataset), *overrides, f"out_dir={out / 'mim' / dataset}", f"name={run_name}",
+          "train.progress=false", "train.tensorboard=false"] + ([f"train.seed={seed}"] if seed is not None else [])
+    cfg = load_run_config(f"images/{name}", ov)
+    res_path = cfg.run_dir / "result.json"
+    if res_path.exists() and (old := json.loads(res_path.read_text())).get("config") == to_dict(cfg):
+        print(f"== {run_name} ({dataset}): reusing {res_path}", flush=True)
+        return old
+    print(f"== {run_name} ({dataset}): training {cfg.train.steps} steps", flush=True)
+    res = run_experiment(cfg, overwrite=True)
+    _, model, task = load_trained(cfg.run_dir)
+    metrics = task.evaluate(model, "validation")
+    row = {"name": run_name, "config_name": name, "seed": cfg.train.seed, "dataset": dataset, "split": "validation",
+           "params": res.params, "eval": metrics, "train_seconds": res.seconds, "steps": cfg.train.steps,
+           "device": _device(cfg.run_dir), "git_commit": (_run_info(cfg.run_dir).get("git") or {}).get("commit"),
+           "config": to_dict(cfg)}
+    res_path.write_text(json.dumps(row, indent=1))
+    print(f"   {run_name}: {task.format_metrics(metrics)}", flush=True)
+    return row
 
 
 def run_one(entry: str, dataset: str, out: Path, overrides: list[str]) -> dict[str, Any]:
-    """Train (or reuse) one config on ``dataset``; returns its result row (also in result.json)."""
+    """Train (or reuse) one config on ``dataset``; returns its result row (also in result.json).
+
+    A reused run of :data:`RECORD_FOR` that lacks its records gets them from its checkpoint."""
+    if entry.startswith("mim_"):
+        return run_mim_one(entry, dataset, out, overrides)
     name, seed = _split_seed(entry)
     run_name = name if seed is None else f"{name}_seed{seed}"
-    ov = [f"task.dataset={dataset}", *DATASET_OVERRIDES.get(dataset, []), *overrides, f"out_dir={out / dataset}", f"name={run_name}",
+    ov = [*dataset_overrides(name, dataset), *overrides, f"out_dir={out / dataset}", f"name={run_name}",
           "train.progress=false", "train.tensorboard=false"] + ([f"train.seed={seed}"] if seed is not None else [])
     cfg = load_run_config(f"images/{name}", ov)
     run_dir = cfg.run_dir
@@ -99,6 +159,10 @@ def run_one(entry: str, dataset: str, out: Path, overrides: list[str]) -> dict[s
         old = json.loads(res_path.read_text())
         if old.get("config") == to_dict(cfg):
             print(f"== {run_name} ({dataset}): reusing {res_path}", flush=True)
+            if name in RECORD_FOR and "trajectory" not in old:
+                old = add_records(old, run_dir)
+                old.setdefault("git_commit", (_run_info(run_dir).get("git") or {}).get("commit"))
+                res_path.write_text(json.dumps(old, indent=1))
             return old
     print(f"== {run_name} ({dataset}): training {cfg.train.steps} steps", flush=True)
     t0 = time.perf_counter()
@@ -114,7 +178,10 @@ def run_one(entry: str, dataset: str, out: Path, overrides: list[str]) -> dict[s
            "classes": list(task.classes), "train_seconds": res.seconds, "train_images_per_s": _train_rate(run_dir),
            "steps": cfg.train.steps, "batch_size": rcfg.task.batch_size,
            "train_examples": len(task.data.train), "final_train_loss": res.loss_history[-1],
-           "wall_seconds": time.perf_counter() - t0, "device": _device(run_dir), "config": to_dict(cfg)}
+           "wall_seconds": time.perf_counter() - t0, "device": _device(run_dir),
+           "git_commit": (_run_info(run_dir).get("git") or {}).get("commit"), "config": to_dict(cfg)}
+    if name in RECORD_FOR:
+        row = add_records(row, run_dir)
     res_path.write_text(json.dumps(row, indent=1))
     print(f"   {run_name}: val {100 * row['val_accuracy']:.2f}%, test {100 * row['test_accuracy']:.2f}%, "
           f"{row['wall_seconds']:.0f} s", flush=True)
@@ -125,7 +192,6 @@ def _run_in_child(args: tuple, threads: int) -> str:
     torch.set_num_threads(threads)
     run_one(*args)
     return args[0]
-
 
 def run_all(entries: list[str], dataset: str, out: Path, overrides: list[str], jobs: int = 1,
             deadline: float | None = None) -> None:
@@ -173,157 +239,71 @@ def collect(out: Path, dataset: str) -> dict[str, dict]:
     return rows
 
 
-def benchmark_sections(out: Path) -> list[str]:
-    """Tables written by ``benchmarks/image_models.py --out OUT/benchmark_<name>.md``, included verbatim."""
+def benchmark_markdown(out: Path) -> str | None:
+    """Tables written by ``benchmarks/image_models.py --out OUT/benchmark_<name>.md``, joined (None: none)."""
     files = sorted(out.glob("benchmark_*.md"))
-    if not files:
-        return ["\n## Throughput and memory\n\n_not run: `python benchmarks/image_models.py --out "
-                f"{out}/benchmark_cpu.md` writes the table this section includes._"]
-    return ["\n## Throughput and memory (`benchmarks/image_models.py`)\n"] + [f.read_text() for f in files]
+    return "\n".join(f.read_text() for f in files) if files else None
 
 
-def results_json(out: Path, datasets: list[str], report: Path) -> None:
-    """``report/results.json``: every run's row (without its config and confusion matrix) and the orderings."""
-    data = {}
-    for ds in datasets:
-        rows = collect(out, ds)
-        data[ds] = {"runs": {k: {f: v for f, v in r.items() if f not in ("config", "confusion")}
-                             for k, r in rows.items()},
-                    "orderings": orderings({k: v for k, v in rows.items() if "_seed" not in k})}
-    (report / "results.json").write_text(json.dumps(data, indent=1))
-
-
-@torch.no_grad()
-def depth_curves(out: Path, dataset: str, names=DEPTH_FOR, factors=(0.5, 1.0, 1.5, 2.0),
-                 examples: int = 2000) -> dict[str, dict[int, float]]:
-    """Validation accuracy at other iteration counts (test-time depth), for one-layer models."""
-    curves = {}
-    for name in names:
-        run_dir = out / dataset / name
-        if not (run_dir / "result.json").exists():
-            continue
-        try:
-            cfg, model, task = load_trained(run_dir)
-        except CheckpointError as err:  # e.g. a run copied back without its full checkpoint
-            print(f"depth curve of {name} ({dataset}) skipped: {err}", flush=True)
-            continue
-        task.cfg = task.cfg.model_copy(update={"eval_examples": examples})
-        L = cfg.model.iterations
-        curves[name] = {n: 100 * task.evaluate(model, "validation", iterations=n)["accuracy"]
-                        for n in sorted({max(1, int(round(f * L))) for f in factors})}
-    return curves
-
-
-@torch.no_grad()
-def hyperset_trajectory(out: Path, dataset: str, report: Path, images: int = 256) -> str:
-    """Per-iteration energies, effective rank and angle of the trained Hyper-SET (Fig. 5-6), to 2L."""
+def _load(path: Path) -> dict[str, Any]:
     try:
-        from ..analysis.hyperset import plot_energies, plot_rank_angle, trajectory
-    except ImportError:  # the Hyper-SET analysis is not in this checkout
-        return "_The Hyper-SET analysis functions (`analysis/hyperset.py`) are not available here._"
-    trajs, lines = {}, []
-    for name in ("hyperset", "transformer"):
-        run_dir = out / dataset / name
-        if not (run_dir / "result.json").exists():
-            continue
-        try:
-            cfg, model, task = load_trained(run_dir)
-        except CheckpointError as err:
-            print(f"trajectory of {name} ({dataset}) skipped: {err}", flush=True)
-            continue
-        x, _ = next(iter(task.data.eval_batches("validation", images)))
-        trajs[name] = trajectory(model, x, 2 * cfg.model.iterations)
-    if "hyperset" not in trajs:
-        return "_No trained Hyper-SET run for this data set._"
-    L = load_run_config(f"images/hyperset").model.iterations
-    tr = trajs["hyperset"]
-    plot_energies(tr, L, report / f"energy_{dataset}.png",
-                  f"Hyper-SET on {DATASET_NAMES.get(dataset, dataset)}: energy per iteration (trained with {L})")
-    plot_rank_angle(trajs, L, report / f"rank_angle_{dataset}.png",
-                    f"{DATASET_NAMES.get(dataset, dataset)} validation: subspace geometry per iteration")
-    e = tr["e_total"]
-    rises = [t for t in range(1, L + 1) if e[t] > e[t - 1]]
-    lines.append(f"![energies](energy_{dataset}.png)\n\n![rank and angle](rank_angle_{dataset}.png)\n")
-    lines.append(f"Total energy E_ATTN + E_FF per image at t = 0, {L // 2}, {L}, {2 * L}: "
-                 f"{e[0]:.1f}, {e[L // 2]:.1f}, {e[L]:.1f}, {e[2 * L]:.1f}. Within the trained iterations it rises at "
-                 f"{len(rises)} of {L} steps" + (f" (t = {', '.join(map(str, rises))})" if rises else "") + ".")
-    er, ang = tr["eff_rank"], tr["angle"]
-    mean = lambda v: sum(v) / len(v)  # noqa: E731
-    lines.append(f"Mean effective rank per subspace: {mean(er[0]):.2f} at t = 0, {mean(er[L]):.2f} at t = {L}; "
-                 f"mean average angle: {mean(ang[0]):.1f}° at t = 0, {mean(ang[L]):.1f}° at t = {L} "
-                 f"(the paper, CIFAR-10: both increase over the iterations).")
-    return "\n\n".join(lines)
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except ValueError as err:
+        raise DataError(f"{path}: not valid JSON ({err})") from None
 
 
-def write_report(out: Path, report: Path, datasets: list[str], notes: str = "") -> str:
+def write_mim(out: Path, report: Path) -> dict[str, Any] | None:
+    """Merge the masked-image-modelling runs under ``OUT/mim/`` into ``report/mim.json`` (None: no runs)."""
+    rows = {p.parent.name: json.loads(p.read_text()) for p in sorted((out / "mim").glob("*/*/result.json"))}
+    if not rows:
+        return None
+    path = report / "mim.json"
+    data = _load(path)
+    data.setdefault("runs", {}).update(rows)
+    data["runs"] = dict(sorted(data["runs"].items()))
     report.mkdir(parents=True, exist_ok=True)
-    text = ["# Hyper-SET on images at CPU scale (seed 002 §5.2)\n",
-            "Produced by `energyformer reproduce hyperset-images` (numbers from the runs' `result.json`; the "
-            "paper's columns quoted from its Tables 1, 2, 4 and 5). **The data sets differ**: the paper reports "
-            "CIFAR-10/100 and ImageNet-100 after 200 epochs at widths 384-896; we train on 28x28 grey "
-            "Fashion-MNIST / MNIST for a few epochs at most (each data set's section says how many) at a quarter "
-            "of those widths, one seed per config. Our "
-            "numbers test the *direction* of the paper's claims at small scale; they neither confirm nor refute "
-            "its CIFAR numbers. The column *trained on* names the device of each run (`run_info.json`); the "
-            "same config trains to the same accuracy within seed noise on either.\n", notes]
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def write_results(out: Path, datasets: list[str], report: Path, notes: list[str] | None = None,
+                  noise_from: Path | None = None) -> dict[str, Any]:
+    """Merge the finished runs under ``out`` into ``report/results.json`` (the page's one artifact).
+
+    A run's row replaces the committed row of the same name wholly (its accuracy and its records come
+    from one run); when the committed row had another test or validation accuracy, the new row keeps them under
+    ``replaces`` so the page can say so. Rows of runs not under ``out`` stay as committed. ``notes``
+    (markdown paragraphs under the page's introduction) replace the stored ones when given;
+    ``noise_from`` (another page's results.json) stores that page's seed spreads as this page's
+    declared noise band. Run configs are left out (each run's ``config.yaml`` has it)."""
+    path = report / "results.json"
+    data = _load(path)
+    page = data.setdefault("page", {})
+    if notes:
+        page["notes"] = list(notes)
+    if (bench := benchmark_markdown(out)) is not None:
+        page["benchmark_markdown"] = bench
+    if noise_from is not None:
+        other = _load(noise_from)
+        for ds, d in other.items():
+            if ds != "page" and (n := seed_noise(d.get("runs", {}))):
+                page["noise"] = {"values": n, "source": f"seed spread of `{noise_from.as_posix()}` ({ds})"}
+                break
     for ds in datasets:
-        rows = {k: v for k, v in collect(out, ds).items() if "_seed" not in k}
-        if not rows:
-            continue
-        seeds = {k: v for k, v in collect(out, ds).items() if "_seed" in k}
-        dn = DATASET_NAMES.get(ds, ds)
-        any_row = next(iter(rows.values()))
-        epochs = any_row["steps"] * any_row["batch_size"] / any_row["train_examples"]
-        text.append(f"\n## {dn}\n\nTraining: {any_row['steps']} steps of {any_row['batch_size']} images "
-                    f"({any_row['train_examples']} training images, {epochs:.1f} epochs), test on the official "
-                    "test split.\n")
-        by_dev: dict[str, list[str]] = {}
-        for k, r in collect(out, ds).items():
-            by_dev.setdefault(r["device"], []).append(k)
-        text.append("Trained on: " + "; ".join(f"**{d}**: {', '.join(sorted(v))}" for d, v in sorted(by_dev.items()))
-                    + ".\n")
-        text.append("### Table 1 (single-layer recurrent-depth models) and Table 2's 12-layer transformer\n")
-        text.append(table1(rows, dn))
-        if seeds:
-            text.append("\nSecond seed: " + "; ".join(
-                f"{v['config_name']}: test {100 * v['test_accuracy']:.2f}% (seed {v['seed']}) vs "
-                f"{100 * rows[v['config_name']]['test_accuracy']:.2f}% (seed {rows[v['config_name']]['seed']})"
-                for v in seeds.values() if v["config_name"] in rows)
-                + ". Differences between configs smaller than this spread are not meaningful.")
-        text.append("\n### Table 4 (alternative energies and fixed step sizes)\n")
-        text.append(table4(rows, dn))
-        text.append("\n### Table 5 (depth-wise LoRA; the paper's column is ImageNet-100)\n")
-        text.append(table5(rows, dn))
-        if any(k in rows for k in ("hyperset_l2i6", "transformer_l2i6")):
-            text.append("\n### Fig. 4 (layer-iteration trade-off at depth 12; the paper gives a figure, "
-                        "CIFAR-100)\n")
-            text.append(table_tradeoff(rows, dn, TRADEOFF))
-        text.append("\n### The paper's orderings on these numbers\n")
-        text.append(orderings_markdown(orderings(rows)))
-        curves = depth_curves(out, ds)
-        if curves:
-            L = rows[next(iter(curves))]["iterations"]
-            plot_curves(curves, report / f"depth_{ds}.png", xlabel="iterations at test time",
-                        ylabel="validation accuracy (%)", title=f"{dn}: test-time depth", vline=L)
-            text.append(f"\n### Accuracy over test-time iterations (validation, 2,000 images)\n\n"
-                        f"![depth](depth_{ds}.png)\n\n" + "\n".join(
-                            f"* {k}: " + ", ".join(f"L={n}: {v:.1f}%" for n, v in c.items()) for k, c in curves.items()))
-        for name in CONFUSION_FOR:
-            r = rows.get(name)
-            if r is None:
-                continue
-            cm = torch.tensor(r["confusion"])
-            plot_confusion(cm, r["classes"], report / f"confusion_{ds}_{name}.png",
-                           f"{name} on {dn} test: {100 * r['test_accuracy']:.2f}%")
-            text.append(f"\n### Per-class test accuracy: {name}\n\n![confusion](confusion_{ds}_{name}.png)\n\n"
-                        + per_class_markdown(cm, r["classes"]))
-        text.append("\n### Energy, effective rank and average angle over iterations (Fig. 5-6)\n")
-        text.append(hyperset_trajectory(out, ds, report))
-    text += benchmark_sections(out)
-    results_json(out, datasets, report)
-    body = "\n".join(text) + "\n"
-    (report / "README.md").write_text(body)
-    return body
+        runs = data.setdefault(ds, {}).setdefault("runs", {})
+        for name, row in collect(out, ds).items():
+            row = {k: v for k, v in row.items() if k != "config"}
+            old = runs.get(name)
+            if old is not None and any(old.get(k) != row[k] for k in ("test_accuracy", "val_accuracy")):
+                row["replaces"] = old.get("replaces") or {
+                    k: old.get(k) for k in ("test_accuracy", "val_accuracy", "git_commit")}
+            runs[name] = row
+        data[ds] = {"runs": dict(sorted(runs.items()))}
+    report.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,19 +316,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=count, help="override train.steps for every run")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted override applied to every run (repeatable)")
-    p.add_argument("--out", type=writable_dir("--out"), default="runs/reproduce-hyperset-images", help="folder of the runs")
-    p.add_argument("--report", type=writable_dir("--report"), help="folder of README.md and the PNGs (default OUT/report)")
+    p.add_argument("--out", type=writable_dir("--out"), default="runs/reproduce-hyperset-images",
+                   help="folder of the runs; with --report-only: the page folder to re-render")
+    p.add_argument("--report", type=writable_dir("--report"),
+                   help="page folder: its results.json is updated with the runs and its README.md re-rendered "
+                        "(default OUT/report)")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing, read no runs: re-render the pages of --out (README.md, mim.md, and "
+                        "those of its subfolders) from the artifacts committed there")
     p.add_argument("--report-datasets", default="fashion_mnist,mnist,digits",
                    help="data sets whose finished runs go into the report")
     p.add_argument("--note", action="append", default=[],
-                   help="a markdown paragraph put under the report's introduction (repeatable), e.g. links "
-                        "to related pages")
+                   help="a markdown paragraph put under the page's introduction (repeatable; stored in "
+                        "results.json, replacing the stored notes), e.g. links to related pages")
+    p.add_argument("--noise-from", type=Path, metavar="RESULTS_JSON",
+                   help="another page's results.json whose seed spread is this page's declared noise band "
+                        "(for a page whose configs have one seed each)")
     p.add_argument("--jobs", type=count, default=1,
                    help="runs trained at the same time, each in its own process (a GPU or many cores)")
     p.add_argument("--deadline", type=positive_float,
                    help="seconds after which no new run is started (finished runs are kept; rerun to continue)")
     a = p.parse_args(argv)
     out = Path(a.out)
+    if a.report_only:
+        if a.report or a.note or a.noise_from or a.only or a.steps or a.overrides:
+            p.error("--report-only re-renders --out from its committed artifacts; it takes no --report, --note, "
+                    "--noise-from, --only, --steps or --set")
+        written = render_folder(out)
+        if not written:
+            raise DataError(f"--report-only: no results.json or mim.json in {out} or its subfolders; nothing to "
+                            "re-render (run without --report-only first)")
+        print("\n".join(f"wrote {w}" for w in written))
+        return 0
     overrides = list(a.overrides) + ([f"train.steps={a.steps}"] if a.steps else [])
     entries: list[str] = []
     if a.suites != "none":
@@ -361,9 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     run_all(entries, a.dataset, out, overrides, a.jobs, a.deadline)
     report = Path(a.report) if a.report else out / "report"
     datasets = [d for d in a.report_datasets.split(",") if (out / d).is_dir()]
-    text = write_report(out, report, datasets, "\n".join(f"{n}\n" for n in a.note))
-    print("\n" + text)
-    print(f"wrote {report / 'README.md'}")
+    if datasets:
+        write_results(out, datasets, report, a.note, a.noise_from)
+    write_mim(out, report)
+    for w in render_folder(report, recurse=False):
+        print(f"wrote {w}")
     return 0
 
 
