@@ -114,10 +114,8 @@ PAGES: tuple[Page, ...] = (
        why="prose over summary.csv (scripts/hyperset_plateau_summary.py); no script renders the page"),
     _p("hyperset-plateau-summary", "hyperset/plateau", ["summary.csv"],
        Script("scripts/hyperset_plateau_summary.py", ("{out}",)), inputs=(), readme=False),
-    _p("hyperset-images", "images", generator=Reproduce("hyperset-images")),
-    _p("hyperset-images-5ep", "images/five_epochs", generator=Reproduce("hyperset-images")),
-    _p("images-mim", "images", ["mim.md"], inputs=(),
-       why="typed by hand from `energyformer eval` output of three runs"),
+    _p("hyperset-images", "images", ["README.md", "mim.md", "five_epochs/README.md"], Reproduce("hyperset-images"),
+       inputs=("results.json", "mim.json", "five_epochs/results.json")),
     _p("bare-sa", "bare_sa", generator=Reproduce("bare-sa"), inputs=("results.json", "benchmark.md")),
     _p("eqt", "eqt", ["README.md", "cpu/README.md"], Reproduce("eqt"), inputs=("cpu/results.json", "cpu/overheads.json")),
 )

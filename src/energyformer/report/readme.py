@@ -206,7 +206,7 @@ def title_of(md: str, fallback: str) -> str:
 def page_rows(page: Page, root: Path) -> dict[str, tuple[list[Row], list[str], int]]:
     """Per file of a generated page: (its own verdict rows, the other files of the page that state
     claims it repeats, how many rows it repeats). Only the page's first file (its index) repeats: its
-    rows whose claim another file states are listed under that file, not here."""
+    rows whose claim and result another file states are listed under that file, not here."""
     found = {}
     for name in page.files:
         path = root / page.folder / name
@@ -214,8 +214,19 @@ def page_rows(page: Page, root: Path) -> dict[str, tuple[list[Row], list[str], i
             raise DataError(f"report: {page.folder}/{name} not found (page {page.name})")
         found[name] = _found(path.read_text())
     index, others = page.files[0], page.files[1:]
-    stated = {f: {_key(r.claim) for _, _, r in found[f]} for f in others}
-    homes = {i: [f for f in others if _key(r.claim) in stated[f]] for i, (_, _, r) in enumerate(found[index])}
+    # a repeat states the same claim with the same result or with none (an index's verdicts-by-scale
+    # table); a page of another data set or budget stating the same claim with its own numbers is not one
+    stated = {f: {(_key(r.claim), _key(r.ours)) for _, _, r in found[f]} for f in others}
+    claims = {f: {c for c, _ in stated[f]} for f in others}
+
+    def no_result(ours: str) -> bool:  # nothing measured, or only another scale's verdict ("gpu: HOLDS")
+        return ours.strip() in ("", "—") or re.fullmatch(
+            r"([\w ]+: )?(" + "|".join(v.value for v in Verdict) + r")", ours.strip()) is not None
+
+    def repeats(r: Row, f: str) -> bool:
+        return (_key(r.claim), _key(r.ours)) in stated[f] or (no_result(r.ours) and _key(r.claim) in claims[f])
+
+    homes = {i: [f for f in others if repeats(r, f)] for i, (_, _, r) in enumerate(found[index])}
     out = {f: (_labelled(found[f]), [], 0) for f in others}
     where = [f for f in others if any(f in h for h in homes.values())]
     own = [x for i, x in enumerate(found[index]) if not homes[i]]
