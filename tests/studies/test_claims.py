@@ -82,3 +82,27 @@ def test_per_axis_rows_pooling_fixed_numbers_and_the_table(tmp_path):
     fixed = _spec(tmp_path, b={"value": 60.0}, claim="not_worse", tolerance=1.0)
     (row,) = evaluate(fixed, _recs({0: 59.5, 1: 59.6}, {}))
     assert str(row.outcome.verdict) == "HOLDS" and "not worse than B by more than 1" in rule_text(fixed.claims[0])
+
+
+def test_an_arm_reduces_its_runs_per_seed_and_a_probe_is_one_value(tmp_path):
+    recs = {**_recs({0: 60.0}, {0: 50.0}, "8"), **_recs({0: 70.0}, {0: 51.0}, "64")}
+    for reduce, want in (("mean", 65.0), ("min", 60.0), ("max", 70.0), ("range", 10.0)):
+        spec = _spec(tmp_path, a={"where": {"model": "eqt"}, "metric": "accuracy.k32", "reduce": reduce},
+                     b={"value": 0.0}, rules={"single_seed_bound": 0})
+        (row,) = evaluate(spec, recs)
+        assert row.a == [want], reduce
+    data = copy.deepcopy(TINY)
+    data["probes"] = {"mem": "builtins:str"}
+    data["claims"] = [{"id": "m", "text": "A uses more memory", "paper": {"value": "high", "source": "slides"},
+                       "a": {"probe": "mem", "metric": "big model.peak"}, "b": {"probe": "mem", "metric": "small.peak"},
+                       "rules": {"single_seed_bound": 0}}]
+    spec = load_study(write(tmp_path / "p.yaml", **data))
+    (row,) = evaluate(spec, {}, {"mem": {"big model": {"peak": 9.0}, "small": {"peak": 2.0}}})
+    assert row.a == [9.0] and row.b == [2.0] and str(row.outcome.verdict) == "HOLDS"
+    (row,) = evaluate(spec, {}, {})          # not measured: no value
+    assert str(row.outcome.verdict) == "UNTESTABLE"
+
+
+def test_rule_text_says_a_declared_noise_decides_one_seed(tmp_path):
+    assert "one seed: decided against the band" in rule_text(_spec(tmp_path, rules={"noise": 0.02}).claims[0])
+    assert "one seed: undecided" in rule_text(_spec(tmp_path).claims[0])
