@@ -109,9 +109,10 @@ def bare_sa(old_json: Path, folder: Path) -> None:
                         "metrics": {k: v for k, v in metrics.items() if v is not None}, **extra}
 
     def val(v: dict) -> dict:
-        return {"ce": mlm_loss(v) if "loss" in v or "loss_cal" in v else v["val_loss"],
-                "accuracy": v.get("accuracy", v.get("val_accuracy")), "cond_loss": v.get("cond_loss"),
-                "bayes_loss": v.get("bayes_loss")}
+        if "val_loss" in v:   # a sweep row
+            return {"ce": v["val_loss"], "accuracy": v["val_accuracy"], "cond_loss": v["cond_loss"],
+                    "bayes_loss": v["bayes_loss"]}
+        return {**v, "ce": mlm_loss(v), "cond_loss": v.get("cond_loss")}
 
     def training(g: dict) -> dict | None:
         return ({"loss_start": g["train_loss_start"], "loss_end": g["train_loss"], "blew_up": g.get("blew_up")}
@@ -153,7 +154,8 @@ def bare_sa(old_json: Path, folder: Path) -> None:
     save_results(folder / "results.json", {"format": FORMAT, "study": "bare-sa", "scale": "cpu", "note": (
         "Trained before the study runner by the old `reproduce bare-sa` program at its `short` scale (the same runs "
         "as the study's cpu preset; stage wall times: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in st.items())
-        + "; one CPU thread on a shared 2-core machine)."), "runs": runs, "probes": {"memory": old["memory"]}})
+        + "; one CPU thread on a shared 2-core machine)."), "stage_seconds": st, "runs": runs,
+        "probes": {"memory": old["memory"]}})
 
 
 if __name__ == "__main__":

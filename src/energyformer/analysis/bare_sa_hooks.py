@@ -88,12 +88,13 @@ def blew_up(losses: list[float], window: int = 10) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- every run
 def val(run) -> dict | None:
-    """The last validation metrics (Potts runs): ce (calibrated for bare SA), accuracy, own-conditional CE."""
+    """The last validation metrics (Potts runs; the task's evaluate()) with ``ce`` (calibrated for bare SA) and
+    ``cond_loss`` (bare SA's own conditional; None for the other models)."""
     evs = [e for e in _events(run, "eval") if "accuracy" in e and "bayes_loss" in e]
     if not evs:
         return None
-    e = evs[-1]
-    return {"ce": mlm_loss(e), "accuracy": e["accuracy"], "cond_loss": e.get("cond_loss"), "bayes_loss": e["bayes_loss"]}
+    e = {k: v for k, v in evs[-1].items() if k not in ("event", "step", "elapsed_s", "eval_s")}
+    return {**e, "ce": mlm_loss(e), "cond_loss": e.get("cond_loss")}
 
 
 def timing(run) -> dict:
