@@ -182,7 +182,8 @@ def recovery(run) -> dict | None:
         off = ~torch.eye(pm.L, dtype=torch.bool)
         Af = model.positional().detach().double()
         return {"corr_A": float(torch.corrcoef(torch.stack([Af[off], pm.J[off].double()]))[0, 1]),
-                "corr_V": float(torch.corrcoef(torch.stack([model.V.detach().double().flatten(), pm.U.flatten()]))[0, 1])}
+                "corr_V": float(torch.corrcoef(torch.stack([model.V.detach().double().flatten(),
+                                                            pm.U.flatten()]))[0, 1])}
     out = A.coupling_recovery(model.energy.coupling(), pm.J, pm.U)
     s, _, _ = task.eval_set("test")
     with torch.no_grad():  # the update is not gradient descent on F: relative size of the missing term
@@ -237,7 +238,8 @@ def denoise(run) -> dict | None:
         n = J.shape[0]
         A.plot_couplings(J, [(0, 1), (0, n - 1), (n // 2, n // 2 + 1)], run.out / f"{name}_J.png",
                          f"{name}: learned J (in the mixed basis)")
-        A.plot_matrix(emb.F, run.out / f"{name}_F.png", f"{name}: fixed mixing F ({emb.dim}x{emb.dim}, random orthogonal)")
+        A.plot_matrix(emb.F, run.out / f"{name}_F.png",
+                      f"{name}: fixed mixing F ({emb.dim}x{emb.dim}, random orthogonal)")
     return {"curves": curves, **transient(curves["test, noise 0.3"]["overlap"]), "patch": cfg.task.patch,
             "n_tokens": emb.n_tokens, "dim": emb.dim, "n_train": int(task.train_images.shape[0])}
 
@@ -251,14 +253,15 @@ def transient(overlap: list[float]) -> dict:
 # ---------------------------------------------------------------------------------------------- probe
 def memory_probe(scale: str) -> dict:
     """Peak step memory (fresh processes) at the Potts scale (B = 256, N = 20, d = C = 10) and image scales."""
+    bare = lambda n, d, objective: {"kind": "bare_sa", "n_tokens": n, "dim": d, "objective": objective}  # noqa: E731
     tr = {"kind": "transformer", "dim": 64, "heads": 4, "n_layers": 1, "positions": "learned", "max_seq_len": 64,
           "final_norm": "layer", "block": {"attention": "gpt", "mlp": "gelu"}}
     specs = {
-        "Potts: bare SA (N=20, d=10)": ({"kind": "bare_sa", "n_tokens": 20, "dim": 10, "objective": "plain"}, 256, 20, {}),
+        "Potts: bare SA (N=20, d=10)": (bare(20, 10, "plain"), 256, 20, {}),
         "Potts: recycled x3 (dim 64)": (tr, 256, 20, {"vocab": 11, "n_out": 10, "iterations": 3}),
         "Potts: 3 layers (dim 64)": (tr | {"n_layers": 3}, 256, 20, {"vocab": 11, "n_out": 10}),
-        "MNIST p=4: bare SA (N=49, d=32)": ({"kind": "bare_sa", "n_tokens": 49, "dim": 32, "objective": "vmf"}, 64, 49, {}),
-        "CIFAR p=4: bare SA (N=64, d=96)": ({"kind": "bare_sa", "n_tokens": 64, "dim": 96, "objective": "vmf"}, 64, 64, {}),
+        "MNIST p=4: bare SA (N=49, d=32)": (bare(49, 32, "vmf"), 64, 49, {}),
+        "CIFAR p=4: bare SA (N=64, d=96)": (bare(64, 96, "vmf"), 64, 64, {}),
         "CIFAR p=4: recycled x3 (dim 96)": (tr | {"dim": 96}, 64, 64, {"vocab": 256, "n_out": 256, "iterations": 3}),
     }
     return {label: A.step_memory(m, batch, n, **kw) for label, (m, batch, n, kw) in specs.items()}
