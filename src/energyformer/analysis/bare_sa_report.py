@@ -216,7 +216,9 @@ def render(out: Path, study, name: str, scale: str, data: dict, rows: list) -> s
          "other jobs, so they move with its load; the cost benchmark at the end times one isolated step of each "
          "model, interleaved in one run. The two do not agree on the cost of a step (see the note below the "
          "claims).\n",
-         "## The slides' claims\n", "A and B: the two sides of each claim (one seed: the value of that run).\n",
+         "## The slides' claims\n", "A and B: the two sides of each claim (one seed: the value of that run). A "
+         f"declared noise in a rule is explained where it is declared (`studies/{name}.yaml`: for a test CE, twice the "
+         "largest paired standard error of a test-CE difference on the page, i.e. test-set sampling noise).\n",
          claims_table(rows), "", step_cost_note(r, bench_text)]
     P = r.get("potts")
     if P:

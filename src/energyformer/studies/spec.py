@@ -13,6 +13,7 @@ the metrics read from every finished run, and the paper's claims with declared v
     seeds: [0, 1]
     scales: {cpu: {overrides: [...], only: {length: ["64"]}, seeds: [0]}, gpu: {...}}
     metrics: {accuracy: module:function}       # eval hooks: a finished run -> JSON numbers
+    probes: {memory: module:function}          # measurements that are not training runs: scale -> JSON
     claims: [{id, text, paper: {value, source}, metric, a, b, higher_is_better, claim, tolerance,
               rules: {noise, single_seed_bound, chance, floor, at_band}, per, untestable}]
 
