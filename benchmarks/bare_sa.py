@@ -7,10 +7,10 @@
    J_ij x_j (B N² d floats).
 2. One training step of bare SA (pseudo-likelihood, no backprop through dynamics) vs one of the recycled
    transformer (q = 3 and q = 1) and 3 distinct layers (backprop) at the Potts MLM scale (B = 256, L = 20,
-   C = 10), interleaved; with ``--results`` (the ``reproduce bare-sa`` results.json) the steps each model
+   C = 10), interleaved; with ``--results`` (the ``bare-sa`` study's cpu results.json) the steps each model
    needed to reach bare SA's final validation loss turn the per-step medians into a time-to-target ratio.
 
-Usage: ``python benchmarks/bare_sa.py [--repeats 7] [--results docs/results/bare_sa/results.json]``.
+Usage: ``python benchmarks/bare_sa.py [--repeats 7] [--results docs/results/bare_sa/cpu/results.json]``.
 Run it alone: timings on a shared machine are noisy, so only ratios from one run are reported.
 """
 
@@ -133,7 +133,11 @@ def training_steps(repeats: int, results: Path | None) -> None:
         print(f"| {k} | {med * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}] | {med / base:.2f} |")
     print("\n(recycled x3 is timed at q = 3, the mean of its sampled training range [2, 4].)")
     if results is not None and results.exists():
-        r = json.loads(results.read_text())["potts"]["models"]
+        from energyformer.analysis.bare_sa_hooks import MAIN
+
+        recs = {x["cell"]["run"]: x for x in json.loads(results.read_text())["runs"].values() if x["seed"] == 0}
+        r = {MAIN[k]: {"curve": recs[k]["metrics"]["timing"]["curve"], "steps": recs[k]["steps"]}
+             for k in MAIN if k in recs}
         target = r["bare SA"]["curve"][-1][2]
         print(f"\n## time to bare SA's final validation loss {target:.4f} = steps needed x median step time\n")
         print("| model | steps to target (eval every 100) | estimated seconds | ratio to bare SA |")
@@ -154,7 +158,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--batch", type=int, default=32, help="batch of the scaling table")
-    p.add_argument("--results", type=Path, default=Path("docs/results/bare_sa/results.json"))
+    p.add_argument("--results", type=Path, default=Path("docs/results/bare_sa/cpu/results.json"))
     p.add_argument("--skip-scaling", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(1)

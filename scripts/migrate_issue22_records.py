@@ -1,12 +1,13 @@
 """One-off (issue 22): the committed results.json of the old ``reproduce intrinsic-lm`` / ``reproduce eqt`` /
-``reproduce hyperset-sudoku`` / ``reproduce cem-lm`` / ``reproduce cem-gp`` programs -> the study runner's
-record format (``energyformer.studies.runner``), keeping every number.
+``reproduce hyperset-sudoku`` / ``reproduce cem-lm`` / ``reproduce cem-gp`` / ``reproduce bare-sa`` programs ->
+the study runner's record format (``energyformer.studies.runner``), keeping every number.
 
     python scripts/migrate_issue22_records.py intrinsic docs/results/intrinsic/cpu cpu "NOTE"
     python scripts/migrate_issue22_records.py eqt OLD_RESULTS_JSON docs/results/eqt/cpu
     python scripts/migrate_issue22_records.py hyperset-sudoku OLD_RESULTS_JSON docs/results/hyperset/cpu
     python scripts/migrate_issue22_records.py cem-lm docs/results/cem/lm_results.json docs/results/cem/cpu
     python scripts/migrate_issue22_records.py cem-gp docs/results/cem/gp_results.json docs/results/cem/gp/cpu
+    python scripts/migrate_issue22_records.py bare-sa OLD_RESULTS_JSON docs/results/bare_sa/cpu
 
 (the cem inputs as committed before the conversion: `git show 15d0704:docs/results/cem/lm_results.json`.)
 
@@ -180,6 +181,82 @@ def cem_gp(old_json: Path, folder: Path) -> None:
                                            "runs": runs})
 
 
+def bare_sa(old_json: Path, folder: Path) -> None:
+    """One-off (issue 22): the old ``reproduce bare-sa`` results.json (scale ``short``: the study's cpu preset)
+    -> one record per run (Potts models, sweep rows, denoising runs) + the memory stage as the ``memory`` probe.
+    Runs the old program did not record a config for get the study cell's (unresolved) config."""
+    from energyformer.analysis.bare_sa_hooks import MAIN, VARIANTS, mlm_loss, q_summary, transient
+    from energyformer.experiment import load_run_config
+    from energyformer.studies import expand, load_study
+    from energyformer.utils.config import to_dict
+
+    old = json.loads(Path(old_json).read_text())
+    assert old["scale"] == "short", "the cpu preset of the study is the old program's `short` scale"
+    plans = {p.cell["run"]: p for p in expand(load_study("bare-sa"), "cpu")}
+    runs = {}
+
+    def record(label: str, steps: int, secs: float, params: int | None, metrics: dict, resolved: dict | None = None,
+               run_dir: str = "not recorded", **extra) -> None:
+        p = plans[label]
+        resolved = resolved or to_dict(load_run_config(p.config, p.overrides))
+        runs[p.name] = {"cell": p.cell, "seed": p.seed, "config": p.config, "overrides": p.overrides,
+                        "config_hash": "migrated", "scale": "cpu", "device": "cpu",
+                        "hardware": "x86_64 CPU, 1 thread(s), torch 2.13.0+cpu",
+                        "params": {"total": params} if params is not None else {}, "steps": steps, "seconds": secs,
+                        "tokens_per_s": None, "run_dir": run_dir,
+                        "resolved": {k: resolved[k] for k in ("task", "model", "train")},
+                        "metrics": {k: v for k, v in metrics.items() if v is not None}, **extra}
+
+    def val(v: dict) -> dict:
+        if "val_loss" in v:   # a sweep row
+            return {"ce": v["val_loss"], "accuracy": v["val_accuracy"], "cond_loss": v["cond_loss"],
+                    "bayes_loss": v["bayes_loss"]}
+        return {**v, "ce": mlm_loss(v), "cond_loss": v.get("cond_loss")}
+
+    def training(g: dict) -> dict | None:
+        return ({"loss_start": g["train_loss_start"], "loss_end": g["train_loss"], "blew_up": g.get("blew_up")}
+                if "train_loss" in g else None)
+
+    P = old["potts"]
+    label = {v: k for k, v in MAIN.items()}
+    paired: dict[str, dict] = {}
+    for pair, v in P["paired"].items():
+        a, b = pair.split(" - ")
+        paired.setdefault(a, {})[b] = v
+    for name, m in P["models"].items():
+        c = m["config"]
+        rng = c["model"].get("train_iterations")
+        met = {"val": val(m["val"]), "timing": {"train_s": m["train_s"], "curve": m["curve"]}, "training": training(m),
+               "test": {**m["test"], "ce": mlm_loss(m["test"]),
+                        **({"qsweep": q_summary(m["test"], rng)} if q_summary(m["test"], rng) else {})},
+               "paired": paired.get(name)}
+        if name == "factored":
+            met |= {"reference": {**P["bayes"], "marginal_loss": P["marginal_loss"]}, "recovery": P["recovery_factored"]}
+        if name == "bare SA":
+            met |= {"recovery": {**P["recovery_bare"], "nongradient_gap": P["nongradient_gap"]},
+                    "dynamics": P["bare_dynamics"]}
+        record(label[name], m["steps"], m["train_s"], m["params"], met, c, f"{c['out_dir']}/{c['name']}")
+    S, tags = old["sweep"], {v: k for k, v in VARIANTS.items()}
+    rows = ([(f"bare_lam{g['lam']:g}_lr{g['lr']:g}", g) for g in S["bare_grid"]]
+            + [(tags[g["tag"]], g) for g in S["bare_variants"]]
+            + [(f"recycled_x1_lr{g['lr']:g}", g) for g in S["recycled_lr"]])
+    for lab, g in rows:
+        record(lab, 400, g["train_s"], None, {"val": val(g), "timing": {"train_s": g["train_s"]},
+                                              "training": training(g)},
+               **({"rerun": g["rerun"]} if g.get("rerun") else {}))
+    for name, v in old["images"].items():
+        met = {"denoise": {"curves": v["curves"], **transient(v["curves"]["test, noise 0.3"]["overlap"]),
+                           "patch": v["patch"], "n_tokens": v["n_tokens"], "dim": v["dim"], "n_train": v["n_train"]},
+               "timing": {"train_s": v["train_s"]}}
+        record(f"denoise_{name}", v["steps"], v["train_s"], v["params"], met)
+    st = old["stage_seconds"]
+    save_results(folder / "results.json", {"format": FORMAT, "study": "bare-sa", "scale": "cpu", "note": (
+        "Trained before the study runner by the old `reproduce bare-sa` program at its `short` scale (the same runs "
+        "as the study's cpu preset; stage wall times: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in st.items())
+        + "; one CPU thread on a shared 2-core machine)."), "stage_seconds": st, "runs": runs,
+        "probes": {"memory": old["memory"]}})
+
+
 if __name__ == "__main__":
     kind = sys.argv[1]
     if kind == "intrinsic":
@@ -190,5 +267,7 @@ if __name__ == "__main__":
         cem_lm(Path(sys.argv[2]), Path(sys.argv[3]))
     elif kind == "cem-gp":
         cem_gp(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif kind == "bare-sa":
+        bare_sa(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
         eqt(Path(sys.argv[2]), Path(sys.argv[3]))

@@ -1,91 +1,121 @@
-"""reproduce bare-sa: the report from a results dict, the committed page re-rendered byte for byte, and the
-tiny pipeline writes the report and its figures (the claim rules: tests/analysis/test_bare_sa_claims.py)."""
+"""reproduce bare-sa is the study studies/bare-sa.yaml: its run axis holds the old program's stages with their
+settings, the metric hooks fill a record from a toy-size run through the runner, the declared claims decide on
+synthetic records, and the committed pages re-render byte for byte from their records."""
 
-from __future__ import annotations
-
-import sys
+import copy
+import json
+import shutil
 from pathlib import Path
 
-import pytest
+from energyformer.analysis.bare_sa_hooks import MAIN, VARIANTS
+from energyformer.experiment import load_run_config
+from energyformer.reproduce import REPRODUCTIONS
+from energyformer.studies import expand, load_study
+from energyformer.studies.claims import evaluate
+from energyformer.studies.runner import load_results
 
-from energyformer.analysis.bare_sa_report import write_report
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-from bare_sa_results import bare_sa_results  # noqa: E402
-
-
-def _results() -> dict:
-    return bare_sa_results()
-
-
-def test_report_states_scale_data_and_the_benchmark(tmp_path):
-    r = _results() | {"scale": "short"}
-    (tmp_path / "benchmark.md").write_text("| model | ratio to bare SA |\n|---|---|\n| recycled x3 | 7.50 |")
-    text = write_report(tmp_path, r)
-    assert "| HOLDS (margin" in text and (tmp_path / "README.md").exists()
-    assert "23,040 training, 2,560 validation and 3,200 test" in text and "2000 optimiser steps" in text
-    assert "sweep runs 400 steps" in text and "| recycled x3 | 7.50 |" in text
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "bare_sa"
+#: a 6-site, 3-colour Potts model and a few steps (the old program's `tiny` scale)
+POTTS_TINY = ["task.data.L=6", "task.data.C=3", "task.data.n_train=640", "task.data.n_test=128",
+              "task.data.burn_in=50", "task.data.samples_per_chain=8", "task.n_validation=128", "task.batch_size=32",
+              "task.eval_iterations=[1,2]", "task.calibrate_sequences=64", "train.steps=6", "train.eval_every=3"]
+IMAGES_TINY = ["task.eval_images=16", "task.eval_steps=4", "task.report_steps=[0,1,4]", "task.nearest_train=100",
+               "task.n_train=128", "train.steps=4"]
 
 
-def test_report_only_rerenders_the_committed_page(tmp_path):
-    """The page contract: --report-only --out DIR rebuilds README.md from DIR's results.json + benchmark.md."""
-    import shutil
-    from pathlib import Path
+def test_the_run_axis_holds_every_stage_with_the_old_programs_settings():
+    spec = load_study("bare-sa")
+    plans = {p.cell["run"]: p for p in expand(spec, "cpu")}
+    assert len(plans) == 27 and set(MAIN) | set(VARIANTS) <= set(plans)
+    assert sum(k.startswith("bare_lam") for k in plans) == 9 and sum(k.startswith("recycled_x1_lr") for k in plans) == 3
+    cfg = {k: load_run_config(p.config, p.overrides) for k, p in plans.items()}
+    assert cfg["bare_sa"].train.steps == 1000 and cfg["bare_sa"].train.eval_every == 100
+    assert (cfg["bare_lam0.3_lr1000"].model.lam, cfg["bare_lam0.3_lr1000"].train.lr) == (0.3, 1000.0)
+    assert cfg["bare_lam0.3_lr1000"].train.steps == 400 and cfg["bare_lam0.3_lr1000"].train.eval_every == 0
+    assert cfg["bare_heads4_lr100"].model.heads == 4 and cfg["bare_heads4_lr100"].train.lr == 100.0
+    assert cfg["bare_adam"].train.optimizer.kind == "adam"
+    assert (cfg["denoise_mnist"].task.images.name, cfg["denoise_mnist"].task.patch, cfg["denoise_mnist"].task.n_train,
+            cfg["denoise_mnist"].train.steps) == ("mnist", 4, 5000, 300)
+    assert tuple(cfg["recycled_x3"].model.train_iterations) == (2, 4) and cfg["layers3"].model.n_layers == 3
+    gpu = expand(spec, "gpu")
+    assert len(gpu) == 81 and {p.seed for p in gpu} == {0, 1, 2}
+    assert load_run_config(gpu[0].config, gpu[0].overrides).train.device == "cuda"
 
-    from energyformer.reproduce.bare_sa import main
 
-    page = Path(__file__).resolve().parents[2] / "docs" / "results" / "bare_sa"
-    for f in ("results.json", "benchmark.md"):
-        shutil.copy(page / f, tmp_path / f)
-    assert main(["--report-only", "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "README.md").read_text() == (page / "README.md").read_text()
-
-
-@pytest.mark.slow
-def test_tiny_reproduction_writes_report(tmp_path, monkeypatch):
+def test_toy_runs_through_the_runner_fill_the_records_and_the_page(tmp_path, monkeypatch):
     monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path / "data"))
-    from energyformer.reproduce.bare_sa import main
+    spec = load_study("bare-sa").model_copy(update={"probes": {}})    # the memory probe: fresh processes, slow
+    out = tmp_path / "page"
+    from energyformer.studies.runner import run_study
 
-    assert main(["--scale", "tiny", "--out", str(tmp_path / "out"), "--stages", "potts,images"]) == 0
-    out = tmp_path / "out"
-    text = (out / "README.md").read_text()
-    assert "HOLD" in text and "Bayes-optimal" in text
-    for png in ("potts_q_sweep.png", "potts_time.png", "potts_J.png", "digits_overlap.png", "digits_J.png"):
-        assert (out / png).stat().st_size > 1000
+    run_study(spec, "bare-sa", "cpu", out / "cpu", tmp_path / "runs", only={"run": ["factored", "bare_sa"]},
+              sets=POTTS_TINY, log=lambda s: None)
+    data = run_study(spec, "bare-sa", "cpu", out / "cpu", tmp_path / "runs", only={"run": ["denoise_digits"]},
+                     sets=IMAGES_TINY, log=lambda s: None)
+    bare, fac, img = (data["runs"][f"{k}-s0"]["metrics"] for k in ("bare_sa", "factored", "denoise_digits"))
+    assert set(bare) == {"val", "timing", "training", "test", "nll", "recovery", "dynamics"}
+    assert [p[0] for p in bare["timing"]["curve"]] == [3, 6] and 0 < bare["timing"]["train_s"]
+    assert bare["test"]["qsweep"]["ce"].keys() == {"1", "2"} and len(bare["nll"]) == 128
+    assert {"corr", "u_share", "nongradient_gap"} <= set(bare["recovery"]) and "no renorm" in bare["dynamics"]
+    assert {"reference", "recovery"} <= set(fac) and len(fac["reference"]["bayes_nll"]) == 128
+    assert len(img["denoise"]["curves"]["test, noise 0.3"]["overlap"]) == 5 and "fall" in img["denoise"]
+    for png in ("potts_J.png", "potts_U.png", "digits_J.png", "digits_F.png", "digits_examples.png"):
+        assert (out / "cpu" / png).stat().st_size > 1000      # figures of the trained weights, by the hooks
+    assert REPRODUCTIONS["bare-sa"].main()(["--report-only", "--out", str(out)]) == 0
+    text = (out / "cpu" / "README.md").read_text()
+    assert "| bare SA - factored |" not in text and "| factored - bayes |" in text   # paired from the per-site NLLs
+    assert (out / "cpu" / "potts_q_sweep.png").exists() and (out / "cpu" / "digits_overlap.png").exists()
 
 
-def test_blew_up_flags_a_finite_but_exploding_training_objective():
-    from energyformer.reproduce.bare_sa import blew_up
-
-    # the factored J (Eq. 19) under SGD lr 300: finite losses, so the Trainer never stopped it
-    assert "2.3 -> 1e+15" in blew_up([2.3] * 10 + [4.0, 1e5] * 20 + [1e15] * 10)
-    assert blew_up([2.3] * 10 + [float("inf")]) is not None
-    assert blew_up([2.30 - 0.001 * k for k in range(300)]) is None      # codebook objective going down
-    assert blew_up([-2.9 - 0.1 * k for k in range(300)]) is None        # plain objective: unbounded below
-    assert blew_up([0.0, 0.3, -0.2, 0.5] * 50) is None                  # contrastive divergence noise
-    assert blew_up([]) is None
+def _records() -> dict:
+    return copy.deepcopy(load_results(PAGE / "cpu" / "results.json", "bare-sa", "cpu"))
 
 
-def test_blown_up_variant_shows_no_own_conditional_ce_but_a_note(tmp_path):
-    r = _results() | {"scale": "short"}
-    ok = {"val_loss": 2.10, "val_accuracy": 0.27, "cond_loss": 2.0887, "train_s": 6.5, "bayes_loss": 1.85,
-          "train_loss_start": 2.30, "train_loss": 2.09, "blew_up": None}
-    r["sweep"]["bare_variants"] = [
-        ok | {"tag": "J = sum of 4 heads K^T Q (Eq. 19), SGD lr 300", "cond_loss": 1.7419889136369664e+16,
-              "train_loss": 1.3e27, "blew_up": "training objective 2.3 -> 1.332e+27", "rerun": "alone"},
-        ok | {"tag": "J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100"},
-        {"tag": "legacy row without training-loss records", "val_loss": 2.2, "val_accuracy": 0.2, "cond_loss": 2.3,
-         "train_s": 1.0, "bayes_loss": 1.85},
-        {"tag": "diverged", "val_loss": float("inf"), "val_accuracy": float("nan"), "train_s": float("nan"),
-         "cond_loss": None, "bayes_loss": None, "diverged": "training diverged at step 3"},
-    ]
-    text = write_report(tmp_path, r)
-    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in text.splitlines()
-            if line.startswith("| J = sum") or line.startswith("| legacy") or line.startswith("| diverged")}
-    assert rows["J = sum of 4 heads K^T Q (Eq. 19), SGD lr 300"][3] == "—"
-    assert "blew up: training objective 2.3 -> 1.332e+27" in rows["J = sum of 4 heads K^T Q (Eq. 19), SGD lr 300"][5]
-    assert rows["J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100"][3] == "2.089"
-    assert rows["legacy row without training-loss records"][3] == "2.3"
-    assert rows["diverged"][3] == "—" and "diverged" in rows["diverged"][5]
-    assert "only reports the blown-up scale" in text and "*rerun*" in text
-    assert "| 1.742e+16 |" not in text
+def _verdicts(data: dict) -> dict[str, str]:
+    rows = evaluate(load_study("bare-sa"), data["runs"], data.get("probes"))
+    return {r.claim.id: str(r.outcome.verdict) for r in rows}
+
+
+def test_declared_claims_decide_on_records():
+    data = _records()
+    assert _verdicts(data) == {
+        "matches-layers": "UNDECIDED", "matches-factored": "DOES NOT HOLD", "recycling-gain": "UNDECIDED",
+        "bare-like-recycled": "UNDECIDED", "fast": "UNTESTABLE", "worse-test": "HOLDS", "explainable": "HOLDS",
+        "q-train-flat": "UNDECIDED", "q1-trained-depends": "HOLDS", "sensitive": "DOES NOT HOLD", "memory": "HOLDS",
+        "transient-digits": "HOLDS", "transient-mnist": "HOLDS"}
+    runs = {r["cell"]["run"]: r["metrics"] for r in data["runs"].values()}
+    runs["layers3"]["test"]["ce"] = runs["recycled_x3"]["test"]["ce"]          # equal, but inside the band
+    runs["recycled_x3"]["test"]["qsweep"]["best_more"] -= 0.1                  # a clear recycling gain
+    runs["bare_sa"]["recovery"]["corr"] = 0.3                                  # couplings not readable
+    runs["denoise_mnist"]["denoise"]["fall"] = 0.0                             # no transient
+    for k in ("bare_lam1_lr100", "bare_lam1_lr300"):
+        runs[k]["val"]["ce"] += 1.0                                            # a wide bare SA lr range
+    data["probes"]["memory"]["CIFAR p=4: bare SA (N=64, d=96)"]["step_peak_bytes"] = 1
+    v = _verdicts(data)
+    assert (v["matches-layers"], v["recycling-gain"], v["explainable"], v["transient-mnist"], v["sensitive"],
+            v["memory"]) == ("UNDECIDED", "HOLDS", "DOES NOT HOLD", "DOES NOT HOLD", "HOLDS", "DOES NOT HOLD")
+
+
+def test_a_blown_up_sweep_run_shows_no_own_conditional_ce_but_a_note(tmp_path):
+    out = tmp_path / "bare_sa"
+    shutil.copytree(PAGE, out)
+    data = json.loads((out / "cpu" / "results.json").read_text())
+    rec = data["runs"]["bare_heads4_lr100-s0"]
+    rec["metrics"]["training"]["blew_up"] = "training objective 2.3 -> 9e+20"
+    data["runs"]["bare_vmf-s0"] |= {"diverged": "training diverged at step 3", "metrics": {}}
+    (out / "cpu" / "results.json").write_text(json.dumps(data))
+    assert REPRODUCTIONS["bare-sa"].main()(["--report-only", "--out", str(out)]) == 0
+    rows = {ln.split(" | ")[0].lstrip("| "): ln.split(" | ") for ln in (out / "cpu" / "README.md").read_text().splitlines()
+            if ln.startswith(("| J = sum", "| vMF"))}
+    assert rows["J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100"][3] == "—"
+    assert "blew up: training objective 2.3 -> 9e+20" in rows["J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100"][5]
+    assert rows["vMF-normalised"][3] == "—" and "diverged: training diverged at step 3" in rows["vMF-normalised"][5]
+
+
+def test_committed_pages_rerender_from_their_records_alone(tmp_path):
+    out = tmp_path / "bare_sa"
+    shutil.copytree(PAGE, out)
+    assert REPRODUCTIONS["bare-sa"].main()(["--report-only", "--out", str(out)]) == 0
+    for md in PAGE.rglob("*.md"):
+        assert (out / md.relative_to(PAGE)).read_text() == md.read_text(), md
+    assert "gpu** — not run yet: `energyformer reproduce bare-sa --scale gpu" in (PAGE / "README.md").read_text()

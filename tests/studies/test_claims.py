@@ -114,3 +114,27 @@ def test_reduce_and_minus_are_validated(tmp_path):
         _spec(tmp_path, b={"where": {"model": "eqt"}, "metric": "accuracy.k32", "minus": {"where": {"model": "x"}}})
     with pytest.raises(ConfigError, match="reduce / minus apply to an arm over runs"):
         _spec(tmp_path, b={"value": 1, "minus": {"where": {"model": "eqt"}}})
+
+
+def test_an_arm_aggregates_its_runs_per_seed_and_a_probe_is_one_value(tmp_path):
+    recs = {**_recs({0: 60.0}, {0: 50.0}, "8"), **_recs({0: 70.0}, {0: 51.0}, "64")}
+    for agg, want in (("mean", 65.0), ("min", 60.0), ("max", 70.0), ("range", 10.0)):
+        spec = _spec(tmp_path, a={"where": {"model": "eqt"}, "metric": "accuracy.k32", "agg": agg},
+                     b={"value": 0.0}, rules={"single_seed_bound": 0})
+        (row,) = evaluate(spec, recs)
+        assert row.a == [want], agg
+    data = copy.deepcopy(TINY)
+    data["probes"] = {"mem": "builtins:str"}
+    data["claims"] = [{"id": "m", "text": "A uses more memory", "paper": {"value": "high", "source": "slides"},
+                       "a": {"probe": "mem", "metric": "big model.peak"}, "b": {"probe": "mem", "metric": "small.peak"},
+                       "rules": {"single_seed_bound": 0}}]
+    spec = load_study(write(tmp_path / "p.yaml", **data))
+    (row,) = evaluate(spec, {}, {"mem": {"big model": {"peak": 9.0}, "small": {"peak": 2.0}}})
+    assert row.a == [9.0] and row.b == [2.0] and str(row.outcome.verdict) == "HOLDS"
+    (row,) = evaluate(spec, {}, {})          # not measured: no value
+    assert str(row.outcome.verdict) == "UNTESTABLE"
+
+
+def test_rule_text_says_a_declared_noise_decides_one_seed(tmp_path):
+    assert "one seed: decided against the band" in rule_text(_spec(tmp_path, rules={"noise": 0.02}).claims[0])
+    assert "one seed: undecided" in rule_text(_spec(tmp_path).claims[0])

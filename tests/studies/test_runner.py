@@ -97,3 +97,26 @@ def test_command_report_only_renders_from_records_alone(study, tmp_path, monkeyp
     first = {p.name: p.read_text() for p in page.rglob("*.md")}
     assert study_main("tiny", ["--report-only", "--out", str(page)]) == 0
     assert {p.name: p.read_text() for p in page.rglob("*.md")} == first       # deterministic
+
+
+def test_a_diverged_run_is_recorded_and_probes_are_made_once(tmp_path, monkeypatch):
+    from energyformer.studies.runner import run_probes, train_one
+    from energyformer.studies.spec import expand
+    from energyformer.train import TrainingDiverged
+
+    spec = load_study(write(tmp_path / "t.yaml", probes={"host": "builtins:str", "nothing": "builtins:print"}))
+    plan = expand(spec, "cpu")[0]
+
+    def diverge(*a, **k):
+        raise TrainingDiverged(2, float("nan"))
+
+    monkeypatch.setattr(experiment, "run_experiment", diverge)
+    rec = train_one(plan, str(tmp_path / "runs"), spec.metrics, "cpu")
+    assert rec["diverged"].startswith("training diverged at step 2") and rec["metrics"] == {} and rec["steps"] == 2
+    assert rec["cell"] == plan.cell and rec["config_hash"] != "migrated"
+    logs: list[str] = []
+    out = run_probes(spec, "cpu", tmp_path / "r.json", {"format": 1, "runs": {}}, logs.append)
+    assert out["probes"] == {"host": "cpu"}            # a probe returning None is not recorded
+    assert json.loads((tmp_path / "r.json").read_text())["probes"] == {"host": "cpu"}
+    run_probes(spec, "cpu", tmp_path / "r.json", out, logs.append)
+    assert "== probe host: reusing its record" in logs

@@ -22,7 +22,7 @@ def _err(tmp_path, mutate) -> str:
 
 def test_committed_studies_load():
     assert {"intrinsic-lm", "eqt", "cem-lm", "cem-gp"} <= set(known_studies())
-    for name in ("intrinsic-lm", "eqt", "cem-lm", "cem-gp"):
+    for name in ("intrinsic-lm", "eqt", "hyperset-sudoku", "cem-lm", "cem-gp", "bare-sa"):
         spec = load_study(name)
         assert set(spec.scales) == {"cpu", "gpu"} and spec.claims
 
@@ -78,7 +78,7 @@ def test_every_committed_run_config_loads():
     """Every run of every scale of the committed studies is a valid config (nothing trains)."""
     from energyformer.experiment import load_run_config
 
-    for name in ("intrinsic-lm", "eqt"):
+    for name in ("intrinsic-lm", "eqt", "hyperset-sudoku", "cem-lm", "cem-gp", "bare-sa"):
         spec = load_study(name)
         for scale in spec.scales:
             for p in expand(spec, scale):
@@ -100,3 +100,32 @@ def test_a_scale_may_run_a_union_of_selections_and_seed_placeholders(tmp_path):
     data["scales"]["cpu"] = {"only": [{"model": ["eqt"]}, {"length": [9]}]}
     with pytest.raises(ConfigError, match=r"scales.cpu.only.length = '9'"):
         load_study(write(tmp_path / "s.yaml", **data))
+
+
+def test_a_config_label_may_carry_its_own_overrides(tmp_path):
+    data = copy.deepcopy(TINY)
+    data["runs"]["config"]["model"]["eqt_k4"] = {"config": "eqt/eqt", "overrides": ["model.refine.eval_steps=4"]}
+    spec = load_study(write(tmp_path / "s.yaml", **data))
+    plans = {p.cell["model"]: p for p in expand(spec, "cpu", sets=["train.steps=2"])}
+    assert plans["eqt_k4"].config == "eqt/eqt" and plans["baseline"].config == "eqt/baseline"
+    over = plans["eqt_k4"].overrides   # the study's, the label's, the grid cell's, the scale's and --set, then seed
+    assert over.index("model.refine.eval_steps=4") == len(TINY["runs"]["overrides"])
+    assert over[-4:] == ["task.data.length=8", "train.steps=2", "train.seed=0", "name=L8_s0_eqt_k4"]
+    assert "model.refine.eval_steps=4" not in plans["eqt"].overrides
+    msg = _err(tmp_path, lambda d: d["runs"]["config"]["model"].update(x={"config": "eqt/eqt", "overides": []}))
+    assert "overides" in msg
+
+
+def test_probe_arms_and_aggregates_are_validated(tmp_path):
+    msg = _err(tmp_path, lambda d: d["claims"][0].update(a={"probe": "memory", "metric": "peak"}))
+    assert "claims[gain].a.probe = 'memory'" in msg and "no probes declared" in msg
+    msg = _err(tmp_path, lambda d: d["claims"][0]["a"].update(agg="median"))
+    assert "median" in msg and "'range'" in msg
+    msg = _err(tmp_path, lambda d: d["claims"][0]["a"].update(value=1.0))
+    assert "give one of where" in msg
+    msg = _err(tmp_path, lambda d: d.update(probes={"memory": "not a hook"}))
+    assert "probe 'memory'" in msg and "module:function" in msg
+    data = copy.deepcopy(TINY)
+    data["probes"] = {"memory": "builtins:str"}
+    data["claims"][0]["b"] = {"probe": "memory", "metric": "peak"}
+    assert load_study(write(tmp_path / "ok.yaml", **data)).claims[0].b.probe == "memory"

@@ -158,6 +158,7 @@ def test_records_metrics_run_info_config_tensorboard(tmp_path):
     evals = read_metrics(tmp_path, "eval")
     assert [e["step"] for e in evals] == [3, 6]
     assert evals[-1]["eval/training_flag"] == 0.0  # eval_fn saw model.eval()
+    assert all(0 <= e["eval_s"] <= e["elapsed_s"] for e in evals)  # its own duration: training time = the rest
     assert t.model.training  # train mode restored
     assert final["eval/loss"] == evals[-1]["eval/loss"] and final["step"] == 6
 

@@ -1,4 +1,5 @@
-"""Measurements and figures for the bare self-attention reproduction (seed 004; ``reproduce bare-sa``).
+"""Measurements and figures for the bare self-attention study (seed 004; ``studies/bare-sa.yaml``, its hooks in
+:mod:`.bare_sa_hooks`).
 
 * :func:`per_sample_nll`: the masked-site NLL of every evaluated sequence (paired model comparisons).
 * :func:`paired_difference`: mean and standard error of a per-sample difference.

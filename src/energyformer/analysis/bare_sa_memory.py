@@ -1,5 +1,5 @@
-"""Peak resident memory of one training step, measured in this (fresh) process (``reproduce bare-sa``'s
-memory stage; :func:`energyformer.analysis.bare_sa.step_memory` runs it as a subprocess).
+"""Peak resident memory of one training step, measured in this (fresh) process (the ``bare-sa`` study's
+memory probe; :func:`energyformer.analysis.bare_sa.step_memory` runs it as a subprocess).
 
     python -m energyformer.analysis.bare_sa_memory SPEC_JSON
 

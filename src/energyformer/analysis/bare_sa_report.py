@@ -1,21 +1,22 @@
-"""The README of ``energyformer reproduce bare-sa``: tables, figures and the slides' claims, from
-``results.json`` (and ``benchmark.md``) alone: nothing here is hard-coded. The claims and their rules:
-:mod:`.bare_sa_claims`.
+"""Page of the ``bare-sa`` study (seed 004 slides; ``studies/bare-sa.yaml``): tables, figures and the slides'
+claims from a scale's ``results.json`` (and ``benchmark.md``, the verbatim output of ``benchmarks/bare_sa.py``)
+alone: nothing here is hard-coded. The claims and their rules are declared in the study file; the metric
+hooks that fill the records: :mod:`.bare_sa_hooks`.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
-from .bare_sa import markdown_table
-from .bare_sa_claims import claims_markdown, step_cost_note
+from .bare_sa import markdown_table, paired_difference, plot_overlaps, plot_q_sweep, plot_time_curves
+from .bare_sa_hooks import MAIN, VARIANTS
 
 
 def _ce(m: dict) -> float:
     return m.get("loss_cal", m["loss"])
-
 
 BLEW_UP_NOTE = (
     "\"—\" in the own-conditional column: that run's training blew up or diverged (its training "
@@ -60,51 +61,165 @@ def _reruns(rows: list[dict]) -> list[str]:
             f"the rest of the sweep: {how}.\n"]
 
 
-def scale_note(r: dict) -> str:
-    """What was run: steps per stage of the scale, seeds and what the ± are (every number from results.json
-    except the step counts of the sweep and image stages, read from the named scale)."""
-    from .bare_sa_scales import SCALES
+#: paired test-CE differences shown on the page (first minus second; "bayes": the Bayes-optimal predictor)
+PAIRS = (("recycled x3", "3 layers"), ("recycled x3", "factored"), ("bare SA", "recycled x3"),
+         ("recycled x3", "recycled x1"), ("factored", "bayes"))
 
-    sc = SCALES.get(r.get("scale", ""))
+
+def _paired(recs: dict[str, dict], ref: dict) -> dict[str, tuple[float, float]]:
+    """Mean and SE of each pair's per-site test-NLL difference: from the runs' per-site NLLs (``nll``), or as
+    recorded by the old program (``paired``, on the first model's record)."""
+    import torch
+
+    out = {}
+    for a, b in PAIRS:
+        if a not in recs:
+            continue
+        ma = recs[a]["metrics"]
+        nb = ref.get("bayes_nll") if b == "bayes" else recs.get(b, {}).get("metrics", {}).get("nll")
+        if ma.get("nll") is not None and nb is not None:
+            out[f"{a} - {b}"] = paired_difference(torch.tensor(ma["nll"]), torch.tensor(nb))
+        elif b in ma.get("paired", {}):
+            out[f"{a} - {b}"] = tuple(ma["paired"][b])
+    return out
+
+
+def view(data: dict) -> dict:
+    """The records of one scale (its lowest seed) as the page's sections: potts, sweep, memory, images."""
+    seed = min(r["seed"] for r in data["runs"].values())
+    R = {r["cell"]["run"]: r for r in data["runs"].values() if r["seed"] == seed}
+    out: dict[str, Any] = {"seed": seed, "seeds": sorted({r["seed"] for r in data["runs"].values()})}
+    recs = {MAIN[k]: R[k] for k in MAIN if k in R and "test" in R[k]["metrics"]}
+    if recs:
+        ref = recs.get("factored", {}).get("metrics", {}).get("reference", {})
+        bare = recs.get("bare SA", {}).get("metrics", {})
+        rec = dict(bare.get("recovery", {}))
+        qs = sorted({int(k[len("loss_q"):]) for r in recs.values() for k in r["metrics"]["test"] if k.startswith("loss_q")})
+        out["potts"] = {
+            "models": {k: {"test": r["metrics"]["test"], "curve": r["metrics"]["timing"].get("curve", []),
+                           "steps": r["steps"], "train_s": r["metrics"]["timing"]["train_s"],
+                           "params": r["params"]["total"], "config": r["resolved"]} for k, r in recs.items()},
+            "bayes": {k: ref[k] for k in ("bayes_loss", "bayes_accuracy", "bayes_loss_se")},
+            "marginal_loss": ref["marginal_loss"], "paired": _paired(recs, ref),
+            "nongradient_gap": rec.pop("nongradient_gap", float("nan")), "recovery_bare": rec,
+            "recovery_factored": recs.get("factored", {}).get("metrics", {}).get("recovery", {}),
+            "qs": qs, "bare_dynamics": bare.get("dynamics", {})}
+
+    def row(r: dict) -> dict:
+        m, v = r["metrics"], r["metrics"].get("val", {})
+        t = m.get("training") or {}
+        return {"val_loss": v.get("ce", float("inf")), "val_accuracy": v.get("accuracy", float("nan")),
+                "cond_loss": v.get("cond_loss"), "train_s": m.get("timing", {}).get("train_s", float("nan")),
+                "blew_up": t.get("blew_up"), "diverged": r.get("diverged"), "rerun": r.get("rerun"),
+                "steps": r["steps"]}
+
+    grid = [dict(row(r), lam=r["resolved"]["model"]["lam"], lr=r["resolved"]["train"]["lr"])
+            for k, r in R.items() if re.fullmatch(r"bare_lam[\d.]+_lr[\d.]+", k)]
+    if grid:
+        out["sweep"] = {"bare_grid": grid,
+                        "bare_variants": [dict(row(R[k]), tag=tag) for k, tag in VARIANTS.items() if k in R],
+                        "recycled_lr": [dict(row(r), lr=r["resolved"]["train"]["lr"]) for k, r in R.items()
+                                        if k.startswith("recycled_x1_lr")]}
+    if data.get("probes", {}).get("memory"):
+        out["memory"] = data["probes"]["memory"]
+    out["images"] = {k[len("denoise_"):]: {**r["metrics"]["denoise"], "train_s": r["metrics"]["timing"]["train_s"],
+                                           "params": r["params"]["total"], "steps": r["steps"]}
+                     for k, r in R.items() if k.startswith("denoise_") and "denoise" in r["metrics"]}
+    return out
+
+
+def scale_note(r: dict) -> str:
+    """What was run: steps per stage, seeds and what the ± are (every number from the records)."""
     P = r.get("potts", {}).get("models", {})
-    seeds = sorted({v["config"]["train"].get("seed") for v in P.values()})
-    steps = sorted({v["steps"] for v in P.values()})
-    parts = [f"**Scale `{r.get('scale', '?')}`**"]
+    parts = []
     if P:
         t = next(iter(P.values()))["config"]["task"]
+        steps = sorted({v["steps"] for v in P.values()})
         parts.append(f"Potts models: {', '.join(map(str, steps))} optimiser steps each (batch {t['batch_size']})")
-    if sc is not None:
-        parts.append(f"sweep runs {sc.sweep_steps} steps; image denoising {sc.digits_steps} steps (digits), "
-                     f"{sc.mnist_steps} (MNIST, {sc.mnist_train:,} training images)")
-        if r.get("scale") == "short":
-            parts.append("half the optimiser steps of the default `cpu` scale, same data and models, so that the "
-                         "run takes about 30 minutes on one shared core")
-    parts.append(f"one training seed per model (train.seed = {', '.join(map(str, seeds))}): every ± below is a "
-                 "standard error over test sites (paired where two models are compared), not a spread over seeds")
+    S = r.get("sweep")
+    if S:
+        parts.append(f"sweep runs {', '.join(map(str, sorted({g['steps'] for g in S['bare_grid']})))} steps")
+    I = r.get("images", {})
+    if I:
+        parts.append("image denoising " + ", ".join(f"{v['steps']} steps ({k}, {v['n_train']:,} training images)"
+                                                    for k, v in I.items()))
+    seeds = r["seeds"]
+    if len(seeds) == 1:
+        parts.append(f"one training seed per model (train.seed = {seeds[0]}): every ± below is a standard error over "
+                     "test sites (paired where two models are compared), not a spread over seeds")
+    else:
+        parts.append(f"seeds {seeds}: the claims use every seed; the tables below show seed {r['seed']}, and every ± "
+                     "in them is a standard error over test sites, not a spread over seeds")
     return "; ".join(parts) + "."
 
 
-def _bench(out: Path) -> str:
+_BENCH_ROW = re.compile(r"^\| (?P<model>[^|]+?) \| (?P<med>[\d.]+) \[(?P<lo>[\d.]+), (?P<hi>[\d.]+)\] \|")
+
+
+def benchmark_steps(text: str) -> dict[str, tuple[float, float, float]]:
+    """model -> (median, min, max) ms of one training step at the Potts scale, from ``benchmark.md``."""
+    part = text.split("one training step at the Potts", 1)
+    if len(part) < 2:
+        return {}
+    table = part[1].split("\n\n")[1] if "\n\n" in part[1] else ""
+    out = {}
+    for line in table.splitlines():
+        m = _BENCH_ROW.match(line)
+        if m:
+            out[m["model"]] = (float(m["med"]), float(m["lo"]), float(m["hi"]))
+    return out
+
+
+def step_cost_note(r: dict, bench_text: str) -> str:
+    """What the committed timings show about the cost of one training step (training runs vs benchmark)."""
+    M = r.get("potts", {}).get("models", {})
+    bench = benchmark_steps(bench_text)
+    if not M or "bare SA" not in M or "recycled x1" not in M:
+        return ""
+    per = {k: 1e3 * v["train_s"] / v["steps"] for k, v in M.items()}
+    text = (f"**Cost per training step — the committed timings disagree.** In the training runs (wall clock, "
+            f"run one after another on a shared machine) bare SA took {per['bare SA']:.1f} ms per step, "
+            f"recycled x1 {per['recycled x1']:.1f} ms (bare SA {per['bare SA'] / per['recycled x1']:.2f}x "
+            f"*slower*)")
+    if "recycled x3" in per:
+        text += f", recycled x3 {per['recycled x3']:.1f} ms"
+    if bench.get("bare SA") and bench.get("recycled x1"):
+        ratios = [v[0] / bench["bare SA"][0] for k, v in bench.items() if k not in ("bare SA", "factored")]
+        text += (f". The interleaved benchmark of one isolated step (`benchmark.md`, B = 256) gives bare SA "
+                 f"{bench['bare SA'][0]:.2f} ms vs recycled x1 {bench['recycled x1'][0]:.2f} ms: the backprop "
+                 f"models cost {min(ratios):.1f}-{max(ratios):.1f}x bare SA's step there. So bare SA's step is "
+                 f"cheaper in isolation, but not in these training runs, where it was slower per step than "
+                 f"recycled x1; a per-step advantage inside the full training loop is not shown by the "
+                 f"committed timings.")
+    else:
+        text += "."
+    return text + "\n"
+
+
+def render(out: Path, study, name: str, scale: str, data: dict, rows: list) -> str:
+    """The scale page ``out/README.md`` and the figures drawn from the records (q sweep, loss against time,
+    denoising overlaps); the figures of trained weights (J, U, F, examples) are written by the metric hooks."""
+    from ..studies.claims import claims_table
+
+    r = view(data)
     bench = out / "benchmark.md"
-    return bench.read_text() if bench.exists() else ""
-
-
-def write_report(out: Path, r: dict) -> str:
-    """README.md in ``out`` from the results; returns its text."""
-    L = ["# Recycling and bare self-attention (seed 004 slides) at CPU scale\n",
-         "Produced by `energyformer reproduce bare-sa` (scale "
-         f"`{r.get('scale', '?')}`; stage wall times: "
-         + ", ".join(f"{k} {v / 60:.1f} min" for k, v in r.get("stage_seconds", {}).items())
-         + "; one CPU thread on a shared 2-core machine). The slides give no numbers, so every claim is a "
-         "comparison on our runs decided by a declared rule (`energyformer/analysis/bare_sa_claims.py`, "
-         "`energyformer.analysis.verdicts`). The rules were restated after the runs (issue 22: the earlier "
-         "criteria could not fail, or decided inside the noise); the numbers are those of the runs.\n",
+    bench_text = bench.read_text() if bench.exists() else ""
+    hw = "; ".join(sorted({x.get("hardware", "unrecorded hardware") for x in data["runs"].values()}))
+    L = [f"# {study.title} — {scale} scale\n",
+         f"Rendered from this folder's `results.json` by `energyformer reproduce {name} --report-only --out "
+         f"{study.page}` (study `studies/{name}.yaml`; the runs: `energyformer reproduce {name} --scale {scale}`), "
+         f"{len(data['runs'])} runs on {hw}." + (f" {data['note']}" if data.get("note") else "")
+         + " The slides give no numbers, so every claim is a comparison on our runs decided by the rule the study "
+         "file declares (`energyformer.analysis.verdicts`).\n",
          scale_note(r), "",
          "Training seconds in the tables are wall clock of runs made one after another on a machine shared with "
          "other jobs, so they move with its load; the cost benchmark at the end times one isolated step of each "
          "model, interleaved in one run. The two do not agree on the cost of a step (see the note below the "
          "claims).\n",
-         "## The slides' claims\n", claims_markdown(r, out), "", step_cost_note(r, _bench(out))]
+         "## The slides' claims\n", "A and B: the two sides of each claim (one seed: the value of that run). A "
+         f"declared noise in a rule is explained where it is declared (`studies/{name}.yaml`: for a test CE, twice the "
+         "largest paired standard error of a test-CE difference on the page, i.e. test-set sampling noise).\n",
+         claims_table(rows), "", step_cost_note(r, bench_text)]
     P = r.get("potts")
     if P:
         b = P["bayes"]
@@ -116,23 +231,24 @@ def write_report(out: Path, r: dict) -> str:
               f"{d['n_train'] - t['n_validation']:,} training, {t['n_validation']:,} validation and {d['n_test']:,} test sequences; {t['n_masked']} masked "
               f"site per sequence. Bayes-optimal test CE "
               f"{b['bayes_loss']:.4f} ± {b['bayes_loss_se']:.4f} (accuracy {b['bayes_accuracy']:.3f}); "
-              f"colour frequencies {P['marginal_loss']:.4f}; uniform {math.log(10):.4f}.\n"]
-        rows = []
+              f"colour frequencies {P['marginal_loss']:.4f}; uniform {math.log(d['C']):.4f}.\n"]
+        rows, bare_test = [], P["models"].get("bare SA", {}).get("test", {})
         for k, v in P["models"].items():
-            t = v["test"]
-            rows.append([k, v["params"], v["steps"], v["train_s"], 1e3 * v["train_s"] / v["steps"], _ce(t),
-                         _ce(t) - b["bayes_loss"], t["accuracy"]])
+            tv = v["test"]
+            rows.append([k, v["params"], v["steps"], v["train_s"], 1e3 * v["train_s"] / v["steps"], _ce(tv),
+                         _ce(tv) - b["bayes_loss"], tv["accuracy"]])
         L += [markdown_table(["model", "parameters", "steps", "training s", "ms / step", "test CE",
                               "excess over Bayes", "test accuracy"], rows),
               "\nBare SA: CE at its readout scale calibrated on training sequences (accuracy does not depend on "
               "it); its own conditional without dynamics, P(a) ∝ Σ_j exp(λ J_ij[a, s_j]): test CE "
-              f"{P['models']['bare SA']['test'].get('cond_loss', float('nan')):.4f}, accuracy "
-              f"{P['models']['bare SA']['test'].get('cond_accuracy', float('nan')):.3f}.\n",
+              f"{bare_test.get('cond_loss', float('nan')):.4f}, accuracy "
+              f"{bare_test.get('cond_accuracy', float('nan')):.3f}.\n",
               f"The dynamics are not gradient descent on F: on 512 test sequences with the trained J, the term "
               f"that ∂F/∂x adds to the update's per-token gradient has {P.get('nongradient_gap', float('nan')):.2f} "
               f"times its norm.\n",
               "![q sweep](potts_q_sweep.png)\n", "![loss vs time](potts_time.png)\n",
-              "Paired test-CE differences (mean ± standard error over the 3,200 test sites):\n",
+              f"Paired test-CE differences (mean ± standard error over the {d['n_test'] * t['n_masked']:,} test "
+              "sites):\n",
               markdown_table(["pair", "difference", "SE"], [[k, *v] for k, v in P["paired"].items()]), ""]
         if P.get("bare_dynamics"):
             qs = P["qs"]
@@ -169,8 +285,6 @@ def write_report(out: Path, r: dict) -> str:
     I = r.get("images")
     if I:
         L += ["## Denoising spherically embedded images\n"]
-        if "mnist_skipped" in I:
-            L.append(f"MNIST was not run: {I['mnist_skipped']}\n")
         for name in ("digits", "mnist"):
             if name not in I:
                 continue
@@ -185,12 +299,25 @@ def write_report(out: Path, r: dict) -> str:
                                   for k, c in v["curves"].items()]), "",
                   f"![{name} overlap]({name}_overlap.png)\n", f"![{name} examples]({name}_examples.png)\n",
                   f"![{name} J]({name}_J.png) ![{name} F]({name}_F.png)\n"]
-    bench = out / "benchmark.md"
-    if bench.exists():
+    if bench_text:
         L += ["## Cost benchmark (`benchmarks/bare_sa.py`, one run, variants interleaved)\n",
               "Written by `python benchmarks/bare_sa.py --results OUT/results.json > OUT/benchmark.md` after the "
               "reproduction (it reads the steps each model needed from `results.json`); re-rendered here as is.\n",
-              bench.read_text().strip(), ""]
+              bench_text.strip(), ""]
+    _figures(out, r)
     text = "\n".join(L) + "\n"
     (out / "README.md").write_text(text)
     return text
+
+
+def _figures(out: Path, r: dict) -> None:
+    """The figures drawn from the records alone."""
+    P = r.get("potts")
+    if P:
+        b = P["bayes"]
+        plot_q_sweep({k: v["test"] for k, v in P["models"].items()}, P["qs"], b["bayes_loss"], b["bayes_accuracy"],
+                     out / "potts_q_sweep.png", P["marginal_loss"])
+        plot_time_curves({k: v["curve"] for k, v in P["models"].items()}, b["bayes_loss"], out / "potts_time.png")
+    for name, v in r.get("images", {}).items():
+        plot_overlaps(v["curves"], out / f"{name}_overlap.png",
+                      f"{name}: bare SA denoising (p={v['patch']}, N={v['n_tokens']}, d={v['dim']})")

@@ -116,12 +116,13 @@ PAGES: tuple[Page, ...] = (
        Script("scripts/hyperset_plateau_summary.py", ("{out}",)), inputs=(), readme=False),
     _p("hyperset-images", "images", ["README.md", "mim.md", "five_epochs/README.md"], Reproduce("hyperset-images"),
        inputs=("results.json", "mim.json", "five_epochs/results.json")),
-    _p("bare-sa", "bare_sa", generator=Reproduce("bare-sa"), inputs=("results.json", "benchmark.md")),
+    _p("bare-sa", "bare_sa", ["README.md", "cpu/README.md"], Reproduce("bare-sa"),
+       inputs=("cpu/results.json", "cpu/benchmark.md")),
     _p("eqt", "eqt", ["README.md", "cpu/README.md"], Reproduce("eqt"), inputs=("cpu/results.json", "cpu/overheads.json")),
 )
 
 ARTIFACTS: tuple[Artifact, ...] = (
-    Artifact(f"{RESULTS}/bare_sa", "benchmark.md",
+    Artifact(f"{RESULTS}/bare_sa/cpu", "benchmark.md",
              "verbatim output of `python benchmarks/bare_sa.py --results results.json` (an input of the bare-sa page)"),
     Artifact(f"{RESULTS}/intrinsic/gpu", "benchmark.md",
              "verbatim output of `python benchmarks/intrinsic_attention.py --device cuda ...`"),

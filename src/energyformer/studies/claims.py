@@ -40,9 +40,17 @@ def _matches(record: dict, where: dict[str, str | list[str]]) -> bool:
     return all(cell.get(a) in (v if isinstance(v, list) else [v]) for a, v in where.items())
 
 
-def arm_values(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[str, str]) -> dict[int, float]:
-    """{seed: value}: per seed the mean over the runs the arm selects — or, with ``reduce``, its function
-    of the per-label means of one axis — minus the ``minus`` selection's value (seeds both ran)."""
+_AGG = {"mean": fmean, "min": min, "max": max, "range": lambda v: max(v) - min(v)}
+
+
+def arm_values(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[str, str],
+               probes: dict | None = None) -> dict[int, float]:
+    """{seed: value}: per seed the runs the arm selects aggregated to one (``arm.agg``, the mean by
+    default) — or, with ``reduce``, its function of the per-label aggregates of one axis — minus the
+    ``minus`` selection's value (seeds both ran); a probe's measurement is one value (seed 0)."""
+    if arm.probe is not None:
+        v = metric_value({"metrics": {arm.probe: (probes or {}).get(arm.probe)}}, f"{arm.probe}.{arm.metric or metric}")
+        return {0: float(v)} if isinstance(v, (int, float)) else {}
     where = {**(arm.where or {}), **extra}
     m = arm.metric or metric
     by_seed: dict[int, dict[str | None, list[float]]] = {}
@@ -52,20 +60,21 @@ def arm_values(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[
             if isinstance(v, (int, float)):
                 label = r.get("cell", {}).get(arm.reduce.over) if arm.reduce else None
                 by_seed.setdefault(int(r["seed"]), {}).setdefault(label, []).append(float(v))
+    agg = _AGG[arm.agg]
     out: dict[int, float] = {}
     for s in sorted(by_seed):
         groups = by_seed[s]
         if arm.reduce is None:
-            out[s] = fmean(groups[None])
+            out[s] = agg(groups[None])
             continue
         from .runner import hook
 
         labels = list(groups)
-        v = hook(arm.reduce.fn)(labels, [fmean(groups[lab]) for lab in labels])
+        v = hook(arm.reduce.fn)(labels, [agg(groups[lab]) for lab in labels])
         if v is not None:
             out[s] = float(v)
     if arm.minus is not None:
-        other = arm_values(records, arm.minus, m, extra)
+        other = arm_values(records, arm.minus, m, extra, probes)
         out = {s: v - other[s] for s, v in out.items() if s in other}
     return out
 
@@ -81,16 +90,19 @@ def rule_text(c: ClaimSpec) -> str:
         parts.append("paired by seed")
     spread = "spread of the per-seed differences" if c.paired else "seed spread"
     parts.append(f"band = max({spread}, {r.noise:g})" if r.noise is not None else f"band = {spread}")
-    parts.append(f"one seed decides beyond {r.single_seed_bound:g}" if r.single_seed_bound is not None
-                 else "one seed: undecided")
+    if r.noise is not None:   # compare(): a declared noise is the band whatever the number of seeds
+        parts.append("one seed: decided against the band")
+    else:
+        parts.append(f"one seed decides beyond {r.single_seed_bound:g}" if r.single_seed_bound is not None
+                     else "one seed: undecided")
     for name, level in (("chance", r.chance), ("floor", r.floor)):
         if level is not None:
             parts.append(f"untestable at {name} {level:g} (±{r.at_band:g})")
     return "; ".join(parts)
 
 
-def evaluate(spec: StudySpec, records: dict[str, dict]) -> list[ClaimRow]:
-    """Every claim of ``spec`` (one row per ``per`` label) from the run records."""
+def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = None) -> list[ClaimRow]:
+    """Every claim of ``spec`` (one row per ``per`` label) from the run records (and the probes' records)."""
     rows = []
     for c in spec.claims:
         if c.untestable:
@@ -102,8 +114,8 @@ def evaluate(spec: StudySpec, records: dict[str, dict]) -> list[ClaimRow]:
             labels = [lab for lab in spec.runs.axes[c.per] if lab in seen]
         for lab in labels:
             extra = {c.per: lab} if lab is not None else {}
-            a = arm_values(records, c.a, c.metric, extra)
-            b = c.b.value if c.b.value is not None else arm_values(records, c.b, c.metric, extra)
+            a = arm_values(records, c.a, c.metric, extra, probes)
+            b = c.b.value if c.b.value is not None else arm_values(records, c.b, c.metric, extra, probes)
             av, bv = list(a.values()), (b if isinstance(b, float) else list(b.values()))
             out = compare(av, bv, higher_is_better=c.higher_is_better, rules=c.rules.rules(), claim=c.claim,
                           tolerance=c.tolerance)

@@ -9,7 +9,10 @@ assembly of model and trainer, no private training or timing loop.
   (``run_experiment(cfg, resume=True)``), else trains it from scratch (``overwrite=True``);
 * then runs the study's metric functions (the eval hooks: ``fn(run: FinishedRun) -> JSON``) and records
   the run — cell, seed, config hash, device, hardware, scale, parameters, steps, seconds, tokens/s,
-  metrics — writing results.json atomically after each run.
+  metrics — writing results.json atomically after each run. A run whose training diverged (a non-finite
+  loss) is a result, not an error: its record says ``diverged`` (and has no metrics);
+* makes the study's probes (measurements that are not training runs, ``fn(scale) -> JSON``) not yet
+  recorded under ``probes``.
 
 ``jobs > 1`` trains that many runs at once, each in its own (spawned) process with the machine's
 threads split between them; only the parent writes results.json.
@@ -69,6 +72,8 @@ class FinishedRun:
     run_dir: Path
     config: Any                      # RunConfig
     result: Any = None               # experiment.RunResult
+    cell: dict[str, str] = field(default_factory=dict)   # the run's grid cell (axis -> label)
+    out: Path | None = None          # the scale's page folder (results.json): where a hook may write figures
     _loaded: tuple | None = field(default=None, repr=False)
 
     def trained(self) -> tuple[Any, torch.nn.Module, Any]:
@@ -100,10 +105,11 @@ def _config(plan: RunPlan, runs_dir: Path):
     return load_run_config(plan.config, [*plan.overrides, f"out_dir={runs_dir}"])
 
 
-def train_one(plan: RunPlan, runs_dir: str, metrics: dict[str, str], scale: str, threads: int = 0) -> dict:
+def train_one(plan: RunPlan, runs_dir: str, metrics: dict[str, str], scale: str, threads: int = 0,
+              out: str | None = None) -> dict:
     """Train (or resume) one run with ``run_experiment``, run the metric hooks, return its record."""
     from ..experiment import build_task, load_run_dir_config, resolve, run_experiment
-    from ..train import list_checkpoints, resolve_device
+    from ..train import TrainingDiverged, list_checkpoints, resolve_device
 
     if threads:
         torch.set_num_threads(threads)
@@ -116,13 +122,18 @@ def train_one(plan: RunPlan, runs_dir: str, metrics: dict[str, str], scale: str,
             resume = {**old, "out_dir": None} == {**new, "out_dir": None}  # a moved run folder resumes too
         except (ConfigError, OSError, ValueError):
             resume = False
-    res = run_experiment(cfg, resume=resume, overwrite=not resume, task=task)
-    run = FinishedRun(cfg.run_dir, cfg, res)
-    values = {name: hook(fn)(run) for name, fn in metrics.items()}
     device = str(resolve_device(cfg.train.device))
+    head = {"cell": plan.cell, "seed": plan.seed, "config": plan.config, "overrides": plan.overrides,
+            "config_hash": config_hash(cfg), "scale": scale, "device": device, "hardware": hardware(device)}
+    try:
+        res = run_experiment(cfg, resume=resume, overwrite=not resume, task=task)
+    except TrainingDiverged as err:   # a result of the study (e.g. a learning rate too large), not an error
+        return {**head, "diverged": str(err).split(". ")[0], "steps": err.step, "run_dir": str(cfg.run_dir),
+                "resolved": {k: to_dict(cfg)[k] for k in ("task", "model", "train")}, "metrics": {}}
+    run = FinishedRun(cfg.run_dir, cfg, res, dict(plan.cell), Path(out) if out else None)
+    values = {name: hook(fn)(run) for name, fn in metrics.items()}
     resolved = to_dict(res.config) if res.config is not None else to_dict(cfg)
-    return {"cell": plan.cell, "seed": plan.seed, "config": plan.config, "overrides": plan.overrides,
-            "config_hash": config_hash(cfg), "scale": scale, "device": device, "hardware": hardware(device),
+    return {**head,
             "params": res.params, "steps": int(res.final.get("step", cfg.train.steps)),
             "seconds": float(res.final.get("elapsed_s", res.seconds)), "tokens_per_s": res.tokens_per_s,
             "resumed": resume, "run_dir": str(cfg.run_dir),
@@ -159,14 +170,15 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
         done += 1
         left = len(todo) - done
         eta = (time.perf_counter() - t0) / done * left / jobs
-        log(f"== {p.name}: {rec['steps']} steps in {rec['seconds']:.0f}s ({rec['device']})"
+        what = f"DIVERGED ({rec['diverged']})" if "diverged" in rec else f"{rec['seconds']:.0f}s"
+        log(f"== {p.name}: {rec['steps']} steps in {what} ({rec['device']})"
             f"; {done}/{len(todo)} done" + (f", ~{eta / 60:.1f} min left" if left else ""))
 
     if jobs == 1 or len(todo) <= 1:
         for i, p in enumerate(todo):
             log(f"== {p.name}: training {steps[p.name]} steps ({i + 1}/{len(todo)})")
-            finish(p, train_one(p, str(runs_dir), spec.metrics, scale))
-        return data
+            finish(p, train_one(p, str(runs_dir), spec.metrics, scale, out=str(out)))
+        return run_probes(spec, scale, path, data, log)
     import multiprocessing as mp
 
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -174,7 +186,7 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
         pending = {}
         for p in todo:
             log(f"== {p.name}: {steps[p.name]} steps queued ({threads} thread(s) per job, {jobs} jobs)")
-            pending[pool.submit(train_one, p, str(runs_dir), spec.metrics, scale, threads)] = p
+            pending[pool.submit(train_one, p, str(runs_dir), spec.metrics, scale, threads, str(out))] = p
         failed: list[BaseException] = []
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -187,4 +199,19 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
                     finish(p, f.result())
         if failed:
             raise failed[0]
+    return run_probes(spec, scale, path, data, log)
+
+
+def run_probes(spec: StudySpec, scale: str, path: Path, data: dict, log: Callable[[str], None] = print) -> dict:
+    """Every probe of the study not yet recorded in ``data["probes"]`` (``fn(scale) -> JSON``; None: not
+    recorded), saved after each."""
+    for name, fn in spec.probes.items():
+        if name in data.get("probes", {}):
+            log(f"== probe {name}: reusing its record")
+            continue
+        log(f"== probe {name}")
+        value = hook(fn)(scale)
+        if value is not None:
+            data.setdefault("probes", {})[name] = value
+            save_results(path, data)
     return data

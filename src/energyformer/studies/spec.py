@@ -15,13 +15,17 @@ the metrics read from every finished run, and the paper's claims with declared v
                                    # only: one selection, or a list of them (the union: e.g. every rate
                                    # for a few configs plus one rate for the rest)
     metrics: {accuracy: module:function}       # eval hooks: a finished run -> JSON numbers
+    probes: {memory: module:function}          # measurements that are not training runs: scale -> JSON
     claims: [{id, text, paper: {value, source}, metric, a, b, higher_is_better, claim, tolerance,
               rules: {noise, single_seed_bound, chance, floor, at_band}, per, untestable}]
 
-A claim's arm (``a``/``b``) is a grid cell selection ``{where: {axis: label | [labels]}, metric: ...}``
-(per seed: the mean over the selected runs) or a fixed number ``{value: x}``. An arm over runs may
-``reduce`` one axis by a function (per seed, ``fn(labels, values)``: the best of several configs, an
-interpolated optimum over learning rates) and subtract another selection (``minus``: a gain). ``per: AXIS`` evaluates
+A claim's arm (``a``/``b``) is a grid cell selection ``{where: {axis: label | [labels]}, metric: ...,
+agg: mean | min | max | range}`` (per seed: the selected runs aggregated to one, the mean by default), a
+probe's measurement ``{probe: NAME, metric: ...}`` (``probes:`` are stages that are not training runs) or a
+fixed number ``{value: x}``. An arm over runs may ``reduce`` one axis by a function (per seed,
+``fn(labels, values)``: the best of several configs, an interpolated optimum over learning rates) and
+subtract another selection (``minus``: a gain). A label of the config axis may carry overrides:
+``{label: {config: NAME, overrides: [...]}}`` (runs that are not a product grid). ``per: AXIS`` evaluates
 the claim once per label of that axis. :func:`load_study` validates it all; every mistake is one
 :class:`ConfigError` naming the key, the value and what is allowed.
 """
@@ -58,11 +62,22 @@ class PaperRef(ConfigModel):
     """section, table or figure (e.g. '§4, Table 2')"""
 
 
+class ConfigCell(ConfigModel):
+    """A label of the config axis that carries overrides of its own (runs that are not a product grid:
+    e.g. a sweep of one model beside the main models)."""
+
+    config: str
+    """a config name under configs/"""
+    overrides: list[str] = Field(default_factory=list)
+    """dotted overrides of this label's runs (after the study's, before the grid cells')"""
+
+
 class RunsSpec(ConfigModel):
     """The runs: base config(s) × the override grid (× seeds × scales, declared beside it)."""
 
-    config: str | dict[str, dict[str, str]]
-    """a config name under configs/, or {axis: {label: config name}} (the configs are a grid axis)"""
+    config: str | dict[str, dict[str, str | ConfigCell]]
+    """a config name under configs/, or {axis: {label: config name | {config, overrides}}} (the configs
+    are a grid axis; a label may carry its own overrides)"""
     grid: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
     """named axes: {axis: {label: [dotted overrides]}}"""
     overrides: list[str] = Field(default_factory=list)
@@ -77,12 +92,26 @@ class RunsSpec(ConfigModel):
         return {a: _labels(vals) if isinstance(vals, dict) else vals for a, vals in v.items()} \
             if isinstance(v, dict) else v
 
-    @field_validator("config")
+    @field_validator("config", mode="before")
     @classmethod
     def _one_config_axis(cls, v):
-        if isinstance(v, dict) and len(v) != 1:
+        if not isinstance(v, dict):
+            return v
+        if len(v) != 1:
             raise ValueError(f"{sorted(v)}: give one axis of configs ({{axis: {{label: config}}}}) or one name")
-        return {a: _labels(vals) for a, vals in v.items()} if isinstance(v, dict) else v
+        out = {}
+        for a, vals in v.items():
+            if not isinstance(vals, dict):
+                raise ValueError(f"axis {a!r}: give {{label: config name or {{config: NAME, overrides: [...]}}}}")
+            out[a] = {}
+            for lab, c in _labels(vals).items():
+                if isinstance(c, dict):
+                    try:
+                        c = load_config(ConfigCell, c)
+                    except ConfigError as err:
+                        raise ValueError(f"{a}.{lab}: {err}") from None
+                out[a][lab] = c
+        return out
 
     @property
     def axes(self) -> dict[str, list[str]]:
@@ -172,12 +201,17 @@ class ReduceSpec(ConfigModel):
 
 
 class ArmSpec(ConfigModel):
-    """One side of a claim: grid cells (per seed the mean over them) or a fixed number."""
+    """One side of a claim: grid cells (per seed reduced over them, the mean by default), a probe's
+    measurement, or a fixed number."""
 
     where: dict[str, str | list[str]] | None = None
     """{axis: label or [labels]}: the runs on this side (axes not named: every label)"""
     metric: str | None = None
     """the metric of this side (default: the claim's), a dotted path into a run's metrics"""
+    agg: Literal["mean", "min", "max", "range"] = "mean"
+    """per seed, how the selected runs' values become one (range: max - min, e.g. over a learning-rate sweep)"""
+    probe: str | None = None
+    """a probe of the study (a measurement that is not a training run): the metric is a dotted path into it"""
     value: float | None = None
     """a fixed number (e.g. the paper's value) instead of runs"""
     reduce: ReduceSpec | None = None
@@ -195,10 +229,10 @@ class ArmSpec(ConfigModel):
 
     @model_validator(mode="after")
     def _one(self) -> ArmSpec:
-        if (self.where is None) == (self.value is None):
-            raise ValueError("give either where: {axis: label} (runs) or value: NUMBER")
-        if self.value is not None and (self.reduce is not None or self.minus is not None):
-            raise ValueError("reduce / minus apply to an arm over runs (where:), not to value:")
+        if sum(x is not None for x in (self.where, self.value, self.probe)) != 1:
+            raise ValueError("give one of where: {axis: label} (runs), probe: NAME or value: NUMBER")
+        if self.where is None and (self.reduce is not None or self.minus is not None):
+            raise ValueError("reduce / minus apply to an arm over runs (where:), not to value: or probe:")
         return self
 
     def selections(self):
@@ -252,10 +286,10 @@ class ClaimSpec(ConfigModel):
             if self.a is None or self.b is None:
                 raise ValueError(f"claim {self.id!r}: needs arms a and b (or untestable: REASON)")
             for arm in (self.a, self.b):
-                if arm.where is not None and (arm.metric or self.metric) is None:
-                    raise ValueError(f"claim {self.id!r}: an arm over runs needs a metric")
+                if arm.value is None and (arm.metric or self.metric) is None:
+                    raise ValueError(f"claim {self.id!r}: an arm over runs or a probe needs a metric")
             if self.a.value is not None:
-                raise ValueError(f"claim {self.id!r}: arm a must be runs (where:), b may be a number")
+                raise ValueError(f"claim {self.id!r}: arm a must be runs (where:) or a probe, b may be a number")
         return self
 
 
@@ -273,6 +307,9 @@ class StudySpec(ConfigModel):
     scales: dict[str, ScaleSpec]
     metrics: dict[str, str] = Field(default_factory=dict)
     """{name: module:function}: eval hooks run on every finished run"""
+    probes: dict[str, str] = Field(default_factory=dict)
+    """{name: module:function}: measurements that are not training runs, fn(scale) -> JSON (None: not
+    recorded), made once per scale and recorded under ``probes`` in results.json"""
     claims: list[ClaimSpec] = Field(default_factory=list)
 
     @field_validator("render")
@@ -282,12 +319,12 @@ class StudySpec(ConfigModel):
             raise ValueError(f"{v!r}: must be module:function")
         return v
 
-    @field_validator("metrics")
+    @field_validator("metrics", "probes")
     @classmethod
-    def _hooks(cls, v):
+    def _hooks(cls, v, info):
         for k, h in v.items():
             if not _HOOK_RE.match(h):
-                raise ValueError(f"metric {k!r} = {h!r}: must be module:function")
+                raise ValueError(f"{info.field_name[:-1]} {k!r} = {h!r}: must be module:function")
         return v
 
     @field_validator("scales")
@@ -318,6 +355,9 @@ class StudySpec(ConfigModel):
                         _check_labels(f"{key}.where", axes, a, labels if isinstance(labels, list) else [labels])
                     if arm.reduce is not None and arm.reduce.over not in axes:
                         raise ValueError(f"{key}.reduce.over = {arm.reduce.over!r}: allowed axes {', '.join(axes)}")
+                    if arm.probe is not None and arm.probe not in self.probes:
+                        raise ValueError(f"{key}.probe = {arm.probe!r}: allowed "
+                                         f"{', '.join(self.probes) or '(no probes declared)'}")
                     m = (arm.metric or top.metric or c.metric) if arm.where is not None else None
                     if m is not None and m.split(".")[0] not in self.metrics and m.split(".")[0] not in RUN_FIELDS:
                         raise ValueError(f"{key}.metric = {m!r}: allowed "
@@ -383,7 +423,7 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
            only: dict[str, list[str]] | None = None, sets: list[str] = ()) -> list[RunPlan]:
     """Every run of ``scale``: the grid (restricted by the scale's and the caller's ``only``) × seeds.
 
-    Overrides in order: the study's, the cell's, the scale's, ``sets`` (the command line), then
+    Overrides in order: the study's, the cell's (a config label's own, then the grid axes'), the scale's, ``sets`` (the command line), then
     ``train.seed`` and ``name``. ``seeds`` (command line) wins over the scale's and the study's."""
     if scale not in spec.scales:
         raise ConfigError(f"--scale {scale!r}: this study has {', '.join(spec.scales)}")
@@ -404,6 +444,8 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
                 continue
             config = spec.runs.config[cfg_axis][cell[cfg_axis]] if cfg_axis else spec.runs.config
             cell_over = [o for a, lab in cell.items() if a in spec.runs.grid for o in spec.runs.grid[a][lab]]
+            if isinstance(config, ConfigCell):
+                config, cell_over = config.config, [*config.overrides, *cell_over]
             name = spec.runs.name.format(seed=seed, **cell)
             over = [o.replace("{seed}", str(seed)) for o in (*spec.runs.overrides, *cell_over, *sc.overrides, *sets)]
             out.append(RunPlan(name, cell, seed, config, [*over, f"train.seed={seed}", f"name={name}"]))

@@ -20,8 +20,9 @@ Contract with a task (DESIGN.md: config -> task -> trainer -> checkpoints + metr
   end, under ``torch.no_grad()``, ``model.eval()`` and the precision's autocast, with all RNG
   states saved and restored around it (evaluation never changes the training stream). It
   receives the (possibly compiled) model, not the DDP wrapper, and runs on every rank (so it may
-  shard and all-reduce); rank 0's result is logged. It moves its own data to
-  ``next(model.parameters()).device``.
+  shard and all-reduce); rank 0's result is logged (an ``eval`` event with ``elapsed_s`` and
+  ``eval_s``, the seconds the evaluation took, so training time without evaluation can be read
+  back). It moves its own data to ``next(model.parameters()).device``.
 
 One optimiser step = ``grad_accum`` micro-batches, each from ``next_batch()``; each micro-batch
 loss is divided by ``grad_accum`` before ``backward`` so the gradient is that of the mean loss.
@@ -433,9 +434,10 @@ class Trainer:
                     self._save()
                 if self.eval_fn is not None and ((cfg.eval_every and self.step % cfg.eval_every == 0)
                                                  or is_last):
+                    t_eval = time.perf_counter()
                     eval_metrics = self._checked_evaluate()
-                    self._logger.log({"event": "eval", "step": self.step,
-                                      "elapsed_s": self._elapsed(), **eval_metrics})
+                    self._logger.log({"event": "eval", "step": self.step, "elapsed_s": self._elapsed(),
+                                      "eval_s": time.perf_counter() - t_eval, **eval_metrics})
                 self._pbar.update(1)
         except KeyboardInterrupt:
             self._on_interrupt(snapshot)

@@ -1,0 +1,267 @@
+"""Metric hooks and the memory probe of the ``bare-sa`` study (seed 004 slides; ``studies/bare-sa.yaml``).
+
+Each hook sees one finished run (:class:`energyformer.studies.runner.FinishedRun`) and returns JSON for its
+record (None: not recorded for this run). The run's label on the study's ``run`` axis says which stage it
+belongs to: the five Potts models (:data:`MAIN`), the sweep runs, the two denoising runs (``denoise_*``).
+
+* :func:`val`, :func:`timing`, :func:`training` (every Potts run): the last validation metrics, training
+  seconds without evaluation time and the validation curve against them (from ``metrics.jsonl``, whose eval
+  events carry ``eval_s``), the mean training loss of the first / last 10 steps and :func:`blew_up`.
+* :func:`test` (the five Potts models): test CE and accuracy, swept over the recycling count q, with the
+  q summaries the claims read (:func:`q_summary`); :func:`nll`: per-site test NLL (paired differences).
+* :func:`reference` (factored run): the Bayes-optimal test loss and the colour-frequency loss.
+* :func:`recovery` (bare SA, factored): how much of the planted coupling the learned J (A) holds; the
+  relative size of the update's non-gradient term; the J / U heatmaps (written to the page folder).
+* :func:`dynamics` (bare SA): eval-time options of the same trained J (clamping, no renorm, random init).
+* :func:`denoise` (``denoise_*``): overlap / nearest-memory overlap / MSE curves and the figures.
+* :func:`memory_probe`: peak resident memory of one training step per model (not a training run).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import bare_sa as A
+
+#: run-axis label -> the model's name on the page
+MAIN = {"factored": "factored", "bare_sa": "bare SA", "recycled_x1": "recycled x1", "recycled_x3": "recycled x3",
+        "layers3": "3 layers"}
+#: sweep label -> its row on the page (bare SA at λ = 1 with these changes)
+VARIANTS = {
+    "bare_plain_wd": "plain + weight decay 1e-3", "bare_plain_frobenius": "plain + Frobenius r = 5",
+    "bare_vmf": "vMF-normalised", "bare_cd1": "contrastive divergence (1 step)",
+    "bare_random_site": "one random site per step (Eq. 13)",
+    "bare_heads4_lr300": "J = sum of 4 heads K^T Q (Eq. 19), SGD lr 300",
+    "bare_heads4_lr100": "J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100", "bare_adam": "Adam lr 0.01"}
+NOISES = (0.1, 0.3, 0.5)   # denoising: fractions of channel values replaced
+
+
+def _label(run) -> str:
+    return run.cell.get("run", "")
+
+
+def _trained(run) -> tuple[Any, torch.nn.Module, Any]:
+    """(config, model in eval mode, task): the in-memory result when there is one, else the run directory."""
+    res = run.result
+    if res is not None and res.model is not None and res.task is not None:
+        return res.config, res.model.eval(), res.task
+    return run.trained()
+
+
+def _events(run, kind: str) -> list[dict]:
+    out = []
+    for line in (Path(run.run_dir) / "metrics.jsonl").read_text().splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if ev.get("event") == kind:   # the trainer logs evaluation metrics as eval/<name>
+            out.append({k.removeprefix("eval/"): v for k, v in ev.items()})
+    return out
+
+
+def mlm_loss(m: dict[str, float]) -> float:
+    """The comparable MLM loss: calibrated CE for bare SA (readout scale fitted on training data), else CE."""
+    return m.get("loss_cal", m.get("loss", float("nan")))
+
+
+def blew_up(losses: list[float], window: int = 10) -> str | None:
+    """Whether a run's training objective ended far above where it started, in words (None if not).
+
+    The Trainer stops only on a non-finite loss; a run whose parameters grow without bound can keep a
+    finite loss (the factored J = Σ_h KᵀQ under plain SGD at the full-J step size). Criterion: the mean of
+    the last ``window`` training losses exceeds the mean of the first ``window`` by more than max(1, |first|),
+    or is not finite."""
+    if not losses:
+        return None
+    n = min(window, len(losses))
+    first, last = sum(losses[:n]) / n, sum(losses[-n:]) / n
+    if math.isfinite(last) and last <= first + max(1.0, abs(first)):
+        return None
+    return f"training objective {first:.4g} -> {last:.4g}"
+
+
+# ---------------------------------------------------------------------------------------------- every run
+def val(run) -> dict | None:
+    """The last validation metrics (Potts runs; the task's evaluate()) with ``ce`` (calibrated for bare SA) and
+    ``cond_loss`` (bare SA's own conditional; None for the other models)."""
+    evs = [e for e in _events(run, "eval") if "accuracy" in e and "bayes_loss" in e]
+    if not evs:
+        return None
+    e = {k: v for k, v in evs[-1].items() if k not in ("event", "step", "elapsed_s", "eval_s")}
+    return {**e, "ce": mlm_loss(e), "cond_loss": e.get("cond_loss")}
+
+
+def timing(run) -> dict:
+    """Training seconds without evaluation time, and the validation curve [[step, training s, MLM loss]]."""
+    evs, spent, curve = _events(run, "eval"), 0.0, []
+    for e in evs:
+        spent += e.get("eval_s", 0.0)
+        if "accuracy" in e and "loss" in e:
+            curve.append([e["step"], e["elapsed_s"] - spent, mlm_loss(e)])
+    end = evs[-1]["elapsed_s"] if evs else float(run.result.final.get("elapsed_s", run.result.seconds))
+    return {"train_s": end - spent, **({"curve": curve} if curve else {})}
+
+
+def training(run) -> dict | None:
+    """Mean training loss of the first and last 10 steps and whether the objective blew up (:func:`blew_up`)."""
+    hist = list(run.result.loss_history) if run.result is not None else []
+    if not hist:
+        return None
+    n = min(10, len(hist))
+    return {"loss_start": sum(hist[:n]) / n, "loss_end": sum(hist[-n:]) / n, "blew_up": blew_up(hist)}
+
+
+# ---------------------------------------------------------------------------------------------- Potts models
+def q_summary(test: dict, train_range: list[int] | None) -> dict | None:
+    """From a test sweep over q: CE per q (calibrated for bare SA), the best q > 1 and its gain over q = 1,
+    the best CE over every q and the worst over the training range [q_min, q_max]."""
+    key = "loss_cal_q" if any(k.startswith("loss_cal_q") for k in test) else "loss_q"
+    ce = {int(k[len(key):]): v for k, v in test.items() if k.startswith(key)}
+    if 1 not in ce or len(ce) < 2:
+        return None
+    more = [q for q in ce if q > 1]
+    qb = min(more, key=ce.get)
+    out = {"ce": {str(q): ce[q] for q in sorted(ce)}, "q1": ce[1], "best_more_q": qb, "best_more": ce[qb],
+           "gain": ce[1] - ce[qb], "best": min(ce.values())}
+    if train_range:
+        out["range_worst"] = max(ce[q] for q in range(train_range[0], train_range[1] + 1) if q in ce)
+    return out
+
+
+def test(run) -> dict | None:
+    """Test metrics of the five Potts models, swept over q: the task's evaluate() plus ``ce`` and ``qsweep``."""
+    if _label(run) not in MAIN:
+        return None
+    cfg, model, task = _trained(run)
+    t = task.evaluate(model, "test", sweep=True)
+    rng = getattr(cfg.model, "train_iterations", None)
+    q = q_summary(t, list(rng) if rng else None)
+    return {**t, "ce": mlm_loss(t), **({"qsweep": q} if q else {})}
+
+
+def nll(run) -> list[float] | None:
+    """Per-site test NLL of a Potts model (bare SA at its calibrated readout scale), 6 decimals."""
+    if _label(run) not in MAIN:
+        return None
+    _, model, task = _trained(run)
+    sc = None
+    if hasattr(model, "local_loss"):
+        t = task.evaluate(model, "test", sweep=False)
+        sc = t["readout_scale"] / model.cfg.readout_scale
+    return [round(float(v), 6) for v in A.per_sample_nll(task, model, "test", scale=sc)]
+
+
+def reference(run) -> dict | None:
+    """The factored run's data reference: Bayes-optimal test loss / accuracy (+ per-site NLL), colour frequencies."""
+    if _label(run) != "factored":
+        return None
+    _, _, task = _trained(run)
+    s, _, masked = task.eval_set("test")
+    marg = torch.bincount(task.splits["train"].flatten(), minlength=task.C).double()
+    marg = marg / marg.sum()
+    bayes = -task.data.model.conditional_log_probs(s).gather(2, s[..., None])[..., 0][masked]
+    return {**task.bayes_reference("test"), "marginal_loss": float(-marg.log()[s[masked]].mean()),
+            "bayes_nll": [round(float(v), 6) for v in bayes]}
+
+
+def recovery(run) -> dict | None:
+    """Bare SA: coupling recovery (:func:`~.bare_sa.coupling_recovery`), the non-gradient term's relative
+    size, J / U heatmaps; factored: corr of its positional A with the planted J and of V with U."""
+    label = _label(run)
+    if label not in ("bare_sa", "factored"):
+        return None
+    _, model, task = _trained(run)
+    pm = task.data.model
+    if label == "factored":
+        off = ~torch.eye(pm.L, dtype=torch.bool)
+        Af = model.positional().detach().double()
+        return {"corr_A": float(torch.corrcoef(torch.stack([Af[off], pm.J[off].double()]))[0, 1]),
+                "corr_V": float(torch.corrcoef(torch.stack([model.V.detach().double().flatten(),
+                                                            pm.U.flatten()]))[0, 1])}
+    out = A.coupling_recovery(model.energy.coupling(), pm.J, pm.U)
+    s, _, _ = task.eval_set("test")
+    with torch.no_grad():  # the update is not gradient descent on F: relative size of the missing term
+        x = model.embed(s[:512])
+        st = model.energy.reprepare(model.energy.prepare(x), x)
+        part = model.energy.partial_grad(x, st)
+        out["nongradient_gap"] = float((model.energy.grad(x, st) - part).norm() / part.norm())
+    if run.out is not None:
+        A.plot_couplings(model.energy.coupling(), [(0, 1), (0, pm.L // 2), (pm.L - 1, 0)], run.out / "potts_J.png",
+                         "bare SA on Potts: learned couplings J (one-hot colours)", true_map=pm.J)
+        A.plot_matrix(pm.U, run.out / "potts_U.png", "planted colour matrix U")
+    return out
+
+
+def dynamics(run) -> dict | None:
+    """Bare SA: validation CE (calibrated) / accuracy at each q under eval-time options of the same J."""
+    if _label(run) != "bare_sa":
+        return None
+    from ..utils.config import replace
+
+    _, model, task = _trained(run)
+    out = {}
+    for label, upd in (("default", {}), ("clamp_observed", {"clamp_observed": True}), ("no renorm", {"renorm": False}),
+                       ("mask_init random", {"mask_init": "random"})):
+        m2 = type(model)(replace(model.cfg, **upd))
+        m2.load_state_dict(model.state_dict())
+        ev = task.evaluate(m2.eval(), "validation", sweep=True)
+        out[label] = {k: v for k, v in ev.items() if k.startswith(("loss_cal_q", "accuracy_q"))}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- images
+def denoise(run) -> dict | None:
+    """Denoising runs: curves at noise 0.1 / 0.3 / 0.5 (test) and 0.3 (training images), sizes, figures."""
+    label = _label(run)
+    if not label.startswith("denoise_"):
+        return None
+    cfg, model, task = _trained(run)
+    name = label[len("denoise_"):]
+    curves, keep = {}, {}
+    for lvl in NOISES:
+        c = task.curves(model, "test", level=lvl)
+        curves[f"test, noise {lvl}"] = {k: c[k] for k in ("overlap", "nearest", "mse")}
+        keep = c if lvl == 0.3 else keep
+    c = task.curves(model, "train", level=0.3)
+    curves["train images, noise 0.3"] = {k: c[k] for k in ("overlap", "nearest", "mse")}
+    emb, T = task.embedding, task.cfg.eval_steps
+    if run.out is not None:
+        A.plot_denoise_examples(keep, sorted({0, 1, min(2, T), min(5, T), T}), run.out / f"{name}_examples.png",
+                                f"{name}: decoded states over the dynamics (30% of values replaced)")
+        J = model.energy.coupling()
+        n = J.shape[0]
+        A.plot_couplings(J, [(0, 1), (0, n - 1), (n // 2, n // 2 + 1)], run.out / f"{name}_J.png",
+                         f"{name}: learned J (in the mixed basis)")
+        A.plot_matrix(emb.F, run.out / f"{name}_F.png",
+                      f"{name}: fixed mixing F ({emb.dim}x{emb.dim}, random orthogonal)")
+    return {"curves": curves, **transient(curves["test, noise 0.3"]["overlap"]), "patch": cfg.task.patch,
+            "n_tokens": emb.n_tokens, "dim": emb.dim, "n_train": int(task.train_images.shape[0])}
+
+
+def transient(overlap: list[float]) -> dict:
+    """The overlap's peak step and ``fall`` = peak - final overlap when the peak is at 0 < t < T, else 0."""
+    t = max(range(len(overlap)), key=overlap.__getitem__)
+    return {"peak_t": t, "fall": overlap[t] - overlap[-1] if 0 < t < len(overlap) - 1 else 0.0}
+
+
+# ---------------------------------------------------------------------------------------------- probe
+def memory_probe(scale: str) -> dict:
+    """Peak step memory (fresh processes) at the Potts scale (B = 256, N = 20, d = C = 10) and image scales."""
+    bare = lambda n, d, objective: {"kind": "bare_sa", "n_tokens": n, "dim": d, "objective": objective}  # noqa: E731
+    tr = {"kind": "transformer", "dim": 64, "heads": 4, "n_layers": 1, "positions": "learned", "max_seq_len": 64,
+          "final_norm": "layer", "block": {"attention": "gpt", "mlp": "gelu"}}
+    specs = {
+        "Potts: bare SA (N=20, d=10)": (bare(20, 10, "plain"), 256, 20, {}),
+        "Potts: recycled x3 (dim 64)": (tr, 256, 20, {"vocab": 11, "n_out": 10, "iterations": 3}),
+        "Potts: 3 layers (dim 64)": (tr | {"n_layers": 3}, 256, 20, {"vocab": 11, "n_out": 10}),
+        "MNIST p=4: bare SA (N=49, d=32)": (bare(49, 32, "vmf"), 64, 49, {}),
+        "CIFAR p=4: bare SA (N=64, d=96)": (bare(64, 96, "vmf"), 64, 64, {}),
+        "CIFAR p=4: recycled x3 (dim 96)": (tr | {"dim": 96}, 64, 64, {"vocab": 256, "n_out": 256, "iterations": 3}),
+    }
+    return {label: A.step_memory(m, batch, n, **kw) for label, (m, batch, n, kw) in specs.items()}
