@@ -31,10 +31,15 @@ def test_folder_in_place_of_a_file_and_file_in_place_of_a_folder(tmp_path):
         check_writable_file(tmp_path, "--confusion")
 
 
-def test_reproduction_refuses_an_unwritable_report_before_training(capsys):
+@pytest.mark.parametrize("argv,what", [
+    (["hyperset-images", "--report", "/proc/x/report"], "--report /proc/x/report: cannot be written"),
+    (["hyperset-sudoku", "--out", "/proc/x"], "--out /proc/x: cannot be written"),      # a study
+    (["eqt", "--runs", "/proc/x"], "--runs /proc/x: cannot be written"),
+])
+def test_reproduction_refuses_an_unwritable_output_before_training(capsys, argv, what):
     t0 = time.perf_counter()
     with pytest.raises(SystemExit) as e:
-        main(["reproduce", "hyperset-sudoku", "--report", "/proc/x/report.md"])
+        main(["reproduce", *argv])
     assert e.value.code == 2 and time.perf_counter() - t0 < 30
     err = capsys.readouterr().err
-    assert "--report /proc/x/report.md: cannot be written" in err
+    assert what in err
