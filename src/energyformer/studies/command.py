@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 
 from ..utils.cliargs import count, nonneg_int
-from ..utils.paths import writable_dir
+from ..utils.paths import check_writable_dir
 from ..utils.validate import ConfigError
 from .claims import ClaimRow, evaluate
 from .runner import hook, load_results, run_study
@@ -109,19 +109,21 @@ def main(name: str, argv: list[str] | None = None) -> int:
                    help="dotted override applied to every run (repeatable)")
     p.add_argument("--only", action="append", default=[], metavar="AXIS=LABEL[,LABEL]",
                    help=f"run only these grid cells (axes: {', '.join(spec.runs.axes) or 'none'})")
-    p.add_argument("--out", type=writable_dir("--out"), default=spec.page, help=f"page folder (default {spec.page})")
-    p.add_argument("--runs", type=writable_dir("--runs"), default=None,
-                   help=f"run directories (default runs/{name}/SCALE)")
+    p.add_argument("--out", default=spec.page, help=f"page folder (default {spec.page})")
+    p.add_argument("--runs", default=None, help=f"run directories (default runs/{name}/SCALE)")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing; re-render OUT's pages from the records committed in OUT")
     a = p.parse_args(argv)
     out = Path(a.out)
-    if not a.report_only:
-        runs = Path(a.runs) if a.runs else Path("runs") / name / a.scale
+    if not a.report_only:  # both folders writable before any run starts
+        runs = check_writable_dir(a.runs if a.runs else Path("runs") / name / a.scale, "--runs")
+        check_writable_dir(out, "--out")
         run_study(spec, name, a.scale, out / a.scale, runs, jobs=a.jobs, seeds=a.seeds, only=parse_only(a.only),
                   sets=a.sets)
     elif not out.is_dir():
         raise ConfigError(f"--out {a.out}: no such folder (give a page folder holding <scale>/results.json)")
+    else:
+        check_writable_dir(out, "--out")
     for f in render_pages(name, spec, out):
         print(f"wrote {f}")
     return 0
