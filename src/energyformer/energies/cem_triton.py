@@ -5,6 +5,12 @@ interpreter); importing energyformer never needs triton. Per-head running state 
 buffers, which each program owns row-wise (query tiles) or column-wise (key tiles): no atomics.
 Constexpr flags: HAS_G (shared diagonal), HMODE (h read-out: 0 none, 1 head-summed, 2 per-head
 factors c_k), HAS_X (extra per-head value columns x, E wide), HAS_ALIBI, HAS_DELTA, HAS_KMASK.
+
+The three kernels (``_fwd``, ``_bwd_q``, ``_bwd_kv``) are written from the tile helpers above them:
+``_scores`` (one head's s_ijk with ALiBi, self bias and masks), ``_shared`` (a tile every head shares),
+``_online`` / ``_probs`` (the flash softmax), ``_recompute`` (backward's p and dP of one head). Triton
+inlines them: ``scripts/triton_ptx.py`` compiles the kernels for a GPU target without a GPU and
+compares their PTX with another revision's (unchanged by the change that introduced the helpers).
 """
 
 import triton
