@@ -1,7 +1,8 @@
 """CEM attention's Triton kernel (energies/cem_kernel.py, ``attn_path: kernel``).
 
-On CPU the kernels run through Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1 there);
-the tests marked ``cuda`` run the compiled kernel and are skipped without a GPU.
+On CPU the kernels run through Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1 there;
+``interpreted`` in cem_cases.py); the tests marked ``cuda`` run the compiled kernel and are skipped
+without a GPU.
 
 * the kernel function equals a dense float64 softmax (outputs, log Z and every gradient, log Z's
   included): causal / bidirectional, key padding, queries at an offset (chunked prefill, decoding);
@@ -23,13 +24,10 @@ from energyformer.core import ForwardContext
 from energyformer.energies import cem_kernel
 from energyformer.energies.interaction import InteractionEnergy
 
-pytest.importorskip("triton")
+from .cem_cases import (MASK7, assert_same_block, decode_in_pieces, interpreted, opts_id, randomised,
+                        randomised_energy, visible)
 
-#: CPU tests run the kernels through Triton's interpreter, a mode triton fixes for the whole process at
-#: its first import (tests/conftest.py sets it where there is no GPU); on a CUDA machine triton runs
-#: compiled, and the tests marked ``cuda`` check the kernel there instead
-interpreted = pytest.mark.skipif(torch.cuda.is_available(),
-                                 reason="CUDA machine: triton runs compiled here (see the cuda-marked tests)")
+pytest.importorskip("triton")
 
 
 def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x):
@@ -40,10 +38,7 @@ def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x):
     s = q @ k.transpose(-1, -2) + (ud @ hm.transpose(-1, -2))[:, None]
     i, j = offset + torch.arange(nq)[:, None], torch.arange(nk)[None]
     s = s - slopes[:, None, None] * (i - j).abs() + delta[:, None, None] * (i == j)
-    vis = ((j <= i) if causal else torch.ones(nq, nk, dtype=torch.bool)).expand(B, nq, nk)
-    if key_mask is not None:
-        vis = (vis & key_mask[:, None, :]) | (i == j)
-    s = s.masked_fill(~vis[:, None], float("-inf"))
+    s = s.masked_fill(~visible(B, nq, nk, causal, key_mask, offset)[:, None], float("-inf"))
     p = s.softmax(-1)
     hs = p.sum(1) @ hm if c is None else torch.einsum("bhij,bjd,hd->bid", p, hm, c)
     return p @ k, hs, None if x is None else p @ x, s.logsumexp(-1)
@@ -75,24 +70,6 @@ def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-def _randomised(cfg: CEMAttentionConfig, causal: bool, seed: int) -> CEMAttention:
-    torch.manual_seed(seed)
-    blk = CEMAttention(16, 4, cfg, causal=causal).double()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in blk.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-    return blk
-
-
-def _fwd_bwd(blk, x, mask):
-    x = x.clone().requires_grad_(True)
-    y = blk(x, ForwardContext(mask=mask))
-    w = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=y.dtype)
-    (y * w).sum().backward()
-    return y.detach(), x.grad, {n: p.grad.clone() for n, p in blk.named_parameters() if p.grad is not None}
-
-
 COVERED = [
     dict(steps=2),
     dict(diagonal="none", causal=False, masked=True),
@@ -106,33 +83,22 @@ COVERED = [
 
 
 @interpreted
-@pytest.mark.parametrize("opts", COVERED, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize("opts", COVERED, ids=opts_id)
 def test_kernel_path_equals_fused_reference_float64(opts):
     opts = dict(opts)
     causal, masked = opts.pop("causal", True), opts.pop("masked", False)
-    ref_blk = _randomised(CEMAttentionConfig(**opts, attn_path="fused"), causal, 1)
-    blk = _randomised(CEMAttentionConfig(**opts, attn_path="kernel"), causal, 1)
+    ref_blk = randomised(CEMAttentionConfig(**opts, attn_path="fused"), causal, 1)
+    blk = randomised(CEMAttentionConfig(**opts, attn_path="kernel"), causal, 1)
     x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    mask = torch.tensor([[1] * 7, [1, 1, 0, 1, 1, 0, 0]], dtype=torch.bool) if masked else None
+    mask = MASK7 if masked else None
     assert blk.energy.prepare(blk.norm(x), mask=mask).path == "kernel"
-    y0, gx0, g0 = _fwd_bwd(ref_blk, x, mask)
-    y1, gx1, g1 = _fwd_bwd(blk, x, mask)
-    keep = mask if mask is not None else torch.ones(2, 7, dtype=torch.bool)
-    torch.testing.assert_close(y1[keep], y0[keep], rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(gx1, gx0, rtol=1e-9, atol=1e-11)
-    assert set(g1) == set(g0) and g0
-    for n in g0:
-        torch.testing.assert_close(g1[n], g0[n], rtol=1e-9, atol=1e-11, msg=lambda m: f"{n}: {m}")
+    assert_same_block(blk, ref_blk, x, mask)
 
 
 @interpreted
 @pytest.mark.parametrize("causal", [True, False])
 def test_kernel_energy_and_grad_equal_dense_float64(causal):
-    torch.manual_seed(0)
-    e = InteractionEnergy(16, 4, causal=causal, attn_path="kernel").double()
-    with torch.no_grad():
-        e.d.normal_(0, 0.5)
-        e.self_bias.normal_(0, 1)
+    e = randomised_energy(0, causal=causal, attn_path="kernel")
     h, u = torch.randn(2, 6, 16, dtype=torch.float64), torch.randn(2, 6, 16, dtype=torch.float64)
     mask = torch.tensor([[1] * 6, [1, 0, 1, 1, 0, 1]], dtype=torch.bool)
     st = e.prepare(h, mask=mask)
@@ -148,17 +114,11 @@ def test_kernel_energy_and_grad_equal_dense_float64(causal):
 
 @interpreted
 def test_kernel_kv_cache_decoding_equals_full_forward():
-    blk = _randomised(CEMAttentionConfig(steps=2, attn_path="kernel"), True, 5)
+    blk = randomised(CEMAttentionConfig(steps=2, attn_path="kernel"), True, 5)
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     full = blk(x)
-    ctx = ForwardContext(cache={})
-    blk.qualname = "a"
-    pieces, pos = [], 0
-    for n in (4, 1, 1, 3):  # prefill, two decode steps, a chunk
-        ctx.offset = pos
-        pieces.append(blk(x[:, pos:pos + n], ctx))
-        pos += n
-    torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-10, atol=1e-10)
+    pieces, _ = decode_in_pieces(blk, x, (4, 1, 1, 3))  # prefill, two decode steps, a chunk
+    torch.testing.assert_close(pieces, full, rtol=1e-10, atol=1e-10)
 
 
 def _dense_low(q, k, ud, hm, slopes, delta, c, x):
@@ -213,7 +173,7 @@ def test_kernel_low_precision_within_dtype_tolerance(dtype, scale, mode):
 
 @interpreted
 def test_kernel_bf16_autocast_block_stays_close():
-    blk = _randomised(CEMAttentionConfig(attn_path="kernel"), True, 2).float()
+    blk = randomised(CEMAttentionConfig(attn_path="kernel"), True, 2).float()
     x = torch.randn(2, 8, 16)
     ref = copy.deepcopy(blk).double()(x.double())
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -313,11 +273,5 @@ def test_compiled_kernel_kv_cache_decoding_equals_full_forward_on_cuda():
         blk.energy.d.normal_(0, 0.3)
     x = torch.randn(2, 40, 256, device="cuda")
     full = blk(x)
-    ctx = ForwardContext(cache={})
-    blk.qualname = "a"
-    pieces, pos = [], 0
-    for n in (17, 1, 1, 21):
-        ctx.offset = pos
-        pieces.append(blk(x[:, pos:pos + n], ctx))
-        pos += n
-    torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-4, atol=1e-4)
+    pieces, _ = decode_in_pieces(blk, x, (17, 1, 1, 21))
+    torch.testing.assert_close(pieces, full, rtol=1e-4, atol=1e-4)

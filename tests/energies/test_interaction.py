@@ -6,21 +6,15 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 
 from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
-from energyformer.core import ForwardContext, make_preconditioner
+from energyformer.core import ForwardContext
 from energyformer.energies.interaction import InteractionEnergy
 
+from .cem_cases import decode_in_pieces, randomise, randomised_energy, visible
+
 torch.manual_seed(0)
-
-
-def _randomise(block: CEMAttention, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in block.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
 
 
 def test_fused_energy_matches_dense():
@@ -32,7 +26,7 @@ def test_fused_energy_matches_dense():
 def test_t1_equals_tied_multihead_attention_with_residual():
     D, H, N = 32, 4, 9
     blk = CEMAttention(D, H, CEMAttentionConfig(diagonal="none", alibi=False, self_bias=False)).double()
-    _randomise(blk)
+    randomise(blk, 0)
     x = torch.randn(3, N, D, dtype=torch.float64)
     y = blk(x)
     # hand-written tied MHA: W_V = W_K, W_O = W_Q, pre-RMSNorm, residual
@@ -52,7 +46,7 @@ def test_update_is_exact_negative_gradient_step(diagonal):
     eta = 0.7
     cfg = CEMAttentionConfig(diagonal=diagonal, step_size=eta, norm={"in_loop": False})
     blk = CEMAttention(16, 4, cfg).double()
-    _randomise(blk, 1)
+    randomise(blk, 1)
     assert blk.exact
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     y = blk(x)
@@ -64,7 +58,7 @@ def test_update_is_exact_negative_gradient_step(diagonal):
 
 def test_norm_in_loop_is_reported_inexact_and_uses_gradient_at_normalised_point():
     blk = CEMAttention(16, 4, CEMAttentionConfig(steps=1)).double()
-    _randomise(blk, 2)
+    randomise(blk, 2)
     assert not blk.exact
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     u = blk.norm(x)
@@ -82,7 +76,7 @@ def test_per_head_preconditioner_folding_matches_dense_matrices(path, diagonal):
     cfg = CEMAttentionConfig(precond="diag_low_rank", precond_rank=3, diagonal=diagonal, attn_path=path,
                              attn_block=2)
     blk = CEMAttention(16, 4, cfg).double()
-    _randomise(blk, 3)
+    randomise(blk, 3)
     assert not blk.exact  # per-head P_k: Σ_k P_k ∇E_k is not a single-P gradient step
     e, P = blk.energy, blk.solver.precond
     u = torch.randn(2, 5, 16, dtype=torch.float64)
@@ -107,7 +101,7 @@ def test_per_head_preconditioner_folding_matches_dense_matrices(path, diagonal):
 def test_causality(steps):
     cfg = CEMAttentionConfig(steps=steps, precond="diag_low_rank", diagonal="per_head")
     blk = CEMAttention(16, 4, cfg).double()
-    _randomise(blk, 4)
+    randomise(blk, 4)
     x = torch.randn(1, 10, 16, dtype=torch.float64)
     y = blk(x)
     for j in (0, 4, 9):
@@ -122,24 +116,18 @@ def test_causality(steps):
 @pytest.mark.parametrize("diagonal", ["none", "shared"])
 def test_kv_cache_decoding_equals_full_forward(diagonal, path):
     blk = CEMAttention(16, 4, CEMAttentionConfig(steps=2, diagonal=diagonal, attn_path=path, attn_block=3)).double()
-    _randomise(blk, 5)
+    randomise(blk, 5)
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     full = blk(x)
-    ctx = ForwardContext(cache={})
-    blk.qualname = "a"
-    pieces, pos = [], 0
-    for n in (4, 1, 1, 3):  # prefill, two decode steps, a chunk
-        ctx.offset = pos
-        pieces.append(blk(x[:, pos:pos + n], ctx))
-        pos += n
-    torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-10, atol=1e-10)
-    stored = ctx.cache["a"]
+    pieces, cache = decode_in_pieces(blk, x, (4, 1, 1, 3))  # prefill, two decode steps, a chunk
+    torch.testing.assert_close(pieces, full, rtol=1e-10, atol=1e-10)
+    stored = cache["a"]
     assert stored["k"].shape == (2, 4, 9, 4) and (("h" in stored) == (diagonal != "none"))
 
 
 def test_autocast_bfloat16_runs_and_stays_close():
     blk = CEMAttention(32, 4, CEMAttentionConfig(steps=2, precond="diag_low_rank"))
-    _randomise(blk, 6)
+    randomise(blk, 6)
     x = torch.randn(2, 64, 32)
     ref = blk(x)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -190,23 +178,12 @@ def _reference_energy(e: InteractionEnergy, u, h, key_mask=None):
         s = s - e.slopes.to(s.dtype)[:, None, None] * (i - j).abs()
     if e.self_bias is not None:
         s = s + e.self_bias[:, None, None] * (i == j)
-    vis = (j <= i) if e.causal else torch.ones(N, N, dtype=torch.bool)
-    vis = vis.expand(u.shape[0], N, N)
-    if key_mask is not None:
-        vis = (vis & key_mask[:, None, :]) | (i == j)
-    s = s.masked_fill(~vis[:, None], float("-inf"))
+    s = s.masked_fill(~visible(u.shape[0], N, N, e.causal, key_mask)[:, None], float("-inf"))
     return -e.tau * torch.logsumexp(s, -1).sum(1)  # (B, N)
 
 
 def _energy(diagonal="shared", alibi=True, causal=False, seed=0):
-    torch.manual_seed(seed)
-    e = InteractionEnergy(16, 4, diagonal=diagonal, alibi=alibi, self_bias=alibi, causal=causal).double()
-    with torch.no_grad():
-        if e.d is not None:
-            e.d.normal_(0, 0.5)
-        if e.self_bias is not None:
-            e.self_bias.normal_(0, 1)
-    return e
+    return randomised_energy(seed, diagonal=diagonal, alibi=alibi, self_bias=alibi, causal=causal)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -250,7 +227,7 @@ def test_bidirectional_alibi_is_symmetric_in_distance():
 @pytest.mark.parametrize("causal", [True, False])
 def test_padded_keys_do_not_influence_real_tokens(causal):
     blk = CEMAttention(16, 4, CEMAttentionConfig(steps=2, precond="diag_low_rank"), causal=causal).double()
-    _randomise(blk, 7)
+    randomise(blk, 7)
     x = torch.randn(2, 8, 16, dtype=torch.float64)
     mask = torch.tensor([[1] * 8, [1] * 5 + [0] * 3], dtype=torch.bool)
     y = blk(x, ForwardContext(mask=mask))
@@ -265,7 +242,7 @@ def test_padded_keys_do_not_influence_real_tokens(causal):
 
 def test_bidirectional_first_token_sees_later_tokens():
     blk = CEMAttention(16, 4, CEMAttentionConfig(steps=2), causal=False).double()
-    _randomise(blk, 8)
+    randomise(blk, 8)
     x = torch.randn(1, 6, 16, dtype=torch.float64)
     x2 = x.clone()
     x2[:, 5] += torch.randn(16, dtype=torch.float64)
@@ -274,16 +251,10 @@ def test_bidirectional_first_token_sees_later_tokens():
 
 def test_kv_cache_with_key_mask_equals_full_forward():
     blk = CEMAttention(16, 4, CEMAttentionConfig(steps=2)).double()
-    _randomise(blk, 9)
-    blk.qualname = "a"
+    randomise(blk, 9)
     x = torch.randn(2, 7, 16, dtype=torch.float64)
     mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1] * 7], dtype=torch.bool)  # left padding in row 0
     full = blk(x, ForwardContext(mask=mask))
-    ctx = ForwardContext(cache={})
-    pieces, pos = [], 0
-    for n in (3, 1, 3):
-        ctx.offset, ctx.mask = pos, mask[:, pos:pos + n]
-        pieces.append(blk(x[:, pos:pos + n], ctx))
-        pos += n
-    torch.testing.assert_close(torch.cat(pieces, 1)[mask], full[mask], rtol=1e-10, atol=1e-10)
-    assert ctx.cache["a"]["mask"].shape == (2, 7)
+    pieces, cache = decode_in_pieces(blk, x, (3, 1, 3), mask)
+    torch.testing.assert_close(pieces[mask], full[mask], rtol=1e-10, atol=1e-10)
+    assert cache["a"]["mask"].shape == (2, 7)

@@ -8,22 +8,16 @@
 """
 
 import copy
-import importlib.util
-import math
 
 import pytest
 import torch
 from einops import rearrange
 
 from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
-from energyformer.core import ForwardContext, IdentityPrecond
+from energyformer.core import IdentityPrecond
 from energyformer.energies.interaction import InteractionEnergy, alibi_slopes
 
-#: the kernel path runs through Triton's CPU interpreter here (tests/energies/test_cem_kernel.py)
-#: (skipped on CUDA machines, where triton runs compiled in the test process: tests marked cuda there)
-PATHS = ["fused", "blocked", pytest.param("kernel", marks=pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None or torch.cuda.is_available(),
-    reason="attn_path 'kernel' on CPU needs triton, in interpreter mode"))]
+from .cem_cases import MASK7, PATHS, assert_same_block, opts_id, randomised, visible
 
 
 # ---------------------------------------------------------------------------- large logits
@@ -61,11 +55,7 @@ def _reference_rows(e, L, causal, key_mask):
     s = L.clone()
     if e.alibi:
         s = s - e.slopes.double()[:, None, None] * (i - j).abs() + e.self_bias.double()[:, None, None] * (i == j)
-    vis = (j <= i) if causal else torch.ones(N, N, dtype=torch.bool)
-    vis = vis.expand(2, N, N)
-    if key_mask is not None:
-        vis = (vis & key_mask[:, None, :]) | (i == j)
-    p = s.masked_fill(~vis[:, None], float("-inf")).softmax(-1)  # (B, H, N, N)
+    p = s.masked_fill(~visible(2, N, N, causal, key_mask)[:, None], float("-inf")).softmax(-1)  # (B, H, N, N)
     return rearrange(p, "b h i j -> b i (h j)")
 
 
@@ -139,26 +129,7 @@ OPTIONS = [
 ]
 
 
-def _randomised(cfg: CEMAttentionConfig, causal: bool, seed: int) -> CEMAttention:
-    torch.manual_seed(seed)
-    blk = CEMAttention(16, 4, cfg, causal=causal).double()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in blk.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-    return blk
-
-
-def _fwd_bwd(blk, x, mask):
-    x = x.clone().requires_grad_(True)
-    y = blk(x, ForwardContext(mask=mask))
-    w = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=y.dtype)
-    (y * w).sum().backward()
-    grads = {n: p.grad.clone() for n, p in blk.named_parameters() if p.grad is not None}
-    return y.detach(), x.grad, grads
-
-
-@pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+@pytest.mark.parametrize("opts", OPTIONS, ids=opts_id)
 @pytest.mark.parametrize("steps", [1, 2])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("masked", [False, True])
@@ -168,21 +139,14 @@ def test_fast_path_equals_fused_reference_float64(opts, steps, causal, masked, f
     outputs of real tokens, the input gradient and every parameter gradient."""
     recompute = fast == "blocked-recompute"
     base = dict(opts, steps=steps, attn_block=3)
-    ref_blk = _randomised(CEMAttentionConfig(**base, attn_path="fused"), causal, 1)
-    fast_blk = _randomised(CEMAttentionConfig(**base, attn_path="blocked",
-                                              attn_memory_mb=1e-6 if recompute else 512.0), causal, 1)
+    ref_blk = randomised(CEMAttentionConfig(**base, attn_path="fused"), causal, 1)
+    fast_blk = randomised(CEMAttentionConfig(**base, attn_path="blocked",
+                                             attn_memory_mb=1e-6 if recompute else 512.0), causal, 1)
     x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    mask = torch.tensor([[1] * 7, [1, 1, 0, 1, 1, 0, 0]], dtype=torch.bool) if masked else None
+    mask = MASK7 if masked else None
     st = fast_blk.energy.prepare(fast_blk.norm(x), mask=mask)
     assert st.path == "blocked" and st.blocked.recompute == recompute
-    y0, gx0, g0 = _fwd_bwd(ref_blk, x, mask)
-    y1, gx1, g1 = _fwd_bwd(fast_blk, x, mask)
-    keep = mask if mask is not None else torch.ones(2, 7, dtype=torch.bool)
-    torch.testing.assert_close(y1[keep], y0[keep], rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(gx1, gx0, rtol=1e-9, atol=1e-11)
-    assert set(g1) == set(g0) and g0
-    for n in g0:
-        torch.testing.assert_close(g1[n], g0[n], rtol=1e-9, atol=1e-11, msg=lambda m: f"{n}: {m}")
+    assert_same_block(fast_blk, ref_blk, x, mask)
 
 
 def test_auto_path_choice_and_memory_budget():
@@ -255,7 +219,7 @@ def test_algorithm1_readout_equals_literal_loop(path):
     cfg = CEMAttentionConfig(steps=2, diagonal_readout="algorithm1", precond="diag_low_rank", precond_rank=3,
                              norm={"init": "normalized"}, temperature="model_dim", step_size=0.8, attn_path=path,
                              attn_block=2)
-    blk = _randomised(cfg, True, 5)
+    blk = randomised(cfg, True, 5)
     assert not blk.exact and not blk.energy.exact
     x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     torch.testing.assert_close(blk(x), _algorithm1_loop(blk, x), rtol=1e-10, atol=1e-12)
@@ -263,8 +227,8 @@ def test_algorithm1_readout_equals_literal_loop(path):
 
 def test_algorithm1_differs_from_gradient_readout_only_by_the_value_term():
     """Same weights: the two read-outs differ by Σ_k P_k d_k∘Σ_j p_ijk h_j, which vanishes when d = 0."""
-    g = _randomised(CEMAttentionConfig(), True, 6)
-    a = _randomised(CEMAttentionConfig(diagonal_readout="algorithm1"), True, 6)
+    g = randomised(CEMAttentionConfig(), True, 6)
+    a = randomised(CEMAttentionConfig(diagonal_readout="algorithm1"), True, 6)
     x = torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     assert (g(x) - a(x)).abs().max() > 1e-3
     with torch.no_grad():

@@ -5,6 +5,12 @@ interpreter); importing energyformer never needs triton. Per-head running state 
 buffers, which each program owns row-wise (query tiles) or column-wise (key tiles): no atomics.
 Constexpr flags: HAS_G (shared diagonal), HMODE (h read-out: 0 none, 1 head-summed, 2 per-head
 factors c_k), HAS_X (extra per-head value columns x, E wide), HAS_ALIBI, HAS_DELTA, HAS_KMASK.
+
+The three kernels (``_fwd``, ``_bwd_q``, ``_bwd_kv``) are written from the tile helpers above them:
+``_scores`` (one head's s_ijk with ALiBi, self bias and masks), ``_shared`` (a tile every head shares),
+``_online`` / ``_probs`` (the flash softmax), ``_recompute`` (backward's p and dP of one head). Triton
+inlines them: ``scripts/triton_ptx.py`` compiles the kernels for a GPU target without a GPU and
+compares their PTX with another revision's (unchanged by the change that introduced the helpers).
 """
 
 import triton
@@ -71,6 +77,123 @@ def _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, 
 
 
 @triton.jit
+def _set_col(t, hcol, hh, v):
+    """t (BM, HP) with column hh replaced by v (BM,)"""
+    return tl.where(hcol[None, :] == hh, v[:, None], t)
+
+
+@triton.jit
+def _add_col(t, hcol, hh, v):
+    """t (BM, HP) with v (BM,) added to column hh"""
+    return t + tl.where(hcol[None, :] == hh, v[:, None], 0.0)
+
+
+@triton.jit
+def _factor(C, hh, dd, D: tl.constexpr):
+    """row hh of the (H, D) per-head value factors c at the columns dd (DP,), zero-padded"""
+    return tl.load(C + hh * D + dd, mask=dd < D, other=0.0)
+
+
+@triton.jit
+def _query_tile(Nq, BM: tl.constexpr):
+    """this program's (query tile pid, batch row b, rows (BM,), their mask)"""
+    pid = tl.program_id(0)
+    b = tl.program_id(1)
+    rows = pid * BM + tl.arange(0, BM)
+    return pid, b, rows, rows < Nq
+
+
+@triton.jit
+def _key_end(pid, Nk, offset, BM: tl.constexpr, CAUSAL: tl.constexpr):
+    """end of the keys query tile pid sees: causal, none after its last query (position offset + i)"""
+    kend = Nk
+    if CAUSAL:
+        kend = tl.minimum(Nk, offset + pid * BM + BM)
+    return kend
+
+
+@triton.jit
+def _head_rows(b, rows, rmask, hcol, Nq, H: tl.constexpr):
+    """(pointers, mask) (BM, HP) of the rows' per-head entries of a (B, H, Nq) buffer (lse, m, l, Δ)"""
+    return (b * H + hcol[None, :]) * Nq + rows[:, None], rmask[:, None] & (hcol < H)[None, :]
+
+
+@triton.jit
+def _row_state(M, L, DLT, hptr, hmask):
+    """the rows' (m, l, Δ − g_lse) (BM, HP): running max and sum of the forward (p = e^{s − m}/l), and
+    the backward's Δ buffer"""
+    return (tl.load(M + hptr, mask=hmask, other=0.0), tl.load(L + hptr, mask=hmask, other=1.0),
+            tl.load(DLT + hptr, mask=hmask, other=0.0))
+
+
+@triton.jit
+def _opt_tile(ptr, b, idx, n, W: tl.constexpr, WP: tl.constexpr, ok, NI: tl.constexpr, USE: tl.constexpr,
+              ACC: tl.constexpr):
+    """:func:`_tile` (NI, WP) where USE, else zeros (no diagonal, no h read-out: the tensor is absent)"""
+    t = tl.zeros((NI, WP), ACC)
+    if USE:
+        t = _tile(ptr, b, idx, n, W, WP, ok)
+    return t
+
+
+@triton.jit
+def _shared(a, hb, USE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
+            UPCAST: tl.constexpr):
+    """a Hᵀ (BM, BN) where USE, else zeros: a tile every head shares, computed once per (query tile, key
+    tile) — the shared-diagonal logits G = ud Hᵀ, or the read-out's dHs Hᵀ (the h part of every head's
+    dP_k); docs/cem.md, "what is shared across heads"."""
+    t = tl.zeros((BM, BN), ACC)
+    if USE:
+        t = _mm(a, tl.trans(hb), PREC, ACC, UPCAST)
+    return t
+
+
+@triton.jit
+def _online(s, m_all, l_all, hcol, hh):
+    """One key tile of scores s (BM, BN) into head hh's running max and sum (BM, HP), flash-style:
+    m' = max(m, max_j s_j), l' = l e^{m − m'} + Σ_j e^{s_j − m'} (a row with nothing visible keeps −∞, 0)."""
+    m_old = _col(m_all, hcol, hh)
+    m_new = tl.maximum(m_old, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    l_new = _col(l_all, hcol, hh) * tl.exp(m_old - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
+    return _set_col(m_all, hcol, hh, m_new), _set_col(l_all, hcol, hh, l_new)
+
+
+@triton.jit
+def _probs(s, m_all, l_all, hcol, hh):
+    """p_ijk = e^{s_ijk − m_ik} / l_ik (BM, BN) of head hh, with the forward's final max and sum"""
+    return tl.exp(s - _col(m_all, hcol, hh)[:, None]) / _col(l_all, hcol, hh)[:, None]
+
+
+@triton.jit
+def _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask, g, gh, ghs, hb,
+               m_all, l_all, hcol, Nq, Nk, offset,
+               H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
+               DP: tl.constexpr, EP: tl.constexpr, CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr,
+               HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr,
+               PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """Backward's recomputation for head hh on one (query tile, key tile): (p (BM, BN), dP (BM, BN),
+    q_h (BM, RP), k_h (BN, RP), dOq_h (BM, RP)) with dP_k = dOq_k K_kᵀ + (dHs, or dHs∘c_k) Hᵀ + dOx_k X_kᵀ;
+    gh: the shared dHs Hᵀ tile. Every backward pass takes p and dP from here, so Δ_k = Σ_j p dP and
+    dS_k = p (dP − Δ_k) see the very same numbers."""
+    s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
+                        H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+    p = _probs(s, m_all, l_all, hcol, hh)
+    goq = _tile(GOQ, b * H + hh, rows, Nq, R, RP, rmask)
+    dp = _mm(goq, tl.trans(kh), PREC, ACC, UPCAST)
+    if HMODE == 1:
+        dp += gh
+    if HMODE == 2:
+        ch = _factor(C, hh, tl.arange(0, DP), D)
+        dp += _mm((ghs.to(ACC) * ch[None, :].to(ACC)).to(hb.dtype), tl.trans(hb), PREC, ACC, UPCAST)
+    if HAS_X:
+        xh = _tile(X, b * H + hh, cols, Nk, E, EP, cmask)
+        gox = _tile(GOX, b * H + hh, rows, Nq, E, EP, rmask)
+        dp += _mm(gox, tl.trans(xh), PREC, ACC, UPCAST)
+    return p, dp, qh, kh, goq
+
+
+@triton.jit
 def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk, offset,
          H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
          DP: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
@@ -78,37 +201,23 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
          HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
          ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per (query tile, batch row): pass 1 → lse, m, l; pass 2 → oq, hs (or hterm), ox."""
-    pid = tl.program_id(0)
-    b = tl.program_id(1)
-    rows = pid * BM + tl.arange(0, BM)
-    rmask = rows < Nq
+    pid, b, rows, rmask = _query_tile(Nq, BM)
     dd = tl.arange(0, DP)
     hcol = tl.arange(0, HP)
-    if HAS_G:
-        ud = _tile(UD, b, rows, Nq, D, DP, rmask)
-    kend = Nk
-    if CAUSAL:
-        kend = tl.minimum(Nk, offset + pid * BM + BM)
+    ud = _opt_tile(UD, b, rows, Nq, D, DP, rmask, BM, HAS_G, ACC)
+    kend = _key_end(pid, Nk, offset, BM, CAUSAL)
     m_all = tl.full((BM, HP), float("-inf"), ACC)
     l_all = tl.zeros((BM, HP), ACC)
     for start in range(0, kend, BN):  # pass 1: every head's running max and sum
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        g = tl.zeros((BM, BN), ACC)
-        if HAS_G:  # the shared-diagonal tile, once for all heads
-            hb = _tile(HM, b, cols, Nk, D, DP, cmask)
-            g = _mm(ud, tl.trans(hb), PREC, ACC, UPCAST)
+        hb = _opt_tile(HM, b, cols, Nk, D, DP, cmask, BN, HAS_G, ACC)
+        g = _shared(ud, hb, HAS_G, BM, BN, PREC, ACC, UPCAST)  # the shared-diagonal tile, once for all heads
         for hh in tl.static_range(H):
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                                 H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
-            m_old = _col(m_all, hcol, hh)
-            m_new = tl.maximum(m_old, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            l_new = _col(l_all, hcol, hh) * tl.exp(m_old - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
-            m_all = tl.where(hcol[None, :] == hh, m_new[:, None], m_all)
-            l_all = tl.where(hcol[None, :] == hh, l_new[:, None], l_all)
-    hptr = (b * H + hcol[None, :]) * Nq + rows[:, None]
-    hmask2 = rmask[:, None] & (hcol < H)[None, :]
+            m_all, l_all = _online(s, m_all, l_all, hcol, hh)
+    hptr, hmask2 = _head_rows(b, rows, rmask, hcol, Nq, H)
     tl.store(LSE + hptr, tl.where(l_all > 0, m_all + tl.log(tl.where(l_all > 0, l_all, 1.0)), float("-inf")),
              mask=hmask2)
     # p = e^{s − m} / l, not e^{s − lse}: lse rounded at |s| ~ 1e4 would cost 5e-4 of p in float32
@@ -120,16 +229,13 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
     for start in range(0, kend, BN):  # pass 2: normalised probabilities
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        g = tl.zeros((BM, BN), ACC)
-        if HAS_G or HMODE > 0:
-            hb = _tile(HM, b, cols, Nk, D, DP, cmask)
-        if HAS_G:
-            g = _mm(ud, tl.trans(hb), PREC, ACC, UPCAST)
+        hb = _opt_tile(HM, b, cols, Nk, D, DP, cmask, BN, HAS_G or HMODE > 0, ACC)
+        g = _shared(ud, hb, HAS_G, BM, BN, PREC, ACC, UPCAST)
         psum = tl.zeros((BM, BN), ACC)
         for hh in tl.static_range(H):
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                                 H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
-            p = tl.exp(s - _col(m_all, hcol, hh)[:, None]) / _col(l_all, hcol, hh)[:, None]
+            p = _probs(s, m_all, l_all, hcol, hh)
             _put(OQ, b * H + hh, rows, Nq, R, RP, rmask, _mm(p.to(kh.dtype), kh, PREC, ACC, UPCAST), True)
             if HAS_X:
                 xh = _tile(X, b * H + hh, cols, Nk, E, EP, cmask)
@@ -137,31 +243,12 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
             if HMODE == 1:
                 psum += p
             if HMODE == 2:  # per-head factors: Σ_k c_k ∘ (P_k H), one D-wide product per head
-                ch = tl.load(C + hh * D + dd, mask=dd < D, other=0.0).to(ACC)
+                ch = _factor(C, hh, dd, D).to(ACC)
                 hs += _mm(p.to(hb.dtype), hb, PREC, ACC, UPCAST) * ch[None, :]
         if HMODE == 1:  # head-summed: (Σ_k P_k) H, one product
             hs += _mm(psum.to(hb.dtype), hb, PREC, ACC, UPCAST)
     if HMODE > 0:
         _put(HS, b, rows, Nq, D, DP, rmask, hs, False)
-
-
-@triton.jit
-def _dp(goq, kh, gh, ghs, C, X, GOX, hh, b, rows, cols, rmask, cmask, hb, Nq, Nk,
-        H: tl.constexpr, D: tl.constexpr, E: tl.constexpr, DP: tl.constexpr, EP: tl.constexpr,
-        HMODE: tl.constexpr, HAS_X: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
-    """dP_k = dOq_k K_kᵀ + (dHs, or dHs∘c_k) Hᵀ + dOx_k X_kᵀ (BM, BN); gh: the shared dHs Hᵀ tile."""
-    dp = _mm(goq, tl.trans(kh), PREC, ACC, UPCAST)
-    if HMODE == 1:
-        dp += gh
-    if HMODE == 2:
-        dd = tl.arange(0, DP)
-        ch = tl.load(C + hh * D + dd, mask=dd < D, other=0.0)
-        dp += _mm((ghs.to(ACC) * ch[None, :].to(ACC)).to(hb.dtype), tl.trans(hb), PREC, ACC, UPCAST)
-    if HAS_X:
-        xh = _tile(X, b * H + hh, cols, Nk, E, EP, cmask)
-        gox = _tile(GOX, b * H + hh, rows, Nq, E, EP, rmask)
-        dp += _mm(gox, tl.trans(xh), PREC, ACC, UPCAST)
-    return dp
 
 
 @triton.jit
@@ -172,75 +259,47 @@ def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, D
            HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
            ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per query tile: Δ_k (added to DLT, which holds −g_lse), dq_k, d(ud), diag dS (self-bias gradient)."""
-    pid = tl.program_id(0)
-    b = tl.program_id(1)
-    rows = pid * BM + tl.arange(0, BM)
-    rmask = rows < Nq
+    pid, b, rows, rmask = _query_tile(Nq, BM)
     hcol = tl.arange(0, HP)
-    hptr = (b * H + hcol[None, :]) * Nq + rows[:, None]
-    hmask2 = rmask[:, None] & (hcol < H)[None, :]
-    m_all = tl.load(M + hptr, mask=hmask2, other=0.0)
-    l_all = tl.load(L + hptr, mask=hmask2, other=1.0)
-    dlt = tl.load(DLT + hptr, mask=hmask2, other=0.0)
-    ud = tl.zeros((BM, DP), ACC)
-    ghs = tl.zeros((BM, DP), ACC)
-    if HAS_G:
-        ud = _tile(UD, b, rows, Nq, D, DP, rmask)
-    if HMODE > 0:
-        ghs = _tile(GHS, b, rows, Nq, D, DP, rmask)
-    kend = Nk
-    if CAUSAL:
-        kend = tl.minimum(Nk, offset + pid * BM + BM)
+    hptr, hmask2 = _head_rows(b, rows, rmask, hcol, Nq, H)
+    m_all, l_all, dlt = _row_state(M, L, DLT, hptr, hmask2)
+    ud = _opt_tile(UD, b, rows, Nq, D, DP, rmask, BM, HAS_G, ACC)
+    ghs = _opt_tile(GHS, b, rows, Nq, D, DP, rmask, BM, HMODE > 0, ACC)
+    kend = _key_end(pid, Nk, offset, BM, CAUSAL)
     # pass a: Δ_k = Σ_j p_ijk dP_ijk with the very dP of pass b and of the key-tile kernel (not
     # dOq·oq: rounded differently, it would leave dS = p(dP − Δ) ≠ 0 where p is one-hot)
     for start in range(0, kend, BN):
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        g = tl.zeros((BM, BN), ACC)
-        gh = tl.zeros((BM, BN), ACC)
-        hb = tl.zeros((BN, DP), ACC)
-        if HAS_G or HMODE > 0:
-            hb = _tile(HM, b, cols, Nk, D, DP, cmask)
-        if HAS_G:
-            g = _mm(ud, tl.trans(hb), PREC, ACC, UPCAST)
-        if HMODE == 1:
-            gh = _mm(ghs, tl.trans(hb), PREC, ACC, UPCAST)
+        hb = _opt_tile(HM, b, cols, Nk, D, DP, cmask, BN, HAS_G or HMODE > 0, ACC)
+        g = _shared(ud, hb, HAS_G, BM, BN, PREC, ACC, UPCAST)
+        gh = _shared(ghs, hb, HMODE == 1, BM, BN, PREC, ACC, UPCAST)
         for hh in tl.static_range(H):
-            s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
-                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
-            p = tl.exp(s - _col(m_all, hcol, hh)[:, None]) / _col(l_all, hcol, hh)[:, None]
-            goq = _tile(GOQ, b * H + hh, rows, Nq, R, RP, rmask)
-            dp = _dp(goq, kh, gh, ghs, C, X, GOX, hh, b, rows, cols, rmask, cmask, hb, Nq, Nk,
-                     H, D, E, DP, EP, HMODE, HAS_X, PREC, ACC, UPCAST)
-            dlt += tl.where(hcol[None, :] == hh, tl.sum(p * dp, 1)[:, None], 0.0)
+            p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, hh, b, rows, cols, rmask,
+                                            cmask, g, gh, ghs, hb, m_all, l_all, hcol, Nq, Nk, offset,
+                                            H, R, D, E, RP, DP, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
+                                            HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+            dlt = _add_col(dlt, hcol, hh, tl.sum(p * dp, 1))
     tl.store(DLT + hptr, dlt, mask=hmask2)
     dud = tl.zeros((BM, DP), ACC)
     ddg = tl.zeros((BM, HP), ACC)
     for start in range(0, kend, BN):  # pass b
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        g = tl.zeros((BM, BN), ACC)
-        gh = tl.zeros((BM, BN), ACC)
-        hb = tl.zeros((BN, DP), ACC)
-        if HAS_G or HMODE > 0:
-            hb = _tile(HM, b, cols, Nk, D, DP, cmask)
-        if HAS_G:
-            g = _mm(ud, tl.trans(hb), PREC, ACC, UPCAST)
-        if HMODE == 1:
-            gh = _mm(ghs, tl.trans(hb), PREC, ACC, UPCAST)
+        hb = _opt_tile(HM, b, cols, Nk, D, DP, cmask, BN, HAS_G or HMODE > 0, ACC)
+        g = _shared(ud, hb, HAS_G, BM, BN, PREC, ACC, UPCAST)
+        gh = _shared(ghs, hb, HMODE == 1, BM, BN, PREC, ACC, UPCAST)
         dssum = tl.zeros((BM, BN), ACC)
         for hh in tl.static_range(H):
-            s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
-                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
-            p = tl.exp(s - _col(m_all, hcol, hh)[:, None]) / _col(l_all, hcol, hh)[:, None]
-            goq = _tile(GOQ, b * H + hh, rows, Nq, R, RP, rmask)
-            dp = _dp(goq, kh, gh, ghs, C, X, GOX, hh, b, rows, cols, rmask, cmask, hb, Nq, Nk,
-                     H, D, E, DP, EP, HMODE, HAS_X, PREC, ACC, UPCAST)
-            ds = p * (dp - _col(dlt, hcol, hh)[:, None])
+            p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, hh, b, rows, cols, rmask,
+                                            cmask, g, gh, ghs, hb, m_all, l_all, hcol, Nq, Nk, offset,
+                                            H, R, D, E, RP, DP, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
+                                            HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+            ds = p * (dp - _col(dlt, hcol, hh)[:, None])  # dS_k = P_k ∘ (dP_k − Δ_k)
             _put(DQ, b * H + hh, rows, Nq, R, RP, rmask, _mm(ds.to(kh.dtype), kh, PREC, ACC, UPCAST), True)
             if HAS_DELTA:
                 on_diag = (offset + rows)[:, None] == cols[None, :]
-                ddg += tl.where(hcol[None, :] == hh, tl.sum(tl.where(on_diag, ds, 0.0), 1)[:, None], 0.0)
+                ddg = _add_col(ddg, hcol, hh, tl.sum(tl.where(on_diag, ds, 0.0), 1))
             if HAS_G:
                 dssum += ds
         if HAS_G:  # d(ud) = (Σ_k dS_k) H, one product
@@ -267,9 +326,7 @@ def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, 
     cmask = cols < Nk
     dd = tl.arange(0, DP)
     hcol = tl.arange(0, HP)
-    hb = tl.zeros((BN, DP), ACC)
-    if HAS_G or HMODE > 0:
-        hb = _tile(HM, b, cols, Nk, D, DP, cmask)
+    hb = _opt_tile(HM, b, cols, Nk, D, DP, cmask, BN, HAS_G or HMODE > 0, ACC)
     dh = tl.zeros((BN, DP), ACC)
     dc = tl.zeros((HP, DP), ACC)
     qstart = 0
@@ -278,32 +335,20 @@ def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, 
     for r0 in range(qstart, Nq, BM):
         rows = r0 + tl.arange(0, BM)
         rmask = rows < Nq
-        hptr = (b * H + hcol[None, :]) * Nq + rows[:, None]
-        hmask2 = rmask[:, None] & (hcol < H)[None, :]
-        m_all = tl.load(M + hptr, mask=hmask2, other=0.0)
-        l_all = tl.load(L + hptr, mask=hmask2, other=1.0)
-        dlt = tl.load(DLT + hptr, mask=hmask2, other=0.0)
-        g = tl.zeros((BM, BN), ACC)
-        gh = tl.zeros((BM, BN), ACC)
-        ud = tl.zeros((BM, DP), ACC)
-        ghs = tl.zeros((BM, DP), ACC)
-        if HAS_G:
-            ud = _tile(UD, b, rows, Nq, D, DP, rmask)
-            g = _mm(ud, tl.trans(hb), PREC, ACC, UPCAST)
-        if HMODE > 0:
-            ghs = _tile(GHS, b, rows, Nq, D, DP, rmask)
-        if HMODE == 1:
-            gh = _mm(ghs, tl.trans(hb), PREC, ACC, UPCAST)
+        hptr, hmask2 = _head_rows(b, rows, rmask, hcol, Nq, H)
+        m_all, l_all, dlt = _row_state(M, L, DLT, hptr, hmask2)
+        ud = _opt_tile(UD, b, rows, Nq, D, DP, rmask, BM, HAS_G, ACC)
+        g = _shared(ud, hb, HAS_G, BM, BN, PREC, ACC, UPCAST)
+        ghs = _opt_tile(GHS, b, rows, Nq, D, DP, rmask, BM, HMODE > 0, ACC)
+        gh = _shared(ghs, hb, HMODE == 1, BM, BN, PREC, ACC, UPCAST)
         dssum = tl.zeros((BM, BN), ACC)
         psum = tl.zeros((BM, BN), ACC)
         for hh in tl.static_range(H):
-            s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
-                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
-            p = tl.exp(s - _col(m_all, hcol, hh)[:, None]) / _col(l_all, hcol, hh)[:, None]
-            goq = _tile(GOQ, b * H + hh, rows, Nq, R, RP, rmask)
-            dp = _dp(goq, kh, gh, ghs, C, X, GOX, hh, b, rows, cols, rmask, cmask, hb, Nq, Nk,
-                     H, D, E, DP, EP, HMODE, HAS_X, PREC, ACC, UPCAST)
-            ds = p * (dp - _col(dlt, hcol, hh)[:, None])
+            p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, hh, b, rows, cols, rmask,
+                                            cmask, g, gh, ghs, hb, m_all, l_all, hcol, Nq, Nk, offset,
+                                            H, R, D, E, RP, DP, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
+                                            HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+            ds = p * (dp - _col(dlt, hcol, hh)[:, None])  # dS_k = P_k ∘ (dP_k − Δ_k)
             dk = _mm(tl.trans(ds.to(qh.dtype)), qh, PREC, ACC, UPCAST) \
                 + _mm(tl.trans(p.to(goq.dtype)), goq, PREC, ACC, UPCAST)
             _put(DK, b * H + hh, cols, Nk, R, RP, cmask, dk, True)
@@ -317,7 +362,7 @@ def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, 
                 psum += p
             if HMODE == 2:
                 t = _mm(tl.trans(p.to(ghs.dtype)), ghs, PREC, ACC, UPCAST)  # (BN, DP) P_kᵀ dHs
-                ch = tl.load(C + hh * D + dd, mask=dd < D, other=0.0).to(ACC)
+                ch = _factor(C, hh, dd, D).to(ACC)
                 dh += t * ch[None, :]
                 dc += tl.where(hcol[:, None] == hh, tl.sum(t * hb.to(ACC), 0)[None, :], 0.0)
         if HAS_G:
