@@ -1,0 +1,69 @@
+"""The plateau page (docs/results/hyperset/plateau/README.md) is rendered from its folder's files alone (issue 22)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from energyformer.analysis.hyperset_plateau import FIG3A, RELEASED, render
+from energyformer.errors import DataError
+from energyformer.report.pages import Registry, Script
+from energyformer.report.render import render_page
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = "scripts/hyperset_plateau_summary.py"
+
+
+def _copy(tmp_path: Path):
+    """A root holding a copy of the page's folder and its script; returns (page, folder)."""
+    (page,) = Registry().select(["hyperset-plateau"])
+    folder = tmp_path / page.folder
+    shutil.copytree(ROOT / page.folder, folder)
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / SCRIPT, tmp_path / SCRIPT)
+    return page, folder
+
+
+def test_the_committed_page_is_the_scripts_render_of_the_committed_files():
+    (page,) = Registry().select(["hyperset-plateau"])
+    assert isinstance(page.generator, Script) and page.generator.path == SCRIPT
+    assert "--render-only" in page.generator.args
+    res = render_page(page, ROOT, in_place=False)
+    assert res.status == "ok", f"{res.problems} {res.diff}"
+
+
+def test_a_hand_edit_or_a_missing_input_is_detected(tmp_path):
+    page, folder = _copy(tmp_path)
+    md = folder / "README.md"
+    md.write_text(md.read_text().replace("0.0049", "0.0050", 1))
+    res = render_page(page, tmp_path, in_place=False)
+    assert res.status == "differs" and "0.0049" in res.diff
+    (folder / FIG3A).unlink()
+    with pytest.raises(DataError, match=FIG3A):
+        render_page(page, tmp_path, in_place=False)
+
+
+def test_the_numbers_follow_the_files(tmp_path):
+    _, folder = _copy(tmp_path)
+    before = render(folder)
+    f = folder / f"{RELEASED}.json"
+    data = json.loads(f.read_text())
+    for r in data["records"]:
+        if r["step"] == 200 and "probe_loss" in r:
+            r["alpha_abs"] = 0.0099
+    f.write_text(json.dumps(data))
+    after = render(folder)
+    assert "released code's 0.0049" in before and "released code's 0.0099" in after
+    assert "about 11 times faster" in before and "about 5 times faster" in after
+    csv = folder / FIG3A
+    csv.write_text(csv.read_text().replace("\n40,22.3,6\n", "\n40,21.0,6\n"))
+    assert "at epoch 40 21.0% vs 6.0%" in render(folder)
+
+
+def test_an_undescribed_probe_file_is_an_error(tmp_path):
+    _, folder = _copy(tmp_path)
+    (folder / "hyperset_new_d64_L8.json").write_text('{"records": []}')
+    with pytest.raises(DataError, match=r"hyperset_new_d64_L8.json: not described"):
+        render(folder)
