@@ -14,6 +14,8 @@ from energyformer.studies import expand, load_study
 from energyformer.studies.claims import evaluate
 from energyformer.studies.runner import load_results
 
+from .page_check import assert_page_rerenders
+
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "bare_sa"
 #: a 6-site, 3-colour Potts model and a few steps (the old program's `tiny` scale)
 POTTS_TINY = ["task.data.L=6", "task.data.C=3", "task.data.n_train=640", "task.data.n_test=128",
@@ -113,9 +115,5 @@ def test_a_blown_up_sweep_run_shows_no_own_conditional_ce_but_a_note(tmp_path):
 
 
 def test_committed_pages_rerender_from_their_records_alone(tmp_path):
-    out = tmp_path / "bare_sa"
-    shutil.copytree(PAGE, out)
-    assert REPRODUCTIONS["bare-sa"].main()(["--report-only", "--out", str(out)]) == 0
-    for md in PAGE.rglob("*.md"):
-        assert (out / md.relative_to(PAGE)).read_text() == md.read_text(), md
+    assert_page_rerenders(tmp_path, "bare-sa", PAGE)
     assert "gpu** — not run yet: `energyformer reproduce bare-sa --scale gpu" in (PAGE / "README.md").read_text()

@@ -3,7 +3,6 @@ the grid is the committed run set, the hooks measure a tiny run, claims decide o
 the committed pages re-render byte for byte."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,8 @@ from energyformer.analysis.gp_report import MODELS, worst_rise
 from energyformer.reproduce import REPRODUCTIONS
 from energyformer.studies import expand, load_study, study_path
 from energyformer.studies.claims import evaluate
+
+from .page_check import assert_page_rerenders
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "results" / "cem" / "gp"
@@ -69,11 +70,7 @@ def test_claims_on_synthetic_records():
 
 
 def test_committed_pages_rerender_from_their_records_alone(tmp_path):
-    out = tmp_path / "gp"
-    shutil.copytree(PAGE, out)
-    assert REPRODUCTIONS["cem-gp"].main()(["--report-only", "--out", str(out)]) == 0
-    for md in PAGE.rglob("*.md"):
-        assert (out / md.relative_to(PAGE)).read_text() == md.read_text(), md
+    assert_page_rerenders(tmp_path, "cem-gp", PAGE)
 
 
 def test_a_tiny_run_records_fit_size_and_recursion_and_renders(tmp_path):

@@ -3,7 +3,6 @@ claims decide on synthetic records as declared, and its committed pages re-rende
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,8 @@ from energyformer.analysis.lm_report import akima_log2_lr, akima_loss, lowest
 from energyformer.reproduce import REPRODUCTIONS
 from energyformer.studies import expand, load_study, study_path
 from energyformer.studies.claims import evaluate
+
+from .page_check import assert_page_rerenders
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "results" / "cem"
@@ -76,11 +77,7 @@ def test_claims_on_synthetic_records():
 
 
 def test_committed_pages_rerender_from_their_records_alone(tmp_path):
-    out = tmp_path / "cem"
-    shutil.copytree(PAGE, out)
-    assert REPRODUCTIONS["cem-lm"].main()(["--report-only", "--out", str(out)]) == 0
-    for md in ("README.md", "cpu/README.md"):
-        assert (out / md).read_text() == (PAGE / md).read_text(), md
+    assert_page_rerenders(tmp_path, "cem-lm", PAGE, ["README.md", "cpu/README.md"])
     rec = json.loads((PAGE / "cpu" / "results.json").read_text())
     assert len(rec["runs"]) == 34 and all(r["config_hash"] == "migrated" for r in rec["runs"].values())
 

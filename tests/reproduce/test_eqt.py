@@ -1,14 +1,14 @@
 """reproduce eqt is the study studies/eqt.yaml: both runs of a seed start from the same backbone, the
 gpu scale is the issue's preset, and the committed pages re-render byte for byte from their records."""
 
-import shutil
 from pathlib import Path
 
 import torch
 
 from energyformer.experiment import build_model, build_task, load_run_config, resolve
-from energyformer.reproduce import REPRODUCTIONS
 from energyformer.studies import expand, load_study
+
+from .page_check import assert_page_rerenders
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "eqt"
 
@@ -37,9 +37,5 @@ def test_gpu_scale_is_the_issue_preset():
 
 
 def test_committed_pages_rerender_from_their_records_alone(tmp_path):
-    out = tmp_path / "eqt"
-    shutil.copytree(PAGE, out)
-    assert REPRODUCTIONS["eqt"].main()(["--report-only", "--out", str(out)]) == 0
-    for md in PAGE.rglob("*.md"):
-        assert (out / md.relative_to(PAGE)).read_text() == md.read_text(), md
+    assert_page_rerenders(tmp_path, "eqt", PAGE)
     assert "gpu** — not run yet: `energyformer reproduce eqt --scale gpu" in (PAGE / "README.md").read_text()

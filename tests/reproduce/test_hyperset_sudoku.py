@@ -4,14 +4,14 @@ hook, and the committed pages re-render byte for byte from their records (claims
 test_sudoku_report.py)."""
 
 import json
-import shutil
 from pathlib import Path
 
 from energyformer.experiment import load_run_config
-from energyformer.reproduce import REPRODUCTIONS
 from energyformer.studies import expand, load_study
 from energyformer.studies.command import main as study_main
 from energyformer.studies.runner import run_study
+
+from .page_check import assert_page_rerenders
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "hyperset"
 TINY = ["model.dim=16", "model.heads=2", "model.iterations=2", "task.eval_iterations=[4]", "train.steps=2",
@@ -60,11 +60,7 @@ def test_toy_study_trains_both_models_and_records_every_hook(tmp_path, monkeypat
 
 
 def test_committed_pages_rerender_from_their_records_alone(tmp_path):
-    out = tmp_path / "hyperset"
-    shutil.copytree(PAGE, out)
-    assert REPRODUCTIONS["hyperset-sudoku"].main()(["--report-only", "--out", str(out)]) == 0
-    for md in ("README.md", "cpu/README.md"):
-        assert (out / md).read_text() == (PAGE / md).read_text(), md
+    assert_page_rerenders(tmp_path, "hyperset-sudoku", PAGE, ["README.md", "cpu/README.md"])
     index = (PAGE / "README.md").read_text()
     assert "gpu** — not run yet: `energyformer reproduce hyperset-sudoku --scale gpu" in index
     recs = json.loads((PAGE / "cpu" / "results.json").read_text())["runs"]

@@ -2,12 +2,13 @@
 sublayer kinds, and its committed pages re-render byte for byte from their records."""
 
 import json
-import shutil
 from pathlib import Path
 
 from energyformer.analysis.intrinsic_report import EXTRA_VARIANTS, SEED_VARIANTS, readout_note
 from energyformer.reproduce import REPRODUCTIONS
 from energyformer.studies import load_study, study_path
+
+from .page_check import assert_page_rerenders
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "results" / "intrinsic"
@@ -48,11 +49,7 @@ def test_nag_runs_with_the_pre_issue_23_readout_are_marked():
 
 def test_committed_pages_rerender_from_their_records_alone(tmp_path):
     """The page contract: a copy of the page folder (no run directories anywhere) renders to the same .md."""
-    out = tmp_path / "intrinsic"
-    shutil.copytree(PAGE, out)
-    assert REPRODUCTIONS["intrinsic-lm"].main()(["--report-only", "--out", str(out)]) == 0
-    for md in PAGE.rglob("*.md"):
-        assert (out / md.relative_to(PAGE)).read_text() == md.read_text(), md
+    assert_page_rerenders(tmp_path, "intrinsic-lm", PAGE)
     rec = json.loads((PAGE / "cpu" / "results.json").read_text())
     assert rec["format"] == 1 and all(r["config_hash"] == "migrated" for r in rec["runs"].values())
 
