@@ -89,5 +89,12 @@ def test_a_tiny_run_records_fit_size_and_recursion_and_renders(tmp_path):
     assert data["runs"]["rbf-r0-CEM-T4-eta0.5"]["metrics"]["recursion"]["eta"] == 0.5
     render_pages("cem-gp", spec, tmp_path / "page")
     page = (tmp_path / "page" / "cpu" / "README.md").read_text()
-    assert "Test RMSE (paper)" in page and "| **t2-vs-t1**" in page and "### RBF" in page
-    assert "CEM-T4-eta0.5" in (tmp_path / "page" / "cpu" / "findings.md").read_text()
+    assert "Test RMSE (paper)" in page and "| **t2-vs-t1**" in page and "### kernel = rbf" in page
+    assert "| CEM-T4-eta0.5 |" in page and "| **t4-eta** " in page
+
+
+def test_paper_table3_rows_are_complete():
+    spec = load_study("cem-gp")
+    table = next(b.table for b in spec.report["README.md"] if b.table and b.table.title == "Table 3")
+    assert {(r["kernel"], r["model"]) for r in table.paper} == {
+        (k, m) for k in ("rbf", "matern", "periodic", "rq", "gibbs") for m in MODELS}

@@ -8,7 +8,9 @@ TINY = {
     "title": "tiny parity study",
     "paper": {"seed": "003_787f33de758d5aaa", "section": "§4"},
     "page": "unused",
-    "render": "energyformer.analysis.eqt_report:render",
+    "report": {"README.md": [{"table": {"rows": ["length", "model"], "columns": [
+        {"label": "accuracy (K = 32)", "metric": "accuracy.k32", "agg": "mean_range", "fmt": ".2f"}]}},
+        {"claims": ""}]},
     "runs": {"config": {"model": {"baseline": "eqt/baseline", "eqt": "eqt/eqt"}},
              "grid": {"length": {8: ["task.data.length=8"]}},
              "overrides": ["model.dim=16", "model.n_layers=1", "model.heads=2", "task.batch_size=4",

@@ -96,7 +96,7 @@ def _p(name: str, sub: str, files: Sequence[str] = ("README.md",), generator: Ge
 
 PAGES: tuple[Page, ...] = (
     _p("cem", "cem", ["README.md", "cpu/README.md"], Reproduce("cem-lm"), inputs=("cpu/results.json",)),
-    _p("cem-gp", "cem/gp", ["README.md", "cpu/README.md", "cpu/findings.md"], Reproduce("cem-gp"),
+    _p("cem-gp", "cem/gp", ["README.md", "cpu/README.md"], Reproduce("cem-gp"),
        inputs=("cpu/results.json",)),
     _p("cem-benchmarks", "cem", ["benchmarks.md"], Script("benchmarks/lm_throughput.py", ("--render-only", "{out}")),
        inputs=("bench_lm_throughput.txt", "bench_cem_attention.txt"), readme=False),

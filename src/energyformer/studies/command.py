@@ -19,6 +19,7 @@ from ..utils.cliargs import count, nonneg_int
 from ..utils.paths import check_writable_dir
 from ..utils.validate import ConfigError
 from .claims import ClaimRow, evaluate
+from .page import render as render_page
 from .runner import hook, load_results, run_study
 from .spec import StudySpec, load_study
 
@@ -92,7 +93,7 @@ def render_pages(name: str, spec: StudySpec, out: Path) -> list[Path]:
             continue
         data = load_results(path, name, scale)
         rows = evaluate(spec, data["runs"], data.get("probes", {}))
-        hook(spec.render)(out / scale, spec, name, scale, data, rows)
+        (hook(spec.render) if spec.render else render_page)(out / scale, spec, name, scale, data, rows)
         rendered[scale] = rows
         written.append(out / scale / "README.md")
     (out / "README.md").write_text(render_index(name, spec, out, rendered))

@@ -43,6 +43,7 @@ from pydantic import Field, field_validator, model_validator
 from ..analysis.verdicts import Rules
 from ..utils.config import ConfigModel, load_config, read_yaml
 from ..utils.validate import ConfigError
+from .page_spec import BlockSpec
 
 SCALES = ("cpu", "gpu")
 _HOOK_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -300,8 +301,11 @@ class StudySpec(ConfigModel):
     paper: PaperRef
     page: str
     """the page folder, relative to the repository (docs/results/<x>)"""
-    render: str
-    """module:function(out, study, records) -> rendered .md paths"""
+    render: str | None = None
+    """module:function(out, study, name, scale, records, claim rows) -> rendered .md paths; without it the
+    page is ``report`` rendered by :mod:`energyformer.studies.page`"""
+    report: dict[str, list[BlockSpec]] = Field(default_factory=dict)
+    """{file: [blocks]}: the scale page as data (:mod:`energyformer.studies.page_spec`)"""
     runs: RunsSpec
     seeds: list[int] = Field(min_length=1)
     scales: dict[str, ScaleSpec]
@@ -315,7 +319,7 @@ class StudySpec(ConfigModel):
     @field_validator("render")
     @classmethod
     def _hook(cls, v):
-        if not _HOOK_RE.match(v):
+        if v is not None and not _HOOK_RE.match(v):
             raise ValueError(f"{v!r}: must be module:function")
         return v
 
@@ -342,6 +346,13 @@ class StudySpec(ConfigModel):
             for sel in sc.selections:
                 for a, labels in sel.items():
                     _check_labels(f"scales.{s}.only", axes, a, labels)
+        if (self.render is None) == (not self.report):
+            raise ValueError("give exactly one of render (a page function) or report (the page as blocks)")
+        for f, blocks in self.report.items():
+            for i, b in enumerate(blocks):
+                for key, axis in page_axes(b):
+                    if axis != "seed" and axis not in axes:
+                        raise ValueError(f"report.{f}[{i}].{key} = {axis!r}: allowed axes seed, {', '.join(axes)}")
         ids = [c.id for c in self.claims]
         if len(set(ids)) != len(ids):
             raise ValueError(f"claims: duplicate id among {ids}")
@@ -363,6 +374,22 @@ class StudySpec(ConfigModel):
                         raise ValueError(f"{key}.metric = {m!r}: allowed "
                                          f"{', '.join(sorted(self.metrics) + list(RUN_FIELDS))} (dotted paths inside them)")
         return self
+
+
+def page_axes(b: BlockSpec) -> list[tuple[str, str]]:
+    """(key, axis) of every axis a page block names: rows, group, series, panel, where."""
+    out: list[tuple[str, str]] = []
+    for kind in ("table", "plot"):
+        part = getattr(b, kind)
+        if part is None:
+            continue
+        names = ([("rows", a) for a in part.rows] + [("group", part.group)] if kind == "table"
+                 else [("series", part.series), ("panel", part.panel)])
+        out += [(f"{kind}.{k}", a) for k, a in names if a is not None]
+        out += [(f"{kind}.where", a) for a in part.where]
+        if kind == "table":
+            out += [(f"table.columns.minus", a) for c in part.columns for a in (c.minus or {})]
+    return out
 
 
 #: numbers every run record carries, usable as claim metrics beside the declared ones

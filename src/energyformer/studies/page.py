@@ -1,0 +1,251 @@
+"""Render a study's page from its records and its declared ``report:`` blocks (format: :mod:`.page_spec`).
+
+One renderer for every study (issue 22): what stays in Python per paper is metric hooks and the few
+figures and sections a table cannot say. ``README.md`` of a scale starts with the title and the command
+that rebuilt it; every number comes from ``results.json`` (ours) or a ``paper:`` row of the study (theirs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from statistics import fmean, stdev
+from typing import Any
+
+from .claims import ClaimRow, _matches, claims_table, metric_value
+from .page_spec import BlockSpec, ColumnSpec, TableSpec
+from .spec import StudySpec
+
+
+@dataclass(frozen=True)
+class PageContext:
+    """What a page block sees: the study, its name and scale, the scale's records, probes and claim rows."""
+
+    spec: StudySpec
+    name: str
+    scale: str
+    out: Path
+    data: dict
+    rows: list[ClaimRow]
+
+    @property
+    def records(self) -> list[dict]:
+        return list(self.data["runs"].values())
+
+    def labels(self, axis: str, where: dict | None = None) -> list[str]:
+        """The labels of ``axis`` present among the records (``where`` selects), in the study's order."""
+        recs = [r for r in self.records if _matches(r, where or {})]
+        if axis == "seed":
+            return [str(s) for s in sorted({int(r["seed"]) for r in recs})]
+        seen = {r.get("cell", {}).get(axis) for r in recs}
+        declared = self.spec.runs.axes.get(axis, [])
+        return [lab for lab in declared if lab in seen] + sorted(str(x) for x in seen - set(declared) - {None})
+
+    def select(self, where: dict) -> list[dict]:
+        """Records matching ``where`` (``seed`` allowed as an axis)."""
+        seed = where.get("seed")
+        rest = {k: v for k, v in where.items() if k != "seed"}
+        return [r for r in self.records if _matches(r, rest) and (seed is None or str(r["seed"]) == str(seed))]
+
+
+def fmt_value(v: Any, fmt: str) -> str:
+    """One value as the column declares: a format spec, ``si`` or ``text``; lists element-wise."""
+    if v is None:
+        return "–"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(fmt_value(x, fmt) for x in v)
+    if fmt == "text" or isinstance(v, str):
+        return str(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if fmt == "si":
+        for suffix, s in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+            if abs(v) >= s:
+                return f"{v / s:.2f}{suffix}"
+        return f"{v:g}"
+    if fmt.endswith("d") and isinstance(v, float) and v.is_integer():
+        v = int(v)   # a mean of equal integer counts
+    return format(v, fmt)
+
+
+def _scaled(v: Any, k: float) -> Any:
+    if k == 1.0 or v is None or isinstance(v, (str, bool)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_scaled(x, k) for x in v]
+    return v * k if isinstance(v, (int, float)) else v
+
+
+def column_values(ctx: PageContext, col: ColumnSpec, where: dict) -> dict[int, Any]:
+    """{seed: value} of a measured column for one row (``minus``: the paired difference per seed; a row
+    with more than one run per seed averages them)."""
+    by_seed: dict[int, list] = {}
+    for r in ctx.select(where):
+        v = metric_value(r, col.metric)
+        if v is not None:
+            by_seed.setdefault(int(r["seed"]), []).append(v)
+    vals = {s: (fmean(v) if len(v) > 1 and all(isinstance(x, (int, float)) for x in v) else v[0])
+            for s, v in by_seed.items()}
+    if col.minus:
+        other = column_values(ctx, col.model_copy(update={"minus": None}), {**where, **col.minus})
+        vals = {s: v - other[s] for s, v in vals.items() if s in other and isinstance(v, (int, float))}
+    return {s: _scaled(v, col.scale) for s, v in vals.items()}
+
+
+def aggregate(values: dict[int, Any], agg: str) -> Any:
+    """The column's aggregate of its per-seed values (None when there are none)."""
+    xs = [values[s] for s in sorted(values)]
+    if agg == "n":
+        return len(xs)
+    if not xs:
+        return None
+    if agg == "first":
+        return xs[0]
+    if agg == "seeds":
+        return xs
+    nums = [float(x) for x in xs if isinstance(x, (int, float))]
+    if not nums:
+        return xs[0]
+    return {"mean": fmean, "mean_std": fmean, "mean_range": fmean, "min": min, "max": max, "sum": sum}[agg](nums)
+
+
+def _cell(values: dict[int, Any], col: ColumnSpec, bold: bool) -> str:
+    v = aggregate(values, col.agg)
+    if v is None:
+        return "–"
+    nums = [float(x) for x in values.values() if isinstance(x, (int, float))]
+    if col.agg == "seeds":
+        text = " / ".join(fmt_value(x, col.fmt) for x in v)
+    else:
+        text = fmt_value(v, "d" if col.agg == "n" else col.fmt)
+    if col.agg == "mean_std" and len(nums) > 1:
+        text += f" ± {fmt_value(stdev(nums), col.fmt)}"
+    if col.agg == "mean_range" and len(nums) > 1:
+        text += f" [{fmt_value(min(nums), col.fmt)}, {fmt_value(max(nums), col.fmt)}]"
+    return f"**{text}**" if bold else text
+
+
+def _paper_row(table: TableSpec, labels: dict[str, str]) -> dict | None:
+    for row in table.paper:
+        if all(str(row.get(k)) == v for k, v in labels.items() if k in row):
+            return row
+    return None
+
+
+def _table_rows(ctx: PageContext, t: TableSpec, where: dict) -> list[list[str]]:
+    combos = [dict(zip(t.rows, c)) for c in product(*(ctx.labels(a, where) for a in t.rows))]
+    combos = [c for c in combos if ctx.select({**where, **c})]
+    values = [[column_values(ctx, col, {**where, **c}) if col.metric else None for col in t.columns] for c in combos]
+    best = {}
+    for j, col in enumerate(t.columns):
+        if col.best and col.metric:
+            aggs = [aggregate(v[j], col.agg) for v in values]
+            nums = [a for a in aggs if isinstance(a, (int, float))]
+            if nums:
+                best[j] = (min if col.best == "min" else max)(nums)
+    out = []
+    for c, vals in zip(combos, values):
+        row = list(c.values())
+        for j, col in enumerate(t.columns):
+            if col.paper is not None:
+                p = _paper_row(t, c)
+                row.append(fmt_value(p.get(col.paper), col.fmt if col.fmt != ".4g" else "text") if p else "–")
+            else:
+                row.append(_cell(vals[j], col, j in best and aggregate(vals[j], col.agg) == best[j]))
+        out.append(row)
+    return out
+
+
+def render_table(ctx: PageContext, t: TableSpec) -> str:
+    """The table's markdown (one per ``group`` label), with its title, text and the paper's source."""
+    head = [*t.rows, *(c.label for c in t.columns)]
+    groups = ctx.labels(t.group, t.where) if t.group else [None]
+    parts = [f"## {t.title}\n"] if t.title else []
+    if t.text:
+        parts.append(t.text.strip() + "\n")
+    for g in groups:
+        where = {**t.where, **({t.group: g} if g is not None else {})}
+        rows = _table_rows(ctx, t, where)
+        if not rows:
+            continue
+        if g is not None:
+            parts.append(f"### {t.group} = {g}\n")
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
+        parts.append("\n".join(lines) + "\n")
+    if t.paper_source:
+        parts.append(f"Paper columns: {t.paper_source} (copied, not measured).\n")
+    return "\n".join(parts)
+
+
+def render_setup(ctx: PageContext, setup: dict[str, str]) -> str:
+    """``- label: value`` per entry: the distinct values over the records (``a, b`` when runs differ),
+    then the hardware the runs were recorded on. Records migrated from an old program show the setup
+    list it recorded instead."""
+    lines = ["## Setup", ""]
+    recorded = ctx.data.get("setup") or {}   # migrated records carry the old program's setup list
+    lines += [f"- {k}: {v}" for k, v in recorded.items()]
+    for label, path in ({} if recorded else setup).items():
+        seen: list[str] = []
+        for r in ctx.records:
+            v = fmt_value(metric_value(r, path), "g" if isinstance(metric_value(r, path), float) else "text")
+            if v not in seen and v != "–":
+                seen.append(v)
+        lines.append(f"- {label}: {', '.join(seen) if seen else '–'}")
+    hw = sorted({r.get("hardware", "unrecorded") for r in ctx.records})
+    lines.append(f"- recorded on: {'; '.join(hw)}")
+    return "\n".join(lines) + "\n"
+
+
+def _text(ctx: PageContext, text: str) -> str:
+    for k, v in {"{name}": ctx.name, "{page}": ctx.spec.page, "{scale}": ctx.scale,
+                 "{runs}": str(len(ctx.records))}.items():
+        text = text.replace(k, v)
+    return text.strip() + "\n"
+
+
+def render_block(ctx: PageContext, b: BlockSpec) -> str:
+    from .runner import hook
+
+    if b.text is not None:
+        return _text(ctx, b.text)
+    if b.setup is not None:
+        return render_setup(ctx, b.setup)
+    if b.table is not None:
+        return render_table(ctx, b.table)
+    if b.claims is not None:
+        intro = (_text(ctx, b.claims) + "\n") if b.claims.strip() else ""
+        return ("## Claims (verdicts by the rules declared in "
+                f"`studies/{ctx.name}.yaml`)\n\n{intro}{claims_table(ctx.rows)}\n")
+    if b.plot is not None:
+        from .plots import line_plot
+
+        path = line_plot(ctx, b.plot, ctx.out / b.plot.file)
+        return f"![{b.plot.alt}]({b.plot.file})\n" if path else ""
+    if b.figure is not None:
+        path = hook(b.figure.fn)(ctx, ctx.out / b.figure.file)
+        if path is None:
+            return ""
+        cap = f"\n{_text(ctx, b.figure.caption)}" if b.figure.caption else ""
+        return f"![{b.figure.alt}]({b.figure.file})\n{cap}"
+    text = hook(b.section)(ctx)
+    return (text.strip() + "\n") if text else ""
+
+
+def render(out: Path, spec: StudySpec, name: str, scale: str, data: dict, rows: list[ClaimRow]) -> list[Path]:
+    """Write every file of ``spec.report`` into ``out`` (a scale's page folder); returns their paths."""
+    ctx = PageContext(spec, name, scale, out, data, rows)
+    written = []
+    for fname, blocks in spec.report.items():
+        parts = []
+        if fname == "README.md":
+            note = spec.scales[scale].note if scale in spec.scales else ""
+            parts.append(f"# {spec.title} — {scale} scale\n\nRendered from this folder's `results.json` by "
+                         f"`energyformer reproduce {name} --report-only --out {spec.page}` (study "
+                         f"`studies/{name}.yaml`; {len(ctx.records)} runs)." + (f" Scale: {note}" if note else "") + "\n")
+        parts += [s for s in (render_block(ctx, b) for b in blocks) if s]
+        (out / fname).write_text("\n".join(parts))
+        written.append(out / fname)
+    return written

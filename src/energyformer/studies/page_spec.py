@@ -1,0 +1,143 @@
+"""The page of a study as data (issue 22): blocks of text, setup lists, tables, plots and the claims.
+
+A study's ``report:`` maps a file of the scale's page folder to its blocks, in order::
+
+    report:
+      README.md:
+        - text: "Why T4 / T8 come out worse than T2: [findings.md](findings.md)."
+        - setup: {optimizer: resolved.train.optimizer.kind, lr: resolved.train.lr}
+        - table:
+            title: Table 3
+            rows: [kernel, model]               # one row per present combination, in declared order
+            columns:
+              - {label: Test RMSE (ours), metric: fit.test_rmse, agg: mean_std, fmt: .4f, best: min}
+              - {label: Test RMSE (paper), paper: test}
+            paper: [{kernel: rbf, model: Plain, test: "0.0158 ± 0.0024"}, ...]
+            paper_source: "seed 000, Appendix E, Table 3"
+        - plot: {file: rmse.png, alt: test RMSE against T, y: fit.test_rmse, x: steps, series: kernel}
+        - claims: "Test RMSE over the repetitions."
+        - section: module:function            # markdown a table cannot say: fn(ctx) -> str
+        - figure: {fn: module:function, file: recursion.png, alt: ...}   # fn(ctx, path) -> path | None
+
+Values are dotted paths into a run record (:func:`energyformer.studies.claims.metric_value`): a metric
+(``fit.test_rmse``) or a record field (``seconds``, ``params.total``, ``resolved.train.lr``, ``seed``,
+``cell.model``). The paper's numbers are rows of ``paper`` (keyed by the row axes) and never measured.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ..utils.config import ConfigModel
+
+def _labels(v: dict | None) -> dict:
+    """Axis labels are strings (YAML reads 64 as an int)."""
+    return {k: [str(x) for x in x_] if isinstance(x_, list) else str(x_) for k, x_ in (v or {}).items()}
+
+
+AGGS = ("mean", "mean_std", "mean_range", "min", "max", "first", "seeds", "n", "sum")
+
+
+class ColumnSpec(ConfigModel):
+    """One column: a measurement aggregated over the row's runs, or a column of the paper's rows."""
+
+    label: str
+    metric: str | None = None
+    #: over the row's runs (one per seed, more when the row leaves an axis open): mean, mean ± sample std,
+    #: mean [min, max], min, max, the first value, one value per seed ("0.91 / 0.93"), the number of runs, sum
+    agg: Literal[AGGS] = "mean"  # type: ignore[valid-type]
+    #: a Python format spec (".4f", ".1%", ",d"), "si" (22.67K, Table 3 style) or "text" (str()); lists are
+    #: formatted element-wise and joined by ", "
+    fmt: str = ".4g"
+    scale: float = 1.0
+    #: a paired difference: the same row with these labels replaced, per seed, before aggregating
+    minus: dict[str, str] | None = None
+    #: the paper's value: this key of the paper row matching the row's labels ("–" when none)
+    paper: str | None = None
+    #: bold the best row's value (within a group)
+    best: Literal["min", "max"] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> ColumnSpec:
+        if (self.metric is None) == (self.paper is None):
+            raise ValueError(f"column {self.label!r}: give exactly one of metric (ours) or paper (the paper's value)")
+        return self
+
+
+class TableSpec(ConfigModel):
+    """Rows = the present combinations of ``rows`` (axes of the study, or ``seed``) among the runs ``where``
+    selects; one table per label of ``group`` (under a ``###`` heading) when given."""
+
+    title: str | None = None
+    text: str = ""
+    rows: list[str] = Field(min_length=1)
+    where: dict[str, str | list[str]] = Field(default_factory=dict)
+    group: str | None = None
+    columns: list[ColumnSpec] = Field(min_length=1)
+    paper: list[dict[str, Any]] = Field(default_factory=list)
+    paper_source: str = ""
+
+    @field_validator("where", mode="before")
+    @classmethod
+    def _str(cls, v):
+        return _labels(v)
+
+
+class PlotSpec(ConfigModel):
+    """A line plot: ``y`` against ``x`` (an axis with numeric labels, or for curves a key of the list
+    ``y`` names), one line per label of ``series``, one panel per label of ``panel``; mean over seeds with
+    their min-max as a band; the paper's points (``paper``: rows with the series/panel labels, x and y)
+    dashed beside ours."""
+
+    file: str
+    alt: str
+    y: str
+    x: str | None = None
+    y_key: str | None = None          # curves: y is a list of dicts; plot d[y_key] against d[x]
+    series: str | None = None
+    panel: str | None = None
+    where: dict[str, str | list[str]] = Field(default_factory=dict)
+    scale: float = 1.0
+    logx: bool = False
+    logy: bool = False
+    xlabel: str = ""
+    ylabel: str = ""
+    title: str = ""
+    paper: list[dict[str, Any]] = Field(default_factory=list)
+    paper_label: str = "paper"
+
+    @field_validator("where", mode="before")
+    @classmethod
+    def _str(cls, v):
+        return _labels(v)
+
+
+class FigureSpec(ConfigModel):
+    """A figure only Python can draw: ``fn(ctx, path) -> path | None`` (None: nothing to draw)."""
+
+    fn: str
+    file: str
+    alt: str
+    caption: str = ""
+
+
+class BlockSpec(ConfigModel):
+    """One block of a page; exactly one key."""
+
+    text: str | None = None
+    setup: dict[str, str] | None = None
+    table: TableSpec | None = None
+    plot: PlotSpec | None = None
+    figure: FigureSpec | None = None
+    claims: str | None = None
+    section: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> BlockSpec:
+        given = [k for k in type(self).model_fields if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a page block has exactly one of {', '.join(type(self).model_fields)}; got "
+                             f"{', '.join(given) or 'none'}")
+        return self
