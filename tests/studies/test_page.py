@@ -81,9 +81,44 @@ def test_page_blocks_are_validated(tmp_path):
     msg = _err(tmp_path, lambda d: d.update(render="energyformer.analysis.eqt_report:render"))
     assert "exactly one of render" in msg
     assert "agg" in _err(tmp_path, lambda d: d["report"]["README.md"][0]["table"]["columns"][0].update(agg="median"))
+    msg = _err(tmp_path, lambda d: d["report"]["README.md"][0]["table"]["columns"][0].update(where={"kernel": "rbf"}))
+    assert "table.columns.where = 'kernel'" in msg
+    msg = _err(tmp_path, lambda d: d["report"]["README.md"][0]["table"]["columns"][0].update(reduce={"over": "x", "fn": "m:f"}))
+    assert "table.columns.reduce.over = 'x'" in msg
 
 
 def test_committed_studies_pages_name_real_axes():
     # every committed study loads (its page blocks name axes it has)
     for f in sorted((Path(__file__).resolve().parents[2] / "studies").glob("*.yaml")):
         load_study(f.stem)
+
+
+def test_column_where_and_reduce_over_an_open_axis(tmp_path):
+    spec = load_study(write(tmp_path / "s.yaml"))
+    runs = {f"{m}{n}_{s}": _rec(m, n, s, a + int(n) + s) for m, a in (("baseline", 50.0), ("eqt", 90.0))
+            for n in ("8", "16") for s in (0, 1)}
+    ctx = PageContext(spec, "tiny", "cpu", tmp_path, {"runs": runs}, [])
+    t = TableSpec(rows=["model"], columns=[
+        {"label": "at 16", "metric": "accuracy.k32", "where": {"length": 16}, "agg": "seeds", "fmt": ".0f"},
+        {"label": "lowest", "metric": "accuracy.k32", "agg": "seeds", "fmt": ".0f",
+         "reduce": {"over": "length", "fn": "energyformer.analysis.lm_report:lowest"}}])
+    text = render_table(ctx, t)
+    assert "| baseline | 66 / 67 | 58 / 59 |" in text and "| eqt | 106 / 107 | 98 / 99 |" in text
+
+
+def test_setup_paragraph_of_migrated_records_and_plot_ticks(ctx, monkeypatch):
+    from energyformer.studies.page import render_setup
+    from energyformer.studies.page_spec import PlotSpec
+    from energyformer.studies.plots import line_plot
+
+    setup = render_setup(PageContext(ctx.spec, "tiny", "cpu", ctx.out, {**ctx.data, "setup": "**What ran**: x."}, []), {})
+    assert setup == "## Setup\n\n**What ran**: x.\n\n- recorded on: cpu\n"
+    import matplotlib.pyplot as plt
+
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    spec = PlotSpec(file="p.png", alt="p", y="accuracy.k32", x="length", series="model", logx=True, xticks=[4, 8, 16])
+    assert line_plot(ctx, spec, ctx.out / "p.png") is not None
+    ax = figs[0].axes[0]
+    assert list(ax.get_xticks()) == [4, 8, 16] and [t.get_text() for t in ax.get_xticklabels()] == ["4", "8", "16"]
+    assert len(ax.xaxis.get_minorticklocs()) == 0

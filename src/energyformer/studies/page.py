@@ -81,6 +81,9 @@ def _scaled(v: Any, k: float) -> Any:
 def column_values(ctx: PageContext, col: ColumnSpec, where: dict) -> dict[int, Any]:
     """{seed: value} of a measured column for one row (``minus``: the paired difference per seed; a row
     with more than one run per seed averages them)."""
+    where = {**where, **col.where}
+    if col.reduce is not None:
+        return {s: _scaled(v, col.scale) for s, v in _reduced(ctx, col, where).items()}
     by_seed: dict[int, list] = {}
     for r in ctx.select(where):
         v = metric_value(r, col.metric)
@@ -92,6 +95,21 @@ def column_values(ctx: PageContext, col: ColumnSpec, where: dict) -> dict[int, A
         other = column_values(ctx, col.model_copy(update={"minus": None}), {**where, **col.minus})
         vals = {s: v - other[s] for s, v in vals.items() if s in other and isinstance(v, (int, float))}
     return {s: _scaled(v, col.scale) for s, v in vals.items()}
+
+
+def _reduced(ctx: PageContext, col: ColumnSpec, where: dict) -> dict[int, float]:
+    """{seed: fn(labels, means)}: per seed, the mean of each label of ``col.reduce.over`` among the row's
+    runs, reduced by the claim reducer ``col.reduce.fn`` (a seed it gives None is left out)."""
+    from .runner import hook
+
+    groups: dict[int, dict[str, list[float]]] = {}
+    for r in ctx.select(where):
+        v = metric_value(r, col.metric)
+        if isinstance(v, (int, float)):
+            label = r.get("cell", {}).get(col.reduce.over)
+            groups.setdefault(int(r["seed"]), {}).setdefault(label, []).append(float(v))
+    out = {s: hook(col.reduce.fn)(list(g), [fmean(x) for x in g.values()]) for s, g in sorted(groups.items())}
+    return {s: float(v) for s, v in out.items() if v is not None}
 
 
 def aggregate(values: dict[int, Any], agg: str) -> Any:
@@ -186,7 +204,10 @@ def render_setup(ctx: PageContext, setup: dict[str, str]) -> str:
     list it recorded instead."""
     lines = ["## Setup", ""]
     recorded = ctx.data.get("setup") or {}   # migrated records carry the old program's setup list
-    lines += [f"- {k}: {v}" for k, v in recorded.items()]
+    if isinstance(recorded, str):             # ... or its setup paragraph
+        lines += [recorded.strip(), ""]
+    else:
+        lines += [f"- {k}: {v}" for k, v in recorded.items()]
     for label, path in ({} if recorded else setup).items():
         seen: list[str] = []
         for r in ctx.records:

@@ -37,6 +37,21 @@ def _labels(v: dict | None) -> dict:
     return {k: [str(x) for x in x_] if isinstance(x_, list) else str(x_) for k, x_ in (v or {}).items()}
 
 
+class ColumnReduce(ConfigModel):
+    """Per seed, the row's runs grouped by the labels of one axis it leaves open, each label's mean reduced
+    to one number by a claim reducer ``fn(labels, values) -> float | None`` (e.g. an interpolated optimum)."""
+
+    over: str
+    fn: str
+
+    @field_validator("fn")
+    @classmethod
+    def _hook(cls, v):
+        if ":" not in v:
+            raise ValueError(f"{v!r}: must be module:function")
+        return v
+
+
 AGGS = ("mean", "mean_std", "mean_range", "min", "max", "first", "seeds", "n", "sum")
 
 
@@ -58,6 +73,15 @@ class ColumnSpec(ConfigModel):
     paper: str | None = None
     #: bold the best row's value (within a group)
     best: Literal["min", "max"] | None = None
+    #: a selection of this column merged into the row's (e.g. one column per learning rate)
+    where: dict[str, str | list[str]] = Field(default_factory=dict)
+    #: per seed, reduce an axis the row leaves open by a claim reducer: {over: lr, fn: module:function}
+    reduce: ColumnReduce | None = None
+
+    @field_validator("where", mode="before")
+    @classmethod
+    def _str(cls, v):
+        return _labels(v)
 
     @model_validator(mode="after")
     def _one(self) -> ColumnSpec:
@@ -107,6 +131,8 @@ class PlotSpec(ConfigModel):
     title: str = ""
     paper: list[dict[str, Any]] = Field(default_factory=list)
     paper_label: str = "paper"
+    #: x ticks at exactly these values, labelled as written (e.g. a learning-rate grid on a log axis)
+    xticks: list[float] | None = None
 
     @field_validator("where", mode="before")
     @classmethod

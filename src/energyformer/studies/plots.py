@@ -44,6 +44,7 @@ def line_plot(ctx, spec: PlotSpec, path: Path) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
 
     panels = ctx.labels(spec.panel, spec.where) if spec.panel else [None]
     series = ctx.labels(spec.series, spec.where) if spec.series else [None]
@@ -71,6 +72,9 @@ def line_plot(ctx, spec: PlotSpec, path: Path) -> Path | None:
                         label=f"{spec.paper_label}" + (f" ({s})" if s else ""))
         ax.set_xscale("log" if spec.logx else "linear")
         ax.set_yscale("log" if spec.logy else "linear")
+        if spec.xticks:
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xticks(spec.xticks, [f"{t:g}" for t in spec.xticks])
         ax.set_xlabel(spec.xlabel or spec.x or "")
         ax.set_ylabel(spec.ylabel or spec.y)
         ax.set_title(" ".join(t for t in (spec.title, f"{spec.panel} = {p}" if p else "") if t))

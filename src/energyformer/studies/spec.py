@@ -389,6 +389,8 @@ def page_axes(b: BlockSpec) -> list[tuple[str, str]]:
         out += [(f"{kind}.where", a) for a in part.where]
         if kind == "table":
             out += [(f"table.columns.minus", a) for c in part.columns for a in (c.minus or {})]
+            out += [(f"table.columns.where", a) for c in part.columns for a in c.where]
+            out += [(f"table.columns.reduce.over", c.reduce.over) for c in part.columns if c.reduce]
     return out
 
 
