@@ -2,19 +2,9 @@
 
 import math
 
-from energyformer.analysis.intrinsic_report import history_points, loss_at, scale_verdict, steps_to_reach, summarise
+from energyformer.analysis.intrinsic_report import history_points, loss_at, scale_verdict, steps_to_reach
 from energyformer.studies import load_study
 from energyformer.studies.claims import evaluate
-
-P = {"attention": 1, "mlp": 1, "embedding": 1, "head": 0, "other": 0, "total": 3}
-
-
-def _runs(offsets: dict[str, list[float]]):
-    """Loss curves 5 + 3 exp(-s/30) + offset per seed, evaluated every 10 of 100 steps."""
-    return {v: [{"seed": i, "params": P, "tokens_per_s": 1.0,
-                 "history": [(s, 5 + 3 * math.exp(-s / 30) + o) for s in range(10, 101, 10)]}
-                for i, o in enumerate(offs)] for v, offs in offsets.items()}
-
 
 def _verdicts(offsets):
     """The study's claims on Shakespeare records whose curves are 5 + 3 exp(-s/30) + offset."""
@@ -61,9 +51,9 @@ def test_a_claim_on_a_single_seed_is_undecided():
 
 
 def test_scale_verdict_compares_the_spread_of_variants_with_seed_noise():
-    tight = summarise(_runs({"mha": [0.0, 0.1], "momen_mha": [0.05, 0.12], "nag_mha": [0.02]}), 100, 10)
-    assert "cannot tell the variants apart" in scale_verdict(tight)
-    wide = summarise(_runs({"mha": [0.0, 0.01], "momen_mha": [0.5, 0.51]}), 100, 10)
-    assert "separates at least the extreme variants" in scale_verdict(wide)
-    one = summarise(_runs({"mha": [0.0], "momen_mha": [0.5]}), 100, 10)
-    assert "no noise estimate" in scale_verdict(one)
+    """{variant: final loss per seed}: spread of the means against twice the largest seed range."""
+    tight = scale_verdict({"mha": [5.0, 5.1], "momen_mha": [5.05, 5.12], "nag_mha": [5.02]})
+    assert "span 0.065 nats (nag_mha 5.020 to momen_mha 5.085)" in tight
+    assert "cannot tell the variants apart" in tight and "2 of 3 variants have ≥ 2 seeds" in tight
+    assert "separates at least the extreme variants" in scale_verdict({"mha": [5.0, 5.01], "momen_mha": [5.5, 5.51]})
+    assert "no noise estimate" in scale_verdict({"mha": [5.0], "momen_mha": [5.5]})

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from energyformer.studies import load_study
-from energyformer.studies.page import PageContext, aggregate, fmt_value, render, render_table
+from energyformer.studies.page import PageContext, aggregate, fmt_value, render, render_setup, render_table
 from energyformer.studies.page_spec import TableSpec
 from energyformer.utils.validate import ConfigError
 
@@ -107,7 +107,6 @@ def test_column_where_and_reduce_over_an_open_axis(tmp_path):
 
 
 def test_setup_paragraph_of_migrated_records_and_plot_ticks(ctx, monkeypatch):
-    from energyformer.studies.page import render_setup
     from energyformer.studies.page_spec import PlotSpec
     from energyformer.studies.plots import line_plot
 
@@ -122,3 +121,17 @@ def test_setup_paragraph_of_migrated_records_and_plot_ticks(ctx, monkeypatch):
     ax = figs[0].axes[0]
     assert list(ax.get_xticks()) == [4, 8, 16] and [t.get_text() for t in ax.get_xticklabels()] == ["4", "8", "16"]
     assert len(ax.xaxis.get_minorticklocs()) == 0
+
+
+def test_a_curve_of_pairs_is_plotted_and_the_records_note_is_in_the_setup(ctx):
+    """A metric holding [x, y] pairs (a history) is a curve; results.json's ``note`` ends the setup list."""
+    from energyformer.studies.page_spec import PlotSpec
+    from energyformer.studies.plots import series_points
+
+    for r in ctx.records:
+        r["metrics"]["hist"] = [[10, r["metrics"]["accuracy"]["k32"]], [20, 1.0]]
+    pts = series_points(ctx, PlotSpec(file="h.png", alt="h", y="hist"), {"model": "eqt"})
+    assert pts == {10.0: [90.0, 91.0], 20.0: [1.0, 1.0]}
+    ctx.data["note"] = "recorded on a busy machine"
+    setup = render_setup(ctx, {"lr": "resolved.train.lr"})
+    assert setup.endswith("- lr: 0.1\n- recorded on: cpu\n- note: recorded on a busy machine\n")

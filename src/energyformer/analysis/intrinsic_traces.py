@@ -76,8 +76,7 @@ def depth_traces(model: nn.Module, idx: Tensor) -> dict[str, list[float]]:
     return out
 
 
-def plot_depth_traces(traces: dict[str, dict[str, list[float]]], path: Path,
-                      labels: dict[str, str] | None = None) -> Path:
+def plot_depth_traces(traces: dict[str, dict[str, list[float]]], path: Path) -> Path:
     """Depth traces (one line per run: :func:`depth_traces` of its trained model, as the study records
     them) -> PNG."""
     import matplotlib
@@ -91,11 +90,11 @@ def plot_depth_traces(traces: dict[str, dict[str, list[float]]], path: Path,
         for layer in range(len(tr["before"])):  # one segment per layer: each layer has its own energy
             line, = ax1.plot([layer, layer + 0.5, layer + 1.0],
                              [tr["before"][layer], tr["after_attn"][layer], tr["after_ffn"][layer]],
-                             marker=".", color=color, label=(labels or {}).get(name, name) if layer == 0 else None)
+                             marker=".", color=color, label=name if layer == 0 else None)
             color = line.get_color()
         if tr["velocity"]:
             ax2.plot([0.5 * (k + 1) for k in range(len(tr["velocity"]))], tr["velocity"], marker="o",
-                     color=line.get_color(), label=(labels or {}).get(name, name))
+                     color=line.get_color(), label=name)
     ax1.set_xlabel("layer l: F_l at l (before attention), l + 0.5 (after it), l + 1 (after the FFN)")
     ax1.set_ylabel("attention free energy F_l (mean over tokens)")
     ax1.set_title("free energy of each layer's attention, before/after its sublayers")

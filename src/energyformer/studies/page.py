@@ -200,8 +200,8 @@ def render_table(ctx: PageContext, t: TableSpec) -> str:
 
 def render_setup(ctx: PageContext, setup: dict[str, str]) -> str:
     """``- label: value`` per entry: the distinct values over the records (``a, b`` when runs differ),
-    then the hardware the runs were recorded on. Records migrated from an old program show the setup
-    list it recorded instead."""
+    then the hardware the runs were recorded on and the records' ``note``, if any. Records migrated from
+    an old program show the setup list it recorded instead."""
     lines = ["## Setup", ""]
     recorded = ctx.data.get("setup") or {}   # migrated records carry the old program's setup list
     if isinstance(recorded, str):             # ... or its setup paragraph
@@ -217,6 +217,8 @@ def render_setup(ctx: PageContext, setup: dict[str, str]) -> str:
         lines.append(f"- {label}: {', '.join(seen) if seen else '–'}")
     hw = sorted({r.get("hardware", "unrecorded") for r in ctx.records})
     lines.append(f"- recorded on: {'; '.join(hw)}")
+    if ctx.data.get("note"):   # the records' own note (results.json ``note``)
+        lines.append(f"- note: {ctx.data['note']}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,9 +1,9 @@
 """The generic line plot of a study page (:class:`.page_spec.PlotSpec`), drawn with matplotlib (Agg).
 
 Ours: the mean over seeds with the seeds' min-max as a band; the paper's points dashed in black. A value
-that is a list of dicts is a curve (``x`` and ``y_key`` name its keys), a list of numbers a curve over
-1, 2, ...; a number is one point at the numeric label of the ``x`` axis, or at the record's value of the
-path ``x`` when ``x`` is not an axis.
+that is a list of dicts is a curve (``x`` and ``y_key`` name its keys), a list of [x, y] pairs a curve,
+a list of numbers a curve over 1, 2, ...; a number is one point at the numeric label of the ``x`` axis, or
+at the record's value of the path ``x`` when ``x`` is not an axis.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from .page_spec import PlotSpec
 
 def _points(value: Any, spec: PlotSpec, x_label: str | None) -> list[tuple[float, float]]:
     if isinstance(value, list):
+        if value and all(isinstance(d, (list, tuple)) and len(d) == 2 for d in value):
+            return [(float(x), float(y)) for x, y in value if isinstance(y, (int, float))]   # [x, y] pairs
         if spec.y_key is None or spec.x is None:
             return [(i + 1.0, float(v)) for i, v in enumerate(value) if isinstance(v, (int, float))]
         return [(float(d[spec.x]), float(d[spec.y_key])) for d in value
