@@ -58,6 +58,10 @@ class ColumnSpec(ConfigModel):
     paper: str | None = None
     #: bold the best row's value (within a group)
     best: Literal["min", "max"] | None = None
+    #: a curve (a list of dicts, or a dict of dicts keyed by x): the list of its values under this key
+    key: str | None = None
+    #: a list of numbers: the mean of its last ``tail`` values (e.g. the final training loss)
+    tail: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _one(self) -> ColumnSpec:
@@ -107,6 +111,10 @@ class PlotSpec(ConfigModel):
     title: str = ""
     paper: list[dict[str, Any]] = Field(default_factory=list)
     paper_label: str = "paper"
+    x_start: float = 1.0              # a list of numbers is a curve over x_start, x_start + 1, ...
+    smooth: int = Field(default=1, ge=1)   # curves: the mean of each run of ``smooth`` consecutive points
+    hlines: list[float] = Field(default_factory=list)   # reference levels (chance, ln 2), dotted grey
+    vline: str | None = None          # a dotted grey line at each value of this path (e.g. the training count)
 
     @field_validator("where", mode="before")
     @classmethod
