@@ -1,11 +1,12 @@
 """The generic line plot of a study page (:class:`.page_spec.PlotSpec`), drawn with matplotlib (Agg).
 
-Ours: the mean over seeds with the seeds' min-max as a band; the paper's points dashed in black. A value
-that is a list of dicts is a curve (``x`` and ``y_key`` name its keys), a list of numbers a curve over
-1, 2, ...; a number is one point at the numeric label of the ``x`` axis, or at the record's value of the
-path ``x`` when ``x`` is not an axis. A dict of dicts is a curve keyed by x (``y_key`` names the value); a
-list of lists of numbers gives several samples at each x (e.g. one per head: their mean, their range as the
-band). The paper's rows sharing an x (several runs) are drawn as their mean with their range as a grey band.
+Ours: the mean over seeds with the seeds' min-max as a band; the paper's points dashed (black, or in the
+colour of their series; rows sharing an x, e.g. the paper's runs, as their mean with their range as a band).
+A value that is a list of dicts is a curve (``x`` and ``y_key`` name its keys), a dict of dicts a curve keyed
+by x (``y_key`` names the value), a list of numbers a curve over x_start, x_start + 1, ... (a list of lists
+of numbers: several samples at each x, e.g. heads: their mean, their range as the band); a number is one
+point at the numeric label of the ``x`` axis, or at the record's value of the path ``x`` when ``x`` is not
+an axis.
 """
 
 from __future__ import annotations
@@ -71,12 +72,14 @@ def line_plot(ctx, spec: PlotSpec, path: Path) -> Path | None:
         return None
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.6), squeeze=False)
     for ax, p in zip(axes[0], panels):
+        colour: dict = {}   # the paper's line of a series in its colour (no series: black)
         for s in series:
             pts = lines[(p, s)]
             if not pts:
                 continue
             xs, ys = list(pts), [fmean(v) for v in pts.values()]
             (line,) = ax.plot(xs, ys, "o-" if len(xs) < 30 else "-", ms=3, label=s or "ours")
+            colour[s] = line.get_color()
             if any(len(v) > 1 for v in pts.values()):
                 ax.fill_between(xs, [min(v) for v in pts.values()], [max(v) for v in pts.values()],
                                 color=line.get_color(), alpha=0.2)
@@ -88,10 +91,11 @@ def line_plot(ctx, spec: PlotSpec, path: Path) -> Path | None:
                     paper.setdefault(float(r["x"]), []).append(float(r["y"]))
             if paper:
                 xs = sorted(paper)
-                ax.plot(xs, [fmean(paper[x]) for x in xs], "k--" if len(xs) > 1 else "kx", lw=1, alpha=0.7,
+                c = colour.get(s, "k") if s is not None else "k"
+                ax.plot(xs, [fmean(paper[x]) for x in xs], "--" if len(xs) > 1 else "x", color=c, lw=1, alpha=0.7,
                         label=f"{spec.paper_label}" + (f" ({s})" if s and s is not _ANY else ""))
                 if any(len(v) > 1 for v in paper.values()):
-                    ax.fill_between(xs, [min(paper[x]) for x in xs], [max(paper[x]) for x in xs], color="k", alpha=0.1)
+                    ax.fill_between(xs, [min(paper[x]) for x in xs], [max(paper[x]) for x in xs], color=c, alpha=0.1)
         for level in spec.hlines:
             ax.axhline(level, ls=":", color="grey", lw=1)
         for v in sorted({metric_value(r, spec.vline) for r in ctx.select(spec.where)} - {None}) if spec.vline else []:
