@@ -61,7 +61,8 @@ def train_ce(run, key: str = "train/ce") -> list[float]:
 def overheads(ctx) -> str:
     """Page section: parameters from the records, step-time ratios from the committed ``overheads.json``
     (``benchmarks/eqt.py --json``: interleaved, repeated), the paper's (§5.3.3) beside them."""
-    n = {m: next((r["params"]["total"] for r in ctx.records if r["cell"]["model"] == m), None) for m in ("baseline", "eqt")}
+    n = {m: next((r["params"]["total"] for r in ctx.records if r["cell"]["model"] == m), None)
+         for m in ("baseline", "eqt")}
     if None in n.values():
         return ""
     params = f"+{100 * (n['eqt'] / n['baseline'] - 1):.1f}% ({n['baseline']} → {n['eqt']})"
