@@ -78,7 +78,7 @@ def test_page_blocks_are_validated(tmp_path):
     assert "report.README.md[0].table.rows = 'kernel'" in msg and "seed, model, length" in msg
     msg = _err(tmp_path, lambda d: d["report"]["README.md"][0]["table"]["columns"].append({"label": "x"}))
     assert "exactly one of metric" in msg
-    msg = _err(tmp_path, lambda d: d.update(render="energyformer.analysis.eqt_report:render"))
+    msg = _err(tmp_path, lambda d: d.update(render="energyformer.analysis.some_report:render"))
     assert "exactly one of render" in msg
     assert "agg" in _err(tmp_path, lambda d: d["report"]["README.md"][0]["table"]["columns"][0].update(agg="median"))
 
