@@ -6,7 +6,7 @@ import math
 import torch
 
 from energyformer.analysis.hyperset import (
-    average_angle, effective_rank, is_decreasing, plot_energies, plot_extrapolation, plot_rank_angle, trajectory,
+    average_angle, effective_rank, is_decreasing, plot_energies, plot_rank_angle, trajectory,
 )
 from energyformer.models import MODELS, ModelConfig
 
@@ -52,5 +52,4 @@ def test_trajectory_lengths_and_plots(tmp_path):
     assert tb["e_total"][0] is None and len(tb["angle"]) == 5
     plot_energies(tr, 2, tmp_path / "e.png")
     plot_rank_angle({"a": tr, "b": tb}, 2, tmp_path / "r.png")
-    plot_extrapolation({"a": {1: 0.0, 2: 1.0}}, 1, tmp_path / "x.png")
-    assert all((tmp_path / f).stat().st_size > 1000 for f in ("e.png", "r.png", "x.png"))
+    assert all((tmp_path / f).stat().st_size > 1000 for f in ("e.png", "r.png"))

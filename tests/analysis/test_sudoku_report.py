@@ -1,6 +1,6 @@
 """The hyperset-sudoku study's claims by their declared rules: every verdict each rule can reach, on the
-committed records edited in memory (nothing is trained); the numbers the hooks derive; the paper constants
-and the study file's bound traced to their source."""
+committed records edited in memory (nothing is trained); the numbers the hooks derive; the paper's rows of
+the study's page and its declared bound traced to their source."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from energyformer.analysis.sudoku_report import (
-    ACC_BOUND, PAPER, accuracies, counts, energy_summary, max_step, plateau_exit, wilson,
-)
+from energyformer.analysis.sudoku_report import accuracies, counts, energy_summary, max_step, plateau_exit, wilson
 from energyformer.studies import load_study
 from energyformer.studies.claims import evaluate
 
@@ -34,14 +32,30 @@ def _verdict(spec, runs: dict, claim: str) -> str:
     return next(str(r.outcome.verdict) for r in evaluate(spec, runs) if r.claim.id == claim)
 
 
-def test_paper_constants_and_the_declared_bound_come_from_the_released_fig3b_arrays(spec):
-    assert PAPER["Hyper-SET"]["board_2L"] == 57.23 and PAPER["Transformer"]["board_2L"] == 51.2
-    assert math.isclose(ACC_BOUND, 2.3)
+def _block(spec, key: str, **match):
+    blocks = [getattr(b, key) for b in spec.report["README.md"] if getattr(b, key) is not None]
+    return next(b for b in blocks if all(getattr(b, k) == v for k, v in match.items()))
+
+
+def test_paper_rows_and_the_declared_bound_come_from_the_released_fig3b_arrays(spec):
+    fig3b = _block(spec, "plot", file="extrapolation.png").paper   # three runs per model at 24, 28, …, 48
+    runs = {(r["model"], r["x"]): [] for r in fig3b}
+    for r in fig3b:
+        runs[(r["model"], r["x"])].append(r["y"])
+    assert set(runs) == {(m, x) for m in ("hyperset", "transformer") for x in range(24, 49, 4)}
+    assert all(len(v) == 3 for v in runs.values())
+    bound = max(max(v) - min(v) for v in runs.values())
+    assert math.isclose(bound, 2.3)
     acc = [c for c in spec.claims if (c.a.metric or c.metric).startswith("extrapolation.")]
-    assert len(acc) == 9 and all(math.isclose(c.rules.single_seed_bound, ACC_BOUND) for c in acc)
-    hs, tf = PAPER["Hyper-SET"], PAPER["Transformer"]
-    assert spec.claims[0].paper.value == f"{hs['board_L']:.2f} vs {tf['board_L']:.2f} (L = 24)"
-    assert spec.claims[1].paper.value == f"{hs['board_2L']:.2f} vs {tf['board_2L']:.2f} (2L = 48)"
+    assert len(acc) == 9 and all(math.isclose(c.rules.single_seed_bound, bound) for c in acc)
+    results = {r["model"]: r for r in _block(spec, "table", title="Results").paper}
+    for m in ("hyperset", "transformer"):   # the paper's board accuracy at 48: the mean of the three runs
+        assert float(results[m]["board_2L"]) == round(sum(runs[(m, 48)]) / 3, 2)
+    hs, tf = results["hyperset"], results["transformer"]
+    assert spec.claims[0].paper.value == f"{hs['board_L']} vs {tf['board_L']} (L = 24)"
+    assert spec.claims[1].paper.value == f"{hs['board_2L']} vs {tf['board_2L']} (2L = 48)"
+    params = {r["model"]: r["params"] for r in _block(spec, "table", title="Models").paper}
+    assert params == {"hyperset": "5.20M", "transformer": "7.16M"}
 
 
 def test_the_committed_records_keep_the_old_pages_verdicts(spec, base):

@@ -39,3 +39,15 @@ def test_gpu_scale_is_the_issue_preset():
 def test_committed_pages_rerender_from_their_records_alone(tmp_path):
     assert_page_rerenders(tmp_path, "eqt", PAGE)
     assert "gpu** — not run yet: `energyformer reproduce eqt --scale gpu" in (PAGE / "README.md").read_text()
+
+
+def test_the_page_is_declared_with_table_2_complete():
+    spec = load_study("eqt")
+    assert spec.render is None
+    table2 = next(b.table for b in spec.report["README.md"] if b.table and b.table.title.startswith("Per-token"))
+    assert [int(r["length"]) for r in table2.paper] == [8, 16, 32, 48, 64, 96, 128, 192, 256]
+    assert all({"baseline", "k8", "k32"} <= r.keys() for r in table2.paper)
+    page = (PAGE / "cpu" / "README.md").read_text()
+    for part in ("## Per-token accuracy", "## Convergence", "## Overheads", "## Training", "| **hard-gain**",
+                 "| 192 | 51.86 | 59.93 | 59.93 |", "![loss](loss_curve.png)", "![convergence](convergence.png)"):
+        assert part in page, part

@@ -54,8 +54,9 @@ def test_toy_study_trains_both_models_and_records_every_hook(tmp_path, monkeypat
     assert hs["metrics"]["sizes"]["paper_width"] > 5e6 and "test" in hs["metrics"]["data"]
     assert study_main("hyperset-sudoku", ["--report-only", "--out", str(tmp_path / "out")]) == 0
     page = (tmp_path / "out" / "gpu" / "README.md").read_text()
-    assert page.startswith("# Hyper-SET on Sudoku: GPU-scale reproduction") and "| **board-L**" in page
-    assert (tmp_path / "out" / "gpu" / "learning_curves.png").stat().st_size > 0
+    assert page.startswith("# Hyper-SET on Sudoku") and "— gpu scale" in page and "| **board-L**" in page
+    for png in ("learning_curves.png", "extrapolation.png", "energy.png", "rank.png", "angle.png"):
+        assert (tmp_path / "out" / "gpu" / png).stat().st_size > 0, png
     assert "cpu** — not run yet" in (tmp_path / "out" / "README.md").read_text()
 
 
@@ -65,3 +66,15 @@ def test_committed_pages_rerender_from_their_records_alone(tmp_path):
     assert "gpu** — not run yet: `energyformer reproduce hyperset-sudoku --scale gpu" in index
     recs = json.loads((PAGE / "cpu" / "results.json").read_text())["runs"]
     assert {r["config_hash"] for r in recs.values()} == {"migrated"}
+
+
+def test_the_page_is_declared_generic_over_the_model_axis():
+    spec = load_study("hyperset-sudoku")
+    assert spec.render is None
+    blocks = spec.report["README.md"]
+    assert all(b.table.rows in (["model"], ["seed"]) for b in blocks if b.table)
+    assert all(b.plot.series == "model" for b in blocks if b.plot)
+    page = (PAGE / "cpu" / "README.md").read_text()
+    for part in ("## Models", "## Results", "| hyperset | 0.00 | 0.0, 0.4 |", "## Energies per iteration",
+                 "## Training curves (validation)", "| **plateau**", "![extrapolation](extrapolation.png)"):
+        assert part in page, part

@@ -78,7 +78,7 @@ def test_page_blocks_are_validated(tmp_path):
     assert "report.README.md[0].table.rows = 'kernel'" in msg and "seed, model, length" in msg
     msg = _err(tmp_path, lambda d: d["report"]["README.md"][0]["table"]["columns"].append({"label": "x"}))
     assert "exactly one of metric" in msg
-    msg = _err(tmp_path, lambda d: d.update(render="energyformer.analysis.eqt_report:render"))
+    msg = _err(tmp_path, lambda d: d.update(render="energyformer.analysis.some_report:render"))
     assert "exactly one of render" in msg
     assert "agg" in _err(tmp_path, lambda d: d["report"]["README.md"][0]["table"]["columns"][0].update(agg="median"))
     msg = _err(tmp_path, lambda d: d["report"]["README.md"][0]["table"]["columns"][0].update(where={"kernel": "rbf"}))
@@ -130,8 +130,44 @@ def test_a_curve_of_pairs_is_plotted_and_the_records_note_is_in_the_setup(ctx):
 
     for r in ctx.records:
         r["metrics"]["hist"] = [[10, r["metrics"]["accuracy"]["k32"]], [20, 1.0]]
-    pts = series_points(ctx, PlotSpec(file="h.png", alt="h", y="hist"), {"model": "eqt"})
+    pts = series_points(ctx, PlotSpec(file="h.png", alt="h", y="hist", pairs=True), {"model": "eqt"})
     assert pts == {10.0: [90.0, 91.0], 20.0: [1.0, 1.0]}
     ctx.data["note"] = "recorded on a busy machine"
     setup = render_setup(ctx, {"lr": "resolved.train.lr"})
     assert setup.endswith("- lr: 0.1\n- recorded on: cpu\n- note: recorded on a busy machine\n")
+
+
+def test_columns_index_key_and_tail_of_list_metrics(ctx):
+    for s, r in enumerate(ctx.records):
+        r["metrics"]["ce"] = [9.0, 1.0 + s % 2, 3.0 + s % 2]
+    t = TableSpec(rows=["model"], where={"model": "eqt"}, columns=[
+        {"label": "steps", "metric": "accuracy.curve", "key": "step", "agg": "first", "fmt": "d"},
+        {"label": "first", "metric": "accuracy.curve.0.acc", "agg": "mean", "fmt": ".2f"},
+        {"label": "last", "metric": "ce.-1", "agg": "seeds", "fmt": ".0f"},
+        {"label": "tail", "metric": "ce", "tail": 2, "agg": "mean_range", "fmt": ".1f"}])
+    # eqt seeds 0, 1: acc 90, 91 -> curve[0] = acc / 2; ce of its runs [9, 1, 3] and [9, 2, 4]
+    assert "| eqt | 1, 2 | 45.25 | 3 / 4 | 2.5 [2.0, 3.0] |" in render_table(ctx, t)
+
+
+def test_plot_curves_keyed_by_x_samples_per_x_and_reference_lines(ctx, tmp_path):
+    from energyformer.studies.page_spec import PlotSpec
+    from energyformer.studies.plots import line_plot, series_points
+
+    for r in ctx.records:
+        r["metrics"]["by_n"] = {"4": {"acc": 0.5}, "2": {"acc": 0.25}}
+        r["metrics"]["heads"] = [[1.0, 3.0], [2.0, 4.0]]
+        r["metrics"]["ce"] = [1.0, 3.0, 5.0, 7.0, 9.0]
+    one = {"model": "eqt", "seed": "0"}
+    assert series_points(ctx, PlotSpec(file="a.png", alt="a", y="by_n", y_key="acc"), one) == {2.0: [0.25], 4.0: [0.5]}
+    assert series_points(ctx, PlotSpec(file="a.png", alt="a", y="heads", x_start=0), one) == {0.0: [1.0, 3.0],
+                                                                                              1.0: [2.0, 4.0]}
+    assert series_points(ctx, PlotSpec(file="a.png", alt="a", y="ce", smooth=2), one) == {1.5: [2.0], 3.5: [6.0]}
+    spec = PlotSpec(file="p.png", alt="p", y="ce", series="model", hlines=[0.69], vline="resolved.train.lr",
+                    paper=[{"x": 1, "y": 2.0}, {"x": 1, "y": 4.0}, {"model": "eqt", "x": 2, "y": 1.0}])
+    assert line_plot(ctx, spec, tmp_path / "p.png").stat().st_size > 0
+
+
+def test_text_fills_placeholders(ctx):
+    from energyformer.studies.page import _text
+
+    assert _text(ctx, "{runs} runs of {name} at {scale}.") == "4 runs of tiny at cpu.\n"

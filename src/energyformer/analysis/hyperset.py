@@ -1,5 +1,5 @@
 """Hyper-SET analysis (seed 002 §5.4, App. D.5, F): energies, effective rank and average angle per
-iteration, test-time extrapolation curves, and their plots.
+iteration, and their plots (energies, rank and angle).
 
 * :func:`effective_rank` — Eq. 17: exp of the entropy of p_i = σ_i / Σ_j σ_j (singular values of the
   N x p matrix of one subspace's tokens).
@@ -111,48 +111,6 @@ def _plt():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def plot_extrapolation(curves: dict[str, dict[int, float]], train_iterations: int, path, *,
-                       ylabel: str = "board accuracy (%)", title: str = "") -> None:
-    """One line per model: metric vs iterations, a dashed line at the training count."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
-    for name, c in curves.items():
-        xs = sorted(c)
-        ax.plot(xs, [c[x] for x in xs], marker="o", label=name)
-    ax.axvline(train_iterations, color="grey", ls="--", lw=1, label=f"trained with {train_iterations}")
-    ax.set_xlabel("iterations at test time")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title or "test-time extrapolation")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_learning_curves(histories: dict[str, list[dict]], path) -> None:
-    """Fig. 3a: validation cell and board accuracy (%) against training step, one line per model.
-
-    ``histories``: model name -> the run's eval records (``step``, ``eval/cell_accuracy``,
-    ``eval/board_accuracy``), as in ``metrics.jsonl``.
-    """
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6))
-    for ax, key, label in zip(axes, ("eval/cell_accuracy", "eval/board_accuracy"), ("cell (blanks)", "board")):
-        for name, hist in histories.items():
-            pts = [(e["step"], 100 * e[key]) for e in hist if key in e and e.get("step") is not None]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", ms=3, label=name)
-        ax.set_xlabel("training step")
-        ax.set_ylabel(f"{label} accuracy (%)")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle("learning curves (validation)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def plot_energies(traj: dict, train_iterations: int, path, title: str = "") -> None:

@@ -25,10 +25,14 @@ class ClaimRow:
 
 
 def metric_value(record: dict, path: str) -> Any:
-    """A dotted path into a run record's metrics (or its top-level numbers: tokens_per_s, params.total)."""
+    """A dotted path into a run record's metrics (or its top-level numbers: tokens_per_s, params.total); an
+    integer part indexes a list (``convergence.by_step.5``)."""
     head = path.split(".")[0]
     node: Any = record.get("metrics", {}) if head in record.get("metrics", {}) else record
     for part in path.split("."):
+        if isinstance(node, list) and part.lstrip("-").isdigit() and -len(node) <= int(part) < len(node):
+            node = node[int(part)]   # an element of a list: by_step.5, train_ce.-1
+            continue
         if not isinstance(node, dict) or part not in node:
             return None
         node = node[part]

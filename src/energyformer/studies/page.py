@@ -87,6 +87,10 @@ def column_values(ctx: PageContext, col: ColumnSpec, where: dict) -> dict[int, A
     by_seed: dict[int, list] = {}
     for r in ctx.select(where):
         v = metric_value(r, col.metric)
+        if col.key is not None and isinstance(v, (list, dict)):
+            v = [d[col.key] for d in (v.values() if isinstance(v, dict) else v) if isinstance(d, dict) and col.key in d]
+        if col.tail is not None and isinstance(v, list) and v:
+            v = fmean(v[-col.tail:])
         if v is not None:
             by_seed.setdefault(int(r["seed"]), []).append(v)
     vals = {s: (fmean(v) if len(v) > 1 and all(isinstance(x, (int, float)) for x in v) else v[0])

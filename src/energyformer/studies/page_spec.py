@@ -82,6 +82,10 @@ class ColumnSpec(ConfigModel):
     @classmethod
     def _str(cls, v):
         return _labels(v)
+    #: a curve (a list of dicts, or a dict of dicts keyed by x): the list of its values under this key
+    key: str | None = None
+    #: a list of numbers: the mean of its last ``tail`` values (e.g. the final training loss)
+    tail: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _one(self) -> ColumnSpec:
@@ -133,6 +137,11 @@ class PlotSpec(ConfigModel):
     paper_label: str = "paper"
     #: x ticks at exactly these values, labelled as written (e.g. a learning-rate grid on a log axis)
     xticks: list[float] | None = None
+    x_start: float = 1.0              # a list of numbers is a curve over x_start, x_start + 1, ...
+    smooth: int = Field(default=1, ge=1)   # curves: the mean of each run of ``smooth`` consecutive points
+    hlines: list[float] = Field(default_factory=list)   # reference levels (chance, ln 2), dotted grey
+    vline: str | None = None          # a dotted grey line at each value of this path (e.g. the training count)
+    pairs: bool = False               # y is a list of [x, y] pairs (a history)
 
     @field_validator("where", mode="before")
     @classmethod
