@@ -1,8 +1,8 @@
 """The generic line plot of a study page (:class:`.page_spec.PlotSpec`), drawn with matplotlib (Agg).
 
 Ours: the mean over seeds with the seeds' min-max as a band; the paper's points dashed in black. A value
-that is a list of dicts is a curve (``x`` and ``y_key`` name its keys), a list of numbers a curve over
-1, 2, ...; a number is one point at the numeric label of the ``x`` axis, or at the record's value of the
+that is a list of dicts (or of lists) is a curve (``x`` and ``y_key`` name its keys, or index its rows), a
+list of numbers a curve over 1, 2, ..., a dict with numeric keys a curve {x: y}; a number is one point at the numeric label of the ``x`` axis, or at the record's value of the
 path ``x`` when ``x`` is not an axis.
 """
 
@@ -16,12 +16,23 @@ from .claims import metric_value
 from .page_spec import PlotSpec
 
 
+def _key(d: Any, k: str) -> Any:
+    """``d[k]`` of a curve's point: a dict's key, or a list's index (``k`` a digit string)."""
+    if isinstance(d, dict):
+        return d.get(k)
+    ok = isinstance(d, (list, tuple)) and k.lstrip("-").isdigit() and -len(d) <= int(k) < len(d)
+    return d[int(k)] if ok else None
+
+
 def _points(value: Any, spec: PlotSpec, x_label: str | None) -> list[tuple[float, float]]:
+    if isinstance(value, dict):   # {x: y}, numeric keys (a sweep recorded as a dict)
+        return sorted((float(k), float(v)) for k, v in value.items()
+                      if isinstance(v, (int, float)) and str(k).lstrip("-").replace(".", "", 1).isdigit())
     if isinstance(value, list):
         if spec.y_key is None or spec.x is None:
             return [(i + 1.0, float(v)) for i, v in enumerate(value) if isinstance(v, (int, float))]
-        return [(float(d[spec.x]), float(d[spec.y_key])) for d in value
-                if isinstance(d, dict) and isinstance(d.get(spec.y_key), (int, float))]
+        return [(float(_key(d, spec.x)), float(_key(d, spec.y_key))) for d in value
+                if isinstance(_key(d, spec.y_key), (int, float)) and isinstance(_key(d, spec.x), (int, float))]
     if isinstance(value, (int, float)) and isinstance(x_label, (int, float, str)):
         return [(float(x_label), float(value))]
     return []
