@@ -1,20 +1,11 @@
 """Metric hooks of the ``bare-sa`` study (seed 004 slides; ``studies/bare-sa.yaml``, whose ``report:`` is the page).
 
-Each hook sees one finished run (:class:`energyformer.studies.runner.FinishedRun`) and returns JSON for its
-record (None: not recorded for this run). The run's label on the study's ``run`` axis says its stage: the five
-Potts models (:data:`POTTS`), the sweep runs, the denoising runs (``denoise_*``).
-
-* :func:`val`, :func:`timing`, :func:`training` (every Potts run): the last validation metrics; training seconds
-  without evaluation time and the validation curve against them; the first / last training losses, :func:`blew_up`.
-* :func:`test` (Potts models): test CE / accuracy swept over the recycling count q, summarised by :func:`q_summary`;
-  :func:`nll`: per-site test NLL (the page's paired differences); :func:`reference` (factored run): Bayes-optimal
-  and colour-frequency losses.
-* :func:`recovery` (bare SA, factored): the planted coupling in the learned J (slide "pros: more explainable"),
-  the update's non-gradient term; :func:`dynamics` (bare SA): eval-time options of the same J.
-* :func:`denoise`: overlap / nearest-memory overlap / MSE curves, :func:`transient`.
-
-Figures of trained weights (J, U, F, decoded examples) are drawn here, into the page folder
-(:mod:`.bare_sa_page`); the memory probe: :mod:`.bare_sa_memory`.
+Each hook sees one finished run (:class:`energyformer.studies.runner.FinishedRun`) and returns JSON for its record,
+or None where it does not apply: the run's label on the study's ``run`` axis says its stage (the Potts models
+:data:`POTTS`, the sweep, ``denoise_*``). Every Potts run: :func:`val`, :func:`timing`, :func:`training`; the Potts
+models: :func:`test` (swept over q), :func:`nll`, :func:`reference`, :func:`recovery` (slide "pros: more
+explainable"), :func:`dynamics`; the denoising runs: :func:`denoise`. Figures of trained weights are drawn here into
+the page folder (:mod:`.bare_sa_page`); the memory probe is :mod:`.bare_sa_memory`.
 """
 
 from __future__ import annotations
@@ -192,7 +183,7 @@ def recovery(run) -> dict | None:
     if run.out is not None:
         fig.couplings(J, [(0, 1), (0, pm.L // 2), (pm.L - 1, 0)], run.out / "potts_J.png",
                       "bare SA on Potts: learned couplings J (one-hot colours)", true_map=pm.J)
-        fig.matrix(pm.U, run.out / "potts_U.png", "planted colour matrix U")
+        fig.heatmaps([("planted colour matrix U", pm.U, True)], run.out / "potts_U.png")
     return out
 
 
@@ -240,6 +231,7 @@ def denoise(run) -> dict | None:
         n = J.shape[0]
         fig.couplings(J, [(0, 1), (0, n - 1), (n // 2, n // 2 + 1)], run.out / f"{name}_J.png",
                       f"{name}: learned J (in the mixed basis)")
-        fig.matrix(emb.F, run.out / f"{name}_F.png", f"{name}: fixed mixing F ({emb.dim}x{emb.dim}, random orthogonal)")
+        fig.heatmaps([(f"{name}: fixed mixing F ({emb.dim}x{emb.dim}, random orthogonal)", emb.F, True)],
+                     run.out / f"{name}_F.png")
     return {"curves": curves, **transient(curves["test, noise 0.3"]["overlap"]), "patch": cfg.task.patch,
             "n_tokens": emb.n_tokens, "dim": emb.dim, "n_train": int(task.train_images.shape[0])}

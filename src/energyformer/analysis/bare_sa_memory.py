@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -28,53 +27,37 @@ import torch
 def rss(key: str) -> int:
     """A /proc/self/status field in bytes (``VmRSS:``, ``VmHWM:``)."""
     with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{key} not in /proc/self/status")
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
 
 
-def build_step(spec: dict) -> tuple[torch.nn.Module, Callable[[], None]]:
-    """The model of ``spec`` and a closure running forward + backward on a fixed synthetic batch."""
+def measure(spec: dict) -> dict[str, int]:
+    """Params and the peak extra resident memory of one training step of ``spec``'s model (module docstring)."""
     from energyformer.models import MODELS
     from energyformer.utils.config import from_dict
 
-    entry = MODELS.get(spec["model"]["kind"])
-    cfg = from_dict(entry.config, spec["model"])
+    torch.set_num_threads(1)
+    cfg = from_dict(MODELS.get(spec["model"]["kind"]).config, spec["model"])
     g = torch.Generator().manual_seed(0)
     if cfg.kind == "transformer":
         model = MODELS.build(cfg, vocab_size=spec["vocab"], n_out=spec["n_out"], causal=False)
         idx = torch.randint(0, spec["vocab"], (spec["batch"], spec["n_tokens"]), generator=g)  # (B, N)
-
-        def step() -> None:
-            out = model(idx, iterations=spec.get("iterations"))
-            out.logits.float().logsumexp(-1).mean().backward()
+        loss = lambda: model(idx, iterations=spec.get("iterations")).logits.float().logsumexp(-1).mean()  # noqa: E731
     else:
         model = MODELS.build(cfg)
         x = torch.randn(spec["batch"], cfg.n_tokens, cfg.dim, generator=g)  # (B, N, d) on the sphere
         x = x / x.norm(dim=-1, keepdim=True)
-
-        def step() -> None:
-            model.local_loss(x)[0].backward()
-    return model, step
-
-
-def measure(spec: dict) -> dict[str, int]:
-    """Params and the peak extra resident memory of one training step (module docstring)."""
-    torch.set_num_threads(1)
-    model, step = build_step(spec)
+        loss = lambda: model.local_loss(x)[0]  # noqa: E731
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    step()
+    loss().backward()
     opt.step()
     opt.zero_grad(set_to_none=False)
     base = rss("VmRSS:")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    step()
+    loss().backward()
     opt.step()
-    peak = rss("VmHWM:")
     n = sum(p.numel() for p in model.parameters())
-    return {"params": n, "param_bytes": 4 * n, "step_peak_bytes": peak - base, "rss_bytes": base}
+    return {"params": n, "param_bytes": 4 * n, "step_peak_bytes": rss("VmHWM:") - base, "rss_bytes": base}
 
 
 def step_memory(model_cfg: dict, batch: int, n_tokens: int, *, vocab: int = 0, n_out: int = 0,
@@ -108,11 +91,5 @@ def memory_probe(scale: str) -> dict:
     return {label: step_memory(m, batch, n, **kw) for label, (m, batch, n, kw) in specs.items()}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    print(json.dumps(measure(json.loads(args[0]))))
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    print(json.dumps(measure(json.loads(sys.argv[1]))))

@@ -4,7 +4,7 @@
   errors), :func:`denoising` (per image set: the overlap / MSE summary and its curves figure) and :func:`cost`
   (the training runs' ms per step against ``benchmark.md``, re-rendered as is).
 * Figures of trained weights, drawn by the metric hooks (:mod:`.bare_sa`) into the page folder:
-  :func:`couplings`, :func:`matrix`, :func:`examples`.
+  :func:`heatmaps`, :func:`couplings`, :func:`examples`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from .figures import save_figure
 
 #: paired test-CE differences (first minus second run label; "bayes": the Bayes-optimal predictor)
 PAIRS = (("recycled_x3", "layers3"), ("recycled_x3", "factored"), ("bare_sa", "recycled_x3"),
@@ -34,9 +36,7 @@ def _plt():
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    _plt().close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
@@ -120,58 +120,48 @@ def cost(ctx) -> str:
     """The cost of a training step: ms per step of the Potts training runs (wall clock) against the isolated,
     interleaved steps of ``benchmark.md`` (the verbatim output of ``benchmarks/bare_sa.py``, shown after)."""
     R = _runs(ctx)
-    per = {k: 1e3 * R[k]["metrics"]["timing"]["train_s"] / R[k]["steps"]
-           for k in ("bare_sa", "recycled_x1", "recycled_x3") if k in R and "timing" in R[k]["metrics"]}
-    path = ctx.out / "benchmark.md"
-    text = path.read_text() if path.exists() else ""
-    part = text.split("one training step at the Potts", 1)[-1].split("\n\n")
-    bench = {m["model"]: float(m["med"]) for line in (part[1] if len(part) > 1 else "").splitlines()
-             if (m := _BENCH_ROW.match(line))}
-    out = []
-    if {"bare_sa", "recycled_x1"} <= set(per):
-        out.append("**Cost per training step.** In the training runs (wall clock, run one after another on a shared "
-                   f"machine) bare SA took {per['bare_sa']:.1f} ms per step, recycled x1 {per['recycled_x1']:.1f} ms "
-                   f"(bare SA {per['bare_sa'] / per['recycled_x1']:.2f}x the cost)"
-                   + (f", recycled x3 {per['recycled_x3']:.1f} ms" if "recycled_x3" in per else "") + ".")
-    if {"bare SA", "recycled x1"} <= set(bench) and out:
-        ratios = [v / bench["bare SA"] for k, v in bench.items() if k not in ("bare SA", "factored")]
-        out[0] += (f" The interleaved benchmark of one isolated step (below, B = 256) gives bare SA {bench['bare SA']:.2f} "
-                   f"ms vs recycled x1 {bench['recycled x1']:.2f} ms: the backprop models cost "
-                   f"{min(ratios):.1f}-{max(ratios):.1f}x bare SA's step there. "
-                   + ("The two disagree: bare SA's step is cheaper in isolation but was slower per step than recycled "
-                      "x1 in these training runs, so a per-step advantage inside the full training loop is not shown."
-                      if per["bare_sa"] > per["recycled_x1"] else "Both find bare SA's step the cheaper one."))
-    if text:
-        out += ["## Cost benchmark (`benchmarks/bare_sa.py`, one run, variants interleaved)",
-                "Written by `python benchmarks/bare_sa.py --results OUT/results.json > OUT/benchmark.md` after the "
-                "reproduction (it reads the steps each model needed from `results.json`); re-rendered here as is.",
-                text.strip()]
-    return "\n\n".join(out)
+    ms = {k: 1e3 * R[k]["metrics"]["timing"]["train_s"] / R[k]["steps"] for k in ("bare_sa", "recycled_x1", "recycled_x3")
+          if "timing" in R.get(k, {}).get("metrics", {})}
+    text = (ctx.out / "benchmark.md").read_text() if (ctx.out / "benchmark.md").exists() else ""
+    steps = text.split("one training step at the Potts", 1)[-1].split("\n\n")[1:2]
+    bench = {m["model"]: float(m["med"]) for line in "".join(steps).splitlines() if (m := _BENCH_ROW.match(line))}
+    if not ({"bare_sa", "recycled_x1"} <= set(ms) and {"bare SA", "recycled x1"} <= set(bench)):
+        return ""
+    ratios = [v / bench["bare SA"] for k, v in bench.items() if k not in ("bare SA", "factored")]
+    agree = (ms["bare_sa"] < ms["recycled_x1"]) == (bench["bare SA"] < bench["recycled x1"])
+    x3 = f", recycled x3 {ms['recycled_x3']:.1f} ms" if "recycled_x3" in ms else ""
+    return (f"**Cost per training step.** In the training runs (wall clock, one after another on a shared machine) "
+            f"bare SA took {ms['bare_sa']:.1f} ms per step, recycled x1 {ms['recycled_x1']:.1f} ms (bare SA "
+            f"{ms['bare_sa'] / ms['recycled_x1']:.2f}x){x3}. The interleaved benchmark of one isolated step (below, "
+            f"B = 256) gives bare SA {bench['bare SA']:.2f} ms vs recycled x1 {bench['recycled x1']:.2f} ms: the "
+            f"backprop models cost {min(ratios):.1f}-{max(ratios):.1f}x bare SA's step there. The two "
+            + ("agree on which step is cheaper." if agree else "disagree on which step is cheaper, so a per-step "
+               "advantage inside the full training loop is not shown by the committed timings.")
+            + "\n\n## Cost benchmark (`benchmarks/bare_sa.py`, one run, variants interleaved)\n\nWritten by `python "
+            "benchmarks/bare_sa.py --results OUT/results.json > OUT/benchmark.md` after the reproduction (it reads the "
+            "steps each model needed from `results.json`); re-rendered here as is.\n\n" + text.strip())
 
 
 # ---------------------------------------------------------------------------------------------- weight figures
-def couplings(J: torch.Tensor, pairs: list[tuple[int, int]], path: Path, title: str,
-              true_map: torch.Tensor | None = None) -> Path:
-    """Heatmaps: ‖J_ij‖_F over (i, j) (and the planted |J_true| beside it), then a few blocks J_ij."""
-    J = J.detach().float().cpu()
-    maps = [("‖J_ij‖_F", J.flatten(2).norm(dim=-1), "viridis", None)]
-    maps += [("planted |J_ij| (Potts)", true_map.abs().float().cpu(), "viridis", None)] if true_map is not None else []
-    maps += [(f"J[{i},{j}]", J[i, j], "RdBu_r", float(J[i, j].abs().max()) or 1.0) for i, j in pairs]
-    fig, axes = _plt().subplots(1, len(maps), figsize=(3.2 * len(maps), 3.2))
-    for ax, (name, m, cmap, v) in zip(axes, maps):
-        im = ax.imshow(m, cmap=cmap, **({"vmin": -v, "vmax": v} if v else {}))
+def heatmaps(maps: list[tuple[str, torch.Tensor, bool]], path: Path, title: str = "") -> Path:
+    """One panel per (title, matrix, signed): signed ones on a symmetric red-blue scale, the others viridis."""
+    fig, axes = _plt().subplots(1, len(maps), figsize=(3.2 * len(maps), 3.2), squeeze=False)
+    for ax, (name, m, signed) in zip(axes[0], maps):
+        m = m.detach().float().cpu()
+        v = float(m.abs().max()) or 1.0
+        im = ax.imshow(m.numpy(), cmap="RdBu_r" if signed else "viridis", **({"vmin": -v, "vmax": v} if signed else {}))
         ax.set_title(name, fontsize=9)
         fig.colorbar(im, ax=ax, fraction=0.046)
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)
 
 
-def matrix(M: torch.Tensor, path: Path, title: str) -> Path:
-    fig, ax = _plt().subplots(figsize=(4, 3.6))
-    v = float(M.abs().max()) or 1.0
-    fig.colorbar(ax.imshow(M.float().cpu(), cmap="RdBu_r", vmin=-v, vmax=v), ax=ax, fraction=0.046)
-    ax.set_title(title, fontsize=9)
-    return _save(fig, path)
+def couplings(J: torch.Tensor, pairs: list[tuple[int, int]], path: Path, title: str,
+              true_map: torch.Tensor | None = None) -> Path:
+    """‖J_ij‖_F over (i, j) (and the planted |J_true| beside it), then a few blocks J_ij."""
+    return heatmaps([("‖J_ij‖_F", J.detach().flatten(2).norm(dim=-1), False)]
+                    + ([("planted |J_ij| (Potts)", true_map.abs(), False)] if true_map is not None else [])
+                    + [(f"J[{i},{j}]", J[i, j], True) for i, j in pairs], path, title)
 
 
 def examples(curves: dict[str, Any], steps: list[int], path: Path, title: str) -> Path:
@@ -182,7 +172,7 @@ def examples(curves: dict[str, Any], steps: list[int], path: Path, title: str) -
     for r in range(n):
         for c, img in enumerate([clean[r], noisy[r]] + [dec[t, r] for t in steps]):
             img = img.float() / 255.0
-            axes[r, c].imshow(img[0] if img.shape[0] == 1 else img.permute(1, 2, 0), cmap="gray", vmin=0, vmax=1)
+            axes[r, c].imshow((img[0] if img.shape[0] == 1 else img.permute(1, 2, 0)).numpy(), cmap="gray", vmin=0, vmax=1)
             axes[r, c].axis("off")
     for c, lab in enumerate(["clean", "corrupted"] + [f"t = {t}" for t in steps]):
         axes[0, c].set_title(lab, fontsize=8)
