@@ -29,8 +29,8 @@ IMAGES_TINY = ["task.eval_images=16", "task.eval_steps=4", "task.report_steps=[0
 def test_the_run_axis_holds_every_stage_with_the_old_programs_settings():
     spec = load_study("bare-sa")
     plans = {p.cell["run"]: p for p in expand(spec, "cpu")}
-    variants = {"bare_plain_wd", "bare_plain_frobenius", "bare_vmf", "bare_cd1", "bare_random_site", "bare_heads4_lr300",
-                "bare_heads4_lr100", "bare_adam"}
+    variants = {"bare_plain_wd", "bare_plain_frobenius", "bare_vmf", "bare_cd1", "bare_random_site",
+                "bare_heads4_lr300", "bare_heads4_lr100", "bare_adam"}
     assert len(plans) == 27 and set(POTTS) | variants <= set(plans)
     assert sum(k.startswith("bare_lam") for k in plans) == 9 and sum(k.startswith("recycled_x1_lr") for k in plans) == 3
     cfg = {k: load_run_config(p.config, p.overrides) for k, p in plans.items()}
@@ -68,7 +68,7 @@ def test_toy_runs_through_the_runner_fill_the_records_and_the_page(tmp_path, mon
         assert (out / "cpu" / png).stat().st_size > 1000      # figures of the trained weights, by the hooks
     assert REPRODUCTIONS["bare-sa"].main()(["--report-only", "--out", str(out)]) == 0
     text = (out / "cpu" / "README.md").read_text()
-    assert "| bare_sa − factored |" not in text and "| factored − bayes | 0 |" in text   # paired from the per-site NLLs
+    assert "| bare_sa − factored |" not in text and "| factored − bayes | 0 |" in text   # paired, per-site NLLs
     assert "| bare_sa | default |" in text and "**digits**: p = " in text                # dynamics keys, denoising
     assert (out / "cpu" / "potts_q_sweep.png").exists() and (out / "cpu" / "digits_overlap.png").exists()
     assert (out / "cpu" / "potts_time.png").exists()

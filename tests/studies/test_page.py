@@ -101,7 +101,8 @@ def test_keys_tables_names_and_the_note(ctx, tmp_path):
                   columns=[{"label": "acc", "metric": "acc", "agg": "mean_std", "fmt": ".1f"}])
     text = render_table(ctx, t)
     assert text.index("| EqT | plain | 1.5 ± 0.7 |") < text.index("| EqT | clamp | 3.0 ± 0.0 |")  # keys in order
-    text = render_table(ctx, TableSpec(keys="probes.memory", key_label="model", columns=[{"label": "MiB", "metric": "mib"}]))
+    t = TableSpec(keys="probes.memory", key_label="model", columns=[{"label": "MiB", "metric": "mib"}])
+    text = render_table(ctx, t)
     assert "| model | MiB |" in text and "| big | 2 |" in text and "| small | 1 |" in text
     assert render(tmp_path, load_study(write(tmp_path / "n.yaml", report={"README.md": [{"text": "{note} Done."}]})),
                   "tiny", "cpu", data, [])[0].read_text().endswith("Old runs. Done.\n")

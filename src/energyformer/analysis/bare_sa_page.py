@@ -87,13 +87,14 @@ def denoising(ctx) -> str:
             t = max(range(len(o)), key=o.__getitem__)
             rows.append([k, o[0], o[t], t, o[-1], c["nearest"][t], c["mse"][0], c["mse"][t]])
         T = len(next(iter(v["curves"].values()))["overlap"]) - 1
-        parts += [f"**{name}**: p = {v['patch']}, N = {v['n_tokens']} tokens of d = {v['dim']}, {v['n_train']} training "
-                  f"images, {r['steps']} steps ({r['metrics']['timing']['train_s']:.1f} s), J has "
+        parts += [f"**{name}**: p = {v['patch']}, N = {v['n_tokens']} tokens of d = {v['dim']}, {v['n_train']} "
+                  f"training images, {r['steps']} steps ({r['metrics']['timing']['train_s']:.1f} s), J has "
                   f"{r['params'].get('total', 0):,} numbers.\n",
-                  _table(["setting", "q(0)", "peak q", "peak t", f"q(T={T})", "nearest-train overlap at peak", "MSE(0)",
-                          "MSE at peak"], rows),
+                  _table(["setting", "q(0)", "peak q", "peak t", f"q(T={T})", "nearest-train overlap at peak",
+                          "MSE(0)", "MSE at peak"], rows),
                   f"![{name} overlap]({_overlaps(v['curves'], ctx.out / f'{name}_overlap.png', name, v).name})\n"]
-        parts += [f"![{name} {f}]({name}_{f}.png)\n" for f in ("examples", "J", "F") if (ctx.out / f"{name}_{f}.png").exists()]
+        parts += [f"![{name} {f}]({name}_{f}.png)\n" for f in ("examples", "J", "F")
+                  if (ctx.out / f"{name}_{f}.png").exists()]
     return "\n".join(parts)
 
 
@@ -120,8 +121,8 @@ def cost(ctx) -> str:
     """The cost of a training step: ms per step of the Potts training runs (wall clock) against the isolated,
     interleaved steps of ``benchmark.md`` (the verbatim output of ``benchmarks/bare_sa.py``, shown after)."""
     R = _runs(ctx)
-    ms = {k: 1e3 * R[k]["metrics"]["timing"]["train_s"] / R[k]["steps"] for k in ("bare_sa", "recycled_x1", "recycled_x3")
-          if "timing" in R.get(k, {}).get("metrics", {})}
+    ms = {k: 1e3 * R[k]["metrics"]["timing"]["train_s"] / R[k]["steps"]
+          for k in ("bare_sa", "recycled_x1", "recycled_x3") if "timing" in R.get(k, {}).get("metrics", {})}
     text = (ctx.out / "benchmark.md").read_text() if (ctx.out / "benchmark.md").exists() else ""
     steps = text.split("one training step at the Potts", 1)[-1].split("\n\n")[1:2]
     bench = {m["model"]: float(m["med"]) for line in "".join(steps).splitlines() if (m := _BENCH_ROW.match(line))}
@@ -171,8 +172,8 @@ def examples(curves: dict[str, Any], steps: list[int], path: Path, title: str) -
     fig, axes = _plt().subplots(n, cols, figsize=(1.6 * cols, 1.6 * n))
     for r in range(n):
         for c, img in enumerate([clean[r], noisy[r]] + [dec[t, r] for t in steps]):
-            img = img.float() / 255.0
-            axes[r, c].imshow((img[0] if img.shape[0] == 1 else img.permute(1, 2, 0)).numpy(), cmap="gray", vmin=0, vmax=1)
+            img = (img.float() / 255.0).numpy()   # (channels, H, W)
+            axes[r, c].imshow(img[0] if img.shape[0] == 1 else img.transpose(1, 2, 0), cmap="gray", vmin=0, vmax=1)
             axes[r, c].axis("off")
     for c, lab in enumerate(["clean", "corrupted"] + [f"t = {t}" for t in steps]):
         axes[0, c].set_title(lab, fontsize=8)

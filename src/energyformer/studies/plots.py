@@ -2,8 +2,8 @@
 
 Ours: the mean over seeds with the seeds' min-max as a band; the paper's points dashed in black. A value
 that is a list of dicts (or of lists) is a curve (``x`` and ``y_key`` name its keys, or index its rows), a
-list of numbers a curve over 1, 2, ..., a dict with numeric keys a curve {x: y}; a number is one point at the numeric label of the ``x`` axis, or at the record's value of the
-path ``x`` when ``x`` is not an axis.
+list of numbers a curve over 1, 2, ..., a dict with numeric keys a curve {x: y}; a number is one point at the
+numeric label of the ``x`` axis, or at the record's value of the path ``x`` when ``x`` is not an axis.
 """
 
 from __future__ import annotations
