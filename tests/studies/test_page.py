@@ -106,7 +106,7 @@ def test_keys_tables_names_and_the_note(ctx, tmp_path):
     assert "| model | MiB |" in text and "| big | 2 |" in text and "| small | 1 |" in text
     assert render(tmp_path, load_study(write(tmp_path / "n.yaml", report={"README.md": [{"text": "{note} Done."}]})),
                   "tiny", "cpu", data, [])[0].read_text().endswith("Old runs. Done.\n")
-    with pytest.raises(ValueError, match="rows .axes. or keys"):
+    with pytest.raises(ValueError, match="rows = \\[\\]: a table needs rows"):
         TableSpec(columns=[{"label": "x", "metric": "x"}])
 
 

@@ -80,6 +80,7 @@ class TableSpec(ConfigModel):
     paper_source: str = ""
     #: one row per key of the dict at this path (a metric of the row's runs, or ``probes.NAME``: a probe's
     #: measurements), shown in a last row column ``key_label``; column metrics are read inside the key's entry
+    #: (an entry that is a number is the metric ``value``)
     keys: str | None = None
     key_label: str = "key"
     #: display names of row labels (axis labels or keys) on the page
@@ -93,7 +94,7 @@ class TableSpec(ConfigModel):
     @model_validator(mode="after")
     def _rows(self) -> TableSpec:
         if not self.rows and self.keys is None:
-            raise ValueError("a table needs rows (axes) or keys (a dict's keys)")
+            raise ValueError("rows = []: a table needs rows (axes of the study) or keys (the keys of a dict)")
         return self
 
 
