@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from energyformer.analysis.bare_sa import step_memory
+from energyformer.analysis.bare_sa_memory import step_memory
 from energyformer.models import MODELS
 from energyformer.models.bare_attention import BareSAConfig
 
@@ -133,11 +133,10 @@ def training_steps(repeats: int, results: Path | None) -> None:
         print(f"| {k} | {med * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}] | {med / base:.2f} |")
     print("\n(recycled x3 is timed at q = 3, the mean of its sampled training range [2, 4].)")
     if results is not None and results.exists():
-        from energyformer.analysis.bare_sa_hooks import MAIN
-
         recs = {x["cell"]["run"]: x for x in json.loads(results.read_text())["runs"].values() if x["seed"] == 0}
-        r = {MAIN[k]: {"curve": recs[k]["metrics"]["timing"]["curve"], "steps": recs[k]["steps"]}
-             for k in MAIN if k in recs}
+        run = {k: v.removeprefix("potts_") for k, v in names.items()}   # the study's run labels
+        r = {k: {"curve": recs[run[k]]["metrics"]["timing"]["curve"], "steps": recs[run[k]]["steps"]}
+             for k in names if run[k] in recs}
         target = r["bare SA"]["curve"][-1][2]
         print(f"\n## time to bare SA's final validation loss {target:.4f} = steps needed x median step time\n")
         print("| model | steps to target (eval every 100) | estimated seconds | ratio to bare SA |")

@@ -185,11 +185,20 @@ def bare_sa(old_json: Path, folder: Path) -> None:
     """One-off (issue 22): the old ``reproduce bare-sa`` results.json (scale ``short``: the study's cpu preset)
     -> one record per run (Potts models, sweep rows, denoising runs) + the memory stage as the ``memory`` probe.
     Runs the old program did not record a config for get the study cell's (unresolved) config."""
-    from energyformer.analysis.bare_sa_hooks import MAIN, VARIANTS, mlm_loss, q_summary, transient
+    from energyformer.analysis.bare_sa import mlm_loss, q_summary, transient
     from energyformer.experiment import load_run_config
     from energyformer.studies import expand, load_study
     from energyformer.utils.config import to_dict
 
+    # the old program's model names and sweep tags -> the study's run labels
+    MAIN = {"factored": "factored", "bare_sa": "bare SA", "recycled_x1": "recycled x1", "recycled_x3": "recycled x3",
+            "layers3": "3 layers"}
+    VARIANTS = {
+        "bare_plain_wd": "plain + weight decay 1e-3", "bare_plain_frobenius": "plain + Frobenius r = 5",
+        "bare_vmf": "vMF-normalised", "bare_cd1": "contrastive divergence (1 step)",
+        "bare_random_site": "one random site per step (Eq. 13)",
+        "bare_heads4_lr300": "J = sum of 4 heads K^T Q (Eq. 19), SGD lr 300",
+        "bare_heads4_lr100": "J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100", "bare_adam": "Adam lr 0.01"}
     old = json.loads(Path(old_json).read_text())
     assert old["scale"] == "short", "the cpu preset of the study is the old program's `short` scale"
     plans = {p.cell["run"]: p for p in expand(load_study("bare-sa"), "cpu")}

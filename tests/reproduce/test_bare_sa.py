@@ -1,13 +1,14 @@
 """reproduce bare-sa is the study studies/bare-sa.yaml: its run axis holds the old program's stages with their
 settings, the metric hooks fill a record from a toy-size run through the runner, the declared claims decide on
-synthetic records, and the committed pages re-render byte for byte from their records."""
+synthetic records, the page declared in the study shows its tables and sections, and the committed pages
+re-render byte for byte from their records."""
 
 import copy
 import json
 import shutil
 from pathlib import Path
 
-from energyformer.analysis.bare_sa_hooks import MAIN, VARIANTS
+from energyformer.analysis.bare_sa import POTTS
 from energyformer.experiment import load_run_config
 from energyformer.reproduce import REPRODUCTIONS
 from energyformer.studies import expand, load_study
@@ -28,7 +29,9 @@ IMAGES_TINY = ["task.eval_images=16", "task.eval_steps=4", "task.report_steps=[0
 def test_the_run_axis_holds_every_stage_with_the_old_programs_settings():
     spec = load_study("bare-sa")
     plans = {p.cell["run"]: p for p in expand(spec, "cpu")}
-    assert len(plans) == 27 and set(MAIN) | set(VARIANTS) <= set(plans)
+    variants = {"bare_plain_wd", "bare_plain_frobenius", "bare_vmf", "bare_cd1", "bare_random_site",
+                "bare_heads4_lr300", "bare_heads4_lr100", "bare_adam"}
+    assert len(plans) == 27 and set(POTTS) | variants <= set(plans)
     assert sum(k.startswith("bare_lam") for k in plans) == 9 and sum(k.startswith("recycled_x1_lr") for k in plans) == 3
     cfg = {k: load_run_config(p.config, p.overrides) for k, p in plans.items()}
     assert cfg["bare_sa"].train.steps == 1000 and cfg["bare_sa"].train.eval_every == 100
@@ -65,8 +68,10 @@ def test_toy_runs_through_the_runner_fill_the_records_and_the_page(tmp_path, mon
         assert (out / "cpu" / png).stat().st_size > 1000      # figures of the trained weights, by the hooks
     assert REPRODUCTIONS["bare-sa"].main()(["--report-only", "--out", str(out)]) == 0
     text = (out / "cpu" / "README.md").read_text()
-    assert "| bare SA - factored |" not in text and "| factored - bayes |" in text   # paired from the per-site NLLs
+    assert "| bare_sa − factored |" not in text and "| factored − bayes | 0 |" in text   # paired, per-site NLLs
+    assert "| bare_sa | default |" in text and "**digits**: p = " in text                # dynamics keys, denoising
     assert (out / "cpu" / "potts_q_sweep.png").exists() and (out / "cpu" / "digits_overlap.png").exists()
+    assert (out / "cpu" / "potts_time.png").exists()
 
 
 def _records() -> dict:
@@ -98,20 +103,33 @@ def test_declared_claims_decide_on_records():
             v["memory"]) == ("UNDECIDED", "HOLDS", "DOES NOT HOLD", "DOES NOT HOLD", "HOLDS", "DOES NOT HOLD")
 
 
-def test_a_blown_up_sweep_run_shows_no_own_conditional_ce_but_a_note(tmp_path):
+def test_a_blown_up_or_diverged_sweep_run_is_marked_in_its_row(tmp_path):
     out = tmp_path / "bare_sa"
     shutil.copytree(PAGE, out)
     data = json.loads((out / "cpu" / "results.json").read_text())
-    rec = data["runs"]["bare_heads4_lr100-s0"]
-    rec["metrics"]["training"]["blew_up"] = "training objective 2.3 -> 9e+20"
+    data["runs"]["bare_heads4_lr100-s0"]["metrics"]["training"]["blew_up"] = "training objective 2.3 -> 9e+20"
     data["runs"]["bare_vmf-s0"] |= {"diverged": "training diverged at step 3", "metrics": {}}
     (out / "cpu" / "results.json").write_text(json.dumps(data))
     assert REPRODUCTIONS["bare-sa"].main()(["--report-only", "--out", str(out)]) == 0
     rows = {ln.split(" | ")[0].lstrip("| "): ln.split(" | ") for ln in (out / "cpu" / "README.md").read_text().splitlines()
             if ln.startswith(("| J = sum", "| vMF"))}
-    assert rows["J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100"][3] == "—"
-    assert "blew up: training objective 2.3 -> 9e+20" in rows["J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100"][5]
-    assert rows["vMF-normalised"][3] == "—" and "diverged: training diverged at step 3" in rows["vMF-normalised"][5]
+    assert rows["J = sum of 4 heads K^T Q (Eq. 19), SGD lr 100"][5] == "training objective 2.3 -> 9e+20"
+    assert rows["vMF-normalised"][1] == "–" and rows["vMF-normalised"][6] == "training diverged at step 3"
+
+
+def test_the_page_keeps_every_table_and_section():
+    text = (PAGE / "cpu" / "README.md").read_text()
+    for part in ("## Setup", "## Claims", "| factored | 1.8595 | 0.0154 | 0.337 | 2.2882 |",       # Bayes, colours
+                 "| bare_sa | 40000 | 1000 | 154.6 | 2.047 | 0.1872 | 0.2725 | 2.002 | 0.304 |",  # the five models
+                 "| bare_sa − recycled_x3 | 0 | 0.09009 | 0.01116 |",                               # paired
+                 "| bare_sa | no renorm | 2.0002 |", "| bare_sa | 0.9774 |", "| 3 | 300 | **2.028** |",
+                 "| Adam lr 0.01 | **2.023** |", "| recycled_x1_lr0.002 | 0.002 | **2.019** |",
+                 "| CIFAR p=4: bare SA (N=64, d=96) | 37748736 | 144 | 573 |",
+                 "| test, noise 0.3 | 0.7584 | 0.8379 | 1 | 0.7696 |", "bare SA took 154.6 ms per step",
+                 "## one training step at the Potts MLM scale"):
+        assert part in text, part
+    for png in ("potts_q_sweep", "potts_time", "potts_J", "potts_U", "digits_overlap", "mnist_examples"):
+        assert f"({png}.png)" in text and (PAGE / "cpu" / f"{png}.png").exists()
 
 
 def test_committed_pages_rerender_from_their_records_alone(tmp_path):

@@ -171,3 +171,32 @@ def test_text_fills_placeholders(ctx):
     from energyformer.studies.page import _text
 
     assert _text(ctx, "{runs} runs of {name} at {scale}.") == "4 runs of tiny at cpu.\n"
+
+
+def test_keys_tables_names_and_the_note(ctx, tmp_path):
+    for r in ctx.data["runs"].values():
+        r["metrics"]["options"] = {"plain": {"acc": 1.0 + r["seed"]}, "clamped": {"acc": 3.0}}
+    data = {**ctx.data, "note": "Old runs.", "probes": {"memory": {"big": {"mib": 2.0}, "small": {"mib": 1.0}}}}
+    ctx = PageContext(ctx.spec, "tiny", "cpu", tmp_path, data, [])
+    t = TableSpec(rows=["model"], where={"model": "eqt"}, keys="accuracy.curve", key_label="k",
+                  columns=[{"label": "acc", "metric": "acc"}])
+    assert render_table(ctx, t) == ""          # a list, not a dict: no keys, no rows
+    t = TableSpec(rows=["model"], keys="options", key_label="option", names={"eqt": "EqT", "clamped": "clamp"},
+                  columns=[{"label": "acc", "metric": "acc", "agg": "mean_std", "fmt": ".1f"}])
+    text = render_table(ctx, t)
+    assert text.index("| EqT | plain | 1.5 ± 0.7 |") < text.index("| EqT | clamp | 3.0 ± 0.0 |")  # keys in order
+    t = TableSpec(keys="probes.memory", key_label="model", columns=[{"label": "MiB", "metric": "mib"}])
+    text = render_table(ctx, t)
+    assert "| model | MiB |" in text and "| big | 2 |" in text and "| small | 1 |" in text
+    with pytest.raises(ValueError, match="rows = \\[\\]: a table needs rows"):
+        TableSpec(columns=[{"label": "x", "metric": "x"}])
+
+
+def test_plot_points_of_a_dict_sweep_and_of_list_rows():
+    from energyformer.studies.page_spec import PlotSpec
+    from energyformer.studies.plots import _points
+
+    spec = PlotSpec(file="q.png", alt="q", y="test.ce")
+    assert _points({"1": 2.0, "8": 1.0, "3": 1.5, "note": 0.0}, spec, None) == [(1.0, 2.0), (3.0, 1.5), (8.0, 1.0)]
+    rows = PlotSpec(file="t.png", alt="t", y="timing.curve", x="1", y_key="2")
+    assert _points([[100, 1.5, 2.2], [200, 3.0, 2.0], [300]], rows, None) == [(1.5, 2.2), (3.0, 2.0)]

@@ -1,240 +1,237 @@
-"""Measurements and figures for the bare self-attention study (seed 004; ``studies/bare-sa.yaml``, its hooks in
-:mod:`.bare_sa_hooks`).
+"""Metric hooks of the ``bare-sa`` study (seed 004 slides; ``studies/bare-sa.yaml``, whose ``report:`` is the page).
 
-* :func:`per_sample_nll`: the masked-site NLL of every evaluated sequence (paired model comparisons).
-* :func:`paired_difference`: mean and standard error of a per-sample difference.
-* :func:`coupling_recovery`: how much of the planted Potts coupling a learned J holds ("more explainable:
-  planted model", slide "pros"): the projection ``c_ij = ⟨J_ij, U⟩_F / ‖U‖²_F`` of each learned C×C block
-  on the true colour matrix, its correlation with the true J_ij, and the share of ‖J‖² along U.
-* :func:`step_memory`: peak resident memory of one training step, measured in a fresh subprocess running
-  :mod:`energyformer.analysis.bare_sa_memory` (Linux: ``/proc/self/clear_refs`` resets the peak,
-  ``VmHWM`` reads it).
-* Figures (matplotlib, Agg): q sweeps, validation loss against training time, J and F heatmaps,
-  denoising overlap curves and example images.
+Each hook sees one finished run (:class:`energyformer.studies.runner.FinishedRun`) and returns JSON for its record,
+or None where it does not apply: the run's label on the study's ``run`` axis says its stage (the Potts models
+:data:`POTTS`, the sweep, ``denoise_*``). Every Potts run: :func:`val`, :func:`timing`, :func:`training`; the Potts
+models: :func:`test` (swept over q), :func:`nll`, :func:`reference`, :func:`recovery` (slide "pros: more
+explainable"), :func:`dynamics`; the denoising runs: :func:`denoise`. Figures of trained weights are drawn here into
+the page folder (:mod:`.bare_sa_page`); the memory probe is :mod:`.bare_sa_memory`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from . import bare_sa_page as fig
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+#: run-axis labels of the five Potts MLM models
+POTTS = ("factored", "bare_sa", "recycled_x1", "recycled_x3", "layers3")
+NOISES = (0.1, 0.3, 0.5)   # denoising: fractions of channel values replaced
 
 
-# ---------------------------------------------------------------------------------------------- numbers
+def _trained(run) -> tuple[Any, torch.nn.Module, Any]:
+    """(config, model in eval mode, task): the in-memory result when there is one, else the run directory."""
+    res = run.result
+    if res is not None and res.model is not None and res.task is not None:
+        return res.config, res.model.eval(), res.task
+    return run.trained()
+
+
+def _evals(run) -> list[dict]:
+    """The eval events of ``metrics.jsonl`` (the trainer logs their metrics as ``eval/<name>``)."""
+    out = []
+    for line in (Path(run.run_dir) / "metrics.jsonl").read_text().splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if ev.get("event") == "eval":
+            out.append({k.removeprefix("eval/"): v for k, v in ev.items()})
+    return out
+
+
+def mlm_loss(m: dict[str, float]) -> float:
+    """The comparable MLM loss: calibrated CE for bare SA (readout scale fitted on training data), else CE."""
+    return m.get("loss_cal", m.get("loss", float("nan")))
+
+
+def blew_up(losses: list[float], window: int = 10) -> str | None:
+    """Whether a run's training objective ended far above where it started, in words (None if not).
+
+    The Trainer stops only on a non-finite loss; a run whose parameters grow without bound can keep a finite loss
+    (the factored J = Σ_h KᵀQ under plain SGD at the full-J step size). Criterion: the mean of the last ``window``
+    losses exceeds the mean of the first ``window`` by more than max(1, |first|), or is not finite."""
+    if not losses:
+        return None
+    n = min(window, len(losses))
+    first, last = sum(losses[:n]) / n, sum(losses[-n:]) / n
+    if math.isfinite(last) and last <= first + max(1.0, abs(first)):
+        return None
+    return f"training objective {first:.4g} -> {last:.4g}"
+
+
+def val(run) -> dict | None:
+    """The last validation metrics (Potts runs) with ``ce`` (calibrated for bare SA) and ``cond_loss`` (bare SA's
+    own conditional; None for the other models)."""
+    evs = [e for e in _evals(run) if "accuracy" in e and "bayes_loss" in e]
+    if not evs:
+        return None
+    e = {k: v for k, v in evs[-1].items() if k not in ("event", "step", "elapsed_s", "eval_s")}
+    return {**e, "ce": mlm_loss(e), "cond_loss": e.get("cond_loss")}
+
+
+def timing(run) -> dict:
+    """Training seconds without evaluation time, and the validation curve [[step, training s, MLM loss]]."""
+    evs, spent, curve = _evals(run), 0.0, []
+    for e in evs:
+        spent += e.get("eval_s", 0.0)
+        if "accuracy" in e and "loss" in e:
+            curve.append([e["step"], e["elapsed_s"] - spent, mlm_loss(e)])
+    end = evs[-1]["elapsed_s"] if evs else float(run.result.final.get("elapsed_s", run.result.seconds))
+    return {"train_s": end - spent, **({"curve": curve} if curve else {})}
+
+
+def training(run) -> dict | None:
+    """Mean training loss of the first and last 10 steps and whether the objective blew up (:func:`blew_up`)."""
+    hist = list(run.result.loss_history) if run.result is not None else []
+    if not hist:
+        return None
+    n = min(10, len(hist))
+    return {"loss_start": sum(hist[:n]) / n, "loss_end": sum(hist[-n:]) / n, "blew_up": blew_up(hist)}
+
+
+def q_summary(test: dict, train_range: list[int] | None) -> dict | None:
+    """From a test sweep over q: CE per q (calibrated for bare SA), the best q > 1 and its gain over q = 1,
+    the best CE over every q and the worst over the training range [q_min, q_max]."""
+    key = "loss_cal_q" if any(k.startswith("loss_cal_q") for k in test) else "loss_q"
+    ce = {int(k[len(key):]): v for k, v in test.items() if k.startswith(key)}
+    if 1 not in ce or len(ce) < 2:
+        return None
+    qb = min((q for q in ce if q > 1), key=ce.get)
+    out = {"ce": {str(q): ce[q] for q in sorted(ce)}, "q1": ce[1], "best_more_q": qb, "best_more": ce[qb],
+           "gain": ce[1] - ce[qb], "best": min(ce.values())}
+    if train_range:
+        out["range_worst"] = max(ce[q] for q in range(train_range[0], train_range[1] + 1) if q in ce)
+    return out
+
+
+def test(run) -> dict | None:
+    """Test metrics of the Potts models swept over q: the task's evaluate() plus ``ce`` and ``qsweep``."""
+    if run.cell.get("run") not in POTTS:
+        return None
+    cfg, model, task = _trained(run)
+    t = task.evaluate(model, "test", sweep=True)
+    rng = getattr(cfg.model, "train_iterations", None)
+    q = q_summary(t, list(rng) if rng else None)
+    return {**t, "ce": mlm_loss(t), **({"qsweep": q} if q else {})}
+
+
 @torch.no_grad()
-def per_sample_nll(task: Any, model: torch.nn.Module, split: str = "test", scale: float | None = None,
-                   **options: Any) -> torch.Tensor:
-    """NLL at the masked site of each evaluated sequence of a potts_mlm ``split``, (n,) float64. ``scale``
-    multiplies the logits (a bare SA model's calibrated readout over its configured one)."""
-    s, idx, masked = task.eval_set(split)
-    logits = task._logits(model, idx, **options)
-    if scale is not None:
-        logits = logits * scale
-    return F.cross_entropy(logits[masked].double(), s[masked], reduction="none")
+def nll(run) -> list[float] | None:
+    """Per-site test NLL at the masked site of a Potts model (bare SA at its calibrated readout scale), 6 decimals."""
+    if run.cell.get("run") not in POTTS:
+        return None
+    _, model, task = _trained(run)
+    s, idx, masked = task.eval_set("test")
+    logits = task._logits(model, idx)
+    if hasattr(model, "local_loss"):
+        logits = logits * task.evaluate(model, "test", sweep=False)["readout_scale"] / model.cfg.readout_scale
+    return [round(float(v), 6) for v in F.cross_entropy(logits[masked].double(), s[masked], reduction="none")]
 
 
-def paired_difference(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
-    """Mean and standard error of ``a - b`` (paired samples)."""
-    d = (a - b).double()
-    return float(d.mean()), float(d.std() / math.sqrt(d.numel()))
+def reference(run) -> dict | None:
+    """The factored run's data reference: Bayes-optimal test loss / accuracy (+ per-site NLL), colour frequencies."""
+    if run.cell.get("run") != "factored":
+        return None
+    _, _, task = _trained(run)
+    s, _, masked = task.eval_set("test")
+    marg = torch.bincount(task.splits["train"].flatten(), minlength=task.C).double()
+    bayes = -task.data.model.conditional_log_probs(s).gather(2, s[..., None])[..., 0][masked]
+    return {**task.bayes_reference("test"), "marginal_loss": float(-(marg / marg.sum()).log()[s[masked]].mean()),
+            "bayes_nll": [round(float(v), 6) for v in bayes]}
 
 
 def coupling_recovery(J: torch.Tensor, J_true: torch.Tensor, U: torch.Tensor) -> dict[str, float]:
-    """Compare learned blocks J (L, L, C, C) (one-hot colours) with the planted ``J_true (L, L) ⊗ U (C, C)``.
-
+    """Learned blocks J (L, L, C, C) (one-hot colours) against the planted ``J_true (L, L) ⊗ U (C, C)``:
     ``corr``: Pearson correlation over i ≠ j of ``c_ij = ⟨J_ij, U⟩/‖U‖²`` with ``J_true[i, j]``;
-    ``u_share``: fraction of Σ‖J_ij‖² along U; ``symmetry``: correlation of c_ij with c_ji.
-    """
-    L = J.shape[0]
-    Jc = J.detach().double()
-    Uu = U.double()
-    c = torch.einsum("ijab,ab->ij", Jc, Uu) / Uu.pow(2).sum()
-    off = ~torch.eye(L, dtype=torch.bool)
-    x, y = c[off], J_true.double()[off]
-    corr = float(torch.corrcoef(torch.stack([x, y]))[0, 1])
-    sym = float(torch.corrcoef(torch.stack([c[off], c.T[off]]))[0, 1])
-    share = float((c[off].pow(2) * Uu.pow(2).sum()).sum() / Jc[off].pow(2).sum())
-    return {"corr": corr, "u_share": share, "symmetry": sym}
+    ``u_share``: fraction of Σ‖J_ij‖² along U; ``symmetry``: correlation of c_ij with c_ji."""
+    Jc, Uu = J.detach().double(), U.double()
+    c = torch.einsum("ijab,ab->ij", Jc, Uu) / Uu.pow(2).sum()   # (L, L)
+    off = ~torch.eye(J.shape[0], dtype=torch.bool)
+    corr = lambda x, y: float(torch.corrcoef(torch.stack([x, y]))[0, 1])  # noqa: E731
+    return {"corr": corr(c[off], J_true.double()[off]), "symmetry": corr(c[off], c.T[off]),
+            "u_share": float((c[off].pow(2) * Uu.pow(2).sum()).sum() / Jc[off].pow(2).sum())}
 
 
-def step_memory(model_cfg: dict, batch: int, n_tokens: int, *, vocab: int = 0, n_out: int = 0,
-                iterations: int | None = None) -> dict[str, float]:
-    """Peak extra resident memory of one training step (forward + backward + Adam) in a fresh process.
-
-    ``step_peak_bytes``: VmHWM during the step minus VmRSS before it (weights, Adam state and the data
-    are already resident); ``params``, ``param_bytes`` (float32). Transformers: a synthetic batch of
-    token ids (loss: mean log-partition, same graph as a cross-entropy); bare SA: ``local_loss`` on random
-    unit tokens.
-    """
-    spec = {"model": model_cfg, "batch": batch, "n_tokens": n_tokens, "vocab": vocab, "n_out": n_out,
-            "iterations": iterations}
-    src = str(Path(__file__).resolve().parents[2])  # this package's tree wins in the child, as here
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
-    out = subprocess.run([sys.executable, "-m", "energyformer.analysis.bare_sa_memory", json.dumps(spec)],
-                         capture_output=True, text=True, env=env, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"memory probe failed: {out.stderr.strip().splitlines()[-1:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-# ---------------------------------------------------------------------------------------------- figures
-def plot_q_sweep(rows: dict[str, dict[str, float]], qs: list[int], bayes: float, bayes_acc: float,
-                 path: Path, marginal: float | None = None) -> Path:
-    """Test CE and accuracy against the number of iterations q, one line per recurrent model, flat lines
-    for the others, the Bayes-optimal reference dashed."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name, m in rows.items():
-        key = "loss_cal_q" if f"loss_cal_q{qs[0]}" in m else "loss_q"
-        if f"{key}{qs[0]}" in m:
-            axes[0].plot(qs, [m[f"{key}{q}"] for q in qs], "o-", label=name)
-            axes[1].plot(qs, [m[f"accuracy_q{q}"] for q in qs], "o-", label=name)
-        else:
-            axes[0].axhline(m["loss"], ls=":", label=name)
-            axes[1].axhline(m["accuracy"], ls=":", label=name)
-    axes[0].axhline(bayes, color="k", ls="--", label="Bayes-optimal")
-    axes[1].axhline(bayes_acc, color="k", ls="--", label="Bayes-optimal")
-    if marginal is not None:
-        axes[0].axhline(marginal, color="grey", ls="-.", label="colour frequencies")
-    axes[0].set(xlabel="iterations q", ylabel="test cross-entropy (nats)", title="Potts MLM: loss vs q")
-    axes[1].set(xlabel="iterations q", ylabel="test accuracy", title="Potts MLM: accuracy vs q")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+def recovery(run) -> dict | None:
+    """Bare SA: :func:`coupling_recovery`, the non-gradient term's relative size, the J / U heatmaps; factored:
+    the correlation of its positional A with the planted J and of V with U."""
+    label = run.cell.get("run")
+    if label not in ("bare_sa", "factored"):
+        return None
+    _, model, task = _trained(run)
+    pm = task.data.model
+    if label == "factored":
+        off = ~torch.eye(pm.L, dtype=torch.bool)
+        A, V = model.positional().detach().double(), model.V.detach().double()
+        return {"corr_A": float(torch.corrcoef(torch.stack([A[off], pm.J[off].double()]))[0, 1]),
+                "corr_V": float(torch.corrcoef(torch.stack([V.flatten(), pm.U.flatten()]))[0, 1])}
+    J = model.energy.coupling()
+    out = coupling_recovery(J, pm.J, pm.U)
+    s, _, _ = task.eval_set("test")
+    with torch.no_grad():  # the update is not gradient descent on F: relative size of the missing term
+        x = model.embed(s[:512])
+        st = model.energy.reprepare(model.energy.prepare(x), x)
+        part = model.energy.partial_grad(x, st)
+        out["nongradient_gap"] = float((model.energy.grad(x, st) - part).norm() / part.norm())
+    if run.out is not None:
+        fig.couplings(J, [(0, 1), (0, pm.L // 2), (pm.L - 1, 0)], run.out / "potts_J.png",
+                      "bare SA on Potts: learned couplings J (one-hot colours)", true_map=pm.J)
+        fig.heatmaps([("planted colour matrix U", pm.U, True)], run.out / "potts_U.png")
+    return out
 
 
-def plot_time_curves(curves: dict[str, list[tuple[int, float, float]]], bayes: float, path: Path) -> Path:
-    """Validation MLM loss against training wall time (evaluation time excluded), log-scaled time."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for name, pts in curves.items():
-        if pts:
-            ax.plot([max(p[1], 1e-2) for p in pts], [p[2] for p in pts], "o-", ms=3, label=name)
-    ax.axhline(bayes, color="k", ls="--", label="Bayes-optimal")
-    ax.set(xscale="log", xlabel="training time (s, 1 CPU thread)", ylabel="validation MLM loss (nats)",
-           title="Potts MLM: loss vs training time")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+def dynamics(run) -> dict | None:
+    """Bare SA: validation CE (calibrated) / accuracy at each q under eval-time options of the same J."""
+    if run.cell.get("run") != "bare_sa":
+        return None
+    from ..utils.config import replace
+
+    _, model, task = _trained(run)
+    out = {}
+    for label, upd in (("default", {}), ("clamp_observed", {"clamp_observed": True}), ("no renorm", {"renorm": False}),
+                       ("mask_init random", {"mask_init": "random"})):
+        m2 = type(model)(replace(model.cfg, **upd))
+        m2.load_state_dict(model.state_dict())
+        ev = task.evaluate(m2.eval(), "validation", sweep=True)
+        out[label] = {k: v for k, v in ev.items() if k.startswith(("loss_cal_q", "accuracy_q"))}
+    return out
 
 
-def plot_couplings(J: torch.Tensor, pairs: list[tuple[int, int]], path: Path, title: str,
-                   true_map: torch.Tensor | None = None) -> Path:
-    """Heatmaps: ‖J_ij‖_F over (i, j) (and the planted |J_true| beside it), then a few blocks J_ij."""
-    plt = _plt()
-    J = J.detach().float().cpu()
-    extra = 1 if true_map is not None else 0
-    n = 1 + extra + len(pairs)
-    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.2))
-    im = axes[0].imshow(J.flatten(2).norm(dim=-1), cmap="viridis")
-    axes[0].set_title("‖J_ij‖_F", fontsize=9)
-    fig.colorbar(im, ax=axes[0], fraction=0.046)
-    if true_map is not None:
-        im = axes[1].imshow(true_map.abs().float().cpu(), cmap="viridis")
-        axes[1].set_title("planted |J_ij| (Potts)", fontsize=9)
-        fig.colorbar(im, ax=axes[1], fraction=0.046)
-    for ax, (i, j) in zip(axes[1 + extra:], pairs):
-        b = J[i, j]
-        v = float(b.abs().max()) or 1.0
-        im = ax.imshow(b, cmap="RdBu_r", vmin=-v, vmax=v)
-        ax.set_title(f"J[{i},{j}]", fontsize=9)
-        fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+def transient(overlap: list[float]) -> dict:
+    """The overlap's peak step and ``fall`` = peak - final overlap when the peak is at 0 < t < T, else 0."""
+    t = max(range(len(overlap)), key=overlap.__getitem__)
+    return {"peak_t": t, "fall": overlap[t] - overlap[-1] if 0 < t < len(overlap) - 1 else 0.0}
 
 
-def plot_matrix(M: torch.Tensor, path: Path, title: str) -> Path:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(4, 3.6))
-    v = float(M.abs().max()) or 1.0
-    im = ax.imshow(M.float().cpu(), cmap="RdBu_r", vmin=-v, vmax=v)
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def plot_overlaps(curves: dict[str, dict[str, list[float]]], path: Path, title: str) -> Path:
-    """Overlap with the clean image (solid) and with the nearest training image (dashed) and the decoded
-    MSE against dynamics steps, one colour per setting."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for k, (name, c) in enumerate(curves.items()):
-        t = list(range(len(c["overlap"])))
-        col = f"C{k}"
-        axes[0].plot(t, c["overlap"], "-", color=col, label=f"{name}: clean")
-        axes[0].plot(t, c["nearest"], "--", color=col, label=f"{name}: nearest train")
-        axes[1].plot(t, c["mse"], "-", color=col, label=name)
-    axes[0].set(xlabel="step t", ylabel="overlap q(t)", title=title)
-    axes[1].set(xlabel="step t", ylabel="decoded-pixel MSE ([0,1] scale)", title="reconstruction error")
-    axes[0].legend(fontsize=6)
-    axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def plot_denoise_examples(curves: dict[str, Any], steps: list[int], path: Path, title: str) -> Path:
-    """Rows: images; columns: clean, corrupted, decoded state at the given steps."""
-    plt = _plt()
-    clean, noisy, dec = curves["clean"], curves["noisy"], curves["decoded"]
-    n = min(4, clean.shape[0])
-    cols = 2 + len(steps)
-    fig, axes = plt.subplots(n, cols, figsize=(1.6 * cols, 1.6 * n))
-
-    def show(ax, img):
-        img = img.float() / 255.0
-        ax.imshow(img[0] if img.shape[0] == 1 else img.permute(1, 2, 0), cmap="gray", vmin=0, vmax=1)
-        ax.axis("off")
-
-    for r in range(n):
-        show(axes[r, 0], clean[r])
-        show(axes[r, 1], noisy[r])
-        for c, t in enumerate(steps):
-            show(axes[r, 2 + c], dec[t, r])
-    for c, lab in enumerate(["clean", "corrupted"] + [f"t = {t}" for t in steps]):
-        axes[0, c].set_title(lab, fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
-    """A GitHub markdown table; floats with 4 significant digits."""
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return "nan" if not math.isfinite(v) else f"{v:.4g}"
-        return str(v)
-
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines)
+def denoise(run) -> dict | None:
+    """Denoising runs: curves at noise 0.1 / 0.3 / 0.5 (test) and 0.3 (training images), sizes, figures."""
+    label = run.cell.get("run", "")
+    if not label.startswith("denoise_"):
+        return None
+    cfg, model, task = _trained(run)
+    name, curves, keep = label[len("denoise_"):], {}, None
+    for lvl in NOISES:
+        c = task.curves(model, "test", level=lvl)
+        curves[f"test, noise {lvl}"] = {k: c[k] for k in ("overlap", "nearest", "mse")}
+        keep = c if lvl == 0.3 else keep
+    c = task.curves(model, "train", level=0.3)
+    curves["train images, noise 0.3"] = {k: c[k] for k in ("overlap", "nearest", "mse")}
+    emb, T = task.embedding, task.cfg.eval_steps
+    if run.out is not None:
+        fig.examples(keep, sorted({0, 1, min(2, T), min(5, T), T}), run.out / f"{name}_examples.png",
+                     f"{name}: decoded states over the dynamics (30% of values replaced)")
+        J = model.energy.coupling()
+        n = J.shape[0]
+        fig.couplings(J, [(0, 1), (0, n - 1), (n // 2, n // 2 + 1)], run.out / f"{name}_J.png",
+                      f"{name}: learned J (in the mixed basis)")
+        fig.heatmaps([(f"{name}: fixed mixing F ({emb.dim}x{emb.dim}, random orthogonal)", emb.F, True)],
+                     run.out / f"{name}_F.png")
+    return {"curves": curves, **transient(curves["test, noise 0.3"]["overlap"]), "patch": cfg.task.patch,
+            "n_tokens": emb.n_tokens, "dim": emb.dim, "n_train": int(task.train_images.shape[0])}

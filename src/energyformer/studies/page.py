@@ -8,7 +8,7 @@ that rebuilt it; every number comes from ``results.json`` (ours) or a ``paper:``
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
 from statistics import fmean, stdev
@@ -29,6 +29,7 @@ class PageContext:
     out: Path
     data: dict
     rows: list[ClaimRow]
+    order: dict[str, list[str]] | None = None   # label order of axes the study does not declare (table keys)
 
     @property
     def records(self) -> list[dict]:
@@ -40,7 +41,7 @@ class PageContext:
         if axis == "seed":
             return [str(s) for s in sorted({int(r["seed"]) for r in recs})]
         seen = {r.get("cell", {}).get(axis) for r in recs}
-        declared = self.spec.runs.axes.get(axis, [])
+        declared = (self.order or {}).get(axis) or self.spec.runs.axes.get(axis, [])
         return [lab for lab in declared if lab in seen] + sorted(str(x) for x in seen - set(declared) - {None})
 
     def select(self, where: dict) -> list[dict]:
@@ -169,7 +170,7 @@ def _table_rows(ctx: PageContext, t: TableSpec, where: dict) -> list[list[str]]:
                 best[j] = (min if col.best == "min" else max)(nums)
     out = []
     for c, vals in zip(combos, values):
-        row = list(c.values())
+        row = [t.names.get(v, v) for v in c.values()]
         for j, col in enumerate(t.columns):
             if col.paper is not None:
                 p = _paper_row(t, c)
@@ -180,16 +181,33 @@ def _table_rows(ctx: PageContext, t: TableSpec, where: dict) -> list[list[str]]:
     return out
 
 
+def _keyed(ctx: PageContext, t: TableSpec, where: dict) -> tuple[PageContext, TableSpec]:
+    """A ``keys`` table as an ordinary one: a record per (run, key of the dict at ``t.keys``) — or per key of
+    the probe ``probes.NAME`` — with the key as axis ``t.key_label`` and the key's entry as its metrics."""
+    if t.keys.startswith("probes."):
+        sources = [({}, 0, (ctx.data.get("probes") or {}).get(t.keys.split(".", 1)[1]))]
+    else:
+        sources = [(r.get("cell", {}), r["seed"], metric_value(r, t.keys)) for r in ctx.select(where)]
+    runs, order = {}, []
+    for cell, seed, entries in sources:
+        for k, v in (entries if isinstance(entries, dict) else {}).items():
+            order += [] if k in order else [k]
+            runs[str(len(runs))] = {"cell": {**cell, t.key_label: k}, "seed": seed,
+                                    "metrics": v if isinstance(v, dict) else {"value": v}}
+    return (replace(ctx, data={**ctx.data, "runs": runs}, order={t.key_label: order}),
+            t.model_copy(update={"rows": [*t.rows, t.key_label], "keys": None}))
+
+
 def render_table(ctx: PageContext, t: TableSpec) -> str:
     """The table's markdown (one per ``group`` label), with its title, text and the paper's source."""
-    head = [*t.rows, *(c.label for c in t.columns)]
+    head = [*t.rows, *([t.key_label] if t.keys else []), *(c.label for c in t.columns)]
     groups = ctx.labels(t.group, t.where) if t.group else [None]
     parts = [f"## {t.title}\n"] if t.title else []
     if t.text:
         parts.append(t.text.strip() + "\n")
     for g in groups:
         where = {**t.where, **({t.group: g} if g is not None else {})}
-        rows = _table_rows(ctx, t, where)
+        rows = _table_rows(*_keyed(ctx, t, where), where) if t.keys else _table_rows(ctx, t, where)
         if not rows:
             continue
         if g is not None:

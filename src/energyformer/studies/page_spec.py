@@ -100,17 +100,30 @@ class TableSpec(ConfigModel):
 
     title: str | None = None
     text: str = ""
-    rows: list[str] = Field(min_length=1)
+    rows: list[str] = Field(default_factory=list)
     where: dict[str, str | list[str]] = Field(default_factory=dict)
     group: str | None = None
     columns: list[ColumnSpec] = Field(min_length=1)
     paper: list[dict[str, Any]] = Field(default_factory=list)
     paper_source: str = ""
+    #: one row per key of the dict at this path (a metric of the row's runs, or ``probes.NAME``: a probe's
+    #: measurements), shown in a last row column ``key_label``; column metrics are read inside the key's entry
+    #: (an entry that is a number is the metric ``value``)
+    keys: str | None = None
+    key_label: str = "key"
+    #: display names of row labels (axis labels or keys) on the page
+    names: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("where", mode="before")
     @classmethod
     def _str(cls, v):
         return _labels(v)
+
+    @model_validator(mode="after")
+    def _rows(self) -> TableSpec:
+        if not self.rows and self.keys is None:
+            raise ValueError("rows = []: a table needs rows (axes of the study) or keys (the keys of a dict)")
+        return self
 
 
 class PlotSpec(ConfigModel):
@@ -123,7 +136,7 @@ class PlotSpec(ConfigModel):
     alt: str
     y: str
     x: str | None = None
-    y_key: str | None = None          # curves: y is a list of dicts; plot d[y_key] against d[x]
+    y_key: str | None = None          # curves: y is a list of dicts (or rows); plot d[y_key] against d[x]
     series: str | None = None
     panel: str | None = None
     where: dict[str, str | list[str]] = Field(default_factory=dict)

@@ -2,7 +2,8 @@
 
 Ours: the mean over seeds with the seeds' min-max as a band; the paper's points dashed (black, or in the
 colour of their series; rows sharing an x, e.g. the paper's runs, as their mean with their range as a band).
-A value that is a list of dicts is a curve (``x`` and ``y_key`` name its keys), a dict of dicts a curve keyed
+A value that is a list of dicts (or of lists) is a curve (``x`` and ``y_key`` name its keys, or index its
+rows), a dict with numeric keys a curve {x: y}, a dict of dicts a curve keyed
 by x (``y_key`` names the value), a list of numbers a curve over x_start, x_start + 1, ... (a list of lists
 of numbers: several samples at each x, e.g. heads: their mean, their range as the band); a number is one
 point at the numeric label of the ``x`` axis, or at the record's value of the path ``x`` when ``x`` is not
@@ -28,19 +29,30 @@ def _smooth(pts: list[tuple[float, float]], w: int) -> list[tuple[float, float]]
     return [(fmean(p[0] for p in r), fmean(p[1] for p in r)) for r in runs] if w > 1 else pts
 
 
+def _key(d: Any, k: str) -> Any:
+    """``d[k]`` of a curve's point: a dict's key, or a list's index (``k`` a digit string)."""
+    if isinstance(d, dict):
+        return d.get(k)
+    ok = isinstance(d, (list, tuple)) and k.lstrip("-").isdigit() and -len(d) <= int(k) < len(d)
+    return d[int(k)] if ok else None
+
+
 def _points(value: Any, spec: PlotSpec, x_label: str | None) -> list[tuple[float, float]]:
     if isinstance(value, dict) and spec.y_key is not None:   # a curve keyed by x: {"4": {"acc": …}, …}
         return sorted((float(k), float(d[spec.y_key])) for k, d in value.items()
                       if isinstance(d, dict) and isinstance(d.get(spec.y_key), (int, float)))
+    if isinstance(value, dict):   # {x: y}, numeric keys (a sweep recorded as a dict)
+        return sorted((float(k), float(v)) for k, v in value.items()
+                      if isinstance(v, (int, float)) and str(k).lstrip("-").replace(".", "", 1).isdigit())
     if isinstance(value, list):
         if spec.pairs:   # [x, y] pairs (a history)
             return _smooth([(float(x), float(y)) for x, y in value if isinstance(y, (int, float))], spec.smooth)
         if spec.y_key is None or spec.x is None:   # numbers; a list of numbers at one x is one sample each (heads)
             pts = [(i + spec.x_start, float(u)) for i, v in enumerate(value)
                    for u in (v if isinstance(v, list) else [v]) if isinstance(u, (int, float))]
-        else:
-            pts = [(float(d[spec.x]), float(d[spec.y_key])) for d in value
-                   if isinstance(d, dict) and isinstance(d.get(spec.y_key), (int, float))]
+        else:   # rows: dicts by key, lists by index
+            pts = [(float(_key(d, spec.x)), float(_key(d, spec.y_key))) for d in value
+                   if isinstance(_key(d, spec.y_key), (int, float)) and isinstance(_key(d, spec.x), (int, float))]
         return _smooth(pts, spec.smooth)
     if isinstance(value, (int, float)) and isinstance(x_label, (int, float, str)):
         return [(float(x_label), float(value))]

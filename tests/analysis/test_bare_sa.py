@@ -1,10 +1,13 @@
-"""The bare-sa study's hook helpers (q sweep summary, transient overlap, blow-up detection) and its memory probe."""
+"""The bare-sa study's hook helpers (q sweep summary, transient overlap, blow-up detection, coupling recovery)
+and its memory probe."""
 
 import pytest
 
-from energyformer.analysis import bare_sa_hooks as H
-from energyformer.analysis.bare_sa import step_memory
-from energyformer.analysis.bare_sa_hooks import blew_up, q_summary, transient
+import torch
+
+from energyformer.analysis import bare_sa_memory as M
+from energyformer.analysis.bare_sa import blew_up, coupling_recovery, q_summary, transient
+from energyformer.analysis.bare_sa_memory import step_memory
 from energyformer.studies import load_study
 
 
@@ -28,8 +31,8 @@ def test_hook_helpers():
 
 def test_memory_probe_measures_what_the_memory_claim_reads(monkeypatch):
     seen = []
-    monkeypatch.setattr(H.A, "step_memory", lambda m, b, n, **kw: seen.append((m["kind"], b, n)) or {"step_peak_bytes": 1})
-    probe = H.memory_probe("cpu")
+    monkeypatch.setattr(M, "step_memory", lambda m, b, n, **kw: seen.append((m["kind"], b, n)) or {"step_peak_bytes": 1})
+    probe = M.memory_probe("cpu")
     (claim,) = [c for c in load_study("bare-sa").claims if c.id == "memory"]
     for arm in (claim.a, claim.b):
         model, key = arm.metric.rsplit(".", 1)
@@ -40,3 +43,12 @@ def test_memory_probe_measures_what_the_memory_claim_reads(monkeypatch):
 def test_step_memory_runs_one_training_step_in_a_fresh_process():
     out = step_memory({"kind": "bare_sa", "n_tokens": 4, "dim": 3, "objective": "plain"}, 2, 4)
     assert out["params"] == 4 * 4 * 3 * 3 and out["param_bytes"] == 4 * out["params"] and out["step_peak_bytes"] >= 0
+
+
+def test_coupling_recovery_reads_a_planted_coupling():
+    g = torch.Generator().manual_seed(0)
+    J_true, U = torch.randn(5, 5, generator=g), torch.randn(3, 3, generator=g)
+    out = coupling_recovery(J_true[:, :, None, None] * U, J_true, U)     # J_ij = J_true[i, j] U exactly
+    assert out["corr"] == pytest.approx(1.0) and out["u_share"] == pytest.approx(1.0)
+    noise = coupling_recovery(torch.randn(5, 5, 3, 3, generator=g), J_true, U)
+    assert abs(noise["corr"]) < 0.9 and noise["u_share"] < 0.5
