@@ -18,6 +18,7 @@ A study's ``report:`` maps a file of the scale's page folder to its blocks, in o
         - claims: "Test RMSE over the repetitions."
         - section: module:function            # markdown a table cannot say: fn(ctx) -> str
         - figure: {fn: module:function, file: recursion.png, alt: ...}   # fn(ctx, path) -> path | None
+        - include: benchmark.md               # a committed file of the page folder, verbatim
 
 Values are dotted paths into a run record (:func:`energyformer.studies.claims.metric_value`): a metric
 (``fit.test_rmse``) or a record field (``seconds``, ``params.total``, ``resolved.train.lr``, ``seed``,
@@ -95,7 +96,7 @@ class PlotSpec(ConfigModel):
     alt: str
     y: str
     x: str | None = None
-    y_key: str | None = None          # curves: y is a list of dicts; plot d[y_key] against d[x]
+    y_key: str | None = None          # curves: y is a list of dicts (or a dict of columns); plot d[y_key] against d[x]
     series: str | None = None
     panel: str | None = None
     where: dict[str, str | list[str]] = Field(default_factory=dict)
@@ -107,6 +108,7 @@ class PlotSpec(ConfigModel):
     title: str = ""
     paper: list[dict[str, Any]] = Field(default_factory=list)
     paper_label: str = "paper"
+    vline: float | None = None        # a grey dashed vertical line at this x (e.g. the trained count)
 
     @field_validator("where", mode="before")
     @classmethod
@@ -133,6 +135,8 @@ class BlockSpec(ConfigModel):
     figure: FigureSpec | None = None
     claims: str | None = None
     section: str | None = None
+    #: a committed file of the page folder, verbatim (e.g. a benchmark script's markdown output)
+    include: str | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> BlockSpec:

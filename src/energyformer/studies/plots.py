@@ -2,7 +2,8 @@
 
 Ours: the mean over seeds with the seeds' min-max as a band; the paper's points dashed in black. A value
 that is a list of dicts is a curve (``x`` and ``y_key`` name its keys), a list of numbers a curve over
-1, 2, ...; a number is one point at the numeric label of the ``x`` axis, or at the record's value of the
+1, 2, ...; a dict of equal-length lists (columns) is a curve too (``x`` and ``y_key`` name two of
+its columns; entries that are not numbers are skipped); a number is one point at the numeric label of the ``x`` axis, or at the record's value of the
 path ``x`` when ``x`` is not an axis.
 """
 
@@ -17,6 +18,10 @@ from .page_spec import PlotSpec
 
 
 def _points(value: Any, spec: PlotSpec, x_label: str | None) -> list[tuple[float, float]]:
+    if isinstance(value, dict) and spec.x is not None and isinstance(value.get(spec.x), list) \
+            and isinstance(value.get(spec.y_key), list):
+        return [(float(x), float(y)) for x, y in zip(value[spec.x], value[spec.y_key])
+                if isinstance(x, (int, float)) and isinstance(y, (int, float))]
     if isinstance(value, list):
         if spec.y_key is None or spec.x is None:
             return [(i + 1.0, float(v)) for i, v in enumerate(value) if isinstance(v, (int, float))]
@@ -69,6 +74,8 @@ def line_plot(ctx, spec: PlotSpec, path: Path) -> Path | None:
             if paper:
                 ax.plot(*zip(*sorted(paper)), "k--", lw=1, alpha=0.7,
                         label=f"{spec.paper_label}" + (f" ({s})" if s else ""))
+        if spec.vline is not None:
+            ax.axvline(spec.vline, color="grey", ls="--", lw=1)
         ax.set_xscale("log" if spec.logx else "linear")
         ax.set_yscale("log" if spec.logy else "linear")
         ax.set_xlabel(spec.xlabel or spec.x or "")
