@@ -17,8 +17,8 @@ shared machine does not count), wall clock with synchronisation on CUDA.
 
 Usage: python benchmarks/image_models.py [--dataset fashion_mnist] [--batch 128] [--repeats 7]
            [--models transformer et ...] [--device cpu|cuda] [--threads 1] [--precision fp32|bf16]
-           [--out FILE.md]  (also write the table to FILE; ``reproduce hyperset-images`` includes
-           ``OUT/benchmark_*.md`` in its report)
+           [--out FILE.md]  (also write the table to FILE; the hyperset-images page includes
+           ``docs/results/images/cpu/benchmark.md`` verbatim)
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ the study runner's record format (``energyformer.studies.runner``), keeping ever
     python scripts/migrate_issue22_records.py cem-lm docs/results/cem/lm_results.json docs/results/cem/cpu
     python scripts/migrate_issue22_records.py cem-gp docs/results/cem/gp_results.json docs/results/cem/gp/cpu
     python scripts/migrate_issue22_records.py bare-sa OLD_RESULTS_JSON docs/results/bare_sa/cpu
+    python scripts/migrate_issue22_records.py hyperset-images OLD_PAGE_FOLDER docs/results/images/cpu
 
-(the cem inputs as committed before the conversion: `git show 15d0704:docs/results/cem/lm_results.json`.)
+(the cem inputs as committed before the conversion: `git show 15d0704:docs/results/cem/lm_results.json`; the
+hyperset-images folder: `results.json`, `mim.json`, `five_epochs/results.json` of docs/results/images at e9dc752.)
 
 Migrated records carry ``config_hash: "migrated"``: the runner never reuses them for a new run (their
 configs were resolved by older code), it only renders them.
@@ -266,6 +268,76 @@ def bare_sa(old_json: Path, folder: Path) -> None:
         "probes": {"memory": old["memory"]}})
 
 
+def hyperset_images(old_dir: Path, folder: Path) -> None:
+    """One-off (issue 22): the old ``reproduce hyperset-images`` page artifacts (``results.json`` per data set,
+    ``mim.json``, ``five_epochs/results.json``) -> one record per run of the study's cpu preset. Accuracies become
+    % (the study's unit); trajectories are summarised as the ``trajectory`` hook does (the old statistics are
+    checked equal); the benchmark table becomes ``benchmark.md``. Classification rows did not store their
+    config: they get the study cell's (unresolved) config, checked against the width / depth / batch they did store."""
+    from energyformer.analysis.images_hooks import summarise
+    from energyformer.experiment import load_run_config
+    from energyformer.studies import expand, load_study
+    from energyformer.utils.config import to_dict
+
+    old = json.loads((old_dir / "results.json").read_text())
+    five = json.loads((old_dir / "five_epochs" / "results.json").read_text())
+    mim = json.loads((old_dir / "mim.json").read_text())
+    plans = {(p.cell["dataset"], p.cell["model"], p.seed): p for p in expand(load_study("hyperset-images"), "cpu")}
+    rows = [(ds, r["config_name"], r) for ds in ("fashion_mnist", "mnist") for r in old[ds]["runs"].values()]
+    rows += [("fashion_mnist", f"{r['config_name']}_5ep", r) for r in five["fashion_mnist"]["runs"].values()]
+    rows += [(r["dataset"], r["config_name"], r) for r in mim["runs"].values()]
+    runs = {}
+    for ds, label, r in rows:
+        p = plans.pop((ds, label, r["seed"]))
+        if "eval" in r:   # masked image modelling
+            resolved, met = r["config"], {"mim": {**r["eval"], "split": r["split"]}}
+        else:
+            resolved = to_dict(load_run_config(p.config, p.overrides))
+            m = resolved["model"]
+            assert (m["dim"], m["n_layers"], m["iterations"], resolved["task"]["batch_size"], resolved["train"]["steps"]) \
+                == (r["width"], r["layers"], r["iterations"], r["batch_size"], r["steps"]), p.name
+            met = {"classify": {"val_accuracy": 100 * r["val_accuracy"], "test_accuracy": 100 * r["test_accuracy"],
+                                "test_loss": r["test_loss"], "class_acc": r["class_acc"], "classes": r["classes"],
+                                **({"confusion": r["confusion"]} if "confusion" in r else {}),
+                                "train_examples": r["train_examples"], "train_images_per_s": r["train_images_per_s"],
+                                "final_train_loss": r["final_train_loss"]}}
+            if "depth" in r:
+                met["depth"] = r["depth"]
+            if "trajectory" in r:
+                t = r["trajectory"]
+                met["trajectory"] = summarise(t, r["iterations"], t["images"])
+                assert all(met["trajectory"][k] == v for k, v in r["stats"].items()), p.name
+        extra = {k: r[k] for k in ("git_commit", "wall_seconds") if r.get(k) is not None}
+        if r.get("replaces"):
+            extra["replaces"] = {**r["replaces"], **{k: 100 * r["replaces"][k] for k in ("test_accuracy", "val_accuracy")}}
+        runs[p.name] = {"cell": p.cell, "seed": p.seed, "config": p.config, "overrides": p.overrides,
+                        "config_hash": "migrated", "scale": "cpu", "device": r["device"],
+                        "hardware": "x86_64 CPU, 1 thread(s), torch 2.13.0+cpu", "params": r["params"],
+                        "steps": r["steps"], "seconds": r["train_seconds"],
+                        "tokens_per_s": r.get("train_images_per_s"), "run_dir": "not recorded",
+                        "resolved": {k: resolved[k] for k in ("task", "model", "train")}, "metrics": met, **extra}
+    assert not plans, f"cpu runs with no old record: {sorted(p.name for p in plans.values())}"
+    order = [p.name for p in expand(load_study("hyperset-images"), "cpu")]
+    mr = mim["runs"]["mim_hyperset"]
+    t, tr = mr["config"]["task"], mr["config"]["train"]
+    setup = {
+        "commands": "the old program: `energyformer reproduce hyperset-images --suites main,ablation,lora,tradeoff,seeds "
+                    "--jobs 2 --out runs/images --report docs/results/images` (Fashion-MNIST), `--dataset mnist --suites "
+                    "main`, `--suites none --only hyperset transformer --steps 2100` (5 epochs), `--suites mim` (the same "
+                    "Trainer runs as the study's cpu preset; every run on one CPU thread, two at a time)",
+        "classification": "420 steps of 128 images (54,000 training images, 1.0 epochs; the `_5ep` runs 2,100 steps, "
+                          "5.0 epochs), Adam lr 1e-3 with warm-up + cosine; tested on the official test split",
+        "masked image modelling": f"{t['dataset']}, {t['patch_size']}x{t['patch_size']} patches, {t['codebook_size']} "
+                                  f"k-means codes; d = {mr['config']['model']['dim']}, batch {t['batch_size']}, "
+                                  f"{tr['steps']} steps; {tr['optimizer']['kind']} (betas "
+                                  f"{tuple(tr['optimizer']['betas'])}), wd {tr['optimizer']['weight_decay']}, clip "
+                                  f"{tr['grad_clip']}, lr {tr['lr']:g} with warm-up + cosine"}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "benchmark.md").write_text(old["page"]["benchmark_markdown"].strip() + "\n")
+    save_results(folder / "results.json", {"format": FORMAT, "study": "hyperset-images", "scale": "cpu", "setup": setup,
+                                           "runs": {n: runs[n] for n in order}})
+
+
 if __name__ == "__main__":
     kind = sys.argv[1]
     if kind == "intrinsic":
@@ -276,6 +348,8 @@ if __name__ == "__main__":
         cem_lm(Path(sys.argv[2]), Path(sys.argv[3]))
     elif kind == "cem-gp":
         cem_gp(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif kind == "hyperset-images":
+        hyperset_images(Path(sys.argv[2]), Path(sys.argv[3]))
     elif kind == "bare-sa":
         bare_sa(Path(sys.argv[2]), Path(sys.argv[3]))
     else:

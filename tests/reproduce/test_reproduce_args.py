@@ -44,15 +44,3 @@ def test_bare_sa_report_only_on_an_empty_folder_is_an_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no such folder" in err and "<scale>/results.json" in err and err.count("\n") == 1
     assert not (tmp_path / "empty").exists()
-
-
-def test_hyperset_images_configs_load_on_digits():
-    """Issue 25 class 6: --dataset digits failed out of the box (patch 7 does not divide side 8)."""
-    from energyformer.experiment import load_run_config
-    from energyformer.reproduce.hyperset_images import SUITES as suites
-    from energyformer.reproduce.hyperset_images import dataset_overrides
-
-    names = {e.split("@")[0] for entries in suites.values() for e in entries}
-    assert names
-    for name in sorted(names):
-        load_run_config(f"images/{name}", dataset_overrides(name, "digits"))

@@ -63,6 +63,23 @@ def test_render_writes_every_file_with_setup_plot_and_claims(ctx, tmp_path):
     assert (tmp_path / "more.md").read_text() == "page tiny at cpu\n"
 
 
+def test_a_curve_may_be_columns_with_a_vline_and_a_file_included_verbatim(ctx, tmp_path):
+    from energyformer.studies.page import render_block
+    from energyformer.studies.page_spec import BlockSpec
+    from energyformer.studies.plots import series_points
+
+    for r in ctx.data["runs"].values():
+        r["metrics"]["accuracy"]["cols"] = {"t": [0, 1, 2], "e": [3.0, None, 1.0]}
+    spec = BlockSpec(plot={"file": "cols.png", "alt": "cols", "y": "accuracy.cols", "x": "t", "y_key": "e",
+                           "series": "model", "vline": 1}).plot
+    assert series_points(ctx, spec, {"model": "eqt"}) == {0.0: [3.0, 3.0], 2.0: [1.0, 1.0]}   # None skipped
+    assert render_block(ctx, BlockSpec(plot=spec.model_dump())) == "![cols](cols.png)\n"
+    assert (tmp_path / "cols.png").stat().st_size > 0
+    (tmp_path / "bench.md").write_text("| a |\n|---|\n")
+    assert render_block(ctx, BlockSpec(include="bench.md")) == "| a |\n|---|\n"
+    assert render_block(ctx, BlockSpec(include="missing.md")) == ""
+
+
 def _err(tmp_path, mutate) -> str:
     data = copy.deepcopy(TINY)
     mutate(data)

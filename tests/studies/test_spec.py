@@ -102,6 +102,16 @@ def test_a_scale_may_run_a_union_of_selections_and_seed_placeholders(tmp_path):
         load_study(write(tmp_path / "s.yaml", **data))
 
 
+def test_a_selection_may_name_seeds(tmp_path):
+    """``only: [{..., seed: [1]}]``: those cells run only with those seeds (a second seed for some configs)."""
+    data = copy.deepcopy(TINY)
+    data["seeds"] = [0, 1]
+    data["scales"]["cpu"] = {"only": [{"seed": [0]}, {"model": ["eqt"], "seed": [1]}]}
+    spec = load_study(write(tmp_path / "s.yaml", **data))
+    assert [p.name for p in expand(spec, "cpu")] == ["L8_s0_baseline", "L8_s0_eqt", "L8_s1_eqt"]
+    assert [p.name for p in expand(spec, "cpu", seeds=[2])] == []
+
+
 def test_a_config_label_may_carry_its_own_overrides(tmp_path):
     data = copy.deepcopy(TINY)
     data["runs"]["config"]["model"]["eqt_k4"] = {"config": "eqt/eqt", "overrides": ["model.refine.eval_steps=4"]}

@@ -33,7 +33,7 @@ def test_folder_in_place_of_a_file_and_file_in_place_of_a_folder(tmp_path):
 
 
 @pytest.mark.parametrize("argv,what", [
-    (["hyperset-images", "--report", "/proc/x/report"], "--report /proc/x/report: cannot be written"),
+    (["hyperset-images", "--runs", "/proc/x/runs"], "--runs /proc/x/runs: cannot be written"),
     (["hyperset-sudoku", "--out", "/proc/x"], "--out /proc/x: cannot be written"),      # a study
     (["eqt", "--runs", "/proc/x"], "--runs /proc/x: cannot be written"),
 ])

@@ -3,7 +3,8 @@
 * :func:`predict` — the model's predictions and the summed cross-entropy over batches of images.
 * :func:`confusion_matrix` — ``cm[t, p]`` = examples of true class t predicted as p.
 * :func:`per_class_accuracy` — the diagonal over the row sums (NaN for a class with no examples).
-* :func:`plot_confusion` — the row-normalised matrix as a heat map with counts (matplotlib, Agg).
+* :func:`draw_confusion` / :func:`plot_confusion` — the row-normalised matrix as a heat map with counts
+  (on a matplotlib axis / as a PNG).
 * :func:`per_class_markdown` — a markdown table of per-class accuracy and the most common confusion.
 """
 
@@ -78,18 +79,11 @@ def per_class_markdown(cm: Tensor, classes: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def plot_confusion(cm: Tensor, classes: Sequence[str], path: str | Path, title: str = "") -> Path:
-    """Save the row-normalised confusion matrix (colour) with raw counts (text) as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def draw_confusion(ax, cm: Tensor, classes: Sequence[str], title: str = "") -> Any:
+    """Draw the row-normalised confusion matrix (colour) with raw counts (text) on ``ax``; returns the image."""
     n = cm.shape[0]
     rows = cm.sum(1, keepdim=True).clamp_min(1)
     frac = (cm.double() / rows).numpy()
-    size = max(4.0, 0.45 * n + 2.0)
-    fig, ax = plt.subplots(figsize=(size + 1.0, size))
     im = ax.imshow(frac, cmap="Blues", vmin=0.0, vmax=1.0)
     if n <= 20:
         for t in range(n):
@@ -102,6 +96,19 @@ def plot_confusion(cm: Tensor, classes: Sequence[str], path: str | Path, title: 
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
     ax.set_title(title or f"confusion matrix (accuracy {100 * accuracy(cm):.2f}%)")
+    return im
+
+
+def plot_confusion(cm: Tensor, classes: Sequence[str], path: str | Path, title: str = "") -> Path:
+    """Save the row-normalised confusion matrix (colour) with raw counts (text) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    size = max(4.0, 0.45 * cm.shape[0] + 2.0)
+    fig, ax = plt.subplots(figsize=(size + 1.0, size))
+    im = draw_confusion(ax, cm, classes, title)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="fraction of the true class")
     fig.tight_layout()
     return save_figure(fig, path, dpi=110)

@@ -49,7 +49,7 @@ register_reproduction("intrinsic-lm", "energyformer.studies.command",
                       "Intrinsic-optimizer seed §4: MHA vs MomenMHA, NagMHA, MHA2nd1st(+simplified), MHA2nd-lite LMs")
 register_reproduction("bare-sa", "energyformer.studies.command",
                       "seed 004: recycled transformer vs bare self-attention trained by pseudo-likelihood (Potts MLM, denoising)")
-register_reproduction("hyperset-images", "energyformer.reproduce.hyperset_images",
+register_reproduction("hyperset-images", "energyformer.studies.command",
                       "Hyper-SET seed §5.2: Hyper-SET vs Transformer / ET / CRATE(-T) on images, Tables 1, 4, 5, Fig. 4")
 register_reproduction("eqt", "energyformer.studies.command",
                       "EqT seed 003 §4: baseline vs equilibrium transformer on cumulative parity (Table 2), convergence, overheads")

@@ -275,6 +275,9 @@ def render_block(ctx: PageContext, b: BlockSpec) -> str:
             return ""
         cap = f"\n{_text(ctx, b.figure.caption)}" if b.figure.caption else ""
         return f"![{b.figure.alt}]({b.figure.file})\n{cap}"
+    if b.include is not None:
+        path = ctx.out / b.include
+        return (path.read_text().strip() + "\n") if path.exists() else ""
     text = hook(b.section)(ctx)
     return (text.strip() + "\n") if text else ""
 

@@ -18,6 +18,7 @@ A study's ``report:`` maps a file of the scale's page folder to its blocks, in o
         - claims: "Test RMSE over the repetitions."
         - section: module:function            # markdown a table cannot say: fn(ctx) -> str
         - figure: {fn: module:function, file: recursion.png, alt: ...}   # fn(ctx, path) -> path | None
+        - include: benchmark.md               # a committed file of the page folder, verbatim
 
 Values are dotted paths into a run record (:func:`energyformer.studies.claims.metric_value`): a metric
 (``fit.test_rmse``) or a record field (``seconds``, ``params.total``, ``resolved.train.lr``, ``seed``,
@@ -136,7 +137,7 @@ class PlotSpec(ConfigModel):
     alt: str
     y: str
     x: str | None = None
-    y_key: str | None = None          # curves: y is a list of dicts (or rows); plot d[y_key] against d[x]
+    y_key: str | None = None          # curves: y is a list of dicts (or rows, or a dict of columns); plot d[y_key] against d[x]
     series: str | None = None
     panel: str | None = None
     where: dict[str, str | list[str]] = Field(default_factory=dict)
@@ -153,7 +154,7 @@ class PlotSpec(ConfigModel):
     x_start: float = 1.0              # a list of numbers is a curve over x_start, x_start + 1, ...
     smooth: int = Field(default=1, ge=1)   # curves: the mean of each run of ``smooth`` consecutive points
     hlines: list[float] = Field(default_factory=list)   # reference levels (chance, ln 2), dotted grey
-    vline: str | None = None          # a dotted grey line at each value of this path (e.g. the training count)
+    vline: str | None = None          # a dotted grey line at this x (a number) or at each value of this path
     pairs: bool = False               # y is a list of [x, y] pairs (a history)
 
     @field_validator("where", mode="before")
@@ -181,6 +182,8 @@ class BlockSpec(ConfigModel):
     figure: FigureSpec | None = None
     claims: str | None = None
     section: str | None = None
+    #: a committed file of the page folder, verbatim (e.g. a benchmark script's markdown output)
+    include: str | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> BlockSpec:

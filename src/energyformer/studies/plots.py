@@ -3,7 +3,8 @@
 Ours: the mean over seeds with the seeds' min-max as a band; the paper's points dashed (black, or in the
 colour of their series; rows sharing an x, e.g. the paper's runs, as their mean with their range as a band).
 A value that is a list of dicts (or of lists) is a curve (``x`` and ``y_key`` name its keys, or index its
-rows), a dict with numeric keys a curve {x: y}, a dict of dicts a curve keyed
+rows), a dict of equal-length lists (columns; ``x`` and ``y_key`` name two of them) a curve, a
+dict with numeric keys a curve {x: y}, a dict of dicts a curve keyed
 by x (``y_key`` names the value), a list of numbers a curve over x_start, x_start + 1, ... (a list of lists
 of numbers: several samples at each x, e.g. heads: their mean, their range as the band); a number is one
 point at the numeric label of the ``x`` axis, or at the record's value of the path ``x`` when ``x`` is not
@@ -38,6 +39,10 @@ def _key(d: Any, k: str) -> Any:
 
 
 def _points(value: Any, spec: PlotSpec, x_label: str | None) -> list[tuple[float, float]]:
+    if isinstance(value, dict) and spec.x is not None and isinstance(value.get(spec.x), list) \
+            and isinstance(value.get(spec.y_key), list):   # columns: {"iteration": [...], "energy": [...]}
+        return [(float(x), float(y)) for x, y in zip(value[spec.x], value[spec.y_key])
+                if isinstance(x, (int, float)) and isinstance(y, (int, float))]
     if isinstance(value, dict) and spec.y_key is not None:   # a curve keyed by x: {"4": {"acc": …}, …}
         return sorted((float(k), float(d[spec.y_key])) for k, d in value.items()
                       if isinstance(d, dict) and isinstance(d.get(spec.y_key), (int, float)))
@@ -68,6 +73,16 @@ def series_points(ctx, spec: PlotSpec, where: dict) -> dict[float, list[float]]:
         for x, y in _points(metric_value(r, spec.y), spec, x_label):
             pts.setdefault(x, []).append(y * spec.scale)
     return dict(sorted(pts.items()))
+
+
+def _vlines(ctx, spec: PlotSpec) -> list[float]:
+    """``vline``: a number is one x; a path gives each value it has among the plotted records."""
+    if spec.vline is None:
+        return []
+    try:
+        return [float(spec.vline)]
+    except ValueError:
+        return sorted({float(v) for r in ctx.select(spec.where) if (v := metric_value(r, spec.vline)) is not None})
 
 
 def line_plot(ctx, spec: PlotSpec, path: Path) -> Path | None:
@@ -113,7 +128,7 @@ def line_plot(ctx, spec: PlotSpec, path: Path) -> Path | None:
                     ax.fill_between(xs, [min(paper[x]) for x in xs], [max(paper[x]) for x in xs], color=c, alpha=0.1)
         for level in spec.hlines:
             ax.axhline(level, ls=":", color="grey", lw=1)
-        for v in sorted({metric_value(r, spec.vline) for r in ctx.select(spec.where)} - {None}) if spec.vline else []:
+        for v in _vlines(ctx, spec):
             ax.axvline(float(v), ls=":", color="grey", lw=1)
         ax.set_xscale("log" if spec.logx else "linear")
         ax.set_yscale("log" if spec.logy else "linear")

@@ -143,7 +143,8 @@ class ScaleSpec(ConfigModel):
     """this scale's seeds (default: the study's)"""
     only: dict[str, list[str]] | list[dict[str, list[str]]] = Field(default_factory=dict)
     """{axis: [labels]}: the grid cells this scale runs (default: all); a list of such selections runs
-    their union (a cell runs when it matches any of them)"""
+    their union (a cell runs when it matches any of them); a selection may also name ``seed: [...]``
+    (those cells run only with those seeds, e.g. a second seed for two configs)"""
     note: str = ""
     """a sentence for the page: what this scale is sized for"""
 
@@ -160,10 +161,12 @@ class ScaleSpec(ConfigModel):
         """``only`` as a list of selections (empty: every cell)."""
         return [s for s in (self.only if isinstance(self.only, list) else [self.only]) if s]
 
-    def runs_cell(self, cell: dict[str, str]) -> bool:
-        """Whether this scale runs the grid cell ``cell`` (it matches one of the selections, or there are none)."""
+    def runs_cell(self, cell: dict[str, str], seed: int | None = None) -> bool:
+        """Whether this scale runs the grid cell ``cell`` (with ``seed``: a selection's ``seed`` list
+        includes it) — it matches one of the selections, or there are none."""
         sels = self.selections
-        return not sels or any(all(cell[a] in labels for a, labels in s.items()) for s in sels)
+        return not sels or any(all((seed is None or str(seed) in labels) if a == "seed" else cell[a] in labels
+                                   for a, labels in s.items()) for s in sels)
 
 
 class RulesSpec(ConfigModel):
@@ -345,7 +348,8 @@ class StudySpec(ConfigModel):
         for s, sc in self.scales.items():
             for sel in sc.selections:
                 for a, labels in sel.items():
-                    _check_labels(f"scales.{s}.only", axes, a, labels)
+                    if a != "seed":
+                        _check_labels(f"scales.{s}.only", axes, a, labels)
         if (self.render is None) == (not self.report):
             raise ValueError("give exactly one of render (a page function) or report (the page as blocks)")
         for f, blocks in self.report.items():
@@ -469,7 +473,7 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
     for seed in seeds if seeds is not None else (sc.seeds or spec.seeds):
         for combo in itertools.product(*pick.values()):
             cell = dict(zip(pick, combo))
-            if not sc.runs_cell(cell):
+            if not sc.runs_cell(cell, seed):
                 continue
             config = spec.runs.config[cfg_axis][cell[cfg_axis]] if cfg_axis else spec.runs.config
             cell_over = [o for a, lab in cell.items() if a in spec.runs.grid for o in spec.runs.grid[a][lab]]
