@@ -27,15 +27,19 @@ Values are dotted paths into a run record (:func:`energyformer.studies.claims.me
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from ..utils.config import ConfigModel
 
 def _labels(v: dict | None) -> dict:
     """Axis labels are strings (YAML reads 64 as an int)."""
     return {k: [str(x) for x in x_] if isinstance(x_, list) else str(x_) for k, x_ in (v or {}).items()}
+
+
+#: a selection {axis: label or [labels]}; labels read as strings
+Where = Annotated[dict[str, str | list[str]], BeforeValidator(_labels)]
 
 
 class ColumnReduce(ConfigModel):
@@ -75,14 +79,9 @@ class ColumnSpec(ConfigModel):
     #: bold the best row's value (within a group)
     best: Literal["min", "max"] | None = None
     #: a selection of this column merged into the row's (e.g. one column per learning rate)
-    where: dict[str, str | list[str]] = Field(default_factory=dict)
+    where: Where = Field(default_factory=dict)
     #: per seed, reduce an axis the row leaves open by a claim reducer: {over: lr, fn: module:function}
     reduce: ColumnReduce | None = None
-
-    @field_validator("where", mode="before")
-    @classmethod
-    def _str(cls, v):
-        return _labels(v)
     #: a curve (a list of dicts, or a dict of dicts keyed by x): the list of its values under this key
     key: str | None = None
     #: a list of numbers: the mean of its last ``tail`` values (e.g. the final training loss)
@@ -102,7 +101,7 @@ class TableSpec(ConfigModel):
     title: str | None = None
     text: str = ""
     rows: list[str] = Field(default_factory=list)
-    where: dict[str, str | list[str]] = Field(default_factory=dict)
+    where: Where = Field(default_factory=dict)
     group: str | None = None
     columns: list[ColumnSpec] = Field(min_length=1)
     paper: list[dict[str, Any]] = Field(default_factory=list)
@@ -114,11 +113,6 @@ class TableSpec(ConfigModel):
     key_label: str = "key"
     #: display names of row labels (axis labels or keys) on the page
     names: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("where", mode="before")
-    @classmethod
-    def _str(cls, v):
-        return _labels(v)
 
     @model_validator(mode="after")
     def _rows(self) -> TableSpec:
@@ -140,7 +134,7 @@ class PlotSpec(ConfigModel):
     y_key: str | None = None          # curves: y is a list of dicts (or rows, or a dict of columns); plot d[y_key] against d[x]
     series: str | None = None
     panel: str | None = None
-    where: dict[str, str | list[str]] = Field(default_factory=dict)
+    where: Where = Field(default_factory=dict)
     scale: float = 1.0
     logx: bool = False
     logy: bool = False
@@ -156,11 +150,6 @@ class PlotSpec(ConfigModel):
     hlines: list[float] = Field(default_factory=list)   # reference levels (chance, ln 2), dotted grey
     vline: str | None = None          # a dotted grey line at this x (a number) or at each value of this path
     pairs: bool = False               # y is a list of [x, y] pairs (a history)
-
-    @field_validator("where", mode="before")
-    @classmethod
-    def _str(cls, v):
-        return _labels(v)
 
 
 class FigureSpec(ConfigModel):
