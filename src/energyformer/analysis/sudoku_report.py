@@ -25,8 +25,13 @@ import math
 from pathlib import Path
 from statistics import fmean
 
-#: display names of the study's ``model`` axis labels
-NAMES = {"hyperset": "Hyper-SET", "transformer": "Transformer"}
+#: display names of the study's ``model`` axis labels; the first two (:data:`MAIN`) are on every page, the
+#: others (Fig. 3a's ET and CRATE, the learned / sinusoidal positions pairs) where they are recorded
+NAMES = {"hyperset": "Hyper-SET", "transformer": "Transformer", "et": "ET", "crate": "CRATE",
+         "hyperset_learned": "Hyper-SET (learned pos., rerun)", "hyperset_sinpos": "Hyper-SET (sinusoidal pos.)",
+         "transformer_learned": "Transformer (learned pos., rerun)",
+         "transformer_sinpos": "Transformer (sinusoidal pos.)"}
+MAIN = ("Hyper-SET", "Transformer")
 PAPER_WIDTH = {"dim": 768, "heads": 12, "iterations": 24}
 TRACE_BOARDS = 100
 PLATEAU_LEVEL = 0.2
@@ -130,10 +135,14 @@ def extrapolation(run) -> dict:
     return {**accuracies(curve, L), "seconds": time.perf_counter() - t0}
 
 
-def _trajectory(run) -> tuple[dict, int]:
-    from .hyperset import trajectory
+def _trajectory(run) -> tuple[dict, int] | None:
+    """(trajectory, L) on the first test boards; None for a model whose attention has no subspace
+    projections known to :func:`~energyformer.analysis.hyperset.has_subspaces` (ET, CRATE)."""
+    from .hyperset import has_subspaces, trajectory
 
     cfg, model, task = run.trained()
+    if not has_subspaces(model.layers[0]):
+        return None
     L = cfg.model.iterations
     idx = task.splits["test"].puzzles[:TRACE_BOARDS].long().to(next(model.parameters()).device)
     return trajectory(model, idx, 2 * L), L
@@ -141,14 +150,15 @@ def _trajectory(run) -> tuple[dict, int]:
 
 def energy(run) -> dict | None:
     """Metric hook (Hyper-SET only): energies per iteration on the first 100 test boards (Fig. 5)."""
-    t, L = _trajectory(run)
-    return energy_summary(t, L) if t["e_total"][0] is not None else None
+    traced = _trajectory(run)
+    return energy_summary(*traced) if traced and traced[0]["e_total"][0] is not None else None
 
 
-def geometry(run) -> dict:
-    """Metric hook: effective rank and average angle per subspace per iteration (Fig. 6)."""
-    t, L = _trajectory(run)
-    return geometry_summary(t, L)
+def geometry(run) -> dict | None:
+    """Metric hook: effective rank and average angle per subspace per iteration (Fig. 6; None: see
+    :func:`_trajectory`)."""
+    traced = _trajectory(run)
+    return geometry_summary(*traced) if traced else None
 
 
 def training(run) -> dict:
@@ -189,7 +199,7 @@ def _plots(models: dict[str, dict], L: int, out: Path) -> None:
                        out / "extrapolation_cell.png", ylabel="cell accuracy on blanks (%)",
                        title="Sudoku test cells (blanks) correct")
     plot_energies(models["Hyper-SET"]["metrics"]["energy"], L, out / "energy.png")
-    plot_rank_angle({n: r["metrics"]["geometry"] for n, r in models.items()}, L, out / "rank_angle.png")
+    plot_rank_angle({n: models[n]["metrics"]["geometry"] for n in MAIN}, L, out / "rank_angle.png")
     plot_learning_curves({n: r["metrics"]["training"]["eval_history"] for n, r in models.items()},
                          out / "learning_curves.png")
 
@@ -226,6 +236,11 @@ def page_lines(study, name: str, scale: str, records: dict, models: dict[str, di
         f"width {cfg['model']['dim']}, {cfg['model']['heads']} heads, M = 4d, learned positions.",
         f"* Looped transformer: one layer ({_block(tf['resolved'])}) iterated L = {L} times, "
         "same width, heads, positions, data, optimiser and steps.",
+        *[f"* {n}: one layer ({_block(r['resolved'])}) iterated L = {L} times, "
+          f"{r['resolved']['model']['positions']} positions; same data, width, heads, optimiser and steps "
+          f"({r['resolved']['train']['steps']}); trained {r['seconds']:.0f} s." for n, r in models.items() if n not in MAIN],
+        *[f"* {NAMES.get(r['cell']['model'], r['cell']['model'])}: training diverged ({r['diverged']}), no metrics."
+          for r in records["runs"].values() if "diverged" in r],
         f"* Training: {cfg['train']['steps']} AdamW steps of batch {cfg['task']['batch_size']}, "
         f"lr {cfg['train']['lr']:g} (warm-up + cosine), weight decay 0.1, gradient clipping 1 "
         "(paper: 200 epochs = 112k steps at lr 1e-4); full configs in `results.json`. "
@@ -247,13 +262,14 @@ def page_lines(study, name: str, scale: str, records: dict, models: dict[str, di
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n, r in models.items():
-        p, e, s = PAPER[n], ex[n], r["metrics"]["sizes"]
+        p, e, s = PAPER.get(n, {}), ex[n], r["metrics"]["sizes"]
+        paper = lambda k: f"{p[k]:.2f}" if k in p else "–"  # noqa: E731
         lines.append(
             f"| {n} | {_m(r['params']['total'])} | {_m(s['step_size']) if s['step_size'] else '0'} "
-            f"| {_m(s['paper_width'])} | {_m(p['params'])} "
+            f"| {_m(s['paper_width'])} | {_m(p['params']) if p else '–'} "
             f"| {e['board_L']:.2f} [{e['board_L_ci'][0]:.1f}, {e['board_L_ci'][1]:.1f}] "
             f"| {e['board_2L']:.2f} [{e['board_2L_ci'][0]:.1f}, {e['board_2L_ci'][1]:.1f}] "
-            f"| {e['cell_L']:.2f} | {e['cell_2L']:.2f} | {p['board_L']:.2f} | {p['board_2L']:.2f} |")
+            f"| {e['cell_L']:.2f} | {e['cell_2L']:.2f} | {paper('board_L')} | {paper('board_2L')} |")
     share = 100 * hs["metrics"]["sizes"]["step_size"] / hs["params"]["total"]
     size = lambda a, b: "larger" if a > b else "smaller"  # noqa: E731
     here = size(hs["params"]["total"], tf["params"]["total"])
@@ -339,7 +355,9 @@ def render(out: Path, study, name: str, scale: str, records: dict, rows: list) -
     from ..studies.claims import claims_table
 
     recs = sorted(records["runs"].values(), key=lambda r: r["seed"])
-    models = {NAMES[lab]: next(r for r in recs if r["cell"]["model"] == lab) for lab in NAMES}
+    found = {NAMES[lab]: next((r for r in recs if r["cell"]["model"] == lab and "diverged" not in r), None)
+             for lab in NAMES}
+    models = {n: r for n, r in found.items() if r is not None}
     L = models["Hyper-SET"]["metrics"]["extrapolation"]["L"]
     lines = page_lines(study, name, scale, records, models, L, claims_table(rows))
     _plots(models, L, out)
