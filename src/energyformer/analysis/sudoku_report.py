@@ -238,7 +238,8 @@ def page_lines(study, name: str, scale: str, records: dict, models: dict[str, di
         "same width, heads, positions, data, optimiser and steps.",
         *[f"* {n}: one layer ({_block(r['resolved'])}) iterated L = {L} times, "
           f"{r['resolved']['model']['positions']} positions; same data, width, heads, optimiser and steps "
-          f"({r['resolved']['train']['steps']}); trained {r['seconds']:.0f} s." for n, r in models.items() if n not in MAIN],
+          f"({r['resolved']['train']['steps']}); trained {r['seconds']:.0f} s."
+          for n, r in models.items() if n not in MAIN],
         *[f"* {NAMES.get(r['cell']['model'], r['cell']['model'])}: training diverged ({r['diverged']}), no metrics."
           for r in records["runs"].values() if "diverged" in r],
         f"* Training: {cfg['train']['steps']} AdamW steps of batch {cfg['task']['batch_size']}, "
