@@ -44,7 +44,7 @@ def test_paper_constants_and_the_declared_bound_come_from_the_released_fig3b_arr
     assert PAPER["Hyper-SET"]["board_2L"] == 57.23 and PAPER["Transformer"]["board_2L"] == 51.2
     assert math.isclose(ACC_BOUND, 2.3)
     acc = [c for c in spec.claims if (c.a.metric or c.metric).startswith("extrapolation.")]
-    assert len(acc) == 18 and all(math.isclose(c.rules.single_seed_bound, ACC_BOUND) for c in acc)
+    assert len(acc) == 19 and all(math.isclose(c.rules.single_seed_bound, ACC_BOUND) for c in acc)
     hs, tf = PAPER["Hyper-SET"], PAPER["Transformer"]
     assert spec.claims[0].paper.value == f"{hs['board_L']:.2f} vs {tf['board_L']:.2f} (L = 24)"
     assert spec.claims[1].paper.value == f"{hs['board_2L']:.2f} vs {tf['board_2L']:.2f} (2L = 48)"
@@ -117,12 +117,17 @@ def _with(base: dict, label: str, **extrapolation) -> dict:
     return runs
 
 
-# the committed transformer is the lower of the two main models at L (cell 39.70 vs Hyper-SET's 43.45)
+def _main(base: dict) -> dict:
+    """The same-code main models of the fail claims: Hyper-SET (state_norm) 43.45, the transformer 39.70 at L."""
+    runs = _with(base, "hyperset_statenorm", cell_L=43.45, board_L=0.0)
+    return _with(runs, "transformer_learned", cell_L=39.7, board_L=0.0)
+
+
 @pytest.mark.parametrize("cell, verdict", [(11.2, "HOLDS"), (38.0, "UNDECIDED"), (41.0, "UNDECIDED"),
                                            (42.5, "DOES NOT HOLD"), (60.0, "DOES NOT HOLD")])
 @pytest.mark.parametrize("model", ["et", "crate"])
 def test_fig3a_baseline_fails_below_both_main_models(spec, base, model, cell, verdict):
-    runs = _with(base, model, cell_L=cell, board_L=0.0)
+    runs = _with(_main(base), model, cell_L=cell, board_L=0.0)   # A: the lower of 43.45 and 39.70
     assert _verdict(spec, runs, f"{model}-fails") == verdict
     assert _verdict(spec, runs, f"{model}-fails-board") == "UNTESTABLE"   # 0 vs 0: the floor
     runs[f"{model}_seed0"]["metrics"]["extrapolation"]["board_L"] = 5.0   # above both main models' 0
@@ -132,8 +137,15 @@ def test_fig3a_baseline_fails_below_both_main_models(spec, base, model, cell, ve
 @pytest.mark.parametrize("learned, sinusoidal, verdict", [(3.0, -2.0, "HOLDS"), (1.0, 0.0, "UNDECIDED"),
                                                           (-3.0, 0.5, "DOES NOT HOLD")])
 def test_learned_positions_vital_for_extrapolation(spec, base, learned, sinusoidal, verdict):
-    runs = _with(base, "hyperset_sinpos", cell_gain=sinusoidal)   # A: the committed Hyper-SET (learned positions)
-    runs["hyperset_seed0"]["metrics"]["extrapolation"]["cell_gain"] = learned
+    runs = _with(_with(base, "hyperset_statenorm", cell_gain=learned), "hyperset_statenorm_sinpos",
+                 cell_gain=sinusoidal)
     assert _verdict(spec, runs, "positions-cell-gain") == verdict
     main = {k: base[k] for k in ("hyperset_seed0", "transformer_seed0")}
     assert _verdict(spec, main, "positions-cell-gain") == "UNTESTABLE"   # not run: no verdict
+
+
+def test_positions_at_chance_on_both_sides_is_untestable(spec, base):
+    runs = _with(_with(base, "hyperset_learned", cell_L=10.9), "hyperset_sinpos", cell_L=11.5)
+    assert _verdict(spec, runs, "positions-default-cell-L") == "UNTESTABLE"
+    runs["hyperset_sinpos_seed0"]["metrics"]["extrapolation"]["cell_L"] = 20.4
+    assert _verdict(spec, runs, "positions-default-cell-L") == "DOES NOT HOLD"

@@ -28,7 +28,9 @@ def test_the_grid_is_the_models_on_one_seed():
         ("et_seed0", "hyperset/sudoku_et"), ("crate_seed0", "hyperset/sudoku_crate"),
         ("hyperset_sinpos_seed0", "hyperset/sudoku_hyperset"), ("hyperset_learned_seed0", "hyperset/sudoku_hyperset"),
         ("transformer_sinpos_seed0", "hyperset/sudoku_transformer"),
-        ("transformer_learned_seed0", "hyperset/sudoku_transformer")]
+        ("transformer_learned_seed0", "hyperset/sudoku_transformer"),
+        ("hyperset_statenorm_seed0", "hyperset/sudoku_hyperset"),
+        ("hyperset_statenorm_sinpos_seed0", "hyperset/sudoku_hyperset")]
     cfg = {p.cell["model"]: load_run_config(p.config, p.overrides) for p in plans}
     assert cfg["transformer"].model.block.attention.kind == "llama" and cfg["hyperset"].model.iterations == 8
     for lab, c in cfg.items():   # Fig. 3a: "under identical experimental conditions"
@@ -41,6 +43,14 @@ def test_the_grid_is_the_models_on_one_seed():
         sin, learned = cfg[f"{m}_sinpos"].model, cfg[f"{m}_learned"].model
         assert (sin.positions, learned.positions, cfg[m].model.positions) == ("sinusoidal", "learned", "learned")
         assert sin.model_copy(update={"positions": "learned"}) == learned == cfg[m].model
+    sin, learned = cfg["hyperset_statenorm_sinpos"].model, cfg["hyperset_statenorm"].model
+    assert (sin.positions, learned.positions) == ("sinusoidal", "learned")
+    assert sin.block.attention.step_size.state_norm and not cfg["hyperset"].model.block.attention.step_size.state_norm
+    assert sin.model_copy(update={"positions": "learned"}) == learned
+    att = learned.block.attention   # the state_norm pair differs from hyperset in the conditioning only
+    att = att.model_copy(update={"step_size": att.step_size.model_copy(update={"state_norm": False})})
+    assert learned.model_copy(update={"block": learned.block.model_copy(update={"attention": att})}) == \
+        cfg["hyperset"].model
 
 
 def test_gpu_scale_is_the_issue_20_preset():
@@ -80,6 +90,17 @@ def test_committed_pages_rerender_from_their_records_alone(tmp_path):
     assert "gpu** — not run yet: `energyformer reproduce hyperset-sudoku --scale gpu" in index
     recs = json.loads((PAGE / "cpu" / "results.json").read_text())["runs"]
     assert recs["hyperset_seed0"]["config_hash"] == recs["transformer_seed0"]["config_hash"] == "migrated"
+
+
+def test_committed_new_records_are_reused_by_the_runner():
+    """ET, CRATE and the positions pairs (issue 20, item 5) were trained by the runner from today's configs:
+    each record's hash is its plan's, so `reproduce hyperset-sudoku --scale cpu` trains nothing again."""
+    recs = json.loads((PAGE / "cpu" / "results.json").read_text())["runs"]
+    plans = {p.name: p for p in expand(load_study("hyperset-sudoku"), "cpu")}
+    new = [n for n in plans if n not in ("hyperset_seed0", "transformer_seed0")]
+    assert set(new) <= set(recs)
+    for n in new:
+        assert recs[n]["config_hash"] == config_hash(load_run_config(plans[n].config, plans[n].overrides)), n
 
 
 def test_toy_et_and_crate_train_through_the_runner_and_join_the_page(tmp_path, monkeypatch):

@@ -30,7 +30,9 @@ from statistics import fmean
 NAMES = {"hyperset": "Hyper-SET", "transformer": "Transformer", "et": "ET", "crate": "CRATE",
          "hyperset_learned": "Hyper-SET (learned pos., rerun)", "hyperset_sinpos": "Hyper-SET (sinusoidal pos.)",
          "transformer_learned": "Transformer (learned pos., rerun)",
-         "transformer_sinpos": "Transformer (sinusoidal pos.)"}
+         "transformer_sinpos": "Transformer (sinusoidal pos.)",
+         "hyperset_statenorm": "Hyper-SET (state_norm, learned pos.)",
+         "hyperset_statenorm_sinpos": "Hyper-SET (state_norm, sinusoidal pos.)"}
 MAIN = ("Hyper-SET", "Transformer")
 PAPER_WIDTH = {"dim": 768, "heads": 12, "iterations": 24}
 TRACE_BOARDS = 100
@@ -207,7 +209,8 @@ def _plots(models: dict[str, dict], L: int, out: Path) -> None:
 def _block(cfg: dict) -> str:
     """'attention KIND, MLP KIND' of a stored run config."""
     b = cfg["model"]["block"]
-    kind = lambda v: v["kind"] + ("" if v.get("rope", True) else " without RoPE")  # noqa: E731
+    kind = lambda v: v["kind"] + ("" if v.get("rope", True) else " without RoPE") + (  # noqa: E731
+        ", step_size.state_norm" if isinstance(v.get("step_size"), dict) and v["step_size"].get("state_norm") else "")
     return f"attention {kind(b['attention'])}, MLP {b['mlp']['kind']}"
 
 
