@@ -120,6 +120,19 @@ def _plt():
     return plt
 
 
+#: up to this many lines a plot keeps its legend inside the axes; more get one legend right of the figure
+LEGEND_INSIDE = 4
+
+
+def _save(fig, ax, path, lines: int) -> None:
+    """Save (dpi 120) and close; with more than :data:`LEGEND_INSIDE` lines one legend of ``ax``'s lines
+    sits right of the figure."""
+    if lines > LEGEND_INSIDE:
+        fig.legend(*ax.get_legend_handles_labels(), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.savefig(path, dpi=120, **({"bbox_inches": "tight"} if lines > LEGEND_INSIDE else {}))
+    _plt().close(fig)
+
+
 def plot_extrapolation(curves: dict[str, dict[int, float]], train_iterations: int, path, *,
                        ylabel: str = "board accuracy (%)", title: str = "") -> None:
     """One line per model: metric vs iterations, a dashed line at the training count."""
@@ -132,11 +145,11 @@ def plot_extrapolation(curves: dict[str, dict[int, float]], train_iterations: in
     ax.set_xlabel("iterations at test time")
     ax.set_ylabel(ylabel)
     ax.set_title(title or "test-time extrapolation")
-    ax.legend()
+    if len(curves) <= LEGEND_INSIDE:
+        ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, ax, path, len(curves))
 
 
 def plot_learning_curves(histories: dict[str, list[dict]], path) -> None:
@@ -155,11 +168,11 @@ def plot_learning_curves(histories: dict[str, list[dict]], path) -> None:
         ax.set_xlabel("training step")
         ax.set_ylabel(f"{label} accuracy (%)")
         ax.grid(alpha=0.3)
-        ax.legend()
+        if len(histories) <= LEGEND_INSIDE:
+            ax.legend()
     fig.suptitle("learning curves (validation)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, axes[0], path, len(histories))
 
 
 def plot_energies(traj: dict, train_iterations: int, path, title: str = "") -> None:
