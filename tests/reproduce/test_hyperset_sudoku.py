@@ -1,15 +1,17 @@
-"""reproduce hyperset-sudoku is the study studies/hyperset-sudoku.yaml: the grid is the two models, the gpu
-scale is issue 20's preset, a toy-size study trains both models through the runner and records every metric
-hook, and the committed pages re-render byte for byte from their records (claims: tests/analysis/
+"""reproduce hyperset-sudoku is the study studies/hyperset-sudoku.yaml: the grid is Hyper-SET, the looped
+transformer, Fig. 3a's ET and CRATE and the learned / sinusoidal positions pairs under one recipe, the gpu
+scale is issue 20's preset for the first two, a toy-size study trains the models through the runner and records
+every metric hook, and the committed pages re-render byte for byte from their records (claims: tests/analysis/
 test_sudoku_report.py)."""
 
 import json
+import shutil
 from pathlib import Path
 
 from energyformer.experiment import load_run_config
 from energyformer.studies import expand, load_study
 from energyformer.studies.command import main as study_main
-from energyformer.studies.runner import run_study
+from energyformer.studies.runner import config_hash, run_study
 
 from .page_check import assert_page_rerenders
 
@@ -19,13 +21,36 @@ TINY = ["model.dim=16", "model.heads=2", "model.iterations=2", "task.eval_iterat
         "train.save_every=2", "task.eval_max=4", "task.workers=1", "train.tensorboard=false", "train.device=cpu"]
 
 
-def test_the_grid_is_the_two_models_on_one_seed():
+def test_the_grid_is_the_models_on_one_seed():
     plans = expand(load_study("hyperset-sudoku"), "cpu")
-    assert [(p.name, p.config) for p in plans] == [("hyperset_seed0", "hyperset/sudoku_hyperset"),
-                                                    ("transformer_seed0", "hyperset/sudoku_transformer")]
+    assert [(p.name, p.config) for p in plans] == [
+        ("hyperset_seed0", "hyperset/sudoku_hyperset"), ("transformer_seed0", "hyperset/sudoku_transformer"),
+        ("et_seed0", "hyperset/sudoku_et"), ("crate_seed0", "hyperset/sudoku_crate"),
+        ("hyperset_sinpos_seed0", "hyperset/sudoku_hyperset"), ("hyperset_learned_seed0", "hyperset/sudoku_hyperset"),
+        ("transformer_sinpos_seed0", "hyperset/sudoku_transformer"),
+        ("transformer_learned_seed0", "hyperset/sudoku_transformer"),
+        ("hyperset_statenorm_seed0", "hyperset/sudoku_hyperset"),
+        ("hyperset_statenorm_sinpos_seed0", "hyperset/sudoku_hyperset")]
     cfg = {p.cell["model"]: load_run_config(p.config, p.overrides) for p in plans}
     assert cfg["transformer"].model.block.attention.kind == "llama" and cfg["hyperset"].model.iterations == 8
-    assert cfg["hyperset"].train == cfg["transformer"].train and cfg["hyperset"].task == cfg["transformer"].task
+    for lab, c in cfg.items():   # Fig. 3a: "under identical experimental conditions"
+        assert c.train == cfg["hyperset"].train and c.task == cfg["hyperset"].task
+        same = {k: getattr(cfg["hyperset"].model, k) for k in ("dim", "heads", "n_layers", "iterations", "max_seq_len")}
+        assert {k: getattr(c.model, k) for k in same} == same, lab   # one weight-tied layer iterated L times
+    assert (cfg["et"].model.block.attention.kind, cfg["et"].model.block.mlp.kind) == ("et", "identity")
+    assert (cfg["crate"].model.block.attention.kind, cfg["crate"].model.block.mlp.kind) == ("crate", "ista")
+    for m in ("hyperset", "transformer"):   # the positions pairs differ from their model in the positions only
+        sin, learned = cfg[f"{m}_sinpos"].model, cfg[f"{m}_learned"].model
+        assert (sin.positions, learned.positions, cfg[m].model.positions) == ("sinusoidal", "learned", "learned")
+        assert sin.model_copy(update={"positions": "learned"}) == learned == cfg[m].model
+    sin, learned = cfg["hyperset_statenorm_sinpos"].model, cfg["hyperset_statenorm"].model
+    assert (sin.positions, learned.positions) == ("sinusoidal", "learned")
+    assert sin.block.attention.step_size.state_norm and not cfg["hyperset"].model.block.attention.step_size.state_norm
+    assert sin.model_copy(update={"positions": "learned"}) == learned
+    att = learned.block.attention   # the state_norm pair differs from hyperset in the conditioning only
+    att = att.model_copy(update={"step_size": att.step_size.model_copy(update={"state_norm": False})})
+    assert learned.model_copy(update={"block": learned.block.model_copy(update={"attention": att})}) == \
+        cfg["hyperset"].model
 
 
 def test_gpu_scale_is_the_issue_20_preset():
@@ -65,7 +90,37 @@ def test_committed_pages_rerender_from_their_records_alone(tmp_path):
     index = (PAGE / "README.md").read_text()
     assert "gpu** — not run yet: `energyformer reproduce hyperset-sudoku --scale gpu" in index
     recs = json.loads((PAGE / "cpu" / "results.json").read_text())["runs"]
-    assert {r["config_hash"] for r in recs.values()} == {"migrated"}
+    assert recs["hyperset_seed0"]["config_hash"] == recs["transformer_seed0"]["config_hash"] == "migrated"
+
+
+def test_committed_new_records_are_reused_by_the_runner():
+    """ET, CRATE and the positions pairs (issue 20, item 5) were trained by the runner from today's configs:
+    each record's hash is its plan's, so `reproduce hyperset-sudoku --scale cpu` trains nothing again."""
+    recs = json.loads((PAGE / "cpu" / "results.json").read_text())["runs"]
+    plans = {p.name: p for p in expand(load_study("hyperset-sudoku"), "cpu")}
+    new = [n for n in plans if n not in ("hyperset_seed0", "transformer_seed0")]
+    assert set(new) <= set(recs)
+    for n in new:
+        assert recs[n]["config_hash"] == config_hash(load_run_config(plans[n].config, plans[n].overrides)), n
+
+
+def test_toy_et_and_crate_train_through_the_runner_and_join_the_page(tmp_path, monkeypatch):
+    """Fig. 3a's ET and CRATE at toy size: trained by the runner (cpu scale, --only), every hook that applies
+    recorded (no energies, rank or angle: analysis.hyperset knows no subspaces of theirs), and the page
+    re-rendered with the committed records shows them in its tables."""
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path / "data"))
+    out = tmp_path / "out"
+    shutil.copytree(PAGE, out)
+    data = run_study(load_study("hyperset-sudoku"), "hyperset-sudoku", "cpu", out / "cpu", tmp_path / "runs",
+                     only={"model": ["et", "crate"]}, sets=TINY, log=lambda s: None)
+    for name in ("et_seed0", "crate_seed0"):
+        rec = data["runs"][name]
+        assert rec["steps"] == 2 and set(rec["metrics"]) == {"extrapolation", "training", "sizes", "data"}, name
+        assert set(rec["metrics"]["extrapolation"]["curve"]) == {"1", "2", "3", "4"}
+    assert study_main("hyperset-sudoku", ["--report-only", "--out", str(out)]) == 0
+    page = (out / "cpu" / "README.md").read_text()
+    assert "\n| et | " in page and "\n| crate | " in page
+    assert "| **et-fails** " in page and "| **crate-fails** " in page
 
 
 def test_the_page_is_declared_generic_over_the_model_axis():

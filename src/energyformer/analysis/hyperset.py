@@ -59,6 +59,13 @@ def iteration_states(model: nn.Module, idx: Tensor, iterations: int, **forward) 
     return model(idx, iterations=iterations, hiddens=True, **forward).iteration_states()
 
 
+def has_subspaces(layer: nn.Module) -> bool:
+    """Whether :func:`_subspaces` knows the layer's attention (Hyper-SET, GPT, Llama; not ET or CRATE)."""
+    attn = layer.attn
+    return (isinstance(attn, HyperSETSublayer) and isinstance(attn.energy, SubspaceAttentionEnergy)) or \
+        isinstance(attn, (GPTAttention, LlamaAttention))
+
+
 def _subspaces(layer: nn.Module, x: Tensor) -> Tensor:
     """(B, H, N, p) normalised subspace projections of x for a Hyper-SET, GPT or Llama attention layer."""
     attn = layer.attn

@@ -96,10 +96,14 @@ def extrapolation(run) -> dict:
     return {**accuracies(curve, L), "seconds": time.perf_counter() - t0}
 
 
-def _trajectory(run) -> tuple[dict, int]:
-    from .hyperset import trajectory
+def _trajectory(run) -> tuple[dict, int] | None:
+    """(trajectory, L) on the first test boards; None for a model whose attention has no subspace
+    projections known to :func:`~energyformer.analysis.hyperset.has_subspaces` (ET, CRATE)."""
+    from .hyperset import has_subspaces, trajectory
 
     cfg, model, task = run.trained()
+    if not has_subspaces(model.layers[0]):
+        return None
     L = cfg.model.iterations
     idx = task.splits["test"].puzzles[:TRACE_BOARDS].long().to(next(model.parameters()).device)
     return trajectory(model, idx, 2 * L), L
@@ -107,14 +111,15 @@ def _trajectory(run) -> tuple[dict, int]:
 
 def energy(run) -> dict | None:
     """Metric hook (Hyper-SET only): energies per iteration on the first 100 test boards (Fig. 5)."""
-    t, L = _trajectory(run)
-    return energy_summary(t, L) if t["e_total"][0] is not None else None
+    traced = _trajectory(run)
+    return energy_summary(*traced) if traced and traced[0]["e_total"][0] is not None else None
 
 
-def geometry(run) -> dict:
-    """Metric hook: effective rank and average angle per subspace per iteration (Fig. 6)."""
-    t, L = _trajectory(run)
-    return geometry_summary(t, L)
+def geometry(run) -> dict | None:
+    """Metric hook: effective rank and average angle per subspace per iteration (Fig. 6; None: see
+    :func:`_trajectory`)."""
+    traced = _trajectory(run)
+    return geometry_summary(*traced) if traced else None
 
 
 def training(run) -> dict:
