@@ -120,3 +120,18 @@ def test_a_diverged_run_is_recorded_and_probes_are_made_once(tmp_path, monkeypat
     assert json.loads((tmp_path / "r.json").read_text())["probes"] == {"host": "cpu"}
     run_probes(spec, "cpu", tmp_path / "r.json", out, logs.append)
     assert "== probe host: reusing its record" in logs
+
+
+def test_migration_notes_are_dropped_once_no_record_is_migrated(tmp_path):
+    from energyformer.studies.runner import load_results, save_results
+
+    path = tmp_path / "results.json"
+    data = {"format": 1, "runs": {"a": {"config_hash": "migrated"}, "b": {"config_hash": "x"}},
+            "setup": {"k": "v"}, "note": "trained by the old program"}
+    data["format"] = load_results(tmp_path / "none.json", "s", "cpu")["format"]
+    save_results(path, data)
+    assert load_results(path, "s", "cpu")["note"] == "trained by the old program"
+    data["runs"]["a"]["config_hash"] = "y"   # the migrated run was retrained
+    save_results(path, data)
+    kept = load_results(path, "s", "cpu")
+    assert "note" not in kept and "setup" not in kept and set(kept["runs"]) == {"a", "b"}

@@ -94,7 +94,16 @@ def load_results(path: Path, study: str, scale: str) -> dict:
     return {"format": FORMAT, "study": study, "scale": scale, "runs": {}}
 
 
+#: top-level keys of a results file that describe records migrated from an old program
+MIGRATION_KEYS = ("setup", "note")
+
+
 def save_results(path: Path, data: dict) -> None:
+    """Write ``data`` atomically; once no record is migrated, the migration's ``setup`` and ``note`` (which
+    describe those records) are dropped, so a page never shows them beside runs they do not describe."""
+    if not any(r.get("config_hash") == "migrated" for r in data["runs"].values()):
+        for key in MIGRATION_KEYS:
+            data.pop(key, None)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
 
