@@ -19,3 +19,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def config_error_says():
+    """``config_error_says(cls, data, needles)``: loading ``data`` as ``cls`` raises a one-line ConfigError
+    containing every needle (returns the message)."""
+    from energyformer.utils.config import load_config
+    from energyformer.utils.validate import ConfigError
+
+    def check(cls, data, needles) -> str:
+        with pytest.raises(ConfigError) as err:
+            load_config(cls, data)
+        msg = str(err.value)
+        assert "\n" not in msg
+        for n in needles:
+            assert n in msg, (n, msg)
+        return msg
+
+    return check
