@@ -14,9 +14,9 @@ from pathlib import Path
 from statistics import fmean, stdev
 from typing import Any
 
-from .claims import ClaimRow, _matches, claims_table, metric_value
+from .claims import ClaimRow, _matches, arm_values, claims_table, metric_value
 from .page_spec import BlockSpec, ColumnSpec, TableSpec
-from .spec import StudySpec
+from .spec import ArmSpec, StudySpec
 
 
 @dataclass(frozen=True)
@@ -103,18 +103,10 @@ def column_values(ctx: PageContext, col: ColumnSpec, where: dict) -> dict[int, A
 
 
 def _reduced(ctx: PageContext, col: ColumnSpec, where: dict) -> dict[int, float]:
-    """{seed: fn(labels, means)}: per seed, the mean of each label of ``col.reduce.over`` among the row's
-    runs, reduced by the claim reducer ``col.reduce.fn`` (a seed it gives None is left out)."""
-    from .runner import hook
-
-    groups: dict[int, dict[str, list[float]]] = {}
-    for r in ctx.select(where):
-        v = metric_value(r, col.metric)
-        if isinstance(v, (int, float)):
-            label = r.get("cell", {}).get(col.reduce.over)
-            groups.setdefault(int(r["seed"]), {}).setdefault(label, []).append(float(v))
-    out = {s: hook(col.reduce.fn)(list(g), [fmean(x) for x in g.values()]) for s, g in sorted(groups.items())}
-    return {s: float(v) for s, v in out.items() if v is not None}
+    """{seed: fn(labels, means)}: the row's runs reduced over ``col.reduce.over`` exactly as a claim arm with
+    that ``reduce`` is (:func:`~energyformer.studies.claims.arm_values`)."""
+    runs = {str(i): r for i, r in enumerate(ctx.select(where))}
+    return arm_values(runs, ArmSpec(where={}, metric=col.metric, reduce=col.reduce), col.metric, {})
 
 
 def aggregate(values: dict[int, Any], agg: str) -> Any:

@@ -27,32 +27,42 @@ Values are dotted paths into a run record (:func:`energyformer.studies.claims.me
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from ..utils.config import ConfigModel
 
-def _labels(v: dict | None) -> dict:
-    """Axis labels are strings (YAML reads 64 as an int)."""
-    return {k: [str(x) for x in x_] if isinstance(x_, list) else str(x_) for k, x_ in (v or {}).items()}
+
+def _labels(v):
+    """Axis labels are strings (YAML reads 64 as an int); anything but a mapping is left to the type check."""
+    if not isinstance(v, dict):
+        return {} if v is None else v
+    return {k: [str(x) for x in x_] if isinstance(x_, list) else str(x_) for k, x_ in v.items()}
 
 
 #: a selection {axis: label or [labels]}; labels read as strings
 Where = Annotated[dict[str, str | list[str]], BeforeValidator(_labels)]
 
 
-class ColumnReduce(ConfigModel):
-    """Per seed, the row's runs grouped by the labels of one axis it leaves open, each label's mean reduced
-    to one number by a claim reducer ``fn(labels, values) -> float | None`` (e.g. an interpolated optimum)."""
+#: a hook: ``module:function``
+HOOK_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class ReduceSpec(ConfigModel):
+    """Reduce one axis of a selection, per seed, to one number (a claim arm's ``reduce`` and a page column's)."""
 
     over: str
+    """the axis whose labels are reduced (e.g. lr, model)"""
     fn: str
+    """module:function(labels: list[str], values: list[float]) -> float | None (None: this seed has no
+    value), given each selected label of ``over`` with its value (the mean over the other axes)"""
 
     @field_validator("fn")
     @classmethod
     def _hook(cls, v):
-        if ":" not in v:
+        if not HOOK_RE.match(v):
             raise ValueError(f"{v!r}: must be module:function")
         return v
 
@@ -81,7 +91,7 @@ class ColumnSpec(ConfigModel):
     #: a selection of this column merged into the row's (e.g. one column per learning rate)
     where: Where = Field(default_factory=dict)
     #: per seed, reduce an axis the row leaves open by a claim reducer: {over: lr, fn: module:function}
-    reduce: ColumnReduce | None = None
+    reduce: ReduceSpec | None = None
     #: a curve (a list of dicts, or a dict of dicts keyed by x): the list of its values under this key
     key: str | None = None
     #: a list of numbers: the mean of its last ``tail`` values (e.g. the final training loss)

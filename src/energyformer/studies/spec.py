@@ -43,10 +43,9 @@ from pydantic import Field, field_validator, model_validator
 from ..analysis.verdicts import Rules
 from ..utils.config import ConfigModel, load_config, read_yaml
 from ..utils.validate import ConfigError
-from .page_spec import BlockSpec
+from .page_spec import HOOK_RE, BlockSpec, ReduceSpec
 
 SCALES = ("cpu", "gpu")
-_HOOK_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def _labels(v: dict) -> dict:
@@ -187,23 +186,6 @@ class RulesSpec(ConfigModel):
         return Rules(**self.model_dump())
 
 
-class ReduceSpec(ConfigModel):
-    """Reduce one axis of an arm's selection, per seed, to one number."""
-
-    over: str
-    """the axis whose labels are reduced (e.g. lr, model)"""
-    fn: str
-    """module:function(labels: list[str], values: list[float]) -> float | None (None: this seed has no
-    value), given each selected label of ``over`` with its value (the mean over the other axes)"""
-
-    @field_validator("fn")
-    @classmethod
-    def _hook(cls, v):
-        if not _HOOK_RE.match(v):
-            raise ValueError(f"{v!r}: must be module:function")
-        return v
-
-
 class ArmSpec(ConfigModel):
     """One side of a claim: grid cells (per seed reduced over them, the mean by default), a probe's
     measurement, or a fixed number."""
@@ -322,7 +304,7 @@ class StudySpec(ConfigModel):
     @field_validator("render")
     @classmethod
     def _hook(cls, v):
-        if v is not None and not _HOOK_RE.match(v):
+        if v is not None and not HOOK_RE.match(v):
             raise ValueError(f"{v!r}: must be module:function")
         return v
 
@@ -330,7 +312,7 @@ class StudySpec(ConfigModel):
     @classmethod
     def _hooks(cls, v, info):
         for k, h in v.items():
-            if not _HOOK_RE.match(h):
+            if not HOOK_RE.match(h):
                 raise ValueError(f"{info.field_name[:-1]} {k!r} = {h!r}: must be module:function")
         return v
 
@@ -392,9 +374,9 @@ def page_axes(b: BlockSpec) -> list[tuple[str, str]]:
         out += [(f"{kind}.{k}", a) for k, a in names if a is not None]
         out += [(f"{kind}.where", a) for a in part.where]
         if kind == "table":
-            out += [(f"table.columns.minus", a) for c in part.columns for a in (c.minus or {})]
-            out += [(f"table.columns.where", a) for c in part.columns for a in c.where]
-            out += [(f"table.columns.reduce.over", c.reduce.over) for c in part.columns if c.reduce]
+            out += [("table.columns.minus", a) for c in part.columns for a in (c.minus or {})]
+            out += [("table.columns.where", a) for c in part.columns for a in c.where]
+            out += [("table.columns.reduce.over", c.reduce.over) for c in part.columns if c.reduce]
     return out
 
 
