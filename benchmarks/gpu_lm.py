@@ -150,7 +150,8 @@ def header(args, device: torch.device) -> list[str]:
     return lines
 
 
-def run(args) -> list[str]:
+def run(args, emit: Callable[[list[str]], None] = lambda lines: None) -> list[str]:
+    """Every table's lines; ``emit(lines so far)`` after each table (a run cut short keeps what it measured)."""
     device = pick_device()
     out = header(args, device)
     blocks = models()
@@ -184,6 +185,7 @@ def run(args) -> list[str]:
                     mem_r = "n/a" if peak[name] is None or peak.get(BASE) is None or BASE in oom \
                         else f"{peak[name] / peak[BASE]:.2f}"
                     out.append(f"| {name} | {tps:,.0f} | {ratio(times, name)} | {mem} | {mem_r} |")
+                emit(out)
                 del built, fns
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
@@ -212,14 +214,19 @@ def main(argv: list[str] | None = None) -> None:
             setattr(args, key, tiny if args.tiny else full)
     if pick_device().type == "cpu":
         torch.set_num_threads(1)
-    lines = run(args)
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        head = lines[:lines.index("")] if "" in lines else lines
-        args.out.write_text("# CEM vs Llama: tokens/s and peak step memory (`python benchmarks/gpu_lm.py`)\n\n"
-                            "```\n" + "\n".join(head) + "\n```\n" + "\n".join(lines[len(head):]) + "\n")
+    printed = 0
+
+    def emit(lines: list[str]) -> None:   # print and write each table as it finishes
+        nonlocal printed
+        print("\n".join(lines[printed:]), flush=True)
+        printed = len(lines)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            head = lines[:lines.index("")] if "" in lines else lines
+            args.out.write_text("# CEM vs Llama: tokens/s and peak step memory (`python benchmarks/gpu_lm.py`)\n\n"
+                                "```\n" + "\n".join(head) + "\n```\n" + "\n".join(lines[len(head):]) + "\n")
+
+    run(args, emit)
 
 
 if __name__ == "__main__":

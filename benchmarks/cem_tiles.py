@@ -1,0 +1,108 @@
+"""Tile sizes of the CEM attention kernel (issue 21): forward + backward time per (block_m, block_n).
+
+``energies/cem_kernel.cem_attention`` at one layer's shapes of the GPT-2-small model of
+``benchmarks/gpu_lm.py`` (B 8, H 12, R 64, D 768, causal, ALiBi and self bias, the head-summed h
+read-out — full CEM T=1's call), bf16 operands: every tile pair is timed forward + backward, the pairs
+interleaved and repeated (median [min, max] ms, and the ratio to the default 16 × 16 tile per repeat).
+A pair that Triton cannot build (shared memory, registers) is listed with the error's first line.
+
+Usage (GPU):  python benchmarks/cem_tiles.py --out docs/results/cem/gpu_tiles.md [--n 1024] [--batch 8]
+              python benchmarks/cem_tiles.py --tiny   # CPU smoke run through Triton's interpreter
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lm_throughput import median, pick_device  # noqa: E402
+
+DEFAULT_TILES = "16x16,32x16,16x32,32x32,64x32,32x64,64x64"
+
+
+def inputs(b: int, h: int, n: int, r: int, d: int, dtype: torch.dtype, device: torch.device):
+    g = torch.Generator().manual_seed(0)
+
+    def t(*shape, scale=1.0):
+        return (scale * torch.randn(*shape, generator=g)).to(device, dtype).requires_grad_(True)
+
+    q, k = t(b, h, n, r, scale=r ** -0.5), t(b, h, n, r)
+    ud, hm = t(b, n, d, scale=d ** -0.5), t(b, n, d)
+    slopes = torch.rand(h, generator=g).to(device)
+    delta = torch.zeros(h, device=device, requires_grad=True)
+    return q, k, ud, hm, slopes, delta
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--tiles", default=DEFAULT_TILES, help="comma-separated MxN tile pairs")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tiny", action="store_true", help="CPU interpreter smoke size (N 16, D 32, 2 heads)")
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    if a.tiny:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        a.n, a.batch, a.heads, a.dim, a.repeats, a.tiles = 16, 1, 2, 32, 1, "16x16,16x32"
+    from energyformer.energies.cem_kernel import cem_attention
+
+    device = pick_device()
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    r = a.dim // a.heads
+    q, k, ud, hm, slopes, delta = inputs(a.batch, a.heads, a.n, r, a.dim, dtype, device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    tiles = [tuple(int(v) for v in t.split("x")) for t in a.tiles.split(",")]
+
+    def call(bm: int, bn: int) -> None:
+        oq, hs, _, _ = cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=None, causal=True,
+                                     offset=0, h_mode="sum", block_m=bm, block_n=bn)
+        (oq.float().sum() + hs.float().sum()).backward()
+
+    failed: dict[tuple[int, int], str] = {}
+    for t in tiles:   # build (compile) each pair once, untimed
+        try:
+            call(*t)
+            sync()
+        except Exception as err:  # noqa: BLE001  (Triton's resource errors have no common base)
+            failed[t] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:160]
+    ok = [t for t in tiles if t not in failed]
+    times: dict[tuple[int, int], list[float]] = {t: [] for t in ok}
+    for rep in range(a.repeats):
+        for t in ok[rep % len(ok):] + ok[:rep % len(ok)] if ok else []:
+            sync()
+            t0 = time.perf_counter()
+            call(*t)
+            sync()
+            times[t].append(time.perf_counter() - t0)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)"
+    lines = [f"device: {device.type} ({name}); torch {torch.__version__}",
+             f"cem_attention forward + backward, B={a.batch} H={a.heads} N={a.n} R={r} D={a.dim}, {dtype}, causal, "
+             f"ALiBi + self bias, h read-out 'sum'; {a.repeats} interleaved repeats after one untimed build", "",
+             "| block_m × block_n | ms, median [min, max] | × 16×16 time, median [min, max] |", "|---|---|---|"]
+    base = times.get((16, 16))
+    for t in tiles:
+        if t in failed:
+            lines.append(f"| {t[0]}×{t[1]} | not built: {failed[t]} | — |")
+            continue
+        ts = times[t]
+        rel = "—" if not base else (lambda rs: f"{median(rs):.2f} [{min(rs):.2f}, {max(rs):.2f}]")(
+            [x / y for x, y in zip(ts, base)])
+        lines.append(f"| {t[0]}×{t[1]} | {1e3 * median(ts):.2f} [{1e3 * min(ts):.2f}, {1e3 * max(ts):.2f}] | {rel} |")
+    text = "\n".join(lines)
+    print(text, flush=True)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text("# CEM kernel tile sizes (`python benchmarks/cem_tiles.py`)\n\n" + text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Hyper-SET vs the looped transformer: Sudoku training tokens/s and peak step memory (issue 20).
+
+The two models are built from the Sudoku study's own configs (``hyperset/sudoku_hyperset`` and
+``hyperset/sudoku_transformer``) with the GPU scale's model overrides (the paper's Table 8: d 768,
+12 heads, L 24 iterations of one layer, learned positions) plus, as a third row, Hyper-SET with
+``step_size.state_norm: true``. One training step = forward over a (B, 81) board batch + cross-entropy
+on the blanks + backward + AdamW, bf16 autocast and/or fp32, the models' calls interleaved (the
+starting model rotates every repeat; ``gpu_lm.timed_runs``). The table gives tokens/s (81 tokens per
+board), the per-repeat ratio to the transformer as median [min, max], and (CUDA) peak step memory as
+``gpu_lm`` defines it. The boards are random tokens: the cost of a step does not depend on them.
+
+Usage (GPU; write the output under docs/results/hyperset/):
+    python benchmarks/hyperset_gpu.py --out docs/results/hyperset/gpu_throughput.md
+    python benchmarks/hyperset_gpu.py --tiny        # CPU smoke run (d 32, L 2, batch 2)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_lm import git_commit, is_oom, state_bytes, timed_runs  # noqa: E402,F401  (sibling scripts)
+from lm_throughput import median, pick_device  # noqa: E402
+
+from energyformer.experiment import load_run_config  # noqa: E402
+from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
+
+BASE = "looped transformer"
+MODELS = {
+    BASE: ("hyperset/sudoku_transformer", []),
+    "Hyper-SET": ("hyperset/sudoku_hyperset", []),
+    "Hyper-SET, state_norm": ("hyperset/sudoku_hyperset", ["model.block.attention.step_size.state_norm=true"]),
+}
+CELLS = 81
+
+
+def build(config: str, extra: list[str], args, device: torch.device) -> torch.nn.Module:
+    from energyformer.models import MODELS as REGISTRY
+
+    cfg = load_run_config(config, [f"model.dim={args.dim}", f"model.heads={args.heads}",
+                                   f"model.iterations={args.iterations}", *extra])
+    torch.manual_seed(0)
+    return REGISTRY.build(cfg.model, vocab_size=VOCAB, n_out=CLASSES, causal=False).to(device)
+
+
+def make_step(model: torch.nn.Module, boards: torch.Tensor, targets: torch.Tensor, precision: str,
+              training: bool) -> Callable[[], None]:
+    """One AdamW training step (or one no-grad forward) on the batch, bf16 autocast if asked."""
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4) if training else None
+    model.train(training)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+
+    def step() -> None:
+        with torch.autocast(boards.device.type, dtype=dtype, enabled=precision == "bf16"), \
+                torch.set_grad_enabled(training):
+            logits = model(boards).logits                                   # (B, 81, 9)
+            if not training:
+                return
+            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def ratio(times: dict[str, list[float]], name: str) -> str:
+    if not times.get(BASE) or not times.get(name):
+        return "—"
+    r = [b / t for b, t in zip(times[BASE], times[name])]
+    return f"{median(r):.2f} [{min(r):.2f}, {max(r):.2f}]"
+
+
+def run(args, emit: Callable[[list[str]], None]) -> None:
+    device = pick_device()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    emit([f"device: {device.type} ({name}); torch {torch.__version__}; commit {git_commit()}",
+          f"d={args.dim} heads={args.heads} L={args.iterations} batch={args.batch} (x {CELLS} tokens); "
+          f"{args.repeats} interleaved repeats after {args.warmup} warm-up per model"])
+    g = torch.Generator().manual_seed(0)
+    boards = torch.randint(0, VOCAB, (args.batch, CELLS), generator=g).to(device)
+    targets = torch.where(boards == 0, torch.randint(0, CLASSES, boards.shape, generator=g).to(device), -100)
+    for precision in args.precisions.split(","):
+        for mode in args.modes.split(","):
+            training = mode == "training"
+            built = {n: build(c, x, args, device) for n, (c, x) in MODELS.items()}
+            fns = {n: make_step(m, boards, targets, precision, training) for n, m in built.items()}
+            own = {n: state_bytes(m, training) for n, m in built.items()}
+            times, peak, oom = timed_runs(fns, args.warmup, args.repeats, device, own)
+            lines = ["", f"### {precision}{' autocast' if precision == 'bf16' else ''}, {mode}", "",
+                     "| model | parameters | tokens/s | × transformer, median [min, max] | peak step GiB |",
+                     "|---|---|---|---|---|"]
+            for n, m in built.items():
+                params = sum(p.numel() for p in m.parameters())
+                if n in oom:
+                    lines.append(f"| {n} | {params:,} | OOM | — | OOM |")
+                    continue
+                tps = args.batch * CELLS / median(times[n])
+                mem = "n/a" if peak[n] is None else f"{peak[n] / 2**30:.2f}"
+                lines.append(f"| {n} | {params:,} | {tps:,.0f} | {ratio(times, n)} | {mem} |")
+            emit(lines)
+            del built, fns
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--iterations", type=int, default=24)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--precisions", default="bf16,fp32", help="bf16 (autocast) and/or fp32")
+    ap.add_argument("--modes", default="training,inference", help="training and/or inference")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke size: d 32, 4 heads, L 2, batch 2")
+    ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
+    args = ap.parse_args(argv)
+    if args.tiny:
+        args.dim, args.heads, args.iterations, args.batch = 32, 4, 2, 2
+    if pick_device().type == "cpu":
+        torch.set_num_threads(1)
+    done: list[str] = []
+
+    def emit(lines: list[str]) -> None:   # print and write as each table finishes (a cut run keeps them)
+        done.extend(lines)
+        print("\n".join(lines), flush=True)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text("# Hyper-SET vs the looped transformer: Sudoku training tokens/s "
+                                "(`python benchmarks/hyperset_gpu.py`)\n\n```\n" + "\n".join(done[:2]) +
+                                "\n```\n" + "\n".join(done[2:]) + "\n")
+
+    run(args, emit)
+
+
+if __name__ == "__main__":
+    main()

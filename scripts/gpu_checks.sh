@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU checks of issues 20 (Hyper-SET on Sudoku) and 21 (CEM kernel) as one scripted device run.
+# A device session has about 15 minutes of GPU time, so the work is split in two phases, each
+# bounded by its own deadline (every step has a timeout; what finished is kept):
+#
+#   scripts/gpu_checks.sh probe [SECONDS]  environment, `pytest -m cuda`, Hyper-SET/transformer tokens/s
+#                                          at d 768, L 24 (issue 20's benchmark; also the step time
+#                                          that sizes the full phase)
+#   scripts/gpu_checks.sh full STEPS [SECONDS]
+#        in the background: `energyformer reproduce hyperset-sudoku --scale gpu` cut to its first STEPS
+#        steps (evaluation every STEPS/10) and, if .ref/ holds the authors' released code (kept outside the
+#        project: never committed), their Hyper-SET on the same data and recipe; then, alone on the GPU:
+#        benchmarks/hyperset_gpu.py, benchmarks/gpu_lm.py (bf16, then fp32) and benchmarks/cem_tiles.py.
+#
+# Outputs go to $OUT (default /tmp/gpu_out): at most 8 files (the device tool's limit): all.tgz holds
+# every log and the runs' metrics; the page inputs are also copied out one by one.
+set -u
+PHASE=${1:?usage: gpu_checks.sh probe|full [STEPS] [SECONDS]}
+if [ "$PHASE" = full ]; then STEPS=${2:?full needs STEPS}; BUDGET=${3:-560}; else BUDGET=${2:-100}; fi
+OUT=${OUT:-/tmp/gpu_out}
+W=/tmp/gpu_work
+mkdir -p "$OUT" "$W"
+T0=$(date +%s)
+left() { echo $((BUDGET - ($(date +%s) - T0))); }
+PY=${PY:-python3}
+if [ -d .whl ] && ls .whl/*.whl > /dev/null 2>&1; then   # packages the device image lacks (pydantic, ...)
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$W/pip.txt" 2>&1 || { cat "$W/pip.txt"; exit 1; }
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD/src:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export ENERGYFORMER_DATA=${ENERGYFORMER_DATA:-$PWD/data_cache}
+pack() { cp "$OUT"/*.md "$W"/ 2>/dev/null; tar czf "$OUT/all.tgz" -C "$W" . 2>/dev/null; }
+step() {  # step NAME SECONDS CMD...: run with a timeout (never past the phase's deadline), log to $W/NAME.txt
+  local name=$1 secs=$2; shift 2
+  local l; l=$(left); [ "$secs" -gt "$((l - 5))" ] && secs=$((l - 5))
+  if [ "$secs" -lt 10 ]; then echo "== $name: skipped (phase deadline)" | tee -a "$W/steps.txt"; return; fi
+  echo "== $name (timeout ${secs}s, $(left)s left)" | tee -a "$W/steps.txt"
+  local t=$(date +%s)
+  timeout "$secs" "$@" > "$W/$name.txt" 2>&1
+  echo "== $name: rc $? in $(( $(date +%s) - t ))s" | tee -a "$W/steps.txt"
+  tail -n 25 "$W/$name.txt"
+  pack
+}
+
+if [ "$PHASE" = probe ]; then
+  { nvidia-smi; $PY -c "import torch, triton, pydantic; print('torch', torch.__version__, 'triton', triton.__version__,
+'pydantic', pydantic.__version__, torch.cuda.get_device_name())"; } > "$W/env.txt" 2>&1; cat "$W/env.txt" | tail -3
+  step hyperset_gpu_bf16 60 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
+    --warmup 2 --out "$OUT/hyperset_gpu_probe.md"
+  step pytest_cuda 120 $PY -m pytest -q -m cuda -p no:cacheprovider -n 8 tests/energies/test_cem_kernel.py \
+    tests/train/test_cuda.py
+  cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
+  pack; exit 0
+fi
+
+# ---- full phase
+EVAL=$((STEPS / 10))
+( $PY -m energyformer.cli reproduce hyperset-sudoku --scale gpu --jobs "${JOBS:-3}" --runs /tmp/runs \
+    --set train.steps="$STEPS" --set train.eval_every="$EVAL" --set train.save_every="$STEPS" ${EXTRA_SETS:-} \
+    > "$W/sudoku.txt" 2>&1; echo "rc $?" >> "$W/sudoku.txt" ) &
+SUD=$!
+REF=
+if [ -f .ref/ref_gpu.py ]; then
+  ( $PY .ref/ref_gpu.py hyper-set "$STEPS" "$OUT/released_hyperset_gpu.json" "$EVAL" > "$W/released.txt" 2>&1 ) &
+  REF=$!
+fi
+if [ -n "${RUN_PYTEST:-}" ]; then   # the CUDA tests beside the trainings (correctness only: no timing then)
+  step pytest_cuda 240 $PY -m pytest -q -m cuda -p no:cacheprovider -n 8 tests/energies/test_cem_kernel.py \
+    tests/train/test_cuda.py
+fi
+TRAIN_DEADLINE=$((BUDGET - ${BENCH_SECONDS:-200}))   # keep this much for the benchmarks
+while kill -0 $SUD 2>/dev/null || { [ -n "$REF" ] && kill -0 "$REF" 2>/dev/null; }; do
+  if [ $(( $(date +%s) - T0 )) -gt $TRAIN_DEADLINE ]; then
+    echo "== training past its deadline: stopped" | tee -a "$W/steps.txt"
+    pkill -f "energyformer.cli reproduce"; pkill -f multiprocessing; pkill -f ref_gpu.py; sleep 3; break
+  fi
+  sleep 5
+done
+tail -n 30 "$W/sudoku.txt"; tail -n 3 "$W/released.txt" 2>/dev/null
+cp docs/results/hyperset/gpu/results.json "$OUT/results.json" 2>/dev/null
+(cd /tmp/runs 2>/dev/null && find . -name metrics.jsonl -o -name run_info.json -o -name config.yaml | \
+  tar czf "$OUT/runs.tgz" -T - 2>/dev/null)
+pack
+step hyperset_gpu 90 $PY benchmarks/hyperset_gpu.py --out "$OUT/hyperset_gpu.md"
+step gpu_lm_bf16 200 $PY benchmarks/gpu_lm.py --precisions bf16 --repeats 5 --warmup 2 --out "$OUT/gpu_lm.md"
+step cem_tiles 90 $PY benchmarks/cem_tiles.py --out "$OUT/gpu_tiles.md"
+step gpu_lm_fp32 150 $PY benchmarks/gpu_lm.py --precisions fp32 --repeats 3 --warmup 1 --out "$OUT/gpu_lm_fp32.md"
+pack
+echo "== done in $(( $(date +%s) - T0 ))s"
