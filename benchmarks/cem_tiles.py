@@ -68,12 +68,14 @@ def main(argv: list[str] | None = None) -> None:
         (oq.float().sum() + hs.float().sum()).backward()
 
     failed: dict[tuple[int, int], str] = {}
-    for t in tiles:   # build (compile) each pair once, untimed
+    for t in tiles:   # build (compile) each pair once, untimed; said as it goes (a cut run keeps it)
+        t0 = time.perf_counter()
         try:
             call(*t)
             sync()
         except Exception as err:  # noqa: BLE001  (Triton's resource errors have no common base)
             failed[t] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:160]
+        print(f"built {t[0]}x{t[1]} in {time.perf_counter() - t0:.1f}s: {failed.get(t, 'ok')}", flush=True)
     ok = [t for t in tiles if t not in failed]
     times: dict[tuple[int, int], list[float]] = {t: [] for t in ok}
     for rep in range(a.repeats):

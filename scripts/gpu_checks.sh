@@ -48,7 +48,7 @@ if [ "$PHASE" = probe ]; then
 'pydantic', pydantic.__version__, torch.cuda.get_device_name())"; } > "$W/env.txt" 2>&1; cat "$W/env.txt" | tail -3
   step hyperset_gpu_bf16 60 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
     --warmup 2 --out "$OUT/hyperset_gpu_probe.md"
-  step pytest_cuda 120 $PY -m pytest -q -m cuda -p no:cacheprovider -n 8 tests/energies/test_cem_kernel.py \
+  step pytest_cuda 120 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider -n 8 tests/energies/test_cem_kernel.py \
     tests/train/test_cuda.py
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; exit 0
@@ -65,8 +65,8 @@ if [ -f .ref/ref_gpu.py ]; then
   ( $PY .ref/ref_gpu.py hyper-set "$STEPS" "$OUT/released_hyperset_gpu.json" "$EVAL" > "$W/released.txt" 2>&1 ) &
   REF=$!
 fi
-if [ -n "${RUN_PYTEST:-}" ]; then   # the CUDA tests beside the trainings (correctness only: no timing then)
-  step pytest_cuda 240 $PY -m pytest -q -m cuda -p no:cacheprovider -n 8 tests/energies/test_cem_kernel.py \
+if [ -n "${RUN_PYTEST:-}" ]; then   # RUN_PYTEST=1: the CUDA tests beside the trainings (correctness only)
+  step pytest_cuda 240 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider -n 8 tests/energies/test_cem_kernel.py \
     tests/train/test_cuda.py
 fi
 TRAIN_DEADLINE=$((BUDGET - ${BENCH_SECONDS:-200}))   # keep this much for the benchmarks

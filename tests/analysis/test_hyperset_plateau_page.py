@@ -67,3 +67,22 @@ def test_an_undescribed_probe_file_is_an_error(tmp_path):
     (folder / "hyperset_new_d64_L8.json").write_text('{"records": []}')
     with pytest.raises(DataError, match=r"hyperset_new_d64_L8.json: not described"):
         render(folder)
+
+
+def test_the_gpu_section_follows_its_files_and_names_a_bad_line(tmp_path):
+    """Issue 20's GPU check: the verdict is computed from the runs' metrics.jsonl (a Hyper-SET that keeps up
+    with the transformer at every evaluation turns it to HOLDS), and a malformed line names file and line."""
+    _, folder = _copy(tmp_path)
+    assert "**DOES NOT HOLD** — Hyper-SET is within the bound at 0 of 10" in render(folder)
+    hs, tf = folder / "gpu" / "hyperset_seed0.metrics.jsonl", folder / "gpu" / "transformer_seed0.metrics.jsonl"
+    acc = {r["step"]: r["eval/cell_accuracy"] for r in map(json.loads, tf.read_text().splitlines())
+           if r.get("event") == "eval"}
+    rows = [json.loads(line) for line in hs.read_text().splitlines()]
+    for r in rows:
+        if r.get("event") == "eval":
+            r["eval/cell_accuracy"] = acc[r["step"]]
+    hs.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert "**HOLDS** — Hyper-SET is within the bound at 10 of 10" in render(folder)
+    hs.write_text(hs.read_text() + "{not json\n")
+    with pytest.raises(DataError, match=r"hyperset_seed0.metrics.jsonl:\d+: not a JSON line"):
+        render(folder)

@@ -163,3 +163,19 @@ def test_positions_at_chance_on_both_sides_is_untestable(spec, base):
     assert _verdict(spec, runs, "positions-default-cell-L") == "UNTESTABLE"
     runs["hyperset_sinpos_seed0"]["metrics"]["extrapolation"]["cell_L"] = 20.4
     assert _verdict(spec, runs, "positions-default-cell-L") == "DOES NOT HOLD"
+
+
+def test_energy_and_geometry_hooks_share_one_trajectory(monkeypatch):
+    """The two Hyper-SET hooks trace the model once per run (through ``run.memo``), not once each."""
+    from types import SimpleNamespace
+
+    from energyformer.analysis import sudoku_report
+
+    calls = []
+    traj = {"e_total": [None], "e_attn": [None], "e_ff": [None]}
+    monkeypatch.setattr(sudoku_report, "_trace", lambda run: calls.append(run) or (traj, 1))
+    monkeypatch.setattr(sudoku_report, "geometry_summary", lambda t, L: {"traced": t is traj})
+    run = SimpleNamespace(memo={})
+    assert sudoku_report.energy(run) is None            # no energies in this trajectory
+    assert sudoku_report.geometry(run) == {"traced": True}
+    assert len(calls) == 1

@@ -28,8 +28,10 @@ from ..energies.hyperspherical import SubspaceAttentionEnergy
 
 @torch.no_grad()
 def effective_rank(z: Tensor) -> Tensor:
-    """Eq. 17 on the last two axes (N, p) of ``z``: exp(−Σ p_i log p_i), p_i = σ_i / Σ σ. Shape z.shape[:-2]."""
-    s = torch.linalg.svdvals(z.double())
+    """Eq. 17 on the last two axes (N, p) of ``z``: exp(−Σ p_i log p_i), p_i = σ_i / Σ σ. Shape z.shape[:-2]
+    (on the CPU: a batch of small SVDs is one LAPACK loop there, while CUDA's solver is called once per
+    matrix — thousands of calls per iteration for a GPU-scale trajectory)."""
+    s = torch.linalg.svdvals(z.detach().to("cpu", torch.float64))
     p = s / s.sum(-1, keepdim=True).clamp_min(1e-300)
     ent = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
     return ent.exp().to(torch.float32)

@@ -98,7 +98,14 @@ def extrapolation(run) -> dict:
 
 def _trajectory(run) -> tuple[dict, int] | None:
     """(trajectory, L) on the first test boards; None for a model whose attention has no subspace
-    projections known to :func:`~energyformer.analysis.hyperset.has_subspaces` (ET, CRATE)."""
+    projections known to :func:`~energyformer.analysis.hyperset.has_subspaces` (ET, CRATE). Computed once
+    per run (the energy and geometry hooks share it through ``run.memo``)."""
+    if "trajectory" not in run.memo:
+        run.memo["trajectory"] = _trace(run)
+    return run.memo["trajectory"]
+
+
+def _trace(run) -> tuple[dict, int] | None:
     from .hyperset import has_subspaces, trajectory
 
     cfg, model, task = run.trained()

@@ -75,6 +75,7 @@ class FinishedRun:
     cell: dict[str, str] = field(default_factory=dict)   # the run's grid cell (axis -> label)
     out: Path | None = None          # the scale's page folder (results.json): where a hook may write figures
     _loaded: tuple | None = field(default=None, repr=False)
+    memo: dict = field(default_factory=dict, repr=False)   # work the run's hooks share (e.g. one trajectory)
 
     def trained(self) -> tuple[Any, torch.nn.Module, Any]:
         """(resolved config, model in eval mode on the run's device, task), loaded once."""

@@ -1,0 +1,39 @@
+"""Smoke tests of the GPU benchmark scripts of issues 20 and 21 at their CPU sizes (no timing checks)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_hyperset_gpu_tiny_prints_every_model_and_writes_the_page(tmp_path, capsys):
+    bench = _load("hyperset_gpu")
+    out = tmp_path / "gpu_throughput.md"
+    bench.main(["--tiny", "--repeats", "1", "--warmup", "0", "--precisions", "fp32", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert text.startswith("device: cpu") and "### fp32, training" in text and "### fp32, inference" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| model")]
+    assert len(rows) == 2 * len(bench.MODELS)
+    assert all(row.split(" | ")[2].replace(",", "").isdigit() for row in rows)   # tokens/s measured
+    assert out.read_text().startswith("# Hyper-SET vs the looped transformer") and "| Hyper-SET | " in out.read_text()
+
+
+def test_cem_tiles_tiny_times_each_tile_pair_through_the_interpreter(tmp_path, capsys):
+    pytest.importorskip("triton")
+    bench = _load("cem_tiles")
+    out = tmp_path / "tiles.md"
+    bench.main(["--tiny", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert "| 16×16 | " in text and "| 16×32 | " in text and "not built" not in text
+    assert "| 16×16 | " in out.read_text()
