@@ -12,6 +12,14 @@
 #        project: never committed), their Hyper-SET on the same data and recipe; then, alone on the GPU:
 #        benchmarks/hyperset_gpu.py, benchmarks/gpu_lm.py (bf16, then fp32) and benchmarks/cem_tiles.py.
 #
+# Carry (device tool): .whl (pydantic and its needs, absent from the device image), data_cache/sudoku (the
+# GPU scale's givens 21-34 data: make it here first, ~30 s), and for `pytest -m cuda` the prepared data of
+# tests/train/test_cuda.py's configs: data_cache/{tokens,tokenizers,shakespeare,potts} (the whole cache is
+# over the tool's 64 MiB; the image configs there use scikit-learn's digits). First run, 2026-11-26 on an
+# H200: the probe took 105 s (pytest not finished in 72 s: give it 240 s beside the trainings with
+# RUN_PYTEST=1); three 1,000-step runs sharing the GPU trained in 101-172 s, but their metric hooks did
+# not finish in the next 200 s (since made cheaper; re-measure).
+#
 # Outputs go to $OUT (default /tmp/gpu_out): at most 8 files (the device tool's limit): all.tgz holds
 # every log and the runs' metrics; the page inputs are also copied out one by one.
 set -u

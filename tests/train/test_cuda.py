@@ -33,8 +33,8 @@ KINDS: dict[str, tuple[str | None, list[str]]] = {
     "transformer_nag_mha": ("intrinsic/nag_mha", ["model.block.dropout=0.0"]),
     "transformer_hyperset": ("hyperset/sudoku_hyperset", []),
     "regressor": (None, GP),
-    "vision": ("images/hyperset", []),
-    "masked_vision": ("images/mim_hyperset", []),
+    "vision": ("images/hyperset", ["task.dataset=digits", "model.patch_size=4"]),        # digits ship with scikit-learn: no
+    "masked_vision": ("images/mim_hyperset", ["task.dataset=digits"]),  # prepared image set on the GPU machine
     "equilibrium": ("eqt/eqt", []),
     "bare_sa": ("bare_sa/potts_bare_sa", []),
     "factored": ("bare_sa/potts_factored", []),
