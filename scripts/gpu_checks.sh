@@ -6,10 +6,11 @@
 #   scripts/gpu_checks.sh probe [SECONDS]  environment, `pytest -m cuda`, Hyper-SET/transformer tokens/s
 #                                          at d 768, L 24 (issue 20's benchmark; also the step time
 #                                          that sizes the full phase)
-#   scripts/gpu_checks.sh full STEPS [SECONDS]
+#   scripts/gpu_checks.sh full STEPS|scale [SECONDS]
 #        in the background: `energyformer reproduce hyperset-sudoku --scale gpu` cut to its first STEPS
-#        steps (evaluation every STEPS/10) and, if .ref/ holds the authors' released code (kept outside the
-#        project: never committed), their Hyper-SET on the same data and recipe; then, alone on the GPU:
+#        steps (evaluation every STEPS/10; `scale`: the scale as declared, its records then reusable) and, if
+#        .ref/ holds the authors' released code (kept outside the project: never committed), their
+#        Hyper-SET on the same data and recipe for STEPS (not with `scale`); then, alone on the GPU:
 #        benchmarks/hyperset_gpu.py, benchmarks/gpu_lm.py (bf16, then fp32) and benchmarks/cem_tiles.py.
 #
 # Carry (device tool): .whl (pydantic and its needs, absent from the device image), data_cache/sudoku (the
@@ -63,13 +64,17 @@ if [ "$PHASE" = probe ]; then
 fi
 
 # ---- full phase
-EVAL=$((STEPS / 10))
-( $PY -m energyformer.cli reproduce hyperset-sudoku --scale gpu --jobs "${JOBS:-3}" --runs /tmp/runs \
-    --set train.steps="$STEPS" --set train.eval_every="$EVAL" --set train.save_every="$STEPS" ${EXTRA_SETS:-} \
-    > "$W/sudoku.txt" 2>&1; echo "rc $?" >> "$W/sudoku.txt" ) &
+if [ "$STEPS" = scale ]; then
+  SETS=()
+else
+  EVAL=$((STEPS / 10))
+  SETS=(--set train.steps="$STEPS" --set train.eval_every="$EVAL" --set train.save_every="$STEPS")
+fi
+( $PY -m energyformer.cli reproduce hyperset-sudoku --scale gpu --jobs "${JOBS:-2}" --runs /tmp/runs \
+    "${SETS[@]}" ${EXTRA_SETS:-} > "$W/sudoku.txt" 2>&1; echo "rc $?" >> "$W/sudoku.txt" ) &
 SUD=$!
 REF=
-if [ -f .ref/ref_gpu.py ]; then
+if [ -f .ref/ref_gpu.py ] && [ "$STEPS" != scale ]; then
   ( $PY .ref/ref_gpu.py hyper-set "$STEPS" "$OUT/released_hyperset_gpu.json" "$EVAL" > "$W/released.txt" 2>&1 ) &
   REF=$!
 fi

@@ -58,7 +58,7 @@ def test_gpu_scale_is_the_issue_20_preset():
         cfg = load_run_config(p.config, p.overrides)
         assert (cfg.model.dim, cfg.model.heads, cfg.model.iterations) == (768, 12, 24)
         assert (cfg.task.batch_size, cfg.task.generate.givens, cfg.task.eval_iterations) == (64, (21, 34), [48])
-        assert (cfg.train.steps, cfg.train.lr, cfg.train.precision, cfg.train.eval_every) == (8000, 3e-4, "bf16", 500)
+        assert (cfg.train.steps, cfg.train.lr, cfg.train.precision, cfg.train.eval_every) == (4000, 3e-4, "bf16", 250)
 
 
 def test_toy_study_trains_both_models_and_records_every_hook(tmp_path, monkeypatch):
