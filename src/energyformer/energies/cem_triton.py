@@ -237,6 +237,7 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
     m_all = tl.full((BM, HP), float("-inf"), ACC)
     l_all = tl.zeros((BM, HP), ACC)
     for start in range(0, kend, BN):  # pass 1: every head's running max and sum
+        tl.debug_barrier()  # keeps every head's q tile in the loop, out of shared memory (see _bwd_q)
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
         # the shared-diagonal tile, once for all heads
@@ -293,6 +294,11 @@ def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, D
     # pass a: Δ_k = Σ_j p_ijk dP_ijk with the very dP of pass b and of the key-tile kernel (not
     # dOq·oq: rounded differently, it would leave dS = p(dP − Δ) ≠ 0 where p is one-hot)
     for start in range(0, kend, BN):
+        # A loop without stores lets Triton's loop-invariant code motion hoist every head's q and dOq
+        # tiles out of it into shared memory: 2·H·BM·R·2 B, D-wide again (48 KiB at GPT-2 small, 130 KiB
+        # at H·R = 2,048, so 32-query tiles would not fit). The barrier (a side effect) keeps them in the
+        # loop, reloaded per key tile from cache as in pass b: shared memory no longer grows with H (issue 21).
+        tl.debug_barrier()
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
         g, gh = _shared(UD, GHS, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, D, BD, BM, BN, PREC,
