@@ -97,9 +97,36 @@ def launch_meta(*, heads: int, head_dim: int, dim: int, dtype: str = "bf16", cau
     return meta
 
 
+class CompilerUnavailable(RuntimeError):
+    """Triton cannot compile for a CUDA target on this platform (no NVIDIA backend or ptxas)."""
+
+
+_TINY = "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef tiny(X):\n    tl.store(X, 1.0)\n"
+
+
+def _platform_error() -> str | None:
+    """None if Triton compiles a one-line kernel for sm_90 here, else the error's first line."""
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tiny_kernel.py"
+        path.write_text(_TINY)
+        try:
+            fn = load_kernels(path).tiny
+            triton.compile(ASTSource(fn=fn, signature={"X": "*fp32"}), target=GPUTarget("cuda", 90, 32))
+        except Exception as err:  # noqa: BLE001  (a missing backend or ptxas has no common error type)
+            return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+    return None
+
+
 def shared_memory(cases: dict[str, dict], kernel_file: str | Path | None = None) -> dict[str, dict[str, int]]:
     """{case: {kernel: shared bytes}} for :func:`launch_meta` keyword sets ``cases``, compiled for sm_90
-    in a fresh Python process (this one may have triton in interpreter mode)."""
+    in a fresh Python process (this one may have triton in interpreter mode). Raises
+    :class:`CompilerUnavailable` if Triton cannot compile even a one-line kernel for sm_90 here."""
     path = Path(kernel_file) if kernel_file else Path(__file__).with_name("cem_triton.py")
     env = dict(os.environ, TRITON_INTERPRET="0", OMP_NUM_THREADS="1")
     src = str(Path(__file__).resolve().parents[2])
@@ -111,6 +138,8 @@ def shared_memory(cases: dict[str, dict], kernel_file: str | Path | None = None)
     res: dict[str, dict[str, int]] = {}
     for line in out.stdout.splitlines():
         r = json.loads(line)
+        if "unavailable" in r:
+            raise CompilerUnavailable(r["unavailable"])
         res.setdefault(r["case"], {})[r["kernel"]] = r["shared"]
     return res
 
@@ -122,6 +151,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kernels", default=",".join(KERNELS))
     a = ap.parse_args(argv)
     os.environ.setdefault("TRITON_INTERPRET", "0")
+    err = _platform_error()
+    if err is not None:
+        print(json.dumps(dict(unavailable=err)), flush=True)
+        return
     mod = load_kernels(a.kernel_file)
     for case, kw in json.loads(a.cases).items():
         meta = launch_meta(**kw)
