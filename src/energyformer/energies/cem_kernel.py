@@ -28,7 +28,13 @@ a per-head preconditioner's diagonal) and extra per-head value columns x_k (ox_k
 low-rank part). Covered: causal and bidirectional, key padding, ALiBi, self bias, queries at an
 offset (chunked prefill and KV-cache decoding), a shared diagonal or none, both read-outs, every
 preconditioner. Not covered (the energy raises, naming the option): a per-head diagonal, whose logits
-differ per head. Block sizes are not tuned for any GPU.
+differ per head.
+
+Shared memory (issue 21): every D-wide product runs in chunks of ``block_d`` columns — ``ud Hᵀ`` and
+``dHs Hᵀ`` accumulate over chunks, the read-out and the gradients d(ud), dh, dc are added chunk by chunk
+into their zeroed buffers (which each program owns) — so neither shared memory nor registers grow with
+D; the launch (tiles, warps, pipelining stages) is a :class:`KernelTiles`, not yet tuned for any GPU.
+``cem_compile.py`` compiles the kernels for sm_90 without a GPU to measure it (docs/cem.md).
 """
 
 from __future__ import annotations
