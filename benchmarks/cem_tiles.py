@@ -7,6 +7,7 @@ interleaved and repeated (median [min, max] ms, and the ratio to the default 16 
 A pair that Triton cannot build (shared memory, registers) is listed with the error's first line.
 
 Usage (GPU):  python benchmarks/cem_tiles.py --out docs/results/cem/gpu_tiles.md [--n 1024] [--batch 8]
+              [--block-d 64] [--num-warps 4] [--num-stages 1]   # the rest of the launch (KernelTiles)
               python benchmarks/cem_tiles.py --tiny   # CPU smoke run through Triton's interpreter
 """
 
@@ -46,6 +47,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--tiles", default=DEFAULT_TILES, help="comma-separated MxN tile pairs")
+    ap.add_argument("--block-d", type=int, default=64, help="D chunk of every pair (KernelTiles.block_d)")
+    ap.add_argument("--num-warps", type=int, default=4)
+    ap.add_argument("--num-stages", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tiny", action="store_true", help="CPU interpreter smoke size (N 16, D 32, 2 heads)")
     ap.add_argument("--out", type=Path)
@@ -64,7 +68,8 @@ def main(argv: list[str] | None = None) -> None:
 
     def call(bm: int, bn: int) -> None:
         oq, hs, _, _ = cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=None, causal=True,
-                                     offset=0, h_mode="sum", block_m=bm, block_n=bn)
+                                     offset=0, h_mode="sum", block_m=bm, block_n=bn, block_d=a.block_d,
+                                     num_warps=a.num_warps, num_stages=a.num_stages)
         (oq.float().sum() + hs.float().sum()).backward()
 
     failed: dict[tuple[int, int], str] = {}
@@ -88,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)"
     lines = [f"device: {device.type} ({name}); torch {torch.__version__}",
              f"cem_attention forward + backward, B={a.batch} H={a.heads} N={a.n} R={r} D={a.dim}, {dtype}, causal, "
-             f"ALiBi + self bias, h read-out 'sum'; {a.repeats} interleaved repeats after one untimed build", "",
+             f"ALiBi + self bias, h read-out 'sum'; block_d {a.block_d}, {a.num_warps} warps, {a.num_stages} "
+             f"stage(s); {a.repeats} interleaved repeats after one untimed build", "",
              "| block_m × block_n | ms, median [min, max] | × 16×16 time, median [min, max] |", "|---|---|---|"]
     base = times.get((16, 16))
     for t in tiles:

@@ -23,6 +23,7 @@ from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
 from energyformer.core import ForwardContext
 from energyformer.energies import cem_kernel
 from energyformer.energies.interaction import InteractionEnergy
+from energyformer.utils.validate import ConfigError
 
 from .cem_cases import (MASK7, assert_same_block, decode_in_pieces, interpreted, opts_id, randomised,
                         randomised_energy, visible)
@@ -51,15 +52,38 @@ def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x):
     (True, True, 3, 10), (True, False, 1, 9)])
 def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
     """'sum': the head-summed h read-out; 'stack': per-head factors c_k and extra value columns x_k."""
+    _check_function_against_dense(causal, masked, nq, nk, mode, D=10)
+
+
+@interpreted
+@pytest.mark.parametrize("mode", ["sum", "stack"])
+@pytest.mark.parametrize("causal,nq,nk,tiles", [
+    (True, 5, 12, {}), (False, 20, 20, dict(block_m=32)), (True, 20, 20, dict(block_n=32, num_stages=3))])
+def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mode):
+    """D = 40 in chunks of block_d = 16 (16 + 16 + a masked 8: every D-wide product and gradient is
+    summed or written chunk by chunk), with query and key tiles of different sizes."""
+    _check_function_against_dense(causal, True, nq, nk, mode, D=40, block_d=16, **tiles)
+
+
+def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
+    config_error_says(cem_kernel.KernelTiles, {"block_d": 48}, ["block_d", "48", "16"])
+    config_error_says(cem_kernel.KernelTiles, {"num_stages": 0}, ["num_stages", "0", "1"])
+    with pytest.raises(ConfigError, match="block_m"):
+        z = torch.zeros(1, 1, 4, 4)
+        cem_kernel.cem_attention(z, z, None, None, slopes=None, delta=None, key_mask=None, causal=True,
+                                 offset=0, block_m=24)
+
+
+def _check_function_against_dense(causal, masked, nq, nk, mode, D, **tiles):
     g = torch.Generator().manual_seed(nq + nk)
-    B, H, R, D = 2, 3, 4, 10
+    B, H, R = 2, 3, 4
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
     q, k, ud, hm, delta = t(B, H, nq, R), t(B, H, nk, R), t(B, nq, D), t(B, nk, D), t(H)
     c, x = (t(H, D), t(B, H, nk, 6)) if mode == "stack" else (None, None)
     slopes = torch.rand(H, generator=g, dtype=torch.float64)
     key_mask = torch.rand(B, nk, generator=g) > 0.3 if masked else None
     got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask,
-                                   causal=causal, offset=nk - nq, h_mode=mode, c=c, x=x)
+                                   causal=causal, offset=nk - nq, h_mode=mode, c=c, x=x, **tiles)
     ref = _dense(q, k, ud, hm, slopes, delta, key_mask, causal, nk - nq, c, x)
     assert (got[2] is None) == (ref[2] is None)
     got, ref = [o for o in got if o is not None], [o for o in ref if o is not None]

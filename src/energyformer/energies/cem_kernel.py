@@ -28,7 +28,13 @@ a per-head preconditioner's diagonal) and extra per-head value columns x_k (ox_k
 low-rank part). Covered: causal and bidirectional, key padding, ALiBi, self bias, queries at an
 offset (chunked prefill and KV-cache decoding), a shared diagonal or none, both read-outs, every
 preconditioner. Not covered (the energy raises, naming the option): a per-head diagonal, whose logits
-differ per head. Block sizes are not tuned for any GPU.
+differ per head.
+
+Shared memory (issue 21): every D-wide product runs in chunks of ``block_d`` columns — ``ud Hᵀ`` and
+``dHs Hᵀ`` accumulate over chunks, the read-out and the gradients d(ud), dh, dc are added chunk by chunk
+into their zeroed buffers (which each program owns) — so neither shared memory nor registers grow with
+D; the launch (tiles, warps, pipelining stages) is a :class:`KernelTiles`, not yet tuned for any GPU.
+``cem_compile.py`` compiles the kernels for sm_90 without a GPU to measure it (docs/cem.md).
 """
 
 from __future__ import annotations
@@ -38,10 +44,13 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Literal
 
 import torch
 from einops import rearrange
 from torch import Tensor
+
+from energyformer.utils.config import ConfigModel, Field
 
 
 def triton_available() -> bool:
@@ -74,17 +83,44 @@ def _pow2(n: int, lo: int = 16) -> int:
     return max(lo, 1 << (max(1, n) - 1).bit_length())
 
 
+Tile = Literal[16, 32, 64, 128]
+
+
+class KernelTiles(ConfigModel):
+    """How the kernels are launched: tile sizes, warps and software-pipelining stages (docs/cem.md,
+    "shared memory"). Every tile is zero-padded, so any N and D work with any choice; the choice changes
+    speed, rounding order and the per-block shared memory (227 KiB on H100/H200), never the result's
+    meaning. The defaults fit every kernel in under half of that at any D (measured at D 768 and
+    2,048, triton 3.6 and 3.9: ``tests/energies/test_cem_shared_memory.py``); they are not yet tuned for
+    speed on any GPU (``benchmarks/cem_tiles.py`` times the choices)."""
+
+    block_m: Tile = 16
+    """queries per program (BM)"""
+    block_n: Tile = 16
+    """keys per inner step (BN)"""
+    block_d: Literal[16, 32, 64, 128, 256] = 64
+    """columns of D per chunk (BD) of the D-wide products (ud Hᵀ, (Σ_k P_k) H, the gradients'): shared
+    memory and registers grow with it, not with D"""
+    num_warps: Literal[1, 2, 4, 8] = 4
+    """warps per program"""
+    num_stages: int = Field(1, ge=1, le=4)
+    """Triton's software-pipelining stages (buffers per prefetched load); 1: no prefetch. Triton's
+    default of 3 multiplied the D-wide tiles' buffers before the D chunking (issue 21)"""
+
+
 HMODES = {"none": 0, "sum": 1, "stack": 2}
 
 
 def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: bool, has_g: bool, hmode: str,
-                 alibi: bool, delta: bool, kmask: bool, block_m: int, block_n: int) -> dict:
+                 alibi: bool, delta: bool, kmask: bool, tiles: KernelTiles) -> dict:
+    """The kernels' constexpr arguments, and Triton's launch options num_warps and num_stages."""
     B, H, nq, R = q.shape
     D = 1 if hm is None else hm.shape[-1]
     E = 1 if x is None else x.shape[-1]
     acc = tl.float64 if q.dtype == torch.float64 else tl.float32
-    return dict(H=H, R=R, D=D, E=E, RP=_pow2(R), DP=_pow2(D), EP=_pow2(E), HP=_pow2(H, 2), BM=block_m,
-                BN=block_n, CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
+    return dict(H=H, R=R, D=D, E=E, RP=_pow2(R), BD=min(tiles.block_d, _pow2(D)), EP=_pow2(E), HP=_pow2(H, 2),
+                BM=tiles.block_m, BN=tiles.block_n, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+                CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
                 HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
 
@@ -93,14 +129,14 @@ class _CEMAttention(torch.autograd.Function):
     """(oq, hs, ox, lse) of :func:`cem_attention` with the kernels' own backward."""
 
     @staticmethod
-    def forward(ctx, q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode, block_m, block_n):
+    def forward(ctx, q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode, tiles):
         B, H, nq, R = q.shape
         nk = k.shape[2]
         acc_dt = torch.float64 if q.dtype == torch.float64 else torch.float32
         dummy = q.new_zeros(1)
         kern = _kernels(q.device.type != "cuda")
         meta = _launch_args(kern.tl, q, hm, x, causal, ud is not None, hmode, slopes is not None,
-                            delta is not None, kmask is not None, block_m, block_n)
+                            delta is not None, kmask is not None, tiles)
         new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
         oq = new(B, H, nq, R)
         hs = new(B, nq, meta["D"]) if hmode != "none" else dummy
@@ -108,7 +144,7 @@ class _CEMAttention(torch.autograd.Function):
         lse = torch.empty(B, H, nq, device=q.device, dtype=acc_dt)
         m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
         ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
-        kern._fwd[(-(-nq // block_m), B)](*ins, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
+        kern._fwd[(-(-nq // meta["BM"]), B)](*ins, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
         ctx.save_for_backward(q, k, ud, hm, x, c, delta, slopes, kmask, oq, ox, m, l)
         ctx.meta, ctx.offset, ctx.hmode = meta, offset, hmode
         return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse
@@ -148,13 +184,14 @@ class _CEMAttention(torch.autograd.Function):
         return (back(dq, q), back(dk, k), back(dud, ud), back(dh, hm), back(dx, x),
                 None if c is None else dc.sum((0, 1)).to(c.dtype),
                 None if delta is None else ddiag.sum((0, 2)).to(delta.dtype),
-                None, None, None, None, None, None, None)
+                None, None, None, None, None, None)
 
 
 def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *, slopes: Tensor | None,
                   delta: Tensor | None, key_mask: Tensor | None, causal: bool, offset: int,
                   h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
-                  block_m: int = 16, block_n: int = 16) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
+                  block_m: int = 16, block_n: int = 16, block_d: int = 64, num_warps: int = 4,
+                  num_stages: int = 1) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
 
     q: (B, H, Nq, Dr) = W_Q u / τ; k: (B, H, Nk, Dr) keys (= values); ud: (B, Nq, D) = d∘u/τ or None
@@ -162,7 +199,10 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     (H,) ALiBi slopes and self bias or None; key_mask: (B, Nk) bool (True = real) or None.
     h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
     x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
-    hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype)."""
+    hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
+    block_m … num_stages: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it)."""
+    tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
+                        num_stages=num_stages)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")
@@ -178,7 +218,7 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     delta = None if delta is None else delta.to(acc_dt).contiguous()
     kmask = None if key_mask is None else key_mask.to(device=q.device, dtype=torch.int8).contiguous()
     return _CEMAttention.apply(q, k, ud, hm, x, c, delta, slopes, kmask, bool(causal), int(offset), h_mode,
-                               block_m, block_n)
+                               tiles)
 
 
 # ------------------------------------------------------------------------------ the energy's path

@@ -33,21 +33,34 @@ def _col(t, hcol, hh):
 
 
 @triton.jit
-def _tile(ptr, b, idx, n, W: tl.constexpr, WP: tl.constexpr, ok):
-    """rows idx of the (n, W) matrix number b of a contiguous tensor: (len(idx), WP), zero-padded"""
-    ww = tl.arange(0, WP)
+def _tile_at(ptr, b, idx, n, W: tl.constexpr, c0, CW: tl.constexpr, ok):
+    """columns c0 … c0 + CW − 1 of the rows idx of the (n, W) matrix number b of a contiguous tensor:
+    (len(idx), CW), zero-padded"""
+    ww = c0 + tl.arange(0, CW)
     return tl.load(ptr + (b * n + idx[:, None]) * W + ww[None, :], mask=ok[:, None] & (ww < W)[None, :], other=0.0)
 
 
 @triton.jit
-def _put(ptr, b, idx, n, W: tl.constexpr, WP: tl.constexpr, ok, val, ADD: tl.constexpr):
-    """store (or add) val into the rows idx of matrix b (as :func:`_tile`)"""
-    ww = tl.arange(0, WP)
+def _tile(ptr, b, idx, n, W: tl.constexpr, WP: tl.constexpr, ok):
+    """rows idx of the (n, W) matrix number b of a contiguous tensor: (len(idx), WP), zero-padded"""
+    return _tile_at(ptr, b, idx, n, W, 0, WP, ok)
+
+
+@triton.jit
+def _put_at(ptr, b, idx, n, W: tl.constexpr, c0, CW: tl.constexpr, ok, val, ADD: tl.constexpr):
+    """store (or add) val (len(idx), CW) into the columns c0 … c0 + CW − 1 of the rows idx of matrix b"""
+    ww = c0 + tl.arange(0, CW)
     p = ptr + (b * n + idx[:, None]) * W + ww[None, :]
     m = ok[:, None] & (ww < W)[None, :]
     if ADD:
         val += tl.load(p, mask=m, other=0.0)
     tl.store(p, val, mask=m)
+
+
+@triton.jit
+def _put(ptr, b, idx, n, W: tl.constexpr, WP: tl.constexpr, ok, val, ADD: tl.constexpr):
+    """store (or add) val into the rows idx of matrix b (as :func:`_tile`)"""
+    _put_at(ptr, b, idx, n, W, 0, WP, ok, val, ADD)
 
 
 @triton.jit
@@ -127,25 +140,38 @@ def _row_state(M, L, DLT, hptr, hmask):
 
 
 @triton.jit
-def _opt_tile(ptr, b, idx, n, W: tl.constexpr, WP: tl.constexpr, ok, NI: tl.constexpr, USE: tl.constexpr,
-              ACC: tl.constexpr):
-    """:func:`_tile` (NI, WP) where USE, else zeros (no diagonal, no h read-out: the tensor is absent)"""
-    t = tl.zeros((NI, WP), ACC)
-    if USE:
-        t = _tile(ptr, b, idx, n, W, WP, ok)
-    return t
+def _shared(UD, GHS, HM, b, rows, cols, rmask, cmask, Nq, Nk, USE_G: tl.constexpr, USE_GH: tl.constexpr,
+            D: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr,
+            ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """(G, Gh) (BM, BN), tiles every head shares, computed once per (query tile, key tile): the
+    shared-diagonal logits G = ud Hᵀ where USE_G and the read-out's Gh = dHs Hᵀ (the h part of every
+    head's dP_k) where USE_GH, else zeros; docs/cem.md, "what is shared across heads". The sums over D
+    run in chunks of BD columns (one (BM, BD) and one (BN, BD) tile at a time), so neither shared memory
+    nor registers grow with D (issue 21: D-wide tiles did not fit a GPU's shared memory at D = 768)."""
+    g = tl.zeros((BM, BN), ACC)
+    gh = tl.zeros((BM, BN), ACC)
+    if USE_G or USE_GH:
+        for d0 in range(0, D, BD):
+            hb = _tile_at(HM, b, cols, Nk, D, d0, BD, cmask)  # (BN, BD)
+            if USE_G:
+                g += _mm(_tile_at(UD, b, rows, Nq, D, d0, BD, rmask), tl.trans(hb), PREC, ACC, UPCAST)
+            if USE_GH:
+                gh += _mm(_tile_at(GHS, b, rows, Nq, D, d0, BD, rmask), tl.trans(hb), PREC, ACC, UPCAST)
+    return g, gh
 
 
 @triton.jit
-def _shared(a, hb, USE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
-            UPCAST: tl.constexpr):
-    """a Hᵀ (BM, BN) where USE, else zeros: a tile every head shares, computed once per (query tile, key
-    tile) — the shared-diagonal logits G = ud Hᵀ, or the read-out's dHs Hᵀ (the h part of every head's
-    dP_k); docs/cem.md, "what is shared across heads"."""
-    t = tl.zeros((BM, BN), ACC)
-    if USE:
-        t = _mm(a, tl.trans(hb), PREC, ACC, UPCAST)
-    return t
+def _add_wh(OUT, HM, C, hh, b, rows, cols, rmask, cmask, Nq, Nk, w, FACTOR: tl.constexpr, D: tl.constexpr,
+            BD: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """OUT[b, rows] += w H[b, cols] (∘ c_hh where FACTOR), w (BM, BN): an h read-out ((Σ_k P_k) H or
+    c_k ∘ (P_k H)) or d(ud) = (Σ_k dS_k) H, one BD-column chunk of the (B, Nq, D) buffer at a time (it
+    starts at zero; this program owns its rows)."""
+    for d0 in range(0, D, BD):
+        hb = _tile_at(HM, b, cols, Nk, D, d0, BD, cmask)  # (BN, BD)
+        v = _mm(w.to(hb.dtype), hb, PREC, ACC, UPCAST)  # (BM, BD)
+        if FACTOR:
+            v = v * _factor(C, hh, d0 + tl.arange(0, BD), D).to(ACC)[None, :]
+        _put_at(OUT, b, rows, Nq, D, d0, BD, rmask, v, True)
 
 
 @triton.jit
@@ -166,10 +192,10 @@ def _probs(s, m_all, l_all, hcol, hh):
 
 
 @triton.jit
-def _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask, g, gh, ghs, hb,
+def _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows, cols, rmask, cmask, g, gh,
                m_all, l_all, hcol, Nq, Nk, offset,
                H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
-               DP: tl.constexpr, EP: tl.constexpr, CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr,
+               BD: tl.constexpr, EP: tl.constexpr, CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr,
                HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr,
                PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Backward's recomputation for head hh on one (query tile, key tile): (p (BM, BN), dP (BM, BN),
@@ -183,9 +209,12 @@ def _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, hh, b, rows, cols, rm
     dp = _mm(goq, tl.trans(kh), PREC, ACC, UPCAST)
     if HMODE == 1:
         dp += gh
-    if HMODE == 2:
-        ch = _factor(C, hh, tl.arange(0, DP), D)
-        dp += _mm((ghs.to(ACC) * ch[None, :].to(ACC)).to(hb.dtype), tl.trans(hb), PREC, ACC, UPCAST)
+    if HMODE == 2:  # (dHs ∘ c_k) Hᵀ, over D in BD-column chunks
+        for d0 in range(0, D, BD):
+            hb = _tile_at(HM, b, cols, Nk, D, d0, BD, cmask)    # (BN, BD)
+            ghs = _tile_at(GHS, b, rows, Nq, D, d0, BD, rmask)  # (BM, BD)
+            ch = _factor(C, hh, d0 + tl.arange(0, BD), D)
+            dp += _mm((ghs.to(ACC) * ch[None, :].to(ACC)).to(hb.dtype), tl.trans(hb), PREC, ACC, UPCAST)
     if HAS_X:
         xh = _tile(X, b * H + hh, cols, Nk, E, EP, cmask)
         gox = _tile(GOX, b * H + hh, rows, Nq, E, EP, rmask)
@@ -196,23 +225,24 @@ def _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, hh, b, rows, cols, rm
 @triton.jit
 def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk, offset,
          H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
-         DP: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+         BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
          CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
          HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
          ACC: tl.constexpr, UPCAST: tl.constexpr):
-    """Per (query tile, batch row): pass 1 → lse, m, l; pass 2 → oq, hs (or hterm), ox."""
+    """Per (query tile, batch row): pass 1 → lse, m, l; pass 2 → oq, hs (or hterm), ox (HS, OQ, OX
+    start at zero: each key tile adds to them)."""
     pid, b, rows, rmask = _query_tile(Nq, BM)
-    dd = tl.arange(0, DP)
     hcol = tl.arange(0, HP)
-    ud = _opt_tile(UD, b, rows, Nq, D, DP, rmask, BM, HAS_G, ACC)
     kend = _key_end(pid, Nk, offset, BM, CAUSAL)
     m_all = tl.full((BM, HP), float("-inf"), ACC)
     l_all = tl.zeros((BM, HP), ACC)
     for start in range(0, kend, BN):  # pass 1: every head's running max and sum
+        tl.debug_barrier()  # keeps every head's q tile in the loop, out of shared memory (see _bwd_q)
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        hb = _opt_tile(HM, b, cols, Nk, D, DP, cmask, BN, HAS_G, ACC)
-        g = _shared(ud, hb, HAS_G, BM, BN, PREC, ACC, UPCAST)  # the shared-diagonal tile, once for all heads
+        # the shared-diagonal tile, once for all heads
+        g, _ = _shared(UD, UD, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, D, BD, BM, BN, PREC, ACC,
+                       UPCAST)
         for hh in tl.static_range(H):
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                                 H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
@@ -225,12 +255,11 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
     l_all = tl.where(l_all > 0, l_all, 1.0)
     tl.store(M + hptr, m_all, mask=hmask2)
     tl.store(L + hptr, l_all, mask=hmask2)
-    hs = tl.zeros((BM, DP), ACC)
     for start in range(0, kend, BN):  # pass 2: normalised probabilities
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        hb = _opt_tile(HM, b, cols, Nk, D, DP, cmask, BN, HAS_G or HMODE > 0, ACC)
-        g = _shared(ud, hb, HAS_G, BM, BN, PREC, ACC, UPCAST)
+        g, _ = _shared(UD, UD, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, D, BD, BM, BN, PREC, ACC,
+                       UPCAST)
         psum = tl.zeros((BM, BN), ACC)
         for hh in tl.static_range(H):
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
@@ -243,57 +272,55 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
             if HMODE == 1:
                 psum += p
             if HMODE == 2:  # per-head factors: Σ_k c_k ∘ (P_k H), one D-wide product per head
-                ch = _factor(C, hh, dd, D).to(ACC)
-                hs += _mm(p.to(hb.dtype), hb, PREC, ACC, UPCAST) * ch[None, :]
+                _add_wh(HS, HM, C, hh, b, rows, cols, rmask, cmask, Nq, Nk, p, True, D, BD, PREC, ACC, UPCAST)
         if HMODE == 1:  # head-summed: (Σ_k P_k) H, one product
-            hs += _mm(psum.to(hb.dtype), hb, PREC, ACC, UPCAST)
-    if HMODE > 0:
-        _put(HS, b, rows, Nq, D, DP, rmask, hs, False)
+            _add_wh(HS, HM, C, 0, b, rows, cols, rmask, cmask, Nq, Nk, psum, False, D, BD, PREC, ACC, UPCAST)
 
 
 @triton.jit
 def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, DQ, DUD, DDIAG, Nq, Nk, offset,
            H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
-           DP: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+           BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
            CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
            HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
            ACC: tl.constexpr, UPCAST: tl.constexpr):
-    """Per query tile: Δ_k (added to DLT, which holds −g_lse), dq_k, d(ud), diag dS (self-bias gradient)."""
+    """Per query tile: Δ_k (added to DLT, which holds −g_lse), dq_k, d(ud), diag dS (self-bias gradient);
+    DQ and DUD start at zero."""
     pid, b, rows, rmask = _query_tile(Nq, BM)
     hcol = tl.arange(0, HP)
     hptr, hmask2 = _head_rows(b, rows, rmask, hcol, Nq, H)
     m_all, l_all, dlt = _row_state(M, L, DLT, hptr, hmask2)
-    ud = _opt_tile(UD, b, rows, Nq, D, DP, rmask, BM, HAS_G, ACC)
-    ghs = _opt_tile(GHS, b, rows, Nq, D, DP, rmask, BM, HMODE > 0, ACC)
     kend = _key_end(pid, Nk, offset, BM, CAUSAL)
     # pass a: Δ_k = Σ_j p_ijk dP_ijk with the very dP of pass b and of the key-tile kernel (not
     # dOq·oq: rounded differently, it would leave dS = p(dP − Δ) ≠ 0 where p is one-hot)
     for start in range(0, kend, BN):
+        # A loop without stores lets Triton's loop-invariant code motion hoist every head's q and dOq
+        # tiles out of it into shared memory: 2·H·BM·R·2 B, D-wide again (48 KiB at GPT-2 small, 130 KiB
+        # at H·R = 2,048, so 32-query tiles would not fit). The barrier (a side effect) keeps them in the
+        # loop, reloaded per key tile from cache as in pass b: shared memory no longer grows with H (issue 21).
+        tl.debug_barrier()
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        hb = _opt_tile(HM, b, cols, Nk, D, DP, cmask, BN, HAS_G or HMODE > 0, ACC)
-        g = _shared(ud, hb, HAS_G, BM, BN, PREC, ACC, UPCAST)
-        gh = _shared(ghs, hb, HMODE == 1, BM, BN, PREC, ACC, UPCAST)
+        g, gh = _shared(UD, GHS, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, D, BD, BM, BN, PREC,
+                        ACC, UPCAST)
         for hh in tl.static_range(H):
-            p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, hh, b, rows, cols, rmask,
-                                            cmask, g, gh, ghs, hb, m_all, l_all, hcol, Nq, Nk, offset,
-                                            H, R, D, E, RP, DP, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
+            p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows, cols,
+                                            rmask, cmask, g, gh, m_all, l_all, hcol, Nq, Nk, offset,
+                                            H, R, D, E, RP, BD, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
                                             HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
             dlt = _add_col(dlt, hcol, hh, tl.sum(p * dp, 1))
     tl.store(DLT + hptr, dlt, mask=hmask2)
-    dud = tl.zeros((BM, DP), ACC)
     ddg = tl.zeros((BM, HP), ACC)
     for start in range(0, kend, BN):  # pass b
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        hb = _opt_tile(HM, b, cols, Nk, D, DP, cmask, BN, HAS_G or HMODE > 0, ACC)
-        g = _shared(ud, hb, HAS_G, BM, BN, PREC, ACC, UPCAST)
-        gh = _shared(ghs, hb, HMODE == 1, BM, BN, PREC, ACC, UPCAST)
+        g, gh = _shared(UD, GHS, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, D, BD, BM, BN, PREC,
+                        ACC, UPCAST)
         dssum = tl.zeros((BM, BN), ACC)
         for hh in tl.static_range(H):
-            p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, hh, b, rows, cols, rmask,
-                                            cmask, g, gh, ghs, hb, m_all, l_all, hcol, Nq, Nk, offset,
-                                            H, R, D, E, RP, DP, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
+            p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows, cols,
+                                            rmask, cmask, g, gh, m_all, l_all, hcol, Nq, Nk, offset,
+                                            H, R, D, E, RP, BD, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
                                             HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
             ds = p * (dp - _col(dlt, hcol, hh)[:, None])  # dS_k = P_k ∘ (dP_k − Δ_k)
             _put(DQ, b * H + hh, rows, Nq, R, RP, rmask, _mm(ds.to(kh.dtype), kh, PREC, ACC, UPCAST), True)
@@ -303,9 +330,7 @@ def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, D
             if HAS_G:
                 dssum += ds
         if HAS_G:  # d(ud) = (Σ_k dS_k) H, one product
-            dud += _mm(dssum.to(hb.dtype), hb, PREC, ACC, UPCAST)
-    if HAS_G:
-        _put(DUD, b, rows, Nq, D, DP, rmask, dud, False)
+            _add_wh(DUD, HM, C, 0, b, rows, cols, rmask, cmask, Nq, Nk, dssum, False, D, BD, PREC, ACC, UPCAST)
     if HAS_DELTA:
         tl.store(DDIAG + hptr, ddg, mask=hmask2)
 
@@ -313,22 +338,19 @@ def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, D
 @triton.jit
 def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, DK, DH, DX, DC, Nq, Nk, offset,
             H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
-            DP: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+            BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
             CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
             HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
             ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per key tile: dk_k = dS_kᵀ q_k + P_kᵀ dOq_k, dx_k = P_kᵀ dOx_k, dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs
-    (per-head factors: Σ_k (P_kᵀ dHs) ∘ c_k) and this tile's part of dc_k = Σ_j h_j ∘ (P_kᵀ dHs)_j."""
+    (per-head factors: Σ_k (P_kᵀ dHs) ∘ c_k) and this tile's part of dc_k = Σ_j h_j ∘ (P_kᵀ dHs)_j. DK, DH,
+    DX, DC start at zero; the D-wide ones are updated in BD-column chunks."""
     pid = tl.program_id(0)
     b = tl.program_id(1)
     nt = tl.num_programs(0)
     cols = pid * BN + tl.arange(0, BN)
     cmask = cols < Nk
-    dd = tl.arange(0, DP)
     hcol = tl.arange(0, HP)
-    hb = _opt_tile(HM, b, cols, Nk, D, DP, cmask, BN, HAS_G or HMODE > 0, ACC)
-    dh = tl.zeros((BN, DP), ACC)
-    dc = tl.zeros((HP, DP), ACC)
     qstart = 0
     if CAUSAL:  # queries at positions >= this tile's first key
         qstart = tl.maximum(pid * BN - offset, 0) // BM * BM
@@ -337,16 +359,14 @@ def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, 
         rmask = rows < Nq
         hptr, hmask2 = _head_rows(b, rows, rmask, hcol, Nq, H)
         m_all, l_all, dlt = _row_state(M, L, DLT, hptr, hmask2)
-        ud = _opt_tile(UD, b, rows, Nq, D, DP, rmask, BM, HAS_G, ACC)
-        g = _shared(ud, hb, HAS_G, BM, BN, PREC, ACC, UPCAST)
-        ghs = _opt_tile(GHS, b, rows, Nq, D, DP, rmask, BM, HMODE > 0, ACC)
-        gh = _shared(ghs, hb, HMODE == 1, BM, BN, PREC, ACC, UPCAST)
+        g, gh = _shared(UD, GHS, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, D, BD, BM, BN, PREC,
+                        ACC, UPCAST)
         dssum = tl.zeros((BM, BN), ACC)
         psum = tl.zeros((BM, BN), ACC)
         for hh in tl.static_range(H):
-            p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, hh, b, rows, cols, rmask,
-                                            cmask, g, gh, ghs, hb, m_all, l_all, hcol, Nq, Nk, offset,
-                                            H, R, D, E, RP, DP, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
+            p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows, cols,
+                                            rmask, cmask, g, gh, m_all, l_all, hcol, Nq, Nk, offset,
+                                            H, R, D, E, RP, BD, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
                                             HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
             ds = p * (dp - _col(dlt, hcol, hh)[:, None])  # dS_k = P_k ∘ (dP_k − Δ_k)
             dk = _mm(tl.trans(ds.to(qh.dtype)), qh, PREC, ACC, UPCAST) \
@@ -360,17 +380,22 @@ def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, 
                 dssum += ds
             if HMODE == 1:
                 psum += p
-            if HMODE == 2:
-                t = _mm(tl.trans(p.to(ghs.dtype)), ghs, PREC, ACC, UPCAST)  # (BN, DP) P_kᵀ dHs
-                ch = _factor(C, hh, dd, D).to(ACC)
-                dh += t * ch[None, :]
-                dc += tl.where(hcol[:, None] == hh, tl.sum(t * hb.to(ACC), 0)[None, :], 0.0)
-        if HAS_G:
-            dh += _mm(tl.trans(dssum.to(ud.dtype)), ud, PREC, ACC, UPCAST)
-        if HMODE == 1:
-            dh += _mm(tl.trans(psum.to(ghs.dtype)), ghs, PREC, ACC, UPCAST)
-    if HAS_G or HMODE > 0:
-        _put(DH, b, cols, Nk, D, DP, cmask, dh, False)
-    if HMODE == 2:  # DC: (B, tiles, H, D), summed by the caller
-        tl.store(DC + ((b * nt + pid) * H + hcol[:, None]) * D + dd[None, :], dc,
-                 mask=(hcol < H)[:, None] & (dd < D)[None, :])
+            if HMODE == 2:  # dh += (P_kᵀ dHs) ∘ c_k and dc_k += Σ_j h_j ∘ (P_kᵀ dHs)_j, chunk by chunk
+                for d0 in range(0, D, BD):
+                    dd = d0 + tl.arange(0, BD)
+                    ghs = _tile_at(GHS, b, rows, Nq, D, d0, BD, rmask)            # (BM, BD)
+                    t = _mm(tl.trans(p.to(ghs.dtype)), ghs, PREC, ACC, UPCAST)  # (BN, BD) P_kᵀ dHs
+                    _put_at(DH, b, cols, Nk, D, d0, BD, cmask, t * _factor(C, hh, dd, D).to(ACC)[None, :], True)
+                    hb = _tile_at(HM, b, cols, Nk, D, d0, BD, cmask)              # (BN, BD)
+                    pdc = DC + ((b * nt + pid) * H + hh) * D + dd  # DC: (B, tiles, H, D), summed by the caller
+                    tl.store(pdc, tl.load(pdc, mask=dd < D, other=0.0) + tl.sum(t * hb.to(ACC), 0), mask=dd < D)
+        if HAS_G or HMODE == 1:  # dh += (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs, chunk by chunk
+            for d0 in range(0, D, BD):
+                v = tl.zeros((BN, BD), ACC)
+                if HAS_G:
+                    ud = _tile_at(UD, b, rows, Nq, D, d0, BD, rmask)  # (BM, BD)
+                    v += _mm(tl.trans(dssum.to(ud.dtype)), ud, PREC, ACC, UPCAST)
+                if HMODE == 1:
+                    ghs = _tile_at(GHS, b, rows, Nq, D, d0, BD, rmask)
+                    v += _mm(tl.trans(psum.to(ghs.dtype)), ghs, PREC, ACC, UPCAST)
+                _put_at(DH, b, cols, Nk, D, d0, BD, cmask, v, True)

@@ -1,0 +1,168 @@
+"""Compile CEM's Triton kernels (``cem_triton.py``) for a GPU target on a machine without a GPU (issue 21).
+
+Triton's compiler runs on any machine: it lowers a kernel to PTX and, with its bundled ``ptxas``, to a
+cubin whose metadata holds the **shared memory per block** the launch will ask for. A GPU refuses a
+launch above its limit (H100/H200: 227 KiB = 232,448 B) with ``OutOfResources`` — which the
+interpreter tests (``TRITON_INTERPRET=1``) never see. :func:`compile_kernels` compiles the kernels
+with exactly the constexpr arguments and launch options of :mod:`.cem_kernel`'s launcher, and with the
+argument specialisation a real launch gets (every pointer 16-byte aligned, N and the offset multiples
+of 16, as at N = 1,024): without it Triton cannot prove aligned loads, does not pipeline them, and
+reports far less shared memory than the GPU then needs (116,736 B instead of 283,000 B for the
+original ``_bwd_q`` at GPT-2 small).
+
+Triton fixes its mode (compiled or interpreted) at its first import, so the compilation runs in a
+fresh process: ``python -m energyformer.energies.cem_compile`` prints one JSON line per kernel.
+``tests/energies/test_cem_compile.py`` checks the shared memory at GPT-2 widths; ``scripts/triton_ptx.py``
+compares PTX across revisions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+KERNELS = ("_fwd", "_bwd_q", "_bwd_kv")
+SHARED_LIMIT_SM90 = 232_448  # bytes of shared memory one block may use on H100 / H200 (227 KiB)
+ACC_BUFFERS = {"SLOPES", "DELTA", "C", "M", "L", "LSE", "DLT", "OQ", "HS", "OX", "DQ", "DUD", "DDIAG", "DK",
+               "DH", "DX", "DC"}  # float32 (the accumulation dtype) whatever the operands' dtype
+
+
+def signature(fn, constexprs: dict, dtype: str) -> dict:
+    """Triton signature of kernel ``fn``: operands in ``dtype`` ('bf16', 'fp32', ...), the accumulation
+    buffers in fp32, the key mask int8, sizes int32."""
+    sig = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in ("Nq", "Nk", "offset"):
+            sig[name] = "i32"
+        elif name == "KMASK":
+            sig[name] = "*i8"
+        else:
+            sig[name] = "*fp32" if name in ACC_BUFFERS else f"*{dtype}"
+    return sig
+
+
+def load_kernels(path: str | Path):
+    """The kernel module at ``path``, jitted for compilation (TRITON_INTERPRET must be off)."""
+    import triton
+
+    if triton.knobs.runtime.interpret:
+        raise RuntimeError("cem_compile: triton was imported with TRITON_INTERPRET set; compile in a fresh process")
+    spec = importlib.util.spec_from_file_location(f"cem_triton_{abs(hash(str(path)))}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def compile_kernel(mod, name: str, constexprs: dict, dtype: str, *, arch: int = 90, num_warps: int = 4,
+                   num_stages: int = 1, aligned: bool = True):
+    """One kernel of ``mod`` compiled for sm_``arch``: Triton's CompiledKernel (``.metadata.shared``,
+    ``.asm['ptx']``). ``constexprs`` may hold keys the kernel does not take (ignored); ``aligned``: the
+    runtime's specialisation of aligned pointers and sizes divisible by 16."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(mod, name)
+    cx = {k: v for k, v in constexprs.items() if k in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if aligned and a not in cx}
+    src = ASTSource(fn=fn, signature=signature(fn, cx, dtype),
+                    constexprs={(fn.arg_names.index(k),): v for k, v in cx.items()}, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def launch_meta(*, heads: int, head_dim: int, dim: int, dtype: str = "bf16", causal: bool = True,
+                has_g: bool = True, h_mode: str = "sum", x_cols: int | None = None, alibi: bool = True,
+                self_bias: bool = True, key_mask: bool = False, **tiles) -> dict:
+    """The launcher's (:func:`.cem_kernel._launch_args`) constexprs and options for one call shape, as
+    compiled on a GPU (UPCAST off); ``tiles``: :class:`.cem_kernel.KernelTiles` fields."""
+    import torch
+    import triton.language as tl
+
+    from .cem_kernel import KernelTiles, _launch_args
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    q = torch.empty(1, heads, 16, head_dim, dtype=dt, device="meta")
+    hm = torch.empty(1, 16, dim, dtype=dt, device="meta")
+    x = None if x_cols is None else torch.empty(1, heads, 16, x_cols, dtype=dt, device="meta")
+    meta = _launch_args(tl, q, hm, x, causal, has_g, h_mode, alibi, self_bias, key_mask, KernelTiles(**tiles))
+    meta["UPCAST"] = False
+    return meta
+
+
+class CompilerUnavailable(RuntimeError):
+    """Triton cannot compile for a CUDA target on this platform (no NVIDIA backend or ptxas)."""
+
+
+_TINY = "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef tiny(X):\n    tl.store(X, 1.0)\n"
+
+
+def _platform_error() -> str | None:
+    """None if Triton compiles a one-line kernel for sm_90 here, else the error's first line."""
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tiny_kernel.py"
+        path.write_text(_TINY)
+        try:
+            fn = load_kernels(path).tiny
+            triton.compile(ASTSource(fn=fn, signature={"X": "*fp32"}), target=GPUTarget("cuda", 90, 32))
+        except Exception as err:  # noqa: BLE001  (a missing backend or ptxas has no common error type)
+            return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+    return None
+
+
+def shared_memory(cases: dict[str, dict], kernel_file: str | Path | None = None) -> dict[str, dict[str, int]]:
+    """{case: {kernel: shared bytes}} for :func:`launch_meta` keyword sets ``cases``, compiled for sm_90
+    in a fresh Python process (this one may have triton in interpreter mode). Raises
+    :class:`CompilerUnavailable` if Triton cannot compile even a one-line kernel for sm_90 here."""
+    path = Path(kernel_file) if kernel_file else Path(__file__).with_name("cem_triton.py")
+    env = dict(os.environ, TRITON_INTERPRET="0", OMP_NUM_THREADS="1")
+    src = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([src] + [p for p in [env.get("PYTHONPATH")] if p])
+    out = subprocess.run([sys.executable, "-m", "energyformer.energies.cem_compile", "--kernel-file", str(path),
+                          json.dumps(cases)], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"cem_compile failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
+    res: dict[str, dict[str, int]] = {}
+    for line in out.stdout.splitlines():
+        r = json.loads(line)
+        if "unavailable" in r:
+            raise CompilerUnavailable(r["unavailable"])
+        res.setdefault(r["case"], {})[r["kernel"]] = r["shared"]
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cases", help='JSON {"name": {launch_meta keywords}, ...}')
+    ap.add_argument("--kernel-file", default=str(Path(__file__).with_name("cem_triton.py")))
+    ap.add_argument("--kernels", default=",".join(KERNELS))
+    a = ap.parse_args(argv)
+    os.environ.setdefault("TRITON_INTERPRET", "0")
+    err = _platform_error()
+    if err is not None:
+        print(json.dumps(dict(unavailable=err)), flush=True)
+        return
+    mod = load_kernels(a.kernel_file)
+    for case, kw in json.loads(a.cases).items():
+        meta = launch_meta(**kw)
+        opts = dict(num_warps=meta.pop("num_warps"), num_stages=meta.pop("num_stages"))
+        for name in a.kernels.split(","):
+            k = compile_kernel(mod, name, meta, kw.get("dtype", "bf16"), **opts)
+            print(json.dumps(dict(case=case, kernel=name, shared=k.metadata.shared)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""CEM's Triton kernels compiled for sm_90 on this machine, no GPU needed (energies/cem_compile.py).
+
+Issue 21: at GPT-2 small (D 768, 12 heads, bf16, causal, ALiBi, self bias, shared diagonal, head-summed
+read-out) the compiled ``_bwd_q`` asked an H200 for 283,000 B of shared memory per block (limit
+232,448 B) — the interpreter tests cannot see that. Each kernel is compiled with the launcher's own
+constexprs and options and a real launch's argument specialisation; its shared memory must leave half
+of the H100/H200 limit free (room to tune tiles) at GPT-2 small and at D = 2,048 with the per-head
+read-out, low-rank value columns and key padding (every D-wide path at once), in 8 heads of 256: the
+widest per-head tiles, and half the unrolled heads of 16 × 128 to compile (compile time grows with H;
+shared memory, since the D chunks, with the tiles and R only: docs/cem.md).
+"""
+
+import pytest
+
+from energyformer.energies import cem_compile
+
+pytest.importorskip("triton")
+
+CASES = {
+    "gpt2-small": dict(heads=12, head_dim=64, dim=768),
+    "d2048-paper": dict(heads=8, head_dim=256, dim=2048, h_mode="stack", x_cols=8, key_mask=True),
+}
+
+
+@pytest.fixture(scope="module")
+def shared():
+    try:
+        return cem_compile.shared_memory(CASES)
+    except cem_compile.CompilerUnavailable as err:
+        pytest.skip(f"triton cannot compile for sm_90 here: {err}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_kernels_fit_sm90_shared_memory(shared, case):
+    assert sorted(shared[case]) == sorted(cem_compile.KERNELS)
+    for name, used in shared[case].items():
+        assert used <= cem_compile.SHARED_LIMIT_SM90 // 2, (case, name, used)
