@@ -89,18 +89,16 @@ def test_committed_pages_rerender_from_their_records_alone(tmp_path):
     assert_page_rerenders(tmp_path, "hyperset-sudoku", PAGE, ["README.md", "cpu/README.md"])
     index = (PAGE / "README.md").read_text()
     assert "gpu** — not run yet: `energyformer reproduce hyperset-sudoku --scale gpu" in index
-    recs = json.loads((PAGE / "cpu" / "results.json").read_text())["runs"]
-    assert recs["hyperset_seed0"]["config_hash"] == recs["transformer_seed0"]["config_hash"] == "migrated"
 
 
-def test_committed_new_records_are_reused_by_the_runner():
-    """ET, CRATE and the positions pairs (issue 20, item 5) were trained by the runner from today's configs:
-    each record's hash is its plan's, so `reproduce hyperset-sudoku --scale cpu` trains nothing again."""
+def test_committed_records_are_reused_by_the_runner():
+    """Every cpu record was trained by the runner from today's configs (the hyperset / transformer ones
+    retrained on 2026-11-26, the others for issue 20, item 5): each record's hash is its plan's, so
+    `reproduce hyperset-sudoku --scale cpu` trains nothing again."""
     recs = json.loads((PAGE / "cpu" / "results.json").read_text())["runs"]
     plans = {p.name: p for p in expand(load_study("hyperset-sudoku"), "cpu")}
-    new = [n for n in plans if n not in ("hyperset_seed0", "transformer_seed0")]
-    assert set(new) <= set(recs)
-    for n in new:
+    assert set(plans) == set(recs)
+    for n in plans:
         assert recs[n]["config_hash"] == config_hash(load_run_config(plans[n].config, plans[n].overrides)), n
 
 
