@@ -146,8 +146,12 @@ class SubspaceAttentionEnergy(Energy):
         return self._norm(self.project(x), 0)
 
     def readout(self, y: Tensor) -> Tensor:
-        """Σ_h W_h y^h: (B, H, N, p) -> (B, N, D) (the tied output, Eq. 9)."""
-        return F.linear(rearrange(y, "b h n p -> b n (h p)"), self.weight().t())
+        """Σ_h W_h y^h: (B, H, N, p) -> (B, N, D) (the tied output, Eq. 9).
+
+        ``y @ Wᵀ`` with the weight itself (not ``F.linear`` of its transpose): under autocast the cast of a
+        leaf parameter is cached for the forward pass, so the projection and the read-out share one
+        low-precision copy of W, and its gradient is accumulated once, not cast per iteration."""
+        return torch.matmul(rearrange(y, "b h n p -> b n (h p)"), self.weight())
 
     # ------------------------------------------------------------------ state
     def prepare(self, context: Tensor, mask: Tensor | None = None, **kw: Any) -> SubspaceState:
@@ -319,12 +323,17 @@ class SphericalFFEnergy(Energy):
         e = self.token_energy(self.pre(x))
         return e if state is None else e * state.to(e.dtype)
 
+    def readout(self, a: Tensor) -> Tensor:
+        """D a: (B, N, M) -> (B, N, D); ``a @ Dᵀ`` with the weight itself (one cached autocast copy of D per
+        forward, as :meth:`SubspaceAttentionEnergy.readout`)."""
+        return torch.matmul(a, self.weight())
+
     def direction(self, x: Tensor, state: Any, precond: Preconditioner) -> Tensor:
-        return precond(F.linear(self.activation(self.pre(x)), self.weight().t()))
+        return precond(self.readout(self.activation(self.pre(x))))
 
     def grad(self, x: Tensor, state: Any) -> Tensor:
         if self.exact:
-            g = -F.linear(self.activation(self.pre(x)), self.weight().t())
+            g = -self.readout(self.activation(self.pre(x)))
             return g if state is None else g * state[..., None].to(g.dtype)
         return super().grad(x, state)
 
@@ -333,7 +342,7 @@ class SphericalFFEnergy(Energy):
         with torch.enable_grad():
             u = self.pre(x).detach().requires_grad_(True)
             (g,) = torch.autograd.grad(self.token_energy(u).sum(), u)
-        return -precond(F.linear(g, self.weight().t()))
+        return -precond(self.readout(g))
 
     @classmethod
     def _examples(cls, dtype, variants: list[dict]) -> list:
