@@ -48,12 +48,13 @@ from energyformer.experiment import load_run_config  # noqa: E402
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
 
 aten = torch.ops.aten
-#: ops that only change metadata (no kernel launch on CUDA)
+#: ops that only change metadata or allocate (no kernel launch on CUDA)
 VIEWS = {"view", "_unsafe_view", "reshape", "transpose", "t", "permute", "expand", "unsqueeze", "squeeze",
          "slice", "select", "alias", "as_strided", "detach", "split", "split_with_sizes", "chunk", "unbind",
          "_reshape_alias", "lift_fresh", "unflatten", "flatten", "view_as", "expand_as", "narrow", "lift_fresh_copy",
          "_to_copy_noop", "is_same_size", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "diagonal",
-         "movedim", "_local_scalar_dense", "device", "promote_types"}
+         "movedim", "_local_scalar_dense", "device", "promote_types",
+         "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}  # allocations: no kernel
 MATMULS = {"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "einsum",
            "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
            "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_backward",
@@ -98,7 +99,8 @@ class OpLog(TorchDispatchMode):
         name = func.overloadpacket.__name__
         if name in VIEWS:
             return out
-        ins = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        ins = [a for a in tree_flatten((args, {k: v for k, v in kwargs.items() if k != "out"}))[0]
+               if isinstance(a, torch.Tensor)]  # an out= tensor is written (counted as an output), not read
         outs = [a for a in tree_flatten(out)[0] if isinstance(a, torch.Tensor)]
         nbytes = sum(t.numel() * t.element_size() for t in ins + outs)
         self.rows.append((name, tuple(_short(t.dtype) for t in ins), tuple(_short(t.dtype) for t in outs),

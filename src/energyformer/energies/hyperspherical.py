@@ -53,7 +53,7 @@ from ..core.attention import key_padding_mask
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_int
-from .hyperspherical_ops import bisoftmax_einsum, bisoftmax_fused, chunked_lse
+from .hyperspherical_ops import bisoftmax_einsum, bisoftmax_fused, chunked_lse, sphere_rms_norm
 
 GAINS = ("fixed", "learned")
 QKV_NORMS = ("shared", "separate")
@@ -139,7 +139,7 @@ class SubspaceAttentionEnergy(Energy):
             return z
         w = self.gains[i] if len(self.gains) else None
         eps = torch.finfo(z.dtype).tiny if self.eps is None else self.eps
-        return F.rms_norm(z, (self.head_dim,), w.to(z.dtype) if w is not None else None, eps)
+        return sphere_rms_norm(z, eps, w.to(z.dtype) if w is not None else None)
 
     def spherical(self, x: Tensor) -> Tensor:
         """The normalised projections RMSNorm(W_hᵀ x) (radius √p with gain 1): (B, H, N, p)."""
@@ -308,7 +308,7 @@ class SphericalFFEnergy(Energy):
         if not self.sphere:
             return s
         g = None if self.gain_weight is None else self.gain_weight.to(s.dtype)
-        return F.rms_norm(s, (self.hidden,), g, torch.finfo(s.dtype).tiny if self.eps is None else self.eps)
+        return sphere_rms_norm(s, torch.finfo(s.dtype).tiny if self.eps is None else self.eps, g)
 
     def token_energy(self, u: Tensor) -> Tensor:  # pragma: no cover
         raise NotImplementedError

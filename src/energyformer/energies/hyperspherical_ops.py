@@ -42,7 +42,9 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ..core.attention import masked_softmax, sdpa
 
@@ -63,6 +65,51 @@ def fused_span_limit(v: Tensor) -> float:
     if torch.is_autocast_enabled(v.device.type):
         limit = min(limit, SAFE_SPAN.get(torch.get_autocast_dtype(v.device.type), SAFE_SPAN[torch.float16]))
     return limit
+
+
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+class _LowPrecisionRMSNorm(torch.autograd.Function):
+    """u = z · r, r = (mean(z²) + eps)^(-1/2) per row, for a bf16/fp16 z: r in float32, u in z's dtype
+    (one rounding of the float32 product), gradient ∂L/∂z = r (g − z · r² mean(g z)).
+
+    What ``F.rms_norm`` gives a bf16 tensor outside autocast, in fewer passes: eager ``rms_norm`` copies
+    z to float32 and runs five float32 passes forward and about ten backward, and under autocast (where it
+    is on CUDA's float32 list) also returns float32 u, which every consumer casts back. Here: one norm
+    reduction (float32 accumulation; no float32 copy of z on CUDA) and one product forward; one reduction
+    and two passes backward. ``mean(g z)`` sums bf16 products in float32: an error of the size of g's own
+    rounding."""
+
+    @staticmethod
+    def forward(ctx, z: Tensor, eps: float) -> Tensor:
+        with torch.autocast(z.device.type, enabled=False):  # vector_norm is on autocast's float32 list
+            n = torch.linalg.vector_norm(z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
+            r = torch.rsqrt(n.square() / z.shape[-1] + eps)
+            u = torch.mul(z, r, out=torch.empty_like(z))  # float32 product, rounded once to z's dtype
+        ctx.save_for_backward(z, r)
+        return u
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g: Tensor):
+        z, r = ctx.saved_tensors
+        with torch.autocast(g.device.type, enabled=False):
+            dot = torch.sum(g * z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
+            k = r.square() * dot / z.shape[-1]
+            t = torch.addcmul(g, z, k, value=-1, out=torch.empty_like(z))  # g − k z
+            return torch.mul(t, r, out=torch.empty_like(z)), None
+
+
+def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:
+    """RMSNorm over the last axis (radius √n with gain 1; Hyper-SET Eq. 8 and 11): ``F.rms_norm`` in
+    float32 and float64 (unchanged), and for a bf16/fp16 ``z`` without a gain :class:`_LowPrecisionRMSNorm`
+    — float32 statistics, output in z's dtype, also under autocast (where ``F.rms_norm`` would return float32
+    that the next matmul casts straight back). The values are what the float32 path rounded to z's dtype
+    gives (the next matmul's input under autocast), up to the order of the float32 sums."""
+    if weight is None and z.dtype in LOW_PRECISION:
+        return _LowPrecisionRMSNorm.apply(z, float(eps))
+    return F.rms_norm(z, (z.shape[-1],), weight, eps)
 
 
 def _chunk_rows(n_rows: int, n_cols: int, batch: int, budget: int) -> int:

@@ -1,0 +1,50 @@
+"""The low-precision sphere RMSNorm of Hyper-SET (energies/hyperspherical_ops.py: ``sphere_rms_norm``)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from energyformer.energies.hyperspherical_ops import sphere_rms_norm
+
+TINY = torch.finfo(torch.float32).tiny
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1.0, 1e4])
+def test_bf16_norm_is_the_float32_norm_rounded(scale):
+    """Output: the float32 RMSNorm rounded once to bf16 (up to one bf16 ulp from the order of the sums)."""
+    g = torch.Generator().manual_seed(0)
+    z = (torch.randn(3, 5, 48, generator=g) * scale).to(torch.bfloat16)
+    u = sphere_rms_norm(z, TINY)
+    ref = F.rms_norm(z.double(), (48,), eps=TINY)
+    assert u.dtype == torch.bfloat16
+    assert ((u.double() - ref).abs() <= 2 ** -8 * ref.abs() + 1e-30).all()
+    assert torch.allclose(u.double().pow(2).mean(-1), torch.ones(3, 5, dtype=torch.float64), rtol=1e-2)
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1.0, 1e4])
+def test_bf16_norm_gradient_matches_float64(scale):
+    g = torch.Generator().manual_seed(1)
+    z64 = torch.randn(4, 7, 32, generator=g, dtype=torch.float64) * scale
+    w = torch.randn(4, 7, 32, generator=g, dtype=torch.float64)  # upstream gradient
+    z = z64.to(torch.bfloat16).requires_grad_(True)
+    (sphere_rms_norm(z, TINY) * w.to(torch.bfloat16)).sum().backward()
+    zr = z.detach().double().requires_grad_(True)  # the same (rounded) input in float64
+    (F.rms_norm(zr, (32,), eps=TINY) * w.to(torch.bfloat16).double()).sum().backward()
+    assert z.grad.dtype == torch.bfloat16 and torch.isfinite(z.grad).all()
+    err = (z.grad.double() - zr.grad).norm() / zr.grad.norm()
+    assert err < 2e-2, err
+
+
+def test_bf16_norm_under_autocast_stays_bf16():
+    """Under autocast F.rms_norm returns float32 (CUDA's float32 list); the sphere norm keeps z's dtype."""
+    z = torch.randn(2, 3, 16).to(torch.bfloat16)
+    with torch.autocast("cpu", torch.bfloat16):
+        assert sphere_rms_norm(z, TINY).dtype == torch.bfloat16
+
+
+def test_float_paths_are_f_rms_norm():
+    z = torch.randn(2, 3, 16, dtype=torch.float64)
+    w = torch.rand(16, dtype=torch.float64)
+    assert torch.equal(sphere_rms_norm(z, TINY), F.rms_norm(z, (16,), eps=TINY))
+    zb = z.to(torch.bfloat16)
+    assert torch.equal(sphere_rms_norm(zb, TINY, w.to(zb.dtype)), F.rms_norm(zb, (16,), w.to(zb.dtype), TINY))
