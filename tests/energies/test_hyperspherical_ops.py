@@ -48,3 +48,23 @@ def test_float_paths_are_f_rms_norm():
     assert torch.equal(sphere_rms_norm(z, TINY), F.rms_norm(z, (16,), eps=TINY))
     zb = z.to(torch.bfloat16)
     assert torch.equal(sphere_rms_norm(zb, TINY, w.to(zb.dtype)), F.rms_norm(zb, (16,), w.to(zb.dtype), TINY))
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_symmetric_bisoftmax_is_the_two_softmax_reference(padded):
+    """q is k: the column softmax taken as the transposed row softmax equals the computed one (float64),
+    with and without key padding; a non-symmetric call still computes both."""
+    from energyformer.core.attention import key_padding_mask
+    from energyformer.energies.hyperspherical_ops import bisoftmax_einsum
+
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64)
+    tokens = torch.ones(2, 9, dtype=torch.bool)
+    tokens[1, 6:] = False
+    mask = key_padding_mask(tokens) if padded else None
+    fast = bisoftmax_einsum(q, q, v, 0.5, mask)
+    ref = bisoftmax_einsum(q, q, v, 0.5, mask, symmetric=False)
+    torch.testing.assert_close(fast, ref, rtol=1e-12, atol=1e-12)
+    k = torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64)
+    assert not torch.allclose(bisoftmax_einsum(q, k, v, 0.5, mask), bisoftmax_einsum(q, k, v, 0.5, mask, symmetric=True))

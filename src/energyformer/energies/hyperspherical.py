@@ -267,8 +267,8 @@ class BiSoftmaxAttentionEnergy(SubspaceAttentionEnergy):
         return bisoftmax_fused(st.q, st.k, st.v, self.beta, st.mask, symmetric=self.symmetric)[0]
 
     def reference_operator(self, st: SubspaceState) -> Tensor:
-        """The einsum bi-softmax (materialised row + column softmax), also for separate norms."""
-        return bisoftmax_einsum(st.q, st.k, st.v, self.beta, st.mask)
+        """The einsum bi-softmax (materialised row and column softmax, both computed), also for separate norms."""
+        return bisoftmax_einsum(st.q, st.k, st.v, self.beta, st.mask, symmetric=False)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", impl={self.impl!r}"

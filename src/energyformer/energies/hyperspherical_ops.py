@@ -206,15 +206,26 @@ def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor 
     return row + col, r
 
 
-def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None) -> Tensor:
+def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None, *,
+                     symmetric: bool | None = None) -> Tensor:
     """Reference: y = (softmax_row(S) + softmax_col(S)) V with S = scale · Q Kᵀ materialised.
 
     The column softmax normalises over the queries i of each key j (``dim=-2``), as the released
     code does. With a key-padding mask both softmaxes run over real tokens only (padded query rows
     get no column term); a full mask (B|1, 1, N, N) applies to both as given.
+
+    When S is symmetric (``symmetric``; None: ``q is k``, the shared sphere) and the mask is absent or key
+    padding, the column softmax is the transposed row softmax, softmax_col(S) = softmax_row(S)ᵀ (c = r,
+    Eq. 7): one softmax (and one softmax backward) instead of two, and under autocast one float32 copy of
+    the scores instead of two. ``symmetric=False`` always computes both (the reference of the tests).
     """
     s = torch.einsum("bhid,bhjd->bhij", q, k) * scale  # (B, H, N, N)
-    if mask is None:
+    if (q is k if symmetric is None else symmetric) and (mask is None or mask.shape[-2] == 1):
+        row = torch.softmax(s, dim=-1) if mask is None else masked_softmax(s, mask)
+        col = row.transpose(-1, -2)  # (B, H, N, N): column weights of key j = row weights of query j
+        if mask is not None:  # between real tokens only (padded queries: no column term)
+            col = col.masked_fill(~(mask & mask.transpose(-1, -2)), 0.0)
+    elif mask is None:
         row, col = torch.softmax(s, dim=-1), torch.softmax(s, dim=-2)
     else:
         vis = mask if mask.shape[-2] > 1 else (mask & mask.transpose(-1, -2))
