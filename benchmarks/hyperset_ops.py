@@ -212,15 +212,19 @@ def summarise(rows: list[tuple]) -> dict:
 
 
 def diff_rows(a: list[tuple], b: list[tuple]) -> tuple[Counter, Counter]:
-    """(count, bytes) per (name, dtypes in, dtypes out, shapes) of one iteration: step(L) - step(L-1)."""
-    n, nb = Counter(), Counter()
+    """(count, bytes) per (name, dtypes in, dtypes out) of one iteration: step(L) - step(L-1); keys carry the
+    input shapes of the op's first occurrence (work done once per forward for all L iterations at once, such
+    as the step-size table, cancels in the counts and leaves its per-iteration share of the bytes)."""
+    n, nb, shape = Counter(), Counter(), {}
     for r in a:
-        n[r[:4]] += 1
-        nb[r[:4]] += r[4]
+        n[r[:3]] += 1
+        nb[r[:3]] += r[4]
+        shape.setdefault(r[:3], r[3])
     for r in b:
-        n[r[:4]] -= 1
-        nb[r[:4]] -= r[4]
-    return +n, +nb
+        n[r[:3]] -= 1
+        nb[r[:3]] -= r[4]
+    return Counter({k + (shape[k],): v for k, v in n.items() if v > 0}), \
+        Counter({k + (shape[k],): v for k, v in nb.items() if k in shape})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -276,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
                         print(f"  {n} x {k[0]} {'/'.join(k[1])} -> {'/'.join(k[2])} {k[3]}")
                 if args.ops:
                     print(f"\n{name}: ops of one iteration, by bytes moved (count x op (dtypes in -> out) "
-                          f"first input shapes: MB)")
+                          f"input shapes of its first call: MB)")
                     for k, n in sorted(per.items(), key=lambda kv: (-per_bytes[kv[0]], kv[0])):
                         print(f"  {n:3d} x {k[0]} ({'/'.join(k[1])} -> {'/'.join(k[2])}) {list(k[3])}: "
                               f"{per_bytes[k] / 1e6:.1f}")

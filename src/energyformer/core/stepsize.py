@@ -215,7 +215,7 @@ def sinusoidal_embedding(index: int, freqs: Tensor) -> Tensor:
 def sinusoidal_table(n: int, freqs: Tensor) -> Tensor:
     """:func:`sinusoidal_embedding` of the indices 0 … n−1 as rows: (n, 2 * half)."""
     at = torch.promote_types(freqs.dtype, torch.float32)  # indices exact (bf16 holds integers only to 256)
-    arg = (torch.arange(n, dtype=at, device=freqs.device)[:, None] * freqs).to(freqs.dtype)  # (n, half)
+    arg = (torch.arange(n, dtype=at, device=freqs.device).unsqueeze(1) * freqs).to(freqs.dtype)  # (n, half)
     return torch.cat([torch.sin(arg), torch.cos(arg)], dim=-1)
 
 
@@ -308,7 +308,7 @@ class NetworkStepSize(StepSize):
         w = self.time_in.weight
         emb = sinusoidal_table(n, self.freqs().to(w.dtype))  # (n, E)
         tau = self.time_out(F.gelu(self.time_in(emb)))  # (n, D)
-        h = F.gelu(tau[:, None, None, :] + self.state_norm(s.to(w.dtype)))  # (n, B, N, D)
+        h = F.gelu(tau.view(n, 1, 1, -1) + self.state_norm(s.to(w.dtype)))  # (n, B, N, D)
         eta = self.out(h)  # (n, B, N, groups * (1 | D))
         if self.base:
             eta = eta + self.base

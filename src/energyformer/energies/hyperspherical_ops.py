@@ -86,7 +86,9 @@ class _LowPrecisionRMSNorm(torch.autograd.Function):
         with torch.autocast(z.device.type, enabled=False):  # vector_norm is on autocast's float32 list
             n = torch.linalg.vector_norm(z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
             r = torch.rsqrt(n.square() / z.shape[-1] + eps)
-            u = torch.mul(z, r, out=torch.empty_like(z))  # float32 product, rounded once to z's dtype
+            # float32 product rounded once to z's dtype, written contiguous (z may be a per-head view of a
+            # projection: the attention's batched matmuls then read u without copying it first)
+            u = torch.mul(z, r, out=torch.empty(z.shape, dtype=z.dtype, device=z.device))
         ctx.save_for_backward(z, r)
         return u
 
@@ -97,8 +99,8 @@ class _LowPrecisionRMSNorm(torch.autograd.Function):
         with torch.autocast(g.device.type, enabled=False):
             dot = torch.sum(g * z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
             k = r.square() * dot / z.shape[-1]
-            t = torch.addcmul(g, z, k, value=-1, out=torch.empty_like(z))  # g − k z
-            return torch.mul(t, r, out=torch.empty_like(z)), None
+            t = torch.addcmul(g, z, k, value=-1, out=torch.empty_like(z))  # g − k z, in z's layout (the
+            return torch.mul(t, r, out=torch.empty_like(z)), None  # projection's backward reads it as is)
 
 
 def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:
