@@ -18,7 +18,9 @@ Per iteration = the step at L iterations minus the step at L - 1 (everything out
 Columns: ops that launch a kernel (views, reshapes and other metadata-only ops excluded), of which
 matmuls (mm, bmm, addmm, SDPA, ...) and their dtypes, elementwise/reduction ops, bytes read + written
 (the sum over kernel ops of input and output sizes: an unfused eager step's memory traffic, an upper
-bound where a kernel reads an input twice from cache), matmul FLOPs (2 m n k), and FLOPs per byte.
+bound where a kernel reads an input twice from cache), matmul FLOPs (2 m n k), FLOPs per byte, and the
+bytes autograd saves for the backward (activation memory; the peak of a training step is about this plus
+the parameters, gradients and AdamW moments).
 ``--list`` prints every float32 matmul under bf16 autocast with its shapes, ``--ops`` the per-op table.
 
 Usage:
@@ -180,11 +182,13 @@ def cuda_autocast_on_fake_cuda():
 
 
 def log_step(config: str, extra: list[str], args, iterations: int, precision: str, training: bool,
-             device: str = "cpu") -> list[tuple]:
+             device: str = "cpu", saved: dict | None = None) -> list[tuple]:
     """The op rows of one training step (forward + CE + backward) or one no-grad forward on fake tensors.
 
     ``device='cpu'``: CPU autocast with CUDA's float32 list (:func:`emulate_cuda_policy`), autograd works;
-    ``'cuda'``: CUDA's own autocast on fake CUDA tensors, forward only (autograd needs a CUDA device)."""
+    ``'cuda'``: CUDA's own autocast on fake CUDA tensors, forward only (autograd needs a CUDA device).
+    ``saved``: filled with {storage: bytes} of the tensors autograd saves for the backward (parameters left out:
+    they are resident anyway; their autocast copies count), the activation memory of the step."""
     bf16 = precision == "bf16"
     policy = emulated_cuda_policy() if bf16 and device == "cpu" else contextlib.nullcontext()
     with policy, FakeTensorMode(allow_non_fake_inputs=False):
@@ -194,7 +198,17 @@ def log_step(config: str, extra: list[str], args, iterations: int, precision: st
         log = OpLog()
         amp = (cuda_autocast_on_fake_cuda() if device == "cuda" else torch.autocast("cpu", torch.bfloat16)) \
             if bf16 else contextlib.nullcontext()
-        with torch.set_grad_enabled(training and device == "cpu"), log:
+        params = {id(p) for p in model.parameters()}
+        store = {} if saved is None else saved
+
+        def pack(t):  # one entry per allocation (views of one storage count once)
+            if id(t) not in params:
+                st = t.untyped_storage()
+                store.setdefault(st._cdata, st.nbytes())
+            return t
+
+        with torch.set_grad_enabled(training and device == "cpu"), log, \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             with amp:
                 logits = model(boards).logits  # (B, 81, 9)
                 if training:
@@ -258,18 +272,21 @@ def main(argv: list[str] | None = None) -> None:
             training = mode == "training"
             print(f"\n### {precision}{' autocast' if precision == 'bf16' else ''}, {mode}: one iteration\n")
             print("| model | kernel ops | matmuls (f32) | other ops (f32 out) | MB moved | matmul GFLOP | "
-                  "FLOP/byte | whole step: ops, MB |")
-            print("|---|---|---|---|---|---|---|---|")
+                  "FLOP/byte | MB saved for backward | whole step: ops, MB moved, MB saved |")
+            print("|---|---|---|---|---|---|---|---|---|")
             details = {}
             for name in args.models.split(","):
                 config, extra = MODELS[name]
-                full = log_step(config, extra, args, L, precision, training)
-                less = log_step(config, extra, args, L - 1, precision, training)
+                kept, kept0 = {}, {}
+                full = log_step(config, extra, args, L, precision, training, saved=kept)
+                less = log_step(config, extra, args, L - 1, precision, training, saved=kept0)
                 s, s0 = summarise(full), summarise(less)
+                s["saved"], s0["saved"] = sum(kept.values()), sum(kept0.values())
                 it = {k: s[k] - s0[k] for k in s}
                 print(f"| {name} | {it['ops']} | {it['matmul']} ({it['matmul f32']}) | {it['other']} "
                       f"({it['f32 outputs']}) | {it['bytes'] / 1e6:,.1f} | {it['flops'] / 1e9:,.2f} | "
-                      f"{it['flops'] / max(1, it['bytes']):.1f} | {s['ops']}, {s['bytes'] / 1e6:,.0f} |")
+                      f"{it['flops'] / max(1, it['bytes']):.1f} | {it['saved'] / 1e6:,.1f} | "
+                      f"{s['ops']}, {s['bytes'] / 1e6:,.0f}, {s['saved'] / 1e6:,.0f} |")
                 details[name] = (full, less)
             for name, (full, less) in details.items():
                 per, per_bytes = diff_rows(full, less)
