@@ -42,7 +42,21 @@ def test_bf16_norm_under_autocast_stays_bf16():
         assert sphere_rms_norm(z, TINY).dtype == torch.bfloat16
 
 
-def test_float_paths_are_f_rms_norm():
+def test_float32_norm_and_gradient_match_f_rms_norm():
+    g = torch.Generator().manual_seed(3)
+    z = (torch.randn(3, 5, 40, generator=g) * 7).requires_grad_(True)
+    w = torch.randn(3, 5, 40, generator=g)
+    u = sphere_rms_norm(z, TINY)
+    (gz,) = torch.autograd.grad((u * w).sum(), z)
+    z2 = z.detach().clone().requires_grad_(True)
+    ref = F.rms_norm(z2, (40,), eps=TINY)
+    (gref,) = torch.autograd.grad((ref * w).sum(), z2)
+    assert u.dtype == torch.float32 and u.is_contiguous()
+    torch.testing.assert_close(u, ref, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(gz, gref, rtol=1e-5, atol=1e-6)
+
+
+def test_float64_and_gains_are_f_rms_norm():
     z = torch.randn(2, 3, 16, dtype=torch.float64)
     w = torch.rand(16, dtype=torch.float64)
     assert torch.equal(sphere_rms_norm(z, TINY), F.rms_norm(z, (16,), eps=TINY))

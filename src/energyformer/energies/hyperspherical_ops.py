@@ -67,19 +67,19 @@ def fused_span_limit(v: Tensor) -> float:
     return limit
 
 
-LOW_PRECISION = (torch.bfloat16, torch.float16)
+#: dtypes whose sphere norm is :class:`_SphereRMSNorm` (float64, the reference precision, keeps ``F.rms_norm``)
+FAST_NORM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-class _LowPrecisionRMSNorm(torch.autograd.Function):
-    """u = z · r, r = (mean(z²) + eps)^(-1/2) per row, for a bf16/fp16 z: r in float32, u in z's dtype
-    (one rounding of the float32 product), gradient ∂L/∂z = r (g − z · r² mean(g z)).
+class _SphereRMSNorm(torch.autograd.Function):
+    """u = z · r, r = (mean(z²) + eps)^(-1/2) per row: r in float32, u in z's dtype (one rounding of the
+    float32 product), gradient ∂L/∂z = r (g − z · r² mean(g z)).
 
-    What ``F.rms_norm`` gives a bf16 tensor outside autocast, in fewer passes: eager ``rms_norm`` copies
-    z to float32 and runs five float32 passes forward and about ten backward, and under autocast (where it
-    is on CUDA's float32 list) also returns float32 u, which every consumer casts back. Here: one norm
-    reduction (float32 accumulation; no float32 copy of z on CUDA) and one product forward; one reduction
-    and two passes backward. ``mean(g z)`` sums bf16 products in float32: an error of the size of g's own
-    rounding."""
+    ``F.rms_norm`` in fewer passes: eager ``rms_norm`` is five passes forward (a float32 copy first for
+    bf16) and about ten backward, and under autocast (it is on CUDA's float32 list) returns float32 u that
+    every consumer casts back. Here: one norm reduction (float32 accumulation; no float32 copy of a bf16 z on
+    CUDA) and one product forward; one reduction and two passes backward. For bf16, ``mean(g z)`` sums bf16
+    products in float32: an error of the size of g's own rounding."""
 
     @staticmethod
     def forward(ctx, z: Tensor, eps: float) -> Tensor:
@@ -104,13 +104,15 @@ class _LowPrecisionRMSNorm(torch.autograd.Function):
 
 
 def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:
-    """RMSNorm over the last axis (radius √n with gain 1; Hyper-SET Eq. 8 and 11): ``F.rms_norm`` in
-    float32 and float64 (unchanged), and for a bf16/fp16 ``z`` without a gain :class:`_LowPrecisionRMSNorm`
-    — float32 statistics, output in z's dtype, also under autocast (where ``F.rms_norm`` would return float32
-    that the next matmul casts straight back). The values are what the float32 path rounded to z's dtype
-    gives (the next matmul's input under autocast), up to the order of the float32 sums."""
-    if weight is None and z.dtype in LOW_PRECISION:
-        return _LowPrecisionRMSNorm.apply(z, float(eps))
+    """RMSNorm over the last axis (radius √n with gain 1; Hyper-SET Eq. 8 and 11).
+
+    Without a gain and in float32 or lower, :class:`_SphereRMSNorm`: statistics in float32, the output in
+    z's dtype also under autocast (where ``F.rms_norm`` would return float32 that the next matmul casts
+    straight back) — for bf16 the float32 norm rounded once (what the next matmul read before), in float32
+    ``F.rms_norm`` up to the order of the sums. float64 (the reference precision) and learned gains:
+    ``F.rms_norm``. The custom gradient is not differentiable again (``once_differentiable``)."""
+    if weight is None and z.dtype in FAST_NORM_DTYPES:
+        return _SphereRMSNorm.apply(z, float(eps))
     return F.rms_norm(z, (z.shape[-1],), weight, eps)
 
 
