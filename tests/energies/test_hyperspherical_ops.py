@@ -82,3 +82,15 @@ def test_symmetric_bisoftmax_is_the_two_softmax_reference(padded):
     torch.testing.assert_close(fast, ref, rtol=1e-12, atol=1e-12)
     k = torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64)
     assert not torch.allclose(bisoftmax_einsum(q, k, v, 0.5, mask), bisoftmax_einsum(q, k, v, 0.5, mask, symmetric=True))
+
+
+def test_sphere_norm_traces_into_one_graph():
+    """torch.compile (train.compile) takes the norm and its gradient without a graph break (Dynamo only)."""
+    z = torch.randn(2, 3, 8, requires_grad=True)
+    f = torch.compile(lambda t: sphere_rms_norm(t, TINY), backend="aot_eager", fullgraph=True)
+    u = f(z)
+    (g,) = torch.autograd.grad(u.pow(3).sum(), z)
+    z2 = z.detach().requires_grad_(True)
+    (g2,) = torch.autograd.grad(F.rms_norm(z2, (8,), eps=TINY).pow(3).sum(), z2)
+    torch.testing.assert_close(u, F.rms_norm(z, (8,), eps=TINY), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(g, g2, rtol=1e-5, atol=1e-5)

@@ -34,7 +34,12 @@ the einsum path (one host sync per call decides; ``check_span=False`` skips the 
 
 **Einsum path** (:func:`bisoftmax_einsum`): the N x N scores and both softmaxes, materialised: the
 reference the tests compare with, and the natural form for the code-style option with separate
-query/key/value norms (Q ≠ K).
+query/key/value norms (Q ≠ K). With Q = K it takes the column softmax as the transposed row softmax.
+
+**Sphere norm** (:func:`sphere_rms_norm`, Eq. 8 and 11): the RMSNorm that puts the projections on their
+sphere, with float32 statistics and its output in the input's dtype (also under autocast) and a hand-written
+gradient: fewer passes over the (B, N, 4d) feed-forward hidden than eager ``F.rms_norm`` (docs/hyperset.md,
+"Speed").
 """
 
 from __future__ import annotations
@@ -79,7 +84,8 @@ class _SphereRMSNorm(torch.autograd.Function):
     bf16) and about ten backward, and under autocast (it is on CUDA's float32 list) returns float32 u that
     every consumer casts back. Here: one norm reduction (float32 accumulation; no float32 copy of a bf16 z on
     CUDA) and one product forward; one reduction and two passes backward. For bf16, ``mean(g z)`` sums bf16
-    products in float32: an error of the size of g's own rounding."""
+    products in float32: an error of the size of g's own rounding. Under ``torch.compile`` the same formulas
+    without ``out=`` (Dynamo does not trace it; inductor fuses the passes itself)."""
 
     @staticmethod
     def forward(ctx, z: Tensor, eps: float) -> Tensor:
@@ -88,7 +94,10 @@ class _SphereRMSNorm(torch.autograd.Function):
             r = torch.rsqrt(n.square() / z.shape[-1] + eps)
             # float32 product rounded once to z's dtype, written contiguous (z may be a per-head view of a
             # projection: the attention's batched matmuls then read u without copying it first)
-            u = torch.mul(z, r, out=torch.empty(z.shape, dtype=z.dtype, device=z.device))
+            if torch.compiler.is_compiling():  # Dynamo breaks the graph at out=; inductor fuses this anyway
+                u = (z * r).to(z.dtype)
+            else:
+                u = torch.mul(z, r, out=torch.empty(z.shape, dtype=z.dtype, device=z.device))
         ctx.save_for_backward(z, r)
         return u
 
@@ -99,6 +108,8 @@ class _SphereRMSNorm(torch.autograd.Function):
         with torch.autocast(g.device.type, enabled=False):
             dot = torch.sum(g * z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
             k = r.square() * dot / z.shape[-1]
+            if torch.compiler.is_compiling():
+                return ((g - z * k) * r).to(z.dtype), None
             t = torch.addcmul(g, z, k, value=-1, out=torch.empty_like(z))  # g − k z, in z's layout (the
             return torch.mul(t, r, out=torch.empty_like(z)), None  # projection's backward reads it as is)
 
