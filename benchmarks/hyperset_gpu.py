@@ -12,6 +12,7 @@ board), the per-repeat ratio to the transformer as median [min, max], and (CUDA)
 Usage (GPU; write the output under docs/results/hyperset/):
     python benchmarks/hyperset_gpu.py --out docs/results/hyperset/gpu_throughput.md
     python benchmarks/hyperset_gpu.py --tiny        # CPU smoke run (d 32, L 2, batch 2)
+    python benchmarks/hyperset_gpu.py --compile     # the same with torch.compile (train.compile)
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     emit([f"device: {device.type} ({name}); torch {torch.__version__}; commit {git_commit()}",
           f"d={args.dim} heads={args.heads} L={args.iterations} batch={args.batch} (x {CELLS} tokens); "
-          f"{args.repeats} interleaved repeats after {args.warmup} warm-up per model"])
+          f"{args.repeats} interleaved repeats after {args.warmup} warm-up per model"
+          f"{'; torch.compile' if args.compile else ''}"])
     g = torch.Generator().manual_seed(0)
     boards = torch.randint(0, VOCAB, (args.batch, CELLS), generator=g).to(device)
     targets = torch.where(boards == 0, torch.randint(0, CLASSES, boards.shape, generator=g).to(device), -100)
@@ -90,7 +92,8 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
         for mode in args.modes.split(","):
             training = mode == "training"
             built = {n: build(c, x, args, device) for n, (c, x) in MODELS.items()}
-            fns = {n: make_step(m, boards, targets, precision, training) for n, m in built.items()}
+            run_as = {n: torch.compile(m) if args.compile else m for n, m in built.items()}  # as train.compile
+            fns = {n: make_step(run_as[n], boards, targets, precision, training) for n, m in built.items()}
             own = {n: state_bytes(m, training) for n, m in built.items()}
             times, peak, oom = timed_runs(fns, args.warmup, args.repeats, device, own)
             lines = ["", f"### {precision}{' autocast' if precision == 'bf16' else ''}, {mode}", "",
@@ -121,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size: d 32, 4 heads, L 2, batch 2")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile every model first (what train.compile does; the warm-up calls compile)")
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
     args = ap.parse_args(argv)
     if args.tiny:

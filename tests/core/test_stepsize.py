@@ -88,6 +88,29 @@ def test_network_step_size_shapes_conditions_and_index_dependence():
     assert NetworkStepSize.exact is False
 
 
+@pytest.mark.parametrize("output,base", [("vector", 0.0), ("scalar", 0.25)])
+def test_network_table_for_the_model_input_is_the_per_index_network(output, base):
+    """condition 'input': one table of every iteration's step sizes per forward (values and gradients equal
+    to the network evaluated index by index); an index past the table is computed on its own."""
+    torch.manual_seed(0)
+    net = NetworkStepSize(4, embed_dim=8, condition="input", output=output, zero_init="none", base=base,
+                          groups=2).to(DT)
+    e = _x(3).requires_grad_(True)
+    ctx = ForwardContext(iterations=3, embedded=e)
+    got = [net.value(t, _x(1), _x(2), ctx, g) for t in (0, 1, 2, 3) for g in (0, 1)]
+    assert sum(1 for k in ctx.memo if k[1] == "table") == 1 and (id(net), 3) in ctx.memo
+    want = [net.net(t, e).chunk(2, dim=-1)[g] for t in (0, 1, 2, 3) for g in (0, 1)]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    w = torch.randn(len(got), *got[0].shape, generator=torch.Generator().manual_seed(4), dtype=DT)
+    ga = torch.autograd.grad(sum((a * wi).sum() for a, wi in zip(got, w)), [e, net.time_in.weight, net.out.weight])
+    gb = torch.autograd.grad(sum((b * wi).sum() for b, wi in zip(want, w)), [e, net.time_in.weight, net.out.weight])
+    for a, b in zip(ga, gb):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    other = ForwardContext(iterations=3, embedded=_x(5))
+    assert not torch.allclose(net.value(1, _x(1), _x(2), other, 0), got[2])  # a new forward, a new table
+
+
 @pytest.mark.parametrize("zero_init", ["output", "all"])
 def test_zero_initialised_network_first_forward_takes_zero_steps(zero_init):
     net = NetworkStepSize(4, embed_dim=8, zero_init=zero_init).to(DT)

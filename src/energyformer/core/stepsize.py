@@ -20,7 +20,9 @@ the call. A block iterated L times with T steps each thus sees indices 0 .. L*T 
 ``condition`` chooses the state it sees. One network may serve several sublayers (Hyper-SET: α of the
 attention and γ of the feed-forward from one trunk, ``groups: 2``): :meth:`NetworkStepSize.group`
 gives a view on one group; the sublayer that owns the network registers it, the others reference
-it, and the output is computed once per (iteration, state) of a forward pass (``ctx.memo``).
+it, and the output is computed once per (iteration, state) of a forward pass (``ctx.memo``); with
+``condition: input`` (a state fixed for the whole forward) once per forward for all its iterations
+(:meth:`NetworkStepSize.table`).
 
 A float of the config (``step_size: 0.5``) is shorthand for ``{kind: fixed, value: 0.5}``.
 """
@@ -210,6 +212,13 @@ def sinusoidal_embedding(index: int, freqs: Tensor) -> Tensor:
     return torch.cat([torch.sin(arg), torch.cos(arg)])
 
 
+def sinusoidal_table(n: int, freqs: Tensor) -> Tensor:
+    """:func:`sinusoidal_embedding` of the indices 0 … n−1 as rows: (n, 2 * half)."""
+    at = torch.promote_types(freqs.dtype, torch.float32)  # indices exact (bf16 holds integers only to 256)
+    arg = (torch.arange(n, dtype=at, device=freqs.device).unsqueeze(1) * freqs).to(freqs.dtype)  # (n, half)
+    return torch.cat([torch.sin(arg), torch.cos(arg)], dim=-1)
+
+
 @STEP_SIZES.register("network", NetworkStepSizeConfig)
 class NetworkStepSize(StepSize):
     """eta_t(s) = base + W_o GELU(tau(t) + RMSNorm(s)),  tau(t) = W_2 GELU(W_1 sin-emb(t)).
@@ -292,18 +301,51 @@ class NetworkStepSize(StepSize):
         eta = self.out(h)  # (B, N, groups) or (B, N, groups * D)
         return eta + self.base if self.base else eta
 
-    def full(self, index: int, x0: Tensor, x: Tensor, ctx: Any = None) -> Tensor:
-        """The whole output; computed once per (network, index, state) in a forward pass (``ctx.memo``)."""
+    def table(self, n: int, s: Tensor) -> tuple[tuple[Tensor, ...], ...]:
+        """The step sizes of indices 0 … n−1 for one state s, all at once: ``table[t][g]`` is group g of
+        step t, (B, N, D) or (B, N, 1). The same function as :meth:`net` per index, evaluated as one
+        (n, E) time embedding, one (n, B, N, D) GELU and one out-projection instead of n of each."""
+        w = self.time_in.weight
+        emb = sinusoidal_table(n, self.freqs().to(w.dtype))  # (n, E)
+        tau = self.time_out(F.gelu(self.time_in(emb)))  # (n, D)
+        h = F.gelu(tau.view(n, 1, 1, -1) + self.state_norm(s.to(w.dtype)))  # (n, B, N, D)
+        eta = self.out(h)  # (n, B, N, groups * (1 | D))
+        if self.base:
+            eta = eta + self.base
+        return tuple(row.chunk(self.groups, dim=-1) for row in eta.unbind(0))  # one backward stack, one cat per t
+
+    def value(self, index: int, x0: Tensor, x: Tensor, ctx: Any = None, group: int = 0) -> Tensor:
+        """Group ``group`` of step ``index``: (B, N, D) or (B, N, 1).
+
+        Inside a forward pass (``ctx``) the values are computed once per (network, index, state) and kept in
+        ``ctx.memo``, split into groups once (both sublayers of a Hyper-SET layer read the same split). With
+        ``condition: input`` the state x⁽⁰⁾ is the same for every iteration, so the whole forward's steps
+        0 … ``ctx.iterations``−1 come from one :meth:`table` before the first step (work done once per forward
+        instead of once per iteration); an index past the table (more than one step per iteration) is
+        computed on its own."""
         s = self.state(x0, x, ctx)
-        if ctx is None or self.groups == 1:
-            return self.net(index, s)
+        if ctx is None:
+            return self.net(index, s).chunk(self.groups, dim=-1)[group]
+        if self.condition == "input" and s is ctx.embedded:
+            key = (id(self), "table")
+            hit = ctx.memo.get(key)
+            if hit is None or hit[0] is not s:
+                hit = (s, self.table(max(ctx.iterations, index + 1), s))
+                ctx.memo[key] = hit
+            if index < len(hit[1]):
+                return hit[1][index][group]
         key = (id(self), index)
         hit = ctx.memo.get(key)
-        if hit is not None and hit[0] is s:
-            return hit[1]
-        out = self.net(index, s)
-        ctx.memo[key] = (s, out)
-        return out
+        if hit is None or hit[0] is not s:
+            hit = (s, self.net(index, s).chunk(self.groups, dim=-1))
+            ctx.memo[key] = hit
+        return hit[1][group]
+
+    def full(self, index: int, x0: Tensor, x: Tensor, ctx: Any = None) -> Tensor:
+        """The whole output (B, N, groups * (1 | D)) of step ``index``."""
+        if self.groups == 1:
+            return self.value(index, x0, x, ctx)
+        return torch.cat([self.value(index, x0, x, ctx, g) for g in range(self.groups)], dim=-1)
 
     def forward(self, index: int, x0: Tensor, x: Tensor, ctx: Any = None) -> Tensor:
         return self.full(index, x0, x, ctx)
@@ -342,8 +384,7 @@ class StepSizeGroup(StepSize):
         self.source.check_index(last, iteration=iteration, steps=steps)
 
     def forward(self, index: int, x0: Tensor, x: Tensor, ctx: Any = None) -> Tensor:
-        net = self.source
-        return net.full(index, x0, x, ctx).chunk(net.groups, dim=-1)[self.g]
+        return self.source.value(index, x0, x, ctx, self.g)
 
     def extra_repr(self) -> str:
         return f"group={self.g}" + ("" if self.owner else ", shared")

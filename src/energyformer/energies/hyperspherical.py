@@ -53,7 +53,7 @@ from ..core.attention import key_padding_mask
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_int
-from .hyperspherical_ops import bisoftmax_einsum, bisoftmax_fused, chunked_lse
+from .hyperspherical_ops import bisoftmax_einsum, bisoftmax_fused, chunked_lse, sphere_rms_norm
 
 GAINS = ("fixed", "learned")
 QKV_NORMS = ("shared", "separate")
@@ -139,15 +139,19 @@ class SubspaceAttentionEnergy(Energy):
             return z
         w = self.gains[i] if len(self.gains) else None
         eps = torch.finfo(z.dtype).tiny if self.eps is None else self.eps
-        return F.rms_norm(z, (self.head_dim,), w.to(z.dtype) if w is not None else None, eps)
+        return sphere_rms_norm(z, eps, w.to(z.dtype) if w is not None else None)
 
     def spherical(self, x: Tensor) -> Tensor:
         """The normalised projections RMSNorm(W_hᵀ x) (radius √p with gain 1): (B, H, N, p)."""
         return self._norm(self.project(x), 0)
 
     def readout(self, y: Tensor) -> Tensor:
-        """Σ_h W_h y^h: (B, H, N, p) -> (B, N, D) (the tied output, Eq. 9)."""
-        return F.linear(rearrange(y, "b h n p -> b n (h p)"), self.weight().t())
+        """Σ_h W_h y^h: (B, H, N, p) -> (B, N, D) (the tied output, Eq. 9).
+
+        ``y @ Wᵀ`` with the weight itself (not ``F.linear`` of its transpose): under autocast the cast of a
+        leaf parameter is cached for the forward pass, so the projection and the read-out share one
+        low-precision copy of W, and its gradient is accumulated once, not cast per iteration."""
+        return torch.matmul(rearrange(y, "b h n p -> b n (h p)"), self.weight())
 
     # ------------------------------------------------------------------ state
     def prepare(self, context: Tensor, mask: Tensor | None = None, **kw: Any) -> SubspaceState:
@@ -263,8 +267,8 @@ class BiSoftmaxAttentionEnergy(SubspaceAttentionEnergy):
         return bisoftmax_fused(st.q, st.k, st.v, self.beta, st.mask, symmetric=self.symmetric)[0]
 
     def reference_operator(self, st: SubspaceState) -> Tensor:
-        """The einsum bi-softmax (materialised row + column softmax), also for separate norms."""
-        return bisoftmax_einsum(st.q, st.k, st.v, self.beta, st.mask)
+        """The einsum bi-softmax (materialised row and column softmax, both computed), also for separate norms."""
+        return bisoftmax_einsum(st.q, st.k, st.v, self.beta, st.mask, symmetric=False)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", impl={self.impl!r}"
@@ -304,7 +308,7 @@ class SphericalFFEnergy(Energy):
         if not self.sphere:
             return s
         g = None if self.gain_weight is None else self.gain_weight.to(s.dtype)
-        return F.rms_norm(s, (self.hidden,), g, torch.finfo(s.dtype).tiny if self.eps is None else self.eps)
+        return sphere_rms_norm(s, torch.finfo(s.dtype).tiny if self.eps is None else self.eps, g)
 
     def token_energy(self, u: Tensor) -> Tensor:  # pragma: no cover
         raise NotImplementedError
@@ -319,12 +323,17 @@ class SphericalFFEnergy(Energy):
         e = self.token_energy(self.pre(x))
         return e if state is None else e * state.to(e.dtype)
 
+    def readout(self, a: Tensor) -> Tensor:
+        """D a: (B, N, M) -> (B, N, D); ``a @ Dᵀ`` with the weight itself (one cached autocast copy of D per
+        forward, as :meth:`SubspaceAttentionEnergy.readout`)."""
+        return torch.matmul(a, self.weight())
+
     def direction(self, x: Tensor, state: Any, precond: Preconditioner) -> Tensor:
-        return precond(F.linear(self.activation(self.pre(x)), self.weight().t()))
+        return precond(self.readout(self.activation(self.pre(x))))
 
     def grad(self, x: Tensor, state: Any) -> Tensor:
         if self.exact:
-            g = -F.linear(self.activation(self.pre(x)), self.weight().t())
+            g = -self.readout(self.activation(self.pre(x)))
             return g if state is None else g * state[..., None].to(g.dtype)
         return super().grad(x, state)
 
@@ -333,7 +342,7 @@ class SphericalFFEnergy(Energy):
         with torch.enable_grad():
             u = self.pre(x).detach().requires_grad_(True)
             (g,) = torch.autograd.grad(self.token_energy(u).sum(), u)
-        return -precond(F.linear(g, self.weight().t()))
+        return -precond(self.readout(g))
 
     @classmethod
     def _examples(cls, dtype, variants: list[dict]) -> list:

@@ -34,7 +34,12 @@ the einsum path (one host sync per call decides; ``check_span=False`` skips the 
 
 **Einsum path** (:func:`bisoftmax_einsum`): the N x N scores and both softmaxes, materialised: the
 reference the tests compare with, and the natural form for the code-style option with separate
-query/key/value norms (Q ≠ K).
+query/key/value norms (Q ≠ K). With Q = K it takes the column softmax as the transposed row softmax.
+
+**Sphere norm** (:func:`sphere_rms_norm`, Eq. 8 and 11): the RMSNorm that puts the projections on their
+sphere, with float32 statistics and its output in the input's dtype (also under autocast) and a hand-written
+gradient: fewer passes over the (B, N, 4d) feed-forward hidden than eager ``F.rms_norm`` (docs/hyperset.md,
+"Speed").
 """
 
 from __future__ import annotations
@@ -42,7 +47,9 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ..core.attention import masked_softmax, sdpa
 
@@ -63,6 +70,61 @@ def fused_span_limit(v: Tensor) -> float:
     if torch.is_autocast_enabled(v.device.type):
         limit = min(limit, SAFE_SPAN.get(torch.get_autocast_dtype(v.device.type), SAFE_SPAN[torch.float16]))
     return limit
+
+
+#: dtypes whose sphere norm is :class:`_SphereRMSNorm` (float64, the reference precision, keeps ``F.rms_norm``)
+FAST_NORM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+class _SphereRMSNorm(torch.autograd.Function):
+    """u = z · r, r = (mean(z²) + eps)^(-1/2) per row: r in float32, u in z's dtype (one rounding of the
+    float32 product), gradient ∂L/∂z = r (g − z · r² mean(g z)).
+
+    ``F.rms_norm`` in fewer passes: eager ``rms_norm`` is five passes forward (a float32 copy first for
+    bf16) and about ten backward, and under autocast (it is on CUDA's float32 list) returns float32 u that
+    every consumer casts back. Here: one norm reduction (float32 accumulation; no float32 copy of a bf16 z on
+    CUDA) and one product forward; one reduction and two passes backward. For bf16, ``mean(g z)`` sums bf16
+    products in float32: an error of the size of g's own rounding. Under ``torch.compile`` the same formulas
+    without ``out=`` (Dynamo does not trace it; inductor fuses the passes itself)."""
+
+    @staticmethod
+    def forward(ctx, z: Tensor, eps: float) -> Tensor:
+        with torch.autocast(z.device.type, enabled=False):  # vector_norm is on autocast's float32 list
+            n = torch.linalg.vector_norm(z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
+            r = torch.rsqrt(n.square() / z.shape[-1] + eps)
+            # float32 product rounded once to z's dtype, written contiguous (z may be a per-head view of a
+            # projection: the attention's batched matmuls then read u without copying it first)
+            if torch.compiler.is_compiling():  # Dynamo breaks the graph at out=; inductor fuses this anyway
+                u = (z * r).to(z.dtype)
+            else:
+                u = torch.mul(z, r, out=torch.empty(z.shape, dtype=z.dtype, device=z.device))
+        ctx.save_for_backward(z, r)
+        return u
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g: Tensor):
+        z, r = ctx.saved_tensors
+        with torch.autocast(g.device.type, enabled=False):
+            dot = torch.sum(g * z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
+            k = r.square() * dot / z.shape[-1]
+            if torch.compiler.is_compiling():
+                return ((g - z * k) * r).to(z.dtype), None
+            t = torch.addcmul(g, z, k, value=-1, out=torch.empty_like(z))  # g − k z, in z's layout (the
+            return torch.mul(t, r, out=torch.empty_like(z)), None  # projection's backward reads it as is)
+
+
+def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:
+    """RMSNorm over the last axis (radius √n with gain 1; Hyper-SET Eq. 8 and 11).
+
+    Without a gain and in float32 or lower, :class:`_SphereRMSNorm`: statistics in float32, the output in
+    z's dtype also under autocast (where ``F.rms_norm`` would return float32 that the next matmul casts
+    straight back) — for bf16 the float32 norm rounded once (what the next matmul read before), in float32
+    ``F.rms_norm`` up to the order of the sums. float64 (the reference precision) and learned gains:
+    ``F.rms_norm``. The custom gradient is not differentiable again (``once_differentiable``)."""
+    if weight is None and z.dtype in FAST_NORM_DTYPES:
+        return _SphereRMSNorm.apply(z, float(eps))
+    return F.rms_norm(z, (z.shape[-1],), weight, eps)
 
 
 def _chunk_rows(n_rows: int, n_cols: int, batch: int, budget: int) -> int:
@@ -159,15 +221,26 @@ def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor 
     return row + col, r
 
 
-def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None) -> Tensor:
+def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None, *,
+                     symmetric: bool | None = None) -> Tensor:
     """Reference: y = (softmax_row(S) + softmax_col(S)) V with S = scale · Q Kᵀ materialised.
 
     The column softmax normalises over the queries i of each key j (``dim=-2``), as the released
     code does. With a key-padding mask both softmaxes run over real tokens only (padded query rows
     get no column term); a full mask (B|1, 1, N, N) applies to both as given.
+
+    When S is symmetric (``symmetric``; None: ``q is k``, the shared sphere) and the mask is absent or key
+    padding, the column softmax is the transposed row softmax, softmax_col(S) = softmax_row(S)ᵀ (c = r,
+    Eq. 7): one softmax (and one softmax backward) instead of two, and under autocast one float32 copy of
+    the scores instead of two. ``symmetric=False`` always computes both (the reference of the tests).
     """
     s = torch.einsum("bhid,bhjd->bhij", q, k) * scale  # (B, H, N, N)
-    if mask is None:
+    if (q is k if symmetric is None else symmetric) and (mask is None or mask.shape[-2] == 1):
+        row = torch.softmax(s, dim=-1) if mask is None else masked_softmax(s, mask)
+        col = row.transpose(-1, -2)  # (B, H, N, N): column weights of key j = row weights of query j
+        if mask is not None:  # between real tokens only (padded queries: no column term)
+            col = col.masked_fill(~(mask & mask.transpose(-1, -2)), 0.0)
+    elif mask is None:
         row, col = torch.softmax(s, dim=-1), torch.softmax(s, dim=-2)
     else:
         vis = mask if mask.shape[-2] > 1 else (mask & mask.transpose(-1, -2))

@@ -1,0 +1,307 @@
+"""Hyper-SET vs the looped transformer: aten ops, their dtypes, bytes and FLOPs per iteration (issue 20).
+
+What a GPU step would launch, counted without a GPU: the two Sudoku models of
+``benchmarks/hyperset_gpu.py`` (the study's configs with d, heads, L overridden) run one training step
+(forward + cross-entropy + backward; no optimiser) on fake tensors
+(``torch._subclasses.FakeTensorMode``: shapes and dtypes only, no data, no kernels) under bf16 autocast
+with CUDA's policy: autograd needs a real device type, so the step runs on fake *CPU* tensors with CPU
+autocast whose float32 list is replaced by CUDA's while the step runs (:func:`emulated_cuda_policy`;
+CPU's own list leaves softmax, exp, sum, rms_norm in bf16). ``--check`` compares a forward under this
+emulation with CUDA's own autocast on fake CUDA tensors (switched on by hand, as ``torch.autocast('cuda')``
+refuses without a device; autograd cannot run there): Hyper-SET's ops and dtypes agree exactly; the
+transformer's SDPA differs only in its kernel (the CPU flash kernel vs the math fallback fake CUDA picks).
+A ``TorchDispatchMode`` under autograd logs every aten op the step dispatches, forward and backward:
+its name, input and output dtypes and shapes. So the op counts and dtypes are CUDA's, exact for the
+eager path; timings are not measured here.
+
+Per iteration = the step at L iterations minus the step at L - 1 (everything outside the loop cancels).
+Columns: ops that launch a kernel (views, reshapes and other metadata-only ops excluded), of which
+matmuls (mm, bmm, addmm, SDPA, ...) and their dtypes, elementwise/reduction ops, bytes read + written
+(the sum over kernel ops of input and output sizes: an unfused eager step's memory traffic, an upper
+bound where a kernel reads an input twice from cache), matmul FLOPs (2 m n k), FLOPs per byte, and the
+bytes autograd saves for the backward (activation memory; the peak of a training step is about this plus
+the parameters, gradients and AdamW moments).
+``--list`` prints every float32 matmul under bf16 autocast with its shapes, ``--ops`` the per-op table.
+
+Usage:
+    python benchmarks/hyperset_ops.py                        # d 768, 12 heads, L 24, batch 64
+    python benchmarks/hyperset_ops.py --dim 128 --heads 4 --iterations 8 --batch 16 --list --ops
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import warnings
+from collections import Counter
+from pathlib import Path
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hyperset_gpu import CELLS, MODELS  # noqa: E402  (a sibling script)
+
+from energyformer.experiment import load_run_config  # noqa: E402
+from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
+
+aten = torch.ops.aten
+#: ops that only change metadata or allocate (no kernel launch on CUDA)
+VIEWS = {"view", "_unsafe_view", "reshape", "transpose", "t", "permute", "expand", "unsqueeze", "squeeze",
+         "slice", "select", "alias", "as_strided", "detach", "split", "split_with_sizes", "chunk", "unbind",
+         "_reshape_alias", "lift_fresh", "unflatten", "flatten", "view_as", "expand_as", "narrow", "lift_fresh_copy",
+         "_to_copy_noop", "is_same_size", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "diagonal",
+         "movedim", "_local_scalar_dense", "device", "promote_types",
+         "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}  # allocations: no kernel
+MATMULS = {"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "einsum",
+           "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+           "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_backward",
+           "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_cudnn_attention_backward",
+           "_efficient_attention_forward", "_efficient_attention_backward", "_flash_attention_forward",
+           "_flash_attention_backward"}
+
+
+def _short(t) -> str:
+    return {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.float64: "f64",
+            torch.bool: "bool", torch.int64: "i64", torch.int32: "i32"}.get(t, str(t))
+
+
+def _flops(name: str, args, out) -> int:
+    """2 m n k for the matmul ops (SDPA: 4 B H N² p forward, 2.5x that backward)."""
+    if name == "mm":
+        a, b = args[0], args[1]
+        return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+    if name == "addmm":
+        a, b = args[1], args[2]
+        return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+    if name in ("bmm", "baddbmm"):
+        a, b = (args[0], args[1]) if name == "bmm" else (args[1], args[2])
+        return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+    if name.startswith("_scaled_dot_product") or name.startswith("_efficient") or name.startswith("_flash"):
+        q, k = args[0], args[1]
+        f = 4 * q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * q.shape[3]
+        return int(2.5 * f) if name.endswith("backward") else f
+    return 0
+
+
+class OpLog(TorchDispatchMode):
+    """Records (name, input dtypes, output dtypes, shapes, bytes, flops) of every kernel-launching op."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name in VIEWS:
+            return out
+        ins = [a for a in tree_flatten((args, {k: v for k, v in kwargs.items() if k != "out"}))[0]
+               if isinstance(a, torch.Tensor)]  # an out= tensor is written (counted as an output), not read
+        outs = [a for a in tree_flatten(out)[0] if isinstance(a, torch.Tensor)]
+        nbytes = sum(t.numel() * t.element_size() for t in ins + outs)
+        self.rows.append((name, tuple(_short(t.dtype) for t in ins), tuple(_short(t.dtype) for t in outs),
+                          tuple(tuple(t.shape) for t in ins[:3]), nbytes, _flops(name, list(args), out)))
+        return out
+
+
+def build(config: str, extra: list[str], args, iterations: int) -> torch.nn.Module:
+    from energyformer.models import MODELS as REGISTRY
+
+    cfg = load_run_config(config, [f"model.dim={args.dim}", f"model.heads={args.heads}",
+                                   f"model.iterations={iterations}", *extra])
+    torch.manual_seed(0)
+    return REGISTRY.build(cfg.model, vocab_size=VOCAB, n_out=CLASSES, causal=False)
+
+
+#: CUDA autocast's float32 list (ops these models reach), overload names: CPU's own list is shorter
+#: (CPU bf16 autocast leaves softmax, exp, sum, rms_norm ... in bf16), so they are re-registered on
+#: AutocastCPU to behave as on CUDA (checked against a forward on fake CUDA tensors, ``--check``).
+CUDA_FP32 = ["softmax.int", "log_softmax.int", "rms_norm.default", "layer_norm.default", "exp.default",
+             "logsumexp.default", "sum.default", "sum.dim_IntList", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
+             "rsqrt.default", "norm.Scalar", "norm.ScalarOpt_dim", "linalg_vector_norm.default", "softplus.default",
+             "cross_entropy_loss.default", "nll_loss_nd.default", "nll_loss.default", "log.default",
+             "log1p.default", "expm1.default", "cumsum.default", "prod.default", "reciprocal.default"]
+
+
+def _fp32_kernel(op):
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+
+    def kernel(*args, **kwargs):
+        up = lambda a: a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a  # noqa: E731
+        with torch._C._ExcludeDispatchKeyGuard(keys):
+            return op(*[up(a) for a in args], **{k: up(v) for k, v in kwargs.items()})
+
+    return kernel
+
+
+@contextlib.contextmanager
+def emulated_cuda_policy():
+    """CPU bf16 autocast following CUDA's float32 list while inside (the kernels are removed on exit)."""
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Oo]verrid")
+            for name in CUDA_FP32:
+                packet, overload = name.split(".")
+                op = getattr(getattr(aten, packet), overload)
+                lib.impl(packet if overload == "default" else name, _fp32_kernel(op), "AutocastCPU")
+        yield
+    finally:
+        lib._destroy()
+
+
+def fake_model(config: str, extra: list[str], args, iterations: int, training: bool, device: str):
+    """The model with fake parameters and buffers on ``device`` (values never matter)."""
+    model = build(config, extra, args, iterations)
+    model.train(training)
+    real = [(mod, slot, n, t.detach(), isinstance(t, torch.nn.Parameter) and t.requires_grad)
+            for mod in model.modules() for slot in ("_parameters", "_buffers")
+            for n, t in getattr(mod, slot).items() if t is not None]
+    for mod, slot, n, t, grad in real:
+        fake = torch.empty(t.shape, dtype=t.dtype, device=device)
+        getattr(mod, slot)[n] = torch.nn.Parameter(fake, grad and training) if slot == "_parameters" else fake
+    return model
+
+
+@contextlib.contextmanager
+def cuda_autocast_on_fake_cuda():
+    """CUDA's autocast on fake CUDA tensors (public torch.autocast refuses without a device)."""
+    torch._C.set_autocast_dtype("cuda", torch.bfloat16)
+    torch._C.set_autocast_enabled("cuda", True)
+    try:
+        yield
+    finally:
+        torch._C.set_autocast_enabled("cuda", False)
+        torch._C.clear_autocast_cache()
+
+
+def log_step(config: str, extra: list[str], args, iterations: int, precision: str, training: bool,
+             device: str = "cpu", saved: dict | None = None) -> list[tuple]:
+    """The op rows of one training step (forward + CE + backward) or one no-grad forward on fake tensors.
+
+    ``device='cpu'``: CPU autocast with CUDA's float32 list (:func:`emulate_cuda_policy`), autograd works;
+    ``'cuda'``: CUDA's own autocast on fake CUDA tensors, forward only (autograd needs a CUDA device).
+    ``saved``: filled with {storage: bytes} of the tensors autograd saves for the backward (parameters left out:
+    they are resident anyway; their autocast copies count), the activation memory of the step."""
+    bf16 = precision == "bf16"
+    policy = emulated_cuda_policy() if bf16 and device == "cpu" else contextlib.nullcontext()
+    with policy, FakeTensorMode(allow_non_fake_inputs=False):
+        model = fake_model(config, extra, args, iterations, training and device == "cpu", device)
+        boards = torch.zeros(args.batch, CELLS, dtype=torch.long, device=device)
+        targets = torch.zeros(args.batch, CELLS, dtype=torch.long, device=device)
+        log = OpLog()
+        amp = (cuda_autocast_on_fake_cuda() if device == "cuda" else torch.autocast("cpu", torch.bfloat16)) \
+            if bf16 else contextlib.nullcontext()
+        params = {id(p) for p in model.parameters()}
+        store = {} if saved is None else saved
+
+        def pack(t):  # one entry per allocation (views of one storage count once)
+            if id(t) not in params:
+                st = t.untyped_storage()
+                store.setdefault(st._cdata, st.nbytes())
+            return t
+
+        with torch.set_grad_enabled(training and device == "cpu"), log, \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with amp:
+                logits = model(boards).logits  # (B, 81, 9)
+                if training:
+                    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+            if training and device == "cpu":
+                loss.backward()
+    return log.rows
+
+
+def summarise(rows: list[tuple]) -> dict:
+    mm = [r for r in rows if r[0] in MATMULS]
+    return {"ops": len(rows), "matmul": len(mm), "matmul f32": sum(1 for r in mm if "f32" in r[2]),
+            "other": len(rows) - len(mm), "bytes": sum(r[4] for r in rows), "flops": sum(r[5] for r in rows),
+            "f32 outputs": sum(1 for r in rows if r[0] not in MATMULS and "f32" in r[2])}
+
+
+def diff_rows(a: list[tuple], b: list[tuple]) -> tuple[Counter, Counter]:
+    """(count, bytes) per (name, dtypes in, dtypes out) of one iteration: step(L) - step(L-1); keys carry the
+    input shapes of the op's first occurrence (work done once per forward for all L iterations at once, such
+    as the step-size table, cancels in the counts and leaves its per-iteration share of the bytes)."""
+    n, nb, shape = Counter(), Counter(), {}
+    for r in a:
+        n[r[:3]] += 1
+        nb[r[:3]] += r[4]
+        shape.setdefault(r[:3], r[3])
+    for r in b:
+        n[r[:3]] -= 1
+        nb[r[:3]] -= r[4]
+    return Counter({k + (shape[k],): v for k, v in n.items() if v > 0}), \
+        Counter({k + (shape[k],): v for k, v in nb.items() if k in shape})
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--iterations", type=int, default=24)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--precisions", default="bf16,fp32")
+    ap.add_argument("--modes", default="training,inference")
+    ap.add_argument("--models", default="looped transformer,Hyper-SET")
+    ap.add_argument("--list", action="store_true", help="list the float32 matmuls of one bf16 iteration")
+    ap.add_argument("--ops", action="store_true", help="per-op counts of one iteration")
+    ap.add_argument("--check", action="store_true",
+                    help="compare the emulated CUDA policy on CPU with CUDA's own on a bf16 forward, then exit")
+    args = ap.parse_args(argv)
+    if args.check:
+        for name in args.models.split(","):
+            config, extra = MODELS[name]
+            key = lambda r: (r[0], r[1], r[2])  # noqa: E731
+            cpu = Counter(map(key, log_step(config, extra, args, args.iterations, "bf16", False, "cpu")))
+            cuda = Counter(map(key, log_step(config, extra, args, args.iterations, "bf16", False, "cuda")))
+            print(f"{name}: {sum(cuda.values())} ops on fake CUDA; only there: {dict(cuda - cpu)}; "
+                  f"only in the CPU emulation: {dict(cpu - cuda)}")
+        return
+    L = args.iterations
+    print(f"d={args.dim} heads={args.heads} L={L} batch={args.batch} x {CELLS} tokens; CUDA autocast policy "
+          f"on fake CUDA tensors; per iteration = step(L) - step(L-1)")
+    for precision in args.precisions.split(","):
+        for mode in args.modes.split(","):
+            training = mode == "training"
+            print(f"\n### {precision}{' autocast' if precision == 'bf16' else ''}, {mode}: one iteration\n")
+            print("| model | kernel ops | matmuls (f32) | other ops (f32 out) | MB moved | matmul GFLOP | "
+                  "FLOP/byte | MB saved for backward | whole step: ops, MB moved, MB saved |")
+            print("|---|---|---|---|---|---|---|---|---|")
+            details = {}
+            for name in args.models.split(","):
+                config, extra = MODELS[name]
+                kept, kept0 = {}, {}
+                full = log_step(config, extra, args, L, precision, training, saved=kept)
+                less = log_step(config, extra, args, L - 1, precision, training, saved=kept0)
+                s, s0 = summarise(full), summarise(less)
+                s["saved"], s0["saved"] = sum(kept.values()), sum(kept0.values())
+                it = {k: s[k] - s0[k] for k in s}
+                print(f"| {name} | {it['ops']} | {it['matmul']} ({it['matmul f32']}) | {it['other']} "
+                      f"({it['f32 outputs']}) | {it['bytes'] / 1e6:,.1f} | {it['flops'] / 1e9:,.2f} | "
+                      f"{it['flops'] / max(1, it['bytes']):.1f} | {it['saved'] / 1e6:,.1f} | "
+                      f"{s['ops']}, {s['bytes'] / 1e6:,.0f}, {s['saved'] / 1e6:,.0f} |")
+                details[name] = (full, less)
+            for name, (full, less) in details.items():
+                per, per_bytes = diff_rows(full, less)
+                if args.list and precision == "bf16":
+                    f32 = [(k, n) for k, n in per.items() if k[0] in MATMULS and "f32" in k[2]]
+                    print(f"\n{name}: float32 matmuls of one iteration: {len(f32) or 'none'}")
+                    for k, n in f32:
+                        print(f"  {n} x {k[0]} {'/'.join(k[1])} -> {'/'.join(k[2])} {k[3]}")
+                if args.ops:
+                    print(f"\n{name}: ops of one iteration, by bytes moved (count x op (dtypes in -> out) "
+                          f"input shapes of its first call: MB)")
+                    for k, n in sorted(per.items(), key=lambda kv: (-per_bytes[kv[0]], kv[0])):
+                        print(f"  {n:3d} x {k[0]} ({'/'.join(k[1])} -> {'/'.join(k[2])}) {list(k[3])}: "
+                              f"{per_bytes[k] / 1e6:.1f}")
+
+
+if __name__ == "__main__":
+    main()
