@@ -113,13 +113,18 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
                 torch.cuda.empty_cache()
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def size_args(ap: argparse.ArgumentParser) -> None:
+    """The model size and precision options this script shares with ``hyperset_ops.py`` (the paper's size)."""
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--iterations", type=int, default=24)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--precisions", default="bf16,fp32", help="bf16 (autocast) and/or fp32")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    size_args(ap)
     ap.add_argument("--modes", default="training,inference", help="training and/or inference")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=2)

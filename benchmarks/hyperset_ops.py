@@ -44,7 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hyperset_gpu import CELLS, MODELS  # noqa: E402  (a sibling script)
+from hyperset_gpu import CELLS, MODELS, size_args  # noqa: E402  (a sibling script)
 
 from energyformer.experiment import load_run_config  # noqa: E402
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
@@ -243,11 +243,7 @@ def diff_rows(a: list[tuple], b: list[tuple]) -> tuple[Counter, Counter]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--iterations", type=int, default=24)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--precisions", default="bf16,fp32")
+    size_args(ap)
     ap.add_argument("--modes", default="training,inference")
     ap.add_argument("--models", default="looped transformer,Hyper-SET")
     ap.add_argument("--list", action="store_true", help="list the float32 matmuls of one bf16 iteration")
