@@ -5,7 +5,10 @@ import json
 from pathlib import Path
 
 from energyformer.reproduce import REPRODUCTIONS
+from energyformer.experiment import load_run_config
 from energyformer.studies import load_study, study_path
+from energyformer.studies.runner import config_hash
+from energyformer.studies.spec import expand
 
 from .page_check import assert_page_rerenders
 
@@ -54,7 +57,10 @@ def test_committed_pages_rerender_from_their_records_alone(tmp_path):
     """The page contract: a copy of the page folder (no run directories anywhere) renders to the same .md."""
     assert_page_rerenders(tmp_path, "intrinsic-lm", PAGE)
     rec = json.loads((PAGE / "cpu" / "results.json").read_text())
-    assert rec["format"] == 1 and all(r["config_hash"] == "migrated" for r in rec["runs"].values())
+    plans = {p.name: p for p in expand(load_study("intrinsic-lm"), "cpu")}
+    assert rec["format"] == 1 and set(rec["runs"]) == set(plans)   # retrained by the runner on 2026-11-26:
+    for n, p in plans.items():                                       # every record is its plan's (reused)
+        assert rec["runs"][n]["config_hash"] == config_hash(load_run_config(p.config, p.overrides)), n
 
 
 def test_a_tiny_run_of_the_study_records_its_metrics_and_renders(tmp_path):
