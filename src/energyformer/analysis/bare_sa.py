@@ -10,7 +10,6 @@ the page folder (:mod:`.bare_sa_page`); the memory probe is :mod:`.bare_sa_memor
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -35,12 +34,10 @@ def _trained(run) -> tuple[Any, torch.nn.Module, Any]:
 
 def _evals(run) -> list[dict]:
     """The eval events of ``metrics.jsonl`` (the trainer logs their metrics as ``eval/<name>``)."""
+    from ..train.metrics import METRICS_FILE, read_events
+
     out = []
-    for line in (Path(run.run_dir) / "metrics.jsonl").read_text().splitlines():
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue
+    for ev in read_events(Path(run.run_dir) / METRICS_FILE, skip_bad=True):
         if ev.get("event") == "eval":
             out.append({k.removeprefix("eval/"): v for k, v in ev.items()})
     return out

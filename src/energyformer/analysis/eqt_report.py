@@ -46,12 +46,10 @@ def convergence(run, n: int = 64) -> dict | None:
 
 def train_ce(run, key: str = "train/ce") -> list[float]:
     """Metric hook: the per-step training CE from the run's metrics.jsonl (the last event of a step wins)."""
+    from ..train.metrics import METRICS_FILE, read_events
+
     by_step = {}
-    for line in (Path(run.run_dir) / "metrics.jsonl").read_text().splitlines():
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue
+    for ev in read_events(Path(run.run_dir) / METRICS_FILE, skip_bad=True):
         if ev.get("event") == "train" and key in ev:
             by_step[int(ev["step"])] = float(ev[key])
     return [by_step[s] for s in sorted(by_step)]

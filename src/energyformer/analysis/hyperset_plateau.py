@@ -377,25 +377,17 @@ GPU_RUNS = (("transformer_seed0", "looped transformer"), ("hyperset_seed0", "Hyp
             ("hyperset_statenorm_seed0", "Hyper-SET, `state_norm: true`"))
 
 
-def _jsonl(path: Path) -> list[dict]:
-    out = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise DataError(f"{path}:{i}: not a JSON line ({err.msg})") from None
-    return out
-
-
 def _gpu(folder: Path) -> list[str]:
     """Issue 20's GPU check from ``gpu/``: the trainer's metrics.jsonl, resolved config.yaml and run_info.json of
     each run, the device's env.txt (nvidia-smi, versions) and the released code's run (numbers only)."""
     import yaml
 
+    from ..train.metrics import read_events
+
     g = folder / "gpu"
     if not g.is_dir():
         return []
-    ev = {n: {r["step"]: r for r in _jsonl(g / f"{n}.metrics.jsonl") if r.get("event") == "eval"} for n, _ in GPU_RUNS}
+    ev = {n: {r["step"]: r for r in read_events(g / f"{n}.metrics.jsonl") if r.get("event") == "eval"} for n, _ in GPU_RUNS}
     cfg = yaml.safe_load((g / f"{GPU_RUNS[0][0]}.config.yaml").read_text(encoding="utf-8"))
     info = json.loads((g / f"{GPU_RUNS[0][0]}.run_info.json").read_text(encoding="utf-8"))
     rel = json.loads((g / "released_code_hyperset.json").read_text(encoding="utf-8"))

@@ -10,7 +10,6 @@ energy).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from statistics import fmean
@@ -25,9 +24,10 @@ MIN_SEEDS = 2
 
 def eval_history(run_dir: Path) -> list[tuple[int, float]]:
     """(step, validation loss) of every evaluation in a run's metrics.jsonl."""
+    from ..train.metrics import METRICS_FILE, read_events
+
     out = []
-    for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
+    for rec in read_events(Path(run_dir) / METRICS_FILE):
         loss = rec.get("eval/loss", rec.get("loss")) if rec.get("event") == "eval" else None
         if loss is not None:
             out.append((int(rec["step"]), float(loss)))

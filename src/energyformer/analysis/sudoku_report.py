@@ -20,7 +20,6 @@ The page is declared in ``studies/hyperset-sudoku.yaml`` (``report:``; the paper
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from statistics import fmean
@@ -131,7 +130,9 @@ def geometry(run) -> dict | None:
 
 def training(run) -> dict:
     """Metric hook: validation history, final training loss, boards/s and the plateau exit (Fig. 3a)."""
-    rows = [json.loads(x) for x in (Path(run.run_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    from ..train.metrics import METRICS_FILE, read_events
+
+    rows = read_events(Path(run.run_dir) / METRICS_FILE)
     evals = [{k: e[k] for k in e if k.startswith("eval/") or k == "step"} for e in rows if e.get("event") == "eval"]
     train = [e for e in rows if e.get("event") == "train"]
     step, n = plateau_exit(evals)

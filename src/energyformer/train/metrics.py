@@ -18,9 +18,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+from energyformer.errors import DataError
 from energyformer.utils.io import atomic_write_text
 
 METRICS_FILE = "metrics.jsonl"
+
+
+def read_events(path: Path, *, skip_bad: bool = False) -> list[dict]:
+    """The events of a ``metrics.jsonl`` file in order (blank lines skipped). A line that is not JSON is a
+    DataError naming file and line, or with ``skip_bad`` skipped (e.g. the half-written last line of a run
+    that was killed)."""
+    out = []
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if not skip_bad:
+                raise DataError(f"{path}:{i}: not a JSON line ({err.msg})") from None
+    return out
 
 
 def _jsonable(v: Any) -> Any:
