@@ -117,11 +117,11 @@ def timed_runs(fns: dict[str, Callable[[], None]], warmup: int, repeats: int, de
     return times, peak, oom
 
 
-def ratio(times: dict[str, list[float]], name: str) -> str:
-    """tokens/s of ``name`` / Llama's, per repeat: 'median [min, max]'."""
-    if not times.get(BASE) or not times.get(name):
+def ratio(times: dict[str, list[float]], name: str, base: str = BASE) -> str:
+    """tokens/s of ``name`` / ``base``'s (default Llama's), per repeat: 'median [min, max]'."""
+    if not times.get(base) or not times.get(name):
         return "—"
-    r = [b / t for b, t in zip(times[BASE], times[name])]
+    r = [b / t for b, t in zip(times[base], times[name])]
     return f"{median(r):.2f} [{min(r):.2f}, {max(r):.2f}]"
 
 

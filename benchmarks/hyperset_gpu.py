@@ -5,7 +5,7 @@ The two models are built from the Sudoku study's own configs (``hyperset/sudoku_
 12 heads, L 24 iterations of one layer, learned positions) plus, as a third row, Hyper-SET with
 ``step_size.state_norm: true``. One training step = forward over a (B, 81) board batch + cross-entropy
 on the blanks + backward + AdamW, bf16 autocast and/or fp32, the models' calls interleaved (the
-starting model rotates every repeat; ``gpu_lm.timed_runs``). The table gives tokens/s (81 tokens per
+starting model rotates every repeat; ``gpu_lm.timed_runs``, the steps of ``lm_throughput``). The table gives tokens/s (81 tokens per
 board), the per-repeat ratio to the transformer as median [min, max], and (CUDA) peak step memory as
 ``gpu_lm`` defines it. The boards are random tokens: the cost of a step does not depend on them.
 
@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_lm import git_commit, is_oom, state_bytes, timed_runs  # noqa: E402,F401  (sibling scripts)
-from lm_throughput import median, pick_device  # noqa: E402
+from gpu_lm import git_commit, ratio, state_bytes, timed_runs  # noqa: E402  (sibling scripts)
+from lm_throughput import make_infer_step, make_train_step, median, ours_logits, pick_device  # noqa: E402
 
 from energyformer.experiment import load_run_config  # noqa: E402
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
@@ -50,34 +49,6 @@ def build(config: str, extra: list[str], args, device: torch.device) -> torch.nn
     return REGISTRY.build(cfg.model, vocab_size=VOCAB, n_out=CLASSES, causal=False).to(device)
 
 
-def make_step(model: torch.nn.Module, boards: torch.Tensor, targets: torch.Tensor, precision: str,
-              training: bool) -> Callable[[], None]:
-    """One AdamW training step (or one no-grad forward) on the batch, bf16 autocast if asked."""
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4) if training else None
-    model.train(training)
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-
-    def step() -> None:
-        with torch.autocast(boards.device.type, dtype=dtype, enabled=precision == "bf16"), \
-                torch.set_grad_enabled(training):
-            logits = model(boards).logits                                   # (B, 81, 9)
-            if not training:
-                return
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
-
-
-def ratio(times: dict[str, list[float]], name: str) -> str:
-    if not times.get(BASE) or not times.get(name):
-        return "—"
-    r = [b / t for b, t in zip(times[BASE], times[name])]
-    return f"{median(r):.2f} [{min(r):.2f}, {max(r):.2f}]"
-
-
 def run(args, emit: Callable[[list[str]], None]) -> None:
     device = pick_device()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -93,7 +64,8 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
             training = mode == "training"
             built = {n: build(c, x, args, device) for n, (c, x) in MODELS.items()}
             run_as = {n: torch.compile(m) if args.compile else m for n, m in built.items()}  # as train.compile
-            fns = {n: make_step(run_as[n], boards, targets, precision, training) for n, m in built.items()}
+            fns = {n: make_train_step(m, ours_logits, boards, targets, precision=precision) if training
+                   else make_infer_step(m, ours_logits, boards, precision=precision) for n, m in run_as.items()}
             own = {n: state_bytes(m, training) for n, m in built.items()}
             times, peak, oom = timed_runs(fns, args.warmup, args.repeats, device, own)
             lines = ["", f"### {precision}{' autocast' if precision == 'bf16' else ''}, {mode}", "",
@@ -106,7 +78,7 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
                     continue
                 tps = args.batch * CELLS / median(times[n])
                 mem = "n/a" if peak[n] is None else f"{peak[n] / 2**30:.2f}"
-                lines.append(f"| {n} | {params:,} | {tps:,.0f} | {ratio(times, n)} | {mem} |")
+                lines.append(f"| {n} | {params:,} | {tps:,.0f} | {ratio(times, n, BASE)} | {mem} |")
             emit(lines)
             del built, fns
             if device.type == "cuda":
