@@ -415,7 +415,8 @@ def _gpu(folder: Path) -> list[str]:
              "boards; chance 11.1%):", ""]
     lines += _table(["step"] + [label for _, label in GPU_RUNS] + ["Hyper-SET, released code"], body)
     end = steps[-1]
-    ahead = [s for s in steps if ev["hyperset_seed0"][s][cell] >= ev["transformer_seed0"][s][cell] - 0.023]
+    bound = 2.3   # points of cell accuracy: the single-seed bound of the Sudoku study's claims
+    ahead = [s for s in steps if ev["hyperset_seed0"][s][cell] >= ev["transformer_seed0"][s][cell] - bound / 100]
     boards = "; ".join(f"{label} {pct(ev[n][end][board])} at L, {pct(ev[n][end][f'{board}@{two_l}'])} at 2L = {two_l}"
                        for n, label in GPU_RUNS)
     verdict = "HOLDS" if len(ahead) == len(steps) else "DOES NOT HOLD"
@@ -426,7 +427,7 @@ def _gpu(folder: Path) -> list[str]:
               f", released code {rel_ev[end]['seconds']:.0f} s (tokens/s of each model alone: "
               "[../gpu_throughput.md](../gpu_throughput.md)).", "",
               f"**Issue 20's check** (Hyper-SET's cell accuracy at equal steps at least the transformer's over the "
-              f"first {tr['steps']:,} steps; rule: within the single-seed bound of 2.3 points at every evaluation): "
+              f"first {tr['steps']:,} steps; rule: within the single-seed bound of {bound} points at every evaluation): "
               f"**{verdict}** — Hyper-SET is within the bound at {len(ahead)} of {len(steps)} evaluations. The "
               "released code's model behaves the same (the last column), so the plateau belongs to the model and "
               "recipe, not to a difference of our implementation; and Fig. 3a cannot be checked over these steps: "
