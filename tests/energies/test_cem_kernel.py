@@ -58,7 +58,8 @@ def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
 @interpreted
 @pytest.mark.parametrize("mode", ["sum", "stack"])
 @pytest.mark.parametrize("causal,nq,nk,tiles", [
-    (True, 5, 12, {}), (False, 20, 20, dict(block_m=32)), (True, 20, 20, dict(block_n=32, num_stages=3))])
+    (True, 5, 12, {}), (False, 20, 20, dict(block_m=32)), (True, 20, 20, dict(block_n=32, num_stages=3)),
+    (True, 20, 20, dict(head_unroll=2))])
 def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mode):
     """D = 40 in chunks of block_d = 16 (16 + 16 + a masked 8: every D-wide product and gradient is
     summed or written chunk by chunk), with query and key tiles of different sizes."""
@@ -68,6 +69,7 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
     config_error_says(cem_kernel.KernelTiles, {"block_d": 48}, ["block_d", "48", "16"])
     config_error_says(cem_kernel.KernelTiles, {"num_stages": 0}, ["num_stages", "0", "1"])
+    config_error_says(cem_kernel.KernelTiles, {"head_unroll": 3}, ["head_unroll", "3", "1"])
     with pytest.raises(ConfigError, match="block_m"):
         z = torch.zeros(1, 1, 4, 4)
         cem_kernel.cem_attention(z, z, None, None, slopes=None, delta=None, key_mask=None, causal=True,

@@ -11,8 +11,9 @@ reports far less shared memory than the GPU then needs (116,736 B instead of 283
 original ``_bwd_q`` at GPT-2 small).
 
 Triton fixes its mode (compiled or interpreted) at its first import, so the compilation runs in a
-fresh process: ``python -m energyformer.energies.cem_compile`` prints one JSON line per kernel.
-``tests/energies/test_cem_compile.py`` checks the shared memory at GPT-2 widths; ``scripts/triton_ptx.py``
+fresh process: ``python -m energyformer.energies.cem_compile`` prints one JSON line per kernel (shared
+memory, and registers and spills from ``ptxas -v``). ``tests/energies/test_cem_compile.py`` checks them
+at GPT-2 widths; ``scripts/triton_ptx.py``
 compares PTX across revisions.
 """
 
@@ -97,6 +98,36 @@ def launch_meta(*, heads: int, head_dim: int, dim: int, dtype: str = "bf16", cau
     return meta
 
 
+def ptxas_usage(kernel, arch: int = 90) -> dict[str, int]:
+    """{registers, spill_stores, spill_loads} per thread of a compiled kernel: its PTX assembled again
+    by the ``ptxas`` Triton itself uses for sm_``arch`` (``-v``, with Triton's register-allocation
+    flag); a GPU fills the same numbers into ``CompiledKernel.n_regs`` / ``n_spills`` only when it loads
+    the kernel. 255 registers is the cap: a kernel there spills, and fits two 128-thread programs per SM."""
+    import re
+    import tempfile
+
+    from triton.backends.nvidia import compiler as nv
+
+    ptxas = nv.get_ptxas(arch).path if hasattr(nv, "get_ptxas") else nv.knobs.nvidia.ptxas.path
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(kernel.asm["ptx"])
+        out = subprocess.run([ptxas, "-v", "--regAllocOptLevel=2", f"--gpu-name=sm_{arch}a", str(src), "-o",
+                              str(Path(tmp) / "k.o")], capture_output=True, text=True)
+    log = out.stdout + out.stderr
+    if out.returncode != 0:
+        raise RuntimeError(f"ptxas failed (exit {out.returncode}): {log.strip()[-2000:]}")
+
+    def num(pattern: str) -> int:
+        m = re.search(pattern, log)
+        if m is None:
+            raise RuntimeError(f"ptxas -v printed no {pattern!r}: {log.strip()[-2000:]}")
+        return int(m.group(1))
+
+    return dict(registers=num(r"Used (\d+) registers"), spill_stores=num(r"(\d+) bytes spill stores"),
+                spill_loads=num(r"(\d+) bytes spill loads"))
+
+
 class CompilerUnavailable(RuntimeError):
     """Triton cannot compile for a CUDA target on this platform (no NVIDIA backend or ptxas)."""
 
@@ -123,25 +154,35 @@ def _platform_error() -> str | None:
     return None
 
 
-def shared_memory(cases: dict[str, dict], kernel_file: str | Path | None = None) -> dict[str, dict[str, int]]:
-    """{case: {kernel: shared bytes}} for :func:`launch_meta` keyword sets ``cases``, compiled for sm_90
-    in a fresh Python process (this one may have triton in interpreter mode). Raises
-    :class:`CompilerUnavailable` if Triton cannot compile even a one-line kernel for sm_90 here."""
+def resources(cases: dict[str, dict], kernel_file: str | Path | None = None,
+              registers: bool = True) -> dict[str, dict[str, dict[str, int]]]:
+    """{case: {kernel: {shared, registers, spill_stores, spill_loads}}} for :func:`launch_meta` keyword
+    sets ``cases``, compiled for sm_90 in a fresh Python process (this one may have triton in
+    interpreter mode); shared memory in bytes per block, the rest per thread (:func:`ptxas_usage`; left
+    out with ``registers=False``). Raises :class:`CompilerUnavailable` if Triton cannot compile even a
+    one-line kernel for sm_90 here."""
     path = Path(kernel_file) if kernel_file else Path(__file__).with_name("cem_triton.py")
     env = dict(os.environ, TRITON_INTERPRET="0", OMP_NUM_THREADS="1")
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([src] + [p for p in [env.get("PYTHONPATH")] if p])
-    out = subprocess.run([sys.executable, "-m", "energyformer.energies.cem_compile", "--kernel-file", str(path),
-                          json.dumps(cases)], env=env, capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "energyformer.energies.cem_compile", "--kernel-file", str(path), json.dumps(cases)]
+    out = subprocess.run(cmd + ([] if registers else ["--no-registers"]), env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"cem_compile failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
-    res: dict[str, dict[str, int]] = {}
+    res: dict[str, dict[str, dict[str, int]]] = {}
     for line in out.stdout.splitlines():
         r = json.loads(line)
         if "unavailable" in r:
             raise CompilerUnavailable(r["unavailable"])
-        res.setdefault(r["case"], {})[r["kernel"]] = r["shared"]
+        case, kernel = r.pop("case"), r.pop("kernel")
+        res.setdefault(case, {})[kernel] = r
     return res
+
+
+def shared_memory(cases: dict[str, dict], kernel_file: str | Path | None = None) -> dict[str, dict[str, int]]:
+    """{case: {kernel: shared bytes per block}} (:func:`resources` without the registers)."""
+    return {case: {k: v["shared"] for k, v in ks.items()}
+            for case, ks in resources(cases, kernel_file, registers=False).items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,6 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("cases", help='JSON {"name": {launch_meta keywords}, ...}')
     ap.add_argument("--kernel-file", default=str(Path(__file__).with_name("cem_triton.py")))
     ap.add_argument("--kernels", default=",".join(KERNELS))
+    ap.add_argument("--no-registers", action="store_true", help="shared memory only (no second ptxas run)")
     a = ap.parse_args(argv)
     os.environ.setdefault("TRITON_INTERPRET", "0")
     err = _platform_error()
@@ -161,7 +203,8 @@ def main(argv: list[str] | None = None) -> None:
         opts = dict(num_warps=meta.pop("num_warps"), num_stages=meta.pop("num_stages"))
         for name in a.kernels.split(","):
             k = compile_kernel(mod, name, meta, kw.get("dtype", "bf16"), **opts)
-            print(json.dumps(dict(case=case, kernel=name, shared=k.metadata.shared)), flush=True)
+            usage = {} if a.no_registers else ptxas_usage(k)
+            print(json.dumps(dict(case=case, kernel=name, shared=k.metadata.shared, **usage)), flush=True)
 
 
 if __name__ == "__main__":

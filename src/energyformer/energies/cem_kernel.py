@@ -10,7 +10,7 @@ shared-diagonal query ud = d∘u/τ (CEM seed Eq. 1, 12, App. B; see :mod:`.inte
 
 Flash-style: one program per (query tile, batch row) walks the key tiles; no N×N tensor exists in
 memory. The shared-diagonal tile ``ud hᵀ`` is computed **once per tile** and reused by every head
-(heads are an unrolled loop inside the program), and the h read-out multiplies the head-summed
+(heads are a loop inside the program), and the h read-out multiplies the head-summed
 probabilities by H once per tile. Forward in two passes (pass 1: every head's running max and sum →
 lse; pass 2: normalised probabilities → oq and hs), because Σ_k P_k needs every head's final
 normaliser. Backward (with dS_k = P_k ∘ (dP_k − Δ_k) + g_lse P_k, dP_k = dOq_k K_kᵀ + dHs Hᵀ, the
@@ -91,7 +91,7 @@ class KernelTiles(ConfigModel):
     "shared memory"). Every tile is zero-padded, so any N and D work with any choice; the choice changes
     speed, rounding order and the per-block shared memory (227 KiB on H100/H200), never the result's
     meaning. The defaults fit every kernel in under half of that at any D (measured at D 768 and
-    2,048, triton 3.6 and 3.9: ``tests/energies/test_cem_shared_memory.py``); they are not yet tuned for
+    2,048, triton 3.6 and 3.9: ``tests/energies/test_cem_compile.py``); they are not yet tuned for
     speed on any GPU (``benchmarks/cem_tiles.py`` times the choices)."""
 
     block_m: Tile = 16
@@ -106,6 +106,12 @@ class KernelTiles(ConfigModel):
     num_stages: int = Field(1, ge=1, le=4)
     """Triton's software-pipelining stages (buffers per prefetched load); 1: no prefetch. Triton's
     default of 3 multiplied the D-wide tiles' buffers before the D chunking (issue 21)"""
+    head_unroll: Literal[1, 2, 4] = 1
+    """how many heads one turn of each kernel's head loop handles (Triton's ``loop_unroll_factor``);
+    1 (recommended): a loop whose head is a runtime index. Registers per thread at GPT-2 small, bf16,
+    16 × 16 tiles, sm_90a (``cem_compile.resources``, docs/cem.md): the loop needs 128 / 168 / 140 for
+    ``_fwd`` / ``_bwd_q`` / ``_bwd_kv`` and spills at most 4 B; the fully unrolled heads of the first
+    kernels took all 255 and spilled up to 488 B, which leaves room for two programs per SM"""
 
 
 HMODES = {"none": 0, "sum": 1, "stack": 2}
@@ -119,7 +125,7 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
     E = 1 if x is None else x.shape[-1]
     acc = tl.float64 if q.dtype == torch.float64 else tl.float32
     return dict(H=H, R=R, D=D, E=E, RP=_pow2(R), BD=min(tiles.block_d, _pow2(D)), EP=_pow2(E), HP=_pow2(H, 2),
-                BM=tiles.block_m, BN=tiles.block_n, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+                BM=tiles.block_m, BN=tiles.block_n, HU=tiles.head_unroll, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
                 CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
                 HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
@@ -191,7 +197,8 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
                   delta: Tensor | None, key_mask: Tensor | None, causal: bool, offset: int,
                   h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
                   block_m: int = 16, block_n: int = 16, block_d: int = 64, num_warps: int = 4,
-                  num_stages: int = 1) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
+                  num_stages: int = 1, head_unroll: int = 1
+                  ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
 
     q: (B, H, Nq, Dr) = W_Q u / τ; k: (B, H, Nk, Dr) keys (= values); ud: (B, Nq, D) = d∘u/τ or None
@@ -200,9 +207,9 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
     x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
     hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
-    block_m … num_stages: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it)."""
+    block_m … head_unroll: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it)."""
     tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
-                        num_stages=num_stages)
+                        num_stages=num_stages, head_unroll=head_unroll)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")

@@ -4,7 +4,8 @@ Imported only through ``cem_kernel._kernels``, which loads this file once per pr
 interpreter); importing energyformer never needs triton. Per-head running state lives in the output
 buffers, which each program owns row-wise (query tiles) or column-wise (key tiles): no atomics.
 Constexpr flags: HAS_G (shared diagonal), HMODE (h read-out: 0 none, 1 head-summed, 2 per-head
-factors c_k), HAS_X (extra per-head value columns x, E wide), HAS_ALIBI, HAS_DELTA, HAS_KMASK.
+factors c_k), HAS_X (extra per-head value columns x, E wide), HAS_ALIBI, HAS_DELTA, HAS_KMASK; HU: the
+head loop's unroll factor (``KernelTiles.head_unroll``; 1: a loop, the head a runtime index).
 
 The three kernels (``_fwd``, ``_bwd_q``, ``_bwd_kv``) are written from the tile helpers above them:
 ``_scores`` (one head's s_ijk with ALiBi, self bias and masks), ``_shared`` (a tile every head shares),
@@ -226,6 +227,7 @@ def _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows,
 def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk, offset,
          H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
          BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+         HU: tl.constexpr,
          CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
          HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
          ACC: tl.constexpr, UPCAST: tl.constexpr):
@@ -243,7 +245,7 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
         # the shared-diagonal tile, once for all heads
         g, _ = _shared(UD, UD, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, D, BD, BM, BN, PREC, ACC,
                        UPCAST)
-        for hh in tl.static_range(H):
+        for hh in tl.range(0, H, loop_unroll_factor=HU):
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                                 H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
             m_all, l_all = _online(s, m_all, l_all, hcol, hh)
@@ -261,7 +263,7 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
         g, _ = _shared(UD, UD, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, D, BD, BM, BN, PREC, ACC,
                        UPCAST)
         psum = tl.zeros((BM, BN), ACC)
-        for hh in tl.static_range(H):
+        for hh in tl.range(0, H, loop_unroll_factor=HU):
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                                 H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
             p = _probs(s, m_all, l_all, hcol, hh)
@@ -281,6 +283,7 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
 def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, DQ, DUD, DDIAG, Nq, Nk, offset,
            H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
            BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+           HU: tl.constexpr,
            CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
            HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
            ACC: tl.constexpr, UPCAST: tl.constexpr):
@@ -303,7 +306,7 @@ def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, D
         cmask = cols < Nk
         g, gh = _shared(UD, GHS, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, D, BD, BM, BN, PREC,
                         ACC, UPCAST)
-        for hh in tl.static_range(H):
+        for hh in tl.range(0, H, loop_unroll_factor=HU):
             p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows, cols,
                                             rmask, cmask, g, gh, m_all, l_all, hcol, Nq, Nk, offset,
                                             H, R, D, E, RP, BD, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
@@ -317,7 +320,7 @@ def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, D
         g, gh = _shared(UD, GHS, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, D, BD, BM, BN, PREC,
                         ACC, UPCAST)
         dssum = tl.zeros((BM, BN), ACC)
-        for hh in tl.static_range(H):
+        for hh in tl.range(0, H, loop_unroll_factor=HU):
             p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows, cols,
                                             rmask, cmask, g, gh, m_all, l_all, hcol, Nq, Nk, offset,
                                             H, R, D, E, RP, BD, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
@@ -339,6 +342,7 @@ def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, D
 def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, DK, DH, DX, DC, Nq, Nk, offset,
             H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
             BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+            HU: tl.constexpr,
             CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
             HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
             ACC: tl.constexpr, UPCAST: tl.constexpr):
@@ -363,7 +367,7 @@ def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, 
                         ACC, UPCAST)
         dssum = tl.zeros((BM, BN), ACC)
         psum = tl.zeros((BM, BN), ACC)
-        for hh in tl.static_range(H):
+        for hh in tl.range(0, H, loop_unroll_factor=HU):
             p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows, cols,
                                             rmask, cmask, g, gh, m_all, l_all, hcol, Nq, Nk, offset,
                                             H, R, D, E, RP, BD, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
