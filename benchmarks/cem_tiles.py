@@ -5,7 +5,7 @@ head_unroll).
 ``benchmarks/gpu_lm.py`` (B 8, H 12, R 64, D 768, causal, ALiBi and self bias, the head-summed h
 read-out — full CEM T=1's call), bf16 operands: every tile pair (× every head-loop unroll factor) is
 timed forward + backward, the variants interleaved and repeated (median [min, max] ms, and the ratio to
-the default — 16 × 16, head loop not unrolled — per repeat). A variant that Triton cannot build (shared
+the default — 16 × 16, head loop not unrolled, 4 warps — per repeat). A variant that Triton cannot build (shared
 memory, registers) is listed with the error's first line.
 
 Usage (GPU):  python benchmarks/cem_tiles.py --out docs/results/cem/gpu_tiles.md [--n 1024] [--batch 8]
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,7 +27,20 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_throughput import median, pick_device  # noqa: E402
 
-DEFAULT_TILES = "16x16,32x16,16x32,32x32,64x32,32x64,64x64"
+# the launches that compile under the 255-register cap at GPT-2 small (docs/cem.md, "Registers"), and 64 × 64
+DEFAULT_TILES = "16x16,16x32,32x32,16x64,32x64w8,64x32,64x64w8"
+
+
+def parse_tiles(spec: str, head_unroll: str, num_warps: int) -> list[tuple[int, int, int, int]]:
+    """(block_m, block_n, head_unroll, num_warps) per variant: ``MxN`` or ``MxNwW`` (W warps for this
+    pair; else ``num_warps``), each with every head_unroll value of the comma list ``head_unroll``."""
+    out = []
+    for t in spec.split(","):
+        m = re.fullmatch(r"(\d+)x(\d+)(?:w(\d+))?", t.strip())
+        if m is None:
+            raise SystemExit(f"--tiles: {t!r} is not MxN or MxNwW (e.g. 32x64w8)")
+        out += [(int(m[1]), int(m[2]), int(u), int(m[3] or num_warps)) for u in head_unroll.split(",")]
+    return out
 
 
 def inputs(b: int, h: int, n: int, r: int, d: int, dtype: torch.dtype, device: torch.device):
@@ -48,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--tiles", default=DEFAULT_TILES, help="comma-separated MxN tile pairs")
+    ap.add_argument("--tiles", default=DEFAULT_TILES, help="comma-separated MxN or MxNwW (W warps) tile pairs")
     ap.add_argument("--head-unroll", default="1", help="comma-separated KernelTiles.head_unroll values")
     ap.add_argument("--block-d", type=int, default=64, help="D chunk of every pair (KernelTiles.block_d)")
     ap.add_argument("--num-warps", type=int, default=4)
@@ -59,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.tiny:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        a.n, a.batch, a.heads, a.dim, a.repeats, a.tiles, a.head_unroll = 16, 1, 2, 32, 1, "16x16,16x32", "1,2"
+        a.n, a.batch, a.heads, a.dim, a.repeats, a.tiles, a.head_unroll = 16, 1, 2, 32, 1, "16x16,16x32w2", "1,2"
     from energyformer.energies.cem_kernel import cem_attention
 
     device = pick_device()
@@ -67,16 +81,15 @@ def main(argv: list[str] | None = None) -> None:
     r = a.dim // a.heads
     q, k, ud, hm, slopes, delta = inputs(a.batch, a.heads, a.n, r, a.dim, dtype, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    tiles = [tuple(int(v) for v in t.split("x")) + (int(u),) for t in a.tiles.split(",")
-             for u in a.head_unroll.split(",")]
+    tiles = parse_tiles(a.tiles, a.head_unroll, a.num_warps)
 
-    def call(bm: int, bn: int, hu: int) -> None:
+    def call(bm: int, bn: int, hu: int, warps: int) -> None:
         oq, hs, _, _ = cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=None, causal=True,
                                      offset=0, h_mode="sum", block_m=bm, block_n=bn, block_d=a.block_d,
-                                     num_warps=a.num_warps, num_stages=a.num_stages, head_unroll=hu)
+                                     num_warps=warps, num_stages=a.num_stages, head_unroll=hu)
         (oq.float().sum() + hs.float().sum()).backward()
 
-    failed: dict[tuple[int, int, int], str] = {}
+    failed: dict[tuple[int, int, int, int], str] = {}
     for t in tiles:   # build (compile) each pair once, untimed; said as it goes (a cut run keeps it)
         t0 = time.perf_counter()
         try:
@@ -84,9 +97,10 @@ def main(argv: list[str] | None = None) -> None:
             sync()
         except Exception as err:  # noqa: BLE001  (Triton's resource errors have no common base)
             failed[t] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:160]
-        print(f"built {t[0]}x{t[1]} head_unroll {t[2]} in {time.perf_counter() - t0:.1f}s: {failed.get(t, 'ok')}", flush=True)
+        print(f"built {t[0]}x{t[1]} head_unroll {t[2]} {t[3]} warps in {time.perf_counter() - t0:.1f}s: "
+              f"{failed.get(t, 'ok')}", flush=True)
     ok = [t for t in tiles if t not in failed]
-    times: dict[tuple[int, int, int], list[float]] = {t: [] for t in ok}
+    times: dict[tuple[int, int, int, int], list[float]] = {t: [] for t in ok}
     for rep in range(a.repeats):
         for t in ok[rep % len(ok):] + ok[:rep % len(ok)] if ok else []:
             sync()
@@ -97,19 +111,21 @@ def main(argv: list[str] | None = None) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)"
     lines = [f"device: {device.type} ({name}); torch {torch.__version__}",
              f"cem_attention forward + backward, B={a.batch} H={a.heads} N={a.n} R={r} D={a.dim}, {dtype}, causal, "
-             f"ALiBi + self bias, h read-out 'sum'; block_d {a.block_d}, {a.num_warps} warps, {a.num_stages} "
+             f"ALiBi + self bias, h read-out 'sum'; block_d {a.block_d}, {a.num_stages} "
              f"stage(s); {a.repeats} interleaved repeats after one untimed build", "",
-             "| block_m × block_n | head_unroll | ms, median [min, max] | × default time, median [min, max] |",
-             "|---|---|---|---|"]
-    base = times.get((16, 16, 1))
+             "| block_m × block_n | head_unroll | warps | ms, median [min, max] "
+             "| × default time, median [min, max] |",
+             "|---|---|---|---|---|"]
+    base = times.get((16, 16, 1, 4))
     for t in tiles:
         if t in failed:
-            lines.append(f"| {t[0]}×{t[1]} | {t[2]} | not built: {failed[t]} | — |")
+            lines.append(f"| {t[0]}×{t[1]} | {t[2]} | {t[3]} | not built: {failed[t]} | — |")
             continue
         ts = times[t]
         rel = "—" if not base else (lambda rs: f"{median(rs):.2f} [{min(rs):.2f}, {max(rs):.2f}]")(
             [x / y for x, y in zip(ts, base)])
-        lines.append(f"| {t[0]}×{t[1]} | {t[2]} | {1e3 * median(ts):.2f} [{1e3 * min(ts):.2f}, {1e3 * max(ts):.2f}] | {rel} |")
+        ms = f"{1e3 * median(ts):.2f} [{1e3 * min(ts):.2f}, {1e3 * max(ts):.2f}]"
+        lines.append(f"| {t[0]}×{t[1]} | {t[2]} | {t[3]} | {ms} | {rel} |")
     text = "\n".join(lines)
     print(text, flush=True)
     if a.out:

@@ -35,6 +35,9 @@ def test_cem_tiles_tiny_times_each_tile_pair_through_the_interpreter(tmp_path, c
     out = tmp_path / "tiles.md"
     bench.main(["--tiny", "--out", str(out)])
     text = capsys.readouterr().out
-    for row in ("| 16×16 | 1 | ", "| 16×16 | 2 | ", "| 16×32 | 1 | ", "| 16×32 | 2 | "):
+    for row in ("| 16×16 | 1 | 4 | ", "| 16×16 | 2 | 4 | ", "| 16×32 | 1 | 2 | ", "| 16×32 | 2 | 2 | "):
         assert row in text, row
-    assert "not built" not in text and "| 16×16 | 1 | " in out.read_text()
+    assert "not built" not in text and "| 16×16 | 1 | 4 | " in out.read_text()
+    assert bench.parse_tiles("32x64w8,16x16", "1", 4) == [(32, 64, 1, 8), (16, 16, 1, 4)]
+    with pytest.raises(SystemExit, match="32by64"):
+        bench.parse_tiles("32by64", "1", 4)
