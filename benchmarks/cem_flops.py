@@ -16,15 +16,24 @@ Formulations (the products are listed in PRODUCTS below, so each count can be ch
                  D_r + D wide: keys [k ; h], values [k ; h]); flash forward/backward over that width.
 * ``blocked``    the ``blocked`` path: the diagonal tile (d∘U)Hᵀ once for all heads and the value term
                  d ∘ ((Σ_k P_k) H) once; P kept for backward (N²/2 per head in memory).
-* ``kernel``     the flash-style kernel of ``energies/cem_kernel.py``: as ``blocked`` but nothing N²
-                 kept; forward in two passes (log Z, then normalised P), backward recomputes.
+* ``kernel-rec`` the flash-style kernel of ``energies/cem_kernel.py`` with ``shared: recompute``: as
+                 ``blocked`` but nothing N² kept; forward in two passes (log Z, then normalised P),
+                 backward recomputes (the shared tiles too, in every pass).
+* ``kernel``     the same kernel with ``shared: materialize`` (the default): the products the heads
+                 share are batched matmuls over the whole N × N (not only the causal half: "full",
+                 twice a causal product's FLOPs), G = (d∘U)Hᵀ once in forward and once in backward,
+                 dHs Hᵀ once; the kernels store Σ_k P_k and Σ_k dS_k per tile, and (ΣP)H, (ΣdS)H,
+                 (ΣdS)ᵀdU, (ΣP)ᵀdHs are matmuls too.
 
-Bytes: main-memory traffic of the core by a tile model (:func:`traffic`): a pass over the keys reads
-each key-side row once per causal query tile (N / (2 BM) times on average); a materialised P is
-written once and read once in backward (float32, as the blocked path keeps it). "kept N²" is the
-attention memory held for backward by one layer (B = 1).
+Bytes: traffic of the core by a tile model (:func:`traffic`): a pass over the keys reads each key-side
+row once per causal query tile (N / (2 BM) times on average); a materialised P is written once and
+read once in backward (float32, as the blocked path keeps it); the kernels' float32 accumulators,
+which a program reads and writes back at every step (:func:`accumulator_traffic`), and the kernel's
+N × N shared buffers. A model of bytes requested (cache or memory), not a measurement. "kept N²" is
+the attention memory held for backward by one layer (B = 1).
 
-Usage: python benchmarks/cem_flops.py [--dim 768 --heads 12 --ns 1024 4096 16384 --tile 64 --bytes 2]
+Usage: python benchmarks/cem_flops.py [--dim 768 --heads 12 --ns 1024 4096 16384 --tile 64 --bytes 2
+                                       --kernel-tiles 16 64]
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
                 ("Pᵀ dOq", "r", True), ("(ΣdS) H once", "d", False), ("(ΣdS)ᵀ dU once", "d", False),
                 ("(ΣP)ᵀ dHs once", "d", False)],
     },
-    "kernel": {
+    "kernel-rec": {
         "fwd": [("pass 1: QKᵀ", "r", True), ("pass 1: (d∘U)Hᵀ", "d", False),
                 ("pass 2: QKᵀ", "r", True), ("pass 2: (d∘U)Hᵀ", "d", False), ("PK", "r", True),
                 ("(ΣP)H", "d", False)],
@@ -62,11 +71,21 @@ PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
             ("kv: dOq Kᵀ", "r", True), ("kv: dSᵀ Q", "r", True), ("kv: Pᵀ dOq", "r", True),
             ("kv: (ΣdS)ᵀ dU", "d", False), ("kv: (ΣP)ᵀ dHs", "d", False)],
     },
+    "kernel": {
+        "fwd": [("G = (d∘U)Hᵀ full", "D", False), ("pass 1: QKᵀ", "r", True), ("pass 2: QKᵀ", "r", True),
+                ("PK", "r", True), ("(ΣP)H full", "D", False)],
+        "bwd": [("G full", "D", False), ("dHs Hᵀ full", "D", False),
+                ("a: QKᵀ", "r", True), ("a: dOq Kᵀ", "r", True), ("b: QKᵀ", "r", True),
+                ("b: dOq Kᵀ", "r", True), ("b: dS K", "r", True), ("kv: QKᵀ", "r", True),
+                ("kv: dOq Kᵀ", "r", True), ("kv: dSᵀ Q", "r", True), ("kv: Pᵀ dOq", "r", True), ("(ΣdS) H full", "D", False), ("(ΣdS)ᵀ dU full", "D", False),
+                ("(ΣP)ᵀ dHs full", "D", False)],
+    },
 }
 
 
 def width(code: str, r: int, d: int) -> int:
-    return {"r": r, "d": d, "rd": r + d}[code]
+    """the causal-product width of a product code; "D": a full (N × N) product, twice a causal one"""
+    return {"r": r, "d": d, "rd": r + d, "D": 2 * d}[code]
 
 
 def flops(name: str, phase: str, n: int, d: int, heads: int) -> float:
@@ -75,20 +94,41 @@ def flops(name: str, phase: str, n: int, d: int, heads: int) -> float:
     return sum(n * n * width(w, r, d) * (heads if per_head else 1) for _, w, per_head in PRODUCTS[name][phase])
 
 
-def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int) -> tuple[float, float]:
+def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes: int) -> float:
+    """Bytes the kernels move through their read-modify-write float32 accumulators and N × N buffers.
+
+    Every (owned tile, step tile) pair of a causal pass (N² / (2 · owned · step) of them) reads and
+    writes back the owned rows' accumulators, 8 B per float: forward oq (H·D_r = D per row); backward
+    dq, and in the key-tile kernel dk — with ``recompute`` also the D-wide hs, d(ud) and dh. The
+    ``kernel`` (materialised) instead reads the float32 G tile in 2 forward passes, G and dHs Hᵀ in 3
+    backward passes, writes Σ P (forward, backward) and Σ dS in ``nbytes``, and its matmuls write G
+    twice and dHs Hᵀ once (float32), read Σ P twice and Σ dS twice, and zero the three sum buffers."""
+    pairs = n * n / (2 * owned * step)
+    if name == "kernel-rec":
+        return pairs * 8 * d * owned * 6  # oq, hs | dq, d(ud) | dk, dh
+    if name == "kernel":
+        tile = owned * step
+        per_pair = 8 * d * owned * 3 + tile * (4 * 2 + 4 * 6 + nbytes * 3)
+        return pairs * per_pair + n * n * (4 * 3 + nbytes * (4 + 3))
+    return 0.0
+
+
+def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int,
+            kernel_tiles: tuple[int, int] = (16, 64)) -> tuple[float, float]:
     """(bytes moved by one training step's core, bytes of N² tensors kept for backward).
 
     Tile model: the per-token rows each formulation streams (Llama: K, V = 2D; per-head: every head's
     [k ; h] keys and values = 2H(D_r + D); CEM shared: K (all heads, D) + H (D)) are read once per
     causal query tile in every pass over the keys (Llama, per-head, blocked: forward + backward = 2;
-    kernel: forward 2 + backward 3), and the query-side rows (inputs, outputs and their gradients) are
-    moved three times. The blocked path also writes its float32 probabilities once and reads them once."""
+    kernels: forward 2 + backward 3), and the query-side rows (inputs, outputs and their gradients) are
+    moved three times. The blocked path also writes its float32 probabilities once and reads them once;
+    the kernels add :func:`accumulator_traffic` at their tiles ``kernel_tiles`` (owned, stepped)."""
     r = d // heads
     tiles = n / (2 * tile)  # causal: a key row is read by half the query tiles on average
-    row = {"llama": 2 * d, "per-head": 2 * heads * (r + d), "blocked": 2 * d, "kernel": 2 * d}[name]
-    q_side = {"llama": 2 * d, "per-head": 2 * heads * (r + d), "blocked": 4 * d, "kernel": 4 * d}[name]
-    passes = {"llama": 2, "per-head": 2, "blocked": 2, "kernel": 5}[name]
-    moved = n * nbytes * (3 * q_side + row * tiles * passes)
+    row = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 2 * d)
+    q_side = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 4 * d)
+    passes = {"llama": 2, "per-head": 2, "blocked": 2}.get(name, 5)
+    moved = n * nbytes * (3 * q_side + row * tiles * passes) + accumulator_traffic(name, n, d, *kernel_tiles, nbytes)
     kept = heads * n * n / 2 * 4 if name == "blocked" else 0.0
     return moved + 2 * kept, kept
 
@@ -101,23 +141,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tile", type=int, default=64, help="query tile of the flash-style passes")
     ap.add_argument("--bytes", type=int, default=2, help="bytes per element of q, k, h (2: bf16)")
     ap.add_argument("--mlp", type=int, default=2048, help="SwiGLU hidden size, for the rest of the layer")
+    ap.add_argument("--kernel-tiles", type=int, nargs=2, default=(16, 64), metavar=("OWNED", "STEP"),
+                    help="the kernels' block_m (rows a program owns) and block_n (rows it steps through)")
     a = ap.parse_args(argv)
     d, heads = a.dim, a.heads
     print(f"attention core of one layer, B = 1, causal, D = {d}, H = {heads}, D_r = {d // heads}, "
-          f"{a.bytes}-byte operands, query tile {a.tile}")
+          f"{a.bytes}-byte operands, query tile {a.tile}; kernels' tiles {a.kernel_tiles[0]} owned × "
+          f"{a.kernel_tiles[1]} stepped")
     for name, ph in PRODUCTS.items():
-        print(f"  {name:9s} fwd {len(ph['fwd'])} products, bwd {len(ph['bwd'])}: "
+        print(f"  {name:10s} fwd {len(ph['fwd'])} products, bwd {len(ph['bwd'])}: "
               + "; ".join(p for p, _, _ in ph["fwd"]) + " | " + "; ".join(p for p, _, _ in ph["bwd"]))
     print()
     print("| N | formulation | fwd GFLOP | train GFLOP | train × Llama | traffic GB | × Llama | kept N² GiB |")
     print("|---|---|---|---|---|---|---|---|")
     for n in a.ns:
         base_f = flops("llama", "fwd", n, d, heads) + flops("llama", "bwd", n, d, heads)
-        base_b, _ = traffic("llama", n, d, heads, a.tile, a.bytes)
+        base_b, _ = traffic("llama", n, d, heads, a.tile, a.bytes, a.kernel_tiles)
         for name in PRODUCTS:
             f = flops(name, "fwd", n, d, heads)
             t = f + flops(name, "bwd", n, d, heads)
-            moved, kept = traffic(name, n, d, heads, a.tile, a.bytes)
+            moved, kept = traffic(name, n, d, heads, a.tile, a.bytes, a.kernel_tiles)
             print(f"| {n} | {name} | {f / 1e9:.1f} | {t / 1e9:.1f} | {t / base_f:.2f} | {moved / 1e9:.2f} | "
                   f"{moved / base_b:.2f} | {kept / 2**30:.2f} |")
     print()
@@ -126,8 +169,14 @@ def main(argv: list[str] | None = None) -> None:
     for n in a.ns:
         rest = 6 * n * (4 * d * d + 3 * d * a.mlp)
         base = flops("llama", "fwd", n, d, heads) + flops("llama", "bwd", n, d, heads)
-        kern = flops("kernel", "fwd", n, d, heads) + flops("kernel", "bwd", n, d, heads)
-        print(f"  N = {n}: {rest / 1e9:.1f}; whole layer, kernel vs Llama: {(rest + kern) / (rest + base):.2f}x")
+        ratios = []
+        for name in ("kernel", "kernel-rec"):
+            kern = flops(name, "fwd", n, d, heads) + flops(name, "bwd", n, d, heads)
+            ratios.append(f"{name} vs Llama {(rest + kern) / (rest + base):.2f}x")
+        full = sum(n * n * width(w, d // heads, d) for ph in ("fwd", "bwd") for _, w, _ in PRODUCTS["kernel"][ph]
+                   if w == "D")
+        print(f"  N = {n}: {rest / 1e9:.1f}; whole layer, " + ", ".join(ratios)
+              + f" (kernel: {full / 1e9:.1f} GFLOP of it in batched matmuls)")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
-"""Tile sizes of the CEM attention kernel (issue 21): forward + backward time per (block_m, block_n,
-head_unroll).
+"""Launches of the CEM attention kernel (issue 21): forward + backward time per KernelTiles variant.
 
 ``energies/cem_kernel.cem_attention`` at one layer's shapes of the GPT-2-small model of
 ``benchmarks/gpu_lm.py`` (B 8, H 12, R 64, D 768, causal, ALiBi and self bias, the head-summed h
-read-out — full CEM T=1's call), bf16 operands: every tile pair (× every head-loop unroll factor) is
-timed forward + backward, the variants interleaved and repeated (median [min, max] ms, and the ratio to
-the default — 16 × 16, head loop not unrolled, 4 warps — per repeat). A variant that Triton cannot build (shared
-memory, registers) is listed with the error's first line.
+read-out — full CEM T=1's call), bf16 operands: every variant — tile pair (block_m owned × block_n
+stepped, optionally with its own warps) × head-loop unroll factor × how the shared products are formed
+(``shared``: materialised by batched matmuls or recomputed in the kernels) — is timed forward +
+backward, the variants interleaved and repeated (median [min, max] ms, and the ratio per repeat to the
+library's default launch, KernelTiles()). A variant that Triton cannot build (shared memory,
+registers) is listed with the error's first line.
 
 Usage (GPU):  python benchmarks/cem_tiles.py --out docs/results/cem/gpu_tiles.md [--n 1024] [--batch 8]
-              [--head-unroll 1,2] [--block-d 64] [--num-warps 4] [--num-stages 1]   # the rest (KernelTiles)
+              [--tiles 16x16,16x64,32x64w8] [--head-unroll 1,2] [--shared materialize,recompute]
+              [--block-d 64] [--num-warps 4] [--num-stages 1]   # the rest of the launch (KernelTiles)
               python benchmarks/cem_tiles.py --tiny   # CPU smoke run through Triton's interpreter
 """
 
@@ -21,6 +23,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -28,18 +31,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_throughput import median, pick_device  # noqa: E402
 
 # the launches that compile under the 255-register cap at GPT-2 small (docs/cem.md, "Registers"), and 64 × 64
-DEFAULT_TILES = "16x16,16x32,32x32,16x64,32x64w8,64x32,64x64w8"
+DEFAULT_TILES = "16x16,16x32,32x32,16x64,32x64w8,16x128,64x64w8"
 
 
-def parse_tiles(spec: str, head_unroll: str, num_warps: int) -> list[tuple[int, int, int, int]]:
-    """(block_m, block_n, head_unroll, num_warps) per variant: ``MxN`` or ``MxNwW`` (W warps for this
-    pair; else ``num_warps``), each with every head_unroll value of the comma list ``head_unroll``."""
+class Variant(NamedTuple):
+    block_m: int
+    block_n: int
+    head_unroll: int
+    num_warps: int
+    shared: str
+
+    def label(self) -> str:
+        return f"| {self.block_m}×{self.block_n} | {self.head_unroll} | {self.num_warps} | {self.shared} |"
+
+
+def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "materialize") -> list[Variant]:
+    """Variants: every ``MxN`` or ``MxNwW`` (W warps for this pair; else ``num_warps``) of the comma list
+    ``spec``, with every head_unroll value and every ``shared`` value of their comma lists."""
     out = []
     for t in spec.split(","):
         m = re.fullmatch(r"(\d+)x(\d+)(?:w(\d+))?", t.strip())
         if m is None:
             raise SystemExit(f"--tiles: {t!r} is not MxN or MxNwW (e.g. 32x64w8)")
-        out += [(int(m[1]), int(m[2]), int(u), int(m[3] or num_warps)) for u in head_unroll.split(",")]
+        out += [Variant(int(m[1]), int(m[2]), int(u), int(m[3] or num_warps), s)
+                for u in head_unroll.split(",") for s in shared.split(",")]
     return out
 
 
@@ -64,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--tiles", default=DEFAULT_TILES, help="comma-separated MxN or MxNwW (W warps) tile pairs")
     ap.add_argument("--head-unroll", default="1", help="comma-separated KernelTiles.head_unroll values")
-    ap.add_argument("--block-d", type=int, default=64, help="D chunk of every pair (KernelTiles.block_d)")
+    ap.add_argument("--shared", default="materialize", help="comma-separated KernelTiles.shared values")
+    ap.add_argument("--block-d", type=int, default=64, help="D chunk of every variant (KernelTiles.block_d)")
     ap.add_argument("--num-warps", type=int, default=4)
     ap.add_argument("--num-stages", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
@@ -73,64 +89,66 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.tiny:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        a.n, a.batch, a.heads, a.dim, a.repeats, a.tiles, a.head_unroll = 16, 1, 2, 32, 1, "16x16,16x32w2", "1,2"
-    from energyformer.energies.cem_kernel import cem_attention
+        a.n, a.batch, a.heads, a.dim, a.repeats = 16, 1, 2, 32, 1
+        a.tiles, a.head_unroll, a.shared = "16x64,16x32w2", "1,2", "materialize,recompute"
+    from energyformer.energies.cem_kernel import KernelTiles, cem_attention
 
     device = pick_device()
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     r = a.dim // a.heads
     q, k, ud, hm, slopes, delta = inputs(a.batch, a.heads, a.n, r, a.dim, dtype, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    tiles = parse_tiles(a.tiles, a.head_unroll, a.num_warps)
+    variants = parse_tiles(a.tiles, a.head_unroll, a.num_warps, a.shared)
+    lib = KernelTiles()
+    default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared)
 
-    def call(bm: int, bn: int, hu: int, warps: int) -> None:
+    def call(v: Variant) -> None:
         oq, hs, _, _ = cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=None, causal=True,
-                                     offset=0, h_mode="sum", block_m=bm, block_n=bn, block_d=a.block_d,
-                                     num_warps=warps, num_stages=a.num_stages, head_unroll=hu)
+                                     offset=0, h_mode="sum", block_d=a.block_d, num_stages=a.num_stages,
+                                     **v._asdict())
         (oq.float().sum() + hs.float().sum()).backward()
 
-    failed: dict[tuple[int, int, int, int], str] = {}
-    for t in tiles:   # build (compile) each pair once, untimed; said as it goes (a cut run keeps it)
+    failed: dict[Variant, str] = {}
+    for v in variants:   # build (compile) each variant once, untimed; said as it goes (a cut run keeps it)
         t0 = time.perf_counter()
         try:
-            call(*t)
+            call(v)
             sync()
         except Exception as err:  # noqa: BLE001  (Triton's resource errors have no common base)
-            failed[t] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:160]
-        print(f"built {t[0]}x{t[1]} head_unroll {t[2]} {t[3]} warps in {time.perf_counter() - t0:.1f}s: "
-              f"{failed.get(t, 'ok')}", flush=True)
-    ok = [t for t in tiles if t not in failed]
-    times: dict[tuple[int, int, int, int], list[float]] = {t: [] for t in ok}
+            failed[v] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:160]
+        print(f"built {v} in {time.perf_counter() - t0:.1f}s: {failed.get(v, 'ok')}", flush=True)
+    ok = [v for v in variants if v not in failed]
+    times: dict[Variant, list[float]] = {v: [] for v in ok}
     for rep in range(a.repeats):
-        for t in ok[rep % len(ok):] + ok[:rep % len(ok)] if ok else []:
+        for v in ok[rep % len(ok):] + ok[:rep % len(ok)] if ok else []:
             sync()
             t0 = time.perf_counter()
-            call(*t)
+            call(v)
             sync()
-            times[t].append(time.perf_counter() - t0)
+            times[v].append(time.perf_counter() - t0)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)"
     lines = [f"device: {device.type} ({name}); torch {torch.__version__}",
              f"cem_attention forward + backward, B={a.batch} H={a.heads} N={a.n} R={r} D={a.dim}, {dtype}, causal, "
-             f"ALiBi + self bias, h read-out 'sum'; block_d {a.block_d}, {a.num_stages} "
-             f"stage(s); {a.repeats} interleaved repeats after one untimed build", "",
-             "| block_m × block_n | head_unroll | warps | ms, median [min, max] "
+             f"ALiBi + self bias, h read-out 'sum'; block_d {a.block_d}, {a.num_stages} stage(s); {a.repeats} "
+             f"interleaved repeats after one untimed build; ratios to the default launch {default.label()}", "",
+             "| block_m × block_n | head_unroll | warps | shared | ms, median [min, max] "
              "| × default time, median [min, max] |",
-             "|---|---|---|---|---|"]
-    base = times.get((16, 16, 1, 4))
-    for t in tiles:
-        if t in failed:
-            lines.append(f"| {t[0]}×{t[1]} | {t[2]} | {t[3]} | not built: {failed[t]} | — |")
+             "|---|---|---|---|---|---|"]
+    base = times.get(default)
+    for v in variants:
+        if v in failed:
+            lines.append(f"{v.label()} not built: {failed[v]} | — |")
             continue
-        ts = times[t]
+        ts = times[v]
         rel = "—" if not base else (lambda rs: f"{median(rs):.2f} [{min(rs):.2f}, {max(rs):.2f}]")(
             [x / y for x, y in zip(ts, base)])
         ms = f"{1e3 * median(ts):.2f} [{1e3 * min(ts):.2f}, {1e3 * max(ts):.2f}]"
-        lines.append(f"| {t[0]}×{t[1]} | {t[2]} | {t[3]} | {ms} | {rel} |")
+        lines.append(f"{v.label()} {ms} | {rel} |")
     text = "\n".join(lines)
     print(text, flush=True)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text("# CEM kernel tile sizes (`python benchmarks/cem_tiles.py`)\n\n" + text + "\n")
+        a.out.write_text("# CEM kernel launches (`python benchmarks/cem_tiles.py`)\n\n" + text + "\n")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ For each setting (sequence length N × batch B), precision (bf16 autocast, fp32)
 
 Models (built with ``benchmarks/lm_throughput.py``'s helpers): the Llama baseline, CEM attention T=1 +
 Llama MLP, full CEM T=1 (``attn_path: auto``: the Triton kernel on CUDA when triton is installed,
-otherwise the blocked path), full CEM T=1 forced onto the blocked and the fused paths, and the CEM
+otherwise the blocked path), the same with the kernel recomputing the products its heads share
+(``attn_kernel.shared: recompute``; the default materialises them with batched matmuls; on CPU the
+same blocked path as auto), full CEM T=1 forced onto the blocked and the fused paths, and the CEM
 paper configuration (T=2, diagonal + low-rank per-head preconditioners; ``auto``, so the kernel on
 CUDA). A model that runs out of memory is reported as OOM and left out of
 the later repeats.
@@ -55,6 +57,8 @@ def models() -> dict[str, BlockConfig]:
         BASE: BlockConfig(),
         "CEM attention T=1 + Llama MLP": BlockConfig(attention="cem"),
         "full CEM T=1 (auto path)": BlockConfig(attention="cem", mlp="cem"),
+        "full CEM T=1, kernel recomputing shared products": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"shared": "recompute"}), mlp="cem"),
         "full CEM T=1, blocked path": BlockConfig(attention=CEMAttentionConfig(attn_path="blocked"), mlp="cem"),
         "full CEM T=1, fused path": BlockConfig(attention=CEMAttentionConfig(attn_path="fused"), mlp="cem"),
         "paper configuration (T=2, D+LR)": BlockConfig(attention=CEMAttentionConfig(**paper),

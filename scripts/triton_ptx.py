@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))  # this checkout's energyformer, whatever 
 import triton.language as tl  # noqa: E402
 
 from energyformer.energies.cem_compile import KERNELS, compile_kernel, load_kernels  # noqa: E402
+from energyformer.energies.cem_kernel import kernel_meta  # noqa: E402
 
 KERNEL = "src/energyformer/energies/cem_triton.py"
 
@@ -67,7 +68,7 @@ def compile_all(path: Path, confs: list[dict], arch: int, num_stages: int) -> di
     out = {}
     for i, conf in enumerate(confs):
         for name in KERNELS:
-            kern = compile_kernel(mod, name, conf["meta"], conf["dtype"], arch=arch, num_warps=4,
+            kern = compile_kernel(mod, name, kernel_meta(conf["meta"], name), conf["dtype"], arch=arch, num_warps=4,
                                   num_stages=num_stages)
             out[f"{i:02d}{name}"] = _ptx_body(kern.asm["ptx"])
     return out

@@ -29,15 +29,18 @@ def test_hyperset_gpu_tiny_prints_every_model_and_writes_the_page(tmp_path, caps
     assert out.read_text().startswith("# Hyper-SET vs the looped transformer") and "| Hyper-SET | " in out.read_text()
 
 
-def test_cem_tiles_tiny_times_each_tile_pair_through_the_interpreter(tmp_path, capsys):
+def test_cem_tiles_tiny_times_each_variant_through_the_interpreter(tmp_path, capsys):
     pytest.importorskip("triton")
     bench = _load("cem_tiles")
     out = tmp_path / "tiles.md"
     bench.main(["--tiny", "--out", str(out)])
     text = capsys.readouterr().out
-    for row in ("| 16×16 | 1 | 4 | ", "| 16×16 | 2 | 4 | ", "| 16×32 | 1 | 2 | ", "| 16×32 | 2 | 2 | "):
-        assert row in text, row
-    assert "not built" not in text and "| 16×16 | 1 | 4 | " in out.read_text()
-    assert bench.parse_tiles("32x64w8,16x16", "1", 4) == [(32, 64, 1, 8), (16, 16, 1, 4)]
+    rows = [line for line in text.splitlines() if line.startswith("| 16×")]
+    assert len(rows) == 8 and "not built" not in text  # 2 tile pairs × 2 unroll factors × 2 shared forms
+    assert "| 16×64 | 1 | 4 | materialize | " in text and "| 16×32 | 2 | 2 | recompute | " in text
+    default = next(r for r in rows if r.startswith("| 16×64 | 1 | 4 | materialize | "))
+    assert default.endswith("| 1.00 [1.00, 1.00] |")  # the ratio column is against the library default
+    assert "| 16×64 | 1 | 4 | materialize | " in out.read_text()
+    assert bench.parse_tiles("32x64w8,16x16", "1", 4) == [(32, 64, 1, 8, "materialize"), (16, 16, 1, 4, "materialize")]
     with pytest.raises(SystemExit, match="32by64"):
         bench.parse_tiles("32by64", "1", 4)

@@ -45,38 +45,59 @@ def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x):
     return p @ k, hs, None if x is None else p @ x, s.logsumexp(-1)
 
 
+#: h read-out × how the shared products are formed (KernelTiles.shared; 'stack' always recomputes)
+MODES = {"sum": ("sum", "materialize"), "sum-recompute": ("sum", "recompute"), "stack": ("stack", "materialize")}
+
+
 @interpreted
-@pytest.mark.parametrize("mode", ["sum", "stack"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("causal,masked,nq,nk", [
     (True, False, 7, 7), (True, True, 7, 7), (False, True, 7, 7), (False, False, 20, 20),
     (True, True, 3, 10), (True, False, 1, 9)])
 def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
-    """'sum': the head-summed h read-out; 'stack': per-head factors c_k and extra value columns x_k."""
-    _check_function_against_dense(causal, masked, nq, nk, mode, D=10)
+    """'sum': the head-summed h read-out, its shared products materialised or recomputed in the kernels;
+    'stack': per-head factors c_k and extra value columns x_k."""
+    _check_function_against_dense(causal, masked, nq, nk, *MODES[mode], D=10)
 
 
 @interpreted
-@pytest.mark.parametrize("mode", ["sum", "stack"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("causal,nq,nk,tiles", [
     (True, 5, 12, {}), (False, 20, 20, dict(block_m=32)), (True, 20, 20, dict(block_n=32, num_stages=3)),
     (True, 20, 20, dict(head_unroll=2))])
 def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mode):
     """D = 40 in chunks of block_d = 16 (16 + 16 + a masked 8: every D-wide product and gradient is
     summed or written chunk by chunk), with query and key tiles of different sizes."""
-    _check_function_against_dense(causal, True, nq, nk, mode, D=40, block_d=16, **tiles)
+    _check_function_against_dense(causal, True, nq, nk, *MODES[mode], D=40, block_d=16, **tiles)
+
+
+def test_shared_products_are_materialised_where_there_are_any():
+    """KernelTiles.shared = 'materialize' takes effect with a shared diagonal or the head-summed read-out,
+    never with per-head factors ('stack': one D-wide product per head)."""
+    import triton.language as tl
+
+    q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
+
+    def mat(has_g, hmode, shared="materialize"):
+        return cem_kernel._launch_args(tl, q, hm, None, True, has_g, hmode, True, True, False,
+                                       cem_kernel.KernelTiles(shared=shared))["MAT"]
+
+    assert mat(True, "none") and mat(False, "sum") and mat(True, "sum")
+    assert not mat(False, "none") and not mat(True, "stack") and not mat(True, "sum", "recompute")
 
 
 def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
     config_error_says(cem_kernel.KernelTiles, {"block_d": 48}, ["block_d", "48", "16"])
     config_error_says(cem_kernel.KernelTiles, {"num_stages": 0}, ["num_stages", "0", "1"])
     config_error_says(cem_kernel.KernelTiles, {"head_unroll": 3}, ["head_unroll", "3", "1"])
+    config_error_says(cem_kernel.KernelTiles, {"shared": "cache"}, ["shared", "cache", "materialize"])
     with pytest.raises(ConfigError, match="block_m"):
         z = torch.zeros(1, 1, 4, 4)
         cem_kernel.cem_attention(z, z, None, None, slopes=None, delta=None, key_mask=None, causal=True,
                                  offset=0, block_m=24)
 
 
-def _check_function_against_dense(causal, masked, nq, nk, mode, D, **tiles):
+def _check_function_against_dense(causal, masked, nq, nk, mode, shared, D, **tiles):
     g = torch.Generator().manual_seed(nq + nk)
     B, H, R = 2, 3, 4
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
@@ -85,7 +106,7 @@ def _check_function_against_dense(causal, masked, nq, nk, mode, D, **tiles):
     slopes = torch.rand(H, generator=g, dtype=torch.float64)
     key_mask = torch.rand(B, nk, generator=g) > 0.3 if masked else None
     got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask,
-                                   causal=causal, offset=nk - nq, h_mode=mode, c=c, x=x, **tiles)
+                                   causal=causal, offset=nk - nq, h_mode=mode, c=c, x=x, shared=shared, **tiles)
     ref = _dense(q, k, ud, hm, slopes, delta, key_mask, causal, nk - nq, c, x)
     assert (got[2] is None) == (ref[2] is None)
     got, ref = [o for o in got if o is not None], [o for o in ref if o is not None]
@@ -105,6 +126,7 @@ COVERED = [
     dict(precond="diag_low_rank", precond_rank=3, steps=2, masked=True),  # the paper's per-head D+LR bank
     dict(precond="diagonal", causal=False),
     dict(learn_step_size=True, step_size=0.7, norm={"in_loop": False, "init": "normalized"}),
+    dict(steps=2, masked=True, attn_kernel={"shared": "recompute", "block_n": 32}),
 ]
 
 
@@ -119,6 +141,17 @@ def test_kernel_path_equals_fused_reference_float64(opts):
     mask = MASK7 if masked else None
     assert blk.energy.prepare(blk.norm(x), mask=mask).path == "kernel"
     assert_same_block(blk, ref_blk, x, mask)
+
+
+@interpreted
+def test_block_config_attn_kernel_reaches_the_launch(monkeypatch):
+    seen = []
+    real = cem_kernel.cem_attention
+    monkeypatch.setattr(cem_kernel, "cem_attention", lambda *a, **kw: seen.append(kw) or real(*a, **kw))
+    blk = CEMAttention(16, 4, CEMAttentionConfig(attn_path="kernel", attn_kernel={"shared": "recompute",
+                                                                                  "block_m": 32}))
+    blk(torch.randn(1, 5, 16))
+    assert seen and all(kw["shared"] == "recompute" and kw["block_m"] == 32 for kw in seen)
 
 
 @interpreted
@@ -160,7 +193,7 @@ def _dense_low(q, k, ud, hm, slopes, delta, c, x):
 
 
 @interpreted
-@pytest.mark.parametrize("mode", ["sum", "stack"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("scale", [1e-2, 1.0, 1e2, 1e4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kernel_low_precision_within_dtype_tolerance(dtype, scale, mode):
@@ -172,6 +205,7 @@ def test_kernel_low_precision_within_dtype_tolerance(dtype, scale, mode):
     B, H, R, D, N = 2, 3, 4, 10, 9
     r = lambda *s: (torch.randn(*s, generator=g) * scale ** 0.5).to(dtype)  # noqa: E731
     ops = [r(B, H, N, R), r(B, H, N, R), r(B, N, D), r(B, N, D), torch.randn(H, generator=g).to(dtype)]
+    mode, shared = MODES[mode]
     if mode == "stack":
         ops += [torch.randn(H, D, generator=g).to(dtype).float(), torch.randn(B, H, N, 6, generator=g).to(dtype)]
     slopes = torch.rand(H, generator=g)
@@ -180,7 +214,7 @@ def test_kernel_low_precision_within_dtype_tolerance(dtype, scale, mode):
     def kernel(v):
         c, x = c_x(v)
         out = cem_kernel.cem_attention(v[0], v[1], v[2], v[3], delta=v[4], slopes=slopes, key_mask=None,
-                                       causal=True, offset=0, h_mode=mode, c=c, x=x)
+                                       causal=True, offset=0, h_mode=mode, c=c, x=x, shared=shared)
         return [o for o in out[:3] if o is not None]
 
     res, w = {}, None
@@ -256,12 +290,13 @@ def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mode", ["sum", "stack"])
+@pytest.mark.parametrize("mode", MODES)
 def test_compiled_kernel_function_equals_dense_on_cuda(mode):
     """Every feature of the compiled kernel in float32 (IEEE products) vs the dense float64 reference:
     bidirectional with key padding and causal at an offset, h read-outs, c and x, all gradients."""
     g = torch.Generator().manual_seed(1)
     B, H, R, D = 2, 4, 64, 256
+    mode, shared = MODES[mode]
     for causal, nq, nk in ((False, 70, 70), (True, 33, 90)):
         t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
         ins64 = [t(B, H, nq, R) / 8, t(B, H, nk, R), t(B, nq, D) / 16, t(B, nk, D), t(H)]
@@ -277,7 +312,7 @@ def test_compiled_kernel_function_equals_dense_on_cuda(mode):
             cc, xx = (v[5], v[6]) if mode == "stack" else (None, None)
             return cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes.to(dev), delta=delta,
                                             key_mask=key_mask.to(dev), causal=causal, offset=nk - nq,
-                                            h_mode=mode, c=cc, x=xx)
+                                            h_mode=mode, c=cc, x=xx, shared=shared)
 
         got = [o for o in call(ins32, "cuda") if o is not None]
         ref = [o for o in _dense(*ins64[:4], slopes, ins64[4], key_mask, causal, nk - nq,

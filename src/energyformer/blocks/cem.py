@@ -31,6 +31,7 @@ from ..core.block import EnergyBlock
 from ..core.norm import NORMS, RMSNormConfig
 from ..core.solver import SOLVERS, GDConfig
 from ..core.sublayer import DescentConfig
+from ..energies.cem_kernel import KernelTiles
 from ..energies.elementwise import ElementwiseEnergy
 from ..energies.interaction import InteractionEnergy
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, llama_hidden
@@ -80,6 +81,10 @@ class CEMAttentionConfig(AttentionConfig, DescentConfig):
     attn_fp32: bool = False
     """keep the blocked path's products in float32 under autocast (default: bf16 products, float32
     bias and softmax); the fused path is always float32"""
+    attn_kernel: KernelTiles = Field(default_factory=KernelTiles)
+    """launch of the 'kernel' path: tiles, warps, pipelining stages, head-loop unrolling and whether the
+    products shared by the heads are materialised (energies/cem_kernel.py, docs/cem.md); never changes
+    the result beyond rounding"""
 
     @classmethod
     def examples(cls) -> list[dict]:
@@ -116,7 +121,7 @@ class CEMAttention(EnergyBlock):
             dim, heads, diagonal=cfg.diagonal, alibi=cfg.alibi, self_bias=cfg.self_bias,
             temperature=cfg.temperature, attn_fp32=cfg.attn_fp32, causal=causal,
             diagonal_readout=cfg.diagonal_readout, attn_path=cfg.attn_path,
-            attn_memory_mb=cfg.attn_memory_mb, attn_block=cfg.attn_block)
+            attn_memory_mb=cfg.attn_memory_mb, attn_block=cfg.attn_block, attn_kernel=cfg.attn_kernel)
         super().__init__(energy, **self.config_args(cfg, dim, heads, name="attention"))
         self.cfg = cfg
 

@@ -30,7 +30,7 @@ from pathlib import Path
 KERNELS = ("_fwd", "_bwd_q", "_bwd_kv")
 SHARED_LIMIT_SM90 = 232_448  # bytes of shared memory one block may use on H100 / H200 (227 KiB)
 ACC_BUFFERS = {"SLOPES", "DELTA", "C", "M", "L", "LSE", "DLT", "OQ", "HS", "OX", "DQ", "DUD", "DDIAG", "DK",
-               "DH", "DX", "DC"}  # float32 (the accumulation dtype) whatever the operands' dtype
+               "DH", "DX", "DC", "G", "GH"}  # float32 (the accumulation dtype) whatever the operands' dtype
 
 
 def signature(fn, constexprs: dict, dtype: str) -> dict:
@@ -197,12 +197,14 @@ def main(argv: list[str] | None = None) -> None:
     if err is not None:
         print(json.dumps(dict(unavailable=err)), flush=True)
         return
+    from .cem_kernel import kernel_meta
+
     mod = load_kernels(a.kernel_file)
     for case, kw in json.loads(a.cases).items():
         meta = launch_meta(**kw)
         opts = dict(num_warps=meta.pop("num_warps"), num_stages=meta.pop("num_stages"))
         for name in a.kernels.split(","):
-            k = compile_kernel(mod, name, meta, kw.get("dtype", "bf16"), **opts)
+            k = compile_kernel(mod, name, kernel_meta(meta, name), kw.get("dtype", "bf16"), **opts)
             usage = {} if a.no_registers else ptxas_usage(k)
             print(json.dumps(dict(case=case, kernel=name, shared=k.metadata.shared, **usage)), flush=True)
 

@@ -39,6 +39,7 @@ D; the launch (tiles, warps, pipelining stages) is a :class:`KernelTiles`, not y
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -91,13 +92,17 @@ class KernelTiles(ConfigModel):
     "shared memory"). Every tile is zero-padded, so any N and D work with any choice; the choice changes
     speed, rounding order and the per-block shared memory (227 KiB on H100/H200), never the result's
     meaning. The defaults fit every kernel in under half of that at any D (measured at D 768 and
-    2,048, triton 3.6 and 3.9: ``tests/energies/test_cem_compile.py``); they are not yet tuned for
-    speed on any GPU (``benchmarks/cem_tiles.py`` times the choices)."""
+    2,048, triton 3.9: ``tests/energies/test_cem_compile.py``), under the 255-register cap, and are
+    chosen by the traffic model of ``benchmarks/cem_flops.py``; they are not yet timed on any GPU
+    (``benchmarks/cem_tiles.py`` times the choices)."""
 
     block_m: Tile = 16
-    """queries per program (BM)"""
-    block_n: Tile = 16
-    """keys per inner step (BN)"""
+    """rows each program owns: queries in ``_fwd`` and ``_bwd_q``, keys in ``_bwd_kv`` (its BN)"""
+    block_n: Tile = 64
+    """rows each program steps through: keys in ``_fwd`` and ``_bwd_q``, queries in ``_bwd_kv`` (its BM).
+    Every step reads and adds back the program's per-head float32 accumulators (oq, dq or dk: H·R
+    floats per owned row), so their traffic falls as 1/block_n in all three kernels; 64 (with
+    ``block_m`` 16, 4 warps): at most 203 registers and no spills at GPT-2 small (docs/cem.md)"""
     block_d: Literal[16, 32, 64, 128, 256] = 64
     """columns of D per chunk (BD) of the D-wide products (ud Hᵀ, (Σ_k P_k) H, the gradients'): shared
     memory and registers grow with it, not with D"""
@@ -106,6 +111,14 @@ class KernelTiles(ConfigModel):
     num_stages: int = Field(1, ge=1, le=4)
     """Triton's software-pipelining stages (buffers per prefetched load); 1: no prefetch. Triton's
     default of 3 multiplied the D-wide tiles' buffers before the D chunking (issue 21)"""
+    shared: Literal["materialize", "recompute"] = "materialize"
+    """how the D-wide products shared by the heads are formed (docs/cem.md, "materialised shared tiles").
+    'materialize' (recommended): one batched matmul each — G = ud Hᵀ and, in backward, dHs Hᵀ as
+    (B, Nq, Nk) tensors in the accumulation dtype, which the kernels read per tile; the kernels store the
+    head sums Σ_k P_k and Σ_k dS_k per tile in the operand dtype, and (Σ_k P_k) H, d(ud) and dh are
+    matmuls — 3 + 5 products of N·N·D instead of 8 + 4 in the kernels' D chunks, at 4-12 B of transient
+    memory per (query, key) pair (not per head). 'recompute': every product in the kernels, in
+    ``block_d`` chunks; no N×N tensor at all. Per-head factors (h_mode 'stack') always recompute."""
     head_unroll: Literal[1, 2, 4] = 1
     """how many heads one turn of each kernel's head loop handles (Triton's ``loop_unroll_factor``);
     1 (recommended): a loop whose head is a runtime index. Registers per thread at GPT-2 small, bf16,
@@ -119,17 +132,55 @@ HMODES = {"none": 0, "sum": 1, "stack": 2}
 
 def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: bool, has_g: bool, hmode: str,
                  alibi: bool, delta: bool, kmask: bool, tiles: KernelTiles) -> dict:
-    """The kernels' constexpr arguments, and Triton's launch options num_warps and num_stages."""
+    """The kernels' constexpr arguments, and Triton's launch options num_warps and num_stages. MAT:
+    the shared products are materialised (``tiles.shared``; only where there is one, never with
+    per-head factors)."""
     B, H, nq, R = q.shape
     D = 1 if hm is None else hm.shape[-1]
     E = 1 if x is None else x.shape[-1]
     acc = tl.float64 if q.dtype == torch.float64 else tl.float32
     return dict(H=H, R=R, D=D, E=E, RP=_pow2(R), BD=min(tiles.block_d, _pow2(D)), EP=_pow2(E), HP=_pow2(H, 2),
                 BM=tiles.block_m, BN=tiles.block_n, HU=tiles.head_unroll, num_warps=tiles.num_warps,
+                MAT=tiles.shared == "materialize" and hmode != "stack" and (has_g or hmode == "sum"),
                 num_stages=tiles.num_stages,
                 CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
                 HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
+
+
+@contextlib.contextmanager
+def _ieee_matmul():
+    """float32 matmuls in IEEE float32 (no TF32, whatever the process set): the kernels' own products
+    are IEEE, and TF32's 10-bit mantissa would cost 1e-3 of a logit."""
+    if not torch.cuda.is_available():
+        yield
+        return
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def _mm_acc(a: Tensor, b: Tensor, acc: torch.dtype) -> Tensor:
+    """Batched a @ b (B, n, k) @ (B, k, m) with the operands' products summed in ``acc`` (float32 for
+    16-bit operands, as the kernels' MMA; the operands themselves are not rounded). On CUDA 16-bit
+    operands go through torch.bmm's ``out_dtype``; elsewhere, or without it, they are upcast first
+    (exact: a product of two 16-bit floats fits float32)."""
+    if a.dtype != acc and a.is_cuda:
+        try:
+            return torch.bmm(a, b, out_dtype=acc)
+        except (RuntimeError, TypeError):  # a torch without bmm's out_dtype
+            pass
+    with _ieee_matmul():
+        return torch.bmm(a.to(acc), b.to(acc))
+
+
+def kernel_meta(meta: dict, name: str) -> dict:
+    """``meta`` (:func:`_launch_args`) for kernel ``name``: ``_bwd_kv`` owns key tiles and steps through
+    queries, so its BN (keys owned) is ``block_m`` and its BM (query step) ``block_n``."""
+    return dict(meta, BM=meta["BN"], BN=meta["BM"]) if name == "_bwd_kv" else meta
 
 
 class _CEMAttention(torch.autograd.Function):
@@ -146,12 +197,18 @@ class _CEMAttention(torch.autograd.Function):
                             delta is not None, kmask is not None, tiles)
         new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
         oq = new(B, H, nq, R)
-        hs = new(B, nq, meta["D"]) if hmode != "none" else dummy
+        hs = new(B, nq, meta["D"]) if hmode != "none" and not (meta["MAT"] and hmode == "sum") else dummy
         ox = new(B, H, nq, meta["E"]) if x is not None else dummy
         lse = torch.empty(B, H, nq, device=q.device, dtype=acc_dt)
         m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
         ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
-        kern._fwd[(-(-nq // meta["BM"]), B)](*ins, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
+        g = _mm_acc(ud, hm.mT, acc_dt) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
+        ps = (torch.zeros(B, nq, nk, device=q.device, dtype=q.dtype) if meta["MAT"] and hmode == "sum"
+              else dummy)                                                          # Σ_k P_k: (B, Nq, Nk)
+        kern._fwd[(-(-nq // meta["BM"]), B)](*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
+        del g
+        if meta["MAT"] and hmode == "sum":
+            hs = _mm_acc(ps, hm, acc_dt)  # (Σ_k P_k) H: (B, Nq, D)
         ctx.save_for_backward(q, k, ud, hm, x, c, delta, slopes, kmask, oq, ox, m, l)
         ctx.meta, ctx.offset, ctx.hmode = meta, offset, hmode
         return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse
@@ -176,14 +233,28 @@ class _CEMAttention(torch.autograd.Function):
         dh = new(hm.shape) if hm is not None else dummy
         dx = new(x.shape) if x is not None else dummy
         ddiag = new(B, H, nq) if delta is not None else dummy
-        n_kt = -(-nk // meta["BN"])
+        meta_kv = kernel_meta(meta, "_bwd_kv")
+        n_kt = -(-nk // meta_kv["BN"])
         dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" else dummy
-        ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
+        mat, hsum = meta["MAT"], hmode == "sum"
+        # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P
+        pair = functools.partial(torch.zeros, B, nq, nk, device=q.device, dtype=q.dtype)
+        g = _mm_acc(ud, hm.mT, acc_dt) if mat and ud is not None else dummy
+        gh = _mm_acc(ghs, hm.mT, acc_dt) if mat and hsum else dummy
+        dss = pair() if mat and ud is not None else dummy
+        ps = pair() if mat and hsum else dummy
+        ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)] + [g, gh]
         ins += [m, l, goq.to(q.dtype).contiguous(), ghs if hmode != "none" else dummy,
                 gox if x is not None else dummy, dlt.contiguous()]
         kern = _kernels(q.device.type != "cuda")
-        kern._bwd_q[(-(-nq // meta["BM"]), B)](*ins, dq, dud, ddiag, nq, nk, offset, **meta)
-        kern._bwd_kv[(n_kt, B)](*ins, dk, dh, dx, dc, nq, nk, offset, **meta)
+        kern._bwd_q[(-(-nq // meta["BM"]), B)](*ins, ps, dss, dq, dud, ddiag, nq, nk, offset, **meta)
+        kern._bwd_kv[(n_kt, B)](*ins, dk, dh, dx, dc, nq, nk, offset, **meta_kv)
+        del g, gh
+        if mat and ud is not None:  # d(ud) = (Σ_k dS_k) H;  dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs
+            dud = _mm_acc(dss, hm, acc_dt)
+            dh += _mm_acc(dss.mT, ud, acc_dt)
+        if mat and hsum:
+            dh += _mm_acc(ps.mT, ghs, acc_dt)
 
         def back(g, t):
             return None if t is None else g.to(t.dtype)
@@ -197,8 +268,8 @@ class _CEMAttention(torch.autograd.Function):
 def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *, slopes: Tensor | None,
                   delta: Tensor | None, key_mask: Tensor | None, causal: bool, offset: int,
                   h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
-                  block_m: int = 16, block_n: int = 16, block_d: int = 64, num_warps: int = 4,
-                  num_stages: int = 1, head_unroll: int = 1
+                  block_m: int = 16, block_n: int = 64, block_d: int = 64, num_warps: int = 4,
+                  num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize"
                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
 
@@ -208,9 +279,9 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
     x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
     hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
-    block_m … head_unroll: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it)."""
+    block_m … shared: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it)."""
     tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
-                        num_stages=num_stages, head_unroll=head_unroll)
+                        num_stages=num_stages, head_unroll=head_unroll, shared=shared)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")
@@ -252,6 +323,7 @@ def attend_kernel(e, u: Tensor, st, bs, plan, need_logz: bool):
         oq, hs, ox, lse = cem_attention(
             q, bs.k, ud, bs.h, slopes=e.slopes if e.alibi else None, delta=e.self_bias,
             key_mask=st.key_mask, causal=e.causal, offset=st.offset, h_mode=mode,
-            c=plan.c.to(torch.promote_types(bs.cdt, torch.float32)) if mode == "stack" else None, x=x)
+            c=plan.c.to(torch.promote_types(bs.cdt, torch.float32)) if mode == "stack" else None, x=x,
+            **e.attn_kernel.model_dump())
         hterm = hs * plan.c.to(hs.dtype) if mode == "sum" else hs  # 'sum': d ∘ ((Σ_k P_k) H): (B, Nq, D)
     return Averages(oq=oq, hterm=hterm, lowrank=ox, logz=lse if need_logz else None)

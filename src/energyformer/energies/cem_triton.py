@@ -141,17 +141,37 @@ def _row_state(M, L, DLT, hptr, hmask):
 
 
 @triton.jit
-def _shared(UD, GHS, HM, b, rows, cols, rmask, cmask, Nq, Nk, USE_G: tl.constexpr, USE_GH: tl.constexpr,
-            D: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr,
-            ACC: tl.constexpr, UPCAST: tl.constexpr):
-    """(G, Gh) (BM, BN), tiles every head shares, computed once per (query tile, key tile): the
-    shared-diagonal logits G = ud Hᵀ where USE_G and the read-out's Gh = dHs Hᵀ (the h part of every
-    head's dP_k) where USE_GH, else zeros; docs/cem.md, "what is shared across heads". The sums over D
-    run in chunks of BD columns (one (BM, BD) and one (BN, BD) tile at a time), so neither shared memory
-    nor registers grow with D (issue 21: D-wide tiles did not fit a GPU's shared memory at D = 768)."""
+def _pair_tile(ptr, b, rows, cols, rmask, cmask, Nq, Nk):
+    """the (BM, BN) tile at (rows, cols) of matrix b of a contiguous (B, Nq, Nk) tensor, zero-padded"""
+    return tl.load(ptr + (b * Nq + rows[:, None]) * Nk + cols[None, :], mask=rmask[:, None] & cmask[None, :],
+                   other=0.0)
+
+
+@triton.jit
+def _put_pair_tile(ptr, b, rows, cols, rmask, cmask, Nq, Nk, val):
+    """store val (BM, BN) at (rows, cols) of matrix b of a contiguous (B, Nq, Nk) tensor"""
+    tl.store(ptr + (b * Nq + rows[:, None]) * Nk + cols[None, :], val, mask=rmask[:, None] & cmask[None, :])
+
+
+@triton.jit
+def _shared(UD, GHS, HM, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, USE_G: tl.constexpr, USE_GH: tl.constexpr,
+            MAT: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+            PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """(G, Gh) (BM, BN), tiles every head shares, once per (query tile, key tile): the shared-diagonal
+    logits G = ud Hᵀ where USE_G and the read-out's Gh = dHs Hᵀ (the h part of every head's dP_k) where
+    USE_GH, else zeros; docs/cem.md, "what is shared across heads". MAT: loaded from the (B, Nq, Nk)
+    products G, GH (accumulation dtype) the launcher made with one batched matmul each. Else computed
+    here, the sums over D in chunks of BD columns (one (BM, BD) and one (BN, BD) tile at a time), so
+    neither shared memory nor registers grow with D (issue 21: D-wide tiles did not fit a GPU's shared
+    memory at D = 768)."""
     g = tl.zeros((BM, BN), ACC)
     gh = tl.zeros((BM, BN), ACC)
-    if USE_G or USE_GH:
+    if MAT:
+        if USE_G:
+            g = _pair_tile(G, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
+        if USE_GH:
+            gh = _pair_tile(GH, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
+    elif USE_G or USE_GH:
         for d0 in range(0, D, BD):
             hb = _tile_at(HM, b, cols, Nk, D, d0, BD, cmask)  # (BN, BD)
             if USE_G:
@@ -224,15 +244,16 @@ def _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows,
 
 
 @triton.jit
-def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk, offset,
+def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, L, Nq, Nk, offset,
          H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
          BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-         HU: tl.constexpr,
+         HU: tl.constexpr, MAT: tl.constexpr,
          CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
          HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
          ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per (query tile, batch row): pass 1 → lse, m, l; pass 2 → oq, hs (or hterm), ox (HS, OQ, OX
-    start at zero: each key tile adds to them)."""
+    start at zero: each key tile adds to them; MAT with the head-summed read-out: Σ_k P_k into PS
+    instead of hs)."""
     pid, b, rows, rmask = _query_tile(Nq, BM)
     hcol = tl.arange(0, HP)
     kend = _key_end(pid, Nk, offset, BM, CAUSAL)
@@ -243,8 +264,8 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
         # the shared-diagonal tile, once for all heads
-        g, _ = _shared(UD, UD, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, D, BD, BM, BN, PREC, ACC,
-                       UPCAST)
+        g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
+                       PREC, ACC, UPCAST)
         for hh in tl.range(0, H, loop_unroll_factor=HU):
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                                 H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
@@ -260,8 +281,8 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
     for start in range(0, kend, BN):  # pass 2: normalised probabilities
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        g, _ = _shared(UD, UD, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, D, BD, BM, BN, PREC, ACC,
-                       UPCAST)
+        g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
+                       PREC, ACC, UPCAST)
         psum = tl.zeros((BM, BN), ACC)
         for hh in tl.range(0, H, loop_unroll_factor=HU):
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
@@ -275,20 +296,24 @@ def _fwd(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, OQ, HS, OX, LSE, M, L, Nq, Nk
                 psum += p
             if HMODE == 2:  # per-head factors: Σ_k c_k ∘ (P_k H), one D-wide product per head
                 _add_wh(HS, HM, C, hh, b, rows, cols, rmask, cmask, Nq, Nk, p, True, D, BD, PREC, ACC, UPCAST)
-        if HMODE == 1:  # head-summed: (Σ_k P_k) H, one product
+        if HMODE == 1 and MAT:  # head-summed: Σ_k P_k stored; (Σ_k P_k) H is one matmul in the launcher
+            _put_pair_tile(PS, b, rows, cols, rmask, cmask, Nq, Nk, psum.to(PS.dtype.element_ty))
+        elif HMODE == 1:  # head-summed: (Σ_k P_k) H, one product
             _add_wh(HS, HM, C, 0, b, rows, cols, rmask, cmask, Nq, Nk, psum, False, D, BD, PREC, ACC, UPCAST)
 
 
 @triton.jit
-def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, DQ, DUD, DDIAG, Nq, Nk, offset,
+def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GOX, DLT, PS, DSS, DQ, DUD, DDIAG,
+           Nq, Nk, offset,
            H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
            BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-           HU: tl.constexpr,
+           HU: tl.constexpr, MAT: tl.constexpr,
            CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
            HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
            ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per query tile: Δ_k (added to DLT, which holds −g_lse), dq_k, d(ud), diag dS (self-bias gradient);
-    DQ and DUD start at zero."""
+    DQ and DUD start at zero. MAT: d(ud) is left to the launcher, which gets Σ_k dS_k (DSS) and Σ_k P_k
+    (PS) tile by tile instead."""
     pid, b, rows, rmask = _query_tile(Nq, BM)
     hcol = tl.arange(0, HP)
     hptr, hmask2 = _head_rows(b, rows, rmask, hcol, Nq, H)
@@ -304,8 +329,8 @@ def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, D
         tl.debug_barrier()
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        g, gh = _shared(UD, GHS, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, D, BD, BM, BN, PREC,
-                        ACC, UPCAST)
+        g, gh = _shared(UD, GHS, HM, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, MAT, D, BD,
+                        BM, BN, PREC, ACC, UPCAST)
         for hh in tl.range(0, H, loop_unroll_factor=HU):
             p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows, cols,
                                             rmask, cmask, g, gh, m_all, l_all, hcol, Nq, Nk, offset,
@@ -317,38 +342,48 @@ def _bwd_q(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, D
     for start in range(0, kend, BN):  # pass b
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        g, gh = _shared(UD, GHS, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, D, BD, BM, BN, PREC,
-                        ACC, UPCAST)
+        g, gh = _shared(UD, GHS, HM, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, MAT, D, BD,
+                        BM, BN, PREC, ACC, UPCAST)
         dssum = tl.zeros((BM, BN), ACC)
+        psum = tl.zeros((BM, BN), ACC)
         for hh in tl.range(0, H, loop_unroll_factor=HU):
             p, dp, qh, kh, goq = _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows, cols,
                                             rmask, cmask, g, gh, m_all, l_all, hcol, Nq, Nk, offset,
                                             H, R, D, E, RP, BD, EP, CAUSAL, HAS_G, HMODE, HAS_X, HAS_ALIBI,
                                             HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
             ds = p * (dp - _col(dlt, hcol, hh)[:, None])  # dS_k = P_k ∘ (dP_k − Δ_k)
+            if MAT and HMODE == 1:
+                psum += p
             _put(DQ, b * H + hh, rows, Nq, R, RP, rmask, _mm(ds.to(kh.dtype), kh, PREC, ACC, UPCAST), True)
             if HAS_DELTA:
                 on_diag = (offset + rows)[:, None] == cols[None, :]
                 ddg = _add_col(ddg, hcol, hh, tl.sum(tl.where(on_diag, ds, 0.0), 1))
             if HAS_G:
                 dssum += ds
-        if HAS_G:  # d(ud) = (Σ_k dS_k) H, one product
+        if MAT:  # Σ_k dS_k and Σ_k P_k stored: d(ud) and dh are matmuls in the launcher
+            if HAS_G:
+                _put_pair_tile(DSS, b, rows, cols, rmask, cmask, Nq, Nk, dssum.to(DSS.dtype.element_ty))
+            if HMODE == 1:
+                _put_pair_tile(PS, b, rows, cols, rmask, cmask, Nq, Nk, psum.to(PS.dtype.element_ty))
+        elif HAS_G:  # d(ud) = (Σ_k dS_k) H, one product
             _add_wh(DUD, HM, C, 0, b, rows, cols, rmask, cmask, Nq, Nk, dssum, False, D, BD, PREC, ACC, UPCAST)
     if HAS_DELTA:
         tl.store(DDIAG + hptr, ddg, mask=hmask2)
 
 
 @triton.jit
-def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, DK, DH, DX, DC, Nq, Nk, offset,
+def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GOX, DLT, DK, DH, DX, DC, Nq, Nk,
+            offset,
             H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
             BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-            HU: tl.constexpr,
+            HU: tl.constexpr, MAT: tl.constexpr,
             CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
             HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
             ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per key tile: dk_k = dS_kᵀ q_k + P_kᵀ dOq_k, dx_k = P_kᵀ dOx_k, dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs
-    (per-head factors: Σ_k (P_kᵀ dHs) ∘ c_k) and this tile's part of dc_k = Σ_j h_j ∘ (P_kᵀ dHs)_j. DK, DH,
-    DX, DC start at zero; the D-wide ones are updated in BD-column chunks."""
+    (per-head factors: Σ_k (P_kᵀ dHs) ∘ c_k; MAT: not here, from the sums ``_bwd_q`` stored) and this
+    tile's part of dc_k = Σ_j h_j ∘ (P_kᵀ dHs)_j. DK, DH, DX, DC start at zero; the D-wide ones are
+    updated in BD-column chunks."""
     pid = tl.program_id(0)
     b = tl.program_id(1)
     nt = tl.num_programs(0)
@@ -363,8 +398,8 @@ def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, 
         rmask = rows < Nq
         hptr, hmask2 = _head_rows(b, rows, rmask, hcol, Nq, H)
         m_all, l_all, dlt = _row_state(M, L, DLT, hptr, hmask2)
-        g, gh = _shared(UD, GHS, HM, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, D, BD, BM, BN, PREC,
-                        ACC, UPCAST)
+        g, gh = _shared(UD, GHS, HM, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, MAT, D, BD,
+                        BM, BN, PREC, ACC, UPCAST)
         dssum = tl.zeros((BM, BN), ACC)
         psum = tl.zeros((BM, BN), ACC)
         for hh in tl.range(0, H, loop_unroll_factor=HU):
@@ -380,9 +415,9 @@ def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, 
                 gox = _tile(GOX, b * H + hh, rows, Nq, E, EP, rmask)
                 _put(DX, b * H + hh, cols, Nk, E, EP, cmask, _mm(tl.trans(p.to(gox.dtype)), gox, PREC, ACC, UPCAST),
                      True)
-            if HAS_G:
+            if HAS_G and not MAT:
                 dssum += ds
-            if HMODE == 1:
+            if HMODE == 1 and not MAT:
                 psum += p
             if HMODE == 2:  # dh += (P_kᵀ dHs) ∘ c_k and dc_k += Σ_j h_j ∘ (P_kᵀ dHs)_j, chunk by chunk
                 for d0 in range(0, D, BD):
@@ -393,7 +428,7 @@ def _bwd_kv(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, M, L, GOQ, GHS, GOX, DLT, 
                     hb = _tile_at(HM, b, cols, Nk, D, d0, BD, cmask)              # (BN, BD)
                     pdc = DC + ((b * nt + pid) * H + hh) * D + dd  # DC: (B, tiles, H, D), summed by the caller
                     tl.store(pdc, tl.load(pdc, mask=dd < D, other=0.0) + tl.sum(t * hb.to(ACC), 0), mask=dd < D)
-        if HAS_G or HMODE == 1:  # dh += (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs, chunk by chunk
+        if (HAS_G or HMODE == 1) and not MAT:  # dh += (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs, chunk by chunk
             for d0 in range(0, D, BD):
                 v = tl.zeros((BN, BD), ACC)
                 if HAS_G:

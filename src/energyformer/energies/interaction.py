@@ -30,10 +30,12 @@ Evaluation paths (``attn_path``; :mod:`energyformer.energies.interaction_paths` 
     backward instead (live N² memory: one block), and when even one block of 16 queries does not
     fit, ``auto`` falls back to ``fused``.
   * ``kernel``: the flash-style Triton kernel of :mod:`energyformer.energies.cem_kernel` (no N×N
-    tensor; the shared-diagonal tile once per tile for all heads; its own backward). Covers a shared
-    or no diagonal, both read-outs and every preconditioner (per-head banks included); not
-    ``diagonal = per_head`` (an error under ``kernel``; ``auto`` then does not take it). On CPU it
-    runs through Triton's interpreter (tests only: slow).
+    tensor per head; the products every head shares — the diagonal's logits, the head-summed
+    read-out — once, by default as batched matmuls; its own backward). Covers a shared or no
+    diagonal, both read-outs and every preconditioner (per-head banks included); not
+    ``diagonal = per_head`` (an error under ``kernel``; ``auto`` then does not take it). Its launch is
+    ``attn_kernel`` (:class:`~.cem_kernel.KernelTiles`). On CPU it runs through Triton's interpreter
+    (tests only: slow).
   * ``auto`` (default): ``kernel`` on CUDA with triton installed (unless ``diagonal = per_head``);
     otherwise ``blocked`` within the memory budget, ``fused`` for decoding. (Measured with
     ``benchmarks/cem_attention.py``: blocked is faster than SDPA here even without a diagonal — x1.1
@@ -84,7 +86,7 @@ from ..core.constants import ExactConstant
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_float, check_int
-from .cem_kernel import attend_kernel, triton_available
+from .cem_kernel import KernelTiles, attend_kernel, triton_available
 from .interaction_paths import (
     Averages, BlockedState, FusedState, ValuePlan, attend_blocked, attend_fused, blocked_bytes,
     prepare_fused,
@@ -146,6 +148,7 @@ class InteractionEnergy(Energy):
         alibi: bool = True, self_bias: bool = True, temperature: float | str | None = None,
         attn_fp32: bool = False, causal: bool = True, diagonal_readout: str = "gradient",
         attn_path: str = "auto", attn_memory_mb: float = 512.0, attn_block: int = 128,
+        attn_kernel: KernelTiles | None = None,
     ):
         super().__init__()
         check_int("dim", dim, min=1)
@@ -184,6 +187,7 @@ class InteractionEnergy(Energy):
         self.readout = diagonal_readout
         self.exact = diagonal_readout == "gradient"  # Algorithm 1's read-out is not a gradient step
         self.attn_path, self.attn_memory_mb, self.attn_block = attn_path, float(attn_memory_mb), attn_block
+        self.attn_kernel = attn_kernel or KernelTiles()  # the kernel path's launch
         if attn_path == "kernel" and not triton_available():
             raise ValueError("attn_path = 'kernel' needs the triton package (pip install triton); "
                              "allowed without it: 'auto', 'fused', 'blocked'")
