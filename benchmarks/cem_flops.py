@@ -77,7 +77,8 @@ PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
         "bwd": [("G full", "D", False), ("dHs Hᵀ full", "D", False),
                 ("a: QKᵀ", "r", True), ("a: dOq Kᵀ", "r", True), ("b: QKᵀ", "r", True),
                 ("b: dOq Kᵀ", "r", True), ("b: dS K", "r", True), ("kv: QKᵀ", "r", True),
-                ("kv: dOq Kᵀ", "r", True), ("kv: dSᵀ Q", "r", True), ("kv: Pᵀ dOq", "r", True), ("(ΣdS) H full", "D", False), ("(ΣdS)ᵀ dU full", "D", False),
+                ("kv: dOq Kᵀ", "r", True), ("kv: dSᵀ Q", "r", True), ("kv: Pᵀ dOq", "r", True),
+                ("(ΣdS) H full", "D", False), ("(ΣdS)ᵀ dU full", "D", False),
                 ("(ΣP)ᵀ dHs full", "D", False)],
     },
 }

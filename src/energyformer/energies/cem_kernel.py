@@ -8,10 +8,13 @@ shared-diagonal query ud = d∘u/τ (CEM seed Eq. 1, 12, App. B; see :mod:`.inte
     hs_i  = Σ_k Σ_j p_ijk h_j = ((Σ_k P_k) H)_i      (B, Nq, D)   the gradient read-out's h-term / d
     lse_ik = log Σ_j e^{s_ijk}     (B, H, Nq)
 
-Flash-style: one program per (query tile, batch row) walks the key tiles; no N×N tensor exists in
-memory. The shared-diagonal tile ``ud hᵀ`` is computed **once per tile** and reused by every head
+Flash-style: one program per (query tile, batch row) walks the key tiles; no N×N tensor per head
+exists in memory. The shared-diagonal tile ``ud hᵀ`` is formed **once** and reused by every head
 (heads are a loop inside the program), and the h read-out multiplies the head-summed
-probabilities by H once per tile. Forward in two passes (pass 1: every head's running max and sum →
+probabilities by H once. By default (``KernelTiles.shared = 'materialize'``) the products the heads
+share are batched matmuls around the kernels — G = ud Hᵀ and dHs Hᵀ as (B, Nq, Nk) tensors the
+kernels read per tile; the kernels write Σ_k P_k and Σ_k dS_k per tile, and (Σ_k P_k) H, d(ud) and dh
+are matmuls of those; with 'recompute' the kernels form them tile by tile. Forward in two passes (pass 1: every head's running max and sum →
 lse; pass 2: normalised probabilities → oq and hs), because Σ_k P_k needs every head's final
 normaliser. Backward (with dS_k = P_k ∘ (dP_k − Δ_k) + g_lse P_k, dP_k = dOq_k K_kᵀ + dHs Hᵀ, the
 second term shared): a query-tile kernel (Δ_k = Σ_j p dP, then dq_k and d(ud) = (Σ_k dS_k) H) and a
@@ -30,11 +33,13 @@ offset (chunked prefill and KV-cache decoding), a shared diagonal or none, both 
 preconditioner. Not covered (the energy raises, naming the option): a per-head diagonal, whose logits
 differ per head.
 
-Shared memory (issue 21): every D-wide product runs in chunks of ``block_d`` columns — ``ud Hᵀ`` and
-``dHs Hᵀ`` accumulate over chunks, the read-out and the gradients d(ud), dh, dc are added chunk by chunk
-into their zeroed buffers (which each program owns) — so neither shared memory nor registers grow with
-D; the launch (tiles, warps, pipelining stages) is a :class:`KernelTiles`, not yet tuned for any GPU.
-``cem_compile.py`` compiles the kernels for sm_90 without a GPU to measure it (docs/cem.md).
+Shared memory (issue 21): every D-wide product left in the kernels runs in chunks of ``block_d``
+columns — ``ud Hᵀ`` and ``dHs Hᵀ`` accumulate over chunks, the read-out and the gradients d(ud), dh,
+dc are added chunk by chunk into their zeroed buffers (which each program owns) — so neither shared
+memory nor registers grow with D; the launch (tiles, warps, pipelining stages, head-loop unrolling,
+materialised or recomputed shared products) is a :class:`KernelTiles`, not yet timed on any GPU.
+``cem_compile.py`` compiles the kernels for sm_90 without a GPU to measure shared memory, registers
+and spills (docs/cem.md).
 """
 
 from __future__ import annotations
@@ -113,12 +118,15 @@ class KernelTiles(ConfigModel):
     default of 3 multiplied the D-wide tiles' buffers before the D chunking (issue 21)"""
     shared: Literal["materialize", "recompute"] = "materialize"
     """how the D-wide products shared by the heads are formed (docs/cem.md, "materialised shared tiles").
-    'materialize' (recommended): one batched matmul each — G = ud Hᵀ and, in backward, dHs Hᵀ as
-    (B, Nq, Nk) tensors in the accumulation dtype, which the kernels read per tile; the kernels store the
-    head sums Σ_k P_k and Σ_k dS_k per tile in the operand dtype, and (Σ_k P_k) H, d(ud) and dh are
-    matmuls — 3 + 5 products of N·N·D instead of 8 + 4 in the kernels' D chunks, at 4-12 B of transient
-    memory per (query, key) pair (not per head). 'recompute': every product in the kernels, in
-    ``block_d`` chunks; no N×N tensor at all. Per-head factors (h_mode 'stack') always recompute."""
+    'materialize' (recommended): one batched matmul each — G = ud Hᵀ (in forward and again in
+    backward) and dHs Hᵀ as (B, Nq, Nk) tensors in the accumulation dtype, which the kernels read per
+    tile; the kernels store the head sums Σ_k P_k and Σ_k dS_k per tile in the operand dtype, and
+    (Σ_k P_k) H, d(ud) and dh are matmuls. 3 + 4 products over the whole N × N (8 % more FLOPs than the
+    8 + 4 causal ones of 'recompute', at GPT-2 small) run on the matmul library instead of the kernels'
+    small D chunks, and the kernels no longer read and write D-wide float32 accumulators at every step
+    (benchmarks/cem_flops.py); costs 6 (forward) and 12 (backward) B of transient memory per (query,
+    key) pair, not per head. 'recompute': every product in the kernels, in ``block_d`` chunks; no N×N
+    tensor at all. Per-head factors (h_mode 'stack') always recompute. Neither is timed on a GPU yet."""
     head_unroll: Literal[1, 2, 4] = 1
     """how many heads one turn of each kernel's head loop handles (Triton's ``loop_unroll_factor``);
     1 (recommended): a loop whose head is a runtime index. Registers per thread at GPT-2 small, bf16,
