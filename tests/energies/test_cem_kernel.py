@@ -86,6 +86,16 @@ def test_shared_products_are_materialised_where_there_are_any():
     assert not mat(False, "none") and not mat(True, "stack") and not mat(True, "sum", "recompute")
 
 
+def test_shared_products_accumulate_in_float32_without_rounding_the_operands():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(2, 5, 300, generator=g), torch.randn(2, 300, 7, generator=g)
+    for dt in (torch.bfloat16, torch.float16):
+        got = cem_kernel._mm_acc(a.to(dt), b.to(dt), torch.float32)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, a.to(dt).double() @ b.to(dt).double(), rtol=1e-6, atol=1e-5, check_dtype=False)
+    assert cem_kernel._mm_acc(a.double(), b.double(), torch.float64).dtype == torch.float64
+
+
 def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
     config_error_says(cem_kernel.KernelTiles, {"block_d": 48}, ["block_d", "48", "16"])
     config_error_says(cem_kernel.KernelTiles, {"num_stages": 0}, ["num_stages", "0", "1"])

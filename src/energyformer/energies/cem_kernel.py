@@ -14,9 +14,9 @@ exists in memory. The shared-diagonal tile ``ud hᵀ`` is formed **once** and re
 probabilities by H once. By default (``KernelTiles.shared = 'materialize'``) the products the heads
 share are batched matmuls around the kernels — G = ud Hᵀ and dHs Hᵀ as (B, Nq, Nk) tensors the
 kernels read per tile; the kernels write Σ_k P_k and Σ_k dS_k per tile, and (Σ_k P_k) H, d(ud) and dh
-are matmuls of those; with 'recompute' the kernels form them tile by tile. Forward in two passes (pass 1: every head's running max and sum →
-lse; pass 2: normalised probabilities → oq and hs), because Σ_k P_k needs every head's final
-normaliser. Backward (with dS_k = P_k ∘ (dP_k − Δ_k) + g_lse P_k, dP_k = dOq_k K_kᵀ + dHs Hᵀ, the
+are matmuls of those; with 'recompute' the kernels form them tile by tile. Forward in two passes
+(pass 1: every head's running max and sum → lse; pass 2: normalised probabilities → oq and hs),
+because Σ_k P_k needs every head's final normaliser. Backward (with dS_k = P_k ∘ (dP_k − Δ_k) + g_lse P_k, dP_k = dOq_k K_kᵀ + dHs Hᵀ, the
 second term shared): a query-tile kernel (Δ_k = Σ_j p dP, then dq_k and d(ud) = (Σ_k dS_k) H) and a
 key-tile kernel (dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs). Per-head
 running state lives in the output buffers, which each program owns row-wise (no atomics).
@@ -44,7 +44,6 @@ and spills (docs/cem.md).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import os
@@ -156,33 +155,21 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
 
 
-@contextlib.contextmanager
-def _ieee_matmul():
-    """float32 matmuls in IEEE float32 (no TF32, whatever the process set): the kernels' own products
-    are IEEE, and TF32's 10-bit mantissa would cost 1e-3 of a logit."""
-    if not torch.cuda.is_available():
-        yield
-        return
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
-
-
 def _mm_acc(a: Tensor, b: Tensor, acc: torch.dtype) -> Tensor:
     """Batched a @ b (B, n, k) @ (B, k, m) with the operands' products summed in ``acc`` (float32 for
     16-bit operands, as the kernels' MMA; the operands themselves are not rounded). On CUDA 16-bit
     operands go through torch.bmm's ``out_dtype``; elsewhere, or without it, they are upcast first
-    (exact: a product of two 16-bit floats fits float32)."""
+    (exact: a product of two 16-bit floats fits float32). float32 operands on CUDA where the process
+    allows TF32 (``torch.get_float32_matmul_precision() != 'highest'``) are multiplied in float64:
+    the kernels' own products are IEEE float32, and TF32's 10-bit mantissa would cost 1e-3 of a logit."""
     if a.dtype != acc and a.is_cuda:
         try:
             return torch.bmm(a, b, out_dtype=acc)
         except (RuntimeError, TypeError):  # a torch without bmm's out_dtype
             pass
-    with _ieee_matmul():
-        return torch.bmm(a.to(acc), b.to(acc))
+    if acc == torch.float32 and a.is_cuda and torch.get_float32_matmul_precision() != "highest":
+        return torch.bmm(a.double(), b.double()).float()
+    return torch.bmm(a.to(acc), b.to(acc))
 
 
 def kernel_meta(meta: dict, name: str) -> dict:
