@@ -228,15 +228,19 @@ def summarise(rows: list[tuple]) -> dict:
 def diff_rows(a: list[tuple], b: list[tuple]) -> tuple[Counter, Counter]:
     """(count, bytes) per (name, dtypes in, dtypes out) of one iteration: step(L) - step(L-1); keys carry the
     input shapes of the op's first occurrence (work done once per forward for all L iterations at once, such
-    as the step-size table, cancels in the counts and leaves its per-iteration share of the bytes)."""
+    as the step-size table and the stack of its L gradient slices, cancels in the counts and leaves its
+    per-iteration share of the bytes, which the listing then omits: it is in the table's totals)."""
+    def key(r):  # a variadic op's dtypes as a set: an op over all L iterations (stack) keeps its key at L - 1
+        return (r[0],) + tuple(d if len(d) <= 4 else tuple(dict.fromkeys(d)) for d in r[1:3])
+
     n, nb, shape = Counter(), Counter(), {}
     for r in a:
-        n[r[:3]] += 1
-        nb[r[:3]] += r[4]
-        shape.setdefault(r[:3], r[3])
+        n[key(r)] += 1
+        nb[key(r)] += r[4]
+        shape.setdefault(key(r), r[3])
     for r in b:
-        n[r[:3]] -= 1
-        nb[r[:3]] -= r[4]
+        n[key(r)] -= 1
+        nb[key(r)] -= r[4]
     return Counter({k + (shape[k],): v for k, v in n.items() if v > 0}), \
         Counter({k + (shape[k],): v for k, v in nb.items() if k in shape})
 
