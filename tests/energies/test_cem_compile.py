@@ -12,7 +12,8 @@ shared memory, since the D chunks, with the tiles and R only: docs/cem.md).
 Registers (``ptxas -v`` of the same PTX): the kernels' first form unrolled the head loop, so every
 kernel sat at the 255-register cap and spilled (up to 500 B per thread at GPT-2 small): two programs
 per SM. With the head a loop index (``KernelTiles.head_unroll`` 1, the default) GPT-2 small and D 2,048
-in 16 heads of 128 must stay under the cap with at most a few spilled words.
+in 16 heads of 128 must stay under the cap with at most a few spilled words, with the shared products
+materialised (the default) or recomputed in the kernels.
 """
 
 import pytest
@@ -25,8 +26,9 @@ CASES = {
     "gpt2-small": dict(heads=12, head_dim=64, dim=768),
     "d2048-paper": dict(heads=8, head_dim=256, dim=2048, h_mode="stack", x_cols=8, key_mask=True),
     "d2048-16x128": dict(heads=16, head_dim=128, dim=2048),
+    "gpt2-small-recompute": dict(heads=12, head_dim=64, dim=768, shared="recompute"),
 }
-REGISTER_CASES = ("gpt2-small", "d2048-16x128")
+REGISTER_CASES = ("gpt2-small", "d2048-16x128", "gpt2-small-recompute")
 REGISTER_CAP = 255
 SPILL_BYTES = 64  # per thread; the unrolled kernels spilled 60-500 B at GPT-2 small
 
