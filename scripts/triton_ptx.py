@@ -2,7 +2,7 @@
 without a GPU and compare their PTX with another revision's: a kernel refactor that leaves every
 kernel's instruction stream unchanged changes neither results nor speed.
 
-    python scripts/triton_ptx.py --base main            # working tree vs main, sm_90, 10 configurations
+    python scripts/triton_ptx.py --base main            # working tree vs main, sm_90, 20 configurations
     python scripts/triton_ptx.py --base HEAD~1 --every 1 --arch 80 --num-stages 3
 
 Triton compiles to PTX (and cubin, with its bundled ptxas) without a device; the interpreter tests
@@ -38,15 +38,16 @@ KERNEL = "src/energyformer/energies/cem_triton.py"
 
 
 def configurations(every: int) -> list[dict]:
-    """every ``every``-th of the 48 flag combinations (causal, diagonal, h read-out, x columns, dtype);
-    DP (D padded, revisions before issue 21's D chunks) and BD (the D chunk) both given: each kernel takes
-    the constexprs it declares"""
+    """every ``every``-th of the 96 flag combinations (causal, diagonal, h read-out, x columns, dtype,
+    materialised shared products); DP (D padded, revisions before issue 21's D chunks), BD (the D chunk),
+    HU and MAT (later) all given: each kernel takes the constexprs it declares"""
     out = []
-    for causal, has_g, hmode, has_x, dt in itertools.product((True, False), (True, False), (0, 1, 2),
-                                                             (False, True), ("fp32", "bf16")):
-        out.append(dict(meta=dict(H=3, R=16, D=32, E=8, RP=16, DP=32, BD=32, EP=16, HP=4, BM=16, BN=16,
-                                  CAUSAL=causal, HAS_G=has_g, HMODE=hmode, HAS_X=has_x, HAS_ALIBI=True, HAS_DELTA=True,
-                                  HAS_KMASK=True, PREC="ieee", ACC=tl.float32, UPCAST=False), dtype=dt))
+    for causal, has_g, hmode, has_x, dt, mat in itertools.product(
+            (True, False), (True, False), (0, 1, 2), (False, True), ("fp32", "bf16"), (False, True)):
+        out.append(dict(meta=dict(H=3, R=16, D=32, E=8, RP=16, DP=32, BD=32, EP=16, HP=4, BM=16, BN=16, HU=1,
+                                  MAT=mat and hmode != 2, CAUSAL=causal, HAS_G=has_g, HMODE=hmode, HAS_X=has_x,
+                                  HAS_ALIBI=True, HAS_DELTA=True, HAS_KMASK=True, PREC="ieee", ACC=tl.float32,
+                                  UPCAST=False), dtype=dt))
     return out[::every]
 
 
@@ -78,7 +79,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="HEAD", help="git revision to compare the working tree's kernels with")
     ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 80, 90")
-    ap.add_argument("--every", type=int, default=5, help="compile every N-th of the 48 flag combinations")
+    ap.add_argument("--every", type=int, default=5, help="compile every N-th of the 96 flag combinations")
     ap.add_argument("--num-stages", type=int, default=1, help="Triton's pipelining stages (the launcher's: 1)")
     args = ap.parse_args()
     root = ROOT
