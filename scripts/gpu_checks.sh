@@ -13,8 +13,8 @@
 #        Hyper-SET on the same data and recipe for STEPS (not with `scale`); then, alone on the GPU:
 #        benchmarks/hyperset_gpu.py, benchmarks/gpu_lm.py (bf16, then fp32) and benchmarks/cem_tiles.py.
 #
-# Carry (device tool): .whl (pydantic and its needs, absent from the device image), data_cache/sudoku (the
-# GPU scale's givens 21-34 data: make it here first, ~30 s), and for `pytest -m cuda` the prepared data of
+# Carry (device tool): .whl (pydantic and its needs, absent from the device image; pytest-xdist and execnet:
+# `pip download --no-deps -d .whl ...`), data_cache/sudoku (the GPU scale's givens 21-34 data: make it here first, ~30 s), and for `pytest -m cuda` the prepared data of
 # tests/train/test_cuda.py's configs: data_cache/{tokens,tokenizers,shakespeare,potts} (the whole cache is
 # over the tool's 64 MiB; the image configs there use scikit-learn's digits). First run, 2026-11-26 on an
 # H200: the probe took 105 s (pytest not finished in 72 s: give it 240 s beside the trainings with
@@ -38,6 +38,7 @@ if [ -d .whl ] && ls .whl/*.whl > /dev/null 2>&1; then   # packages the device i
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD/src:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+XDIST=$($PY -c "import xdist" > /dev/null 2>&1 && echo "-n 8")   # pytest-xdist where the image (or .whl) has it
 export ENERGYFORMER_DATA=${ENERGYFORMER_DATA:-$PWD/data_cache}
 pack() { cp "$OUT"/*.md "$W"/ 2>/dev/null; tar czf "$OUT/all.tgz" -C "$W" . 2>/dev/null; }
 step() {  # step NAME SECONDS CMD...: run with a timeout (never past the phase's deadline), log to $W/NAME.txt
@@ -57,7 +58,7 @@ if [ "$PHASE" = probe ]; then
 'pydantic', pydantic.__version__, torch.cuda.get_device_name())"; } > "$W/env.txt" 2>&1; cat "$W/env.txt" | tail -3
   step hyperset_gpu_bf16 60 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
     --warmup 2 --out "$OUT/hyperset_gpu_probe.md"
-  step pytest_cuda 120 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider -n 8 tests/energies/test_cem_kernel.py \
+  step pytest_cuda 120 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py \
     tests/train/test_cuda.py
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; exit 0
@@ -79,7 +80,7 @@ if [ -f .ref/ref_gpu.py ] && [ "$STEPS" != scale ]; then
   REF=$!
 fi
 if [ -n "${RUN_PYTEST:-}" ]; then   # RUN_PYTEST=1: the CUDA tests beside the trainings (correctness only)
-  step pytest_cuda 240 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider -n 8 tests/energies/test_cem_kernel.py \
+  step pytest_cuda 240 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py \
     tests/train/test_cuda.py
 fi
 TRAIN_DEADLINE=$((BUDGET - ${BENCH_SECONDS:-200}))   # keep this much for the benchmarks
