@@ -16,10 +16,11 @@ share are batched matmuls around the kernels — G = ud Hᵀ and dHs Hᵀ as (B,
 kernels read per tile; the kernels write Σ_k P_k and Σ_k dS_k per tile, and (Σ_k P_k) H, d(ud) and dh
 are matmuls of those; with 'recompute' the kernels form them tile by tile. Forward in two passes
 (pass 1: every head's running max and sum → lse; pass 2: normalised probabilities → oq and hs),
-because Σ_k P_k needs every head's final normaliser. Backward (with dS_k = P_k ∘ (dP_k − Δ_k) + g_lse P_k, dP_k = dOq_k K_kᵀ + dHs Hᵀ, the
-second term shared): a query-tile kernel (Δ_k = Σ_j p dP, then dq_k and d(ud) = (Σ_k dS_k) H) and a
-key-tile kernel (dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs). Per-head
-running state lives in the output buffers, which each program owns row-wise (no atomics).
+because Σ_k P_k needs every head's final normaliser. Backward (with dS_k = P_k ∘ (dP_k − Δ_k) + g_lse P_k,
+dP_k = dOq_k K_kᵀ + dHs Hᵀ, the second term shared): a query-tile kernel (Δ_k = Σ_j p dP, then dq_k
+and d(ud) = (Σ_k dS_k) H) and a key-tile kernel (dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and
+dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs). Per-head running state lives in the output buffers, which each
+program owns row-wise (no atomics).
 
 Scores, softmax and accumulators run in float32 (float64 for float64 inputs); bf16 inputs are
 multiplied in bf16 with float32 accumulation; float32 products use IEEE (no TF32). On CPU the kernels
@@ -129,9 +130,9 @@ class KernelTiles(ConfigModel):
     head_unroll: Literal[1, 2, 4] = 1
     """how many heads one turn of each kernel's head loop handles (Triton's ``loop_unroll_factor``);
     1 (recommended): a loop whose head is a runtime index. Registers per thread at GPT-2 small, bf16,
-    16 × 16 tiles, sm_90a (``cem_compile.resources``, docs/cem.md): the loop needs 128 / 168 / 140 for
-    ``_fwd`` / ``_bwd_q`` / ``_bwd_kv`` and spills at most 4 B; the fully unrolled heads of the first
-    kernels took all 255 and spilled up to 488 B, which leaves room for two programs per SM"""
+    16 × 16 tiles, shared products recomputed, sm_90a (``cem_compile.resources``, docs/cem.md): the
+    loop needs 130 / 168 / 140 for ``_fwd`` / ``_bwd_q`` / ``_bwd_kv`` and spills at most 28 B; the fully
+    unrolled heads of the first kernels took all 255 (two programs per SM) and spilled up to 500 B"""
 
 
 HMODES = {"none": 0, "sum": 1, "stack": 2}

@@ -5,7 +5,10 @@ interpreter); importing energyformer never needs triton. Per-head running state 
 buffers, which each program owns row-wise (query tiles) or column-wise (key tiles): no atomics.
 Constexpr flags: HAS_G (shared diagonal), HMODE (h read-out: 0 none, 1 head-summed, 2 per-head
 factors c_k), HAS_X (extra per-head value columns x, E wide), HAS_ALIBI, HAS_DELTA, HAS_KMASK; HU: the
-head loop's unroll factor (``KernelTiles.head_unroll``; 1: a loop, the head a runtime index).
+head loop's unroll factor (``KernelTiles.head_unroll``; 1: a loop, the head a runtime index); MAT: the
+products the heads share are materialised (``KernelTiles.shared``): G = ud Hᵀ and Gh = dHs Hᵀ are read
+per tile from (B, Nq, Nk) buffers, and Σ_k P_k (PS) and Σ_k dS_k (DSS) are stored per tile for the
+launcher's matmuls, instead of the D-chunked products in the kernels.
 
 The three kernels (``_fwd``, ``_bwd_q``, ``_bwd_kv``) are written from the tile helpers above them:
 ``_scores`` (one head's s_ijk with ALiBi, self bias and masks), ``_shared`` (a tile every head shares),
