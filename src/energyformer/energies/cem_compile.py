@@ -179,12 +179,6 @@ def resources(cases: dict[str, dict], kernel_file: str | Path | None = None,
     return res
 
 
-def shared_memory(cases: dict[str, dict], kernel_file: str | Path | None = None) -> dict[str, dict[str, int]]:
-    """{case: {kernel: shared bytes per block}} (:func:`resources` without the registers)."""
-    return {case: {k: v["shared"] for k, v in ks.items()}
-            for case, ks in resources(cases, kernel_file, registers=False).items()}
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", help='JSON {"name": {launch_meta keywords}, ...}')
