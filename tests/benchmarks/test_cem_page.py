@@ -1,16 +1,6 @@
 """benchmarks/_cem_page.py reads the CEM benchmarks' verbatim outputs into the page's numbers."""
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "_cem_page.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("cem_page_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from .bench_script import load_bench
 
 
 LM = """device: cpu (cpu); torch 2.13.0+cpu
@@ -23,7 +13,7 @@ LM = """device: cpu (cpu); torch 2.13.0+cpu
 
 
 def test_rows_and_speedups_are_parsed_and_a_target_crossed_by_the_range_says_so(tmp_path):
-    m = _load()
+    m = load_bench("_cem_page")
     lm = m.parse_lm(LM)
     assert lm["rows"][("training step", "bf16")]["full CEM (T=1)"] == (1.032, 0.857, 1.136)
     assert lm["speedup"][("training step", "bf16", "full CEM (T=1)")] == (4.04, 3.09, 4.96)

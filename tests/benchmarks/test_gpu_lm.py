@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_lm.py"
+from .bench_script import load_bench
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("gpu_lm_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load()
+bench = load_bench("gpu_lm")
 
 
 def test_tiny_run_prints_every_model_mode_and_precision(tmp_path, capsys):

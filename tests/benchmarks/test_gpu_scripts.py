@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from .bench_script import load_bench
 
 
 def test_hyperset_gpu_tiny_prints_every_model_and_writes_the_page(tmp_path, capsys):
-    bench = _load("hyperset_gpu")
+    bench = load_bench("hyperset_gpu")
     out = tmp_path / "gpu_throughput.md"
     bench.main(["--tiny", "--repeats", "1", "--warmup", "0", "--precisions", "fp32", "--out", str(out)])
     text = capsys.readouterr().out
@@ -31,7 +21,7 @@ def test_hyperset_gpu_tiny_prints_every_model_and_writes_the_page(tmp_path, caps
 
 def test_cem_tiles_tiny_times_each_variant_through_the_interpreter(tmp_path, capsys):
     pytest.importorskip("triton")
-    bench = _load("cem_tiles")
+    bench = load_bench("cem_tiles")
     out = tmp_path / "tiles.md"
     bench.main(["--tiny", "--out", str(out)])
     text = capsys.readouterr().out

@@ -1,23 +1,13 @@
 """benchmarks/hyperset_attention.py runs and reports consistent rows (tiny N; no timing claims)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "hyperset_attention.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("hyperset_attention_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from .bench_script import load_bench
 
 
 @pytest.mark.slow  # four fresh subprocesses for the peak-memory readings
 def test_tiny_attention_rows(capsys):
-    b = _load()
+    b = load_bench("hyperset_attention")
     rows = b.bench_attention(1, [16])
     assert [(r["N"], r["backward"]) for r in rows] == [(16, False), (16, True)]
     for r in rows:
@@ -28,7 +18,7 @@ def test_tiny_attention_rows(capsys):
 
 def test_page_renders_from_raw_json_only():
     """The page of --render-only is a function of the two raw outputs (no measuring)."""
-    b = _load()
+    b = load_bench("hyperset_attention")
     meta = {"threads": 1, "torch": "x", "cpus": 2, "nice": 10, "load_before": [5.0, 1, 1], "load_after": [4.0, 1, 1],
             "command": "python benchmarks/hyperset_attention.py"}
     rows = [{"N": 2048, "backward": bw, "times_fused_s": [0.1, 0.2], "times_einsum_s": [0.3, 0.3],

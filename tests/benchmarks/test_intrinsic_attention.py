@@ -1,20 +1,10 @@
 """benchmarks/intrinsic_attention.py runs and reports consistent numbers (tiny sizes; no timing claims)."""
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "intrinsic_attention.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("intrinsic_attention_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from .bench_script import load_bench
 
 
 def test_tiny_benchmark_table():
-    b = _load()
+    b = load_bench("intrinsic_attention")
     args = b.main.__globals__["argparse"].Namespace(
         contexts=[16], variants=["mha", "momen_mha", "mha2nd1st", "mha2nd"], dim=16, layers=1, heads=2, vocab=32,
         batch=1, reps=2, warmup=1, threads=1, mha2nd_max_ctx=256, device="cpu", bf16=False, json=None)
@@ -31,7 +21,7 @@ def test_tiny_benchmark_table():
 def test_render_only_rebuilds_the_page_from_the_json_alone(tmp_path):
     """--json then --render-only: the page comes from the raw output, the same bytes every time, and says
     that it was measured under load with its spread."""
-    b = _load()
+    b = load_bench("intrinsic_attention")
     out = tmp_path / "benchmark.json"
     b.main(["--contexts", "16", "--variants", "mha", "momen_mha", "--dim", "16", "--layers", "1", "--vocab", "32",
             "--batch", "1", "--reps", "2", "--warmup", "0", "--json", str(out)])

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "lm_throughput.py"
+from .bench_script import load_bench
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("lm_throughput_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load()
+bench = load_bench("lm_throughput")
 
 
 def _tiny(block=None):

@@ -1,16 +1,12 @@
 """benchmarks/onednn.py: float32 CPU F.linear through oneDNN equals PyTorch's (values and gradients)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "onednn.py"
-_spec = importlib.util.spec_from_file_location("ef_bench_onednn_test", SCRIPT)
-_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_mod)
+from .bench_script import load_bench
+
+_mod = load_bench("onednn")
 OneDNNLinearMode, available, onednn_linear, set_onednn_linear = (
     _mod.OneDNNLinearMode, _mod.available, _mod.onednn_linear, _mod.set_onednn_linear)
 
