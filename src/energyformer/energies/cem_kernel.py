@@ -225,14 +225,14 @@ class _CEMAttention(torch.autograd.Function):
         if hmode != "none":
             ghs = (new(B, nq, meta["D"]) if ghs is None else ghs).to(q.dtype).contiguous()
         dq, dk = new(q.shape), new(k.shape)
-        dud = new(ud.shape) if ud is not None else dummy
+        mat, hsum = meta["MAT"], hmode == "sum"
+        dud = new(ud.shape) if ud is not None and not mat else dummy  # materialised: a matmul below
         dh = new(hm.shape) if hm is not None else dummy
         dx = new(x.shape) if x is not None else dummy
         ddiag = new(B, H, nq) if delta is not None else dummy
         meta_kv = kernel_meta(meta, "_bwd_kv")
         n_kt = -(-nk // meta_kv["BN"])
         dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" else dummy
-        mat, hsum = meta["MAT"], hmode == "sum"
         # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P
         pair = functools.partial(torch.zeros, B, nq, nk, device=q.device, dtype=q.dtype)
         g = _mm_acc(ud, hm.mT, acc_dt) if mat and ud is not None else dummy
