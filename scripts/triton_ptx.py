@@ -1,6 +1,7 @@
-"""Compile CEM's Triton kernels (src/energyformer/energies/cem_triton.py) for a GPU target on a machine
-without a GPU and compare their PTX with another revision's: a kernel refactor that leaves every
-kernel's instruction stream unchanged changes neither results nor speed.
+"""Compile CEM's Triton kernels (src/energyformer/energies/cem_triton.py, and cem_triton_heads.py's at the
+flag combinations one program per head runs) for a GPU target on a machine without a GPU and compare
+their PTX with another revision's: a kernel refactor that leaves every kernel's instruction stream
+unchanged changes neither results nor speed; kernels the base revision lacks are compiled and listed as new.
 
     python scripts/triton_ptx.py --base main            # working tree vs main, sm_90, 20 configurations
     python scripts/triton_ptx.py --base HEAD~1 --every 1 --arch 80 --num-stages 3
@@ -31,10 +32,13 @@ sys.path.insert(0, str(ROOT / "src"))  # this checkout's energyformer, whatever 
 
 import triton.language as tl  # noqa: E402
 
-from energyformer.energies.cem_compile import KERNELS, compile_kernel, load_kernels  # noqa: E402
+from energyformer.energies.cem_compile import (  # noqa: E402
+    GRID_KERNELS, KERNELS, compile_kernel, kernel_file, load_kernels,
+)
 from energyformer.energies.cem_kernel import kernel_meta  # noqa: E402
 
 KERNEL = "src/energyformer/energies/cem_triton.py"
+HEADS_KERNEL = "src/energyformer/energies/cem_triton_heads.py"  # KernelTiles.grid = 'heads' (its own kernels)
 
 
 def configurations(every: int) -> list[dict]:
@@ -63,12 +67,21 @@ def _ptx_body(ptx: str) -> list[str]:
     return lines
 
 
+def grid_applies(meta: dict) -> bool:
+    """one program per head runs a configuration: no per-head factors, and every shared product materialised"""
+    return meta["HMODE"] != 2 and (meta["MAT"] or not (meta["HAS_G"] or meta["HMODE"] == 1))
+
+
 def compile_all(path: Path, confs: list[dict], arch: int, num_stages: int) -> dict[str, list[str]]:
-    """{'<configuration>/<kernel>': PTX body lines} of the kernels in ``path``"""
-    mod = load_kernels(path)
+    """{'<configuration>/<kernel>': PTX body lines} of the kernels in ``path`` and, where the one-program-
+    per-head file lies beside it, of its kernels at the configurations they run"""
+    heads = kernel_file(GRID_KERNELS[0], path).exists()
+    mods = {}
     out = {}
     for i, conf in enumerate(confs):
-        for name in KERNELS:
+        names = KERNELS + (GRID_KERNELS if heads and grid_applies(conf["meta"]) else ())
+        for name in names:
+            mod = mods[name in GRID_KERNELS] = mods.get(name in GRID_KERNELS) or load_kernels(kernel_file(name, path))
             kern = compile_kernel(mod, name, kernel_meta(conf["meta"], name), conf["dtype"], arch=arch, num_warps=4,
                                   num_stages=num_stages)
             out[f"{i:02d}{name}"] = _ptx_body(kern.asm["ptx"])
@@ -83,20 +96,23 @@ def main() -> int:
     ap.add_argument("--num-stages", type=int, default=1, help="Triton's pipelining stages (the launcher's: 1)")
     args = ap.parse_args()
     root = ROOT
-    base_src = subprocess.run(["git", "show", f"{args.base}:{KERNEL}"], cwd=root, check=True,
-                              capture_output=True, text=True).stdout
     confs = configurations(args.every)
     with tempfile.TemporaryDirectory() as tmp:
-        base_path = Path(tmp) / "cem_triton_base.py"
-        base_path.write_text(base_src)
-        old = compile_all(base_path, confs, args.arch, args.num_stages)
+        for rel in (KERNEL, HEADS_KERNEL):  # the base revision's files, side by side as in src/
+            got = subprocess.run(["git", "show", f"{args.base}:{rel}"], cwd=root, capture_output=True, text=True)
+            if got.returncode == 0:
+                (Path(tmp) / Path(rel).name).write_text(got.stdout)
+            elif rel == KERNEL:
+                raise SystemExit(f"git show {args.base}:{rel}: {got.stderr.strip()}")
+        old = compile_all(Path(tmp) / Path(KERNEL).name, confs, args.arch, args.num_stages)
     new = compile_all(root / KERNEL, confs, args.arch, args.num_stages)
-    differ = [k for k in old if old[k] != new[k]]
-    for k in old:
-        print(f"{k:12s} {len(old[k]):5d} / {len(new[k]):5d} PTX lines  {'DIFFERENT' if k in differ else 'same'}")
-    print(f"sm_{args.arch}, {len(confs)} configurations x 3 kernels vs {args.base}: "
-          f"{len(old) - len(differ)} identical, {len(differ)} different")
-    return 1 if differ else 0
+    differ = [k for k in old if k in new and old[k] != new[k]]
+    for k in sorted(set(old) | set(new)):
+        state = "new" if k not in old else "gone" if k not in new else "DIFFERENT" if k in differ else "same"
+        print(f"{k:14s} {len(old.get(k, [])):5d} / {len(new.get(k, [])):5d} PTX lines  {state}")
+    print(f"sm_{args.arch}, {len(confs)} configurations vs {args.base}: {len(old) - len(differ)} kernels identical, "
+          f"{len(differ)} different, {len(set(new) - set(old))} new, {len(set(old) - set(new))} gone")
+    return 1 if differ or set(old) - set(new) else 0
 
 
 if __name__ == "__main__":

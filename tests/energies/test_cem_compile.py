@@ -14,6 +14,11 @@ kernel sat at the 255-register cap and spilled (up to 500 B per thread at GPT-2 
 per SM. With the head a loop index (``KernelTiles.head_unroll`` 1, the default) GPT-2 small and D 2,048
 in 16 heads of 128 must stay under the cap with at most a few spilled words, with the shared products
 materialised (the default) or recomputed in the kernels.
+
+One program per head (``KernelTiles.grid = 'heads'``, ``cem_triton_heads.py``) is compiled at the tiles
+docs/cem.md suggests for it (64 owned × 32 stepped, 4 warps): at GPT-2 small, with and without extra
+value columns and key padding, under the cap with no more spilling; at D 2,048 (heads of 128) within
+the shared-memory bound.
 """
 
 import pytest
@@ -54,3 +59,29 @@ def test_kernels_fit_sm90_shared_memory(compiled, case):
 def test_kernels_stay_under_the_register_cap(compiled, case):
     for name, used in compiled[case].items():
         assert used["registers"] < REGISTER_CAP and used["spill_stores"] <= SPILL_BYTES, (case, name, used)
+
+
+HEADS_TILES = dict(grid="heads", block_m=64, block_n=32)
+GRID_CASES = {
+    "gpt2-small-heads": dict(heads=12, head_dim=64, dim=768, **HEADS_TILES),
+    "gpt2-small-heads-x-mask": dict(heads=12, head_dim=64, dim=768, x_cols=8, key_mask=True, **HEADS_TILES),
+    "d2048-16x128-heads": dict(heads=16, head_dim=128, dim=2048, **HEADS_TILES),
+}
+
+
+@pytest.fixture(scope="module")
+def compiled_grid():
+    try:
+        return cem_compile.resources(GRID_CASES, kernels=cem_compile.GRID_KERNELS)
+    except cem_compile.CompilerUnavailable as err:
+        pytest.skip(f"triton cannot compile for sm_90 here: {err}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", GRID_CASES)
+def test_one_program_per_head_kernels_fit(compiled_grid, case):
+    assert sorted(compiled_grid[case]) == sorted(cem_compile.GRID_KERNELS)
+    for name, used in compiled_grid[case].items():
+        assert used["shared"] <= cem_compile.SHARED_LIMIT_SM90 // 2, (case, name, used)
+        if case.startswith("gpt2"):
+            assert used["registers"] < REGISTER_CAP and used["spill_stores"] <= SPILL_BYTES, (case, name, used)

@@ -31,9 +31,9 @@ from .cem_cases import (MASK7, assert_same_block, decode_in_pieces, interpreted,
 pytest.importorskip("triton")
 
 
-def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x):
+def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x, h_mode="sum"):
     """(oq, hs, ox, lse) with explicit (B, H, Nq, Nk) scores (float64 reference of cem_attention);
-    hs = (Σ_k P_k) H without c, Σ_k c_k ∘ (P_k H) with c."""
+    hs = (Σ_k P_k) H without c, Σ_k c_k ∘ (P_k H) with c, None with h_mode 'none'."""
     B, H, nq, _ = q.shape
     nk = k.shape[2]
     s = q @ k.transpose(-1, -2) + (ud @ hm.transpose(-1, -2))[:, None]
@@ -42,11 +42,20 @@ def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x):
     s = s.masked_fill(~visible(B, nq, nk, causal, key_mask, offset)[:, None], float("-inf"))
     p = s.softmax(-1)
     hs = p.sum(1) @ hm if c is None else torch.einsum("bhij,bjd,hd->bid", p, hm, c)
-    return p @ k, hs, None if x is None else p @ x, s.logsumexp(-1)
+    return p @ k, None if h_mode == "none" else hs, None if x is None else p @ x, s.logsumexp(-1)
 
 
-#: h read-out × how the shared products are formed (KernelTiles.shared; 'stack' always recomputes)
-MODES = {"sum": ("sum", "materialize"), "sum-recompute": ("sum", "recompute"), "stack": ("stack", "materialize")}
+#: h read-out (h_mode; per-head factors c and extra value columns x) × how the shared products are formed
+#: (KernelTiles.shared; 'stack' always recomputes) × what a program owns (KernelTiles.grid)
+MODES = {"sum": dict(h_mode="sum"), "sum-recompute": dict(h_mode="sum", shared="recompute"),
+         "stack": dict(h_mode="stack", c=True, x=True), "grid": dict(h_mode="sum", x=True, grid="heads"),
+         "grid-none": dict(h_mode="none", grid="heads")}
+
+
+def _mode(name: str) -> tuple[str, bool, bool, dict]:
+    """(h_mode, with c, with x, launch keywords) of MODES[name]"""
+    m = dict(MODES[name])
+    return m.pop("h_mode"), m.pop("c", False), m.pop("x", False), m
 
 
 @interpreted
@@ -57,7 +66,7 @@ MODES = {"sum": ("sum", "materialize"), "sum-recompute": ("sum", "recompute"), "
 def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
     """'sum': the head-summed h read-out, its shared products materialised or recomputed in the kernels;
     'stack': per-head factors c_k and extra value columns x_k."""
-    _check_function_against_dense(causal, masked, nq, nk, *MODES[mode], D=10)
+    _check_function_against_dense(causal, masked, nq, nk, mode, D=10)
 
 
 @interpreted
@@ -68,7 +77,7 @@ def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
 def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mode):
     """D = 40 in chunks of block_d = 16 (16 + 16 + a masked 8: every D-wide product and gradient is
     summed or written chunk by chunk), with query and key tiles of different sizes."""
-    _check_function_against_dense(causal, True, nq, nk, *MODES[mode], D=40, block_d=16, **tiles)
+    _check_function_against_dense(causal, True, nq, nk, mode, D=40, block_d=16, **tiles)
 
 
 def test_shared_products_are_materialised_where_there_are_any():
@@ -101,24 +110,27 @@ def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
     config_error_says(cem_kernel.KernelTiles, {"num_stages": 0}, ["num_stages", "0", "1"])
     config_error_says(cem_kernel.KernelTiles, {"head_unroll": 3}, ["head_unroll", "3", "1"])
     config_error_says(cem_kernel.KernelTiles, {"shared": "cache"}, ["shared", "cache", "materialize"])
+    config_error_says(cem_kernel.KernelTiles, {"grid": "heads", "shared": "recompute"},
+                      ["grid", "heads", "shared", "recompute", "materialize"])
     with pytest.raises(ConfigError, match="block_m"):
         z = torch.zeros(1, 1, 4, 4)
         cem_kernel.cem_attention(z, z, None, None, slopes=None, delta=None, key_mask=None, causal=True,
                                  offset=0, block_m=24)
 
 
-def _check_function_against_dense(causal, masked, nq, nk, mode, shared, D, **tiles):
+def _check_function_against_dense(causal, masked, nq, nk, mode, D, **tiles):
     g = torch.Generator().manual_seed(nq + nk)
     B, H, R = 2, 3, 4
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
     q, k, ud, hm, delta = t(B, H, nq, R), t(B, H, nk, R), t(B, nq, D), t(B, nk, D), t(H)
-    c, x = (t(H, D), t(B, H, nk, 6)) if mode == "stack" else (None, None)
+    mode, with_c, with_x, launch = _mode(mode)
+    c, x = t(H, D) if with_c else None, t(B, H, nk, 6) if with_x else None
     slopes = torch.rand(H, generator=g, dtype=torch.float64)
     key_mask = torch.rand(B, nk, generator=g) > 0.3 if masked else None
     got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask,
-                                   causal=causal, offset=nk - nq, h_mode=mode, c=c, x=x, shared=shared, **tiles)
-    ref = _dense(q, k, ud, hm, slopes, delta, key_mask, causal, nk - nq, c, x)
-    assert (got[2] is None) == (ref[2] is None)
+                                   causal=causal, offset=nk - nq, h_mode=mode, c=c, x=x, **launch, **tiles)
+    ref = _dense(q, k, ud, hm, slopes, delta, key_mask, causal, nk - nq, c, x, mode)
+    assert (got[1] is None) == (ref[1] is None) and (got[2] is None) == (ref[2] is None)
     got, ref = [o for o in got if o is not None], [o for o in ref if o is not None]
     ins = [v for v in (q, k, ud, hm, delta, c, x) if v is not None]
     w = [torch.randn(r.shape, generator=g, dtype=torch.float64) for r in ref]
@@ -137,6 +149,12 @@ COVERED = [
     dict(precond="diagonal", causal=False),
     dict(learn_step_size=True, step_size=0.7, norm={"in_loop": False, "init": "normalized"}),
     dict(steps=2, masked=True, attn_kernel={"shared": "recompute", "block_n": 32}),
+    # one program per head (KernelTiles.grid = 'heads'): every read-out it covers, and the paper's per-head
+    # bank, which runs the loop kernels
+    dict(steps=2, masked=True, attn_kernel={"grid": "heads", "block_m": 32}),
+    dict(diagonal="none", diagonal_readout="algorithm1", causal=False, masked=True, attn_kernel={"grid": "heads"}),
+    dict(precond="diag_low_rank", precond_rank=3, precond_per_head=False, attn_kernel={"grid": "heads"}),
+    dict(precond="diag_low_rank", precond_rank=3, steps=2, masked=True, attn_kernel={"grid": "heads"}),
 ]
 
 
@@ -182,15 +200,16 @@ def test_kernel_energy_and_grad_equal_dense_float64(causal):
 
 
 @interpreted
-def test_kernel_kv_cache_decoding_equals_full_forward():
-    blk = randomised(CEMAttentionConfig(steps=2, attn_path="kernel"), True, 5)
+@pytest.mark.parametrize("grid", ["rows", "heads"])
+def test_kernel_kv_cache_decoding_equals_full_forward(grid):
+    blk = randomised(CEMAttentionConfig(steps=2, attn_path="kernel", attn_kernel={"grid": grid}), True, 5)
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     full = blk(x)
     pieces, _ = decode_in_pieces(blk, x, (4, 1, 1, 3))  # prefill, two decode steps, a chunk
     torch.testing.assert_close(pieces, full, rtol=1e-10, atol=1e-10)
 
 
-def _dense_low(q, k, ud, hm, slopes, delta, c, x):
+def _dense_low(q, k, ud, hm, slopes, delta, c, x, h_mode):
     """The blocked path's arithmetic in PyTorch (causal, offset 0): products in the operands' dtype,
     bias and softmax in float32, probabilities rounded to the operands' dtype before the products."""
     nq, nk, dt = q.shape[2], k.shape[2], q.dtype
@@ -199,7 +218,7 @@ def _dense_low(q, k, ud, hm, slopes, delta, c, x):
     s = s - slopes[:, None, None] * (i - j).abs() + delta.float()[:, None, None] * (i == j)
     p = s.masked_fill(j > i, float("-inf")).softmax(-1).to(dt)
     hs = p.sum(1) @ hm if c is None else torch.einsum("bhij,bjd,hd->bid", p, hm, c.to(dt))
-    return [p @ k, hs] + ([] if x is None else [p @ x])
+    return [p @ k] + ([] if h_mode == "none" else [hs]) + ([] if x is None else [p @ x])
 
 
 @interpreted
@@ -215,25 +234,26 @@ def test_kernel_low_precision_within_dtype_tolerance(dtype, scale, mode):
     B, H, R, D, N = 2, 3, 4, 10, 9
     r = lambda *s: (torch.randn(*s, generator=g) * scale ** 0.5).to(dtype)  # noqa: E731
     ops = [r(B, H, N, R), r(B, H, N, R), r(B, N, D), r(B, N, D), torch.randn(H, generator=g).to(dtype)]
-    mode, shared = MODES[mode]
-    if mode == "stack":
-        ops += [torch.randn(H, D, generator=g).to(dtype).float(), torch.randn(B, H, N, 6, generator=g).to(dtype)]
+    mode, with_c, with_x, launch = _mode(mode)
+    ops += [torch.randn(H, D, generator=g).to(dtype).float() if with_c else None,
+            torch.randn(B, H, N, 6, generator=g).to(dtype) if with_x else None]
     slopes = torch.rand(H, generator=g)
-    c_x = (lambda v: (v[5], v[6])) if mode == "stack" else (lambda v: (None, None))  # noqa: E731
+    c_x = lambda v: (v[5], v[6])  # noqa: E731
 
     def kernel(v):
         c, x = c_x(v)
         out = cem_kernel.cem_attention(v[0], v[1], v[2], v[3], delta=v[4], slopes=slopes, key_mask=None,
-                                       causal=True, offset=0, h_mode=mode, c=c, x=x, shared=shared)
+                                       causal=True, offset=0, h_mode=mode, c=c, x=x, **launch)
         return [o for o in out[:3] if o is not None]
 
     res, w = {}, None
-    for name, fn, args in (("ref", kernel, [o.double() for o in ops]), ("kernel", kernel, ops),
-                           ("torch", lambda v: _dense_low(*v[:4], slopes, v[4], *c_x(v)), ops)):
-        v = [o.clone().requires_grad_(True) for o in args]
+    for name, fn, args in (("ref", kernel, [o if o is None else o.double() for o in ops]), ("kernel", kernel, ops),
+                           ("torch", lambda v: _dense_low(*v[:4], slopes, v[4], *c_x(v), mode), ops)):
+        v = [o if o is None else o.clone().requires_grad_(True) for o in args]
         out = fn(v)
         w = w or [torch.randn(o.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64) for o in out]
-        grads = torch.autograd.grad(sum((o.double() * z).sum() for o, z in zip(out, w)), v)
+        grads = torch.autograd.grad(sum((o.double() * z).sum() for o, z in zip(out, w)),
+                                    [o for o in v if o is not None])
         res[name] = [o.double() for o in out] + [t.double() for t in grads]
     for i, (a, t, ref) in enumerate(zip(res["kernel"], res["torch"], res["ref"])):
         assert torch.isfinite(a).all()
@@ -270,14 +290,16 @@ def test_auto_takes_the_kernel_on_cuda_only():
 
 # ------------------------------------------------------------------------------ compiled kernel (GPU)
 @pytest.mark.cuda
+@pytest.mark.parametrize("launch", [{}, {"grid": "heads", "block_m": 64, "block_n": 32}], ids=["rows", "heads"])
 @pytest.mark.parametrize("paper", [False, True], ids=["default", "paper-config"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper):
+def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper, launch):
     """The compiled kernel (``auto`` on CUDA) vs the blocked path in float64, forward and backward,
     at D = 256, 8 heads, N = 300, T = 2, ALiBi, self bias, shared diagonal, key padding; identity or
-    the paper's per-head D+LR preconditioners."""
+    the paper's per-head D+LR preconditioners; the default launch, or one program per head (which the
+    paper configuration's per-head factors leave to the loop kernels)."""
     torch.manual_seed(0)
-    cfg = CEMAttentionConfig(steps=2, precond="diag_low_rank" if paper else "identity")
+    cfg = CEMAttentionConfig(steps=2, precond="diag_low_rank" if paper else "identity", attn_kernel=launch)
     blk = CEMAttention(256, 8, cfg).cuda()
     with torch.no_grad():
         blk.energy.d.normal_(0, 0.3)
@@ -306,31 +328,29 @@ def test_compiled_kernel_function_equals_dense_on_cuda(mode):
     bidirectional with key padding and causal at an offset, h read-outs, c and x, all gradients."""
     g = torch.Generator().manual_seed(1)
     B, H, R, D = 2, 4, 64, 256
-    mode, shared = MODES[mode]
+    mode, with_c, with_x, launch = _mode(mode)
     for causal, nq, nk in ((False, 70, 70), (True, 33, 90)):
         t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
         ins64 = [t(B, H, nq, R) / 8, t(B, H, nk, R), t(B, nq, D) / 16, t(B, nk, D), t(H)]
-        c, x = (t(H, D), t(B, H, nk, 8)) if mode == "stack" else (None, None)
-        ins64 += [v for v in (c, x) if v is not None]
-        ins64 = [v.requires_grad_(True) for v in ins64]
-        ins32 = [v.detach().float().cuda().requires_grad_(True) for v in ins64]
+        ins64 += [t(H, D) if with_c else None, t(B, H, nk, 8) if with_x else None]
+        ins64 = [v if v is None else v.requires_grad_(True) for v in ins64]
+        ins32 = [v if v is None else v.detach().float().cuda().requires_grad_(True) for v in ins64]
         slopes = torch.rand(H, generator=g, dtype=torch.float64)
         key_mask = torch.rand(B, nk, generator=g) > 0.2
 
         def call(v, dev):
-            q, k, ud, hm, delta = v[:5]
-            cc, xx = (v[5], v[6]) if mode == "stack" else (None, None)
+            q, k, ud, hm, delta, cc, xx = v
             return cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes.to(dev), delta=delta,
                                             key_mask=key_mask.to(dev), causal=causal, offset=nk - nq,
-                                            h_mode=mode, c=cc, x=xx, shared=shared)
+                                            h_mode=mode, c=cc, x=xx, **launch)
 
         got = [o for o in call(ins32, "cuda") if o is not None]
-        ref = [o for o in _dense(*ins64[:4], slopes, ins64[4], key_mask, causal, nk - nq,
-                                 ins64[5] if mode == "stack" else None,
-                                 ins64[6] if mode == "stack" else None) if o is not None]
+        ref = [o for o in _dense(*ins64[:4], slopes, ins64[4], key_mask, causal, nk - nq, ins64[5], ins64[6], mode)
+               if o is not None]
         w = [torch.randn(r.shape, generator=g, dtype=torch.float64) for r in ref]
-        gg = torch.autograd.grad(sum((o.double().cpu() * z).sum() for o, z in zip(got, w)), ins32)
-        gr = torch.autograd.grad(sum((o * z).sum() for o, z in zip(ref, w)), ins64)
+        gg = torch.autograd.grad(sum((o.double().cpu() * z).sum() for o, z in zip(got, w)),
+                                 [v for v in ins32 if v is not None])
+        gr = torch.autograd.grad(sum((o * z).sum() for o, z in zip(ref, w)), [v for v in ins64 if v is not None])
         for a, b in zip(got + list(gg), ref + list(gr)):
             err = ((a.double().cpu() - b).norm() / b.norm()).item()
             assert err < 1e-5, err

@@ -28,14 +28,23 @@ import sys
 from pathlib import Path
 
 KERNELS = ("_fwd", "_bwd_q", "_bwd_kv")
+GRID_KERNELS = ("_fwd_h", "_bwd_d_h", "_bwd_kv_h")  # KernelTiles.grid = 'heads', in cem_triton_heads.py
 SHARED_LIMIT_SM90 = 232_448  # bytes of shared memory one block may use on H100 / H200 (227 KiB)
 ACC_BUFFERS = {"SLOPES", "DELTA", "C", "M", "L", "LSE", "DLT", "OQ", "HS", "OX", "DQ", "DUD", "DDIAG", "DK",
                "DH", "DX", "DC", "G", "GH"}  # float32 (the accumulation dtype) whatever the operands' dtype
 
 
+def kernel_file(name: str, loop_file: str | Path) -> Path:
+    """The file that holds kernel ``name``: ``loop_file`` (``cem_triton.py`` or another revision's copy)
+    or, for the one-program-per-head kernels, ``cem_triton_heads.py`` beside it."""
+    return Path(loop_file).with_name("cem_triton_heads.py") if name in GRID_KERNELS else Path(loop_file)
+
+
 def signature(fn, constexprs: dict, dtype: str) -> dict:
     """Triton signature of kernel ``fn``: operands in ``dtype`` ('bf16', 'fp32', ...), the accumulation
-    buffers in fp32, the key mask int8, sizes int32."""
+    buffers in fp32 (with the head sums PS and DSS, which the grid kernels add up atomically), the key
+    mask int8, sizes int32."""
+    acc = ACC_BUFFERS | ({"PS", "DSS"} if fn.__name__ in GRID_KERNELS else set())
     sig = {}
     for name in fn.arg_names:
         if name in constexprs:
@@ -45,7 +54,7 @@ def signature(fn, constexprs: dict, dtype: str) -> dict:
         elif name == "KMASK":
             sig[name] = "*i8"
         else:
-            sig[name] = "*fp32" if name in ACC_BUFFERS else f"*{dtype}"
+            sig[name] = "*fp32" if name in acc else f"*{dtype}"
     return sig
 
 
@@ -154,19 +163,20 @@ def _platform_error() -> str | None:
     return None
 
 
-def resources(cases: dict[str, dict], kernel_file: str | Path | None = None,
-              registers: bool = True) -> dict[str, dict[str, dict[str, int]]]:
+def resources(cases: dict[str, dict], kernel_file: str | Path | None = None, registers: bool = True,
+              kernels: tuple[str, ...] = KERNELS) -> dict[str, dict[str, dict[str, int]]]:
     """{case: {kernel: {shared, registers, spill_stores, spill_loads}}} for :func:`launch_meta` keyword
     sets ``cases``, compiled for sm_90 in a fresh Python process (this one may have triton in
     interpreter mode); shared memory in bytes per block, the rest per thread (:func:`ptxas_usage`; left
-    out with ``registers=False``). Raises :class:`CompilerUnavailable` if Triton cannot compile even a
-    one-line kernel for sm_90 here."""
+    out with ``registers=False``); ``kernels``: names from KERNELS and GRID_KERNELS. Raises
+    :class:`CompilerUnavailable` if Triton cannot compile even a one-line kernel for sm_90 here."""
     path = Path(kernel_file) if kernel_file else Path(__file__).with_name("cem_triton.py")
     env = dict(os.environ, TRITON_INTERPRET="0", OMP_NUM_THREADS="1")
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([src] + [p for p in [env.get("PYTHONPATH")] if p])
     cmd = [sys.executable, "-m", "energyformer.energies.cem_compile", "--kernel-file", str(path), json.dumps(cases)]
-    out = subprocess.run(cmd + ([] if registers else ["--no-registers"]), env=env, capture_output=True, text=True)
+    cmd += ["--kernels", ",".join(kernels)] + ([] if registers else ["--no-registers"])
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"cem_compile failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
     res: dict[str, dict[str, dict[str, int]]] = {}
@@ -183,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", help='JSON {"name": {launch_meta keywords}, ...}')
     ap.add_argument("--kernel-file", default=str(Path(__file__).with_name("cem_triton.py")))
-    ap.add_argument("--kernels", default=",".join(KERNELS))
+    ap.add_argument("--kernels", default=",".join(KERNELS), help=f"of {', '.join(KERNELS + GRID_KERNELS)}")
     ap.add_argument("--no-registers", action="store_true", help="shared memory only (no second ptxas run)")
     a = ap.parse_args(argv)
     os.environ.setdefault("TRITON_INTERPRET", "0")
@@ -193,11 +203,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     from .cem_kernel import kernel_meta
 
-    mod = load_kernels(a.kernel_file)
+    mods: dict[Path, object] = {}
     for case, kw in json.loads(a.cases).items():
         meta = launch_meta(**kw)
         opts = dict(num_warps=meta.pop("num_warps"), num_stages=meta.pop("num_stages"))
         for name in a.kernels.split(","):
+            path = kernel_file(name, a.kernel_file)
+            mod = mods[path] = mods.get(path) or load_kernels(path)
             k = compile_kernel(mod, name, kernel_meta(meta, name), kw.get("dtype", "bf16"), **opts)
             usage = {} if a.no_registers else ptxas_usage(k)
             print(json.dumps(dict(case=case, kernel=name, shared=k.metadata.shared, **usage)), flush=True)

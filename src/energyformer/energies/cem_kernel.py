@@ -20,7 +20,9 @@ because Σ_k P_k needs every head's final normaliser. Backward (with dS_k = P_k 
 dP_k = dOq_k K_kᵀ + dHs Hᵀ, the second term shared): a query-tile kernel (Δ_k = Σ_j p dP, then dq_k
 and d(ud) = (Σ_k dS_k) H) and a key-tile kernel (dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and
 dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs). Per-head running state lives in the output buffers, which each
-program owns row-wise (no atomics).
+program owns row-wise (no atomics). ``KernelTiles.grid = 'heads'`` runs instead one program per head
+(``cem_triton_heads.py``: FlashAttention's grid, accumulators in registers, the head sums and dq added
+up atomically, backward without the query-tile pass b; docs/cem.md, "one program per head").
 
 Scores, softmax and accumulators run in float32 (float64 for float64 inputs); bf16 inputs are
 multiplied in bf16 with float32 accumulation; float32 products use IEEE (no TF32). On CPU the kernels
@@ -56,6 +58,8 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
+from pydantic import model_validator
+
 from energyformer.utils.config import ConfigModel, Field
 
 
@@ -63,10 +67,11 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-@functools.lru_cache(maxsize=2)
-def _kernels(interpret: bool):
-    """The module ``cem_triton.py`` (kernels ``_fwd``, ``_bwd_q``, ``_bwd_kv``), jitted for the GPU or
-    for Triton's CPU interpreter. Triton fixes the mode of its own library when it is first imported,
+@functools.lru_cache(maxsize=4)
+def _kernels(interpret: bool, file: str = "cem_triton.py"):
+    """The kernel module ``file`` beside this one — ``cem_triton.py`` (``_fwd``, ``_bwd_q``, ``_bwd_kv``)
+    or ``cem_triton_heads.py`` (``_fwd_h``, ``_bwd_d_h``, ``_bwd_kv_h``) — jitted for the GPU or for
+    Triton's CPU interpreter. Triton fixes the mode of its own library when it is first imported,
     so one process has one mode: if triton is not imported yet, ``TRITON_INTERPRET`` is set here to
     what the first tensor's device needs; otherwise a mismatch is a clear error."""
     if "triton" not in sys.modules:
@@ -77,8 +82,8 @@ def _kernels(interpret: bool):
         need = "CPU tensors need TRITON_INTERPRET=1" if interpret else "CUDA tensors need TRITON_INTERPRET unset"
         raise RuntimeError(f"attn_path = 'kernel': triton was imported with TRITON_INTERPRET="
                            f"{os.environ.get('TRITON_INTERPRET')!r}; {need} before triton's first import")
-    name = f"{__package__}._cem_triton_{'interpreted' if interpret else 'compiled'}"
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("cem_triton.py"))
+    name = f"{__package__}._{Path(file).stem}_{'interpreted' if interpret else 'compiled'}"
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
@@ -133,6 +138,23 @@ class KernelTiles(ConfigModel):
     16 × 16 tiles, shared products recomputed, sm_90a (``cem_compile.resources``, docs/cem.md): the
     loop needs 130 / 168 / 140 for ``_fwd`` / ``_bwd_q`` / ``_bwd_kv`` and spills at most 28 B; the fully
     unrolled heads of the first kernels took all 255 (two programs per SM) and spilled up to 500 B"""
+    grid: Literal["rows", "heads"] = "rows"
+    """what one program owns (docs/cem.md, "one program per head"). 'rows' (the default until a GPU has
+    timed both): a tile of rows of one batch row, every head walked in a loop inside the program, the
+    per-head running state read and added back in global memory at each step; no atomics, results
+    bitwise repeatable. 'heads': FlashAttention's grid, a tile of rows of one head of one batch row
+    (``cem_triton_heads.py``): the head's accumulators stay in registers, so the tiles can grow (e.g.
+    ``block_m`` 64); the heads' sums Σ_k P_k and Σ_k dS_k and dq are atomic float adds (exact to rounding,
+    not bitwise repeatable), and backward is two kernels instead of three passes (no query-tile pass for
+    dq: 9 → 7 per-head products in training). Needs ``shared = 'materialize'``; per-head factors
+    (h_mode 'stack') run the 'rows' kernels."""
+
+    @model_validator(mode="after")
+    def _heads_grid_needs_materialized(self) -> KernelTiles:
+        if self.grid == "heads" and self.shared != "materialize":
+            raise ValueError(f"attn_kernel.grid = 'heads' needs attn_kernel.shared = 'materialize' (got "
+                             f"{self.shared!r}): one program per head cannot share in-kernel products")
+        return self
 
 
 HMODES = {"none": 0, "sum": 1, "stack": 2}
@@ -174,9 +196,9 @@ def _mm_acc(a: Tensor, b: Tensor, acc: torch.dtype) -> Tensor:
 
 
 def kernel_meta(meta: dict, name: str) -> dict:
-    """``meta`` (:func:`_launch_args`) for kernel ``name``: ``_bwd_kv`` owns key tiles and steps through
-    queries, so its BN (keys owned) is ``block_m`` and its BM (query step) ``block_n``."""
-    return dict(meta, BM=meta["BN"], BN=meta["BM"]) if name == "_bwd_kv" else meta
+    """``meta`` (:func:`_launch_args`) for kernel ``name``: ``_bwd_kv`` (and ``_bwd_kv_h``) owns key tiles and
+    steps through queries, so its BN (keys owned) is ``block_m`` and its BM (query step) ``block_n``."""
+    return dict(meta, BM=meta["BN"], BN=meta["BM"]) if name in ("_bwd_kv", "_bwd_kv_h") else meta
 
 
 class _CEMAttention(torch.autograd.Function):
@@ -188,25 +210,29 @@ class _CEMAttention(torch.autograd.Function):
         nk = k.shape[2]
         acc_dt = torch.float64 if q.dtype == torch.float64 else torch.float32
         dummy = q.new_zeros(1)
-        kern = _kernels(q.device.type != "cuda")
-        meta = _launch_args(kern.tl, q, hm, x, causal, ud is not None, hmode, slopes is not None,
-                            delta is not None, kmask is not None, tiles)
+        meta = _launch_args(_kernels(q.device.type != "cuda").tl, q, hm, x, causal, ud is not None, hmode,
+                            slopes is not None, delta is not None, kmask is not None, tiles)
+        grid = tiles.grid == "heads" and hmode != "stack"  # one program per head (cem_triton_heads.py)
+        kern = _kernels(q.device.type != "cuda", "cem_triton_heads.py" if grid else "cem_triton.py")
         new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
-        oq = new(B, H, nq, R)
+        oq = (torch.empty if grid else new)(B, H, nq, R, device=q.device, dtype=acc_dt)
         hs = new(B, nq, meta["D"]) if hmode != "none" and not (meta["MAT"] and hmode == "sum") else dummy
-        ox = new(B, H, nq, meta["E"]) if x is not None else dummy
+        ox = (torch.empty if grid else new)(B, H, nq, meta["E"], device=q.device, dtype=acc_dt) \
+            if x is not None else dummy
         lse = torch.empty(B, H, nq, device=q.device, dtype=acc_dt)
         m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
         ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
         g = _mm_acc(ud, hm.mT, acc_dt) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
-        ps = (torch.zeros(B, nq, nk, device=q.device, dtype=q.dtype) if meta["MAT"] and hmode == "sum"
-              else dummy)                                                          # Σ_k P_k: (B, Nq, Nk)
-        kern._fwd[(-(-nq // meta["BM"]), B)](*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
+        # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid)
+        ps = (torch.zeros(B, nq, nk, device=q.device, dtype=acc_dt if grid else q.dtype)
+              if meta["MAT"] and hmode == "sum" else dummy)
+        launch = kern._fwd_h[(-(-nq // meta["BM"]), B * H)] if grid else kern._fwd[(-(-nq // meta["BM"]), B)]
+        launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
         del g
         if meta["MAT"] and hmode == "sum":
-            hs = _mm_acc(ps, hm, acc_dt)  # (Σ_k P_k) H: (B, Nq, D)
+            hs = _mm_acc(ps.to(q.dtype), hm, acc_dt)  # (Σ_k P_k) H: (B, Nq, D)
         ctx.save_for_backward(q, k, ud, hm, x, c, delta, slopes, kmask, oq, ox, m, l)
-        ctx.meta, ctx.offset, ctx.hmode = meta, offset, hmode
+        ctx.meta, ctx.offset, ctx.hmode, ctx.grid = meta, offset, hmode, grid
         return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse
 
     @staticmethod
@@ -233,8 +259,9 @@ class _CEMAttention(torch.autograd.Function):
         meta_kv = kernel_meta(meta, "_bwd_kv")
         n_kt = -(-nk // meta_kv["BN"])
         dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" else dummy
-        # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P
-        pair = functools.partial(torch.zeros, B, nq, nk, device=q.device, dtype=q.dtype)
+        # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P (stored
+        # per tile in the operand dtype, or added up atomically in the accumulation dtype by the grid kernels)
+        pair = functools.partial(torch.zeros, B, nq, nk, device=q.device, dtype=acc_dt if ctx.grid else q.dtype)
         g = _mm_acc(ud, hm.mT, acc_dt) if mat and ud is not None else dummy
         gh = _mm_acc(ghs, hm.mT, acc_dt) if mat and hsum else dummy
         dss = pair() if mat and ud is not None else dummy
@@ -242,15 +269,21 @@ class _CEMAttention(torch.autograd.Function):
         ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)] + [g, gh]
         ins += [m, l, goq.to(q.dtype).contiguous(), ghs if hmode != "none" else dummy,
                 gox if x is not None else dummy, dlt.contiguous()]
-        kern = _kernels(q.device.type != "cuda")
-        kern._bwd_q[(-(-nq // meta["BM"]), B)](*ins, ps, dss, dq, dud, ddiag, nq, nk, offset, **meta)
-        kern._bwd_kv[(n_kt, B)](*ins, dk, dh, dx, dc, nq, nk, offset, **meta_kv)
+        if ctx.grid:  # Δ per query tile, then every gradient per key tile (dq, Σ dS, Σ P by atomic adds)
+            kern = _kernels(q.device.type != "cuda", "cem_triton_heads.py")
+            kern._bwd_d_h[(-(-nq // meta["BM"]), B * H)](*ins, nq, nk, offset, **meta)
+            kern._bwd_kv_h[(n_kt, B * H)](*ins, ps, dss, dq, dk, dx, ddiag, nq, nk, offset, **meta_kv)
+        else:
+            kern = _kernels(q.device.type != "cuda")
+            kern._bwd_q[(-(-nq // meta["BM"]), B)](*ins, ps, dss, dq, dud, ddiag, nq, nk, offset, **meta)
+            kern._bwd_kv[(n_kt, B)](*ins, dk, dh, dx, dc, nq, nk, offset, **meta_kv)
         del g, gh
         if mat and ud is not None:  # d(ud) = (Σ_k dS_k) H;  dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs
+            dss = dss.to(q.dtype)
             dud = _mm_acc(dss, hm, acc_dt)
             dh += _mm_acc(dss.mT, ud, acc_dt)
         if mat and hsum:
-            dh += _mm_acc(ps.mT, ghs, acc_dt)
+            dh += _mm_acc(ps.to(q.dtype).mT, ghs, acc_dt)
 
         def back(g, t):
             return None if t is None else g.to(t.dtype)
@@ -265,7 +298,7 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
                   delta: Tensor | None, key_mask: Tensor | None, causal: bool, offset: int,
                   h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
                   block_m: int = 16, block_n: int = 64, block_d: int = 64, num_warps: int = 4,
-                  num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize"
+                  num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "rows"
                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
 
@@ -275,9 +308,9 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
     x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
     hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
-    block_m … shared: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it)."""
+    block_m … grid: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it)."""
     tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
-                        num_stages=num_stages, head_unroll=head_unroll, shared=shared)
+                        num_stages=num_stages, head_unroll=head_unroll, shared=shared, grid=grid)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")

@@ -1,0 +1,231 @@
+"""Triton kernels of :mod:`energyformer.energies.cem_kernel` with one program per head (``KernelTiles.grid =
+'heads'``; issue 21, docs/cem.md "one program per head").
+
+The kernels of ``cem_triton.py`` run one program per (query tile, batch row) and walk every head inside
+it, so every head's running state (oq, dq, dk: H·R floats per owned row) is read and added back in
+global memory at every key step, and the owned tile stays small (registers). Here the grid is FlashAttention's,
+(tile, batch row × head): a head's accumulators live in registers for the whole key loop and the tiles
+can be as large as a single-head flash kernel's. The heads still share what the algebra lets them share
+(docs/cem.md, "what is shared across heads"), but through memory: the shared products are materialised
+by the launcher (G = ud Hᵀ and Gh = dHs Hᵀ, (B, Nq, Nk) in the accumulation dtype, read per tile), and
+the head sums Σ_k P_k (PS) and Σ_k dS_k (DSS) are **atomic adds** of every head's tile into
+accumulation-dtype (B, Nq, Nk) buffers, as is dq = Σ_j dS_ij k_j from the key-tile programs (as in
+FlashAttention 2's backward, there is no query-tile pass for dq). Atomic float adds land in any order:
+results are exact to rounding but not bitwise repeatable from run to run.
+
+Kernels (constexprs as in ``cem_triton.py``; MAT must hold wherever there is a shared product, and per-head
+factors, HMODE 2, are not covered — the launcher takes the loop kernels for them):
+
+* ``_fwd_h``: pass 1 → m, l, lse of the head; pass 2 → oq, ox in registers (p = e^{s − m}/l, the same
+  arithmetic as ``_fwd``) and p added into PS;
+* ``_bwd_d_h``: Δ_k = Σ_j p dP per query tile (added to DLT, which holds −g_lse), from the very p and dP
+  the key-tile kernel uses (see ``_bwd_q``);
+* ``_bwd_kv_h``: per key tile, dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and dx_k = P_kᵀ dOx_k in registers; dq_k,
+  DSS and PS by atomic adds; the self-bias gradient diag dS_k stored by the one program whose key tile
+  holds each query's own position.
+
+The tile helpers (scores with ALiBi, self bias and masks; the shared tiles; loads and stores) are
+``cem_triton.py``'s, loaded from beside this file in the process's Triton mode.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import triton
+import triton.language as tl
+
+
+def _tiles_module():
+    """``cem_triton.py`` beside this file (its tile helpers), loaded once per name of this module."""
+    name = f"{__name__}__tiles"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("cem_triton.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+_t = _tiles_module()
+_mm, _tile, _put, _scores, _shared, _key_end = _t._mm, _t._tile, _t._put, _t._scores, _t._shared, _t._key_end
+
+
+@triton.jit
+def _pair_ptrs(ptr, b, rows, cols, rmask, cmask, Nq, Nk):
+    """(pointers, mask) of the (BM, BN) tile at (rows, cols) of matrix b of a contiguous (B, Nq, Nk) tensor"""
+    return ptr + (b * Nq + rows[:, None]) * Nk + cols[None, :], rmask[:, None] & cmask[None, :]
+
+
+@triton.jit
+def _add_pair(ptr, b, rows, cols, rmask, cmask, Nq, Nk, val):
+    """atomically add val (BM, BN) into the tile at (rows, cols) of matrix b of a (B, Nq, Nk) tensor"""
+    p, m = _pair_ptrs(ptr, b, rows, cols, rmask, cmask, Nq, Nk)
+    tl.atomic_add(p, val, mask=m, sem="relaxed")
+
+
+@triton.jit
+def _head_of(H: tl.constexpr):
+    """(batch row b, head hh, b·H + hh) of this program (axis 1 of the grid runs over B·H)"""
+    bh = tl.program_id(1)
+    return bh // H, bh % H, bh
+
+
+@triton.jit
+def _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask, g, gh, m, l,
+                 Nq, Nk, offset, H: tl.constexpr, R: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
+                 EP: tl.constexpr, CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr,
+                 HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr,
+                 PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """Backward's (p, dP, q_h, k_h, dOq_h) of head hh on one tile, as ``cem_triton._recompute`` with the
+    head's m, l as (BM,) vectors: p = e^{s − m}/l, dP = dOq_h K_hᵀ + Gh + dOx_h X_hᵀ."""
+    s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
+                        H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+    p = tl.exp(s - m[:, None]) / l[:, None]
+    goq = _tile(GOQ, b * H + hh, rows, Nq, R, RP, rmask)
+    dp = _mm(goq, tl.trans(kh), PREC, ACC, UPCAST)
+    if HMODE == 1:
+        dp += gh
+    if HAS_X:
+        xh = _tile(X, b * H + hh, cols, Nk, E, EP, cmask)
+        gox = _tile(GOX, b * H + hh, rows, Nq, E, EP, rmask)
+        dp += _mm(gox, tl.trans(xh), PREC, ACC, UPCAST)
+    return p, dp, qh, kh, goq
+
+
+@triton.jit
+def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, L, Nq, Nk, offset,
+           H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
+           BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+           HU: tl.constexpr, MAT: tl.constexpr,
+           CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
+           HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
+           ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """Per (query tile, batch row × head): pass 1 → lse, m, l of the head; pass 2 → oq, ox (stored once)
+    and, with the head-summed read-out, p added into PS (accumulation dtype, zeroed by the launcher)."""
+    pid = tl.program_id(0)
+    b, hh, bh = _head_of(H)
+    rows = pid * BM + tl.arange(0, BM)
+    rmask = rows < Nq
+    kend = _key_end(pid, Nk, offset, BM, CAUSAL)
+    m = tl.full((BM,), float("-inf"), ACC)
+    l = tl.zeros((BM,), ACC)
+    for start in range(0, kend, BN):  # pass 1: the head's running max and sum
+        cols = start + tl.arange(0, BN)
+        cmask = cols < Nk
+        g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
+                       PREC, ACC, UPCAST)
+        s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
+                            H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        l = l * tl.exp(m - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
+        m = m_new
+    tl.store(LSE + bh * Nq + rows, tl.where(l > 0, m + tl.log(tl.where(l > 0, l, 1.0)), float("-inf")), mask=rmask)
+    m = tl.where(m == float("-inf"), 0.0, m)  # p = e^{s − m} / l (see _fwd)
+    l = tl.where(l > 0, l, 1.0)
+    tl.store(M + bh * Nq + rows, m, mask=rmask)
+    tl.store(L + bh * Nq + rows, l, mask=rmask)
+    oq = tl.zeros((BM, RP), ACC)
+    ox = tl.zeros((BM, EP), ACC)
+    for start in range(0, kend, BN):  # pass 2: normalised probabilities
+        cols = start + tl.arange(0, BN)
+        cmask = cols < Nk
+        g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
+                       PREC, ACC, UPCAST)
+        s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
+                            H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+        p = tl.exp(s - m[:, None]) / l[:, None]
+        oq += _mm(p.to(kh.dtype), kh, PREC, ACC, UPCAST)
+        if HAS_X:
+            xh = _tile(X, bh, cols, Nk, E, EP, cmask)
+            ox += _mm(p.to(xh.dtype), xh, PREC, ACC, UPCAST)
+        if HMODE == 1:  # Σ_k P_k over the heads' programs; (Σ_k P_k) H is one matmul in the launcher
+            _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
+    _put(OQ, bh, rows, Nq, R, RP, rmask, oq, False)
+    if HAS_X:
+        _put(OX, bh, rows, Nq, E, EP, rmask, ox, False)
+
+
+@triton.jit
+def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GOX, DLT, Nq, Nk, offset,
+             H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
+             BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+             HU: tl.constexpr, MAT: tl.constexpr,
+             CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
+             HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
+             ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """Per (query tile, batch row × head): Δ_k = Σ_j p dP added to DLT (which holds −g_lse); the very p
+    and dP of ``_bwd_kv_h`` (not dOq·oq, see ``cem_triton._bwd_q``)."""
+    pid = tl.program_id(0)
+    b, hh, bh = _head_of(H)
+    rows = pid * BM + tl.arange(0, BM)
+    rmask = rows < Nq
+    m = tl.load(M + bh * Nq + rows, mask=rmask, other=0.0)
+    l = tl.load(L + bh * Nq + rows, mask=rmask, other=1.0)
+    dlt = tl.load(DLT + bh * Nq + rows, mask=rmask, other=0.0)
+    for start in range(0, _key_end(pid, Nk, offset, BM, CAUSAL), BN):
+        cols = start + tl.arange(0, BN)
+        cmask = cols < Nk
+        g, gh = _shared(UD, GHS, HM, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, MAT, D, BD,
+                        BM, BN, PREC, ACC, UPCAST)
+        p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask,
+                                          g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HMODE, HAS_X,
+                                          HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+        dlt += tl.sum(p * dp, 1)
+    tl.store(DLT + bh * Nq + rows, dlt, mask=rmask)
+
+
+@triton.jit
+def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GOX, DLT, PS, DSS, DQ, DK, DX,
+              DDIAG, Nq, Nk, offset,
+              H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
+              BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+              HU: tl.constexpr, MAT: tl.constexpr,
+              CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
+              HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
+              ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """Per (key tile, batch row × head), over the query tiles that see it: dk, dx (registers, stored once);
+    dq_k += dS_k K_k, DSS += dS_k, PS += P_k (atomic adds; DQ, DSS, PS zeroed by the launcher); the
+    self-bias gradient Σ_j [j = i] dS_ijk into DDIAG (B, H, Nq), written by the program whose tile holds
+    key position offset + i."""
+    pid = tl.program_id(0)
+    b, hh, bh = _head_of(H)
+    cols = pid * BN + tl.arange(0, BN)
+    cmask = cols < Nk
+    dk = tl.zeros((BN, RP), ACC)
+    dx = tl.zeros((BN, EP), ACC)
+    qstart = 0
+    if CAUSAL:  # queries at positions >= this tile's first key
+        qstart = tl.maximum(pid * BN - offset, 0) // BM * BM
+    for r0 in range(qstart, Nq, BM):
+        rows = r0 + tl.arange(0, BM)
+        rmask = rows < Nq
+        m = tl.load(M + bh * Nq + rows, mask=rmask, other=0.0)
+        l = tl.load(L + bh * Nq + rows, mask=rmask, other=1.0)
+        dlt = tl.load(DLT + bh * Nq + rows, mask=rmask, other=0.0)
+        g, gh = _shared(UD, GHS, HM, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, MAT, D, BD,
+                        BM, BN, PREC, ACC, UPCAST)
+        p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask,
+                                          g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HMODE, HAS_X,
+                                          HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+        ds = p * (dp - dlt[:, None])  # dS_k = P_k ∘ (dP_k − Δ_k)
+        dk += _mm(tl.trans(ds.to(qh.dtype)), qh, PREC, ACC, UPCAST) + _mm(tl.trans(p.to(goq.dtype)), goq, PREC, ACC,
+                                                                           UPCAST)
+        if HAS_X:
+            gox = _tile(GOX, bh, rows, Nq, E, EP, rmask)
+            dx += _mm(tl.trans(p.to(gox.dtype)), gox, PREC, ACC, UPCAST)
+        rr = tl.arange(0, RP)
+        tl.atomic_add(DQ + (bh * Nq + rows[:, None]) * R + rr[None, :], _mm(ds.to(kh.dtype), kh, PREC, ACC, UPCAST),
+                      mask=rmask[:, None] & (rr < R)[None, :], sem="relaxed")
+        if HAS_G:
+            _add_pair(DSS, b, rows, cols, rmask, cmask, Nq, Nk, ds)
+        if HMODE == 1:
+            _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
+        if HAS_DELTA:  # the queries whose own position lies in this key tile
+            own = rmask & (offset + rows >= pid * BN) & (offset + rows < pid * BN + BN)
+            on_diag = (offset + rows)[:, None] == cols[None, :]
+            tl.store(DDIAG + bh * Nq + rows, tl.sum(tl.where(on_diag, ds, 0.0), 1), mask=own)
+    _put(DK, bh, cols, Nk, R, RP, cmask, dk, False)
+    if HAS_X:
+        _put(DX, bh, cols, Nk, E, EP, cmask, dx, False)
