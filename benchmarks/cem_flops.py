@@ -24,16 +24,20 @@ Formulations (the products are listed in PRODUCTS below, so each count can be ch
                  twice a causal product's FLOPs), G = (d∘U)Hᵀ once in forward and once in backward,
                  dHs Hᵀ once; the kernels store Σ_k P_k and Σ_k dS_k per tile, and (ΣP)H, (ΣdS)H,
                  (ΣdS)ᵀdU, (ΣP)ᵀdHs are matmuls too.
+* ``kernel-heads`` the same with one program per head (``attn_kernel.grid: heads``,
+                 ``cem_triton_heads.py``): backward is a Δ pass and a key-tile kernel that also adds dq
+                 = dS K atomically (no query-tile pass b); the heads' sums Σ P, Σ dS are atomic adds.
 
 Bytes: traffic of the core by a tile model (:func:`traffic`): a pass over the keys reads each key-side
-row once per causal query tile (N / (2 BM) times on average); a materialised P is written once and
-read once in backward (float32, as the blocked path keeps it); the kernels' float32 accumulators,
-which a program reads and writes back at every step (:func:`accumulator_traffic`), and the kernel's
-N × N shared buffers. A model of bytes requested (cache or memory), not a measurement. "kept N²" is
-the attention memory held for backward by one layer (B = 1).
+row once per causal query tile (N / (2 BM) times on average; BM: ``--tile`` for Llama, per-head and
+blocked, the rows a kernel program owns for the kernels); a materialised P is written once and read
+once in backward (float32, as the blocked path keeps it); the kernels' float32 accumulators, which a
+program reads and writes back at every step (:func:`accumulator_traffic`), the per-head programs'
+shared-tile reads and atomic adds, and the N × N shared buffers. A model of bytes requested (cache or
+memory), not a measurement. "kept N²" is the attention memory held for backward by one layer (B = 1).
 
 Usage: python benchmarks/cem_flops.py [--dim 768 --heads 12 --ns 1024 4096 16384 --tile 64 --bytes 2
-                                       --kernel-tiles 16 64]
+                                       --kernel-tiles 16 64 --heads-tiles 64 32]
 """
 
 from __future__ import annotations
@@ -81,7 +85,18 @@ PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
                 ("(ΣdS) H full", "D", False), ("(ΣdS)ᵀ dU full", "D", False),
                 ("(ΣP)ᵀ dHs full", "D", False)],
     },
+    "kernel-heads": {
+        "fwd": [("G = (d∘U)Hᵀ full", "D", False), ("pass 1: QKᵀ", "r", True), ("pass 2: QKᵀ", "r", True),
+                ("PK", "r", True), ("(ΣP)H full", "D", False)],
+        "bwd": [("G full", "D", False), ("dHs Hᵀ full", "D", False),
+                ("Δ: QKᵀ", "r", True), ("Δ: dOq Kᵀ", "r", True), ("kv: QKᵀ", "r", True),
+                ("kv: dOq Kᵀ", "r", True), ("kv: dSᵀ Q", "r", True), ("kv: Pᵀ dOq", "r", True),
+                ("kv: dS K (dq, atomic)", "r", True),
+                ("(ΣdS) H full", "D", False), ("(ΣdS)ᵀ dU full", "D", False),
+                ("(ΣP)ᵀ dHs full", "D", False)],
+    },
 }
+KERNELS = ("kernel-rec", "kernel", "kernel-heads")
 
 
 def width(code: str, r: int, d: int) -> int:
@@ -95,7 +110,7 @@ def flops(name: str, phase: str, n: int, d: int, heads: int) -> float:
     return sum(n * n * width(w, r, d) * (heads if per_head else 1) for _, w, per_head in PRODUCTS[name][phase])
 
 
-def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes: int) -> float:
+def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes: int, heads: int = 1) -> float:
     """Bytes the kernels move through their read-modify-write float32 accumulators and N × N buffers.
 
     Every (owned tile, step tile) pair of a causal pass (N² / (2 · owned · step) of them) reads and
@@ -103,33 +118,44 @@ def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes
     dq, and in the key-tile kernel dk — with ``recompute`` also the D-wide hs, d(ud) and dh. The
     ``kernel`` (materialised) instead reads the float32 G tile in 2 forward passes, G and dHs Hᵀ in 3
     backward passes, writes Σ P (forward, backward) and Σ dS in ``nbytes``, and its matmuls write G
-    twice and dHs Hᵀ once (float32), read Σ P twice and Σ dS twice, and zero the three sum buffers."""
+    twice and dHs Hᵀ once (float32), read Σ P twice and Σ dS twice, and zero the three sum buffers.
+    ``kernel-heads`` keeps its accumulators in registers, but every head's program reads the float32
+    G tile (forward: 2 passes; backward: G and dHs Hᵀ in 2) and adds its float32 P (forward, backward)
+    and dS tiles atomically (4 B each, per head), and the key-tile kernel adds dq atomically (its
+    ``step`` query rows × D floats per pair); the three float32 sum buffers are zeroed, and rounded to
+    ``nbytes`` once before their matmuls."""
     pairs = n * n / (2 * owned * step)
+    tile = owned * step
     if name == "kernel-rec":
         return pairs * 8 * d * owned * 6  # oq, hs | dq, d(ud) | dk, dh
     if name == "kernel":
-        tile = owned * step
         per_pair = 8 * d * owned * 3 + tile * (4 * 2 + 4 * 6 + nbytes * 3)
         return pairs * per_pair + n * n * (4 * 3 + nbytes * (4 + 3))
+    if name == "kernel-heads":
+        per_pair = heads * tile * (4 * 6 + 4 * 3) + 4 * step * d
+        return pairs * per_pair + n * n * (4 * 3 + 4 * 3 + 3 * (4 + nbytes) + nbytes * 4)
     return 0.0
 
 
 def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int,
-            kernel_tiles: tuple[int, int] = (16, 64)) -> tuple[float, float]:
+            kernel_tiles: tuple[int, int] = (16, 64), heads_tiles: tuple[int, int] = (64, 32)) -> tuple[float, float]:
     """(bytes moved by one training step's core, bytes of N² tensors kept for backward).
 
     Tile model: the per-token rows each formulation streams (Llama: K, V = 2D; per-head: every head's
     [k ; h] keys and values = 2H(D_r + D); CEM shared: K (all heads, D) + H (D)) are read once per
-    causal query tile in every pass over the keys (Llama, per-head, blocked: forward + backward = 2;
-    kernels: forward 2 + backward 3), and the query-side rows (inputs, outputs and their gradients) are
-    moved three times. The blocked path also writes its float32 probabilities once and reads them once;
-    the kernels add :func:`accumulator_traffic` at their tiles ``kernel_tiles`` (owned, stepped)."""
+    causal query tile (of ``tile`` rows; a kernel's: the rows its programs own) in every pass over the
+    keys (Llama, per-head, blocked: forward + backward = 2; kernels: forward 2 + backward 3, or 2 with
+    one program per head), and the query-side rows (inputs, outputs and their gradients) are moved three
+    times. The blocked path also writes its float32 probabilities once and reads them once; the kernels
+    add :func:`accumulator_traffic` at their tiles (owned, stepped): ``kernel_tiles`` for the loop
+    kernels, ``heads_tiles`` for one program per head."""
     r = d // heads
-    tiles = n / (2 * tile)  # causal: a key row is read by half the query tiles on average
+    own = heads_tiles if name == "kernel-heads" else kernel_tiles
+    tiles = n / (2 * (own[0] if name in KERNELS else tile))  # causal: a key row is read by half the query tiles
     row = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 2 * d)
     q_side = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 4 * d)
-    passes = {"llama": 2, "per-head": 2, "blocked": 2}.get(name, 5)
-    moved = n * nbytes * (3 * q_side + row * tiles * passes) + accumulator_traffic(name, n, d, *kernel_tiles, nbytes)
+    passes = {"llama": 2, "per-head": 2, "blocked": 2, "kernel-heads": 4}.get(name, 5)
+    moved = n * nbytes * (3 * q_side + row * tiles * passes) + accumulator_traffic(name, n, d, *own, nbytes, heads)
     kept = heads * n * n / 2 * 4 if name == "blocked" else 0.0
     return moved + 2 * kept, kept
 
@@ -143,25 +169,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bytes", type=int, default=2, help="bytes per element of q, k, h (2: bf16)")
     ap.add_argument("--mlp", type=int, default=2048, help="SwiGLU hidden size, for the rest of the layer")
     ap.add_argument("--kernel-tiles", type=int, nargs=2, default=(16, 64), metavar=("OWNED", "STEP"),
-                    help="the kernels' block_m (rows a program owns) and block_n (rows it steps through)")
+                    help="the loop kernels' block_m (rows a program owns) and block_n (rows it steps through)")
+    ap.add_argument("--heads-tiles", type=int, nargs=2, default=(64, 32), metavar=("OWNED", "STEP"),
+                    help="block_m and block_n of one program per head (attn_kernel.grid: heads)")
     a = ap.parse_args(argv)
     d, heads = a.dim, a.heads
     print(f"attention core of one layer, B = 1, causal, D = {d}, H = {heads}, D_r = {d // heads}, "
           f"{a.bytes}-byte operands, query tile {a.tile}; kernels' tiles {a.kernel_tiles[0]} owned × "
-          f"{a.kernel_tiles[1]} stepped")
+          f"{a.kernel_tiles[1]} stepped, one program per head {a.heads_tiles[0]} × {a.heads_tiles[1]}")
     for name, ph in PRODUCTS.items():
-        print(f"  {name:10s} fwd {len(ph['fwd'])} products, bwd {len(ph['bwd'])}: "
+        print(f"  {name:12s} fwd {len(ph['fwd'])} products, bwd {len(ph['bwd'])}: "
               + "; ".join(p for p, _, _ in ph["fwd"]) + " | " + "; ".join(p for p, _, _ in ph["bwd"]))
     print()
     print("| N | formulation | fwd GFLOP | train GFLOP | train × Llama | traffic GB | × Llama | kept N² GiB |")
     print("|---|---|---|---|---|---|---|---|")
     for n in a.ns:
         base_f = flops("llama", "fwd", n, d, heads) + flops("llama", "bwd", n, d, heads)
-        base_b, _ = traffic("llama", n, d, heads, a.tile, a.bytes, a.kernel_tiles)
+        base_b, _ = traffic("llama", n, d, heads, a.tile, a.bytes, a.kernel_tiles, a.heads_tiles)
         for name in PRODUCTS:
             f = flops(name, "fwd", n, d, heads)
             t = f + flops(name, "bwd", n, d, heads)
-            moved, kept = traffic(name, n, d, heads, a.tile, a.bytes, a.kernel_tiles)
+            moved, kept = traffic(name, n, d, heads, a.tile, a.bytes, a.kernel_tiles, a.heads_tiles)
             print(f"| {n} | {name} | {f / 1e9:.1f} | {t / 1e9:.1f} | {t / base_f:.2f} | {moved / 1e9:.2f} | "
                   f"{moved / base_b:.2f} | {kept / 2**30:.2f} |")
     print()
@@ -171,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
         rest = 6 * n * (4 * d * d + 3 * d * a.mlp)
         base = flops("llama", "fwd", n, d, heads) + flops("llama", "bwd", n, d, heads)
         ratios = []
-        for name in ("kernel", "kernel-rec"):
+        for name in ("kernel", "kernel-rec", "kernel-heads"):
             kern = flops(name, "fwd", n, d, heads) + flops(name, "bwd", n, d, heads)
             ratios.append(f"{name} vs Llama {(rest + kern) / (rest + base):.2f}x")
         full = sum(n * n * width(w, d // heads, d) for ph in ("fwd", "bwd") for _, w, _ in PRODUCTS["kernel"][ph]

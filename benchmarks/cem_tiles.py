@@ -4,13 +4,17 @@
 ``benchmarks/gpu_lm.py`` (B 8, H 12, R 64, D 768, causal, ALiBi and self bias, the head-summed h
 read-out — full CEM T=1's call), bf16 operands: every variant — tile pair (block_m owned × block_n
 stepped, optionally with its own warps) × head-loop unroll factor × how the shared products are formed
-(``shared``: materialised by batched matmuls or recomputed in the kernels) — is timed forward +
-backward, the variants interleaved and repeated (median [min, max] ms, and the ratio per repeat to the
-library's default launch, KernelTiles()). A variant that Triton cannot build (shared memory,
-registers) is listed with the error's first line.
+(``shared``: materialised by batched matmuls or recomputed in the kernels) × what a program owns
+(``grid``: rows of every head, or rows of one head; 'heads' only with materialised products) — is
+timed forward + backward, the variants interleaved and repeated (median [min, max] ms, and the ratio
+per repeat to the library's default launch, KernelTiles()). A variant that Triton cannot build (shared
+memory, registers) is listed with the error's first line. For scale, Llama's attention core at the same
+shapes — ``scaled_dot_product_attention`` over (B, H, N, R), causal, forward + backward — is timed in
+the same interleaved loop (``--no-sdpa`` leaves it out).
 
 Usage (GPU):  python benchmarks/cem_tiles.py --out docs/results/cem/gpu_tiles.md [--n 1024] [--batch 8]
               [--tiles 16x16,16x64,32x64w8] [--head-unroll 1,2] [--shared materialize,recompute]
+              [--grid rows,heads]
               [--block-d 64] [--num-warps 4] [--num-stages 1]   # the rest of the launch (KernelTiles)
               python benchmarks/cem_tiles.py --tiny   # CPU smoke run through Triton's interpreter
 """
@@ -30,8 +34,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_throughput import median, pick_device  # noqa: E402
 
-# the launches that compile under the 255-register cap at GPT-2 small (docs/cem.md, "Registers"), and 64 × 64
-DEFAULT_TILES = "16x16,16x32,32x32,16x64,32x64w8,16x128,64x64w8"
+# the launches that compile under the 255-register cap at GPT-2 small (docs/cem.md, "Registers"), and 64 × 64;
+# 64 × 32 and 128 × 32 on 8 warps: the largest that one program per head compiles without spilling
+DEFAULT_TILES = "16x16,16x32,32x32,16x64,32x64w8,16x128,64x64w8,64x32,128x32w8"
+SDPA = "sdpa"  # the reference row: Llama's attention core
 
 
 class Variant(NamedTuple):
@@ -40,21 +46,27 @@ class Variant(NamedTuple):
     head_unroll: int
     num_warps: int
     shared: str
+    grid: str = "rows"
 
     def label(self) -> str:
-        return f"| {self.block_m}×{self.block_n} | {self.head_unroll} | {self.num_warps} | {self.shared} |"
+        return (f"| {self.block_m}×{self.block_n} | {self.head_unroll} | {self.num_warps} | {self.shared} "
+                f"| {self.grid} |")
 
 
-def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "materialize") -> list[Variant]:
+def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "materialize",
+                grid: str = "rows") -> list[Variant]:
     """Variants: every ``MxN`` or ``MxNwW`` (W warps for this pair; else ``num_warps``) of the comma list
-    ``spec``, with every head_unroll value and every ``shared`` value of their comma lists."""
+    ``spec``, with every head_unroll, ``shared`` and ``grid`` value of their comma lists — less the
+    combinations KernelTiles refuses (grid 'heads' with shared 'recompute') and head_unroll > 1 with
+    grid 'heads' (one program per head has no head loop)."""
     out = []
     for t in spec.split(","):
         m = re.fullmatch(r"(\d+)x(\d+)(?:w(\d+))?", t.strip())
         if m is None:
             raise SystemExit(f"--tiles: {t!r} is not MxN or MxNwW (e.g. 32x64w8)")
-        out += [Variant(int(m[1]), int(m[2]), int(u), int(m[3] or num_warps), s)
-                for u in head_unroll.split(",") for s in shared.split(",")]
+        out += [Variant(int(m[1]), int(m[2]), int(u), int(m[3] or num_warps), s, gr)
+                for u in head_unroll.split(",") for s in shared.split(",") for gr in grid.split(",")
+                if gr == "rows" or (s == "materialize" and u == "1")]
     return out
 
 
@@ -80,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tiles", default=DEFAULT_TILES, help="comma-separated MxN or MxNwW (W warps) tile pairs")
     ap.add_argument("--head-unroll", default="1", help="comma-separated KernelTiles.head_unroll values")
     ap.add_argument("--shared", default="materialize", help="comma-separated KernelTiles.shared values")
+    ap.add_argument("--grid", default="rows,heads", help="comma-separated KernelTiles.grid values")
+    ap.add_argument("--no-sdpa", action="store_true", help="leave out the SDPA (Llama attention) reference row")
     ap.add_argument("--block-d", type=int, default=64, help="D chunk of every variant (KernelTiles.block_d)")
     ap.add_argument("--num-warps", type=int, default=4)
     ap.add_argument("--num-stages", type=int, default=1)
@@ -91,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         a.n, a.batch, a.heads, a.dim, a.repeats = 16, 1, 2, 32, 1
         a.tiles, a.head_unroll, a.shared = "16x64,16x32w2", "1,2", "materialize,recompute"
+        a.no_sdpa = False
     from energyformer.energies.cem_kernel import KernelTiles, cem_attention
 
     device = pick_device()
@@ -98,11 +113,17 @@ def main(argv: list[str] | None = None) -> None:
     r = a.dim // a.heads
     q, k, ud, hm, slopes, delta = inputs(a.batch, a.heads, a.n, r, a.dim, dtype, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    variants = parse_tiles(a.tiles, a.head_unroll, a.num_warps, a.shared)
+    variants = parse_tiles(a.tiles, a.head_unroll, a.num_warps, a.shared, a.grid)
     lib = KernelTiles()
-    default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared)
+    default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared, lib.grid)
+    variants += [] if a.no_sdpa else [SDPA]
+    v_ = k.detach().clone().requires_grad_(True)  # Llama's values: separate from its keys
 
-    def call(v: Variant) -> None:
+    def call(v: Variant | str) -> None:
+        if v == SDPA:
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v_, is_causal=True)
+            o.float().sum().backward()
+            return
         oq, hs, _, _ = cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=None, causal=True,
                                      offset=0, h_mode="sum", block_d=a.block_d, num_stages=a.num_stages,
                                      **v._asdict())
@@ -131,19 +152,20 @@ def main(argv: list[str] | None = None) -> None:
              f"cem_attention forward + backward, B={a.batch} H={a.heads} N={a.n} R={r} D={a.dim}, {dtype}, causal, "
              f"ALiBi + self bias, h read-out 'sum'; block_d {a.block_d}, {a.num_stages} stage(s); {a.repeats} "
              f"interleaved repeats after one untimed build; ratios to the default launch {default.label()}", "",
-             "| block_m × block_n | head_unroll | warps | shared | ms, median [min, max] "
+             "| block_m × block_n | head_unroll | warps | shared | grid | ms, median [min, max] "
              "| × default time, median [min, max] |",
-             "|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|"]
     base = times.get(default)
     for v in variants:
+        label = "| SDPA: Llama's attention core (B, H, N, R), causal | | | | |" if v == SDPA else v.label()
         if v in failed:
-            lines.append(f"{v.label()} not built: {failed[v]} | — |")
+            lines.append(f"{label} not built: {failed[v]} | — |")
             continue
         ts = times[v]
         rel = "—" if not base else (lambda rs: f"{median(rs):.2f} [{min(rs):.2f}, {max(rs):.2f}]")(
             [x / y for x, y in zip(ts, base)])
         ms = f"{1e3 * median(ts):.2f} [{1e3 * min(ts):.2f}, {1e3 * max(ts):.2f}]"
-        lines.append(f"{v.label()} {ms} | {rel} |")
+        lines.append(f"{label} {ms} | {rel} |")
     text = "\n".join(lines)
     print(text, flush=True)
     if a.out:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from .bench_script import load_bench
@@ -26,11 +28,20 @@ def test_cem_tiles_tiny_times_each_variant_through_the_interpreter(tmp_path, cap
     bench.main(["--tiny", "--out", str(out)])
     text = capsys.readouterr().out
     rows = [line for line in text.splitlines() if line.startswith("| 16×")]
-    assert len(rows) == 8 and "not built" not in text  # 2 tile pairs × 2 unroll factors × 2 shared forms
-    assert "| 16×64 | 1 | 4 | materialize | " in text and "| 16×32 | 2 | 2 | recompute | " in text
-    default = next(r for r in rows if r.startswith("| 16×64 | 1 | 4 | materialize | "))
+    # 2 tile pairs × (2 unroll factors × 2 shared forms of one program per row, + one program per head)
+    assert len(rows) == 10 and "not built" not in text
+    assert "| 16×64 | 1 | 4 | materialize | rows | " in text and "| 16×32 | 2 | 2 | recompute | rows | " in text
+    assert "| 16×64 | 1 | 4 | materialize | heads | " in text
+    default = next(r for r in rows if r.startswith("| 16×64 | 1 | 4 | materialize | rows | "))
     assert default.endswith("| 1.00 [1.00, 1.00] |")  # the ratio column is against the library default
-    assert "| 16×64 | 1 | 4 | materialize | " in out.read_text()
-    assert bench.parse_tiles("32x64w8,16x16", "1", 4) == [(32, 64, 1, 8, "materialize"), (16, 16, 1, 4, "materialize")]
+    sdpa = next(line for line in text.splitlines() if line.startswith("| SDPA"))
+    assert re.search(r"\| \d+\.\d+ \[\d+\.\d+, \d+\.\d+\] \| \d+\.\d+ \[", sdpa)  # timed with the rest
+    assert "| 16×64 | 1 | 4 | materialize | rows | " in out.read_text()
+    assert bench.parse_tiles("32x64w8,16x16", "1", 4) == [(32, 64, 1, 8, "materialize", "rows"),
+                                                         (16, 16, 1, 4, "materialize", "rows")]
+    # one program per head: only with materialised products, no head loop to unroll
+    assert bench.parse_tiles("64x32", "1,2", 4, "materialize,recompute", "rows,heads") == [
+        (64, 32, 1, 4, "materialize", "rows"), (64, 32, 1, 4, "materialize", "heads"),
+        (64, 32, 1, 4, "recompute", "rows"), (64, 32, 2, 4, "materialize", "rows"), (64, 32, 2, 4, "recompute", "rows")]
     with pytest.raises(SystemExit, match="32by64"):
         bench.parse_tiles("32by64", "1", 4)

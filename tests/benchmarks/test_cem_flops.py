@@ -1,0 +1,45 @@
+"""benchmarks/cem_flops.py: the FLOP counts follow from the listed products, the tile model's bytes from
+its tiles (a count and a model: nothing here is timed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .bench_script import load_bench
+
+
+@pytest.fixture(scope="module")
+def fl():
+    return load_bench("cem_flops")
+
+
+def units(fl, name: str) -> int:
+    """training cost in causal D-wide products (a per-head product of width D_r summed over heads = 1, a
+    shared D-wide one = 1, a full N × N one = 2)"""
+    return sum({"r": 1, "d": 1, "D": 2, "rd": 13}[w] for ph in ("fwd", "bwd") for _, w, _ in fl.PRODUCTS[name][ph])
+
+
+@pytest.mark.parametrize("name,expect", [("llama", 7), ("blocked", 12), ("kernel-rec", 24), ("kernel", 26),
+                                         ("kernel-heads", 24)])
+def test_training_flops_are_the_listed_products(fl, name, expect):
+    n, d, h = 1024, 768, 12
+    assert units(fl, name) == expect
+    train = fl.flops(name, "fwd", n, d, h) + fl.flops(name, "bwd", n, d, h)
+    assert train == pytest.approx(expect * n * n * d)  # N² D per causal D-wide product
+
+
+def test_one_program_per_head_drops_the_query_tile_pass_b(fl):
+    """no pass b: its QKᵀ and dOq Kᵀ recomputation is gone, dS K moves into the key-tile kernel"""
+    loop = [p for p, _, _ in fl.PRODUCTS["kernel"]["bwd"]]
+    heads = [p for p, _, _ in fl.PRODUCTS["kernel-heads"]["bwd"]]
+    assert len(loop) - len(heads) == 2 and not any(p.startswith("b:") for p in heads)
+
+
+def test_traffic_falls_with_the_tiles_a_program_owns(fl):
+    n, d, h = 4096, 768, 12
+    small = fl.traffic("kernel", n, d, h, 64, 2, kernel_tiles=(16, 64))[0]
+    large = fl.traffic("kernel", n, d, h, 64, 2, kernel_tiles=(32, 64))[0]
+    assert large < small
+    heads = [fl.traffic("kernel-heads", n, d, h, 64, 2, heads_tiles=t)[0] for t in ((32, 32), (64, 32), (128, 32))]
+    assert heads[0] > heads[1] > heads[2]
+    assert fl.traffic("llama", n, d, h, 64, 2)[1] == 0 and fl.traffic("blocked", n, d, h, 64, 2)[1] == h * n * n / 2 * 4
