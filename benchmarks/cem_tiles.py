@@ -10,7 +10,9 @@ timed forward + backward, the variants interleaved and repeated (median [min, ma
 per repeat to the library's default launch, KernelTiles()). A variant that Triton cannot build (shared
 memory, registers) is listed with the error's first line. For scale, Llama's attention core at the same
 shapes — ``scaled_dot_product_attention`` over (B, H, N, R), causal, forward + backward — is timed in
-the same interleaved loop (``--no-sdpa`` leaves it out).
+the same interleaved loop (``--no-sdpa`` leaves it out). ``--budget SECONDS`` bounds the run (a device
+session's minutes are few): no variant is built after half of it has passed (the rest are listed as not
+built), and no repeat starts after 85 % of it (at least one runs), so a cut run still prints its table.
 
 Usage (GPU):  python benchmarks/cem_tiles.py --out docs/results/cem/gpu_tiles.md [--n 1024] [--batch 8]
               [--tiles 16x16,16x64,32x64w8] [--head-unroll 1,2] [--shared materialize,recompute]
@@ -98,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--num-warps", type=int, default=4)
     ap.add_argument("--num-stages", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--budget", type=float, help="seconds for the whole run (builds stop at 1/2, repeats at 0.85)")
     ap.add_argument("--tiny", action="store_true", help="CPU interpreter smoke size (N 16, D 32, 2 heads)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
@@ -130,7 +133,15 @@ def main(argv: list[str] | None = None) -> None:
         (oq.float().sum() + hs.float().sum()).backward()
 
     failed: dict[Variant, str] = {}
+    start = time.perf_counter()
+
+    def past(fraction: float) -> bool:
+        return a.budget is not None and time.perf_counter() - start > fraction * a.budget
+
     for v in variants:   # build (compile) each variant once, untimed; said as it goes (a cut run keeps it)
+        if past(0.5):
+            failed[v] = f"the budget of {a.budget:g} s was half spent before its build"
+            continue
         t0 = time.perf_counter()
         try:
             call(v)
@@ -141,6 +152,9 @@ def main(argv: list[str] | None = None) -> None:
     ok = [v for v in variants if v not in failed]
     times: dict[Variant, list[float]] = {v: [] for v in ok}
     for rep in range(a.repeats):
+        if rep and past(0.85):
+            a.repeats = rep  # said in the header
+            break
         for v in ok[rep % len(ok):] + ok[:rep % len(ok)] if ok else []:
             sync()
             t0 = time.perf_counter()

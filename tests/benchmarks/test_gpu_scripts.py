@@ -45,3 +45,11 @@ def test_cem_tiles_tiny_times_each_variant_through_the_interpreter(tmp_path, cap
         (64, 32, 1, 4, "recompute", "rows"), (64, 32, 2, 4, "materialize", "rows"), (64, 32, 2, 4, "recompute", "rows")]
     with pytest.raises(SystemExit, match="32by64"):
         bench.parse_tiles("32by64", "1", 4)
+
+
+def test_cem_tiles_budget_stops_building_and_still_prints_the_table(capsys):
+    pytest.importorskip("triton")
+    bench = load_bench("cem_tiles")
+    bench.main(["--tiny", "--budget", "0"])
+    text = capsys.readouterr().out
+    assert "the budget of 0 s was half spent before its build" in text and "| block_m × block_n |" in text
