@@ -231,22 +231,25 @@ class _CEMAttention(torch.autograd.Function):
         del g
         if meta["MAT"] and hmode == "sum":
             hs = _mm_acc(ps.to(q.dtype), hm, acc_dt)  # (Σ_k P_k) H: (B, Nq, D)
-        ctx.save_for_backward(q, k, ud, hm, x, c, delta, slopes, kmask, oq, ox, m, l)
+        # the outputs' shapes, not the outputs: saving oq would keep a float32 (B, H, Nq, Dr) per call alive
+        ctx.save_for_backward(q, k, ud, hm, x, c, delta, slopes, kmask, m, l)
+        ctx.out_shapes = oq.shape, ox.shape
         ctx.meta, ctx.offset, ctx.hmode, ctx.grid = meta, offset, hmode, grid
         return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse
 
     @staticmethod
     def backward(ctx, goq, ghs, gox, glse):
-        q, k, ud, hm, x, c, delta, slopes, kmask, oq, ox, m, l = ctx.saved_tensors  # oq, ox: shapes only
+        q, k, ud, hm, x, c, delta, slopes, kmask, m, l = ctx.saved_tensors
+        oq_shape, ox_shape = ctx.out_shapes
         meta, offset, hmode = ctx.meta, ctx.offset, ctx.hmode
         B, H, nq, R = q.shape
         nk = k.shape[2]
-        acc_dt = oq.dtype
+        acc_dt = m.dtype
         new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
         dummy = q.new_zeros(1)
-        goq = new(oq.shape) if goq is None else goq
+        goq = new(oq_shape) if goq is None else goq
         if x is not None:
-            gox = (new(ox.shape) if gox is None else gox).to(q.dtype).contiguous()
+            gox = (new(ox_shape) if gox is None else gox).to(q.dtype).contiguous()
         dlt = new(B, H, nq) if glse is None else -glse.to(acc_dt)  # (B, H, Nq); the kernel adds Σ_j p dP
         if hmode != "none":
             ghs = (new(B, nq, meta["D"]) if ghs is None else ghs).to(q.dtype).contiguous()
