@@ -91,9 +91,10 @@ def page(folder: Path) -> str:
              f"--repeats 5 --warmup 1`) and [{ATT}]({ATT}) (`python benchmarks/cem_attention.py --threads 1 --repeats "
              "7`). Their own headers: "
              + "; ".join(f"`{h.strip()}`" for h in lm["header"] + [att["header"]] if h.strip())
-             + ". One thread on a 2-core machine **shared with other jobs**, so the ranges are wide: every ratio is "
-             "taken per repeat from variants interleaved in one run, median [min, max]; a median whose range crosses "
-             "a target is not settled by these runs. Regenerate the outputs with the two commands above.", "",
+             + ". One torch thread on a 2-core machine whose other core may be busy (the load averages in those "
+             "headers; under load the ratios move by several hundredths): every ratio is taken per repeat from "
+             "variants interleaved in one run, median [min, max]; a median whose range crosses a target is not "
+             "settled by these runs. Regenerate the outputs with the two commands above.", "",
              "## Targets (training step, B=8 N=256 D=256 L=4 H=8, vocab 4096)", "",
              "| target (issue 8) | measured: tokens/s ratio to Llama, median [min, max] | verdict |", "|---|---|:---:|"]
     for name, variant, prec, floor in TARGETS:
