@@ -73,7 +73,7 @@ def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("causal,nq,nk,tiles", [
     (True, 5, 12, {}), (False, 20, 20, dict(block_m=32)), (True, 20, 20, dict(block_n=32, num_stages=3)),
-    (True, 20, 20, dict(head_unroll=2))])
+    (True, 20, 20, dict(head_unroll=2)), (True, 20, 20, dict(causal_chunks=1)), (True, 6, 19, dict(causal_chunks=5))])
 def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mode):
     """D = 40 in chunks of block_d = 16 (16 + 16 + a masked 8: every D-wide product and gradient is
     summed or written chunk by chunk), with query and key tiles of different sizes."""
@@ -105,11 +105,34 @@ def test_shared_products_accumulate_in_float32_without_rounding_the_operands():
     assert cem_kernel._mm_acc(a.double(), b.double(), torch.float64).dtype == torch.float64
 
 
+@pytest.mark.parametrize("nq,nk,offset,causal,pieces", [(7, 7, 0, True, 4), (3, 10, 7, True, 4), (20, 20, 0, True, 3),
+                                                       (9, 9, 0, False, 4), (5, 5, 0, True, 1), (2, 6, 4, True, 8)])
+def test_causal_row_chunks_cover_every_visible_key_once(nq, nk, offset, causal, pieces):
+    """row_chunks: every query row in exactly one chunk, and that chunk's keys include every key the row
+    sees (causal: j <= offset + i), so the chunked shared products equal the whole ones where visible"""
+    chunks = cem_kernel.row_chunks(nq, nk, offset, causal, pieces)
+    rows = [i for r0, r1, _ in chunks for i in range(r0, r1)]
+    assert rows == list(range(nq)) and len(chunks) <= max(1, pieces)
+    for r0, r1, ke in chunks:
+        assert ke <= nk and all(ke >= (min(nk, offset + i + 1) if causal else nk) for i in range(r0, r1))
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(2, nq, 5, generator=g, dtype=torch.float64)
+    b = torch.randn(2, nk, 5, generator=g, dtype=torch.float64)
+    vis = visible(2, nq, nk, causal, None, offset)
+    full = a @ b.mT
+    got = cem_kernel._pair_mm(a, b.mT, torch.float64, chunks)
+    torch.testing.assert_close(got[vis], full[vis], rtol=0, atol=1e-14)
+    w = torch.where(vis, torch.randn(2, nq, nk, generator=g, dtype=torch.float64), 0.0)
+    torch.testing.assert_close(cem_kernel._rows_mm(w, b, torch.float64, chunks), w @ b, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(cem_kernel._cols_mm(w, a, torch.float64, chunks), w.mT @ a, rtol=1e-14, atol=1e-14)
+
+
 def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
     config_error_says(cem_kernel.KernelTiles, {"block_d": 48}, ["block_d", "48", "16"])
     config_error_says(cem_kernel.KernelTiles, {"num_stages": 0}, ["num_stages", "0", "1"])
     config_error_says(cem_kernel.KernelTiles, {"head_unroll": 3}, ["head_unroll", "3", "1"])
     config_error_says(cem_kernel.KernelTiles, {"shared": "cache"}, ["shared", "cache", "materialize"])
+    config_error_says(cem_kernel.KernelTiles, {"causal_chunks": 0}, ["causal_chunks", "0", "1"])
     config_error_says(cem_kernel.KernelTiles, {"grid": "heads", "shared": "recompute"},
                       ["grid", "heads", "shared", "recompute", "materialize"])
     with pytest.raises(ConfigError, match="block_m"):
@@ -211,9 +234,16 @@ def test_kernel_kv_cache_decoding_equals_full_forward(grid):
 
 def _dense_low(q, k, ud, hm, slopes, delta, c, x, h_mode):
     """The blocked path's arithmetic in PyTorch (causal, offset 0): products in the operands' dtype,
-    bias and softmax in float32, probabilities rounded to the operands' dtype before the products."""
+    bias and softmax in float32, probabilities rounded to the operands' dtype before the products. The
+    shared logits ud Hᵀ are one product per block of query rows (the blocked path's query blocks; here the
+    kernel's default row chunks), so their float32 rounding is the kernel's: at logits ~1e2 a different
+    but equally exact rounding of them alone moves some gradients by several times float32's error."""
     nq, nk, dt = q.shape[2], k.shape[2], q.dtype
-    s = (q @ k.transpose(-1, -2) + (ud @ hm.transpose(-1, -2))[:, None]).float()
+    chunks = cem_kernel.row_chunks(nq, nk, 0, True, cem_kernel.KernelTiles().causal_chunks)
+    g = torch.zeros(q.shape[0], nq, nk, dtype=dt)
+    for r0, r1, ke in chunks:
+        g[:, r0:r1, :ke] = ud[:, r0:r1] @ hm[:, :ke].transpose(-1, -2)
+    s = (q @ k.transpose(-1, -2) + g[:, None]).float()
     i, j = torch.arange(nq)[:, None], torch.arange(nk)[None]
     s = s - slopes[:, None, None] * (i - j).abs() + delta.float()[:, None, None] * (i == j)
     p = s.masked_fill(j > i, float("-inf")).softmax(-1).to(dt)

@@ -126,8 +126,9 @@ class KernelTiles(ConfigModel):
     'materialize' (recommended): one batched matmul each — G = ud Hᵀ (in forward and again in
     backward) and dHs Hᵀ as (B, Nq, Nk) tensors in the accumulation dtype, which the kernels read per
     tile; the kernels store the head sums Σ_k P_k and Σ_k dS_k per tile in the operand dtype, and
-    (Σ_k P_k) H, d(ud) and dh are matmuls. 3 + 4 products over the whole N × N (8 % more FLOPs than the
-    8 + 4 causal ones of 'recompute', at GPT-2 small) run on the matmul library instead of the kernels'
+    (Σ_k P_k) H, d(ud) and dh are matmuls. 3 + 4 products over the visible blocks of ``causal_chunks``
+    row chunks (at 4, 14 % fewer training FLOPs than 'recompute' at GPT-2 small; whole N × N products
+    were 8 % more) run on the matmul library instead of the kernels'
     small D chunks, and the kernels no longer read and write D-wide float32 accumulators at every step
     (benchmarks/cem_flops.py); costs 6 (forward) and 12 (backward) B of transient memory per (query,
     key) pair, not per head. 'recompute': every product in the kernels, in ``block_d`` chunks; no N×N
@@ -148,6 +149,13 @@ class KernelTiles(ConfigModel):
     not bitwise repeatable), and backward is two kernels instead of three passes (no query-tile pass for
     dq: 9 → 7 per-head products in training). Needs ``shared = 'materialize'``; per-head factors
     (h_mode 'stack') run the 'rows' kernels."""
+
+    causal_chunks: int = Field(4, ge=1, le=64)
+    """row chunks of the materialised shared products under a causal mask (docs/cem.md): each chunk of
+    query rows is multiplied with the keys it can see only, so the seven N × N products cost 1 + 1/chunks
+    causal products instead of 2 (the FLOPs of ``benchmarks/cem_flops.py``'s ``--causal-chunks``); 1:
+    whole N × N products. 4 (recommended): 5/8 of the full FLOPs in 4 matmuls each. Bidirectional
+    attention always multiplies the whole product. Not yet timed on a GPU."""
 
     @model_validator(mode="after")
     def _heads_grid_needs_materialized(self) -> KernelTiles:
@@ -178,21 +186,61 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
 
 
-def _mm_acc(a: Tensor, b: Tensor, acc: torch.dtype) -> Tensor:
+def _mm_acc(a: Tensor, b: Tensor, acc: torch.dtype, out: Tensor | None = None) -> Tensor:
     """Batched a @ b (B, n, k) @ (B, k, m) with the operands' products summed in ``acc`` (float32 for
-    16-bit operands, as the kernels' MMA; the operands themselves are not rounded). On CUDA 16-bit
-    operands go through torch.bmm's ``out_dtype``; elsewhere, or without it, they are upcast first
-    (exact: a product of two 16-bit floats fits float32). float32 operands on CUDA where the process
-    allows TF32 (``torch.get_float32_matmul_precision() != 'highest'``) are multiplied in float64:
-    the kernels' own products are IEEE float32, and TF32's 10-bit mantissa would cost 1e-3 of a logit."""
+    16-bit operands, as the kernels' MMA; the operands themselves are not rounded), written into ``out``
+    (a (B, n, m) view, e.g. a block of a larger buffer) where given. On CUDA 16-bit operands go through
+    torch.bmm's ``out_dtype``; elsewhere, or without it, they are upcast first (exact: a product of two
+    16-bit floats fits float32). float32 operands on CUDA where the process allows TF32
+    (``torch.get_float32_matmul_precision() != 'highest'``) are multiplied in float64: the kernels' own
+    products are IEEE float32, and TF32's 10-bit mantissa would cost 1e-3 of a logit."""
     if a.dtype != acc and a.is_cuda:
-        try:
-            return torch.bmm(a, b, out_dtype=acc)
-        except (RuntimeError, TypeError):  # a torch without bmm's out_dtype
-            pass
+        for kw in ([dict(out=out)] if out is not None else []) + [{}]:
+            try:
+                r = torch.bmm(a, b, out_dtype=acc, **kw)
+                return r if out is None or kw else out.copy_(r)
+            except (RuntimeError, TypeError):  # a torch without bmm's out_dtype (or its out= form)
+                pass
     if acc == torch.float32 and a.is_cuda and torch.get_float32_matmul_precision() != "highest":
-        return torch.bmm(a.double(), b.double()).float()
-    return torch.bmm(a.to(acc), b.to(acc))
+        r = torch.bmm(a.double(), b.double()).float()
+        return r if out is None else out.copy_(r)
+    return torch.bmm(a.to(acc), b.to(acc), out=out) if out is not None else torch.bmm(a.to(acc), b.to(acc))
+
+
+def row_chunks(nq: int, nk: int, offset: int, causal: bool, pieces: int) -> list[tuple[int, int, int]]:
+    """(r0, r1, ke) per chunk of query rows: rows r0 … r1 − 1 (positions offset + i) see keys 0 … ke − 1
+    (causal: ke = offset + r1; else every key). The materialised shared products are formed chunk by chunk
+    over these blocks only (``KernelTiles.causal_chunks``): 1 + 1/pieces of a causal product's FLOPs
+    instead of 2."""
+    if not causal or pieces <= 1:
+        return [(0, nq, nk)]
+    step = -(-nq // pieces)
+    return [(r0, min(nq, r0 + step), min(nk, offset + min(nq, r0 + step))) for r0 in range(0, nq, step)]
+
+
+def _pair_mm(a: Tensor, bt: Tensor, acc: torch.dtype, chunks) -> Tensor:
+    """(B, Nq, Nk) = a (B, Nq, D) @ bt (B, D, Nk) in ``acc`` on each chunk's visible block, zero elsewhere
+    (the kernels read whole tiles, masking what is hidden: every value they read is finite)."""
+    out = torch.zeros(a.shape[0], a.shape[1], bt.shape[-1], device=a.device, dtype=acc)
+    for r0, r1, ke in chunks:
+        _mm_acc(a[:, r0:r1], bt[..., :ke], acc, out=out[:, r0:r1, :ke])
+    return out
+
+
+def _rows_mm(w: Tensor, v: Tensor, acc: torch.dtype, chunks) -> Tensor:
+    """(B, Nq, D) = w (B, Nq, Nk) @ v (B, Nk, D), w zero outside each chunk's visible block"""
+    out = torch.empty(w.shape[0], w.shape[1], v.shape[-1], device=w.device, dtype=acc)
+    for r0, r1, ke in chunks:
+        _mm_acc(w[:, r0:r1, :ke], v[:, :ke], acc, out=out[:, r0:r1])
+    return out
+
+
+def _cols_mm(w: Tensor, v: Tensor, acc: torch.dtype, chunks) -> Tensor:
+    """(B, Nk, D) = wᵀ @ v for w (B, Nq, Nk), zero outside each chunk's visible block, v (B, Nq, D)"""
+    out = torch.zeros(w.shape[0], w.shape[2], v.shape[-1], device=w.device, dtype=acc)
+    for r0, r1, ke in chunks:
+        out[:, :ke] += _mm_acc(w[:, r0:r1, :ke].mT, v[:, r0:r1], acc)
+    return out
 
 
 def kernel_meta(meta: dict, name: str) -> dict:
@@ -222,7 +270,8 @@ class _CEMAttention(torch.autograd.Function):
         lse = torch.empty(B, H, nq, device=q.device, dtype=acc_dt)
         m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
         ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
-        g = _mm_acc(ud, hm.mT, acc_dt) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
+        chunks = row_chunks(nq, nk, offset, causal, tiles.causal_chunks)  # blocks of the shared products
+        g = _pair_mm(ud, hm.mT, acc_dt, chunks) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
         # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid)
         ps = (torch.zeros(B, nq, nk, device=q.device, dtype=acc_dt if grid else q.dtype)
               if meta["MAT"] and hmode == "sum" else dummy)
@@ -230,11 +279,11 @@ class _CEMAttention(torch.autograd.Function):
         launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
         del g
         if meta["MAT"] and hmode == "sum":
-            hs = _mm_acc(ps.to(q.dtype), hm, acc_dt)  # (Σ_k P_k) H: (B, Nq, D)
+            hs = _rows_mm(ps.to(q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
         # the outputs' shapes, not the outputs: saving oq would keep a float32 (B, H, Nq, Dr) per call alive
         ctx.save_for_backward(q, k, ud, hm, x, c, delta, slopes, kmask, m, l)
         ctx.out_shapes = oq.shape, ox.shape
-        ctx.meta, ctx.offset, ctx.hmode, ctx.grid = meta, offset, hmode, grid
+        ctx.meta, ctx.offset, ctx.hmode, ctx.grid, ctx.chunks = meta, offset, hmode, grid, chunks
         return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse
 
     @staticmethod
@@ -265,8 +314,9 @@ class _CEMAttention(torch.autograd.Function):
         # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P (stored
         # per tile in the operand dtype, or added up atomically in the accumulation dtype by the grid kernels)
         pair = functools.partial(torch.zeros, B, nq, nk, device=q.device, dtype=acc_dt if ctx.grid else q.dtype)
-        g = _mm_acc(ud, hm.mT, acc_dt) if mat and ud is not None else dummy
-        gh = _mm_acc(ghs, hm.mT, acc_dt) if mat and hsum else dummy
+        chunks = ctx.chunks
+        g = _pair_mm(ud, hm.mT, acc_dt, chunks) if mat and ud is not None else dummy
+        gh = _pair_mm(ghs, hm.mT, acc_dt, chunks) if mat and hsum else dummy
         dss = pair() if mat and ud is not None else dummy
         ps = pair() if mat and hsum else dummy
         ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)] + [g, gh]
@@ -283,10 +333,10 @@ class _CEMAttention(torch.autograd.Function):
         del g, gh
         if mat and ud is not None:  # d(ud) = (Σ_k dS_k) H;  dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs
             dss = dss.to(q.dtype)
-            dud = _mm_acc(dss, hm, acc_dt)
-            dh += _mm_acc(dss.mT, ud, acc_dt)
+            dud = _rows_mm(dss, hm, acc_dt, chunks)
+            dh += _cols_mm(dss, ud, acc_dt, chunks)
         if mat and hsum:
-            dh += _mm_acc(ps.to(q.dtype).mT, ghs, acc_dt)
+            dh += _cols_mm(ps.to(q.dtype), ghs, acc_dt, chunks)
 
         def back(g, t):
             return None if t is None else g.to(t.dtype)
@@ -301,8 +351,8 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
                   delta: Tensor | None, key_mask: Tensor | None, causal: bool, offset: int,
                   h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
                   block_m: int = 16, block_n: int = 64, block_d: int = 64, num_warps: int = 4,
-                  num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "rows"
-                  ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
+                  num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "rows",
+                  causal_chunks: int = 4) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
 
     q: (B, H, Nq, Dr) = W_Q u / τ; k: (B, H, Nk, Dr) keys (= values); ud: (B, Nq, D) = d∘u/τ or None
@@ -313,7 +363,8 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
     block_m … grid: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it)."""
     tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
-                        num_stages=num_stages, head_unroll=head_unroll, shared=shared, grid=grid)
+                        num_stages=num_stages, head_unroll=head_unroll, shared=shared, grid=grid,
+                        causal_chunks=causal_chunks)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")
