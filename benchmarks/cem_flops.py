@@ -20,10 +20,11 @@ Formulations (the products are listed in PRODUCTS below, so each count can be ch
                  ``blocked`` but nothing N² kept; forward in two passes (log Z, then normalised P),
                  backward recomputes (the shared tiles too, in every pass).
 * ``kernel``     the same kernel with ``shared: materialize`` (the default): the products the heads
-                 share are batched matmuls over the whole N × N (not only the causal half: "full",
-                 twice a causal product's FLOPs), G = (d∘U)Hᵀ once in forward and once in backward,
-                 dHs Hᵀ once; the kernels store Σ_k P_k and Σ_k dS_k per tile, and (ΣP)H, (ΣdS)H,
-                 (ΣdS)ᵀdU, (ΣP)ᵀdHs are matmuls too.
+                 share are batched matmuls ("mat"), over row chunks of the N × N (``--causal-chunks``
+                 c, the launch's ``causal_chunks``, default 4: each chunk of query rows times the keys it
+                 sees, 1 + 1/c causal products; c = 1: the whole N × N, twice a causal product's FLOPs),
+                 G = (d∘U)Hᵀ once in forward and once in backward, dHs Hᵀ once; the kernels store Σ_k P_k
+                 and Σ_k dS_k per tile, and (ΣP)H, (ΣdS)H, (ΣdS)ᵀdU, (ΣP)ᵀdHs are matmuls too.
 * ``kernel-heads`` the same with one program per head (``attn_kernel.grid: heads``,
                  ``cem_triton_heads.py``): backward is a Δ pass and a key-tile kernel that also adds dq
                  = dS K atomically (no query-tile pass b); the heads' sums Σ P, Σ dS are atomic adds.
@@ -37,7 +38,7 @@ shared-tile reads and atomic adds, and the N × N shared buffers. A model of byt
 memory), not a measurement. "kept N²" is the attention memory held for backward by one layer (B = 1).
 
 Usage: python benchmarks/cem_flops.py [--dim 768 --heads 12 --ns 1024 4096 16384 --tile 64 --bytes 2
-                                       --kernel-tiles 16 64 --heads-tiles 64 32]
+                                       --kernel-tiles 16 64 --heads-tiles 64 32 --causal-chunks 4]
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
                 ("pass 2: QKᵀ", "r", True), ("pass 2: (d∘U)Hᵀ", "d", False), ("PK", "r", True),
                 ("(ΣP)H", "d", False)],
         "bwd": [  # dq kernel: pass a (Δ = Σ_j p dP, the same dP as pass b), pass b; dkv kernel
-            ("a: QKᵀ", "r", True), ("a: (d∘U)Hᵀ", "d", False), ("a: dHs Hᵀ", "d", False), ("a: dOq Kᵀ", "r", True),
+            ("a: QKᵀ", "r", True), ("a: (d∘U)Hᵀ", "d", False), ("a: dHs Hᵀ", "d", False),
+            ("a: dOq Kᵀ", "r", True),
             ("b: QKᵀ", "r", True), ("b: (d∘U)Hᵀ", "d", False), ("b: dHs Hᵀ", "d", False),
             ("b: dOq Kᵀ", "r", True), ("b: dS K", "r", True), ("b: (ΣdS) H", "d", False),
             ("kv: QKᵀ", "r", True), ("kv: (d∘U)Hᵀ", "d", False), ("kv: dHs Hᵀ", "d", False),
@@ -76,38 +78,40 @@ PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
             ("kv: (ΣdS)ᵀ dU", "d", False), ("kv: (ΣP)ᵀ dHs", "d", False)],
     },
     "kernel": {
-        "fwd": [("G = (d∘U)Hᵀ full", "D", False), ("pass 1: QKᵀ", "r", True), ("pass 2: QKᵀ", "r", True),
-                ("PK", "r", True), ("(ΣP)H full", "D", False)],
-        "bwd": [("G full", "D", False), ("dHs Hᵀ full", "D", False),
+        "fwd": [("G = (d∘U)Hᵀ mat", "D", False), ("pass 1: QKᵀ", "r", True), ("pass 2: QKᵀ", "r", True),
+                ("PK", "r", True), ("(ΣP)H mat", "D", False)],
+        "bwd": [("G mat", "D", False), ("dHs Hᵀ mat", "D", False),
                 ("a: QKᵀ", "r", True), ("a: dOq Kᵀ", "r", True), ("b: QKᵀ", "r", True),
                 ("b: dOq Kᵀ", "r", True), ("b: dS K", "r", True), ("kv: QKᵀ", "r", True),
                 ("kv: dOq Kᵀ", "r", True), ("kv: dSᵀ Q", "r", True), ("kv: Pᵀ dOq", "r", True),
-                ("(ΣdS) H full", "D", False), ("(ΣdS)ᵀ dU full", "D", False),
-                ("(ΣP)ᵀ dHs full", "D", False)],
+                ("(ΣdS) H mat", "D", False), ("(ΣdS)ᵀ dU mat", "D", False),
+                ("(ΣP)ᵀ dHs mat", "D", False)],
     },
     "kernel-heads": {
-        "fwd": [("G = (d∘U)Hᵀ full", "D", False), ("pass 1: QKᵀ", "r", True), ("pass 2: QKᵀ", "r", True),
-                ("PK", "r", True), ("(ΣP)H full", "D", False)],
-        "bwd": [("G full", "D", False), ("dHs Hᵀ full", "D", False),
+        "fwd": [("G = (d∘U)Hᵀ mat", "D", False), ("pass 1: QKᵀ", "r", True), ("pass 2: QKᵀ", "r", True),
+                ("PK", "r", True), ("(ΣP)H mat", "D", False)],
+        "bwd": [("G mat", "D", False), ("dHs Hᵀ mat", "D", False),
                 ("Δ: QKᵀ", "r", True), ("Δ: dOq Kᵀ", "r", True), ("kv: QKᵀ", "r", True),
                 ("kv: dOq Kᵀ", "r", True), ("kv: dSᵀ Q", "r", True), ("kv: Pᵀ dOq", "r", True),
                 ("kv: dS K (dq, atomic)", "r", True),
-                ("(ΣdS) H full", "D", False), ("(ΣdS)ᵀ dU full", "D", False),
-                ("(ΣP)ᵀ dHs full", "D", False)],
+                ("(ΣdS) H mat", "D", False), ("(ΣdS)ᵀ dU mat", "D", False),
+                ("(ΣP)ᵀ dHs mat", "D", False)],
     },
 }
 KERNELS = ("kernel-rec", "kernel", "kernel-heads")
 
 
-def width(code: str, r: int, d: int) -> int:
-    """the causal-product width of a product code; "D": a full (N × N) product, twice a causal one"""
-    return {"r": r, "d": d, "rd": r + d, "D": 2 * d}[code]
+def width(code: str, r: int, d: int, chunks: int = 1) -> float:
+    """the causal-product width of a product code; "D": a materialised shared product over row chunks
+    (``attn_kernel.causal_chunks``): each chunk of N / c query rows times the keys it sees, 1 + 1/c causal
+    products (c = 1: the whole N × N, twice a causal one)"""
+    return {"r": r, "d": d, "rd": r + d, "D": d * (1 + 1 / chunks)}[code]
 
 
-def flops(name: str, phase: str, n: int, d: int, heads: int) -> float:
+def flops(name: str, phase: str, n: int, d: int, heads: int, chunks: int = 4) -> float:
     """N² w per product (N²/2 causal pairs × 2 FLOPs × width w), × H for per-head products."""
     r = d // heads
-    return sum(n * n * width(w, r, d) * (heads if per_head else 1) for _, w, per_head in PRODUCTS[name][phase])
+    return sum(n * n * width(w, r, d, chunks) * (heads if per_head else 1) for _, w, per_head in PRODUCTS[name][phase])
 
 
 def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes: int, heads: int = 1) -> float:
@@ -170,13 +174,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mlp", type=int, default=2048, help="SwiGLU hidden size, for the rest of the layer")
     ap.add_argument("--kernel-tiles", type=int, nargs=2, default=(16, 64), metavar=("OWNED", "STEP"),
                     help="the loop kernels' block_m (rows a program owns) and block_n (rows it steps through)")
+    ap.add_argument("--causal-chunks", type=int, default=4,
+                    help="row chunks of the materialised shared products (attn_kernel.causal_chunks; 1: whole N × N)")
     ap.add_argument("--heads-tiles", type=int, nargs=2, default=(64, 32), metavar=("OWNED", "STEP"),
                     help="block_m and block_n of one program per head (attn_kernel.grid: heads)")
     a = ap.parse_args(argv)
     d, heads = a.dim, a.heads
     print(f"attention core of one layer, B = 1, causal, D = {d}, H = {heads}, D_r = {d // heads}, "
           f"{a.bytes}-byte operands, query tile {a.tile}; kernels' tiles {a.kernel_tiles[0]} owned × "
-          f"{a.kernel_tiles[1]} stepped, one program per head {a.heads_tiles[0]} × {a.heads_tiles[1]}")
+          f"{a.kernel_tiles[1]} stepped, one program per head {a.heads_tiles[0]} × {a.heads_tiles[1]}; shared "
+          f"products in {a.causal_chunks} row chunk(s)")
     for name, ph in PRODUCTS.items():
         print(f"  {name:12s} fwd {len(ph['fwd'])} products, bwd {len(ph['bwd'])}: "
               + "; ".join(p for p, _, _ in ph["fwd"]) + " | " + "; ".join(p for p, _, _ in ph["bwd"]))
@@ -185,10 +192,11 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for n in a.ns:
         base_f = flops("llama", "fwd", n, d, heads) + flops("llama", "bwd", n, d, heads)
+        cc = a.causal_chunks
         base_b, _ = traffic("llama", n, d, heads, a.tile, a.bytes, a.kernel_tiles, a.heads_tiles)
         for name in PRODUCTS:
-            f = flops(name, "fwd", n, d, heads)
-            t = f + flops(name, "bwd", n, d, heads)
+            f = flops(name, "fwd", n, d, heads, cc)
+            t = f + flops(name, "bwd", n, d, heads, cc)
             moved, kept = traffic(name, n, d, heads, a.tile, a.bytes, a.kernel_tiles, a.heads_tiles)
             print(f"| {n} | {name} | {f / 1e9:.1f} | {t / 1e9:.1f} | {t / base_f:.2f} | {moved / 1e9:.2f} | "
                   f"{moved / base_b:.2f} | {kept / 2**30:.2f} |")
@@ -200,10 +208,10 @@ def main(argv: list[str] | None = None) -> None:
         base = flops("llama", "fwd", n, d, heads) + flops("llama", "bwd", n, d, heads)
         ratios = []
         for name in ("kernel", "kernel-rec", "kernel-heads"):
-            kern = flops(name, "fwd", n, d, heads) + flops(name, "bwd", n, d, heads)
+            kern = sum(flops(name, ph, n, d, heads, a.causal_chunks) for ph in ("fwd", "bwd"))
             ratios.append(f"{name} vs Llama {(rest + kern) / (rest + base):.2f}x")
-        full = sum(n * n * width(w, d // heads, d) for ph in ("fwd", "bwd") for _, w, _ in PRODUCTS["kernel"][ph]
-                   if w == "D")
+        full = sum(n * n * width(w, d // heads, d, a.causal_chunks) for ph in ("fwd", "bwd")
+                   for _, w, _ in PRODUCTS["kernel"][ph] if w == "D")
         print(f"  N = {n}: {rest / 1e9:.1f}; whole layer, " + ", ".join(ratios)
               + f" (kernel: {full / 1e9:.1f} GFLOP of it in batched matmuls)")
 

@@ -24,8 +24,17 @@ def units(fl, name: str) -> int:
 def test_training_flops_are_the_listed_products(fl, name, expect):
     n, d, h = 1024, 768, 12
     assert units(fl, name) == expect
-    train = fl.flops(name, "fwd", n, d, h) + fl.flops(name, "bwd", n, d, h)
+    train = fl.flops(name, "fwd", n, d, h, chunks=1) + fl.flops(name, "bwd", n, d, h, chunks=1)
     assert train == pytest.approx(expect * n * n * d)  # N² D per causal D-wide product
+
+
+@pytest.mark.parametrize("name", ["kernel", "kernel-heads"])
+def test_row_chunks_cut_the_materialised_products_to_one_plus_one_over_c_causal_ones(fl, name):
+    n, d, h = 1024, 768, 12
+    mat = sum(1 for ph in ("fwd", "bwd") for _, w, _ in fl.PRODUCTS[name][ph] if w == "D")
+    assert mat == 7
+    whole, four = (sum(fl.flops(name, ph, n, d, h, chunks=c) for ph in ("fwd", "bwd")) for c in (1, 4))
+    assert whole - four == pytest.approx(mat * n * n * d * (2 - 1.25))
 
 
 def test_one_program_per_head_drops_the_query_tile_pass_b(fl):
