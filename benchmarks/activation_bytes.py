@@ -8,7 +8,8 @@ parameters left out, their autocast copies counted). The models are ``benchmarks
 the path CUDA takes (``auto`` = the Triton kernel on a GPU; here through Triton's interpreter, or a path
 named by the model); the forward runs at sequence lengths N and 2N with 1 and 2 layers, and the double
 difference, divided by B·N, is what one more layer saves per token: without what a forward saves once
-(the autocast weight copies) and without the embedding and the read-out's per-token share (the logits). The kernel path keeps nothing N × N; the blocked path keeps its probabilities
+(the autocast weight copies) and without the embedding and the read-out's per-token share (the logits).
+The kernel path keeps nothing N × N; the blocked path keeps its probabilities
 (``H·N²/2`` per layer and step), so its per-token figure grows with N and is quoted at this N only.
 
 This is a count of saved activations, not a measured peak (which adds parameters, gradients, AdamW's
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     precs = a.precisions.split(",")
     rows = {name: {p: per_token_layer(on_cuda_path(b), a, p) for p in precs} for name, b in models().items()}
     lines = [f"torch {torch.__version__}; D={a.dim} H={a.heads} F={a.mlp_hidden} V={a.vocab}, "
-             f"B={a.batch}, forwards at N={a.seq} and {2 * a.seq} with 1 and 2 layers; CEM attention on the CUDA path (the Triton kernel, "
+             f"B={a.batch}, forwards at N={a.seq} and {2 * a.seq} with 1 and 2 layers; CEM attention on the CUDA path "
+             "(the Triton kernel, "
              "run here by its interpreter) unless the model names another; bytes autograd saves per token and "
              "layer (what one more layer adds per token)", "",
              "| model | " + " | ".join(f"{p}: B/token/layer | × Llama" for p in precs) + " |",
