@@ -3,8 +3,8 @@
 Issue 21 asks for full CEM's peak training memory at most 1.3× Llama's on a GPU (B 8, N 1,024, D 768,
 12 layers). Most of a training step's peak is the activations autograd saves in the forward, and those
 can be counted on any machine: every tensor the forward saves for backward passes through
-``torch.autograd.graph.saved_tensors_hooks``, which records its storage (each storage counted once;
-parameters left out, their autocast copies counted). The models are ``benchmarks/gpu_lm.py``'s, built on
+``torch.autograd.graph.saved_tensors_hooks``; the storages still held when the forward returns are
+counted once each (parameters left out, their autocast copies counted). The models are ``benchmarks/gpu_lm.py``'s, built on
 the path CUDA takes (``auto`` = the Triton kernel on a GPU; here through Triton's interpreter, or a path
 named by the model); the forward runs at sequence lengths N and 2N with 1 and 2 layers, and the double
 difference, divided by B·N, is what one more layer saves per token: without what a forward saves once
@@ -26,6 +26,7 @@ import argparse
 import gc
 import os
 import sys
+import weakref
 from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernel path on CPU (triton fixes its mode at first import)
@@ -48,22 +49,25 @@ def on_cuda_path(block):
 
 
 def saved_bytes(model: torch.nn.Module, idx: torch.Tensor, precision: str) -> int:
-    """bytes of the distinct storages one training forward saves for backward (parameters excluded)"""
+    """bytes of the distinct storages the graph of one training forward still holds for backward when the
+    forward returns (parameters excluded; tensors saved by graphs the forward itself dropped, e.g. an
+    energy evaluated for a trace, are not counted: their storages may already hold other tensors)"""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
+    saved: list[weakref.ref] = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        s = t.untyped_storage()
-        if s.data_ptr() not in params and s.nbytes():
-            seen[s.data_ptr()] = max(seen.get(s.data_ptr(), 0), s.nbytes())
         # detached: a saved output returned as itself would tie its node to it in a cycle that no garbage
         # collector frees (every model of the run then stays in memory); nothing runs backward here
-        return t.detach()
+        d = t.detach()
+        saved.append(weakref.ref(d))
+        return d
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _context(precision, idx.device):
         logits = ours_logits(model, idx)
-    del logits
-    return sum(seen.values())
+    alive = [t for t in (r() for r in saved) if t is not None]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in alive}
+    del logits, alive
+    return sum(n for ptr, n in storages.items() if ptr not in params)
 
 
 def per_token_layer(block, args, precision: str) -> float:

@@ -408,5 +408,7 @@ def attend_kernel(e, u: Tensor, st, bs, plan, need_logz: bool):
             key_mask=st.key_mask, causal=e.causal, offset=st.offset, h_mode=mode,
             c=plan.c.to(torch.promote_types(bs.cdt, torch.float32)) if mode == "stack" else None, x=x,
             **e.attn_kernel.model_dump())
-        hterm = hs * plan.c.to(hs.dtype) if mode == "sum" else hs  # 'sum': d ∘ ((Σ_k P_k) H): (B, Nq, D)
+        # 'sum': d ∘ ((Σ_k P_k) H): (B, Nq, D), in the product dtype like the blocked path's, so that the
+        # product keeps a 16-bit hs for d's gradient under bf16 autocast, not the kernel's float32 one
+        hterm = hs.to(bs.cdt) * plan.c.to(bs.cdt) if mode == "sum" else hs
     return Averages(oq=oq, hterm=hterm, lowrank=ox, logz=lse if need_logz else None)
