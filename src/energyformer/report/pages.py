@@ -136,6 +136,11 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "the device's nvidia-smi and versions beside the GPU runs of the hyperset-plateau page's GPU section"),
     Artifact(f"{RESULTS}/cem", "bench_lm_throughput.txt", "output of `python benchmarks/lm_throughput.py`"),
     Artifact(f"{RESULTS}/cem", "bench_cem_attention.txt", "output of `python benchmarks/cem_attention.py`"),
+    Artifact(f"{RESULTS}/cem", "activation_bytes.md",
+             "verbatim output of `python benchmarks/activation_bytes.py --seq 64 --out DIR/activation_bytes.md` "
+             "(issue 21: activations saved per token and layer, counted on CPU)"),
+    Artifact(f"{RESULTS}/cem", "compare_commits_8a17f28.txt",
+             "output of `python benchmarks/compare_commits.py --base 8a17f28` (CEM's CPU step time did not regress)"),
     Artifact(f"{RESULTS}/core", "compare_commits_issue19.txt",
              "output of `python benchmarks/compare_commits.py --base 2755fd7` (the core refactor's step-time cost)"),
 )
