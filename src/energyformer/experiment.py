@@ -198,9 +198,10 @@ def run_experiment(cfg: RunConfig, resume: bool = False, overwrite: bool = False
     t0 = time.perf_counter()
     final = trainer.fit(resume=resume)
     secs = time.perf_counter() - t0
-    tokens = final.get("tokens", 0.0)
+    tokens = final.get("tokens", 0.0)  # every token of the run, across resumes
+    elapsed = float(final.get("elapsed_s") or secs)  # and its training time across resumes (not this call's)
     return RunResult(cfg.name, cfg.run_dir, count_params(model), final, list(trainer.loss_history),
-                     float(tokens) / max(secs, 1e-9), secs, task, cfg, model)
+                     float(tokens) / max(elapsed, 1e-9), secs, task, cfg, model)
 
 
 def normalise_model_config(model: dict[str, Any]) -> dict[str, Any]:

@@ -73,6 +73,12 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(study, tmp_path):
     assert b["resumed"] and b["metrics"]["accuracy"] == data["runs"]["L8_s0_baseline"]["metrics"]["accuracy"]
     info = json.loads((tmp_path / "runs" / "L8_s0_baseline" / "run_info.json").read_text())
     assert info.get("resumes")
+    # its speed is the run's own (every token over its training time across resumes, which the resumed call
+    # only lengthens by its final evaluation), not every token over the seconds of the call that resumed and
+    # recorded it (that inflated it ~50x in a committed page)
+    first = data["runs"]["L8_s0_baseline"]
+    assert b["seconds"] >= first["seconds"] and 0.2 < b["tokens_per_s"] / first["tokens_per_s"] <= 1.0
+    assert b["tokens_per_s"] == pytest.approx(first["tokens_per_s"] * first["seconds"] / b["seconds"])  # same tokens
 
 
 @pytest.mark.slow
