@@ -56,9 +56,8 @@ from typing import Literal
 
 import torch
 from einops import rearrange
-from torch import Tensor
-
 from pydantic import model_validator
+from torch import Tensor
 
 from energyformer.utils.config import ConfigModel, Field
 
