@@ -144,16 +144,23 @@ def _row_state(M, L, DLT, hptr, hmask):
 
 
 @triton.jit
+def _pair_ptrs(ptr, b, rows, cols, rmask, cmask, Nq, Nk):
+    """(pointers, mask) of the (BM, BN) tile at (rows, cols) of matrix b of a contiguous (B, Nq, Nk) tensor"""
+    return ptr + (b * Nq + rows[:, None]) * Nk + cols[None, :], rmask[:, None] & cmask[None, :]
+
+
+@triton.jit
 def _pair_tile(ptr, b, rows, cols, rmask, cmask, Nq, Nk):
     """the (BM, BN) tile at (rows, cols) of matrix b of a contiguous (B, Nq, Nk) tensor, zero-padded"""
-    return tl.load(ptr + (b * Nq + rows[:, None]) * Nk + cols[None, :], mask=rmask[:, None] & cmask[None, :],
-                   other=0.0)
+    p, m = _pair_ptrs(ptr, b, rows, cols, rmask, cmask, Nq, Nk)
+    return tl.load(p, mask=m, other=0.0)
 
 
 @triton.jit
 def _put_pair_tile(ptr, b, rows, cols, rmask, cmask, Nq, Nk, val):
     """store val (BM, BN) at (rows, cols) of matrix b of a contiguous (B, Nq, Nk) tensor"""
-    tl.store(ptr + (b * Nq + rows[:, None]) * Nk + cols[None, :], val, mask=rmask[:, None] & cmask[None, :])
+    p, m = _pair_ptrs(ptr, b, rows, cols, rmask, cmask, Nq, Nk)
+    tl.store(p, val, mask=m)
 
 
 @triton.jit
@@ -199,13 +206,18 @@ def _add_wh(OUT, HM, C, hh, b, rows, cols, rmask, cmask, Nq, Nk, w, FACTOR: tl.c
 
 
 @triton.jit
-def _online(s, m_all, l_all, hcol, hh):
-    """One key tile of scores s (BM, BN) into head hh's running max and sum (BM, HP), flash-style:
+def _online_row(s, m_old, l_old):
+    """One key tile of scores s (BM, BN) into one head's running max and sum (BM,), flash-style:
     m' = max(m, max_j s_j), l' = l e^{m − m'} + Σ_j e^{s_j − m'} (a row with nothing visible keeps −∞, 0)."""
-    m_old = _col(m_all, hcol, hh)
     m_new = tl.maximum(m_old, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    l_new = _col(l_all, hcol, hh) * tl.exp(m_old - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
+    return m_new, l_old * tl.exp(m_old - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
+
+
+@triton.jit
+def _online(s, m_all, l_all, hcol, hh):
+    """:func:`_online_row` for head hh of the running max and sum of every head (BM, HP)"""
+    m_new, l_new = _online_row(s, _col(m_all, hcol, hh), _col(l_all, hcol, hh))
     return _set_col(m_all, hcol, hh, m_new), _set_col(l_all, hcol, hh, l_new)
 
 
@@ -213,6 +225,15 @@ def _online(s, m_all, l_all, hcol, hh):
 def _probs(s, m_all, l_all, hcol, hh):
     """p_ijk = e^{s_ijk − m_ik} / l_ik (BM, BN) of head hh, with the forward's final max and sum"""
     return tl.exp(s - _col(m_all, hcol, hh)[:, None]) / _col(l_all, hcol, hh)[:, None]
+
+
+@triton.jit
+def _dp_x(X, GOX, hh, b, rows, cols, rmask, cmask, Nq, Nk, H: tl.constexpr, E: tl.constexpr, EP: tl.constexpr,
+          PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """dOx_h X_hᵀ (BM, BN): head hh's extra value columns' part of dP"""
+    xh = _tile(X, b * H + hh, cols, Nk, E, EP, cmask)
+    gox = _tile(GOX, b * H + hh, rows, Nq, E, EP, rmask)
+    return _mm(gox, tl.trans(xh), PREC, ACC, UPCAST)
 
 
 @triton.jit
@@ -240,9 +261,7 @@ def _recompute(Q, K, SLOPES, DELTA, KMASK, C, X, GOQ, GOX, GHS, HM, hh, b, rows,
             ch = _factor(C, hh, d0 + tl.arange(0, BD), D)
             dp += _mm((ghs.to(ACC) * ch[None, :].to(ACC)).to(hb.dtype), tl.trans(hb), PREC, ACC, UPCAST)
     if HAS_X:
-        xh = _tile(X, b * H + hh, cols, Nk, E, EP, cmask)
-        gox = _tile(GOX, b * H + hh, rows, Nq, E, EP, rmask)
-        dp += _mm(gox, tl.trans(xh), PREC, ACC, UPCAST)
+        dp += _dp_x(X, GOX, hh, b, rows, cols, rmask, cmask, Nq, Nk, H, E, EP, PREC, ACC, UPCAST)
     return p, dp, qh, kh, goq
 
 

@@ -49,12 +49,7 @@ def _tiles_module():
 
 _t = _tiles_module()
 _mm, _tile, _put, _scores, _shared, _key_end = _t._mm, _t._tile, _t._put, _t._scores, _t._shared, _t._key_end
-
-
-@triton.jit
-def _pair_ptrs(ptr, b, rows, cols, rmask, cmask, Nq, Nk):
-    """(pointers, mask) of the (BM, BN) tile at (rows, cols) of matrix b of a contiguous (B, Nq, Nk) tensor"""
-    return ptr + (b * Nq + rows[:, None]) * Nk + cols[None, :], rmask[:, None] & cmask[None, :]
+_pair_ptrs, _online_row, _dp_x = _t._pair_ptrs, _t._online_row, _t._dp_x
 
 
 @triton.jit
@@ -87,9 +82,7 @@ def _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rma
     if HMODE == 1:
         dp += gh
     if HAS_X:
-        xh = _tile(X, b * H + hh, cols, Nk, E, EP, cmask)
-        gox = _tile(GOX, b * H + hh, rows, Nq, E, EP, rmask)
-        dp += _mm(gox, tl.trans(xh), PREC, ACC, UPCAST)
+        dp += _dp_x(X, GOX, hh, b, rows, cols, rmask, cmask, Nq, Nk, H, E, EP, PREC, ACC, UPCAST)
     return p, dp, qh, kh, goq
 
 
@@ -117,10 +110,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
                        PREC, ACC, UPCAST)
         s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                             H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
-        m_new = tl.maximum(m, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        l = l * tl.exp(m - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
-        m = m_new
+        m, l = _online_row(s, m, l)
     tl.store(LSE + bh * Nq + rows, tl.where(l > 0, m + tl.log(tl.where(l > 0, l, 1.0)), float("-inf")), mask=rmask)
     m = tl.where(m == float("-inf"), 0.0, m)  # p = e^{s − m} / l (see _fwd)
     l = tl.where(l > 0, l, 1.0)
