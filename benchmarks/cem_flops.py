@@ -47,6 +47,9 @@ import argparse
 
 #: per formulation: forward / backward products as (name, width in units of D_r, per_head?) — a
 #: per-head product costs H times, a shared one once. Widths: "r" = D_r, "d" = D, "rd" = D_r + D.
+#: the materialised kernels' forward (both grids): two passes over the keys per head, the shared G and (ΣP)H
+KERNEL_FWD = [("G = (d∘U)Hᵀ mat", "D", False), ("pass 1: QKᵀ", "r", True), ("pass 2: QKᵀ", "r", True),
+              ("PK", "r", True), ("(ΣP)H mat", "D", False)]
 PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
     "llama": {
         "fwd": [("QKᵀ", "r", True), ("PV", "r", True)],
@@ -78,8 +81,7 @@ PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
             ("kv: (ΣdS)ᵀ dU", "d", False), ("kv: (ΣP)ᵀ dHs", "d", False)],
     },
     "kernel": {
-        "fwd": [("G = (d∘U)Hᵀ mat", "D", False), ("pass 1: QKᵀ", "r", True), ("pass 2: QKᵀ", "r", True),
-                ("PK", "r", True), ("(ΣP)H mat", "D", False)],
+        "fwd": KERNEL_FWD,
         "bwd": [("G mat", "D", False), ("dHs Hᵀ mat", "D", False),
                 ("a: QKᵀ", "r", True), ("a: dOq Kᵀ", "r", True), ("b: QKᵀ", "r", True),
                 ("b: dOq Kᵀ", "r", True), ("b: dS K", "r", True), ("kv: QKᵀ", "r", True),
@@ -88,8 +90,7 @@ PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
                 ("(ΣP)ᵀ dHs mat", "D", False)],
     },
     "kernel-heads": {
-        "fwd": [("G = (d∘U)Hᵀ mat", "D", False), ("pass 1: QKᵀ", "r", True), ("pass 2: QKᵀ", "r", True),
-                ("PK", "r", True), ("(ΣP)H mat", "D", False)],
+        "fwd": KERNEL_FWD,  # the same forward, one program per head
         "bwd": [("G mat", "D", False), ("dHs Hᵀ mat", "D", False),
                 ("Δ: QKᵀ", "r", True), ("Δ: dOq Kᵀ", "r", True), ("kv: QKᵀ", "r", True),
                 ("kv: dOq Kᵀ", "r", True), ("kv: dSᵀ Q", "r", True), ("kv: Pᵀ dOq", "r", True),

@@ -38,12 +38,16 @@ REGISTER_CAP = 255
 SPILL_BYTES = 64  # per thread; the unrolled kernels spilled 60-500 B at GPT-2 small
 
 
-@pytest.fixture(scope="module")
-def compiled():
+def compile_or_skip(cases: dict, kernels: tuple[str, ...]) -> dict:
     try:
-        return cem_compile.resources(CASES)
+        return cem_compile.resources(cases, kernels=kernels)
     except cem_compile.CompilerUnavailable as err:
         pytest.skip(f"triton cannot compile for sm_90 here: {err}")
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return compile_or_skip(CASES, cem_compile.KERNELS)
 
 
 @pytest.mark.slow
@@ -71,10 +75,7 @@ GRID_CASES = {
 
 @pytest.fixture(scope="module")
 def compiled_grid():
-    try:
-        return cem_compile.resources(GRID_CASES, kernels=cem_compile.GRID_KERNELS)
-    except cem_compile.CompilerUnavailable as err:
-        pytest.skip(f"triton cannot compile for sm_90 here: {err}")
+    return compile_or_skip(GRID_CASES, cem_compile.GRID_KERNELS)
 
 
 @pytest.mark.slow
