@@ -148,3 +148,37 @@ def test_make_step_size_from_numbers_modules_and_configs():
         make_step_size(NetworkStepSizeConfig())
     with pytest.raises(ConfigError, match="step_size = 'big'"):
         make_step_size("big")
+
+
+@pytest.mark.parametrize("state_norm", [False, True])
+def test_network_table_runs_in_the_autocast_dtype(state_norm):
+    """Under bf16 autocast the (steps, B, N, D) sum, its GELU and their backward stay bf16 (the out-projection
+    reads bf16 anyway; issue 20's bytes), and the table matches the float32 one to bf16 rounding."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.f32 = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.dim() == 4:
+                    self.f32.append(func.overloadpacket.__name__)
+            return out
+
+    torch.manual_seed(0)
+    net = NetworkStepSize(8, embed_dim=16, condition="input", output="vector", zero_init="none", groups=2,
+                          state_norm=state_norm)
+    s = torch.randn(2, 5, 8).requires_grad_(True)
+    want = torch.stack([torch.cat(r, -1) for r in net.table(6, s)])  # (6, 2, 5, 16) float32
+    with Log() as log, torch.autocast("cpu", torch.bfloat16):
+        got = torch.stack([torch.cat(r, -1) for r in net.table(6, s)])
+        got.sum().backward()
+    assert got.dtype == torch.bfloat16 and s.grad.dtype == torch.float32
+    assert log.f32 == [], log.f32  # no float32 tensor of the table's rank, forward or backward
+    torch.testing.assert_close(got.float(), want, rtol=0.03, atol=0.03 * float(want.detach().abs().max()))
+    with torch.autocast("cpu", torch.bfloat16):  # float64 is left alone by autocast, and here too
+        net64 = net.double()
+        assert net64.table(2, s.double())[0][0].dtype == torch.float64

@@ -292,12 +292,25 @@ class NetworkStepSize(StepSize):
                 return s
         return x0
 
+    def conditioning(self, s: Tensor) -> Tensor:
+        """RMSNorm(s) (or s) in the dtype the network's matmuls run in: the weights', or the autocast dtype
+        when autocast lowers them. The sum with tau and its GELU then run in that dtype, as the out-projection
+        reads them anyway: under bf16 autocast a float32 s would make the (steps, B, N, D) sum, its GELU and
+        their backward float32, and cast the GELU back for the matmul (docs/hyperset.md, "Speed")."""
+        w = self.time_in.weight
+        dt = w.dtype
+        dev = s.device.type
+        if torch.is_autocast_enabled(dev) and dt != torch.float64:  # autocast leaves float64 alone
+            dt = torch.get_autocast_dtype(dev)
+        return self.state_norm(s.to(w.dtype)).to(dt)
+
     def net(self, index: int, s: Tensor) -> Tensor:
         """base + W_o GELU(tau(index) + RMSNorm(s)): (B, N, groups * D) or (B, N, groups)."""
         w = self.time_in.weight
         emb = sinusoidal_embedding(index, self.freqs().to(w.dtype))  # (E,)
         tau = self.time_out(F.gelu(self.time_in(emb)))  # (D,)
-        h = F.gelu(tau + self.state_norm(s.to(w.dtype)))  # (B, N, D)
+        c = self.conditioning(s)  # (B, N, D)
+        h = F.gelu(tau.to(c.dtype) + c)  # (B, N, D)
         eta = self.out(h)  # (B, N, groups) or (B, N, groups * D)
         return eta + self.base if self.base else eta
 
@@ -308,7 +321,8 @@ class NetworkStepSize(StepSize):
         w = self.time_in.weight
         emb = sinusoidal_table(n, self.freqs().to(w.dtype))  # (n, E)
         tau = self.time_out(F.gelu(self.time_in(emb)))  # (n, D)
-        h = F.gelu(tau.view(n, 1, 1, -1) + self.state_norm(s.to(w.dtype)))  # (n, B, N, D)
+        c = self.conditioning(s)  # (B, N, D)
+        h = F.gelu(tau.view(n, 1, 1, -1).to(c.dtype) + c)  # (n, B, N, D)
         eta = self.out(h)  # (n, B, N, groups * (1 | D))
         if self.base:
             eta = eta + self.base
