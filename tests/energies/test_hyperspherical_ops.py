@@ -95,3 +95,93 @@ def test_sphere_norm_traces_into_one_graph():
     (g2,) = torch.autograd.grad(F.rms_norm(z2, (8,), eps=TINY).pow(3).sum(), z2)
     torch.testing.assert_close(u, F.rms_norm(z, (8,), eps=TINY), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(g, g2, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("negate", [False, True])
+def test_bisoftmax_symmetric_is_the_two_softmax_reference_in_float64(tied, negate):
+    """bisoftmax_symmetric (one shared sphere, no mask): values and gradients equal the einsum reference that
+    computes both softmaxes, to 1e-12 in float64; ``negate`` gives −y; gradcheck passes."""
+    from energyformer.energies.hyperspherical_ops import bisoftmax_einsum, bisoftmax_symmetric
+
+    g = torch.Generator().manual_seed(5)
+    u = torch.randn(2, 3, 7, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    v = None if tied else torch.randn(2, 3, 7, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 3, 7, 4, generator=g, dtype=torch.float64)
+    leaves = [u] if tied else [u, v]
+    y = bisoftmax_symmetric(u, 0.7, v, negate=negate)
+    ref = bisoftmax_einsum(u, u, u if tied else v, 0.7, symmetric=False) * (-1.0 if negate else 1.0)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    for a, b in zip(torch.autograd.grad((y * w).sum(), leaves), torch.autograd.grad((ref * w).sum(), leaves)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda *t: bisoftmax_symmetric(t[0], 0.7, None if tied else t[1],
+                                                                   negate=negate), tuple(leaves))
+
+
+@pytest.mark.parametrize("radius", [1.0, 4.0])
+def test_bisoftmax_symmetric_bf16_error_is_the_einsum_paths(radius):
+    """bf16 operands (the dtype autocast gives it): y and dU stay within bf16 tolerance of float64, no worse
+    than 1.5x the einsum path as CUDA autocast runs it (bf16 matmuls, float32 softmax), on the sphere (scores
+    up to β p = 8) and four times off it (scores up to 128)."""
+    from energyformer.energies.hyperspherical_ops import bisoftmax_symmetric
+
+    def einsum_path(u, scale):
+        s = torch.einsum("bhid,bhjd->bhij", u, u) * scale
+        p = torch.softmax(s.float(), -1)
+        return torch.einsum("bhij,bhjd->bhid", (p + p.mT).to(u.dtype), u)
+
+    g = torch.Generator().manual_seed(6)
+    u64 = torch.randn(2, 3, 81, 64, generator=g, dtype=torch.float64)
+    u64 = u64 / u64.norm(dim=-1, keepdim=True) * 8.0 * radius
+    w = torch.randn(u64.shape, generator=g, dtype=torch.float64)
+    out = {}
+    for name, fn, dt in (("ref", bisoftmax_symmetric, torch.float64), ("new", bisoftmax_symmetric, torch.bfloat16),
+                         ("einsum", einsum_path, torch.bfloat16)):
+        u = u64.to(dt).requires_grad_(True)
+        y = fn(u, 0.125)
+        out[name] = (y.detach().double(), torch.autograd.grad((y * w.to(dt)).sum(), u)[0].double())
+    for i in (0, 1):
+        ref = out["ref"][i]
+        err = {n: float((out[n][i] - ref).norm() / ref.norm()) for n in ("new", "einsum")}
+        assert err["new"] < 1e-2 and err["new"] <= 1.5 * err["einsum"] + 1e-4, err
+
+
+def test_bisoftmax_symmetric_follows_autocast_and_compiles():
+    """Under autocast float32 operands run in the autocast dtype (as the einsum path's matmuls), float64 stays;
+    torch.compile traces it (train.compile) with the same values and gradient."""
+    from energyformer.energies.hyperspherical_ops import bisoftmax_symmetric
+
+    u = torch.randn(2, 2, 5, 4)
+    with torch.autocast("cpu", torch.bfloat16):
+        assert bisoftmax_symmetric(u, 0.5).dtype == torch.bfloat16
+        assert bisoftmax_symmetric(u.double(), 0.5).dtype == torch.float64
+    a = u.clone().requires_grad_(True)
+    f = torch.compile(lambda t: bisoftmax_symmetric(t, 0.5, negate=True), backend="aot_eager", fullgraph=True)
+    y = f(a)
+    (ga,) = torch.autograd.grad(y.pow(2).sum(), a)
+    b = u.clone().requires_grad_(True)
+    yb = bisoftmax_symmetric(b, 0.5, negate=True)
+    (gb,) = torch.autograd.grad(yb.pow(2).sum(), b)
+    torch.testing.assert_close(y, yb)
+    torch.testing.assert_close(ga, gb)
+
+
+@pytest.mark.parametrize("kw,fast", [({}, True), ({"self_interaction": False}, False),
+                                     ({"qkv_norm": "separate", "gain": "learned"}, False)])
+def test_attention_energy_takes_the_symmetric_path_only_where_it_holds(monkeypatch, kw, fast):
+    """The einsum-range operator (N < 512) runs bisoftmax_symmetric for one shared sphere without a mask, the
+    einsum path otherwise; the direction is the same either way (float64 against the reference)."""
+    from energyformer.core.precond import IdentityPrecond
+    from energyformer.energies import hyperspherical as hs
+
+    calls = []
+    real = hs.bisoftmax_symmetric
+    monkeypatch.setattr(hs, "bisoftmax_symmetric", lambda *a, **k: calls.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    e = hs.BiSoftmaxAttentionEnergy(8, 2, impl="auto", **kw).double()
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    st = e.prepare(x)
+    d = e.direction(x, st, IdentityPrecond(8))
+    assert bool(calls) == fast
+    want = -e.readout(hs.bisoftmax_einsum(st.q, st.k, st.v, e.beta, st.mask, symmetric=False))
+    torch.testing.assert_close(d, want, rtol=1e-12, atol=1e-12)

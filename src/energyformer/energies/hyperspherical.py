@@ -53,7 +53,7 @@ from ..core.attention import key_padding_mask
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_int
-from .hyperspherical_ops import bisoftmax_einsum, bisoftmax_fused, chunked_lse, sphere_rms_norm
+from .hyperspherical_ops import bisoftmax_einsum, bisoftmax_fused, bisoftmax_symmetric, chunked_lse, sphere_rms_norm
 
 GAINS = ("fixed", "learned")
 QKV_NORMS = ("shared", "separate")
@@ -190,8 +190,13 @@ class SubspaceAttentionEnergy(Energy):
     def energy(self, x: Tensor, state: SubspaceState) -> Tensor:
         return self.energy_heads(x, state).sum(1)  # (B, N)
 
+    def neg_operator(self, st: SubspaceState) -> Tensor:
+        """−operator(st) (subclasses may fold the sign into their last matmul)."""
+        return -self.operator(st)
+
     def direction(self, x: Tensor, state: SubspaceState, precond: Preconditioner) -> Tensor:
-        return -precond(self.readout(self.operator(self._at(x, state))))
+        # −P W y = P W (−y): preconditioner and read-out are linear, so the sign goes to the operator
+        return precond(self.readout(self.neg_operator(self._at(x, state))))
 
     def grad(self, x: Tensor, state: SubspaceState) -> Tensor:
         if self.exact:  # closed form: the operator at the raw projections is the total derivative
@@ -260,11 +265,21 @@ class BiSoftmaxAttentionEnergy(SubspaceAttentionEnergy):
     def head_energy(self, q, k, mask):
         return chunked_lse(q, k, self.beta, mask) / self.beta  # (B, H, N), at least float32
 
-    def operator(self, st: SubspaceState) -> Tensor:
+    def operator(self, st: SubspaceState, negate: bool = False) -> Tensor:
+        """The bi-softmax (B, H, N, p) (−it with ``negate``). The materialised path with one shared sphere
+        and no mask (Q = K, S = Sᵀ: the Sudoku model) runs as :func:`bisoftmax_symmetric`, the same maths in
+        fewer passes with the sign in its last matmul; masks and separate norms take ``bisoftmax_einsum``."""
         n = st.q.shape[2]
         if self.impl == "einsum" or (self.impl == "auto" and n < AUTO_FUSED_MIN_TOKENS):
-            return bisoftmax_einsum(st.q, st.k, st.v, self.beta, st.mask)
-        return bisoftmax_fused(st.q, st.k, st.v, self.beta, st.mask, symmetric=self.symmetric)[0]
+            if st.mask is None and st.q is st.k:
+                return bisoftmax_symmetric(st.q, self.beta, None if st.v is st.q else st.v, negate=negate)
+            y = bisoftmax_einsum(st.q, st.k, st.v, self.beta, st.mask)
+        else:
+            y = bisoftmax_fused(st.q, st.k, st.v, self.beta, st.mask, symmetric=self.symmetric)[0]
+        return -y if negate else y
+
+    def neg_operator(self, st: SubspaceState) -> Tensor:
+        return self.operator(st, negate=True)
 
     def reference_operator(self, st: SubspaceState) -> Tensor:
         """The einsum bi-softmax (materialised row and column softmax, both computed), also for separate norms."""

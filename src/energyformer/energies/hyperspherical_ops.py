@@ -38,8 +38,8 @@ query/key/value norms (Q ≠ K). With Q = K it takes the column softmax as the t
 
 **Sphere norm** (:func:`sphere_rms_norm`, Eq. 8 and 11): the RMSNorm that puts the projections on their
 sphere, with float32 statistics and its output in the input's dtype (also under autocast) and a hand-written
-gradient: fewer passes over the (B, N, 4d) feed-forward hidden than eager ``F.rms_norm`` (docs/hyperset.md,
-"Speed").
+gradient: no float32 copy of the (B, N, 4d) feed-forward hidden as autocast makes for ``F.rms_norm``
+(docs/hyperset.md, "Speed").
 """
 
 from __future__ import annotations
@@ -80,9 +80,10 @@ class _SphereRMSNorm(torch.autograd.Function):
     """u = z · r, r = (mean(z²) + eps)^(-1/2) per row: r in float32, u in z's dtype (one rounding of the
     float32 product), gradient ∂L/∂z = r (g − z · r² mean(g z)).
 
-    ``F.rms_norm`` in fewer passes: eager ``rms_norm`` is five passes forward (a float32 copy first for
-    bf16) and about ten backward, and under autocast (it is on CUDA's float32 list) returns float32 u that
-    every consumer casts back. Here: one norm reduction (float32 accumulation; no float32 copy of a bf16 z on
+    ``F.rms_norm`` without its float32 round trip: ``rms_norm`` is on CUDA autocast's float32 list, so a bf16
+    z is first copied to float32 and u comes back float32 for every consumer to cast back (the norm itself is
+    one ``_fused_rms_norm`` kernel on a CUDA build; the composite of CPU builds and fake tensors is five passes
+    forward and about ten backward). Here: one norm reduction (float32 accumulation; no float32 copy of a bf16 z on
     CUDA) and one product forward; one reduction and two passes backward. For bf16, ``mean(g z)`` sums bf16
     products in float32: an error of the size of g's own rounding. Under ``torch.compile`` the same formulas
     without ``out=`` (Dynamo does not trace it; inductor fuses the passes itself)."""
@@ -219,6 +220,66 @@ def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor 
     row = sdpa(q, k, v, False, None, scale=scale, mask=mask)  # (B, H, N, p): the attention kit's SDPA
     col = sdpa(q, k, w, False, None, scale=scale, mask=mask) * torch.exp(r - m)[..., None].to(v.dtype)
     return row + col, r
+
+
+class _SymmetricBiSoftmax(torch.autograd.Function):
+    """y = sign · (P + Pᵀ) V with P = softmax_row(scale · U Uᵀ) (Q = K = U; V = U when ``v`` is None).
+
+    The symmetric, unmasked bi-softmax in the operand dtype with hand-written backward (``sign`` and
+    ``scale`` ride in the matmuls' alpha, so neither costs a pass over the N x N or the output):
+
+        forward   S = scale U Uᵀ;  P = softmax(S) (float32 inside, stored in the operand dtype);
+                  A = P + Pᵀ;  y = sign A V
+        backward  dA = sign dy Vᵀ;  dV = sign A dy (A = Aᵀ);  dP = dA + dAᵀ (A = P + Pᵀ);
+                  dS = P ∘ (dP − rowsum(P ∘ dP)) (float32 inside);  dU = scale (dS + dSᵀ) U (+ dV when V = U)
+
+    Under bf16 autocast this replaces the einsum path's float32 copy of the scores, its float32 softmax and
+    softmax backward, the float32 P + Pᵀ and its cast back, and the two scale multiplies: 4 kernels
+    forward and 6 backward over (B H, N, N) bf16 (``benchmarks/hyperset_ops.py``). Rounding: S, P, A, dA,
+    dP and dS are rounded to the operand dtype once each (the einsum path rounds S, A, dA and dS, and
+    keeps P, dP in float32); the softmax and its backward accumulate in float32 either way."""
+
+    @staticmethod
+    def forward(ctx, u: Tensor, v: Tensor | None, scale: float, sign: float) -> Tensor:
+        lead = u.shape[:-2]
+        uf = u.reshape(-1, *u.shape[-2:])  # (B H, N, p)
+        vf = uf if v is None else v.reshape(-1, *v.shape[-2:])
+        s = torch.baddbmm(uf.new_empty(()), uf, uf.mT, beta=0.0, alpha=scale)  # (B H, N, N)
+        p = torch.softmax(s, dim=-1)  # float32 accumulation inside, the operand dtype out
+        a = p + p.mT
+        y = torch.baddbmm(vf.new_empty(()), a, vf, beta=0.0, alpha=sign)  # (B H, N, p)
+        ctx.save_for_backward(uf, vf, p, a)
+        ctx.scale, ctx.sign, ctx.tied, ctx.lead = scale, sign, v is None, lead
+        return y.view(*lead, *y.shape[-2:])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy: Tensor):
+        uf, vf, p, a = ctx.saved_tensors
+        dyf = dy.reshape(-1, *dy.shape[-2:]).to(vf.dtype)
+        da = torch.baddbmm(p.new_empty(()), dyf, vf.mT, beta=0.0, alpha=ctx.sign)  # (B H, N, N)
+        dv = torch.baddbmm(vf.new_empty(()), a, dyf, beta=0.0, alpha=ctx.sign)     # Aᵀ dy = A dy
+        ds = torch.ops.aten._softmax_backward_data(da + da.mT, p, -1, p.dtype)
+        ds = ds + ds.mT  # S = Sᵀ: both factors of U Uᵀ
+        if ctx.tied:  # V = U: dU = dV + scale (dS + dSᵀ) U in one matmul
+            du = torch.baddbmm(dv, ds, uf, beta=1.0, alpha=ctx.scale)
+            return du.view(*ctx.lead, *du.shape[-2:]), None, None, None
+        du = torch.bmm(ds, uf).mul_(ctx.scale) if ctx.scale != 1.0 else torch.bmm(ds, uf)
+        return (du.view(*ctx.lead, *du.shape[-2:]), dv.view(*ctx.lead, *dv.shape[-2:]), None, None)
+
+
+def bisoftmax_symmetric(u: Tensor, scale: float, v: Tensor | None = None, *, negate: bool = False) -> Tensor:
+    """(softmax_row(S) + softmax_row(S)ᵀ) V with S = scale · U Uᵀ, no mask (Q = K = U; V = U by default):
+    the einsum path's symmetric case in fewer passes (:class:`_SymmetricBiSoftmax`), ``negate`` returning
+    −y at no cost. u, v: (..., N, p); the result in their dtype, or in the autocast dtype under autocast (as
+    the einsum path's matmuls)."""
+    dev = u.device.type
+    if torch.is_autocast_enabled(dev) and u.dtype != torch.float64:  # autocast leaves float64 alone
+        dt = torch.get_autocast_dtype(dev)
+        u = u.to(dt)
+        v = None if v is None else v.to(dt)
+    with torch.autocast(dev, enabled=False):
+        return _SymmetricBiSoftmax.apply(u, v, float(scale), -1.0 if negate else 1.0)
 
 
 def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None, *,
