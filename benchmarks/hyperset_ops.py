@@ -51,6 +51,7 @@ from torch.utils._pytree import tree_flatten
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hyperset_gpu import CELLS, MODELS, size_args  # noqa: E402  (a sibling script)
 
+from energyformer.energies.hyperspherical_ops import FUSED_NORM  # noqa: E402
 from energyformer.experiment import load_run_config  # noqa: E402
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
 
@@ -169,16 +170,20 @@ class _FusedRMSNorm(torch.autograd.Function):
 
 @contextlib.contextmanager
 def fused_rms_norm(log: OpLog):
-    """``F.rms_norm`` (so ``nn.RMSNorm``) as :class:`_FusedRMSNorm` while inside."""
+    """``F.rms_norm`` (so ``nn.RMSNorm``) as :class:`_FusedRMSNorm` while inside, and Hyper-SET's sphere norm
+    taking the path it takes where that kernel exists (``hyperspherical_ops.FUSED_NORM``: CUDA builds)."""
     def rms_norm(x, normalized_shape, weight=None, eps=None):
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         return _FusedRMSNorm.apply(x, shape, weight, eps, log)
 
+    before = dict(FUSED_NORM)
     F.rms_norm = rms_norm
+    FUSED_NORM.update(cpu=True, cuda=True)
     try:
         yield
     finally:
         F.rms_norm = _RMS_NORM
+        FUSED_NORM.update(before)
 
 
 def build(config: str, extra: list[str], args, iterations: int) -> torch.nn.Module:
@@ -272,10 +277,13 @@ def log_step(config: str, extra: list[str], args, iterations: int, precision: st
         params = {id(p) for p in model.parameters()}
         store = {} if saved is None else saved
 
+        held = []  # the saved tensors stay referenced, so no storage address is freed and reused while counting
+
         def pack(t):  # one entry per allocation (views of one storage count once)
             if id(t) not in params:
                 st = t.untyped_storage()
                 store.setdefault(st._cdata, st.nbytes())
+                held.append(t)
             return t
 
         with torch.set_grad_enabled(training and device == "cpu"), log, fused_rms_norm(log), \

@@ -185,3 +185,25 @@ def test_attention_energy_takes_the_symmetric_path_only_where_it_holds(monkeypat
     assert bool(calls) == fast
     want = -e.readout(hs.bisoftmax_einsum(st.q, st.k, st.v, e.beta, st.mask, symmetric=False))
     torch.testing.assert_close(d, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sphere_norm_on_a_fused_kernel_device_is_rms_norm_in_the_operand_dtype(monkeypatch, dtype):
+    """Where rms_norm has a fused kernel (FUSED_NORM; CUDA builds), the sphere norm is F.rms_norm with autocast
+    off: z's dtype out also under autocast, values and gradient those of the hand-written path to rounding."""
+    from energyformer.energies import hyperspherical_ops as ops
+
+    z = torch.randn(2, 3, 5, 16, dtype=dtype) * 3
+    g = torch.randn(z.shape, dtype=dtype)
+    outs = []
+    for fused in (False, True):
+        monkeypatch.setitem(ops.FUSED_NORM, "cpu", fused)
+        zz = z.clone().requires_grad_(True)
+        with torch.autocast("cpu", torch.bfloat16):
+            u = sphere_rms_norm(zz, TINY)
+        (gz,) = torch.autograd.grad((u * g).sum(), zz)
+        assert u.dtype == dtype and gz.dtype == dtype
+        outs.append((u.detach().float(), gz.float()))
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)

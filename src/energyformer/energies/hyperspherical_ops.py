@@ -115,15 +115,29 @@ class _SphereRMSNorm(torch.autograd.Function):
             return torch.mul(t, r, out=torch.empty_like(z)), None  # projection's backward reads it as is)
 
 
+def _has_fused_norm(dispatch_key: str) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_rms_norm", dispatch_key)
+
+
+#: device types on which this build runs ``rms_norm`` as one fused kernel each way (aten's ``_fused_rms_norm``
+#: with a kernel of its own for the device, e.g. CUDA builds; not the composite): looked up once at import
+FUSED_NORM = {t: _has_fused_norm(k) for t, k in (("cuda", "CUDA"), ("mps", "MPS"), ("xpu", "XPU"), ("cpu", "CPU"))}
+
+
 def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:
     """RMSNorm over the last axis (radius √n with gain 1; Hyper-SET Eq. 8 and 11).
 
-    Without a gain and in float32 or lower, :class:`_SphereRMSNorm`: statistics in float32, the output in
-    z's dtype also under autocast (where ``F.rms_norm`` would return float32 that the next matmul casts
-    straight back) — for bf16 the float32 norm rounded once (what the next matmul read before), in float32
-    ``F.rms_norm`` up to the order of the sums. float64 (the reference precision) and learned gains:
+    Without a gain, in float32 or lower, on a device where ``rms_norm`` has a fused kernel
+    (:data:`FUSED_NORM`: CUDA builds): ``F.rms_norm`` with autocast off, one kernel each way in z's dtype
+    (float32 statistics inside). Elsewhere (CPU) without a gain and in float32 or lower,
+    :class:`_SphereRMSNorm`: statistics in float32, the output in z's dtype also under autocast (where
+    ``F.rms_norm`` would return float32 that the next matmul casts straight back) — for bf16 the float32 norm
+    rounded once (what the next matmul read before), in float32 ``F.rms_norm`` up to the order of the sums. float64 (the reference precision) and learned gains:
     ``F.rms_norm``. The custom gradient is not differentiable again (``once_differentiable``)."""
     if weight is None and z.dtype in FAST_NORM_DTYPES:
+        if FUSED_NORM.get(z.device.type, False):  # the library's fused pair, in z's dtype (autocast would upcast)
+            with torch.autocast(z.device.type, enabled=False):
+                return F.rms_norm(z, (z.shape[-1],), None, eps)
         return _SphereRMSNorm.apply(z, float(eps))
     return F.rms_norm(z, (z.shape[-1],), weight, eps)
 

@@ -132,6 +132,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "verbatim output of `python benchmarks/intrinsic_attention.py --device cuda ...`"),
     Artifact(f"{RESULTS}/hyperset", "gpu_throughput.md",
              "verbatim output of `python benchmarks/hyperset_gpu.py --out DIR/gpu_throughput.md` (issue 20, on a GPU)"),
+    Artifact(f"{RESULTS}/hyperset", "ops_per_iteration.md",
+             "verbatim output of `python benchmarks/hyperset_ops.py --ops --out DIR/ops_per_iteration.md` (issue 20: "
+             "kernels, bytes and FLOPs per iteration counted on fake tensors, no GPU)"),
     Artifact(f"{RESULTS}/hyperset/plateau/gpu", "env.txt",
              "the device's nvidia-smi and versions beside the GPU runs of the hyperset-plateau page's GPU section"),
     Artifact(f"{RESULTS}/cem", "bench_lm_throughput.txt", "output of `python benchmarks/lm_throughput.py`"),
