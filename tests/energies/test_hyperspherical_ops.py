@@ -207,3 +207,28 @@ def test_sphere_norm_on_a_fused_kernel_device_is_rms_norm_in_the_operand_dtype(m
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     for a, b in zip(*outs):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.cuda
+def test_sphere_norm_and_symmetric_bisoftmax_on_cuda_match_float64():
+    """On the GPU (whichever sphere-norm path FUSED_NORM picks there) under bf16 autocast: bf16 out, values and
+    gradients within bf16 tolerance of the float64 CPU reference."""
+    from energyformer.energies.hyperspherical_ops import bisoftmax_symmetric
+
+    g = torch.Generator().manual_seed(9)
+    z = torch.randn(4, 3, 81, 64, generator=g, dtype=torch.float64)
+    w = torch.randn(z.shape, generator=g, dtype=torch.float64)
+
+    def run(zz, ww, autocast):
+        zz = zz.clone().requires_grad_(True)
+        with torch.autocast(zz.device.type, torch.bfloat16, enabled=autocast):
+            y = bisoftmax_symmetric(sphere_rms_norm(zz, TINY), 0.125)
+        (gz,) = torch.autograd.grad((y.double() * ww).sum(), zz)
+        return y, gz
+
+    ref = run(z, w, False)
+    got = run(z.float().cuda(), w.cuda(), True)
+    assert got[0].dtype == torch.bfloat16
+    for a, b in zip(got, ref):
+        a, b = a.detach().double().cpu(), b.detach()
+        assert float((a - b).norm() / b.norm()) < 2e-2
