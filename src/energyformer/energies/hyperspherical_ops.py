@@ -133,7 +133,8 @@ def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tens
     :class:`_SphereRMSNorm`: statistics in float32, the output in z's dtype also under autocast (where
     ``F.rms_norm`` would return float32 that the next matmul casts straight back) — for bf16 the float32 norm
     rounded once (what the next matmul read before), in float32 ``F.rms_norm`` up to the order of the sums.
-    float64 (the reference precision) and learned gains: ``F.rms_norm``. The custom gradient is not differentiable again (``once_differentiable``)."""
+    float64 (the reference precision) and learned gains: ``F.rms_norm``. The custom gradient is not
+    differentiable again (``once_differentiable``)."""
     if weight is None and z.dtype in FAST_NORM_DTYPES:
         if FUSED_NORM.get(z.device.type, False):  # the fused pair in z's dtype (autocast would upcast)
             with torch.autocast(z.device.type, enabled=False):
