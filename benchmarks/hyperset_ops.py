@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import subprocess
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -51,11 +52,14 @@ from torch.utils._pytree import tree_flatten
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hyperset_gpu import CELLS, MODELS, size_args  # noqa: E402  (a sibling script)
 
-from energyformer.energies.hyperspherical_ops import FUSED_NORM  # noqa: E402
 from energyformer.experiment import load_run_config  # noqa: E402
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
 
 aten = torch.ops.aten
+try:  # the sphere norm's fused-kernel switch (older library code, counted for comparison, has none)
+    from energyformer.energies.hyperspherical_ops import FUSED_NORM
+except ImportError:
+    FUSED_NORM = {}
 #: ops that only change metadata or allocate (no kernel launch on CUDA)
 VIEWS = {"view", "_unsafe_view", "reshape", "transpose", "t", "permute", "expand", "unsqueeze", "squeeze",
          "slice", "select", "alias", "as_strided", "detach", "split", "split_with_sizes", "chunk", "unbind",
@@ -342,10 +346,20 @@ def main(argv: list[str] | None = None) -> None:
         report(args)
     flags = " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")
                      and a != str(args.out))
+    import energyformer
+
+    def commit(where: Path) -> str:
+        try:
+            return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                  cwd=where, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return "unknown"
+
     text = (f"# Hyper-SET vs the looped transformer: kernels, bytes and FLOPs per iteration "
             f"(`python benchmarks/hyperset_ops.py{' ' + flags if flags else ''}`)\n\n"
             "Counted on fake tensors under CUDA's bf16 autocast policy (no GPU, nothing timed; the script's "
-            f"docstring says how).\n\n{buf.getvalue()}")
+            f"docstring says how). Models: energyformer at commit {commit(Path(energyformer.__file__).parent)}; "
+            f"counter: this script at commit {commit(Path(__file__).resolve().parent)}.\n\n{buf.getvalue()}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text, end="")
