@@ -99,7 +99,7 @@ pack
 step hyperset_gpu 90 $PY benchmarks/hyperset_gpu.py --out "$OUT/hyperset_gpu.md"
 step gpu_lm_bf16 200 $PY benchmarks/gpu_lm.py --precisions bf16 --repeats 5 --warmup 2 --out "$OUT/gpu_lm.md"
 step cem_tiles 120 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,32x64w8,128x32w8,64x64w8 --grid rows,heads \
-  --budget 105 --out "$OUT/gpu_tiles.md"
+  --causal-chunks 4,8 --budget 105 --out "$OUT/gpu_tiles.md"
 step gpu_lm_fp32 150 $PY benchmarks/gpu_lm.py --precisions fp32 --repeats 3 --warmup 1 --out "$OUT/gpu_lm_fp32.md"
 pack
 echo "== done in $(( $(date +%s) - T0 ))s"
