@@ -236,8 +236,9 @@ def _dense_low(q, k, ud, hm, slopes, delta, c, x, h_mode, joint=False, chunks=No
     """The blocked path's arithmetic in PyTorch (causal, offset 0): products in the operands' dtype,
     bias and softmax in float32 (float64 for float64 operands; ``delta`` (H,) or per query (B, H, N)),
     probabilities rounded to the operands' dtype before the products. The shared logits ud Hᵀ are one
-    product per block of query rows (the blocked path's query blocks; here the kernel's default row chunks), so their float32 rounding is the kernel's: at logits ~1e2 a different
-    but equally exact rounding of them alone moves some gradients by several times float32's error.
+    product per block of query rows (the blocked path's query blocks; here the kernel's default row chunks),
+    so their float32 rounding is the kernel's: at logits ~1e2 a different but equally exact rounding of
+    them alone moves some gradients by several times float32's error.
     ``joint``: the logits as one product of the augmented [q, ud] and [k, h] instead; ``chunks``: other row
     chunks of ud Hᵀ (1: one whole product) — other roundings, equally exact; ``noise`` (B, H, Nq, Nk):
     the logits multiplied by 1 + noise (in float64: a rounding of the logits, modelled)."""
