@@ -53,13 +53,19 @@ step() {  # step NAME SECONDS CMD...: run with a timeout (never past the phase's
   pack
 }
 
-if [ "$PHASE" = probe ]; then
+env_info() {  # the device, versions and which rms_norm kernels this build has, to $W/env.txt (both phases)
   { nvidia-smi; $PY -c "import torch, triton, pydantic; print('torch', torch.__version__, 'triton', triton.__version__,
-'pydantic', pydantic.__version__, torch.cuda.get_device_name())"; } > "$W/env.txt" 2>&1; cat "$W/env.txt" | tail -3
+'pydantic', pydantic.__version__, torch.cuda.get_device_name())
+from energyformer.energies.hyperspherical_ops import FUSED_NORM; print('fused rms_norm kernel per device:', FUSED_NORM)"
+  } > "$W/env.txt" 2>&1; cat "$W/env.txt" | tail -4
+}
+env_info
+
+if [ "$PHASE" = probe ]; then
   step hyperset_gpu_bf16 60 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
     --warmup 2 --out "$OUT/hyperset_gpu_probe.md"
   step pytest_cuda 120 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py \
-    tests/train/test_cuda.py
+    tests/energies/test_hyperspherical_ops.py tests/train/test_cuda.py
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; exit 0
 fi
@@ -81,7 +87,7 @@ if [ -f .ref/ref_gpu.py ] && [ "$STEPS" != scale ]; then
 fi
 if [ -n "${RUN_PYTEST:-}" ]; then   # RUN_PYTEST=1: the CUDA tests beside the trainings (correctness only)
   step pytest_cuda 240 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py \
-    tests/train/test_cuda.py
+    tests/energies/test_hyperspherical_ops.py tests/train/test_cuda.py
 fi
 TRAIN_DEADLINE=$((BUDGET - ${BENCH_SECONDS:-200}))   # keep this much for the benchmarks
 while kill -0 $SUD 2>/dev/null || { [ -n "$REF" ] && kill -0 "$REF" 2>/dev/null; }; do
