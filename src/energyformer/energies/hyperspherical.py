@@ -53,11 +53,12 @@ from ..core.attention import key_padding_mask
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_int
+from .hyperspherical_kernel import bisoftmax_symmetric_kernel
 from .hyperspherical_ops import bisoftmax_einsum, bisoftmax_fused, bisoftmax_symmetric, chunked_lse, sphere_rms_norm
 
 GAINS = ("fixed", "learned")
 QKV_NORMS = ("shared", "separate")
-IMPLS = ("fused", "einsum", "auto")
+IMPLS = ("fused", "einsum", "auto", "kernel")
 #: ``impl='auto'`` uses the fused path from this many tokens on and the einsum path below (CPU,
 #: benchmarks/hyperset_attention.py: the materialised scores are faster at N = 81 and 256, the fused
 #: path at N >= 1024; docs/results/hyperset/benchmark.md).
@@ -253,6 +254,9 @@ class BiSoftmaxAttentionEnergy(SubspaceAttentionEnergy):
     def __init__(self, dim: int, heads: int, head_dim: int | None = None, *, impl: str = "fused", **kw: Any):
         super().__init__(dim, heads, head_dim, **kw)
         check_choice("impl", impl, IMPLS)
+        if impl == "kernel" and not (self.symmetric and self.self_interaction):
+            raise ValueError("impl = 'kernel' covers one shared sphere with self-interaction (qkv_norm 'shared', "
+                             "self_interaction true); use impl 'auto'")
         self.impl = impl
 
     @classmethod
@@ -270,6 +274,10 @@ class BiSoftmaxAttentionEnergy(SubspaceAttentionEnergy):
         and no mask (Q = K, S = Sᵀ: the Sudoku model) runs as :func:`bisoftmax_symmetric`, the same maths in
         fewer passes with the sign in its last matmul; masks and separate norms take ``bisoftmax_einsum``."""
         n = st.q.shape[2]
+        if self.impl == "kernel":  # one Triton program per sequence and head (hyperspherical_kernel.py)
+            if st.mask is not None:
+                raise ValueError("impl = 'kernel' covers sequences without padding; use impl 'auto'")
+            return bisoftmax_symmetric_kernel(st.q, self.beta, negate=negate)
         if self.impl == "einsum" or (self.impl == "auto" and n < AUTO_FUSED_MIN_TOKENS):
             if st.mask is None and st.q is st.k:
                 return bisoftmax_symmetric(st.q, self.beta, None if st.v is st.q else st.v, negate=negate)

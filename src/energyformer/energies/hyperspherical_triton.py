@@ -1,0 +1,94 @@
+"""Triton kernels of Hyper-SET's symmetric bi-softmax for short sequences (``attention.impl: kernel``).
+
+One program per (batch row × head) holds the whole (N, p) tile of U = sphere(W_hᵀ x) and the N x N
+scores in registers (N ≤ 128, padded to a power of two), so a forward reads U once and writes y once,
+and a backward reads U and dy once and writes dU once — against the 4 + 6 (B H, N, N) passes of
+:class:`~energyformer.energies.hyperspherical_ops._SymmetricBiSoftmax`. The maths is that Function's
+(its docstring has the formulas), with V = U:
+
+    forward   P = softmax_row(scale U Uᵀ);  y = sign (P + Pᵀ) U
+    backward  dA = sign dy Uᵀ;  dP = dA + dAᵀ;  dS = P ∘ (dP − rowsum(P ∘ dP));
+              dU = sign (P + Pᵀ) dy + scale (dS + dSᵀ) U
+
+Products accumulate in ``ACC`` (float32, float64 for float64 operands); the probabilities and dS are
+rounded to the operand dtype before the products that read them (as the MMA needs). In Triton's CPU
+interpreter (``UPCAST``) a float32 → bf16 conversion truncates instead of rounding to nearest (twice the
+error, measured), so there the kernels keep ``ACC`` throughout and the launcher rounds the outputs. Padded rows of U
+are zero and padded rows of P are set to zero, so Pᵀ adds nothing from them. Loaded through
+``cem_kernel._kernels`` (compiled on CUDA, Triton's interpreter on CPU: tests only).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mm(a, b, PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """a @ b accumulated in ACC; UPCAST (the CPU interpreter, whose 16-bit dot is wrong) multiplies in ACC."""
+    if UPCAST:
+        return tl.dot(a.to(ACC), b.to(ACC), input_precision=PREC, out_dtype=ACC)
+    return tl.dot(a, b, input_precision=PREC, out_dtype=ACC)
+
+
+@triton.jit
+def _operand(t, like, UPCAST: tl.constexpr):
+    """t in the operand dtype for a product (kept in its accumulation dtype in the interpreter, see above)"""
+    if UPCAST:
+        return t
+    return t.to(like.dtype)
+
+
+@triton.jit
+def _load(ptr, bh, N, P, BN: tl.constexpr, PP: tl.constexpr):
+    """The (BN, PP) tile of matrix bh of a contiguous (B H, N, P) tensor, zero outside (N, P)."""
+    rows = tl.arange(0, BN)
+    cols = tl.arange(0, PP)
+    ok = (rows[:, None] < N) & (cols[None, :] < P)
+    return tl.load(ptr + bh * N * P + rows[:, None] * P + cols[None, :], mask=ok, other=0.0)
+
+
+@triton.jit
+def _store(ptr, bh, N, P, val, BN: tl.constexpr, PP: tl.constexpr):
+    rows = tl.arange(0, BN)
+    cols = tl.arange(0, PP)
+    ok = (rows[:, None] < N) & (cols[None, :] < P)
+    tl.store(ptr + bh * N * P + rows[:, None] * P + cols[None, :], val, mask=ok)
+
+
+@triton.jit
+def _probs(u, N, scale, BN: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """P = softmax_row(scale U Uᵀ) over the N real keys, (BN, BN) in ACC; padded rows are zero."""
+    idx = tl.arange(0, BN)
+    s = _mm(u, tl.trans(u), PREC, ACC, UPCAST) * scale
+    s = tl.where(idx[None, :] < N, s, float("-inf"))
+    e = tl.exp(s - tl.max(s, 1)[:, None])
+    p = e / tl.sum(e, 1)[:, None]
+    return tl.where(idx[:, None] < N, p, 0.0)
+
+
+@triton.jit
+def _fwd(U, Y, N, P, scale, sign, BN: tl.constexpr, PP: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
+         UPCAST: tl.constexpr):
+    bh = tl.program_id(0)
+    u = _load(U, bh, N, P, BN, PP)
+    p = _probs(u, N, scale, BN, PREC, ACC, UPCAST)
+    a = _operand(p + tl.trans(p), u, UPCAST)
+    y = _mm(a, u, PREC, ACC, UPCAST) * sign
+    _store(Y, bh, N, P, y.to(Y.dtype.element_ty), BN, PP)
+
+
+@triton.jit
+def _bwd(U, DY, DU, N, P, scale, sign, BN: tl.constexpr, PP: tl.constexpr, PREC: tl.constexpr,
+         ACC: tl.constexpr, UPCAST: tl.constexpr):
+    bh = tl.program_id(0)
+    u = _load(U, bh, N, P, BN, PP)
+    dy = _load(DY, bh, N, P, BN, PP)
+    p = _probs(u, N, scale, BN, PREC, ACC, UPCAST)
+    a = _operand(p + tl.trans(p), u, UPCAST)
+    du = _mm(a, dy, PREC, ACC, UPCAST) * sign                 # dV = A dy (A = Aᵀ)
+    da = _mm(dy, tl.trans(u), PREC, ACC, UPCAST) * sign       # dA = sign dy Uᵀ
+    dp = da + tl.trans(da)                                    # A = P + Pᵀ
+    ds = p * (dp - tl.sum(p * dp, 1)[:, None])                # softmax backward
+    ds = _operand(ds + tl.trans(ds), u, UPCAST)               # S = Sᵀ: both factors of U Uᵀ
+    du += _mm(ds, u, PREC, ACC, UPCAST) * scale
+    _store(DU, bh, N, P, du.to(DU.dtype.element_ty), BN, PP)

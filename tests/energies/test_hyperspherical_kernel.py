@@ -1,0 +1,125 @@
+"""Hyper-SET's symmetric bi-softmax as one Triton kernel each way (energies/hyperspherical_kernel.py,
+``attention.impl: kernel``): through Triton's interpreter on CPU, compiled on CUDA (marked)."""
+
+import pytest
+import torch
+
+from energyformer.energies import hyperspherical_kernel as hk
+from energyformer.energies.hyperspherical import BiSoftmaxAttentionEnergy
+from energyformer.energies.hyperspherical_ops import bisoftmax_einsum, bisoftmax_symmetric
+
+from .cem_cases import interpreted
+
+
+@interpreted
+@pytest.mark.parametrize("n,p", [(1, 4), (9, 4), (81, 64), (128, 16), (33, 48)])
+@pytest.mark.parametrize("negate", [False, True])
+def test_kernel_equals_the_symmetric_bisoftmax_in_float64(n, p, negate):
+    """Values and gradients equal bisoftmax_symmetric (itself the two-softmax reference) to 1e-12 in float64,
+    at padded and exact tile sizes, up to MAX_TOKENS."""
+    g = torch.Generator().manual_seed(n * 100 + p)
+    u = torch.randn(2, 3, n, p, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(u.shape, generator=g, dtype=torch.float64)
+    y = hk.bisoftmax_symmetric_kernel(u, 0.3, negate=negate)
+    ref = bisoftmax_symmetric(u, 0.3, negate=negate)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    (gk,) = torch.autograd.grad((y * w).sum(), u)
+    (gr,) = torch.autograd.grad((ref * w).sum(), u)
+    torch.testing.assert_close(gk, gr, rtol=1e-11, atol=1e-11)
+    two_softmax = bisoftmax_einsum(u, u, u, 0.3, symmetric=False) * (-1.0 if negate else 1.0)
+    torch.testing.assert_close(y, two_softmax, rtol=1e-12, atol=1e-12)
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("radius", [1.0, 4.0])
+def test_kernel_low_precision_is_as_close_as_the_pytorch_function(dtype, radius):
+    """float32 / bf16 operands, on the sphere (scores up to 8) and four times off it: y and dU within 1.5x
+    the error of the PyTorch Function in the same dtype (against float64 on the same rounded operands),
+    plus eps/4 of the value's norm."""
+    g = torch.Generator().manual_seed(7)
+    u64 = torch.randn(2, 3, 81, 64, generator=g, dtype=torch.float64)
+    u64 = (u64 / u64.norm(dim=-1, keepdim=True) * 8.0 * radius).to(dtype).double()
+    w = torch.randn(u64.shape, generator=g, dtype=torch.float64)
+    out = {}
+    for name, fn, dt in (("ref", bisoftmax_symmetric, torch.float64), ("torch", bisoftmax_symmetric, dtype),
+                         ("kernel", hk.bisoftmax_symmetric_kernel, dtype)):
+        u = u64.to(dt).requires_grad_(True)
+        y = fn(u, 0.125)
+        assert y.dtype == dt
+        out[name] = (y.detach().double(), torch.autograd.grad((y * w.to(dt)).sum(), u)[0].double())
+    eps = torch.finfo(dtype).eps
+    for i in (0, 1):
+        ref = out["ref"][i]
+        err = {n: float((out[n][i] - ref).norm()) for n in ("torch", "kernel")}
+        assert err["kernel"] <= 1.5 * err["torch"] + eps / 4 * float(ref.norm()), (i, err)
+
+
+def test_kernel_refuses_what_it_does_not_cover(monkeypatch):
+    with pytest.raises(ValueError, match="at most 128 tokens, got 129"):
+        hk.bisoftmax_symmetric_kernel(torch.randn(1, 1, 129, 4), 0.5)
+    with pytest.raises(ValueError, match="qkv_norm 'shared', self_interaction true"):
+        BiSoftmaxAttentionEnergy(8, 2, impl="kernel", self_interaction=False)
+    with pytest.raises(ValueError, match="qkv_norm 'shared'"):
+        BiSoftmaxAttentionEnergy(8, 2, impl="kernel", qkv_norm="separate", gain="learned")
+    e = BiSoftmaxAttentionEnergy(8, 2, impl="kernel")
+    x = torch.randn(2, 5, 8)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mask[1, 3:] = False
+    with pytest.raises(ValueError, match="without padding"):
+        e.operator(e.prepare(x, mask=mask))
+    monkeypatch.setattr(hk, "triton_available", lambda: False)
+    with pytest.raises(ValueError, match="needs the triton package"):
+        hk.bisoftmax_symmetric_kernel(torch.randn(1, 1, 5, 4), 0.5)
+
+
+@interpreted
+def test_sudoku_model_with_the_kernel_matches_the_default_impl():
+    """The Sudoku Hyper-SET (toy size) with ``attention.impl: kernel``: logits and every parameter gradient
+    as with the default path (float32, same weights)."""
+    from energyformer.experiment import load_run_config
+    from energyformer.models import MODELS
+    from energyformer.tasks.sudoku import CLASSES, VOCAB
+
+    models = []
+    for impl in ("auto", "kernel"):
+        cfg = load_run_config("hyperset/sudoku_hyperset", ["model.dim=32", "model.heads=4", "model.iterations=3",
+                                                          f"model.block.attention.impl={impl}"])
+        torch.manual_seed(0)
+        models.append(MODELS.build(cfg.model, vocab_size=VOCAB, n_out=CLASSES, causal=False))
+    with torch.no_grad():  # non-zero step sizes, so the attention moves the tokens
+        for m in models:
+            torch.manual_seed(1)
+            for p in m.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+    boards = torch.randint(0, VOCAB, (2, 81), generator=torch.Generator().manual_seed(2))
+    outs = []
+    for m in models:
+        logits = m(boards).logits
+        grads = torch.autograd.grad(logits.pow(2).sum(), list(m.parameters()))
+        outs.append((logits, grads))
+    torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(outs[1][1], outs[0][1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cuda
+def test_compiled_kernel_matches_float64_on_cuda():
+    """The compiled kernel under bf16 autocast: bf16 out, y and dU within 2% (relative norm) of float64."""
+    g = torch.Generator().manual_seed(3)
+    u = torch.randn(8, 12, 81, 64, generator=g, dtype=torch.float64)
+    u = u / u.norm(dim=-1, keepdim=True) * 8.0
+    w = torch.randn(u.shape, generator=g, dtype=torch.float64)
+
+    def run(x, ww, fn, autocast):
+        x = x.clone().requires_grad_(True)
+        with torch.autocast(x.device.type, torch.bfloat16, enabled=autocast):
+            y = fn(x, 0.125)
+        return y, torch.autograd.grad((y.double() * ww).sum(), x)[0]
+
+    ref = run(u, w, bisoftmax_symmetric, False)
+    got = run(u.float().cuda(), w.cuda(), hk.bisoftmax_symmetric_kernel, True)
+    assert got[0].dtype == torch.bfloat16
+    for a, b in zip(got, ref):
+        a, b = a.detach().double().cpu(), b.detach()
+        assert float((a - b).norm() / b.norm()) < 2e-2
