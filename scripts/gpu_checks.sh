@@ -65,7 +65,7 @@ if [ "$PHASE" = probe ]; then
   step hyperset_gpu_bf16 60 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
     --warmup 2 --out "$OUT/hyperset_gpu_probe.md"
   step pytest_cuda 120 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py \
-    tests/energies/test_hyperspherical_ops.py tests/train/test_cuda.py
+    tests/energies/test_hyperspherical_ops.py tests/energies/test_hyperspherical_kernel.py tests/train/test_cuda.py
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; exit 0
 fi
@@ -87,7 +87,7 @@ if [ -f .ref/ref_gpu.py ] && [ "$STEPS" != scale ]; then
 fi
 if [ -n "${RUN_PYTEST:-}" ]; then   # RUN_PYTEST=1: the CUDA tests beside the trainings (correctness only)
   step pytest_cuda 240 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py \
-    tests/energies/test_hyperspherical_ops.py tests/train/test_cuda.py
+    tests/energies/test_hyperspherical_ops.py tests/energies/test_hyperspherical_kernel.py tests/train/test_cuda.py
 fi
 TRAIN_DEADLINE=$((BUDGET - ${BENCH_SECONDS:-200}))   # keep this much for the benchmarks
 while kill -0 $SUD 2>/dev/null || { [ -n "$REF" ] && kill -0 "$REF" 2>/dev/null; }; do
@@ -102,7 +102,7 @@ cp docs/results/hyperset/gpu/results.json "$OUT/results.json" 2>/dev/null
 (cd /tmp/runs 2>/dev/null && find . -name metrics.jsonl -o -name run_info.json -o -name config.yaml | \
   tar czf "$OUT/runs.tgz" -T - 2>/dev/null)
 pack
-step hyperset_gpu 90 $PY benchmarks/hyperset_gpu.py --out "$OUT/hyperset_gpu.md"
+step hyperset_gpu 110 $PY benchmarks/hyperset_gpu.py --out "$OUT/hyperset_gpu.md"
 step gpu_lm_bf16 200 $PY benchmarks/gpu_lm.py --precisions bf16 --repeats 5 --warmup 2 --out "$OUT/gpu_lm.md"
 step cem_tiles 120 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,32x64w8,128x32w8,64x64w8 --grid rows,heads \
   --causal-chunks 4,8 --budget 105 --out "$OUT/gpu_tiles.md"
