@@ -123,3 +123,28 @@ def test_compiled_kernel_matches_float64_on_cuda():
     for a, b in zip(got, ref):
         a, b = a.detach().double().cpu(), b.detach()
         assert float((a - b).norm() / b.norm()) < 2e-2
+
+
+def test_bf16_kernels_compile_for_sm90_without_spilling():
+    """scripts/hyperset_kernel_resources.py at the launcher's Sudoku tile (128 × 64, 8 warps, bf16): both kernels
+    under the 255-register cap with no spill, shared memory under the H100's 227 KiB (skipped where Triton
+    cannot compile for sm_90)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton")
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TRITON_INTERPRET="0", OMP_NUM_THREADS="1", PYTHONPATH=str(root / "src"))
+    out = subprocess.run([sys.executable, str(root / "scripts/hyperset_kernel_resources.py"), "--cases",
+                          "bf16:128x64:8"], env=env, capture_output=True, text=True)
+    if out.returncode == 3:
+        pytest.skip(out.stdout.strip())
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split(" | ") for line in out.stdout.splitlines() if line.startswith("| bf16")]
+    assert [r[3] for r in rows] == ["`_fwd`", "`_bwd`"]
+    for r in rows:
+        regs, stores, loads, shared = int(r[4]), int(r[5].replace(",", "")), int(r[6].replace(",", "")), \
+            int(r[7].rstrip(" |").replace(",", ""))
+        assert regs <= 255 and stores == loads == 0 and shared <= 232_448, r

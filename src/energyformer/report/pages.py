@@ -139,6 +139,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "the same count for the library at commit f36e7c7 (what the H200 timed in gpu_throughput.md)"),
     Artifact(f"{RESULTS}/hyperset", "ops_per_iteration_5992c10.md",
              "the same count for the library at commit 5992c10 (after the first round of issue-20 speed work)"),
+    Artifact(f"{RESULTS}/hyperset", "kernel_resources.md",
+             "verbatim output of `python scripts/hyperset_kernel_resources.py --out DIR/kernel_resources.md` "
+             "(registers, spills, shared memory of attention.impl kernel for sm_90, compiled without a GPU)"),
     Artifact(f"{RESULTS}/hyperset/plateau/gpu", "env.txt",
              "the device's nvidia-smi and versions beside the GPU runs of the hyperset-plateau page's GPU section"),
     Artifact(f"{RESULTS}/cem", "bench_lm_throughput.txt", "output of `python benchmarks/lm_throughput.py`"),
