@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from ..utils.config import KindConfig, Registry
 from .constants import ExactTable
+from .precision import autocast_dtype
 from ..utils.validate import ConfigError, check_float, check_int
 
 #: Registry of step-size kinds: name -> (config class, builder ``(cfg, dim) -> StepSize``).
@@ -298,11 +299,7 @@ class NetworkStepSize(StepSize):
         reads them anyway: under bf16 autocast a float32 s would make the (steps, B, N, D) sum, its GELU and
         their backward float32, and cast the GELU back for the matmul (docs/hyperset.md, "Speed")."""
         w = self.time_in.weight
-        dt = w.dtype
-        dev = s.device.type
-        if torch.is_autocast_enabled(dev) and dt != torch.float64:  # autocast leaves float64 alone
-            dt = torch.get_autocast_dtype(dev)
-        return self.state_norm(s.to(w.dtype)).to(dt)
+        return self.state_norm(s.to(w.dtype)).to(autocast_dtype(w.dtype, s.device.type))
 
     def net(self, index: int, s: Tensor) -> Tensor:
         """base + W_o GELU(tau(index) + RMSNorm(s)): (B, N, groups * D) or (B, N, groups)."""

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from ..core.precision import autocast_dtype
 from .cem_kernel import _kernels, _pow2, triton_available
 
 #: longest sequence one program holds (its N x N scores live in registers)
@@ -67,7 +68,6 @@ def bisoftmax_symmetric_kernel(u: Tensor, scale: float, *, negate: bool = False)
         raise ValueError(f"attention.impl = 'kernel': sequences of at most {MAX_TOKENS} tokens, got {n} "
                          "(use impl 'auto', 'einsum' or 'fused')")
     dev = u.device.type
-    if torch.is_autocast_enabled(dev) and u.dtype != torch.float64:
-        u = u.to(torch.get_autocast_dtype(dev))
+    u = u.to(autocast_dtype(u.dtype, dev))
     with torch.autocast(dev, enabled=False):
         return _SymmetricBiSoftmaxKernel.apply(u, float(scale), -1.0 if negate else 1.0)

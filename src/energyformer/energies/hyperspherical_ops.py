@@ -52,6 +52,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..core.attention import masked_softmax, sdpa
+from ..core.precision import autocast_dtype
 
 def _safe_span(dtype: torch.dtype) -> float:
     fi = torch.finfo(dtype)
@@ -289,10 +290,8 @@ def bisoftmax_symmetric(u: Tensor, scale: float, v: Tensor | None = None, *, neg
     −y at no cost. u, v: (..., N, p); the result in their dtype, or in the autocast dtype under autocast (as
     the einsum path's matmuls)."""
     dev = u.device.type
-    if torch.is_autocast_enabled(dev) and u.dtype != torch.float64:  # autocast leaves float64 alone
-        dt = torch.get_autocast_dtype(dev)
-        u = u.to(dt)
-        v = None if v is None else v.to(dt)
+    dt = autocast_dtype(u.dtype, dev)
+    u, v = u.to(dt), None if v is None else v.to(dt)
     with torch.autocast(dev, enabled=False):
         return _SymmetricBiSoftmax.apply(u, v, float(scale), -1.0 if negate else 1.0)
 
