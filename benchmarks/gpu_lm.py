@@ -131,10 +131,11 @@ def ratio(times: dict[str, list[float]], name: str, base: str = BASE) -> str:
     return f"{median(r):.2f} [{min(r):.2f}, {max(r):.2f}]"
 
 
-def git_commit() -> str:
+def git_commit(where: Path | None = None) -> str:
+    """Short commit of the checkout holding ``where`` (default: this script's), or 'unknown'."""
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+                              cwd=where or Path(__file__).resolve().parent, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import subprocess
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -348,12 +347,7 @@ def main(argv: list[str] | None = None) -> None:
                      and a != str(args.out))
     import energyformer
 
-    def commit(where: Path) -> str:
-        try:
-            return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                  cwd=where, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return "unknown"
+    from gpu_lm import git_commit as commit  # a sibling script
 
     text = (f"# Hyper-SET vs the looped transformer: kernels, bytes and FLOPs per iteration "
             f"(`python benchmarks/hyperset_ops.py{' ' + flags if flags else ''}`)\n\n"
