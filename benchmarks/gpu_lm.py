@@ -34,6 +34,7 @@ import platform
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Callable
 
@@ -72,6 +73,12 @@ def is_oom(err: BaseException) -> bool:
     return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
 
 
+def keep_going_arg(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--keep-going", action="store_true",
+                    help="a model that fails with an error other than OOM is listed with the error's first line "
+                         "(traceback on stderr) instead of stopping the run (a device session's one scripted run)")
+
+
 def state_bytes(model: torch.nn.Module, training: bool) -> int:
     """Parameters, plus AdamW's two moments when training (float32 like the parameters)."""
     n = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -79,14 +86,18 @@ def state_bytes(model: torch.nn.Module, training: bool) -> int:
 
 
 def timed_runs(fns: dict[str, Callable[[], None]], warmup: int, repeats: int, device: torch.device,
-               own_bytes: dict[str, int]) -> tuple[dict[str, list[float]], dict[str, float | None], set[str]]:
-    """(seconds per call, peak step bytes or None, models that ran out of memory); calls interleaved,
-    the starting model rotated every repeat; an OOM drops the model from the later calls."""
+               own_bytes: dict[str, int], keep_going: bool = False
+               ) -> tuple[dict[str, list[float]], dict[str, float | None], dict[str, str]]:
+    """(seconds per call, peak step bytes or None, models left out: name -> 'OOM' or 'failed: <error>');
+    calls interleaved, the starting model rotated every repeat; an OOM drops the model from the later
+    calls. Any other error is raised, unless ``keep_going`` (a device session's one scripted run: one
+    model whose kernel does not build must not cost the others' numbers): then its traceback goes to
+    stderr and the model is dropped like an OOM, listed with the error's first line."""
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     times: dict[str, list[float]] = {n: [] for n in fns}
     peak: dict[str, float | None] = {n: None for n in fns}
-    oom: set[str] = set()
+    oom: dict[str, str] = {}
 
     def call(n: str, timed: bool) -> None:
         if n in oom:
@@ -105,10 +116,15 @@ def timed_runs(fns: dict[str, Callable[[], None]], warmup: int, repeats: int, de
                 peak[n] = max(peak[n] or 0, step)
             if timed:
                 times[n].append(dt)
-        except RuntimeError as err:
-            if not is_oom(err):
+        except Exception as err:  # noqa: BLE001 (re-raised below unless OOM or keep_going)
+            if not is_oom(err) and not keep_going:
                 raise
-            oom.add(n)
+            if is_oom(err):
+                oom[n] = "OOM"
+            else:
+                traceback.print_exc()
+                first = (str(err).strip().splitlines() or [""])[0][:120].replace("|", "/")
+                oom[n] = f"failed: {type(err).__name__}: {first}"
             times[n].clear()
             if cuda:
                 torch.cuda.empty_cache()
@@ -179,13 +195,13 @@ def run(args, emit: Callable[[list[str]], None] = lambda lines: None) -> list[st
                               else make_infer_step(m, ours_logits, x, precision=precision))
                        for name, m in built.items()}
                 own = {name: state_bytes(m, training) for name, m in built.items()}
-                times, peak, oom = timed_runs(fns, args.warmup, args.repeats, device, own)
+                times, peak, oom = timed_runs(fns, args.warmup, args.repeats, device, own, args.keep_going)
                 out += ["", f"### N = {n}, B = {b}, {precision}{' autocast' if precision == 'bf16' else ''}, {mode}",
                         "", "| model | tokens/s | × Llama, median [min, max] | peak step GiB | × Llama |",
                         "|---|---|---|---|---|"]
                 for name in blocks:
                     if name in oom:
-                        out.append(f"| {name} | OOM | — | OOM | — |")
+                        out.append(f"| {name} | {oom[name]} | — | {'OOM' if oom[name] == 'OOM' else '—'} | — |")
                         continue
                     tps = b * n / median(times[name])
                     mem = "n/a" if peak[name] is None else f"{peak[name] / 2**30:.2f}"
@@ -212,6 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, help="timed repeats per model (default 5; --tiny: 2)")
     ap.add_argument("--warmup", type=int, help="untimed calls per model first (default 2; --tiny: 1)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size: D 32, 2 layers, V 97")
+    keep_going_arg(ap)
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
     args = ap.parse_args(argv)
     if args.tiny:

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_lm import git_commit, ratio, state_bytes, timed_runs  # noqa: E402  (sibling scripts)
+from gpu_lm import git_commit, keep_going_arg, ratio, state_bytes, timed_runs  # noqa: E402  (sibling scripts)
 from lm_throughput import make_infer_step, make_train_step, median, ours_logits, pick_device  # noqa: E402
 
 from energyformer.experiment import load_run_config  # noqa: E402
@@ -69,14 +69,14 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
             fns = {n: make_train_step(m, ours_logits, boards, targets, precision=precision) if training
                    else make_infer_step(m, ours_logits, boards, precision=precision) for n, m in run_as.items()}
             own = {n: state_bytes(m, training) for n, m in built.items()}
-            times, peak, oom = timed_runs(fns, args.warmup, args.repeats, device, own)
+            times, peak, oom = timed_runs(fns, args.warmup, args.repeats, device, own, args.keep_going)
             lines = ["", f"### {precision}{' autocast' if precision == 'bf16' else ''}, {mode}", "",
                      "| model | parameters | tokens/s | × transformer, median [min, max] | peak step GiB |",
                      "|---|---|---|---|---|"]
             for n, m in built.items():
                 params = sum(p.numel() for p in m.parameters())
                 if n in oom:
-                    lines.append(f"| {n} | {params:,} | OOM | — | OOM |")
+                    lines.append(f"| {n} | {params:,} | {oom[n]} | — | {'OOM' if oom[n] == 'OOM' else '—'} |")
                     continue
                 tps = args.batch * CELLS / median(times[n])
                 mem = "n/a" if peak[n] is None else f"{peak[n] / 2**30:.2f}"
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size: d 32, 4 heads, L 2, batch 2")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile every model first (what train.compile does; the warm-up calls compile)")
+    keep_going_arg(ap)
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
     args = ap.parse_args(argv)
     if args.tiny:

@@ -6,6 +6,10 @@
 #   scripts/gpu_checks.sh probe [SECONDS]  environment, `pytest -m cuda`, Hyper-SET/transformer tokens/s
 #                                          at d 768, L 24 (issue 20's benchmark; also the step time
 #                                          that sizes the full phase)
+#   scripts/gpu_checks.sh speed [SECONDS]  the speed targets of both issues in one call, no training: Hyper-SET/
+#                                          transformer tokens/s (bf16 training, every row incl. attention.impl
+#                                          kernel), gpu_lm bf16, cem_tiles, then `pytest -m cuda` of the kernels
+#                                          (each benchmark with --keep-going: a row that fails is listed, not fatal)
 #   scripts/gpu_checks.sh full STEPS|scale [SECONDS]
 #        in the background: `energyformer reproduce hyperset-sudoku --scale gpu` cut to its first STEPS
 #        steps (evaluation every STEPS/10; `scale`: the scale as declared, its records then reusable) and, if
@@ -70,6 +74,19 @@ if [ "$PHASE" = probe ]; then
   pack; exit 0
 fi
 
+if [ "$PHASE" = speed ]; then
+  step hyperset_gpu_bf16 75 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
+    --warmup 2 --keep-going --out "$OUT/hyperset_gpu.md"
+  step gpu_lm_bf16 230 $PY benchmarks/gpu_lm.py --precisions bf16 --repeats 4 --warmup 1 --keep-going \
+    --out "$OUT/gpu_lm.md"
+  step cem_tiles 110 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,32x64w8,128x32w8,64x64w8 --grid rows,heads \
+    --causal-chunks 4,8 --budget 95 --out "$OUT/gpu_tiles.md"
+  step pytest_cuda 200 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
+    tests/energies/test_hyperspherical_kernel.py tests/energies/test_hyperspherical_ops.py tests/energies/test_cem_kernel.py
+  cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
+  pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
+fi
+
 # ---- full phase
 if [ "$STEPS" = scale ]; then
   SETS=()
@@ -102,10 +119,10 @@ cp docs/results/hyperset/gpu/results.json "$OUT/results.json" 2>/dev/null
 (cd /tmp/runs 2>/dev/null && find . -name metrics.jsonl -o -name run_info.json -o -name config.yaml | \
   tar czf "$OUT/runs.tgz" -T - 2>/dev/null)
 pack
-step hyperset_gpu 110 $PY benchmarks/hyperset_gpu.py --out "$OUT/hyperset_gpu.md"
-step gpu_lm_bf16 200 $PY benchmarks/gpu_lm.py --precisions bf16 --repeats 5 --warmup 2 --out "$OUT/gpu_lm.md"
+step hyperset_gpu 110 $PY benchmarks/hyperset_gpu.py --keep-going --out "$OUT/hyperset_gpu.md"
+step gpu_lm_bf16 200 $PY benchmarks/gpu_lm.py --precisions bf16 --repeats 5 --warmup 2 --keep-going --out "$OUT/gpu_lm.md"
 step cem_tiles 120 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,32x64w8,128x32w8,64x64w8 --grid rows,heads \
   --causal-chunks 4,8 --budget 105 --out "$OUT/gpu_tiles.md"
-step gpu_lm_fp32 150 $PY benchmarks/gpu_lm.py --precisions fp32 --repeats 3 --warmup 1 --out "$OUT/gpu_lm_fp32.md"
+step gpu_lm_fp32 150 $PY benchmarks/gpu_lm.py --precisions fp32 --repeats 3 --warmup 1 --keep-going --out "$OUT/gpu_lm_fp32.md"
 pack
 echo "== done in $(( $(date +%s) - T0 ))s"

@@ -41,7 +41,7 @@ def test_out_of_memory_model_is_reported_and_left_out():
 
     times, peak, oom = bench.timed_runs({bench.BASE: ok, "big": big}, 1, 3, torch.device("cpu"),
                                         {bench.BASE: 0, "big": 0})
-    assert oom == {"big"} and calls == {"ok": 4, "big": 1}  # tried once, then left out
+    assert oom == {"big": "OOM"} and calls == {"ok": 4, "big": 1}  # tried once, then left out
     assert len(times[bench.BASE]) == 3 and times["big"] == [] and peak[bench.BASE] is None
     assert bench.ratio(times, "big") == "—" and bench.ratio(times, bench.BASE).startswith("1.00")
     try:  # other errors are not swallowed
@@ -50,3 +50,20 @@ def test_out_of_memory_model_is_reported_and_left_out():
         assert "shape mismatch" in str(err)
     else:
         raise AssertionError("a non-OOM error was swallowed")
+
+
+def test_keep_going_lists_a_failed_model_and_times_the_rest(capsys):
+    calls = {"ok": 0, "broken": 0}
+
+    def ok():
+        calls["ok"] += 1
+
+    def broken():
+        calls["broken"] += 1
+        raise ValueError("triton: out of resources | shared memory\nsecond line")
+
+    times, _, left = bench.timed_runs({bench.BASE: ok, "broken": broken}, 1, 2, torch.device("cpu"),
+                                      {bench.BASE: 0, "broken": 0}, keep_going=True)
+    assert left == {"broken": "failed: ValueError: triton: out of resources / shared memory"}
+    assert calls == {"ok": 3, "broken": 1} and len(times[bench.BASE]) == 2 and times["broken"] == []
+    assert "Traceback" in capsys.readouterr().err  # the whole error is on stderr
