@@ -10,6 +10,8 @@
 #                                          transformer tokens/s (bf16 training, every row incl. attention.impl
 #                                          kernel), gpu_lm bf16, cem_tiles, then `pytest -m cuda` of the kernels
 #                                          (each benchmark with --keep-going: a row that fails is listed, not fatal)
+#   scripts/gpu_checks.sh profile [SECONDS] where the step time goes (benchmarks/gpu_profile.py): the CEM suite at
+#                                          N 1k and 4k, the Hyper-SET suite; then hyperset_gpu with torch.compile
 #   scripts/gpu_checks.sh full STEPS|scale [SECONDS]
 #        in the background: `energyformer reproduce hyperset-sudoku --scale gpu` cut to its first STEPS
 #        steps (evaluation every STEPS/10; `scale`: the scale as declared, its records then reusable) and, if
@@ -84,6 +86,20 @@ if [ "$PHASE" = speed ]; then
   step pytest_cuda 200 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
     tests/energies/test_hyperspherical_kernel.py tests/energies/test_hyperspherical_ops.py tests/energies/test_cem_kernel.py
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
+  pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
+fi
+
+if [ "$PHASE" = profile ]; then
+  step profile_cem_1k 100 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 \
+    --models "Llama baseline;full CEM T=1 (auto path);full CEM T=1, kernel with one program per head (64 × 32);paper configuration (T=2, D+LR)" \
+    --out "$OUT/gpu_profile_cem_1k.md"
+  step profile_cem_4k 70 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 --setting 4096x2 \
+    --models "Llama baseline;full CEM T=1 (auto path);full CEM T=1, kernel with one program per head (64 × 32)" \
+    --out "$OUT/gpu_profile_cem_4k.md"
+  step profile_hyperset 70 $PY benchmarks/gpu_profile.py --suite hyperset --keep-going --rows 25 \
+    --out "$OUT/gpu_profile_hyperset.md"
+  step hyperset_gpu_compile 200 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
+    --warmup 2 --keep-going --compile --out "$OUT/hyperset_gpu_compile.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
