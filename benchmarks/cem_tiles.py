@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     variants = parse_tiles(a.tiles, a.head_unroll, a.num_warps, a.shared, a.grid, a.causal_chunks)
     lib = KernelTiles()
-    default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared, lib.grid,
-                      lib.causal_chunks)
+    default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared,
+                      "heads" if lib.per_head_programs("sum") else "rows", lib.causal_chunks)  # 'auto' resolved
     variants += [] if a.no_sdpa else [SDPA]
     v_ = k.detach().clone().requires_grad_(True)  # Llama's values: separate from its keys
 

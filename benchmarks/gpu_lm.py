@@ -12,15 +12,19 @@ For each setting (sequence length N × batch B), precision (bf16 autocast, fp32)
 
 Models (built with ``benchmarks/lm_throughput.py``'s helpers): the Llama baseline, CEM attention T=1 +
 Llama MLP, full CEM T=1 (``attn_path: auto``: the Triton kernel on CUDA when triton is installed,
-otherwise the blocked path), the same with the kernel recomputing the products its heads share
-(``attn_kernel.shared: recompute``; the default materialises them with batched matmuls; on CPU the
-same blocked path as auto), full CEM T=1 forced onto the blocked and the fused paths, and the CEM
+otherwise the blocked path; its default launch: one program per head), the same with the kernel
+recomputing the products its heads share (``attn_kernel.shared: recompute``; the default materialises
+them with batched matmuls; on CPU the same blocked path as auto), with the kernel's row tiles
+(``attn_kernel.grid: rows``, the default before the first GPU timing) and with one program per head on
+64 × 32 tiles, full CEM T=1 forced onto the blocked and the fused paths, and the CEM
 paper configuration (T=2, diagonal + low-rank per-head preconditioners; ``auto``, so the kernel on
 CUDA). A model that runs out of memory is reported as OOM and left out of
 the later repeats.
 
 Usage (GPU; write the output under docs/results/cem/):
     python benchmarks/gpu_lm.py --out docs/results/cem/gpu_lm.md
+    python benchmarks/gpu_lm.py --precisions bf16 --modes training --cuda-graph \
+        --models "full CEM T=1 (auto path)"     # + the same models with each step one CUDA graph
     python benchmarks/gpu_lm.py --tiny          # CPU smoke run at a tiny size (the test's)
 """
 
@@ -42,7 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_throughput import (  # noqa: E402  (a sibling script)
-    CausalLM, make_infer_step, make_train_step, median, model_config, ours_logits, pick_device,
+    CausalLM, make_graphed_train_step, make_infer_step, make_train_step, median, model_config, ours_logits, pick_device,
 )
 
 from energyformer.blocks.cem import CEMAttentionConfig, CEMMLPConfig  # noqa: E402
@@ -60,6 +64,8 @@ def models() -> dict[str, BlockConfig]:
         "full CEM T=1 (auto path)": BlockConfig(attention="cem", mlp="cem"),
         "full CEM T=1, kernel recomputing shared products": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"shared": "recompute"}), mlp="cem"),
+        "full CEM T=1, kernel with row tiles (grid rows)": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"grid": "rows"}), mlp="cem"),
         "full CEM T=1, kernel with one program per head (64 × 32)": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"grid": "heads", "block_m": 64, "block_n": 32}), mlp="cem"),
         "full CEM T=1, blocked path": BlockConfig(attention=CEMAttentionConfig(attn_path="blocked"), mlp="cem"),
@@ -67,6 +73,20 @@ def models() -> dict[str, BlockConfig]:
         "paper configuration (T=2, D+LR)": BlockConfig(attention=CEMAttentionConfig(**paper),
                                                        mlp=CEMMLPConfig(**paper)),
     }
+
+
+GRAPHED = ", CUDA graph"   # --cuda-graph rows (training): the model's whole step one CUDA graph
+
+
+def select(blocks: dict[str, BlockConfig], names: str | None) -> dict[str, BlockConfig]:
+    """``--models``: the named models (separated by ';', names hold commas), the Llama baseline always first."""
+    if not names:
+        return blocks
+    wanted = [n.strip() for n in names.split(";") if n.strip()]
+    for n in wanted:
+        if n not in blocks:
+            raise SystemExit(f"--models: {n!r} is not a model here; allowed: {'; '.join(blocks)}")
+    return {n: b for n, b in blocks.items() if n == BASE or n in wanted}
 
 
 def is_oom(err: BaseException) -> bool:
@@ -177,21 +197,26 @@ def run(args, emit: Callable[[list[str]], None] = lambda lines: None) -> list[st
     """Every table's lines; ``emit(lines so far)`` after each table (a run cut short keeps what it measured)."""
     device = pick_device()
     out = header(args, device)
-    blocks = models()
+    blocks = select(models(), args.models)
+    if args.cuda_graph:  # every model again, its whole training step one CUDA graph
+        blocks |= {name + GRAPHED: block for name, block in list(blocks.items())}
     for setting in args.settings.split(","):
         n, b = (int(v) for v in setting.lower().split("x"))
         g = torch.Generator().manual_seed(2)
         idx = torch.randint(0, args.vocab, (b, n + 1), generator=g).to(device)
         x, y = idx[:, :-1], idx[:, 1:]
         for precision in args.precisions.split(","):
-            for mode in ("training", "inference"):
+            for mode in args.modes.split(","):
+                training = mode == "training"
                 built = {}
                 for name, block in blocks.items():
+                    if name.endswith(GRAPHED) and not training:
+                        continue
                     torch.manual_seed(0)
                     built[name] = CausalLM(model_config(args.vocab, args.dim, args.layers, args.heads,
                                                         args.mlp_hidden, n, block)).to(device)
-                training = mode == "training"
-                fns = {name: (make_train_step(m, ours_logits, x, y, precision=precision) if training
+                step = {True: make_graphed_train_step, False: make_train_step}
+                fns = {name: (step[name.endswith(GRAPHED)](m, ours_logits, x, y, precision=precision) if training
                               else make_infer_step(m, ours_logits, x, precision=precision))
                        for name, m in built.items()}
                 own = {name: state_bytes(m, training) for name, m in built.items()}
@@ -199,15 +224,16 @@ def run(args, emit: Callable[[list[str]], None] = lambda lines: None) -> list[st
                 out += ["", f"### N = {n}, B = {b}, {precision}{' autocast' if precision == 'bf16' else ''}, {mode}",
                         "", "| model | tokens/s | × Llama, median [min, max] | peak step GiB | × Llama |",
                         "|---|---|---|---|---|"]
-                for name in blocks:
+                for name in built:
+                    base = BASE + GRAPHED if name.endswith(GRAPHED) else BASE
                     if name in oom:
                         out.append(f"| {name} | {oom[name]} | — | {'OOM' if oom[name] == 'OOM' else '—'} | — |")
                         continue
                     tps = b * n / median(times[name])
                     mem = "n/a" if peak[name] is None else f"{peak[name] / 2**30:.2f}"
-                    mem_r = "n/a" if peak[name] is None or peak.get(BASE) is None or BASE in oom \
-                        else f"{peak[name] / peak[BASE]:.2f}"
-                    out.append(f"| {name} | {tps:,.0f} | {ratio(times, name)} | {mem} | {mem_r} |")
+                    mem_r = "n/a" if peak[name] is None or peak.get(base) is None or base in oom \
+                        else f"{peak[name] / peak[base]:.2f}"
+                    out.append(f"| {name} | {tps:,.0f} | {ratio(times, name, base)} | {mem} | {mem_r} |")
                 emit(out)
                 del built, fns
                 if device.type == "cuda":
@@ -225,6 +251,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--settings", help="comma-separated NxB (sequence × batch); default 1024x8,4096x2 "
                     "(--tiny: 16x2)")
     ap.add_argument("--precisions", default="bf16,fp32", help="bf16 (autocast) and/or fp32")
+    ap.add_argument("--modes", default="training,inference", help="training and/or inference")
+    ap.add_argument("--models", help="only these models (names separated by ';'; the Llama baseline is always "
+                    "timed); default: all")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="(CUDA, training) also time every model with its whole step captured as one CUDA graph "
+                         "(lm_throughput.make_graphed_train_step); those rows' ratios are to the graphed Llama")
     ap.add_argument("--repeats", type=int, help="timed repeats per model (default 5; --tiny: 2)")
     ap.add_argument("--warmup", type=int, help="untimed calls per model first (default 2; --tiny: 1)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size: D 32, 2 layers, V 97")

@@ -14,6 +14,7 @@ Usage (GPU; write the output under docs/results/hyperset/):
     python benchmarks/hyperset_gpu.py --out docs/results/hyperset/gpu_throughput.md
     python benchmarks/hyperset_gpu.py --tiny        # CPU smoke run (d 32, L 2, batch 2)
     python benchmarks/hyperset_gpu.py --compile     # the same with torch.compile (train.compile)
+    python benchmarks/hyperset_gpu.py --cuda-graph  # + every model with its training step one CUDA graph
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_lm import git_commit, keep_going_arg, ratio, state_bytes, timed_runs  # noqa: E402  (sibling scripts)
-from lm_throughput import make_infer_step, make_train_step, median, ours_logits, pick_device  # noqa: E402
+from lm_throughput import make_graphed_train_step, make_infer_step, make_train_step, median, ours_logits, pick_device  # noqa: E402
 
 from energyformer.experiment import load_run_config  # noqa: E402
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
@@ -40,6 +41,7 @@ MODELS = {
     "Hyper-SET, attention.impl kernel": ("hyperset/sudoku_hyperset", ["model.block.attention.impl=kernel"]),
 }
 CELLS = 81
+GRAPHED = ", CUDA graph"   # --cuda-graph rows: the name's model with its whole training step one CUDA graph
 
 
 def build(config: str, extra: list[str], args, device: torch.device) -> torch.nn.Module:
@@ -68,6 +70,10 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
             run_as = {n: torch.compile(m) if args.compile else m for n, m in built.items()}  # as train.compile
             fns = {n: make_train_step(m, ours_logits, boards, targets, precision=precision) if training
                    else make_infer_step(m, ours_logits, boards, precision=precision) for n, m in run_as.items()}
+            if args.cuda_graph and training:  # every model again, its whole step one CUDA graph
+                for n, (c, x) in MODELS.items():
+                    built[n + GRAPHED] = m = build(c, x, args, device)
+                    fns[n + GRAPHED] = make_graphed_train_step(m, ours_logits, boards, targets, precision=precision)
             own = {n: state_bytes(m, training) for n, m in built.items()}
             times, peak, oom = timed_runs(fns, args.warmup, args.repeats, device, own, args.keep_going)
             lines = ["", f"### {precision}{' autocast' if precision == 'bf16' else ''}, {mode}", "",
@@ -80,7 +86,8 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
                     continue
                 tps = args.batch * CELLS / median(times[n])
                 mem = "n/a" if peak[n] is None else f"{peak[n] / 2**30:.2f}"
-                lines.append(f"| {n} | {params:,} | {tps:,.0f} | {ratio(times, n, BASE)} | {mem} |")
+                base = BASE + GRAPHED if n.endswith(GRAPHED) else BASE
+                lines.append(f"| {n} | {params:,} | {tps:,.0f} | {ratio(times, n, base)} | {mem} |")
             emit(lines)
             del built, fns
             if device.type == "cuda":
@@ -105,6 +112,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size: d 32, 4 heads, L 2, batch 2")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile every model first (what train.compile does; the warm-up calls compile)")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="(CUDA, training) also time every model with its whole step captured as one CUDA graph "
+                         "(lm_throughput.make_graphed_train_step): the step without the host's launch overhead; "
+                         "those rows' ratios are to the graphed transformer")
     keep_going_arg(ap)
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
     args = ap.parse_args(argv)

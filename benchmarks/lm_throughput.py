@@ -164,15 +164,16 @@ def _onednn():
     return sys.modules["ef_bench_onednn"]
 
 
-def _context(precision: str, device: torch.device, onednn: bool = False):
-    """bf16 autocast for precision 'bf16'; oneDNN float32 linears when ``onednn``."""
+def _context(precision: str, device: torch.device, onednn: bool = False, cache: bool = True):
+    """bf16 autocast for precision 'bf16' (``cache``: autocast's weight-cast cache, off under CUDA-graph
+    capture as PyTorch's CUDA-graph notes ask); oneDNN float32 linears when ``onednn``."""
     import contextlib
 
     onednn_linear = _onednn().onednn_linear
 
     stack = contextlib.ExitStack()
     if precision == "bf16":
-        stack.enter_context(torch.autocast(device.type, dtype=torch.bfloat16))
+        stack.enter_context(torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache))
     if onednn:
         stack.enter_context(onednn_linear())
     return stack
@@ -189,6 +190,49 @@ def make_train_step(model: nn.Module, logits_fn: Callable, idx: Tensor, targets:
         with _context(precision, idx.device, onednn):
             lm_loss(logits_fn(model, idx), targets).backward()
         opt.step()
+
+    return step
+
+
+def make_graphed_train_step(model: nn.Module, logits_fn: Callable, idx: Tensor, targets: Tensor,
+                            lr: float = 3e-4, precision: str = "fp32", warmup: int = 3) -> Callable[[], None]:
+    """The same training step as :func:`make_train_step`, captured once as one CUDA graph and replayed
+    (PyTorch's "whole-network capture": ``torch.cuda.graph``, AdamW with ``capturable=True``, ``warmup``
+    eager steps on a side stream first, gradients set to None before capture so that backward writes
+    them in the graph's pool, autocast's cast cache off). A replay launches every kernel of the step
+    without the host: what a step costs when the host's launch overhead is gone. Needs CUDA, fixed
+    shapes and no host synchronisation inside the step (capture fails with CUDA's error otherwise).
+    The capture happens at the first call (so a failing capture fails there, like any step)."""
+    if idx.device.type != "cuda":
+        raise ValueError(f"a CUDA-graph step needs a CUDA device; got {idx.device.type!r} (allowed: cuda)")
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, capturable=True)
+    model.train()
+    replay: list[Callable[[], None]] = []
+
+    def body() -> None:
+        with _context(precision, idx.device, cache=False):
+            loss = lm_loss(logits_fn(model, idx), targets)
+        loss.backward()
+        opt.step()
+
+    def capture() -> Callable[[], None]:
+        side = torch.cuda.Stream(idx.device)
+        side.wait_stream(torch.cuda.current_stream(idx.device))
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                opt.zero_grad(set_to_none=True)
+                body()
+        torch.cuda.current_stream(idx.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            body()
+        return graph.replay
+
+    def step() -> None:
+        if not replay:
+            replay.append(capture())
+        replay[0]()
 
     return step
 

@@ -12,6 +12,9 @@
 #                                          (each benchmark with --keep-going: a row that fails is listed, not fatal)
 #   scripts/gpu_checks.sh profile [SECONDS] where the step time goes (benchmarks/gpu_profile.py): the CEM suite at
 #                                          N 1k and 4k, the Hyper-SET suite; then hyperset_gpu with torch.compile
+#   scripts/gpu_checks.sh graphs [SECONDS]  the speed rows again with every model also as one CUDA graph per step
+#                                          (--cuda-graph: the host's launch overhead gone), and the CUDA tests of
+#                                          the graphed step and the CEM kernel (default launch: one program per head)
 #   scripts/gpu_checks.sh full STEPS|scale [SECONDS]
 #        in the background: `energyformer reproduce hyperset-sudoku --scale gpu` cut to its first STEPS
 #        steps (evaluation every STEPS/10; `scale`: the scale as declared, its records then reusable) and, if
@@ -100,6 +103,18 @@ if [ "$PHASE" = profile ]; then
     --out "$OUT/gpu_profile_hyperset.md"
   step hyperset_gpu_compile 200 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
     --warmup 2 --keep-going --compile --out "$OUT/hyperset_gpu_compile.md"
+  pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
+fi
+
+if [ "$PHASE" = graphs ]; then
+  step hyperset_gpu_graphs 80 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
+    --warmup 2 --keep-going --cuda-graph --out "$OUT/hyperset_gpu_graphs.md"
+  step gpu_lm_graphs 120 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --repeats 4 --warmup 1 \
+    --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, kernel with row tiles (grid rows)" \
+    --out "$OUT/gpu_lm_graphs.md"
+  step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
+    tests/benchmarks/test_lm_throughput.py tests/energies/test_cem_kernel.py
+  cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 

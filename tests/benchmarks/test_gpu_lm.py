@@ -67,3 +67,28 @@ def test_keep_going_lists_a_failed_model_and_times_the_rest(capsys):
     assert left == {"broken": "failed: ValueError: triton: out of resources / shared memory"}
     assert calls == {"ok": 3, "broken": 1} and len(times[bench.BASE]) == 2 and times["broken"] == []
     assert "Traceback" in capsys.readouterr().err  # the whole error is on stderr
+
+
+def test_models_and_modes_select_rows_and_bad_names_are_refused(capsys):
+    bench.main(["--tiny", "--settings", "8x1", "--repeats", "1", "--warmup", "0", "--precisions", "fp32",
+                "--modes", "training", "--models", "full CEM T=1 (auto path);full CEM T=1, kernel with row tiles "
+                "(grid rows)"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "tokens/s" not in line]
+    assert [r.split(" | ")[0] for r in rows] == ["| Llama baseline", "| full CEM T=1 (auto path)",
+                                                 "| full CEM T=1, kernel with row tiles (grid rows)"]
+    try:
+        bench.main(["--tiny", "--models", "full CEM T=3"])
+    except SystemExit as err:
+        assert "'full CEM T=3' is not a model here; allowed: Llama baseline;" in str(err)
+    else:
+        raise AssertionError("an unknown model name was accepted")
+
+
+def test_cuda_graph_rows_need_cuda():
+    try:
+        bench.main(["--tiny", "--settings", "8x1", "--precisions", "fp32", "--modes", "training", "--cuda-graph",
+                    "--models", "full CEM T=1 (auto path)"])
+    except ValueError as err:
+        assert "a CUDA-graph step needs a CUDA device; got 'cpu'" in str(err)
+    else:
+        raise AssertionError("--cuda-graph ran on CPU")

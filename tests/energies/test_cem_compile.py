@@ -70,6 +70,9 @@ GRID_CASES = {
     "gpt2-small-heads": dict(heads=12, head_dim=64, dim=768, **HEADS_TILES),
     "gpt2-small-heads-x-mask": dict(heads=12, head_dim=64, dim=768, x_cols=8, key_mask=True, **HEADS_TILES),
     "d2048-16x128-heads": dict(heads=16, head_dim=128, dim=2048, **HEADS_TILES),
+    # the default launch (grid 'auto' = one program per head here) at its default tiles
+    "gpt2-small-default": dict(heads=12, head_dim=64, dim=768, grid="heads"),
+    "d2048-16x128-default": dict(heads=16, head_dim=128, dim=2048, grid="heads"),
 }
 
 

@@ -47,7 +47,7 @@ def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x, h_mode="
 
 #: h read-out (h_mode; per-head factors c and extra value columns x) × how the shared products are formed
 #: (KernelTiles.shared; 'stack' always recomputes) × what a program owns (KernelTiles.grid)
-MODES = {"sum": dict(h_mode="sum"), "sum-recompute": dict(h_mode="sum", shared="recompute"),
+MODES = {"sum": dict(h_mode="sum", grid="rows"), "sum-recompute": dict(h_mode="sum", shared="recompute"),
          "stack": dict(h_mode="stack", c=True, x=True), "grid": dict(h_mode="sum", x=True, grid="heads"),
          "grid-none": dict(h_mode="none", grid="heads")}
 
@@ -172,12 +172,12 @@ COVERED = [
     dict(precond="diagonal", causal=False),
     dict(learn_step_size=True, step_size=0.7, norm={"in_loop": False, "init": "normalized"}),
     dict(steps=2, masked=True, attn_kernel={"shared": "recompute", "block_n": 32}),
-    # one program per head (KernelTiles.grid = 'heads'): every read-out it covers, and the paper's per-head
-    # bank, which runs the loop kernels
-    dict(steps=2, masked=True, attn_kernel={"grid": "heads", "block_m": 32}),
-    dict(diagonal="none", diagonal_readout="algorithm1", causal=False, masked=True, attn_kernel={"grid": "heads"}),
-    dict(precond="diag_low_rank", precond_rank=3, precond_per_head=False, attn_kernel={"grid": "heads"}),
-    dict(precond="diag_low_rank", precond_rank=3, steps=2, masked=True, attn_kernel={"grid": "heads"}),
+    # the loop kernels (KernelTiles.grid = 'rows'; the cases above run the default, one program per head,
+    # wherever it applies): every read-out, and the paper's per-head bank (the loop kernels either way)
+    dict(steps=2, masked=True, attn_kernel={"grid": "rows", "block_m": 32}),
+    dict(diagonal="none", diagonal_readout="algorithm1", causal=False, masked=True, attn_kernel={"grid": "rows"}),
+    dict(precond="diag_low_rank", precond_rank=3, precond_per_head=False, attn_kernel={"grid": "rows"}),
+    dict(precond="diag_low_rank", precond_rank=3, steps=2, masked=True, attn_kernel={"grid": "rows"}),
 ]
 
 
@@ -365,14 +365,15 @@ def test_auto_takes_the_kernel_on_cuda_only():
 
 # ------------------------------------------------------------------------------ compiled kernel (GPU)
 @pytest.mark.cuda
-@pytest.mark.parametrize("launch", [{}, {"grid": "heads", "block_m": 64, "block_n": 32}], ids=["rows", "heads"])
+@pytest.mark.parametrize("launch", [{"grid": "rows"}, {}, {"grid": "heads", "block_m": 64, "block_n": 32}],
+                         ids=["rows", "default", "heads-64x32"])
 @pytest.mark.parametrize("paper", [False, True], ids=["default", "paper-config"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper, launch):
     """The compiled kernel (``auto`` on CUDA) vs the blocked path in float64, forward and backward,
     at D = 256, 8 heads, N = 300, T = 2, ALiBi, self bias, shared diagonal, key padding; identity or
-    the paper's per-head D+LR preconditioners; the default launch, or one program per head (which the
-    paper configuration's per-head factors leave to the loop kernels)."""
+    the paper's per-head D+LR preconditioners; row tiles, the default launch (one program per head) and one
+    program per head on 64 x 32 tiles (the paper configuration's per-head factors run the loop kernels)."""
     torch.manual_seed(0)
     cfg = CEMAttentionConfig(steps=2, precond="diag_low_rank" if paper else "identity", attn_kernel=launch)
     blk = CEMAttention(256, 8, cfg).cuda()

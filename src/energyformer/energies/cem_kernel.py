@@ -20,9 +20,10 @@ because Σ_k P_k needs every head's final normaliser. Backward (with dS_k = P_k 
 dP_k = dOq_k K_kᵀ + dHs Hᵀ, the second term shared): a query-tile kernel (Δ_k = Σ_j p dP, then dq_k
 and d(ud) = (Σ_k dS_k) H) and a key-tile kernel (dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and
 dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs). Per-head running state lives in the output buffers, which each
-program owns row-wise (no atomics). ``KernelTiles.grid = 'heads'`` runs instead one program per head
-(``cem_triton_heads.py``: FlashAttention's grid, accumulators in registers, the head sums and dq added
-up atomically, backward without the query-tile pass b; docs/cem.md, "one program per head").
+program owns row-wise (no atomics) — ``KernelTiles.grid = 'rows'``. ``grid = 'heads'`` runs instead one
+program per head (``cem_triton_heads.py``: FlashAttention's grid, accumulators in registers, the head sums
+and dq added up atomically, backward without the query-tile pass b; docs/cem.md, "one program per head");
+the default ``'auto'`` takes it wherever it applies (faster on an H100, see :class:`KernelTiles`).
 
 Scores, softmax and accumulators run in float32 (float64 for float64 inputs); bf16 inputs are
 multiplied in bf16 with float32 accumulation; float32 products use IEEE (no TF32). On CPU the kernels
@@ -138,16 +139,20 @@ class KernelTiles(ConfigModel):
     16 × 16 tiles, shared products recomputed, sm_90a (``cem_compile.resources``, docs/cem.md): the
     loop needs 130 / 168 / 140 for ``_fwd`` / ``_bwd_q`` / ``_bwd_kv`` and spills at most 28 B; the fully
     unrolled heads of the first kernels took all 255 (two programs per SM) and spilled up to 500 B"""
-    grid: Literal["rows", "heads"] = "rows"
-    """what one program owns (docs/cem.md, "one program per head"). 'rows' (the default until a GPU has
-    timed both): a tile of rows of one batch row, every head walked in a loop inside the program, the
-    per-head running state read and added back in global memory at each step; no atomics, results
-    bitwise repeatable. 'heads': FlashAttention's grid, a tile of rows of one head of one batch row
-    (``cem_triton_heads.py``): the head's accumulators stay in registers, so the tiles can grow (e.g.
-    ``block_m`` 64); the heads' sums Σ_k P_k and Σ_k dS_k and dq are atomic float adds (exact to rounding,
-    not bitwise repeatable), and backward is two kernels instead of three passes (no query-tile pass for
-    dq: 9 → 7 per-head products in training). Needs ``shared = 'materialize'``; per-head factors
-    (h_mode 'stack') run the 'rows' kernels."""
+    grid: Literal["auto", "rows", "heads"] = "auto"
+    """what one program owns (docs/cem.md, "one program per head"). 'rows': a tile of rows of one batch
+    row, every head walked in a loop inside the program, the per-head running state read and added back
+    in global memory at each step; no atomics, results bitwise repeatable. 'heads': FlashAttention's
+    grid, a tile of rows of one head of one batch row (``cem_triton_heads.py``): the head's accumulators
+    stay in registers; the heads' sums Σ_k P_k and Σ_k dS_k and dq are atomic float adds (exact to
+    rounding, not bitwise repeatable), and backward is two kernels instead of three passes (no
+    query-tile pass for dq: 9 → 7 per-head products in training). 'heads' needs ``shared =
+    'materialize'``; per-head factors (h_mode 'stack', e.g. the paper's per-head preconditioners) always
+    run the 'rows' kernels. 'auto' (recommended): 'heads' where it applies (materialised products), else
+    'rows'. Measured on one H100 (bf16, GPT-2 small, B 8; docs/results/cem/gpu_tiles.md): at the default
+    tiles the 'heads' kernels' forward + backward took 0.82x [0.71, 0.89] the 'rows' time at N 1,024; with
+    64 x 32 tiles the whole model trained at 0.68x Llama's tokens/s vs 0.64x for 'rows' at N 1,024, and
+    0.42x vs 0.26x at N 4,096 (docs/results/cem/gpu_lm.md)."""
 
     causal_chunks: int = Field(4, ge=1, le=64)
     """row chunks of the materialised shared products under a causal mask (docs/cem.md): each chunk of
@@ -155,6 +160,10 @@ class KernelTiles(ConfigModel):
     causal products instead of 2 (the FLOPs of ``benchmarks/cem_flops.py``'s ``--causal-chunks``); 1:
     whole N × N products. 4 (recommended): 5/8 of the full FLOPs in 4 matmuls each. Bidirectional
     attention always multiplies the whole product. Not yet timed on a GPU."""
+
+    def per_head_programs(self, hmode: str) -> bool:
+        """Whether the launch runs the one-program-per-head kernels (``grid`` resolved for ``hmode``)."""
+        return hmode != "stack" and (self.grid == "heads" or (self.grid == "auto" and self.shared == "materialize"))
 
     @model_validator(mode="after")
     def _heads_grid_needs_materialized(self) -> KernelTiles:
@@ -259,7 +268,7 @@ class _CEMAttention(torch.autograd.Function):
         dummy = q.new_zeros(1)
         meta = _launch_args(_kernels(q.device.type != "cuda").tl, q, hm, x, causal, ud is not None, hmode,
                             slopes is not None, delta is not None, kmask is not None, tiles)
-        grid = tiles.grid == "heads" and hmode != "stack"  # one program per head (cem_triton_heads.py)
+        grid = tiles.per_head_programs(hmode)  # one program per head (cem_triton_heads.py)
         kern = _kernels(q.device.type != "cuda", "cem_triton_heads.py" if grid else "cem_triton.py")
         new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
         oq = (torch.empty if grid else new)(B, H, nq, R, device=q.device, dtype=acc_dt)
@@ -350,7 +359,7 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
                   delta: Tensor | None, key_mask: Tensor | None, causal: bool, offset: int,
                   h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
                   block_m: int = 16, block_n: int = 64, block_d: int = 64, num_warps: int = 4,
-                  num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "rows",
+                  num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "auto",
                   causal_chunks: int = 4) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
 
