@@ -168,12 +168,18 @@ def ratio(times: dict[str, list[float]], name: str, base: str = BASE) -> str:
 
 
 def git_commit(where: Path | None = None) -> str:
-    """Short commit of the checkout holding ``where`` (default: this script's), or 'unknown'."""
+    """Short commit of the checkout holding ``where`` (default: this script's), '+changes' after it where
+    tracked files differ from that commit (a copied working tree, e.g. a device machine's copy, whose git
+    HEAD is not the code that ran), or 'unknown'."""
+    cwd = where or Path(__file__).resolve().parent
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=where or Path(__file__).resolve().parent, check=True).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=cwd, check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                 text=True, cwd=cwd, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return head + ("+changes" if changed else "")
 
 
 def header(args, device: torch.device) -> list[str]:

@@ -92,3 +92,21 @@ def test_cuda_graph_rows_need_cuda():
         assert "a CUDA-graph step needs a CUDA device; got 'cpu'" in str(err)
     else:
         raise AssertionError("--cuda-graph ran on CPU")
+
+
+def test_git_commit_marks_a_changed_working_tree(tmp_path):
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        return
+    assert bench.git_commit(tmp_path) == "unknown"
+    run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
+    run("init", "-q")
+    (tmp_path / "f.txt").write_text("a")
+    run("add", "f.txt")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = bench.git_commit(tmp_path)
+    assert len(head) >= 7 and "+" not in head
+    (tmp_path / "f.txt").write_text("b")
+    assert bench.git_commit(tmp_path) == head + "+changes"

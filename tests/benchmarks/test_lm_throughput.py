@@ -77,18 +77,38 @@ def test_tiny_sections_run(capsys):
 @pytest.mark.cuda
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_graphed_train_step_equals_eager_steps(precision):
-    """A CUDA-graph step (3 eager warm-up steps, then the captured one replayed) leaves the same weights as
-    five eager steps from the same start, including a CEM block (its Triton kernel launched in the graph)."""
+    """A CUDA-graph step (3 eager warm-up steps, the captured step replayed, then replayed again) leaves the
+    weights of five eager steps from the same start, with a CEM block (its Triton kernels launched in the
+    graph). fp32: to 1e-4. bf16: the CEM kernel's atomic adds round differently run to run, and AdamW turns
+    a near-zero gradient's rounding into up to a learning rate's step, so there the test is that the mean
+    difference from five eager steps is under a tenth of the mean difference between four and five (a
+    graph that replays a step too few or too many, or reads stale inputs, fails it). On an H100 the bf16
+    case differed from five eager steps in 0.9 % of weights, by at most 1.6e-4 (lr 3e-4)."""
     from energyformer.blocks.layer import BlockConfig
 
     dev = torch.device("cuda")
     idx = torch.randint(0, 97, (2, 17), generator=torch.Generator().manual_seed(0)).to(dev)
-    finals = []
+
+    def weights(m):
+        return torch.cat([p.detach().flatten().float() for p in m.parameters()])
+
+    eager = []
     for make in (bench.make_train_step, bench.make_graphed_train_step):
         torch.manual_seed(0)
         m = bench.CausalLM(_tiny(BlockConfig(attention="cem", mlp="cem"))).to(dev)
         step = make(m, bench.ours_logits, idx[:, :-1], idx[:, 1:], precision=precision)
-        for _ in range(5 if make is bench.make_train_step else 2):  # graphed: 3 eager + capture + replay, then replay
+        if make is bench.make_train_step:
+            for _ in range(4):
+                step()
+            eager.append(weights(m))
             step()
-        finals.append(torch.cat([p.detach().flatten() for p in m.parameters()]))
-    torch.testing.assert_close(finals[1], finals[0], rtol=1e-4, atol=1e-5)
+            eager.append(weights(m))
+        else:
+            step()  # 3 eager warm-up steps, capture, 1 replay
+            step()  # 1 replay: 5 steps
+            graphed = weights(m)
+    if precision == "fp32":
+        torch.testing.assert_close(graphed, eager[1], rtol=1e-4, atol=1e-5)
+    else:
+        one_step = (eager[1] - eager[0]).abs().mean()
+        assert (graphed - eager[1]).abs().mean() < 0.1 * one_step, ((graphed - eager[1]).abs().mean(), one_step)

@@ -148,3 +148,44 @@ def test_bf16_kernels_compile_for_sm90_without_spilling():
         regs, stores, loads, shared = int(r[4]), int(r[5].replace(",", "")), int(r[6].replace(",", "")), \
             int(r[7].rstrip(" |").replace(",", ""))
         assert regs <= 255 and stores == loads == 0 and shared <= 232_448, r
+
+
+def test_auto_takes_the_kernel_only_where_it_applies(monkeypatch):
+    """impl 'auto': never the kernel on CPU; on a (pretended) CUDA tensor only for one shared sphere with
+    self-interaction, no padding, at most MAX_TOKENS tokens, not float64, with triton installed."""
+    e = BiSoftmaxAttentionEnergy(8, 2, impl="auto")
+    x = torch.randn(2, 5, 8)
+    st = e.prepare(x)
+    assert e.auto_kernel(st) is False  # CPU
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr("energyformer.energies.hyperspherical.triton_available", lambda: True)
+    assert e.auto_kernel(st) is True
+    e64 = BiSoftmaxAttentionEnergy(8, 2, impl="auto").double()
+    assert e64.auto_kernel(e64.prepare(x.double())) is False
+    assert e.auto_kernel(e.prepare(torch.randn(1, hk.MAX_TOKENS + 1, 8))) is False
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mask[1, 3:] = False
+    assert e.auto_kernel(e.prepare(x, mask=mask)) is False
+    assert BiSoftmaxAttentionEnergy(8, 2, impl="auto", self_interaction=False).auto_kernel(st) is False
+    sep = BiSoftmaxAttentionEnergy(8, 2, impl="auto", qkv_norm="separate", gain="learned")
+    assert sep.auto_kernel(sep.prepare(x)) is False
+    monkeypatch.setattr("energyformer.energies.hyperspherical.triton_available", lambda: False)
+    assert e.auto_kernel(st) is False
+
+
+@pytest.mark.cuda
+def test_auto_runs_the_kernel_in_the_sudoku_model_on_cuda(monkeypatch):
+    """The Sudoku Hyper-SET on CUDA with the default impl ('auto') calls the Triton kernel."""
+    from energyformer.energies import hyperspherical
+    from energyformer.experiment import load_run_config
+    from energyformer.models import MODELS
+    from energyformer.tasks.sudoku import CLASSES, VOCAB
+
+    calls = []
+    real = hyperspherical.bisoftmax_symmetric_kernel
+    monkeypatch.setattr(hyperspherical, "bisoftmax_symmetric_kernel", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cfg = load_run_config("hyperset/sudoku_hyperset", ["model.dim=32", "model.heads=4", "model.iterations=3"])
+    m = MODELS.build(cfg.model, vocab_size=VOCAB, n_out=CLASSES, causal=False).cuda()
+    with torch.autocast("cuda", torch.bfloat16):
+        m(torch.randint(0, VOCAB, (2, 81), device="cuda")).logits.float().sum().backward()
+    assert len(calls) == 3  # one per iteration

@@ -187,10 +187,10 @@ class HyperSETAttentionConfig(AttentionConfig, DescentConfig):
     self_interaction: bool = True
     """j = i in the inner sum of Eq. 3 (the paper); false: j ≠ i"""
     impl: Literal["auto", "fused", "einsum", "kernel"] = "auto"
-    """bi-softmax by two SDPA passes + one log-sum-exp (fused), the materialised scores (einsum), or
-    einsum below 512 tokens and fused from there on (auto: the faster of the two on CPU, measured);
-    kernel: one Triton program per sequence and head (≤ 128 tokens, one shared sphere, no padding; not
-    timed on a GPU yet, so not chosen by auto)"""
+    """bi-softmax by two SDPA passes + one log-sum-exp (fused), the materialised scores (einsum), one
+    Triton program per sequence and head (kernel: ≤ 128 tokens, one shared sphere, no padding), or auto
+    (recommended): the kernel on CUDA wherever it applies (faster on an H100, measured), else einsum below
+    512 tokens and fused from there on (the faster of the two on CPU, measured)"""
     phi: Literal["sigmoid", "tanh", "softplus"] = "sigmoid"
     """Φ of linear attention (Table 19: sigmoid)"""
     step_size: StepSizeField = Field(default_factory=paper_step_network)
