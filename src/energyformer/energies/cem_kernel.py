@@ -149,10 +149,11 @@ class KernelTiles(ConfigModel):
     query-tile pass for dq: 9 → 7 per-head products in training). 'heads' needs ``shared =
     'materialize'``; per-head factors (h_mode 'stack', e.g. the paper's per-head preconditioners) always
     run the 'rows' kernels. 'auto' (recommended): 'heads' where it applies (materialised products), else
-    'rows'. Measured on one H100 (bf16, GPT-2 small, B 8; docs/results/cem/gpu_tiles.md): at the default
+    'rows'. Measured on one H100 (bf16, GPT-2 small, B 8; docs/results/cem/gpu_h100/): at the default
     tiles the 'heads' kernels' forward + backward took 0.82x [0.71, 0.89] the 'rows' time at N 1,024; with
     64 x 32 tiles the whole model trained at 0.68x Llama's tokens/s vs 0.64x for 'rows' at N 1,024, and
-    0.42x vs 0.26x at N 4,096 (docs/results/cem/gpu_lm.md)."""
+    0.42x vs 0.26x at N 4,096 (gpu_lm_98ac984.md); at the default tiles, each step one CUDA graph, 0.64x vs
+    0.46x (N 1,024) and 0.33x vs 0.22x (N 4,096) (gpu_lm_graphs_fef18e0.md)."""
 
     causal_chunks: int = Field(4, ge=1, le=64)
     """row chunks of the materialised shared products under a causal mask (docs/cem.md): each chunk of

@@ -298,7 +298,7 @@ class BiSoftmaxAttentionEnergy(SubspaceAttentionEnergy):
         (Q = K = V) with self-interaction, no padding, at most MAX_TOKENS tokens, not float64 (whose
         compiled form no GPU has run; ``impl='kernel'`` still takes it). Measured on one H100
         (bf16 training at the Sudoku GPU scale, d 768, L 24, batch 64; docs/results/hyperset/
-        gpu_throughput_h100.md): 0.86x the looped transformer's tokens/s with the kernel vs 0.81x without
+        gpu_h100/gpu_throughput_fef18e0.md): 0.86x the looped transformer's tokens/s with the kernel vs 0.81x without
         (eager), 0.92x vs 0.79x with each step one CUDA graph; its CUDA test matches float64."""
         return (st.q.is_cuda and st.q.dtype != torch.float64 and st.mask is None and st.q is st.k
                 and st.v is st.q and self.self_interaction and st.q.shape[2] <= MAX_TOKENS and triton_available())
