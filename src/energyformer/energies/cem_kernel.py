@@ -41,7 +41,8 @@ Shared memory (issue 21): every D-wide product left in the kernels runs in chunk
 columns — ``ud Hᵀ`` and ``dHs Hᵀ`` accumulate over chunks, the read-out and the gradients d(ud), dh,
 dc are added chunk by chunk into their zeroed buffers (which each program owns) — so neither shared
 memory nor registers grow with D; the launch (tiles, warps, pipelining stages, head-loop unrolling,
-materialised or recomputed shared products) is a :class:`KernelTiles`, not yet timed on any GPU.
+materialised or recomputed shared products, the grid) is a :class:`KernelTiles`, first timed on an H100 on
+2026-11-26 (docs/results/cem/gpu_h100/).
 ``cem_compile.py`` compiles the kernels for sm_90 without a GPU to measure shared memory, registers
 and spills (docs/cem.md).
 """
@@ -103,8 +104,9 @@ class KernelTiles(ConfigModel):
     speed, rounding order and the per-block shared memory (227 KiB on H100/H200), never the result's
     meaning. The defaults fit every kernel in under half of that at any D (measured at D 768 and
     2,048, triton 3.9: ``tests/energies/test_cem_compile.py``), under the 255-register cap, and are
-    chosen by the traffic model of ``benchmarks/cem_flops.py``; they are not yet timed on any GPU
-    (``benchmarks/cem_tiles.py`` times the choices)."""
+    chosen by the traffic model of ``benchmarks/cem_flops.py``. ``benchmarks/cem_tiles.py`` times the
+    choices; its first GPU run (one H100, docs/results/cem/gpu_h100/gpu_tiles_98ac984.md) found no tile pair
+    clearly faster than 16 x 64 under one program per head, and 4 causal chunks faster than 8 in every pair."""
 
     block_m: Tile = 16
     """rows each program owns: queries in ``_fwd`` and ``_bwd_q``, keys in ``_bwd_kv`` (its BN)"""
@@ -132,7 +134,9 @@ class KernelTiles(ConfigModel):
     small D chunks, and the kernels no longer read and write D-wide float32 accumulators at every step
     (benchmarks/cem_flops.py); costs 6 (forward) and 12 (backward) B of transient memory per (query,
     key) pair, not per head. 'recompute': every product in the kernels, in ``block_d`` chunks; no N×N
-    tensor at all. Per-head factors (h_mode 'stack') always recompute. Neither is timed on a GPU yet."""
+    tensor at all. Per-head factors (h_mode 'stack') always recompute. On one H100 (GPT-2 small, bf16,
+    docs/results/cem/gpu_h100/gpu_lm_98ac984.md) the model trained at 0.64x Llama's tokens/s materialised vs
+    0.52x recomputed (N 1,024) and 0.26x vs 0.16x (N 4,096), both with the loop kernels."""
     head_unroll: Literal[1, 2, 4] = 1
     """how many heads one turn of each kernel's head loop handles (Triton's ``loop_unroll_factor``);
     1 (recommended): a loop whose head is a runtime index. Registers per thread at GPT-2 small, bf16,
@@ -159,8 +163,9 @@ class KernelTiles(ConfigModel):
     """row chunks of the materialised shared products under a causal mask (docs/cem.md): each chunk of
     query rows is multiplied with the keys it can see only, so the seven N × N products cost 1 + 1/chunks
     causal products instead of 2 (the FLOPs of ``benchmarks/cem_flops.py``'s ``--causal-chunks``); 1:
-    whole N × N products. 4 (recommended): 5/8 of the full FLOPs in 4 matmuls each. Bidirectional
-    attention always multiplies the whole product. Not yet timed on a GPU."""
+    whole N × N products. 4 (recommended): 5/8 of the full FLOPs in 4 matmuls each; faster than 8 in every
+    tile pair timed on an H100 (docs/results/cem/gpu_h100/gpu_tiles_98ac984.md). Bidirectional attention
+    always multiplies the whole product."""
 
     def per_head_programs(self, hmode: str) -> bool:
         """Whether the launch runs the one-program-per-head kernels (``grid`` resolved for ``hmode``)."""

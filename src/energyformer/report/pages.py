@@ -150,6 +150,8 @@ ARTIFACTS: tuple[Artifact, ...] = (
              f"`python benchmarks/hyperset_gpu.py --precisions bf16 --modes training --keep-going` on {H100}"),
     Artifact(f"{RESULTS}/hyperset/gpu_h100", "gpu_throughput_fef18e0.md",
              f"the same with `--cuda-graph` (every model also with its whole step one CUDA graph) on {H100}"),
+    Artifact(f"{RESULTS}/hyperset/gpu_h100", "gpu_throughput_compile_83f4ef8.md",
+             f"the same with `--compile` (torch.compile, as train.compile) on {H100}"),
     Artifact(f"{RESULTS}/hyperset/gpu_h100", "gpu_profile_83f4ef8.md",
              f"`python benchmarks/gpu_profile.py --suite hyperset` (where a training step's time goes) on {H100}"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_lm_98ac984.md",
