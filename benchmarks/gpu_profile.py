@@ -14,7 +14,8 @@ steps (forward + loss + backward + AdamW, the same step as the tables') run unde
 
 Suites: ``cem`` — ``gpu_lm.py``'s models at N × B (default 1024 × 8): the Llama baseline, full CEM T=1 on
 the default path, and the paper configuration; ``hyperset`` — ``hyperset_gpu.py``'s looped transformer,
-Hyper-SET and Hyper-SET with ``attention.impl: kernel`` at d 768, L 24, batch 64. ``--models`` picks a
+Hyper-SET (on CUDA its Triton kernel) and Hyper-SET on the bi-softmax's PyTorch path (``attention.impl:
+einsum``) at d 768, L 24, batch 64. ``--models`` picks a
 subset by name. Like every benchmark here it is a script (never a timed test); the smoke test runs
 ``--tiny`` on CPU.
 
@@ -40,7 +41,7 @@ import hyperset_gpu  # noqa: E402
 from lm_throughput import CausalLM, make_train_step, median, model_config, ours_logits, pick_device  # noqa: E402
 
 CEM_MODELS = (gpu_lm.BASE, "full CEM T=1 (auto path)", "paper configuration (T=2, D+LR)")
-HYPERSET_MODELS = (hyperset_gpu.BASE, "Hyper-SET", "Hyper-SET, attention.impl kernel")
+HYPERSET_MODELS = (hyperset_gpu.BASE, "Hyper-SET", "Hyper-SET, attention.impl einsum")
 
 
 def cem_steps(args, device: torch.device, names: list[str]) -> dict[str, Callable[[], None]]:
@@ -141,8 +142,6 @@ def main(argv: list[str] | None = None) -> None:
     for n in names:
         if n not in allowed:
             raise SystemExit(f"--models: {n!r} is not a {args.suite} model; allowed: {', '.join(sorted(allowed))}")
-    if args.suite == "hyperset" and device.type == "cpu" and "Hyper-SET, attention.impl kernel" in names:
-        names.remove("Hyper-SET, attention.impl kernel")  # the interpreter's time says nothing of the kernel's
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     size = (f"N×B {args.setting}, D {args.dim}, {args.layers} layers" if args.suite == "cem"
             else f"d {args.dim}, L {args.iterations}, batch {args.batch} × {hyperset_gpu.CELLS}")

@@ -3,8 +3,8 @@
 The two models are built from the Sudoku study's own configs (``hyperset/sudoku_hyperset`` and
 ``hyperset/sudoku_transformer``) with the GPU scale's model overrides (the paper's Table 8: d 768,
 12 heads, L 24 iterations of one layer, learned positions) plus, as further rows, Hyper-SET with
-``step_size.state_norm: true`` and with ``attention.impl: kernel`` (the Triton bi-softmax; through the
-interpreter on CPU, so slow there). One training step = forward over a (B, 81) board batch + cross-entropy
+``step_size.state_norm: true`` and with ``attention.impl: einsum`` (the bi-softmax's PyTorch path; the
+default ``auto`` takes the Triton kernel on CUDA, the einsum path on CPU). One training step = forward over a (B, 81) board batch + cross-entropy
 on the blanks + backward + AdamW, bf16 autocast and/or fp32, the models' calls interleaved (the
 starting model rotates every repeat; ``gpu_lm.timed_runs``, the steps of ``lm_throughput``). The table gives tokens/s (81 tokens per
 board), the per-repeat ratio to the transformer as median [min, max], and (CUDA) peak step memory as
@@ -38,7 +38,7 @@ MODELS = {
     BASE: ("hyperset/sudoku_transformer", []),
     "Hyper-SET": ("hyperset/sudoku_hyperset", []),
     "Hyper-SET, state_norm": ("hyperset/sudoku_hyperset", ["model.block.attention.step_size.state_norm=true"]),
-    "Hyper-SET, attention.impl kernel": ("hyperset/sudoku_hyperset", ["model.block.attention.impl=kernel"]),
+    "Hyper-SET, attention.impl einsum": ("hyperset/sudoku_hyperset", ["model.block.attention.impl=einsum"]),
 }
 CELLS = 81
 GRAPHED = ", CUDA graph"   # --cuda-graph rows: the name's model with its whole training step one CUDA graph

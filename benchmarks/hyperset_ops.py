@@ -18,6 +18,10 @@ build dispatches it to (:class:`_FusedRMSNorm`), not as the five-pass composite 
 builds run (counted that way, the transformer's iteration was 86 kernels and 2.27 GB instead of 50 and
 1.44 GB at the default size).
 
+Hyper-SET's bi-softmax is counted on its PyTorch path (``attention.impl: einsum``, which with one shared
+sphere and no mask is ``bisoftmax_symmetric``): on CUDA ``impl: auto`` now takes the Triton kernel
+(``hyperspherical_kernel.py``), one launch each way whose inside a dispatch log cannot see.
+
 Per iteration = the step at L iterations minus the step at L - 1 (everything outside the loop cancels).
 Columns: ops that launch a kernel (views, reshapes and other metadata-only ops excluded), of which
 matmuls (mm, bmm, addmm, SDPA, ...) and their dtypes, elementwise/reduction ops, bytes read + written
@@ -189,11 +193,17 @@ def fused_rms_norm(log: OpLog):
         FUSED_NORM.update(before)
 
 
+#: the bi-softmax's PyTorch path, pinned: on (fake) CUDA tensors ``impl: auto`` takes the Triton kernel,
+#: whose inside this counter cannot see, and the CPU emulation must count what the CUDA check counts
+PYTORCH_PATH = "model.block.attention.impl=einsum"
+
+
 def build(config: str, extra: list[str], args, iterations: int) -> torch.nn.Module:
     from energyformer.models import MODELS as REGISTRY
 
+    pinned = [PYTORCH_PATH] if config.endswith("_hyperset") and not any("attention.impl=" in e for e in extra) else []
     cfg = load_run_config(config, [f"model.dim={args.dim}", f"model.heads={args.heads}",
-                                   f"model.iterations={iterations}", *extra])
+                                   f"model.iterations={iterations}", *pinned, *extra])
     torch.manual_seed(0)
     return REGISTRY.build(cfg.model, vocab_size=VOCAB, n_out=CLASSES, causal=False)
 

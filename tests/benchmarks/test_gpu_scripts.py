@@ -32,8 +32,8 @@ def test_cem_tiles_tiny_times_each_variant_through_the_interpreter(tmp_path, cap
     assert len(rows) == 10 and "not built" not in text
     assert "| 16×64 | 1 | 4 | materialize | rows | " in text and "| 16×32 | 2 | 2 | recompute | rows | " in text
     assert "| 16×64 | 1 | 4 | materialize | heads | " in text
-    default = next(r for r in rows if r.startswith("| 16×64 | 1 | 4 | materialize | rows | 4 | "))
-    assert default.endswith("| 1.00 [1.00, 1.00] |")  # the ratio column is against the library default
+    default = next(r for r in rows if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | "))
+    assert default.endswith("| 1.00 [1.00, 1.00] |")  # the ratio column is against the library default (grid auto)
     sdpa = next(line for line in text.splitlines() if line.startswith("| SDPA"))
     assert re.search(r"\| \d+\.\d+ \[\d+\.\d+, \d+\.\d+\] \| \d+\.\d+ \[", sdpa)  # timed with the rest
     assert "| 16×64 | 1 | 4 | materialize | rows | " in out.read_text()

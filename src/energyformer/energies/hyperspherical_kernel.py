@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ..core.precision import autocast_dtype
 from .cem_kernel import _kernels, _pow2, triton_available
@@ -31,30 +30,51 @@ def _launch(u: Tensor) -> dict:
                 num_warps=8 if bn >= 128 else 4)
 
 
-class _SymmetricBiSoftmaxKernel(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, u: Tensor, scale: float, sign: float) -> Tensor:
-        lead, (n, p) = u.shape[:-2], u.shape[-2:]
-        uf = u.reshape(-1, n, p).contiguous()  # (B H, N, p)
-        launch = _launch(uf)
-        y = torch.empty_like(uf, dtype=torch.float32 if launch["UPCAST"] else uf.dtype)
-        k = _kernels(uf.device.type != "cuda", "hyperspherical_triton.py")
-        k._fwd[(uf.shape[0],)](uf, y, n, p, scale, sign, **launch)
-        ctx.save_for_backward(uf)
-        ctx.scale, ctx.sign, ctx.lead = scale, sign, lead
-        return y.to(uf.dtype).view(*lead, n, p)  # the interpreter's float32 output rounded here (to nearest)
+# The two launches as PyTorch custom operators (torch.library): torch.compile keeps them in its graph as
+# opaque calls, where it would break the graph at the launcher (an lru_cache, triton's environment lookups)
+# if it traced into an autograd.Function. u, dy: (B H, N, p) contiguous, one dtype; outputs in u's dtype.
+@torch.library.custom_op("energyformer::bisoftmax_symmetric_fwd", mutates_args=())
+def _fwd_op(u: Tensor, scale: float, sign: float) -> Tensor:
+    n, p = u.shape[-2:]
+    launch = _launch(u)
+    y = torch.empty_like(u, dtype=torch.float32 if launch["UPCAST"] else u.dtype)
+    _kernels(u.device.type != "cuda", "hyperspherical_triton.py")._fwd[(u.shape[0],)](u, y, n, p, scale, sign,
+                                                                                      **launch)
+    return y.to(u.dtype)  # the interpreter's float32 output rounded here (to nearest)
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy: Tensor):
-        (uf,) = ctx.saved_tensors
-        n, p = uf.shape[-2:]
-        dyf = dy.reshape(-1, n, p).to(uf.dtype).contiguous()
-        launch = _launch(uf)
-        du = torch.empty_like(uf, dtype=torch.float32 if launch["UPCAST"] else uf.dtype)
-        k = _kernels(uf.device.type != "cuda", "hyperspherical_triton.py")
-        k._bwd[(uf.shape[0],)](uf, dyf, du, n, p, ctx.scale, ctx.sign, **launch)
-        return du.to(uf.dtype).view(*ctx.lead, n, p), None, None
+
+@_fwd_op.register_fake
+def _(u: Tensor, scale: float, sign: float) -> Tensor:
+    return torch.empty_like(u)
+
+
+@torch.library.custom_op("energyformer::bisoftmax_symmetric_bwd", mutates_args=())
+def _bwd_op(u: Tensor, dy: Tensor, scale: float, sign: float) -> Tensor:
+    n, p = u.shape[-2:]
+    launch = _launch(u)
+    du = torch.empty_like(u, dtype=torch.float32 if launch["UPCAST"] else u.dtype)
+    _kernels(u.device.type != "cuda", "hyperspherical_triton.py")._bwd[(u.shape[0],)](u, dy, du, n, p, scale, sign,
+                                                                                      **launch)
+    return du.to(u.dtype)
+
+
+@_bwd_op.register_fake
+def _(u: Tensor, dy: Tensor, scale: float, sign: float) -> Tensor:
+    return torch.empty_like(u)
+
+
+def _setup(ctx, inputs, output) -> None:
+    u, scale, sign = inputs
+    ctx.save_for_backward(u)
+    ctx.scale, ctx.sign = scale, sign
+
+
+def _backward(ctx, dy: Tensor):
+    (u,) = ctx.saved_tensors
+    return _bwd_op(u, dy.to(u.dtype).contiguous(), ctx.scale, ctx.sign), None, None
+
+
+_fwd_op.register_autograd(_backward, setup_context=_setup)
 
 
 def bisoftmax_symmetric_kernel(u: Tensor, scale: float, *, negate: bool = False) -> Tensor:
@@ -68,6 +88,7 @@ def bisoftmax_symmetric_kernel(u: Tensor, scale: float, *, negate: bool = False)
         raise ValueError(f"attention.impl = 'kernel': sequences of at most {MAX_TOKENS} tokens, got {n} "
                          "(use impl 'auto', 'einsum' or 'fused')")
     dev = u.device.type
-    u = u.to(autocast_dtype(u.dtype, dev))
+    lead, p = u.shape[:-2], u.shape[-1]
+    uf = u.to(autocast_dtype(u.dtype, dev)).reshape(-1, n, p).contiguous()  # (B H, N, p)
     with torch.autocast(dev, enabled=False):
-        return _SymmetricBiSoftmaxKernel.apply(u, float(scale), -1.0 if negate else 1.0)
+        return _fwd_op(uf, float(scale), -1.0 if negate else 1.0).view(*lead, n, p)
