@@ -28,7 +28,9 @@
 # over the tool's 64 MiB; the image configs there use scikit-learn's digits). First run, 2026-11-26 on an
 # H200: the probe took 105 s (pytest not finished in 72 s: give it 240 s beside the trainings with
 # RUN_PYTEST=1); three 1,000-step runs sharing the GPU trained in 101-172 s, but their metric hooks did
-# not finish in the next 200 s (since made cheaper; re-measure).
+# not finish in the next 200 s (since made cheaper; re-measure). 2026-11-26, one H100 (each call ~30 s to start):
+# speed 208 s (hyperset_gpu 21, gpu_lm 105, cem_tiles 25, pytest 51), profile 261 s (its --compile step ran past
+# 132 s), graphs 134 s.
 #
 # Outputs go to $OUT (default /tmp/gpu_out): at most 8 files (the device tool's limit): all.tgz holds
 # every log and the runs' metrics; the page inputs are also copied out one by one.
@@ -62,6 +64,12 @@ step() {  # step NAME SECONDS CMD...: run with a timeout (never past the phase's
   pack
 }
 
+# every CUDA-marked test file of the kernels, the graphed step and the trainer (tests/train/test_cuda.py needs
+# data_cache/{tokens,tokenizers,shakespeare,potts} carried)
+CUDA_TESTS="tests/energies/test_cem_kernel.py tests/energies/test_hyperspherical_ops.py \
+tests/energies/test_hyperspherical_kernel.py tests/benchmarks/test_lm_throughput.py"
+[ -d data_cache/tokens ] && CUDA_TESTS="$CUDA_TESTS tests/train/test_cuda.py"
+
 env_info() {  # the device, versions and which rms_norm kernels this build has, to $W/env.txt (both phases)
   { nvidia-smi; $PY -c "import torch, triton, pydantic; print('torch', torch.__version__, 'triton', triton.__version__,
 'pydantic', pydantic.__version__, torch.cuda.get_device_name())
@@ -73,8 +81,7 @@ env_info
 if [ "$PHASE" = probe ]; then
   step hyperset_gpu_bf16 60 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
     --warmup 2 --out "$OUT/hyperset_gpu_probe.md"
-  step pytest_cuda 120 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py \
-    tests/energies/test_hyperspherical_ops.py tests/energies/test_hyperspherical_kernel.py tests/train/test_cuda.py
+  step pytest_cuda 120 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; exit 0
 fi
@@ -86,8 +93,7 @@ if [ "$PHASE" = speed ]; then
     --out "$OUT/gpu_lm.md"
   step cem_tiles 110 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,32x64w8,128x32w8,64x64w8 --grid rows,heads \
     --causal-chunks 4,8 --budget 95 --out "$OUT/gpu_tiles.md"
-  step pytest_cuda 200 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
-    tests/energies/test_hyperspherical_kernel.py tests/energies/test_hyperspherical_ops.py tests/energies/test_cem_kernel.py
+  step pytest_cuda 200 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
@@ -112,8 +118,7 @@ if [ "$PHASE" = graphs ]; then
   step gpu_lm_graphs 120 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --repeats 4 --warmup 1 \
     --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, kernel with row tiles (grid rows)" \
     --out "$OUT/gpu_lm_graphs.md"
-  step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
-    tests/benchmarks/test_lm_throughput.py tests/energies/test_cem_kernel.py
+  step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
@@ -134,8 +139,7 @@ if [ -f .ref/ref_gpu.py ] && [ "$STEPS" != scale ]; then
   REF=$!
 fi
 if [ -n "${RUN_PYTEST:-}" ]; then   # RUN_PYTEST=1: the CUDA tests beside the trainings (correctness only)
-  step pytest_cuda 240 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py \
-    tests/energies/test_hyperspherical_ops.py tests/energies/test_hyperspherical_kernel.py tests/train/test_cuda.py
+  step pytest_cuda 240 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
 fi
 TRAIN_DEADLINE=$((BUDGET - ${BENCH_SECONDS:-200}))   # keep this much for the benchmarks
 while kill -0 $SUD 2>/dev/null || { [ -n "$REF" ] && kill -0 "$REF" 2>/dev/null; }; do
