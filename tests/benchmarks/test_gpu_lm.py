@@ -110,3 +110,20 @@ def test_git_commit_marks_a_changed_working_tree(tmp_path):
     assert len(head) >= 7 and "+" not in head
     (tmp_path / "f.txt").write_text("b")
     assert bench.git_commit(tmp_path) == head + "+changes"
+
+
+def test_lm_flops_counts_linear_and_square_parts_that_grow_as_they_should(tmp_path):
+    """benchmarks/lm_flops.py at its tiny size: Llama's N × N part is its attention (SDPA's math backend:
+    QKᵀ and PV, forward 2 · 2 N² D per layer, whole square, plus the backward's four), it grows 4x from N to
+    2N while the linear part grows 2x, and the written page holds every model."""
+    flops = load_bench("lm_flops")
+    args = flops.argparse.Namespace(vocab=97, dim=32, layers=2, heads=4, mlp_hidden=64)
+    blocks = bench.models()
+    lin16, sq16 = flops.count(blocks[bench.BASE], args, 16)
+    lin32, sq32 = flops.count(blocks[bench.BASE], args, 32)
+    assert sq16 == 2 * (2 * 2 * 16 * 16 * 32) * 3  # fwd QKᵀ, PV; bwd twice as many, per layer
+    assert sq32 == 4 * sq16 and lin32 == 2 * lin16
+    out = tmp_path / "f.md"
+    flops.main(["--tiny", "--out", str(out)])
+    text = out.read_text()
+    assert all(f"| {name} | " in text for name in flops.MODELS)
