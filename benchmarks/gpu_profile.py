@@ -113,7 +113,8 @@ def profile_step(fn: Callable[[], None], steps: int, device: torch.device, rows:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=("cem", "hyperset"), required=True)
-    ap.add_argument("--models", help="model names of the suite, separated by ';' (names hold commas); default: its usual three")
+    ap.add_argument("--models", help="model names of the suite, separated by ';' (names hold commas); "
+                    "default: its usual three")
     ap.add_argument("--setting", default="1024x8", help="cem: NxB (sequence × batch)")
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--dim", type=int, default=768)

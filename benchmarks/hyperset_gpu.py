@@ -4,11 +4,11 @@ The two models are built from the Sudoku study's own configs (``hyperset/sudoku_
 ``hyperset/sudoku_transformer``) with the GPU scale's model overrides (the paper's Table 8: d 768,
 12 heads, L 24 iterations of one layer, learned positions) plus, as further rows, Hyper-SET with
 ``step_size.state_norm: true`` and with ``attention.impl: einsum`` (the bi-softmax's PyTorch path; the
-default ``auto`` takes the Triton kernel on CUDA, the einsum path on CPU). One training step = forward over a (B, 81) board batch + cross-entropy
-on the blanks + backward + AdamW, bf16 autocast and/or fp32, the models' calls interleaved (the
-starting model rotates every repeat; ``gpu_lm.timed_runs``, the steps of ``lm_throughput``). The table gives tokens/s (81 tokens per
-board), the per-repeat ratio to the transformer as median [min, max], and (CUDA) peak step memory as
-``gpu_lm`` defines it. The boards are random tokens: the cost of a step does not depend on them.
+default ``auto`` takes the Triton kernel on CUDA, the einsum path on CPU). One training step = forward
+over a (B, 81) board batch + cross-entropy on the blanks + backward + AdamW, bf16 autocast and/or fp32,
+the models' calls interleaved (the starting model rotates every repeat; ``gpu_lm.timed_runs``, the steps
+of ``lm_throughput``). The table gives tokens/s (81 tokens per board), the per-repeat ratio to the
+transformer as median [min, max], and (CUDA) peak step memory as ``gpu_lm`` defines it. The boards are random tokens: the cost of a step does not depend on them.
 
 Usage (GPU; write the output under docs/results/hyperset/):
     python benchmarks/hyperset_gpu.py --out docs/results/hyperset/gpu_throughput.md
@@ -28,7 +28,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_lm import git_commit, keep_going_arg, ratio, state_bytes, timed_runs  # noqa: E402  (sibling scripts)
-from lm_throughput import make_graphed_train_step, make_infer_step, make_train_step, median, ours_logits, pick_device  # noqa: E402
+from lm_throughput import (  # noqa: E402
+    make_graphed_train_step, make_infer_step, make_train_step, median, ours_logits, pick_device,
+)
 
 from energyformer.experiment import load_run_config  # noqa: E402
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
