@@ -8,7 +8,8 @@ default ``auto`` takes the Triton kernel on CUDA, the einsum path on CPU). One t
 over a (B, 81) board batch + cross-entropy on the blanks + backward + AdamW, bf16 autocast and/or fp32,
 the models' calls interleaved (the starting model rotates every repeat; ``gpu_lm.timed_runs``, the steps
 of ``lm_throughput``). The table gives tokens/s (81 tokens per board), the per-repeat ratio to the
-transformer as median [min, max], and (CUDA) peak step memory as ``gpu_lm`` defines it. The boards are random tokens: the cost of a step does not depend on them.
+transformer as median [min, max], and (CUDA) peak step memory as ``gpu_lm`` defines it. The boards are
+random tokens: the cost of a step does not depend on them.
 
 Usage (GPU; write the output under docs/results/hyperset/):
     python benchmarks/hyperset_gpu.py --out docs/results/hyperset/gpu_throughput.md
