@@ -179,6 +179,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/cem", "activation_bytes.md",
              "verbatim output of `python benchmarks/activation_bytes.py --seq 64 --out DIR/activation_bytes.md` "
              "(issue 21: activations saved per token and layer, counted on CPU)"),
+    Artifact(f"{RESULTS}/cem", "lm_flops.md",
+             "verbatim output of `python benchmarks/lm_flops.py --ns 1024 4096 --out DIR/lm_flops.md` (issue 21: "
+             "training-step FLOPs per model and the FLOP ceiling of each tokens/s ratio, counted on CPU)"),
     Artifact(f"{RESULTS}/cem", "compare_commits_8a17f28.txt",
              "output of `python benchmarks/compare_commits.py --base 8a17f28` (CEM's CPU step time did not regress)"),
     Artifact(f"{RESULTS}/core", "compare_commits_issue19.txt",
