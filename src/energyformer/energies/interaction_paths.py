@@ -179,10 +179,11 @@ def _position_bias_cached(slopes: tuple | None, nq: int, nk: int, offset: int, c
         return position_bias(slopes, offset, nq, nk, causal, torch.device(device), dtype)
 
 
-def position_bias(slopes: tuple | None, i0: int, nq: int, nk: int, causal: bool, device,
+def position_bias(slopes: tuple | Tensor | None, i0: int, nq: int, nk: int, causal: bool, device,
                   dtype: torch.dtype) -> Tensor | None:
     """(H or 1, nq, nk) bias of queries i0..i0+nq−1 on keys 0..nk−1: −m_k |i − j| (ALiBi; App. B,
-    Press et al. 2022) and −inf for j > i when causal; None when there is neither."""
+    Press et al. 2022) and −inf for j > i when causal; None when there is neither. ``slopes``: (H,) as
+    Python floats (the cached eager form) or as a tensor (under torch.compile: no ``tolist``, no cache)."""
     if slopes is None and not causal:
         return None
     i = i0 + torch.arange(nq, device=device)[:, None]
@@ -190,7 +191,8 @@ def position_bias(slopes: tuple | None, i0: int, nq: int, nk: int, causal: bool,
     if slopes is None:
         bias = torch.zeros(1, nq, nk, device=device, dtype=dtype)
     else:
-        m = torch.tensor(slopes, device=device, dtype=dtype)[:, None, None]
+        m = (slopes.to(device=device, dtype=dtype) if isinstance(slopes, Tensor)
+             else torch.tensor(slopes, device=device, dtype=dtype))[:, None, None]
         bias = -m * (i - j).abs().to(dtype)
     if causal:
         bias = bias.masked_fill(j > i, float("-inf"))
@@ -233,10 +235,12 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
         ud = (u * (e.d / e.tau)).to(cdt) if e.d.dim() == 1 else \
             (u.unsqueeze(1) * (e.d / e.tau)[None, :, None, :]).to(cdt)  # (B, [H,] Nq, D)
     with torch.autocast(u.device.type, enabled=False):
-        slopes = tuple(e.slopes.tolist()) if e.alibi else None
+        compiling = torch.compiler.is_compiling()  # Dynamo traces no tolist (a graph break) and no lru_cache
+        slopes = (e.slopes if compiling else tuple(e.slopes.tolist())) if e.alibi else None
         full_bias = None
         if H * nq * nk * torch.finfo(sdt).bits // 8 <= POSITION_CACHE_BYTES:
-            full_bias = _position_bias_cached(slopes, nq, nk, offset, e.causal, str(u.device), sdt)
+            full_bias = position_bias(slopes, offset, nq, nk, e.causal, u.device, sdt) if compiling else \
+                _position_bias_cached(slopes, nq, nk, offset, e.causal, str(u.device), sdt)
         delta = None if e.self_bias is None else e.self_bias.to(sdt)
         c = None if plan.c is None else plan.c.to(cdt)
 
