@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ..core.precision import autocast_dtype
 from .cem_kernel import _kernels, _pow2, triton_available
@@ -30,17 +31,49 @@ def _launch(u: Tensor) -> dict:
                 num_warps=8 if bn >= 128 else 4)
 
 
-# The two launches as PyTorch custom operators (torch.library): torch.compile keeps them in its graph as
-# opaque calls, where it would break the graph at the launcher (an lru_cache, triton's environment lookups)
-# if it traced into an autograd.Function. u, dy: (B H, N, p) contiguous, one dtype; outputs in u's dtype.
-@torch.library.custom_op("energyformer::bisoftmax_symmetric_fwd", mutates_args=())
-def _fwd_op(u: Tensor, scale: float, sign: float) -> Tensor:
+def _run_fwd(u: Tensor, scale: float, sign: float) -> Tensor:
+    """y = sign · (P + Pᵀ) U for u (B H, N, p) contiguous; y in u's dtype."""
     n, p = u.shape[-2:]
     launch = _launch(u)
     y = torch.empty_like(u, dtype=torch.float32 if launch["UPCAST"] else u.dtype)
     _kernels(u.device.type != "cuda", "hyperspherical_triton.py")._fwd[(u.shape[0],)](u, y, n, p, scale, sign,
                                                                                       **launch)
     return y.to(u.dtype)  # the interpreter's float32 output rounded here (to nearest)
+
+
+def _run_bwd(u: Tensor, dy: Tensor, scale: float, sign: float) -> Tensor:
+    """dU for u, dy (B H, N, p) contiguous, one dtype; dU in u's dtype."""
+    n, p = u.shape[-2:]
+    launch = _launch(u)
+    du = torch.empty_like(u, dtype=torch.float32 if launch["UPCAST"] else u.dtype)
+    _kernels(u.device.type != "cuda", "hyperspherical_triton.py")._bwd[(u.shape[0],)](u, dy, du, n, p, scale, sign,
+                                                                                      **launch)
+    return du.to(u.dtype)
+
+
+class _SymmetricBiSoftmaxKernel(torch.autograd.Function):
+    """The eager wrapper (lighter on the host than the custom operators below: about 28 µs less per
+    forward + backward, measured on a 2-core CPU)."""
+
+    @staticmethod
+    def forward(ctx, u: Tensor, scale: float, sign: float) -> Tensor:
+        ctx.save_for_backward(u)
+        ctx.scale, ctx.sign = scale, sign
+        return _run_fwd(u, scale, sign)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy: Tensor):
+        (u,) = ctx.saved_tensors
+        return _run_bwd(u, dy.to(u.dtype).contiguous(), ctx.scale, ctx.sign), None, None
+
+
+# The same launches as PyTorch custom operators (torch.library), taken while torch.compile traces: it keeps
+# them in its graph as opaque calls, where it would break the graph at the launcher (an lru_cache,
+# triton's environment lookups) if it traced into the autograd.Function.
+@torch.library.custom_op("energyformer::bisoftmax_symmetric_fwd", mutates_args=())
+def _fwd_op(u: Tensor, scale: float, sign: float) -> Tensor:
+    return _run_fwd(u, scale, sign)
 
 
 @_fwd_op.register_fake
@@ -50,12 +83,7 @@ def _(u: Tensor, scale: float, sign: float) -> Tensor:
 
 @torch.library.custom_op("energyformer::bisoftmax_symmetric_bwd", mutates_args=())
 def _bwd_op(u: Tensor, dy: Tensor, scale: float, sign: float) -> Tensor:
-    n, p = u.shape[-2:]
-    launch = _launch(u)
-    du = torch.empty_like(u, dtype=torch.float32 if launch["UPCAST"] else u.dtype)
-    _kernels(u.device.type != "cuda", "hyperspherical_triton.py")._bwd[(u.shape[0],)](u, dy, du, n, p, scale, sign,
-                                                                                      **launch)
-    return du.to(u.dtype)
+    return _run_bwd(u, dy, scale, sign)
 
 
 @_bwd_op.register_fake
@@ -90,5 +118,6 @@ def bisoftmax_symmetric_kernel(u: Tensor, scale: float, *, negate: bool = False)
     dev = u.device.type
     lead, p = u.shape[:-2], u.shape[-1]
     uf = u.to(autocast_dtype(u.dtype, dev)).reshape(-1, n, p).contiguous()  # (B H, N, p)
+    op = _fwd_op if torch.compiler.is_compiling() else _SymmetricBiSoftmaxKernel.apply
     with torch.autocast(dev, enabled=False):
-        return _fwd_op(uf, float(scale), -1.0 if negate else 1.0).view(*lead, n, p)
+        return op(uf, float(scale), -1.0 if negate else 1.0).view(*lead, n, p)
