@@ -263,102 +263,115 @@ def kernel_meta(meta: dict, name: str) -> dict:
     return dict(meta, BM=meta["BN"], BN=meta["BM"]) if name in ("_bwd_kv", "_bwd_kv_h") else meta
 
 
+def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: int, hmode: str,
+              tiles: KernelTiles) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor, Tensor, Tensor]:
+    """(oq, hs or None, ox or None, lse, m, l): the forward launches (m, l: every head's running max and
+    sum, p = e^{s − m} / l, which the backward reads)."""
+    B, H, nq, R = q.shape
+    nk = k.shape[2]
+    acc_dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dummy = q.new_zeros(1)
+    meta = _launch_args(_kernels(q.device.type != "cuda").tl, q, hm, x, causal, ud is not None, hmode,
+                        slopes is not None, delta is not None, kmask is not None, tiles)
+    grid = tiles.per_head_programs(hmode)  # one program per head (cem_triton_heads.py)
+    kern = _kernels(q.device.type != "cuda", "cem_triton_heads.py" if grid else "cem_triton.py")
+    new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
+    oq = (torch.empty if grid else new)(B, H, nq, R, device=q.device, dtype=acc_dt)
+    hs = new(B, nq, meta["D"]) if hmode != "none" and not (meta["MAT"] and hmode == "sum") else dummy
+    ox = (torch.empty if grid else new)(B, H, nq, meta["E"], device=q.device, dtype=acc_dt) \
+        if x is not None else dummy
+    lse = torch.empty(B, H, nq, device=q.device, dtype=acc_dt)
+    m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
+    ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
+    chunks = row_chunks(nq, nk, offset, causal, tiles.causal_chunks)  # blocks of the shared products
+    g = _pair_mm(ud, hm.mT, acc_dt, chunks) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
+    # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid)
+    ps = (torch.zeros(B, nq, nk, device=q.device, dtype=acc_dt if grid else q.dtype)
+          if meta["MAT"] and hmode == "sum" else dummy)
+    launch = kern._fwd_h[(-(-nq // meta["BM"]), B * H)] if grid else kern._fwd[(-(-nq // meta["BM"]), B)]
+    launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
+    del g
+    if meta["MAT"] and hmode == "sum":
+        hs = _rows_mm(ps.to(q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
+    return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse, m, l
+
+
+def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, glse, causal: bool, offset: int,
+              hmode: str, tiles: KernelTiles) -> tuple:
+    """(dq, dk, d(ud), dh, dx, dc, dδ), None where the input is None; an output's gradient may be None."""
+    B, H, nq, R = q.shape
+    nk = k.shape[2]
+    acc_dt = m.dtype
+    meta = _launch_args(_kernels(q.device.type != "cuda").tl, q, hm, x, causal, ud is not None, hmode,
+                        slopes is not None, delta is not None, kmask is not None, tiles)
+    grid = tiles.per_head_programs(hmode)
+    chunks = row_chunks(nq, nk, offset, causal, tiles.causal_chunks)
+    new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
+    dummy = q.new_zeros(1)
+    goq = new(B, H, nq, R) if goq is None else goq
+    if x is not None:
+        gox = (new(B, H, nq, meta["E"]) if gox is None else gox).to(q.dtype).contiguous()
+    dlt = new(B, H, nq) if glse is None else -glse.to(acc_dt)  # (B, H, Nq); the kernel adds Σ_j p dP
+    if hmode != "none":
+        ghs = (new(B, nq, meta["D"]) if ghs is None else ghs).to(q.dtype).contiguous()
+    dq, dk = new(q.shape), new(k.shape)
+    mat, hsum = meta["MAT"], hmode == "sum"
+    dud = new(ud.shape) if ud is not None and not mat else dummy  # materialised: a matmul below
+    dh = new(hm.shape) if hm is not None else dummy
+    dx = new(x.shape) if x is not None else dummy
+    ddiag = new(B, H, nq) if delta is not None else dummy
+    meta_kv = kernel_meta(meta, "_bwd_kv")
+    n_kt = -(-nk // meta_kv["BN"])
+    dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" else dummy
+    # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P (stored
+    # per tile in the operand dtype, or added up atomically in the accumulation dtype by the grid kernels)
+    pair = functools.partial(torch.zeros, B, nq, nk, device=q.device, dtype=acc_dt if grid else q.dtype)
+    g = _pair_mm(ud, hm.mT, acc_dt, chunks) if mat and ud is not None else dummy
+    gh = _pair_mm(ghs, hm.mT, acc_dt, chunks) if mat and hsum else dummy
+    dss = pair() if mat and ud is not None else dummy
+    ps = pair() if mat and hsum else dummy
+    ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)] + [g, gh]
+    ins += [m, l, goq.to(q.dtype).contiguous(), ghs if hmode != "none" else dummy,
+            gox if x is not None else dummy, dlt.contiguous()]
+    if grid:  # Δ per query tile, then every gradient per key tile (dq, Σ dS, Σ P by atomic adds)
+        kern = _kernels(q.device.type != "cuda", "cem_triton_heads.py")
+        kern._bwd_d_h[(-(-nq // meta["BM"]), B * H)](*ins, nq, nk, offset, **meta)
+        kern._bwd_kv_h[(n_kt, B * H)](*ins, ps, dss, dq, dk, dx, ddiag, nq, nk, offset, **meta_kv)
+    else:
+        kern = _kernels(q.device.type != "cuda")
+        kern._bwd_q[(-(-nq // meta["BM"]), B)](*ins, ps, dss, dq, dud, ddiag, nq, nk, offset, **meta)
+        kern._bwd_kv[(n_kt, B)](*ins, dk, dh, dx, dc, nq, nk, offset, **meta_kv)
+    del g, gh
+    if mat and ud is not None:  # d(ud) = (Σ_k dS_k) H;  dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs
+        dss = dss.to(q.dtype)
+        dud = _rows_mm(dss, hm, acc_dt, chunks)
+        dh += _cols_mm(dss, ud, acc_dt, chunks)
+    if mat and hsum:
+        dh += _cols_mm(ps.to(q.dtype), ghs, acc_dt, chunks)
+
+    def back(g, t):
+        return None if t is None else g.to(t.dtype)
+
+    return (back(dq, q), back(dk, k), back(dud, ud), back(dh, hm), back(dx, x),
+            None if c is None else dc.sum((0, 1)).to(c.dtype),
+            None if delta is None else ddiag.sum((0, 2)).to(delta.dtype))
+
+
 class _CEMAttention(torch.autograd.Function):
-    """(oq, hs, ox, lse) of :func:`cem_attention` with the kernels' own backward."""
+    """(oq, hs, ox, lse) of :func:`cem_attention` with the kernels' own backward (the eager wrapper; under
+    torch.compile the same launches are custom operators, ``cem_kernel_ops.py``)."""
 
     @staticmethod
     def forward(ctx, q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode, tiles):
-        B, H, nq, R = q.shape
-        nk = k.shape[2]
-        acc_dt = torch.float64 if q.dtype == torch.float64 else torch.float32
-        dummy = q.new_zeros(1)
-        meta = _launch_args(_kernels(q.device.type != "cuda").tl, q, hm, x, causal, ud is not None, hmode,
-                            slopes is not None, delta is not None, kmask is not None, tiles)
-        grid = tiles.per_head_programs(hmode)  # one program per head (cem_triton_heads.py)
-        kern = _kernels(q.device.type != "cuda", "cem_triton_heads.py" if grid else "cem_triton.py")
-        new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
-        oq = (torch.empty if grid else new)(B, H, nq, R, device=q.device, dtype=acc_dt)
-        hs = new(B, nq, meta["D"]) if hmode != "none" and not (meta["MAT"] and hmode == "sum") else dummy
-        ox = (torch.empty if grid else new)(B, H, nq, meta["E"], device=q.device, dtype=acc_dt) \
-            if x is not None else dummy
-        lse = torch.empty(B, H, nq, device=q.device, dtype=acc_dt)
-        m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
-        ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
-        chunks = row_chunks(nq, nk, offset, causal, tiles.causal_chunks)  # blocks of the shared products
-        g = _pair_mm(ud, hm.mT, acc_dt, chunks) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
-        # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid)
-        ps = (torch.zeros(B, nq, nk, device=q.device, dtype=acc_dt if grid else q.dtype)
-              if meta["MAT"] and hmode == "sum" else dummy)
-        launch = kern._fwd_h[(-(-nq // meta["BM"]), B * H)] if grid else kern._fwd[(-(-nq // meta["BM"]), B)]
-        launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
-        del g
-        if meta["MAT"] and hmode == "sum":
-            hs = _rows_mm(ps.to(q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
-        # the outputs' shapes, not the outputs: saving oq would keep a float32 (B, H, Nq, Dr) per call alive
+        oq, hs, ox, lse, m, l = _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode, tiles)
+        # not the outputs: saving oq would keep a float32 (B, H, Nq, Dr) per call alive
         ctx.save_for_backward(q, k, ud, hm, x, c, delta, slopes, kmask, m, l)
-        ctx.out_shapes = oq.shape, ox.shape
-        ctx.meta, ctx.offset, ctx.hmode, ctx.grid, ctx.chunks = meta, offset, hmode, grid, chunks
-        return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse
+        ctx.args = causal, offset, hmode, tiles
+        return oq, hs, ox, lse
 
     @staticmethod
     def backward(ctx, goq, ghs, gox, glse):
-        q, k, ud, hm, x, c, delta, slopes, kmask, m, l = ctx.saved_tensors
-        oq_shape, ox_shape = ctx.out_shapes
-        meta, offset, hmode = ctx.meta, ctx.offset, ctx.hmode
-        B, H, nq, R = q.shape
-        nk = k.shape[2]
-        acc_dt = m.dtype
-        new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
-        dummy = q.new_zeros(1)
-        goq = new(oq_shape) if goq is None else goq
-        if x is not None:
-            gox = (new(ox_shape) if gox is None else gox).to(q.dtype).contiguous()
-        dlt = new(B, H, nq) if glse is None else -glse.to(acc_dt)  # (B, H, Nq); the kernel adds Σ_j p dP
-        if hmode != "none":
-            ghs = (new(B, nq, meta["D"]) if ghs is None else ghs).to(q.dtype).contiguous()
-        dq, dk = new(q.shape), new(k.shape)
-        mat, hsum = meta["MAT"], hmode == "sum"
-        dud = new(ud.shape) if ud is not None and not mat else dummy  # materialised: a matmul below
-        dh = new(hm.shape) if hm is not None else dummy
-        dx = new(x.shape) if x is not None else dummy
-        ddiag = new(B, H, nq) if delta is not None else dummy
-        meta_kv = kernel_meta(meta, "_bwd_kv")
-        n_kt = -(-nk // meta_kv["BN"])
-        dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" else dummy
-        # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P (stored
-        # per tile in the operand dtype, or added up atomically in the accumulation dtype by the grid kernels)
-        pair = functools.partial(torch.zeros, B, nq, nk, device=q.device, dtype=acc_dt if ctx.grid else q.dtype)
-        chunks = ctx.chunks
-        g = _pair_mm(ud, hm.mT, acc_dt, chunks) if mat and ud is not None else dummy
-        gh = _pair_mm(ghs, hm.mT, acc_dt, chunks) if mat and hsum else dummy
-        dss = pair() if mat and ud is not None else dummy
-        ps = pair() if mat and hsum else dummy
-        ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)] + [g, gh]
-        ins += [m, l, goq.to(q.dtype).contiguous(), ghs if hmode != "none" else dummy,
-                gox if x is not None else dummy, dlt.contiguous()]
-        if ctx.grid:  # Δ per query tile, then every gradient per key tile (dq, Σ dS, Σ P by atomic adds)
-            kern = _kernels(q.device.type != "cuda", "cem_triton_heads.py")
-            kern._bwd_d_h[(-(-nq // meta["BM"]), B * H)](*ins, nq, nk, offset, **meta)
-            kern._bwd_kv_h[(n_kt, B * H)](*ins, ps, dss, dq, dk, dx, ddiag, nq, nk, offset, **meta_kv)
-        else:
-            kern = _kernels(q.device.type != "cuda")
-            kern._bwd_q[(-(-nq // meta["BM"]), B)](*ins, ps, dss, dq, dud, ddiag, nq, nk, offset, **meta)
-            kern._bwd_kv[(n_kt, B)](*ins, dk, dh, dx, dc, nq, nk, offset, **meta_kv)
-        del g, gh
-        if mat and ud is not None:  # d(ud) = (Σ_k dS_k) H;  dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs
-            dss = dss.to(q.dtype)
-            dud = _rows_mm(dss, hm, acc_dt, chunks)
-            dh += _cols_mm(dss, ud, acc_dt, chunks)
-        if mat and hsum:
-            dh += _cols_mm(ps.to(q.dtype), ghs, acc_dt, chunks)
-
-        def back(g, t):
-            return None if t is None else g.to(t.dtype)
-
-        return (back(dq, q), back(dk, k), back(dud, ud), back(dh, hm), back(dx, x),
-                None if c is None else dc.sum((0, 1)).to(c.dtype),
-                None if delta is None else ddiag.sum((0, 2)).to(delta.dtype),
-                None, None, None, None, None, None)
+        return (*_bwd_impl(*ctx.saved_tensors, goq, ghs, gox, glse, *ctx.args), None, None, None, None, None, None)
 
 
 def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *, slopes: Tensor | None,
@@ -366,7 +379,8 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
                   h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
                   block_m: int = 16, block_n: int = 64, block_d: int = 64, num_warps: int = 4,
                   num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "auto",
-                  causal_chunks: int = 4) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
+                  causal_chunks: int = 4, tiles: KernelTiles | None = None
+                  ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
 
     q: (B, H, Nq, Dr) = W_Q u / τ; k: (B, H, Nk, Dr) keys (= values); ud: (B, Nq, D) = d∘u/τ or None
@@ -375,10 +389,13 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
     x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
     hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
-    block_m … grid: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it)."""
-    tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
-                        num_stages=num_stages, head_unroll=head_unroll, shared=shared, grid=grid,
-                        causal_chunks=causal_chunks)
+    block_m … causal_chunks: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it), or
+    ``tiles``, an already validated launch, which replaces them (what the energy passes: no validation per
+    call, and nothing that torch.compile cannot trace)."""
+    if tiles is None:
+        tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
+                            num_stages=num_stages, head_unroll=head_unroll, shared=shared, grid=grid,
+                            causal_chunks=causal_chunks)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")
@@ -393,6 +410,10 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     slopes = None if slopes is None else slopes.to(device=q.device, dtype=acc_dt).contiguous()
     delta = None if delta is None else delta.to(acc_dt).contiguous()
     kmask = None if key_mask is None else key_mask.to(device=q.device, dtype=torch.int8).contiguous()
+    if torch.compiler.is_compiling():  # custom operators, which Dynamo keeps in its graph (cem_kernel_ops.py)
+        from .cem_kernel_ops import cem_attention_op
+
+        return cem_attention_op(q, k, ud, hm, x, c, delta, slopes, kmask, bool(causal), int(offset), h_mode, tiles)
     return _CEMAttention.apply(q, k, ud, hm, x, c, delta, slopes, kmask, bool(causal), int(offset), h_mode,
                                tiles)
 
@@ -421,7 +442,7 @@ def attend_kernel(e, u: Tensor, st, bs, plan, need_logz: bool):
             q, bs.k, ud, bs.h, slopes=e.slopes if e.alibi else None, delta=e.self_bias,
             key_mask=st.key_mask, causal=e.causal, offset=st.offset, h_mode=mode,
             c=plan.c.to(torch.promote_types(bs.cdt, torch.float32)) if mode == "stack" else None, x=x,
-            **e.attn_kernel.model_dump())
+            tiles=e.attn_kernel)
         # 'sum': d ∘ ((Σ_k P_k) H): (B, Nq, D), in the product dtype like the blocked path's, so that the
         # product keeps a 16-bit hs for d's gradient under bf16 autocast, not the kernel's float32 one
         hterm = hs.to(bs.cdt) * plan.c.to(bs.cdt) if mode == "sum" else hs
