@@ -38,3 +38,26 @@ def config_error_says():
         return msg
 
     return check
+
+
+@pytest.fixture
+def compiles_like_eager():
+    """``compiles_like_eager(fn, params)``: ``torch.compile(fn, fullgraph=True, backend='aot_eager')`` traces
+    ``fn`` (no arguments, returns a tensor) without a graph break, and its output and the gradients of
+    ``output.pow(2).sum()`` in ``params`` equal the eager ones."""
+
+    def check(fn, params, rtol: float = 1e-6, atol: float = 1e-6) -> None:
+        params = list(params)
+        torch._dynamo.reset()
+        try:
+            outs = []
+            for f in (fn, torch.compile(fn, fullgraph=True, backend="aot_eager")):
+                y = f()
+                outs.append((y, torch.autograd.grad(y.pow(2).sum(), params)))
+        finally:
+            torch._dynamo.reset()
+        torch.testing.assert_close(outs[1][0], outs[0][0], rtol=rtol, atol=atol)
+        for a, b in zip(outs[1][1], outs[0][1]):
+            torch.testing.assert_close(a, b, rtol=10 * rtol, atol=atol)
+
+    return check

@@ -447,7 +447,7 @@ def test_compiled_kernel_kv_cache_decoding_equals_full_forward_on_cuda():
 @interpreted
 @pytest.mark.parametrize("attn", [{}, {"attn_kernel": {"grid": "rows"}},
                                   {"precond": "diag_low_rank", "precond_rank": 2}], ids=["default", "rows", "paper-bank"])
-def test_compile_keeps_the_kernel_in_one_graph(attn):
+def test_compile_keeps_the_kernel_in_one_graph(attn, compiles_like_eager):
     """Under torch.compile the kernel path runs as custom operators (cem_kernel_ops.py): a CEM model (T=2,
     causal, ALiBi, self bias; the default launch, the loop kernels, the paper's per-head D+LR bank with its
     per-head factors and extra value columns) traces with fullgraph=True, and its logits and gradients equal
@@ -455,17 +455,8 @@ def test_compile_keeps_the_kernel_in_one_graph(attn):
     from energyformer.models import CausalLM, ModelConfig
     from energyformer.utils.config import load_config
 
-    torch._dynamo.reset()
     torch.manual_seed(0)
     m = CausalLM(load_config(ModelConfig, {"vocab_size": 97, "dim": 32, "heads": 4, "n_layers": 2, "block": {
         "attention": {"kind": "cem", "attn_path": "kernel", "steps": 2, **attn}, "mlp": {"kind": "cem"}}}))
     idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(1))
-    compiled = torch.compile(lambda x: m(x).logits, fullgraph=True, backend="aot_eager")
-    outs = []
-    for fn in (lambda x: m(x).logits, compiled):
-        logits = fn(idx)
-        outs.append((logits, torch.autograd.grad(logits.pow(2).sum(), list(m.parameters()))))
-    torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-6, atol=1e-6)
-    for a, b in zip(outs[1][1], outs[0][1]):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    torch._dynamo.reset()
+    compiles_like_eager(lambda: m(idx).logits, m.parameters())
