@@ -25,6 +25,7 @@ Usage (GPU; write the output under docs/results/cem/):
     python benchmarks/gpu_lm.py --out docs/results/cem/gpu_lm.md
     python benchmarks/gpu_lm.py --precisions bf16 --modes training --cuda-graph \
         --models "full CEM T=1 (auto path)"     # + the same models with each step one CUDA graph
+    python benchmarks/gpu_lm.py --compile ...   # every model torch.compile'd first (train.compile)
     python benchmarks/gpu_lm.py --tiny          # CPU smoke run at a tiny size (the test's)
 """
 
@@ -199,7 +200,8 @@ def header(args, device: torch.device) -> list[str]:
         lines.append(f"CPU: {torch.get_num_threads()} threads, {os.cpu_count()} cores, 1-min load {load:.2f}; "
                      "no peak memory on CPU")
     lines.append(f"D={args.dim} L={args.layers} H={args.heads} F={args.mlp_hidden} V={args.vocab}; "
-                 f"{args.repeats} interleaved repeats after {args.warmup} warm-up per model")
+                 f"{args.repeats} interleaved repeats after {args.warmup} warm-up per model"
+                 f"{'; torch.compile' if getattr(args, 'compile', False) else ''}")
     return lines
 
 
@@ -226,9 +228,11 @@ def run(args, emit: Callable[[list[str]], None] = lambda lines: None) -> list[st
                     built[name] = CausalLM(model_config(args.vocab, args.dim, args.layers, args.heads,
                                                         args.mlp_hidden, n, block)).to(device)
                 step = {True: make_graphed_train_step, False: make_train_step}
+                run_as = {name: torch.compile(m) if args.compile and not name.endswith(GRAPHED) else m
+                          for name, m in built.items()}  # as train.compile: the warm-up calls compile
                 fns = {name: (step[name.endswith(GRAPHED)](m, ours_logits, x, y, precision=precision) if training
                               else make_infer_step(m, ours_logits, x, precision=precision))
-                       for name, m in built.items()}
+                       for name, m in run_as.items()}
                 own = {name: state_bytes(m, training) for name, m in built.items()}
                 times, peak, oom = timed_runs(fns, args.warmup, args.repeats, device, own, args.keep_going)
                 out += ["", f"### N = {n}, B = {b}, {precision}{' autocast' if precision == 'bf16' else ''}, {mode}",
@@ -267,6 +271,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cuda-graph", action="store_true",
                     help="(CUDA, training) also time every model with its whole step captured as one CUDA graph "
                          "(lm_throughput.make_graphed_train_step); those rows' ratios are to the graphed Llama")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile every model first (what train.compile does; the warm-up calls compile; "
+                         "not the --cuda-graph rows)")
     ap.add_argument("--repeats", type=int, help="timed repeats per model (default 5; --tiny: 2)")
     ap.add_argument("--warmup", type=int, help="untimed calls per model first (default 2; --tiny: 1)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size: D 32, 2 layers, V 97")

@@ -127,3 +127,11 @@ def test_lm_flops_counts_linear_and_square_parts_that_grow_as_they_should(tmp_pa
     flops.main(["--tiny", "--out", str(out)])
     text = out.read_text()
     assert all(f"| {name} | " in text for name in flops.MODELS)
+
+
+def test_compile_rows_run_and_say_so(capsys):
+    """--compile: every model compiled first (train.compile), the header says so (tiny, one model, CPU)."""
+    bench.main(["--tiny", "--settings", "8x1", "--repeats", "1", "--warmup", "1", "--precisions", "fp32",
+                "--modes", "training", "--compile", "--models", "full CEM T=1 (auto path)"])
+    text = capsys.readouterr().out
+    assert "; torch.compile" in text and "| full CEM T=1 (auto path) | " in text
