@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_lm import git_commit, keep_going_arg, ratio, state_bytes, timed_runs  # noqa: E402  (sibling scripts)
+from gpu_lm import GRAPHED, git_commit, keep_going_arg, ratio, state_bytes, timed_runs  # noqa: E402  (sibling scripts)
 from lm_throughput import (  # noqa: E402
     make_graphed_train_step, make_infer_step, make_train_step, median, ours_logits, pick_device,
 )
@@ -44,7 +44,6 @@ MODELS = {
     "Hyper-SET, attention.impl einsum": ("hyperset/sudoku_hyperset", ["model.block.attention.impl=einsum"]),
 }
 CELLS = 81
-GRAPHED = ", CUDA graph"   # --cuda-graph rows: the name's model with its whole training step one CUDA graph
 
 
 def build(config: str, extra: list[str], args, device: torch.device) -> torch.nn.Module:
