@@ -26,6 +26,7 @@ Usage (GPU; write the output under docs/results/cem/):
     python benchmarks/gpu_lm.py --precisions bf16 --modes training --cuda-graph \
         --models "full CEM T=1 (auto path)"     # + the same models with each step one CUDA graph
     python benchmarks/gpu_lm.py --compile ...   # every model torch.compile'd first (train.compile)
+    python benchmarks/gpu_lm.py --compile reduce-overhead ...   # + CUDA graph trees (train.compile's mode)
     python benchmarks/gpu_lm.py --tiny          # CPU smoke run at a tiny size (the test's)
 """
 
@@ -52,6 +53,7 @@ from lm_throughput import (  # noqa: E402  (a sibling script)
 
 from energyformer.blocks.cem import CEMAttentionConfig, CEMMLPConfig  # noqa: E402
 from energyformer.blocks.layer import BlockConfig  # noqa: E402
+from energyformer.train.compiling import COMPILE_MODES, compile_for_training, effective_mode  # noqa: E402
 
 BASE = "Llama baseline"
 
@@ -83,19 +85,41 @@ def models() -> dict[str, BlockConfig]:
 GRAPHED = ", CUDA graph"   # --cuda-graph rows (training): the model's whole step one CUDA graph
 
 
-def select(blocks: dict[str, BlockConfig], names: str | None) -> dict[str, BlockConfig]:
-    """``--models``: the named models (separated by ';', names hold commas), the Llama baseline always first."""
+def select(blocks: dict, names: str | None, base: str = BASE) -> dict:
+    """``--models``: the named models (separated by ';', names hold commas), the baseline always first."""
     if not names:
         return blocks
     wanted = [n.strip() for n in names.split(";") if n.strip()]
     for n in wanted:
         if n not in blocks:
             raise SystemExit(f"--models: {n!r} is not a model here; allowed: {'; '.join(blocks)}")
-    return {n: b for n, b in blocks.items() if n == BASE or n in wanted}
+    return {n: b for n, b in blocks.items() if n == base or n in wanted}
 
 
 def is_oom(err: BaseException) -> bool:
     return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+def compile_arg(ap: argparse.ArgumentParser, what: str = "") -> None:
+    """``--compile [MODE]``: every model torch.compile'd first, as ``train.compile: MODE`` trains it."""
+    ap.add_argument("--compile", nargs="?", const="default", choices=COMPILE_MODES, metavar="MODE",
+                    help="torch.compile every model first, as train.compile does (MODE: "
+                         + ", ".join(COMPILE_MODES) + "; default 'default'; 'reduce-overhead' adds CUDA graphs"
+                         + f"; the warm-up calls compile{what})")
+
+
+def compiled(model: torch.nn.Module, mode: str | None, device: torch.device) -> torch.nn.Module:
+    """``model`` as ``train.compile: mode`` trains it (itself when ``mode`` is None)."""
+    return model if mode is None else compile_for_training(model, mode, device)[0]
+
+
+def compile_note(mode: str | None, device: torch.device) -> str:
+    """The header's words for ``--compile mode`` on ``device`` (the mode it ran in, where that differs)."""
+    if mode is None:
+        return ""
+    ran = effective_mode(mode, device)
+    return f"; torch.compile mode {mode!r}" + (f" (compiled as {ran!r}: no CUDA graphs on {device.type})"
+                                               if ran != mode else "")
 
 
 def keep_going_arg(ap: argparse.ArgumentParser) -> None:
@@ -201,7 +225,7 @@ def header(args, device: torch.device) -> list[str]:
                      "no peak memory on CPU")
     lines.append(f"D={args.dim} L={args.layers} H={args.heads} F={args.mlp_hidden} V={args.vocab}; "
                  f"{args.repeats} interleaved repeats after {args.warmup} warm-up per model"
-                 f"{'; torch.compile' if getattr(args, 'compile', False) else ''}")
+                 f"{compile_note(getattr(args, 'compile', None), device)}")
     return lines
 
 
@@ -228,7 +252,7 @@ def run(args, emit: Callable[[list[str]], None] = lambda lines: None) -> list[st
                     built[name] = CausalLM(model_config(args.vocab, args.dim, args.layers, args.heads,
                                                         args.mlp_hidden, n, block)).to(device)
                 step = {True: make_graphed_train_step, False: make_train_step}
-                run_as = {name: torch.compile(m) if args.compile and not name.endswith(GRAPHED) else m
+                run_as = {name: m if name.endswith(GRAPHED) else compiled(m, args.compile, device)
                           for name, m in built.items()}  # as train.compile: the warm-up calls compile
                 fns = {name: (step[name.endswith(GRAPHED)](m, ours_logits, x, y, precision=precision) if training
                               else make_infer_step(m, ours_logits, x, precision=precision))
@@ -271,9 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cuda-graph", action="store_true",
                     help="(CUDA, training) also time every model with its whole step captured as one CUDA graph "
                          "(lm_throughput.make_graphed_train_step); those rows' ratios are to the graphed Llama")
-    ap.add_argument("--compile", action="store_true",
-                    help="torch.compile every model first (what train.compile does; the warm-up calls compile; "
-                         "not the --cuda-graph rows)")
+    compile_arg(ap, "; not the --cuda-graph rows")
     ap.add_argument("--repeats", type=int, help="timed repeats per model (default 5; --tiny: 2)")
     ap.add_argument("--warmup", type=int, help="untimed calls per model first (default 2; --tiny: 1)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size: D 32, 2 layers, V 97")

@@ -15,6 +15,7 @@ Usage (GPU; write the output under docs/results/hyperset/):
     python benchmarks/hyperset_gpu.py --out docs/results/hyperset/gpu_throughput.md
     python benchmarks/hyperset_gpu.py --tiny        # CPU smoke run (d 32, L 2, batch 2)
     python benchmarks/hyperset_gpu.py --compile     # the same with torch.compile (train.compile)
+    python benchmarks/hyperset_gpu.py --compile reduce-overhead   # + CUDA graph trees (train.compile's mode)
     python benchmarks/hyperset_gpu.py --cuda-graph  # + every model with its training step one CUDA graph
 """
 
@@ -28,7 +29,10 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_lm import GRAPHED, git_commit, keep_going_arg, ratio, state_bytes, timed_runs  # noqa: E402  (sibling scripts)
+from gpu_lm import (  # noqa: E402  (sibling scripts)
+    GRAPHED, compile_arg, compile_note, compiled, git_commit, keep_going_arg, ratio, select, state_bytes,
+    timed_runs,
+)
 from lm_throughput import (  # noqa: E402
     make_graphed_train_step, make_infer_step, make_train_step, median, ours_logits, pick_device,
 )
@@ -61,19 +65,20 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
     emit([f"device: {device.type} ({name}); torch {torch.__version__}; commit {git_commit()}",
           f"d={args.dim} heads={args.heads} L={args.iterations} batch={args.batch} (x {CELLS} tokens); "
           f"{args.repeats} interleaved repeats after {args.warmup} warm-up per model"
-          f"{'; torch.compile' if args.compile else ''}"])
+          f"{compile_note(args.compile, device)}"])
     g = torch.Generator().manual_seed(0)
     boards = torch.randint(0, VOCAB, (args.batch, CELLS), generator=g).to(device)
     targets = torch.where(boards == 0, torch.randint(0, CLASSES, boards.shape, generator=g).to(device), -100)
     for precision in args.precisions.split(","):
         for mode in args.modes.split(","):
             training = mode == "training"
-            built = {n: build(c, x, args, device) for n, (c, x) in MODELS.items()}
-            run_as = {n: torch.compile(m) if args.compile else m for n, m in built.items()}  # as train.compile
+            chosen = select(MODELS, args.models, BASE)
+            built = {n: build(c, x, args, device) for n, (c, x) in chosen.items()}
+            run_as = {n: compiled(m, args.compile, device) for n, m in built.items()}  # as train.compile
             fns = {n: make_train_step(m, ours_logits, boards, targets, precision=precision) if training
                    else make_infer_step(m, ours_logits, boards, precision=precision) for n, m in run_as.items()}
             if args.cuda_graph and training:  # every model again, its whole step one CUDA graph
-                for n, (c, x) in MODELS.items():
+                for n, (c, x) in chosen.items():
                     built[n + GRAPHED] = m = build(c, x, args, device)
                     fns[n + GRAPHED] = make_graphed_train_step(m, ours_logits, boards, targets, precision=precision)
             own = {n: state_bytes(m, training) for n, m in built.items()}
@@ -109,11 +114,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     size_args(ap)
     ap.add_argument("--modes", default="training,inference", help="training and/or inference")
+    ap.add_argument("--models", help="only these models (names separated by ';'; the transformer is always timed); "
+                    "default: all")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size: d 32, 4 heads, L 2, batch 2")
-    ap.add_argument("--compile", action="store_true",
-                    help="torch.compile every model first (what train.compile does; the warm-up calls compile)")
+    compile_arg(ap)
     ap.add_argument("--cuda-graph", action="store_true",
                     help="(CUDA, training) also time every model with its whole step captured as one CUDA graph "
                          "(lm_throughput.make_graphed_train_step): the step without the host's launch overhead; "

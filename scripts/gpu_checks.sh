@@ -15,6 +15,10 @@
 #   scripts/gpu_checks.sh graphs [SECONDS]  the speed rows again with every model also as one CUDA graph per step
 #                                          (--cuda-graph: the host's launch overhead gone), and the CUDA tests of
 #                                          the graphed step and the CEM kernel (default launch: one program per head)
+#   scripts/gpu_checks.sh compiled [SECONDS] train.compile's 'reduce-overhead' (Inductor + CUDA graph trees, what a
+#                                          user can switch on) against eager steps captured as one CUDA graph
+#                                          (--cuda-graph) for Hyper-SET and full CEM T=1 (N 1k), and the CUDA
+#                                          tests of training with it (tests/train/test_cuda.py -k compiled)
 #   scripts/gpu_checks.sh full STEPS|scale [SECONDS]
 #        in the background: `energyformer reproduce hyperset-sudoku --scale gpu` cut to its first STEPS
 #        steps (evaluation every STEPS/10; `scale`: the scale as declared, its records then reusable) and, if
@@ -119,6 +123,19 @@ if [ "$PHASE" = graphs ]; then
     --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, kernel with row tiles (grid rows)" \
     --out "$OUT/gpu_lm_graphs.md"
   step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
+  cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
+  pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
+fi
+
+if [ "$PHASE" = compiled ]; then   # first compiles take a while: two models per benchmark, warm-up 3
+  step hyperset_gpu_compiled 200 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
+    --warmup 3 --keep-going --compile reduce-overhead --cuda-graph --models "Hyper-SET" \
+    --out "$OUT/hyperset_gpu_compiled.md"
+  step gpu_lm_compiled 200 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --repeats 4 --warmup 3 \
+    --keep-going --compile reduce-overhead --cuda-graph --settings 1024x8 --models "full CEM T=1 (auto path)" \
+    --out "$OUT/gpu_lm_compiled.md"
+  step pytest_cuda 150 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/train/test_cuda.py \
+    -k compiled
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from .bench_script import load_bench
@@ -129,9 +130,17 @@ def test_lm_flops_counts_linear_and_square_parts_that_grow_as_they_should(tmp_pa
     assert all(f"| {name} | " in text for name in flops.MODELS)
 
 
-def test_compile_rows_run_and_say_so(capsys):
-    """--compile: every model compiled first (train.compile), the header says so (tiny, one model, CPU)."""
+@pytest.mark.parametrize("mode", [[], ["reduce-overhead"]])
+def test_compile_rows_run_and_say_so(capsys, mode):
+    """--compile [MODE]: every model compiled first as train.compile does, the header names the mode (tiny, one
+    model, CPU: 'reduce-overhead' compiles as 'default' there)."""
     bench.main(["--tiny", "--settings", "8x1", "--repeats", "1", "--warmup", "1", "--precisions", "fp32",
-                "--modes", "training", "--compile", "--models", "full CEM T=1 (auto path)"])
+                "--modes", "training", "--compile", *mode, "--models", "full CEM T=1 (auto path)"])
     text = capsys.readouterr().out
-    assert "; torch.compile" in text and "| full CEM T=1 (auto path) | " in text
+    want = "'reduce-overhead' (compiled as 'default': no CUDA graphs on cpu)" if mode else "'default'"
+    assert f"; torch.compile mode {want}" in text and "| full CEM T=1 (auto path) | " in text
+
+
+def test_compile_mode_is_checked():
+    with pytest.raises(SystemExit):
+        bench.main(["--tiny", "--compile", "reduce_overhead"])

@@ -28,6 +28,7 @@ from pydantic import Field, field_validator, model_validator
 from energyformer.utils.config import ConfigModel, from_dict
 from energyformer.utils.validate import closest
 
+from .compiling import COMPILE_MODES
 from .optim import OPTIMIZERS
 from .roles import DEFAULT_NO_DECAY_ROLES, ROLES, Role
 from .schedule import SCHEDULES
@@ -74,8 +75,9 @@ class TrainConfig(ConfigModel):
     """micro-batches per optimiser step"""
     precision: Literal["fp32", "bf16"] = "fp32"
     """fp32, or bf16 autocast"""
-    compile: bool = False
-    """torch.compile the model"""
+    compile: bool | str = False
+    """false | true (= 'default') | 'default' | 'reduce-overhead' (+ CUDA graphs) | 'max-autotune' |
+    'max-autotune-no-cudagraphs': torch.compile the model in that mode (:mod:`energyformer.train.compiling`)"""
     eval_every: int = Field(500, ge=0)
     """evaluate every N steps (0: only at the end)"""
     log_every: int = Field(10, ge=0)
@@ -94,6 +96,15 @@ class TrainConfig(ConfigModel):
     """write TensorBoard event files"""
     ddp_find_unused_parameters: bool = False
     """DDP option for models with parameters unused in some steps"""
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile(cls, v: Any) -> bool | str:
+        if isinstance(v, bool) or v in COMPILE_MODES:
+            return v
+        near = closest(str(v), COMPILE_MODES) if isinstance(v, str) else None
+        raise ValueError("allowed values are false, true or a torch.compile mode: "
+                         + ", ".join(map(repr, COMPILE_MODES)) + (f" (did you mean {near!r}?)" if near else ""))
 
     @field_validator("device")
     @classmethod

@@ -15,12 +15,13 @@ Contract with a task (DESIGN.md: config -> task -> trainer -> checkpoints + metr
   :func:`energyformer.train.dist_info`); the trainer does no sharding.
 * Under DDP ``loss_fn`` receives the ``DistributedDataParallel`` wrapper: call ``model(...)``
   (its forward) so gradients are synchronised; reach other attributes through
-  :func:`energyformer.train.unwrap_model`. With ``compile=True`` it receives the compiled module.
+  :func:`energyformer.train.unwrap_model`. With ``compile`` on it receives the compiled module
+  (:mod:`energyformer.train.compiling`).
 * ``eval_fn(model) -> dict[str, float]`` (optional): run every ``eval_every`` steps and at the
   end, under ``torch.no_grad()``, ``model.eval()`` and the precision's autocast, with all RNG
   states saved and restored around it (evaluation never changes the training stream). It
-  receives the (possibly compiled) model, not the DDP wrapper, and runs on every rank (so it may
-  shard and all-reduce); rank 0's result is logged (an ``eval`` event with ``elapsed_s`` and
+  receives the (possibly compiled, never CUDA-graphed) model, not the DDP wrapper, and runs on
+  every rank (so it may shard and all-reduce); rank 0's result is logged (an ``eval`` event with ``elapsed_s`` and
   ``eval_s``, the seconds the evaluation took, so training time without evaluation can be read
   back). It moves its own data to ``next(model.parameters()).device``.
 
@@ -80,6 +81,7 @@ from energyformer.utils.validate import ConfigError
 from .callbacks import CallbackList
 from .checkpoint import (CheckpointError, list_checkpoints, load_checkpoint, load_model_weights, save_checkpoint,
                          unwrap_model)
+from .compiling import compile_for_training
 from .config import TrainConfig
 from .contract import EvalFn, EvaluationFailed, EvaluationUserError, LossFn, TrainData, TrainingDiverged
 from .device import resolve_device
@@ -194,10 +196,7 @@ class Trainer:
         self.scheduler = LRSchedule(self.optimizer, cfg.lr, cfg.steps, cfg.schedule)
         if self.is_main:
             log.info("%s", format_param_groups(self.model, cfg.no_decay_roles, cfg.lr_multipliers))
-        m: nn.Module = self.model
-        if cfg.compile:
-            m = torch.compile(m)  # type: ignore[assignment]
-        self._eval_model = m
+        m, self._eval_model = compile_for_training(self.model, cfg.compile, self.device)
         if self.ddp:
             m = nn.parallel.DistributedDataParallel(
                 m, device_ids=[self.device.index] if self.device.type == "cuda" else None,

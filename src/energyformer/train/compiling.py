@@ -1,0 +1,74 @@
+"""``train.compile``: torch.compile for training, and the module evaluation runs.
+
+Values (``TrainConfig.compile``):
+
+* ``false`` — eager (the default);
+* ``true`` or ``'default'`` — Inductor: chains of pointwise ops and reductions fused into Triton (CUDA) or
+  C++ (CPU) kernels, the launches left to the host;
+* ``'reduce-overhead'`` — the same kernels, and every compiled forward and backward replayed as CUDA graphs
+  (PyTorch's CUDA graph trees): the host launches one graph per compiled region instead of each kernel.
+  For host-bound steps — a small layer iterated many times at a small batch, e.g. the Sudoku models at
+  d 768, L 24, batch 64, whose eager step kept an H100 busy 43-57 % of the time
+  (``docs/results/hyperset/gpu_h100/gpu_profile_83f4ef8.md``);
+* ``'max-autotune'`` — Inductor with GEMM autotuning and CUDA graphs (long first steps);
+* ``'max-autotune-no-cudagraphs'`` — the autotuning without graphs.
+
+CUDA graphs exist on CUDA devices only: on any other device the graph modes compile as their no-graph forms
+(``'reduce-overhead'`` → ``'default'``, ``'max-autotune'`` → ``'max-autotune-no-cudagraphs'``), and the log
+says so once. Evaluation always runs the no-graph form of the mode, compiled separately: an ``eval_fn`` calls
+the model on batches whose shapes vary and may keep one call's outputs while it makes the next call, which a
+replayed graph would overwrite (CUDA graph trees record a graph per shape and raise when an overwritten
+output is read). Training needs no step marking: a graph tree starts a new iteration at each call of the
+compiled model once the previous call's backward has run, which is the trainer's loop (one forward and one
+backward per micro-batch).
+
+The optimiser, gradient clipping, the learning-rate schedule and the host's divergence checks stay eager
+around the compiled model.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# each mode's form without CUDA graphs
+NO_GRAPHS = {"default": "default", "reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs",
+             "max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs"}
+
+
+def compile_mode(value: bool | str) -> str | None:
+    """The torch.compile mode of a ``train.compile`` value (``None``: eager)."""
+    if value is False:
+        return None
+    return "default" if value is True else str(value)
+
+
+def uses_cuda_graphs(mode: str | None) -> bool:
+    return mode is not None and NO_GRAPHS[mode] != mode
+
+
+def effective_mode(value: bool | str, device: torch.device) -> str | None:
+    """The mode ``train.compile = value`` compiles in on ``device``: a graph mode's no-graph form off CUDA."""
+    mode = compile_mode(value)
+    return NO_GRAPHS[mode] if uses_cuda_graphs(mode) and device.type != "cuda" else mode
+
+
+def compile_for_training(model: nn.Module, value: bool | str, device: torch.device) -> tuple[nn.Module, nn.Module]:
+    """(module to train, module to evaluate) for ``train.compile = value`` on ``device``: both ``model`` itself
+    when eager; else ``torch.compile(model, mode=…)`` for training (the graph modes only on CUDA) and the same
+    module when the mode uses no CUDA graphs, or a second compile in the mode's no-graph form for evaluation."""
+    mode = effective_mode(value, device)
+    if mode is None:
+        return model, model
+    if mode != compile_mode(value):
+        log.info("train.compile = %r: CUDA graphs need a CUDA device; compiling for %s as %r",
+                 compile_mode(value), device.type, mode)
+    train = torch.compile(model, mode=mode)
+    if not uses_cuda_graphs(mode):
+        return train, train  # type: ignore[return-value]
+    return train, torch.compile(model, mode=NO_GRAPHS[mode])  # type: ignore[return-value]
