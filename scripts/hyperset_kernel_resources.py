@@ -48,10 +48,13 @@ def main(argv: list[str] | None = None) -> None:
         for name in ("_fwd", "_bwd"):
             fn = getattr(mod, name)
             cx = dict(BN=bn, PP=pp, PREC="ieee", ACC=tl.float32, UPCAST=False)
-            sig = {a: "constexpr" if a in cx else "i32" if a in ("N", "P") else "fp32" if a in ("scale", "sign")
+            ints = ("N", "P", "H", *(a for a in fn.arg_names if a.startswith(("su_", "sd_"))))
+            sig = {a: "constexpr" if a in cx else "i32" if a in ints else "fp32" if a in ("scale", "sign")
                    else f"*{dtype}" for a in fn.arg_names}
-            pointers = ("U", "Y", "DY", "DU")  # 16-byte aligned, as a real launch specialises them (not N, P)
-            attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in pointers}
+            # pointers 16-byte aligned and strides multiples of 16, as a real launch at d 768 (12 heads of 64)
+            # specialises them (not N = 81, P, H)
+            aligned = ("U", "Y", "DY", "DU", *(a for a in ints if a.startswith(("su_", "sd_"))))
+            attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in aligned}
             src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in cx.items()},
                             attrs=attrs)
             k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=1))

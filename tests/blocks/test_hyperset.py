@@ -2,6 +2,8 @@
 the shared α/γ network, conditioning on x⁽⁰⁾, depth-wise LoRA, parameter counts at the paper's width,
 and energy descent over the iterations of a trained tiny model."""
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -203,3 +205,45 @@ def test_trained_tiny_model_energies_decrease_over_iterations():
     xs = iteration_states(m, p[:32], 8)
     rel = [float(((b - a).norm(dim=-1) / a.norm(dim=-1)).mean()) for a, b in zip(xs, xs[1:])]
     assert rel[0] == max(rel) and rel[-1] < rel[1] / 2, rel  # the step from x⁰ is the largest; then they shrink
+
+
+def _copies_and_strided_ops(iterations: int, fused_norm: bool, monkeypatch) -> tuple[int, int]:
+    """(copies of an activation, pointwise ops on a strided operand) in one training forward + backward of the
+    Sudoku Hyper-SET on the bi-softmax kernel (the path CUDA's auto takes), float32, batch 2."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from energyformer.energies import hyperspherical_ops
+
+    monkeypatch.setitem(hyperspherical_ops.FUSED_NORM, "cpu", fused_norm)  # CUDA's F.rms_norm pair, or ours
+    m = _model(dim=16, heads=2, iterations=iterations, attention={"kind": "hyperset", "impl": "kernel"})
+    counts = [0, 0]
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            acts = [a for a in args if isinstance(a, torch.Tensor) and a.dim() >= 3 and a.numel() >= 81 * 8]
+            if name in ("clone", "copy_", "_to_copy", "cat", "stack", "contiguous") and acts:
+                counts[0] += 1
+            elif torch.Tag.pointwise in func.tags and any(not a.is_contiguous() and 0 not in a.stride()
+                                                          for a in acts):  # strided, not broadcast
+                counts[1] += 1
+            return out
+
+    idx = torch.randint(0, 10, (2, 81), generator=torch.Generator().manual_seed(1))
+    with Count():
+        m(idx).logits.square().mean().backward()
+    return counts[0], counts[1]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None or torch.cuda.is_available(),
+                    reason="the kernel through triton's interpreter (CPU)")
+@pytest.mark.parametrize("fused_norm", [True, False])
+def test_the_iterations_copy_no_activation_and_read_no_strided_one(fused_norm, monkeypatch):
+    """Per iteration, forward and backward: no copy of a token-sized tensor (the heads' (B, H, N, p) view of
+    the projection is normalised, attended and read out in its (B, N, H, p) memory) and no elementwise op
+    on a strided operand (α and γ come out of the step-size table contiguous): the counts do not grow with
+    the iterations. The code before made 2 (our norm) or 4 (the fused pair) copies and 8 or 10 strided
+    elementwise ops per iteration."""
+    few, more = (_copies_and_strided_ops(n, fused_norm, monkeypatch) for n in (2, 4))
+    assert more == few, (few, more)

@@ -55,6 +55,30 @@ def test_kernel_low_precision_is_as_close_as_the_pytorch_function(dtype, radius)
         assert err["kernel"] <= 1.5 * err["torch"] + eps / 4 * float(ref.norm()), (i, err)
 
 
+@interpreted
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_kernel_reads_and_writes_the_projection_layout(dtype):
+    """u as the projections are laid out — a (B, H, N, p) view of (B, N, H, p) memory — is read in place and y
+    and dU are written in u's layout (so the read-out's "b h n p -> b n (h p)" is a view, no copy), dy in a third
+    layout is read in place: the values equal the kernel's on contiguous copies exactly."""
+    g = torch.Generator().manual_seed(3)
+    u0 = torch.randn(2, 81, 3, 16, generator=g, dtype=torch.float64).to(dtype)
+    w0 = torch.randn(2, 3, 16, 81, generator=g, dtype=torch.float64).to(dtype)  # dy's memory: (B, H, p, N)
+    out = {}
+    for layout in ("strided", "contiguous"):
+        u = u0.transpose(1, 2)
+        u = (u.contiguous() if layout == "contiguous" else u).requires_grad_(True)
+        y = hk.bisoftmax_symmetric_kernel(u, 0.25)
+        dy = w0.transpose(-1, -2) if layout == "strided" else w0.transpose(-1, -2).contiguous()
+        (du,) = torch.autograd.grad(y, u, dy)
+        if layout == "strided":
+            assert y.stride() == u.stride() and du.stride() == u.stride()
+            assert y.transpose(1, 2).is_contiguous()  # (B, N, H, p) memory: the read-out's merge is a view
+        out[layout] = y, du
+    for a, b in zip(out["strided"], out["contiguous"]):
+        assert torch.equal(a, b)
+
+
 def test_kernel_refuses_what_it_does_not_cover(monkeypatch):
     with pytest.raises(ValueError, match="at most 128 tokens, got 129"):
         hk.bisoftmax_symmetric_kernel(torch.randn(1, 1, 129, 4), 0.5)

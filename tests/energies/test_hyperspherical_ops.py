@@ -64,6 +64,23 @@ def test_float64_and_gains_are_f_rms_norm():
     assert torch.equal(sphere_rms_norm(zb, TINY, w.to(zb.dtype)), F.rms_norm(zb, (16,), w.to(zb.dtype), TINY))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_norm_of_the_heads_view_runs_in_its_memory_order(dtype):
+    """The heads' projections — (B, H, N, p) viewed over (B, N, H, p) memory — are normalised in memory order:
+    the result has the view's strides (no copy to (B, H, N, p)) and equals the norm of a contiguous copy
+    exactly, gradient too; views that are no permutation of dense memory (a slice) take the copy path."""
+    g = torch.Generator().manual_seed(5)
+    mem = torch.randn(2, 9, 3, 16, generator=g, dtype=torch.float64).to(dtype)
+    dy = torch.randn(2, 3, 9, 16, generator=g, dtype=torch.float64).to(dtype)
+    z = mem.transpose(1, 2).requires_grad_(True)
+    zc = z.detach().contiguous().requires_grad_(True)
+    u, uc = sphere_rms_norm(z, TINY), sphere_rms_norm(zc, TINY)
+    assert u.stride() == z.stride() and torch.equal(u, uc)
+    assert torch.equal(torch.autograd.grad(u, z, dy)[0], torch.autograd.grad(uc, zc, dy)[0])
+    sl = torch.randn(2, 9, 6, 16, generator=g, dtype=torch.float64).to(dtype)[:, :, ::2].transpose(1, 2)
+    assert torch.equal(sphere_rms_norm(sl, TINY), sphere_rms_norm(sl.contiguous(), TINY))
+
+
 @pytest.mark.parametrize("padded", [False, True])
 def test_symmetric_bisoftmax_is_the_two_softmax_reference(padded):
     """q is k: the column softmax taken as the transposed row softmax equals the computed one (float64),

@@ -303,13 +303,32 @@ class NetworkStepSize(StepSize):
 
     def net(self, index: int, s: Tensor) -> Tensor:
         """base + W_o GELU(tau(index) + RMSNorm(s)): (B, N, groups * D) or (B, N, groups)."""
+        eta = self._net_groups(index, s)
+        return torch.cat(eta, dim=-1) if self.groups > 1 else eta[0]
+
+    def _net_groups(self, index: int, s: Tensor) -> tuple[Tensor, ...]:
+        """:meth:`net` split into its groups (:meth:`out_groups`)."""
         w = self.time_in.weight
         emb = sinusoidal_embedding(index, self.freqs().to(w.dtype))  # (E,)
         tau = self.time_out(F.gelu(self.time_in(emb)))  # (D,)
         c = self.conditioning(s)  # (B, N, D)
-        h = F.gelu(tau.to(c.dtype) + c)  # (B, N, D)
-        eta = self.out(h)  # (B, N, groups) or (B, N, groups * D)
-        return eta + self.base if self.base else eta
+        return self.out_groups(F.gelu(tau.to(c.dtype) + c))  # h: (B, N, D)
+
+    def out_groups(self, h: Tensor) -> tuple[Tensor, ...]:
+        """base + W_o h split into the groups: each (…, D) or (…, 1), each **contiguous**. One Linear per
+        group on its rows of W_o (the same products) rather than one Linear whose output is chunked: a chunk
+        of the last axis is a strided view, and each ⊙ that reads it — α ⊙ d and γ ⊙ f forward, and their
+        backward, 4 per Hyper-SET iteration — runs PyTorch's non-vectorised elementwise kernel on CUDA (the
+        H100 profile's ``elementwise_kernel<128, 4>`` rows at 4 calls per iteration,
+        ``docs/results/hyperset/gpu_h100/gpu_profile_83f4ef8.md``); the chunk's backward was a cat per
+        iteration."""
+        if self.groups == 1:
+            eta = (self.out(h),)
+        else:
+            w, b = self.out.weight, self.out.bias
+            k = w.shape[0] // self.groups
+            eta = tuple(F.linear(h, w[g * k:(g + 1) * k], b[g * k:(g + 1) * k]) for g in range(self.groups))
+        return tuple(e + self.base for e in eta) if self.base else eta
 
     def table(self, n: int, s: Tensor) -> tuple[tuple[Tensor, ...], ...]:
         """The step sizes of indices 0 … n−1 for one state s, all at once: ``table[t][g]`` is group g of
@@ -320,10 +339,8 @@ class NetworkStepSize(StepSize):
         tau = self.time_out(F.gelu(self.time_in(emb)))  # (n, D)
         c = self.conditioning(s)  # (B, N, D)
         h = F.gelu(tau.view(n, 1, 1, -1).to(c.dtype) + c)  # (n, B, N, D)
-        eta = self.out(h)  # (n, B, N, groups * (1 | D))
-        if self.base:
-            eta = eta + self.base
-        return tuple(row.chunk(self.groups, dim=-1) for row in eta.unbind(0))  # one backward stack, one cat per t
+        groups = [g.unbind(0) for g in self.out_groups(h)]  # per group (n, B, N, 1 | D): one backward stack each
+        return tuple(zip(*groups))
 
     def value(self, index: int, x0: Tensor, x: Tensor, ctx: Any = None, group: int = 0) -> Tensor:
         """Group ``group`` of step ``index``: (B, N, D) or (B, N, 1).
@@ -336,7 +353,7 @@ class NetworkStepSize(StepSize):
         computed on its own."""
         s = self.state(x0, x, ctx)
         if ctx is None:
-            return self.net(index, s).chunk(self.groups, dim=-1)[group]
+            return self._net_groups(index, s)[group]
         if self.condition == "input" and s is ctx.embedded:
             key = (id(self), "table")
             hit = ctx.memo.get(key)
@@ -348,7 +365,7 @@ class NetworkStepSize(StepSize):
         key = (id(self), index)
         hit = ctx.memo.get(key)
         if hit is None or hit[0] is not s:
-            hit = (s, self.net(index, s).chunk(self.groups, dim=-1))
+            hit = (s, self._net_groups(index, s))
             ctx.memo[key] = hit
         return hit[1][group]
 

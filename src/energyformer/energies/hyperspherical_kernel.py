@@ -31,23 +31,36 @@ def _launch(u: Tensor) -> dict:
                 num_warps=8 if bn >= 128 else 4)
 
 
+def _rows_dense(t: Tensor) -> Tensor:
+    """t (B, H, N, p) as the kernels read it: rows of p contiguous (any strides of B, H, N), else a copy."""
+    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+
+
+def _like(u: Tensor, launch: dict) -> Tensor:
+    """An output with u's strides (the kernels write in u's layout), float32 in the interpreter."""
+    return torch.empty_like(u, dtype=torch.float32 if launch["UPCAST"] else u.dtype)
+
+
 def _run_fwd(u: Tensor, scale: float, sign: float) -> Tensor:
-    """y = sign · (P + Pᵀ) U for u (B H, N, p) contiguous; y in u's dtype."""
-    n, p = u.shape[-2:]
+    """y = sign · (P + Pᵀ) U for u (B, H, N, p) with contiguous rows; y in u's dtype and layout."""
+    _, H, n, p = u.shape
     launch = _launch(u)
-    y = torch.empty_like(u, dtype=torch.float32 if launch["UPCAST"] else u.dtype)
-    _kernels(u.device.type != "cuda", "hyperspherical_triton.py")._fwd[(u.shape[0],)](u, y, n, p, scale, sign,
-                                                                                      **launch)
+    y = _like(u, launch)
+    grid = (u.shape[0] * H,)
+    _kernels(u.device.type != "cuda", "hyperspherical_triton.py")._fwd[grid](
+        u, y, H, *u.stride()[:3], n, p, scale, sign, **launch)
     return y.to(u.dtype)  # the interpreter's float32 output rounded here (to nearest)
 
 
 def _run_bwd(u: Tensor, dy: Tensor, scale: float, sign: float) -> Tensor:
-    """dU for u, dy (B H, N, p) contiguous, one dtype; dU in u's dtype."""
-    n, p = u.shape[-2:]
+    """dU for u, dy (B, H, N, p) with contiguous rows (each its own strides), one dtype; dU in u's dtype and
+    layout."""
+    _, H, n, p = u.shape
     launch = _launch(u)
-    du = torch.empty_like(u, dtype=torch.float32 if launch["UPCAST"] else u.dtype)
-    _kernels(u.device.type != "cuda", "hyperspherical_triton.py")._bwd[(u.shape[0],)](u, dy, du, n, p, scale, sign,
-                                                                                      **launch)
+    du = _like(u, launch)
+    grid = (u.shape[0] * H,)
+    _kernels(u.device.type != "cuda", "hyperspherical_triton.py")._bwd[grid](
+        u, dy, du, H, *u.stride()[:3], *dy.stride()[:3], n, p, scale, sign, **launch)
     return du.to(u.dtype)
 
 
@@ -65,7 +78,7 @@ class _SymmetricBiSoftmaxKernel(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy: Tensor):
         (u,) = ctx.saved_tensors
-        return _run_bwd(u, dy.to(u.dtype).contiguous(), ctx.scale, ctx.sign), None, None
+        return _run_bwd(u, _rows_dense(dy.to(u.dtype)), ctx.scale, ctx.sign), None, None
 
 
 # The same launches as PyTorch custom operators (torch.library), taken while torch.compile traces: it keeps
@@ -99,7 +112,7 @@ def _setup(ctx, inputs, output) -> None:
 
 def _backward(ctx, dy: Tensor):
     (u,) = ctx.saved_tensors
-    return _bwd_op(u, dy.to(u.dtype).contiguous(), ctx.scale, ctx.sign), None, None
+    return _bwd_op(u, _rows_dense(dy.to(u.dtype)), ctx.scale, ctx.sign), None, None
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup)
@@ -117,7 +130,11 @@ def bisoftmax_symmetric_kernel(u: Tensor, scale: float, *, negate: bool = False)
                          "(use impl 'auto', 'einsum' or 'fused')")
     dev = u.device.type
     lead, p = u.shape[:-2], u.shape[-1]
-    uf = u.to(autocast_dtype(u.dtype, dev)).reshape(-1, n, p).contiguous()  # (B H, N, p)
+    uf = u.to(autocast_dtype(u.dtype, dev))  # keeps u's layout
+    # (B, H, N, p) in its own layout (the sphere of the projections is (B, N, H, p) in memory: no copy in or
+    # out, and the read-out's "b h n p -> b n (h p)" stays a view); other ranks as one (1, ·, N, p) stack
+    uf = _rows_dense(uf) if uf.dim() == 4 else uf.reshape(1, -1, n, p).contiguous()
     op = _fwd_op if torch.compiler.is_compiling() else _SymmetricBiSoftmaxKernel.apply
     with torch.autocast(dev, enabled=False):
-        return op(uf, float(scale), -1.0 if negate else 1.0).view(*lead, n, p)
+        y = op(uf, float(scale), -1.0 if negate else 1.0)
+    return y if u.dim() == 4 else y.view(*lead, n, p)

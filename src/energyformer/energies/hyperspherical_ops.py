@@ -125,6 +125,20 @@ def _has_fused_norm(dispatch_key: str) -> bool:
 FUSED_NORM = {t: _has_fused_norm(k) for t, k in (("cuda", "CUDA"), ("mps", "MPS"), ("xpu", "XPU"), ("cpu", "CPU"))}
 
 
+def _dense_order(z: Tensor) -> list[int] | None:
+    """The permutation of z's leading axes that makes it contiguous, where z is not but that permutation (its
+    last axis kept last, of stride 1) is; else None."""
+    if z.dim() < 3 or z.is_contiguous() or z.stride(-1) != 1:
+        return None
+    order = [*sorted(range(z.dim() - 1), key=lambda d: -z.stride(d)), z.dim() - 1]
+    want = 1
+    for d in reversed(order):  # contiguous in that order: each stride the product of the sizes after it
+        if z.shape[d] != 1 and z.stride(d) != want:
+            return None
+        want *= z.shape[d]
+    return order
+
+
 def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:
     """RMSNorm over the last axis (radius √n with gain 1; Hyper-SET Eq. 8 and 11).
 
@@ -135,7 +149,16 @@ def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tens
     ``F.rms_norm`` would return float32 that the next matmul casts straight back) — for bf16 the float32 norm
     rounded once (what the next matmul read before), in float32 ``F.rms_norm`` up to the order of the sums.
     float64 (the reference precision) and learned gains: ``F.rms_norm``. The custom gradient is not
-    differentiable again (``once_differentiable``)."""
+    differentiable again (``once_differentiable``).
+
+    A z that is a permuted view of contiguous memory with the normalised axis last in memory — the heads'
+    projections (B, H, N, p) over the linear layer's (B, N, H p) output — is normalised in that memory order
+    and returned as the same view of the result: the fused kernel would copy it to (B, H, N, p) first, and the
+    bi-softmax kernel and the read-out then read and write (B, N, H, p) memory without a copy either."""
+    order = _dense_order(z)
+    if order is not None:
+        back = sorted(range(z.dim()), key=order.__getitem__)
+        return sphere_rms_norm(z.permute(order), eps, weight).permute(back)
     if weight is None and z.dtype in FAST_NORM_DTYPES:
         if FUSED_NORM.get(z.device.type, False):  # the fused pair in z's dtype (autocast would upcast)
             with torch.autocast(z.device.type, enabled=False):

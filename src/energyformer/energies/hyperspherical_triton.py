@@ -39,20 +39,28 @@ def _operand(t, like, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _load(ptr, bh, N, P, BN: tl.constexpr, PP: tl.constexpr):
-    """The (BN, PP) tile of matrix bh of a contiguous (B H, N, P) tensor, zero outside (N, P)."""
+def _offsets(bh, H, sb, sh, sn, N, P, BN: tl.constexpr, PP: tl.constexpr):
+    """Offsets and mask of the (BN, PP) tile of matrix (b, h) = divmod(bh, H) of a (B, H, N, P) tensor with
+    strides (sb, sh, sn, 1): any layout whose rows are contiguous, e.g. the (B, N, H, P) memory of the
+    projection's output seen as (B, H, N, P), read and written without a copy."""
     rows = tl.arange(0, BN)
     cols = tl.arange(0, PP)
     ok = (rows[:, None] < N) & (cols[None, :] < P)
-    return tl.load(ptr + bh * N * P + rows[:, None] * P + cols[None, :], mask=ok, other=0.0)
+    base = (bh // H).to(tl.int64) * sb + (bh % H).to(tl.int64) * sh
+    return base + rows[:, None] * sn + cols[None, :], ok
 
 
 @triton.jit
-def _store(ptr, bh, N, P, val, BN: tl.constexpr, PP: tl.constexpr):
-    rows = tl.arange(0, BN)
-    cols = tl.arange(0, PP)
-    ok = (rows[:, None] < N) & (cols[None, :] < P)
-    tl.store(ptr + bh * N * P + rows[:, None] * P + cols[None, :], val, mask=ok)
+def _load(ptr, bh, H, sb, sh, sn, N, P, BN: tl.constexpr, PP: tl.constexpr):
+    """The tile of :func:`_offsets`, zero outside (N, P)."""
+    off, ok = _offsets(bh, H, sb, sh, sn, N, P, BN, PP)
+    return tl.load(ptr + off, mask=ok, other=0.0)
+
+
+@triton.jit
+def _store(ptr, bh, H, sb, sh, sn, N, P, val, BN: tl.constexpr, PP: tl.constexpr):
+    off, ok = _offsets(bh, H, sb, sh, sn, N, P, BN, PP)
+    tl.store(ptr + off, val, mask=ok)
 
 
 @triton.jit
@@ -67,22 +75,24 @@ def _probs(u, N, scale, BN: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
 
 
 @triton.jit
-def _fwd(U, Y, N, P, scale, sign, BN: tl.constexpr, PP: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
-         UPCAST: tl.constexpr):
+def _fwd(U, Y, H, su_b, su_h, su_n, N, P, scale, sign, BN: tl.constexpr, PP: tl.constexpr, PREC: tl.constexpr,
+         ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """y = sign (P + Pᵀ) U; Y has U's strides."""
     bh = tl.program_id(0)
-    u = _load(U, bh, N, P, BN, PP)
+    u = _load(U, bh, H, su_b, su_h, su_n, N, P, BN, PP)
     p = _probs(u, N, scale, BN, PREC, ACC, UPCAST)
     a = _operand(p + tl.trans(p), u, UPCAST)
     y = _mm(a, u, PREC, ACC, UPCAST) * sign
-    _store(Y, bh, N, P, y.to(Y.dtype.element_ty), BN, PP)
+    _store(Y, bh, H, su_b, su_h, su_n, N, P, y.to(Y.dtype.element_ty), BN, PP)
 
 
 @triton.jit
-def _bwd(U, DY, DU, N, P, scale, sign, BN: tl.constexpr, PP: tl.constexpr, PREC: tl.constexpr,
-         ACC: tl.constexpr, UPCAST: tl.constexpr):
+def _bwd(U, DY, DU, H, su_b, su_h, su_n, sd_b, sd_h, sd_n, N, P, scale, sign, BN: tl.constexpr,
+         PP: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """dU (with U's strides) from U and dy (strides sd_*)."""
     bh = tl.program_id(0)
-    u = _load(U, bh, N, P, BN, PP)
-    dy = _load(DY, bh, N, P, BN, PP)
+    u = _load(U, bh, H, su_b, su_h, su_n, N, P, BN, PP)
+    dy = _load(DY, bh, H, sd_b, sd_h, sd_n, N, P, BN, PP)
     p = _probs(u, N, scale, BN, PREC, ACC, UPCAST)
     a = _operand(p + tl.trans(p), u, UPCAST)
     du = _mm(a, dy, PREC, ACC, UPCAST) * sign                 # dV = A dy (A = Aᵀ)
@@ -91,4 +101,4 @@ def _bwd(U, DY, DU, N, P, scale, sign, BN: tl.constexpr, PP: tl.constexpr, PREC:
     ds = p * (dp - tl.sum(p * dp, 1)[:, None])                # softmax backward
     ds = _operand(ds + tl.trans(ds), u, UPCAST)               # S = Sᵀ: both factors of U Uᵀ
     du += _mm(ds, u, PREC, ACC, UPCAST) * scale
-    _store(DU, bh, N, P, du.to(DU.dtype.element_ty), BN, PP)
+    _store(DU, bh, H, su_b, su_h, su_n, N, P, du.to(DU.dtype.element_ty), BN, PP)
