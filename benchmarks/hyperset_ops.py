@@ -18,9 +18,12 @@ build dispatches it to (:class:`_FusedRMSNorm`), not as the five-pass composite 
 builds run (counted that way, the transformer's iteration was 86 kernels and 2.27 GB instead of 50 and
 1.44 GB at the default size).
 
-Hyper-SET's bi-softmax is counted on its PyTorch path (``attention.impl: einsum``, which with one shared
-sphere and no mask is ``bisoftmax_symmetric``): on CUDA ``impl: auto`` now takes the Triton kernel
-(``hyperspherical_kernel.py``), one launch each way whose inside a dispatch log cannot see.
+The row ``Hyper-SET`` counts the bi-softmax on its PyTorch path (``attention.impl: einsum``, which with one
+shared sphere and no mask is ``bisoftmax_symmetric``). On CUDA ``impl: auto`` takes the Triton kernel
+(``hyperspherical_kernel.py``): the row ``Hyper-SET on the kernel`` counts that path, each launch logged as
+the PyTorch custom operator that wraps it under torch.compile (``energyformer::bisoftmax_symmetric_fwd`` /
+``_bwd``: the same launch, with fake-tensor shapes), one op reading U (and dy) and writing y (dU), with the
+products the kernel computes as its FLOPs; what happens inside the kernel a dispatch log cannot see.
 
 Per iteration = the step at L iterations minus the step at L - 1 (everything outside the loop cancels).
 Columns: ops that launch a kernel (views, reshapes and other metadata-only ops excluded), of which
@@ -75,7 +78,9 @@ MATMULS = {"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "einsum",
            "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_backward",
            "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_cudnn_attention_backward",
            "_efficient_attention_forward", "_efficient_attention_backward", "_flash_attention_forward",
-           "_flash_attention_backward"}
+           "_flash_attention_backward", "bisoftmax_symmetric_fwd", "bisoftmax_symmetric_bwd"}
+#: the bi-softmax kernel's launches (as custom ops) and the N x N x p products each computes
+KERNEL_OPS = {"bisoftmax_symmetric_fwd": 2, "bisoftmax_symmetric_bwd": 4}
 
 
 def _short(t) -> str:
@@ -94,6 +99,9 @@ def _flops(name: str, args, out) -> int:
     if name in ("bmm", "baddbmm"):
         a, b = (args[0], args[1]) if name == "bmm" else (args[1], args[2])
         return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+    if name in KERNEL_OPS:  # per (b, h): S = U Uᵀ and (P + Pᵀ) U forward; backward also dA = dy Uᵀ, dS U
+        u = args[0]
+        return KERNEL_OPS[name] * 2 * u.numel() * u.shape[-2]  # u: (…, N, p)
     if name.startswith("_scaled_dot_product") or name.startswith("_efficient") or name.startswith("_flash"):
         q, k = args[0], args[1]
         f = 4 * q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * q.shape[3]
@@ -196,6 +204,28 @@ def fused_rms_norm(log: OpLog):
 #: the bi-softmax's PyTorch path, pinned: on (fake) CUDA tensors ``impl: auto`` takes the Triton kernel,
 #: whose inside this counter cannot see, and the CPU emulation must count what the CUDA check counts
 PYTORCH_PATH = "model.block.attention.impl=einsum"
+#: the counted models: hyperset_gpu's, and Hyper-SET on the path CUDA's ``auto`` takes (:func:`kernel_as_ops`)
+KERNEL_ROW = "Hyper-SET on the kernel"
+MODELS = {**MODELS, KERNEL_ROW: ("hyperset/sudoku_hyperset", ["model.block.attention.impl=kernel"])}
+
+
+@contextlib.contextmanager
+def kernel_as_ops():
+    """The bi-softmax kernel's eager calls routed through its custom operators while inside: the same launches,
+    and one op each in the dispatch log (with fake-tensor outputs), where the eager autograd.Function would
+    launch Triton on fake tensors."""
+    from energyformer.energies import hyperspherical_kernel as hk
+
+    fn = hk._SymmetricBiSoftmaxKernel
+    before = fn.__dict__["apply"] if "apply" in fn.__dict__ else None
+    fn.apply = staticmethod(hk._fwd_op)
+    try:
+        yield
+    finally:
+        if before is None:
+            del fn.apply
+        else:
+            fn.apply = before
 
 
 def build(config: str, extra: list[str], args, iterations: int) -> torch.nn.Module:
@@ -299,7 +329,7 @@ def log_step(config: str, extra: list[str], args, iterations: int, precision: st
                 held.append(t)
             return t
 
-        with torch.set_grad_enabled(training and device == "cpu"), log, fused_rms_norm(log), \
+        with torch.set_grad_enabled(training and device == "cpu"), log, fused_rms_norm(log), kernel_as_ops(), \
                 torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             with amp:
                 logits = model(boards).logits  # (B, 81, 9)
@@ -341,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     size_args(ap)
     ap.add_argument("--modes", default="training,inference")
-    ap.add_argument("--models", default="looped transformer,Hyper-SET")
+    ap.add_argument("--models", default=f"looped transformer,Hyper-SET,{KERNEL_ROW}")
     ap.add_argument("--list", action="store_true", help="list the float32 matmuls of one bf16 iteration")
     ap.add_argument("--ops", action="store_true", help="per-op counts of one iteration")
     ap.add_argument("--check", action="store_true",

@@ -89,3 +89,18 @@ def test_rms_norm_is_logged_as_cudas_fused_kernel_pair_with_unchanged_values():
     torch.testing.assert_close(y, want)
     for a, c in zip(g, gw):
         torch.testing.assert_close(a, c)
+
+
+def test_kernel_row_logs_each_launch_as_one_op_and_copies_nothing():
+    """``Hyper-SET on the kernel`` (the path CUDA's auto takes): each bi-softmax launch is one logged op with its
+    N x N x p products as FLOPs, and nothing in the iteration copies or concatenates an activation."""
+    b = load_bench("hyperset_ops")
+    config, extra = b.MODELS[b.KERNEL_ROW]
+    full = b.log_step(config, extra, ARGS, 3, "bf16", True)
+    less = b.log_step(config, extra, ARGS, 2, "bf16", True)
+    per, _ = b.diff_rows(full, less)
+    names = Counter({k[0]: n for k, n in per.items()})
+    assert names["bisoftmax_symmetric_fwd"] == names["bisoftmax_symmetric_bwd"] == 1
+    fwd = next(r for r in full if r[0] == "bisoftmax_symmetric_fwd")
+    assert fwd[5] == 2 * 2 * (1 * 2 * 81 * 8) * 81  # two products of 2 N² p per (b, h): B 1, H 2, p 8
+    assert not {"clone", "cat", "contiguous"} & set(names), names

@@ -325,9 +325,10 @@ class NetworkStepSize(StepSize):
         if self.groups == 1:
             eta = (self.out(h),)
         else:
-            w, b = self.out.weight, self.out.bias
-            k = w.shape[0] // self.groups
-            eta = tuple(F.linear(h, w[g * k:(g + 1) * k], b[g * k:(g + 1) * k]) for g in range(self.groups))
+            # cast whole, then split: autocast would cast each part (not a leaf, so not cached) per call
+            w = self.out.weight.to(h.dtype).unflatten(0, (self.groups, -1)).unbind(0)  # groups x (D | 1, D)
+            b = self.out.bias.to(h.dtype).unflatten(0, (self.groups, -1)).unbind(0)
+            eta = tuple(F.linear(h, wg, bg) for wg, bg in zip(w, b))
         return tuple(e + self.base for e in eta) if self.base else eta
 
     def table(self, n: int, s: Tensor) -> tuple[tuple[Tensor, ...], ...]:
