@@ -247,3 +247,25 @@ def test_the_iterations_copy_no_activation_and_read_no_strided_one(fused_norm, m
     elementwise ops per iteration."""
     few, more = (_copies_and_strided_ops(n, fused_norm, monkeypatch) for n in (2, 4))
     assert more == few, (few, more)
+
+
+def test_compiled_training_steps_reuse_one_graph():
+    """train.compile on the Sudoku Hyper-SET: three training steps (weights change between them) compile one
+    graph with no break and no recompilation (the H100 run before the kernel's custom operators hit Dynamo's
+    recompile limit in the attention sublayer)."""
+    import torch._dynamo as dynamo
+    from torch._dynamo.utils import counters
+
+    m = _model(dim=16, heads=2, iterations=3)
+    dynamo.reset()
+    counters.clear()
+    cm = torch.compile(m, backend="aot_eager")
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    idx = torch.randint(0, 10, (2, 81), generator=torch.Generator().manual_seed(2))
+    for _ in range(3):
+        cm(idx).logits.square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"], dict(counters["graph_break"])
+    assert not counters["recompiles"], dict(counters["recompiles"])
+    dynamo.reset()

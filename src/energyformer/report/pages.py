@@ -143,6 +143,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "the same count for the library at commit f36e7c7 (what the H200 timed in gpu_throughput.md)"),
     Artifact(f"{RESULTS}/hyperset", "ops_per_iteration_5992c10.md",
              "the same count for the library at commit 5992c10 (after the first round of issue-20 speed work)"),
+    Artifact(f"{RESULTS}/hyperset", "ops_per_iteration_b85a1d3.md",
+             "the same count for the library at commit b85a1d3 (before the copies and strided ops of the iteration "
+             "were removed; with the kernel path's row)"),
     Artifact(f"{RESULTS}/hyperset", "kernel_resources.md",
              "verbatim output of `python scripts/hyperset_kernel_resources.py --out DIR/kernel_resources.md` "
              "(registers, spills, shared memory of attention.impl kernel for sm_90, compiled without a GPU)"),
