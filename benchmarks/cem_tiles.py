@@ -6,7 +6,9 @@ read-out — full CEM T=1's call), bf16 operands: every variant — tile pair (b
 stepped, optionally with its own warps) × head-loop unroll factor × how the shared products are formed
 (``shared``: materialised by batched matmuls or recomputed in the kernels) × what a program owns
 (``grid``: rows of every head, or rows of one head; 'heads' only with materialised products) × the row
-chunks of the materialised products under the causal mask (``causal_chunks``) — is
+chunks of the materialised products under the causal mask (``causal_chunks``) × Triton's software-pipelining
+stages (``num_stages``; at GPT-2 small the one-program-per-head kernels compile without spilling at 2 and 3
+stages for 16 × 64, 64 × 32 and 128 × 32 on 8 warps: ``docs/results/cem/heads_stages.md``) — is
 timed forward + backward, the variants interleaved and repeated (median [min, max] ms, and the ratio
 per repeat to the library's default launch, KernelTiles()). A variant that Triton cannot build (shared
 memory, registers) is listed with the error's first line. For scale, Llama's attention core at the same
@@ -18,7 +20,7 @@ built), and no repeat starts after 85 % of it (at least one runs), so a cut run 
 Usage (GPU):  python benchmarks/cem_tiles.py --out docs/results/cem/gpu_tiles.md [--n 1024] [--batch 8]
               [--tiles 16x16,16x64,32x64w8] [--head-unroll 1,2] [--shared materialize,recompute]
               [--grid rows,heads] [--causal-chunks 4,8]
-              [--block-d 64] [--num-warps 4] [--num-stages 1]   # the rest of the launch (KernelTiles)
+              [--num-stages 1,2,3] [--block-d 64] [--num-warps 4]   # the rest of the launch (KernelTiles)
               python benchmarks/cem_tiles.py --tiny   # CPU smoke run through Triton's interpreter
 """
 
@@ -51,16 +53,18 @@ class Variant(NamedTuple):
     shared: str
     grid: str = "rows"
     causal_chunks: int = 4
+    num_stages: int = 1
 
     def label(self) -> str:
         return (f"| {self.block_m}×{self.block_n} | {self.head_unroll} | {self.num_warps} | {self.shared} "
-                f"| {self.grid} | {self.causal_chunks} |")
+                f"| {self.grid} | {self.causal_chunks} | {self.num_stages} |")
 
 
 def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "materialize",
-                grid: str = "rows", causal_chunks: str = "4") -> list[Variant]:
+                grid: str = "rows", causal_chunks: str = "4", num_stages: str = "1") -> list[Variant]:
     """Variants: every ``MxN`` or ``MxNwW`` (W warps for this pair; else ``num_warps``) of the comma list
-    ``spec``, with every head_unroll, ``shared``, ``grid`` and ``causal_chunks`` value of their comma lists
+    ``spec``, with every head_unroll, ``shared``, ``grid``, ``causal_chunks`` and ``num_stages`` value of their
+    comma lists
     (the chunks only change the launcher's batched matmuls, so they add no build) — less the
     combinations KernelTiles refuses (grid 'heads' with shared 'recompute') and head_unroll > 1 with
     grid 'heads' (one program per head has no head loop)."""
@@ -69,9 +73,10 @@ def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "mate
         m = re.fullmatch(r"(\d+)x(\d+)(?:w(\d+))?", t.strip())
         if m is None:
             raise SystemExit(f"--tiles: {t!r} is not MxN or MxNwW (e.g. 32x64w8)")
-        out += [Variant(int(m[1]), int(m[2]), int(u), int(m[3] or num_warps), s, gr, int(c))
+        out += [Variant(int(m[1]), int(m[2]), int(u), int(m[3] or num_warps), s, gr, int(c), int(st))
                 for u in head_unroll.split(",") for s in shared.split(",") for gr in grid.split(",")
-                for c in causal_chunks.split(",") if gr == "rows" or (s == "materialize" and u == "1")]
+                for c in causal_chunks.split(",") for st in num_stages.split(",")
+                if gr == "rows" or (s == "materialize" and u == "1")]
     return out
 
 
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-sdpa", action="store_true", help="leave out the SDPA (Llama attention) reference row")
     ap.add_argument("--block-d", type=int, default=64, help="D chunk of every variant (KernelTiles.block_d)")
     ap.add_argument("--num-warps", type=int, default=4)
-    ap.add_argument("--num-stages", type=int, default=1)
+    ap.add_argument("--num-stages", default="1", help="comma-separated KernelTiles.num_stages values")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--budget", type=float, help="seconds for the whole run (builds stop at 1/2, repeats at 0.85)")
     ap.add_argument("--tiny", action="store_true", help="CPU interpreter smoke size (N 16, D 32, 2 heads)")
@@ -120,10 +125,11 @@ def main(argv: list[str] | None = None) -> None:
     r = a.dim // a.heads
     q, k, ud, hm, slopes, delta = inputs(a.batch, a.heads, a.n, r, a.dim, dtype, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    variants = parse_tiles(a.tiles, a.head_unroll, a.num_warps, a.shared, a.grid, a.causal_chunks)
+    variants = parse_tiles(a.tiles, a.head_unroll, a.num_warps, a.shared, a.grid, a.causal_chunks, a.num_stages)
     lib = KernelTiles()
     default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared,
-                      "heads" if lib.per_head_programs("sum") else "rows", lib.causal_chunks)  # 'auto' resolved
+                      "heads" if lib.per_head_programs("sum") else "rows", lib.causal_chunks,
+                      lib.num_stages)  # 'auto' resolved
     variants += [] if a.no_sdpa else [SDPA]
     v_ = k.detach().clone().requires_grad_(True)  # Llama's values: separate from its keys
 
@@ -133,8 +139,7 @@ def main(argv: list[str] | None = None) -> None:
             o.float().sum().backward()
             return
         oq, hs, _, _ = cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=None, causal=True,
-                                     offset=0, h_mode="sum", block_d=a.block_d, num_stages=a.num_stages,
-                                     **v._asdict())
+                                     offset=0, h_mode="sum", block_d=a.block_d, **v._asdict())
         (oq.float().sum() + hs.float().sum()).backward()
 
     failed: dict[Variant, str] = {}
@@ -169,14 +174,14 @@ def main(argv: list[str] | None = None) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)"
     lines = [f"device: {device.type} ({name}); torch {torch.__version__}",
              f"cem_attention forward + backward, B={a.batch} H={a.heads} N={a.n} R={r} D={a.dim}, {dtype}, causal, "
-             f"ALiBi + self bias, h read-out 'sum'; block_d {a.block_d}, {a.num_stages} stage(s); {a.repeats} "
+             f"ALiBi + self bias, h read-out 'sum'; block_d {a.block_d}; {a.repeats} "
              f"interleaved repeats after one untimed build; ratios to the default launch {default.label()}", "",
-             "| block_m × block_n | head_unroll | warps | shared | grid | causal_chunks | ms, median [min, max] "
-             "| × default time, median [min, max] |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| block_m × block_n | head_unroll | warps | shared | grid | causal_chunks | num_stages "
+             "| ms, median [min, max] | × default time, median [min, max] |",
+             "|---|---|---|---|---|---|---|---|---|"]
     base = times.get(default)
     for v in variants:
-        label = "| SDPA: Llama's attention core (B, H, N, R), causal | | | | | |" if v == SDPA else v.label()
+        label = "| SDPA: Llama's attention core (B, H, N, R), causal | | | | | | |" if v == SDPA else v.label()
         if v in failed:
             lines.append(f"{label} not built: {failed[v]} | — |")
             continue

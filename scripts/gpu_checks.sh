@@ -19,6 +19,9 @@
 #                                          user can switch on) against eager steps captured as one CUDA graph
 #                                          (--cuda-graph) for Hyper-SET and full CEM T=1 (N 1k), and the CUDA
 #                                          tests of training with it (tests/train/test_cuda.py -k compiled)
+#   scripts/gpu_checks.sh stages [SECONDS]  the one-program-per-head CEM kernels with 1-3 software-pipelining
+#                                          stages (KernelTiles.num_stages; the launches that compile without
+#                                          spilling: docs/results/cem/heads_stages.md) at N 1k × B 8 and 4k × B 2
 #   scripts/gpu_checks.sh full STEPS|scale [SECONDS]
 #        in the background: `energyformer reproduce hyperset-sudoku --scale gpu` cut to its first STEPS
 #        steps (evaluation every STEPS/10; `scale`: the scale as declared, its records then reusable) and, if
@@ -137,6 +140,14 @@ if [ "$PHASE" = compiled ]; then   # first compiles take a while: two models per
   step pytest_cuda 150 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/train/test_cuda.py \
     -k compiled
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
+  pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
+fi
+
+if [ "$PHASE" = stages ]; then
+  step cem_stages_1k 120 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --num-stages 1,2,3 \
+    --budget 110 --out "$OUT/gpu_tiles_stages_1k.md"
+  step cem_stages_4k 120 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --num-stages 1,2,3 \
+    --n 4096 --batch 2 --budget 110 --out "$OUT/gpu_tiles_stages_4k.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 

@@ -32,20 +32,22 @@ def test_cem_tiles_tiny_times_each_variant_through_the_interpreter(tmp_path, cap
     assert len(rows) == 10 and "not built" not in text
     assert "| 16×64 | 1 | 4 | materialize | rows | " in text and "| 16×32 | 2 | 2 | recompute | rows | " in text
     assert "| 16×64 | 1 | 4 | materialize | heads | " in text
-    default = next(r for r in rows if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | "))
+    default = next(r for r in rows if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | "))
     assert default.endswith("| 1.00 [1.00, 1.00] |")  # the ratio column is against the library default (grid auto)
     sdpa = next(line for line in text.splitlines() if line.startswith("| SDPA"))
     assert re.search(r"\| \d+\.\d+ \[\d+\.\d+, \d+\.\d+\] \| \d+\.\d+ \[", sdpa)  # timed with the rest
     assert "| 16×64 | 1 | 4 | materialize | rows | " in out.read_text()
-    assert bench.parse_tiles("32x64w8,16x16", "1", 4) == [(32, 64, 1, 8, "materialize", "rows", 4),
-                                                         (16, 16, 1, 4, "materialize", "rows", 4)]
-    assert bench.parse_tiles("16x16", "1", 4, causal_chunks="4,8") == [(16, 16, 1, 4, "materialize", "rows", 4),
-                                                                        (16, 16, 1, 4, "materialize", "rows", 8)]
+    assert bench.parse_tiles("32x64w8,16x16", "1", 4) == [(32, 64, 1, 8, "materialize", "rows", 4, 1),
+                                                         (16, 16, 1, 4, "materialize", "rows", 4, 1)]
+    assert bench.parse_tiles("16x16", "1", 4, causal_chunks="4,8") == [(16, 16, 1, 4, "materialize", "rows", 4, 1),
+                                                                        (16, 16, 1, 4, "materialize", "rows", 8, 1)]
+    assert bench.parse_tiles("64x32", "1", 4, grid="heads", num_stages="1,3") == [
+        (64, 32, 1, 4, "materialize", "heads", 4, 1), (64, 32, 1, 4, "materialize", "heads", 4, 3)]
     # one program per head: only with materialised products, no head loop to unroll
     assert bench.parse_tiles("64x32", "1,2", 4, "materialize,recompute", "rows,heads") == [
-        (64, 32, 1, 4, "materialize", "rows", 4), (64, 32, 1, 4, "materialize", "heads", 4),
-        (64, 32, 1, 4, "recompute", "rows", 4), (64, 32, 2, 4, "materialize", "rows", 4),
-        (64, 32, 2, 4, "recompute", "rows", 4)]
+        (64, 32, 1, 4, "materialize", "rows", 4, 1), (64, 32, 1, 4, "materialize", "heads", 4, 1),
+        (64, 32, 1, 4, "recompute", "rows", 4, 1), (64, 32, 2, 4, "materialize", "rows", 4, 1),
+        (64, 32, 2, 4, "recompute", "rows", 4, 1)]
     with pytest.raises(SystemExit, match="32by64"):
         bench.parse_tiles("32by64", "1", 4)
 

@@ -73,6 +73,9 @@ GRID_CASES = {
     # the default launch (grid 'auto' = one program per head here) at its default tiles
     "gpt2-small-default": dict(heads=12, head_dim=64, dim=768, grid="heads"),
     "d2048-16x128-default": dict(heads=16, head_dim=128, dim=2048, grid="heads"),
+    # software pipelining for the next GPU sweep (scripts/cem_heads_resources.py, docs/results/cem/heads_stages.md)
+    "gpt2-small-default-3-stages": dict(heads=12, head_dim=64, dim=768, grid="heads", num_stages=3),
+    "gpt2-small-heads-3-stages": dict(heads=12, head_dim=64, dim=768, num_stages=3, **HEADS_TILES),
 }
 
 
