@@ -3,10 +3,11 @@
 The two models are built from the Sudoku study's own configs (``hyperset/sudoku_hyperset`` and
 ``hyperset/sudoku_transformer``) with the GPU scale's model overrides (the paper's Table 8: d 768,
 12 heads, L 24 iterations of one layer, learned positions) plus, as further rows, Hyper-SET with
-``step_size.state_norm: true`` and with ``attention.impl: einsum`` (the bi-softmax's PyTorch path; the
-default ``auto`` takes the Triton kernel on CUDA, the einsum path on CPU). One training step = forward
-over a (B, 81) board batch + cross-entropy on the blanks + backward + AdamW, bf16 autocast and/or fp32,
-the models' calls interleaved (the starting model rotates every repeat; ``gpu_lm.timed_runs``, the steps
+``step_size.state_norm: true``, with ``attention.impl: einsum`` (the bi-softmax's PyTorch path; the
+default ``auto`` takes the Triton kernel on CUDA, the einsum path on CPU) and with the feed-forward's sphere
+norm and ReLU as two ops (CUDA takes one fused kernel each way, ``hyperspherical_ffkernel``). One training
+step = forward over a (B, 81) board batch + cross-entropy on the blanks + backward + AdamW, bf16 autocast
+and/or fp32, the models' calls interleaved (the starting model rotates every repeat; ``gpu_lm.timed_runs``, the steps
 of ``lm_throughput``). The table gives tokens/s (81 tokens per board), the per-repeat ratio to the
 transformer as median [min, max], and (CUDA) peak step memory as ``gpu_lm`` defines it. The boards are
 random tokens: the cost of a step does not depend on them.
@@ -22,6 +23,7 @@ Usage (GPU; write the output under docs/results/hyperset/):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Callable
@@ -41,13 +43,36 @@ from energyformer.experiment import load_run_config  # noqa: E402
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
 
 BASE = "looped transformer"
+TWO_OP_FF = "Hyper-SET, feed-forward norm and ReLU as two ops"
 MODELS = {
     BASE: ("hyperset/sudoku_transformer", []),
     "Hyper-SET": ("hyperset/sudoku_hyperset", []),
     "Hyper-SET, state_norm": ("hyperset/sudoku_hyperset", ["model.block.attention.step_size.state_norm=true"]),
     "Hyper-SET, attention.impl einsum": ("hyperset/sudoku_hyperset", ["model.block.attention.impl=einsum"]),
+    TWO_OP_FF: ("hyperset/sudoku_hyperset", []),
 }
 CELLS = 81
+
+
+@contextlib.contextmanager
+def two_op_ff():
+    """The feed-forward's sphere norm and ReLU as two ops while inside (``hyperspherical_ffkernel.FUSED_NORM_RELU``
+    off: the fused kernel's A/B row; the model is the default Hyper-SET)."""
+    from energyformer.energies import hyperspherical_ffkernel as ffk
+
+    before, ffk.FUSED_NORM_RELU = ffk.FUSED_NORM_RELU, {}
+    try:
+        yield
+    finally:
+        ffk.FUSED_NORM_RELU = before
+
+
+def in_context(fn: Callable[[], None], ctx) -> Callable[[], None]:
+    def call() -> None:
+        with ctx():
+            fn()
+
+    return call
 
 
 def build(config: str, extra: list[str], args, device: torch.device) -> torch.nn.Module:
@@ -77,10 +102,14 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
             run_as = {n: compiled(m, args.compile, device) for n, m in built.items()}  # as train.compile
             fns = {n: make_train_step(m, ours_logits, boards, targets, precision=precision) if training
                    else make_infer_step(m, ours_logits, boards, precision=precision) for n, m in run_as.items()}
+            if TWO_OP_FF in fns:
+                fns[TWO_OP_FF] = in_context(fns[TWO_OP_FF], two_op_ff)
             if args.cuda_graph and training:  # every model again, its whole step one CUDA graph
                 for n, (c, x) in chosen.items():
                     built[n + GRAPHED] = m = build(c, x, args, device)
-                    fns[n + GRAPHED] = make_graphed_train_step(m, ours_logits, boards, targets, precision=precision)
+                    with two_op_ff() if n == TWO_OP_FF else contextlib.nullcontext():  # what the graph captures
+                        fns[n + GRAPHED] = make_graphed_train_step(m, ours_logits, boards, targets,
+                                                                   precision=precision)
             own = {n: state_bytes(m, training) for n, m in built.items()}
             times, peak, oom = timed_runs(fns, args.warmup, args.repeats, device, own, args.keep_going)
             lines = ["", f"### {precision}{' autocast' if precision == 'bf16' else ''}, {mode}", "",

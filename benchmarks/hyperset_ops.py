@@ -23,7 +23,9 @@ shared sphere and no mask is ``bisoftmax_symmetric``). On CUDA ``impl: auto`` ta
 (``hyperspherical_kernel.py``): the row ``Hyper-SET on the kernel`` counts that path, each launch logged as
 the PyTorch custom operator that wraps it under torch.compile (``energyformer::bisoftmax_symmetric_fwd`` /
 ``_bwd``: the same launch, with fake-tensor shapes), one op reading U (and dy) and writing y (dU), with the
-products the kernel computes as its FLOPs; what happens inside the kernel a dispatch log cannot see.
+products the kernel computes as its FLOPs, and the feed-forward's fused sphere norm + ReLU
+(``hyperspherical_ffkernel``) as its two kernels (:class:`_FusedNormReLU`); what happens inside a kernel a
+dispatch log cannot see.
 
 Per iteration = the step at L iterations minus the step at L - 1 (everything outside the loop cancels).
 Columns: ops that launch a kernel (views, reshapes and other metadata-only ops excluded), of which
@@ -209,23 +211,79 @@ KERNEL_ROW = "Hyper-SET on the kernel"
 MODELS = {**MODELS, KERNEL_ROW: ("hyperset/sudoku_hyperset", ["model.block.attention.impl=kernel"])}
 
 
-@contextlib.contextmanager
-def kernel_as_ops():
-    """The bi-softmax kernel's eager calls routed through its custom operators while inside: the same launches,
-    and one op each in the dispatch log (with fake-tensor outputs), where the eager autograd.Function would
-    launch Triton on fake tensors."""
-    from energyformer.energies import hyperspherical_kernel as hk
+class _FusedNormReLU(torch.autograd.Function):
+    """The feed-forward's fused sphere norm + ReLU (``hyperspherical_ffkernel``, CUDA's path) logged as its two
+    kernels: ``norm_relu_fwd`` reads s, writes a and the float32 per-row r; ``norm_relu_bwd`` reads s, da and r,
+    writes ds (values from the plain ops, unlogged)."""
 
-    fn = hk._SymmetricBiSoftmaxKernel
-    before = fn.__dict__["apply"] if "apply" in fn.__dict__ else None
-    fn.apply = staticmethod(hk._fwd_op)
+    @staticmethod
+    def forward(ctx, s, eps, log):
+        log.paused = True
+        try:
+            a = F.relu(_RMS_NORM(s, (s.shape[-1],), None, eps))
+        finally:
+            log.paused = False
+        r = s.new_empty(s.shape[:-1], dtype=torch.float32)
+        log.add("norm_relu_fwd", [s], [a, r])
+        ctx.save_for_backward(s)
+        ctx.eps, ctx.log = eps, log
+        return a
+
+    @staticmethod
+    def backward(ctx, da):
+        (s,) = ctx.saved_tensors
+        ctx.log.paused = True
+        try:
+            with torch.enable_grad():
+                ss = s.detach().requires_grad_(True)
+                (ds,) = torch.autograd.grad(F.relu(_RMS_NORM(ss, (s.shape[-1],), None, ctx.eps)), ss, da)
+        finally:
+            ctx.log.paused = False
+        ctx.log.add("norm_relu_bwd", [s, da, s.new_empty(s.shape[:-1], dtype=torch.float32)], [ds])
+        return ds, None, None
+
+
+@contextlib.contextmanager
+def _patched(obj, **attrs):
+    """``obj``'s attributes set to ``attrs`` while inside (a class's own ``__dict__`` entry or none restored)."""
+    before = {k: obj.__dict__[k] for k in attrs if k in obj.__dict__}
+    for k, v in attrs.items():
+        setattr(obj, k, v)
     try:
         yield
     finally:
-        if before is None:
-            del fn.apply
-        else:
-            fn.apply = before
+        for k in attrs:
+            if k in before:
+                setattr(obj, k, before[k])
+            else:
+                delattr(obj, k)
+
+
+@contextlib.contextmanager
+def kernel_as_ops(log: OpLog, on: bool):
+    """With ``on`` (the kernel row), CUDA's kernels logged while inside: the bi-softmax kernel's eager calls
+    routed through its custom operators (the same launches, one op each in the dispatch log, with fake-tensor
+    outputs, where the eager autograd.Function would launch Triton on fake tensors), and the feed-forward's
+    fused norm + ReLU taken where CUDA takes it, as :class:`_FusedNormReLU`; without ``on`` (the PyTorch-path rows)
+    the feed-forward's two plain ops, on fake CUDA tensors too."""
+    from energyformer.energies import hyperspherical_kernel as hk
+    try:  # older library code, counted for comparison, has no fused feed-forward kernel
+        from energyformer.energies import hyperspherical_ffkernel as ffk
+    except ImportError:
+        ffk = None
+
+    def norm_relu(s, eps):  # as the real one: in s's dtype, autocast off
+        with torch.autocast(s.device.type, enabled=False):
+            return _FusedNormReLU.apply(s, eps, log)
+
+    with contextlib.ExitStack() as stack:
+        if on:
+            stack.enter_context(_patched(hk._SymmetricBiSoftmaxKernel, apply=staticmethod(hk._fwd_op)))
+        if ffk is not None:
+            ff = dict(FUSED_NORM_RELU={"cpu": True, "cuda": True}, sphere_norm_relu=norm_relu,
+                      triton_available=lambda: True) if on else dict(FUSED_NORM_RELU={})
+            stack.enter_context(_patched(ffk, **ff))
+        yield
 
 
 def build(config: str, extra: list[str], args, iterations: int) -> torch.nn.Module:
@@ -322,20 +380,25 @@ def log_step(config: str, extra: list[str], args, iterations: int, precision: st
 
         held = []  # the saved tensors stay referenced, so no storage address is freed and reused while counting
 
+        forward = [True]  # saves made by the backward itself (the logged kernels' recomputations) do not count
+
         def pack(t):  # one entry per allocation (views of one storage count once)
-            if id(t) not in params:
+            if id(t) not in params and forward[0]:
                 st = t.untyped_storage()
                 store.setdefault(st._cdata, st.nbytes())
                 held.append(t)
             return t
 
-        with torch.set_grad_enabled(training and device == "cpu"), log, fused_rms_norm(log), kernel_as_ops(), \
+        kernels = any(e.endswith("attention.impl=kernel") for e in extra)  # the row of CUDA's auto path
+        with torch.set_grad_enabled(training and device == "cpu"), log, fused_rms_norm(log), \
+                kernel_as_ops(log, kernels), \
                 torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             with amp:
                 logits = model(boards).logits  # (B, 81, 9)
                 if training:
                     loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
             if training and device == "cpu":
+                forward[0] = False
                 loss.backward()
     return log.rows
 

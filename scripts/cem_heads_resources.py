@@ -40,7 +40,8 @@ def table(res: dict[str, dict[str, dict[str, int]]]) -> list[str]:
     lines = ["| launch | " + " | ".join(f"`{k}` registers (spill stores B), shared KiB" for k in GRID_KERNELS)
              + " | fits |", "|---" * (len(GRID_KERNELS) + 2) + "|"]
     for case, ks in res.items():
-        cells = [f"{ks[k]['registers']} ({ks[k]['spill_stores']:,}), {ks[k]['shared'] / 1024:.0f}" for k in GRID_KERNELS]
+        cells = [f"{ks[k]['registers']} ({ks[k]['spill_stores']:,}), {ks[k]['shared'] / 1024:.0f}"
+                 for k in GRID_KERNELS]
         fits = all(ks[k]["spill_stores"] == 0 and ks[k]["shared"] <= SHARED_LIMIT_SM90 for k in GRID_KERNELS)
         lines.append(f"| {case} | " + " | ".join(cells) + f" | {'yes' if fits else 'no'} |")
     return lines

@@ -1,5 +1,6 @@
-"""Registers, spills and shared memory of Hyper-SET's bi-softmax kernels (``hyperspherical_triton.py``), compiled
-for sm_90 on a machine without a GPU (Triton's compiler and its bundled ptxas; ``cem_compile.ptxas_usage``).
+"""Registers, spills and shared memory of Hyper-SET's bi-softmax kernels and its feed-forward's sphere norm + ReLU
+(``hyperspherical_triton.py``), compiled for sm_90 on a machine without a GPU (Triton's compiler and its bundled
+ptxas; ``cem_compile.ptxas_usage``).
 
 The launcher (``hyperspherical_kernel._launch``) uses BN = the sequence length padded to a power of two (128 for
 Sudoku's 81 cells), PP = the head dimension padded, 8 warps from BN = 128 on. Run in a fresh process (Triton
@@ -16,6 +17,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: (operands, M) of the feed-forward kernels: 4d at d 768 and at d 2,048 (the launcher's widest row)
+NORM_RELU_CASES = [("bf16", 3072), ("fp32", 3072), ("bf16", 8192)]
 CASES = [("bf16", 128, 64, 8), ("bf16", 128, 64, 16), ("bf16", 64, 64, 4), ("fp32", 128, 64, 8), ("fp32", 64, 64, 4)]
 
 
@@ -62,8 +65,29 @@ def main(argv: list[str] | None = None) -> None:
             lines.append(f"| {dtype} | {bn} × {pp} | {warps} | `{name}` | {use['registers']} "
                          f"| {use['spill_stores']:,} | {use['spill_loads']:,} | {k.metadata.shared:,} |")
             print(lines[-1], flush=True)
+    # the feed-forward's fused sphere norm + ReLU (hyperspherical_ffkernel.py): one program per row of M columns
+    lines += ["", "Feed-forward sphere norm + ReLU, one program per row (BM = M padded to a power of two):", "",
+              "| operands | M (BM) | warps | kernel | registers | spill stores | spill loads | shared |",
+              "|---|---|---|---|---|---|---|---|"]
+    for dtype, m in NORM_RELU_CASES:
+        bm = 1 << (m - 1).bit_length()
+        warps = 8 if bm >= 2048 else 4  # as the launcher
+        for name in ("_norm_relu_fwd", "_norm_relu_bwd"):
+            fn = getattr(mod, name)
+            cx = dict(BM=bm, ACC=tl.float32)
+            sig = {a: "constexpr" if a in cx else "i32" if a == "M" else "fp32" if a == "eps" else "*fp32"
+                   if a == "RSTD" else f"*{dtype}" for a in fn.arg_names}
+            attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in ("Z", "Y", "DY", "DZ",
+                                                                                              "RSTD", "M")}
+            src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in cx.items()},
+                            attrs=attrs)
+            k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=1))
+            use = ptxas_usage(k)
+            lines.append(f"| {dtype} | {m} ({bm}) | {warps} | `{name}` | {use['registers']} "
+                         f"| {use['spill_stores']:,} | {use['spill_loads']:,} | {k.metadata.shared:,} |")
+            print(lines[-1], flush=True)
     if args.out:
-        args.out.write_text("# Hyper-SET bi-softmax kernels compiled for sm_90 "
+        args.out.write_text("# Hyper-SET bi-softmax and feed-forward kernels compiled for sm_90 "
                             "(`python scripts/hyperset_kernel_resources.py`)\n\n" + "\n".join(lines) + "\n")
 
 

@@ -101,6 +101,10 @@ def test_kernel_row_logs_each_launch_as_one_op_and_copies_nothing():
     per, _ = b.diff_rows(full, less)
     names = Counter({k[0]: n for k, n in per.items()})
     assert names["bisoftmax_symmetric_fwd"] == names["bisoftmax_symmetric_bwd"] == 1
+    assert names["norm_relu_fwd"] == names["norm_relu_bwd"] == 1 and "relu" not in names  # the fused FF activation
+    torch_path, _ = b.diff_rows(b.log_step(*b.MODELS["Hyper-SET"], ARGS, 3, "bf16", True),
+                                b.log_step(*b.MODELS["Hyper-SET"], ARGS, 2, "bf16", True))
+    assert names["mm"] == Counter({k[0]: n for k, n in torch_path.items()})["mm"]  # one Dᵀx product per FF step
     fwd = next(r for r in full if r[0] == "bisoftmax_symmetric_fwd")
     assert fwd[5] == 2 * 2 * (1 * 2 * 81 * 8) * 81  # two products of 2 N² p per (b, h): B 1, H 2, p 8
     assert not {"clone", "cat", "contiguous"} & set(names), names

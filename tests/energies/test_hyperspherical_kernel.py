@@ -150,9 +150,9 @@ def test_compiled_kernel_matches_float64_on_cuda():
 
 
 def test_bf16_kernels_compile_for_sm90_without_spilling():
-    """scripts/hyperset_kernel_resources.py at the launcher's Sudoku tile (128 × 64, 8 warps, bf16): both kernels
-    under the 255-register cap with no spill, shared memory under the H100's 227 KiB (skipped where Triton
-    cannot compile for sm_90)."""
+    """scripts/hyperset_kernel_resources.py at the launcher's Sudoku tile (128 × 64, 8 warps, bf16), and the
+    feed-forward's fused norm + ReLU at 4d of d 768 and 2,048: every kernel under the 255-register cap with no
+    spill, shared memory under the H100's 227 KiB (skipped where Triton cannot compile for sm_90)."""
     import os
     import subprocess
     import sys
@@ -167,7 +167,7 @@ def test_bf16_kernels_compile_for_sm90_without_spilling():
         pytest.skip(out.stdout.strip())
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line.split(" | ") for line in out.stdout.splitlines() if line.startswith("| bf16")]
-    assert [r[3] for r in rows] == ["`_fwd`", "`_bwd`"]
+    assert [r[3] for r in rows] == ["`_fwd`", "`_bwd`"] + ["`_norm_relu_fwd`", "`_norm_relu_bwd`"] * 2
     for r in rows:
         regs, stores, loads, shared = int(r[4]), int(r[5].replace(",", "")), int(r[6].replace(",", "")), \
             int(r[7].rstrip(" |").replace(",", ""))

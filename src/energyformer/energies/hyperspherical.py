@@ -53,6 +53,7 @@ from ..core.attention import key_padding_mask
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_int
+from . import hyperspherical_ffkernel as ffk
 from .hyperspherical_kernel import MAX_TOKENS, bisoftmax_symmetric_kernel, triton_available
 from .hyperspherical_ops import bisoftmax_einsum, bisoftmax_fused, bisoftmax_symmetric, chunked_lse, sphere_rms_norm
 
@@ -341,7 +342,10 @@ class SphericalFFEnergy(Energy):
 
     def pre(self, x: Tensor) -> Tensor:
         """u = RMSNorm(Dᵀ x) (radius √M with gain 1), or Dᵀ x without the sphere: (B, N, M)."""
-        s = F.linear(x, self.weight())
+        return self.sphered(F.linear(x, self.weight()))
+
+    def sphered(self, s: Tensor) -> Tensor:
+        """u from the projections s = Dᵀ x."""
         if not self.sphere:
             return s
         g = None if self.gain_weight is None else self.gain_weight.to(s.dtype)
@@ -365,12 +369,16 @@ class SphericalFFEnergy(Energy):
         forward, as :meth:`SubspaceAttentionEnergy.readout`)."""
         return torch.matmul(a, self.weight())
 
+    def activated(self, x: Tensor) -> Tensor:
+        """activation(pre(x)): (B, N, M), the read-out's input (subclasses may fuse the two)."""
+        return self.activation(self.pre(x))
+
     def direction(self, x: Tensor, state: Any, precond: Preconditioner) -> Tensor:
-        return precond(self.readout(self.activation(self.pre(x))))
+        return precond(self.readout(self.activated(x)))
 
     def grad(self, x: Tensor, state: Any) -> Tensor:
         if self.exact:
-            g = -self.readout(self.activation(self.pre(x)))
+            g = -self.readout(self.activated(x))
             return g if state is None else g * state[..., None].to(g.dtype)
         return super().grad(x, state)
 
@@ -413,3 +421,12 @@ class ReLUFFEnergy(SphericalFFEnergy):
 
     def activation(self, u: Tensor) -> Tensor:
         return F.relu(u)
+
+    def activated(self, x: Tensor) -> Tensor:
+        """ReLU(sphere(Dᵀx)); on CUDA without a learned gain one Triton kernel each way
+        (:mod:`~energyformer.energies.hyperspherical_ffkernel`: the same maths and rounding, one pass instead
+        of two, and autograd keeps Dᵀx only)."""
+        s = F.linear(x, self.weight())
+        if self.sphere and ffk.applies(s, self.gain_weight):
+            return ffk.sphere_norm_relu(s, torch.finfo(s.dtype).tiny if self.eps is None else self.eps)
+        return self.activation(self.sphered(s))

@@ -102,3 +102,34 @@ def _bwd(U, DY, DU, H, su_b, su_h, su_n, sd_b, sd_h, sd_n, N, P, scale, sign, BN
     ds = _operand(ds + tl.trans(ds), u, UPCAST)               # S = Sᵀ: both factors of U Uᵀ
     du += _mm(ds, u, PREC, ACC, UPCAST) * scale
     _store(DU, bh, H, su_b, su_h, su_n, N, P, du.to(DU.dtype.element_ty), BN, PP)
+
+
+# ---- the feed-forward's sphere norm and ReLU in one pass each way (ReLUFFEnergy on CUDA)
+#
+#     forward   r = (mean_m z_m² + eps)^(-1/2);  u = r z;  y = max(u, 0)
+#     backward  g = dy ∘ [u > 0];  dz = r (g − u mean_m(g ∘ u))
+#
+# one program per row of M (≤ BM) columns, statistics in ACC; r is saved (float32, or float64 for float64 rows)
+
+
+@triton.jit
+def _norm_relu_fwd(Z, Y, RSTD, M, eps, BM: tl.constexpr, ACC: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BM)
+    ok = cols < M
+    z = tl.load(Z + row * M + cols, mask=ok, other=0.0).to(ACC)
+    r = 1.0 / tl.sqrt(tl.sum(z * z, 0) / M + eps)
+    tl.store(RSTD + row, r)
+    tl.store(Y + row * M + cols, tl.maximum(z * r, 0.0).to(Y.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _norm_relu_bwd(Z, DY, RSTD, DZ, M, BM: tl.constexpr, ACC: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BM)
+    ok = cols < M
+    r = tl.load(RSTD + row).to(ACC)
+    u = tl.load(Z + row * M + cols, mask=ok, other=0.0).to(ACC) * r
+    g = tl.where(u > 0, tl.load(DY + row * M + cols, mask=ok, other=0.0).to(ACC), 0.0)
+    dz = r * (g - u * (tl.sum(g * u, 0) / M))
+    tl.store(DZ + row * M + cols, dz.to(DZ.dtype.element_ty), mask=ok)
