@@ -53,7 +53,6 @@ from lm_throughput import (  # noqa: E402  (a sibling script)
 
 from energyformer.blocks.cem import CEMAttentionConfig, CEMMLPConfig  # noqa: E402
 from energyformer.blocks.layer import BlockConfig  # noqa: E402
-from energyformer.train.compiling import COMPILE_MODES, compile_for_training, effective_mode  # noqa: E402
 
 BASE = "Llama baseline"
 
@@ -102,6 +101,8 @@ def is_oom(err: BaseException) -> bool:
 
 def compile_arg(ap: argparse.ArgumentParser, what: str = "") -> None:
     """``--compile [MODE]``: every model torch.compile'd first, as ``train.compile: MODE`` trains it."""
+    from energyformer.train.compiling import COMPILE_MODES  # here: hyperset_ops imports this file to count older code
+
     ap.add_argument("--compile", nargs="?", const="default", choices=COMPILE_MODES, metavar="MODE",
                     help="torch.compile every model first, as train.compile does (MODE: "
                          + ", ".join(COMPILE_MODES) + "; default 'default'; 'reduce-overhead' adds CUDA graphs"
@@ -110,6 +111,8 @@ def compile_arg(ap: argparse.ArgumentParser, what: str = "") -> None:
 
 def compiled(model: torch.nn.Module, mode: str | None, device: torch.device) -> torch.nn.Module:
     """``model`` as ``train.compile: mode`` trains it (itself when ``mode`` is None)."""
+    from energyformer.train.compiling import compile_for_training
+
     return model if mode is None else compile_for_training(model, mode, device)[0]
 
 
@@ -117,6 +120,8 @@ def compile_note(mode: str | None, device: torch.device) -> str:
     """The header's words for ``--compile mode`` on ``device`` (the mode it ran in, where that differs)."""
     if mode is None:
         return ""
+    from energyformer.train.compiling import effective_mode
+
     ran = effective_mode(mode, device)
     return f"; torch.compile mode {mode!r}" + (f" (compiled as {ran!r}: no CUDA graphs on {device.type})"
                                                if ran != mode else "")
