@@ -266,11 +266,16 @@ def kernel_as_ops(log: OpLog, on: bool):
     outputs, where the eager autograd.Function would launch Triton on fake tensors), and the feed-forward's
     fused norm + ReLU taken where CUDA takes it, as :class:`_FusedNormReLU`; without ``on`` (the PyTorch-path rows)
     the feed-forward's two plain ops, on fake CUDA tensors too."""
-    from energyformer.energies import hyperspherical_kernel as hk
-    try:  # older library code, counted for comparison, has no fused feed-forward kernel
+    try:  # older library code, counted for comparison, may have neither kernel (count it without the kernel row)
+        from energyformer.energies import hyperspherical_kernel as hk
+    except ImportError:
+        hk = None
+    try:
         from energyformer.energies import hyperspherical_ffkernel as ffk
     except ImportError:
         ffk = None
+    if on and hk is None:
+        raise SystemExit(f"{KERNEL_ROW!r}: this library code has no bi-softmax kernel; leave the row out (--models)")
 
     def norm_relu(s, eps):  # as the real one: in s's dtype, autocast off
         with torch.autocast(s.device.type, enabled=False):
