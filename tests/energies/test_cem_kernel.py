@@ -80,6 +80,27 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
     _check_function_against_dense(causal, True, nq, nk, mode, D=40, block_d=16, **tiles)
 
 
+@interpreted
+@pytest.mark.parametrize("mode", ["sum", "grid", "grid-none"])
+@pytest.mark.parametrize("nq,nk,tiles", [
+    (70, 70, dict(block_m=16, block_n=16)), (37, 45, dict(block_m=16, block_n=32, causal_chunks=3)),
+    (70, 70, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, {})])
+def test_no_kernel_reads_outside_the_shared_products_blocks(monkeypatch, nq, nk, tiles, mode):
+    """The (B, Nq, Nk) buffers of the materialised products are allocated uninitialised and written on the
+    aligned row chunks' blocks only (G, Gh: the matmuls; the head sums: zeroed there): filled with NaN instead,
+    every output and gradient still equals the dense float64 reference (causal, queries at an offset, several
+    chunks, tiles that do not divide N) — no kernel and no matmul reads a value outside the blocks."""
+    made = []
+
+    def nan_scratch(shape, like, dtype):
+        made.append(shape)
+        return torch.full(shape, float("nan"), device=like.device, dtype=dtype)
+
+    monkeypatch.setattr(cem_kernel, "_scratch", nan_scratch)
+    _check_function_against_dense(True, False, nq, nk, mode, D=8, **tiles)
+    assert made  # the buffers came from the poisoned allocator
+
+
 def test_shared_products_are_materialised_where_there_are_any():
     """KernelTiles.shared = 'materialize' takes effect with a shared diagonal or the head-summed read-out,
     never with per-head factors ('stack': one D-wide product per head)."""
@@ -105,16 +126,20 @@ def test_shared_products_accumulate_in_float32_without_rounding_the_operands():
     assert cem_kernel._mm_acc(a.double(), b.double(), torch.float64).dtype == torch.float64
 
 
-@pytest.mark.parametrize("nq,nk,offset,causal,pieces", [(7, 7, 0, True, 4), (3, 10, 7, True, 4), (20, 20, 0, True, 3),
-                                                       (9, 9, 0, False, 4), (5, 5, 0, True, 1), (2, 6, 4, True, 8)])
-def test_causal_row_chunks_cover_every_visible_key_once(nq, nk, offset, causal, pieces):
+@pytest.mark.parametrize("nq,nk,offset,causal,pieces,align", [
+    (7, 7, 0, True, 4, 1), (3, 10, 7, True, 4, 1), (20, 20, 0, True, 3, 1), (9, 9, 0, False, 4, 1),
+    (5, 5, 0, True, 1, 1), (2, 6, 4, True, 8, 1), (20, 20, 0, True, 3, 4), (37, 45, 8, True, 4, 8),
+    (70, 70, 0, True, 4, 16)])
+def test_causal_row_chunks_cover_every_visible_key_once(nq, nk, offset, causal, pieces, align):
     """row_chunks: every query row in exactly one chunk, and that chunk's keys include every key the row
-    sees (causal: j <= offset + i), so the chunked shared products equal the whole ones where visible"""
-    chunks = cem_kernel.row_chunks(nq, nk, offset, causal, pieces)
+    sees (causal: j <= offset + i), so the chunked shared products equal the whole ones where visible; with
+    ``align``, chunk bounds are multiples of it and so are the key ends (or nk)"""
+    chunks = cem_kernel.row_chunks(nq, nk, offset, causal, pieces, align)
     rows = [i for r0, r1, _ in chunks for i in range(r0, r1)]
     assert rows == list(range(nq)) and len(chunks) <= max(1, pieces)
     for r0, r1, ke in chunks:
         assert ke <= nk and all(ke >= (min(nk, offset + i + 1) if causal else nk) for i in range(r0, r1))
+        assert r0 % align == 0 and (r1 == nq or r1 % align == 0) and (ke == nk or ke % align == 0)
     g = torch.Generator().manual_seed(0)
     a = torch.randn(2, nq, 5, generator=g, dtype=torch.float64)
     b = torch.randn(2, nk, 5, generator=g, dtype=torch.float64)
@@ -124,7 +149,7 @@ def test_causal_row_chunks_cover_every_visible_key_once(nq, nk, offset, causal, 
     torch.testing.assert_close(got[vis], full[vis], rtol=0, atol=1e-14)
     w = torch.where(vis, torch.randn(2, nq, nk, generator=g, dtype=torch.float64), 0.0)
     torch.testing.assert_close(cem_kernel._rows_mm(w, b, torch.float64, chunks), w @ b, rtol=1e-14, atol=1e-14)
-    torch.testing.assert_close(cem_kernel._cols_mm(w, a, torch.float64, chunks), w.mT @ a, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(cem_kernel._cols_mm(w, a, torch.float64, chunks, nk), w.mT @ a, rtol=1e-14, atol=1e-14)
 
 
 def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
@@ -244,7 +269,8 @@ def _dense_low(q, k, ud, hm, slopes, delta, c, x, h_mode, joint=False, chunks=No
     the logits multiplied by 1 + noise (in float64: a rounding of the logits, modelled)."""
     nq, nk, dt = q.shape[2], k.shape[2], q.dtype
     wd = torch.promote_types(dt, torch.float32)  # bias and softmax: float32, float64 for float64 operands
-    chunks = cem_kernel.row_chunks(nq, nk, 0, True, chunks or cem_kernel.KernelTiles().causal_chunks)
+    tiles = cem_kernel.KernelTiles()
+    chunks = cem_kernel.row_chunks(nq, nk, 0, True, chunks or tiles.causal_chunks, max(tiles.block_m, tiles.block_n))
     g = torch.zeros(q.shape[0], nq, nk, dtype=dt)
     for r0, r1, ke in chunks:
         g[:, r0:r1, :ke] = ud[:, r0:r1] @ hm[:, :ke].transpose(-1, -2)

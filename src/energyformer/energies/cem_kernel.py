@@ -221,39 +221,72 @@ def _mm_acc(a: Tensor, b: Tensor, acc: torch.dtype, out: Tensor | None = None) -
     return torch.bmm(a.to(acc), b.to(acc), out=out) if out is not None else torch.bmm(a.to(acc), b.to(acc))
 
 
-def row_chunks(nq: int, nk: int, offset: int, causal: bool, pieces: int) -> list[tuple[int, int, int]]:
+def row_chunks(nq: int, nk: int, offset: int, causal: bool, pieces: int, align: int = 1) -> list[tuple[int, int, int]]:
     """(r0, r1, ke) per chunk of query rows: rows r0 … r1 − 1 (positions offset + i) see keys 0 … ke − 1
     (causal: ke = offset + r1; else every key). The materialised shared products are formed chunk by chunk
     over these blocks only (``KernelTiles.causal_chunks``): 1 + 1/pieces of a causal product's FLOPs
-    instead of 2."""
+    instead of 2. ``align`` (the launcher: the largest tile side of its kernels, a power of two): chunk
+    bounds multiples of it and ke rounded up to one, so every tile a kernel reads lies inside one chunk's
+    block — a tile's query rows lie in one aligned block, hence one chunk, and it is read only if one of its
+    keys is visible to one of them — and the (B, Nq, Nk) buffers need no values outside the blocks."""
     if not causal or pieces <= 1:
         return [(0, nq, nk)]
-    step = -(-nq // pieces)
-    return [(r0, min(nq, r0 + step), min(nk, offset + min(nq, r0 + step))) for r0 in range(0, nq, step)]
+    up = lambda n: -(-n // align) * align  # noqa: E731
+    step = up(-(-nq // pieces))
+    return [(r0, min(nq, r0 + step), min(nk, up(offset + min(nq, r0 + step)))) for r0 in range(0, nq, step)]
+
+
+def launch_chunks(nq: int, nk: int, offset: int, causal: bool, tiles: KernelTiles) -> list[tuple[int, int, int]]:
+    """The launch's :func:`row_chunks`, aligned to its largest tile side (every kernel's tiles divide it)."""
+    return row_chunks(nq, nk, offset, causal, tiles.causal_chunks, max(tiles.block_m, tiles.block_n))
+
+
+def _scratch(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype) -> Tensor:
+    """An uninitialised (B, Nq, Nk) buffer (every value the kernels or the matmuls read is written first: see
+    :func:`row_chunks`; the tests fill it with NaN instead)."""
+    return torch.empty(shape, device=like.device, dtype=dtype)
+
+
+def _zero_blocks(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype, chunks) -> Tensor:
+    """A (B, Nq, Nk) buffer zero on the chunks' blocks (the head sums the kernels add or store into, which the
+    matmuls then read block by block), uninitialised elsewhere: 5/8 of a whole fill at 4 causal chunks."""
+    out = _scratch(shape, like, dtype)
+    for r0, r1, ke in chunks:
+        out[:, r0:r1, :ke].zero_()
+    return out
 
 
 def _pair_mm(a: Tensor, bt: Tensor, acc: torch.dtype, chunks) -> Tensor:
-    """(B, Nq, Nk) = a (B, Nq, D) @ bt (B, D, Nk) in ``acc`` on each chunk's visible block, zero elsewhere
-    (the kernels read whole tiles, masking what is hidden: every value they read is finite)."""
-    out = torch.zeros(a.shape[0], a.shape[1], bt.shape[-1], device=a.device, dtype=acc)
+    """(B, Nq, Nk) = a (B, Nq, D) @ bt (B, D, Nk) in ``acc`` on each chunk's block, unset elsewhere (the
+    kernels read only the blocks: :func:`row_chunks`; no fill of the whole buffer)."""
+    out = _scratch((a.shape[0], a.shape[1], bt.shape[-1]), a, acc)
     for r0, r1, ke in chunks:
         _mm_acc(a[:, r0:r1], bt[..., :ke], acc, out=out[:, r0:r1, :ke])
     return out
 
 
-def _rows_mm(w: Tensor, v: Tensor, acc: torch.dtype, chunks) -> Tensor:
-    """(B, Nq, D) = w (B, Nq, Nk) @ v (B, Nk, D), w zero outside each chunk's visible block"""
-    out = torch.empty(w.shape[0], w.shape[1], v.shape[-1], device=w.device, dtype=acc)
-    for r0, r1, ke in chunks:
-        _mm_acc(w[:, r0:r1, :ke], v[:, :ke], acc, out=out[:, r0:r1])
+def _blocks(w: Tensor | list[Tensor], chunks, dtype: torch.dtype | None = None) -> list[Tensor]:
+    """w's chunk blocks w[:, r0:r1, :ke] (in ``dtype``: only the blocks are cast, not the whole buffer)."""
+    if isinstance(w, list):
+        return w
+    return [w[:, r0:r1, :ke] if dtype is None else w[:, r0:r1, :ke].to(dtype) for r0, r1, ke in chunks]
+
+
+def _rows_mm(w: Tensor | list[Tensor], v: Tensor, acc: torch.dtype, chunks) -> Tensor:
+    """(B, Nq, D) = w (B, Nq, Nk) @ v (B, Nk, D), w zero outside each chunk's block (or its :func:`_blocks`)"""
+    blocks = _blocks(w, chunks)
+    out = torch.empty(v.shape[0], chunks[-1][1], v.shape[-1], device=v.device, dtype=acc)
+    for (r0, r1, ke), wb in zip(chunks, blocks):
+        _mm_acc(wb, v[:, :ke], acc, out=out[:, r0:r1])
     return out
 
 
-def _cols_mm(w: Tensor, v: Tensor, acc: torch.dtype, chunks) -> Tensor:
-    """(B, Nk, D) = wᵀ @ v for w (B, Nq, Nk), zero outside each chunk's visible block, v (B, Nq, D)"""
-    out = torch.zeros(w.shape[0], w.shape[2], v.shape[-1], device=w.device, dtype=acc)
-    for r0, r1, ke in chunks:
-        out[:, :ke] += _mm_acc(w[:, r0:r1, :ke].mT, v[:, r0:r1], acc)
+def _cols_mm(w: Tensor | list[Tensor], v: Tensor, acc: torch.dtype, chunks, nk: int) -> Tensor:
+    """(B, Nk, D) = wᵀ @ v for w (B, Nq, Nk) zero outside each chunk's block (or its :func:`_blocks`), v (B, Nq, D)"""
+    blocks = _blocks(w, chunks)
+    out = torch.zeros(v.shape[0], nk, v.shape[-1], device=v.device, dtype=acc)
+    for (r0, r1, ke), wb in zip(chunks, blocks):
+        out[:, :ke] += _mm_acc(wb.mT, v[:, r0:r1], acc)
     return out
 
 
@@ -283,16 +316,16 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     lse = torch.empty(B, H, nq, device=q.device, dtype=acc_dt)
     m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
-    chunks = row_chunks(nq, nk, offset, causal, tiles.causal_chunks)  # blocks of the shared products
+    chunks = launch_chunks(nq, nk, offset, causal, tiles)  # blocks of the shared products
     g = _pair_mm(ud, hm.mT, acc_dt, chunks) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
     # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid)
-    ps = (torch.zeros(B, nq, nk, device=q.device, dtype=acc_dt if grid else q.dtype)
+    ps = (_zero_blocks((B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
           if meta["MAT"] and hmode == "sum" else dummy)
     launch = kern._fwd_h[(-(-nq // meta["BM"]), B * H)] if grid else kern._fwd[(-(-nq // meta["BM"]), B)]
     launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
     del g
     if meta["MAT"] and hmode == "sum":
-        hs = _rows_mm(ps.to(q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
+        hs = _rows_mm(_blocks(ps, chunks, q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
     return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse, m, l
 
 
@@ -305,7 +338,7 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     meta = _launch_args(_kernels(q.device.type != "cuda").tl, q, hm, x, causal, ud is not None, hmode,
                         slopes is not None, delta is not None, kmask is not None, tiles)
     grid = tiles.per_head_programs(hmode)
-    chunks = row_chunks(nq, nk, offset, causal, tiles.causal_chunks)
+    chunks = launch_chunks(nq, nk, offset, causal, tiles)
     new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
     dummy = q.new_zeros(1)
     goq = new(B, H, nq, R) if goq is None else goq
@@ -325,7 +358,7 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" else dummy
     # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P (stored
     # per tile in the operand dtype, or added up atomically in the accumulation dtype by the grid kernels)
-    pair = functools.partial(torch.zeros, B, nq, nk, device=q.device, dtype=acc_dt if grid else q.dtype)
+    pair = functools.partial(_zero_blocks, (B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
     g = _pair_mm(ud, hm.mT, acc_dt, chunks) if mat and ud is not None else dummy
     gh = _pair_mm(ghs, hm.mT, acc_dt, chunks) if mat and hsum else dummy
     dss = pair() if mat and ud is not None else dummy
@@ -343,11 +376,11 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
         kern._bwd_kv[(n_kt, B)](*ins, dk, dh, dx, dc, nq, nk, offset, **meta_kv)
     del g, gh
     if mat and ud is not None:  # d(ud) = (Σ_k dS_k) H;  dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs
-        dss = dss.to(q.dtype)
+        dss = _blocks(dss, chunks, q.dtype)  # the blocks cast once, read twice
         dud = _rows_mm(dss, hm, acc_dt, chunks)
-        dh += _cols_mm(dss, ud, acc_dt, chunks)
+        dh += _cols_mm(dss, ud, acc_dt, chunks, nk)
     if mat and hsum:
-        dh += _cols_mm(ps.to(q.dtype), ghs, acc_dt, chunks)
+        dh += _cols_mm(_blocks(ps, chunks, q.dtype), ghs, acc_dt, chunks, nk)
 
     def back(g, t):
         return None if t is None else g.to(t.dtype)
