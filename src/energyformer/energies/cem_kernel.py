@@ -242,8 +242,8 @@ def launch_chunks(nq: int, nk: int, offset: int, causal: bool, tiles: KernelTile
 
 
 def _scratch(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype) -> Tensor:
-    """An uninitialised (B, Nq, Nk) buffer (every value the kernels or the matmuls read is written first: see
-    :func:`row_chunks`; the tests fill it with NaN instead)."""
+    """An uninitialised buffer of the shared products (every value the kernels or the matmuls read is written
+    first: see :func:`row_chunks`; the tests fill it with NaN instead)."""
     return torch.empty(shape, device=like.device, dtype=dtype)
 
 
@@ -275,19 +275,32 @@ def _blocks(w: Tensor | list[Tensor], chunks, dtype: torch.dtype | None = None) 
 def _rows_mm(w: Tensor | list[Tensor], v: Tensor, acc: torch.dtype, chunks) -> Tensor:
     """(B, Nq, D) = w (B, Nq, Nk) @ v (B, Nk, D), w zero outside each chunk's block (or its :func:`_blocks`)"""
     blocks = _blocks(w, chunks)
-    out = torch.empty(v.shape[0], chunks[-1][1], v.shape[-1], device=v.device, dtype=acc)
+    out = _scratch((v.shape[0], chunks[-1][1], v.shape[-1]), v, acc)  # every row is in one chunk
     for (r0, r1, ke), wb in zip(chunks, blocks):
         _mm_acc(wb, v[:, :ke], acc, out=out[:, r0:r1])
     return out
 
 
 def _cols_mm(w: Tensor | list[Tensor], v: Tensor, acc: torch.dtype, chunks, nk: int) -> Tensor:
-    """(B, Nk, D) = wᵀ @ v for w (B, Nq, Nk) zero outside each chunk's block (or its :func:`_blocks`), v (B, Nq, D)"""
+    """(B, Nk, D) = wᵀ @ v for w (B, Nq, Nk) zero outside each chunk's block (or its :func:`_blocks`), v (B, Nq, D):
+    the chunk with the most keys written in place, the others added to its first keys (``add_`` on the slice:
+    ``out[:, :ke] += …`` would also copy the slice onto itself)."""
     blocks = _blocks(w, chunks)
-    out = torch.zeros(v.shape[0], nk, v.shape[-1], device=v.device, dtype=acc)
-    for (r0, r1, ke), wb in zip(chunks, blocks):
-        out[:, :ke] += _mm_acc(wb.mT, v[:, r0:r1], acc)
+    out = _scratch((v.shape[0], nk, v.shape[-1]), v, acc)
+    order = sorted(range(len(chunks)), key=lambda c: -chunks[c][2])  # the widest block first
+    for n, c in enumerate(order):
+        (r0, r1, ke), wb = chunks[c], blocks[c]
+        if n == 0:
+            _mm_acc(wb.mT, v[:, r0:r1], acc, out=out[:, :ke])
+            out[:, ke:].zero_()
+        else:
+            out[:, :ke].add_(_mm_acc(wb.mT, v[:, r0:r1], acc))
     return out
+
+
+def _added(total: Tensor | None, part: Tensor) -> Tensor:
+    """total + part, in place into total; part itself where there is no total yet"""
+    return part if total is None else total.add_(part)
 
 
 def kernel_meta(meta: dict, name: str) -> dict:
@@ -350,7 +363,7 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     dq, dk = new(q.shape), new(k.shape)
     mat, hsum = meta["MAT"], hmode == "sum"
     dud = new(ud.shape) if ud is not None and not mat else dummy  # materialised: a matmul below
-    dh = new(hm.shape) if hm is not None else dummy
+    dh = new(hm.shape) if hm is not None and not grid else None  # one program per head writes no dh
     dx = new(x.shape) if x is not None else dummy
     ddiag = new(B, H, nq) if delta is not None else dummy
     meta_kv = kernel_meta(meta, "_bwd_kv")
@@ -373,14 +386,16 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     else:
         kern = _kernels(q.device.type != "cuda")
         kern._bwd_q[(-(-nq // meta["BM"]), B)](*ins, ps, dss, dq, dud, ddiag, nq, nk, offset, **meta)
-        kern._bwd_kv[(n_kt, B)](*ins, dk, dh, dx, dc, nq, nk, offset, **meta_kv)
+        kern._bwd_kv[(n_kt, B)](*ins, dk, dh if dh is not None else dummy, dx, dc, nq, nk, offset, **meta_kv)
     del g, gh
     if mat and ud is not None:  # d(ud) = (Σ_k dS_k) H;  dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs
         dss = _blocks(dss, chunks, q.dtype)  # the blocks cast once, read twice
         dud = _rows_mm(dss, hm, acc_dt, chunks)
-        dh += _cols_mm(dss, ud, acc_dt, chunks, nk)
+        dh = _added(dh, _cols_mm(dss, ud, acc_dt, chunks, nk))
     if mat and hsum:
-        dh += _cols_mm(_blocks(ps, chunks, q.dtype), ghs, acc_dt, chunks, nk)
+        dh = _added(dh, _cols_mm(_blocks(ps, chunks, q.dtype), ghs, acc_dt, chunks, nk))
+    if hm is not None and dh is None:
+        dh = new(hm.shape)
 
     def back(g, t):
         return None if t is None else g.to(t.dtype)
