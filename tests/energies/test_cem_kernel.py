@@ -82,14 +82,16 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 
 @interpreted
 @pytest.mark.parametrize("mode", ["sum", "grid", "grid-none"])
-@pytest.mark.parametrize("nq,nk,tiles", [
-    (70, 70, dict(block_m=16, block_n=16)), (37, 45, dict(block_m=16, block_n=32, causal_chunks=3)),
-    (70, 70, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, {})])
-def test_no_kernel_reads_outside_the_shared_products_blocks(monkeypatch, nq, nk, tiles, mode):
+@pytest.mark.parametrize("nq,nk,offset,tiles", [
+    (70, 70, None, dict(block_m=16, block_n=16)), (37, 45, None, dict(block_m=16, block_n=32, causal_chunks=3)),
+    (70, 70, None, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, None, {}),
+    (3, 100, 60, dict(block_m=16, block_n=16)), (21, 90, 40, dict(block_m=16, block_n=32, causal_chunks=2))])
+def test_no_kernel_reads_outside_the_shared_products_blocks(monkeypatch, nq, nk, offset, tiles, mode):
     """The (B, Nq, Nk) buffers of the materialised products are allocated uninitialised and written on the
     aligned row chunks' blocks only (G, Gh: the matmuls; the head sums: zeroed there): filled with NaN instead,
-    every output and gradient still equals the dense float64 reference (causal, queries at an offset, several
-    chunks, tiles that do not divide N) — no kernel and no matmul reads a value outside the blocks."""
+    every output and gradient still equals the dense float64 reference (causal, queries at an offset, keys
+    beyond the last query's position, several chunks, tiles that do not divide N) — no kernel and no matmul
+    reads a value outside the blocks."""
     made = []
 
     def nan_scratch(shape, like, dtype):
@@ -97,7 +99,7 @@ def test_no_kernel_reads_outside_the_shared_products_blocks(monkeypatch, nq, nk,
         return torch.full(shape, float("nan"), device=like.device, dtype=dtype)
 
     monkeypatch.setattr(cem_kernel, "_scratch", nan_scratch)
-    _check_function_against_dense(True, False, nq, nk, mode, D=8, **tiles)
+    _check_function_against_dense(True, False, nq, nk, mode, D=8, offset=offset, **tiles)
     assert made  # the buffers came from the poisoned allocator
 
 
@@ -166,7 +168,7 @@ def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
                                  offset=0, block_m=24)
 
 
-def _check_function_against_dense(causal, masked, nq, nk, mode, D, **tiles):
+def _check_function_against_dense(causal, masked, nq, nk, mode, D, offset=None, **tiles):
     g = torch.Generator().manual_seed(nq + nk)
     B, H, R = 2, 3, 4
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
@@ -176,8 +178,9 @@ def _check_function_against_dense(causal, masked, nq, nk, mode, D, **tiles):
     slopes = torch.rand(H, generator=g, dtype=torch.float64)
     key_mask = torch.rand(B, nk, generator=g) > 0.3 if masked else None
     got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask,
-                                   causal=causal, offset=nk - nq, h_mode=mode, c=c, x=x, **launch, **tiles)
-    ref = _dense(q, k, ud, hm, slopes, delta, key_mask, causal, nk - nq, c, x, mode)
+                                   causal=causal, offset=nk - nq if offset is None else offset, h_mode=mode,
+                                   c=c, x=x, **launch, **tiles)
+    ref = _dense(q, k, ud, hm, slopes, delta, key_mask, causal, nk - nq if offset is None else offset, c, x, mode)
     assert (got[1] is None) == (ref[1] is None) and (got[2] is None) == (ref[2] is None)
     got, ref = [o for o in got if o is not None], [o for o in ref if o is not None]
     ins = [v for v in (q, k, ud, hm, delta, c, x) if v is not None]

@@ -233,7 +233,9 @@ def row_chunks(nq: int, nk: int, offset: int, causal: bool, pieces: int, align: 
         return [(0, nq, nk)]
     up = lambda n: -(-n // align) * align  # noqa: E731
     step = up(-(-nq // pieces))
-    return [(r0, min(nq, r0 + step), min(nk, up(offset + min(nq, r0 + step)))) for r0 in range(0, nq, step)]
+    # the key end from the rows' aligned end: a kernel's last query tile runs past Nq (padded rows, masked)
+    # and reads the keys its padded end could see
+    return [(r0, min(nq, r0 + step), min(nk, up(offset + up(min(nq, r0 + step))))) for r0 in range(0, nq, step)]
 
 
 def launch_chunks(nq: int, nk: int, offset: int, causal: bool, tiles: KernelTiles) -> list[tuple[int, int, int]]:
