@@ -42,6 +42,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"unavailable: triton cannot compile for sm_90 here: {err}")
         sys.exit(3)
 
+    def row(cells: str, fn, sig: dict, cx: dict, attrs: dict, warps: int) -> str:
+        """``cells`` and the registers, spills and shared memory of ``fn`` compiled for sm_90 (printed too)"""
+        src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in cx.items()},
+                        attrs=attrs)
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=1))
+        use = ptxas_usage(k)
+        line = (f"{cells} {use['registers']} | {use['spill_stores']:,} | {use['spill_loads']:,} "
+                f"| {k.metadata.shared:,} |")
+        print(line, flush=True)
+        return line
+
     mod = load_kernels(ROOT / "src/energyformer/energies/hyperspherical_triton.py")
     lines = [f"triton {triton.__version__}, sm_90, num_stages 1; registers per thread (spill stores / loads, bytes), "
              "shared memory per block (bytes)", "",
@@ -58,13 +69,7 @@ def main(argv: list[str] | None = None) -> None:
             # specialises them (not N = 81, P, H)
             aligned = ("U", "Y", "DY", "DU", *(a for a in ints if a.startswith(("su_", "sd_"))))
             attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in aligned}
-            src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in cx.items()},
-                            attrs=attrs)
-            k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=1))
-            use = ptxas_usage(k)
-            lines.append(f"| {dtype} | {bn} × {pp} | {warps} | `{name}` | {use['registers']} "
-                         f"| {use['spill_stores']:,} | {use['spill_loads']:,} | {k.metadata.shared:,} |")
-            print(lines[-1], flush=True)
+            lines.append(row(f"| {dtype} | {bn} × {pp} | {warps} | `{name}` |", fn, sig, cx, attrs, warps))
     # the feed-forward's fused sphere norm + ReLU (hyperspherical_ffkernel.py): one program per row of M columns
     lines += ["", "Feed-forward sphere norm + ReLU, one program per row (BM = M padded to a power of two):", "",
               "| operands | M (BM) | warps | kernel | registers | spill stores | spill loads | shared |",
@@ -79,13 +84,7 @@ def main(argv: list[str] | None = None) -> None:
                    if a == "RSTD" else f"*{dtype}" for a in fn.arg_names}
             attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in ("Z", "Y", "DY", "DZ",
                                                                                               "RSTD", "M")}
-            src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in cx.items()},
-                            attrs=attrs)
-            k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=1))
-            use = ptxas_usage(k)
-            lines.append(f"| {dtype} | {m} ({bm}) | {warps} | `{name}` | {use['registers']} "
-                         f"| {use['spill_stores']:,} | {use['spill_loads']:,} | {k.metadata.shared:,} |")
-            print(lines[-1], flush=True)
+            lines.append(row(f"| {dtype} | {m} ({bm}) | {warps} | `{name}` |", fn, sig, cx, attrs, warps))
     if args.out:
         args.out.write_text("# Hyper-SET bi-softmax and feed-forward kernels compiled for sm_90 "
                             "(`python scripts/hyperset_kernel_resources.py`)\n\n" + "\n".join(lines) + "\n")
