@@ -78,8 +78,9 @@ step() {  # step NAME SECONDS CMD...: run with a timeout (never past the phase's
 
 # every CUDA-marked test file of the kernels, the graphed step and the trainer (tests/train/test_cuda.py needs
 # data_cache/{tokens,tokenizers,shakespeare,potts} carried)
-CUDA_TESTS="tests/energies/test_cem_kernel.py tests/energies/test_hyperspherical_ops.py tests/energies/test_hyperspherical_ffkernel.py \
-tests/energies/test_hyperspherical_kernel.py tests/benchmarks/test_lm_throughput.py"
+CUDA_TESTS="tests/energies/test_cem_kernel.py tests/energies/test_hyperspherical_ops.py \
+tests/energies/test_hyperspherical_ffkernel.py tests/energies/test_hyperspherical_kernel.py \
+tests/benchmarks/test_lm_throughput.py"
 [ -d data_cache/tokens ] && CUDA_TESTS="$CUDA_TESTS tests/train/test_cuda.py"
 
 env_info() {  # the device, versions and which rms_norm kernels this build has, to $W/env.txt (both phases)

@@ -161,9 +161,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "`python benchmarks/gpu_lm.py --precisions bf16 --keep-going` (issue 21's table; the kernel's default "
              f"grid was 'rows' then) on {H100}"),
     Artifact(f"{RESULTS}/cem", "heads_stages.md",
-             "verbatim output of `python scripts/cem_heads_resources.py --out DIR/heads_stages.md` (registers, spills, "
-             "shared memory of the one-program-per-head kernels by tiles and pipelining stages, sm_90, compiled without "
-             "a GPU)"),
+             "verbatim output of `python scripts/cem_heads_resources.py --out DIR/heads_stages.md` (registers, "
+             "spills, shared memory of the one-program-per-head kernels by tiles and pipelining stages, sm_90, "
+             "compiled without a GPU)"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_tiles_98ac984.md",
              f"`python benchmarks/cem_tiles.py --grid rows,heads --causal-chunks 4,8` (launches vs SDPA) on {H100}"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_profile_1k_83f4ef8.md",
