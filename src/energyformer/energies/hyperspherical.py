@@ -425,7 +425,7 @@ class ReLUFFEnergy(SphericalFFEnergy):
     def activated(self, x: Tensor) -> Tensor:
         """ReLU(sphere(Dᵀx)); on CUDA without a learned gain one Triton kernel each way
         (:mod:`~energyformer.energies.hyperspherical_ffkernel`: the same maths and rounding, one pass instead
-        of two, and autograd keeps Dᵀx only)."""
+        of two each way)."""
         s = F.linear(x, self.weight())
         if self.sphere and ffk.applies(s, self.gain_weight):
             return ffk.sphere_norm_relu(s, torch.finfo(s.dtype).tiny if self.eps is None else self.eps)

@@ -2,11 +2,12 @@
 
 :class:`~energyformer.energies.hyperspherical.ReLUFFEnergy` reads u = sphere(s), s = Dᵀx (B, N, M) with
 M = 4d, only through a = ReLU(u): ``sphere_rms_norm`` then ``relu`` were two kernels forward (each reading and
-writing the (B, N, M) tensor) and two backward (``threshold_backward``, the norm's backward), and autograd
-kept both s and a. :func:`sphere_norm_relu` does it in one pass each way (``hyperspherical_triton.py``:
-``_norm_relu_fwd`` reads s, writes a and the per-row r; ``_norm_relu_bwd`` reads s, da and r, writes ds) and
-keeps s and r only — the same maths: r = (mean_m s_m² + eps)^(-1/2) and its gradient with statistics in float32,
-a and ds rounded once to s's dtype, as the fused ``rms_norm`` pair and ``relu`` round them.
+writing the (B, N, M) tensor) and two backward (``threshold_backward``, the norm's backward).
+:func:`sphere_norm_relu` does it in one pass each way (``hyperspherical_triton.py``: ``_norm_relu_fwd`` reads s,
+writes a and the per-row r; ``_norm_relu_bwd`` reads s, da and r, writes ds) and keeps s and r for the backward
+(a is kept by the read-out's matmul, as before: the saved bytes are the same) — the same maths:
+r = (mean_m s_m² + eps)^(-1/2) and its gradient with statistics in float32, a and ds rounded once to s's dtype,
+as the fused ``rms_norm`` pair and ``relu`` round them.
 
 Taken by :func:`applies` — on CUDA (:data:`FUSED_NORM_RELU`), no learned gain, float32 or 16-bit rows of at most
 :data:`MAX_COLUMNS`, triton installed, not while ``torch.compile`` traces (Inductor fuses the plain ops itself);
