@@ -83,8 +83,8 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 @interpreted
 @pytest.mark.parametrize("mode", ["sum", "grid", "grid-none"])
 @pytest.mark.parametrize("nq,nk,offset,tiles", [
-    (70, 70, None, dict(block_m=16, block_n=16)), (37, 45, None, dict(block_m=16, block_n=32, causal_chunks=3)),
-    (70, 70, None, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, None, {}),
+    (40, 40, None, dict(block_m=16, block_n=16)), (37, 45, None, dict(block_m=16, block_n=32, causal_chunks=3)),
+    (40, 40, None, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, None, {}),
     (3, 100, 60, dict(block_m=16, block_n=16)), (21, 90, 40, dict(block_m=16, block_n=32, causal_chunks=2))])
 def test_no_kernel_reads_outside_the_shared_products_blocks(monkeypatch, nq, nk, offset, tiles, mode):
     """The (B, Nq, Nk) buffers of the materialised products are allocated uninitialised and written on the
