@@ -349,7 +349,11 @@ class SphericalFFEnergy(Energy):
         if not self.sphere:
             return s
         g = None if self.gain_weight is None else self.gain_weight.to(s.dtype)
-        return sphere_rms_norm(s, torch.finfo(s.dtype).tiny if self.eps is None else self.eps, g)
+        return sphere_rms_norm(s, self.sphere_eps(s), g)
+
+    def sphere_eps(self, s: Tensor) -> float:
+        """The sphere norm's epsilon for s: ``eps``, or the smallest normal number of s's dtype."""
+        return torch.finfo(s.dtype).tiny if self.eps is None else self.eps
 
     def token_energy(self, u: Tensor) -> Tensor:  # pragma: no cover
         raise NotImplementedError
@@ -428,5 +432,5 @@ class ReLUFFEnergy(SphericalFFEnergy):
         of two each way)."""
         s = F.linear(x, self.weight())
         if self.sphere and ffk.applies(s, self.gain_weight):
-            return ffk.sphere_norm_relu(s, torch.finfo(s.dtype).tiny if self.eps is None else self.eps)
+            return ffk.sphere_norm_relu(s, self.sphere_eps(s))
         return self.activation(self.sphered(s))
