@@ -27,6 +27,7 @@ import contextlib
 import sys
 from pathlib import Path
 from typing import Callable
+from unittest import mock
 
 import torch
 
@@ -54,17 +55,12 @@ MODELS = {
 CELLS = 81
 
 
-@contextlib.contextmanager
 def two_op_ff():
     """The feed-forward's sphere norm and ReLU as two ops while inside (``hyperspherical_ffkernel.FUSED_NORM_RELU``
     off: the fused kernel's A/B row; the model is the default Hyper-SET)."""
     from energyformer.energies import hyperspherical_ffkernel as ffk
 
-    before, ffk.FUSED_NORM_RELU = ffk.FUSED_NORM_RELU, {}
-    try:
-        yield
-    finally:
-        ffk.FUSED_NORM_RELU = before
+    return mock.patch.multiple(ffk, FUSED_NORM_RELU={})
 
 
 def in_context(fn: Callable[[], None], ctx) -> Callable[[], None]:

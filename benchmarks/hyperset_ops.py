@@ -50,6 +50,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 import sys
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -244,22 +245,6 @@ class _FusedNormReLU(torch.autograd.Function):
 
 
 @contextlib.contextmanager
-def _patched(obj, **attrs):
-    """``obj``'s attributes set to ``attrs`` while inside (a class's own ``__dict__`` entry or none restored)."""
-    before = {k: obj.__dict__[k] for k in attrs if k in obj.__dict__}
-    for k, v in attrs.items():
-        setattr(obj, k, v)
-    try:
-        yield
-    finally:
-        for k in attrs:
-            if k in before:
-                setattr(obj, k, before[k])
-            else:
-                delattr(obj, k)
-
-
-@contextlib.contextmanager
 def kernel_as_ops(log: OpLog, on: bool):
     """With ``on`` (the kernel row), CUDA's kernels logged while inside: the bi-softmax kernel's eager calls
     routed through its custom operators (the same launches, one op each in the dispatch log, with fake-tensor
@@ -283,11 +268,11 @@ def kernel_as_ops(log: OpLog, on: bool):
 
     with contextlib.ExitStack() as stack:
         if on:
-            stack.enter_context(_patched(hk._SymmetricBiSoftmaxKernel, apply=staticmethod(hk._fwd_op)))
+            stack.enter_context(mock.patch.multiple(hk._SymmetricBiSoftmaxKernel, apply=staticmethod(hk._fwd_op)))
         if ffk is not None:
             ff = dict(FUSED_NORM_RELU={"cpu": True, "cuda": True}, sphere_norm_relu=norm_relu,
                       triton_available=lambda: True) if on else dict(FUSED_NORM_RELU={})
-            stack.enter_context(_patched(ffk, **ff))
+            stack.enter_context(mock.patch.multiple(ffk, **ff))
         yield
 
 
