@@ -17,7 +17,7 @@ moments, the transient N × N buffers of the kernel's shared products and the al
 ``benchmarks/gpu_lm.py`` measures the peak on a GPU.
 
 Usage: python benchmarks/activation_bytes.py [--dim 768 --heads 12 --seq 64 --batch 1]
-       [--precisions bf16,fp32] [--out docs/results/cem/activation_bytes.md]
+       [--precisions bf16,fp32] [--models "NAME;NAME"] [--out docs/results/cem/activation_bytes.md]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernel path on CPU (triton
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_lm import BASE, models  # noqa: E402
+from gpu_lm import BASE, models, select  # noqa: E402
 from lm_throughput import CausalLM, _context, model_config, ours_logits  # noqa: E402
 
 from energyformer.blocks.cem import CEMAttentionConfig  # noqa: E402
@@ -95,11 +95,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seq", type=int, default=64, help="N (and 2N) of the two forwards")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--precisions", default="bf16,fp32")
+    ap.add_argument("--models", help="only these models (names separated by ';'; the Llama baseline is always "
+                    "counted); default: every model of benchmarks/gpu_lm.py")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     precs = a.precisions.split(",")
-    rows = {name: {p: per_token_layer(on_cuda_path(b), a, p) for p in precs} for name, b in models().items()}
+    rows = {name: {p: per_token_layer(on_cuda_path(b), a, p) for p in precs} for name, b in select(models(), a.models).items()}
     lines = [f"torch {torch.__version__}; D={a.dim} H={a.heads} F={a.mlp_hidden} V={a.vocab}, "
              f"B={a.batch}, forwards at N={a.seq} and {2 * a.seq} with 1 and 2 layers; CEM attention on the CUDA path "
              "(the Triton kernel, "

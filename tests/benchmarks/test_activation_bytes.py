@@ -14,7 +14,9 @@ def test_saved_bytes_per_token_and_layer_order_the_paths(tmp_path, capsys):
     bench = load_bench("activation_bytes")
     out = tmp_path / "act.md"
     bench.main(["--dim", "32", "--heads", "4", "--mlp-hidden", "64", "--vocab", "97", "--seq", "16",
-                "--precisions", "fp32", "--out", str(out)])
+                "--precisions", "fp32", "--out", str(out), "--models",
+                "full CEM T=1 (auto path); full CEM T=1, blocked path; full CEM T=1, fused path; "
+                "full CEM T=1, kernel with one program per head (64 × 32)"])
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in capsys.readouterr().out.splitlines()
             if line.startswith("| ") and not line.startswith("| model")}
     per = {name: float(r[0].replace(",", "")) for name, r in rows.items()}
@@ -23,6 +25,8 @@ def test_saved_bytes_per_token_and_layer_order_the_paths(tmp_path, capsys):
     assert 0 < kernel < blocked < fused
     assert per["full CEM T=1, kernel with one program per head (64 × 32)"] == kernel  # same tensors saved
     assert out.read_text().startswith("# Activations saved for backward")
+    assert set(rows) == {"Llama baseline", "full CEM T=1 (auto path)", "full CEM T=1, blocked path",
+                         "full CEM T=1, fused path", "full CEM T=1, kernel with one program per head (64 × 32)"}
 
 
 def test_one_more_layer_is_what_is_counted(monkeypatch):
