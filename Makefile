@@ -34,10 +34,10 @@ demo: data
 	$(VENV)/bin/energyformer demo
 
 test: data
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto  # pytest-xdist: one worker per core
 
 test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n auto -m "not slow"
 
 bench: install
 	$(PY) benchmarks/cem_attention.py

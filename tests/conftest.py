@@ -3,7 +3,8 @@ import os
 import pytest
 import torch
 
-torch.set_num_threads(2)
+# two threads; under pytest-xdist (`make test` runs `-n auto`) the cores are shared among the workers
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 2) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
 
 if not torch.cuda.is_available():
     # attn_path 'kernel' (energies/cem_kernel.py) runs its Triton kernels through Triton's CPU interpreter,
