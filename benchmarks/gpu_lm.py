@@ -72,6 +72,9 @@ def models() -> dict[str, BlockConfig]:
             attention=CEMAttentionConfig(attn_kernel={"grid": "heads", "block_m": 64, "block_n": 32}), mlp="cem"),
         "full CEM T=1, one program per head, 2 pipelining stages": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"num_stages": 2}), mlp="cem"),
+        # the same programs as the default, the heads of one (tile, batch row) launched next to each other
+        "full CEM T=1, one program per head, heads launched inner": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"grid": "heads_inner"}), mlp="cem"),
         "full CEM T=1, blocked path": BlockConfig(attention=CEMAttentionConfig(attn_path="blocked"), mlp="cem"),
         "full CEM T=1, fused path": BlockConfig(attention=CEMAttentionConfig(attn_path="fused"), mlp="cem"),
         "paper configuration (T=2, D+LR)": BlockConfig(attention=CEMAttentionConfig(**paper),

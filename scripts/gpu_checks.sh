@@ -21,11 +21,13 @@
 #                                          tests of training with it (tests/train/test_cuda.py -k compiled)
 #   scripts/gpu_checks.sh stages [SECONDS]  the one-program-per-head CEM kernels with 1-3 software-pipelining
 #                                          stages (KernelTiles.num_stages; the launches that compile without
-#                                          spilling: docs/results/cem/heads_stages.md) at N 1k × B 8 and 4k × B 2
+#                                          spilling: docs/results/cem/heads_stages.md) at N 1k × B 8 and 4k × B 2,
+#                                          and grid heads vs heads_inner (the launch order) at 4k
 #   scripts/gpu_checks.sh next [SECONDS]    one call (~9 min) for what changed since the H100 runs of 2026-11-26:
 #                                          hyperset_gpu bf16 training (the copy-free iteration, the fused
 #                                          feed-forward kernel and its two-op row), gpu_lm bf16 training at 1k
-#                                          and 4k (default, 2 stages, paper config on the kernel and blocked),
+#                                          and 4k (default, heads launched inner, 2 stages, paper config on
+#                                          the kernel and blocked),
 #                                          the stages sweep at 4k, then every CUDA test (carry the data too)
 #   scripts/gpu_checks.sh full STEPS|scale [SECONDS]
 #        in the background: `energyformer reproduce hyperset-sudoku --scale gpu` cut to its first STEPS
@@ -152,9 +154,10 @@ fi
 if [ "$PHASE" = next ]; then
   step hyperset_gpu_bf16 90 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
     --warmup 2 --keep-going --out "$OUT/hyperset_gpu.md"
-  step gpu_lm_bf16 170 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
+  step gpu_lm_bf16 200 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 4 --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, one program per head, \
-2 pipelining stages;paper configuration (T=2, D+LR);paper configuration, blocked path" --out "$OUT/gpu_lm.md"
+heads launched inner;full CEM T=1, one program per head, 2 pipelining stages;paper configuration (T=2, D+LR);\
+paper configuration, blocked path" --out "$OUT/gpu_lm.md"
   step cem_stages_4k 100 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --num-stages 1,2,3 \
     --n 4096 --batch 2 --budget 90 --out "$OUT/gpu_tiles_stages_4k.md"
   step pytest_cuda 170 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
@@ -167,6 +170,8 @@ if [ "$PHASE" = stages ]; then
     --budget 110 --out "$OUT/gpu_tiles_stages_1k.md"
   step cem_stages_4k 120 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --num-stages 1,2,3 \
     --n 4096 --batch 2 --budget 110 --out "$OUT/gpu_tiles_stages_4k.md"
+  step cem_order_4k 80 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads,heads_inner \
+    --n 4096 --batch 2 --budget 70 --out "$OUT/gpu_tiles_order_4k.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 

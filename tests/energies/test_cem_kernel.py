@@ -103,6 +103,29 @@ def test_no_kernel_reads_outside_the_shared_products_blocks(monkeypatch, nq, nk,
     assert made  # the buffers came from the poisoned allocator
 
 
+@interpreted
+@pytest.mark.parametrize("causal,masked,nq,nk,offset,tiles", [
+    (True, True, 37, 45, None, dict(block_m=16, block_n=32, causal_chunks=3)),
+    (True, False, 3, 100, 60, dict(block_m=16, block_n=16)), (False, True, 20, 20, None, {})])
+def test_heads_inner_launch_order_runs_the_same_arithmetic(monkeypatch, causal, masked, nq, nk, offset, tiles):
+    """``grid: heads_inner`` launches the one-program-per-head kernels on a (B·H, tiles) grid, heads first:
+    every output and gradient equals the dense float64 reference, with the shared products' buffers
+    poisoned with NaN outside their blocks as in the test above."""
+    grids = []
+    real = cem_kernel._heads_grid
+
+    def spy(n_tiles, bh, meta):
+        grids.append((n_tiles, bh, real(n_tiles, bh, meta)))
+        return grids[-1][2]
+
+    monkeypatch.setattr(cem_kernel, "_heads_grid", spy)
+    monkeypatch.setattr(cem_kernel, "_scratch", lambda shape, like, dtype: torch.full(
+        shape, float("nan"), device=like.device, dtype=dtype))
+    monkeypatch.setitem(MODES, "grid-inner", dict(h_mode="sum", x=True, grid="heads_inner"))
+    _check_function_against_dense(causal, masked, nq, nk, "grid-inner", D=8, offset=offset, **tiles)
+    assert len(grids) == 3 and all(g == (bh, n) for n, bh, g in grids)  # _fwd_h, _bwd_d_h, _bwd_kv_h
+
+
 def test_shared_products_are_materialised_where_there_are_any():
     """KernelTiles.shared = 'materialize' takes effect with a shared diagonal or the head-summed read-out,
     never with per-head factors ('stack': one D-wide product per head)."""
@@ -162,6 +185,8 @@ def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
     config_error_says(cem_kernel.KernelTiles, {"causal_chunks": 0}, ["causal_chunks", "0", "1"])
     config_error_says(cem_kernel.KernelTiles, {"grid": "heads", "shared": "recompute"},
                       ["grid", "heads", "shared", "recompute", "materialize"])
+    config_error_says(cem_kernel.KernelTiles, {"grid": "heads_inner", "shared": "recompute"},
+                      ["grid", "heads_inner", "shared", "recompute", "materialize"])
     with pytest.raises(ConfigError, match="block_m"):
         z = torch.zeros(1, 1, 4, 4)
         cem_kernel.cem_attention(z, z, None, None, slopes=None, delta=None, key_mask=None, causal=True,
@@ -394,15 +419,16 @@ def test_auto_takes_the_kernel_on_cuda_only():
 
 # ------------------------------------------------------------------------------ compiled kernel (GPU)
 @pytest.mark.cuda
-@pytest.mark.parametrize("launch", [{"grid": "rows"}, {}, {"grid": "heads", "block_m": 64, "block_n": 32}],
-                         ids=["rows", "default", "heads-64x32"])
+@pytest.mark.parametrize("launch", [{"grid": "rows"}, {}, {"grid": "heads", "block_m": 64, "block_n": 32},
+                                    {"grid": "heads_inner"}], ids=["rows", "default", "heads-64x32", "heads-inner"])
 @pytest.mark.parametrize("paper", [False, True], ids=["default", "paper-config"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper, launch):
     """The compiled kernel (``auto`` on CUDA) vs the blocked path in float64, forward and backward,
     at D = 256, 8 heads, N = 300, T = 2, ALiBi, self bias, shared diagonal, key padding; identity or
-    the paper's per-head D+LR preconditioners; row tiles, the default launch (one program per head) and one
-    program per head on 64 x 32 tiles (the paper configuration's per-head factors run the loop kernels)."""
+    the paper's per-head D+LR preconditioners; row tiles, the default launch (one program per head), one
+    program per head on 64 x 32 tiles and with the heads launched inner (the paper configuration's per-head
+    factors run the loop kernels)."""
     torch.manual_seed(0)
     cfg = CEMAttentionConfig(steps=2, precond="diag_low_rank" if paper else "identity", attn_kernel=launch)
     blk = CEMAttention(256, 8, cfg).cuda()

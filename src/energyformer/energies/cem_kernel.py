@@ -143,7 +143,7 @@ class KernelTiles(ConfigModel):
     16 × 16 tiles, shared products recomputed, sm_90a (``cem_compile.resources``, docs/cem.md): the
     loop needs 130 / 168 / 140 for ``_fwd`` / ``_bwd_q`` / ``_bwd_kv`` and spills at most 28 B; the fully
     unrolled heads of the first kernels took all 255 (two programs per SM) and spilled up to 500 B"""
-    grid: Literal["auto", "rows", "heads"] = "auto"
+    grid: Literal["auto", "rows", "heads", "heads_inner"] = "auto"
     """what one program owns (docs/cem.md, "one program per head"). 'rows': a tile of rows of one batch
     row, every head walked in a loop inside the program, the per-head running state read and added back
     in global memory at each step; no atomics, results bitwise repeatable. 'heads': FlashAttention's
@@ -157,7 +157,12 @@ class KernelTiles(ConfigModel):
     tiles the 'heads' kernels' forward + backward took 0.82x [0.71, 0.89] the 'rows' time at N 1,024; with
     64 x 32 tiles the whole model trained at 0.68x Llama's tokens/s vs 0.64x for 'rows' at N 1,024, and
     0.42x vs 0.26x at N 4,096 (gpu_lm_98ac984.md); at the default tiles, each step one CUDA graph, 0.64x vs
-    0.46x (N 1,024) and 0.33x vs 0.22x (N 4,096) (gpu_lm_graphs_fef18e0.md)."""
+    0.46x (N 1,024) and 0.33x vs 0.22x (N 4,096) (gpu_lm_graphs_fef18e0.md). 'heads_inner': the programs
+    of 'heads' (the same arithmetic), launched with the heads of one (tile, batch row) next to each other
+    instead of every tile of one head: each tile of the (B, Nq, Nk) shared products (G, dHs Hᵀ) and head
+    sums is then read and added by all heads while it is in L2, where 'heads' walks a whole head's rows
+    — 64 MiB per batch row and product at N 4,096, more than an H100's 50 MiB L2 — before the next head
+    (docs/cem.md, "launch order"); not yet timed on a GPU."""
 
     causal_chunks: int = Field(4, ge=1, le=64)
     """row chunks of the materialised shared products under a causal mask (docs/cem.md): each chunk of
@@ -169,12 +174,13 @@ class KernelTiles(ConfigModel):
 
     def per_head_programs(self, hmode: str) -> bool:
         """Whether the launch runs the one-program-per-head kernels (``grid`` resolved for ``hmode``)."""
-        return hmode != "stack" and (self.grid == "heads" or (self.grid == "auto" and self.shared == "materialize"))
+        return hmode != "stack" and (self.grid in ("heads", "heads_inner")
+                                     or (self.grid == "auto" and self.shared == "materialize"))
 
     @model_validator(mode="after")
     def _heads_grid_needs_materialized(self) -> KernelTiles:
-        if self.grid == "heads" and self.shared != "materialize":
-            raise ValueError(f"attn_kernel.grid = 'heads' needs attn_kernel.shared = 'materialize' (got "
+        if self.grid in ("heads", "heads_inner") and self.shared != "materialize":
+            raise ValueError(f"attn_kernel.grid = {self.grid!r} needs attn_kernel.shared = 'materialize' (got "
                              f"{self.shared!r}): one program per head cannot share in-kernel products")
         return self
 
@@ -194,7 +200,7 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
     return dict(H=H, R=R, D=D, E=E, RP=_pow2(R), BD=min(tiles.block_d, _pow2(D)), EP=_pow2(E), HP=_pow2(H, 2),
                 BM=tiles.block_m, BN=tiles.block_n, HU=tiles.head_unroll, num_warps=tiles.num_warps,
                 MAT=tiles.shared == "materialize" and hmode != "stack" and (has_g or hmode == "sum"),
-                num_stages=tiles.num_stages,
+                num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner",
                 CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
                 HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
@@ -307,8 +313,17 @@ def _added(total: Tensor | None, part: Tensor) -> Tensor:
 
 def kernel_meta(meta: dict, name: str) -> dict:
     """``meta`` (:func:`_launch_args`) for kernel ``name``: ``_bwd_kv`` (and ``_bwd_kv_h``) owns key tiles and
-    steps through queries, so its BN (keys owned) is ``block_m`` and its BM (query step) ``block_n``."""
-    return dict(meta, BM=meta["BN"], BN=meta["BM"]) if name in ("_bwd_kv", "_bwd_kv_h") else meta
+    steps through queries, so its BN (keys owned) is ``block_m`` and its BM (query step) ``block_n``; the
+    launch order HI is an argument of the one-program-per-head kernels (``*_h``) only."""
+    out = dict(meta, BM=meta["BN"], BN=meta["BM"]) if name in ("_bwd_kv", "_bwd_kv_h") else dict(meta)
+    if not name.endswith("_h"):
+        out.pop("HI", None)
+    return out
+
+
+def _heads_grid(tiles: int, bh: int, meta: dict) -> tuple[int, int]:
+    """The one-program-per-head kernels' grid: (tiles, B·H), or (B·H, tiles) with heads inner (HI)"""
+    return (bh, tiles) if meta.get("HI") else (tiles, bh)
 
 
 def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: int, hmode: str,
@@ -336,8 +351,10 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid)
     ps = (_zero_blocks((B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
           if meta["MAT"] and hmode == "sum" else dummy)
-    launch = kern._fwd_h[(-(-nq // meta["BM"]), B * H)] if grid else kern._fwd[(-(-nq // meta["BM"]), B)]
-    launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, **meta)
+    name = "_fwd_h" if grid else "_fwd"
+    n_qt = -(-nq // meta["BM"])
+    launch = getattr(kern, name)[_heads_grid(n_qt, B * H, meta) if grid else (n_qt, B)]
+    launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, **kernel_meta(meta, name))
     del g
     if meta["MAT"] and hmode == "sum":
         hs = _rows_mm(_blocks(ps, chunks, q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
@@ -368,7 +385,7 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     dh = new(hm.shape) if hm is not None and not grid else None  # one program per head writes no dh
     dx = new(x.shape) if x is not None else dummy
     ddiag = new(B, H, nq) if delta is not None else dummy
-    meta_kv = kernel_meta(meta, "_bwd_kv")
+    meta_kv = kernel_meta(meta, "_bwd_kv_h" if grid else "_bwd_kv")
     n_kt = -(-nk // meta_kv["BN"])
     dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" else dummy
     # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P (stored
@@ -383,11 +400,13 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
             gox if x is not None else dummy, dlt.contiguous()]
     if grid:  # Δ per query tile, then every gradient per key tile (dq, Σ dS, Σ P by atomic adds)
         kern = _kernels(q.device.type != "cuda", "cem_triton_heads.py")
-        kern._bwd_d_h[(-(-nq // meta["BM"]), B * H)](*ins, nq, nk, offset, **meta)
-        kern._bwd_kv_h[(n_kt, B * H)](*ins, ps, dss, dq, dk, dx, ddiag, nq, nk, offset, **meta_kv)
+        kern._bwd_d_h[_heads_grid(-(-nq // meta["BM"]), B * H, meta)](*ins, nq, nk, offset,
+                                                                       **kernel_meta(meta, "_bwd_d_h"))
+        kern._bwd_kv_h[_heads_grid(n_kt, B * H, meta)](*ins, ps, dss, dq, dk, dx, ddiag, nq, nk, offset, **meta_kv)
     else:
         kern = _kernels(q.device.type != "cuda")
-        kern._bwd_q[(-(-nq // meta["BM"]), B)](*ins, ps, dss, dq, dud, ddiag, nq, nk, offset, **meta)
+        kern._bwd_q[(-(-nq // meta["BM"]), B)](*ins, ps, dss, dq, dud, ddiag, nq, nk, offset,
+                                               **kernel_meta(meta, "_bwd_q"))
         kern._bwd_kv[(n_kt, B)](*ins, dk, dh if dh is not None else dummy, dx, dc, nq, nk, offset, **meta_kv)
     del g, gh
     if mat and ud is not None:  # d(ud) = (Σ_k dS_k) H;  dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs

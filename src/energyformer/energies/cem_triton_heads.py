@@ -13,8 +13,9 @@ accumulation-dtype (B, Nq, Nk) buffers, as is dq = Σ_j dS_ij k_j from the key-t
 FlashAttention 2's backward, there is no query-tile pass for dq). Atomic float adds land in any order:
 results are exact to rounding but not bitwise repeatable from run to run.
 
-Kernels (constexprs as in ``cem_triton.py``; MAT must hold wherever there is a shared product, and per-head
-factors, HMODE 2, are not covered — the launcher takes the loop kernels for them):
+Kernels (constexprs as in ``cem_triton.py``, and HI: the launch order of :func:`_program`; MAT must hold
+wherever there is a shared product, and per-head factors, HMODE 2, are not covered — the launcher takes the
+loop kernels for them):
 
 * ``_fwd_h``: pass 1 → m, l, lse of the head; pass 2 → oq, ox in registers (p = e^{s − m}/l, the same
   arithmetic as ``_fwd``) and p added into PS;
@@ -60,10 +61,18 @@ def _add_pair(ptr, b, rows, cols, rmask, cmask, Nq, Nk, val):
 
 
 @triton.jit
-def _head_of(H: tl.constexpr):
-    """(batch row b, head hh, b·H + hh) of this program (axis 1 of the grid runs over B·H)"""
-    bh = tl.program_id(1)
-    return bh // H, bh % H, bh
+def _program(H: tl.constexpr, HI: tl.constexpr):
+    """(tile pid, batch row b, head hh, b·H + hh) of this program. The grid is (tiles, B·H), or with HI
+    (``KernelTiles.grid = 'heads_inner'``) (B·H, tiles): programs launch in the order of axis 0 first, so
+    there the heads of one (tile, batch row) start next to each other and share its tiles of the shared
+    products while they are in cache"""
+    if HI:
+        bh = tl.program_id(0)
+        pid = tl.program_id(1)
+    else:
+        pid = tl.program_id(0)
+        bh = tl.program_id(1)
+    return pid, bh // H, bh % H, bh
 
 
 @triton.jit
@@ -90,14 +99,13 @@ def _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rma
 def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, L, Nq, Nk, offset,
            H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
            BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-           HU: tl.constexpr, MAT: tl.constexpr,
+           HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr,
            CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
            HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
            ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per (query tile, batch row × head): pass 1 → lse, m, l of the head; pass 2 → oq, ox (stored once)
     and, with the head-summed read-out, p added into PS (accumulation dtype, zeroed by the launcher)."""
-    pid = tl.program_id(0)
-    b, hh, bh = _head_of(H)
+    pid, b, hh, bh = _program(H, HI)
     rows = pid * BM + tl.arange(0, BM)
     rmask = rows < Nq
     kend = _key_end(pid, Nk, offset, BM, CAUSAL)
@@ -141,14 +149,13 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
 def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GOX, DLT, Nq, Nk, offset,
              H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
              BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-             HU: tl.constexpr, MAT: tl.constexpr,
+             HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr,
              CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
              HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
              ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per (query tile, batch row × head): Δ_k = Σ_j p dP added to DLT (which holds −g_lse); the very p
     and dP of ``_bwd_kv_h`` (not dOq·oq, see ``cem_triton._bwd_q``)."""
-    pid = tl.program_id(0)
-    b, hh, bh = _head_of(H)
+    pid, b, hh, bh = _program(H, HI)
     rows = pid * BM + tl.arange(0, BM)
     rmask = rows < Nq
     m = tl.load(M + bh * Nq + rows, mask=rmask, other=0.0)
@@ -171,7 +178,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
               DDIAG, Nq, Nk, offset,
               H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
               BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-              HU: tl.constexpr, MAT: tl.constexpr,
+              HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
               HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
               ACC: tl.constexpr, UPCAST: tl.constexpr):
@@ -179,8 +186,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
     dq_k += dS_k K_k, DSS += dS_k, PS += P_k (atomic adds; DQ, DSS, PS zeroed by the launcher); the
     self-bias gradient Σ_j [j = i] dS_ijk into DDIAG (B, H, Nq), written by the program whose tile holds
     key position offset + i."""
-    pid = tl.program_id(0)
-    b, hh, bh = _head_of(H)
+    pid, b, hh, bh = _program(H, HI)
     cols = pid * BN + tl.arange(0, BN)
     cmask = cols < Nk
     dk = tl.zeros((BN, RP), ACC)
