@@ -161,8 +161,8 @@ class KernelTiles(ConfigModel):
     of 'heads' (the same arithmetic), launched with the heads of one (tile, batch row) next to each other
     instead of every tile of one head: each tile of the (B, Nq, Nk) shared products (G, dHs Hᵀ) and head
     sums is then read and added by all heads while it is in L2, where 'heads' walks a whole head's rows
-    — 64 MiB per batch row and product at N 4,096, more than an H100's 50 MiB L2 — before the next head
-    (docs/cem.md, "launch order"); not yet timed on a GPU."""
+    — 64 MiB per batch row and product at N 4,096, more than an H100's 50 MB L2 — before the next head;
+    causal query tiles launch longest first (docs/cem.md, "launch order"); not yet timed on a GPU."""
 
     causal_chunks: int = Field(4, ge=1, le=64)
     """row chunks of the materialised shared products under a causal mask (docs/cem.md): each chunk of

@@ -61,14 +61,17 @@ def _add_pair(ptr, b, rows, cols, rmask, cmask, Nq, Nk, val):
 
 
 @triton.jit
-def _program(H: tl.constexpr, HI: tl.constexpr):
+def _program(H: tl.constexpr, HI: tl.constexpr, LAST_FIRST: tl.constexpr):
     """(tile pid, batch row b, head hh, b·H + hh) of this program. The grid is (tiles, B·H), or with HI
     (``KernelTiles.grid = 'heads_inner'``) (B·H, tiles): programs launch in the order of axis 0 first, so
     there the heads of one (tile, batch row) start next to each other and share its tiles of the shared
-    products while they are in cache"""
+    products while they are in cache; with LAST_FIRST (causal query tiles, whose work grows with the tile)
+    the tiles then launch from the last, the longest, to the first"""
     if HI:
         bh = tl.program_id(0)
         pid = tl.program_id(1)
+        if LAST_FIRST:
+            pid = tl.num_programs(1) - 1 - pid
     else:
         pid = tl.program_id(0)
         bh = tl.program_id(1)
@@ -105,7 +108,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
            ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per (query tile, batch row × head): pass 1 → lse, m, l of the head; pass 2 → oq, ox (stored once)
     and, with the head-summed read-out, p added into PS (accumulation dtype, zeroed by the launcher)."""
-    pid, b, hh, bh = _program(H, HI)
+    pid, b, hh, bh = _program(H, HI, CAUSAL)
     rows = pid * BM + tl.arange(0, BM)
     rmask = rows < Nq
     kend = _key_end(pid, Nk, offset, BM, CAUSAL)
@@ -155,7 +158,7 @@ def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GO
              ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per (query tile, batch row × head): Δ_k = Σ_j p dP added to DLT (which holds −g_lse); the very p
     and dP of ``_bwd_kv_h`` (not dOq·oq, see ``cem_triton._bwd_q``)."""
-    pid, b, hh, bh = _program(H, HI)
+    pid, b, hh, bh = _program(H, HI, CAUSAL)
     rows = pid * BM + tl.arange(0, BM)
     rmask = rows < Nq
     m = tl.load(M + bh * Nq + rows, mask=rmask, other=0.0)
@@ -186,7 +189,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
     dq_k += dS_k K_k, DSS += dS_k, PS += P_k (atomic adds; DQ, DSS, PS zeroed by the launcher); the
     self-bias gradient Σ_j [j = i] dS_ijk into DDIAG (B, H, Nq), written by the program whose tile holds
     key position offset + i."""
-    pid, b, hh, bh = _program(H, HI)
+    pid, b, hh, bh = _program(H, HI, False)  # key tiles: the first is the longest
     cols = pid * BN + tl.arange(0, BN)
     cmask = cols < Nk
     dk = tl.zeros((BN, RP), ACC)
