@@ -21,7 +21,7 @@ import torch
 
 from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
 from energyformer.core import ForwardContext
-from energyformer.energies import cem_kernel
+from energyformer.energies import cem_kernel, cem_products
 from energyformer.energies.interaction import InteractionEnergy
 from energyformer.utils.validate import ConfigError
 
@@ -98,7 +98,7 @@ def test_no_kernel_reads_outside_the_shared_products_blocks(monkeypatch, nq, nk,
         made.append(shape)
         return torch.full(shape, float("nan"), device=like.device, dtype=dtype)
 
-    monkeypatch.setattr(cem_kernel, "_scratch", nan_scratch)
+    monkeypatch.setattr(cem_products, "scratch", nan_scratch)
     _check_function_against_dense(True, False, nq, nk, mode, D=8, offset=offset, **tiles)
     assert made  # the buffers came from the poisoned allocator
 
@@ -119,7 +119,7 @@ def test_heads_inner_launch_order_runs_the_same_arithmetic(monkeypatch, causal, 
         return grids[-1][2]
 
     monkeypatch.setattr(cem_kernel, "_heads_grid", spy)
-    monkeypatch.setattr(cem_kernel, "_scratch", lambda shape, like, dtype: torch.full(
+    monkeypatch.setattr(cem_products, "scratch", lambda shape, like, dtype: torch.full(
         shape, float("nan"), device=like.device, dtype=dtype))
     monkeypatch.setitem(MODES, "grid-inner", dict(h_mode="sum", x=True, grid="heads_inner"))
     _check_function_against_dense(causal, masked, nq, nk, "grid-inner", D=8, offset=offset, **tiles)
@@ -139,42 +139,6 @@ def test_shared_products_are_materialised_where_there_are_any():
 
     assert mat(True, "none") and mat(False, "sum") and mat(True, "sum")
     assert not mat(False, "none") and not mat(True, "stack") and not mat(True, "sum", "recompute")
-
-
-def test_shared_products_accumulate_in_float32_without_rounding_the_operands():
-    g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(2, 5, 300, generator=g), torch.randn(2, 300, 7, generator=g)
-    for dt in (torch.bfloat16, torch.float16):
-        got = cem_kernel._mm_acc(a.to(dt), b.to(dt), torch.float32)
-        assert got.dtype == torch.float32
-        torch.testing.assert_close(got, a.to(dt).double() @ b.to(dt).double(), rtol=1e-6, atol=1e-5, check_dtype=False)
-    assert cem_kernel._mm_acc(a.double(), b.double(), torch.float64).dtype == torch.float64
-
-
-@pytest.mark.parametrize("nq,nk,offset,causal,pieces,align", [
-    (7, 7, 0, True, 4, 1), (3, 10, 7, True, 4, 1), (20, 20, 0, True, 3, 1), (9, 9, 0, False, 4, 1),
-    (5, 5, 0, True, 1, 1), (2, 6, 4, True, 8, 1), (20, 20, 0, True, 3, 4), (37, 45, 8, True, 4, 8),
-    (70, 70, 0, True, 4, 16)])
-def test_causal_row_chunks_cover_every_visible_key_once(nq, nk, offset, causal, pieces, align):
-    """row_chunks: every query row in exactly one chunk, and that chunk's keys include every key the row
-    sees (causal: j <= offset + i), so the chunked shared products equal the whole ones where visible; with
-    ``align``, chunk bounds are multiples of it and so are the key ends (or nk)"""
-    chunks = cem_kernel.row_chunks(nq, nk, offset, causal, pieces, align)
-    rows = [i for r0, r1, _ in chunks for i in range(r0, r1)]
-    assert rows == list(range(nq)) and len(chunks) <= max(1, pieces)
-    for r0, r1, ke in chunks:
-        assert ke <= nk and all(ke >= (min(nk, offset + i + 1) if causal else nk) for i in range(r0, r1))
-        assert r0 % align == 0 and (r1 == nq or r1 % align == 0) and (ke == nk or ke % align == 0)
-    g = torch.Generator().manual_seed(0)
-    a = torch.randn(2, nq, 5, generator=g, dtype=torch.float64)
-    b = torch.randn(2, nk, 5, generator=g, dtype=torch.float64)
-    vis = visible(2, nq, nk, causal, None, offset)
-    full = a @ b.mT
-    got = cem_kernel._pair_mm(a, b.mT, torch.float64, chunks)
-    torch.testing.assert_close(got[vis], full[vis], rtol=0, atol=1e-14)
-    w = torch.where(vis, torch.randn(2, nq, nk, generator=g, dtype=torch.float64), 0.0)
-    torch.testing.assert_close(cem_kernel._rows_mm(w, b, torch.float64, chunks), w @ b, rtol=1e-14, atol=1e-14)
-    torch.testing.assert_close(cem_kernel._cols_mm(w, a, torch.float64, chunks, nk), w.mT @ a, rtol=1e-14, atol=1e-14)
 
 
 def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
@@ -298,7 +262,7 @@ def _dense_low(q, k, ud, hm, slopes, delta, c, x, h_mode, joint=False, chunks=No
     nq, nk, dt = q.shape[2], k.shape[2], q.dtype
     wd = torch.promote_types(dt, torch.float32)  # bias and softmax: float32, float64 for float64 operands
     tiles = cem_kernel.KernelTiles()
-    chunks = cem_kernel.row_chunks(nq, nk, 0, True, chunks or tiles.causal_chunks, max(tiles.block_m, tiles.block_n))
+    chunks = cem_products.row_chunks(nq, nk, 0, True, chunks or tiles.causal_chunks, max(tiles.block_m, tiles.block_n))
     g = torch.zeros(q.shape[0], nq, nk, dtype=dt)
     for r0, r1, ke in chunks:
         g[:, r0:r1, :ke] = ud[:, r0:r1] @ hm[:, :ke].transpose(-1, -2)

@@ -63,6 +63,8 @@ from torch import Tensor
 
 from energyformer.utils.config import ConfigModel, Field
 
+from .cem_products import added, chunk_blocks, cols_mm, mm_acc, pair_mm, row_chunks, rows_mm, zero_blocks
+
 
 def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
@@ -206,109 +208,9 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
 
 
-def _mm_acc(a: Tensor, b: Tensor, acc: torch.dtype, out: Tensor | None = None) -> Tensor:
-    """Batched a @ b (B, n, k) @ (B, k, m) with the operands' products summed in ``acc`` (float32 for
-    16-bit operands, as the kernels' MMA; the operands themselves are not rounded), written into ``out``
-    (a (B, n, m) view, e.g. a block of a larger buffer) where given. On CUDA 16-bit operands go through
-    torch.bmm's ``out_dtype``; elsewhere, or without it, they are upcast first (exact: a product of two
-    16-bit floats fits float32). float32 operands on CUDA where the process allows TF32
-    (``torch.get_float32_matmul_precision() != 'highest'``) are multiplied in float64: the kernels' own
-    products are IEEE float32, and TF32's 10-bit mantissa would cost 1e-3 of a logit."""
-    if a.dtype != acc and a.is_cuda:
-        for kw in ([dict(out=out)] if out is not None else []) + [{}]:
-            try:
-                r = torch.bmm(a, b, out_dtype=acc, **kw)
-                return r if out is None or kw else out.copy_(r)
-            except (RuntimeError, TypeError):  # a torch without bmm's out_dtype (or its out= form)
-                pass
-    if acc == torch.float32 and a.is_cuda and torch.get_float32_matmul_precision() != "highest":
-        r = torch.bmm(a.double(), b.double()).float()
-        return r if out is None else out.copy_(r)
-    return torch.bmm(a.to(acc), b.to(acc), out=out) if out is not None else torch.bmm(a.to(acc), b.to(acc))
-
-
-def row_chunks(nq: int, nk: int, offset: int, causal: bool, pieces: int, align: int = 1) -> list[tuple[int, int, int]]:
-    """(r0, r1, ke) per chunk of query rows: rows r0 … r1 − 1 (positions offset + i) see keys 0 … ke − 1
-    (causal: ke = offset + r1; else every key). The materialised shared products are formed chunk by chunk
-    over these blocks only (``KernelTiles.causal_chunks``): 1 + 1/pieces of a causal product's FLOPs
-    instead of 2. ``align`` (the launcher: the largest tile side of its kernels, a power of two): chunk
-    bounds multiples of it and ke rounded up to one, so every tile a kernel reads lies inside one chunk's
-    block — a tile's query rows lie in one aligned block, hence one chunk, and it is read only if one of its
-    keys is visible to one of them — and the (B, Nq, Nk) buffers need no values outside the blocks."""
-    if not causal or pieces <= 1:
-        return [(0, nq, nk)]
-    up = lambda n: -(-n // align) * align  # noqa: E731
-    step = up(-(-nq // pieces))
-    # the key end from the rows' aligned end: a kernel's last query tile runs past Nq (padded rows, masked)
-    # and reads the keys its padded end could see
-    return [(r0, min(nq, r0 + step), min(nk, up(offset + up(min(nq, r0 + step))))) for r0 in range(0, nq, step)]
-
-
 def launch_chunks(nq: int, nk: int, offset: int, causal: bool, tiles: KernelTiles) -> list[tuple[int, int, int]]:
     """The launch's :func:`row_chunks`, aligned to its largest tile side (every kernel's tiles divide it)."""
     return row_chunks(nq, nk, offset, causal, tiles.causal_chunks, max(tiles.block_m, tiles.block_n))
-
-
-def _scratch(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype) -> Tensor:
-    """An uninitialised buffer of the shared products (every value the kernels or the matmuls read is written
-    first: see :func:`row_chunks`; the tests fill it with NaN instead)."""
-    return torch.empty(shape, device=like.device, dtype=dtype)
-
-
-def _zero_blocks(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype, chunks) -> Tensor:
-    """A (B, Nq, Nk) buffer zero on the chunks' blocks (the head sums the kernels add or store into, which the
-    matmuls then read block by block), uninitialised elsewhere: 5/8 of a whole fill at 4 causal chunks."""
-    out = _scratch(shape, like, dtype)
-    for r0, r1, ke in chunks:
-        out[:, r0:r1, :ke].zero_()
-    return out
-
-
-def _pair_mm(a: Tensor, bt: Tensor, acc: torch.dtype, chunks) -> Tensor:
-    """(B, Nq, Nk) = a (B, Nq, D) @ bt (B, D, Nk) in ``acc`` on each chunk's block, unset elsewhere (the
-    kernels read only the blocks: :func:`row_chunks`; no fill of the whole buffer)."""
-    out = _scratch((a.shape[0], a.shape[1], bt.shape[-1]), a, acc)
-    for r0, r1, ke in chunks:
-        _mm_acc(a[:, r0:r1], bt[..., :ke], acc, out=out[:, r0:r1, :ke])
-    return out
-
-
-def _blocks(w: Tensor | list[Tensor], chunks, dtype: torch.dtype | None = None) -> list[Tensor]:
-    """w's chunk blocks w[:, r0:r1, :ke] (in ``dtype``: only the blocks are cast, not the whole buffer)."""
-    if isinstance(w, list):
-        return w
-    return [w[:, r0:r1, :ke] if dtype is None else w[:, r0:r1, :ke].to(dtype) for r0, r1, ke in chunks]
-
-
-def _rows_mm(w: Tensor | list[Tensor], v: Tensor, acc: torch.dtype, chunks) -> Tensor:
-    """(B, Nq, D) = w (B, Nq, Nk) @ v (B, Nk, D), w zero outside each chunk's block (or its :func:`_blocks`)"""
-    blocks = _blocks(w, chunks)
-    out = _scratch((v.shape[0], chunks[-1][1], v.shape[-1]), v, acc)  # every row is in one chunk
-    for (r0, r1, ke), wb in zip(chunks, blocks):
-        _mm_acc(wb, v[:, :ke], acc, out=out[:, r0:r1])
-    return out
-
-
-def _cols_mm(w: Tensor | list[Tensor], v: Tensor, acc: torch.dtype, chunks, nk: int) -> Tensor:
-    """(B, Nk, D) = wᵀ @ v for w (B, Nq, Nk) zero outside each chunk's block (or its :func:`_blocks`), v (B, Nq, D):
-    the chunk with the most keys written in place, the others added to its first keys (``add_`` on the slice:
-    ``out[:, :ke] += …`` would also copy the slice onto itself)."""
-    blocks = _blocks(w, chunks)
-    out = _scratch((v.shape[0], nk, v.shape[-1]), v, acc)
-    order = sorted(range(len(chunks)), key=lambda c: -chunks[c][2])  # the widest block first
-    for n, c in enumerate(order):
-        (r0, r1, ke), wb = chunks[c], blocks[c]
-        if n == 0:
-            _mm_acc(wb.mT, v[:, r0:r1], acc, out=out[:, :ke])
-            out[:, ke:].zero_()
-        else:
-            out[:, :ke].add_(_mm_acc(wb.mT, v[:, r0:r1], acc))
-    return out
-
-
-def _added(total: Tensor | None, part: Tensor) -> Tensor:
-    """total + part, in place into total; part itself where there is no total yet"""
-    return part if total is None else total.add_(part)
 
 
 def kernel_meta(meta: dict, name: str) -> dict:
@@ -347,9 +249,9 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
     chunks = launch_chunks(nq, nk, offset, causal, tiles)  # blocks of the shared products
-    g = _pair_mm(ud, hm.mT, acc_dt, chunks) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
+    g = pair_mm(ud, hm.mT, acc_dt, chunks) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
     # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid)
-    ps = (_zero_blocks((B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
+    ps = (zero_blocks((B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
           if meta["MAT"] and hmode == "sum" else dummy)
     name = "_fwd_h" if grid else "_fwd"
     n_qt = -(-nq // meta["BM"])
@@ -357,7 +259,7 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, **kernel_meta(meta, name))
     del g
     if meta["MAT"] and hmode == "sum":
-        hs = _rows_mm(_blocks(ps, chunks, q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
+        hs = rows_mm(chunk_blocks(ps, chunks, q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
     return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse, m, l
 
 
@@ -390,9 +292,9 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" else dummy
     # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P (stored
     # per tile in the operand dtype, or added up atomically in the accumulation dtype by the grid kernels)
-    pair = functools.partial(_zero_blocks, (B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
-    g = _pair_mm(ud, hm.mT, acc_dt, chunks) if mat and ud is not None else dummy
-    gh = _pair_mm(ghs, hm.mT, acc_dt, chunks) if mat and hsum else dummy
+    pair = functools.partial(zero_blocks, (B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
+    g = pair_mm(ud, hm.mT, acc_dt, chunks) if mat and ud is not None else dummy
+    gh = pair_mm(ghs, hm.mT, acc_dt, chunks) if mat and hsum else dummy
     dss = pair() if mat and ud is not None else dummy
     ps = pair() if mat and hsum else dummy
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)] + [g, gh]
@@ -410,11 +312,11 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
         kern._bwd_kv[(n_kt, B)](*ins, dk, dh if dh is not None else dummy, dx, dc, nq, nk, offset, **meta_kv)
     del g, gh
     if mat and ud is not None:  # d(ud) = (Σ_k dS_k) H;  dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs
-        dss = _blocks(dss, chunks, q.dtype)  # the blocks cast once, read twice
-        dud = _rows_mm(dss, hm, acc_dt, chunks)
-        dh = _added(dh, _cols_mm(dss, ud, acc_dt, chunks, nk))
+        dss = chunk_blocks(dss, chunks, q.dtype)  # the blocks cast once, read twice
+        dud = rows_mm(dss, hm, acc_dt, chunks)
+        dh = added(dh, cols_mm(dss, ud, acc_dt, chunks, nk))
     if mat and hsum:
-        dh = _added(dh, _cols_mm(_blocks(ps, chunks, q.dtype), ghs, acc_dt, chunks, nk))
+        dh = added(dh, cols_mm(chunk_blocks(ps, chunks, q.dtype), ghs, acc_dt, chunks, nk))
     if hm is not None and dh is None:
         dh = new(hm.shape)
 

@@ -1,0 +1,116 @@
+"""The products CEM attention's heads share, materialised around the Triton kernels (issue 21; docs/cem.md,
+"materialised shared products", "causal row chunks", "nothing outside the blocks").
+
+With ``KernelTiles.shared = 'materialize'`` the launcher (:mod:`.cem_kernel`) forms G = ud Hᵀ and
+Gh = dHs Hᵀ as (B, Nq, Nk) buffers the kernels read per tile, and the matmuls of the head sums Σ_k P_k and
+Σ_k dS_k ((Σ P) H, (Σ dS) H, (Σ dS)ᵀ ud, (Σ P)ᵀ dHs), all over the blocks of causal row chunks
+(:func:`row_chunks`). The buffers are allocated uninitialised (:func:`scratch`): every value a kernel or a
+matmul reads lies in a block and is written first; the tests replace :func:`scratch` with a NaN fill to
+prove it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def mm_acc(a: Tensor, b: Tensor, acc: torch.dtype, out: Tensor | None = None) -> Tensor:
+    """Batched a @ b (B, n, k) @ (B, k, m) with the operands' products summed in ``acc`` (float32 for
+    16-bit operands, as the kernels' MMA; the operands themselves are not rounded), written into ``out``
+    (a (B, n, m) view, e.g. a block of a larger buffer) where given. On CUDA 16-bit operands go through
+    torch.bmm's ``out_dtype``; elsewhere, or without it, they are upcast first (exact: a product of two
+    16-bit floats fits float32). float32 operands on CUDA where the process allows TF32
+    (``torch.get_float32_matmul_precision() != 'highest'``) are multiplied in float64: the kernels' own
+    products are IEEE float32, and TF32's 10-bit mantissa would cost 1e-3 of a logit."""
+    if a.dtype != acc and a.is_cuda:
+        for kw in ([dict(out=out)] if out is not None else []) + [{}]:
+            try:
+                r = torch.bmm(a, b, out_dtype=acc, **kw)
+                return r if out is None or kw else out.copy_(r)
+            except (RuntimeError, TypeError):  # a torch without bmm's out_dtype (or its out= form)
+                pass
+    if acc == torch.float32 and a.is_cuda and torch.get_float32_matmul_precision() != "highest":
+        r = torch.bmm(a.double(), b.double()).float()
+        return r if out is None else out.copy_(r)
+    return torch.bmm(a.to(acc), b.to(acc), out=out) if out is not None else torch.bmm(a.to(acc), b.to(acc))
+
+
+def row_chunks(nq: int, nk: int, offset: int, causal: bool, pieces: int, align: int = 1) -> list[tuple[int, int, int]]:
+    """(r0, r1, ke) per chunk of query rows: rows r0 … r1 − 1 (positions offset + i) see keys 0 … ke − 1
+    (causal: ke = offset + r1; else every key). The materialised shared products are formed chunk by chunk
+    over these blocks only (``KernelTiles.causal_chunks``): 1 + 1/pieces of a causal product's FLOPs
+    instead of 2. ``align`` (the launcher: the largest tile side of its kernels, a power of two): chunk
+    bounds multiples of it and ke rounded up to one, so every tile a kernel reads lies inside one chunk's
+    block — a tile's query rows lie in one aligned block, hence one chunk, and it is read only if one of its
+    keys is visible to one of them — and the (B, Nq, Nk) buffers need no values outside the blocks."""
+    if not causal or pieces <= 1:
+        return [(0, nq, nk)]
+    up = lambda n: -(-n // align) * align  # noqa: E731
+    step = up(-(-nq // pieces))
+    # the key end from the rows' aligned end: a kernel's last query tile runs past Nq (padded rows, masked)
+    # and reads the keys its padded end could see
+    return [(r0, min(nq, r0 + step), min(nk, up(offset + up(min(nq, r0 + step))))) for r0 in range(0, nq, step)]
+
+
+def scratch(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype) -> Tensor:
+    """An uninitialised buffer of the shared products (every value the kernels or the matmuls read is written
+    first: see :func:`row_chunks`; the tests fill it with NaN instead)."""
+    return torch.empty(shape, device=like.device, dtype=dtype)
+
+
+def zero_blocks(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype, chunks) -> Tensor:
+    """A (B, Nq, Nk) buffer zero on the chunks' blocks (the head sums the kernels add or store into, which the
+    matmuls then read block by block), uninitialised elsewhere: 5/8 of a whole fill at 4 causal chunks."""
+    out = scratch(shape, like, dtype)
+    for r0, r1, ke in chunks:
+        out[:, r0:r1, :ke].zero_()
+    return out
+
+
+def pair_mm(a: Tensor, bt: Tensor, acc: torch.dtype, chunks) -> Tensor:
+    """(B, Nq, Nk) = a (B, Nq, D) @ bt (B, D, Nk) in ``acc`` on each chunk's block, unset elsewhere (the
+    kernels read only the blocks: :func:`row_chunks`; no fill of the whole buffer)."""
+    out = scratch((a.shape[0], a.shape[1], bt.shape[-1]), a, acc)
+    for r0, r1, ke in chunks:
+        mm_acc(a[:, r0:r1], bt[..., :ke], acc, out=out[:, r0:r1, :ke])
+    return out
+
+
+def chunk_blocks(w: Tensor | list[Tensor], chunks, dtype: torch.dtype | None = None) -> list[Tensor]:
+    """w's chunk blocks w[:, r0:r1, :ke] (in ``dtype``: only the blocks are cast, not the whole buffer)."""
+    if isinstance(w, list):
+        return w
+    return [w[:, r0:r1, :ke] if dtype is None else w[:, r0:r1, :ke].to(dtype) for r0, r1, ke in chunks]
+
+
+def rows_mm(w: Tensor | list[Tensor], v: Tensor, acc: torch.dtype, chunks) -> Tensor:
+    """(B, Nq, D) = w (B, Nq, Nk) @ v (B, Nk, D), w zero outside each chunk's block (or its :func:`chunk_blocks`)"""
+    blocks = chunk_blocks(w, chunks)
+    out = scratch((v.shape[0], chunks[-1][1], v.shape[-1]), v, acc)  # every row is in one chunk
+    for (r0, r1, ke), wb in zip(chunks, blocks):
+        mm_acc(wb, v[:, :ke], acc, out=out[:, r0:r1])
+    return out
+
+
+def cols_mm(w: Tensor | list[Tensor], v: Tensor, acc: torch.dtype, chunks, nk: int) -> Tensor:
+    """(B, Nk, D) = wᵀ @ v for w (B, Nq, Nk) zero outside each chunk's block (or its :func:`chunk_blocks`),
+    v (B, Nq, D):
+    the chunk with the most keys written in place, the others added to its first keys (``add_`` on the slice:
+    ``out[:, :ke] += …`` would also copy the slice onto itself)."""
+    blocks = chunk_blocks(w, chunks)
+    out = scratch((v.shape[0], nk, v.shape[-1]), v, acc)
+    order = sorted(range(len(chunks)), key=lambda c: -chunks[c][2])  # the widest block first
+    for n, c in enumerate(order):
+        (r0, r1, ke), wb = chunks[c], blocks[c]
+        if n == 0:
+            mm_acc(wb.mT, v[:, r0:r1], acc, out=out[:, :ke])
+            out[:, ke:].zero_()
+        else:
+            out[:, :ke].add_(mm_acc(wb.mT, v[:, r0:r1], acc))
+    return out
+
+
+def added(total: Tensor | None, part: Tensor) -> Tensor:
+    """total + part, in place into total; part itself where there is no total yet"""
+    return part if total is None else total.add_(part)
