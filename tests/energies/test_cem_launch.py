@@ -1,0 +1,64 @@
+"""The CEM kernels' launch arguments (energies/cem_kernel.py): each kernel of cem_triton.py and
+cem_triton_heads.py gets exactly the constexprs it declares — a missing one would be compiled as a pointer
+argument, an extra one is refused by Triton's launcher — from the launcher (``kernel_meta`` of
+``_launch_args``) and from ``scripts/triton_ptx.py``'s configurations, which compile them without a GPU."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from energyformer.energies import cem_kernel
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src/energyformer/energies"
+LOOP, HEADS = ("_fwd", "_bwd_q", "_bwd_kv"), ("_fwd_h", "_bwd_d_h", "_bwd_kv_h")
+OPTIONS = {"num_warps", "num_stages"}  # Triton's launch options, not kernel arguments
+
+
+def constexprs(file: str) -> dict[str, set[str]]:
+    """{kernel: its tl.constexpr parameters} of the launched kernels in ``file`` (read from the source)"""
+    out = {}
+    for node in ast.parse((SRC / file).read_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.name in LOOP + HEADS:
+            out[node.name] = {a.arg for a in node.args.args
+                              if a.annotation is not None and ast.unparse(a.annotation) == "tl.constexpr"}
+    return out
+
+
+KERNELS = {**constexprs("cem_triton.py"), **constexprs("cem_triton_heads.py")}
+
+
+def test_every_launched_kernel_is_found():
+    assert set(KERNELS) == set(LOOP + HEADS) and all(KERNELS.values())
+
+
+@pytest.mark.parametrize("grid", ["rows", "heads", "heads_inner"])
+@pytest.mark.parametrize("hmode", ["none", "sum", "stack"])
+def test_the_launcher_passes_each_kernel_exactly_its_constexprs(grid, hmode):
+    import triton.language as tl
+
+    q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
+    meta = cem_kernel._launch_args(tl, q, hm, None, True, True, hmode, True, True, False,
+                                   cem_kernel.KernelTiles(grid=grid))
+    for name in LOOP + HEADS:
+        assert set(cem_kernel.kernel_meta(meta, name)) - OPTIONS == KERNELS[name], name
+
+
+def test_triton_ptx_configurations_give_every_kernel_its_constexprs():
+    """scripts/triton_ptx.py sets TRITON_INTERPRET=0 when imported: read in a process of its own"""
+    code = ("import json, sys; sys.path.insert(0, 'scripts'); import triton_ptx as t; "
+            "print(json.dumps(sorted(t.configurations(1)[0]['meta'])))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    given = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    for name, need in KERNELS.items():
+        assert need <= given, (name, need - given)
