@@ -28,6 +28,8 @@ Usage (GPU; write the output under docs/results/cem/):
     python benchmarks/gpu_lm.py --compile ...   # every model torch.compile'd first (train.compile)
     python benchmarks/gpu_lm.py --compile reduce-overhead ...   # + CUDA graph trees (train.compile's mode)
     python benchmarks/gpu_lm.py --tiny          # CPU smoke run at a tiny size (the test's)
+    python benchmarks/gpu_lm.py --render-only docs/results/cem/gpu_h100   # its README.md: issue 21's targets
+                                                # and verdicts from the gpu_lm*.md there (_gpu_lm_page.py)
 """
 
 from __future__ import annotations
@@ -311,7 +313,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size: D 32, 2 layers, V 97")
     keep_going_arg(ap)
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
+    ap.add_argument("--render-only", type=Path, metavar="DIR",
+                    help="measure nothing: write DIR/README.md (issue 21's targets and verdicts) from the gpu_lm*.md "
+                         "outputs committed in DIR")
     args = ap.parse_args(argv)
+    if args.render_only:
+        import _gpu_lm_page
+
+        print(_gpu_lm_page.write(args.render_only))
+        return
     if args.tiny:
         args.vocab, args.dim, args.layers, args.heads, args.mlp_hidden = 97, 32, 2, 4, 64
     for key, full, tiny in (("settings", "1024x8,4096x2", "16x2"), ("repeats", 5, 2), ("warmup", 2, 1)):

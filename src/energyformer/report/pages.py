@@ -100,6 +100,8 @@ PAGES: tuple[Page, ...] = (
        inputs=("cpu/results.json",)),
     _p("cem-benchmarks", "cem", ["benchmarks.md"], Script("benchmarks/lm_throughput.py", ("--render-only", "{out}")),
        inputs=("bench_lm_throughput.txt", "bench_cem_attention.txt"), readme=False),
+    _p("cem-gpu", "cem/gpu_h100", ["README.md"], Script("benchmarks/gpu_lm.py", ("--render-only", "{out}")),
+       inputs=("gpu_lm_98ac984.md", "gpu_lm_graphs_fef18e0.md"), readme=False),
     _p("intrinsic-lm", "intrinsic", ["README.md", "cpu/README.md", "gpu/README.md"], Reproduce("intrinsic-lm"),
        inputs=("cpu/results.json", "gpu/results.json")),
     _p("intrinsic-cpu-benchmark", "intrinsic/cpu", ["benchmark.md"],
