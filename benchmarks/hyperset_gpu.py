@@ -17,6 +17,8 @@ Usage (GPU; write the output under docs/results/hyperset/):
     python benchmarks/hyperset_gpu.py --tiny        # CPU smoke run (d 32, L 2, batch 2)
     python benchmarks/hyperset_gpu.py --compile     # the same with torch.compile (train.compile)
     python benchmarks/hyperset_gpu.py --compile reduce-overhead   # + CUDA graph trees (train.compile's mode)
+    python benchmarks/hyperset_gpu.py --render-only docs/results/hyperset/gpu_h100   # its README.md: issue 20's
+                                                    # target and verdict from the gpu_throughput*.md there
     python benchmarks/hyperset_gpu.py --cuda-graph  # + every model with its training step one CUDA graph
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import sys
 from pathlib import Path
 from typing import Callable
@@ -83,7 +86,8 @@ def build(config: str, extra: list[str], args, device: torch.device) -> torch.nn
 def run(args, emit: Callable[[list[str]], None]) -> None:
     device = pick_device()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    emit([f"device: {device.type} ({name}); torch {torch.__version__}; commit {git_commit()}",
+    emit([f"device: {device.type} ({name}); torch {torch.__version__}; commit {git_commit()}; "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
           f"d={args.dim} heads={args.heads} L={args.iterations} batch={args.batch} (x {CELLS} tokens); "
           f"{args.repeats} interleaved repeats after {args.warmup} warm-up per model"
           f"{compile_note(args.compile, device)}"])
@@ -151,7 +155,15 @@ def main(argv: list[str] | None = None) -> None:
                          "those rows' ratios are to the graphed transformer")
     keep_going_arg(ap)
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
+    ap.add_argument("--render-only", type=Path, metavar="DIR",
+                    help="measure nothing: write DIR/README.md (issue 20's speed target and its verdict) from the "
+                         "gpu_throughput*.md outputs committed in DIR")
     args = ap.parse_args(argv)
+    if args.render_only:
+        import _hyperset_gpu_page
+
+        print(_hyperset_gpu_page.write(args.render_only))
+        return
     if args.tiny:
         args.dim, args.heads, args.iterations, args.batch = 32, 4, 2, 2
     if pick_device().type == "cpu":
