@@ -48,6 +48,10 @@
 #
 # Outputs go to $OUT (default /tmp/gpu_out): at most 8 files (the device tool's limit): all.tgz holds
 # every log and the runs' metrics; the page inputs are also copied out one by one.
+# Then, here: copy gpu_lm.md to docs/results/cem/gpu_h100/gpu_lm_<commit>.md and hyperset_gpu.md to
+# docs/results/hyperset/gpu_h100/gpu_throughput_<commit>.md (<commit>: the code that ran), name them in
+# src/energyformer/report/pages.py (the pages' inputs and ARTIFACTS) and run `energyformer report`: the two
+# GPU pages' verdicts for issues 20 and 21 then come from the new runs (the newest dated run decides).
 set -u
 PHASE=${1:?usage: gpu_checks.sh probe|full [STEPS] [SECONDS]}
 if [ "$PHASE" = full ]; then STEPS=${2:?full needs STEPS}; BUDGET=${3:-560}; else BUDGET=${2:-100}; fi
