@@ -12,8 +12,12 @@ Rows ending in ", CUDA graph" ran each step as one CUDA graph, against Llama's g
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _page  # noqa: E402  (a sibling script: the benchmark pages' writer)
 
 AUTO, PAPER, GRAPH = "full CEM T=1 (auto path)", "paper configuration (T=2, D+LR)", ", CUDA graph"
 _HEAD = re.compile(r"^device: (.*?); .*?(\d{4}-\d\d-\d\d \d\d:\d\d UTC)\s*$")
@@ -45,6 +49,19 @@ TARGETS = tuple(
 )
 
 
+def table_row(path: Path, n: int, line: str, ratio_col: int, what: str) -> tuple[str, tuple]:
+    """(model, row) of a benchmark table's line ``n``: row (median, min, max, memory ratio or None, None) where
+    cell ``ratio_col`` holds a ratio, else (None, None, None, None, what stopped it: the cell before it, where
+    the benchmark writes OOM or the error); memory: the last cell. Any other line is a one-line error."""
+    cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+    if len(cells) != 5:
+        raise SystemExit(f"{path}:{n}: not a {what} table row (5 cells): {line[:80]!r}")
+    m = _RATIO.match(cells[ratio_col])
+    if m is None:
+        return cells[0], (None, None, None, None, cells[ratio_col - 1])
+    return cells[0], (*map(float, m.groups()), None if cells[4] in ("n/a", "—") else float(cells[4]), None)
+
+
 def parse(path: Path) -> dict:
     """{'file', 'commit', 'device', 'date', 'rows': {(N, B, precision, mode, model): row}}; a row is (median, min,
     max, memory ratio or None, None) for a measured model, (None, None, None, None, what) for one that did not
@@ -60,15 +77,8 @@ def parse(path: Path) -> dict:
         if m := _SECTION.match(line):
             section = (int(m.group(1)), int(m.group(2)), m.group(3), m.group(4))
         elif section and line.startswith("| ") and not line.startswith(("| model", "|---")):
-            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-            if len(cells) != 5:
-                raise SystemExit(f"{path}:{n}: not a gpu_lm.py table row (5 cells): {line[:80]!r}")
-            m = _RATIO.match(cells[2])
-            if m is None:  # a model that did not run: gpu_lm.py writes OOM or the error in the tokens/s cell
-                run["rows"][(*section, cells[0])] = (None, None, None, None, cells[1])
-                continue
-            mem = None if cells[4] in ("n/a", "—") else float(cells[4])
-            run["rows"][(*section, cells[0])] = (*map(float, m.groups()), mem, None)
+            model, row = table_row(path, n, line, 2, "gpu_lm.py")
+            run["rows"][(*section, model)] = row
     return run
 
 
@@ -111,19 +121,19 @@ def render(folder: Path) -> str:
             out.append(f"| {t.text} | — | not measured | UNTESTABLE (no run has the row) |")
             continue
         for r, row in seen:
-            detail.append(f"| {t.text} | {_name(r)} | {' | '.join(verdict(t, row))} |")
+            detail.append(f"| {t.text} | {run_name(r)} | {' | '.join(verdict(t, row))} |")
         r, row = seen[-1]
-        out.append(f"| {t.text} | {_name(r)} | {' | '.join(verdict(t, row))} |")
+        out.append(f"| {t.text} | {run_name(r)} | {' | '.join(verdict(t, row))} |")
     out += detail + ["", "## Runs", "", "| file | code (commit) | device | date |", "|---|---|---|---|"]
     out += [f"| [{r['file']}]({r['file']}) | {r['commit']} | {r['device']} | {r['date']} |" for r in runs]
     return "\n".join(out) + "\n"
 
 
-def _name(run: dict) -> str:
-    return f"[{run['commit']}]({run['file']}), {run['date']}"
+def run_name(run: dict) -> str:
+    """the run as a link to its file, with its date where the header had one"""
+    return f"[{run['commit']}]({run['file']})" + (f", {run['date']}" if run["date"] else "")
 
 
 def write(folder: Path) -> Path:
-    path = folder / "README.md"
-    path.write_text(render(folder))
-    return path
+    _page.write_page(folder, "README.md", render(folder))
+    return folder / "README.md"

@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _gpu_lm_page import GRAPH, Target, verdict  # noqa: E402  (a sibling script: the same verdict rule)
+import _page  # noqa: E402  (sibling scripts: the pages' writer, and gpu_lm's page for the same rule and rows)
+from _gpu_lm_page import GRAPH, Target, run_name, table_row, verdict  # noqa: E402
 
 _DEVICE = re.compile(r"^device: (.*?); .*?(?:; (\d{4}-\d\d-\d\d \d\d:\d\d UTC))?\s*$")
 _SECTION = re.compile(r"^### (\w+)(?: autocast)?, (\w+)\s*$")
-_RATIO = re.compile(r"^([\d.]+) \[([\d.]+), ([\d.]+)\]$")
 MODEL = "Hyper-SET"
 TARGETS = ((Target("Hyper-SET ≥ 1.0× the looped transformer's training tokens/s (d 768, L 24, bf16 autocast)",
                    MODEL, 0, 1.0), False),
@@ -45,12 +45,8 @@ def parse(path: Path) -> dict:
         if s := _SECTION.match(line):
             section = s.groups()
         elif section and line.startswith("| ") and not line.startswith(("| model", "|---")):
-            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-            if len(cells) != 5:
-                raise SystemExit(f"{path}:{n}: not a hyperset_gpu.py table row (5 cells): {line[:80]!r}")
-            r = _RATIO.match(cells[3])
-            run["rows"][(*section, cells[0])] = (*map(float, r.groups()), None, None) if r else \
-                (None, None, None, None, cells[2])
+            model, row = table_row(path, n, line, 3, "hyperset_gpu.py")
+            run["rows"][(*section, model)] = row[:3] + (None, None) if row[4] is None else row  # peak GiB: no ratio
     return run
 
 
@@ -59,11 +55,12 @@ def decide(seen: list[tuple[dict, tuple]], t: Target) -> tuple[str, str, str]:
     dated = [(r, row) for r, row in seen if r["date"]]
     if dated:
         r, row = dated[-1]
-        return (_name(r), *verdict(t, row))
-    verdicts = {verdict(t, row)[1] for _, row in seen}
-    runs = ", ".join(_name(r) for r, _ in seen)
-    measured = "; ".join(verdict(t, row)[0] for _, row in seen)
-    return runs, measured, verdicts.pop() if len(verdicts) == 1 else "UNDECIDED (undated runs disagree)"
+        return (run_name(r), *verdict(t, row))
+    each = [verdict(t, row) for _, row in seen]
+    runs = ", ".join(run_name(r) for r, _ in seen)
+    verdicts = {v for _, v in each}
+    return runs, "; ".join(m for m, _ in each), verdicts.pop() if len(verdicts) == 1 else \
+        "UNDECIDED (undated runs disagree)"
 
 
 def render(folder: Path) -> str:
@@ -89,7 +86,7 @@ def render(folder: Path) -> str:
             out.append(f"| {t.text} | — | not measured | UNTESTABLE (no run has the row) |")
             continue
         out.append(f"| {t.text} | {' | '.join(decide(seen, t))} |")
-        detail += [f"| {t.text} | {_name(r)} | {' | '.join(verdict(t, row))} |" for r, row in seen]
+        detail += [f"| {t.text} | {run_name(r)} | {' | '.join(verdict(t, row))} |" for r, row in seen]
     out += detail + ["", "## Runs", "", "| file | code (commit) | device | date | torch.compile |",
                      "|---|---|---|---|---|"]
     out += [f"| [{r['file']}]({r['file']}) | {r['commit']} | {r['device']} | {r['date'] or 'undated'} | "
@@ -97,11 +94,6 @@ def render(folder: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-def _name(run: dict) -> str:
-    return f"[{run['commit']}]({run['file']})" + (f", {run['date']}" if run["date"] else "")
-
-
 def write(folder: Path) -> Path:
-    path = folder / "README.md"
-    path.write_text(render(folder))
-    return path
+    _page.write_page(folder, "README.md", render(folder))
+    return folder / "README.md"
