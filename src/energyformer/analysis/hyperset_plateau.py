@@ -255,13 +255,15 @@ def _findings(r: Runs) -> list[str]:
         f"every iteration to tokens that start at RMS {sig2(r.at(fast, 0, 'x_rms_first'))} — is what holds a "
         f"looped model at ln 9; at lr {r.data[rel]['lr']:g} the transformer escapes it and Hyper-SET does not.",
         "",
-        "**Not found:** a change that makes Hyper-SET leave ln 9 as fast as the transformer. The default now "
-        "follows the released code and Table 6 (item 2), which removes the runaway state of our old default "
-        "but not the plateau; what would (a larger embedding scale, input injection, a different γ/α start) "
-        "was untested in these runs (the next section tries the first two). The CPU test "
-        "`tests/blocks/test_hyperset_plateau.py` records the gap as a strict xfail at a smaller size (its "
-        "docstring states the recipe and the losses it measured): the paper's baseline transformer leaves "
-        "ln 9 there and Hyper-SET does not.",
+        "**Not found in these runs:** a change that makes Hyper-SET leave ln 9 as fast as the transformer. The "
+        "default now follows the released code and Table 6 (item 2), which removes the runaway state of our old "
+        "default but not the plateau; a larger embedding scale and input injection are tried in the next "
+        "section. The CPU test `tests/blocks/test_hyperset_plateau.py` records the gap as a strict xfail at a "
+        "smaller size (its recipe: `energyformer.analysis.plateau_recipe`): the paper's baseline transformer "
+        "leaves ln 9 there and Hyper-SET does not. On that recipe, [ablation/](ablation/README.md) "
+        "(`scripts/hyperset_plateau_ablation.py`) swaps one part of Hyper-SET at a time (the attention energy, "
+        "the step sizes, either sublayer for the transformer's) over several seeds: which variants leave ln 9 "
+        "is read there.",
     ]
     return lines
 

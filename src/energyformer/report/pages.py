@@ -122,6 +122,8 @@ PAGES: tuple[Page, ...] = (
                "gpu/env.txt", "gpu/released_code_hyperset.json")),
     _p("hyperset-plateau-summary", "hyperset/plateau", ["summary.csv"],
        Script("scripts/hyperset_plateau_summary.py", ("{out}",)), inputs=(), readme=False),
+    _p("hyperset-plateau-ablation", "hyperset/plateau/ablation", ["README.md"],
+       Script("scripts/hyperset_plateau_ablation.py", ("--render-only", "{out}")), readme=False),
     _p("hyperset-images", "images", ["README.md", "cpu/README.md"], Reproduce("hyperset-images"),
        inputs=("cpu/results.json", "cpu/benchmark.md")),
     _p("bare-sa", "bare_sa", ["README.md", "cpu/README.md"], Reproduce("bare-sa"),
