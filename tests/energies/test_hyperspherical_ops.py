@@ -249,3 +249,40 @@ def test_sphere_norm_and_symmetric_bisoftmax_on_cuda_match_float64():
     for a, b in zip(got, ref):
         a, b = a.detach().double().cpu(), b.detach()
         assert float((a - b).norm() / b.norm()) < 2e-2
+
+
+# ----------------------------------------------------------------------------- column_mask
+def _padded_energy(impl: str, **kw):
+    """A float64 bi-softmax energy without self-interaction, its state on a batch whose first row has 2 padded
+    tokens, and the padding (B, N)."""
+    from energyformer.energies.hyperspherical import BiSoftmaxAttentionEnergy
+
+    e = BiSoftmaxAttentionEnergy(8, 2, impl=impl, self_interaction=False, **kw).double()
+    with torch.no_grad():
+        e.proj.weight.normal_(0, 0.6, generator=torch.Generator().manual_seed(0))
+    pad = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    x = torch.randn(2, 7, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    return e, e.prepare(x, mask=pad), pad[:, None, :, None]
+
+
+@pytest.mark.parametrize("impl", ["einsum", "fused"])
+@pytest.mark.parametrize("sphere", [False, True])
+def test_bisoftmax_without_self_interaction_and_with_padding_is_the_gradient(impl, sphere):
+    """Key padding ∧ j ≠ i: a padded query sees the real keys but none sees it, so it must stay out of their
+    column normalisers (column_mask = mask ∧ maskᵀ). The einsum path took the mask as given and was 0.88 off
+    the autograd of E_ATTN on real rows; now both paths equal it to 1e-12 (padded rows are free)."""
+    from energyformer.energies.hyperspherical import SubspaceAttentionEnergy
+
+    e, st, real = _padded_energy(impl, sphere=sphere)
+    ref = SubspaceAttentionEnergy.reference_operator(e, st)
+    torch.testing.assert_close(e.operator(st) * real, ref * real, rtol=1e-12, atol=1e-12)
+
+
+def test_column_mask_is_the_mask_and_its_transpose():
+    from energyformer.energies.hyperspherical_ops import column_mask
+
+    pad = torch.tensor([[True, True, False]])[:, None, None, :]  # (1, 1, 1, 3): its own swap
+    assert column_mask(pad) is pad and column_mask(None) is None
+    full = pad & ~torch.eye(3, dtype=torch.bool)  # (1, 1, 3, 3): the padded query still sees the real keys
+    want = torch.tensor([[False, True, False], [True, False, False], [False, False, False]])
+    assert torch.equal(column_mask(full)[0, 0], want)

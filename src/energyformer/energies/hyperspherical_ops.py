@@ -228,11 +228,16 @@ def chunked_lse(q: Tensor, k: Tensor, scale: float, mask: Tensor | None = None,
     return _ChunkedLSE.apply(q, k, float(scale), mask, int(budget))
 
 
-def _transpose_mask(mask: Tensor | None) -> Tensor | None:
-    """The mask with queries and keys swapped (a key-padding mask (B, 1, 1, N) is its own swap)."""
+def column_mask(mask: Tensor | None) -> Tensor | None:
+    """The visibility of the column normalisers: ``mask & maskᵀ`` (a key-padding mask (B, 1, 1, N) as it is).
+
+    Key j's column softmax runs over the queries i that see j *and* that j sees. With key padding and
+    ``self_interaction=False`` (mask = real keys ∧ i ≠ j) a padded query sees the real keys but none sees it:
+    it must not enter their column normalisers, and for S = Sᵀ the normaliser is then j's own row
+    normaliser r_j, the column term of ∇E_ATTN (the mask as given counted padded queries in; tested)."""
     if mask is None or mask.shape[-2] == 1:
         return mask
-    return mask.transpose(-1, -2)
+    return mask & mask.transpose(-1, -2)
 
 
 def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None, *,
@@ -246,7 +251,7 @@ def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor 
     float32. Rows of padded queries are defined but not meaningful (padded tokens never move).
     """
     r = chunked_lse(q, k, scale, mask, budget) if lse is None else lse
-    c = r if symmetric else chunked_lse(k, q, scale, _transpose_mask(mask), budget)
+    c = r if symmetric else chunked_lse(k, q, scale, column_mask(mask), budget)  # mask & maskᵀ is its own swap
     hi = torch.maximum(r.amax(-1, keepdim=True), c.amax(-1, keepdim=True))  # (B, H, 1)
     lo = torch.minimum(r.amin(-1, keepdim=True), c.amin(-1, keepdim=True))
     m = 0.5 * (hi + lo)  # (B, H, 1) shift: the midpoint of all normalisers
@@ -325,7 +330,8 @@ def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor
 
     The column softmax normalises over the queries i of each key j (``dim=-2``), as the released
     code does. With a key-padding mask both softmaxes run over real tokens only (padded query rows
-    get no column term); a full mask (B|1, 1, N, N) applies to both as given.
+    get no column term); a full mask (B|1, 1, N, N) applies to the row softmax as given and to the
+    column softmax as ``mask & maskᵀ`` (:func:`column_mask`).
 
     When S is symmetric (``symmetric``; None: ``q is k``, the shared sphere) and the mask is absent or key
     padding, the column softmax is the transposed row softmax, softmax_col(S) = softmax_row(S)ᵀ (c = r,
@@ -341,7 +347,7 @@ def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor
     elif mask is None:
         row, col = torch.softmax(s, dim=-1), torch.softmax(s, dim=-2)
     else:
-        vis = mask if mask.shape[-2] > 1 else (mask & mask.transpose(-1, -2))
+        vis = mask & mask.transpose(-1, -2)  # column_mask for either mask shape
         row = masked_softmax(s, mask)
         # the column softmax normalises over queries (dim -2), which the kit's row-wise helpers do not
         col = torch.softmax(s.masked_fill(~vis, float("-inf")), dim=-2).nan_to_num(0.0)
