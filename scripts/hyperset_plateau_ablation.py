@@ -69,6 +69,12 @@ VARIANTS: dict[str, tuple[str, dict, str | None]] = {
                               {"attention": LLAMA, "mlp": {**HS_FF, "step_size": {"kind": "network"}}}, None),
     "llama_attention+hs_ff_fixed": (f"the transformer's attention + Hyper-SET's feed-forward at a fixed step {FIXED}",
                                     {"attention": LLAMA, "mlp": {**HS_FF, "step_size": FIXED}}, None),
+    "probe_centred_hyperset": (
+        "probe: Hyper-SET, the default but for the bi-softmax weights minus their uniform part (− 2/N)",
+        {"attention": HS_ATTN, "mlp": HS_FF}, "centred"),
+    "probe_centred_hyperset_fixed": (
+        f"probe: the same with fixed step sizes {FIXED}",
+        {"attention": {**HS_ATTN, "step_size": FIXED}, "mlp": {**HS_FF, "step_size": FIXED}}, "centred"),
     "probe_centred_bisoftmax+relu_mlp": (
         f"probe: Hyper-SET's attention at a fixed step {FIXED}, bi-softmax weights minus their uniform part "
         "(− 2/N), + the ReLU MLP", {"attention": {**HS_ATTN, "step_size": FIXED}, "mlp": "relu"}, "centred"),
