@@ -30,9 +30,12 @@ def test_the_grid_is_the_models_on_one_seed():
         ("transformer_sinpos_seed0", "hyperset/sudoku_transformer"),
         ("transformer_learned_seed0", "hyperset/sudoku_transformer"),
         ("hyperset_statenorm_seed0", "hyperset/sudoku_hyperset"),
-        ("hyperset_statenorm_sinpos_seed0", "hyperset/sudoku_hyperset")]
+        ("hyperset_statenorm_sinpos_seed0", "hyperset/sudoku_hyperset"),
+        ("hyperset_sigmoid_seed0", "hyperset/sudoku_hyperset")]
     cfg = {p.cell["model"]: load_run_config(p.config, p.overrides) for p in plans}
     assert cfg["transformer"].model.block.attention.kind == "llama" and cfg["hyperset"].model.iterations == 8
+    assert cfg["hyperset_sigmoid"].model.block.attention.energy == "sigmoid"
+    assert cfg["hyperset_sigmoid"].model.block.mlp == cfg["hyperset_learned"].model.block.mlp
     for lab, c in cfg.items():   # Fig. 3a: "under identical experimental conditions"
         assert c.train == cfg["hyperset"].train and c.task == cfg["hyperset"].task
         same = {k: getattr(cfg["hyperset"].model, k) for k in ("dim", "heads", "n_layers", "iterations", "max_seq_len")}
