@@ -29,6 +29,11 @@
 #                                          and 4k (default, heads launched inner, 2 stages, paper config on
 #                                          the kernel and blocked),
 #                                          the stages sweep at 4k, then every CUDA test (carry the data too)
+#   scripts/gpu_checks.sh plateau [SECONDS] issue 20's "first 1,000 steps" at the paper's size for the plateau's
+#                                          localisation: the gpu scale's hyperset, transformer and hyperset_sigmoid
+#                                          (Table 19's sigmoid energy) for 1,000 steps, three runs sharing the GPU,
+#                                          evaluated every 100 (~4 min; the runs' files in $OUT/runs.tgz: copy them
+#                                          into docs/results/hyperset/plateau/gpu/ beside the first GPU run's)
 #   scripts/gpu_checks.sh full STEPS|scale [SECONDS]
 #        in the background: `energyformer reproduce hyperset-sudoku --scale gpu` cut to its first STEPS
 #        steps (evaluation every STEPS/10; `scale`: the scale as declared, its records then reusable) and, if
@@ -53,7 +58,7 @@
 # src/energyformer/report/pages.py (the pages' inputs and ARTIFACTS) and run `energyformer report`: the two
 # GPU pages' verdicts for issues 20 and 21 then come from the new runs (the newest dated run decides).
 set -u
-PHASE=${1:?usage: gpu_checks.sh probe|full [STEPS] [SECONDS]}
+PHASE=${1:?usage: gpu_checks.sh probe|speed|profile|graphs|compiled|next|stages|plateau|full [STEPS] [SECONDS]}
 if [ "$PHASE" = full ]; then STEPS=${2:?full needs STEPS}; BUDGET=${3:-560}; else BUDGET=${2:-100}; fi
 OUT=${OUT:-/tmp/gpu_out}
 W=/tmp/gpu_work
@@ -176,6 +181,16 @@ if [ "$PHASE" = stages ]; then
     --n 4096 --batch 2 --budget 110 --out "$OUT/gpu_tiles_stages_4k.md"
   step cem_order_4k 80 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads,heads_inner \
     --n 4096 --batch 2 --budget 70 --out "$OUT/gpu_tiles_order_4k.md"
+  pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
+fi
+
+if [ "$PHASE" = plateau ]; then   # the three 1,000-step runs sharing the GPU, then their files
+  step plateau 330 $PY -m energyformer.cli reproduce hyperset-sudoku --scale gpu --jobs 3 --runs /tmp/runs \
+    --only model=hyperset,transformer,hyperset_sigmoid --set train.steps=1000 --set train.eval_every=100 \
+    --set train.save_every=1000
+  cp docs/results/hyperset/gpu/results.json "$OUT/results.json" 2>/dev/null
+  (cd /tmp/runs 2>/dev/null && find . -name metrics.jsonl -o -name run_info.json -o -name config.yaml | \
+    tar czf "$OUT/runs.tgz" -T - 2>/dev/null)
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
