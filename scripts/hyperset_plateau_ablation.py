@@ -75,6 +75,13 @@ VARIANTS: dict[str, tuple[str, dict, str | None]] = {
     "probe_centred_hyperset_fixed": (
         f"probe: the same with fixed step sizes {FIXED}",
         {"attention": {**HS_ATTN, "step_size": FIXED}, "mlp": {**HS_FF, "step_size": FIXED}}, "centred"),
+    "probe_untied_scores+relu_mlp": (
+        f"probe: Hyper-SET's attention at a fixed step {FIXED}, its scores from a second projection W_S "
+        "(S = β RMSNorm(W_Sᵀx)ᵀ RMSNorm(W_Sᵀx), still symmetric; values and read-out through W), + the ReLU MLP",
+        {"attention": {**HS_ATTN, "step_size": FIXED}, "mlp": "relu"}, "untied"),
+    "probe_untied_scores_hyperset": (
+        "probe: Hyper-SET, the default but for the scores from a second projection W_S (as above)",
+        {"attention": HS_ATTN, "mlp": HS_FF}, "untied"),
     "probe_centred_bisoftmax+relu_mlp": (
         f"probe: Hyper-SET's attention at a fixed step {FIXED}, bi-softmax weights minus their uniform part "
         "(− 2/N), + the ReLU MLP", {"attention": {**HS_ATTN, "step_size": FIXED}, "mlp": "relu"}, "centred"),
@@ -82,6 +89,36 @@ VARIANTS: dict[str, tuple[str, dict, str | None]] = {
         "probe control: the same patched operator without the centring (the plain bi-softmax, materialised)",
         {"attention": {**HS_ATTN, "step_size": FIXED}, "mlp": "relu"}, "plain"),
 }
+
+
+def _untied_init(orig):
+    """The energy's __init__ plus a second projection W_S for the scores (a probe: the model's initialisation
+    then draws it like every Linear)."""
+    def init(self, dim, heads, head_dim=None, **kw):
+        orig(self, dim, heads, head_dim, **kw)
+        self.score_proj = torch.nn.Linear(dim, self.heads * self.head_dim, bias=False)
+    return init
+
+
+def _untied_operator(self, st, negate: bool = False):
+    """The bi-softmax with scores from W_S and values W_hᵀx (materialised)."""
+    z = self.score_proj(st.context).unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)  # (B, H, N, p)
+    u = self._norm(z, 0)
+    s = torch.einsum("bhid,bhjd->bhij", u, u) * self.beta  # (B, H, N, N)
+    y = torch.einsum("bhij,bhjd->bhid", torch.softmax(s, -1) + torch.softmax(s, -2), st.v)
+    return -y if negate else y
+
+
+def _probe(probe: str | None):
+    """The patch a probe applies to the bi-softmax energy (a no-op context without one)."""
+    from energyformer.energies.hyperspherical import BiSoftmaxAttentionEnergy
+
+    if probe is None:
+        return contextlib.nullcontext()
+    if probe == "untied":
+        return mock.patch.multiple(BiSoftmaxAttentionEnergy, __init__=_untied_init(BiSoftmaxAttentionEnergy.__init__),
+                                   operator=_untied_operator)
+    return mock.patch.object(BiSoftmaxAttentionEnergy, "operator", _patched_operator(probe == "centred"))
 
 
 def _patched_operator(centred: bool):
@@ -100,12 +137,8 @@ def run_one(job: tuple[str, int, int, int, int]) -> dict:
     """Train one (variant, seed, steps, d, L); returns its record."""
     name, seed, steps, dim, iterations = job
     _, block, probe = VARIANTS[name]
-    from energyformer.energies.hyperspherical import BiSoftmaxAttentionEnergy
-
-    patch = (mock.patch.object(BiSoftmaxAttentionEnergy, "operator", _patched_operator(probe == "centred"))
-             if probe else contextlib.nullcontext())
     t0 = time.perf_counter()
-    with patch:
+    with _probe(probe):
         losses = recipe_losses(block, steps=steps, seed=seed, dim=dim, iterations=iterations)
     return {"variant": name, "seed": seed, "steps": steps, "dim": dim, "iterations": iterations,
             "last50": round(last50(losses), 5),
