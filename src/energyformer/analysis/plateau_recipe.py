@@ -16,7 +16,6 @@ for every seed (seed 0 is the recipe of ``tests/blocks/test_hyperset_plateau.py`
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import torch
 
@@ -26,23 +25,20 @@ STEPS = 200
 DIM, HEADS, ITERATIONS, BATCH, LR = 32, 4, 4, 32, 3e-3
 
 
-def recipe_losses(block: dict, steps: int = STEPS, seed: int = 0,
-                  progress: Callable[[int, float], None] | None = None, *, dim: int = DIM, heads: int = HEADS,
+def recipe_losses(block: dict, steps: int = STEPS, seed: int = 0, *, dim: int = DIM, heads: int = HEADS,
                   iterations: int = ITERATIONS) -> list[float]:
     """The recipe's training losses, one per step, for a ``model.block`` config, single-threaded (the
-    measured numbers are; one thread also makes them deterministic). ``progress(step, mean of the last 25)``
-    is called every 25 steps. ``dim``, ``heads`` and ``iterations`` change the model's size only (the
-    recipe's are d 32, 4 heads, L 4)."""
+    measured numbers are; one thread also makes them deterministic). ``dim``, ``heads`` and ``iterations``
+    change the model's size only (the recipe's are d 32, 4 heads, L 4)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _train(block, steps, seed, progress, (dim, heads, iterations))
+        return _train(block, steps, seed, (dim, heads, iterations))
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(block: dict, steps: int, seed: int, progress: Callable[[int, float], None] | None,
-           size: tuple[int, int, int]) -> list[float]:
+def _train(block: dict, steps: int, seed: int, size: tuple[int, int, int]) -> list[float]:
     from energyformer.data.sudoku import augment, generate_puzzles
     from energyformer.models import MODELS, ModelConfig
     from energyformer.tasks.sudoku import targets_of
@@ -68,8 +64,6 @@ def _train(block: dict, steps: int, seed: int, progress: Callable[[int, float], 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         out.append(float(loss.detach()))
-        if progress is not None and len(out) % 25 == 0:
-            progress(len(out), sum(out[-25:]) / 25)
     return out
 
 
