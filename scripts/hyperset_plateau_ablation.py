@@ -82,6 +82,14 @@ VARIANTS: dict[str, tuple[str, dict, str | None]] = {
     "probe_untied_scores_hyperset": (
         "probe: Hyper-SET, the default but for the scores from a second projection W_S (as above)",
         {"attention": HS_ATTN, "mlp": HS_FF}, "untied"),
+    "probe_unnormalised_exp_hyperset": (
+        "probe: Hyper-SET, the default but for the bi-softmax weights without their normalisers "
+        "(exp(S_ij)/N + exp(S_ji)/N: the weights' shape kept, the normalisation dropped)",
+        {"attention": HS_ATTN, "mlp": HS_FF}, "unnormalised"),
+    "probe_normalised_sigmoid_hyperset": (
+        "probe: Hyper-SET with the sigmoid energy's weights σ(1 − σ)(S) normalised to sum 1 per row "
+        "(the shape kept, a softmax's normalisation added)",
+        {"attention": {**HS_ATTN, "energy": "sigmoid"}, "mlp": HS_FF}, "normalised"),
     "probe_centred_bisoftmax+relu_mlp": (
         f"probe: Hyper-SET's attention at a fixed step {FIXED}, bi-softmax weights minus their uniform part "
         "(− 2/N), + the ReLU MLP", {"attention": {**HS_ATTN, "step_size": FIXED}, "mlp": "relu"}, "centred"),
@@ -109,12 +117,33 @@ def _untied_operator(self, st, negate: bool = False):
     return -y if negate else y
 
 
+def _unnormalised_operator(self, st, negate: bool = False):
+    """(exp(S) + exp(S)ᵀ) V / N: the bi-softmax's weights before their normalisers (materialised)."""
+    s = torch.einsum("bhid,bhjd->bhij", st.q, st.k) * self.beta  # (B, H, N, N)
+    a = torch.exp(s) / s.shape[-1]
+    y = torch.einsum("bhij,bhjd->bhid", a + a.transpose(-1, -2), st.v)
+    return -y if negate else y
+
+
+def _normalised_sigmoid_operator(self, st):
+    """The sigmoid energy's update with its weights σ(1 − σ)(S) normalised to sum 1 over each row."""
+    s = torch.einsum("bhid,bhjd->bhij", st.q, st.k) * self.beta  # (B, H, N, N)
+    a = torch.sigmoid(s) * torch.sigmoid(-s)
+    return torch.einsum("bhij,bhjd->bhid", a / a.sum(-1, keepdim=True), st.v)
+
+
 def _probe(probe: str | None):
     """The patch a probe applies to the bi-softmax energy (a no-op context without one)."""
     from energyformer.energies.hyperspherical import BiSoftmaxAttentionEnergy
 
     if probe is None:
         return contextlib.nullcontext()
+    if probe == "unnormalised":
+        return mock.patch.object(BiSoftmaxAttentionEnergy, "operator", _unnormalised_operator)
+    if probe == "normalised":
+        from energyformer.energies.hyperspherical_alt import SigmoidAttentionEnergy
+
+        return mock.patch.object(SigmoidAttentionEnergy, "operator", _normalised_sigmoid_operator)
     if probe == "untied":
         return mock.patch.multiple(BiSoftmaxAttentionEnergy, __init__=_untied_init(BiSoftmaxAttentionEnergy.__init__),
                                    operator=_untied_operator)
