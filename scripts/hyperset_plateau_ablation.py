@@ -5,15 +5,16 @@ batch 32, lr 3e-3, freshly augmented boards; the recipe of ``tests/blocks/test_h
 one ``model.block`` swapped — the attention energy, the step sizes, one Hyper-SET sublayer against the
 looped transformer's — over several seeds of the initialisation (the data stream is the same for all).
 A variant "leaves ln 9" at a seed when its last 50 steps' mean loss is below ln 9 − 0.005 (the recipe's
-rule). One variant is a *probe*, not a library option: the bi-softmax with its uniform part removed
-(weights softmax_row + softmax_col − 2/N, so that near-uniform attention adds no common drift to every
-token); it is applied by patching the energy's operator inside this script.
+rule). The variants named ``probe_*`` are not library options: they patch the energy's operator inside this
+script to isolate one property of the bi-softmax — its uniform part removed (weights softmax_row + softmax_col
+− 2/N: near-uniform attention then adds no common drift to every token), its scores from a second projection,
+its weights without their normalisers, or the sigmoid energy's weights normalised as a softmax's.
 
     PYTHONPATH=src python scripts/hyperset_plateau_ablation.py --out docs/results/hyperset/plateau/ablation
     PYTHONPATH=src python scripts/hyperset_plateau_ablation.py --out DIR --variants hyperset,transformer --seeds 0
     PYTHONPATH=src python scripts/hyperset_plateau_ablation.py --render-only docs/results/hyperset/plateau/ablation
 
-A run adds its records to ``DIR/results.json`` (replacing those of the same variant, seed and steps) and
+A run adds its records to ``DIR/results.json`` (replacing those of the same variant, seed, size and steps) and
 renders ``DIR/README.md``; ``--render-only`` measures nothing and writes the page from ``results.json``
 alone, byte for byte the same every time.
 """
