@@ -109,58 +109,60 @@ def _untied_init(orig):
     return init
 
 
-def _untied_operator(self, st, negate: bool = False):
-    """The bi-softmax with scores from W_S and values W_hᵀx (materialised)."""
+def _scores(self, st) -> torch.Tensor:
+    """β Q Kᵀ of the state: (B, H, N, N)."""
+    return torch.einsum("bhid,bhjd->bhij", st.q, st.k) * self.beta
+
+
+def _untied_scores(self, st) -> torch.Tensor:
+    """β UUᵀ with U = RMSNorm(W_Sᵀ x), the second projection's: (B, H, N, N)."""
     z = self.score_proj(st.context).unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)  # (B, H, N, p)
     u = self._norm(z, 0)
-    s = torch.einsum("bhid,bhjd->bhij", u, u) * self.beta  # (B, H, N, N)
-    y = torch.einsum("bhij,bhjd->bhid", torch.softmax(s, -1) + torch.softmax(s, -2), st.v)
-    return -y if negate else y
+    return torch.einsum("bhid,bhjd->bhij", u, u) * self.beta
 
 
-def _unnormalised_operator(self, st, negate: bool = False):
-    """(exp(S) + exp(S)ᵀ) V / N: the bi-softmax's weights before their normalisers (materialised)."""
-    s = torch.einsum("bhid,bhjd->bhij", st.q, st.k) * self.beta  # (B, H, N, N)
+def _bisoftmax(s: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(s, -1) + torch.softmax(s, -2)
+
+
+def _centred(s: torch.Tensor) -> torch.Tensor:
+    return _bisoftmax(s) - 2.0 / s.shape[-1]
+
+
+def _unnormalised(s: torch.Tensor) -> torch.Tensor:
     a = torch.exp(s) / s.shape[-1]
-    y = torch.einsum("bhij,bhjd->bhid", a + a.transpose(-1, -2), st.v)
-    return -y if negate else y
+    return a + a.transpose(-1, -2)
+
+
+def _operator(weights, scores=_scores):
+    """A patched bi-softmax operator: ``weights(scores(self, st))`` times V, materialised (− it with ``negate``)."""
+    def operator(self, st, negate: bool = False):
+        y = torch.einsum("bhij,bhjd->bhid", weights(scores(self, st)), st.v)  # (B, H, N, p)
+        return -y if negate else y
+    return operator
 
 
 def _normalised_sigmoid_operator(self, st):
     """The sigmoid energy's update with its weights σ(1 − σ)(S) normalised to sum 1 over each row."""
-    s = torch.einsum("bhid,bhjd->bhij", st.q, st.k) * self.beta  # (B, H, N, N)
+    s = _scores(self, st)
     a = torch.sigmoid(s) * torch.sigmoid(-s)
     return torch.einsum("bhij,bhjd->bhid", a / a.sum(-1, keepdim=True), st.v)
 
 
 def _probe(probe: str | None):
-    """The patch a probe applies to the bi-softmax energy (a no-op context without one)."""
-    from energyformer.energies.hyperspherical import BiSoftmaxAttentionEnergy
+    """The patch a probe applies to the energy (a no-op context without one)."""
+    from energyformer.energies.hyperspherical import BiSoftmaxAttentionEnergy as Bi
+    from energyformer.energies.hyperspherical_alt import SigmoidAttentionEnergy
 
-    if probe is None:
-        return contextlib.nullcontext()
-    if probe == "unnormalised":
-        return mock.patch.object(BiSoftmaxAttentionEnergy, "operator", _unnormalised_operator)
-    if probe == "normalised":
-        from energyformer.energies.hyperspherical_alt import SigmoidAttentionEnergy
-
-        return mock.patch.object(SigmoidAttentionEnergy, "operator", _normalised_sigmoid_operator)
-    if probe == "untied":
-        return mock.patch.multiple(BiSoftmaxAttentionEnergy, __init__=_untied_init(BiSoftmaxAttentionEnergy.__init__),
-                                   operator=_untied_operator)
-    return mock.patch.object(BiSoftmaxAttentionEnergy, "operator", _patched_operator(probe == "centred"))
-
-
-def _patched_operator(centred: bool):
-    """The bi-softmax operator, materialised, optionally minus its uniform part (the probe)."""
-    def operator(self, st, negate: bool = False):
-        s = torch.einsum("bhid,bhjd->bhij", st.q, st.k) * self.beta  # (B, H, N, N)
-        a = torch.softmax(s, -1) + torch.softmax(s, -2)
-        if centred:
-            a = a - 2.0 / s.shape[-1]
-        y = torch.einsum("bhij,bhjd->bhid", a, st.v)  # (B, H, N, p)
-        return -y if negate else y
-    return operator
+    patches = {
+        "plain": lambda: mock.patch.object(Bi, "operator", _operator(_bisoftmax)),
+        "centred": lambda: mock.patch.object(Bi, "operator", _operator(_centred)),
+        "unnormalised": lambda: mock.patch.object(Bi, "operator", _operator(_unnormalised)),
+        "untied": lambda: mock.patch.multiple(Bi, __init__=_untied_init(Bi.__init__),
+                                              operator=_operator(_bisoftmax, _untied_scores)),
+        "normalised": lambda: mock.patch.object(SigmoidAttentionEnergy, "operator", _normalised_sigmoid_operator),
+    }
+    return contextlib.nullcontext() if probe is None else patches[probe]()
 
 
 def run_one(job: tuple[str, int, int, int, int]) -> dict:
