@@ -347,7 +347,7 @@ def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor
     elif mask is None:
         row, col = torch.softmax(s, dim=-1), torch.softmax(s, dim=-2)
     else:
-        vis = mask & mask.transpose(-1, -2)  # column_mask for either mask shape
+        vis = mask & mask.transpose(-1, -2)  # column_mask's rule, materialised (B|1, 1, N, N) for key padding too
         row = masked_softmax(s, mask)
         # the column softmax normalises over queries (dim -2), which the kit's row-wise helpers do not
         col = torch.softmax(s.masked_fill(~vis, float("-inf")), dim=-2).nan_to_num(0.0)
