@@ -276,6 +276,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (one torch thread each)")
     args = ap.parse_args(argv)
     if args.render_only:
+        if not (args.render_only / "results.json").is_file():
+            ap.error(f"--render-only {args.render_only}: no results.json there (write it with --out DIR first)")
         (args.render_only / "README.md").write_text(render(args.render_only), encoding="utf-8")
         print(args.render_only / "README.md")
         return

@@ -66,7 +66,7 @@ def test_bad_arguments_get_one_line_errors(capsys):
     mod = _script()
     for argv, words in ((["--out", "x", "--variants", "nope"], "unknown nope"),
                         (["--out", "x", "--seeds", "a"], "--seeds"), (["--out", "x", "--dim", "30"], "multiple of"),
-                        (["--seeds", "0"], "--out")):
+                        (["--seeds", "0"], "--out"), (["--render-only", "/nonexistent"], "no results.json")):
         with pytest.raises(SystemExit):
             mod.main(argv)
         assert words in capsys.readouterr().err
