@@ -34,6 +34,11 @@
 #                                          (Table 19's sigmoid energy) for 1,000 steps, three runs sharing the GPU,
 #                                          evaluated every 100 (~4 min; the runs' files in $OUT/runs.tgz: copy them
 #                                          into docs/results/hyperset/plateau/gpu/ beside the first GPU run's)
+#   scripts/gpu_checks.sh session [SECONDS] one ~9.5-min call for a session's whole device time: Hyper-SET/transformer
+#                                          bf16 training tokens/s (eager and one CUDA graph per step), gpu_lm bf16
+#                                          training at 1k and 4k (the rows of `next`), then the plateau phase's three
+#                                          1,000-step runs with `pytest -m cuda` beside them (correctness only; the
+#                                          runs are stopped at the phase's deadline, their metrics.jsonl kept)
 #   scripts/gpu_checks.sh full STEPS|scale [SECONDS]
 #        in the background: `energyformer reproduce hyperset-sudoku --scale gpu` cut to its first STEPS
 #        steps (evaluation every STEPS/10; `scale`: the scale as declared, its records then reusable) and, if
@@ -58,7 +63,7 @@
 # src/energyformer/report/pages.py (the pages' inputs and ARTIFACTS) and run `energyformer report`: the two
 # GPU pages' verdicts for issues 20 and 21 then come from the new runs (the newest dated run decides).
 set -u
-PHASE=${1:?usage: gpu_checks.sh probe|speed|profile|graphs|compiled|next|stages|plateau|full [STEPS] [SECONDS]}
+PHASE=${1:?usage: gpu_checks.sh probe|speed|profile|graphs|compiled|next|stages|plateau|session|full [STEPS] [SECONDS]}
 if [ "$PHASE" = full ]; then STEPS=${2:?full needs STEPS}; BUDGET=${3:-560}; else BUDGET=${2:-100}; fi
 OUT=${OUT:-/tmp/gpu_out}
 W=/tmp/gpu_work
@@ -188,6 +193,30 @@ if [ "$PHASE" = plateau ]; then   # the three 1,000-step runs sharing the GPU, t
   step plateau 330 $PY -m energyformer.cli reproduce hyperset-sudoku --scale gpu --jobs 3 --runs /tmp/runs \
     --only model=hyperset,transformer,hyperset_sigmoid --set train.steps=1000 --set train.eval_every=100 \
     --set train.save_every=1000
+  cp docs/results/hyperset/gpu/results.json "$OUT/results.json" 2>/dev/null
+  (cd /tmp/runs 2>/dev/null && find . -name metrics.jsonl -o -name run_info.json -o -name config.yaml | \
+    tar czf "$OUT/runs.tgz" -T - 2>/dev/null)
+  pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
+fi
+
+if [ "$PHASE" = session ]; then   # the timed benchmarks alone on the GPU first, then the trainings and tests
+  step hyperset_gpu_bf16 80 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
+    --warmup 2 --keep-going --cuda-graph --models "Hyper-SET;Hyper-SET, attention.impl einsum" \
+    --out "$OUT/hyperset_gpu.md"
+  step gpu_lm_bf16 170 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
+    --repeats 4 --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, one program per head, \
+heads launched inner;full CEM T=1, one program per head, 2 pipelining stages;paper configuration (T=2, D+LR);\
+paper configuration, blocked path" --out "$OUT/gpu_lm.md"
+  ( $PY -m energyformer.cli reproduce hyperset-sudoku --scale gpu --jobs 3 --runs /tmp/runs \
+      --only model=hyperset,transformer,hyperset_sigmoid --set train.steps=1000 --set train.eval_every=100 \
+      --set train.save_every=1000 > "$W/plateau.txt" 2>&1; echo "rc $?" >> "$W/plateau.txt" ) &
+  SUD=$!
+  step pytest_cuda 200 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
+  cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
+  while kill -0 $SUD 2>/dev/null && [ "$(left)" -gt 12 ]; do sleep 3; done
+  kill -0 $SUD 2>/dev/null && { echo "== plateau runs stopped at the phase deadline" | tee -a "$W/steps.txt";
+    pkill -f "energyformer.cli reproduce"; pkill -f multiprocessing; sleep 2; }
+  tail -n 30 "$W/plateau.txt"
   cp docs/results/hyperset/gpu/results.json "$OUT/results.json" 2>/dev/null
   (cd /tmp/runs 2>/dev/null && find . -name metrics.jsonl -o -name run_info.json -o -name config.yaml | \
     tar czf "$OUT/runs.tgz" -T - 2>/dev/null)
