@@ -20,25 +20,12 @@ from energyformer.experiment import load_run_config, load_trained, run_experimen
 from energyformer.train import checkpoint_step
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+from toy_configs import CUDA_KINDS as KINDS  # noqa: E402
 from toy_configs import toy_overrides  # noqa: E402
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-GP = ["task.kind=gp", "model.steps=2", "model.dim=16"]
-#: one config per model kind (transformer: an energy LM, the Llama baseline, an intrinsic attention, Hyper-SET)
-KINDS: dict[str, tuple[str | None, list[str]]] = {
-    "transformer_cem": ("lm/cem_full", []),
-    "transformer_llama": ("lm/llama", []),
-    "transformer_nag_mha": ("intrinsic/nag_mha", ["model.block.dropout=0.0"]),
-    "transformer_hyperset": ("hyperset/sudoku_hyperset", []),
-    "regressor": (None, GP),
-    "vision": ("images/hyperset", ["task.dataset=digits", "model.patch_size=4"]),        # digits ship with scikit-learn: no
-    "masked_vision": ("images/mim_hyperset", ["task.dataset=digits"]),  # prepared image set on the GPU machine
-    "equilibrium": ("eqt/eqt", []),
-    "bare_sa": ("bare_sa/potts_bare_sa", []),
-    "factored": ("bare_sa/potts_factored", []),
-}
 #: relative tolerance of the step-1 loss against CPU fp32 (TF32 is off: fp32 matmuls are IEEE)
 RTOL = {"fp32": 1e-4, "bf16": 5e-2}
 
