@@ -89,9 +89,9 @@ def test_toy_study_trains_both_models_and_records_every_hook(tmp_path, monkeypat
 
 
 def test_committed_pages_rerender_from_their_records_alone(tmp_path):
-    assert_page_rerenders(tmp_path, "hyperset-sudoku", PAGE, ["README.md", "cpu/README.md"])
+    assert_page_rerenders(tmp_path, "hyperset-sudoku", PAGE, ["README.md", "cpu/README.md", "gpu/README.md"])
     index = (PAGE / "README.md").read_text()
-    assert "gpu** — not run yet: `energyformer reproduce hyperset-sudoku --scale gpu" in index
+    assert "* **gpu** — [gpu/README.md](gpu/README.md): 3 runs on NVIDIA H100" in index
 
 
 def test_committed_records_are_reused_by_the_runner():
@@ -103,6 +103,17 @@ def test_committed_records_are_reused_by_the_runner():
     assert set(plans) == set(recs)
     for n in plans:
         assert recs[n]["config_hash"] == config_hash(load_run_config(plans[n].config, plans[n].overrides)), n
+
+
+def test_committed_gpu_records_are_the_gpu_scales_plans():
+    """The gpu records (one H100 device run of `reproduce hyperset-sudoku --scale gpu`, 2026-11-26) are the
+    scale's three labels as declared today: each record's hash is its plan's, so a rerun trains nothing."""
+    recs = json.loads((PAGE / "gpu" / "results.json").read_text())["runs"]
+    plans = {p.name: p for p in expand(load_study("hyperset-sudoku"), "gpu")}
+    assert set(plans) == set(recs) == {"hyperset_seed0", "transformer_seed0", "hyperset_sigmoid_seed0"}
+    for n in plans:
+        assert recs[n]["config_hash"] == config_hash(load_run_config(plans[n].config, plans[n].overrides)), n
+        assert recs[n]["steps"] == 4000 and recs[n]["device"].startswith("cuda"), n
 
 
 def test_toy_et_and_crate_train_through_the_runner_and_join_the_page(tmp_path, monkeypatch):

@@ -370,76 +370,15 @@ def _paper(folder: Path) -> list[str]:
         "steps is consistent with it. Their curve does show Hyper-SET leaving its plateau *earlier* than the "
         f"transformer in the sense of climbing first (above 10% at epoch {ten_h} against {ten_t}; ahead at "
         f"every epoch from {ahead} on), which our CPU runs do not reproduce (different data, width and "
-        "learning rate; at GPU scale only the first steps of the recipe were run, above).",
+        "learning rate; the GPU-scale runs are in the sections above).",
     ]
-
-
-#: the GPU check's runs in ``gpu/`` (the study's gpu scale cut to its first steps) and their labels
-GPU_RUNS = (("transformer_seed0", "looped transformer"), ("hyperset_seed0", "Hyper-SET (default: `state_norm: false`)"),
-            ("hyperset_statenorm_seed0", "Hyper-SET, `state_norm: true`"))
-
-
-def _gpu(folder: Path) -> list[str]:
-    """Issue 20's GPU check from ``gpu/``: the trainer's metrics.jsonl, resolved config.yaml and run_info.json of
-    each run, the device's env.txt (nvidia-smi, versions) and the released code's run (numbers only)."""
-    import yaml
-
-    from ..train.metrics import read_events
-
-    g = folder / "gpu"
-    if not g.is_dir():
-        return []
-    ev = {n: {r["step"]: r for r in read_events(g / f"{n}.metrics.jsonl") if r.get("event") == "eval"} for n, _ in GPU_RUNS}
-    cfg = yaml.safe_load((g / f"{GPU_RUNS[0][0]}.config.yaml").read_text(encoding="utf-8"))
-    info = json.loads((g / f"{GPU_RUNS[0][0]}.run_info.json").read_text(encoding="utf-8"))
-    rel = json.loads((g / "released_code_hyperset.json").read_text(encoding="utf-8"))
-    rel_ev = {r["step"]: r for r in rel["records"] if "val_cell_acc" in r}
-    first = next(e for e, h, tf in read_fig3a(folder)[2] if h > 0 or tf > 0)
-    device = (g / "env.txt").read_text(encoding="utf-8").strip().splitlines()[-1]
-    steps = sorted(s for s in set.intersection(*(set(e) for e in ev.values())) if s in rel_ev)
-    m, t, tr = cfg["model"], cfg["task"], cfg["train"]
-    epochs = tr["steps"] * t["batch_size"] / t["generate"]["n_train"]
-    two_l = t["eval_iterations"][0]
-    cell, board = "eval/cell_accuracy", "eval/board_accuracy"
-    body = [[str(s)] + [pct(ev[n][s][cell]) for n, _ in GPU_RUNS] + [pct(rel_ev[s]["val_cell_acc"])] for s in steps]
-    lines = ["", f"## GPU scale: the first {tr['steps']:,} steps", "",
-             f"`energyformer reproduce hyperset-sudoku --scale gpu` cut to its first {tr['steps']:,} steps "
-             f"(`{' '.join(a for a in info['argv'][2:] if a.startswith('train.'))}`; the scale's recipe otherwise: "
-             f"d {m['dim']}, {m['heads']} heads, L {m['iterations']}, batch {t['batch_size']}, lr {tr['lr']} "
-             f"{tr['schedule']['kind']}, {tr['precision']}, givens {t['generate']['givens'][0]}-"
-             f"{t['generate']['givens'][1]}; {epochs:.1f} epochs of {t['generate']['n_train']:,} boards), the three "
-             f"runs at once on one GPU ({device}), with the released code's Hyper-SET on the "
-             "same data and recipe beside them (run outside the project by a script that imports it; numbers only). "
-             "Files: `gpu/` (each run's `metrics.jsonl`, resolved `config.yaml`, `run_info.json`; the device's "
-             "`env.txt`). The runs were stopped by the session's deadline after their last evaluation and before the "
-             "study's metric hooks, so the study's gpu page has no records yet.", "",
-             f"Validation cell accuracy on blanks at L = {m['iterations']} ({int(ev[GPU_RUNS[0][0]][steps[-1]]['eval/n'])} "
-             "boards; chance 11.1%):", ""]
-    lines += _table(["step"] + [label for _, label in GPU_RUNS] + ["Hyper-SET, released code"], body)
-    end = steps[-1]
-    bound = 2.3   # points of cell accuracy: the single-seed bound of the Sudoku study's claims
-    ahead = [s for s in steps if ev["hyperset_seed0"][s][cell] >= ev["transformer_seed0"][s][cell] - bound / 100]
-    boards = "; ".join(f"{label} {pct(ev[n][end][board])} at L, {pct(ev[n][end][f'{board}@{two_l}'])} at 2L = {two_l}"
-                       for n, label in GPU_RUNS)
-    verdict = "HOLDS" if len(ahead) == len(steps) else "DOES NOT HOLD"
-    lines += ["", f"Board accuracy at step {end}: {boards}; the released code's Hyper-SET "
-              f"{pct(rel_ev[end]['val_board_acc'])} at L. Validation loss at step {end}: released code "
-              f"{f3(rel_ev[end]['val_loss'])} (ln 9 = {LN9:.4f}). Wall time to step {end}, the four runs sharing the "
-              "GPU: " + ", ".join(f"{label} {ev[n][end]['elapsed_s']:.0f} s" for n, label in GPU_RUNS) +
-              f", released code {rel_ev[end]['seconds']:.0f} s (tokens/s of each model alone: "
-              "[../gpu_throughput.md](../gpu_throughput.md)).", "",
-              f"**Issue 20's check** (Hyper-SET's cell accuracy at equal steps at least the transformer's over the "
-              f"first {tr['steps']:,} steps; rule: within the single-seed bound of {bound} points at every evaluation): "
-              f"**{verdict}** — Hyper-SET is within the bound at {len(ahead)} of {len(steps)} evaluations. The "
-              "released code's model behaves the same (the last column), so the plateau belongs to the model and "
-              "recipe, not to a difference of our implementation; and Fig. 3a cannot be checked over these steps: "
-              f"they are {epochs:.1f} epochs, and the paper's curve is at 0% board accuracy for both models until "
-              f"epoch {first} (the section on the paper's own learning curve, below)."]
-    return lines
 
 
 def render(folder: Path) -> str:
     """The plateau page (``README.md``) from the probe files and the Fig. 3a CSV in ``folder``."""
     r = Runs(load(folder))
-    lines = _intro(r) + _findings(r) + _long(r) + _gpu(folder) + _init_scale(r) + _paper(folder)
+    from .hyperset_plateau_gpu import gpu_first_steps, gpu_sigmoid   # they use this module's helpers
+
+    lines = (_intro(r) + _findings(r) + _long(r) + gpu_first_steps(folder) + gpu_sigmoid(folder) + _init_scale(r)
+             + _paper(folder))
     return "\n".join(lines) + "\n"
