@@ -7,7 +7,8 @@ registration is fuzzed as soon as it exists, and one without examples fails
 :func:`test_every_registration_has_examples`. Scales (:data:`SCALES`): inputs and weight matrices
 1e-3, inputs 4 and 17 (unnormalised attention logits ~100 and ~300), inputs 1e4, weight matrices 1e4. Acceptance
 (:func:`energyformer.core.fuzz.low_precision_agreement`): within C · (measured sensitivity to a rounding
-of every input, parameter and submodule output + u‖y‖), or a clear error, or a non-finite result —
+of every input, parameter and submodule output, and to :data:`PROBES` random u-sized perturbations of them,
++ u‖y‖), or a clear error, or a non-finite result —
 never a finite wrong answer. A case listed in :data:`KNOWN` is a silent wrong answer found and not yet
 fixed (with the reason); it must still be one (strict), so a fix shows up here.
 """
@@ -35,6 +36,11 @@ from energyformer.utils.validate import ConfigError
 SCALES = [(1e-3, 1e-3), (4.0, 1.0), (17.0, 1.0), (1e4, 1.0), (1.0, 1e4)]
 PRECISIONS = {"float32": (torch.float32, False), "bf16_autocast": (torch.bfloat16, True)}
 MAX_EXAMPLES = 3
+#: random u-sized perturbations of every input, parameter and submodule output added to the deterministic
+#: rounding when measuring the sensitivity: the rounding alone is one sample and can land on cancellations
+#: (newton_heads at inputs x17 measured a sensitivity 10x below two random probes' on an AMD EPYC, and its
+#: float32 direction, 1e-5 relative to |y| at logits ~300, failed there while passing on Intel CPUs)
+PROBES = 2
 
 #: (case id, precision, (input scale, weight scale)) -> why it is still a silent wrong answer (none today;
 #: MHA2nd1st's Taylor bias at weights x1e4 was one until it was shifted per query, energies/newton.py)
@@ -111,7 +117,7 @@ def test_energy_update_and_value_in_low_precision(name, label):
     for s_in, s_w in SCALES:
         energy = scale_weights_(copy.deepcopy(base), s_w)
         inputs = map_tensors((ctx, x), lambda t: t * s_in)
-        res = low_precision_agreement(_run_energy, energy, inputs, list(PRECISIONS.values()))
+        res = low_precision_agreement(_run_energy, energy, inputs, list(PRECISIONS.values()), probes=PROBES)
         _check(f"{name}[{label}]", res, (s_in, s_w))
 
 
@@ -150,7 +156,8 @@ def test_sublayer_output_in_low_precision(part, name, opts, request):
     case = request.node.callspec.id
     for s_in, s_w in SCALES:
         module = scale_weights_(copy.deepcopy(base), s_w)
-        res = low_precision_agreement(_run_sublayer, module, (x * s_in,), list(PRECISIONS.values()))
+        res = low_precision_agreement(_run_sublayer, module, (x * s_in,), list(PRECISIONS.values()),
+                                      probes=PROBES)
         _check(case, res, (s_in, s_w))
 
 
@@ -172,8 +179,8 @@ def test_bare_self_attention_in_low_precision(objective):
         cfg = BareSAConfig(n_tokens=6, dim=4, n_colours=4 if colours else None, init_std=0.5, lam=1.0 / scale,
                            objective=objective)
         model = scale_weights_(MODELS.build(cfg).double().eval(), scale)
-        _check(f"bare_sa[{objective}]", low_precision_agreement(run, model, (x0,), list(PRECISIONS.values())),
-               (1.0, scale))
+        res = low_precision_agreement(run, model, (x0,), list(PRECISIONS.values()), probes=PROBES)
+        _check(f"bare_sa[{objective}]", res, (1.0, scale))
 
 
 # ----------------------------------------------------------------------------- the bound itself
