@@ -62,3 +62,15 @@ def compiles_like_eager():
             torch.testing.assert_close(a, b, rtol=10 * rtol, atol=atol)
 
     return check
+
+
+@pytest.fixture
+def load_script():
+    """``load_script("scripts/x.py")``: a repository script loaded as a module (tests/fixtures/script_loader.py)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+    from script_loader import load_file
+
+    return load_file

@@ -83,14 +83,8 @@ def test_no_recorded_spread_is_undecided_not_a_verdict(noise):
     assert "UNDECIDED" in demo.verdict_line("s", c, {"A": {"eval/acc": 0.9}, "C": {"eval/acc": 0.1}})
 
 
-def test_seed_spread_script_collects_seeds_from_demo_folders(tmp_path):
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "demo_seed_spread", Path(__file__).resolve().parents[1] / "scripts" / "demo_seed_spread.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_seed_spread_script_collects_seeds_from_demo_folders(tmp_path, load_script):
+    mod = load_script("scripts/demo_seed_spread.py")
     for seed, folder in ((0, "d0"), (1, "d1")):
         (tmp_path / folder / "eqt").mkdir(parents=True)
         over = [] if seed == 0 else [f"train.seed={seed}"]

@@ -2,7 +2,6 @@
 (scripts/hyperset_plateau_ablation.py)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -18,13 +17,6 @@ SCRIPT = ROOT / "scripts" / "hyperset_plateau_ablation.py"
 HYPERSET = {"attention": {"kind": "hyperset"}, "mlp": {"kind": "hyperset"}}
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("hyperset_plateau_ablation", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_rule_is_the_last_50_steps_mean_below_ln9_minus_the_margin():
     assert last50([9.0] * 10 + [1.0] * 50) == 1.0 and last50([2.0, 4.0]) == 3.0
     assert left_ln9([LN9 - MARGIN - 1e-6] * 50) and not left_ln9([LN9 - MARGIN] * 50)
@@ -38,10 +30,10 @@ def test_recipe_is_deterministic_and_the_seed_moves_only_the_initialisation():
     assert all(abs(x - LN9) < 0.1 for x in a + b)  # a step from chance: every run starts at ln 9
 
 
-def test_every_variant_builds_and_the_probe_control_equals_the_library_operator(tmp_path):
+def test_every_variant_builds_and_the_probe_control_equals_the_library_operator(tmp_path, load_script):
     """Two steps of every variant at a toy size; the patched plain bi-softmax (the probe's control) gives the
     library's losses to rounding, so the centring is the only thing the probe changes."""
-    mod = _script()
+    mod = load_script(SCRIPT)
     recs = mod.measure(tmp_path, list(mod.VARIANTS), [0], steps=2, jobs=1, dim=16, iterations=2)
     by = {r["variant"]: r for r in recs}
     assert set(by) == set(mod.VARIANTS)
@@ -52,8 +44,8 @@ def test_every_variant_builds_and_the_probe_control_equals_the_library_operator(
     assert len(saved["records"]) == len(mod.VARIANTS) and saved["meta"]["recipe"]["dim"] == 32
 
 
-def test_a_rerun_replaces_its_records_and_the_render_reads_only_the_file(tmp_path):
-    mod = _script()
+def test_a_rerun_replaces_its_records_and_the_render_reads_only_the_file(tmp_path, load_script):
+    mod = load_script(SCRIPT)
     mod.measure(tmp_path, ["transformer"], [0, 1], steps=2, jobs=1, dim=8, iterations=1)
     mod.measure(tmp_path, ["transformer"], [1], steps=2, jobs=1, dim=8, iterations=1)
     recs = json.loads((tmp_path / "results.json").read_text())["records"]
@@ -62,8 +54,8 @@ def test_a_rerun_replaces_its_records_and_the_render_reads_only_the_file(tmp_pat
     assert page == mod.render(tmp_path) and "## d 8, L 1, 2 steps" in page and "0 of 2" in page
 
 
-def test_bad_arguments_get_one_line_errors(capsys):
-    mod = _script()
+def test_bad_arguments_get_one_line_errors(capsys, load_script):
+    mod = load_script(SCRIPT)
     for argv, words in ((["--out", "x", "--variants", "nope"], "unknown nope"),
                         (["--out", "x", "--seeds", "a"], "--seeds"), (["--out", "x", "--dim", "30"], "multiple of"),
                         (["--seeds", "0"], "--out"), (["--render-only", "/nonexistent"], "no results.json")):
