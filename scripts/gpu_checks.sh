@@ -23,12 +23,13 @@
 #                                          stages (KernelTiles.num_stages; the launches that compile without
 #                                          spilling: docs/results/cem/heads_stages.md) at N 1k × B 8 and 4k × B 2,
 #                                          and grid heads vs heads_inner (the launch order) at 4k
-#   scripts/gpu_checks.sh next [SECONDS]    one call (~9 min) for what changed since the H100 runs of 2026-11-26:
-#                                          hyperset_gpu bf16 training (the copy-free iteration, the fused
-#                                          feed-forward kernel and its two-op row), gpu_lm bf16 training at 1k
-#                                          and 4k (default, heads launched inner, 2 stages, paper config on
-#                                          the kernel and blocked),
-#                                          the stages sweep at 4k, then every CUDA test (carry the data too)
+#   scripts/gpu_checks.sh next [SECONDS]    one call (~9 min) for what the H100 session of 2026-11-26 17:07 (code
+#                                          5e2ffb8: `session` below) left unmeasured: the training step as a user
+#                                          can run it without host overhead (train.compile 'reduce-overhead'
+#                                          against the eager step captured as one CUDA graph) for Hyper-SET and
+#                                          full CEM T=1, gpu_lm with every step one CUDA graph at 1k and 4k
+#                                          (default launch, heads inner), then every CUDA test (the regressor's
+#                                          config fixed since; carry the data too)
 #   scripts/gpu_checks.sh plateau [SECONDS] issue 20's "first 1,000 steps" at the paper's size for the plateau's
 #                                          localisation: the gpu scale's hyperset, transformer and hyperset_sigmoid
 #                                          (Table 19's sigmoid energy) for 1,000 steps, three runs sharing the GPU,
@@ -165,16 +166,17 @@ if [ "$PHASE" = compiled ]; then   # first compiles take a while: two models per
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
-if [ "$PHASE" = next ]; then
-  step hyperset_gpu_bf16 90 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
-    --warmup 2 --keep-going --out "$OUT/hyperset_gpu.md"
-  step gpu_lm_bf16 200 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
-    --repeats 4 --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, one program per head, \
-heads launched inner;full CEM T=1, one program per head, 2 pipelining stages;paper configuration (T=2, D+LR);\
-paper configuration, blocked path" --out "$OUT/gpu_lm.md"
-  step cem_stages_4k 100 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --num-stages 1,2,3 \
-    --n 4096 --batch 2 --budget 90 --out "$OUT/gpu_tiles_stages_4k.md"
-  step pytest_cuda 170 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
+if [ "$PHASE" = next ]; then   # compiled first (its first compiles take a while), then the graphed rows, then tests
+  step hyperset_gpu_compiled 170 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
+    --warmup 3 --keep-going --compile reduce-overhead --cuda-graph --models "Hyper-SET" \
+    --out "$OUT/hyperset_gpu_compiled.md"
+  step gpu_lm_compiled 150 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --repeats 4 --warmup 3 \
+    --keep-going --compile reduce-overhead --cuda-graph --settings 1024x8 --models "full CEM T=1 (auto path)" \
+    --out "$OUT/gpu_lm_compiled.md"
+  step gpu_lm_graphs 110 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
+    --repeats 4 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, one program \
+per head, heads launched inner" --out "$OUT/gpu_lm_graphs.md"
+  step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi

@@ -58,3 +58,22 @@ def test_cem_tiles_budget_stops_building_and_still_prints_the_table(capsys):
     bench.main(["--tiny", "--budget", "0"])
     text = capsys.readouterr().out
     assert "the budget of 0 s was half spent before its build" in text and "| block_m × block_n |" in text
+
+
+def test_every_model_named_in_gpu_checks_exists():
+    """scripts/gpu_checks.sh runs on a device session with no second chance: every `--models` name of its
+    benchmark steps is one the benchmark knows (a renamed row would cost the session that step)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "scripts" / "gpu_checks.sh").read_text().replace("\\\n", "")
+    lm, hs = set(load_bench("gpu_lm").models()), set(load_bench("hyperset_gpu").MODELS)
+    known = {"gpu_lm.py": lm, "hyperset_gpu.py": hs, "gpu_profile.py": lm | hs}
+    seen = 0
+    for line in text.splitlines():
+        script = re.search(r"benchmarks/(\w+\.py)", line)
+        names = re.search(r'--models "([^"]+)"', line)
+        if script and names and script.group(1) in known:
+            for name in names.group(1).split(";"):
+                assert name in known[script.group(1)], f"{script.group(1)}: no model {name!r}"
+                seen += 1
+    assert seen >= 10
