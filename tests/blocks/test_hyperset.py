@@ -150,6 +150,22 @@ def test_causal_is_refused():
         MODELS.build(_cfg().model_copy(update={"causal": True}), n_out=9)
 
 
+@pytest.mark.parametrize("energy", ["bisoftmax", "sigmoid", "linear"])
+def test_beta_scale_sets_the_inverse_temperature_of_every_attention_energy(energy):
+    """β = beta_scale / √p (p = 32 / 4 = 8 here; head_dim given: p); the update is −∇E for a negative β too."""
+    def beta(**attn):
+        m = _model(attention={"kind": "hyperset", "energy": energy, **attn})
+        (e,) = [x for x in m.modules() if type(x).__name__.endswith("AttentionEnergy")]
+        return e.beta
+
+    assert beta() == pytest.approx(8 ** -0.5)
+    assert beta(beta_scale=-1.0) == pytest.approx(-(8 ** -0.5))
+    assert beta(beta_scale=2.0, head_dim=16) == pytest.approx(2 / 4)
+    for bad in (0, "nan", "inf"):
+        with pytest.raises(Exception, match="beta_scale"):
+            _cfg(attention={"kind": "hyperset", "energy": energy, "beta_scale": bad})
+
+
 def test_steps_override_is_refused():
     m = _model()
     with pytest.raises(ConfigError, match="one step per iteration"):

@@ -13,20 +13,20 @@ from .cem_cases import interpreted
 
 @interpreted
 @pytest.mark.parametrize("n,p", [(1, 4), (9, 4), (81, 64), (128, 16), (33, 48)])
-@pytest.mark.parametrize("negate", [False, True])
-def test_kernel_equals_the_symmetric_bisoftmax_in_float64(n, p, negate):
+@pytest.mark.parametrize("negate,beta", [(False, 0.3), (True, 0.3), (False, -0.3)])
+def test_kernel_equals_the_symmetric_bisoftmax_in_float64(n, p, negate, beta):
     """Values and gradients equal bisoftmax_symmetric (itself the two-softmax reference) to 1e-12 in float64,
-    at padded and exact tile sizes, up to MAX_TOKENS."""
+    at padded and exact tile sizes, up to MAX_TOKENS; also at a negative β (attention.beta_scale < 0)."""
     g = torch.Generator().manual_seed(n * 100 + p)
     u = torch.randn(2, 3, n, p, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(u.shape, generator=g, dtype=torch.float64)
-    y = hk.bisoftmax_symmetric_kernel(u, 0.3, negate=negate)
-    ref = bisoftmax_symmetric(u, 0.3, negate=negate)
+    y = hk.bisoftmax_symmetric_kernel(u, beta, negate=negate)
+    ref = bisoftmax_symmetric(u, beta, negate=negate)
     torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
     (gk,) = torch.autograd.grad((y * w).sum(), u)
     (gr,) = torch.autograd.grad((ref * w).sum(), u)
     torch.testing.assert_close(gk, gr, rtol=1e-11, atol=1e-11)
-    two_softmax = bisoftmax_einsum(u, u, u, 0.3, symmetric=False) * (-1.0 if negate else 1.0)
+    two_softmax = bisoftmax_einsum(u, u, u, beta, symmetric=False) * (-1.0 if negate else 1.0)
     torch.testing.assert_close(y, two_softmax, rtol=1e-12, atol=1e-12)
 
 

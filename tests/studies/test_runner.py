@@ -75,9 +75,10 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(study, tmp_path):
     assert info.get("resumes")
     # its speed is the run's own (every token over its training time across resumes, which the resumed call
     # only lengthens by its final evaluation), not every token over the seconds of the call that resumed and
-    # recorded it (that inflated it ~50x in a committed page)
+    # recorded it (that inflated it ~50x in a committed page); both are wall-clock speeds of calls made at
+    # different times, so the bound is loose (a loaded machine moves them by less than 5x, not 50x)
     first = data["runs"]["L8_s0_baseline"]
-    assert b["seconds"] >= first["seconds"] and 0.2 < b["tokens_per_s"] / first["tokens_per_s"] <= 1.0
+    assert 0.2 < b["tokens_per_s"] / first["tokens_per_s"] < 5
     assert b["tokens_per_s"] == pytest.approx(first["tokens_per_s"] * first["seconds"] / b["seconds"])  # same tokens
 
 

@@ -156,3 +156,47 @@ def test_registry_build_errors_and_listing():
     assert "model.attention[kind=llama].rope_theta" in keys and "lr" in keys
     text = format_config_help(Run)
     assert "peak learning rate" in text and "T recursive steps" in text
+
+
+def test_hash_view_drops_hash_neutral_options_only_at_their_default():
+    """An option added after runs were recorded (Field json_schema_extra hash_neutral) leaves a run's hash as it
+    was while it holds its default (the old behaviour), and changes it otherwise; other fields always count."""
+    from pydantic import BaseModel, Field
+
+    from energyformer.studies.runner import config_hash
+    from energyformer.utils.config import HASH_NEUTRAL, hash_view, to_dict
+
+    class Old(BaseModel):
+        a: int = 1
+        inner: dict = Field(default_factory=dict)
+
+    class Part(BaseModel):
+        x: float = 2.0
+        new: float = Field(1.0, json_schema_extra={HASH_NEUTRAL: True})
+
+    class New(BaseModel):
+        a: int = 1
+        inner: dict = Field(default_factory=dict)
+        parts: list[Part] = Field(default_factory=lambda: [Part()])
+        added: str = Field("same", json_schema_extra={HASH_NEUTRAL: True})
+
+    new = New()
+    assert hash_view(new) == {"a": 1, "inner": {}, "parts": [{"x": 2.0}]}
+    assert "added" in to_dict(new)   # the config file still records it
+    assert hash_view(New(added="other"))["added"] == "other"
+    assert hash_view(New(parts=[Part(new=-1.0)]))["parts"] == [{"x": 2.0, "new": -1.0}]
+    assert config_hash(New()) != config_hash(New(added="other")) != config_hash(New(parts=[Part(new=3.0)]))
+    assert config_hash(Old()) != config_hash(New())   # parts is not neutral: a new field without the mark counts
+
+
+def test_hyperset_beta_scale_is_hash_neutral():
+    """attention.beta_scale came after the Hyper-SET records: at its default (1, the paper's β) the recorded
+    runs keep their hashes (the Sudoku study's committed records; tests/reproduce/test_hyperset_sudoku.py)."""
+    from energyformer.experiment import load_run_config
+    from energyformer.studies.runner import config_hash
+
+    base = load_run_config("hyperset/sudoku_hyperset")
+    assert config_hash(base) == config_hash(load_run_config("hyperset/sudoku_hyperset",
+                                                            ["model.block.attention.beta_scale=1"]))
+    assert config_hash(base) != config_hash(load_run_config("hyperset/sudoku_hyperset",
+                                                            ["model.block.attention.beta_scale=-1"]))

@@ -49,10 +49,11 @@ patches (images) alike.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import Tensor, nn
 
 from ..core.adapter import DepthLoRA, LoRAConfig
@@ -63,6 +64,7 @@ from ..core.norm import NORMS, NoNormConfig
 from ..core.sublayer import DescentConfig
 from ..energies.hyperspherical import BiSoftmaxAttentionEnergy, ReLUFFEnergy
 from ..energies.hyperspherical_alt import GatedFFEnergy, LinearAttentionEnergy, SigmoidAttentionEnergy, SoftmaxFFEnergy
+from ..utils.config import HASH_NEUTRAL
 from ..utils.validate import ConfigError
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec
 
@@ -178,6 +180,19 @@ class HyperSETAttentionConfig(AttentionConfig, DescentConfig):
     """E_ATTN: bi-softmax (Eq. 3, the paper), sigmoid or linear attention (Table 19)"""
     head_dim: int | None = Field(None, ge=1)
     """subspace dimension p (None: dim / heads, so H p = d as in the paper)"""
+    beta_scale: float = Field(1.0, json_schema_extra={HASH_NEUTRAL: True})   # added after records: 1 = before
+    """β = beta_scale / √p, the inverse temperature of E_ATTN (1, recommended: the paper's β = 1/√p, Eq. 3). Any
+    finite non-zero value is an energy with the same update form (∂E/∂S = the softmaxes of βS for either sign);
+    a negative one makes the bi-softmax a soft-min whose weights favour the least similar tokens — not in the
+    paper: issue 20's plateau ablation (docs/results/hyperset/plateau/ablation) measures it"""
+
+    @field_validator("beta_scale")
+    @classmethod
+    def _beta_scale(cls, v: float) -> float:
+        if not math.isfinite(v) or v == 0:
+            raise ValueError("must be a finite non-zero number (1: the paper's β = 1/√p)")
+        return v
+
     sphere: bool = True
     """RMSNorm the projections onto the sphere of radius √p (Eq. 8); false: the plain energy"""
     gain: Literal["fixed", "learned"] = "fixed"
@@ -266,7 +281,8 @@ class HyperSETFF(HyperSETSublayer):
 def build_hyperset_attention(cfg: HyperSETAttentionConfig, spec: SublayerSpec) -> HyperSETAttention:
     """Hyper-SET attention (bi-softmax / sigmoid / linear energy, learned step sizes, optional LoRA)."""
     cls = ATTENTION_ENERGIES[cfg.energy]
-    kw = dict(sphere=cfg.sphere, gain=cfg.gain, qkv_norm=cfg.qkv_norm, self_interaction=cfg.self_interaction)
+    kw = dict(sphere=cfg.sphere, gain=cfg.gain, qkv_norm=cfg.qkv_norm, self_interaction=cfg.self_interaction,
+              beta=cfg.beta_scale / math.sqrt(cfg.head_dim or max(1, spec.dim // spec.heads)))
     if cfg.energy == "bisoftmax":
         kw["impl"] = cfg.impl
     elif cfg.energy == "linear":

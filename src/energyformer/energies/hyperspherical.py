@@ -110,6 +110,8 @@ class SubspaceAttentionEnergy(Energy):
         self.dim, self.heads, self.head_dim = dim, heads, head_dim
         self.sphere, self.gain, self.qkv_norm = bool(sphere), gain, qkv_norm
         self.self_interaction = bool(self_interaction)
+        if beta is not None and (not math.isfinite(beta) or beta == 0):
+            raise ValueError(f"beta = {beta!r}: must be a finite non-zero number (None: 1/√p)")
         self.beta = 1.0 / math.sqrt(head_dim) if beta is None else float(beta)
         self.eps = eps
         self.proj = nn.Linear(dim, heads * head_dim, bias=False)  # weight = Wᵀ: (H p, D)
@@ -269,7 +271,8 @@ class BiSoftmaxAttentionEnergy(SubspaceAttentionEnergy):
         return _attention_examples(cls, dtype, [
             {"sphere": False}, {"sphere": False, "self_interaction": False}, {},
             {"self_interaction": False}, {"gain": "learned"}, {"impl": "einsum"},
-            {"qkv_norm": "separate", "gain": "learned"}])
+            {"qkv_norm": "separate", "gain": "learned"}, {"beta": -0.5}, {"beta": -0.5, "impl": "fused"},
+            {"beta": -0.5, "self_interaction": False, "impl": "fused"}])
 
     def head_energy(self, q, k, mask):
         return chunked_lse(q, k, self.beta, mask) / self.beta  # (B, H, N), at least float32

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..utils.config import to_dict
+from ..utils.config import hash_view, to_dict
 from ..utils.io import atomic_write_text, read_json
 from ..utils.validate import ConfigError
 from .spec import RunPlan, StudySpec, expand
@@ -52,8 +52,9 @@ def hook(path: str) -> Callable:
 
 
 def config_hash(cfg) -> str:
-    """A short hash of a run config, ``out_dir`` excluded (where a run lives does not change it)."""
-    d = to_dict(cfg)
+    """A short hash of a run config, ``out_dir`` excluded (where a run lives does not change it), and options added
+    since with the old behaviour as their default too while they hold it (``utils.config.hash_view``)."""
+    d = hash_view(cfg)
     d.pop("out_dir", None)
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -524,6 +524,38 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+#: ``Field(json_schema_extra={HASH_NEUTRAL: True})``: an option added after runs were recorded whose default is
+#: the behaviour before it; :func:`hash_view` leaves it out while it holds that default, so the records of a
+#: study stay the same runs (studies.runner.config_hash) — a changed default would not, so never mark one
+HASH_NEUTRAL = "hash_neutral"
+
+
+def hash_view(obj: Any) -> Any:
+    """:func:`to_dict` without the hash-neutral options (:data:`HASH_NEUTRAL`) that hold their defaults."""
+    return _drop_neutral(obj, to_dict(obj))
+
+
+def _drop_neutral(obj: Any, data: Any) -> Any:
+    if isinstance(obj, BaseModel) and isinstance(data, dict):
+        for name, f in type(obj).model_fields.items():
+            if name not in data:
+                continue
+            value = getattr(obj, name)
+            extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+            if extra.get(HASH_NEUTRAL) and value == f.get_default(call_default_factory=True):
+                del data[name]
+            else:
+                _drop_neutral(value, data[name])
+    elif isinstance(obj, Mapping) and isinstance(data, dict):
+        for k, v in obj.items():
+            if k in data:
+                _drop_neutral(v, data[k])
+    elif isinstance(obj, (list, tuple)) and isinstance(data, list):
+        for v, d in zip(obj, data):
+            _drop_neutral(v, d)
+    return data
+
+
 def dumps_yaml(obj: Any) -> str:
     """The resolved config as YAML text (field order kept)."""
     return yaml.safe_dump(to_dict(obj), sort_keys=False, default_flow_style=False)
