@@ -51,6 +51,10 @@ VARIANTS: dict[str, tuple[str, dict, str | None]] = {
                  {"attention": HS_ATTN, "mlp": HS_FF}, None),
     "hyperset_sigmoid": ("Hyper-SET with the sigmoid attention energy (Table 19), the rest default",
                          {"attention": {**HS_ATTN, "energy": "sigmoid"}, "mlp": HS_FF}, None),
+    "hyperset_negbeta": ("Hyper-SET, bi-softmax at a negative inverse temperature β = −1/√p "
+                         "(`attention.beta_scale: -1`: a soft-min, weights favouring the least similar tokens), "
+                         "the rest default",
+                         {"attention": {**HS_ATTN, "beta_scale": -1.0}, "mlp": HS_FF}, None),
     "hyperset_linear": ("Hyper-SET with the linear attention energy (Table 19), the rest default",
                         {"attention": {**HS_ATTN, "energy": "linear"}, "mlp": HS_FF}, None),
     "hyperset_no_self": ("Hyper-SET, bi-softmax without self-interaction (j ≠ i)",
