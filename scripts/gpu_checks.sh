@@ -153,13 +153,18 @@ if [ "$PHASE" = graphs ]; then
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
-if [ "$PHASE" = compiled ]; then   # first compiles take a while: two models per benchmark, warm-up 3
-  step hyperset_gpu_compiled 200 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
+compiled_steps() {  # compiled_steps SECONDS SECONDS: train.compile 'reduce-overhead' vs the graphed eager step,
+  # Hyper-SET then full CEM T=1 at N 1k (first compiles take a while: two models per benchmark, warm-up 3)
+  step hyperset_gpu_compiled "$1" $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
     --warmup 3 --keep-going --compile reduce-overhead --cuda-graph --models "Hyper-SET" \
     --out "$OUT/hyperset_gpu_compiled.md"
-  step gpu_lm_compiled 200 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --repeats 4 --warmup 3 \
+  step gpu_lm_compiled "$2" $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --repeats 4 --warmup 3 \
     --keep-going --compile reduce-overhead --cuda-graph --settings 1024x8 --models "full CEM T=1 (auto path)" \
     --out "$OUT/gpu_lm_compiled.md"
+}
+
+if [ "$PHASE" = compiled ]; then
+  compiled_steps 200 200
   step pytest_cuda 150 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/train/test_cuda.py \
     -k compiled
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
@@ -167,12 +172,7 @@ if [ "$PHASE" = compiled ]; then   # first compiles take a while: two models per
 fi
 
 if [ "$PHASE" = next ]; then   # compiled first (its first compiles take a while), then the graphed rows, then tests
-  step hyperset_gpu_compiled 170 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
-    --warmup 3 --keep-going --compile reduce-overhead --cuda-graph --models "Hyper-SET" \
-    --out "$OUT/hyperset_gpu_compiled.md"
-  step gpu_lm_compiled 150 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --repeats 4 --warmup 3 \
-    --keep-going --compile reduce-overhead --cuda-graph --settings 1024x8 --models "full CEM T=1 (auto path)" \
-    --out "$OUT/gpu_lm_compiled.md"
+  compiled_steps 170 150
   step gpu_lm_graphs 110 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 4 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, one program \
 per head, heads launched inner" --out "$OUT/gpu_lm_graphs.md"
