@@ -185,14 +185,6 @@ class HyperSETAttentionConfig(AttentionConfig, DescentConfig):
     finite non-zero value is an energy with the same update form (∂E/∂S = the softmaxes of βS for either sign);
     a negative one makes the bi-softmax a soft-min whose weights favour the least similar tokens — not in the
     paper: issue 20's plateau ablation (docs/results/hyperset/plateau/ablation) measures it"""
-
-    @field_validator("beta_scale")
-    @classmethod
-    def _beta_scale(cls, v: float) -> float:
-        if not math.isfinite(v) or v == 0:
-            raise ValueError("must be a finite non-zero number (1: the paper's β = 1/√p)")
-        return v
-
     sphere: bool = True
     """RMSNorm the projections onto the sphere of radius √p (Eq. 8); false: the plain energy"""
     gain: Literal["fixed", "learned"] = "fixed"
@@ -215,6 +207,13 @@ class HyperSETAttentionConfig(AttentionConfig, DescentConfig):
     norm: NORMS.type("none") = Field(default_factory=NoNormConfig)
     """norm of the block (default none: Hyper-SET has no pre-norm; its sphere RMSNorms are part of the
     energy, Eq. 8, keys sphere / gain)"""
+
+    @field_validator("beta_scale")
+    @classmethod
+    def _beta_scale(cls, v: float) -> float:
+        if not math.isfinite(v) or v == 0:
+            raise ValueError("must be a finite non-zero number (1: the paper's β = 1/√p)")
+        return v
 
     @classmethod
     def migrate(cls, data: dict) -> dict:
