@@ -93,6 +93,16 @@ step() {  # step NAME SECONDS CMD...: run with a timeout (never past the phase's
   pack
 }
 
+# the plateau phase's trainings: the gpu scale's hyperset, transformer and hyperset_sigmoid, 1,000 steps at once
+PLATEAU=(reproduce hyperset-sudoku --scale gpu --jobs 3 --runs /tmp/runs
+         --only model=hyperset,transformer,hyperset_sigmoid
+         --set train.steps=1000 --set train.eval_every=100 --set train.save_every=1000)
+pack_runs() {  # the Sudoku runs' records and files (metrics.jsonl, run_info.json, config.yaml) to $OUT
+  cp docs/results/hyperset/gpu/results.json "$OUT/results.json" 2>/dev/null
+  (cd /tmp/runs 2>/dev/null && find . -name metrics.jsonl -o -name run_info.json -o -name config.yaml | \
+    tar czf "$OUT/runs.tgz" -T - 2>/dev/null)
+}
+
 # every CUDA-marked test file of the kernels, the graphed step and the trainer (tests/train/test_cuda.py needs
 # data_cache/{tokens,tokenizers,shakespeare,potts} carried)
 CUDA_TESTS="tests/energies/test_cem_kernel.py tests/energies/test_hyperspherical_ops.py \
@@ -192,12 +202,8 @@ if [ "$PHASE" = stages ]; then
 fi
 
 if [ "$PHASE" = plateau ]; then   # the three 1,000-step runs sharing the GPU, then their files
-  step plateau 330 $PY -m energyformer.cli reproduce hyperset-sudoku --scale gpu --jobs 3 --runs /tmp/runs \
-    --only model=hyperset,transformer,hyperset_sigmoid --set train.steps=1000 --set train.eval_every=100 \
-    --set train.save_every=1000
-  cp docs/results/hyperset/gpu/results.json "$OUT/results.json" 2>/dev/null
-  (cd /tmp/runs 2>/dev/null && find . -name metrics.jsonl -o -name run_info.json -o -name config.yaml | \
-    tar czf "$OUT/runs.tgz" -T - 2>/dev/null)
+  step plateau 330 $PY -m energyformer.cli "${PLATEAU[@]}"
+  pack_runs
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
@@ -209,9 +215,7 @@ if [ "$PHASE" = session ]; then   # the timed benchmarks alone on the GPU first,
     --repeats 4 --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, one program per head, \
 heads launched inner;full CEM T=1, one program per head, 2 pipelining stages;paper configuration (T=2, D+LR);\
 paper configuration, blocked path" --out "$OUT/gpu_lm.md"
-  ( $PY -m energyformer.cli reproduce hyperset-sudoku --scale gpu --jobs 3 --runs /tmp/runs \
-      --only model=hyperset,transformer,hyperset_sigmoid --set train.steps=1000 --set train.eval_every=100 \
-      --set train.save_every=1000 > "$W/plateau.txt" 2>&1; echo "rc $?" >> "$W/plateau.txt" ) &
+  ( $PY -m energyformer.cli "${PLATEAU[@]}" > "$W/plateau.txt" 2>&1; echo "rc $?" >> "$W/plateau.txt" ) &
   SUD=$!
   step pytest_cuda 200 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
@@ -219,9 +223,7 @@ paper configuration, blocked path" --out "$OUT/gpu_lm.md"
   kill -0 $SUD 2>/dev/null && { echo "== plateau runs stopped at the phase deadline" | tee -a "$W/steps.txt";
     pkill -f "energyformer.cli reproduce"; pkill -f multiprocessing; sleep 2; }
   tail -n 30 "$W/plateau.txt"
-  cp docs/results/hyperset/gpu/results.json "$OUT/results.json" 2>/dev/null
-  (cd /tmp/runs 2>/dev/null && find . -name metrics.jsonl -o -name run_info.json -o -name config.yaml | \
-    tar czf "$OUT/runs.tgz" -T - 2>/dev/null)
+  pack_runs
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
@@ -232,7 +234,8 @@ else
   EVAL=$((STEPS / 10))
   SETS=(--set train.steps="$STEPS" --set train.eval_every="$EVAL" --set train.save_every="$STEPS")
 fi
-# the two models of the scale's claims (the scale also admits hyperset_sigmoid: FULL_ONLY=model=... to add it)
+# the two models of the scale's claims (the scale also admits hyperset_sigmoid and hyperset_negbeta:
+# FULL_ONLY=model=... picks the labels)
 ( $PY -m energyformer.cli reproduce hyperset-sudoku --scale gpu --jobs "${JOBS:-2}" --runs /tmp/runs \
     --only "${FULL_ONLY:-model=hyperset,transformer}" "${SETS[@]}" ${EXTRA_SETS:-} > "$W/sudoku.txt" 2>&1
   echo "rc $?" >> "$W/sudoku.txt" ) &
@@ -254,9 +257,7 @@ while kill -0 $SUD 2>/dev/null || { [ -n "$REF" ] && kill -0 "$REF" 2>/dev/null;
   sleep 5
 done
 tail -n 30 "$W/sudoku.txt"; tail -n 3 "$W/released.txt" 2>/dev/null
-cp docs/results/hyperset/gpu/results.json "$OUT/results.json" 2>/dev/null
-(cd /tmp/runs 2>/dev/null && find . -name metrics.jsonl -o -name run_info.json -o -name config.yaml | \
-  tar czf "$OUT/runs.tgz" -T - 2>/dev/null)
+pack_runs
 pack
 step hyperset_gpu 110 $PY benchmarks/hyperset_gpu.py --keep-going --out "$OUT/hyperset_gpu.md"
 step gpu_lm_bf16 200 $PY benchmarks/gpu_lm.py --precisions bf16 --repeats 5 --warmup 2 --keep-going --out "$OUT/gpu_lm.md"
