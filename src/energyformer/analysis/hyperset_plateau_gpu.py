@@ -193,6 +193,7 @@ def gpu_sigmoid(folder: Path) -> list[str]:
                       f"{pct(tf[CELL])} and {pct(tf[f'{CELL}@{two_l}'])})")
     boards = all(ev[n][s][BOARD] == 0 for n, _ in H100_RUNS for s in steps)
     lines += ["", f"Issue 20's check over these {end:,} steps (cell accuracy at equal steps at least the "
-              f"transformer's, within the single-seed bound of {BOUND} points at every evaluation): " + "; ".join(checks) + "."
+              f"transformer's, within the single-seed bound of {BOUND} points at every evaluation): "
+              + "; ".join(checks) + "."
               + (" Board accuracy is 0.0% for all three at every evaluation." if boards else "")]
     return lines + _full_run(folder)
