@@ -148,3 +148,20 @@ def test_compiled_kernel_matches_float64_on_cuda():
         tol = 2 * torch.finfo(dtype).eps
         assert float((a.double() - ra).norm() / ra.norm()) < tol
         assert float((g.double() - rg).norm() / rg.norm()) < 4 * tol
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_autocast_changes_nothing(dtype):
+    """The launcher runs no autocast context (host time): under bf16 autocast the value and gradient are bitwise
+    those without it, in s's dtype."""
+    s = _rows((2, 7, 40), dtype, 5)
+    w = torch.randn(s.shape, generator=torch.Generator().manual_seed(6)).to(dtype)
+    out = []
+    for on in (False, True):
+        x = s.clone().requires_grad_(True)
+        with torch.autocast("cpu", torch.bfloat16, enabled=on):
+            a = ffk.sphere_norm_relu(x, 1e-6)
+        assert a.dtype == dtype
+        out.append((a, torch.autograd.grad((a * w).sum(), x)[0]))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])

@@ -233,3 +233,20 @@ def test_compile_keeps_the_kernel_in_one_graph(compiles_like_eager):
             p.add_(0.05 * torch.randn_like(p))
     boards = torch.randint(0, VOCAB, (2, 81), generator=torch.Generator().manual_seed(2))
     compiles_like_eager(lambda: m(boards).logits, m.parameters())
+
+
+@interpreted
+def test_autocast_only_casts_the_input():
+    """The launcher runs no autocast context (host time): under bf16 autocast a float32 u gives bitwise what a bf16
+    u gives without autocast, value and gradient."""
+    g = torch.Generator().manual_seed(7)
+    u = torch.randn(2, 3, 20, 8, generator=g)
+    w = torch.randn(u.shape, generator=g).bfloat16()
+    out = []
+    for on, x0 in ((False, u.bfloat16()), (True, u)):
+        x = x0.clone().requires_grad_(True)
+        with torch.autocast("cpu", torch.bfloat16, enabled=on):
+            y = hk.bisoftmax_symmetric_kernel(x, 0.35, negate=True)
+        assert y.dtype == torch.bfloat16
+        out.append((y, torch.autograd.grad((y * w).sum(), x)[0].bfloat16()))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])

@@ -46,7 +46,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 from torch import Tensor, nn
 
 from ..core.attention import key_padding_mask
@@ -134,20 +133,37 @@ class SubspaceAttentionEnergy(Energy):
         w = self.proj.weight
         return w if self.delta is None else w + self.delta.to(w.dtype)
 
+    def _tokens_heads(self, x: Tensor) -> Tensor:
+        """(B, N, D) -> raw projections W_hᵀ x_i in the linear's memory order: (B, N, H, p), a view."""
+        return F.linear(x, self.weight()).unflatten(-1, (self.heads, self.head_dim))
+
     def project(self, x: Tensor) -> Tensor:
-        """(B, N, D) -> raw projections W_hᵀ x_i: (B, H, N, p)."""
-        return rearrange(F.linear(x, self.weight()), "b n (h p) -> b h n p", h=self.heads)
+        """(B, N, D) -> raw projections W_hᵀ x_i: (B, H, N, p) (a view of (B, N, H p) memory)."""
+        return self._tokens_heads(x).transpose(1, 2)
 
     def _norm(self, z: Tensor, i: int) -> Tensor:
+        """Sphere norm ``i`` (the shared one, or q / k / v) of projections z (…, p), or z without the sphere."""
         if not self.sphere:
             return z
         w = self.gains[i] if len(self.gains) else None
         eps = torch.finfo(z.dtype).tiny if self.eps is None else self.eps
         return sphere_rms_norm(z, eps, w.to(z.dtype) if w is not None else None)
 
+    def _spheres(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(q, k, v), each (B, H, N, p): the normalised projections, one tensor three times with one shared
+        norm. Normalised in the linear's (B, N, H, p) memory order (contiguous rows of p) and returned as
+        (B, H, N, p) views of it: no permutation to undo and no copy, the layout the kernels and the
+        read-out read (the same numbers as normalising the (B, H, N, p) view)."""
+        z = self._tokens_heads(x)
+        if self.symmetric:
+            q = self._norm(z, 0).transpose(1, 2)
+            return q, q, q
+        q, k, v = (self._norm(z, i).transpose(1, 2) for i in range(3))
+        return q, k, v
+
     def spherical(self, x: Tensor) -> Tensor:
         """The normalised projections RMSNorm(W_hᵀ x) (radius √p with gain 1): (B, H, N, p)."""
-        return self._norm(self.project(x), 0)
+        return self._norm(self._tokens_heads(x), 0).transpose(1, 2)
 
     def readout(self, y: Tensor) -> Tensor:
         """Σ_h W_h y^h: (B, H, N, p) -> (B, N, D) (the tied output, Eq. 9).
@@ -155,15 +171,11 @@ class SubspaceAttentionEnergy(Energy):
         ``y @ Wᵀ`` with the weight itself (not ``F.linear`` of its transpose): under autocast the cast of a
         leaf parameter is cached for the forward pass, so the projection and the read-out share one
         low-precision copy of W, and its gradient is accumulated once, not cast per iteration."""
-        return torch.matmul(rearrange(y, "b h n p -> b n (h p)"), self.weight())
+        return torch.matmul(y.transpose(1, 2).flatten(2), self.weight())  # "b h n p -> b n (h p)"
 
     # ------------------------------------------------------------------ state
     def prepare(self, context: Tensor, mask: Tensor | None = None, **kw: Any) -> SubspaceState:
-        z = self.project(context)
-        if self.symmetric:
-            q = k = v = self._norm(z, 0)
-        else:
-            q, k, v = (self._norm(z, i) for i in range(3))
+        q, k, v = self._spheres(context)
         n = context.shape[1]
         sdpa = key_padding_mask(mask)  # (B, 1, 1, N) or None
         if not self.self_interaction:
@@ -187,7 +199,7 @@ class SubspaceAttentionEnergy(Energy):
 
     def energy_heads(self, x: Tensor, state: SubspaceState) -> Tensor:
         """(B, H, N) per-subspace, per-token energy (queries from x, keys from the context)."""
-        q = state.q if x is state.context else self._norm(self.project(x), 0)
+        q = state.q if x is state.context else self.spherical(x)
         e = self.head_energy(q, state.k, state.mask)
         return e if state.tokens is None else e * state.tokens[:, None, :].to(e.dtype)
 

@@ -85,7 +85,7 @@ class _NormReLU(torch.autograd.Function):
 
 
 def sphere_norm_relu(s: Tensor, eps: float) -> Tensor:
-    """ReLU(RMSNorm(s)) over the last axis, gain 1 (radius √M), in s's dtype with autocast off; one kernel each
+    """ReLU(RMSNorm(s)) over the last axis, gain 1 (radius √M), in s's dtype also under autocast; one kernel each
     way. ``eps`` must be a normal float32 number (the kernel's scalar): a one-line ValueError otherwise."""
     if not triton_available():
         raise ValueError("sphere_norm_relu needs the triton package (pip install triton)")
@@ -93,5 +93,5 @@ def sphere_norm_relu(s: Tensor, eps: float) -> Tensor:
         raise ValueError(f"sphere_norm_relu: rows of at most {MAX_COLUMNS} columns, got {s.shape[-1]}")
     if eps != 0 and not torch.finfo(torch.float32).tiny <= abs(eps) <= torch.finfo(torch.float32).max:
         raise ValueError(f"sphere_norm_relu: eps = {eps!r} is no normal float32 number (the kernel's scalar)")
-    with torch.autocast(s.device.type, enabled=False):
-        return _NormReLU.apply(_rows(s), float(eps)).view(s.shape)
+    # no autocast context needed: the launcher runs only allocations and dtype-preserving casts besides the kernels
+    return _NormReLU.apply(_rows(s), float(eps)).view(s.shape)

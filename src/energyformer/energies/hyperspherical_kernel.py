@@ -135,6 +135,7 @@ def bisoftmax_symmetric_kernel(u: Tensor, scale: float, *, negate: bool = False)
     # out, and the read-out's "b h n p -> b n (h p)" stays a view); other ranks as one (1, ·, N, p) stack
     uf = _rows_dense(uf) if uf.dim() == 4 else uf.reshape(1, -1, n, p).contiguous()
     op = _fwd_op if torch.compiler.is_compiling() else _SymmetricBiSoftmaxKernel.apply
-    with torch.autocast(dev, enabled=False):
-        y = op(uf, float(scale), -1.0 if negate else 1.0)
+    # no autocast context: between the launches only empty_like and dtype-preserving casts run, which autocast
+    # leaves alone (the context costs host time per call: docs/hyperset.md, "Speed")
+    y = op(uf, float(scale), -1.0 if negate else 1.0)
     return y if u.dim() == 4 else y.view(*lead, n, p)

@@ -91,15 +91,11 @@ class _SphereRMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z: Tensor, eps: float) -> Tensor:
-        with torch.autocast(z.device.type, enabled=False):  # vector_norm is on autocast's float32 list
-            n = torch.linalg.vector_norm(z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
-            r = torch.rsqrt(n.square() / z.shape[-1] + eps)
-            # float32 product rounded once to z's dtype, written contiguous (z may be a per-head view of a
-            # projection: the attention's batched matmuls then read u without copying it first)
-            if torch.compiler.is_compiling():  # Dynamo breaks the graph at out=; inductor fuses this anyway
-                u = (z * r).to(z.dtype)
-            else:
-                u = torch.mul(z, r, out=torch.empty(z.shape, dtype=z.dtype, device=z.device))
+        if torch.is_autocast_enabled(z.device.type):  # vector_norm is on autocast's float32 list
+            with torch.autocast(z.device.type, enabled=False):
+                u, r = _sphere_fwd(z, eps)
+        else:  # (the context costs about as much host time as a small kernel: entered only when needed)
+            u, r = _sphere_fwd(z, eps)
         ctx.save_for_backward(z, r)
         return u
 
@@ -107,13 +103,31 @@ class _SphereRMSNorm(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, g: Tensor):
         z, r = ctx.saved_tensors
-        with torch.autocast(g.device.type, enabled=False):
-            dot = torch.sum(g * z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
-            k = r.square() * dot / z.shape[-1]
-            if torch.compiler.is_compiling():
-                return ((g - z * k) * r).to(z.dtype), None
-            t = torch.addcmul(g, z, k, value=-1, out=torch.empty_like(z))  # g − k z, in z's layout (the
-            return torch.mul(t, r, out=torch.empty_like(z)), None  # projection's backward reads it as is)
+        if torch.is_autocast_enabled(g.device.type):
+            with torch.autocast(g.device.type, enabled=False):
+                return _sphere_bwd(z, r, g), None
+        return _sphere_bwd(z, r, g), None
+
+
+def _sphere_fwd(z: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """(u, r) of :class:`_SphereRMSNorm` (autocast off)."""
+    r = torch.linalg.vector_norm(z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1), then in place:
+    r = r.square_().div_(z.shape[-1]).add_(eps).rsqrt_()  # (mean(z²) + eps)^(-1/2), four ops on the small r
+    # float32 product rounded once to z's dtype, written contiguous (z may be a per-head view of a
+    # projection: the attention's batched matmuls then read u without copying it first)
+    if torch.compiler.is_compiling():  # Dynamo breaks the graph at out=; inductor fuses this anyway
+        return (z * r).to(z.dtype), r
+    return torch.mul(z, r, out=torch.empty(z.shape, dtype=z.dtype, device=z.device)), r
+
+
+def _sphere_bwd(z: Tensor, r: Tensor, g: Tensor) -> Tensor:
+    """∂L/∂z = r (g − z · r² mean(g z)) of :class:`_SphereRMSNorm` (autocast off)."""
+    dot = torch.sum(g * z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
+    k = dot.mul_(r.square()).div_(z.shape[-1])  # r² mean(g z), in place on the small dot
+    if torch.compiler.is_compiling():
+        return ((g - z * k) * r).to(z.dtype)
+    t = torch.addcmul(g, z, k, value=-1, out=torch.empty_like(z))  # g − k z, in z's layout (the
+    return torch.mul(t, r, out=torch.empty_like(z))  # projection's backward reads it as is)
 
 
 def _has_fused_norm(dispatch_key: str) -> bool:
@@ -318,10 +332,13 @@ def bisoftmax_symmetric(u: Tensor, scale: float, v: Tensor | None = None, *, neg
     −y at no cost. u, v: (..., N, p); the result in their dtype, or in the autocast dtype under autocast (as
     the einsum path's matmuls)."""
     dev = u.device.type
-    dt = autocast_dtype(u.dtype, dev)
-    u, v = u.to(dt), None if v is None else v.to(dt)
-    with torch.autocast(dev, enabled=False):
-        return _SymmetricBiSoftmax.apply(u, v, float(scale), -1.0 if negate else 1.0)
+    sign = -1.0 if negate else 1.0
+    if torch.is_autocast_enabled(dev):
+        dt = autocast_dtype(u.dtype, dev)
+        u, v = u.to(dt), None if v is None else v.to(dt)
+        with torch.autocast(dev, enabled=False):
+            return _SymmetricBiSoftmax.apply(u, v, float(scale), sign)
+    return _SymmetricBiSoftmax.apply(u, None if v is None else v.to(u.dtype), float(scale), sign)
 
 
 def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None, *,
