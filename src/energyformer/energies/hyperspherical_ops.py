@@ -127,7 +127,7 @@ def _sphere_bwd(z: Tensor, r: Tensor, g: Tensor) -> Tensor:
     if torch.compiler.is_compiling():
         return ((g - z * k) * r).to(z.dtype)
     t = torch.addcmul(g, z, k, value=-1, out=torch.empty_like(z))  # g − k z, in z's layout (the
-    return torch.mul(t, r, out=torch.empty_like(z))  # projection's backward reads it as is)
+    return t.mul_(r)  # projection's backward reads it as is)
 
 
 def _has_fused_norm(dispatch_key: str) -> bool:
@@ -302,10 +302,11 @@ class _SymmetricBiSoftmax(torch.autograd.Function):
         lead = u.shape[:-2]
         uf = u.reshape(-1, *u.shape[-2:])  # (B H, N, p)
         vf = uf if v is None else v.reshape(-1, *v.shape[-2:])
-        s = torch.baddbmm(uf.new_empty(()), uf, uf.mT, beta=0.0, alpha=scale)  # (B H, N, N)
+        unused = uf.new_empty(())  # baddbmm's input at beta 0 (never read): the products scaled by alpha
+        s = torch.baddbmm(unused, uf, uf.mT, beta=0.0, alpha=scale)  # (B H, N, N)
         p = torch.softmax(s, dim=-1)  # float32 accumulation inside, the operand dtype out
         a = p + p.mT
-        y = torch.baddbmm(vf.new_empty(()), a, vf, beta=0.0, alpha=sign)  # (B H, N, p)
+        y = torch.baddbmm(unused, a, vf, beta=0.0, alpha=sign)  # (B H, N, p)
         ctx.save_for_backward(uf, vf, p, a)
         ctx.scale, ctx.sign, ctx.tied, ctx.lead = scale, sign, v is None, lead
         return y.view(*lead, *y.shape[-2:])
@@ -315,9 +316,10 @@ class _SymmetricBiSoftmax(torch.autograd.Function):
     def backward(ctx, dy: Tensor):
         uf, vf, p, a = ctx.saved_tensors
         dyf = dy.reshape(-1, *dy.shape[-2:]).to(vf.dtype)
-        da = torch.baddbmm(p.new_empty(()), dyf, vf.mT, beta=0.0, alpha=ctx.sign)  # (B H, N, N)
-        dv = torch.baddbmm(vf.new_empty(()), a, dyf, beta=0.0, alpha=ctx.sign)     # Aᵀ dy = A dy
-        ds = torch.ops.aten._softmax_backward_data(da + da.mT, p, -1, p.dtype)
+        unused = p.new_empty(())  # baddbmm's input at beta 0 (never read): the products scaled by alpha
+        da = torch.baddbmm(unused, dyf, vf.mT, beta=0.0, alpha=ctx.sign)  # (B H, N, N)
+        dv = torch.baddbmm(unused, a, dyf, beta=0.0, alpha=ctx.sign)     # Aᵀ dy = A dy
+        ds = torch._softmax_backward_data(da + da.mT, p, -1, p.dtype)
         ds = ds + ds.mT  # S = Sᵀ: both factors of U Uᵀ
         if ctx.tied:  # V = U: dU = dV + scale (dS + dSᵀ) U in one matmul
             du = torch.baddbmm(dv, ds, uf, beta=1.0, alpha=ctx.scale)
