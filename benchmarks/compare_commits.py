@@ -1,7 +1,7 @@
 """Training-step time of the same configs at two commits, interleaved: did a change cost speed?
 
     python benchmarks/compare_commits.py --base 3decd96 --head HEAD [--configs lm/llama lm/cem_full]
-                                         [--rounds 5 --steps 10 --threads 1]
+                                         [--rounds 5 --steps 10 --threads 1] [--set KEY=VALUE ...]
 
 Each commit is checked out into a temporary git worktree. In every round, for every config, one
 subprocess per commit (the order alternates between rounds) builds the model from that commit's own
@@ -29,7 +29,7 @@ import statistics, sys, time, torch
 torch.manual_seed(0)
 torch.set_num_threads(int(sys.argv[3]))
 from energyformer.experiment import build_task, load_run_config, resolve
-cfg = load_run_config(sys.argv[1], [])
+cfg = load_run_config(sys.argv[1], sys.argv[4:])
 if cfg.task.kind == "lm":
     from energyformer.models.lm import CausalLM
     model = CausalLM(cfg.model)
@@ -62,11 +62,11 @@ def worktree(repo: Path, rev: str, where: Path) -> Path:
     return path
 
 
-def time_once(tree: Path, config: str, steps: int, threads: int) -> float:
+def time_once(tree: Path, config: str, steps: int, threads: int, overrides: list[str] = ()) -> float:
     env = dict(os.environ, PYTHONPATH=str(tree / "src"), OMP_NUM_THREADS=str(threads))
     env.setdefault("ENERGYFORMER_DATA", str(Path(__file__).resolve().parents[1] / "data_cache"))
-    out = subprocess.run([sys.executable, "-c", SNIPPET, config, str(steps), str(threads)], env=env, cwd=tree,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", SNIPPET, config, str(steps), str(threads), *overrides], env=env,
+                         cwd=tree, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="config overrides for every config at both commits, e.g. a host-bound size: "
+                         "model.dim=16 model.heads=2 model.iterations=24 train.batch_size=1")
     a = ap.parse_args(argv)
     repo = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,13 +91,14 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(a.rounds):
                 order = ["base", "head"] if r % 2 == 0 else ["head", "base"]
                 for c in a.configs:
-                    t = {w: time_once(trees[w], c, a.steps, a.threads) for w in order}
+                    t = {w: time_once(trees[w], c, a.steps, a.threads, a.set) for w in order}
                     for w in order:
                         secs.setdefault((c, w), []).append(t[w])
                     ratios[c].append(t["head"] / t["base"])
                     print(f"round {r + 1}: {c:24s} base {t['base'] * 1e3:7.1f} ms  head {t['head'] * 1e3:7.1f} ms"
                           f"  head/base {ratios[c][-1]:.3f}", flush=True)
-            print(f"\nhead {a.head} vs base {a.base}, {a.threads} thread(s), {a.rounds} rounds x {a.steps} steps:")
+            print(f"\nhead {a.head} vs base {a.base}, {a.threads} thread(s), {a.rounds} rounds x {a.steps} steps"
+                  f"{', overrides ' + ' '.join(a.set) if a.set else ''}:")
             for c, rs in ratios.items():
                 print(f"  {c:24s} step time head/base: median {statistics.median(rs):.3f} "
                       f"(range {min(rs):.3f}-{max(rs):.3f}); base median "

@@ -157,6 +157,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/hyperset", "ops_per_iteration_b85a1d3.md",
              "the same count for the library at commit b85a1d3 (before the copies and strided ops of the iteration "
              "were removed; with the kernel path's row)"),
+    Artifact(f"{RESULTS}/hyperset", "host_time_cpu_4fe48e2.txt",
+             "`python benchmarks/hyperset_gpu.py` at a host-bound size (d 16, L 24, batch 1) on CPU, from the trees of "
+             "60a00b4 and 4fe48e2 alternately (issue 20: host time per iteration; the command is in the file)"),
     Artifact(f"{RESULTS}/hyperset", "kernel_resources.md",
              "verbatim output of `python scripts/hyperset_kernel_resources.py --out DIR/kernel_resources.md` "
              "(registers, spills, shared memory of attention.impl kernel for sm_90, compiled without a GPU)"),
