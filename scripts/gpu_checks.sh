@@ -24,7 +24,8 @@
 #                                          spilling: docs/results/cem/heads_stages.md) at N 1k × B 8 and 4k × B 2,
 #                                          and grid heads vs heads_inner (the launch order) at 4k
 #   scripts/gpu_checks.sh next [SECONDS]    one call (~9 min) for what the H100 session of 2026-11-26 17:07 (code
-#                                          5e2ffb8: `session` below) left unmeasured: the training step as a user
+#                                          5e2ffb8: `session` below) left unmeasured: Hyper-SET's eager rows (the
+#                                          host-time changes of 4fe48e2; the feed-forward as two ops), the training step as a user
 #                                          can run it without host overhead (train.compile 'reduce-overhead'
 #                                          against the eager step captured as one CUDA graph) for Hyper-SET and
 #                                          full CEM T=1, gpu_lm with every step one CUDA graph at 1k and 4k
@@ -181,8 +182,12 @@ if [ "$PHASE" = compiled ]; then
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
-if [ "$PHASE" = next ]; then   # compiled first (its first compiles take a while), then the graphed rows, then tests
-  compiled_steps 170 150
+if [ "$PHASE" = next ]; then   # the eager Hyper-SET rows (host time since 4fe48e2), compiled (its first compiles take a
+  # while), then the graphed rows, then tests
+  step hyperset_gpu_eager 35 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 7 \
+    --warmup 2 --keep-going --models "Hyper-SET;Hyper-SET, feed-forward norm and ReLU as two ops" \
+    --out "$OUT/hyperset_gpu_eager.md"
+  compiled_steps 160 145
   step gpu_lm_graphs 110 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 4 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, one program \
 per head, heads launched inner" --out "$OUT/gpu_lm_graphs.md"
