@@ -11,7 +11,7 @@ import torch
 
 from energyformer.cli import main
 from energyformer.experiment import RunConfig
-from energyformer.utils.config import config_fields
+from energyformer.utils.config_help import config_fields
 
 TINY = ["model.dim=16", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "task.seq_len=16",
         "task.batch_size=2", "task.eval_batch_size=2", "task.eval_max_batches=1", "train.progress=false",

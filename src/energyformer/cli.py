@@ -190,7 +190,7 @@ def cmd_list(a, extra) -> int:
     _no_extra(extra, "list")
     if a.what == "keys":
         from .experiment import RunConfig
-        from .utils.config import format_config_help
+        from .utils.config_help import format_config_help
 
         print(format_config_help(RunConfig))
         return 0

@@ -163,7 +163,7 @@ def test_old_hyperset_parameter_names_load():
 def test_list_keys_shows_the_descent_keys_under_every_energy_sublayer():  # norm included (norm.kind)
     """What ``energyformer list keys`` prints (format_config_help(RunConfig))."""
     from energyformer.experiment import RunConfig
-    from energyformer.utils.config import format_config_help
+    from energyformer.utils.config_help import format_config_help
 
     text = format_config_help(RunConfig)
     for part, reg in (("attention", ATTENTIONS), ("mlp", MLPS)):

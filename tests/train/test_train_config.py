@@ -6,7 +6,8 @@ import pytest
 
 from energyformer.train import OPTIMIZERS, TrainConfig
 from energyformer.train.roles import DEFAULT_NO_DECAY_ROLES, ROLES
-from energyformer.utils.config import format_config_help, load_config
+from energyformer.utils.config import load_config
+from energyformer.utils.config_help import format_config_help
 from energyformer.utils.validate import ConfigError
 
 

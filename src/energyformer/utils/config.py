@@ -12,12 +12,12 @@ around command lines rather than nested YAML with registries. What this module a
 * :class:`ConfigModel`: the base class (unknown keys with a "did you mean" hint, no inf/NaN).
 * :class:`Registry`: name -> (config class, builder) for task / model / attention / MLP / solver /
   step-size kinds; ``registry.field("llama")`` declares a field whose ``kind`` picks the class.
-* :func:`load_config`: defaults < YAML file (duplicate keys and empty files rejected) < dotted
-  ``--set a.b.c=value`` overrides, then one validation; errors become one-line :class:`ConfigError`s
-  naming the key, the value and what is allowed.
+* :func:`load_config`: defaults < YAML file (duplicate keys and empty files rejected, ``base:`` inheritance;
+  :mod:`energyformer.utils.yaml_files`) < dotted ``--set a.b.c=value`` overrides, then one validation; errors
+  become one-line :class:`ConfigError`s naming the key, the value and what is allowed.
 * :func:`to_dict` / :func:`dumps_yaml` (the resolved config saved in every run, loadable again),
-  :func:`replace` (validated copy), :func:`config_fields` / :func:`format_config_help`
-  (``energyformer list keys``).
+  :func:`replace` (validated copy); the key listing of ``energyformer list keys`` is
+  :mod:`energyformer.utils.config_help`.
 
 Example::
 
@@ -38,8 +38,6 @@ Example::
 
 from __future__ import annotations
 
-import io
-import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +52,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from energyformer.utils.validate import ConfigError, closest
+from energyformer.utils.yaml_files import int_float, parse_value, read_yaml, resolve_base  # noqa: F401 (API)
 
 __all__ = [
     "ConfigError", "ConfigModel", "KindConfig", "Registry", "Field", "load_config", "from_dict",
@@ -298,141 +297,6 @@ def _validate(cls: type[T], data: Any, prefix: str = "") -> T:
         raise ConfigError(format_validation_error(err, prefix)) from None
 
 
-# ----------------------------------------------------------------------------- YAML
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys and reads 1e-3 / 1e3 as numbers (YAML 1.2 floats)."""
-
-
-_FLOAT_RE = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.?[0-9_]*(?:[eE][-+]?[0-9]+)?
-                          |[-+]?\.[0-9_]+(?:[eE][-+][0-9]+)?
-                          |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X)
-_StrictLoader.yaml_implicit_resolvers = {
-    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
-    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    loader.flatten_mapping(node)
-    out: dict = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in out:
-            mark = key_node.start_mark
-            raise ConfigError(f"{mark.name}:{mark.line + 1}: duplicate key {key!r} "
-                              f"(it is already set above; YAML would silently keep the last one)")
-        out[key] = loader.construct_object(value_node, deep=deep)
-    return out
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _int_float(value: Any) -> Any:
-    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 else value
-
-
-def read_yaml(path: str | os.PathLike, *, inherit: bool = True) -> dict:
-    """A YAML mapping from ``path``; empty files, duplicate keys and non-mappings are errors.
-
-    With ``inherit`` (default) a top-level ``base:`` names another config this one derives
-    from (:func:`resolve_base`): the result is the base with this file's keys merged over it.
-    """
-    data = _read_yaml_file(Path(path))
-    return resolve_base(data, Path(path)) if inherit else data
-
-
-#: the most ``base:`` links followed from one file (a longer chain is surely a mistake)
-MAX_BASE_DEPTH = 16
-
-
-def _base_path(name: Any, path: Path) -> Path:
-    """The file a ``base:`` value names: a path ending in .yaml/.yml (relative to ``path``'s folder),
-    or a config name like ``lm/llama`` looked up under the nearest enclosing ``configs/`` folder
-    (else ``path``'s folder)."""
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"{path}: base = {name!r}: must be a config name (e.g. lm/llama) or a YAML path")
-    if name.endswith((".yaml", ".yml")):
-        cand = Path(name) if Path(name).is_absolute() else path.parent / name
-    else:
-        root = next((p for p in path.resolve().parents if p.name == "configs"), path.parent)
-        cand = root / f"{name}.yaml"
-    if not cand.is_file():
-        raise ConfigError(f"{path}: base = {name!r}: no such config ({cand} not found)")
-    return cand
-
-
-def _merge_over(base: Any, child: Any) -> Any:
-    """``child`` merged over ``base``: mappings merge key by key, anything else is replaced. A
-    mapping (or bare kind name) that picks another ``kind`` than the base's replaces the base's
-    section instead of merging into it: the keys of one kind do not carry over to another."""
-    bkind = base.get("kind") if isinstance(base, Mapping) else base if isinstance(base, str) else None
-    ckind = child.get("kind") if isinstance(child, Mapping) else child if isinstance(child, str) else None
-    if isinstance(child, str) and isinstance(base, Mapping) and "kind" in base:
-        return child  # a bare kind name: that kind with its defaults
-    if not (isinstance(base, Mapping) and isinstance(child, Mapping)):
-        return child
-    if ckind is not None and bkind is not None and ckind != bkind:
-        return dict(child)
-    out = dict(base)
-    for k, v in child.items():
-        out[k] = _merge_over(out[k], v) if k in out else v
-    return out
-
-
-def resolve_base(data: Mapping, path: Path, _seen: tuple[Path, ...] = ()) -> dict:
-    """Config inheritance: ``base: NAME`` pulls in another config, this file's keys win.
-
-    Variants (LoRA ranks, ablations, sizes) state only what differs from the config they derive
-    from. Chains are followed (a base may have a base); a cycle, a missing base or a chain longer
-    than :data:`MAX_BASE_DEPTH` is a one-line :class:`ConfigError` naming the files.
-    """
-    data = dict(data)
-    if "base" not in data:
-        return data
-    here = path.resolve()
-    if here in _seen:
-        chain = " -> ".join(str(p) for p in (*_seen, here))
-        raise ConfigError(f"config inheritance cycle: {chain}")
-    if len(_seen) >= MAX_BASE_DEPTH:
-        raise ConfigError(f"{path}: more than {MAX_BASE_DEPTH} base: links (is there a cycle?)")
-    base_file = _base_path(data.pop("base"), path)
-    base = resolve_base(_read_yaml_file(base_file), base_file, (*_seen, here))
-    return _merge_over(base, data)
-
-
-def _read_yaml_file(path: Path) -> dict:
-    if path.is_dir():
-        raise ConfigError(f"{path} is a directory, not a YAML config file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a UTF-8 text file (is it a YAML config?)") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
-    stream = io.StringIO(text)
-    stream.name = str(path)  # marks (duplicate keys, syntax errors) name the file
-    try:
-        data = yaml.load(stream, Loader=_StrictLoader)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {' '.join(str(err).split())}") from None
-    if data is None:
-        raise ConfigError(f"{path}: the config file is empty (only comments or blank lines)")
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path}: expected a mapping of config keys at the top level, "
-                          f"got {type(data).__name__}")
-    return dict(data)
-
-
-def _parse_value(raw: str) -> Any:
-    if raw.strip() in ("none", "None", "NONE"):
-        return None
-    try:
-        return yaml.load(raw, Loader=_StrictLoader)
-    except (yaml.YAMLError, ConfigError):
-        return raw
-
-
 # ----------------------------------------------------------------------------- overrides
 def _split_override(item: str) -> tuple[list[str], str]:
     key, sep, raw = str(item).partition("=")
@@ -478,7 +342,7 @@ def apply_overrides(data: Mapping | BaseModel, overrides: Sequence[str]) -> Any:
     out: dict = dict(data or {})
     for item in overrides:
         parts, raw = _split_override(item)
-        out = _set_path(out, parts, _int_float(_parse_value(raw)) if raw else raw, "")
+        out = _set_path(out, parts, int_float(parse_value(raw)) if raw else raw, "")
     return out
 
 
@@ -569,76 +433,11 @@ def dump_yaml(obj: Any, path: str | os.PathLike) -> Path:
     return path
 
 
-# ----------------------------------------------------------------------------- key listing
-def _type_name(ann: Any) -> str:
-    if ann is None or ann is type(None):
-        return "None"
-    origin, args = get_origin(ann), get_args(ann)
-    if origin is Annotated:
-        return _type_name(args[0])
-    if str(origin) == "typing.Literal":
-        return " | ".join(repr(a) for a in args)
-    if origin is not None and args:
-        name = getattr(origin, "__name__", "")
-        if name in ("Union", "UnionType") or str(origin) in ("typing.Union",):
-            return " | ".join(_type_name(a) for a in args)
-        return f"{name}[{', '.join(_type_name(a) for a in args)}]"
-    return getattr(ann, "__name__", str(ann)).replace("typing.", "")
+def __getattr__(name: str) -> Any:
+    """``config_fields`` / ``format_config_help`` moved to :mod:`energyformer.utils.config_help` (still importable
+    from here)."""
+    if name in ("config_fields", "format_config_help"):
+        from energyformer.utils import config_help
 
-
-def config_fields(cls: type[BaseModel], prefix: str = "", default: BaseModel | None = None
-                  ) -> list[tuple[str, str, Any, str]]:
-    """(dotted key, type, default, help) for every settable key of ``cls``, sub-configs expanded.
-
-    A kind-selected field lists its ``kind`` (the registered names) and then the keys of every
-    registered kind as ``key[kind=NAME].sub``.
-    """
-    out: list[tuple[str, str, Any, str]] = []
-    for name, f in cls.model_fields.items():
-        key = f"{prefix}.{name}" if prefix else name
-        value = getattr(default, name) if default is not None else (
-            f.get_default(call_default_factory=True) if not f.is_required() else "<required>")
-        help_ = (f.description or "").strip().splitlines()[0] if f.description else ""
-        marker = _kind_marker(f.annotation) or next(
-            (m for m in f.metadata if isinstance(m, _KindMarker)), None)
-        if marker is not None:
-            reg = marker.registry
-            cur = getattr(value, "kind", marker.default)
-            out.append((f"{key}.kind", " | ".join(repr(n) for n in reg.names()), cur,
-                        help_ or f"{reg.what} kind"))
-            for kname, entry in reg.entries.items():
-                sub_default = value if getattr(value, "kind", None) == kname else None
-                rows = config_fields(entry.config, f"{key}[kind={kname}]", sub_default)
-                out += [r for r in rows if not r[0].endswith("].kind")]
-            continue
-        ann = f.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            out += config_fields(ann, key, value if isinstance(value, BaseModel) else None)
-            continue
-        out.append((key, _type_name(ann), value, help_))
-    return out
-
-
-def format_config_help(cls: type[BaseModel]) -> str:
-    """An aligned table of keys, types, defaults and help, for ``energyformer list keys``."""
-    rows = config_fields(cls)
-    doc = (cls.__doc__ or "").strip().splitlines()
-    lines = [f"{cls.__name__}: {doc[0]}" if doc else cls.__name__,
-             "keys (override with --set KEY=VALUE; KEY[kind=NAME] applies when that kind is chosen):"]
-    if not rows:
-        return lines[0]
-    wk = min(max(len(r[0]) for r in rows), 60)
-    wt = min(max(len(r[1]) for r in rows), 40)
-    for key, tname, default, help_ in rows:
-        d = default if isinstance(default, str) and default == "<required>" else _fmt_default(default)
-        line = f"  {key:<{wk}}  {tname:<{wt}}  = {d}"
-        lines.append(f"{line}  # {help_}" if help_ else line)
-    return "\n".join(lines)
-
-
-def _fmt_default(value: Any) -> str:
-    if isinstance(value, BaseModel):
-        return f"<{type(value).__name__}>"
-    if isinstance(value, float) and math.isfinite(value):
-        return repr(value)
-    return repr(value)
+        return getattr(config_help, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,161 @@
+"""YAML config files: strict loading and ``base:`` inheritance (split out of :mod:`energyformer.utils.config`).
+
+* :class:`_StrictLoader`: ``yaml.SafeLoader`` that rejects duplicate keys (naming file and line) and reads
+  ``1e-3`` / ``1e3`` as numbers (YAML 1.2 floats);
+* :func:`read_yaml`: a mapping from a file, empty files and non-mappings rejected, ``base: NAME`` resolved
+  (:func:`resolve_base`: the base's keys with this file's merged over them, chains followed, cycles refused);
+* :func:`parse_value`: one ``--set`` value parsed as YAML (``none`` as None; unparsable text kept as text).
+
+Every error is a one-line :class:`~energyformer.utils.validate.ConfigError` naming the file.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from energyformer.utils.validate import ConfigError
+
+__all__ = ["read_yaml", "resolve_base", "parse_value", "int_float", "MAX_BASE_DEPTH"]
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys and reads 1e-3 / 1e3 as numbers (YAML 1.2 floats)."""
+
+
+_FLOAT_RE = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.?[0-9_]*(?:[eE][-+]?[0-9]+)?
+                          |[-+]?\.[0-9_]+(?:[eE][-+][0-9]+)?
+                          |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X)
+_StrictLoader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    out: dict = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in out:
+            mark = key_node.start_mark
+            raise ConfigError(f"{mark.name}:{mark.line + 1}: duplicate key {key!r} "
+                              f"(it is already set above; YAML would silently keep the last one)")
+        out[key] = loader.construct_object(value_node, deep=deep)
+    return out
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def int_float(value: Any) -> Any:
+    """A float with an integer value (below 2^53) as an int: ``--set steps=1e3`` is 1000."""
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 else value
+
+
+def read_yaml(path: str | os.PathLike, *, inherit: bool = True) -> dict:
+    """A YAML mapping from ``path``; empty files, duplicate keys and non-mappings are errors.
+
+    With ``inherit`` (default) a top-level ``base:`` names another config this one derives
+    from (:func:`resolve_base`): the result is the base with this file's keys merged over it.
+    """
+    data = _read_yaml_file(Path(path))
+    return resolve_base(data, Path(path)) if inherit else data
+
+
+#: the most ``base:`` links followed from one file (a longer chain is surely a mistake)
+MAX_BASE_DEPTH = 16
+
+
+def _base_path(name: Any, path: Path) -> Path:
+    """The file a ``base:`` value names: a path ending in .yaml/.yml (relative to ``path``'s folder),
+    or a config name like ``lm/llama`` looked up under the nearest enclosing ``configs/`` folder
+    (else ``path``'s folder)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{path}: base = {name!r}: must be a config name (e.g. lm/llama) or a YAML path")
+    if name.endswith((".yaml", ".yml")):
+        cand = Path(name) if Path(name).is_absolute() else path.parent / name
+    else:
+        root = next((p for p in path.resolve().parents if p.name == "configs"), path.parent)
+        cand = root / f"{name}.yaml"
+    if not cand.is_file():
+        raise ConfigError(f"{path}: base = {name!r}: no such config ({cand} not found)")
+    return cand
+
+
+def _merge_over(base: Any, child: Any) -> Any:
+    """``child`` merged over ``base``: mappings merge key by key, anything else is replaced. A
+    mapping (or bare kind name) that picks another ``kind`` than the base's replaces the base's
+    section instead of merging into it: the keys of one kind do not carry over to another."""
+    bkind = base.get("kind") if isinstance(base, Mapping) else base if isinstance(base, str) else None
+    ckind = child.get("kind") if isinstance(child, Mapping) else child if isinstance(child, str) else None
+    if isinstance(child, str) and isinstance(base, Mapping) and "kind" in base:
+        return child  # a bare kind name: that kind with its defaults
+    if not (isinstance(base, Mapping) and isinstance(child, Mapping)):
+        return child
+    if ckind is not None and bkind is not None and ckind != bkind:
+        return dict(child)
+    out = dict(base)
+    for k, v in child.items():
+        out[k] = _merge_over(out[k], v) if k in out else v
+    return out
+
+
+def resolve_base(data: Mapping, path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """Config inheritance: ``base: NAME`` pulls in another config, this file's keys win.
+
+    Variants (LoRA ranks, ablations, sizes) state only what differs from the config they derive
+    from. Chains are followed (a base may have a base); a cycle, a missing base or a chain longer
+    than :data:`MAX_BASE_DEPTH` is a one-line :class:`ConfigError` naming the files.
+    """
+    data = dict(data)
+    if "base" not in data:
+        return data
+    here = path.resolve()
+    if here in _seen:
+        chain = " -> ".join(str(p) for p in (*_seen, here))
+        raise ConfigError(f"config inheritance cycle: {chain}")
+    if len(_seen) >= MAX_BASE_DEPTH:
+        raise ConfigError(f"{path}: more than {MAX_BASE_DEPTH} base: links (is there a cycle?)")
+    base_file = _base_path(data.pop("base"), path)
+    base = resolve_base(_read_yaml_file(base_file), base_file, (*_seen, here))
+    return _merge_over(base, data)
+
+
+def _read_yaml_file(path: Path) -> dict:
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a YAML config file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file (is it a YAML config?)") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    stream = io.StringIO(text)
+    stream.name = str(path)  # marks (duplicate keys, syntax errors) name the file
+    try:
+        data = yaml.load(stream, Loader=_StrictLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {' '.join(str(err).split())}") from None
+    if data is None:
+        raise ConfigError(f"{path}: the config file is empty (only comments or blank lines)")
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping of config keys at the top level, "
+                          f"got {type(data).__name__}")
+    return dict(data)
+
+
+def parse_value(raw: str) -> Any:
+    """One override value parsed as YAML; ``none`` is None and text YAML cannot parse stays text."""
+    if raw.strip() in ("none", "None", "NONE"):
+        return None
+    try:
+        return yaml.load(raw, Loader=_StrictLoader)
+    except (yaml.YAMLError, ConfigError):
+        return raw
