@@ -1,4 +1,4 @@
-"""Crash-safe file writes: a reader sees the old file or the new one, never a torn one.
+"""Crash-safe file writes (a reader sees the old file or the new one, never a torn one) and checked reads.
 
 ``atomic_write_bytes`` writes to a temporary file beside the target and renames it over the target
 (``os.replace`` is atomic on POSIX). With ``durable=True`` (default) the data and the directory entry
@@ -8,6 +8,7 @@ are fsync'ed too, so the new file also survives a power loss; checkpoints rely o
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -46,6 +47,19 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = Tru
     return atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
 
 
+def read_text_file(path: Path, error: Callable[[str], Exception], label: str, expected: str) -> str:
+    """The UTF-8 text of ``path``, or ``error(message)`` raised for a folder, binary data or an unreadable file:
+    one line starting with ``label`` (the file, maybe with what it is) and naming the ``expected`` content."""
+    if path.is_dir():
+        raise error(f"{label}: is a directory, not {expected}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{label}: not a UTF-8 text file (binary data; expected {expected})") from None
+    except OSError as err:
+        raise error(f"{label}: cannot read ({err.strerror})") from None
+
+
 def read_json(path: str | os.PathLike, what: str = "JSON file", require: tuple[str, ...] = ()) -> dict:
     """A JSON object from ``path``, or a :class:`~energyformer.errors.DataError` naming the file and
     what is wrong with it: missing, a folder, not text, empty, malformed (line and column), not an
@@ -57,12 +71,7 @@ def read_json(path: str | os.PathLike, what: str = "JSON file", require: tuple[s
     p = Path(path)
     if not p.exists():
         raise DataError(f"{what} {p}: not found")
-    if p.is_dir():
-        raise DataError(f"{what} {p}: is a folder, not a JSON file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise DataError(f"{what} {p}: not a text file (binary data; expected JSON)") from None
+    text = read_text_file(p, DataError, f"{what} {p}", "a JSON file")
     if not text.strip():
         raise DataError(f"{what} {p}: empty file (expected JSON)")
     try:

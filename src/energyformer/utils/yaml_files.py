@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from energyformer.utils.io import read_text_file
 from energyformer.utils.validate import ConfigError
 
 __all__ = ["read_yaml", "resolve_base", "parse_value", "int_float", "MAX_BASE_DEPTH"]
@@ -129,15 +130,7 @@ def resolve_base(data: Mapping, path: Path, _seen: tuple[Path, ...] = ()) -> dic
 
 
 def _read_yaml_file(path: Path) -> dict:
-    if path.is_dir():
-        raise ConfigError(f"{path} is a directory, not a YAML config file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a UTF-8 text file (is it a YAML config?)") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
-    stream = io.StringIO(text)
+    stream = io.StringIO(read_text_file(path, ConfigError, str(path), "a YAML config file"))
     stream.name = str(path)  # marks (duplicate keys, syntax errors) name the file
     try:
         data = yaml.load(stream, Loader=_StrictLoader)
