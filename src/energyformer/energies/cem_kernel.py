@@ -66,7 +66,10 @@ from energyformer.utils.config import ConfigModel, Field
 from .cem_products import added, chunk_blocks, cols_mm, mm_acc, pair_mm, row_chunks, rows_mm, zero_blocks
 
 
+@functools.cache
 def triton_available() -> bool:
+    """Whether the triton package is installed (looked up once: the kernel paths ask per call, and without
+    triton imported yet ``find_spec`` searches the file system every time)."""
     return importlib.util.find_spec("triton") is not None
 
 
