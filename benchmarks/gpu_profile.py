@@ -10,7 +10,11 @@ steps (forward + loss + backward + AdamW, the same step as the tables') run unde
   busy means the step waits on the host (kernel launches, Python), not on the GPU;
 * the number of device kernels per step;
 * the operators with the most self device time (self CPU time where there is no device), with calls
-  per step — the rows to make faster first.
+  per step — the rows to make faster first;
+* on a device also the host's side (``--host-rows``): the operators, autograd Functions and Python-level
+  ranges with the most self CPU time per step (what the host spends issuing the step: dispatch, autograd,
+  custom Functions with their Triton launches), and the sum of all self CPU time — where wall is above device
+  busy, these are the rows to make cheaper.
 
 Suites: ``cem`` — ``gpu_lm.py``'s models at N × B (default 1024 × 8): the Llama baseline, full CEM T=1 on
 the default path, and the paper configuration; ``hyperset`` — ``hyperset_gpu.py``'s looped transformer,
@@ -75,8 +79,24 @@ def _self_device_us(e) -> float:
     return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0) or 0.0)
 
 
-def profile_step(fn: Callable[[], None], steps: int, device: torch.device, rows: int) -> list[str]:
-    """Wall ms/step unprofiled, then ``steps`` steps under the profiler: busy ms/step, kernels/step, top ops."""
+def host_rows(avg, steps: int, rows: int) -> list[str]:
+    """The ``rows`` entries of a profile with the most self CPU time per step, and the total (a device run's
+    host side: what issuing the step costs the CPU, profiler overhead included)."""
+    total = sum(float(e.self_cpu_time_total) for e in avg) or 1.0
+    lines = ["", f"host: self CPU time {total / 1e3 / steps:.1f} ms/step in all (with the profiler's own overhead)",
+             "", "| operator, Function or range | self CPU ms/step | share of host self time | calls/step |",
+             "|---|---|---|---|"]
+    for e in sorted(avg, key=lambda e: float(e.self_cpu_time_total), reverse=True)[:rows]:
+        name = e.key.replace("|", "/")[:90]
+        lines.append(f"| `{name}` | {e.self_cpu_time_total / 1e3 / steps:.2f} | {e.self_cpu_time_total / total:.1%} "
+                     f"| {e.count / steps:g} |")
+    return lines
+
+
+def profile_step(fn: Callable[[], None], steps: int, device: torch.device, rows: int,
+                 host: int = 0) -> list[str]:
+    """Wall ms/step unprofiled, then ``steps`` steps under the profiler: busy ms/step, kernels/step, top ops
+    (and on a device the ``host`` top entries by self CPU time, :func:`host_rows`)."""
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     walls = []
@@ -107,7 +127,7 @@ def profile_step(fn: Callable[[], None], steps: int, device: torch.device, rows:
     for e in sorted(avg, key=key, reverse=True)[:rows]:
         name = e.key.replace("|", "/")[:90]
         lines.append(f"| `{name}` | {key(e) / 1e3 / steps:.2f} | {key(e) / total:.1%} | {e.count / steps:g} |")
-    return lines
+    return lines + (host_rows(avg, steps, host) if cuda and host else [])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -127,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=20, help="operators listed per model")
+    ap.add_argument("--host-rows", type=int, default=12,
+                    help="(device runs) host-side entries listed per model, by self CPU time; 0: none")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size")
     gpu_lm.keep_going_arg(ap)
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
@@ -165,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
             fn = build(args, device, [name])[name]
             for _ in range(args.warmup):
                 fn()
-            out += profile_step(fn, args.steps, device, args.rows)
+            out += profile_step(fn, args.steps, device, args.rows, args.host_rows)
         except Exception as err:  # noqa: BLE001 (re-raised unless --keep-going)
             if not args.keep_going:
                 raise
