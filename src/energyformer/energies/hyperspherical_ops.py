@@ -165,10 +165,11 @@ def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tens
     float64 (the reference precision) and learned gains: ``F.rms_norm``. The custom gradient is not
     differentiable again (``once_differentiable``).
 
-    A z that is a permuted view of contiguous memory with the normalised axis last in memory — the heads'
-    projections (B, H, N, p) over the linear layer's (B, N, H p) output — is normalised in that memory order
-    and returned as the same view of the result: the fused kernel would copy it to (B, H, N, p) first, and the
-    bi-softmax kernel and the read-out then read and write (B, N, H, p) memory without a copy either."""
+    A z that is a permuted view of contiguous memory with the normalised axis last in memory — e.g. heads'
+    projections (B, H, N, p) over a linear layer's (B, N, H p) output — is normalised in that memory order
+    and returned as the same view of the result: the fused kernel would copy it to (B, H, N, p) first. (Hyper-SET's
+    attention normalises the (B, N, H, p) output itself, before it splits off the heads: no permutation to find
+    and undo per call, the same numbers.)"""
     order = _dense_order(z)
     if order is not None:
         back = sorted(range(z.dim()), key=order.__getitem__)
