@@ -55,7 +55,7 @@ def read_text_file(path: Path, error: Callable[[str], Exception], label: str, ex
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise error(f"{label}: not a UTF-8 text file (binary data; expected {expected})") from None
+        raise error(f"{label}: not a text file (binary data, not UTF-8; expected {expected})") from None
     except OSError as err:
         raise error(f"{label}: cannot read ({err.strerror})") from None
 
