@@ -4,8 +4,10 @@ The two models are built from the Sudoku study's own configs (``hyperset/sudoku_
 ``hyperset/sudoku_transformer``) with the GPU scale's model overrides (the paper's Table 8: d 768,
 12 heads, L 24 iterations of one layer, learned positions) plus, as further rows, Hyper-SET with
 ``step_size.state_norm: true``, with ``attention.impl: einsum`` (the bi-softmax's PyTorch path; the
-default ``auto`` takes the Triton kernel on CUDA, the einsum path on CPU) and with the feed-forward's sphere
-norm and ReLU as two ops (CUDA takes one fused kernel each way, ``hyperspherical_ffkernel``). One training
+default ``auto`` takes the Triton kernel on CUDA, the einsum path on CPU), with the feed-forward's sphere
+norm and ReLU as two ops (CUDA takes one fused kernel each way, ``hyperspherical_ffkernel``) and with the
+PyTorch path's bi-softmax symmetrised by transposed sums (CPU folds them into its products for small heads,
+``hyperspherical_ops.gemm_symmetrise``). One training
 step = forward over a (B, 81) board batch + cross-entropy on the blanks + backward + AdamW, bf16 autocast
 and/or fp32, the models' calls interleaved (the starting model rotates every repeat; ``gpu_lm.timed_runs``, the steps
 of ``lm_throughput``). The table gives tokens/s (81 tokens per board), the per-repeat ratio to the
@@ -48,13 +50,16 @@ from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
 
 BASE = "looped transformer"
 TWO_OP_FF = "Hyper-SET, feed-forward norm and ReLU as two ops"
+SUMS = "Hyper-SET, bi-softmax symmetrised by transposed sums"
 MODELS = {
     BASE: ("hyperset/sudoku_transformer", []),
     "Hyper-SET": ("hyperset/sudoku_hyperset", []),
     "Hyper-SET, state_norm": ("hyperset/sudoku_hyperset", ["model.block.attention.step_size.state_norm=true"]),
     "Hyper-SET, attention.impl einsum": ("hyperset/sudoku_hyperset", ["model.block.attention.impl=einsum"]),
     TWO_OP_FF: ("hyperset/sudoku_hyperset", []),
+    SUMS: ("hyperset/sudoku_hyperset", []),
 }
+
 CELLS = 81
 
 
@@ -64,6 +69,18 @@ def two_op_ff():
     from energyformer.energies import hyperspherical_ffkernel as ffk
 
     return mock.patch.multiple(ffk, FUSED_NORM_RELU={})
+
+
+def transposed_sums():
+    """The PyTorch path's symmetric bi-softmax with its three transposed sums, not folded into its products
+    (``hyperspherical_ops.GEMM_SYMMETRISE_MAX_P`` 0: the form before, and CUDA's; the model is the default)."""
+    from energyformer.energies import hyperspherical_ops as ops
+
+    return mock.patch.dict(ops.GEMM_SYMMETRISE_MAX_P, {"cpu": 0})
+
+
+#: rows that are the default model with a library switch turned while their step runs (A/B rows)
+SWITCHED = {TWO_OP_FF: two_op_ff, SUMS: transposed_sums}
 
 
 def in_context(fn: Callable[[], None], ctx) -> Callable[[], None]:
@@ -102,12 +119,13 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
             run_as = {n: compiled(m, args.compile, device) for n, m in built.items()}  # as train.compile
             fns = {n: make_train_step(m, ours_logits, boards, targets, precision=precision) if training
                    else make_infer_step(m, ours_logits, boards, precision=precision) for n, m in run_as.items()}
-            if TWO_OP_FF in fns:
-                fns[TWO_OP_FF] = in_context(fns[TWO_OP_FF], two_op_ff)
+            for row, switch in SWITCHED.items():
+                if row in fns:
+                    fns[row] = in_context(fns[row], switch)
             if args.cuda_graph and training:  # every model again, its whole step one CUDA graph
                 for n, (c, x) in chosen.items():
                     built[n + GRAPHED] = m = build(c, x, args, device)
-                    with two_op_ff() if n == TWO_OP_FF else contextlib.nullcontext():  # what the graph captures
+                    with SWITCHED[n]() if n in SWITCHED else contextlib.nullcontext():  # what the graph captures
                         fns[n + GRAPHED] = make_graphed_train_step(m, ours_logits, boards, targets,
                                                                    precision=precision)
             own = {n: state_bytes(m, training) for n, m in built.items()}

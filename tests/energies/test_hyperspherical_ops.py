@@ -114,11 +114,32 @@ def test_sphere_norm_traces_into_one_graph():
     torch.testing.assert_close(g, g2, rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture(params=["sums", "products"])
+def symmetrise(request, monkeypatch):
+    """Both forms of _SymmetricBiSoftmax on CPU: the transposed sums, or folded into the products (forced for any
+    size; the library picks by head dimension and size, ``gemm_symmetrise``)."""
+    from energyformer.energies import hyperspherical_ops as ops
+
+    products = request.param == "products"
+    monkeypatch.setitem(ops.GEMM_SYMMETRISE_MAX_P, "cpu", 1 << 30 if products else 0)
+    monkeypatch.setattr(ops, "GEMM_SYMMETRISE_MIN_SCORES", 0)
+    return request.param
+
+
+def test_symmetrising_by_products_is_chosen_for_small_heads_and_many_scores():
+    from energyformer.energies.hyperspherical_ops import gemm_symmetrise
+
+    assert gemm_symmetrise(torch.empty(16, 4, 81, 16))                   # the CPU study: 64 x 81² scores, p 16
+    assert not gemm_symmetrise(torch.empty(16, 4, 81, 32))               # p 32: no faster (measured)
+    assert not gemm_symmetrise(torch.empty(1, 2, 81, 8))                 # 2 x 81² scores: the sums, in cache
+    assert not gemm_symmetrise(torch.empty(16, 4, 81, 16, device="meta"))  # CPU only
+
+
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("negate", [False, True])
-def test_bisoftmax_symmetric_is_the_two_softmax_reference_in_float64(tied, negate):
+def test_bisoftmax_symmetric_is_the_two_softmax_reference_in_float64(tied, negate, symmetrise):
     """bisoftmax_symmetric (one shared sphere, no mask): values and gradients equal the einsum reference that
-    computes both softmaxes, to 1e-12 in float64; ``negate`` gives −y; gradcheck passes."""
+    computes both softmaxes, to 1e-12 in float64, in either form; ``negate`` gives −y; gradcheck passes."""
     from energyformer.energies.hyperspherical_ops import bisoftmax_einsum, bisoftmax_symmetric
 
     g = torch.Generator().manual_seed(5)
@@ -136,10 +157,10 @@ def test_bisoftmax_symmetric_is_the_two_softmax_reference_in_float64(tied, negat
 
 
 @pytest.mark.parametrize("radius", [1.0, 4.0])
-def test_bisoftmax_symmetric_bf16_error_is_the_einsum_paths(radius):
+def test_bisoftmax_symmetric_bf16_error_is_the_einsum_paths(radius, symmetrise):
     """bf16 operands (the dtype autocast gives it): y and dU stay within bf16 tolerance of float64, no worse
     than 1.5x the einsum path as CUDA autocast runs it (bf16 matmuls, float32 softmax), on the sphere (scores
-    up to β p = 8) and four times off it (scores up to 128)."""
+    up to β p = 8) and four times off it (scores up to 128), in either form."""
     from energyformer.energies.hyperspherical_ops import bisoftmax_symmetric
 
     def einsum_path(u, scale):

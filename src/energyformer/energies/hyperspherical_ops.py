@@ -281,6 +281,20 @@ def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor 
     return row + col, r
 
 
+#: largest head dimension p for which :class:`_SymmetricBiSoftmax` on CPU folds its three transposed sums into
+#: products (its docstring), and the fewest (B H) N² scores it does so at: measured faster there (p 8 and 16 at
+#: 64 x 81² scores), even at p 32 and slower for a cached 2 x 81² (docs/hyperset.md, "Speed"); p 0 switches it
+#: off (an A/B switch for benchmarks)
+GEMM_SYMMETRISE_MAX_P = {"cpu": 16}
+GEMM_SYMMETRISE_MIN_SCORES = 1 << 18
+
+
+def gemm_symmetrise(u: Tensor) -> bool:
+    """Whether :class:`_SymmetricBiSoftmax` symmetrises by products for operands u (…, N, p)."""
+    n, p = u.shape[-2:]
+    return p <= GEMM_SYMMETRISE_MAX_P.get(u.device.type, 0) and u.numel() // p * n >= GEMM_SYMMETRISE_MIN_SCORES
+
+
 class _SymmetricBiSoftmax(torch.autograd.Function):
     """y = sign · (P + Pᵀ) V with P = softmax_row(scale · U Uᵀ) (Q = K = U; V = U when ``v`` is None).
 
@@ -296,7 +310,16 @@ class _SymmetricBiSoftmax(torch.autograd.Function):
     softmax backward, the float32 P + Pᵀ and its cast back, and the two scale multiplies: 4 kernels
     forward and 6 backward over (B H, N, N) bf16 (``benchmarks/hyperset_ops.py``). Rounding: S, P, A, dA,
     dP and dS are rounded to the operand dtype once each (the einsum path rounds S, A, dA and dS, and
-    keeps P, dP in float32); the softmax and its backward accumulate in float32 either way."""
+    keeps P, dP in float32); the softmax and its backward accumulate in float32 either way.
+
+    **Symmetrising by products** (on CPU for heads of at most :data:`GEMM_SYMMETRISE_MAX_P` dimensions): the
+    three transposed sums P + Pᵀ, dA + dAᵀ and dS + dSᵀ read one operand across rows, which on a CPU runs
+    several times slower than a contiguous sum once the (B H, N, N) tensors are out of cache. There each is
+    folded into the products instead — y = sign (P V + Pᵀ V), dP = dA + sign V dyᵀ, dV = sign (P dy + Pᵀ dy),
+    dU = dV + scale (dS U + dSᵀ U), the transposes read by the matmul library as they are — for N² p more
+    multiply-adds each, which pays while p is small (measured: ``docs/hyperset.md``, "Speed"); A is then not
+    kept for the backward. The same sums in another order: float64 equal to rounding, float32 / bf16 within
+    the same error of float64 (tested)."""
 
     @staticmethod
     def forward(ctx, u: Tensor, v: Tensor | None, scale: float, sign: float) -> Tensor:
@@ -306,26 +329,42 @@ class _SymmetricBiSoftmax(torch.autograd.Function):
         unused = uf.new_empty(())  # baddbmm's input at beta 0 (never read): the products scaled by alpha
         s = torch.baddbmm(unused, uf, uf.mT, beta=0.0, alpha=scale)  # (B H, N, N)
         p = torch.softmax(s, dim=-1)  # float32 accumulation inside, the operand dtype out
-        a = p + p.mT
-        y = torch.baddbmm(unused, a, vf, beta=0.0, alpha=sign)  # (B H, N, p)
-        ctx.save_for_backward(uf, vf, p, a)
+        ctx.gemm = gemm_symmetrise(uf)
+        if ctx.gemm:  # y = sign (P V + Pᵀ V)
+            y = torch.baddbmm(unused, p, vf, beta=0.0, alpha=sign).baddbmm_(p.mT, vf, alpha=sign)  # (B H, N, p)
+            ctx.save_for_backward(uf, vf, p)
+        else:
+            a = p + p.mT
+            y = torch.baddbmm(unused, a, vf, beta=0.0, alpha=sign)  # (B H, N, p)
+            ctx.save_for_backward(uf, vf, p, a)
         ctx.scale, ctx.sign, ctx.tied, ctx.lead = scale, sign, v is None, lead
         return y.view(*lead, *y.shape[-2:])
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy: Tensor):
-        uf, vf, p, a = ctx.saved_tensors
+        uf, vf, p = ctx.saved_tensors[:3]
         dyf = dy.reshape(-1, *dy.shape[-2:]).to(vf.dtype)
         unused = p.new_empty(())  # baddbmm's input at beta 0 (never read): the products scaled by alpha
-        da = torch.baddbmm(unused, dyf, vf.mT, beta=0.0, alpha=ctx.sign)  # (B H, N, N)
-        dv = torch.baddbmm(unused, a, dyf, beta=0.0, alpha=ctx.sign)     # Aᵀ dy = A dy
+        sign, scale = ctx.sign, ctx.scale
+        da = torch.baddbmm(unused, dyf, vf.mT, beta=0.0, alpha=sign)  # dA (B H, N, N)
+        if ctx.gemm:  # the transposed sums as products (class docstring)
+            dp = da.baddbmm_(vf, dyf.mT, alpha=sign)                                             # dA + dAᵀ
+            dv = torch.baddbmm(unused, p, dyf, beta=0.0, alpha=sign).baddbmm_(p.mT, dyf, alpha=sign)  # A dy
+            ds = torch._softmax_backward_data(dp, p, -1, p.dtype)
+            if ctx.tied:  # V = U: dU = dV + scale (dS U + dSᵀ U)
+                du = dv.baddbmm_(ds, uf, alpha=scale).baddbmm_(ds.mT, uf, alpha=scale)
+                return du.view(*ctx.lead, *du.shape[-2:]), None, None, None
+            du = torch.baddbmm(unused, ds, uf, beta=0.0, alpha=scale).baddbmm_(ds.mT, uf, alpha=scale)
+            return (du.view(*ctx.lead, *du.shape[-2:]), dv.view(*ctx.lead, *dv.shape[-2:]), None, None)
+        a = ctx.saved_tensors[3]
+        dv = torch.baddbmm(unused, a, dyf, beta=0.0, alpha=sign)     # Aᵀ dy = A dy
         ds = torch._softmax_backward_data(da + da.mT, p, -1, p.dtype)
         ds = ds + ds.mT  # S = Sᵀ: both factors of U Uᵀ
         if ctx.tied:  # V = U: dU = dV + scale (dS + dSᵀ) U in one matmul
-            du = torch.baddbmm(dv, ds, uf, beta=1.0, alpha=ctx.scale)
+            du = torch.baddbmm(dv, ds, uf, beta=1.0, alpha=scale)
             return du.view(*ctx.lead, *du.shape[-2:]), None, None, None
-        du = torch.bmm(ds, uf).mul_(ctx.scale) if ctx.scale != 1.0 else torch.bmm(ds, uf)
+        du = torch.bmm(ds, uf).mul_(scale) if scale != 1.0 else torch.bmm(ds, uf)
         return (du.view(*ctx.lead, *du.shape[-2:]), dv.view(*ctx.lead, *dv.shape[-2:]), None, None)
 
 
