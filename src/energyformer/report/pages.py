@@ -160,6 +160,10 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/hyperset", "host_time_cpu_4fe48e2.txt",
              "`python benchmarks/hyperset_gpu.py` at a host-bound size (d 16, L 24, batch 1) on CPU, from the trees of "
              "60a00b4 and 4fe48e2 alternately (issue 20: host time per iteration; the command is in the file)"),
+    Artifact(f"{RESULTS}/hyperset", "cpu_symmetrise_4cc83cf.md",
+             "verbatim output of `python benchmarks/hyperset_gpu.py --dim 64 --heads 4 --iterations 8 --batch 16 "
+             "--modes training --models ...` on CPU (the CPU study's size: the bi-softmax symmetrised by products vs "
+             "by transposed sums)"),
     Artifact(f"{RESULTS}/hyperset", "kernel_resources.md",
              "verbatim output of `python scripts/hyperset_kernel_resources.py --out DIR/kernel_resources.md` "
              "(registers, spills, shared memory of attention.impl kernel for sm_90, compiled without a GPU)"),
