@@ -282,9 +282,8 @@ def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor 
 
 
 #: largest head dimension p for which :class:`_SymmetricBiSoftmax` on CPU folds its three transposed sums into
-#: products (its docstring), and the fewest (B H) N² scores it does so at: measured faster there (p 8 and 16 at
-#: 64 x 81² scores), even at p 32 and slower for a cached 2 x 81² (docs/hyperset.md, "Speed"); p 0 switches it
-#: off (an A/B switch for benchmarks)
+#: products (its docstring), and the fewest (B H) N² scores it does so at: faster at p 16 over 64 x 81² scores
+#: (docs/hyperset.md, "Speed"), not at p 32 nor for a small, cached 2 x 81²; p 0 switches it off (an A/B switch)
 GEMM_SYMMETRISE_MAX_P = {"cpu": 16}
 GEMM_SYMMETRISE_MIN_SCORES = 1 << 18
 
