@@ -160,6 +160,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/hyperset", "host_time_cpu_4fe48e2.txt",
              "`python benchmarks/hyperset_gpu.py` at a host-bound size (d 16, L 24, batch 1) on CPU, from the trees of "
              "60a00b4 and 4fe48e2 alternately (issue 20: host time per iteration; the command is in the file)"),
+    Artifact(f"{RESULTS}/hyperset", "compare_commits_4fe48e2.txt",
+             "output of `python benchmarks/compare_commits.py --base 60a00b4` at 4fe48e2 (the Sudoku configs' CPU step "
+             "time before and after the host-time changes)"),
     Artifact(f"{RESULTS}/hyperset", "cpu_symmetrise_4cc83cf.md",
              "verbatim output of `python benchmarks/hyperset_gpu.py --dim 64 --heads 4 --iterations 8 --batch 16 "
              "--modes training --models ...` on CPU (the CPU study's size: the bi-softmax symmetrised by products vs "
