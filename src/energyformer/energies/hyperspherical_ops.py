@@ -350,21 +350,18 @@ class _SymmetricBiSoftmax(torch.autograd.Function):
         if ctx.gemm:  # the transposed sums as products (class docstring)
             dp = da.baddbmm_(vf, dyf.mT, alpha=sign)                                             # dA + dAᵀ
             dv = torch.baddbmm(unused, p, dyf, beta=0.0, alpha=sign).baddbmm_(p.mT, dyf, alpha=sign)  # A dy
-            ds = torch._softmax_backward_data(dp, p, -1, p.dtype)
-            if ctx.tied:  # V = U: dU = dV + scale (dS U + dSᵀ U)
-                du = dv.baddbmm_(ds, uf, alpha=scale).baddbmm_(ds.mT, uf, alpha=scale)
-                return du.view(*ctx.lead, *du.shape[-2:]), None, None, None
-            du = torch.baddbmm(unused, ds, uf, beta=0.0, alpha=scale).baddbmm_(ds.mT, uf, alpha=scale)
-            return (du.view(*ctx.lead, *du.shape[-2:]), dv.view(*ctx.lead, *dv.shape[-2:]), None, None)
-        a = ctx.saved_tensors[3]
-        dv = torch.baddbmm(unused, a, dyf, beta=0.0, alpha=sign)     # Aᵀ dy = A dy
-        ds = torch._softmax_backward_data(da + da.mT, p, -1, p.dtype)
-        ds = ds + ds.mT  # S = Sᵀ: both factors of U Uᵀ
-        if ctx.tied:  # V = U: dU = dV + scale (dS + dSᵀ) U in one matmul
-            du = torch.baddbmm(dv, ds, uf, beta=1.0, alpha=scale)
-            return du.view(*ctx.lead, *du.shape[-2:]), None, None, None
-        du = torch.bmm(ds, uf).mul_(scale) if scale != 1.0 else torch.bmm(ds, uf)
-        return (du.view(*ctx.lead, *du.shape[-2:]), dv.view(*ctx.lead, *dv.shape[-2:]), None, None)
+        else:
+            dp = da + da.mT                                                 # A = P + Pᵀ
+            dv = torch.baddbmm(unused, ctx.saved_tensors[3], dyf, beta=0.0, alpha=sign)  # Aᵀ dy = A dy
+        ds = torch._softmax_backward_data(dp, p, -1, p.dtype)
+        # dU = [dV (V = U) +] scale (dS + dSᵀ) U: S = Sᵀ, both factors of U Uᵀ
+        base, beta = (dv, 1.0) if ctx.tied else (unused, 0.0)
+        if ctx.gemm:
+            du = torch.baddbmm(base, ds, uf, beta=beta, alpha=scale).baddbmm_(ds.mT, uf, alpha=scale)
+        else:
+            du = torch.baddbmm(base, ds + ds.mT, uf, beta=beta, alpha=scale)
+        du = du.view(*ctx.lead, *du.shape[-2:])
+        return (du, None, None, None) if ctx.tied else (du, dv.view(*ctx.lead, *dv.shape[-2:]), None, None)
 
 
 def bisoftmax_symmetric(u: Tensor, scale: float, v: Tensor | None = None, *, negate: bool = False) -> Tensor:
