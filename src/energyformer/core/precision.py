@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 
@@ -11,3 +13,11 @@ def autocast_dtype(dtype: torch.dtype, device_type: str) -> torch.dtype:
     if dtype != torch.float64 and torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return dtype
+
+
+def autocast_off(device_type: str) -> contextlib.AbstractContextManager:
+    """``torch.autocast(device_type, enabled=False)`` while autocast is on there, else a no-op context: entering
+    the autocast context costs about as much host time as a small kernel, paid per call on hot paths."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()

@@ -52,7 +52,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..core.attention import masked_softmax, sdpa
-from ..core.precision import autocast_dtype
+from ..core.precision import autocast_dtype, autocast_off
 
 def _safe_span(dtype: torch.dtype) -> float:
     fi = torch.finfo(dtype)
@@ -91,10 +91,7 @@ class _SphereRMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z: Tensor, eps: float) -> Tensor:
-        if torch.is_autocast_enabled(z.device.type):  # vector_norm is on autocast's float32 list
-            with torch.autocast(z.device.type, enabled=False):
-                u, r = _sphere_fwd(z, eps)
-        else:  # (the context costs about as much host time as a small kernel: entered only when needed)
+        with autocast_off(z.device.type):  # vector_norm is on autocast's float32 list
             u, r = _sphere_fwd(z, eps)
         ctx.save_for_backward(z, r)
         return u
@@ -103,10 +100,8 @@ class _SphereRMSNorm(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, g: Tensor):
         z, r = ctx.saved_tensors
-        if torch.is_autocast_enabled(g.device.type):
-            with torch.autocast(g.device.type, enabled=False):
-                return _sphere_bwd(z, r, g), None
-        return _sphere_bwd(z, r, g), None
+        with autocast_off(g.device.type):
+            return _sphere_bwd(z, r, g), None
 
 
 def _sphere_fwd(z: Tensor, eps: float) -> tuple[Tensor, Tensor]:
@@ -370,13 +365,10 @@ def bisoftmax_symmetric(u: Tensor, scale: float, v: Tensor | None = None, *, neg
     −y at no cost. u, v: (..., N, p); the result in their dtype, or in the autocast dtype under autocast (as
     the einsum path's matmuls)."""
     dev = u.device.type
-    sign = -1.0 if negate else 1.0
-    if torch.is_autocast_enabled(dev):
-        dt = autocast_dtype(u.dtype, dev)
-        u, v = u.to(dt), None if v is None else v.to(dt)
-        with torch.autocast(dev, enabled=False):
-            return _SymmetricBiSoftmax.apply(u, v, float(scale), sign)
-    return _SymmetricBiSoftmax.apply(u, None if v is None else v.to(u.dtype), float(scale), sign)
+    dt = autocast_dtype(u.dtype, dev)
+    u, v = u.to(dt), None if v is None else v.to(dt)
+    with autocast_off(dev):
+        return _SymmetricBiSoftmax.apply(u, v, float(scale), -1.0 if negate else 1.0)
 
 
 def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None, *,
