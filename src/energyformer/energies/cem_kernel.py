@@ -61,6 +61,7 @@ from einops import rearrange
 from pydantic import model_validator
 from torch import Tensor
 
+from energyformer.core.precision import autocast_off
 from energyformer.utils.config import ConfigModel, Field
 
 from .cem_products import added, chunk_blocks, cols_mm, mm_acc, pair_mm, row_chunks, rows_mm, zero_blocks
@@ -411,7 +412,7 @@ def attend_kernel(e, u: Tensor, st, bs, plan, need_logz: bool):
         x = bs.cache.get(("kernel-x",) + plan.key)
         if x is None:
             x = bs.cache[("kernel-x",) + plan.key] = torch.einsum("bnd,hdr->bhnr", bs.h, plan.lr.to(bs.cdt))
-    with torch.autocast(u.device.type, enabled=False):
+    with autocast_off(u.device.type):
         oq, hs, ox, lse = cem_attention(
             q, bs.k, ud, bs.h, slopes=e.slopes if e.alibi else None, delta=e.self_bias,
             key_mask=st.key_mask, causal=e.causal, offset=st.offset, h_mode=mode,

@@ -171,7 +171,7 @@ def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tens
         return sphere_rms_norm(z.permute(order), eps, weight).permute(back)
     if weight is None and z.dtype in FAST_NORM_DTYPES:
         if FUSED_NORM.get(z.device.type, False):  # the fused pair in z's dtype (autocast would upcast)
-            with torch.autocast(z.device.type, enabled=False):
+            with autocast_off(z.device.type):
                 return F.rms_norm(z, (z.shape[-1],), None, eps)
         return _SphereRMSNorm.apply(z, float(eps))
     return F.rms_norm(z, (z.shape[-1],), weight, eps)

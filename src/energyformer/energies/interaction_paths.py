@@ -46,6 +46,8 @@ from torch import Tensor
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ..core.precision import autocast_off
+
 #: the position bias of a whole call is cached (shared by layers and steps) up to this size
 POSITION_CACHE_BYTES = 16 * 2**20
 
@@ -135,7 +137,7 @@ def attend_fused(e, u: Tensor, fs: FusedState, attn_mask: Tensor | None, need_lo
     ``is_causal`` call on a query padded by one row, or the mask of ``InteractionEnergy._others_mask``
     (an additive ALiBi float mask when bidirectional) — none of which is the kit's ``visible``."""
     cdt = fs.keys.dtype
-    with torch.autocast(u.device.type, enabled=False):
+    with autocast_off(u.device.type):
         B, nq = u.shape[:2]
         parts = [rearrange(e.wq(u.to(e.wq.weight.dtype)), "b n (h r) -> b h n r", h=e.heads).to(cdt)]
         if e.d is not None:
@@ -234,7 +236,7 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
     if e.d is not None:
         ud = (u * (e.d / e.tau)).to(cdt) if e.d.dim() == 1 else \
             (u.unsqueeze(1) * (e.d / e.tau)[None, :, None, :]).to(cdt)  # (B, [H,] Nq, D)
-    with torch.autocast(u.device.type, enabled=False):
+    with autocast_off(u.device.type):
         compiling = torch.compiler.is_compiling()  # Dynamo traces no tolist (a graph break) and no lru_cache
         slopes = (e.slopes if compiling else tuple(e.slopes.tolist())) if e.alibi else None
         full_bias = None

@@ -54,6 +54,7 @@ from torch import Tensor, nn
 from ..core.attention import append_cache, masked_softmax, sdpa, visible
 from ..core.constants import ExactConstant
 from ..core.energy import Energy, register_energy
+from ..core.precision import autocast_off
 from ..core.stepsize import _inverse_softplus
 from ..utils.validate import ConfigError, check_choice, check_float, check_int
 from .free_energy import HeadsState, free_energy_heads, merge_heads, split_heads
@@ -174,7 +175,7 @@ class NewtonHeads(Energy):
     def pinv_rows(self) -> Tensor:
         """Stacked ``(P_h⁺)ᵀ = (P_h P_hᵀ + ε_h I)⁻¹ P_h`` as an (H·dh × D) matrix (weight-only work)."""
         w = self.wq.weight
-        with torch.autocast(w.device.type, enabled=False):  # a d_h x d_h solve: float32 at least
+        with autocast_off(w.device.type):  # a d_h x d_h solve: float32 at least
             P = w.float().view(self.heads, self.head_dim, self.dim) if w.dtype in (torch.float16, torch.bfloat16) \
                 else w.view(self.heads, self.head_dim, self.dim)  # (H, dh, D)
             G = self.ridge(P @ P.transpose(-1, -2))  # (H, dh, dh)
@@ -196,7 +197,7 @@ class NewtonHeads(Energy):
         """
         if self.fp32_heads and (q.dtype in (torch.float16, torch.bfloat16) or torch.is_autocast_enabled(q.device.type)):
             dt = torch.promote_types(q.dtype, torch.float32)
-            with torch.autocast(q.device.type, enabled=False):
+            with autocast_off(q.device.type):
                 st32 = QKVState(st.h, st.q, st.k.to(dt), st.v.to(dt), st.key_mask)
                 return self._head_steps(q.to(dt), st32).to(q.dtype)
         return self._head_steps(q, st)
@@ -216,7 +217,7 @@ class NewtonHeads(Energy):
         C = (p @ vv).unflatten(-1, (self.head_dim, self.head_dim)) - mu[..., :, None] * mu[..., None, :]
         eye = torch.eye(self.head_dim, dtype=q.dtype, device=q.device)
         M = damp(eye - C / Ts[..., None], self.damping, self.damping_eps)
-        with torch.autocast(q.device.type, enabled=False):  # batched d_h x d_h solves in float32
+        with autocast_off(q.device.type):  # batched d_h x d_h solves in float32
             dt = torch.promote_types(q.dtype, torch.float32)
             return torch.linalg.solve(M.to(dt), a.to(dt)[..., None])[..., 0].to(q.dtype)
 
