@@ -14,7 +14,7 @@ import torch
 from einops import rearrange
 
 from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
-from energyformer.core import IdentityPrecond
+from energyformer.core import ForwardContext, IdentityPrecond
 from energyformer.energies.interaction import InteractionEnergy, alibi_slopes
 
 from .cem_cases import MASK7, PATHS, assert_same_block, opts_id, randomised, visible
@@ -147,6 +147,45 @@ def test_fast_path_equals_fused_reference_float64(opts, steps, causal, masked, f
     st = fast_blk.energy.prepare(fast_blk.norm(x), mask=mask)
     assert st.path == "blocked" and st.blocked.recompute == recompute
     assert_same_block(fast_blk, ref_blk, x, mask)
+
+
+@pytest.mark.parametrize("ends,used", [((3, 5, 7), (0, 1, 2)), ((2, 4, 6), (0, 2)), ((7, 7), (1,)), ((4,), ())])
+def test_key_prefixes_add_their_gradients_once(ends, used):
+    """The blocked path's key prefixes: views equal to narrowing, and one backward whose gradient equals
+    narrowing's (unused prefixes, a largest prefix short of the whole tensor, none used at all)."""
+    from energyformer.energies.interaction_paths import _Prefixes, key_prefixes
+
+    x = torch.randn(2, 7, 3, dtype=torch.float64, requires_grad=True)
+    w = [torch.randn(2, e, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(e)) for e in ends]
+    views = key_prefixes(x, 1, list(ends))
+    assert all(torch.equal(v, x[:, :e]) for v, e in zip(views, ends))
+    loss = sum((views[i] * w[i]).sum() for i in used) + 0 * x.sum()
+    got, = torch.autograd.grad(loss, x)
+    want, = torch.autograd.grad(sum((x[:, :ends[i]] * w[i]).sum() for i in used) + 0 * x.sum(), x)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-15)
+    assert torch.autograd.gradcheck(lambda t: _Prefixes.apply(t, 1, ends), (x,))
+    with torch.no_grad():                                           # no gradient: plain views
+        assert all(v._base is x for v in key_prefixes(x, 1, list(ends)) if v is not x)
+
+
+def test_blocked_per_head_factors_keep_no_context_times_heads_tensor():
+    """With per-head value factors (the paper configuration's per-head preconditioner) the blocked path
+    multiplies P_k H as one product and applies c_k to its result: nothing kept for the backward, and no
+    tensor at all, is as large as the context times the heads (the old c_k∘h_j, (B, Nk, H, D))."""
+    blk = randomised(CEMAttentionConfig(steps=2, precond="diag_low_rank", precond_rank=2, attn_path="blocked",
+                                        attn_block=4), True, 1, dim=16, heads=4)
+    x = torch.randn(2, 12, 16, dtype=torch.float64, requires_grad=True)
+    limit = 2 * 12 * 4 * 16                                          # B · Nk · H · D
+    sizes = []
+
+    def pack(t):
+        sizes.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = blk(x, ForwardContext())
+    y.sum().backward()
+    assert sizes and max(sizes) < limit, max(sizes)
 
 
 def test_auto_path_choice_and_memory_budget():

@@ -282,7 +282,7 @@ class InteractionEnergy(Energy):
         stack = self.d is not None and self.readout == "gradient"  # conservative: per-head value factors
 
         def est(b):
-            return blocked_bytes(B, self.heads, nq, nk, offset, self.causal, b, cdt, stack)
+            return blocked_bytes(B, self.heads, nq, nk, offset, self.causal, b, cdt, stack, self.dim)
 
         block = self.attn_block
         total, worst = est(block)

@@ -28,7 +28,10 @@ null logit of 0 overflowed in float32 once a logit exceeded ~88). Every head is 
 explicit scores ``Q_k K_kᵀ`` (per head, D_h wide) plus the shared diagonal's logits
 ``(d∘U) Hᵀ`` computed **once for all heads**; the diagonal's value term uses the head-summed
 probabilities ``(Σ_k P_k) H`` (one product instead of H) unless the per-head factors c_k differ
-(per-head diagonal or a per-head preconditioner diagonal: then one product over (head, key)). Causal
+(per-head diagonal or a per-head preconditioner diagonal: then ``Σ_k c_k ∘ (P_k H)``, the H products
+``P_k H`` as one (H·b × Nk)·(Nk × D) matmul on a view of the probabilities, the factors applied to its
+(B, H, b, D) result; scaling the values instead, c_k∘h_j, would build a (B, Nk, H, D) tensor, H times the
+context, whose gradient every query block added up). Causal
 query blocks skip the keys after the block. It keeps O(N²/2) probabilities for backward; under a
 memory budget each block is recomputed in backward instead (``torch.utils.checkpoint``), which bounds
 the live N² memory to one block. Softmax runs max-subtracted in at least float32; under bf16 autocast
@@ -201,20 +204,56 @@ def position_bias(slopes: tuple | Tensor | None, i0: int, nq: int, nk: int, caus
     return bias
 
 
-def blocked_values(e, st, bs: BlockedState, plan: ValuePlan) -> tuple[Tensor, Tensor | None]:
-    """Per-head values [k ; lr projections] (B, H, Nk, Dr [+ 2R]) and, for per-head factors ('stack'),
-    c_k∘h_j laid out (B, Nk, H, D) so that a key prefix is one (ke·H, D) matrix; built once per call
-    and plan and reused by every step."""
+def blocked_values(e, st, bs: BlockedState, plan: ValuePlan) -> Tensor:
+    """Per-head values [k ; lr projections] (B, H, Nk, Dr [+ 2R]), built once per call and plan and
+    reused by every step."""
     if plan.key in bs.cache:
         return bs.cache[plan.key]
-    vals, hc = bs.k, None
+    vals = bs.k
     if plan.lr is not None:
         a = torch.einsum("bnd,hdr->bhnr", bs.h, plan.lr.to(bs.cdt))  # (B, H, Nk, 2R)
         vals = torch.cat([bs.k, a], -1)
-    if plan.h_mode == "stack":
-        hc = bs.h[:, :, None, :] * plan.c.to(bs.cdt)[None, None]  # (B, Nk, H, D)
-    bs.cache[plan.key] = (vals, hc)
-    return vals, hc
+    bs.cache[plan.key] = vals
+    return vals
+
+
+class _Prefixes(torch.autograd.Function):
+    """The prefixes ``x[:e]`` along ``dim`` for every ``e`` in ``ends`` (views), with one backward that adds
+    their gradients into one buffer. Narrowing a tensor once per query block instead gives a backward
+    that allocates, zero-fills and adds a gradient of ``x``'s whole size per block."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, dim: int, ends: tuple[int, ...]):
+        ctx.set_materialize_grads(False)
+        ctx.dim, ctx.ends, ctx.full = dim, ends, x.shape[dim]
+        return tuple(x.narrow(dim, 0, e) for e in ends)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        pairs = sorted(((e, g) for e, g in zip(ctx.ends, grads) if g is not None), key=lambda eg: -eg[0])
+        if not pairs:
+            return None, None, None
+        size = pairs[0][1].shape[:ctx.dim] + (ctx.full,) + pairs[0][1].shape[ctx.dim + 1:]
+        e0, g0 = pairs[0]
+        if e0 == ctx.full:
+            out = g0.clone()
+        else:
+            out = g0.new_zeros(size)
+            out.narrow(ctx.dim, 0, e0).add_(g0)
+        for e, g in pairs[1:]:
+            out.narrow(ctx.dim, 0, e).add_(g)
+        return out, None, None
+
+
+def key_prefixes(x: Tensor | None, dim: int, ends: list[int]) -> list[Tensor | None]:
+    """``x`` cut to each of ``ends`` along ``dim`` (:class:`_Prefixes` where a gradient flows; plain views
+    under torch.compile, whose compiler fuses the zero-filled gradients itself, and without a gradient)."""
+    if x is None:
+        return [None] * len(ends)
+    if not (torch.is_grad_enabled() and x.requires_grad) or torch.compiler.is_compiling() \
+            or all(e == x.shape[dim] for e in ends):
+        return [_upto(x, e, dim) for e in ends]
+    return list(_Prefixes.apply(x, dim, tuple(ends)))
 
 
 def _upto(t: Tensor, n: int, dim: int) -> Tensor:
@@ -228,7 +267,7 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
     cdt, sdt = bs.cdt, torch.promote_types(bs.cdt, torch.float32)
     B, nq, D = u.shape
     H, nk, offset = e.heads, bs.k.shape[2], st.offset
-    vals, hc = blocked_values(e, st, bs, plan)
+    vals = blocked_values(e, st, bs, plan)
     dr = e.head_dim
     # projections outside the no-autocast region: under bf16 autocast W_Q u runs in bf16
     q = rearrange(e.wq(u) * (1.0 / e.tau), "b n (h r) -> b h n r", h=H).to(cdt)  # (B, H, Nq, Dr)
@@ -246,11 +285,10 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
         delta = None if e.self_bias is None else e.self_bias.to(sdt)
         c = None if plan.c is None else plan.c.to(cdt)
 
-        def block(s0: int, e0: int, qb, udb, vals, hc, delta, c):
+        def block(s0: int, e0: int, qb, udb, k, h, v, delta, c):
             i0 = offset + s0
-            ke = offset + e0 if e.causal else nk  # causal: no key after the block's last query
+            ke = k.shape[2]  # causal: no key after the block's last query
             b = e0 - s0
-            k, h = _upto(bs.k, ke, 2), None if bs.h is None else _upto(bs.h, ke, 1)
             s = qb @ k.transpose(-1, -2)  # (B, H, b, ke); a fresh tensor, ours to modify in place
             if udb is not None:
                 ht = h.transpose(-1, -2)  # (B, D, ke)
@@ -272,22 +310,27 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
             p = torch.softmax(s, dim=-1)
             lz = torch.logsumexp(s, dim=-1) if need_logz else None
             pc = p.to(cdt)
-            ov = pc @ _upto(vals, ke, 2)  # (B, H, b, Dr [+ 2R])
+            ov = pc @ v  # (B, H, b, Dr [+ 2R])
             ht_ = None
             if plan.h_mode == "sum":  # one factor for all heads: Σ_k p_ijk first
                 ht_ = (p.sum(1).to(cdt) @ h) * c  # (B, b, D)
-            elif plan.h_mode == "stack":  # per-head factors: one product over (key, head)
-                pk = pc.permute(0, 2, 3, 1).reshape(B, b, ke * H)  # (B, b, ke·H)
-                ht_ = pk @ _upto(hc, ke, 1).reshape(B, ke * H, D)
+            elif plan.h_mode == "stack":  # per-head factors: Σ_k c_k ∘ (P_k H), P_k H as one product
+                y = pc.reshape(B, H * b, ke) @ h  # (B, H·b, D): a view of P, no (B, Nk, H, D) c_k∘h_j
+                ht_ = (y.view(B, H, b, D) * c[None, :, None, :]).sum(1)  # (B, b, D)
             return ov, ht_, lz
 
         bq = max(1, min(bs.block, nq))
         q_blocks = q.split(bq, dim=2)  # one SplitBackward instead of a zero-filled gradient per block
         ud_blocks = [None] * len(q_blocks) if ud is None else ud.split(bq, dim=-2)
+        starts = range(0, nq, bq)
+        ends = [offset + min(nq, s0 + bq) if e.causal else nk for s0 in starts]  # each block's last key
+        k_pre = key_prefixes(bs.k, 2, ends)
+        v_pre = k_pre if vals is bs.k else key_prefixes(vals, 2, ends)
+        h_pre = key_prefixes(bs.h, 1, ends)
         outs = []
-        for n_blk, s0 in enumerate(range(0, nq, bq)):
+        for n_blk, s0 in enumerate(starts):
             e0 = min(nq, s0 + bq)
-            args = (s0, e0, q_blocks[n_blk], ud_blocks[n_blk], vals, hc, delta, c)
+            args = (s0, e0, q_blocks[n_blk], ud_blocks[n_blk], k_pre[n_blk], h_pre[n_blk], v_pre[n_blk], delta, c)
             if bs.recompute and torch.is_grad_enabled():
                 outs.append(checkpoint(block, *args, use_reentrant=False))
             else:
@@ -300,19 +343,21 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
 
 
 def blocked_bytes(B: int, H: int, nq: int, nk: int, offset: int, causal: bool, block: int,
-                  cdt: torch.dtype, stack: bool) -> tuple[int, int]:
+                  cdt: torch.dtype, stack: bool, dim: int = 0) -> tuple[int, int]:
     """(bytes kept for backward by one blocked step, bytes of the largest block's working set).
 
-    Kept per score: the float32 probabilities, their copy in the product dtype (H each), the
-    head-summed copy (1) and, for per-head value factors, one more per-head copy."""
+    Kept per score: the float32 probabilities, their copy in the product dtype (H each) and the
+    head-summed copy (1); with per-head value factors (``stack``, width ``dim``) also the per-head
+    products P_k H, H·D per query."""
     c = torch.finfo(cdt).bits // 8
     f = max(4, c)
-    per = H * (f + c + (c if stack else 0)) + c
+    per = H * (f + c) + c
+    per_query = H * dim * c if stack else 0
     total, worst = 0, 0
     bq = max(1, min(block, nq))
     for s0 in range(0, nq, bq):
         e0 = min(nq, s0 + bq)
         ke = offset + e0 if causal else nk
-        total += B * (e0 - s0) * ke * per
-        worst = max(worst, B * (e0 - s0) * ke * (H * 3 * f + per))
+        total += B * (e0 - s0) * (ke * per + per_query)
+        worst = max(worst, B * (e0 - s0) * (ke * (H * 3 * f + per) + 2 * per_query))
     return total, worst
