@@ -26,6 +26,18 @@ def test_exact_constant_is_the_correctly_rounded_value_after_any_conversion(dtyp
     assert not dict(c.state_dict())  # not persistent: checkpoints unchanged
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_exact_constant_rounded_floats_are_the_buffers_values(dtype):
+    """``rounded()``: the buffer's numbers as Python floats without reading the buffer (no device read on a
+    GPU), in the buffer's dtype after every conversion."""
+    c = ExactConstant([0.7, math.sqrt(32), 2 ** -0.5])
+    for _ in range(2):  # the cached tuple follows the conversion
+        c = c.to(dtype)
+        assert c.rounded() == tuple(c().tolist()) and c.rounded() == tuple(_exact(c.values, dtype).tolist())
+        c = c.to(torch.float32)
+        assert c.rounded() == tuple(c().tolist())
+
+
 def test_fixed_free_energy_temperature_is_exact_in_float64():
     e = MultiHeadFreeEnergy(64, 2, temperature=0.7).double()
     assert e.temperature.dtype == torch.float64 and bool((e.temperature == 0.7).all())

@@ -188,6 +188,28 @@ def test_blocked_per_head_factors_keep_no_context_times_heads_tensor():
     assert sizes and max(sizes) < limit, max(sizes)
 
 
+@pytest.mark.parametrize("opts", [{}, dict(alibi=False), dict(self_bias=False), OPTIONS[4]], ids=opts_id)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("masked", [False, True])
+def test_blocked_position_bias_per_block_float64(monkeypatch, opts, causal, masked):
+    """Past the whole-call bias cache (long sequences) each query block adds its position bias itself
+    (``add_position_bias_``): the same float64 equality with the fused path."""
+    from energyformer.energies import interaction_paths
+
+    monkeypatch.setattr(interaction_paths, "POSITION_CACHE_BYTES", 0)
+    test_fast_path_equals_fused_reference_float64(opts, 2, causal, masked, "blocked")
+
+
+@pytest.mark.parametrize("causal,masked", [(True, False), (True, True), (False, True)])
+@pytest.mark.parametrize("dtype", ["float32", "bf16-autocast"])
+def test_blocked_position_bias_per_block_large_logits(monkeypatch, causal, masked, dtype):
+    """... and the large-logit rows (±1e4, ties, self ≫ past) in float32 and bf16 autocast."""
+    from energyformer.energies import interaction_paths
+
+    monkeypatch.setattr(interaction_paths, "POSITION_CACHE_BYTES", 0)
+    test_large_logits_match_float64_softmax("blocked", causal, masked, dtype)
+
+
 def test_auto_path_choice_and_memory_budget():
     e = InteractionEnergy(16, 4, attn_block=8)
     h = torch.randn(2, 40, 16)

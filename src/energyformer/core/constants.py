@@ -30,6 +30,7 @@ class ExactConstant(nn.Module):
         self.values = tuple(float(v) for v in values)
         self.shape = tuple(shape) if shape is not None else (len(self.values),)
         self.register_buffer("value", self._fill(dtype or torch.get_default_dtype(), None), persistent=False)
+        self._rounded: tuple = (None, ())  # (dtype, the numbers rounded to it) of the last :meth:`rounded`
 
     def _fill(self, dtype: torch.dtype, device) -> Tensor:
         return torch.tensor(self.values, dtype=torch.float64).reshape(self.shape).to(dtype=dtype, device=device)
@@ -45,6 +46,14 @@ class ExactConstant(nn.Module):
     def forward(self) -> Tensor:
         return self.value
 
+    def rounded(self) -> tuple[float, ...]:
+        """The numbers as the buffer holds them (rounded to its dtype) as Python floats, worked out on the
+        CPU: ``value.tolist()`` of a buffer on a GPU waits for the device, on every call."""
+        dt = self.value.dtype
+        if self._rounded[0] != dt:
+            self._rounded = (dt, tuple(torch.tensor(self.values, dtype=torch.float64).to(dt).tolist()))
+        return self._rounded[1]
+
     def extra_repr(self) -> str:
         return f"values={self.values if len(self.values) <= 4 else self.values[:4] + ('...',)}"
 
@@ -58,6 +67,7 @@ class ExactTable(ExactConstant):
         nn.Module.__init__(self)
         self.make = make
         self.register_buffer("value", self._fill(dtype or torch.get_default_dtype(), None), persistent=False)
+        self._rounded: tuple = (None, ())  # (dtype, the numbers rounded to it) of the last :meth:`rounded`
 
     def _fill(self, dtype: torch.dtype, device) -> Tensor:
         v = self.make()

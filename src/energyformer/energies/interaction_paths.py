@@ -204,6 +204,29 @@ def position_bias(slopes: tuple | Tensor | None, i0: int, nq: int, nk: int, caus
     return bias
 
 
+def add_position_bias_(s: Tensor, slopes: tuple | Tensor | None, i0: int, causal: bool) -> None:
+    """``s`` (…, H, b, ke) of queries i0..i0+b−1 on keys 0..ke−1 plus :func:`position_bias`, in place.
+
+    One pass over ``s``: the distances |i − j| are one (b, ke) tensor shared by every head and batch
+    row, and ``s += −m_k |i − j|`` is one ``addcmul_`` (where building the (H, b, ke) bias and adding it
+    took three). Causal with slopes given as floats, all positive (ALiBi's are), the hidden keys' distance
+    is +inf, so the same pass writes −inf there; otherwise the mask is one more pass."""
+    b, ke = s.shape[-2:]
+    i = i0 + torch.arange(b, device=s.device)[:, None]
+    j = torch.arange(ke, device=s.device)[None, :]
+    hidden = j > i if causal else None
+    if slopes is not None:
+        m = (slopes.to(device=s.device, dtype=s.dtype) if isinstance(slopes, Tensor)
+             else torch.tensor(slopes, device=s.device, dtype=s.dtype))[:, None, None]  # (H, 1, 1)
+        dist = (i - j).abs().to(s.dtype)  # (b, ke)
+        if hidden is not None and not isinstance(slopes, Tensor) and min(slopes) > 0:
+            dist.masked_fill_(hidden, float("inf"))  # −m_k · inf = −inf
+            hidden = None
+        s.addcmul_(m, dist, value=-1.0)
+    if hidden is not None:
+        s.masked_fill_(hidden, float("-inf"))
+
+
 def blocked_values(e, st, bs: BlockedState, plan: ValuePlan) -> Tensor:
     """Per-head values [k ; lr projections] (B, H, Nk, Dr [+ 2R]), built once per call and plan and
     reused by every step."""
@@ -277,7 +300,7 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
             (u.unsqueeze(1) * (e.d / e.tau)[None, :, None, :]).to(cdt)  # (B, [H,] Nq, D)
     with autocast_off(u.device.type):
         compiling = torch.compiler.is_compiling()  # Dynamo traces no tolist (a graph break) and no lru_cache
-        slopes = (e.slopes if compiling else tuple(e.slopes.tolist())) if e.alibi else None
+        slopes = (e.slopes if compiling else e.slope_values.rounded()) if e.alibi else None  # floats: no device read
         full_bias = None
         if H * nq * nk * torch.finfo(sdt).bits // 8 <= POSITION_CACHE_BYTES:
             full_bias = position_bias(slopes, offset, nq, nk, e.causal, u.device, sdt) if compiling else \
@@ -297,10 +320,10 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
                 else:
                     s.add_((udb.reshape(B, H * b, D) @ ht).view(B, H, b, ke))
             s = s.to(sdt)
-            pb = full_bias[:, s0:e0, :ke] if full_bias is not None else \
-                position_bias(slopes, i0, b, ke, e.causal, u.device, sdt)
-            if pb is not None:
-                s.add_(pb)
+            if full_bias is not None:
+                s.add_(full_bias[:, s0:e0, :ke])
+            elif slopes is not None or e.causal:
+                add_position_bias_(s, slopes, i0, e.causal)
             if delta is not None:  # learned self bias on j = i
                 s.diagonal(offset=i0, dim1=-2, dim2=-1).add_(delta[:, None])
             if st.key_mask is not None:  # hidden keys, except the query itself
