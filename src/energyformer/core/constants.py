@@ -30,10 +30,11 @@ class ExactConstant(nn.Module):
         self.values = tuple(float(v) for v in values)
         self.shape = tuple(shape) if shape is not None else (len(self.values),)
         self.register_buffer("value", self._fill(dtype or torch.get_default_dtype(), None), persistent=False)
-        self._rounded: tuple = (None, ())  # (dtype, the numbers rounded to it) of the last :meth:`rounded`
 
     def _fill(self, dtype: torch.dtype, device) -> Tensor:
-        return torch.tensor(self.values, dtype=torch.float64).reshape(self.shape).to(dtype=dtype, device=device)
+        exact = torch.tensor(self.values, dtype=torch.float64)
+        self._rounded = tuple(exact.to(dtype).tolist()) if dtype.is_floating_point else ()  # on the CPU
+        return exact.reshape(self.shape).to(dtype=dtype, device=device)
 
     def _apply(self, fn, recurse: bool = True):
         # the conversion is learnt from an empty probe, never applied to the old value: a value on the
@@ -48,11 +49,9 @@ class ExactConstant(nn.Module):
 
     def rounded(self) -> tuple[float, ...]:
         """The numbers as the buffer holds them (rounded to its dtype) as Python floats, worked out on the
-        CPU: ``value.tolist()`` of a buffer on a GPU waits for the device, on every call."""
-        dt = self.value.dtype
-        if self._rounded[0] != dt:
-            self._rounded = (dt, tuple(torch.tensor(self.values, dtype=torch.float64).to(dt).tolist()))
-        return self._rounded[1]
+        CPU whenever the buffer is filled: ``value.tolist()`` of a buffer on a GPU waits for the device, on
+        every call."""
+        return self._rounded
 
     def extra_repr(self) -> str:
         return f"values={self.values if len(self.values) <= 4 else self.values[:4] + ('...',)}"
@@ -67,7 +66,6 @@ class ExactTable(ExactConstant):
         nn.Module.__init__(self)
         self.make = make
         self.register_buffer("value", self._fill(dtype or torch.get_default_dtype(), None), persistent=False)
-        self._rounded: tuple = (None, ())  # (dtype, the numbers rounded to it) of the last :meth:`rounded`
 
     def _fill(self, dtype: torch.dtype, device) -> Tensor:
         v = self.make()
