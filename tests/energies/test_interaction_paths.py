@@ -210,6 +210,31 @@ def test_blocked_position_bias_per_block_large_logits(monkeypatch, causal, maske
     test_large_logits_match_float64_softmax("blocked", causal, masked, dtype)
 
 
+def test_recomputed_blocks_keep_the_per_head_products():
+    """Recomputing blocks (the memory budget) redoes the scores but not the per-head products P_k H (kept by
+    selective checkpointing): each runs once per block and step, forward and backward together."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    blk = randomised(CEMAttentionConfig(steps=2, precond="diag_low_rank", precond_rank=2, attn_path="blocked",
+                                        attn_block=4, attn_memory_mb=1e-6), True, 1, dim=16, heads=4)
+    x = torch.randn(2, 12, 16, dtype=torch.float64, requires_grad=True)
+    assert blk.energy.prepare(blk.norm(x)).blocked.recompute
+    calls = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.bmm.default and args[0].shape[:2] == (2, 4 * 4) and args[1].shape[-1] == 16:
+                calls.append((tuple(args[0].shape), tuple(args[1].shape)))
+            return func(*args, **(kwargs or {}))
+
+    with Log():
+        blk(x, ForwardContext()).sum().backward()
+    assert len(calls) == 2 * 3, calls                                # 2 steps x 3 query blocks of 4
+    blk.zero_grad(set_to_none=True)
+    ref = randomised(CEMAttentionConfig(steps=2, precond="diag_low_rank", precond_rank=2, attn_path="fused"), True, 1)
+    assert_same_block(blk, ref, x.detach(), None)
+
+
 def test_auto_path_choice_and_memory_budget():
     e = InteractionEnergy(16, 4, attn_block=8)
     h = torch.randn(2, 40, 16)

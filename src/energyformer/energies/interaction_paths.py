@@ -47,7 +47,7 @@ import torch
 from einops import rearrange
 from torch import Tensor
 from torch.nn import functional as F
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from ..core.precision import autocast_off
 
@@ -285,6 +285,19 @@ def _upto(t: Tensor, n: int, dim: int) -> Tensor:
     return t if t.shape[dim] == n else t.narrow(dim, 0, n)
 
 
+def _keep_per_head_products(B: int, rows: int, D: int):
+    """A recomputed block's ``context_fn`` that keeps the per-head products P_k H, (B, H·b, D), for the
+    backward (selective activation checkpointing): c_k's gradient reads them, so a plain recomputation
+    would redo the block's widest matmul (H·D wide) to rebuild them, while keeping them costs O(b·H·D)
+    memory per block, nothing of N². Everything else in the block is recomputed as before."""
+    def policy(ctx, op, *args, **kwargs):
+        if op is torch.ops.aten.bmm.default and args[0].shape[:2] == (B, rows) and args[1].shape[-1] == D:
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return functools.partial(create_selective_checkpoint_contexts, policy)
+
+
 def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_logz: bool) -> Averages:
     """Exact averages by explicit scores per causal query block (module docstring)."""
     cdt, sdt = bs.cdt, torch.promote_types(bs.cdt, torch.float32)
@@ -355,7 +368,10 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
             e0 = min(nq, s0 + bq)
             args = (s0, e0, q_blocks[n_blk], ud_blocks[n_blk], k_pre[n_blk], h_pre[n_blk], v_pre[n_blk], delta, c)
             if bs.recompute and torch.is_grad_enabled():
-                outs.append(checkpoint(block, *args, use_reentrant=False))
+                # eager only: under torch.compile a context_fn must not meet the block's in-place ops
+                keep = _keep_per_head_products(B, H * (e0 - s0), D) if plan.h_mode == "stack" and not compiling \
+                    else None
+                outs.append(checkpoint(block, *args, use_reentrant=False, **({"context_fn": keep} if keep else {})))
             else:
                 outs.append(block(*args))
         ov = torch.cat([o[0] for o in outs], 2)
