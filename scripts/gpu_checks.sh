@@ -29,7 +29,8 @@
 #                                          can run it without host overhead (train.compile 'reduce-overhead'
 #                                          against the eager step captured as one CUDA graph) for Hyper-SET and
 #                                          full CEM T=1, gpu_lm with every step one CUDA graph at 1k and 4k
-#                                          (default launch, heads inner), then every CUDA test (the regressor's
+#                                          (default launch, heads inner), the paper configuration's blocked path
+#                                          at N 1k (eager; c232cbe), then every CUDA test (the regressor's
 #                                          config fixed since; carry the data too)
 #   scripts/gpu_checks.sh plateau [SECONDS] issue 20's "first 1,000 steps" at the paper's size for the plateau's
 #                                          localisation: the gpu scale's hyperset, transformer and hyperset_sigmoid
@@ -191,6 +192,10 @@ if [ "$PHASE" = next ]; then   # the eager Hyper-SET rows (host time since 4fe48
   step gpu_lm_graphs 110 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 4 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, one program \
 per head, heads launched inner" --out "$OUT/gpu_lm_graphs.md"
+  # the paper configuration's blocked path since c232cbe (a third fewer bytes per layer: docs/results/cem/cem_ops_*)
+  step gpu_lm_paper 50 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
+    --warmup 1 --keep-going --models "paper configuration (T=2, D+LR);paper configuration, blocked path;paper \
+configuration, blocked path, query block 256" --out "$OUT/gpu_lm_paper.md"
   step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
