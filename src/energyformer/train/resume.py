@@ -22,8 +22,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .checkpoint import CheckpointError, checkpoint_step, latest_valid_checkpoint
+from .checkpoint import CheckpointError, checkpoint_step, latest_valid_checkpoint, load_checkpoint, load_model_weights
 from .config import LEGACY_KEYS
+from .rng import set_rng_state
+from .runinfo import to_plain
 
 log = logging.getLogger("energyformer.train")
 
@@ -212,3 +214,55 @@ def check_model_config(saved: dict[str, Any] | None, current: dict[str, Any] | N
                 f"{path} was edited after checkpoint {ckpt} was written "
                 f"({'; '.join('model.' + c for c in changed[:3])}{' ...' if len(changed) > 3 else ''}); "
                 f"it must describe the run's checkpoints: restore it, or train the new model as a new run")
+
+
+def restore_run(trainer: Any, path: str) -> dict[str, Any]:
+    """Restore a :class:`~energyformer.train.trainer.Trainer` (set up, not yet fitted) from the checkpoint
+    ``path``: model config check, weights, this rank's data and RNG state, optimiser state by name (with
+    warnings for a changed train config, rank count or optimiser kind), callbacks, step, tokens and elapsed
+    time. Returns the checkpoint's state dict."""
+    assert trainer.optimizer is not None and trainer.scheduler is not None
+    # rank 0 verified the manifest in find_resume_checkpoint
+    state = load_checkpoint(path, None, None, trainer.scheduler, verify=False)
+    # the model config first: a checkpoint continues only under its own model
+    check_model_config(state.get("run_config"), to_plain(trainer.run_config), path, trainer.out_dir,
+                       trainer.normalise_model_config)
+    load_model_weights(trainer.model, path, verify=False)
+    entries = state.get("ranks") or []
+    if entries:
+        if len(entries) != trainer.world_size:
+            warnings.warn(
+                f"checkpoint {path} was written by {len(entries)} rank(s), this run has "
+                f"{trainer.world_size}: data positions and RNG streams will not resume exactly",
+                stacklevel=5,
+            )
+        entry = entries[trainer.rank % len(entries)]
+        trainer.train_data.load_state_dict(entry["data"])
+        set_rng_state(entry["rng"])
+    old_cfg, legacy = upgrade_train_config(state.get("train_config") or {})
+    new_cfg = trainer.cfg.to_dict()
+    changed = config_changes(old_cfg, new_cfg) if old_cfg else []
+    if changed or legacy:
+        note = (" (the checkpoint's train config uses the layout before optimizer/schedule "
+                "kinds; read as optimizer.kind='adamw', schedule.kind='warmup_cosine')"
+                if legacy else "")
+        warnings.warn("resuming with a changed train config" + note
+                      + (": " + ", ".join(changed) if changed else ""), stacklevel=5)
+    if state.get("optimizer") is None:
+        raise CheckpointError(f"checkpoint {path}: state.pt holds no optimizer state")
+    old_kind = (old_cfg.get("optimizer") or {}).get("kind", trainer.cfg.optimizer.kind)
+    if old_kind != trainer.cfg.optimizer.kind:
+        warnings.warn(f"train.optimizer.kind changed from {old_kind!r} to "
+                      f"{trainer.cfg.optimizer.kind!r}: the optimizer state starts fresh",
+                      stacklevel=5)
+    else:
+        missing = load_optimizer_state(trainer.optimizer, state["optimizer"], trainer.model, path)
+        if missing:
+            warnings.warn(f"checkpoint {path} holds no optimizer state for "
+                          f"{', '.join(missing)}; it starts fresh", stacklevel=5)
+    trainer.callbacks.load_state_dict(state.get("callbacks"))
+    trainer.step = int(state["step"])
+    trainer.tokens_seen = int(state.get("tokens_seen", 0))
+    trainer._elapsed_before = float(state.get("elapsed_s", 0.0))
+    trainer.last_checkpoint = Path(path)
+    return state

@@ -79,8 +79,7 @@ from energyformer.errors import UserError
 from energyformer.utils.validate import ConfigError
 
 from .callbacks import CallbackList
-from .checkpoint import (CheckpointError, list_checkpoints, load_checkpoint, load_model_weights, save_checkpoint,
-                         unwrap_model)
+from .checkpoint import CheckpointError, list_checkpoints, save_checkpoint, unwrap_model
 from .compiling import compile_for_training
 from .config import TrainConfig
 from .contract import EvalFn, EvaluationFailed, EvaluationUserError, LossFn, TrainData, TrainingDiverged
@@ -89,8 +88,8 @@ from .distributed import destroy_distributed, dist_info, init_distributed
 from .lock import RunDirLock
 from .metrics import MetricsLogger, StepWindow
 from .optim import build_optimizer
-from .resume import check_model_config, config_changes, find_resume_checkpoint, load_optimizer_state, upgrade_train_config
-from .rng import fork_rng, get_rng_state, seed_everything, set_rng_state
+from .resume import find_resume_checkpoint, restore_run
+from .rng import fork_rng, get_rng_state, seed_everything
 from .roles import format_param_groups
 from .runinfo import collect_run_info, to_plain, write_config, write_run_info
 from .schedule import LRSchedule
@@ -269,51 +268,7 @@ class Trainer:
     # ------------------------------------------------------------------ resume
 
     def _restore(self, path: str) -> dict[str, Any]:
-        assert self.optimizer is not None and self.scheduler is not None
-        # rank 0 verified the manifest in find_resume_checkpoint
-        state = load_checkpoint(path, None, None, self.scheduler, verify=False)
-        # the model config first: a checkpoint continues only under its own model
-        check_model_config(state.get("run_config"), to_plain(self.run_config), path, self.out_dir,
-                           self.normalise_model_config)
-        load_model_weights(self.model, path, verify=False)
-        entries = state.get("ranks") or []
-        if entries:
-            if len(entries) != self.world_size:
-                warnings.warn(
-                    f"checkpoint {path} was written by {len(entries)} rank(s), this run has "
-                    f"{self.world_size}: data positions and RNG streams will not resume exactly",
-                    stacklevel=4,
-                )
-            entry = entries[self.rank % len(entries)]
-            self.train_data.load_state_dict(entry["data"])
-            set_rng_state(entry["rng"])
-        old_cfg, legacy = upgrade_train_config(state.get("train_config") or {})
-        new_cfg = self.cfg.to_dict()
-        changed = config_changes(old_cfg, new_cfg) if old_cfg else []
-        if changed or legacy:
-            note = (" (the checkpoint's train config uses the layout before optimizer/schedule "
-                    "kinds; read as optimizer.kind='adamw', schedule.kind='warmup_cosine')"
-                    if legacy else "")
-            warnings.warn("resuming with a changed train config" + note
-                          + (": " + ", ".join(changed) if changed else ""), stacklevel=4)
-        if state.get("optimizer") is None:
-            raise CheckpointError(f"checkpoint {path}: state.pt holds no optimizer state")
-        old_kind = (old_cfg.get("optimizer") or {}).get("kind", self.cfg.optimizer.kind)
-        if old_kind != self.cfg.optimizer.kind:
-            warnings.warn(f"train.optimizer.kind changed from {old_kind!r} to "
-                          f"{self.cfg.optimizer.kind!r}: the optimizer state starts fresh",
-                          stacklevel=4)
-        else:
-            missing = load_optimizer_state(self.optimizer, state["optimizer"], self.model, path)
-            if missing:
-                warnings.warn(f"checkpoint {path} holds no optimizer state for "
-                              f"{', '.join(missing)}; it starts fresh", stacklevel=4)
-        self.callbacks.load_state_dict(state.get("callbacks"))
-        self.step = int(state["step"])
-        self.tokens_seen = int(state.get("tokens_seen", 0))
-        self._elapsed_before = float(state.get("elapsed_s", 0.0))
-        self.last_checkpoint = Path(path)
-        return state
+        return restore_run(self, path)
 
     # ------------------------------------------------------------------ checkpointing
 
