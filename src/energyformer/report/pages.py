@@ -225,6 +225,15 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/cem", "lm_flops.md",
              "verbatim output of `python benchmarks/lm_flops.py --ns 1024 4096 --out DIR/lm_flops.md` (issue 21: "
              "training-step FLOPs per model and the FLOP ceiling of each tokens/s ratio, counted on CPU)"),
+    *(Artifact(f"{RESULTS}/cem", f"cem_ops_n{n}_{c}.md",
+               f"verbatim output of `python benchmarks/cem_ops.py --seq {n} --ops --top 12 ...` with the library at "
+               f"commit {c} (issue 21: ops, bytes, FLOPs and saved bytes per layer of a bf16 training step under "
+               "CUDA's autocast, counted on fake tensors)")
+      for n in (1024, 4096) for c in ("cf2053a", "61e1869")),
+    Artifact(f"{RESULTS}/cem", "compare_commits_61e1869.txt",
+             "output of `python benchmarks/compare_commits.py --base cf2053a --head 61e1869 --configs lm/cem_full "
+             "lm/cem_attn_t1 --rounds 6 --steps 3 --set model.dim=256 model.heads=8 model.max_seq_len=256` (the "
+             "blocked path's per-head read-out and key prefixes: CPU step time)"),
     Artifact(f"{RESULTS}/cem", "compare_commits_8a17f28.txt",
              "output of `python benchmarks/compare_commits.py --base 8a17f28` (CEM's CPU step time did not regress)"),
     Artifact(f"{RESULTS}/core", "compare_commits_issue19.txt",
