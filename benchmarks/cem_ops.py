@@ -24,8 +24,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import sys
 from collections import Counter
 from pathlib import Path
@@ -36,8 +34,8 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_lm import BASE, git_commit, models  # noqa: E402  (sibling scripts)
-from hyperset_ops import MATMULS, OpLog, emulated_cuda_policy, fused_rms_norm  # noqa: E402
+from gpu_lm import BASE, models  # noqa: E402  (sibling scripts)
+from hyperset_ops import MATMULS, OpLog, emulated_cuda_policy, fused_rms_norm, write_counts  # noqa: E402
 from lm_throughput import CausalLM, model_config, ours_logits  # noqa: E402
 
 from energyformer.energies.interaction_paths import _position_bias_cached  # noqa: E402
@@ -153,22 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--top", type=int, default=15, help="--ops: how many ops per model")
     ap.add_argument("--out", type=Path, help="also write the output to this markdown file (a committed artifact)")
     args = ap.parse_args(argv)
-    if args.out is None:
-        return report(args)
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        report(args)
-    flags = " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if a not in ("--out", str(args.out)))
-    import energyformer
-
-    text = (f"# CEM vs Llama: kernels, bytes and FLOPs per layer (`python benchmarks/cem_ops.py"
-            f"{' ' + flags if flags else ''}`)\n\nCounted on fake tensors under CUDA's bf16 autocast policy (no GPU, "
-            f"nothing timed; the script's docstring says how). Models: energyformer at commit "
-            f"{git_commit(Path(energyformer.__file__).parent)}; counter: this script at commit "
-            f"{git_commit(Path(__file__).resolve().parent)}.\n\n{buf.getvalue()}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text, end="")
+    write_counts(args, argv, report, "CEM vs Llama: kernels, bytes and FLOPs per layer", "benchmarks/cem_ops.py")
 
 
 if __name__ == "__main__":

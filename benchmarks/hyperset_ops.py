@@ -431,19 +431,25 @@ def main(argv: list[str] | None = None) -> None:
                     help="compare the emulated CUDA policy on CPU with CUDA's own on a bf16 forward, then exit")
     ap.add_argument("--out", type=Path, help="also write the output to this markdown file (a committed artifact)")
     args = ap.parse_args(argv)
+    write_counts(args, argv, report, "Hyper-SET vs the looped transformer: kernels, bytes and FLOPs per iteration",
+                 "benchmarks/hyperset_ops.py")
+
+
+def write_counts(args: argparse.Namespace, argv: list[str] | None, report_fn, title: str, script: str) -> None:
+    """Run ``report_fn(args)``; with ``args.out`` also write its output to that markdown file under a header
+    naming the command (without ``--out``) and the commits of the counted library and of the counter."""
     if args.out is None:
-        return report(args)
+        return report_fn(args)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        report(args)
+        report_fn(args)
     flags = " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")
                      and a != str(args.out))
     import energyformer
 
     from gpu_lm import git_commit as commit  # a sibling script
 
-    text = (f"# Hyper-SET vs the looped transformer: kernels, bytes and FLOPs per iteration "
-            f"(`python benchmarks/hyperset_ops.py{' ' + flags if flags else ''}`)\n\n"
+    text = (f"# {title} (`python {script}{' ' + flags if flags else ''}`)\n\n"
             "Counted on fake tensors under CUDA's bf16 autocast policy (no GPU, nothing timed; the script's "
             f"docstring says how). Models: energyformer at commit {commit(Path(energyformer.__file__).parent)}; "
             f"counter: this script at commit {commit(Path(__file__).resolve().parent)}.\n\n{buf.getvalue()}")
