@@ -10,11 +10,13 @@ loss cancel). Columns: ops that launch a kernel (views excluded), of which matmu
 ops of their inputs' and outputs' sizes: an unfused eager step's memory traffic); matmul GFLOP; MB autograd
 saves for the backward; ops and MB as multiples of Llama's layer.
 
-What it cannot count: the Triton kernel path (CUDA's ``auto`` for CEM attention) runs inside kernels a
-dispatch log does not see, so the rows here name their path (``attn_path: blocked`` or ``fused``); a model
-left on ``auto`` is counted on the path the CPU takes (blocked). Nothing is timed: on a GPU, bytes set the
-time of memory-bound ops and the op count the host's share of an eager step (each op is a launch and a
-Python-side dispatch, independent of the batch).
+The Triton kernel path (CUDA's ``auto`` for CEM attention; the rows "…, kernel path") is counted with
+its launches stubbed: every aten op around them (allocations that fill, casts, the materialised shared
+products' matmuls) is logged as usual, and each Triton launch as one row ``triton <kernel>`` whose bytes
+are its tensor arguments' sizes (what it reads or writes at least once; tiles re-read are not counted)
+and whose FLOPs are not counted. A gpu_lm model left on ``auto`` is counted on the path the CPU takes
+(blocked). Nothing is timed: on a GPU, bytes set the time of memory-bound ops and the op count the
+host's share of an eager step (each op is a launch and a Python-side dispatch, independent of the batch).
 
 Usage:
     python benchmarks/cem_ops.py                                   # N 1,024, batch 1, the default models
@@ -41,6 +43,53 @@ from lm_throughput import CausalLM, model_config, ours_logits  # noqa: E402
 from energyformer.energies.interaction_paths import _position_bias_cached  # noqa: E402
 
 DEFAULT_MODELS = [BASE, "full CEM T=1, blocked path", "full CEM T=1, fused path", "paper configuration, blocked path"]
+#: CUDA's ``auto`` path, forced (on fake CPU tensors ``auto`` takes the blocked path), its launches stubbed
+KERNEL_SUFFIX = ", kernel path"
+
+
+def block_of(name: str, blocks: dict):
+    """gpu_lm's block ``name``, or for ``<gpu_lm name>, kernel path`` that block with CEM attention forced onto
+    the Triton kernel (``attn_path: kernel``)."""
+    if name.endswith(KERNEL_SUFFIX) and name[:-len(KERNEL_SUFFIX)] in blocks:
+        block = blocks[name[:-len(KERNEL_SUFFIX)]]
+        return block.model_copy(update={"attention": block.attention.model_copy(update={"attn_path": "kernel"})})
+    if name not in blocks:
+        allowed = "; ".join([*blocks, "or any of them + " + repr(KERNEL_SUFFIX)])
+        raise SystemExit(f"--models: {name!r} is not a gpu_lm.py model; allowed: {allowed}")
+    return blocks[name]
+
+
+class _Launch:
+    """``kernel[grid](*args)`` logged as one op ``triton <kernel>`` (nothing runs)."""
+
+    def __init__(self, log: OpLog, name: str):
+        self.log, self.name = log, name
+
+    def __getitem__(self, grid):
+        def launch(*args, **meta):
+            self.log.add(f"triton {self.name}", [a for a in args if isinstance(a, torch.Tensor)], [])
+        return launch
+
+
+class _StubKernels:
+    """Stands for a kernel module of ``cem_kernel._kernels``: its kernels as :class:`_Launch`, ``tl`` the real
+    ``triton.language`` (the launch arguments read its dtypes)."""
+
+    def __init__(self, log: OpLog):
+        import triton.language as tl
+
+        self.tl, self._log = tl, log
+
+    def __getattr__(self, name: str) -> _Launch:
+        return _Launch(self._log, name)
+
+
+def stubbed_launches(log: OpLog):
+    """CEM's Triton launches logged instead of run while inside."""
+    from energyformer.energies import cem_kernel
+
+    stub = _StubKernels(log)
+    return mock.patch.object(cem_kernel, "_kernels", lambda interpret, file="cem_triton.py": stub)
 
 
 def build_lm(block, layers: int, args) -> torch.nn.Module:
@@ -71,7 +120,10 @@ def log_step(block, layers: int, args) -> tuple[list[tuple], int]:
     # library code before b815f4c read the ALiBi slopes with tolist, which a fake tensor cannot answer: the
     # counter hands back placeholders (numbers never change what is launched), so older commits count too
     placeholder = mock.patch.object(FakeTensor, "tolist", lambda self: [0.5] * self.numel())
-    with placeholder, emulated_cuda_policy(), FakeTensorMode(allow_non_fake_inputs=False):
+    # the fakes say they are on CUDA where the library asks (cem_products.mm_acc: 16-bit operands multiplied
+    # by one bmm with a float32 out_dtype there, upcast first elsewhere)
+    on_cuda = mock.patch.object(FakeTensor, "is_cuda", property(lambda self: True))
+    with placeholder, on_cuda, emulated_cuda_policy(), FakeTensorMode(allow_non_fake_inputs=False):
         model = make_fake(model)
         params = {id(p) for p in model.parameters()}
         idx = torch.zeros(args.batch, args.seq, dtype=torch.long)
@@ -85,7 +137,8 @@ def log_step(block, layers: int, args) -> tuple[list[tuple], int]:
             return t
 
         log = OpLog()
-        with log, fused_rms_norm(log), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with log, fused_rms_norm(log), stubbed_launches(log), \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             with torch.autocast("cpu", torch.bfloat16):
                 logits = ours_logits(model, idx)
                 loss = F.cross_entropy(logits.float().flatten(0, 1), idx.flatten())
@@ -115,18 +168,16 @@ def per_layer(block, args) -> tuple[dict, Counter, Counter]:
 def report(args: argparse.Namespace) -> None:
     blocks = models()
     names = [s.strip() for s in args.models.split(";") if s.strip()]
-    for name in names:
-        if name not in blocks:
-            raise SystemExit(f"--models: {name!r} is not a gpu_lm.py model; allowed: {'; '.join(blocks)}")
-    if BASE not in names:
-        names.insert(0, BASE)
+    chosen = {name: block_of(name, blocks) for name in names}
+    if BASE not in chosen:
+        chosen = {BASE: blocks[BASE], **chosen}
     print(f"D={args.dim} H={args.heads} F={args.mlp_hidden} V={args.vocab}; N={args.seq}, batch {args.batch}; bf16 "
           "autocast training step (forward + loss + backward) under CUDA's autocast policy on fake tensors; "
           "one layer = step(2 layers) - step(1 layer)\n")
     print("| model | kernel ops | matmuls | MB moved | matmul GFLOP | MB saved for backward | ops × Llama | "
           "MB moved × Llama |")
     print("|---|---|---|---|---|---|---|---|")
-    rows = {name: per_layer(blocks[name], args) for name in names}
+    rows = {name: per_layer(block, args) for name, block in chosen.items()}
     base = rows[BASE][0]
     for name, (t, _, _) in rows.items():
         print(f"| {name} | {t['ops']:,} | {t['matmuls']:,} | {t['bytes'] / 1e6:,.1f} | {t['flops'] / 1e9:,.2f} | "

@@ -46,3 +46,24 @@ def test_report_and_out(tmp_path, capsys):
     assert "| Llama baseline |" in text and "| paper configuration, blocked path |" in text
     assert "--out" not in text and "benchmarks/cem_ops.py --seq 24" in text and "ops of one layer" in text
     assert capsys.readouterr().out == text
+
+
+def test_kernel_path_counted_with_its_launches_stubbed():
+    """``<model>, kernel path``: CEM attention forced onto the Triton kernel, each launch logged as one op (its
+    forward and backward kernels of one program per head), nothing run; CUDA's bmm with a float32 out_dtype for
+    the shared products, no float32 matmul."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("the kernel path needs triton installed (its launches are stubbed, not run)")
+    b = load_bench("cem_ops")
+    block = b.block_of("full CEM T=1 (auto path)" + b.KERNEL_SUFFIX, b.models())
+    assert block.attention.attn_path == "kernel"
+    t, n, _ = b.per_layer(block, ARGS)
+    launches = {k[0]: v for k, v in n.items() if k[0].startswith("triton ")}
+    assert launches == {"triton _fwd_h": 1, "triton _bwd_d_h": 1, "triton _bwd_kv_h": 1}, launches
+    assert not [k for k in n if k[0] == "bmm" and k[1] == "f32/f32"]
+    with pytest.raises(SystemExit, match="not a gpu_lm.py model"):
+        b.block_of("no such model", b.models())
