@@ -83,6 +83,7 @@ from torch import Tensor, nn
 
 from ..core.attention import append_cache, visible
 from ..core.constants import ExactConstant
+from ..core.precision import autocast_dtype
 from ..core.energy import Energy, register_energy
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_float, check_int
@@ -368,13 +369,15 @@ class InteractionEnergy(Energy):
                  dtype: torch.dtype) -> Tensor:
         """Σ_k P_k (W_Qkᵀ oq_k) + h-term + low-rank term (→ (B, Nq, D)); a single P is applied last."""
         H, R, D = self.heads, self.head_dim, self.dim
-        wq = self.wq.weight.view(H, R, D)  # W_Qk: (H, Dr, D)
-        oq = avg.oq.to(dtype)
+        # oq (B, H, Nq, Dr) as (B, Nq, H·Dr) in the matmul's dtype: one copy that casts and reorders at once
+        # (an einsum permuted it in the kernel's float32, then cast it), then one product with the weight
+        oq = avg.oq.transpose(1, 2).to(autocast_dtype(dtype, avg.oq.device.type),
+                                       memory_format=torch.contiguous_format).flatten(2)
         if self._bank(precond):
-            w_eff = precond.fold(wq.transpose(1, 2))  # P_k W_Qkᵀ: (H, D, Dr), weight-only
-            out = torch.einsum("bhnr,hdr->bnd", oq, w_eff.to(dtype))
+            w_eff = precond.fold(self.wq.weight.view(H, R, D).transpose(1, 2))  # P_k W_Qkᵀ: (H, D, Dr), weight-only
+            out = oq @ w_eff.permute(0, 2, 1).reshape(H * R, D).to(dtype)
         else:
-            out = torch.einsum("bhnr,hrd->bnd", oq, wq.to(dtype))
+            out = oq @ self.wq.weight.to(dtype)  # Σ_k W_Qkᵀ oq_k; the weight itself: autocast caches its cast
         if avg.hterm is not None:
             out = out + avg.hterm.to(dtype)
         if avg.lowrank is not None:  # Σ_k U_k (V_kᵀ d∘o_hk) + V_k (U_kᵀ d∘o_hk)
