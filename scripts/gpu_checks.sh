@@ -23,15 +23,17 @@
 #                                          stages (KernelTiles.num_stages; the launches that compile without
 #                                          spilling: docs/results/cem/heads_stages.md) at N 1k × B 8 and 4k × B 2,
 #                                          and grid heads vs heads_inner (the launch order) at 4k
-#   scripts/gpu_checks.sh next [SECONDS]    one call (~9 min) for what the H100 session of 2026-11-26 17:07 (code
+#   scripts/gpu_checks.sh next [SECONDS]    one call (~10 min) for what the H100 session of 2026-11-26 17:07 (code
 #                                          5e2ffb8: `session` below) left unmeasured: Hyper-SET's eager rows (the
 #                                          host-time changes of 4fe48e2; the feed-forward as two ops), the training step as a user
 #                                          can run it without host overhead (train.compile 'reduce-overhead'
 #                                          against the eager step captured as one CUDA graph) for Hyper-SET and
 #                                          full CEM T=1, gpu_lm with every step one CUDA graph at 1k and 4k
-#                                          (default launch, heads inner), the paper configuration's blocked path
-#                                          at N 1k (eager; c232cbe), then every CUDA test (the regressor's
-#                                          config fixed since; carry the data too)
+#                                          (default launch, heads inner), eager at N 1k the paper
+#                                          configuration's blocked path (c232cbe) and full CEM T=1 in two
+#                                          causal chunks (second, after Hyper-SET's rows; ~620 s of steps:
+#                                          pass `next 590`, the tests last get what is left), then every CUDA
+#                                          test (the regressor's config fixed since; carry the data too)
 #   scripts/gpu_checks.sh plateau [SECONDS] issue 20's "first 1,000 steps" at the paper's size for the plateau's
 #                                          localisation: the gpu scale's hyperset, transformer and hyperset_sigmoid
 #                                          (Table 19's sigmoid energy) for 1,000 steps, three runs sharing the GPU,
@@ -188,14 +190,16 @@ if [ "$PHASE" = next ]; then   # the eager Hyper-SET rows (host time since 4fe48
   step hyperset_gpu_eager 35 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 7 \
     --warmup 2 --keep-going --models "Hyper-SET;Hyper-SET, feed-forward norm and ReLU as two ops" \
     --out "$OUT/hyperset_gpu_eager.md"
+  # eager at N 1k: the paper configuration's blocked path since c232cbe (a third fewer bytes per layer:
+  # docs/results/cem/cem_ops_*), and full CEM T=1 with 30 fewer ops per layer (two causal chunks)
+  step gpu_lm_1k 70 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
+    --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, two causal chunks;paper configuration \
+(T=2, D+LR);paper configuration, blocked path;paper configuration, blocked path, query block 256" \
+    --out "$OUT/gpu_lm_1k.md"
   compiled_steps 160 145
   step gpu_lm_graphs 110 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 4 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, one program \
 per head, heads launched inner" --out "$OUT/gpu_lm_graphs.md"
-  # the paper configuration's blocked path since c232cbe (a third fewer bytes per layer: docs/results/cem/cem_ops_*)
-  step gpu_lm_paper 50 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
-    --warmup 1 --keep-going --models "paper configuration (T=2, D+LR);paper configuration, blocked path;paper \
-configuration, blocked path, query block 256" --out "$OUT/gpu_lm_paper.md"
   step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
