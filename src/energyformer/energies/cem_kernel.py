@@ -64,6 +64,7 @@ from torch import Tensor
 from energyformer.core.precision import autocast_off
 from energyformer.utils.config import ConfigModel, Field
 
+from . import cem_products
 from .cem_products import added, chunk_blocks, cols_mm, mm_acc, pair_mm, row_chunks, rows_mm, zero_blocks
 
 
@@ -227,6 +228,12 @@ def kernel_meta(meta: dict, name: str) -> dict:
     return out
 
 
+def _dummy(q: Tensor) -> Tensor:
+    """The pointer the kernels get for an absent input or output (never read or written: a constexpr flag
+    says it is absent), allocated without a fill (the NaN-poisoned tests prove it unread)."""
+    return cem_products.scratch((1,), q, q.dtype)
+
+
 def _heads_grid(tiles: int, bh: int, meta: dict) -> tuple[int, int]:
     """The one-program-per-head kernels' grid: (tiles, B·H), or (B·H, tiles) with heads inner (HI)"""
     return (bh, tiles) if meta.get("HI") else (tiles, bh)
@@ -239,7 +246,7 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     B, H, nq, R = q.shape
     nk = k.shape[2]
     acc_dt = torch.float64 if q.dtype == torch.float64 else torch.float32
-    dummy = q.new_zeros(1)
+    dummy = _dummy(q)
     meta = _launch_args(_kernels(q.device.type != "cuda").tl, q, hm, x, causal, ud is not None, hmode,
                         slopes is not None, delta is not None, kmask is not None, tiles)
     grid = tiles.per_head_programs(hmode)  # one program per head (cem_triton_heads.py)
@@ -278,19 +285,22 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     grid = tiles.per_head_programs(hmode)
     chunks = launch_chunks(nq, nk, offset, causal, tiles)
     new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
-    dummy = q.new_zeros(1)
+    dummy = _dummy(q)
     goq = new(B, H, nq, R) if goq is None else goq
     if x is not None:
         gox = (new(B, H, nq, meta["E"]) if gox is None else gox).to(q.dtype).contiguous()
     dlt = new(B, H, nq) if glse is None else -glse.to(acc_dt)  # (B, H, Nq); the kernel adds Σ_j p dP
     if hmode != "none":
         ghs = (new(B, nq, meta["D"]) if ghs is None else ghs).to(q.dtype).contiguous()
-    dq, dk = new(q.shape), new(k.shape)
+    # one program per head stores dk, dx (every key row: one program per key tile) and the self-bias gradient
+    # (every query row: the program whose key tile holds its position) without reading them: no fill first
+    stored = (lambda *shape: cem_products.scratch(shape, q, acc_dt)) if grid else new
+    dq, dk = new(q.shape), stored(*k.shape)
     mat, hsum = meta["MAT"], hmode == "sum"
     dud = new(ud.shape) if ud is not None and not mat else dummy  # materialised: a matmul below
     dh = new(hm.shape) if hm is not None and not grid else None  # one program per head writes no dh
-    dx = new(x.shape) if x is not None else dummy
-    ddiag = new(B, H, nq) if delta is not None else dummy
+    dx = stored(*x.shape) if x is not None else dummy
+    ddiag = stored(B, H, nq) if delta is not None else dummy
     meta_kv = kernel_meta(meta, "_bwd_kv_h" if grid else "_bwd_kv")
     n_kt = -(-nk // meta_kv["BN"])
     dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" else dummy
