@@ -229,7 +229,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
                f"verbatim output of `python benchmarks/cem_ops.py --seq {n} --ops --top 12 ...` with the library at "
                f"commit {c} (issue 21: ops, bytes, FLOPs and saved bytes per layer of a bf16 training step under "
                "CUDA's autocast, counted on fake tensors)")
-      for n in (1024, 4096) for c in ("cf2053a", "87846a4")),
+      for n in (1024, 4096) for c in ("cf2053a", "476f938")),
     Artifact(f"{RESULTS}/cem", "compare_commits_61e1869.txt",
              "output of `python benchmarks/compare_commits.py --base cf2053a --head 61e1869 --configs lm/cem_full "
              "lm/cem_attn_t1 --rounds 6 --steps 3 --set model.dim=256 model.heads=8 model.max_seq_len=256` (the "
