@@ -204,25 +204,24 @@ def position_bias(slopes: tuple | Tensor | None, i0: int, nq: int, nk: int, caus
     return bias
 
 
-def add_position_bias_(s: Tensor, slopes: tuple | Tensor | None, i0: int, causal: bool) -> None:
-    """``s`` (…, H, b, ke) of queries i0..i0+b−1 on keys 0..ke−1 plus :func:`position_bias`, in place.
+def add_position_bias_(s: Tensor, slopes: Tensor | None, i0: int, causal: bool, positive: bool = False) -> None:
+    """``s`` (…, H, b, ke) of queries i0..i0+b−1 on keys 0..ke−1 plus :func:`position_bias`, in place;
+    ``slopes``: (H,) on ``s``'s device (the energy's buffer: no copy from the host per block) or None.
 
     One pass over ``s``: the distances |i − j| are one (b, ke) tensor shared by every head and batch
     row, and ``s += −m_k |i − j|`` is one ``addcmul_`` (where building the (H, b, ke) bias and adding it
-    took three). Causal with slopes given as floats, all positive (ALiBi's are), the hidden keys' distance
-    is +inf, so the same pass writes −inf there; otherwise the mask is one more pass."""
+    took three). Causal with every slope known ``positive`` (ALiBi's are), the hidden keys' distance is
+    +inf, so the same pass writes −inf there; otherwise the mask is one more pass."""
     b, ke = s.shape[-2:]
     i = i0 + torch.arange(b, device=s.device)[:, None]
     j = torch.arange(ke, device=s.device)[None, :]
     hidden = j > i if causal else None
     if slopes is not None:
-        m = (slopes.to(device=s.device, dtype=s.dtype) if isinstance(slopes, Tensor)
-             else torch.tensor(slopes, device=s.device, dtype=s.dtype))[:, None, None]  # (H, 1, 1)
         dist = (i - j).abs().to(s.dtype)  # (b, ke)
-        if hidden is not None and not isinstance(slopes, Tensor) and min(slopes) > 0:
+        if hidden is not None and positive:
             dist.masked_fill_(hidden, float("inf"))  # −m_k · inf = −inf
             hidden = None
-        s.addcmul_(m, dist, value=-1.0)
+        s.addcmul_(slopes.to(s.dtype)[:, None, None], dist, value=-1.0)
     if hidden is not None:
         s.masked_fill_(hidden, float("-inf"))
 
@@ -314,10 +313,12 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
     with autocast_off(u.device.type):
         compiling = torch.compiler.is_compiling()  # Dynamo traces no tolist (a graph break) and no lru_cache
         slopes = (e.slopes if compiling else e.slope_values.rounded()) if e.alibi else None  # floats: no device read
-        full_bias = None
+        full_bias, block_slopes, positive = None, None, False
         if H * nq * nk * torch.finfo(sdt).bits // 8 <= POSITION_CACHE_BYTES:
             full_bias = position_bias(slopes, offset, nq, nk, e.causal, u.device, sdt) if compiling else \
                 _position_bias_cached(slopes, nq, nk, offset, e.causal, str(u.device), sdt)
+        elif e.alibi:  # per block: the buffer on the device, and its sign known from the floats (no device read)
+            block_slopes, positive = e.slopes.to(sdt), min(e.slope_values.rounded()) > 0
         delta = None if e.self_bias is None else e.self_bias.to(sdt)
         c = None if plan.c is None else plan.c.to(cdt)
 
@@ -335,8 +336,8 @@ def attend_blocked(e, u: Tensor, st, bs: BlockedState, plan: ValuePlan, need_log
             s = s.to(sdt)
             if full_bias is not None:
                 s.add_(full_bias[:, s0:e0, :ke])
-            elif slopes is not None or e.causal:
-                add_position_bias_(s, slopes, i0, e.causal)
+            elif e.alibi or e.causal:
+                add_position_bias_(s, block_slopes, i0, e.causal, positive)
             if delta is not None:  # learned self bias on j = i
                 s.diagonal(offset=i0, dim1=-2, dim2=-1).add_(delta[:, None])
             if st.key_mask is not None:  # hidden keys, except the query itself
