@@ -83,8 +83,8 @@ from torch import Tensor, nn
 
 from ..core.attention import append_cache, visible
 from ..core.constants import ExactConstant
-from ..core.precision import autocast_dtype
 from ..core.energy import Energy, register_energy
+from ..core.precision import autocast_dtype
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_float, check_int
 from .cem_kernel import KernelTiles, attend_kernel, triton_available
