@@ -1,4 +1,5 @@
-"""Resuming a run: choose the checkpoint, compare train configs, restore optimiser state by name.
+"""Resuming a run: choose the checkpoint, compare train configs, restore optimiser state by name, and
+restore a trainer from a checkpoint (:func:`restore_run`, the trainer's resume step).
 
 Optimiser state is matched to parameters **by name**, not by position: each parameter group
 carries the names of its parameters (``group["names"]``, see :mod:`energyformer.train.optim`), so
