@@ -87,3 +87,11 @@ def test_exact_table_refuses_a_low_precision_make():
 
     with pytest.raises(TypeError, match="float64"):
         ExactTable(lambda: torch.zeros(3))
+
+
+def test_exact_constant_built_on_the_meta_device_still_knows_its_floats():
+    """Hugging Face's from_pretrained builds modules inside a meta-device context: the buffer is a meta tensor,
+    the floats are still worked out on the CPU (an export of a CEM model failed here once)."""
+    with torch.device("meta"):
+        c = ExactConstant([0.7, 2 ** -0.5])
+    assert c().is_meta and c.rounded() == tuple(_exact([0.7, 2 ** -0.5], torch.get_default_dtype()).tolist())

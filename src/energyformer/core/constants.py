@@ -32,9 +32,10 @@ class ExactConstant(nn.Module):
         self.register_buffer("value", self._fill(dtype or torch.get_default_dtype(), None), persistent=False)
 
     def _fill(self, dtype: torch.dtype, device) -> Tensor:
-        exact = torch.tensor(self.values, dtype=torch.float64)
-        self._rounded = tuple(exact.to(dtype).tolist()) if dtype.is_floating_point else ()  # on the CPU
-        return exact.reshape(self.shape).to(dtype=dtype, device=device)
+        if dtype.is_floating_point:  # on the CPU even inside a device context (Hugging Face's meta-device init)
+            cpu = torch.tensor(self.values, dtype=torch.float64, device="cpu")
+            self._rounded = tuple(cpu.to(dtype).tolist())
+        return torch.tensor(self.values, dtype=torch.float64).reshape(self.shape).to(dtype=dtype, device=device)
 
     def _apply(self, fn, recurse: bool = True):
         # the conversion is learnt from an empty probe, never applied to the old value: a value on the
