@@ -76,9 +76,13 @@ class _StubKernels:
     ``triton.language`` (the launch arguments read its dtypes)."""
 
     def __init__(self, log: OpLog):
+        self._log = log
+
+    @property
+    def tl(self):  # imported when a kernel row asks: the other rows count without triton installed
         import triton.language as tl
 
-        self.tl, self._log = tl, log
+        return tl
 
     def __getattr__(self, name: str) -> _Launch:
         return _Launch(self._log, name)
