@@ -191,21 +191,18 @@ def position_bias(slopes: tuple | Tensor | None, i0: int, nq: int, nk: int, caus
     Python floats (the cached eager form) or as a tensor (under torch.compile: no ``tolist``, no cache)."""
     if slopes is None and not causal:
         return None
-    i = i0 + torch.arange(nq, device=device)[:, None]
-    j = torch.arange(nk, device=device)[None, :]
-    if slopes is None:
-        bias = torch.zeros(1, nq, nk, device=device, dtype=dtype)
-    else:
-        m = (slopes.to(device=device, dtype=dtype) if isinstance(slopes, Tensor)
-             else torch.tensor(slopes, device=device, dtype=dtype))[:, None, None]
-        bias = -m * (i - j).abs().to(dtype)
-    if causal:
-        bias = bias.masked_fill(j > i, float("-inf"))
+    positive = False
+    if slopes is not None and not isinstance(slopes, Tensor):
+        positive, slopes = min(slopes) > 0, torch.tensor(slopes, device=device, dtype=dtype)
+    bias = torch.zeros(1 if slopes is None else slopes.shape[0], nq, nk, device=device, dtype=dtype)
+    add_position_bias_(bias, slopes, i0, causal, positive)
     return bias
 
 
-def add_position_bias_(s: Tensor, slopes: Tensor | None, i0: int, causal: bool, positive: bool = False) -> None:
-    """``s`` (…, H, b, ke) of queries i0..i0+b−1 on keys 0..ke−1 plus :func:`position_bias`, in place;
+def add_position_bias_(s: Tensor, slopes: Tensor | None, i0: int, causal: bool,
+                       positive: bool = False) -> None:
+    """``s`` (…, H, b, ke) of queries i0..i0+b−1 on keys 0..ke−1 plus the position bias, in place:
+    −m_k |i − j| and −inf for j > i when causal (:func:`position_bias` builds its cached form with it).
     ``slopes``: (H,) on ``s``'s device (the energy's buffer: no copy from the host per block) or None.
 
     One pass over ``s``: the distances |i − j| are one (b, ke) tensor shared by every head and batch
