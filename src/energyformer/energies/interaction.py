@@ -90,7 +90,7 @@ from ..utils.validate import check_choice, check_float, check_int
 from .cem_kernel import KernelTiles, attend_kernel, triton_available
 from .interaction_paths import (
     Averages, BlockedState, FusedState, ValuePlan, attend_blocked, attend_fused, blocked_bytes,
-    prepare_fused,
+    position_bias, prepare_fused,
 )
 
 DIAGONAL_MODES = ("none", "shared", "per_head")
@@ -319,8 +319,7 @@ class InteractionEnergy(Energy):
         vis = torch.cat([torch.ones_like(vis[..., :1]), vis], -1)  # null key always visible
         if not (self.alibi and not self.causal):
             return vis if vis.dim() == 2 else vis[:, None]      # bool, broadcast over heads
-        dist = (i - j).abs().to(cdt)                            # (Nq, Nk) |i − j|
-        bias = -self.slopes.to(device=device, dtype=cdt)[:, None, None] * dist  # (H, Nq, Nk)
+        bias = position_bias(self.slopes, offset, nq, nk, False, device, cdt)  # (H, Nq, Nk) −m_k |i − j|
         bias = torch.cat([bias.new_zeros(self.heads, nq, 1), bias], -1)[None]   # (1, H, Nq, 1+Nk)
         vis = vis[None, None] if vis.dim() == 2 else vis[:, None]
         return bias.masked_fill(~vis, float("-inf"))
