@@ -37,7 +37,9 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_lm import BASE, models  # noqa: E402  (sibling scripts)
-from hyperset_ops import MATMULS, OpLog, emulated_cuda_policy, fused_rms_norm, write_counts  # noqa: E402
+from hyperset_ops import (  # noqa: E402
+    MATMULS, OpLog, emulated_cuda_policy, fused_rms_norm, with_fake_tensors, write_counts,
+)
 from lm_throughput import CausalLM, model_config, ours_logits  # noqa: E402
 
 from energyformer.energies.interaction_paths import _position_bias_cached  # noqa: E402
@@ -101,19 +103,6 @@ def build_lm(block, layers: int, args) -> torch.nn.Module:
     return CausalLM(model_config(args.vocab, args.dim, layers, args.heads, args.mlp_hidden, args.seq, block))
 
 
-def make_fake(model: torch.nn.Module) -> torch.nn.Module:
-    """``model`` with fake parameters and buffers (values never matter), inside a FakeTensorMode. The model
-    is built outside it: its constructors read numbers (constants rounded on the CPU) that fakes do not hold."""
-    for mod in model.modules():
-        for slot in ("_parameters", "_buffers"):
-            for n, t in list(getattr(mod, slot).items()):
-                if t is None:
-                    continue
-                fake = torch.empty(t.shape, dtype=t.dtype)
-                getattr(mod, slot)[n] = torch.nn.Parameter(fake, t.requires_grad) if slot == "_parameters" else fake
-    return model
-
-
 def log_step(block, layers: int, args) -> tuple[list[tuple], int]:
     """(op rows, bytes saved for the backward) of one bf16 training step on fake tensors."""
     store: dict[int, int] = {}
@@ -128,7 +117,7 @@ def log_step(block, layers: int, args) -> tuple[list[tuple], int]:
     # by one bmm with a float32 out_dtype there, upcast first elsewhere)
     on_cuda = mock.patch.object(FakeTensor, "is_cuda", property(lambda self: True))
     with placeholder, on_cuda, emulated_cuda_policy(), FakeTensorMode(allow_non_fake_inputs=False):
-        model = make_fake(model)
+        model = with_fake_tensors(model)  # built outside: constructors read numbers fakes do not hold
         params = {id(p) for p in model.parameters()}
         idx = torch.zeros(args.batch, args.seq, dtype=torch.long)
         forward = [True]

@@ -327,7 +327,14 @@ def fake_model(config: str, extra: list[str], args, iterations: int, training: b
     """The model with fake parameters and buffers on ``device`` (values never matter)."""
     model = build(config, extra, args, iterations)
     model.train(training)
-    real = [(mod, slot, n, t.detach(), isinstance(t, torch.nn.Parameter) and t.requires_grad)
+    return with_fake_tensors(model, device, training)
+
+
+def with_fake_tensors(model: torch.nn.Module, device: str = "cpu", training: bool = True) -> torch.nn.Module:
+    """``model`` with every parameter and buffer replaced by an empty tensor of its shape and dtype on
+    ``device`` (inside a FakeTensorMode: fakes; values never matter); parameters keep ``requires_grad``
+    while ``training``."""
+    real = [(mod, slot, n, t, isinstance(t, torch.nn.Parameter) and t.requires_grad)
             for mod in model.modules() for slot in ("_parameters", "_buffers")
             for n, t in getattr(mod, slot).items() if t is not None]
     for mod, slot, n, t, grad in real:

@@ -27,7 +27,7 @@ def test_paper_configuration_on_the_blocked_path_has_no_context_times_heads_traf
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with b.emulated_cuda_policy(), FakeTensorMode():
-        model = b.make_fake(model)
+        model = b.with_fake_tensors(model)
         log = b.OpLog()
         with log, torch.autocast("cpu", torch.bfloat16):
             idx = torch.zeros(ARGS.batch, ARGS.seq, dtype=torch.long)
