@@ -180,9 +180,11 @@ def _context(precision: str, device: torch.device, onednn: bool = False, cache: 
 
 
 def make_train_step(model: nn.Module, logits_fn: Callable, idx: Tensor, targets: Tensor,
-                    lr: float = 3e-4, precision: str = "fp32", onednn: bool = False) -> Callable[[], None]:
-    """One training step: zero grads, forward, loss, backward, AdamW step (bf16 autocast if asked)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+                    lr: float = 3e-4, precision: str = "fp32", onednn: bool = False,
+                    foreach: bool | None = None) -> Callable[[], None]:
+    """One training step: zero grads, forward, loss, backward, AdamW step (bf16 autocast if asked; ``foreach``
+    as AdamW's: None is PyTorch's choice, the multi-tensor form on CUDA, one parameter at a time on CPU)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=foreach)
     model.train()
 
     def step() -> None:
