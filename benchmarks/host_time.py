@@ -15,8 +15,8 @@ what is timed, with the **CUDA paths forced**:
 
 AdamW in its multi-tensor form (``foreach``, CUDA's default; CPU's is one parameter at a time, a dozen
 ops per parameter that a GPU step does not launch), each Triton launch replaced by a no-op
-(``kernel[grid](...)`` returns at once; its outputs stay as allocated), so everything around the launches — the launchers' own Python, allocations, casts, the
-autograd Functions, the solver loop — runs and is timed, while what the kernels would compute is not
+(``kernel[grid](...)`` returns at once; its outputs stay as allocated), so everything around the launches —
+the launchers' own Python, allocations, casts, the autograd Functions, the solver loop — runs and is timed, while what the kernels would compute is not
 (the numbers a stubbed step produces are meaningless; only its time is used). The baselines (the looped
 transformer, Llama) run unchanged. Rows are interleaved, the starting model rotated every repeat
 (``gpu_lm.timed_runs``); per repeat the ratio baseline time / model time is taken, reported as median
