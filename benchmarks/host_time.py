@@ -13,14 +13,14 @@ what is timed, with the **CUDA paths forced**:
 * CEM: the attention on the Triton kernel path (``attn_path: kernel``, CUDA's ``auto``), rows
   ``"<gpu_lm model>, kernel path"`` as in ``cem_ops.py``;
 
-AdamW in its multi-tensor form (``foreach``, CUDA's default; CPU's is one parameter at a time, a dozen
-ops per parameter that a GPU step does not launch), each Triton launch replaced by a no-op
-(``kernel[grid](...)`` returns at once; its outputs stay as allocated), so everything around the launches —
-the launchers' own Python, allocations, casts, the autograd Functions, the solver loop — runs and is timed, while what the kernels would compute is not
-(the numbers a stubbed step produces are meaningless; only its time is used). The baselines (the looped
-transformer, Llama) run unchanged. Rows are interleaved, the starting model rotated every repeat
-(``gpu_lm.timed_runs``); per repeat the ratio baseline time / model time is taken, reported as median
-[min, max]: above 1 the model's host work is lighter than the baseline's.
+AdamW in its multi-tensor form (``foreach``, CUDA's default; CPU's is one parameter at a time, a dozen ops per
+parameter that a GPU step does not launch), each Triton launch replaced by a no-op (``kernel[grid](...)``
+returns at once; its outputs stay as allocated), so everything around the launches — the launchers' own Python,
+allocations, casts, the autograd Functions, the solver loop — runs and is timed, while what the kernels would
+compute is not (the numbers a stubbed step produces are meaningless; only its time is used). The baselines (the
+looped transformer, Llama) run unchanged. Rows are interleaved, the starting model rotated every repeat
+(``gpu_lm.timed_runs``); per repeat the ratio baseline time / model time is taken, reported as median [min,
+max]: above 1 the model's host work is lighter than the baseline's.
 
 What this leaves out, so the ratio is the host's side only, not a GPU prediction: the CUDA launch itself
 (``cudaLaunchKernel``, a few µs per kernel op, proportional to the op counts of ``hyperset_ops.py`` /
