@@ -30,7 +30,8 @@ PRECONDITIONERS = Registry("preconditioner")
 
 
 class Preconditioner(nn.Module):
-    """Base class: ``forward(g)`` applies P to vectors ``g`` of shape (..., [heads,] dim)."""
+    """Base class: ``forward(g)`` applies P to vectors ``g`` of shape (..., [heads,] dim). P is symmetric (every
+    kind here is): energies fold it into a weight from either side (``fold``: P W; a row-wise ``forward``: W P)."""
 
     is_identity = False
 
@@ -98,11 +99,17 @@ class DiagLowRankPrecond(DiagonalPrecond):
         self.V = nn.Parameter(torch.zeros(*self._lead(), dim, rank))
 
     def forward(self, g: Tensor) -> Tensor:  # g: (..., [H,] D)
-        U, V = self.U.to(g.dtype), self.V.to(g.dtype)
-        gu = torch.einsum("...d,...dr->...r", g, U)  # (..., [H,] R)
-        gv = torch.einsum("...d,...dr->...r", g, V)
-        low = torch.einsum("...r,...dr->...d", gv, U) + torch.einsum("...r,...dr->...d", gu, V)
-        return g * self.diag().to(g.dtype) + low
+        """P g = softplus(d) ∘ g + U (Vᵀ g) + V (Uᵀ g) as two products with A = [U, V] ([H,] D, 2R):
+        c = Aᵀ g = [Uᵀ g ; Vᵀ g], its halves swapped, times A (one product each way instead of four), and
+        the diagonal added in the same pass (addcmul)."""
+        a = torch.cat([self.U, self.V], -1).to(g.dtype)  # ([H,] D, 2R)
+        if self.heads is None:
+            c = g @ a                                     # (..., 2R)
+            low = c.roll(self.rank, -1) @ a.mT            # [Vᵀg ; Uᵀg] · [U, V]ᵀ: (..., D)
+        else:
+            c = torch.einsum("...hd,hdr->...hr", g, a)
+            low = torch.einsum("...hr,hdr->...hd", c.roll(self.rank, -1), a)
+        return torch.addcmul(low, g, self.diag().to(g.dtype))
 
 
 class IdentityPrecondConfig(KindConfig):
