@@ -95,3 +95,10 @@ class WrongGrad(QuadraticEnergy):
 
     def grad(self, x, c):
         return 1.001 * super().grad(x, c)
+
+
+class IgnoresPrecond(QuadraticEnergy):
+    """An exact energy whose direction leaves P out (−∇E): it still descends, but it is not −P ∇E."""
+
+    def direction(self, x, state, precond):
+        return -self.grad(x, state)

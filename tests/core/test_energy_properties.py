@@ -5,11 +5,11 @@ inexact energy without a reference fails — nothing is skipped)."""
 
 import pytest
 import torch
-from core_toys import LeaveOneOut, NoReference, WrongGrad, WrongReference
+from core_toys import IgnoresPrecond, LeaveOneOut, NoReference, WrongGrad, WrongReference
 
 import energyformer.energies  # noqa: F401  (registers all energies)
 from energyformer.core import (
-    ENERGIES, DiagonalPrecond, IdentityPrecond, check_energy, check_grad, check_reference,
+    ENERGIES, DiagLowRankPrecond, DiagonalPrecond, IdentityPrecond, check_energy, check_grad, check_reference,
 )
 from energyformer.core.checks import check_descent
 
@@ -23,9 +23,12 @@ def _cases():
 def _precond(kind, dim):
     if kind == "identity":
         return IdentityPrecond(dim)
-    P = DiagonalPrecond(dim).double()
+    P = (DiagonalPrecond(dim) if kind == "diagonal" else DiagLowRankPrecond(dim, rank=min(2, dim - 1))).double()
+    g = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        P.p.uniform_(-0.5, 0.5, generator=torch.Generator().manual_seed(1))
+        P.p.uniform_(-0.5, 0.5, generator=g)
+        if kind == "diag_low_rank":  # small enough to keep P positive definite
+            P.U.normal_(0, 0.1, generator=g), P.V.normal_(0, 0.1, generator=g)
     return P
 
 
@@ -41,7 +44,7 @@ def test_grad_matches_autograd(energy, ctx, x):
 
 
 @pytest.mark.parametrize("energy,ctx,x", list(_cases()))
-@pytest.mark.parametrize("precond", ["identity", "diagonal"])
+@pytest.mark.parametrize("precond", ["identity", "diagonal", "diag_low_rank"])
 def test_update_direction_descends_or_matches_reference(energy, ctx, x, precond):
     state, P = energy.prepare(ctx), _precond(precond, x.shape[-1])
     if energy.exact:
@@ -74,6 +77,15 @@ def test_wrong_reference_and_wrong_grad_fail():
         check_energy(WrongReference(), x, x, IdentityPrecond(4))
     with pytest.raises(AssertionError, match="autograd"):
         check_energy(WrongGrad(4).double(), _x(1), x, IdentityPrecond(4))
+
+
+@pytest.mark.parametrize("precond", ["diagonal", "diag_low_rank"])
+def test_a_direction_that_leaves_the_preconditioner_out_fails(precond):
+    """It descends (the old check passed it), but an exact energy's direction must be −P ∇E."""
+    x, ctx, e = _x(), _x(1), IgnoresPrecond(4).double()
+    check_energy(e, ctx, x, IdentityPrecond(4))  # with P = I it is right
+    with pytest.raises(AssertionError, match="direction != -P grad"):
+        check_energy(e, ctx, x, _precond(precond, 4))
 
 
 def test_iterate_energy_grad_is_total_derivative_not_partial():

@@ -7,7 +7,7 @@ equals autograd of ``energy``, and that a small enough step lowers it").
 * :func:`check_grad`: ``grad(x, state)`` equals autograd of ``Σ_i energy(x, state)_i`` (for an
   iterate-context energy, of ``Σ_i energy(x, reprepare(state, x))_i``: the total derivative).
 * :func:`check_descent` (``exact`` energies): ``direction`` has a negative slope and a small step
-  along it lowers the energy.
+  along it lowers the energy; with a single preconditioner P (``precond_exact``) it equals −P ∇E.
 * :func:`check_reference` (``exact = False``): ``direction`` equals the energy's independent
   ``reference_direction``; an inexact energy without one fails (nothing is skipped).
 
@@ -45,11 +45,22 @@ def check_grad(energy: Energy, state: Any, x: Tensor, rtol: float = 1e-9, atol: 
                                msg=lambda m: f"{type(energy).__name__}.grad != autograd of energy: {m}")
 
 
-def check_descent(energy: Energy, state: Any, x: Tensor, precond: Preconditioner, step: float = 1e-4) -> None:
-    """An exact energy's ``direction`` is a descent direction and a small step along it lowers E."""
+def check_descent(energy: Energy, state: Any, x: Tensor, precond: Preconditioner, step: float = 1e-4,
+                  rtol: float = 1e-9, atol: float = 1e-10) -> None:
+    """An exact energy's ``direction`` is a descent direction and a small step along it lowers E; where the
+    energy says the direction is −P ∇E for one matrix P (``precond_exact``), it equals −P applied to autograd's
+    gradient (P as its dense matrix): an energy that folds P into its weights is checked against the
+    preconditioner itself, which a descent test alone does not do (a direction without P still descends)."""
     with torch.no_grad():
         st = _state_at(energy, state, x)
         d = energy.direction(x, st, precond)
+    if energy.precond_exact(precond):
+        xg = x.detach().clone().requires_grad_(True)
+        (ga,) = torch.autograd.grad(total_energy(energy, state, xg), xg)
+        want = -ga if precond.is_identity else -(ga @ precond.matrix().detach().to(ga.dtype).mT)
+        torch.testing.assert_close(d, want, rtol=rtol, atol=atol,
+                                   msg=lambda m: f"{type(energy).__name__}.direction != -P grad: {m}")
+    with torch.no_grad():
         slope = float((energy.grad(x, st) * d).sum())  # first-order change per unit step
         e0 = float(total_energy(energy, state, x))
         e1 = float(total_energy(energy, state, x + step * d))
