@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core.energy import Energy, register_energy
+from ..core.precond import Preconditioner
 from ..utils.validate import check_int
 from .special import silu_integral
 
@@ -51,3 +52,12 @@ class ElementwiseEnergy(Energy):
 
     def grad(self, x: Tensor, gamma: Tensor) -> Tensor:
         return -F.linear(gamma * F.silu(self.V(x)), self.V.weight.t())  # −Vᵀ(γ ∘ SiLU(Vx)): (B, N, D)
+
+    def direction(self, x: Tensor, gamma: Tensor, precond: Preconditioner) -> Tensor:
+        """−P ∇_x ξ = P Vᵀ(γ ∘ SiLU(Vx)) (Eq. 8 preconditioned, Eq. 13) with P folded into the tied weight:
+        (γ ∘ SiLU(Vx)) (V P) for the rows, P symmetric. V P is weight-only (D_v × D), where applying P to the
+        (B, N, D) gradient read and wrote every token's vector several times; with P = I no negation either."""
+        if precond.heads is not None:  # a per-head bank has no single P to fold (not this energy's use)
+            return super().direction(x, gamma, precond)
+        w = self.V.weight if precond.is_identity else precond(self.V.weight)  # V P: (D_v, D), P on V's rows
+        return F.linear(gamma * F.silu(self.V(x)), w.t())                     # (B, N, D)
