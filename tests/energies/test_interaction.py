@@ -12,7 +12,7 @@ from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
 from energyformer.core import ForwardContext
 from energyformer.energies.interaction import InteractionEnergy
 
-from .cem_cases import decode_in_pieces, randomise, randomised_energy, visible
+from .cem_cases import decode_in_pieces, randomise, randomised, randomised_energy, visible
 
 torch.manual_seed(0)
 
@@ -258,3 +258,38 @@ def test_kv_cache_with_key_mask_equals_full_forward():
     pieces, cache = decode_in_pieces(blk, x, (3, 1, 3), mask)
     torch.testing.assert_close(pieces[mask], full[mask], rtol=1e-10, atol=1e-10)
     assert cache["a"]["mask"].shape == (2, 7)
+
+
+@pytest.mark.parametrize("backward", [None, {"kind": "truncated", "k": 1}])
+@pytest.mark.parametrize("path", ["fused", "blocked"])
+def test_per_head_bank_plan_is_built_once_per_call_and_grad_mode(path, backward, monkeypatch):
+    """With T steps the bank's weight-only products (diag(P_k)∘d_k, the low-rank factors, P_k W_Qkᵀ) are built
+    once per call and grad mode (InteractionState.plans) and shared by the steps: the same output and gradients
+    as building them at every step, also when the first steps run untracked (``backward: truncated``, whose
+    no_grad plan must not reach the tracked step: the preconditioner's gradient would be lost)."""
+    extra = {} if backward is None else {"backward": backward}
+    blk = randomised(CEMAttentionConfig(steps=3, precond="diag_low_rank", precond_rank=3, diagonal="per_head",
+                                        attn_path=path, attn_block=4, **extra))
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    calls = []
+    plan = InteractionEnergy._plan
+    monkeypatch.setattr(InteractionEnergy, "_plan", lambda self, *a: calls.append(torch.is_grad_enabled())
+                        or plan(self, *a))
+
+    def run():
+        blk.zero_grad()
+        y = blk(x)
+        (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum().backward()
+        return y.detach(), {n: p.grad.clone() for n, p in blk.named_parameters()}
+
+    y, grads = run()
+    assert calls == ([True] if backward is None else [False, True])
+    with monkeypatch.context() as m:  # every step builds its own plan
+        m.setattr(InteractionEnergy, "_step_plan", lambda self, st, precond, gradient: self._plan(precond, gradient))
+        calls.clear()
+        y_ref, grads_ref = run()
+    assert len(calls) == 3
+    torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
+    for n, g in grads_ref.items():
+        torch.testing.assert_close(grads[n], g, rtol=1e-12, atol=1e-12, msg=n)
+    assert grads["solver.precond.U"].abs().max() > 0 and grads["solver.precond.p"].abs().max() > 0

@@ -75,7 +75,7 @@ the role ``precond`` by module type.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from einops import rearrange
@@ -134,6 +134,10 @@ class InteractionState:
     fused: FusedState | None = None
     blocked: BlockedState | None = None  # blocked and kernel paths: keys and h in the product dtype
     attn_mask: Tensor | None = None  # fused path: SDPA mask over [null ; keys], or None
+    #: weight-only work shared by the call's steps (the read-out plans with a preconditioner's products), keyed
+    #: with the grad mode: a plan built under no_grad (the untracked steps of ``backward: truncated``) is never
+    #: reused by a step whose gradient must reach the preconditioner
+    plans: dict = field(default_factory=dict)
 
 
 @register_energy("cem_interaction")
@@ -330,18 +334,33 @@ class InteractionEnergy(Energy):
         return precond is not None and not precond.is_identity and precond.heads is not None
 
     def _plan(self, precond: Preconditioner | None, gradient: bool) -> ValuePlan:
-        """What the read-out needs: the h-term's per-head factors c_k and the low-rank projections."""
+        """What the read-out needs: the h-term's per-head factors c_k and the low-rank projections; with a
+        per-head bank also the weight-only products of the heads' combination (P_k W_Qkᵀ, [U_k, V_k])."""
+        bank = self._bank(precond)
+        H, R, D = self.heads, self.head_dim, self.dim
+        # P_k W_Qkᵀ: (H, D, Dr)
+        w_eff = precond.fold(self.wq.weight.view(H, R, D).transpose(1, 2)) if bank else None
         if self.d is None or not gradient:
-            return ValuePlan(key=("none",))
-        if not self._bank(precond):
+            return ValuePlan(key=("none",), w_eff=w_eff)
+        if not bank:
             mode = "sum" if self.d.dim() == 1 else "stack"
             return ValuePlan(h_mode=mode, c=self.d, key=(mode,))
         dd = self.d if self.d.dim() == 2 else self.d[None]            # (H or 1, D)
         c = precond.diag() * dd                                       # (H, D): diag(P_k) ∘ d_k
-        lr = None
+        lr = uv = None
         if hasattr(precond, "U"):                                     # [d_k∘V_k , d_k∘U_k]: (H, D, 2R)
             lr = torch.cat([precond.V, precond.U], -1) * dd[..., None]
-        return ValuePlan(h_mode="stack", c=c, lr=lr, key=("bank", id(precond)))
+            uv = torch.cat([precond.U, precond.V], -1)                # (H, D, 2R)
+        return ValuePlan(h_mode="stack", c=c, lr=lr, key=("bank", id(precond)), w_eff=w_eff, uv=uv)
+
+    def _step_plan(self, st: InteractionState, precond: Preconditioner | None, gradient: bool) -> ValuePlan:
+        """:meth:`_plan`, built once per call and grad mode (``st.plans``): with T steps a per-head bank's
+        diagonal, low-rank factors and P_k W_Qkᵀ are weight-only products, the same at every step."""
+        key = (id(precond), gradient, torch.is_grad_enabled())
+        plan = st.plans.get(key)
+        if plan is None:
+            plan = st.plans[key] = self._plan(precond, gradient)
+        return plan
 
     def attend(self, u: Tensor, st: InteractionState, plan: ValuePlan | None = None,
                need_logz: bool = False) -> Averages:
@@ -370,10 +389,8 @@ class InteractionEnergy(Energy):
     def _combine(self, avg: Averages, precond: Preconditioner | None, plan: ValuePlan,
                  dtype: torch.dtype) -> Tensor:
         """Σ_k P_k (W_Qkᵀ oq_k) + h-term + low-rank term (→ (B, Nq, D)); a single P is applied last."""
-        H, R, D = self.heads, self.head_dim, self.dim
-        if self._bank(precond):
-            w_eff = precond.fold(self.wq.weight.view(H, R, D).transpose(1, 2))  # P_k W_Qkᵀ: (H, D, Dr), weight-only
-            out = torch.einsum("bhnr,hdr->bnd", avg.oq.to(dtype), w_eff.to(dtype))
+        if self._bank(precond):  # Σ_k P_k W_Qkᵀ oq_k with the plan's weight-only P_k W_Qkᵀ
+            out = torch.einsum("bhnr,hdr->bnd", avg.oq.to(dtype), plan.w_eff.to(dtype))
         else:
             # oq (B, H, Nq, Dr) as (B, Nq, H·Dr) in the matmul's dtype, cast and reordered in one copy (an einsum
             # permuted the kernel's float32 oq, then cast it, and cast a view of the weight per call), times the
@@ -385,15 +402,14 @@ class InteractionEnergy(Energy):
         if avg.hterm is not None:
             out = out + avg.hterm.to(dtype)
         if avg.lowrank is not None:  # Σ_k U_k (V_kᵀ d∘o_hk) + V_k (U_kᵀ d∘o_hk)
-            uv = torch.cat([precond.U, precond.V], -1).to(dtype)  # (H, D, 2R)
-            out = out + torch.einsum("bhnr,hdr->bnd", avg.lowrank.to(dtype), uv)
+            out = out + torch.einsum("bhnr,hdr->bnd", avg.lowrank.to(dtype), plan.uv.to(dtype))
         if precond is not None and not precond.is_identity and not self._bank(precond):
             out = precond(out)
         return out
 
     # ------------------------------------------------------------------ Energy API
     def direction(self, u: Tensor, st: InteractionState, precond: Preconditioner) -> Tensor:
-        plan = self._plan(precond, self.readout == "gradient")
+        plan = self._step_plan(st, precond, self.readout == "gradient")
         return self._combine(self.attend(u, st, plan), precond, plan, u.dtype)
 
     def grad(self, u: Tensor, st: InteractionState) -> Tensor:

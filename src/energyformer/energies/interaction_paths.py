@@ -71,12 +71,16 @@ class ValuePlan:
 
     h_mode: None (no h-term), 'sum' (one c for every head: use Σ_k p_ijk) or 'stack' (per-head c_k).
     c: (D,) for 'sum', (H, D) for 'stack'.  lr: (H, D, 2R) = [d_k∘V_k , d_k∘U_k] or None.
+    With a per-head preconditioner bank also its weight-only products for the combination of the heads:
+    w_eff: (H, D, Dr) = P_k W_Qkᵀ, uv: (H, D, 2R) = [U_k, V_k].
     """
 
     h_mode: str | None = None
     c: Tensor | None = None
     lr: Tensor | None = None
     key: tuple = ()
+    w_eff: Tensor | None = None
+    uv: Tensor | None = None
 
 
 @dataclass
