@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core.energy import Energy, register_energy
+from ..core.precision import autocast_off
 from ..core.precond import Preconditioner
 from ..utils.validate import check_int
 from .special import silu_integral
@@ -56,8 +57,13 @@ class ElementwiseEnergy(Energy):
     def direction(self, x: Tensor, gamma: Tensor, precond: Preconditioner) -> Tensor:
         """−P ∇_x ξ = P Vᵀ(γ ∘ SiLU(Vx)) (Eq. 8 preconditioned, Eq. 13) with P folded into the tied weight:
         (γ ∘ SiLU(Vx)) (V P) for the rows, P symmetric. V P is weight-only (D_v × D), where applying P to the
-        (B, N, D) gradient read and wrote every token's vector several times; with P = I no negation either."""
+        (B, N, D) gradient read and wrote every token's vector several times; with P = I no negation either. The
+        fold runs in the weights' dtype with autocast off (weight-only work: no casts of its operands, one
+        rounding of V P to the matmul's dtype)."""
         if precond.heads is not None:  # a per-head bank has no single P to fold (not this energy's use)
             return super().direction(x, gamma, precond)
-        w = self.V.weight if precond.is_identity else precond(self.V.weight)  # V P: (D_v, D), P on V's rows
-        return F.linear(gamma * F.silu(self.V(x)), w.t())                     # (B, N, D)
+        w = self.V.weight
+        if not precond.is_identity:
+            with autocast_off(w.device.type):
+                w = precond(w)                                 # V P: (D_v, D), P on V's rows
+        return F.linear(gamma * F.silu(self.V(x)), w.t())      # (B, N, D)

@@ -84,7 +84,7 @@ from torch import Tensor, nn
 from ..core.attention import append_cache, visible
 from ..core.constants import ExactConstant
 from ..core.energy import Energy, register_energy
-from ..core.precision import autocast_dtype
+from ..core.precision import autocast_dtype, autocast_off
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_float, check_int
 from .cem_kernel import KernelTiles, attend_kernel, triton_available
@@ -338,8 +338,10 @@ class InteractionEnergy(Energy):
         per-head bank also the weight-only products of the heads' combination (P_k W_Qkᵀ, [U_k, V_k])."""
         bank = self._bank(precond)
         H, R, D = self.heads, self.head_dim, self.dim
-        # P_k W_Qkᵀ: (H, D, Dr)
-        w_eff = precond.fold(self.wq.weight.view(H, R, D).transpose(1, 2)) if bank else None
+        w_eff = None
+        if bank:  # P_k W_Qkᵀ: (H, D, Dr), weight-only: in the weights' dtype (autocast off: no operand casts)
+            with autocast_off(self.wq.weight.device.type):
+                w_eff = precond.fold(self.wq.weight.view(H, R, D).transpose(1, 2))
         if self.d is None or not gradient:
             return ValuePlan(key=("none",), w_eff=w_eff)
         if not bank:
