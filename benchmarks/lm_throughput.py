@@ -183,14 +183,18 @@ def make_train_step(model: nn.Module, logits_fn: Callable, idx: Tensor, targets:
                     lr: float = 3e-4, precision: str = "fp32", onednn: bool = False,
                     foreach: bool | None = None) -> Callable[[], None]:
     """One training step: zero grads, forward, loss, backward, AdamW step (bf16 autocast if asked; ``foreach``
-    as AdamW's: None is PyTorch's choice, the multi-tensor form on CUDA, one parameter at a time on CPU)."""
+    as AdamW's: None is PyTorch's choice, the multi-tensor form on CUDA, one parameter at a time on CPU). The
+    backward runs outside autocast, as the trainer runs it and as PyTorch's AMP notes ask: on the CPU a backward
+    called inside the context runs its ops under autocast too (the engine works in the calling thread), extra casts
+    and other dtypes that training never runs (CUDA's engine threads do not inherit the context)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=foreach)
     model.train()
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
         with _context(precision, idx.device, onednn):
-            lm_loss(logits_fn(model, idx), targets).backward()
+            loss = lm_loss(logits_fn(model, idx), targets)
+        loss.backward()
         opt.step()
 
     return step
