@@ -36,6 +36,8 @@ Usage:
     python benchmarks/host_time.py --suite cem                 # D 64, 4 heads, 12 layers, N 64, batch 1
     python benchmarks/host_time.py --suite cem --profile "paper configuration (T=2, D+LR), kernel path"
     python benchmarks/host_time.py --suite all --out docs/results/host_time.md
+    PYTHONPATH=/tmp/old/src python benchmarks/host_time.py   # this script on another commit's library (a
+                                                             # git worktree): the header names both commits
 """
 
 from __future__ import annotations
@@ -277,8 +279,12 @@ def main(argv: list[str] | None = None) -> None:
                                 "(`python benchmarks/host_time.py`)\n\n```\n" + "\n".join(done[:3]) + "\n```\n"
                                 + "\n".join(done[3:]) + "\n")
 
+    import energyformer
+
+    library = git_commit(Path(energyformer.__file__).resolve().parent)  # the library that ran (PYTHONPATH may differ)
     emit([f"cpu: {platform.processor() or platform.machine()}; {args.threads} thread(s); torch {torch.__version__}; "
-          f"commit {git_commit()}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+          f"energyformer at commit {library}, this script at {git_commit()}; "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
           f"{args.repeats} interleaved repeats after {args.warmup} warm-up steps per model; Triton launches stubbed "
           "(no-ops): the host's work only",
           "; ".join(f"{s}: {size_note(s, args)}" for s in suites)])

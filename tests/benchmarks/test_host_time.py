@@ -39,6 +39,7 @@ def test_tables_for_both_suites(tmp_path, capsys):
     b.main(["--precisions", "fp32", "--models", "Hyper-SET, kernel path", *TINY, "--out", str(out)])
     text = out.read_text()
     assert "### hyperset: fp32, training" in text and "### cem: fp32, training" in text
+    assert re.search(r"energyformer at commit \w+.*, this script at \w+", text)
     for row in ("looped transformer", "Hyper-SET, kernel path", "Llama baseline"):
         assert re.search(rf"\| {re.escape(row)} \| [\d.]+ \| \d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\] \| [\d,]+ \| [\d.]+ \|",
                          text), row
