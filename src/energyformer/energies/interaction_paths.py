@@ -101,7 +101,7 @@ class BlockedState:
     cdt: torch.dtype     # dtype of the products (bf16 under autocast unless attn_fp32)
     k: Tensor            # (B, H, Nk, Dr) in cdt
     h: Tensor | None     # (B, Nk, D) in cdt
-    cache: dict = field(default_factory=dict)  # per-plan value tensors, built once per call
+    cache: dict = field(default_factory=dict)  # per-plan value tensors, built once per call and grad mode
 
 
 # ------------------------------------------------------------------------------------ fused
@@ -228,15 +228,18 @@ def add_position_bias_(s: Tensor, slopes: Tensor | None, i0: int, causal: bool,
 
 
 def blocked_values(e, st, bs: BlockedState, plan: ValuePlan) -> Tensor:
-    """Per-head values [k ; lr projections] (B, H, Nk, Dr [+ 2R]), built once per call and plan and
-    reused by every step."""
-    if plan.key in bs.cache:
-        return bs.cache[plan.key]
+    """Per-head values [k ; lr projections] (B, H, Nk, Dr [+ 2R]), built once per call, plan and grad mode and
+    reused by every step. The grad mode is part of the key: values built under no_grad (the untracked steps of
+    ``backward: truncated``) carry no graph, and a tracked step reusing them lost the gradients of k, h and the
+    preconditioner (wrong gradients, no error)."""
+    key = (*plan.key, torch.is_grad_enabled())
+    if key in bs.cache:
+        return bs.cache[key]
     vals = bs.k
     if plan.lr is not None:
         a = torch.einsum("bnd,hdr->bhnr", bs.h, plan.lr.to(bs.cdt))  # (B, H, Nk, 2R)
         vals = torch.cat([bs.k, a], -1)
-    bs.cache[plan.key] = vals
+    bs.cache[key] = vals
     return vals
 
 
