@@ -340,3 +340,17 @@ def test_fused_energy_with_subnormal_self_probability():
         ref = e64.energy(u.double(), e64.prepare(h.double()))[:, 1]
     assert ref.abs().max() < 1e-30
     assert got.abs().max() < 1e-6, got  # the old merge gave 1.7e-2
+
+
+@pytest.mark.parametrize("path", [p for p in PATHS if p != "fused"])
+@pytest.mark.parametrize("precond", ["diag_low_rank", "diagonal"])
+def test_truncated_backward_gradients_equal_the_fused_path(path, precond):
+    """``backward: truncated`` runs the first steps under no_grad: per-call values they build (the blocked path's
+    [k ; low-rank projections], the kernel path's extra value columns) have no graph and must not be reused by the
+    tracked step. They were: W_K's, the norm's, d's and P's gradients came out wrong without an error."""
+    opts = dict(steps=3, precond=precond, precond_rank=3, precond_per_head=True, attn_block=4,
+                backward={"kind": "truncated", "k": 1})
+    ref_blk = randomised(CEMAttentionConfig(**opts, attn_path="fused"), True, 2)
+    blk = randomised(CEMAttentionConfig(**opts, attn_path=path), True, 2)
+    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    assert_same_block(blk, ref_blk, x, None)
