@@ -98,7 +98,7 @@ def test_network_table_for_the_model_input_is_the_per_index_network(output, base
     e = _x(3).requires_grad_(True)
     ctx = ForwardContext(iterations=3, embedded=e)
     got = [net.value(t, _x(1), _x(2), ctx, g) for t in (0, 1, 2, 3) for g in (0, 1)]
-    assert sum(1 for k in ctx.memo if k[1] == "table") == 1 and (id(net), 3) in ctx.memo
+    assert sum(1 for k in ctx.memo if k[1] == "table") == 1 and (id(net), 3, True) in ctx.memo
     want = [net.net(t, e).chunk(2, dim=-1)[g] for t in (0, 1, 2, 3) for g in (0, 1)]
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
@@ -109,6 +109,27 @@ def test_network_table_for_the_model_input_is_the_per_index_network(output, base
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     other = ForwardContext(iterations=3, embedded=_x(5))
     assert not torch.allclose(net.value(1, _x(1), _x(2), other, 0), got[2])  # a new forward, a new table
+
+
+@pytest.mark.parametrize("condition", ["input", "iterate"])
+def test_network_memo_built_under_no_grad_never_reaches_a_tracked_step(condition):
+    """``backward: truncated`` runs the first steps under no_grad: the values (and the input's table) they build
+    have no graph. A tracked step of the same forward must compute its own, or the network's gradient is lost
+    without an error (it was, through the table)."""
+    torch.manual_seed(0)
+    net = NetworkStepSize(4, embed_dim=8, condition=condition, zero_init="none", groups=2).to(DT)
+    e = _x(3)
+    ctx = ForwardContext(iterations=3, embedded=e)
+    x0, x = (e, e) if condition == "input" else (_x(1), _x(1))
+    t = 2 if condition == "input" else 0  # input: another index from the same table; iterate: the same key
+    with torch.no_grad():
+        untracked = net.value(0, x0, x, ctx, 0)
+    tracked = net.value(t, x0, x, ctx, 1)
+    assert untracked.grad_fn is None and tracked.grad_fn is not None
+    (g,) = torch.autograd.grad(tracked.sum(), net.out.weight)
+    (want,) = torch.autograd.grad(net.net(t, e if condition == "input" else x).chunk(2, dim=-1)[1].sum(),
+                                  net.out.weight)
+    torch.testing.assert_close(g, want, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("zero_init", ["output", "all"])

@@ -46,7 +46,9 @@ class ForwardContext:
                 :class:`~energyformer.blocks.layer.TransformerLayer`): the state a step size with
                 ``condition: layer`` sees in every sublayer of the layer (Hyper-SET's γ_t and α_t).
     memo:       per-forward cache of pure functions of (module, index, state), e.g. a step-size
-                network shared by two sublayers computes its output once.
+                network shared by two sublayers computes its output once. Users key it with
+                ``torch.is_grad_enabled()`` too: a value built under no_grad (``backward: truncated``'s
+                untracked steps) has no graph and must not reach a tracked step.
     """
 
     traces: Traces | None = None

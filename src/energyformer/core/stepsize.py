@@ -351,19 +351,22 @@ class NetworkStepSize(StepSize):
         ``condition: input`` the state x⁽⁰⁾ is the same for every iteration, so the whole forward's steps
         0 … ``ctx.iterations``−1 come from one :meth:`table` before the first step (work done once per forward
         instead of once per iteration); an index past the table (more than one step per iteration) is
-        computed on its own."""
+        computed on its own. The memo is kept per grad mode: the untracked steps of ``backward: truncated`` run
+        under no_grad, and a table they built would give the tracked steps values without a graph (the network's
+        gradient silently lost)."""
         s = self.state(x0, x, ctx)
         if ctx is None:
             return self._net_groups(index, s)[group]
+        grad = torch.is_grad_enabled()  # part of every key: a value built under no_grad has no graph (below)
         if self.condition == "input" and s is ctx.embedded:
-            key = (id(self), "table")
+            key = (id(self), "table", grad)
             hit = ctx.memo.get(key)
             if hit is None or hit[0] is not s:
                 hit = (s, self.table(max(ctx.iterations, index + 1), s))
                 ctx.memo[key] = hit
             if index < len(hit[1]):
                 return hit[1][index][group]
-        key = (id(self), index)
+        key = (id(self), index, grad)
         hit = ctx.memo.get(key)
         if hit is None or hit[0] is not s:
             hit = (s, self._net_groups(index, s))
