@@ -160,10 +160,11 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/hyperset", "host_time_cpu_4fe48e2.txt",
              "`python benchmarks/hyperset_gpu.py` at a host-bound size (d 16, L 24, batch 1) on CPU, from the trees of "
              "60a00b4 and 4fe48e2 alternately (issue 20: host time per iteration; the command is in the file)"),
-    Artifact(f"{RESULTS}/hyperset", "host_time_7fa7d82.md",
-             "verbatim output of `python benchmarks/host_time.py --suite hyperset --out ...` at commit 7fa7d82 (issue 20: "
-             "the host's share of an eager training step, the CUDA kernels' launches stubbed, timed on CPU against the "
-             "looped transformer)"),
+    *(Artifact(f"{RESULTS}/hyperset", f"host_time_{c}.md",
+               f"verbatim output of `python benchmarks/host_time.py --suite hyperset --out ...` with the library at "
+               f"commit {c} (issue 20: the host's share of an eager training step, the CUDA kernels' launches stubbed, "
+               "timed on CPU against the looped transformer)")
+      for c in ("865a5cc", "38ffeb8")),
     Artifact(f"{RESULTS}/hyperset", "compare_commits_4fe48e2.txt",
              "output of `python benchmarks/compare_commits.py --base 60a00b4` at 4fe48e2 (the Sudoku configs' CPU step "
              "time before and after the host-time changes)"),
@@ -235,10 +236,14 @@ ARTIFACTS: tuple[Artifact, ...] = (
                "CUDA's autocast, counted on fake tensors)")
       for n in (1024, 4096) for c in ("cf2053a", "476f938", "82eacd0")),
     *(Artifact(f"{RESULTS}/cem", f"host_time_{c}.md",
-               f"verbatim output of `python benchmarks/host_time.py --suite cem --out ...` at commit {c} (issue 21: the "
-               "host's share of an eager training step, CUDA's kernel path with its Triton launches stubbed, timed on "
-               "CPU against Llama)")
-      for c in ("7fa7d82", "d0dfe9a", "82eacd0")),
+               f"verbatim output of `python benchmarks/host_time.py --suite cem --out ...` with the library at commit {c} "
+               "(issue 21: the host's share of an eager training step, CUDA's kernel path with its Triton launches "
+               "stubbed, timed on CPU against Llama)")
+      for c in ("865a5cc", "82fecb2")),
+    Artifact(f"{RESULTS}/cem", "compare_commits_474e0b9.txt",
+             "output of `python benchmarks/compare_commits.py --base 865a5cc --head HEAD --configs lm/cem_kq_shared "
+             "lm/cem_full --rounds 6 --steps 3 --threads 1 --set model.dim=256 model.heads=8 model.max_seq_len=256` at "
+             "474e0b9 (the round's CEM changes: CPU step time)"),
     Artifact(f"{RESULTS}/cem", "compare_commits_d0dfe9a.txt",
              "output of `python benchmarks/compare_commits.py --base 865a5cc --head d0dfe9a --configs lm/cem_full "
              "lm/cem_attn_t1 --rounds 6 --steps 3 --threads 1 --set model.dim=256 model.heads=8 model.max_seq_len=256` "
