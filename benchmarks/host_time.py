@@ -237,28 +237,42 @@ def profile(suite: str, name: str, args, steps: int = 3, top: int = 30) -> list[
             ", ".join(f"{k} {v}" for k, v in ops.most_common()), "```"]
 
 
+def _count(least: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``least`` (argparse's one-line error names the option otherwise)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (allowed: >= {least})") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value} is out of range (allowed: >= {least})")
+        return value
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     ap.add_argument("--models", help="only these models of the suite (names separated by ';'; the baseline is "
                     "always timed)")
     ap.add_argument("--precisions", default="bf16,fp32", help="bf16 (CPU autocast) and/or fp32")
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeats", type=_count(1), default=15)
+    ap.add_argument("--warmup", type=_count(0), default=3)
     ap.add_argument("--profile", metavar="MODEL", help="instead of timing: cProfile one model of --suite")
     sudoku = ap.add_argument_group("hyperset suite (Sudoku models)")
-    sudoku.add_argument("--dim", type=int, default=16)
-    sudoku.add_argument("--heads", type=int, default=2)
-    sudoku.add_argument("--iterations", type=int, default=24)
-    ap.add_argument("--batch", type=int, default=1)
+    sudoku.add_argument("--dim", type=_count(1), default=16)
+    sudoku.add_argument("--heads", type=_count(1), default=2)
+    sudoku.add_argument("--iterations", type=_count(1), default=24)
+    ap.add_argument("--batch", type=_count(1), default=1)
     lm = ap.add_argument_group("cem suite (gpu_lm.py's language models)")
-    lm.add_argument("--lm-dim", type=int, default=64)
-    lm.add_argument("--lm-heads", type=int, default=4)
-    lm.add_argument("--layers", type=int, default=12)
-    lm.add_argument("--mlp-hidden", type=int, default=128)
-    lm.add_argument("--vocab", type=int, default=256)
-    lm.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
+    lm.add_argument("--lm-dim", type=_count(1), default=64)
+    lm.add_argument("--lm-heads", type=_count(1), default=4)
+    lm.add_argument("--layers", type=_count(1), default=12)
+    lm.add_argument("--mlp-hidden", type=_count(1), default=128)
+    lm.add_argument("--vocab", type=_count(2), default=256)
+    lm.add_argument("--seq", type=_count(1), default=64)
+    ap.add_argument("--threads", type=_count(1), default=1)
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
     args = ap.parse_args(argv)
     suites = list(SUITES) if args.suite == "all" else [args.suite]
