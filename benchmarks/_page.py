@@ -60,3 +60,20 @@ def load_line(meta: dict) -> str:
 
 def write_page(folder: Path, name: str, text: str) -> None:
     (folder / name).write_text(text.rstrip() + "\n")
+
+
+def markdown_emitter(out: Path | None, title: str, header_lines: int):
+    """``emit(lines)`` for scripts that print their output table by table: prints ``lines`` and, with ``out``,
+    rewrites that file after every call as ``# title``, the output's first ``header_lines`` lines fenced, then the
+    rest as markdown, so a cut run keeps every table it finished."""
+    done: list[str] = []
+
+    def emit(lines: list[str]) -> None:
+        done.extend(lines)
+        print("\n".join(lines), flush=True)
+        if out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(f"# {title}\n\n```\n" + "\n".join(done[:header_lines]) + "\n```\n"
+                           + "\n".join(done[header_lines:]) + "\n")
+
+    return emit

@@ -59,10 +59,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _page import markdown_emitter  # noqa: E402  (siblings)
 from gpu_lm import BASE as LLAMA, git_commit, models as lm_blocks, ratio, timed_runs  # noqa: E402  (siblings)
 from lm_throughput import CausalLM, make_train_step, median, model_config, ours_logits  # noqa: E402
 
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
+from energyformer.utils.cliargs import int_at_least  # noqa: E402
 
 KERNEL = ", kernel path"
 LOOPED = "looped transformer"
@@ -237,42 +239,28 @@ def profile(suite: str, name: str, args, steps: int = 3, top: int = 30) -> list[
             ", ".join(f"{k} {v}" for k, v in ops.most_common()), "```"]
 
 
-def _count(least: int) -> Callable[[str], int]:
-    """An argparse type: an integer of at least ``least`` (argparse's one-line error names the option otherwise)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (allowed: >= {least})") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"{value} is out of range (allowed: >= {least})")
-        return value
-
-    return parse
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     ap.add_argument("--models", help="only these models of the suite (names separated by ';'; the baseline is "
                     "always timed)")
     ap.add_argument("--precisions", default="bf16,fp32", help="bf16 (CPU autocast) and/or fp32")
-    ap.add_argument("--repeats", type=_count(1), default=15)
-    ap.add_argument("--warmup", type=_count(0), default=3)
+    ap.add_argument("--repeats", type=int_at_least(1), default=15)
+    ap.add_argument("--warmup", type=int_at_least(0), default=3)
     ap.add_argument("--profile", metavar="MODEL", help="instead of timing: cProfile one model of --suite")
     sudoku = ap.add_argument_group("hyperset suite (Sudoku models)")
-    sudoku.add_argument("--dim", type=_count(1), default=16)
-    sudoku.add_argument("--heads", type=_count(1), default=2)
-    sudoku.add_argument("--iterations", type=_count(1), default=24)
-    ap.add_argument("--batch", type=_count(1), default=1)
+    sudoku.add_argument("--dim", type=int_at_least(1), default=16)
+    sudoku.add_argument("--heads", type=int_at_least(1), default=2)
+    sudoku.add_argument("--iterations", type=int_at_least(1), default=24)
+    ap.add_argument("--batch", type=int_at_least(1), default=1)
     lm = ap.add_argument_group("cem suite (gpu_lm.py's language models)")
-    lm.add_argument("--lm-dim", type=_count(1), default=64)
-    lm.add_argument("--lm-heads", type=_count(1), default=4)
-    lm.add_argument("--layers", type=_count(1), default=12)
-    lm.add_argument("--mlp-hidden", type=_count(1), default=128)
-    lm.add_argument("--vocab", type=_count(2), default=256)
-    lm.add_argument("--seq", type=_count(1), default=64)
-    ap.add_argument("--threads", type=_count(1), default=1)
+    lm.add_argument("--lm-dim", type=int_at_least(1), default=64)
+    lm.add_argument("--lm-heads", type=int_at_least(1), default=4)
+    lm.add_argument("--layers", type=int_at_least(1), default=12)
+    lm.add_argument("--mlp-hidden", type=int_at_least(1), default=128)
+    lm.add_argument("--vocab", type=int_at_least(2), default=256)
+    lm.add_argument("--seq", type=int_at_least(1), default=64)
+    ap.add_argument("--threads", type=int_at_least(1), default=1)
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
     args = ap.parse_args(argv)
     suites = list(SUITES) if args.suite == "all" else [args.suite]
@@ -282,16 +270,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.profile and known is not None and args.profile not in known:
         raise SystemExit(f"--profile: {args.profile!r} is not a hyperset-suite model; allowed: {'; '.join(known)}")
     torch.set_num_threads(args.threads)
-    done: list[str] = []
-
-    def emit(lines: list[str]) -> None:  # print and write as each table finishes (a cut run keeps them)
-        done.extend(lines)
-        print("\n".join(lines), flush=True)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text("# Host time of an eager training step, CUDA kernel paths stubbed, on CPU "
-                                "(`python benchmarks/host_time.py`)\n\n```\n" + "\n".join(done[:3]) + "\n```\n"
-                                + "\n".join(done[3:]) + "\n")
+    emit = markdown_emitter(args.out, "Host time of an eager training step, CUDA kernel paths stubbed, on CPU "
+                            "(`python benchmarks/host_time.py`)", header_lines=3)
 
     import energyformer
 

@@ -37,7 +37,8 @@ from unittest import mock
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_lm import (  # noqa: E402  (sibling scripts)
+from _page import markdown_emitter  # noqa: E402  (sibling scripts)
+from gpu_lm import (  # noqa: E402
     GRAPHED, compile_arg, compile_note, compiled, git_commit, keep_going_arg, ratio, select, state_bytes,
     timed_runs,
 )
@@ -190,18 +191,8 @@ def main(argv: list[str] | None = None) -> None:
         args.dim, args.heads, args.iterations, args.batch = 32, 4, 2, 2
     if pick_device().type == "cpu":
         torch.set_num_threads(1)
-    done: list[str] = []
-
-    def emit(lines: list[str]) -> None:   # print and write as each table finishes (a cut run keeps them)
-        done.extend(lines)
-        print("\n".join(lines), flush=True)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text("# Hyper-SET vs the looped transformer: Sudoku training tokens/s "
-                                "(`python benchmarks/hyperset_gpu.py`)\n\n```\n" + "\n".join(done[:2]) +
-                                "\n```\n" + "\n".join(done[2:]) + "\n")
-
-    run(args, emit)
+    run(args, markdown_emitter(args.out, "Hyper-SET vs the looped transformer: Sudoku training tokens/s "
+                                         "(`python benchmarks/hyperset_gpu.py`)", header_lines=2))
 
 
 if __name__ == "__main__":

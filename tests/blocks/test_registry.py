@@ -17,6 +17,8 @@ from energyformer.models.params import count_params
 from energyformer.utils.config import load_config, to_dict
 from energyformer.utils.validate import ConfigError
 
+from .block_cases import randomise
+
 
 def test_yaml_layout_each_kind_its_own_section():
     cfg = load_config(BlockConfig, {"attention": {"kind": "cem", "steps": 2, "precond": "diag_low_rank"},
@@ -82,13 +84,6 @@ def test_each_mlp_kind_knows_its_default_hidden(kind, expected):
     assert mlp.part == "mlp" and max(p.shape[0] for p in mlp.parameters() if p.dim() == 2) == expected
 
 
-def _randomise(m: nn.Module, seed: int) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-    return m
-
 
 ATTN_KINDS = ["llama", "gpt", {"kind": "cem", "steps": 2, "precond": "diag_low_rank"}]
 
@@ -96,7 +91,7 @@ ATTN_KINDS = ["llama", "gpt", {"kind": "cem", "steps": 2, "precond": "diag_low_r
 def _attn(kind, causal: bool) -> nn.Module:
     cfg = load_config(BlockConfig, {"attention": kind}).attention
     torch.manual_seed(0)
-    return _randomise(build_attention(cfg, SublayerSpec(dim=16, heads=4, causal=causal)).double(), 1).eval()
+    return randomise(build_attention(cfg, SublayerSpec(dim=16, heads=4, causal=causal)).double(), 1).eval()
 
 
 @pytest.mark.parametrize("kind", ATTN_KINDS, ids=str)
@@ -197,7 +192,7 @@ def test_every_sublayer_declares_causal_support_and_keeps_it(reg, build, name):
             build(cfg, spec)
         return
     torch.manual_seed(0)
-    blk = _randomise(build(cfg, spec).double(), 1).eval()
+    blk = randomise(build(cfg, spec).double(), 1).eval()
     x = torch.randn(2, 8, 16, dtype=torch.float64)
     x2 = x.clone()
     x2[:, 5] += torch.randn(16, dtype=torch.float64)

@@ -18,6 +18,8 @@ from energyformer.core import ForwardContext
 from energyformer.core.backward import BackwardMode
 from energyformer.utils.config import load_config
 
+from .block_cases import randomise
+
 STEPS, K = 3, 1
 
 
@@ -46,13 +48,6 @@ def _cases():
                 yield pytest.param(build, cfg_cls, example, id=f"{reg.what}-{name}-{i}")
 
 
-def _randomise(m: nn.Module, seed: int) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-    return m
-
 
 def _grads(blk: nn.Module, x: Tensor) -> dict[str, Tensor]:
     xg = x.clone().requires_grad_(True)
@@ -70,7 +65,7 @@ def test_truncated_gradient_is_the_detached_prefix_gradient(build, cfg_cls, exam
                                 "backward": {"kind": "truncated", "k": K}})
     spec = SublayerSpec(dim=16, heads=4, causal=bool(getattr(cfg_cls, "supports_causal", True)))
     torch.manual_seed(0)
-    blk = _randomise(build(cfg, spec).double(), 1).train()
+    blk = randomise(build(cfg, spec).double(), 1).train()
     if blk.solver.lookahead:  # a look-ahead rule ('sutskever' form) takes one step per call: nothing to truncate
         pytest.skip("one step per call (look-ahead rule): no prefix to truncate")
     x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
