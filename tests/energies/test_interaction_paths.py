@@ -342,14 +342,23 @@ def test_fused_energy_with_subnormal_self_probability():
     assert got.abs().max() < 1e-6, got  # the old merge gave 1.7e-2
 
 
+#: backward modes whose steps run partly under no_grad: truncated's prefix, implicit's forward solve (its gradient
+#: is one tracked step at the fixed point; a few iterations and a small fixed step: the same computation on every
+#: path, converged or not, which the comparison needs)
+UNTRACKED = {"truncated": dict(steps=3, backward={"kind": "truncated", "k": 1}),
+             "implicit": dict(steps=3, step_size={"kind": "fixed", "value": 0.05},
+                              backward={"kind": "implicit", "method": "fixed_point", "max_iter": 4})}
+
+
+@pytest.mark.filterwarnings("ignore:implicit backward")
+@pytest.mark.parametrize("mode", list(UNTRACKED))
 @pytest.mark.parametrize("path", [p for p in PATHS if p != "fused"])
 @pytest.mark.parametrize("precond", ["diag_low_rank", "diagonal"])
-def test_truncated_backward_gradients_equal_the_fused_path(path, precond):
-    """``backward: truncated`` runs the first steps under no_grad: per-call values they build (the blocked path's
-    [k ; low-rank projections], the kernel path's extra value columns) have no graph and must not be reused by the
-    tracked step. They were: W_K's, the norm's, d's and P's gradients came out wrong without an error."""
-    opts = dict(steps=3, precond=precond, precond_rank=3, precond_per_head=True, attn_block=4,
-                backward={"kind": "truncated", "k": 1})
+def test_untracked_steps_give_the_fused_paths_gradients(path, precond, mode):
+    """``backward: truncated`` and ``implicit`` run steps under no_grad: per-call values those build (the blocked
+    path's [k ; low-rank projections], the kernel path's extra value columns) have no graph and must not be reused
+    by a tracked step. They were: W_K's, the norm's, d's and P's gradients came out wrong without an error."""
+    opts = dict(precond=precond, precond_rank=3, precond_per_head=True, attn_block=4, **UNTRACKED[mode])
     ref_blk = randomised(CEMAttentionConfig(**opts, attn_path="fused"), True, 2)
     blk = randomised(CEMAttentionConfig(**opts, attn_path=path), True, 2)
     x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
