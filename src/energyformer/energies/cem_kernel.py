@@ -419,10 +419,7 @@ def attend_kernel(e, u: Tensor, st, bs, plan, need_logz: bool):
     mode = plan.h_mode or "none"
     x = None
     if plan.lr is not None:  # Σ_j p_ijk [V_kᵀ(d_k∘h_j) ; U_kᵀ(d_k∘h_j)]: (B, H, Nk, 2R), once per call
-        key = ("kernel-x", *plan.key, torch.is_grad_enabled())  # no_grad values have no graph: never reused tracked
-        x = bs.cache.get(key)
-        if x is None:
-            x = bs.cache[key] = torch.einsum("bnd,hdr->bhnr", bs.h, plan.lr.to(bs.cdt))
+        x = bs.once(("kernel-x", *plan.key), lambda: torch.einsum("bnd,hdr->bhnr", bs.h, plan.lr.to(bs.cdt)))
     with autocast_off(u.device.type):
         oq, hs, ox, lse = cem_attention(
             q, bs.k, ud, bs.h, slopes=e.slopes if e.alibi else None, delta=e.self_bias,

@@ -90,7 +90,7 @@ from ..utils.validate import check_choice, check_float, check_int
 from .cem_kernel import KernelTiles, attend_kernel, triton_available
 from .interaction_paths import (
     Averages, BlockedState, FusedState, ValuePlan, attend_blocked, attend_fused, blocked_bytes,
-    position_bias, prepare_fused,
+    once_per_grad_mode, position_bias, prepare_fused,
 )
 
 DIAGONAL_MODES = ("none", "shared", "per_head")
@@ -358,11 +358,7 @@ class InteractionEnergy(Energy):
     def _step_plan(self, st: InteractionState, precond: Preconditioner | None, gradient: bool) -> ValuePlan:
         """:meth:`_plan`, built once per call and grad mode (``st.plans``): with T steps a per-head bank's
         diagonal, low-rank factors and P_k W_Qkᵀ are weight-only products, the same at every step."""
-        key = (id(precond), gradient, torch.is_grad_enabled())
-        plan = st.plans.get(key)
-        if plan is None:
-            plan = st.plans[key] = self._plan(precond, gradient)
-        return plan
+        return once_per_grad_mode(st.plans, (id(precond), gradient), lambda: self._plan(precond, gradient))
 
     def attend(self, u: Tensor, st: InteractionState, plan: ValuePlan | None = None,
                need_logz: bool = False) -> Averages:

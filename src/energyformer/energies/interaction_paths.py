@@ -101,7 +101,22 @@ class BlockedState:
     cdt: torch.dtype     # dtype of the products (bf16 under autocast unless attn_fp32)
     k: Tensor            # (B, H, Nk, Dr) in cdt
     h: Tensor | None     # (B, Nk, D) in cdt
-    cache: dict = field(default_factory=dict)  # per-plan value tensors, built once per call and grad mode
+    cache: dict = field(default_factory=dict)  # per-plan value tensors: :meth:`once`
+
+    def once(self, key: tuple, build):
+        """``build()`` once per call, ``key`` and grad mode (:func:`once_per_grad_mode`)."""
+        return once_per_grad_mode(self.cache, key, build)
+
+
+def once_per_grad_mode(cache: dict, key: tuple, build):
+    """``build()`` once per ``key`` and grad mode in a per-call ``cache``, then reused by every step. The grad
+    mode is part of the key: values built under no_grad (``backward: truncated``'s untracked steps,
+    ``implicit``'s forward solve) carry no graph, and a tracked step reusing them lost their gradients (CEM's
+    k, h and preconditioner: wrong gradients, no error)."""
+    key = (*key, torch.is_grad_enabled())
+    if key not in cache:
+        cache[key] = build()
+    return cache[key]
 
 
 # ------------------------------------------------------------------------------------ fused
@@ -228,19 +243,12 @@ def add_position_bias_(s: Tensor, slopes: Tensor | None, i0: int, causal: bool,
 
 
 def blocked_values(e, st, bs: BlockedState, plan: ValuePlan) -> Tensor:
-    """Per-head values [k ; lr projections] (B, H, Nk, Dr [+ 2R]), built once per call, plan and grad mode and
-    reused by every step. The grad mode is part of the key: values built under no_grad (the untracked steps of
-    ``backward: truncated``) carry no graph, and a tracked step reusing them lost the gradients of k, h and the
-    preconditioner (wrong gradients, no error)."""
-    key = (*plan.key, torch.is_grad_enabled())
-    if key in bs.cache:
-        return bs.cache[key]
-    vals = bs.k
-    if plan.lr is not None:
-        a = torch.einsum("bnd,hdr->bhnr", bs.h, plan.lr.to(bs.cdt))  # (B, H, Nk, 2R)
-        vals = torch.cat([bs.k, a], -1)
-    bs.cache[key] = vals
-    return vals
+    """Per-head values [k ; lr projections] (B, H, Nk, Dr [+ 2R]), built once per call, plan and grad mode
+    (:meth:`BlockedState.once`) and reused by every step."""
+    if plan.lr is None:
+        return bs.k
+    # (B, H, Nk, 2R) projections after the keys
+    return bs.once(plan.key, lambda: torch.cat([bs.k, torch.einsum("bnd,hdr->bhnr", bs.h, plan.lr.to(bs.cdt))], -1))
 
 
 class _Prefixes(torch.autograd.Function):
