@@ -60,13 +60,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _page import markdown_emitter  # noqa: E402  (siblings)
+from cem_ops import KERNEL_SUFFIX as KERNEL, block_of  # noqa: E402  (its rows' names force the kernel path)
 from gpu_lm import BASE as LLAMA, git_commit, models as lm_blocks, ratio, timed_runs  # noqa: E402  (siblings)
 from lm_throughput import CausalLM, make_train_step, median, model_config, ours_logits  # noqa: E402
 
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
 from energyformer.utils.cliargs import int_at_least  # noqa: E402
 
-KERNEL = ", kernel path"
 LOOPED = "looped transformer"
 #: suite -> (baseline, the models timed by default)
 SUITES = {
@@ -133,9 +133,7 @@ def sudoku_step(name: str, args, precision: str) -> tuple[torch.nn.Module, Calla
 
 
 def lm_step(name: str, args, precision: str) -> tuple[torch.nn.Module, Callable[[], None]]:
-    import cem_ops  # a sibling script (its block_of forces the kernel path)
-
-    block = cem_ops.block_of(name, lm_blocks())
+    block = block_of(name, lm_blocks())
     torch.manual_seed(0)
     model = CausalLM(model_config(args.vocab, args.lm_dim, args.layers, args.lm_heads, args.mlp_hidden, args.seq,
                                   block))
@@ -181,10 +179,8 @@ def holds(suite: str, name: str) -> bool:
     """Whether ``name`` is a model of ``suite`` (the Sudoku models; gpu_lm.py's, with or without ', kernel path')."""
     if suite == "hyperset":
         return name in SUDOKU
-    import cem_ops
-
     try:
-        cem_ops.block_of(name, lm_blocks())
+        block_of(name, lm_blocks())
     except SystemExit:
         return False
     return True
