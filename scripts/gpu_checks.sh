@@ -30,7 +30,8 @@
 #                                          against the eager step captured as one CUDA graph) for Hyper-SET and
 #                                          full CEM T=1, gpu_lm with every step one CUDA graph at 1k and 4k
 #                                          (default launch, heads inner), eager at N 1k the paper
-#                                          configuration's blocked path (c232cbe) and full CEM T=1 in two
+#                                          configuration's blocked path (c232cbe) and its per-head factors on
+#                                          one program per head (grid heads), and full CEM T=1 in two
 #                                          causal chunks (second, after Hyper-SET's rows; ~620 s of steps:
 #                                          pass `next 590`, the tests last get what is left), then every CUDA
 #                                          test (the regressor's config fixed since; carry the data too)
@@ -191,11 +192,12 @@ if [ "$PHASE" = next ]; then   # the eager Hyper-SET rows (host time since 4fe48
     --warmup 2 --keep-going --models "Hyper-SET;Hyper-SET, feed-forward norm and ReLU as two ops" \
     --out "$OUT/hyperset_gpu_eager.md"
   # eager at N 1k: the paper configuration's blocked path since c232cbe (a third fewer bytes per layer:
-  # docs/results/cem/cem_ops_*), and full CEM T=1 with 30 fewer ops per layer (two causal chunks)
-  step gpu_lm_1k 70 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
+  # docs/results/cem/cem_ops_*) and its per-head factors on one program per head (per-head products as batched
+  # matmuls), and full CEM T=1 with 30 fewer ops per layer (two causal chunks)
+  step gpu_lm_1k 85 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
     --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, two causal chunks;paper configuration \
-(T=2, D+LR);paper configuration, blocked path;paper configuration, blocked path, query block 256" \
-    --out "$OUT/gpu_lm_1k.md"
+(T=2, D+LR);paper configuration, one program per head;paper configuration, blocked path;paper configuration, \
+blocked path, query block 256" --out "$OUT/gpu_lm_1k.md"
   compiled_steps 160 145
   step gpu_lm_graphs 110 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 4 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, one program \
@@ -228,7 +230,7 @@ if [ "$PHASE" = session ]; then   # the timed benchmarks alone on the GPU first,
   step gpu_lm_bf16 170 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 4 --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, one program per head, \
 heads launched inner;full CEM T=1, one program per head, 2 pipelining stages;paper configuration (T=2, D+LR);\
-paper configuration, blocked path" --out "$OUT/gpu_lm.md"
+paper configuration, one program per head;paper configuration, blocked path" --out "$OUT/gpu_lm.md"
   ( $PY -m energyformer.cli "${PLATEAU[@]}" > "$W/plateau.txt" 2>&1; echo "rc $?" >> "$W/plateau.txt" ) &
   SUD=$!
   step pytest_cuda 200 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS

@@ -46,10 +46,10 @@ def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x, h_mode="
 
 
 #: h read-out (h_mode; per-head factors c and extra value columns x) × how the shared products are formed
-#: (KernelTiles.shared; 'stack' always recomputes) × what a program owns (KernelTiles.grid)
+#: (KernelTiles.shared; the loop kernels recompute 'stack''s) × what a program owns (KernelTiles.grid)
 MODES = {"sum": dict(h_mode="sum", grid="rows"), "sum-recompute": dict(h_mode="sum", shared="recompute"),
          "stack": dict(h_mode="stack", c=True, x=True), "grid": dict(h_mode="sum", x=True, grid="heads"),
-         "grid-none": dict(h_mode="none", grid="heads")}
+         "grid-none": dict(h_mode="none", grid="heads"), "grid-stack": dict(h_mode="stack", c=True, x=True, grid="heads")}
 
 
 def _mode(name: str) -> tuple[str, bool, bool, dict]:
@@ -81,7 +81,7 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 
 
 @interpreted
-@pytest.mark.parametrize("mode", ["sum", "grid", "grid-none"])
+@pytest.mark.parametrize("mode", ["sum", "grid", "grid-none", "grid-stack"])
 @pytest.mark.parametrize("nq,nk,offset,tiles", [
     (40, 40, None, dict(block_m=16, block_n=16)), (37, 45, None, dict(block_m=16, block_n=32, causal_chunks=3)),
     (40, 40, None, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, None, {}),
@@ -91,7 +91,8 @@ def test_no_kernel_reads_outside_the_shared_products_blocks(monkeypatch, nq, nk,
     aligned row chunks' blocks only (G, Gh: the matmuls; the head sums: zeroed there): filled with NaN instead,
     every output and gradient still equals the dense float64 reference (causal, queries at an offset, keys
     beyond the last query's position, several chunks, tiles that do not divide N) — no kernel and no matmul
-    reads a value outside the blocks."""
+    reads a value outside the blocks. With per-head factors on one program per head the per-head buffers
+    (every head's P_k, (dHs ∘ c_k) Hᵀ) are poisoned the same way."""
     made = []
 
     def nan_scratch(shape, like, dtype):
@@ -127,18 +128,21 @@ def test_heads_inner_launch_order_runs_the_same_arithmetic(monkeypatch, causal, 
 
 
 def test_shared_products_are_materialised_where_there_are_any():
-    """KernelTiles.shared = 'materialize' takes effect with a shared diagonal or the head-summed read-out,
-    never with per-head factors ('stack': one D-wide product per head)."""
+    """KernelTiles.shared = 'materialize' takes effect with a shared diagonal or the head-summed read-out; with
+    per-head factors ('stack': one D-wide product per head) only on the one-program-per-head kernels, which
+    ``auto`` does not take for them."""
     import triton.language as tl
 
     q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
 
-    def mat(has_g, hmode, shared="materialize"):
+    def mat(has_g, hmode, shared="materialize", grid="auto"):
         return cem_kernel._launch_args(tl, q, hm, None, True, has_g, hmode, True, True, False,
-                                       cem_kernel.KernelTiles(shared=shared))["MAT"]
+                                       cem_kernel.KernelTiles(shared=shared, grid=grid))["MAT"]
 
     assert mat(True, "none") and mat(False, "sum") and mat(True, "sum")
     assert not mat(False, "none") and not mat(True, "stack") and not mat(True, "sum", "recompute")
+    assert mat(True, "stack", grid="heads") and mat(True, "stack", grid="heads_inner")
+    assert not mat(True, "stack", grid="rows")
 
 
 def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
@@ -195,6 +199,10 @@ COVERED = [
     dict(diagonal="none", diagonal_readout="algorithm1", causal=False, masked=True, attn_kernel={"grid": "rows"}),
     dict(precond="diag_low_rank", precond_rank=3, precond_per_head=False, attn_kernel={"grid": "rows"}),
     dict(precond="diag_low_rank", precond_rank=3, steps=2, masked=True, attn_kernel={"grid": "rows"}),
+    # the paper's per-head bank on one program per head (its per-head products materialised per head)
+    dict(precond="diag_low_rank", precond_rank=3, steps=2, masked=True, attn_kernel={"grid": "heads"}),
+    dict(precond="diag_low_rank", precond_rank=3, steps=2, causal=False, attn_kernel={"grid": "heads_inner",
+                                                                                       "block_m": 32}),
 ]
 
 
@@ -392,7 +400,7 @@ def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper, launc
     at D = 256, 8 heads, N = 300, T = 2, ALiBi, self bias, shared diagonal, key padding; identity or
     the paper's per-head D+LR preconditioners; row tiles, the default launch (one program per head), one
     program per head on 64 x 32 tiles and with the heads launched inner (the paper configuration's per-head
-    factors run the loop kernels)."""
+    factors run the loop kernels under ``auto``, one program per head where ``grid`` names it)."""
     torch.manual_seed(0)
     cfg = CEMAttentionConfig(steps=2, precond="diag_low_rank" if paper else "identity", attn_kernel=launch)
     blk = CEMAttention(256, 8, cfg).cuda()
@@ -465,7 +473,9 @@ def test_compiled_kernel_kv_cache_decoding_equals_full_forward_on_cuda():
 
 @interpreted
 @pytest.mark.parametrize("attn", [{}, {"attn_kernel": {"grid": "rows"}},
-                                  {"precond": "diag_low_rank", "precond_rank": 2}], ids=["default", "rows", "paper-bank"])
+                                  {"precond": "diag_low_rank", "precond_rank": 2},
+                                  {"precond": "diag_low_rank", "precond_rank": 2, "attn_kernel": {"grid": "heads"}}],
+                         ids=["default", "rows", "paper-bank", "paper-bank-heads"])
 def test_compile_keeps_the_kernel_in_one_graph(attn, compiles_like_eager):
     """Under torch.compile the kernel path runs as custom operators (cem_kernel_ops.py): a CEM model (T=2,
     causal, ALiBi, self bias; the default launch, the loop kernels, the paper's per-head D+LR bank with its

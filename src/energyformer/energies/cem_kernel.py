@@ -65,7 +65,8 @@ from energyformer.core.precision import autocast_off
 from energyformer.utils.config import ConfigModel, Field
 
 from . import cem_products
-from .cem_products import added, chunk_blocks, cols_mm, mm_acc, pair_mm, row_chunks, rows_mm, zero_blocks
+from .cem_products import (added, chunk_blocks, cols_mm, head_pairs, heads_cols_mm, heads_pair_mm, heads_rows_mm,
+                           mm_acc, pair_mm, row_chunks, rows_mm, zero_blocks)
 
 
 @functools.cache
@@ -180,9 +181,12 @@ class KernelTiles(ConfigModel):
     always multiplies the whole product."""
 
     def per_head_programs(self, hmode: str) -> bool:
-        """Whether the launch runs the one-program-per-head kernels (``grid`` resolved for ``hmode``)."""
-        return hmode != "stack" and (self.grid in ("heads", "heads_inner")
-                                     or (self.grid == "auto" and self.shared == "materialize"))
+        """Whether the launch runs the one-program-per-head kernels (``grid`` resolved for ``hmode``). With
+        per-head factors (h_mode 'stack') only where ``grid`` names them: 'auto' keeps the loop kernels there
+        until a GPU has timed the two (docs/cem.md, "per-head factors on one program per head")."""
+        if hmode == "stack":
+            return self.grid in ("heads", "heads_inner")
+        return self.grid in ("heads", "heads_inner") or (self.grid == "auto" and self.shared == "materialize")
 
     @model_validator(mode="after")
     def _heads_grid_needs_materialized(self) -> KernelTiles:
@@ -198,15 +202,17 @@ HMODES = {"none": 0, "sum": 1, "stack": 2}
 def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: bool, has_g: bool, hmode: str,
                  alibi: bool, delta: bool, kmask: bool, tiles: KernelTiles) -> dict:
     """The kernels' constexpr arguments, and Triton's launch options num_warps and num_stages. MAT:
-    the shared products are materialised (``tiles.shared``; only where there is one, never with
-    per-head factors)."""
+    the shared products are materialised (``tiles.shared``; only where there is one), and with per-head
+    factors on the one-program-per-head kernels the per-head ones (P_k, (dHs ∘ c_k) Hᵀ); the loop kernels
+    recompute per-head factors' products."""
     B, H, nq, R = q.shape
     D = 1 if hm is None else hm.shape[-1]
     E = 1 if x is None else x.shape[-1]
     acc = tl.float64 if q.dtype == torch.float64 else tl.float32
     return dict(H=H, R=R, D=D, E=E, RP=_pow2(R), BD=min(tiles.block_d, _pow2(D)), EP=_pow2(E), HP=_pow2(H, 2),
                 BM=tiles.block_m, BN=tiles.block_n, HU=tiles.head_unroll, num_warps=tiles.num_warps,
-                MAT=tiles.shared == "materialize" and hmode != "stack" and (has_g or hmode == "sum"),
+                MAT=tiles.shared == "materialize" and (tiles.per_head_programs(hmode) if hmode == "stack"
+                                                       else has_g or hmode == "sum"),
                 num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner",
                 CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
                 HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
@@ -253,7 +259,7 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     kern = _kernels(q.device.type != "cuda", "cem_triton_heads.py" if grid else "cem_triton.py")
     new = functools.partial(torch.zeros, device=q.device, dtype=acc_dt)
     oq = (torch.empty if grid else new)(B, H, nq, R, device=q.device, dtype=acc_dt)
-    hs = new(B, nq, meta["D"]) if hmode != "none" and not (meta["MAT"] and hmode == "sum") else dummy
+    hs = new(B, nq, meta["D"]) if hmode != "none" and not meta["MAT"] else dummy
     ox = (torch.empty if grid else new)(B, H, nq, meta["E"], device=q.device, dtype=acc_dt) \
         if x is not None else dummy
     lse = torch.empty(B, H, nq, device=q.device, dtype=acc_dt)
@@ -261,9 +267,13 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
     chunks = launch_chunks(nq, nk, offset, causal, tiles)  # blocks of the shared products
     g = pair_mm(ud, hm.mT, acc_dt, chunks) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
-    # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid)
-    ps = (zero_blocks((B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
-          if meta["MAT"] and hmode == "sum" else dummy)
+    # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid);
+    # per-head factors (grid): every head's P_k, (B, Nq, H, Nk) in the operand dtype
+    ps = dummy
+    if meta["MAT"] and hmode == "sum":
+        ps = zero_blocks((B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
+    elif meta["MAT"] and hmode == "stack":
+        ps = head_pairs((B, nq, H, nk), q, q.dtype, chunks)
     name = "_fwd_h" if grid else "_fwd"
     n_qt = -(-nq // meta["BM"])
     launch = getattr(kern, name)[_heads_grid(n_qt, B * H, meta) if grid else (n_qt, B)]
@@ -271,6 +281,8 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     del g
     if meta["MAT"] and hmode == "sum":
         hs = rows_mm(chunk_blocks(ps, chunks, q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
+    elif meta["MAT"] and hmode == "stack":
+        hs = heads_rows_mm(ps, hm, c.to(acc_dt), acc_dt, chunks)  # Σ_k c_k ∘ (P_k H): (B, Nq, D)
     return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse, m, l
 
 
@@ -296,14 +308,14 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     # (every query row: the program whose key tile holds its position) without reading them: no fill first
     stored = (lambda *shape: cem_products.scratch(shape, q, acc_dt)) if grid else new
     dq, dk = new(q.shape), stored(*k.shape)
-    mat, hsum = meta["MAT"], hmode == "sum"
+    mat, hsum, hstack = meta["MAT"], hmode == "sum", meta["MAT"] and hmode == "stack"
     dud = new(ud.shape) if ud is not None and not mat else dummy  # materialised: a matmul below
     dh = new(hm.shape) if hm is not None and not grid else None  # one program per head writes no dh
     dx = stored(*x.shape) if x is not None else dummy
     ddiag = stored(B, H, nq) if delta is not None else dummy
     meta_kv = kernel_meta(meta, "_bwd_kv_h" if grid else "_bwd_kv")
     n_kt = -(-nk // meta_kv["BN"])
-    dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" else dummy
+    dc = new(B, n_kt, H, meta["D"]) if hmode == "stack" and not hstack else dummy  # the loop kernels' parts
     # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P (stored
     # per tile in the operand dtype, or added up atomically in the accumulation dtype by the grid kernels)
     pair = functools.partial(zero_blocks, (B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
@@ -311,6 +323,10 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     gh = pair_mm(ghs, hm.mT, acc_dt, chunks) if mat and hsum else dummy
     dss = pair() if mat and ud is not None else dummy
     ps = pair() if mat and hsum else dummy
+    if hstack:  # per head (B, Nq, H, Nk): (dHs ∘ c_k) Hᵀ (dHs ∘ c_k rounded as the loop kernels round it), and
+        # every head's P_k, keys first (B, Nk, H, Nq), which _bwd_kv_h stores
+        gh = heads_pair_mm((ghs.to(acc_dt)[:, :, None] * c.to(acc_dt)).to(q.dtype), hm.mT, acc_dt, chunks)
+        ps = head_pairs((B, nk, H, nq), q, q.dtype, chunks, keys_first=True)
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)] + [g, gh]
     ins += [m, l, goq.to(q.dtype).contiguous(), ghs if hmode != "none" else dummy,
             gox if x is not None else dummy, dlt.contiguous()]
@@ -331,6 +347,11 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
         dh = added(dh, cols_mm(dss, ud, acc_dt, chunks, nk))
     if mat and hsum:
         dh = added(dh, cols_mm(chunk_blocks(ps, chunks, q.dtype), ghs, acc_dt, chunks, nk))
+    if hstack:  # t_k = P_kᵀ dHs (B, Nk, H, D): dh += Σ_k c_k ∘ t_k, dc_k = Σ_{b, j} h_j ∘ t_kj
+        t = heads_cols_mm(ps, ghs, acc_dt, chunks)
+        del ps
+        dh = added(dh, (t * c.to(acc_dt)).sum(2))
+        dc = t.mul_(hm.to(acc_dt)[:, :, None]).sum((0, 1))[None, None]  # (1, 1, H, D) as the loop kernels' parts
     if hm is not None and dh is None:
         dh = new(hm.shape)
 

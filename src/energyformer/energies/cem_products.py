@@ -111,6 +111,59 @@ def cols_mm(w: Tensor | list[Tensor], v: Tensor, acc: torch.dtype, chunks, nk: i
     return out
 
 
+def head_pairs(shape: tuple[int, int, int, int], like: Tensor, dtype: torch.dtype, chunks,
+               keys_first: bool = False) -> Tensor:
+    """A buffer of every head's probabilities, zero on the chunks' blocks and uninitialised elsewhere:
+    (B, Nq, H, Nk), or with ``keys_first`` (B, Nk, H, Nq) (per-head factors on the one-program-per-head
+    kernels: the forward's and the backward's P_k, which the matmuls of :func:`heads_rows_mm` and
+    :func:`heads_cols_mm` read block by block). Heads sit between the two positions so that a block of
+    rows (or keys) and every head is one (B, rows·H, keys) matrix, a view."""
+    out = scratch(shape, like, dtype)
+    for r0, r1, ke in chunks:
+        (out[:, :ke, :, r0:r1] if keys_first else out[:, r0:r1, :, :ke]).zero_()
+    return out
+
+
+def heads_pair_mm(a: Tensor, bt: Tensor, acc: torch.dtype, chunks) -> Tensor:
+    """(B, Nq, H, Nk) = a_k bt for every head k, a (B, Nq, H, D), bt (B, D, Nk), in ``acc`` on each chunk's
+    block (one matmul per chunk over the heads' rows), unset elsewhere: the per-head (dHs ∘ c_k) Hᵀ."""
+    out = scratch((a.shape[0], a.shape[1], a.shape[2], bt.shape[-1]), a, acc)
+    for r0, r1, ke in chunks:
+        mm_acc(a[:, r0:r1].flatten(1, 2), bt[..., :ke], acc, out=out[:, r0:r1, :, :ke].flatten(1, 2))
+    return out
+
+
+def heads_rows_mm(w: Tensor, v: Tensor, c: Tensor, acc: torch.dtype, chunks) -> Tensor:
+    """(B, Nq, D) = Σ_k c_k ∘ (W_k V) for w (B, Nq, H, Nk) (every head's probabilities, zero outside each
+    chunk's block: :func:`head_pairs`), v (B, Nk, D), c (H, D) in ``acc``: one (B, rows·H, keys) ·
+    (B, keys, D) matmul per chunk, then the factors applied and the heads summed."""
+    B, nq, H, _ = w.shape
+    out = scratch((B, nq, v.shape[-1]), v, acc)
+    for r0, r1, ke in chunks:
+        t = mm_acc(w[:, r0:r1, :, :ke].flatten(1, 2), v[:, :ke], acc)  # (B, rows·H, D)
+        torch.sum(t.view(B, r1 - r0, H, -1).mul_(c), 2, out=out[:, r0:r1])
+    return out
+
+
+def heads_cols_mm(wt: Tensor, v: Tensor, acc: torch.dtype, chunks) -> Tensor:
+    """(B, Nk, H, D) = W_kᵀ V for every head k, wt (B, Nk, H, Nq) (every head's probabilities with the keys
+    first, zero outside each chunk's block: :func:`head_pairs`), v (B, Nq, D), in ``acc``: one
+    (B, keys·H, rows) · (B, rows, D) matmul per chunk, the widest written in place and the others added
+    (as :func:`cols_mm`)."""
+    B, nk, H, _ = wt.shape
+    out = scratch((B, nk, H, v.shape[-1]), v, acc)
+    order = sorted(range(len(chunks)), key=lambda c: -chunks[c][2])  # the widest block first
+    for n, c in enumerate(order):
+        r0, r1, ke = chunks[c]
+        wb = wt[:, :ke, :, r0:r1].flatten(1, 2)  # (B, keys·H, rows)
+        if n == 0:
+            mm_acc(wb, v[:, r0:r1], acc, out=out[:, :ke].flatten(1, 2))
+            out[:, ke:].zero_()
+        else:
+            out[:, :ke].flatten(1, 2).add_(mm_acc(wb, v[:, r0:r1], acc))
+    return out
+
+
 def added(total: Tensor | None, part: Tensor) -> Tensor:
     """total + part, in place into total; part itself where there is no total yet"""
     return part if total is None else total.add_(part)

@@ -14,16 +14,20 @@ FlashAttention 2's backward, there is no query-tile pass for dq). Atomic float a
 results are exact to rounding but not bitwise repeatable from run to run.
 
 Kernels (constexprs as in ``cem_triton.py``, and HI: the launch order of :func:`_program`; MAT must hold
-wherever there is a shared product, and per-head factors, HMODE 2, are not covered — the launcher takes the
-loop kernels for them):
+wherever there is a shared or per-head product):
 
 * ``_fwd_h``: pass 1 → m, l, lse of the head; pass 2 → oq, ox in registers (p = e^{s − m}/l, the same
-  arithmetic as ``_fwd``) and p added into PS;
+  arithmetic as ``_fwd``) and p added into PS — or, with per-head factors (HMODE 2), stored per head into
+  PS laid out (B, Nq, H, Nk), for the launcher's one matmul Σ_k c_k ∘ (P_k H) per row chunk;
 * ``_bwd_d_h``: Δ_k = Σ_j p dP per query tile (added to DLT, which holds −g_lse), from the very p and dP
   the key-tile kernel uses (see ``_bwd_q``);
 * ``_bwd_kv_h``: per key tile, dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and dx_k = P_kᵀ dOx_k in registers; dq_k,
   DSS and PS by atomic adds; the self-bias gradient diag dS_k stored by the one program whose key tile
-  holds each query's own position.
+  holds each query's own position. With per-head factors PS holds every head's P_k keys first,
+  (B, Nk, H, Nq), for the launcher's P_kᵀ dHs (dh and dc_k).
+
+With per-head factors the h part of dP_k, (dHs ∘ c_k) Hᵀ, differs per head: the launcher materialises it
+per head as GH, (B, Nq, H, Nk), one matmul per row chunk, and both backward kernels read their head's tile.
 
 The tile helpers (scores with ALiBi, self bias and masks; the shared tiles; loads and stores) are
 ``cem_triton.py``'s, loaded from beside this file in the process's Triton mode.
@@ -61,6 +65,38 @@ def _add_pair(ptr, b, rows, cols, rmask, cmask, Nq, Nk, val):
 
 
 @triton.jit
+def _head_pair_ptrs(ptr, b, hh, rows, cols, rmask, cmask, Nq, Nk, H: tl.constexpr, KEYS_FIRST: tl.constexpr):
+    """(pointers, mask) of head hh's (BM, BN) tile at (rows, cols) of batch row b of a contiguous (B, Nq, H, Nk)
+    tensor, or with KEYS_FIRST of a (B, Nk, H, Nq) one (per-head factors' materialised products); 64-bit
+    offsets: B·H·Nq·Nk passes 2³¹ at N 16k"""
+    b64 = b.to(tl.int64)
+    if KEYS_FIRST:
+        off = ((b64 * Nk + cols[None, :]) * H + hh) * Nq + rows[:, None]
+    else:
+        off = ((b64 * Nq + rows[:, None]) * H + hh) * Nk + cols[None, :]
+    return ptr + off, rmask[:, None] & cmask[None, :]
+
+
+@triton.jit
+def _head_gh(GH, gh, b, hh, rows, cols, rmask, cmask, Nq, Nk, H: tl.constexpr, HMODE: tl.constexpr,
+             ACC: tl.constexpr):
+    """the h part of head hh's dP on one tile: the shared dHs Hᵀ tile gh, or with per-head factors (HMODE 2)
+    head hh's (dHs ∘ c_k) Hᵀ tile of the (B, Nq, H, Nk) product GH"""
+    if HMODE == 2:
+        p, m = _head_pair_ptrs(GH, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, False)
+        gh = tl.load(p, mask=m, other=0.0).to(ACC)
+    return gh
+
+
+@triton.jit
+def _store_head_p(PS, p, b, hh, rows, cols, rmask, cmask, Nq, Nk, H: tl.constexpr, KEYS_FIRST: tl.constexpr):
+    """head hh's probabilities p (BM, BN) into its tile of a (B, Nq, H, Nk) (or KEYS_FIRST (B, Nk, H, Nq))
+    buffer, in the buffer's dtype (the operands')"""
+    pp, pm = _head_pair_ptrs(PS, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, KEYS_FIRST)
+    tl.store(pp, p.to(PS.dtype.element_ty), mask=pm)
+
+
+@triton.jit
 def _program(H: tl.constexpr, HI: tl.constexpr, LAST_FIRST: tl.constexpr):
     """(tile pid, batch row b, head hh, b·H + hh) of this program. The grid is (tiles, B·H), or with HI
     (``KernelTiles.grid = 'heads_inner'``) (B·H, tiles): programs launch in the order of axis 0 first, so
@@ -85,13 +121,14 @@ def _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rma
                  HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr,
                  PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Backward's (p, dP, q_h, k_h, dOq_h) of head hh on one tile, as ``cem_triton._recompute`` with the
-    head's m, l as (BM,) vectors: p = e^{s − m}/l, dP = dOq_h K_hᵀ + Gh + dOx_h X_hᵀ."""
+    head's m, l as (BM,) vectors: p = e^{s − m}/l, dP = dOq_h K_hᵀ + Gh + dOx_h X_hᵀ (gh: the head's h part,
+    :func:`_head_gh`)."""
     s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                         H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
     p = tl.exp(s - m[:, None]) / l[:, None]
     goq = _tile(GOQ, b * H + hh, rows, Nq, R, RP, rmask)
     dp = _mm(goq, tl.trans(kh), PREC, ACC, UPCAST)
-    if HMODE == 1:
+    if HMODE != 0:
         dp += gh
     if HAS_X:
         dp += _dp_x(X, GOX, hh, b, rows, cols, rmask, cmask, Nq, Nk, H, E, EP, PREC, ACC, UPCAST)
@@ -143,6 +180,8 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
             ox += _mm(p.to(xh.dtype), xh, PREC, ACC, UPCAST)
         if HMODE == 1:  # Σ_k P_k over the heads' programs; (Σ_k P_k) H is one matmul in the launcher
             _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
+        if HMODE == 2:  # P_k itself; Σ_k c_k ∘ (P_k H) is one matmul per row chunk in the launcher
+            _store_head_p(PS, p, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, False)
     _put(OQ, bh, rows, Nq, R, RP, rmask, oq, False)
     if HAS_X:
         _put(OX, bh, rows, Nq, E, EP, rmask, ox, False)
@@ -169,6 +208,7 @@ def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GO
         cmask = cols < Nk
         g, gh = _shared(UD, GHS, HM, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, MAT, D, BD,
                         BM, BN, PREC, ACC, UPCAST)
+        gh = _head_gh(GH, gh, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, HMODE, ACC)
         p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask,
                                           g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HMODE, HAS_X,
                                           HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
@@ -205,6 +245,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
         dlt = tl.load(DLT + bh * Nq + rows, mask=rmask, other=0.0)
         g, gh = _shared(UD, GHS, HM, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, MAT, D, BD,
                         BM, BN, PREC, ACC, UPCAST)
+        gh = _head_gh(GH, gh, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, HMODE, ACC)
         p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask,
                                           g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HMODE, HAS_X,
                                           HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
@@ -221,6 +262,8 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
             _add_pair(DSS, b, rows, cols, rmask, cmask, Nq, Nk, ds)
         if HMODE == 1:
             _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
+        if HMODE == 2:  # P_k keys first; P_kᵀ dHs (dh, dc_k) is one matmul per row chunk in the launcher
+            _store_head_p(PS, p, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, True)
         if HAS_DELTA:  # the queries whose own position lies in this key tile
             own = rmask & (offset + rows >= pid * BN) & (offset + rows < pid * BN + BN)
             on_diag = (offset + rows)[:, None] == cols[None, :]
