@@ -91,9 +91,11 @@ def models() -> dict[str, BlockConfig]:
             attention=CEMAttentionConfig(**paper, attn_path="blocked"), mlp=CEMMLPConfig(**paper)),
         # its per-head factors on one program per head: every head's P_k and (dHs ∘ c_k) Hᵀ materialised per
         # layer call, the per-head D-wide products batched matmuls (docs/cem.md, "per-head factors on one
-        # program per head"); 'auto' keeps the loop kernels until this row is timed
-        "paper configuration, one program per head": BlockConfig(
-            attention=CEMAttentionConfig(**paper, attn_kernel={"grid": "heads"}), mlp=CEMMLPConfig(**paper)),
+        # program per head"); 'auto' keeps the loop kernels until this row is timed. 64 × 32 tiles: the launch
+        # that compiles for sm_90 without spilling with its extra value columns (tests/energies/test_cem_compile.py)
+        "paper configuration, one program per head (64 × 32)": BlockConfig(
+            attention=CEMAttentionConfig(**paper, attn_kernel={"grid": "heads", "block_m": 64, "block_n": 32}),
+            mlp=CEMMLPConfig(**paper)),
         # half the query blocks at N 1k (4 instead of 8): half the blocked path's launches, 11% more causal work
         "paper configuration, blocked path, query block 256": BlockConfig(
             attention=CEMAttentionConfig(**paper, attn_path="blocked", attn_block=256), mlp=CEMMLPConfig(**paper)),

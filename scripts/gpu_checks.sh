@@ -196,7 +196,7 @@ if [ "$PHASE" = next ]; then   # the eager Hyper-SET rows (host time since 4fe48
   # matmuls), and full CEM T=1 with 30 fewer ops per layer (two causal chunks)
   step gpu_lm_1k 85 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
     --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, two causal chunks;paper configuration \
-(T=2, D+LR);paper configuration, one program per head;paper configuration, blocked path;paper configuration, \
+(T=2, D+LR);paper configuration, one program per head (64 × 32);paper configuration, blocked path;paper configuration, \
 blocked path, query block 256" --out "$OUT/gpu_lm_1k.md"
   compiled_steps 160 145
   step gpu_lm_graphs 110 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
@@ -230,7 +230,7 @@ if [ "$PHASE" = session ]; then   # the timed benchmarks alone on the GPU first,
   step gpu_lm_bf16 170 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 4 --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, one program per head, \
 heads launched inner;full CEM T=1, one program per head, 2 pipelining stages;paper configuration (T=2, D+LR);\
-paper configuration, one program per head;paper configuration, blocked path" --out "$OUT/gpu_lm.md"
+paper configuration, one program per head (64 × 32);paper configuration, blocked path" --out "$OUT/gpu_lm.md"
   ( $PY -m energyformer.cli "${PLATEAU[@]}" > "$W/plateau.txt" 2>&1; echo "rc $?" >> "$W/plateau.txt" ) &
   SUD=$!
   step pytest_cuda 200 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS

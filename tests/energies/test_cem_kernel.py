@@ -49,7 +49,8 @@ def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x, h_mode="
 #: (KernelTiles.shared; the loop kernels recompute 'stack''s) × what a program owns (KernelTiles.grid)
 MODES = {"sum": dict(h_mode="sum", grid="rows"), "sum-recompute": dict(h_mode="sum", shared="recompute"),
          "stack": dict(h_mode="stack", c=True, x=True), "grid": dict(h_mode="sum", x=True, grid="heads"),
-         "grid-none": dict(h_mode="none", grid="heads"), "grid-stack": dict(h_mode="stack", c=True, x=True, grid="heads")}
+         "grid-none": dict(h_mode="none", grid="heads"),
+         "grid-stack": dict(h_mode="stack", c=True, x=True, grid="heads")}
 
 
 def _mode(name: str) -> tuple[str, bool, bool, dict]:

@@ -32,7 +32,10 @@ one process runs either the GPU or the interpreted kernels — see :func:`_kerne
 
 Also: per-head factors c_k (h_mode 'stack': hs = Σ_k c_k ∘ (P_k H), one D-wide product per head, for
 a per-head preconditioner's diagonal) and extra per-head value columns x_k (ox_k = P_k x_k, for its
-low-rank part). Covered: causal and bidirectional, key padding, ALiBi, self bias, queries at an
+low-rank part). On one program per head (``grid = 'heads'`` named) the per-head D-wide products are
+batched matmuls around the kernels: hs = [P_1 … P_H] [c_1 ∘ H; …; c_H ∘ H] (the heads joined in the
+contraction), the per-head dHs (c_k ∘ H)ᵀ that the backward kernels read, and t = P_kᵀ dHs, from which
+``_dv_h`` forms dh and dc in one pass. Covered: causal and bidirectional, key padding, ALiBi, self bias, queries at an
 offset (chunked prefill and KV-cache decoding), a shared diagonal or none, both read-outs, every
 preconditioner. Not covered (the energy raises, naming the option): a per-head diagonal, whose logits
 differ per head.
@@ -65,8 +68,8 @@ from energyformer.core.precision import autocast_off
 from energyformer.utils.config import ConfigModel, Field
 
 from . import cem_products
-from .cem_products import (added, chunk_blocks, cols_mm, head_pairs, heads_cols_mm, heads_pair_mm, heads_rows_mm,
-                           mm_acc, pair_mm, row_chunks, rows_mm, zero_blocks)
+from .cem_products import (added, chunk_blocks, cols_mm, head_values, mm_acc, pair_mm, row_chunks, rows_mm,
+                           zero_blocks)
 
 
 @functools.cache
@@ -142,7 +145,8 @@ class KernelTiles(ConfigModel):
     small D chunks, and the kernels no longer read and write D-wide float32 accumulators at every step
     (benchmarks/cem_flops.py); costs 6 (forward) and 12 (backward) B of transient memory per (query,
     key) pair, not per head. 'recompute': every product in the kernels, in ``block_d`` chunks; no N×N
-    tensor at all. Per-head factors (h_mode 'stack') always recompute. On one H100 (GPT-2 small, bf16,
+    tensor at all. Per-head factors (h_mode 'stack') recompute on the loop kernels; on one program per
+    head their per-head products are materialised too (``grid``). On one H100 (GPT-2 small, bf16,
     docs/results/cem/gpu_h100/gpu_lm_98ac984.md) the model trained at 0.64x Llama's tokens/s materialised vs
     0.52x recomputed (N 1,024) and 0.26x vs 0.16x (N 4,096), both with the loop kernels."""
     head_unroll: Literal[1, 2, 4] = 1
@@ -159,8 +163,13 @@ class KernelTiles(ConfigModel):
     stay in registers; the heads' sums Σ_k P_k and Σ_k dS_k and dq are atomic float adds (exact to
     rounding, not bitwise repeatable), and backward is two kernels instead of three passes (no
     query-tile pass for dq: 9 → 7 per-head products in training). 'heads' needs ``shared =
-    'materialize'``; per-head factors (h_mode 'stack', e.g. the paper's per-head preconditioners) always
-    run the 'rows' kernels. 'auto' (recommended): 'heads' where it applies (materialised products), else
+    'materialize'``. Per-head factors (h_mode 'stack', e.g. the paper's per-head preconditioners) run on
+    'heads' (or 'heads_inner') only where this names it: the kernels then store every head's probabilities
+    (B, Nq, H, Nk) in the operand dtype and read a per-head (dHs ∘ c_k) Hᵀ (B, Nq, H, Nk) in the accumulation
+    dtype, and their D-wide products are three batched matmuls per call (docs/cem.md, "per-head factors on
+    one program per head"; about 2 + 4 + 2 B of transient memory per (query, key) pair and head) instead of
+    the loop kernels' D-wide float32 accumulators; 'auto' keeps 'rows' for them until a GPU has timed the
+    two. 'auto' (recommended): 'heads' where it applies (materialised products, no per-head factors), else
     'rows'. Measured on one H100 (bf16, GPT-2 small, B 8; docs/results/cem/gpu_h100/): at the default
     tiles the 'heads' kernels' forward + backward took 0.82x [0.71, 0.89] the 'rows' time at N 1,024; with
     64 x 32 tiles the whole model trained at 0.68x Llama's tokens/s vs 0.64x for 'rows' at N 1,024, and
@@ -224,10 +233,16 @@ def launch_chunks(nq: int, nk: int, offset: int, causal: bool, tiles: KernelTile
     return row_chunks(nq, nk, offset, causal, tiles.causal_chunks, max(tiles.block_m, tiles.block_n))
 
 
+DV_ROWS = 64  # key rows per program of _dv_h
+
+
 def kernel_meta(meta: dict, name: str) -> dict:
     """``meta`` (:func:`_launch_args`) for kernel ``name``: ``_bwd_kv`` (and ``_bwd_kv_h``) owns key tiles and
     steps through queries, so its BN (keys owned) is ``block_m`` and its BM (query step) ``block_n``; the
-    launch order HI is an argument of the one-program-per-head kernels (``*_h``) only."""
+    launch order HI is an argument of the one-program-per-head kernels (``*_h``) only. ``_dv_h`` (per-head
+    factors' value gradients, an elementwise pass) takes its own blocks: 64 key rows × 64 columns of D."""
+    if name == "_dv_h":
+        return dict(H=meta["H"], D=meta["D"], BJ=DV_ROWS, BD=min(64, meta["BD"]), ACC=meta["ACC"])
     out = dict(meta, BM=meta["BN"], BN=meta["BM"]) if name in ("_bwd_kv", "_bwd_kv_h") else dict(meta)
     if not name.endswith("_h"):
         out.pop("HI", None)
@@ -272,8 +287,8 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     ps = dummy
     if meta["MAT"] and hmode == "sum":
         ps = zero_blocks((B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
-    elif meta["MAT"] and hmode == "stack":
-        ps = head_pairs((B, nq, H, nk), q, q.dtype, chunks)
+    elif meta["MAT"] and hmode == "stack":  # every entry written by _fwd_h (zeros where hidden): no fill
+        ps = cem_products.scratch((B, nq, H, nk), q, q.dtype)
     name = "_fwd_h" if grid else "_fwd"
     n_qt = -(-nq // meta["BM"])
     launch = getattr(kern, name)[_heads_grid(n_qt, B * H, meta) if grid else (n_qt, B)]
@@ -281,8 +296,8 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     del g
     if meta["MAT"] and hmode == "sum":
         hs = rows_mm(chunk_blocks(ps, chunks, q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
-    elif meta["MAT"] and hmode == "stack":
-        hs = heads_rows_mm(ps, hm, c.to(acc_dt), acc_dt, chunks)  # Σ_k c_k ∘ (P_k H): (B, Nq, D)
+    elif meta["MAT"] and hmode == "stack":  # Σ_k c_k ∘ (P_k H) = [P_1 … P_H] [c_1 ∘ H; …; c_H ∘ H], (B, Nq, D)
+        hs = mm_acc(ps.view(B, nq, H * nk), head_values(hm, c.to(acc_dt), q.dtype), acc_dt)
     return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse, m, l
 
 
@@ -323,10 +338,10 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     gh = pair_mm(ghs, hm.mT, acc_dt, chunks) if mat and hsum else dummy
     dss = pair() if mat and ud is not None else dummy
     ps = pair() if mat and hsum else dummy
-    if hstack:  # per head (B, Nq, H, Nk): (dHs ∘ c_k) Hᵀ (dHs ∘ c_k rounded as the loop kernels round it), and
-        # every head's P_k, keys first (B, Nk, H, Nq), which _bwd_kv_h stores
-        gh = heads_pair_mm((ghs.to(acc_dt)[:, :, None] * c.to(acc_dt)).to(q.dtype), hm.mT, acc_dt, chunks)
-        ps = head_pairs((B, nk, H, nq), q, q.dtype, chunks, keys_first=True)
+    if hstack:  # per head (B, Nq, H, Nk): (dHs ∘ c_k) Hᵀ = dHs (c_k ∘ H)ᵀ, one matmul; and every head's P_k,
+        # keys first (B, Nk, H, Nq), every entry written by _bwd_kv_h (zeros where hidden)
+        gh = mm_acc(ghs, head_values(hm, c.to(acc_dt), q.dtype).mT, acc_dt).view(B, nq, H, nk)
+        ps = cem_products.scratch((B, nk, H, nq), q, q.dtype)
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)] + [g, gh]
     ins += [m, l, goq.to(q.dtype).contiguous(), ghs if hmode != "none" else dummy,
             gox if x is not None else dummy, dlt.contiguous()]
@@ -347,11 +362,14 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
         dh = added(dh, cols_mm(dss, ud, acc_dt, chunks, nk))
     if mat and hsum:
         dh = added(dh, cols_mm(chunk_blocks(ps, chunks, q.dtype), ghs, acc_dt, chunks, nk))
-    if hstack:  # t_k = P_kᵀ dHs (B, Nk, H, D): dh += Σ_k c_k ∘ t_k, dc_k = Σ_{b, j} h_j ∘ t_kj
-        t = heads_cols_mm(ps, ghs, acc_dt, chunks)
+    if hstack:  # t_k = P_kᵀ dHs (B, Nk, H, D), one matmul; _dv_h: dh += Σ_k c_k ∘ t_k, dc_k = Σ_{b,j} h_j ∘ t_kj
+        t = mm_acc(ps.view(B, nk * H, nq), ghs, acc_dt)
         del ps
-        dh = added(dh, (t * c.to(acc_dt)).sum(2))
-        dc = t.mul_(hm.to(acc_dt)[:, :, None]).sum((0, 1))[None, None]  # (1, 1, H, D) as the loop kernels' parts
+        dh = new(hm.shape) if dh is None else dh
+        dc = new(1, 1, H, meta["D"])  # (1, 1, H, D): summed below as the loop kernels' parts are
+        mdv = kernel_meta(meta, "_dv_h")
+        kern._dv_h[(-(-B * nk // mdv["BJ"]), -(-meta["D"] // mdv["BD"]))](t, hm, c, dh, dc, B * nk, **mdv)
+        del t
     if hm is not None and dh is None:
         dh = new(hm.shape)
 

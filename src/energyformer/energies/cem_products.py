@@ -6,7 +6,8 @@ Gh = dHs Hᵀ as (B, Nq, Nk) buffers the kernels read per tile, and the matmuls 
 Σ_k dS_k ((Σ P) H, (Σ dS) H, (Σ dS)ᵀ ud, (Σ P)ᵀ dHs), all over the blocks of causal row chunks
 (:func:`row_chunks`). The buffers are allocated uninitialised (:func:`scratch`): every value a kernel or a
 matmul reads lies in a block and is written first; the tests replace :func:`scratch` with a NaN fill to
-prove it.
+prove it. With per-head factors on one program per head (h_mode 'stack', ``grid = 'heads'``), the values
+c_k ∘ h_j of every head (:func:`head_values`) join the heads in one matmul's contraction.
 """
 
 from __future__ import annotations
@@ -111,57 +112,15 @@ def cols_mm(w: Tensor | list[Tensor], v: Tensor, acc: torch.dtype, chunks, nk: i
     return out
 
 
-def head_pairs(shape: tuple[int, int, int, int], like: Tensor, dtype: torch.dtype, chunks,
-               keys_first: bool = False) -> Tensor:
-    """A buffer of every head's probabilities, zero on the chunks' blocks and uninitialised elsewhere:
-    (B, Nq, H, Nk), or with ``keys_first`` (B, Nk, H, Nq) (per-head factors on the one-program-per-head
-    kernels: the forward's and the backward's P_k, which the matmuls of :func:`heads_rows_mm` and
-    :func:`heads_cols_mm` read block by block). Heads sit between the two positions so that a block of
-    rows (or keys) and every head is one (B, rows·H, keys) matrix, a view."""
-    out = scratch(shape, like, dtype)
-    for r0, r1, ke in chunks:
-        (out[:, :ke, :, r0:r1] if keys_first else out[:, r0:r1, :, :ke]).zero_()
-    return out
-
-
-def heads_pair_mm(a: Tensor, bt: Tensor, acc: torch.dtype, chunks) -> Tensor:
-    """(B, Nq, H, Nk) = a_k bt for every head k, a (B, Nq, H, D), bt (B, D, Nk), in ``acc`` on each chunk's
-    block (one matmul per chunk over the heads' rows), unset elsewhere: the per-head (dHs ∘ c_k) Hᵀ."""
-    out = scratch((a.shape[0], a.shape[1], a.shape[2], bt.shape[-1]), a, acc)
-    for r0, r1, ke in chunks:
-        mm_acc(a[:, r0:r1].flatten(1, 2), bt[..., :ke], acc, out=out[:, r0:r1, :, :ke].flatten(1, 2))
-    return out
-
-
-def heads_rows_mm(w: Tensor, v: Tensor, c: Tensor, acc: torch.dtype, chunks) -> Tensor:
-    """(B, Nq, D) = Σ_k c_k ∘ (W_k V) for w (B, Nq, H, Nk) (every head's probabilities, zero outside each
-    chunk's block: :func:`head_pairs`), v (B, Nk, D), c (H, D) in ``acc``: one (B, rows·H, keys) ·
-    (B, keys, D) matmul per chunk, then the factors applied and the heads summed."""
-    B, nq, H, _ = w.shape
-    out = scratch((B, nq, v.shape[-1]), v, acc)
-    for r0, r1, ke in chunks:
-        t = mm_acc(w[:, r0:r1, :, :ke].flatten(1, 2), v[:, :ke], acc)  # (B, rows·H, D)
-        torch.sum(t.view(B, r1 - r0, H, -1).mul_(c), 2, out=out[:, r0:r1])
-    return out
-
-
-def heads_cols_mm(wt: Tensor, v: Tensor, acc: torch.dtype, chunks) -> Tensor:
-    """(B, Nk, H, D) = W_kᵀ V for every head k, wt (B, Nk, H, Nq) (every head's probabilities with the keys
-    first, zero outside each chunk's block: :func:`head_pairs`), v (B, Nq, D), in ``acc``: one
-    (B, keys·H, rows) · (B, rows, D) matmul per chunk, the widest written in place and the others added
-    (as :func:`cols_mm`)."""
-    B, nk, H, _ = wt.shape
-    out = scratch((B, nk, H, v.shape[-1]), v, acc)
-    order = sorted(range(len(chunks)), key=lambda c: -chunks[c][2])  # the widest block first
-    for n, c in enumerate(order):
-        r0, r1, ke = chunks[c]
-        wb = wt[:, :ke, :, r0:r1].flatten(1, 2)  # (B, keys·H, rows)
-        if n == 0:
-            mm_acc(wb, v[:, r0:r1], acc, out=out[:, :ke].flatten(1, 2))
-            out[:, ke:].zero_()
-        else:
-            out[:, :ke].flatten(1, 2).add_(mm_acc(wb, v[:, r0:r1], acc))
-    return out
+def head_values(hm: Tensor, c: Tensor, dtype: torch.dtype) -> Tensor:
+    """(B, H·Nk, D) in ``dtype``: every head's values c_k ∘ h_j, rows (k, j) — with every head's probabilities
+    laid out (B, Nq, H, Nk), Σ_k c_k ∘ (P_k H) is one (B, Nq, H·Nk) · (B, H·Nk, D) matmul (the heads joined in
+    the contraction) and the per-head (dHs ∘ c_k) Hᵀ one (B, Nq, D) · (B, D, H·Nk). The product is formed in
+    float32 (or ``c``'s dtype) and rounded once to ``dtype``, the operands' (like a value matrix)."""
+    B, nk, D = hm.shape
+    out = scratch((B, c.shape[0], nk, D), hm, dtype)
+    torch.mul(hm[:, None], c[:, None], out=out)
+    return out.view(B, c.shape[0] * nk, D)
 
 
 def added(total: Tensor | None, part: Tensor) -> Tensor:

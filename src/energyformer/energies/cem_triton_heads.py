@@ -18,16 +18,18 @@ wherever there is a shared or per-head product):
 
 * ``_fwd_h``: pass 1 → m, l, lse of the head; pass 2 → oq, ox in registers (p = e^{s − m}/l, the same
   arithmetic as ``_fwd``) and p added into PS — or, with per-head factors (HMODE 2), stored per head into
-  PS laid out (B, Nq, H, Nk), for the launcher's one matmul Σ_k c_k ∘ (P_k H) per row chunk;
+  PS laid out (B, Nq, H, Nk), zeros where hidden (every entry written), for the launcher's one matmul
+  Σ_k c_k ∘ (P_k H) = [P_1 … P_H] [c_1 ∘ H; …; c_H ∘ H];
 * ``_bwd_d_h``: Δ_k = Σ_j p dP per query tile (added to DLT, which holds −g_lse), from the very p and dP
   the key-tile kernel uses (see ``_bwd_q``);
 * ``_bwd_kv_h``: per key tile, dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and dx_k = P_kᵀ dOx_k in registers; dq_k,
   DSS and PS by atomic adds; the self-bias gradient diag dS_k stored by the one program whose key tile
   holds each query's own position. With per-head factors PS holds every head's P_k keys first,
-  (B, Nk, H, Nq), for the launcher's P_kᵀ dHs (dh and dc_k).
+  (B, Nk, H, Nq), every entry written, for the launcher's one matmul P_kᵀ dHs (dh and dc_k).
 
 With per-head factors the h part of dP_k, (dHs ∘ c_k) Hᵀ, differs per head: the launcher materialises it
-per head as GH, (B, Nq, H, Nk), one matmul per row chunk, and both backward kernels read their head's tile.
+per head as GH, (B, Nq, H, Nk) = dHs [c_1 ∘ H; …; c_H ∘ H]ᵀ, one matmul, and both backward kernels read their
+head's tile.
 
 The tile helpers (scores with ALiBi, self bias and masks; the shared tiles; loads and stores) are
 ``cem_triton.py``'s, loaded from beside this file in the process's Triton mode.
@@ -180,8 +182,12 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
             ox += _mm(p.to(xh.dtype), xh, PREC, ACC, UPCAST)
         if HMODE == 1:  # Σ_k P_k over the heads' programs; (Σ_k P_k) H is one matmul in the launcher
             _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
-        if HMODE == 2:  # P_k itself; Σ_k c_k ∘ (P_k H) is one matmul per row chunk in the launcher
+        if HMODE == 2:  # P_k itself; Σ_k c_k ∘ (P_k H) is one matmul in the launcher
             _store_head_p(PS, p, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, False)
+    if HMODE == 2:  # the keys past this tile's last visible one: zeros, so the launcher reads whole rows
+        for start in range(tl.cdiv(kend, BN) * BN, Nk, BN):
+            cols = start + tl.arange(0, BN)
+            _store_head_p(PS, tl.zeros((BM, BN), ACC), b, hh, rows, cols, rmask, cols < Nk, Nq, Nk, H, False)
     _put(OQ, bh, rows, Nq, R, RP, rmask, oq, False)
     if HAS_X:
         _put(OX, bh, rows, Nq, E, EP, rmask, ox, False)
@@ -237,6 +243,10 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
     qstart = 0
     if CAUSAL:  # queries at positions >= this tile's first key
         qstart = tl.maximum(pid * BN - offset, 0) // BM * BM
+    if HMODE == 2:  # the queries before them: zeros in P_k, so the launcher reads whole columns
+        for r0 in range(0, qstart, BM):
+            rows = r0 + tl.arange(0, BM)
+            _store_head_p(PS, tl.zeros((BM, BN), ACC), b, hh, rows, cols, rows < Nq, cmask, Nq, Nk, H, True)
     for r0 in range(qstart, Nq, BM):
         rows = r0 + tl.arange(0, BM)
         rmask = rows < Nq
@@ -262,7 +272,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
             _add_pair(DSS, b, rows, cols, rmask, cmask, Nq, Nk, ds)
         if HMODE == 1:
             _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
-        if HMODE == 2:  # P_k keys first; P_kᵀ dHs (dh, dc_k) is one matmul per row chunk in the launcher
+        if HMODE == 2:  # P_k keys first; P_kᵀ dHs (dh, dc_k) is one matmul in the launcher
             _store_head_p(PS, p, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, True)
         if HAS_DELTA:  # the queries whose own position lies in this key tile
             own = rmask & (offset + rows >= pid * BN) & (offset + rows < pid * BN + BN)
@@ -271,3 +281,25 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
     _put(DK, bh, cols, Nk, R, RP, cmask, dk, False)
     if HAS_X:
         _put(DX, bh, cols, Nk, E, EP, cmask, dx, False)
+
+
+@triton.jit
+def _dv_h(T, HM, C, DH, DC, NR, H: tl.constexpr, D: tl.constexpr, BJ: tl.constexpr, BD: tl.constexpr,
+          ACC: tl.constexpr):
+    """Per-head factors' value gradients from t = P_kᵀ dHs of every head, (B·Nk, H, D) rows (b, j), read once:
+    dh_j += Σ_k c_k ∘ t_jk (DH, (B·Nk, D), holds dh's other terms; each program owns a (BJ rows, BD columns)
+    block) and dc_k += Σ_j h_j ∘ t_jk (atomic adds into DC, (H, D), zeroed by the launcher) — the backward of
+    the values c_k ∘ h_j that the forward's one matmul multiplied (``cem_products.head_values``)."""
+    r = tl.program_id(0) * BJ + tl.arange(0, BJ)
+    dd = tl.program_id(1) * BD + tl.arange(0, BD)
+    dm = dd < D
+    m2 = (r < NR)[:, None] & dm[None, :]
+    r64 = r.to(tl.int64)
+    h = tl.load(HM + r64[:, None] * D + dd[None, :], mask=m2, other=0.0).to(ACC)
+    dh = tl.zeros((BJ, BD), ACC)
+    for k in range(H):
+        t = tl.load(T + (r64[:, None] * H + k) * D + dd[None, :], mask=m2, other=0.0).to(ACC)
+        dh += t * tl.load(C + k * D + dd, mask=dm, other=0.0).to(ACC)[None, :]
+        tl.atomic_add(DC + k * D + dd, tl.sum(t * h, 0), mask=dm, sem="relaxed")
+    p = DH + r64[:, None] * D + dd[None, :]
+    tl.store(p, tl.load(p, mask=m2, other=0.0) + dh, mask=m2)
