@@ -46,7 +46,7 @@ def signature(fn, constexprs: dict, dtype: str) -> dict:
     """Triton signature of kernel ``fn``: operands in ``dtype`` ('bf16', 'fp32', ...), the accumulation
     buffers in fp32 (with the head sums PS and DSS, which the grid kernels add up atomically — with
     per-head factors, HMODE 2, PS holds every head's probabilities in the operands' dtype — and ``_dv_h``'s
-    T), the key mask int8, sizes int32."""
+    T), the key mask int8, sizes int32 (TOT, a per-head buffer's elements per batch row, int64)."""
     acc = ACC_BUFFERS | ({"PS", "DSS", "T"} if fn.__name__ in GRID_KERNELS + STACK_KERNELS else set())
     if constexprs.get("HMODE") == 2 and fn.__name__ in GRID_KERNELS:
         acc = acc - {"PS"}
@@ -54,8 +54,10 @@ def signature(fn, constexprs: dict, dtype: str) -> dict:
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
-        elif name in ("Nq", "Nk", "offset", "NR"):
+        elif name in ("Nq", "Nk", "offset", "NR", "STEP", "ALIGN"):
             sig[name] = "i32"
+        elif name == "TOT":  # elements per batch row of the per-head buffers (over 2³¹ at N 16k)
+            sig[name] = "i64"
         elif name == "KMASK":
             sig[name] = "*i8"
         else:

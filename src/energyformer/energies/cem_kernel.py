@@ -68,8 +68,8 @@ from energyformer.core.precision import autocast_off
 from energyformer.utils.config import ConfigModel, Field
 
 from . import cem_products
-from .cem_products import (added, chunk_blocks, cols_mm, head_values, mm_acc, pair_mm, row_chunks, rows_mm,
-                           zero_blocks)
+from .cem_products import (added, chunk_blocks, cols_mm, head_block_size, heads_cols_mm, heads_pair_mm,
+                           heads_rows_mm, mm_acc, pair_mm, row_chunks, rows_mm, zero_blocks)
 
 
 @functools.cache
@@ -236,6 +236,15 @@ def launch_chunks(nq: int, nk: int, offset: int, causal: bool, tiles: KernelTile
 DV_ROWS = 64  # key rows per program of _dv_h
 
 
+def _geometry(chunks, heads: int, nq: int, causal: bool, tiles: KernelTiles) -> tuple[int, int, int]:
+    """The one-program-per-head kernels' (STEP, ALIGN, TOT): rows per row chunk, the alignment ``row_chunks``
+    rounded the chunks' keys to (0: one chunk of every key) and the per-head buffers' elements per batch row
+    (``cem_products.head_blocks``): what the kernels need to address a chunk's block (``_chunk_at``)."""
+    step = chunks[1][0] if len(chunks) > 1 else max(nq, 1)
+    align = max(tiles.block_m, tiles.block_n) if causal and tiles.causal_chunks > 1 else 0  # as launch_chunks
+    return step, align, head_block_size(heads, chunks)
+
+
 def kernel_meta(meta: dict, name: str) -> dict:
     """``meta`` (:func:`_launch_args`) for kernel ``name``: ``_bwd_kv`` (and ``_bwd_kv_h``) owns key tiles and
     steps through queries, so its BN (keys owned) is ``block_m`` and its BM (query step) ``block_n``; the
@@ -287,17 +296,18 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     ps = dummy
     if meta["MAT"] and hmode == "sum":
         ps = zero_blocks((B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
-    elif meta["MAT"] and hmode == "stack":  # every entry written by _fwd_h (zeros where hidden): no fill
-        ps = cem_products.scratch((B, nq, H, nk), q, q.dtype)
+    elif meta["MAT"] and hmode == "stack":  # every block entry written by _fwd_h (zeros where hidden): no fill
+        ps = cem_products.scratch((B, head_block_size(H, chunks)), q, q.dtype)
     name = "_fwd_h" if grid else "_fwd"
     n_qt = -(-nq // meta["BM"])
     launch = getattr(kern, name)[_heads_grid(n_qt, B * H, meta) if grid else (n_qt, B)]
-    launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, **kernel_meta(meta, name))
+    geom = _geometry(chunks, H, nq, causal, tiles) if grid else ()  # the per-head buffers' layout
+    launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, *geom, **kernel_meta(meta, name))
     del g
     if meta["MAT"] and hmode == "sum":
         hs = rows_mm(chunk_blocks(ps, chunks, q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
     elif meta["MAT"] and hmode == "stack":  # Σ_k c_k ∘ (P_k H) = [P_1 … P_H] [c_1 ∘ H; …; c_H ∘ H], (B, Nq, D)
-        hs = mm_acc(ps.view(B, nq, H * nk), head_values(hm, c.to(acc_dt), q.dtype), acc_dt)
+        hs = heads_rows_mm(ps, hm, c.to(acc_dt), q.dtype, acc_dt, chunks)
     return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse, m, l
 
 
@@ -340,16 +350,18 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     ps = pair() if mat and hsum else dummy
     if hstack:  # per head (B, Nq, H, Nk): (dHs ∘ c_k) Hᵀ = dHs (c_k ∘ H)ᵀ, one matmul; and every head's P_k,
         # keys first (B, Nk, H, Nq), every entry written by _bwd_kv_h (zeros where hidden)
-        gh = mm_acc(ghs, head_values(hm, c.to(acc_dt), q.dtype).mT, acc_dt).view(B, nq, H, nk)
-        ps = cem_products.scratch((B, nk, H, nq), q, q.dtype)
+        gh = heads_pair_mm(ghs, hm, c.to(acc_dt), q.dtype, acc_dt, chunks)
+        ps = cem_products.scratch((B, head_block_size(H, chunks)), q, q.dtype)
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)] + [g, gh]
     ins += [m, l, goq.to(q.dtype).contiguous(), ghs if hmode != "none" else dummy,
             gox if x is not None else dummy, dlt.contiguous()]
     if grid:  # Δ per query tile, then every gradient per key tile (dq, Σ dS, Σ P by atomic adds)
         kern = _kernels(q.device.type != "cuda", "cem_triton_heads.py")
-        kern._bwd_d_h[_heads_grid(-(-nq // meta["BM"]), B * H, meta)](*ins, nq, nk, offset,
+        geom = _geometry(chunks, H, nq, causal, tiles)
+        kern._bwd_d_h[_heads_grid(-(-nq // meta["BM"]), B * H, meta)](*ins, nq, nk, offset, *geom,
                                                                        **kernel_meta(meta, "_bwd_d_h"))
-        kern._bwd_kv_h[_heads_grid(n_kt, B * H, meta)](*ins, ps, dss, dq, dk, dx, ddiag, nq, nk, offset, **meta_kv)
+        kern._bwd_kv_h[_heads_grid(n_kt, B * H, meta)](*ins, ps, dss, dq, dk, dx, ddiag, nq, nk, offset, *geom,
+                                                       **meta_kv)
     else:
         kern = _kernels(q.device.type != "cuda")
         kern._bwd_q[(-(-nq // meta["BM"]), B)](*ins, ps, dss, dq, dud, ddiag, nq, nk, offset,
@@ -363,7 +375,7 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     if mat and hsum:
         dh = added(dh, cols_mm(chunk_blocks(ps, chunks, q.dtype), ghs, acc_dt, chunks, nk))
     if hstack:  # t_k = P_kᵀ dHs (B, Nk, H, D), one matmul; _dv_h: dh += Σ_k c_k ∘ t_k, dc_k = Σ_{b,j} h_j ∘ t_kj
-        t = mm_acc(ps.view(B, nk * H, nq), ghs, acc_dt)
+        t = heads_cols_mm(ps, ghs, H, nk, acc_dt, chunks)
         del ps
         dh = new(hm.shape) if dh is None else dh
         dc = new(1, 1, H, meta["D"])  # (1, 1, H, D): summed below as the loop kernels' parts are

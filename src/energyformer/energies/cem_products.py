@@ -113,14 +113,72 @@ def cols_mm(w: Tensor | list[Tensor], v: Tensor, acc: torch.dtype, chunks, nk: i
 
 
 def head_values(hm: Tensor, c: Tensor, dtype: torch.dtype) -> Tensor:
-    """(B, H·Nk, D) in ``dtype``: every head's values c_k ∘ h_j, rows (k, j) — with every head's probabilities
-    laid out (B, Nq, H, Nk), Σ_k c_k ∘ (P_k H) is one (B, Nq, H·Nk) · (B, H·Nk, D) matmul (the heads joined in
-    the contraction) and the per-head (dHs ∘ c_k) Hᵀ one (B, Nq, D) · (B, D, H·Nk). The product is formed in
-    float32 (or ``c``'s dtype) and rounded once to ``dtype``, the operands' (like a value matrix)."""
+    """(B, H·Nk, D) in ``dtype``: every head's values c_k ∘ h_j, rows (k, j) — with a block of every head's
+    probabilities laid out (B, rows, H, Nk), Σ_k c_k ∘ (P_k H) is one (B, rows, H·Nk) · (B, H·Nk, D) matmul
+    (the heads joined in the contraction) and the per-head (dHs ∘ c_k) Hᵀ one (B, rows, D) · (B, D, H·Nk). The
+    product is formed in float32 (or ``c``'s dtype) and rounded once to ``dtype``, the operands' (like a value
+    matrix)."""
     B, nk, D = hm.shape
     out = scratch((B, c.shape[0], nk, D), hm, dtype)
     torch.mul(hm[:, None], c[:, None], out=out)
     return out.view(B, c.shape[0] * nk, D)
+
+
+def head_block_size(heads: int, chunks) -> int:
+    """elements per batch row of a per-head buffer (:func:`head_blocks`): every chunk's rows × heads × keys"""
+    return sum((r1 - r0) * heads * ke for r0, r1, ke in chunks)
+
+
+def head_blocks(buf: Tensor, heads: int, chunks, keys_first: bool = False) -> list[Tensor]:
+    """The chunks' blocks of a per-head buffer ``buf`` (B, :func:`head_block_size`) — per-head factors on one
+    program per head: every head's probabilities (or (dHs ∘ c_k) Hᵀ) on the blocks of the causal row chunks
+    only, per batch row one block after another — as (B, rows, H, ke) views, or with ``keys_first``
+    (B, ke, H, rows); the kernels address them the same way (``cem_triton_heads._chunk_at``)."""
+    out, o = [], 0
+    for r0, r1, ke in chunks:
+        n = (r1 - r0) * heads * ke
+        blk = buf[:, o:o + n]
+        out.append(blk.view(-1, ke, heads, r1 - r0) if keys_first else blk.view(-1, r1 - r0, heads, ke))
+        o += n
+    return out
+
+
+def heads_rows_mm(w: Tensor, hm: Tensor, c: Tensor, dtype: torch.dtype, acc: torch.dtype, chunks) -> Tensor:
+    """(B, Nq, D) = Σ_k c_k ∘ (P_k H) from every head's probabilities ``w`` (a per-head buffer,
+    :func:`head_blocks`), hm (B, Nk, D), c (H, D) in ``acc``: per chunk one (B, rows, H·ke) · (B, H·ke, D)
+    matmul with the values c_k ∘ h_j of its keys (:func:`head_values`, in ``dtype``)."""
+    out = scratch((hm.shape[0], chunks[-1][1], hm.shape[-1]), hm, acc)
+    for (r0, r1, ke), blk in zip(chunks, head_blocks(w, c.shape[0], chunks)):
+        mm_acc(blk.flatten(2), head_values(hm[:, :ke], c, dtype), acc, out=out[:, r0:r1])
+    return out
+
+
+def heads_pair_mm(g: Tensor, hm: Tensor, c: Tensor, dtype: torch.dtype, acc: torch.dtype, chunks) -> Tensor:
+    """A per-head buffer (B, :func:`head_block_size`) in ``acc`` of every head's (g ∘ c_k) Hᵀ = g (c_k ∘ H)ᵀ on
+    the chunks' blocks, g (B, Nq, D) (the backward's dHs): one (B, rows, D) · (B, D, H·ke) matmul per chunk."""
+    H = c.shape[0]
+    out = scratch((g.shape[0], head_block_size(H, chunks)), g, acc)
+    for (r0, r1, ke), blk in zip(chunks, head_blocks(out, H, chunks)):
+        mm_acc(g[:, r0:r1], head_values(hm[:, :ke], c, dtype).mT, acc, out=blk.flatten(2))
+    return out
+
+
+def heads_cols_mm(wt: Tensor, g: Tensor, heads: int, nk: int, acc: torch.dtype, chunks) -> Tensor:
+    """(B, Nk, H, D) = P_kᵀ g of every head from its probabilities keys first ``wt`` (a per-head buffer,
+    :func:`head_blocks` with ``keys_first``), g (B, Nq, D): one (B, ke·H, rows) · (B, rows, D) matmul per chunk,
+    the widest written in place and the others added (as :func:`cols_mm`)."""
+    out = scratch((g.shape[0], nk, heads, g.shape[-1]), g, acc)
+    blocks = head_blocks(wt, heads, chunks, keys_first=True)
+    order = sorted(range(len(chunks)), key=lambda c: -chunks[c][2])  # the widest block first
+    for n, c in enumerate(order):
+        r0, r1, ke = chunks[c]
+        part = blocks[c].reshape(-1, ke * heads, r1 - r0)  # a view: the block is contiguous per batch row
+        if n == 0:
+            mm_acc(part, g[:, r0:r1], acc, out=out[:, :ke].flatten(1, 2))
+            out[:, ke:].zero_()
+        else:
+            out[:, :ke].flatten(1, 2).add_(mm_acc(part, g[:, r0:r1], acc))
+    return out
 
 
 def added(total: Tensor | None, part: Tensor) -> Tensor:

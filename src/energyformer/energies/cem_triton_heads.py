@@ -67,34 +67,62 @@ def _add_pair(ptr, b, rows, cols, rmask, cmask, Nq, Nk, val):
 
 
 @triton.jit
-def _head_pair_ptrs(ptr, b, hh, rows, cols, rmask, cmask, Nq, Nk, H: tl.constexpr, KEYS_FIRST: tl.constexpr):
-    """(pointers, mask) of head hh's (BM, BN) tile at (rows, cols) of batch row b of a contiguous (B, Nq, H, Nk)
-    tensor, or with KEYS_FIRST of a (B, Nk, H, Nq) one (per-head factors' materialised products); 64-bit
-    offsets: B·H·Nq·Nk passes 2³¹ at N 16k"""
-    b64 = b.to(tl.int64)
-    if KEYS_FIRST:
-        off = ((b64 * Nk + cols[None, :]) * H + hh) * Nq + rows[:, None]
-    else:
-        off = ((b64 * Nq + rows[:, None]) * H + hh) * Nk + cols[None, :]
-    return ptr + off, rmask[:, None] & cmask[None, :]
+def _chunk_keys(c, Nq, Nk, offset, STEP, ALIGN):
+    """keys of row chunk c of ``cem_products.row_chunks`` (rows c·STEP …): all Nk where ALIGN is 0 (one
+    chunk), else the chunk's last row position rounded up to ALIGN, then offset added and rounded up again"""
+    ke = Nk
+    if ALIGN > 0:
+        r1 = tl.minimum(Nq, c * STEP + STEP)
+        ke = tl.minimum(Nk, tl.cdiv(offset + tl.cdiv(r1, ALIGN) * ALIGN, ALIGN) * ALIGN)
+    return ke
 
 
 @triton.jit
-def _head_gh(GH, gh, b, hh, rows, cols, rmask, cmask, Nq, Nk, H: tl.constexpr, HMODE: tl.constexpr,
-             ACC: tl.constexpr):
+def _chunk_at(r0, Nq, Nk, offset, STEP, ALIGN, H: tl.constexpr):
+    """(offset of its block in a batch row's part, first row, rows, keys) of the row chunk holding query row r0
+    in the per-head buffers of per-head factors: per batch row, the chunks' blocks one after another, chunk c
+    a (rows_c, H, ke_c) block (or, keys first, (ke_c, H, rows_c)); every tile lies in one chunk (aligned)"""
+    c = r0 // STEP
+    base = tl.full((1,), 0, tl.int64)
+    for cc in range(0, c):
+        base += (tl.minimum(Nq - cc * STEP, STEP) * H).to(tl.int64) * _chunk_keys(cc, Nq, Nk, offset, STEP, ALIGN)
+    return base, c * STEP, tl.minimum(Nq - c * STEP, STEP), _chunk_keys(c, Nq, Nk, offset, STEP, ALIGN)
+
+
+@triton.jit
+def _head_pair_ptrs(ptr, b, hh, r0, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H: tl.constexpr,
+                    KEYS_FIRST: tl.constexpr):
+    """(pointers, mask) of head hh's (BM, BN) tile at (rows, cols) (r0: its first row) of batch row b in a
+    per-head buffer of TOT elements per batch row, laid out by :func:`_chunk_at` (keys past the chunk's
+    are hidden: masked); 64-bit offsets (B·H·N² passes 2³¹ at N 16k)"""
+    base, c0, nr, ke = _chunk_at(r0, Nq, Nk, offset, STEP, ALIGN, H)
+    i = rows[:, None] - c0
+    j = cols[None, :]
+    start = b.to(tl.int64) * TOT + base[:, None]
+    if KEYS_FIRST:
+        off = start + (j * H + hh).to(tl.int64) * nr + i
+    else:
+        off = start + (i * H + hh).to(tl.int64) * ke + j
+    return ptr + off, rmask[:, None] & cmask[None, :] & (j < ke)
+
+
+@triton.jit
+def _head_gh(GH, gh, b, hh, r0, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H: tl.constexpr,
+             HMODE: tl.constexpr, ACC: tl.constexpr):
     """the h part of head hh's dP on one tile: the shared dHs Hᵀ tile gh, or with per-head factors (HMODE 2)
-    head hh's (dHs ∘ c_k) Hᵀ tile of the (B, Nq, H, Nk) product GH"""
+    head hh's (dHs ∘ c_k) Hᵀ tile of the per-head product GH (:func:`_head_pair_ptrs`)"""
     if HMODE == 2:
-        p, m = _head_pair_ptrs(GH, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, False)
+        p, m = _head_pair_ptrs(GH, b, hh, r0, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H, False)
         gh = tl.load(p, mask=m, other=0.0).to(ACC)
     return gh
 
 
 @triton.jit
-def _store_head_p(PS, p, b, hh, rows, cols, rmask, cmask, Nq, Nk, H: tl.constexpr, KEYS_FIRST: tl.constexpr):
-    """head hh's probabilities p (BM, BN) into its tile of a (B, Nq, H, Nk) (or KEYS_FIRST (B, Nk, H, Nq))
-    buffer, in the buffer's dtype (the operands')"""
-    pp, pm = _head_pair_ptrs(PS, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, KEYS_FIRST)
+def _store_head_p(PS, p, b, hh, r0, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT,
+                  H: tl.constexpr, KEYS_FIRST: tl.constexpr):
+    """head hh's probabilities p (BM, BN) into its tile of a per-head buffer (:func:`_head_pair_ptrs`), in the
+    buffer's dtype (the operands')"""
+    pp, pm = _head_pair_ptrs(PS, b, hh, r0, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H, KEYS_FIRST)
     tl.store(pp, p.to(PS.dtype.element_ty), mask=pm)
 
 
@@ -138,7 +166,7 @@ def _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rma
 
 
 @triton.jit
-def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, L, Nq, Nk, offset,
+def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, L, Nq, Nk, offset, STEP, ALIGN, TOT,
            H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
            BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
            HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr,
@@ -183,18 +211,22 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
         if HMODE == 1:  # Σ_k P_k over the heads' programs; (Σ_k P_k) H is one matmul in the launcher
             _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
         if HMODE == 2:  # P_k itself; Σ_k c_k ∘ (P_k H) is one matmul in the launcher
-            _store_head_p(PS, p, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, False)
-    if HMODE == 2:  # the keys past this tile's last visible one: zeros, so the launcher reads whole rows
-        for start in range(tl.cdiv(kend, BN) * BN, Nk, BN):
+            _store_head_p(PS, p, b, hh, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H,
+                          False)
+    if HMODE == 2:  # the chunk's keys past this tile's last visible one: zeros (the launcher reads the block)
+        ke = _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN)
+        for start in range(tl.cdiv(kend, BN) * BN, ke, BN):
             cols = start + tl.arange(0, BN)
-            _store_head_p(PS, tl.zeros((BM, BN), ACC), b, hh, rows, cols, rmask, cols < Nk, Nq, Nk, H, False)
+            _store_head_p(PS, tl.zeros((BM, BN), ACC), b, hh, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset,
+                          STEP, ALIGN, TOT, H, False)
     _put(OQ, bh, rows, Nq, R, RP, rmask, oq, False)
     if HAS_X:
         _put(OX, bh, rows, Nq, E, EP, rmask, ox, False)
 
 
 @triton.jit
-def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GOX, DLT, Nq, Nk, offset,
+def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GOX, DLT, Nq, Nk, offset, STEP,
+             ALIGN, TOT,
              H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
              BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
              HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr,
@@ -214,7 +246,8 @@ def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GO
         cmask = cols < Nk
         g, gh = _shared(UD, GHS, HM, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, MAT, D, BD,
                         BM, BN, PREC, ACC, UPCAST)
-        gh = _head_gh(GH, gh, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, HMODE, ACC)
+        gh = _head_gh(GH, gh, b, hh, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H, HMODE,
+                      ACC)
         p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask,
                                           g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HMODE, HAS_X,
                                           HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
@@ -224,7 +257,7 @@ def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GO
 
 @triton.jit
 def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GOX, DLT, PS, DSS, DQ, DK, DX,
-              DDIAG, Nq, Nk, offset,
+              DDIAG, Nq, Nk, offset, STEP, ALIGN, TOT,
               H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
               BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
               HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr,
@@ -246,7 +279,8 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
     if HMODE == 2:  # the queries before them: zeros in P_k, so the launcher reads whole columns
         for r0 in range(0, qstart, BM):
             rows = r0 + tl.arange(0, BM)
-            _store_head_p(PS, tl.zeros((BM, BN), ACC), b, hh, rows, cols, rows < Nq, cmask, Nq, Nk, H, True)
+            _store_head_p(PS, tl.zeros((BM, BN), ACC), b, hh, r0, rows, cols, rows < Nq, cmask, Nq, Nk, offset, STEP,
+                          ALIGN, TOT, H, True)
     for r0 in range(qstart, Nq, BM):
         rows = r0 + tl.arange(0, BM)
         rmask = rows < Nq
@@ -255,7 +289,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
         dlt = tl.load(DLT + bh * Nq + rows, mask=rmask, other=0.0)
         g, gh = _shared(UD, GHS, HM, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, HMODE == 1, MAT, D, BD,
                         BM, BN, PREC, ACC, UPCAST)
-        gh = _head_gh(GH, gh, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, HMODE, ACC)
+        gh = _head_gh(GH, gh, b, hh, r0, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H, HMODE, ACC)
         p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask,
                                           g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HMODE, HAS_X,
                                           HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
@@ -273,7 +307,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
         if HMODE == 1:
             _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
         if HMODE == 2:  # P_k keys first; P_kᵀ dHs (dh, dc_k) is one matmul in the launcher
-            _store_head_p(PS, p, b, hh, rows, cols, rmask, cmask, Nq, Nk, H, True)
+            _store_head_p(PS, p, b, hh, r0, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H, True)
         if HAS_DELTA:  # the queries whose own position lies in this key tile
             own = rmask & (offset + rows >= pid * BN) & (offset + rows < pid * BN + BN)
             on_diag = (offset + rows)[:, None] == cols[None, :]
