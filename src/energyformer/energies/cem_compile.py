@@ -54,7 +54,7 @@ def signature(fn, constexprs: dict, dtype: str) -> dict:
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
-        elif name in ("Nq", "Nk", "offset", "NR", "STEP", "ALIGN"):
+        elif name in ("Nq", "Nk", "offset", "NR", "KE", "STEP", "ALIGN"):
             sig[name] = "i32"
         elif name == "TOT":  # elements per batch row of the per-head buffers (over 2³¹ at N 16k)
             sig[name] = "i64"

@@ -68,8 +68,8 @@ from energyformer.core.precision import autocast_off
 from energyformer.utils.config import ConfigModel, Field
 
 from . import cem_products
-from .cem_products import (added, chunk_blocks, cols_mm, head_block_size, heads_cols_mm, heads_pair_mm,
-                           heads_rows_mm, mm_acc, pair_mm, row_chunks, rows_mm, zero_blocks)
+from .cem_products import (added, chunk_blocks, cols_mm, head_block_size, head_blocks, heads_pair_mm, heads_rows_mm,
+                           mm_acc, pair_mm, row_chunks, rows_mm, zero_blocks)
 
 
 @functools.cache
@@ -374,14 +374,14 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
         dh = added(dh, cols_mm(dss, ud, acc_dt, chunks, nk))
     if mat and hsum:
         dh = added(dh, cols_mm(chunk_blocks(ps, chunks, q.dtype), ghs, acc_dt, chunks, nk))
-    if hstack:  # t_k = P_kᵀ dHs (B, Nk, H, D), one matmul; _dv_h: dh += Σ_k c_k ∘ t_k, dc_k = Σ_{b,j} h_j ∘ t_kj
-        t = heads_cols_mm(ps, ghs, H, nk, acc_dt, chunks)
-        del ps
+    if hstack:  # per row chunk t_k = P_kᵀ dHs (B, ke, H, D), one matmul; _dv_h: dh += Σ_k c_k ∘ t_k, dc_k += Σ h ∘ t_k
         dh = new(hm.shape) if dh is None else dh
         dc = new(1, 1, H, meta["D"])  # (1, 1, H, D): summed below as the loop kernels' parts are
         mdv = kernel_meta(meta, "_dv_h")
-        kern._dv_h[(-(-B * nk // mdv["BJ"]), -(-meta["D"] // mdv["BD"]))](t, hm, c, dh, dc, B * nk, **mdv)
-        del t
+        for (r0, r1, ke), blk in zip(chunks, head_blocks(ps, H, chunks, keys_first=True)):
+            t = mm_acc(blk.reshape(B, ke * H, r1 - r0), ghs[:, r0:r1], acc_dt)  # a view: one block per batch row
+            kern._dv_h[(-(-B * ke // mdv["BJ"]), -(-meta["D"] // mdv["BD"]))](t, hm, c, dh, dc, B * ke, ke, nk, **mdv)
+        del ps
     if hm is not None and dh is None:
         dh = new(hm.shape)
 

@@ -163,24 +163,6 @@ def heads_pair_mm(g: Tensor, hm: Tensor, c: Tensor, dtype: torch.dtype, acc: tor
     return out
 
 
-def heads_cols_mm(wt: Tensor, g: Tensor, heads: int, nk: int, acc: torch.dtype, chunks) -> Tensor:
-    """(B, Nk, H, D) = P_kᵀ g of every head from its probabilities keys first ``wt`` (a per-head buffer,
-    :func:`head_blocks` with ``keys_first``), g (B, Nq, D): one (B, ke·H, rows) · (B, rows, D) matmul per chunk,
-    the widest written in place and the others added (as :func:`cols_mm`)."""
-    out = scratch((g.shape[0], nk, heads, g.shape[-1]), g, acc)
-    blocks = head_blocks(wt, heads, chunks, keys_first=True)
-    order = sorted(range(len(chunks)), key=lambda c: -chunks[c][2])  # the widest block first
-    for n, c in enumerate(order):
-        r0, r1, ke = chunks[c]
-        part = blocks[c].reshape(-1, ke * heads, r1 - r0)  # a view: the block is contiguous per batch row
-        if n == 0:
-            mm_acc(part, g[:, r0:r1], acc, out=out[:, :ke].flatten(1, 2))
-            out[:, ke:].zero_()
-        else:
-            out[:, :ke].flatten(1, 2).add_(mm_acc(part, g[:, r0:r1], acc))
-    return out
-
-
 def added(total: Tensor | None, part: Tensor) -> Tensor:
     """total + part, in place into total; part itself where there is no total yet"""
     return part if total is None else total.add_(part)

@@ -318,22 +318,24 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
 
 
 @triton.jit
-def _dv_h(T, HM, C, DH, DC, NR, H: tl.constexpr, D: tl.constexpr, BJ: tl.constexpr, BD: tl.constexpr,
+def _dv_h(T, HM, C, DH, DC, NR, KE, Nk, H: tl.constexpr, D: tl.constexpr, BJ: tl.constexpr, BD: tl.constexpr,
           ACC: tl.constexpr):
-    """Per-head factors' value gradients from t = P_kᵀ dHs of every head, (B·Nk, H, D) rows (b, j), read once:
-    dh_j += Σ_k c_k ∘ t_jk (DH, (B·Nk, D), holds dh's other terms; each program owns a (BJ rows, BD columns)
-    block) and dc_k += Σ_j h_j ∘ t_jk (atomic adds into DC, (H, D), zeroed by the launcher) — the backward of
-    the values c_k ∘ h_j that the forward's one matmul multiplied (``cem_products.head_values``)."""
+    """Per-head factors' value gradients from t = P_kᵀ dHs of every head over one row chunk, (B·KE, H, D) rows
+    (b, j) for its KE keys, read once: dh_j += Σ_k c_k ∘ t_jk (DH, (B, Nk, D), holds dh's other terms; each
+    program owns a block of BJ rows and BD columns) and dc_k += Σ_j h_j ∘ t_jk (atomic adds into DC, (H, D),
+    zeroed by the launcher) — the backward of the values c_k ∘ h_j that the forward's matmuls multiplied
+    (``cem_products.head_values``); the launcher runs it once per row chunk."""
     r = tl.program_id(0) * BJ + tl.arange(0, BJ)
     dd = tl.program_id(1) * BD + tl.arange(0, BD)
     dm = dd < D
     m2 = (r < NR)[:, None] & dm[None, :]
     r64 = r.to(tl.int64)
-    h = tl.load(HM + r64[:, None] * D + dd[None, :], mask=m2, other=0.0).to(ACC)
+    row = (r64 // KE) * Nk + r64 % KE  # (b, j) in DH and HM
+    h = tl.load(HM + row[:, None] * D + dd[None, :], mask=m2, other=0.0).to(ACC)
     dh = tl.zeros((BJ, BD), ACC)
     for k in range(H):
         t = tl.load(T + (r64[:, None] * H + k) * D + dd[None, :], mask=m2, other=0.0).to(ACC)
         dh += t * tl.load(C + k * D + dd, mask=dm, other=0.0).to(ACC)[None, :]
         tl.atomic_add(DC + k * D + dd, tl.sum(t * h, 0), mask=dm, sem="relaxed")
-    p = DH + r64[:, None] * D + dd[None, :]
+    p = DH + row[:, None] * D + dd[None, :]
     tl.store(p, tl.load(p, mask=m2, other=0.0) + dh, mask=m2)
