@@ -379,8 +379,9 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
         dc = new(1, 1, H, meta["D"])  # (1, 1, H, D): summed below as the loop kernels' parts are
         mdv = kernel_meta(meta, "_dv_h")
         for (r0, r1, ke), blk in zip(chunks, head_blocks(ps, H, chunks, keys_first=True)):
-            t = mm_acc(blk.reshape(B, ke * H, r1 - r0), ghs[:, r0:r1], acc_dt)  # a view: one block per batch row
-            kern._dv_h[(-(-B * ke // mdv["BJ"]), -(-meta["D"] // mdv["BD"]))](t, hm, c, dh, dc, B * ke, ke, nk, **mdv)
+            # t (B, ke·H, D), one chunk's at a time (freed after the launch); the block is a view
+            kern._dv_h[(-(-B * ke // mdv["BJ"]), -(-meta["D"] // mdv["BD"]))](
+                mm_acc(blk.reshape(B, ke * H, r1 - r0), ghs[:, r0:r1], acc_dt), hm, c, dh, dc, B * ke, ke, nk, **mdv)
         del ps
     if hm is not None and dh is None:
         dh = new(hm.shape)
