@@ -45,3 +45,40 @@ def test_causal_row_chunks_cover_every_visible_key_once(nq, nk, offset, causal, 
     torch.testing.assert_close(cem_products.rows_mm(w, b, torch.float64, chunks), w @ b, rtol=1e-14, atol=1e-14)
     torch.testing.assert_close(cem_products.cols_mm(w, a, torch.float64, chunks, nk), w.mT @ a, rtol=1e-14,
                                atol=1e-14)
+
+
+@pytest.mark.parametrize("nq,nk,offset,causal,pieces,align", [
+    (20, 20, 0, True, 3, 4), (37, 45, 8, True, 4, 8), (9, 9, 0, False, 4, 1), (3, 10, 7, True, 4, 1)])
+def test_per_head_blocks_and_their_matmuls_equal_dense_per_head_products(nq, nk, offset, causal, pieces, align):
+    """Per-head factors on one program per head: a per-head buffer holds, per batch row, every chunk's (rows, H,
+    keys) block one after another (head_blocks' views, keys first or not, tile the buffer exactly); over those
+    blocks Σ_k c_k ∘ (P_k H) (heads_rows_mm) and every head's (g ∘ c_k) Hᵀ (heads_pair_mm) equal the dense
+    per-head products where a key is visible, with the values c_k ∘ h_j (head_values) rounded once."""
+    B, H, D = 2, 3, 5
+    chunks = cem_products.row_chunks(nq, nk, offset, causal, pieces, align)
+    size = cem_products.head_block_size(H, chunks)
+    assert size == sum((r1 - r0) * H * ke for r0, r1, ke in chunks)
+    for keys_first in (False, True):
+        buf = torch.arange(B * size, dtype=torch.float64).view(B, size)
+        seen = torch.cat([blk.flatten(1) for blk in cem_products.head_blocks(buf, H, chunks, keys_first)], 1)
+        assert torch.equal(seen, buf)  # the views tile each batch row in order, nothing shared or skipped
+    g = torch.Generator().manual_seed(1)
+    hm, c = torch.randn(B, nk, D, generator=g, dtype=torch.float64), torch.randn(H, D, generator=g, dtype=torch.float64)
+    vis = visible(B, nq, nk, causal, None, offset)  # (B, Nq, Nk)
+    p = torch.where(vis[:, :, None], torch.rand(B, nq, H, nk, generator=g, dtype=torch.float64), 0.0)
+    w = torch.empty(B, size, dtype=torch.float64)
+    for (r0, r1, ke), blk in zip(chunks, cem_products.head_blocks(w, H, chunks)):
+        blk.copy_(p[:, r0:r1, :, :ke])
+    want = torch.einsum("bihj,bjd,hd->bid", p, hm, c)
+    got = cem_products.heads_rows_mm(w, hm, c, torch.float64, torch.float64, chunks)
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-13)
+    gr = torch.randn(B, nq, D, generator=g, dtype=torch.float64)
+    pair = cem_products.heads_pair_mm(gr, hm, c, torch.float64, torch.float64, chunks)
+    dense = torch.einsum("bid,hd,bjd->bihj", gr, c, hm)
+    for (r0, r1, ke), blk in zip(chunks, cem_products.head_blocks(pair, H, chunks)):
+        torch.testing.assert_close(blk, dense[:, r0:r1, :, :ke], rtol=1e-13, atol=1e-13)
+    # 16-bit values: c_k ∘ h_j formed in float32 and rounded once
+    v = cem_products.head_values(hm.float().bfloat16(), c.float(), torch.bfloat16)
+    assert v.dtype == torch.bfloat16 and v.shape == (B, H * nk, D)
+    exact = (hm.float().bfloat16().float()[:, None] * c.float()[:, None]).bfloat16().view(B, H * nk, D)
+    assert torch.equal(v, exact)
