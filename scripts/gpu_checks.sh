@@ -11,7 +11,9 @@
 #                                          kernel), gpu_lm bf16, cem_tiles, then `pytest -m cuda` of the kernels
 #                                          (each benchmark with --keep-going: a row that fails is listed, not fatal)
 #   scripts/gpu_checks.sh profile [SECONDS] where the step time goes (benchmarks/gpu_profile.py): the CEM suite at
-#                                          N 1k and 4k, the Hyper-SET suite; then hyperset_gpu with torch.compile
+#                                          N 1k (with the paper configuration on one program per head; its loop
+#                                          kernels' profile is gpu_profile_1k_83f4ef8.md) and 4k, the Hyper-SET
+#                                          suite; then hyperset_gpu with torch.compile
 #   scripts/gpu_checks.sh graphs [SECONDS]  the speed rows again with every model also as one CUDA graph per step
 #                                          (--cuda-graph: the host's launch overhead gone), and the CUDA tests of
 #                                          the graphed step and the CEM kernel (default launch: one program per head)
@@ -145,7 +147,7 @@ fi
 
 if [ "$PHASE" = profile ]; then
   step profile_cem_1k 100 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 \
-    --models "Llama baseline;full CEM T=1 (auto path);full CEM T=1, kernel with one program per head (64 × 32);paper configuration (T=2, D+LR)" \
+    --models "Llama baseline;full CEM T=1 (auto path);paper configuration, one program per head (64 × 32)" \
     --out "$OUT/gpu_profile_cem_1k.md"
   step profile_cem_4k 70 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 --setting 4096x2 \
     --models "Llama baseline;full CEM T=1 (auto path);full CEM T=1, kernel with one program per head (64 × 32)" \
