@@ -249,9 +249,13 @@ def test_kernel_energy_and_grad_equal_dense_float64(causal):
 
 
 @interpreted
-@pytest.mark.parametrize("grid", ["rows", "heads"])
-def test_kernel_kv_cache_decoding_equals_full_forward(grid):
-    blk = randomised(CEMAttentionConfig(steps=2, attn_path="kernel", attn_kernel={"grid": grid}), True, 5)
+@pytest.mark.parametrize("grid,bank", [("rows", False), ("heads", False), ("heads", True)],
+                         ids=["rows", "heads", "heads-paper-bank"])
+def test_kernel_kv_cache_decoding_equals_full_forward(grid, bank):
+    """Prefill, decode steps and a chunk at an offset equal the full forward; 'heads-paper-bank': the per-head
+    D+LR bank's per-head factors on one program per head (its per-head buffers' row chunks at an offset)."""
+    paper = dict(precond="diag_low_rank", precond_rank=3) if bank else {}
+    blk = randomised(CEMAttentionConfig(steps=2, attn_path="kernel", attn_kernel={"grid": grid}, **paper), True, 5)
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     full = blk(x)
     pieces, _ = decode_in_pieces(blk, x, (4, 1, 1, 3))  # prefill, two decode steps, a chunk
@@ -364,8 +368,10 @@ def test_kernel_low_precision_within_dtype_tolerance(dtype, scale, mode):
 
 
 @interpreted
-def test_kernel_bf16_autocast_block_stays_close():
-    blk = randomised(CEMAttentionConfig(attn_path="kernel"), True, 2).float()
+@pytest.mark.parametrize("opts", [{}, dict(precond="diag_low_rank", precond_rank=3, steps=2,
+                                           attn_kernel={"grid": "heads"})], ids=["default", "paper-bank-heads"])
+def test_kernel_bf16_autocast_block_stays_close(opts):
+    blk = randomised(CEMAttentionConfig(attn_path="kernel", **opts), True, 2).float()
     x = torch.randn(2, 8, 16)
     ref = copy.deepcopy(blk).double()(x.double())
     with torch.autocast("cpu", dtype=torch.bfloat16):
