@@ -165,11 +165,11 @@ class KernelTiles(ConfigModel):
     query-tile pass for dq: 9 → 7 per-head products in training). 'heads' needs ``shared =
     'materialize'``. Per-head factors (h_mode 'stack', e.g. the paper's per-head preconditioners) run on
     'heads' (or 'heads_inner') only where this names it: the kernels then store every head's probabilities
-    (B, Nq, H, Nk) in the operand dtype and read a per-head (dHs ∘ c_k) Hᵀ (B, Nq, H, Nk) in the accumulation
-    dtype, and their D-wide products are three batched matmuls per call (docs/cem.md, "per-head factors on
-    one program per head"; about 2 + 4 + 2 B of transient memory per (query, key) pair and head) instead of
-    the loop kernels' D-wide float32 accumulators; 'auto' keeps 'rows' for them until a GPU has timed the
-    two. 'auto' (recommended): 'heads' where it applies (materialised products, no per-head factors), else
+    in the operand dtype and read a per-head (dHs ∘ c_k) Hᵀ in the accumulation dtype, both on the causal row
+    chunks' blocks, and their D-wide products are three batched matmuls per chunk (docs/cem.md, "per-head
+    factors on one program per head"; about 2 + 4 + 2 B of transient memory per (query, key) pair and head of
+    the blocks) instead of the loop kernels' D-wide float32 accumulators; 'auto' keeps 'rows' for them until
+    a GPU has timed the two. 'auto' (recommended): 'heads' where it applies (materialised products, no per-head factors), else
     'rows'. Measured on one H100 (bf16, GPT-2 small, B 8; docs/results/cem/gpu_h100/): at the default
     tiles the 'heads' kernels' forward + backward took 0.82x [0.71, 0.89] the 'rows' time at N 1,024; with
     64 x 32 tiles the whole model trained at 0.68x Llama's tokens/s vs 0.64x for 'rows' at N 1,024, and
@@ -292,7 +292,7 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     chunks = launch_chunks(nq, nk, offset, causal, tiles)  # blocks of the shared products
     g = pair_mm(ud, hm.mT, acc_dt, chunks) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
     # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid);
-    # per-head factors (grid): every head's P_k, (B, Nq, H, Nk) in the operand dtype
+    # per-head factors (grid): every head's P_k in the operand dtype, per chunk a (B, rows, H, keys) block
     ps = dummy
     if meta["MAT"] and hmode == "sum":
         ps = zero_blocks((B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
@@ -348,8 +348,8 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     gh = pair_mm(ghs, hm.mT, acc_dt, chunks) if mat and hsum else dummy
     dss = pair() if mat and ud is not None else dummy
     ps = pair() if mat and hsum else dummy
-    if hstack:  # per head (B, Nq, H, Nk): (dHs ∘ c_k) Hᵀ = dHs (c_k ∘ H)ᵀ, one matmul; and every head's P_k,
-        # keys first (B, Nk, H, Nq), every entry written by _bwd_kv_h (zeros where hidden)
+    if hstack:  # per head, per chunk (B, rows, H, keys): (dHs ∘ c_k) Hᵀ = dHs (c_k ∘ H)ᵀ, one matmul; and every
+        # head's P_k keys first (B, keys, H, rows), every block entry written by _bwd_kv_h (zeros where hidden)
         gh = heads_pair_mm(ghs, hm, c.to(acc_dt), q.dtype, acc_dt, chunks)
         ps = cem_products.scratch((B, head_block_size(H, chunks)), q, q.dtype)
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)] + [g, gh]

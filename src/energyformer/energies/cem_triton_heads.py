@@ -18,18 +18,21 @@ wherever there is a shared or per-head product):
 
 * ``_fwd_h``: pass 1 → m, l, lse of the head; pass 2 → oq, ox in registers (p = e^{s − m}/l, the same
   arithmetic as ``_fwd``) and p added into PS — or, with per-head factors (HMODE 2), stored per head into
-  PS laid out (B, Nq, H, Nk), zeros where hidden (every entry written), for the launcher's one matmul
+  PS, a per-head buffer (per batch row each causal row chunk's (rows, H, keys) block: :func:`_chunk_at`),
+  zeros where hidden (every entry of the blocks written), for the launcher's one matmul per chunk
   Σ_k c_k ∘ (P_k H) = [P_1 … P_H] [c_1 ∘ H; …; c_H ∘ H];
 * ``_bwd_d_h``: Δ_k = Σ_j p dP per query tile (added to DLT, which holds −g_lse), from the very p and dP
   the key-tile kernel uses (see ``_bwd_q``);
 * ``_bwd_kv_h``: per key tile, dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and dx_k = P_kᵀ dOx_k in registers; dq_k,
   DSS and PS by atomic adds; the self-bias gradient diag dS_k stored by the one program whose key tile
-  holds each query's own position. With per-head factors PS holds every head's P_k keys first,
-  (B, Nk, H, Nq), every entry written, for the launcher's one matmul P_kᵀ dHs (dh and dc_k).
+  holds each query's own position. With per-head factors PS holds every head's P_k keys first (blocks
+  (keys, H, rows)), every entry of the blocks written, for the launcher's one matmul per chunk P_kᵀ dHs
+  (dh and dc_k, by ``_dv_h``).
 
 With per-head factors the h part of dP_k, (dHs ∘ c_k) Hᵀ, differs per head: the launcher materialises it
-per head as GH, (B, Nq, H, Nk) = dHs [c_1 ∘ H; …; c_H ∘ H]ᵀ, one matmul, and both backward kernels read their
-head's tile.
+per head as GH (blocks (rows, H, keys)) = dHs [c_1 ∘ H; …; c_H ∘ H]ᵀ, one matmul per chunk, and both backward
+kernels read their head's tile. The per-head buffers' geometry (STEP, ALIGN, TOT: ``cem_kernel._geometry``)
+is an argument of all three kernels.
 
 The tile helpers (scores with ALiBi, self bias and masks; the shared tiles; loads and stores) are
 ``cem_triton.py``'s, loaded from beside this file in the process's Triton mode.
