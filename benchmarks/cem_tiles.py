@@ -17,9 +17,14 @@ the same interleaved loop (``--no-sdpa`` leaves it out). ``--budget SECONDS`` bo
 session's minutes are few): no variant is built after half of it has passed (the rest are listed as not
 built), and no repeat starts after 85 % of it (at least one runs), so a cut run still prints its table.
 
+``--h-mode stack`` times the paper configuration's call instead (per-head factors c_k and the rank-4 bank's
+8 extra value columns per head; the library's default launch for it is the loop kernels, ``grid`` 'rows'),
+where one program per head materialises the per-head products (docs/cem.md, "per-head factors on one program
+per head").
+
 Usage (GPU):  python benchmarks/cem_tiles.py --out docs/results/cem/gpu_tiles.md [--n 1024] [--batch 8]
               [--tiles 16x16,16x64,32x64w8] [--head-unroll 1,2] [--shared materialize,recompute]
-              [--grid rows,heads] [--causal-chunks 4,8]
+              [--grid rows,heads] [--causal-chunks 4,8] [--h-mode sum|stack]
               [--num-stages 1,2,3] [--block-d 64] [--num-warps 4]   # the rest of the launch (KernelTiles)
               python benchmarks/cem_tiles.py --tiny   # CPU smoke run through Triton's interpreter
 """
@@ -80,7 +85,10 @@ def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "mate
     return out
 
 
-def inputs(b: int, h: int, n: int, r: int, d: int, dtype: torch.dtype, device: torch.device):
+def inputs(b: int, h: int, n: int, r: int, d: int, dtype: torch.dtype, device: torch.device, h_mode: str = "sum",
+           x_cols: int = 8):
+    """(q, k, ud, hm, slopes, delta, c, x): one layer's call; c (H, D) float32 and x (B, H, N, x_cols) only with
+    per-head factors (``h_mode`` 'stack'), else None."""
     g = torch.Generator().manual_seed(0)
 
     def t(*shape, scale=1.0):
@@ -90,7 +98,10 @@ def inputs(b: int, h: int, n: int, r: int, d: int, dtype: torch.dtype, device: t
     ud, hm = t(b, n, d, scale=d ** -0.5), t(b, n, d)
     slopes = torch.rand(h, generator=g).to(device)
     delta = torch.zeros(h, device=device, requires_grad=True)
-    return q, k, ud, hm, slopes, delta
+    if h_mode != "stack":
+        return q, k, ud, hm, slopes, delta, None, None
+    c = (0.5 + torch.rand(h, d, generator=g)).to(device).requires_grad_(True)
+    return q, k, ud, hm, slopes, delta, c, t(b, h, n, x_cols, scale=d ** -0.5)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shared", default="materialize", help="comma-separated KernelTiles.shared values")
     ap.add_argument("--grid", default="rows,heads", help="comma-separated KernelTiles.grid values")
     ap.add_argument("--causal-chunks", default="4", help="comma-separated KernelTiles.causal_chunks values")
+    ap.add_argument("--h-mode", choices=("sum", "stack"), default="sum",
+                    help="the h read-out: 'sum' (full CEM T=1) or 'stack' (the paper configuration's per-head factors)")
     ap.add_argument("--no-sdpa", action="store_true", help="leave out the SDPA (Llama attention) reference row")
     ap.add_argument("--block-d", type=int, default=64, help="D chunk of every variant (KernelTiles.block_d)")
     ap.add_argument("--num-warps", type=int, default=4)
@@ -123,12 +136,12 @@ def main(argv: list[str] | None = None) -> None:
     device = pick_device()
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     r = a.dim // a.heads
-    q, k, ud, hm, slopes, delta = inputs(a.batch, a.heads, a.n, r, a.dim, dtype, device)
+    q, k, ud, hm, slopes, delta, c, x = inputs(a.batch, a.heads, a.n, r, a.dim, dtype, device, a.h_mode)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     variants = parse_tiles(a.tiles, a.head_unroll, a.num_warps, a.shared, a.grid, a.causal_chunks, a.num_stages)
     lib = KernelTiles()
     default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared,
-                      "heads" if lib.per_head_programs("sum") else "rows", lib.causal_chunks,
+                      "heads" if lib.per_head_programs(a.h_mode) else "rows", lib.causal_chunks,
                       lib.num_stages)  # 'auto' resolved
     variants += [] if a.no_sdpa else [SDPA]
     v_ = k.detach().clone().requires_grad_(True)  # Llama's values: separate from its keys
@@ -138,9 +151,9 @@ def main(argv: list[str] | None = None) -> None:
             o = torch.nn.functional.scaled_dot_product_attention(q, k, v_, is_causal=True)
             o.float().sum().backward()
             return
-        oq, hs, _, _ = cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=None, causal=True,
-                                     offset=0, h_mode="sum", block_d=a.block_d, **v._asdict())
-        (oq.float().sum() + hs.float().sum()).backward()
+        oq, hs, ox, _ = cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=None, causal=True,
+                                      offset=0, h_mode=a.h_mode, c=c, x=x, block_d=a.block_d, **v._asdict())
+        (oq.float().sum() + hs.float().sum() + (0 if ox is None else ox.float().sum())).backward()
 
     failed: dict[Variant, str] = {}
     start = time.perf_counter()
@@ -174,7 +187,9 @@ def main(argv: list[str] | None = None) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)"
     lines = [f"device: {device.type} ({name}); torch {torch.__version__}",
              f"cem_attention forward + backward, B={a.batch} H={a.heads} N={a.n} R={r} D={a.dim}, {dtype}, causal, "
-             f"ALiBi + self bias, h read-out 'sum'; block_d {a.block_d}; {a.repeats} "
+             f"ALiBi + self bias, h read-out {a.h_mode!r}"
+             f"{' (per-head factors c_k, 8 extra value columns per head)' if a.h_mode == 'stack' else ''}; "
+             f"block_d {a.block_d}; {a.repeats} "
              f"interleaved repeats after one untimed build; ratios to the default launch {default.label()}", "",
              "| block_m × block_n | head_unroll | warps | shared | grid | causal_chunks | num_stages "
              "| ms, median [min, max] | × default time, median [min, max] |",

@@ -24,7 +24,9 @@
 #   scripts/gpu_checks.sh stages [SECONDS]  the one-program-per-head CEM kernels with 1-3 software-pipelining
 #                                          stages (KernelTiles.num_stages; the launches that compile without
 #                                          spilling: docs/results/cem/heads_stages.md) at N 1k × B 8 and 4k × B 2,
-#                                          and grid heads vs heads_inner (the launch order) at 4k
+#                                          and grid heads vs heads_inner (the launch order) at 4k; the paper
+#                                          configuration's per-head factors (cem_tiles --h-mode stack): loop
+#                                          kernels vs one program per head, 4 and 8 causal chunks, at 1k
 #   scripts/gpu_checks.sh next [SECONDS]    one call (~10 min) for what the H100 session of 2026-11-26 17:07 (code
 #                                          5e2ffb8: `session` below) left unmeasured: Hyper-SET's eager rows (the
 #                                          host-time changes of 4fe48e2; the feed-forward as two ops), the training step as a user
@@ -216,6 +218,10 @@ if [ "$PHASE" = stages ]; then
     --n 4096 --batch 2 --budget 110 --out "$OUT/gpu_tiles_stages_4k.md"
   step cem_order_4k 80 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads,heads_inner \
     --n 4096 --batch 2 --budget 70 --out "$OUT/gpu_tiles_order_4k.md"
+  # the paper configuration's per-head factors: the loop kernels (its default) against one program per head,
+  # 4 and 8 causal chunks (the per-head products' FLOPs against their matmuls' count), at N 1k
+  step cem_stack_1k 100 $PY benchmarks/cem_tiles.py --h-mode stack --tiles 16x64,64x32 --grid rows,heads \
+    --causal-chunks 4,8 --budget 90 --out "$OUT/gpu_tiles_stack_1k.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 

@@ -52,6 +52,19 @@ def test_cem_tiles_tiny_times_each_variant_through_the_interpreter(tmp_path, cap
         bench.parse_tiles("32by64", "1", 4)
 
 
+def test_cem_tiles_times_per_head_factors_against_the_loop_kernels(capsys):
+    """``--h-mode stack``: the paper configuration's call (per-head factors, extra value columns); its default
+    launch, the ratios' base, is the loop kernels (``auto`` keeps them for per-head factors)."""
+    pytest.importorskip("triton")
+    bench = load_bench("cem_tiles")
+    bench.main(["--tiny", "--h-mode", "stack"])
+    text = capsys.readouterr().out
+    assert "h read-out 'stack' (per-head factors c_k, 8 extra value columns per head)" in text
+    assert "not built" not in text and "| 16×64 | 1 | 4 | materialize | heads | " in text
+    default = next(r for r in text.splitlines() if r.startswith("| 16×64 | 1 | 4 | materialize | rows | 4 | 1 | "))
+    assert default.endswith("| 1.00 [1.00, 1.00] |")
+
+
 def test_cem_tiles_budget_stops_building_and_still_prints_the_table(capsys):
     pytest.importorskip("triton")
     bench = load_bench("cem_tiles")
