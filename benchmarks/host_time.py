@@ -73,7 +73,8 @@ SUITES = {
     "hyperset": (LOOPED, [LOOPED, "Hyper-SET" + KERNEL, "Hyper-SET, attention.impl einsum"]),
     "cem": (LLAMA, [LLAMA, "full CEM T=1 (auto path)" + KERNEL, "full CEM T=1, blocked path",
                     "paper configuration (T=2, D+LR)" + KERNEL,
-                    "paper configuration, one program per head (64 × 32)" + KERNEL, "paper configuration, blocked path"]),
+                    "paper configuration, one program per head (64 × 32)" + KERNEL,
+                    "paper configuration, blocked path"]),
 }
 #: the Sudoku models: name -> (study config, overrides); '…, kernel path' also switches the CUDA-only kernels on
 SUDOKU = {

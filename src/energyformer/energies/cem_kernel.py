@@ -169,8 +169,8 @@ class KernelTiles(ConfigModel):
     chunks' blocks, and their D-wide products are three batched matmuls per chunk (docs/cem.md, "per-head
     factors on one program per head"; about 2 + 4 + 2 B of transient memory per (query, key) pair and head of
     the blocks) instead of the loop kernels' D-wide float32 accumulators; 'auto' keeps 'rows' for them until
-    a GPU has timed the two. 'auto' (recommended): 'heads' where it applies (materialised products, no per-head factors), else
-    'rows'. Measured on one H100 (bf16, GPT-2 small, B 8; docs/results/cem/gpu_h100/): at the default
+    a GPU has timed the two. 'auto' (recommended): 'heads' where it applies (materialised products, no
+    per-head factors), else 'rows'. Measured on one H100 (bf16, GPT-2 small, B 8; docs/results/cem/gpu_h100/): at the default
     tiles the 'heads' kernels' forward + backward took 0.82x [0.71, 0.89] the 'rows' time at N 1,024; with
     64 x 32 tiles the whole model trained at 0.68x Llama's tokens/s vs 0.64x for 'rows' at N 1,024, and
     0.42x vs 0.26x at N 4,096 (gpu_lm_98ac984.md); at the default tiles, each step one CUDA graph, 0.64x vs
