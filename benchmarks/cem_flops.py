@@ -28,6 +28,11 @@ Formulations (the products are listed in PRODUCTS below, so each count can be ch
 * ``kernel-heads`` the same with one program per head (``attn_kernel.grid: heads``,
                  ``cem_triton_heads.py``): backward is a Δ pass and a key-tile kernel that also adds dq
                  = dS K atomically (no query-tile pass b); the heads' sums Σ P, Σ dS are atomic adds.
+* ``kernel-gather`` one program per head with the head sums gathered (``attn_kernel.head_sums: gather``):
+                 the head's forward in one pass (QKᵀ, PK) and ``_psum_h``, one program per query tile
+                 walking the heads, recomputes every head's scores (QKᵀ) and stores Σ_k P_k once, G read
+                 once per tile for all heads; Σ_k P_k kept for backward (2 B per pair of the row chunks'
+                 blocks), so the backward adds only Σ dS and dq atomically. The same products.
 
 Bytes: traffic of the core by a tile model (:func:`traffic`): a pass over the keys reads each key-side
 row once per causal query tile (N / (2 BM) times on average; BM: ``--tile`` for Llama, per-head and
@@ -99,7 +104,11 @@ PRODUCTS: dict[str, dict[str, list[tuple[str, str, bool]]]] = {
                 ("(ΣP)ᵀ dHs mat", "D", False)],
     },
 }
-KERNELS = ("kernel-rec", "kernel", "kernel-heads")
+PRODUCTS["kernel-gather"] = {  # one pass per head, then every head's scores again in _psum_h
+    "fwd": [("G = (d∘U)Hᵀ mat", "D", False), ("QKᵀ", "r", True), ("PK", "r", True), ("Σ P: QKᵀ", "r", True),
+            ("(ΣP)H mat", "D", False)],
+    "bwd": PRODUCTS["kernel-heads"]["bwd"]}
+KERNELS = ("kernel-rec", "kernel", "kernel-heads", "kernel-gather")
 
 
 def width(code: str, r: int, d: int, chunks: int = 1) -> float:
@@ -128,7 +137,9 @@ def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes
     G tile (forward: 2 passes; backward: G and dHs Hᵀ in 2) and adds its float32 P (forward, backward)
     and dS tiles atomically (4 B each, per head), and the key-tile kernel adds dq atomically (its
     ``step`` query rows × D floats per pair); the three float32 sum buffers are zeroed, and rounded to
-    ``nbytes`` once before their matmuls."""
+    ``nbytes`` once before their matmuls. ``kernel-gather``: every head's program reads G in one forward pass
+    and G and dHs Hᵀ in two backward passes, and adds only dS atomically (and dq); ``_psum_h`` reads the G tile
+    once for all heads and writes Σ P once in ``nbytes``; only Σ dS is zeroed and rounded."""
     pairs = n * n / (2 * owned * step)
     tile = owned * step
     if name == "kernel-rec":
@@ -139,11 +150,15 @@ def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes
     if name == "kernel-heads":
         per_pair = heads * tile * (4 * 6 + 4 * 3) + 4 * step * d
         return pairs * per_pair + n * n * (4 * 3 + 4 * 3 + 3 * (4 + nbytes) + nbytes * 4)
+    if name == "kernel-gather":
+        per_pair = heads * tile * (4 * 5 + 4 * 1) + tile * (4 + nbytes) + 4 * step * d
+        return pairs * per_pair + n * n * (4 * 3 + 4 * 1 + 1 * (4 + nbytes) + nbytes * 4)
     return 0.0
 
 
 def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int,
-            kernel_tiles: tuple[int, int] = (16, 64), heads_tiles: tuple[int, int] = (64, 32)) -> tuple[float, float]:
+            kernel_tiles: tuple[int, int] = (16, 64), heads_tiles: tuple[int, int] = (64, 32),
+            chunks: int = 4) -> tuple[float, float]:
     """(bytes moved by one training step's core, bytes of N² tensors kept for backward).
 
     Tile model: the per-token rows each formulation streams (Llama: K, V = 2D; per-head: every head's
@@ -153,15 +168,19 @@ def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int,
     one program per head), and the query-side rows (inputs, outputs and their gradients) are moved three
     times. The blocked path also writes its float32 probabilities once and reads them once; the kernels
     add :func:`accumulator_traffic` at their tiles (owned, stepped): ``kernel_tiles`` for the loop
-    kernels, ``heads_tiles`` for one program per head."""
+    kernels, ``heads_tiles`` for one program per head (and the gathered head sums, which keep Σ P in ``nbytes``
+    on the blocks of ``chunks`` row chunks, (1 + 1/chunks) N²/2 pairs, and read it once in backward)."""
     r = d // heads
-    own = heads_tiles if name == "kernel-heads" else kernel_tiles
+    own = heads_tiles if name in ("kernel-heads", "kernel-gather") else kernel_tiles
     tiles = n / (2 * (own[0] if name in KERNELS else tile))  # causal: a key row is read by half the query tiles
     row = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 2 * d)
     q_side = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 4 * d)
-    passes = {"llama": 2, "per-head": 2, "blocked": 2, "kernel-heads": 4}.get(name, 5)
+    passes = {"llama": 2, "per-head": 2, "blocked": 2, "kernel-heads": 4, "kernel-gather": 4}.get(name, 5)
     moved = n * nbytes * (3 * q_side + row * tiles * passes) + accumulator_traffic(name, n, d, *own, nbytes, heads)
     kept = heads * n * n / 2 * 4 if name == "blocked" else 0.0
+    if name == "kernel-gather":  # Σ P on the row chunks' blocks, written by _psum_h (counted there), read once
+        kept = n * n * (1 + 1 / chunks) / 2 * nbytes
+        return moved + kept, kept
     return moved + 2 * kept, kept
 
 
@@ -198,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in PRODUCTS:
             f = flops(name, "fwd", n, d, heads, cc)
             t = f + flops(name, "bwd", n, d, heads, cc)
-            moved, kept = traffic(name, n, d, heads, a.tile, a.bytes, a.kernel_tiles, a.heads_tiles)
+            moved, kept = traffic(name, n, d, heads, a.tile, a.bytes, a.kernel_tiles, a.heads_tiles, cc)
             print(f"| {n} | {name} | {f / 1e9:.1f} | {t / 1e9:.1f} | {t / base_f:.2f} | {moved / 1e9:.2f} | "
                   f"{moved / base_b:.2f} | {kept / 2**30:.2f} |")
     print()
@@ -208,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         rest = 6 * n * (4 * d * d + 3 * d * a.mlp)
         base = flops("llama", "fwd", n, d, heads) + flops("llama", "bwd", n, d, heads)
         ratios = []
-        for name in ("kernel", "kernel-rec", "kernel-heads"):
+        for name in ("kernel", "kernel-rec", "kernel-heads", "kernel-gather"):
             kern = sum(flops(name, ph, n, d, heads, a.causal_chunks) for ph in ("fwd", "bwd"))
             ratios.append(f"{name} vs Llama {(rest + kern) / (rest + base):.2f}x")
         full = sum(n * n * width(w, d // heads, d, a.causal_chunks) for ph in ("fwd", "bwd")

@@ -81,6 +81,14 @@ def models() -> dict[str, BlockConfig]:
         # product 1.5 causal products' FLOPs instead of 1.25
         "full CEM T=1, two causal chunks": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"causal_chunks": 2}), mlp="cem"),
+        # Σ_k P_k gathered by _psum_h and kept for the backward (no atomic head sums; the head's forward in one
+        # pass): 22% fewer bytes per layer than one program per head by cem_flops.py's tile model at N 4k;
+        # docs/cem.md, "head sums gathered"
+        "full CEM T=1, head sums gathered": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather"}), mlp="cem"),
+        "full CEM T=1, head sums gathered (64 × 32)": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather", "block_m": 64, "block_n": 32}),
+            mlp="cem"),
         "full CEM T=1, blocked path": BlockConfig(attention=CEMAttentionConfig(attn_path="blocked"), mlp="cem"),
         "full CEM T=1, fused path": BlockConfig(attention=CEMAttentionConfig(attn_path="fused"), mlp="cem"),
         "paper configuration (T=2, D+LR)": BlockConfig(attention=CEMAttentionConfig(**paper),

@@ -12,7 +12,8 @@
 #                                          (each benchmark with --keep-going: a row that fails is listed, not fatal)
 #   scripts/gpu_checks.sh profile [SECONDS] where the step time goes (benchmarks/gpu_profile.py): the CEM suite at
 #                                          N 1k (with the paper configuration on one program per head; its loop
-#                                          kernels' profile is gpu_profile_1k_83f4ef8.md) and 4k, the Hyper-SET
+#                                          kernels' profile is gpu_profile_1k_83f4ef8.md) and 4k (with the head
+#                                          sums gathered, attn_kernel.head_sums: gather), the Hyper-SET
 #                                          suite; then hyperset_gpu with torch.compile
 #   scripts/gpu_checks.sh graphs [SECONDS]  the speed rows again with every model also as one CUDA graph per step
 #                                          (--cuda-graph: the host's launch overhead gone), and the CUDA tests of
@@ -26,17 +27,19 @@
 #                                          spilling: docs/results/cem/heads_stages.md) at N 1k × B 8 and 4k × B 2,
 #                                          and grid heads vs heads_inner (the launch order) at 4k; the paper
 #                                          configuration's per-head factors (cem_tiles --h-mode stack): loop
-#                                          kernels vs one program per head, 4 and 8 causal chunks, at 1k
+#                                          kernels vs one program per head, 4 and 8 causal chunks, at 1k; the
+#                                          head sums atomic vs gathered (head_sums) at 4k
 #   scripts/gpu_checks.sh next [SECONDS]    one call (~10 min) for what the H100 session of 2026-11-26 17:07 (code
 #                                          5e2ffb8: `session` below) left unmeasured: Hyper-SET's eager rows (the
 #                                          host-time changes of 4fe48e2; the feed-forward as two ops), the training step as a user
 #                                          can run it without host overhead (train.compile 'reduce-overhead'
 #                                          against the eager step captured as one CUDA graph) for Hyper-SET and
 #                                          full CEM T=1, gpu_lm with every step one CUDA graph at 1k and 4k
-#                                          (default launch, heads inner), eager at N 1k the paper
+#                                          (default launch, head sums gathered), eager at N 1k the paper
 #                                          configuration's blocked path (c232cbe) and its per-head factors on
-#                                          one program per head (grid heads), and full CEM T=1 in two
-#                                          causal chunks (second, after Hyper-SET's rows; ~620 s of steps:
+#                                          one program per head (grid heads), and full CEM T=1 with the head
+#                                          sums gathered and in two causal chunks (second, after Hyper-SET's
+#                                          rows; ~630 s of steps:
 #                                          pass `next 590`, the tests last get what is left), then every CUDA
 #                                          test (the regressor's config fixed since; carry the data too)
 #   scripts/gpu_checks.sh plateau [SECONDS] issue 20's "first 1,000 steps" at the paper's size for the plateau's
@@ -152,7 +155,7 @@ if [ "$PHASE" = profile ]; then
     --models "Llama baseline;full CEM T=1 (auto path);paper configuration, one program per head (64 × 32)" \
     --out "$OUT/gpu_profile_cem_1k.md"
   step profile_cem_4k 70 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 --setting 4096x2 \
-    --models "Llama baseline;full CEM T=1 (auto path);full CEM T=1, kernel with one program per head (64 × 32)" \
+    --models "Llama baseline;full CEM T=1 (auto path);full CEM T=1, head sums gathered" \
     --out "$OUT/gpu_profile_cem_4k.md"
   step profile_hyperset 70 $PY benchmarks/gpu_profile.py --suite hyperset --keep-going --rows 25 \
     --out "$OUT/gpu_profile_hyperset.md"
@@ -199,14 +202,14 @@ if [ "$PHASE" = next ]; then   # the eager Hyper-SET rows (host time since 4fe48
   # docs/results/cem/cem_ops_*) and its per-head factors on one program per head (per-head products as batched
   # matmuls; in place of the blocked path's query blocks of 256, whose Triton-free row can wait), and full CEM
   # T=1 with 30 fewer ops per layer (two causal chunks)
-  step gpu_lm_1k 80 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
-    --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, two causal chunks;paper configuration \
-(T=2, D+LR);paper configuration, one program per head (64 × 32);paper configuration, blocked path" \
-    --out "$OUT/gpu_lm_1k.md"
+  step gpu_lm_1k 90 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
+    --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, head sums gathered;full CEM T=1, two \
+causal chunks;paper configuration (T=2, D+LR);paper configuration, one program per head (64 × 32);paper \
+configuration, blocked path" --out "$OUT/gpu_lm_1k.md"
   compiled_steps 160 145
   step gpu_lm_graphs 110 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
-    --repeats 4 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, one program \
-per head, heads launched inner" --out "$OUT/gpu_lm_graphs.md"
+    --repeats 4 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, head sums \
+gathered" --out "$OUT/gpu_lm_graphs.md"
   step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
@@ -223,6 +226,9 @@ if [ "$PHASE" = stages ]; then
   # 4 and 8 causal chunks (the per-head products' FLOPs against their matmuls' count), at N 1k
   step cem_stack_1k 100 $PY benchmarks/cem_tiles.py --h-mode stack --tiles 16x64,64x32 --grid rows,heads \
     --causal-chunks 4,8 --budget 90 --out "$OUT/gpu_tiles_stack_1k.md"
+  # the head sums gathered (_psum_h, kept for the backward) against the atomic ones, at 4k where the kernels dominate
+  step cem_gather_4k 80 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads,heads_inner \
+    --head-sums atomic,gather --n 4096 --batch 2 --budget 70 --out "$OUT/gpu_tiles_gather_4k.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
@@ -237,9 +243,9 @@ if [ "$PHASE" = session ]; then   # the timed benchmarks alone on the GPU first,
     --warmup 2 --keep-going --cuda-graph --models "Hyper-SET;Hyper-SET, attention.impl einsum" \
     --out "$OUT/hyperset_gpu.md"
   step gpu_lm_bf16 170 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
-    --repeats 4 --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, one program per head, \
-heads launched inner;full CEM T=1, one program per head, 2 pipelining stages;paper configuration (T=2, D+LR);\
-paper configuration, one program per head (64 × 32);paper configuration, blocked path" --out "$OUT/gpu_lm.md"
+    --repeats 4 --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, head sums gathered;full \
+CEM T=1, one program per head, heads launched inner;paper configuration (T=2, D+LR);paper configuration, one \
+program per head (64 × 32);paper configuration, blocked path" --out "$OUT/gpu_lm.md"
   ( $PY -m energyformer.cli "${PLATEAU[@]}" > "$W/plateau.txt" 2>&1; echo "rc $?" >> "$W/plateau.txt" ) &
   SUD=$!
   step pytest_cuda 200 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS

@@ -20,7 +20,7 @@ def units(fl, name: str) -> int:
 
 
 @pytest.mark.parametrize("name,expect", [("llama", 7), ("blocked", 12), ("kernel-rec", 24), ("kernel", 26),
-                                         ("kernel-heads", 24)])
+                                         ("kernel-heads", 24), ("kernel-gather", 24)])
 def test_training_flops_are_the_listed_products(fl, name, expect):
     n, d, h = 1024, 768, 12
     assert units(fl, name) == expect
@@ -28,7 +28,7 @@ def test_training_flops_are_the_listed_products(fl, name, expect):
     assert train == pytest.approx(expect * n * n * d)  # N² D per causal D-wide product
 
 
-@pytest.mark.parametrize("name", ["kernel", "kernel-heads"])
+@pytest.mark.parametrize("name", ["kernel", "kernel-heads", "kernel-gather"])
 def test_row_chunks_cut_the_materialised_products_to_one_plus_one_over_c_causal_ones(fl, name):
     n, d, h = 1024, 768, 12
     mat = sum(1 for ph in ("fwd", "bwd") for _, w, _ in fl.PRODUCTS[name][ph] if w == "D")
@@ -52,3 +52,15 @@ def test_traffic_falls_with_the_tiles_a_program_owns(fl):
     heads = [fl.traffic("kernel-heads", n, d, h, 64, 2, heads_tiles=t)[0] for t in ((32, 32), (64, 32), (128, 32))]
     assert heads[0] > heads[1] > heads[2]
     assert fl.traffic("llama", n, d, h, 64, 2)[1] == 0 and fl.traffic("blocked", n, d, h, 64, 2)[1] == h * n * n / 2 * 4
+
+
+def test_gathered_head_sums_move_fewer_bytes_for_the_same_products_and_keep_their_blocks(fl):
+    """head_sums 'gather': the same products as one program per head (one forward pass per head, plus every
+    head's scores in _psum_h), fewer bytes (no atomic Σ P, G read once per tile by _psum_h), and Σ P kept in
+    the operand dtype on the blocks of the row chunks: (1 + 1/c) N²/2 pairs."""
+    n, d, h = 4096, 768, 12
+    units_of = lambda name: sorted(w for ph in ("fwd", "bwd") for _, w, _ in fl.PRODUCTS[name][ph])  # noqa: E731
+    assert units_of("kernel-gather") == units_of("kernel-heads")
+    heads, gather = (fl.traffic(name, n, d, h, 64, 2, chunks=4) for name in ("kernel-heads", "kernel-gather"))
+    assert gather[0] < heads[0] and heads[1] == 0
+    assert gather[1] == n * n * 1.25 / 2 * 2

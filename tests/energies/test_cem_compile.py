@@ -116,3 +116,25 @@ def test_per_head_factors_on_one_program_per_head_fit(case):
         assert used["shared"] <= cem_compile.SHARED_LIMIT_SM90 // 2, (case, name, used)
         if "default" not in case:
             assert used["registers"] < REGISTER_CAP and used["spill_stores"] <= SPILL_BYTES, (case, name, used)
+
+
+#: the head sums gathered (``head_sums: gather``): the one-pass head forward and ``_psum_h``, which walks every
+#: head of a (query tile, batch row) with one (BM, BN) float32 sum in registers
+GATHER_CASES = {
+    "gpt2-small-gathered": dict(heads=12, head_dim=64, dim=768, head_sums="gather", **HEADS_TILES),
+    "gpt2-small-gathered-default": dict(heads=12, head_dim=64, dim=768, head_sums="gather", grid="heads"),
+    "d2048-16x128-gathered": dict(heads=16, head_dim=128, dim=2048, head_sums="gather", **HEADS_TILES),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", GATHER_CASES)
+def test_gathered_head_sums_fit(case):
+    """Within half the shared-memory limit; at GPT-2 small under the register cap without more spilling."""
+    kernels = cem_compile.GRID_KERNELS + cem_compile.GATHER_KERNELS
+    got = compile_or_skip({case: GATHER_CASES[case]}, kernels)[case]
+    assert sorted(got) == sorted(kernels)
+    for name, used in got.items():
+        assert used["shared"] <= cem_compile.SHARED_LIMIT_SM90 // 2, (case, name, used)
+        if case.startswith("gpt2"):
+            assert used["registers"] < REGISTER_CAP and used["spill_stores"] <= SPILL_BYTES, (case, name, used)

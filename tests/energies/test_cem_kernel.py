@@ -50,7 +50,8 @@ def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x, h_mode="
 MODES = {"sum": dict(h_mode="sum", grid="rows"), "sum-recompute": dict(h_mode="sum", shared="recompute"),
          "stack": dict(h_mode="stack", c=True, x=True), "grid": dict(h_mode="sum", x=True, grid="heads"),
          "grid-none": dict(h_mode="none", grid="heads"),
-         "grid-stack": dict(h_mode="stack", c=True, x=True, grid="heads")}
+         "grid-stack": dict(h_mode="stack", c=True, x=True, grid="heads"),
+         "grid-gather": dict(h_mode="sum", x=True, grid="heads", head_sums="gather")}
 
 
 def _mode(name: str) -> tuple[str, bool, bool, dict]:
@@ -82,7 +83,7 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 
 
 @interpreted
-@pytest.mark.parametrize("mode", ["sum", "grid", "grid-none", "grid-stack"])
+@pytest.mark.parametrize("mode", ["sum", "grid", "grid-none", "grid-stack", "grid-gather"])
 @pytest.mark.parametrize("nq,nk,offset,tiles", [
     (40, 40, None, dict(block_m=16, block_n=16)), (37, 45, None, dict(block_m=16, block_n=32, causal_chunks=3)),
     (40, 40, None, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, None, {}),
@@ -128,6 +129,39 @@ def test_heads_inner_launch_order_runs_the_same_arithmetic(monkeypatch, causal, 
     assert len(grids) == 3 and all(g == (bh, n) for n, bh, g in grids)  # _fwd_h, _bwd_d_h, _bwd_kv_h
 
 
+@interpreted
+@pytest.mark.parametrize("has_g", [True, False], ids=["diagonal", "no-diagonal"])
+def test_gathered_head_sums_are_formed_once_and_kept_for_the_backward(monkeypatch, has_g):
+    """``head_sums: gather``: ``_psum_h`` runs once per forward and the backward adds no Σ_k P_k of its own — of
+    the zeroed (B, Nq, Nk) head-sum buffers only Σ_k dS_k's is left (with a shared diagonal), where the atomic
+    form zeroes one for Σ_k P_k in the forward and another in the backward. The result is the dense float64
+    one (the mode's tests above), and the atomic form's to rounding."""
+    zeroed, psum = [], []
+    real_zero = cem_products.zero_blocks
+    monkeypatch.setattr(cem_kernel, "zero_blocks", lambda *a: zeroed.append(a[0]) or real_zero(*a))
+    kern = cem_kernel._kernels(True, "cem_triton_heads.py")
+    real_psum = kern._psum_h
+    monkeypatch.setattr(kern, "_psum_h", type("Spy", (), {"__getitem__": lambda self, grid: (
+        psum.append(grid), real_psum[grid])[1]})())
+    g = torch.Generator().manual_seed(0)
+    t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
+    q, k, ud, hm = t(2, 3, 20, 4), t(2, 3, 20, 4), t(2, 20, 8) if has_g else None, t(2, 20, 8)
+    out = {}
+    for sums in ("atomic", "gather"):
+        zeroed.clear(), psum.clear()
+        oq, hs, _, lse = cem_kernel.cem_attention(q, k, ud, hm, slopes=None, delta=None, key_mask=None, causal=True,
+                                                  offset=0, h_mode="sum", grid="heads", head_sums=sums,
+                                                  block_m=16, block_n=16)
+        n_fwd = len(zeroed)
+        grads = torch.autograd.grad((oq.sum() + hs.square().sum() + lse.sum()), [v for v in (q, k, ud, hm)
+                                                                                  if v is not None])
+        out[sums] = (n_fwd, len(zeroed) - n_fwd, len(psum), [oq, hs, lse, *grads])
+    assert out["atomic"][:3] == (1, 1 + has_g, 0)
+    assert out["gather"][:3] == (0, int(has_g), 1)
+    for a, b in zip(out["gather"][3], out["atomic"][3]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 def test_shared_products_are_materialised_where_there_are_any():
     """KernelTiles.shared = 'materialize' takes effect with a shared diagonal or the head-summed read-out; with
     per-head factors ('stack': one D-wide product per head) only on the one-program-per-head kernels, which
@@ -156,6 +190,11 @@ def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
                       ["grid", "heads", "shared", "recompute", "materialize"])
     config_error_says(cem_kernel.KernelTiles, {"grid": "heads_inner", "shared": "recompute"},
                       ["grid", "heads_inner", "shared", "recompute", "materialize"])
+    config_error_says(cem_kernel.KernelTiles, {"head_sums": "scatter"}, ["head_sums", "scatter", "gather"])
+    config_error_says(cem_kernel.KernelTiles, {"head_sums": "gather", "grid": "rows"},
+                      ["head_sums", "gather", "grid", "rows", "heads"])
+    config_error_says(cem_kernel.KernelTiles, {"head_sums": "gather", "shared": "recompute"},
+                      ["head_sums", "gather", "shared", "recompute", "materialize"])
     with pytest.raises(ConfigError, match="block_m"):
         z = torch.zeros(1, 1, 4, 4)
         cem_kernel.cem_attention(z, z, None, None, slopes=None, delta=None, key_mask=None, causal=True,
@@ -204,6 +243,9 @@ COVERED = [
     dict(precond="diag_low_rank", precond_rank=3, steps=2, masked=True, attn_kernel={"grid": "heads"}),
     dict(precond="diag_low_rank", precond_rank=3, steps=2, causal=False, attn_kernel={"grid": "heads_inner",
                                                                                        "block_m": 32}),
+    # the head sums gathered (one-pass head forward, _psum_h, Σ_k P_k kept for the backward)
+    dict(steps=2, masked=True, attn_kernel={"head_sums": "gather"}),
+    dict(steps=2, causal=False, masked=True, attn_kernel={"head_sums": "gather", "grid": "heads_inner"}),
 ]
 
 
@@ -249,13 +291,15 @@ def test_kernel_energy_and_grad_equal_dense_float64(causal):
 
 
 @interpreted
-@pytest.mark.parametrize("grid,bank", [("rows", False), ("heads", False), ("heads", True)],
-                         ids=["rows", "heads", "heads-paper-bank"])
+@pytest.mark.parametrize("grid,bank", [("rows", False), ("heads", False), ("heads", True), ("gather", False)],
+                         ids=["rows", "heads", "heads-paper-bank", "heads-gathered"])
 def test_kernel_kv_cache_decoding_equals_full_forward(grid, bank):
     """Prefill, decode steps and a chunk at an offset equal the full forward; 'heads-paper-bank': the per-head
-    D+LR bank's per-head factors on one program per head (its per-head buffers' row chunks at an offset)."""
+    D+LR bank's per-head factors on one program per head (its per-head buffers' row chunks at an offset);
+    'heads-gathered': the head sums gathered (their one-head buffer's row chunks at an offset)."""
     paper = dict(precond="diag_low_rank", precond_rank=3) if bank else {}
-    blk = randomised(CEMAttentionConfig(steps=2, attn_path="kernel", attn_kernel={"grid": grid}, **paper), True, 5)
+    launch = {"grid": "heads", "head_sums": "gather"} if grid == "gather" else {"grid": grid}
+    blk = randomised(CEMAttentionConfig(steps=2, attn_path="kernel", attn_kernel=launch, **paper), True, 5)
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     full = blk(x)
     pieces, _ = decode_in_pieces(blk, x, (4, 1, 1, 3))  # prefill, two decode steps, a chunk
@@ -399,7 +443,8 @@ def test_auto_takes_the_kernel_on_cuda_only():
 # ------------------------------------------------------------------------------ compiled kernel (GPU)
 @pytest.mark.cuda
 @pytest.mark.parametrize("launch", [{"grid": "rows"}, {}, {"grid": "heads", "block_m": 64, "block_n": 32},
-                                    {"grid": "heads_inner"}], ids=["rows", "default", "heads-64x32", "heads-inner"])
+                                    {"grid": "heads_inner"}, {"head_sums": "gather", "block_m": 64, "block_n": 32}],
+                         ids=["rows", "default", "heads-64x32", "heads-inner", "gathered-64x32"])
 @pytest.mark.parametrize("paper", [False, True], ids=["default", "paper-config"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper, launch):
@@ -481,8 +526,9 @@ def test_compiled_kernel_kv_cache_decoding_equals_full_forward_on_cuda():
 @interpreted
 @pytest.mark.parametrize("attn", [{}, {"attn_kernel": {"grid": "rows"}},
                                   {"precond": "diag_low_rank", "precond_rank": 2},
-                                  {"precond": "diag_low_rank", "precond_rank": 2, "attn_kernel": {"grid": "heads"}}],
-                         ids=["default", "rows", "paper-bank", "paper-bank-heads"])
+                                  {"precond": "diag_low_rank", "precond_rank": 2, "attn_kernel": {"grid": "heads"}},
+                                  {"attn_kernel": {"head_sums": "gather"}}],
+                         ids=["default", "rows", "paper-bank", "paper-bank-heads", "gathered"])
 def test_compile_keeps_the_kernel_in_one_graph(attn, compiles_like_eager):
     """Under torch.compile the kernel path runs as custom operators (cem_kernel_ops.py): a CEM model (T=2,
     causal, ALiBi, self bias; the default launch, the loop kernels, the paper's per-head D+LR bank with its

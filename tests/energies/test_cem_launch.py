@@ -19,7 +19,7 @@ from energyformer.energies import cem_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src/energyformer/energies"
-LOOP, HEADS = ("_fwd", "_bwd_q", "_bwd_kv"), ("_fwd_h", "_bwd_d_h", "_bwd_kv_h")
+LOOP, HEADS = ("_fwd", "_bwd_q", "_bwd_kv"), ("_fwd_h", "_bwd_d_h", "_bwd_kv_h", "_psum_h")
 OPTIONS = {"num_warps", "num_stages"}  # Triton's launch options, not kernel arguments
 
 
@@ -40,14 +40,15 @@ def test_every_launched_kernel_is_found():
     assert set(KERNELS) == set(LOOP + HEADS) and all(KERNELS.values())
 
 
-@pytest.mark.parametrize("grid", ["rows", "heads", "heads_inner"])
+@pytest.mark.parametrize("grid", ["rows", "heads", "heads_inner", "heads-gather"])
 @pytest.mark.parametrize("hmode", ["none", "sum", "stack"])
 def test_the_launcher_passes_each_kernel_exactly_its_constexprs(grid, hmode):
     import triton.language as tl
 
     q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
-    meta = cem_kernel._launch_args(tl, q, hm, None, True, True, hmode, True, True, False,
-                                   cem_kernel.KernelTiles(grid=grid))
+    tiles = cem_kernel.KernelTiles(grid="heads", head_sums="gather") if grid == "heads-gather" else \
+        cem_kernel.KernelTiles(grid=grid)
+    meta = cem_kernel._launch_args(tl, q, hm, None, True, True, hmode, True, True, False, tiles)
     for name in LOOP + HEADS:
         assert set(cem_kernel.kernel_meta(meta, name)) - OPTIONS == KERNELS[name], name
 

@@ -30,6 +30,7 @@ from pathlib import Path
 KERNELS = ("_fwd", "_bwd_q", "_bwd_kv")
 GRID_KERNELS = ("_fwd_h", "_bwd_d_h", "_bwd_kv_h")  # KernelTiles.grid = 'heads', in cem_triton_heads.py
 STACK_KERNELS = ("_dv_h",)  # per-head factors on one program per head: their value gradients, also there
+GATHER_KERNELS = ("_psum_h",)  # KernelTiles.head_sums = 'gather': Σ_k P_k of every head per tile, also there
 SHARED_LIMIT_SM90 = 232_448  # bytes of shared memory one block may use on H100 / H200 (227 KiB)
 ACC_BUFFERS = {"SLOPES", "DELTA", "C", "M", "L", "LSE", "DLT", "OQ", "HS", "OX", "DQ", "DUD", "DDIAG", "DK",
                "DH", "DX", "DC", "G", "GH"}  # float32 (the accumulation dtype) whatever the operands' dtype
@@ -38,15 +39,16 @@ ACC_BUFFERS = {"SLOPES", "DELTA", "C", "M", "L", "LSE", "DLT", "OQ", "HS", "OX",
 def kernel_file(name: str, loop_file: str | Path) -> Path:
     """The file that holds kernel ``name``: ``loop_file`` (``cem_triton.py`` or another revision's copy)
     or, for the one-program-per-head kernels, ``cem_triton_heads.py`` beside it."""
-    heads = name in GRID_KERNELS + STACK_KERNELS
+    heads = name in GRID_KERNELS + STACK_KERNELS + GATHER_KERNELS
     return Path(loop_file).with_name("cem_triton_heads.py") if heads else Path(loop_file)
 
 
 def signature(fn, constexprs: dict, dtype: str) -> dict:
     """Triton signature of kernel ``fn``: operands in ``dtype`` ('bf16', 'fp32', ...), the accumulation
     buffers in fp32 (with the head sums PS and DSS, which the grid kernels add up atomically — with
-    per-head factors, HMODE 2, PS holds every head's probabilities in the operands' dtype — and ``_dv_h``'s
-    T), the key mask int8, sizes int32 (TOT, a per-head buffer's elements per batch row, int64)."""
+    per-head factors, HMODE 2, PS holds every head's probabilities in the operands' dtype, as the gathered head
+    sums of ``_psum_h`` do — and ``_dv_h``'s T), the key mask int8, sizes int32 (TOT, a per-head buffer's elements
+    per batch row, int64)."""
     acc = ACC_BUFFERS | ({"PS", "DSS", "T"} if fn.__name__ in GRID_KERNELS + STACK_KERNELS else set())
     if constexprs.get("HMODE") == 2 and fn.__name__ in GRID_KERNELS:
         acc = acc - {"PS"}
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("cases", help='JSON {"name": {launch_meta keywords}, ...}')
     ap.add_argument("--kernel-file", default=str(Path(__file__).with_name("cem_triton.py")))
     ap.add_argument("--kernels", default=",".join(KERNELS),
-                    help=f"of {', '.join(KERNELS + GRID_KERNELS + STACK_KERNELS)}")
+                    help=f"of {', '.join(KERNELS + GRID_KERNELS + STACK_KERNELS + GATHER_KERNELS)}")
     ap.add_argument("--no-registers", action="store_true", help="shared memory only (no second ptxas run)")
     a = ap.parse_args(argv)
     os.environ.setdefault("TRITON_INTERPRET", "0")

@@ -189,6 +189,21 @@ class KernelTiles(ConfigModel):
     tile pair timed on an H100 (docs/results/cem/gpu_h100/gpu_tiles_98ac984.md). Bidirectional attention
     always multiplies the whole product."""
 
+    head_sums: Literal["atomic", "gather"] = "atomic"
+    """how one program per head forms the head sum Σ_k P_k of the head-summed read-out (docs/cem.md, "head sums
+    gathered"). 'atomic' (the default until a GPU has timed the two): every head's program adds its normalised
+    probabilities into a (B, Nq, Nk) accumulation-dtype buffer (zeroed on the blocks) in a second pass over the
+    keys, and the backward's key-tile kernel adds them up again. 'gather': the head's forward is one pass
+    (FlashAttention's online rescaling: two per-head products instead of three) and a kernel with one program per
+    (query tile, batch row), ``_psum_h``, recomputes every head's p on each tile (the third product), sums them in
+    registers and stores Σ_k P_k once, in the operand dtype, on the row chunks' blocks — G read once per tile for
+    all heads, no atomic adds and no fill of Σ_k P_k — and the blocks are kept for the backward instead of being
+    added up again: 2 B per (query, key) pair of the blocks per layer call (at 4 chunks 5/8 of N², e.g. 10 MB at
+    N 1,024, B 8). The same FLOPs. Takes effect on one program per head with the head-summed read-out; per-head
+    factors ('stack') store every head's P_k either way. Needs one program per head (``grid`` 'auto', 'heads' or
+    'heads_inner' with ``shared = 'materialize'``): the loop kernels ('rows') sum the heads in registers
+    already."""
+
     def per_head_programs(self, hmode: str) -> bool:
         """Whether the launch runs the one-program-per-head kernels (``grid`` resolved for ``hmode``). With
         per-head factors (h_mode 'stack') only where ``grid`` names them: 'auto' keeps the loop kernels there
@@ -202,6 +217,10 @@ class KernelTiles(ConfigModel):
         if self.grid in ("heads", "heads_inner") and self.shared != "materialize":
             raise ValueError(f"attn_kernel.grid = {self.grid!r} needs attn_kernel.shared = 'materialize' (got "
                              f"{self.shared!r}): one program per head cannot share in-kernel products")
+        if self.head_sums == "gather" and (self.grid == "rows" or self.shared != "materialize"):
+            raise ValueError(f"attn_kernel.head_sums = 'gather' needs one program per head (grid 'auto', 'heads' or "
+                             f"'heads_inner' with shared 'materialize'; got grid {self.grid!r}, shared "
+                             f"{self.shared!r}): the loop kernels sum the heads in registers already")
         return self
 
 
@@ -222,7 +241,7 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
                 BM=tiles.block_m, BN=tiles.block_n, HU=tiles.head_unroll, num_warps=tiles.num_warps,
                 MAT=tiles.shared == "materialize" and (tiles.per_head_programs(hmode) if hmode == "stack"
                                                        else has_g or hmode == "sum"),
-                num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner",
+                num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner", GATHER=int(tiles.head_sums == "gather"),
                 CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
                 HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
@@ -248,13 +267,19 @@ def _geometry(chunks, heads: int, nq: int, causal: bool, tiles: KernelTiles) -> 
 def kernel_meta(meta: dict, name: str) -> dict:
     """``meta`` (:func:`_launch_args`) for kernel ``name``: ``_bwd_kv`` (and ``_bwd_kv_h``) owns key tiles and
     steps through queries, so its BN (keys owned) is ``block_m`` and its BM (query step) ``block_n``; the
-    launch order HI is an argument of the one-program-per-head kernels (``*_h``) only. ``_dv_h`` (per-head
+    launch order HI and GATHER are arguments of the one-program-per-head kernels (``*_h``) only; ``_psum_h`` (the
+    gathered head sums, one program per query tile and batch row) takes the scores' constexprs. ``_dv_h`` (per-head
     factors' value gradients, an elementwise pass) takes its own blocks: 64 key rows × 64 columns of D."""
     if name == "_dv_h":
         return dict(H=meta["H"], D=meta["D"], BJ=DV_ROWS, BD=min(64, meta["BD"]), ACC=meta["ACC"])
+    if name == "_psum_h":
+        keep = ("H", "R", "RP", "BM", "BN", "CAUSAL", "HAS_G", "HAS_ALIBI", "HAS_DELTA", "HAS_KMASK", "PREC", "ACC",
+                "UPCAST", "num_warps", "num_stages")
+        return {k: meta[k] for k in keep if k in meta}
     out = dict(meta, BM=meta["BN"], BN=meta["BM"]) if name in ("_bwd_kv", "_bwd_kv_h") else dict(meta)
     if not name.endswith("_h"):
         out.pop("HI", None)
+        out.pop("GATHER", None)
     return out
 
 
@@ -269,10 +294,17 @@ def _heads_grid(tiles: int, bh: int, meta: dict) -> tuple[int, int]:
     return (bh, tiles) if meta.get("HI") else (tiles, bh)
 
 
+def gathers(tiles: KernelTiles, hmode: str) -> bool:
+    """Whether the launch gathers Σ_k P_k with ``_psum_h`` and keeps it for the backward
+    (``KernelTiles.head_sums``): one program per head with the head-summed read-out."""
+    return tiles.head_sums == "gather" and hmode == "sum" and tiles.per_head_programs(hmode)
+
+
 def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: int, hmode: str,
-              tiles: KernelTiles) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor, Tensor, Tensor]:
-    """(oq, hs or None, ox or None, lse, m, l): the forward launches (m, l: every head's running max and
-    sum, p = e^{s − m} / l, which the backward reads)."""
+              tiles: KernelTiles) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor, Tensor, Tensor, Tensor | None]:
+    """(oq, hs or None, ox or None, lse, m, l, kept or None): the forward launches (m, l: every head's running
+    max and sum, p = e^{s − m} / l, which the backward reads; kept: the gathered Σ_k P_k, (B, one-head buffer) in
+    the operand dtype, for the backward — :func:`gathers`)."""
     B, H, nq, R = q.shape
     nk = k.shape[2]
     acc_dt = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -294,7 +326,10 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid);
     # per-head factors (grid): every head's P_k in the operand dtype, per chunk a (B, rows, H, keys) block
     ps = dummy
-    if meta["MAT"] and hmode == "sum":
+    gather = gathers(tiles, hmode)
+    if gather:  # Σ_k P_k on the chunks' blocks, one after another, every entry written by _psum_h: no fill
+        ps = cem_products.scratch((B, head_block_size(1, chunks)), q, q.dtype)
+    elif meta["MAT"] and hmode == "sum":
         ps = zero_blocks((B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
     elif meta["MAT"] and hmode == "stack":  # every block entry written by _fwd_h (zeros where hidden): no fill
         ps = cem_products.scratch((B, head_block_size(H, chunks)), q, q.dtype)
@@ -303,17 +338,29 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     launch = getattr(kern, name)[_heads_grid(n_qt, B * H, meta) if grid else (n_qt, B)]
     geom = _geometry(chunks, H, nq, causal, tiles) if grid else ()  # the per-head buffers' layout
     launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, *geom, **kernel_meta(meta, name))
+    if gather:  # every head's p summed per tile in registers, stored once (needs every head's final m, l)
+        step, align, _ = geom  # its buffer holds one "head"
+        kern._psum_h[(n_qt, B)](q, k, ins[6], ins[7], ins[8], g, m, l, ps, nq, nk, offset, step, align,
+                                head_block_size(1, chunks), **kernel_meta(meta, "_psum_h"))
     del g
-    if meta["MAT"] and hmode == "sum":
+    if gather:
+        hs = rows_mm(gathered_blocks(ps, chunks), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
+    elif meta["MAT"] and hmode == "sum":
         hs = rows_mm(chunk_blocks(ps, chunks, q.dtype), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
     elif meta["MAT"] and hmode == "stack":  # Σ_k c_k ∘ (P_k H) = [P_1 … P_H] [c_1 ∘ H; …; c_H ∘ H], (B, Nq, D)
         hs = heads_rows_mm(ps, hm, c.to(acc_dt), q.dtype, acc_dt, chunks)
-    return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse, m, l
+    return oq, (hs if hmode != "none" else None), (ox if x is not None else None), lse, m, l, (ps if gather else None)
 
 
-def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, glse, causal: bool, offset: int,
+def gathered_blocks(ps: Tensor, chunks) -> list[Tensor]:
+    """The chunks' (B, rows, keys) blocks of a gathered Σ_k P_k (:func:`gathers`; views)"""
+    return [blk.flatten(2) for blk in head_blocks(ps, 1, chunks)]
+
+
+def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, gox, glse, causal: bool, offset: int,
               hmode: str, tiles: KernelTiles) -> tuple:
-    """(dq, dk, d(ud), dh, dx, dc, dδ), None where the input is None; an output's gradient may be None."""
+    """(dq, dk, d(ud), dh, dx, dc, dδ), None where the input is None; an output's gradient may be None. kept: the
+    forward's gathered Σ_k P_k (:func:`gathers`) or None."""
     B, H, nq, R = q.shape
     nk = k.shape[2]
     acc_dt = m.dtype
@@ -347,7 +394,7 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
     g = pair_mm(ud, hm.mT, acc_dt, chunks) if mat and ud is not None else dummy
     gh = pair_mm(ghs, hm.mT, acc_dt, chunks) if mat and hsum else dummy
     dss = pair() if mat and ud is not None else dummy
-    ps = pair() if mat and hsum else dummy
+    ps = pair() if mat and hsum and kept is None else dummy  # gathered: the forward's, kept
     if hstack:  # per head, per chunk (B, rows, H, keys): (dHs ∘ c_k) Hᵀ = dHs (c_k ∘ H)ᵀ, one matmul; and every
         # head's P_k keys first (B, keys, H, rows), every block entry written by _bwd_kv_h (zeros where hidden)
         gh = heads_pair_mm(ghs, hm, c.to(acc_dt), q.dtype, acc_dt, chunks)
@@ -373,7 +420,8 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, goq, ghs, gox, gls
         dud = rows_mm(dss, hm, acc_dt, chunks)
         dh = added(dh, cols_mm(dss, ud, acc_dt, chunks, nk))
     if mat and hsum:
-        dh = added(dh, cols_mm(chunk_blocks(ps, chunks, q.dtype), ghs, acc_dt, chunks, nk))
+        psb = gathered_blocks(kept, chunks) if kept is not None else chunk_blocks(ps, chunks, q.dtype)
+        dh = added(dh, cols_mm(psb, ghs, acc_dt, chunks, nk))
     if hstack:  # per row chunk t_k = P_kᵀ dHs (B, ke, H, D), one matmul; _dv_h: dh += Σ_k c_k ∘ t_k, dc_k += Σ h ∘ t_k
         dh = new(hm.shape) if dh is None else dh
         dc = new(1, 1, H, meta["D"])  # (1, 1, H, D): summed below as the loop kernels' parts are
@@ -400,9 +448,10 @@ class _CEMAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode, tiles):
-        oq, hs, ox, lse, m, l = _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode, tiles)
+        oq, hs, ox, lse, m, l, kept = _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode,
+                                                tiles)
         # not the outputs: saving oq would keep a float32 (B, H, Nq, Dr) per call alive
-        ctx.save_for_backward(q, k, ud, hm, x, c, delta, slopes, kmask, m, l)
+        ctx.save_for_backward(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept)
         ctx.args = causal, offset, hmode, tiles
         return oq, hs, ox, lse
 
@@ -416,7 +465,7 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
                   h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
                   block_m: int = 16, block_n: int = 64, block_d: int = 64, num_warps: int = 4,
                   num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "auto",
-                  causal_chunks: int = 4, tiles: KernelTiles | None = None
+                  causal_chunks: int = 4, head_sums: str = "atomic", tiles: KernelTiles | None = None
                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
 
@@ -426,13 +475,13 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
     x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
     hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
-    block_m … causal_chunks: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it), or
+    block_m … head_sums: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it), or
     ``tiles``, an already validated launch, which replaces them (what the energy passes: no validation per
     call, and nothing that torch.compile cannot trace)."""
     if tiles is None:
         tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
                             num_stages=num_stages, head_unroll=head_unroll, shared=shared, grid=grid,
-                            causal_chunks=causal_chunks)
+                            causal_chunks=causal_chunks, head_sums=head_sums)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")

@@ -59,7 +59,7 @@ def _tiles_module():
 
 _t = _tiles_module()
 _mm, _tile, _put, _scores, _shared, _key_end = _t._mm, _t._tile, _t._put, _t._scores, _t._shared, _t._key_end
-_pair_ptrs, _online_row, _dp_x = _t._pair_ptrs, _t._online_row, _t._dp_x
+_pair_ptrs, _pair_tile, _online_row, _dp_x = _t._pair_ptrs, _t._pair_tile, _t._online_row, _t._dp_x
 
 
 @triton.jit
@@ -169,62 +169,149 @@ def _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rma
 
 
 @triton.jit
+def _one_pass(Q, K, UD, HM, X, SLOPES, DELTA, KMASK, G, OQ, OX, LSE, M, L, pid, b, hh, bh, rows, rmask, kend,
+              Nq, Nk, offset, H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
+              BD: tl.constexpr, EP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, MAT: tl.constexpr,
+              CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr,
+              HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
+              UPCAST: tl.constexpr):
+    """``_fwd_h`` in one pass over the keys (FlashAttention's forward), where no normalised probability has to
+    leave the program: oq, ox accumulated with the running max m and rescaled by e^{m − m'} when it grows, divided
+    by the final sum l at the end; stores lse and the final m, l (as the two-pass form: the backward's
+    p = e^{s − m}/l). Two per-head products instead of three."""
+    m = tl.full((BM,), float("-inf"), ACC)
+    l = tl.zeros((BM,), ACC)
+    oq = tl.zeros((BM, RP), ACC)
+    ox = tl.zeros((BM, EP), ACC)
+    for start in range(0, kend, BN):
+        cols = start + tl.arange(0, BN)
+        cmask = cols < Nk
+        g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
+                       PREC, ACC, UPCAST)
+        s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
+                            H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # nothing visible yet: every e^{s − 0} is 0
+        alpha = tl.exp(m - m_safe)
+        pt = tl.exp(s - m_safe[:, None])  # (BM, BN), at most 1
+        l = l * alpha + tl.sum(pt, 1)
+        oq = oq * alpha[:, None] + _mm(pt.to(kh.dtype), kh, PREC, ACC, UPCAST)
+        if HAS_X:
+            xh = _tile(X, bh, cols, Nk, E, EP, cmask)
+            ox = ox * alpha[:, None] + _mm(pt.to(xh.dtype), xh, PREC, ACC, UPCAST)
+        m = m_new
+    tl.store(LSE + bh * Nq + rows, tl.where(l > 0, m + tl.log(tl.where(l > 0, l, 1.0)), float("-inf")), mask=rmask)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    l = tl.where(l > 0, l, 1.0)
+    tl.store(M + bh * Nq + rows, m, mask=rmask)
+    tl.store(L + bh * Nq + rows, l, mask=rmask)
+    _put(OQ, bh, rows, Nq, R, RP, rmask, oq / l[:, None], False)
+    if HAS_X:
+        _put(OX, bh, rows, Nq, E, EP, rmask, ox / l[:, None], False)
+
+
+@triton.jit
 def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, L, Nq, Nk, offset, STEP, ALIGN, TOT,
            H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
            BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-           HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr,
+           HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr, GATHER: tl.constexpr,
            CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
            HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
            ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per (query tile, batch row × head): pass 1 → lse, m, l of the head; pass 2 → oq, ox (stored once)
-    and, with the head-summed read-out, p added into PS (accumulation dtype, zeroed by the launcher)."""
+    and, with the head-summed read-out, p added into PS (accumulation dtype, zeroed by the launcher). Where
+    no probability leaves the program (no h read-out, or GATHER: ``_psum_h`` forms Σ_k P_k), one pass:
+    :func:`_one_pass`."""
     pid, b, hh, bh = _program(H, HI, CAUSAL)
     rows = pid * BM + tl.arange(0, BM)
     rmask = rows < Nq
     kend = _key_end(pid, Nk, offset, BM, CAUSAL)
-    m = tl.full((BM,), float("-inf"), ACC)
-    l = tl.zeros((BM,), ACC)
-    for start in range(0, kend, BN):  # pass 1: the head's running max and sum
-        cols = start + tl.arange(0, BN)
-        cmask = cols < Nk
-        g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
-                       PREC, ACC, UPCAST)
-        s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
-                            H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
-        m, l = _online_row(s, m, l)
-    tl.store(LSE + bh * Nq + rows, tl.where(l > 0, m + tl.log(tl.where(l > 0, l, 1.0)), float("-inf")), mask=rmask)
-    m = tl.where(m == float("-inf"), 0.0, m)  # p = e^{s − m} / l (see _fwd)
-    l = tl.where(l > 0, l, 1.0)
-    tl.store(M + bh * Nq + rows, m, mask=rmask)
-    tl.store(L + bh * Nq + rows, l, mask=rmask)
-    oq = tl.zeros((BM, RP), ACC)
-    ox = tl.zeros((BM, EP), ACC)
-    for start in range(0, kend, BN):  # pass 2: normalised probabilities
-        cols = start + tl.arange(0, BN)
-        cmask = cols < Nk
-        g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
-                       PREC, ACC, UPCAST)
-        s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
-                            H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
-        p = tl.exp(s - m[:, None]) / l[:, None]
-        oq += _mm(p.to(kh.dtype), kh, PREC, ACC, UPCAST)
-        if HAS_X:
-            xh = _tile(X, bh, cols, Nk, E, EP, cmask)
-            ox += _mm(p.to(xh.dtype), xh, PREC, ACC, UPCAST)
-        if HMODE == 1:  # Σ_k P_k over the heads' programs; (Σ_k P_k) H is one matmul in the launcher
-            _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
-        if HMODE == 2:  # P_k itself; Σ_k c_k ∘ (P_k H) is one matmul in the launcher
-            _store_head_p(PS, p, b, hh, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H,
-                          False)
-    if HMODE == 2:  # the chunk's keys past this tile's last visible one: zeros (the launcher reads the block)
-        ke = _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN)
-        for start in range(tl.cdiv(kend, BN) * BN, ke, BN):
+    if HMODE == 0 or (HMODE == 1 and GATHER):
+        _one_pass(Q, K, UD, HM, X, SLOPES, DELTA, KMASK, G, OQ, OX, LSE, M, L, pid, b, hh, bh, rows, rmask, kend,
+                  Nq, Nk, offset, H, R, D, E, RP, BD, EP, BM, BN, MAT, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
+                  HAS_KMASK, PREC, ACC, UPCAST)
+    else:
+        m = tl.full((BM,), float("-inf"), ACC)
+        l = tl.zeros((BM,), ACC)
+        for start in range(0, kend, BN):  # pass 1: the head's running max and sum
             cols = start + tl.arange(0, BN)
-            _store_head_p(PS, tl.zeros((BM, BN), ACC), b, hh, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset,
-                          STEP, ALIGN, TOT, H, False)
-    _put(OQ, bh, rows, Nq, R, RP, rmask, oq, False)
-    if HAS_X:
-        _put(OX, bh, rows, Nq, E, EP, rmask, ox, False)
+            cmask = cols < Nk
+            g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
+                           PREC, ACC, UPCAST)
+            s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
+                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+            m, l = _online_row(s, m, l)
+        lse = tl.where(l > 0, m + tl.log(tl.where(l > 0, l, 1.0)), float("-inf"))
+        tl.store(LSE + bh * Nq + rows, lse, mask=rmask)
+        m = tl.where(m == float("-inf"), 0.0, m)  # p = e^{s − m} / l (see _fwd)
+        l = tl.where(l > 0, l, 1.0)
+        tl.store(M + bh * Nq + rows, m, mask=rmask)
+        tl.store(L + bh * Nq + rows, l, mask=rmask)
+        oq = tl.zeros((BM, RP), ACC)
+        ox = tl.zeros((BM, EP), ACC)
+        for start in range(0, kend, BN):  # pass 2: normalised probabilities
+            cols = start + tl.arange(0, BN)
+            cmask = cols < Nk
+            g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
+                           PREC, ACC, UPCAST)
+            s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
+                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+            p = tl.exp(s - m[:, None]) / l[:, None]
+            oq += _mm(p.to(kh.dtype), kh, PREC, ACC, UPCAST)
+            if HAS_X:
+                xh = _tile(X, bh, cols, Nk, E, EP, cmask)
+                ox += _mm(p.to(xh.dtype), xh, PREC, ACC, UPCAST)
+            if HMODE == 1:  # Σ_k P_k over the heads' programs; (Σ_k P_k) H is one matmul in the launcher
+                _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
+            if HMODE == 2:  # P_k itself; Σ_k c_k ∘ (P_k H) is one matmul in the launcher
+                _store_head_p(PS, p, b, hh, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H,
+                              False)
+        if HMODE == 2:  # the chunk's keys past this tile's last visible one: zeros (the launcher reads the block)
+            ke = _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN)
+            for start in range(tl.cdiv(kend, BN) * BN, ke, BN):
+                cols = start + tl.arange(0, BN)
+                _store_head_p(PS, tl.zeros((BM, BN), ACC), b, hh, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk,
+                              offset, STEP, ALIGN, TOT, H, False)
+        _put(OQ, bh, rows, Nq, R, RP, rmask, oq, False)
+        if HAS_X:
+            _put(OX, bh, rows, Nq, E, EP, rmask, ox, False)
+
+
+@triton.jit
+def _psum_h(Q, K, SLOPES, DELTA, KMASK, G, M, L, PS, Nq, Nk, offset, STEP, ALIGN, TOT,
+            H: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+            CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr,
+            HAS_KMASK: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """Σ_k P_k gathered (``KernelTiles.head_sums = 'gather'``): per (query tile, batch row), every key tile it
+    sees once, the shared tile G loaded once and every head's p = e^{s − m}/l (``_fwd_h``'s final m, l) summed in
+    registers; stored once, in PS's dtype (the operands'), into the row chunk's block of a one-head buffer
+    (:func:`_head_pair_ptrs` with H = 1: per batch row each chunk's (rows, keys) block, one after another), zeros
+    on the block's keys past the tile's last visible one — every entry of the blocks written, no atomics and no
+    fill. One per-head product (the scores) per head, as ``_fwd_h``'s second pass had."""
+    pid = tl.program_id(0)
+    b = tl.program_id(1)
+    rows = pid * BM + tl.arange(0, BM)
+    rmask = rows < Nq
+    kend = _key_end(pid, Nk, offset, BM, CAUSAL)
+    for start in range(0, kend, BN):
+        cols = start + tl.arange(0, BN)
+        cmask = cols < Nk
+        g = tl.zeros((BM, BN), ACC)
+        if HAS_G:
+            g = _pair_tile(G, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
+        ps = tl.zeros((BM, BN), ACC)
+        for hh in range(0, H):
+            s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
+                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+            m = tl.load(M + (b * H + hh) * Nq + rows, mask=rmask, other=0.0)
+            l = tl.load(L + (b * H + hh) * Nq + rows, mask=rmask, other=1.0)
+            ps += tl.exp(s - m[:, None]) / l[:, None]
+        _store_head_p(PS, ps, b, 0, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, 1, False)
+    ke = _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN)
+    for start in range(tl.cdiv(kend, BN) * BN, ke, BN):  # the block's keys no query of this tile sees
+        cols = start + tl.arange(0, BN)
+        _store_head_p(PS, tl.zeros((BM, BN), ACC), b, 0, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset,
+                      STEP, ALIGN, TOT, 1, False)
 
 
 @triton.jit
@@ -232,7 +319,7 @@ def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GO
              ALIGN, TOT,
              H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
              BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-             HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr,
+             HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr, GATHER: tl.constexpr,
              CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
              HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
              ACC: tl.constexpr, UPCAST: tl.constexpr):
@@ -263,12 +350,13 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
               DDIAG, Nq, Nk, offset, STEP, ALIGN, TOT,
               H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
               BD: tl.constexpr, EP: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-              HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr,
+              HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr, GATHER: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
               HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
               ACC: tl.constexpr, UPCAST: tl.constexpr):
     """Per (key tile, batch row × head), over the query tiles that see it: dk, dx (registers, stored once);
-    dq_k += dS_k K_k, DSS += dS_k, PS += P_k (atomic adds; DQ, DSS, PS zeroed by the launcher); the
+    dq_k += dS_k K_k, DSS += dS_k, PS += P_k (atomic adds; DQ, DSS, PS zeroed by the launcher; with GATHER no
+    PS: the launcher kept the forward's); the
     self-bias gradient Σ_j [j = i] dS_ijk into DDIAG (B, H, Nq), written by the program whose tile holds
     key position offset + i."""
     pid, b, hh, bh = _program(H, HI, False)  # key tiles: the first is the longest
@@ -307,7 +395,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
                       mask=rmask[:, None] & (rr < R)[None, :], sem="relaxed")
         if HAS_G:
             _add_pair(DSS, b, rows, cols, rmask, cmask, Nq, Nk, ds)
-        if HMODE == 1:
+        if HMODE == 1 and GATHER == 0:  # (GATHER: the forward's Σ_k P_k, kept)
             _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
         if HMODE == 2:  # P_k keys first; P_kᵀ dHs (dh, dc_k) is one matmul in the launcher
             _store_head_p(PS, p, b, hh, r0, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H, True)
