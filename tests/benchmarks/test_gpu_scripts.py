@@ -39,8 +39,8 @@ def test_cem_tiles_tiny_times_each_variant_through_the_interpreter(tmp_path, cap
     assert "| 16×64 | 1 | 4 | materialize | rows | " in out.read_text()
     assert bench.parse_tiles("32x64w8,16x16", "1", 4) == [(32, 64, 1, 8, "materialize", "rows", 4, 1, "atomic"),
                                                          (16, 16, 1, 4, "materialize", "rows", 4, 1, "atomic")]
-    assert bench.parse_tiles("16x16", "1", 4, causal_chunks="4,8") == [(16, 16, 1, 4, "materialize", "rows", 4, 1, "atomic"),
-                                                                        (16, 16, 1, 4, "materialize", "rows", 8, 1, "atomic")]
+    assert bench.parse_tiles("16x16", "1", 4, causal_chunks="4,8") == [
+        (16, 16, 1, 4, "materialize", "rows", 4, 1, "atomic"), (16, 16, 1, 4, "materialize", "rows", 8, 1, "atomic")]
     assert bench.parse_tiles("64x32", "1", 4, grid="heads", num_stages="1,3") == [
         (64, 32, 1, 4, "materialize", "heads", 4, 1, "atomic"), (64, 32, 1, 4, "materialize", "heads", 4, 3, "atomic")]
     # one program per head: only with materialised products, no head loop to unroll
@@ -77,7 +77,8 @@ def test_cem_tiles_times_gathered_head_sums_beside_the_atomic_ones(capsys):
     bench.main(["--tiny", "--tiles", "16x64", "--grid", "heads", "--head-sums", "atomic,gather", "--no-sdpa"])
     text = capsys.readouterr().out
     assert "not built" not in text
-    default = next(r for r in text.splitlines() if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | atomic"))
+    default = next(r for r in text.splitlines()
+                   if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | atomic"))
     assert default.endswith("| 1.00 [1.00, 1.00] |")
     assert re.search(r"\| 16×64 \| 1 \| 4 \| materialize \| heads \| 4 \| 1 \| gather \| \d", text)
 

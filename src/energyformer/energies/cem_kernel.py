@@ -23,7 +23,11 @@ dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs). Per-head running state lives in the
 program owns row-wise (no atomics) — ``KernelTiles.grid = 'rows'``. ``grid = 'heads'`` runs instead one
 program per head (``cem_triton_heads.py``: FlashAttention's grid, accumulators in registers, the head sums
 and dq added up atomically, backward without the query-tile pass b; docs/cem.md, "one program per head");
-the default ``'auto'`` takes it wherever it applies (faster on an H100, see :class:`KernelTiles`).
+the default ``'auto'`` takes it wherever it applies (faster on an H100, see :class:`KernelTiles`). There, with
+``KernelTiles.head_sums = 'gather'``, a head's forward is one pass and Σ_k P_k is summed over the heads in
+registers by a kernel with one program per (query tile, batch row) and kept for the backward, instead of being
+added up atomically in both (docs/cem.md, "head sums gathered"); without an h read-out the head's forward is
+one pass either way.
 
 Scores, softmax and accumulators run in float32 (float64 for float64 inputs); bf16 inputs are
 multiplied in bf16 with float32 accumulation; float32 products use IEEE (no TF32). On CPU the kernels
@@ -170,8 +174,8 @@ class KernelTiles(ConfigModel):
     factors on one program per head"; about 2 + 4 + 2 B of transient memory per (query, key) pair and head of
     the blocks) instead of the loop kernels' D-wide float32 accumulators; 'auto' keeps 'rows' for them until
     a GPU has timed the two. 'auto' (recommended): 'heads' where it applies (materialised products, no
-    per-head factors), else 'rows'. Measured on one H100 (bf16, GPT-2 small, B 8; docs/results/cem/gpu_h100/): at the default
-    tiles the 'heads' kernels' forward + backward took 0.82x [0.71, 0.89] the 'rows' time at N 1,024; with
+    per-head factors), else 'rows'. Measured on one H100 (bf16, GPT-2 small, B 8; docs/results/cem/gpu_h100/): at
+    the default tiles the 'heads' kernels' forward + backward took 0.82x [0.71, 0.89] the 'rows' time at N 1,024; with
     64 x 32 tiles the whole model trained at 0.68x Llama's tokens/s vs 0.64x for 'rows' at N 1,024, and
     0.42x vs 0.26x at N 4,096 (gpu_lm_98ac984.md); at the default tiles, each step one CUDA graph, 0.64x vs
     0.46x (N 1,024) and 0.33x vs 0.22x (N 4,096) (gpu_lm_graphs_fef18e0.md). 'heads_inner': the programs

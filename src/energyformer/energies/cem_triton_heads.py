@@ -17,10 +17,16 @@ Kernels (constexprs as in ``cem_triton.py``, and HI: the launch order of :func:`
 wherever there is a shared or per-head product):
 
 * ``_fwd_h``: pass 1 → m, l, lse of the head; pass 2 → oq, ox in registers (p = e^{s − m}/l, the same
-  arithmetic as ``_fwd``) and p added into PS — or, with per-head factors (HMODE 2), stored per head into
+  arithmetic as ``_fwd``) and p added into PS — or, where no probability leaves the program (no h read-out, or
+  the head sums gathered: GATHER), one pass with FlashAttention's rescaling (:func:`_one_pass`) — or, with
+  per-head factors (HMODE 2), stored per head into
   PS, a per-head buffer (per batch row each causal row chunk's (rows, H, keys) block: :func:`_chunk_at`),
   zeros where hidden (every entry of the blocks written), for the launcher's one matmul per chunk
   Σ_k c_k ∘ (P_k H) = [P_1 … P_H] [c_1 ∘ H; …; c_H ∘ H];
+* ``_psum_h`` (GATHER, ``KernelTiles.head_sums = 'gather'``): one program per (query tile, batch row) sums every
+  head's p on each key tile in registers, G loaded once per tile, and stores Σ_k P_k once in the operand dtype on
+  the row chunks' blocks (a one-head buffer, :func:`_head_pair_ptrs`), which the launcher keeps for the backward:
+  no atomic adds of P in either direction;
 * ``_bwd_d_h``: Δ_k = Σ_j p dP per query tile (added to DLT, which holds −g_lse), from the very p and dP
   the key-tile kernel uses (see ``_bwd_q``);
 * ``_bwd_kv_h``: per key tile, dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and dx_k = P_kᵀ dOx_k in registers; dq_k,
