@@ -124,7 +124,8 @@ def flops(name: str, phase: str, n: int, d: int, heads: int, chunks: int = 4) ->
     return sum(n * n * width(w, r, d, chunks) * (heads if per_head else 1) for _, w, per_head in PRODUCTS[name][phase])
 
 
-def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes: int, heads: int = 1) -> float:
+def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes: int, heads: int = 1,
+                        gbytes: int = 4) -> float:
     """Bytes the kernels move through their read-modify-write float32 accumulators and N × N buffers.
 
     Every (owned tile, step tile) pair of a causal pass (N² / (2 · owned · step) of them) reads and
@@ -139,7 +140,9 @@ def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes
     ``step`` query rows × D floats per pair); the three float32 sum buffers are zeroed, and rounded to
     ``nbytes`` once before their matmuls. ``kernel-gather``: every head's program reads G in one forward pass
     and G and dHs Hᵀ in two backward passes, and adds only dS atomically (and dq); ``_psum_h`` reads the G tile
-    once for all heads and writes Σ P once in ``nbytes``; only Σ dS is zeroed and rounded."""
+    once for all heads and writes Σ P once in ``nbytes``; only Σ dS is zeroed and rounded. ``gbytes``: bytes per
+    element of the stored G and dHs Hᵀ that one program per head reads (4: float32, ``shared_dtype:
+    accumulation``; 2: bf16, ``shared_dtype: operand``)."""
     pairs = n * n / (2 * owned * step)
     tile = owned * step
     if name == "kernel-rec":
@@ -148,17 +151,17 @@ def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes
         per_pair = 8 * d * owned * 3 + tile * (4 * 2 + 4 * 6 + nbytes * 3)
         return pairs * per_pair + n * n * (4 * 3 + nbytes * (4 + 3))
     if name == "kernel-heads":
-        per_pair = heads * tile * (4 * 6 + 4 * 3) + 4 * step * d
-        return pairs * per_pair + n * n * (4 * 3 + 4 * 3 + 3 * (4 + nbytes) + nbytes * 4)
+        per_pair = heads * tile * (gbytes * 6 + 4 * 3) + 4 * step * d
+        return pairs * per_pair + n * n * (gbytes * 3 + 4 * 3 + 3 * (4 + nbytes) + nbytes * 4)
     if name == "kernel-gather":
-        per_pair = heads * tile * (4 * 5 + 4 * 1) + tile * (4 + nbytes) + 4 * step * d
-        return pairs * per_pair + n * n * (4 * 3 + 4 * 1 + 1 * (4 + nbytes) + nbytes * 4)
+        per_pair = heads * tile * (gbytes * 5 + 4 * 1) + tile * (gbytes + nbytes) + 4 * step * d
+        return pairs * per_pair + n * n * (gbytes * 3 + 4 * 1 + 1 * (4 + nbytes) + nbytes * 4)
     return 0.0
 
 
 def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int,
             kernel_tiles: tuple[int, int] = (16, 64), heads_tiles: tuple[int, int] = (64, 32),
-            chunks: int = 4) -> tuple[float, float]:
+            chunks: int = 4, gbytes: int = 4) -> tuple[float, float]:
     """(bytes moved by one training step's core, bytes of N² tensors kept for backward).
 
     Tile model: the per-token rows each formulation streams (Llama: K, V = 2D; per-head: every head's
@@ -169,14 +172,16 @@ def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int,
     times. The blocked path also writes its float32 probabilities once and reads them once; the kernels
     add :func:`accumulator_traffic` at their tiles (owned, stepped): ``kernel_tiles`` for the loop
     kernels, ``heads_tiles`` for one program per head (and the gathered head sums, which keep Σ P in ``nbytes``
-    on the blocks of ``chunks`` row chunks, (1 + 1/chunks) N²/2 pairs, and read it once in backward)."""
+    on the blocks of ``chunks`` row chunks, (1 + 1/chunks) N²/2 pairs, and read it once in backward); ``gbytes``:
+    :func:`accumulator_traffic`'s."""
     r = d // heads
     own = heads_tiles if name in ("kernel-heads", "kernel-gather") else kernel_tiles
     tiles = n / (2 * (own[0] if name in KERNELS else tile))  # causal: a key row is read by half the query tiles
     row = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 2 * d)
     q_side = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 4 * d)
     passes = {"llama": 2, "per-head": 2, "blocked": 2, "kernel-heads": 4, "kernel-gather": 4}.get(name, 5)
-    moved = n * nbytes * (3 * q_side + row * tiles * passes) + accumulator_traffic(name, n, d, *own, nbytes, heads)
+    moved = n * nbytes * (3 * q_side + row * tiles * passes) + accumulator_traffic(name, n, d, *own, nbytes, heads,
+                                                                                    gbytes)
     kept = heads * n * n / 2 * 4 if name == "blocked" else 0.0
     if name == "kernel-gather":  # Σ P on the row chunks' blocks, written by _psum_h (counted there), read once
         kept = n * n * (1 + 1 / chunks) / 2 * nbytes
@@ -198,12 +203,15 @@ def main(argv: list[str] | None = None) -> None:
                     help="row chunks of the materialised shared products (attn_kernel.causal_chunks; 1: whole N × N)")
     ap.add_argument("--heads-tiles", type=int, nargs=2, default=(64, 32), metavar=("OWNED", "STEP"),
                     help="block_m and block_n of one program per head (attn_kernel.grid: heads)")
+    ap.add_argument("--shared-bytes", type=int, choices=(2, 4), default=4,
+                    help="bytes per element of the stored G, dHs Hᵀ one program per head reads (attn_kernel."
+                         "shared_dtype: 4 accumulation, 2 operand under bf16)")
     a = ap.parse_args(argv)
     d, heads = a.dim, a.heads
     print(f"attention core of one layer, B = 1, causal, D = {d}, H = {heads}, D_r = {d // heads}, "
           f"{a.bytes}-byte operands, query tile {a.tile}; kernels' tiles {a.kernel_tiles[0]} owned × "
           f"{a.kernel_tiles[1]} stepped, one program per head {a.heads_tiles[0]} × {a.heads_tiles[1]}; shared "
-          f"products in {a.causal_chunks} row chunk(s)")
+          f"products in {a.causal_chunks} row chunk(s), stored in {a.shared_bytes} B for one program per head")
     for name, ph in PRODUCTS.items():
         print(f"  {name:12s} fwd {len(ph['fwd'])} products, bwd {len(ph['bwd'])}: "
               + "; ".join(p for p, _, _ in ph["fwd"]) + " | " + "; ".join(p for p, _, _ in ph["bwd"]))
@@ -217,7 +225,8 @@ def main(argv: list[str] | None = None) -> None:
         for name in PRODUCTS:
             f = flops(name, "fwd", n, d, heads, cc)
             t = f + flops(name, "bwd", n, d, heads, cc)
-            moved, kept = traffic(name, n, d, heads, a.tile, a.bytes, a.kernel_tiles, a.heads_tiles, cc)
+            moved, kept = traffic(name, n, d, heads, a.tile, a.bytes, a.kernel_tiles, a.heads_tiles, cc,
+                                  a.shared_bytes)
             print(f"| {n} | {name} | {f / 1e9:.1f} | {t / 1e9:.1f} | {t / base_f:.2f} | {moved / 1e9:.2f} | "
                   f"{moved / base_b:.2f} | {kept / 2**30:.2f} |")
     print()

@@ -7,7 +7,8 @@ stepped, optionally with its own warps) × head-loop unroll factor × how the sh
 (``shared``: materialised by batched matmuls or recomputed in the kernels) × what a program owns
 (``grid``: rows of every head, or rows of one head; 'heads' only with materialised products) × the row
 chunks of the materialised products under the causal mask (``causal_chunks``) × how one program per head forms
-the head sum Σ_k P_k (``head_sums``: atomic adds, or gathered by ``_psum_h`` and kept) × Triton's software-pipelining
+the head sum Σ_k P_k (``head_sums``: atomic adds, or gathered by ``_psum_h`` and kept) × the dtype the shared
+products are stored in (``shared_dtype``) × Triton's software-pipelining
 stages (``num_stages``; at GPT-2 small the one-program-per-head kernels compile without spilling at 2 and 3
 stages for 16 × 64, 64 × 32 and 128 × 32 on 8 warps: ``docs/results/cem/heads_stages.md``) — is
 timed forward + backward, the variants interleaved and repeated (median [min, max] ms, and the ratio
@@ -26,6 +27,7 @@ per head").
 Usage (GPU):  python benchmarks/cem_tiles.py --out docs/results/cem/gpu_tiles.md [--n 1024] [--batch 8]
               [--tiles 16x16,16x64,32x64w8] [--head-unroll 1,2] [--shared materialize,recompute]
               [--grid rows,heads] [--causal-chunks 4,8] [--h-mode sum|stack] [--head-sums atomic,gather]
+              [--shared-dtype accumulation,operand]
               [--num-stages 1,2,3] [--block-d 64] [--num-warps 4]   # the rest of the launch (KernelTiles)
               python benchmarks/cem_tiles.py --tiny   # CPU smoke run through Triton's interpreter
 """
@@ -61,30 +63,34 @@ class Variant(NamedTuple):
     causal_chunks: int = 4
     num_stages: int = 1
     head_sums: str = "atomic"
+    shared_dtype: str = "accumulation"
 
     def label(self) -> str:
         return (f"| {self.block_m}×{self.block_n} | {self.head_unroll} | {self.num_warps} | {self.shared} "
-                f"| {self.grid} | {self.causal_chunks} | {self.num_stages} | {self.head_sums} |")
+                f"| {self.grid} | {self.causal_chunks} | {self.num_stages} | {self.head_sums} | {self.shared_dtype} |")
 
 
 def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "materialize",
                 grid: str = "rows", causal_chunks: str = "4", num_stages: str = "1",
-                head_sums: str = "atomic") -> list[Variant]:
+                head_sums: str = "atomic", shared_dtype: str = "accumulation") -> list[Variant]:
     """Variants: every ``MxN`` or ``MxNwW`` (W warps for this pair; else ``num_warps``) of the comma list
-    ``spec``, with every head_unroll, ``shared``, ``grid``, ``causal_chunks``, ``num_stages`` and ``head_sums``
-    value of their comma lists
+    ``spec``, with every head_unroll, ``shared``, ``grid``, ``causal_chunks``, ``num_stages``, ``head_sums`` and
+    ``shared_dtype`` value of their comma lists
     (the chunks only change the launcher's batched matmuls, so they add no build) — less the
-    combinations KernelTiles refuses (grid 'heads' with shared 'recompute', head sums gathered on grid 'rows')
+    combinations KernelTiles refuses (grid 'heads' with shared 'recompute', head sums gathered on grid 'rows',
+    shared_dtype 'operand' with shared 'recompute')
     and head_unroll > 1 with grid 'heads' (one program per head has no head loop)."""
     out = []
     for t in spec.split(","):
         m = re.fullmatch(r"(\d+)x(\d+)(?:w(\d+))?", t.strip())
         if m is None:
             raise SystemExit(f"--tiles: {t!r} is not MxN or MxNwW (e.g. 32x64w8)")
-        out += [Variant(int(m[1]), int(m[2]), int(u), int(m[3] or num_warps), s, gr, int(c), int(st), hsum)
+        out += [Variant(int(m[1]), int(m[2]), int(u), int(m[3] or num_warps), s, gr, int(c), int(st), hsum, sd)
                 for u in head_unroll.split(",") for s in shared.split(",") for gr in grid.split(",")
                 for c in causal_chunks.split(",") for st in num_stages.split(",") for hsum in head_sums.split(",")
-                if (gr == "rows" and hsum == "atomic") or (gr != "rows" and s == "materialize" and u == "1")]
+                for sd in shared_dtype.split(",")
+                if ((gr == "rows" and hsum == "atomic") or (gr != "rows" and s == "materialize" and u == "1"))
+                and (s == "materialize" or sd == "accumulation")]
     return out
 
 
@@ -118,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shared", default="materialize", help="comma-separated KernelTiles.shared values")
     ap.add_argument("--grid", default="rows,heads", help="comma-separated KernelTiles.grid values")
     ap.add_argument("--causal-chunks", default="4", help="comma-separated KernelTiles.causal_chunks values")
+    ap.add_argument("--shared-dtype", default="accumulation",
+                    help="comma-separated KernelTiles.shared_dtype values (operand: materialised products only)")
     ap.add_argument("--head-sums", default="atomic",
                     help="comma-separated KernelTiles.head_sums values (gather: one program per head only)")
     ap.add_argument("--h-mode", choices=("sum", "stack"), default="sum",
@@ -144,11 +152,11 @@ def main(argv: list[str] | None = None) -> None:
     q, k, ud, hm, slopes, delta, c, x = inputs(a.batch, a.heads, a.n, r, a.dim, dtype, device, a.h_mode)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     variants = parse_tiles(a.tiles, a.head_unroll, a.num_warps, a.shared, a.grid, a.causal_chunks, a.num_stages,
-                           a.head_sums)
+                           a.head_sums, a.shared_dtype)
     lib = KernelTiles()
     default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared,
                       "heads" if lib.per_head_programs(a.h_mode) else "rows", lib.causal_chunks,
-                      lib.num_stages, lib.head_sums)  # 'auto' resolved
+                      lib.num_stages, lib.head_sums, lib.shared_dtype)  # 'auto' resolved
     variants += [] if a.no_sdpa else [SDPA]
     v_ = k.detach().clone().requires_grad_(True)  # Llama's values: separate from its keys
 
@@ -198,11 +206,11 @@ def main(argv: list[str] | None = None) -> None:
              f"block_d {a.block_d}; {a.repeats} "
              f"interleaved repeats after one untimed build; ratios to the default launch {default.label()}", "",
              "| block_m × block_n | head_unroll | warps | shared | grid | causal_chunks | num_stages | head_sums "
-             "| ms, median [min, max] | × default time, median [min, max] |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| shared_dtype | ms, median [min, max] | × default time, median [min, max] |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     base = times.get(default)
     for v in variants:
-        label = "| SDPA: Llama's attention core (B, H, N, R), causal | | | | | | | |" if v == SDPA else v.label()
+        label = "| SDPA: Llama's attention core (B, H, N, R), causal | | | | | | | | |" if v == SDPA else v.label()
         if v in failed:
             lines.append(f"{label} not built: {failed[v]} | — |")
             continue

@@ -64,3 +64,16 @@ def test_gathered_head_sums_move_fewer_bytes_for_the_same_products_and_keep_thei
     heads, gather = (fl.traffic(name, n, d, h, 64, 2, chunks=4) for name in ("kernel-heads", "kernel-gather"))
     assert gather[0] < heads[0] and heads[1] == 0
     assert gather[1] == n * n * 1.25 / 2 * 2
+
+
+def test_shared_products_in_the_operand_dtype_halve_their_reads(fl):
+    """shared_dtype 'operand' (gbytes 2): one program per head reads G and dHs Hᵀ in 2 B instead of 4 — for the
+    gathered form 5 of the 6 per-pair accesses of each head (dS added atomically in float32 the sixth), so its
+    bytes fall by a fifth at N 4k (the key-tile kernel's float32 dq atomics, D floats per pair, stay)."""
+    n, d, h = 4096, 768, 12
+    for name in ("kernel-heads", "kernel-gather"):
+        wide, narrow = (fl.traffic(name, n, d, h, 64, 2, gbytes=g)[0] for g in (4, 2))
+        assert narrow < wide
+    wide, narrow = (fl.traffic("kernel-gather", n, d, h, 64, 2, gbytes=g)[0] for g in (4, 2))
+    assert narrow < 0.8 * wide
+    assert fl.traffic("kernel", n, d, h, 64, 2, gbytes=2) == fl.traffic("kernel", n, d, h, 64, 2)  # loop kernels'

@@ -37,21 +37,25 @@ def test_cem_tiles_tiny_times_each_variant_through_the_interpreter(tmp_path, cap
     sdpa = next(line for line in text.splitlines() if line.startswith("| SDPA"))
     assert re.search(r"\| \d+\.\d+ \[\d+\.\d+, \d+\.\d+\] \| \d+\.\d+ \[", sdpa)  # timed with the rest
     assert "| 16×64 | 1 | 4 | materialize | rows | " in out.read_text()
-    assert bench.parse_tiles("32x64w8,16x16", "1", 4) == [(32, 64, 1, 8, "materialize", "rows", 4, 1, "atomic"),
-                                                         (16, 16, 1, 4, "materialize", "rows", 4, 1, "atomic")]
-    assert bench.parse_tiles("16x16", "1", 4, causal_chunks="4,8") == [
-        (16, 16, 1, 4, "materialize", "rows", 4, 1, "atomic"), (16, 16, 1, 4, "materialize", "rows", 8, 1, "atomic")]
+    V = bench.Variant  # noqa: N806  (fields after num_stages: their defaults, atomic head sums in float32)
+    assert bench.parse_tiles("32x64w8,16x16", "1", 4) == [V(32, 64, 1, 8, "materialize", "rows", 4, 1),
+                                                         V(16, 16, 1, 4, "materialize", "rows", 4, 1)]
+    assert bench.parse_tiles("16x16", "1", 4, causal_chunks="4,8") == [V(16, 16, 1, 4, "materialize", "rows", 4, 1),
+                                                                        V(16, 16, 1, 4, "materialize", "rows", 8, 1)]
     assert bench.parse_tiles("64x32", "1", 4, grid="heads", num_stages="1,3") == [
-        (64, 32, 1, 4, "materialize", "heads", 4, 1, "atomic"), (64, 32, 1, 4, "materialize", "heads", 4, 3, "atomic")]
+        V(64, 32, 1, 4, "materialize", "heads", 4, 1), V(64, 32, 1, 4, "materialize", "heads", 4, 3)]
     # one program per head: only with materialised products, no head loop to unroll
     assert bench.parse_tiles("64x32", "1,2", 4, "materialize,recompute", "rows,heads") == [
-        (64, 32, 1, 4, "materialize", "rows", 4, 1, "atomic"), (64, 32, 1, 4, "materialize", "heads", 4, 1, "atomic"),
-        (64, 32, 1, 4, "recompute", "rows", 4, 1, "atomic"), (64, 32, 2, 4, "materialize", "rows", 4, 1, "atomic"),
-        (64, 32, 2, 4, "recompute", "rows", 4, 1, "atomic")]
-    # head sums gathered: one program per head only
+        V(64, 32, 1, 4, "materialize", "rows", 4, 1), V(64, 32, 1, 4, "materialize", "heads", 4, 1),
+        V(64, 32, 1, 4, "recompute", "rows", 4, 1), V(64, 32, 2, 4, "materialize", "rows", 4, 1),
+        V(64, 32, 2, 4, "recompute", "rows", 4, 1)]
+    # head sums gathered: one program per head only; shared products in the operand dtype: materialised only
     assert bench.parse_tiles("64x32", "1", 4, grid="rows,heads", head_sums="atomic,gather") == [
-        (64, 32, 1, 4, "materialize", "rows", 4, 1, "atomic"), (64, 32, 1, 4, "materialize", "heads", 4, 1, "atomic"),
-        (64, 32, 1, 4, "materialize", "heads", 4, 1, "gather")]
+        V(64, 32, 1, 4, "materialize", "rows", 4, 1), V(64, 32, 1, 4, "materialize", "heads", 4, 1),
+        V(64, 32, 1, 4, "materialize", "heads", 4, 1, "gather")]
+    assert bench.parse_tiles("16x16", "1", 4, "materialize,recompute", shared_dtype="accumulation,operand") == [
+        V(16, 16, 1, 4, "materialize", "rows", 4, 1), V(16, 16, 1, 4, "materialize", "rows", 4, 1, "atomic", "operand"),
+        V(16, 16, 1, 4, "recompute", "rows", 4, 1)]
     with pytest.raises(SystemExit, match="32by64"):
         bench.parse_tiles("32by64", "1", 4)
 
@@ -74,13 +78,15 @@ def test_cem_tiles_times_gathered_head_sums_beside_the_atomic_ones(capsys):
     the ratios' base) and gathered by ``_psum_h``, both built and timed."""
     pytest.importorskip("triton")
     bench = load_bench("cem_tiles")
-    bench.main(["--tiny", "--tiles", "16x64", "--grid", "heads", "--head-sums", "atomic,gather", "--no-sdpa"])
+    bench.main(["--tiny", "--tiles", "16x64", "--grid", "heads", "--head-sums", "atomic,gather", "--shared-dtype",
+                "accumulation,operand", "--no-sdpa"])
     text = capsys.readouterr().out
     assert "not built" not in text
     default = next(r for r in text.splitlines()
                    if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | atomic"))
     assert default.endswith("| 1.00 [1.00, 1.00] |")
-    assert re.search(r"\| 16×64 \| 1 \| 4 \| materialize \| heads \| 4 \| 1 \| gather \| \d", text)
+    for sums, dt in (("gather", "accumulation"), ("atomic", "operand"), ("gather", "operand")):
+        assert re.search(rf"\| 16×64 \| 1 \| 4 \| materialize \| heads \| 4 \| 1 \| {sums} \| {dt} \| \d", text)
 
 
 def test_cem_tiles_budget_stops_building_and_still_prints_the_table(capsys):

@@ -124,6 +124,9 @@ GATHER_CASES = {
     "gpt2-small-gathered": dict(heads=12, head_dim=64, dim=768, head_sums="gather", **HEADS_TILES),
     "gpt2-small-gathered-default": dict(heads=12, head_dim=64, dim=768, head_sums="gather", grid="heads"),
     "d2048-16x128-gathered": dict(heads=16, head_dim=128, dim=2048, head_sums="gather", **HEADS_TILES),
+    # with the shared products G, dHs Hᵀ in the operands' dtype (KernelTiles.shared_dtype)
+    "gpt2-small-gathered-operand": dict(heads=12, head_dim=64, dim=768, head_sums="gather", shared_dtype="operand",
+                                        **HEADS_TILES),
 }
 
 

@@ -51,12 +51,17 @@ MODES = {"sum": dict(h_mode="sum", grid="rows"), "sum-recompute": dict(h_mode="s
          "stack": dict(h_mode="stack", c=True, x=True), "grid": dict(h_mode="sum", x=True, grid="heads"),
          "grid-none": dict(h_mode="none", grid="heads"),
          "grid-stack": dict(h_mode="stack", c=True, x=True, grid="heads"),
-         "grid-gather": dict(h_mode="sum", x=True, grid="heads", head_sums="gather")}
+         "grid-gather": dict(h_mode="sum", x=True, grid="heads", head_sums="gather"),
+         # the shared products stored in the operands' dtype (KernelTiles.shared_dtype)
+         "grid-gather-op": dict(h_mode="sum", x=True, grid="heads", head_sums="gather", shared_dtype="operand")}
+#: launches checked in low precision only (where the stored dtype matters; their float64 arithmetic is a mode above's)
+LOW_MODES = {"rows-op": dict(h_mode="sum", grid="rows", shared_dtype="operand"),
+             "grid-stack-op": dict(h_mode="stack", c=True, x=True, grid="heads", shared_dtype="operand")}
 
 
 def _mode(name: str) -> tuple[str, bool, bool, dict]:
-    """(h_mode, with c, with x, launch keywords) of MODES[name]"""
-    m = dict(MODES[name])
+    """(h_mode, with c, with x, launch keywords) of MODES[name] (or LOW_MODES[name])"""
+    m = dict(MODES[name] if name in MODES else LOW_MODES[name])
     return m.pop("h_mode"), m.pop("c", False), m.pop("x", False), m
 
 
@@ -83,7 +88,7 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 
 
 @interpreted
-@pytest.mark.parametrize("mode", ["sum", "grid", "grid-none", "grid-stack", "grid-gather"])
+@pytest.mark.parametrize("mode", ["sum", "grid", "grid-none", "grid-stack", "grid-gather", "grid-gather-op"])
 @pytest.mark.parametrize("nq,nk,offset,tiles", [
     (40, 40, None, dict(block_m=16, block_n=16)), (37, 45, None, dict(block_m=16, block_n=32, causal_chunks=3)),
     (40, 40, None, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, None, {}),
@@ -195,6 +200,9 @@ def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
                       ["head_sums", "gather", "grid", "rows", "heads"])
     config_error_says(cem_kernel.KernelTiles, {"head_sums": "gather", "shared": "recompute"},
                       ["head_sums", "gather", "shared", "recompute", "materialize"])
+    config_error_says(cem_kernel.KernelTiles, {"shared_dtype": "operand", "shared": "recompute"},
+                      ["shared_dtype", "operand", "shared", "recompute", "materialize"])
+    config_error_says(cem_kernel.KernelTiles, {"shared_dtype": "bf16"}, ["shared_dtype", "bf16", "operand"])
     with pytest.raises(ConfigError, match="block_m"):
         z = torch.zeros(1, 1, 4, 4)
         cem_kernel.cem_attention(z, z, None, None, slopes=None, delta=None, key_mask=None, causal=True,
@@ -341,7 +349,7 @@ def _dense_low(q, k, ud, hm, slopes, delta, c, x, h_mode, joint=False, chunks=No
 
 
 @interpreted
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [*MODES, *LOW_MODES])
 @pytest.mark.parametrize("scale", [1e-2, 1.0, 1e2, 1e4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kernel_low_precision_within_dtype_tolerance(dtype, scale, mode):
@@ -413,7 +421,9 @@ def test_kernel_low_precision_within_dtype_tolerance(dtype, scale, mode):
 
 @interpreted
 @pytest.mark.parametrize("opts", [{}, dict(precond="diag_low_rank", precond_rank=3, steps=2,
-                                           attn_kernel={"grid": "heads"})], ids=["default", "paper-bank-heads"])
+                                           attn_kernel={"grid": "heads"}),
+                                  dict(attn_kernel={"head_sums": "gather", "shared_dtype": "operand"})],
+                         ids=["default", "paper-bank-heads", "gathered-operand"])
 def test_kernel_bf16_autocast_block_stays_close(opts):
     blk = randomised(CEMAttentionConfig(attn_path="kernel", **opts), True, 2).float()
     x = torch.randn(2, 8, 16)

@@ -45,6 +45,11 @@ def test_causal_row_chunks_cover_every_visible_key_once(nq, nk, offset, causal, 
     torch.testing.assert_close(cem_products.rows_mm(w, b, torch.float64, chunks), w @ b, rtol=1e-14, atol=1e-14)
     torch.testing.assert_close(cem_products.cols_mm(w, a, torch.float64, chunks, nk), w.mT @ a, rtol=1e-14,
                                atol=1e-14)
+    # stored in a narrower dtype (KernelTiles.shared_dtype 'operand'): summed in float32, rounded once
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    got16 = cem_products.pair_mm(a16, b16.mT, torch.float32, chunks, torch.bfloat16)
+    assert got16.dtype == torch.bfloat16
+    assert torch.equal(got16[vis], (a16.float() @ b16.float().mT).bfloat16()[vis])
 
 
 @pytest.mark.parametrize("nq,nk,offset,causal,pieces,align", [

@@ -43,13 +43,16 @@ def kernel_file(name: str, loop_file: str | Path) -> Path:
     return Path(loop_file).with_name("cem_triton_heads.py") if heads else Path(loop_file)
 
 
-def signature(fn, constexprs: dict, dtype: str) -> dict:
+def signature(fn, constexprs: dict, dtype: str, shared_operand: bool = False) -> dict:
     """Triton signature of kernel ``fn``: operands in ``dtype`` ('bf16', 'fp32', ...), the accumulation
     buffers in fp32 (with the head sums PS and DSS, which the grid kernels add up atomically — with
     per-head factors, HMODE 2, PS holds every head's probabilities in the operands' dtype, as the gathered head
     sums of ``_psum_h`` do — and ``_dv_h``'s T), the key mask int8, sizes int32 (TOT, a per-head buffer's elements
-    per batch row, int64)."""
+    per batch row, int64); ``shared_operand`` (``KernelTiles.shared_dtype = 'operand'``): the materialised shared
+    products G, GH in the operands' dtype."""
     acc = ACC_BUFFERS | ({"PS", "DSS", "T"} if fn.__name__ in GRID_KERNELS + STACK_KERNELS else set())
+    if shared_operand:
+        acc = acc - {"G", "GH"}
     if constexprs.get("HMODE") == 2 and fn.__name__ in GRID_KERNELS:
         acc = acc - {"PS"}
     sig = {}
@@ -80,10 +83,11 @@ def load_kernels(path: str | Path):
 
 
 def compile_kernel(mod, name: str, constexprs: dict, dtype: str, *, arch: int = 90, num_warps: int = 4,
-                   num_stages: int = 1, aligned: bool = True):
+                   num_stages: int = 1, aligned: bool = True, shared_operand: bool = False):
     """One kernel of ``mod`` compiled for sm_``arch``: Triton's CompiledKernel (``.metadata.shared``,
     ``.asm['ptx']``). ``constexprs`` may hold keys the kernel does not take (ignored); ``aligned``: the
-    runtime's specialisation of aligned pointers and sizes divisible by 16."""
+    runtime's specialisation of aligned pointers and sizes divisible by 16; ``shared_operand``: see
+    :func:`signature`."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -91,7 +95,7 @@ def compile_kernel(mod, name: str, constexprs: dict, dtype: str, *, arch: int = 
     fn = getattr(mod, name)
     cx = {k: v for k, v in constexprs.items() if k in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if aligned and a not in cx}
-    src = ASTSource(fn=fn, signature=signature(fn, cx, dtype),
+    src = ASTSource(fn=fn, signature=signature(fn, cx, dtype, shared_operand),
                     constexprs={(fn.arg_names.index(k),): v for k, v in cx.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32),
                           options=dict(num_warps=num_warps, num_stages=num_stages))
@@ -220,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
         for name in a.kernels.split(","):
             path = kernel_file(name, a.kernel_file)
             mod = mods[path] = mods.get(path) or load_kernels(path)
-            k = compile_kernel(mod, name, kernel_meta(meta, name), kw.get("dtype", "bf16"), **opts)
+            k = compile_kernel(mod, name, kernel_meta(meta, name), kw.get("dtype", "bf16"),
+                               shared_operand=kw.get("shared_dtype") == "operand", **opts)
             usage = {} if a.no_registers else ptxas_usage(k)
             print(json.dumps(dict(case=case, kernel=name, shared=k.metadata.shared, **usage)), flush=True)
 

@@ -208,6 +208,16 @@ class KernelTiles(ConfigModel):
     'heads_inner' with ``shared = 'materialize'``): the loop kernels ('rows') sum the heads in registers
     already."""
 
+    shared_dtype: Literal["accumulation", "operand"] = "accumulation"
+    """the dtype the materialised shared products are stored in for the kernels to read (docs/cem.md, "the
+    shared products in the operand dtype"): G = ud Hᵀ (the shared-diagonal logits) and Gh = dHs Hᵀ (the h part
+    of every head's dP), and with per-head factors each head's (dHs ∘ c_k) Hᵀ — each summed in float32 by its
+    matmul and then kept in 'accumulation' (float32; the default, the launch timed so far) or rounded once to
+    'operand', the operands' dtype (bf16 under bf16 autocast: as PyTorch's own bf16 matmul returns them),
+    which halves the bytes every head's program reads per (query, key) pair — 4 of the 6 reads per pair and
+    head with the head sums gathered. Within the tests' bf16 tolerance (a rounding of the logits like the
+    blocked path's bf16 products); float32 and float64 operands are unaffected. Needs materialised products."""
+
     def per_head_programs(self, hmode: str) -> bool:
         """Whether the launch runs the one-program-per-head kernels (``grid`` resolved for ``hmode``). With
         per-head factors (h_mode 'stack') only where ``grid`` names them: 'auto' keeps the loop kernels there
@@ -221,6 +231,9 @@ class KernelTiles(ConfigModel):
         if self.grid in ("heads", "heads_inner") and self.shared != "materialize":
             raise ValueError(f"attn_kernel.grid = {self.grid!r} needs attn_kernel.shared = 'materialize' (got "
                              f"{self.shared!r}): one program per head cannot share in-kernel products")
+        if self.shared_dtype == "operand" and self.shared != "materialize":
+            raise ValueError(f"attn_kernel.shared_dtype = 'operand' needs attn_kernel.shared = 'materialize' (got "
+                             f"{self.shared!r}): recomputed shared products are never stored")
         if self.head_sums == "gather" and (self.grid == "rows" or self.shared != "materialize"):
             raise ValueError(f"attn_kernel.head_sums = 'gather' needs one program per head (grid 'auto', 'heads' or "
                              f"'heads_inner' with shared 'materialize'; got grid {self.grid!r}, shared "
@@ -326,7 +339,8 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
     chunks = launch_chunks(nq, nk, offset, causal, tiles)  # blocks of the shared products
-    g = pair_mm(ud, hm.mT, acc_dt, chunks) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
+    sdt = q.dtype if tiles.shared_dtype == "operand" else acc_dt  # the stored shared products' dtype
+    g = pair_mm(ud, hm.mT, acc_dt, chunks, sdt) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
     # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid);
     # per-head factors (grid): every head's P_k in the operand dtype, per chunk a (B, rows, H, keys) block
     ps = dummy
@@ -395,13 +409,14 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, go
     # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P (stored
     # per tile in the operand dtype, or added up atomically in the accumulation dtype by the grid kernels)
     pair = functools.partial(zero_blocks, (B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
-    g = pair_mm(ud, hm.mT, acc_dt, chunks) if mat and ud is not None else dummy
-    gh = pair_mm(ghs, hm.mT, acc_dt, chunks) if mat and hsum else dummy
+    sdt = q.dtype if tiles.shared_dtype == "operand" else acc_dt  # the stored shared products' dtype
+    g = pair_mm(ud, hm.mT, acc_dt, chunks, sdt) if mat and ud is not None else dummy
+    gh = pair_mm(ghs, hm.mT, acc_dt, chunks, sdt) if mat and hsum else dummy
     dss = pair() if mat and ud is not None else dummy
     ps = pair() if mat and hsum and kept is None else dummy  # gathered: the forward's, kept
     if hstack:  # per head, per chunk (B, rows, H, keys): (dHs ∘ c_k) Hᵀ = dHs (c_k ∘ H)ᵀ, one matmul; and every
         # head's P_k keys first (B, keys, H, rows), every block entry written by _bwd_kv_h (zeros where hidden)
-        gh = heads_pair_mm(ghs, hm, c.to(acc_dt), q.dtype, acc_dt, chunks)
+        gh = heads_pair_mm(ghs, hm, c.to(acc_dt), q.dtype, acc_dt, chunks, sdt)
         ps = cem_products.scratch((B, head_block_size(H, chunks)), q, q.dtype)
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)] + [g, gh]
     ins += [m, l, goq.to(q.dtype).contiguous(), ghs if hmode != "none" else dummy,
@@ -469,7 +484,8 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
                   h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
                   block_m: int = 16, block_n: int = 64, block_d: int = 64, num_warps: int = 4,
                   num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "auto",
-                  causal_chunks: int = 4, head_sums: str = "atomic", tiles: KernelTiles | None = None
+                  causal_chunks: int = 4, head_sums: str = "atomic", shared_dtype: str = "accumulation",
+                  tiles: KernelTiles | None = None
                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
 
@@ -479,13 +495,13 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
     x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
     hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
-    block_m … head_sums: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it), or
+    block_m … shared_dtype: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it), or
     ``tiles``, an already validated launch, which replaces them (what the energy passes: no validation per
     call, and nothing that torch.compile cannot trace)."""
     if tiles is None:
         tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
                             num_stages=num_stages, head_unroll=head_unroll, shared=shared, grid=grid,
-                            causal_chunks=causal_chunks, head_sums=head_sums)
+                            causal_chunks=causal_chunks, head_sums=head_sums, shared_dtype=shared_dtype)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")

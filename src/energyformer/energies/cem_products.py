@@ -37,6 +37,18 @@ def mm_acc(a: Tensor, b: Tensor, acc: torch.dtype, out: Tensor | None = None) ->
     return torch.bmm(a.to(acc), b.to(acc), out=out) if out is not None else torch.bmm(a.to(acc), b.to(acc))
 
 
+def mm_store(a: Tensor, b: Tensor, acc: torch.dtype, out: Tensor) -> Tensor:
+    """:func:`mm_acc` written into ``out`` in ``out``'s dtype: the products summed in ``acc`` and rounded once to
+    ``out``'s dtype where that is narrower (``KernelTiles.shared_dtype = 'operand'``): on CUDA, 16-bit operands
+    and output through torch.bmm itself (float32 accumulation in the matmul library), elsewhere summed in ``acc``
+    first, then cast."""
+    if out.dtype == acc:
+        return mm_acc(a, b, acc, out=out)
+    if a.is_cuda and a.dtype == out.dtype:
+        return torch.bmm(a, b, out=out)
+    return out.copy_(mm_acc(a, b, acc))
+
+
 def row_chunks(nq: int, nk: int, offset: int, causal: bool, pieces: int, align: int = 1) -> list[tuple[int, int, int]]:
     """(r0, r1, ke) per chunk of query rows: rows r0 … r1 − 1 (positions offset + i) see keys 0 … ke − 1
     (causal: ke = offset + r1; else every key). The materialised shared products are formed chunk by chunk
@@ -69,12 +81,13 @@ def zero_blocks(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype, chunks
     return out
 
 
-def pair_mm(a: Tensor, bt: Tensor, acc: torch.dtype, chunks) -> Tensor:
-    """(B, Nq, Nk) = a (B, Nq, D) @ bt (B, D, Nk) in ``acc`` on each chunk's block, unset elsewhere (the
-    kernels read only the blocks: :func:`row_chunks`; no fill of the whole buffer)."""
-    out = scratch((a.shape[0], a.shape[1], bt.shape[-1]), a, acc)
+def pair_mm(a: Tensor, bt: Tensor, acc: torch.dtype, chunks, store: torch.dtype | None = None) -> Tensor:
+    """(B, Nq, Nk) = a (B, Nq, D) @ bt (B, D, Nk) summed in ``acc`` on each chunk's block, unset elsewhere (the
+    kernels read only the blocks: :func:`row_chunks`; no fill of the whole buffer); stored in ``store`` (default
+    ``acc``; a narrower dtype: rounded once, :func:`mm_store`)."""
+    out = scratch((a.shape[0], a.shape[1], bt.shape[-1]), a, store or acc)
     for r0, r1, ke in chunks:
-        mm_acc(a[:, r0:r1], bt[..., :ke], acc, out=out[:, r0:r1, :ke])
+        mm_store(a[:, r0:r1], bt[..., :ke], acc, out[:, r0:r1, :ke])
     return out
 
 
@@ -153,13 +166,15 @@ def heads_rows_mm(w: Tensor, hm: Tensor, c: Tensor, dtype: torch.dtype, acc: tor
     return out
 
 
-def heads_pair_mm(g: Tensor, hm: Tensor, c: Tensor, dtype: torch.dtype, acc: torch.dtype, chunks) -> Tensor:
-    """A per-head buffer (B, :func:`head_block_size`) in ``acc`` of every head's (g ∘ c_k) Hᵀ = g (c_k ∘ H)ᵀ on
-    the chunks' blocks, g (B, Nq, D) (the backward's dHs): one (B, rows, D) · (B, D, H·ke) matmul per chunk."""
+def heads_pair_mm(g: Tensor, hm: Tensor, c: Tensor, dtype: torch.dtype, acc: torch.dtype, chunks,
+                  store: torch.dtype | None = None) -> Tensor:
+    """A per-head buffer (B, :func:`head_block_size`) of every head's (g ∘ c_k) Hᵀ = g (c_k ∘ H)ᵀ on the chunks'
+    blocks, g (B, Nq, D) (the backward's dHs): one (B, rows, D) · (B, D, H·ke) matmul per chunk, summed in ``acc``
+    and stored in ``store`` (default ``acc``)."""
     H = c.shape[0]
-    out = scratch((g.shape[0], head_block_size(H, chunks)), g, acc)
+    out = scratch((g.shape[0], head_block_size(H, chunks)), g, store or acc)
     for (r0, r1, ke), blk in zip(chunks, head_blocks(out, H, chunks)):
-        mm_acc(g[:, r0:r1], head_values(hm[:, :ke], c, dtype).mT, acc, out=blk.flatten(2))
+        mm_store(g[:, r0:r1], head_values(hm[:, :ke], c, dtype).mT, acc, blk.flatten(2))
     return out
 
 
