@@ -9,6 +9,13 @@ bf16, causal, ALiBi and self bias, the head-summed read-out), through ``cem_comp
 Triton's compiler and its bundled ptxas).
 
     python scripts/cem_heads_resources.py --out docs/results/cem/heads_stages.md
+
+``--head-sums atomic,gather`` and ``--shared-dtype accumulation,operand`` cross the launches with how Σ_k P_k is
+formed (``KernelTiles.head_sums``: gathered, the kernels include ``_psum_h``) and the dtype the shared products
+are stored in (``KernelTiles.shared_dtype``):
+
+    python scripts/cem_heads_resources.py --tiles 16x64w4,64x32w4 --stages 1 --head-sums atomic,gather \
+        --shared-dtype accumulation,operand --out docs/results/cem/heads_gather_resources.md
 """
 
 from __future__ import annotations
@@ -18,31 +25,36 @@ import re
 import sys
 from pathlib import Path
 
-from energyformer.energies.cem_compile import GRID_KERNELS, SHARED_LIMIT_SM90, CompilerUnavailable, resources
+from energyformer.energies.cem_compile import (GATHER_KERNELS, GRID_KERNELS, SHARED_LIMIT_SM90, CompilerUnavailable,
+                                               resources)
 
 TILES = "16x64w4,64x32w4,128x32w8,64x64w4"
 
 
-def cases(tiles: str, stages: str, dim: int) -> dict[str, dict]:
+def cases(tiles: str, stages: str, dim: int, head_sums: str = "atomic",
+          shared_dtype: str = "accumulation") -> dict[str, dict]:
     out = {}
     for t in tiles.split(","):
         m = re.fullmatch(r"(\d+)x(\d+)w(\d+)", t.strip())
         if m is None:
             raise SystemExit(f"--tiles: {t!r} is not MxNwW (e.g. 64x32w4)")
         for st in stages.split(","):
-            out[f"{m[1]}×{m[2]}, {m[3]} warps, {st} stage(s)"] = dict(
-                heads=12, head_dim=64, dim=dim, block_m=int(m[1]), block_n=int(m[2]), num_warps=int(m[3]),
-                num_stages=int(st), grid="heads")
+            for hsum in head_sums.split(","):
+                for sd in shared_dtype.split(","):
+                    extra = "" if (hsum, sd) == ("atomic", "accumulation") else f", head sums {hsum}, shared {sd}"
+                    out[f"{m[1]}×{m[2]}, {m[3]} warps, {st} stage(s){extra}"] = dict(
+                        heads=12, head_dim=64, dim=dim, block_m=int(m[1]), block_n=int(m[2]), num_warps=int(m[3]),
+                        num_stages=int(st), grid="heads", head_sums=hsum, shared_dtype=sd)
     return out
 
 
-def table(res: dict[str, dict[str, dict[str, int]]]) -> list[str]:
-    lines = ["| launch | " + " | ".join(f"`{k}` registers (spill stores B), shared KiB" for k in GRID_KERNELS)
-             + " | fits |", "|---" * (len(GRID_KERNELS) + 2) + "|"]
+def table(res: dict[str, dict[str, dict[str, int]]], kernels: tuple[str, ...] = GRID_KERNELS) -> list[str]:
+    lines = ["| launch | " + " | ".join(f"`{k}` registers (spill stores B), shared KiB" for k in kernels)
+             + " | fits |", "|---" * (len(kernels) + 2) + "|"]
     for case, ks in res.items():
-        cells = [f"{ks[k]['registers']} ({ks[k]['spill_stores']:,}), {ks[k]['shared'] / 1024:.0f}"
-                 for k in GRID_KERNELS]
-        fits = all(ks[k]["spill_stores"] == 0 and ks[k]["shared"] <= SHARED_LIMIT_SM90 for k in GRID_KERNELS)
+        cells = [f"{ks[k]['registers']} ({ks[k]['spill_stores']:,}), {ks[k]['shared'] / 1024:.0f}" if k in ks
+                 else "— (not launched)" for k in kernels]
+        fits = all(u["spill_stores"] == 0 and u["shared"] <= SHARED_LIMIT_SM90 for u in ks.values())
         lines.append(f"| {case} | " + " | ".join(cells) + f" | {'yes' if fits else 'no'} |")
     return lines
 
@@ -52,10 +64,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tiles", default=TILES, help="comma-separated MxNwW launches (block_m x block_n, W warps)")
     ap.add_argument("--stages", default="1,2,3", help="comma-separated num_stages values")
     ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--head-sums", default="atomic", help="comma-separated KernelTiles.head_sums values")
+    ap.add_argument("--shared-dtype", default="accumulation", help="comma-separated KernelTiles.shared_dtype values")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
+    gather = "gather" in a.head_sums.split(",")
+    kernels = GRID_KERNELS + (GATHER_KERNELS if gather else ())
     try:
-        res = resources(cases(a.tiles, a.stages, a.dim), kernels=GRID_KERNELS)
+        all_cases = cases(a.tiles, a.stages, a.dim, a.head_sums, a.shared_dtype)
+        res = {}
+        for name, kw in all_cases.items():  # _psum_h only where the head sums are gathered
+            ks = GRID_KERNELS + (GATHER_KERNELS if kw["head_sums"] == "gather" else ())
+            res.update(resources({name: kw}, kernels=ks))
     except CompilerUnavailable as err:
         print(f"unavailable: triton cannot compile for sm_90 here: {err}")
         sys.exit(3)
@@ -63,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
 
     text = "\n".join([f"triton {triton.__version__}, sm_90a, bf16, H 12 × R 64, D {a.dim}, causal, ALiBi + self bias, "
                       "h read-out 'sum', one program per head; registers per thread (255: the cap), spill stores "
-                      "per thread, shared memory per block (limit 227 KiB)", "", *table(res)])
+                      "per thread, shared memory per block (limit 227 KiB)", "", *table(res, kernels)])
     print(text)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)

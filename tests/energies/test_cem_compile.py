@@ -141,3 +141,19 @@ def test_gathered_head_sums_fit(case):
         assert used["shared"] <= cem_compile.SHARED_LIMIT_SM90 // 2, (case, name, used)
         if case.startswith("gpt2"):
             assert used["registers"] < REGISTER_CAP and used["spill_stores"] <= SPILL_BYTES, (case, name, used)
+
+
+def test_heads_resources_script_crosses_the_launch_options_and_marks_kernels_not_launched(load_script):
+    """scripts/cem_heads_resources.py (its table: docs/results/cem/heads_gather_resources.md): one case per tiles
+    × stages × head sums × shared dtype, the launcher's keywords; ``_psum_h`` only where the head sums are
+    gathered (a cell says so), and a launch fits only if every kernel it runs fits."""
+    mod = load_script("scripts/cem_heads_resources.py")
+    cases = mod.cases("64x32w4", "1", 768, "atomic,gather", "accumulation,operand")
+    assert len(cases) == 4 and {(c["head_sums"], c["shared_dtype"]) for c in cases.values()} == {
+        ("atomic", "accumulation"), ("atomic", "operand"), ("gather", "accumulation"), ("gather", "operand")}
+    assert all(c["grid"] == "heads" and c["block_m"] == 64 and c["block_n"] == 32 for c in cases.values())
+    ok = dict(registers=100, spill_stores=0, shared=1024)
+    res = {"atomic": {k: ok for k in cem_compile.GRID_KERNELS},
+           "gather": {**{k: ok for k in cem_compile.GRID_KERNELS}, "_psum_h": dict(ok, spill_stores=8)}}
+    rows = mod.table(res, cem_compile.GRID_KERNELS + cem_compile.GATHER_KERNELS)[2:]
+    assert rows[0].endswith("| — (not launched) | yes |") and rows[1].endswith("| 100 (8), 1 | no |")

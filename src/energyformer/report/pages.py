@@ -193,6 +193,11 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "verbatim output of `python scripts/cem_heads_resources.py --out DIR/heads_stages.md` (registers, "
              "spills, shared memory of the one-program-per-head kernels by tiles and pipelining stages, sm_90, "
              "compiled without a GPU)"),
+    Artifact(f"{RESULTS}/cem", "heads_gather_resources.md",
+             "verbatim output of `python scripts/cem_heads_resources.py --tiles 16x64w4,64x32w4 --stages 1 "
+             "--head-sums atomic,gather --shared-dtype accumulation,operand --out DIR/heads_gather_resources.md` "
+             "(issue 21: registers, spills, shared memory of one program per head with the head sums gathered and "
+             "the shared products in the operand dtype, sm_90, compiled without a GPU)"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_tiles_98ac984.md",
              f"`python benchmarks/cem_tiles.py --grid rows,heads --causal-chunks 4,8` (launches vs SDPA) on {H100}"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_profile_1k_83f4ef8.md",
@@ -234,7 +239,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
                f"verbatim output of `python benchmarks/cem_ops.py --seq {n} --ops --top 12 ...` with the library at "
                f"commit {c} (issue 21: ops, bytes, FLOPs and saved bytes per layer of a bf16 training step under "
                "CUDA's autocast, counted on fake tensors)")
-      for n in (1024, 4096) for c in ("cf2053a", "476f938", "82eacd0", "6e61078", "ffafff1")),
+      for n in (1024, 4096) for c in ("cf2053a", "476f938", "82eacd0", "6e61078", "0a5dbd2")),
     *(Artifact(f"{RESULTS}/cem", f"host_time_{c}.md",
                f"verbatim output of `python benchmarks/host_time.py --suite cem --out ...` with the library at commit {c} "
                "(issue 21: the host's share of an eager training step, CUDA's kernel path with its Triton launches "
