@@ -33,6 +33,9 @@ Formulations (the products are listed in PRODUCTS below, so each count can be ch
                  walking the heads, recomputes every head's scores (QKᵀ) and stores Σ_k P_k once, G read
                  once per tile for all heads; Σ_k P_k kept for backward (2 B per pair of the row chunks'
                  blocks), so the backward adds only Σ dS and dq atomically. The same products.
+* ``kernel-gather-all`` and Σ dS gathered too (``head_sums: gather_all``): ``_dsum_h``, one program per query
+                 tile walking the heads, forms every head's Δ (QKᵀ, dOq Kᵀ) and then Σ dS (both again) in place
+                 of the per-head Δ pass; the key-tile kernel adds only dq atomically. Two more products.
 
 Bytes: traffic of the core by a tile model (:func:`traffic`): a pass over the keys reads each key-side
 row once per causal query tile (N / (2 BM) times on average; BM: ``--tile`` for Llama, per-head and
@@ -108,7 +111,11 @@ PRODUCTS["kernel-gather"] = {  # one pass per head, then every head's scores aga
     "fwd": [("G = (d∘U)Hᵀ mat", "D", False), ("QKᵀ", "r", True), ("PK", "r", True), ("Σ P: QKᵀ", "r", True),
             ("(ΣP)H mat", "D", False)],
     "bwd": PRODUCTS["kernel-heads"]["bwd"]}
-KERNELS = ("kernel-rec", "kernel", "kernel-heads", "kernel-gather")
+PRODUCTS["kernel-gather-all"] = {  # Δ and Σ dS by _dsum_h: every head's scores and dP twice, per query tile
+    "fwd": PRODUCTS["kernel-gather"]["fwd"],
+    "bwd": [("G mat", "D", False), ("dHs Hᵀ mat", "D", False), ("Δ: QKᵀ", "r", True), ("Δ: dOq Kᵀ", "r", True),
+            ("Σ dS: QKᵀ", "r", True), ("Σ dS: dOq Kᵀ", "r", True)] + PRODUCTS["kernel-heads"]["bwd"][4:]}
+KERNELS = ("kernel-rec", "kernel", "kernel-heads", "kernel-gather", "kernel-gather-all")
 
 
 def width(code: str, r: int, d: int, chunks: int = 1) -> float:
@@ -140,7 +147,10 @@ def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes
     ``step`` query rows × D floats per pair); the three float32 sum buffers are zeroed, and rounded to
     ``nbytes`` once before their matmuls. ``kernel-gather``: every head's program reads G in one forward pass
     and G and dHs Hᵀ in two backward passes, and adds only dS atomically (and dq); ``_psum_h`` reads the G tile
-    once for all heads and writes Σ P once in ``nbytes``; only Σ dS is zeroed and rounded. ``gbytes``: bytes per
+    once for all heads and writes Σ P once in ``nbytes``; only Σ dS is zeroed and rounded. ``kernel-gather-all``:
+    each head's programs read G in one forward pass and G and dHs Hᵀ in the key-tile kernel only, and add only dq
+    atomically; ``_dsum_h`` reads G and dHs Hᵀ once per tile in each of its two passes and writes Σ dS once in
+    ``nbytes``; nothing is zeroed or rounded. ``gbytes``: bytes per
     element of the stored G and dHs Hᵀ that one program per head reads (4: float32, ``shared_dtype:
     accumulation``; 2: bf16, ``shared_dtype: operand``)."""
     pairs = n * n / (2 * owned * step)
@@ -156,6 +166,9 @@ def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes
     if name == "kernel-gather":
         per_pair = heads * tile * (gbytes * 5 + 4 * 1) + tile * (gbytes + nbytes) + 4 * step * d
         return pairs * per_pair + n * n * (gbytes * 3 + 4 * 1 + 1 * (4 + nbytes) + nbytes * 4)
+    if name == "kernel-gather-all":
+        per_pair = heads * tile * gbytes * 3 + tile * (gbytes * 5 + nbytes * 2) + 4 * step * d
+        return pairs * per_pair + n * n * (gbytes * 3 + nbytes * 4)
     return 0.0
 
 
@@ -175,15 +188,16 @@ def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int,
     on the blocks of ``chunks`` row chunks, (1 + 1/chunks) N²/2 pairs, and read it once in backward); ``gbytes``:
     :func:`accumulator_traffic`'s."""
     r = d // heads
-    own = heads_tiles if name in ("kernel-heads", "kernel-gather") else kernel_tiles
+    own = heads_tiles if name in ("kernel-heads", "kernel-gather", "kernel-gather-all") else kernel_tiles
     tiles = n / (2 * (own[0] if name in KERNELS else tile))  # causal: a key row is read by half the query tiles
     row = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 2 * d)
     q_side = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 4 * d)
-    passes = {"llama": 2, "per-head": 2, "blocked": 2, "kernel-heads": 4, "kernel-gather": 4}.get(name, 5)
+    passes = {"llama": 2, "per-head": 2, "blocked": 2, "kernel-heads": 4, "kernel-gather": 4,
+              "kernel-gather-all": 5}.get(name, 5)
     moved = n * nbytes * (3 * q_side + row * tiles * passes) + accumulator_traffic(name, n, d, *own, nbytes, heads,
                                                                                     gbytes)
     kept = heads * n * n / 2 * 4 if name == "blocked" else 0.0
-    if name == "kernel-gather":  # Σ P on the row chunks' blocks, written by _psum_h (counted there), read once
+    if name in ("kernel-gather", "kernel-gather-all"):  # Σ P on the chunks' blocks, written by _psum_h, read once
         kept = n * n * (1 + 1 / chunks) / 2 * nbytes
         return moved + kept, kept
     return moved + 2 * kept, kept
@@ -236,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
         rest = 6 * n * (4 * d * d + 3 * d * a.mlp)
         base = flops("llama", "fwd", n, d, heads) + flops("llama", "bwd", n, d, heads)
         ratios = []
-        for name in ("kernel", "kernel-rec", "kernel-heads", "kernel-gather"):
+        for name in ("kernel", "kernel-rec", "kernel-heads", "kernel-gather", "kernel-gather-all"):
             kern = sum(flops(name, ph, n, d, heads, a.causal_chunks) for ph in ("fwd", "bwd"))
             ratios.append(f"{name} vs Llama {(rest + kern) / (rest + base):.2f}x")
         full = sum(n * n * width(w, d // heads, d, a.causal_chunks) for ph in ("fwd", "bwd")

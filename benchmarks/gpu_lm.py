@@ -89,6 +89,10 @@ def models() -> dict[str, BlockConfig]:
         # and G, dHs Hᵀ stored in the operands' dtype (bf16 under autocast): half the bytes each head reads per pair
         "full CEM T=1, head sums gathered, shared products in the operand dtype": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather", "shared_dtype": "operand"}), mlp="cem"),
+        # and Σ_k dS_k gathered too (_dsum_h: two more per-head products in the backward, no atomic dS)
+        "full CEM T=1, all head sums gathered, shared products in the operand dtype": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather_all", "shared_dtype": "operand"}),
+            mlp="cem"),
         "full CEM T=1, head sums gathered (64 × 32)": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather", "block_m": 64, "block_n": 32}),
             mlp="cem"),

@@ -10,11 +10,11 @@ Triton's compiler and its bundled ptxas).
 
     python scripts/cem_heads_resources.py --out docs/results/cem/heads_stages.md
 
-``--head-sums atomic,gather`` and ``--shared-dtype accumulation,operand`` cross the launches with how Σ_k P_k is
-formed (``KernelTiles.head_sums``: gathered, the kernels include ``_psum_h``) and the dtype the shared products
-are stored in (``KernelTiles.shared_dtype``):
+``--head-sums atomic,gather,gather_all`` and ``--shared-dtype accumulation,operand`` cross the launches with how
+the head sums are formed (``KernelTiles.head_sums``: gathered, the kernels include ``_psum_h``, and with
+'gather_all' ``_dsum_h``) and the dtype the shared products are stored in (``KernelTiles.shared_dtype``):
 
-    python scripts/cem_heads_resources.py --tiles 16x64w4,64x32w4 --stages 1 --head-sums atomic,gather \
+    python scripts/cem_heads_resources.py --tiles 16x64w4,64x32w4 --stages 1 --head-sums atomic,gather,gather_all \
         --shared-dtype accumulation,operand --out docs/results/cem/heads_gather_resources.md
 """
 
@@ -68,14 +68,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shared-dtype", default="accumulation", help="comma-separated KernelTiles.shared_dtype values")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
-    gather = "gather" in a.head_sums.split(",")
-    kernels = GRID_KERNELS + (GATHER_KERNELS if gather else ())
+    def launched(head_sums: str) -> tuple[str, ...]:  # _psum_h where Σ P is gathered; _dsum_h for _bwd_d_h with Σ dS
+        heads = tuple(k for k in GRID_KERNELS if not (head_sums == "gather_all" and k == "_bwd_d_h"))
+        return heads + GATHER_KERNELS[:{"atomic": 0, "gather": 1, "gather_all": 2}[head_sums]]
+
+    kernels = tuple(dict.fromkeys(k for h in a.head_sums.split(",") for k in GRID_KERNELS + launched(h)))
     try:
         all_cases = cases(a.tiles, a.stages, a.dim, a.head_sums, a.shared_dtype)
         res = {}
         for name, kw in all_cases.items():  # _psum_h only where the head sums are gathered
-            ks = GRID_KERNELS + (GATHER_KERNELS if kw["head_sums"] == "gather" else ())
-            res.update(resources({name: kw}, kernels=ks))
+            res.update(resources({name: kw}, kernels=launched(kw["head_sums"])))
     except CompilerUnavailable as err:
         print(f"unavailable: triton cannot compile for sm_90 here: {err}")
         sys.exit(3)

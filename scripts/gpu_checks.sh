@@ -28,16 +28,16 @@
 #                                          and grid heads vs heads_inner (the launch order) at 4k; the paper
 #                                          configuration's per-head factors (cem_tiles --h-mode stack): loop
 #                                          kernels vs one program per head, 4 and 8 causal chunks, at 1k; the
-#                                          head sums atomic vs gathered (head_sums), G and dHs Hᵀ in float32 vs
-#                                          bf16 (shared_dtype), at 4k
+#                                          head sums atomic vs gathered vs all gathered (head_sums), G and dHs Hᵀ
+#                                          in float32 vs bf16 (shared_dtype), at 4k
 #   scripts/gpu_checks.sh next [SECONDS]    one call (~10 min) for what the H100 session of 2026-11-26 17:07 (code
 #                                          5e2ffb8: `session` below) left unmeasured: Hyper-SET's eager rows (the
 #                                          host-time changes of 4fe48e2; the feed-forward as two ops), the training step as a user
 #                                          can run it without host overhead (train.compile 'reduce-overhead'
 #                                          against the eager step captured as one CUDA graph) for Hyper-SET and
 #                                          full CEM T=1, gpu_lm with every step one CUDA graph at 1k and 4k
-#                                          (default launch, head sums gathered, and G, dHs Hᵀ in bf16; before the
-#                                          compiled steps), eager at N 1k the paper
+#                                          (default launch; Σ P gathered with G, dHs Hᵀ in bf16; Σ dS gathered
+#                                          too; before the compiled steps), eager at N 1k the paper
 #                                          configuration's blocked path (c232cbe) and its per-head factors on
 #                                          one program per head (grid heads), and full CEM T=1 with the head
 #                                          sums gathered and in two causal chunks (second, after Hyper-SET's
@@ -208,10 +208,11 @@ if [ "$PHASE" = next ]; then   # the eager Hyper-SET rows (host time since 4fe48
     --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, head sums gathered;full CEM T=1, two \
 causal chunks;paper configuration (T=2, D+LR);paper configuration, one program per head (64 × 32);paper \
 configuration, blocked path" --out "$OUT/gpu_lm_1k.md"
-  # the kernels without the host: the default launch, the head sums gathered, and also G, dHs Hᵀ in bf16
+  # the kernels without the host: the default launch; Σ P gathered with G, dHs Hᵀ in bf16; and Σ dS gathered too
   step gpu_lm_graphs 150 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 4 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, head sums \
-gathered;full CEM T=1, head sums gathered, shared products in the operand dtype" --out "$OUT/gpu_lm_graphs.md"
+gathered, shared products in the operand dtype;full CEM T=1, all head sums gathered, shared products in the \
+operand dtype" --out "$OUT/gpu_lm_graphs.md"
   compiled_steps 160 145
   step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
@@ -231,7 +232,7 @@ if [ "$PHASE" = stages ]; then
     --causal-chunks 4,8 --budget 90 --out "$OUT/gpu_tiles_stack_1k.md"
   # the head sums gathered (_psum_h, kept for the backward) against the atomic ones, at 4k where the kernels dominate
   step cem_gather_4k 80 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads,heads_inner \
-    --head-sums atomic,gather --shared-dtype accumulation,operand --n 4096 --batch 2 --budget 70 \
+    --head-sums atomic,gather,gather_all --shared-dtype accumulation,operand --n 4096 --batch 2 --budget 70 \
     --out "$OUT/gpu_tiles_gather_4k.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi

@@ -20,7 +20,7 @@ def units(fl, name: str) -> int:
 
 
 @pytest.mark.parametrize("name,expect", [("llama", 7), ("blocked", 12), ("kernel-rec", 24), ("kernel", 26),
-                                         ("kernel-heads", 24), ("kernel-gather", 24)])
+                                         ("kernel-heads", 24), ("kernel-gather", 24), ("kernel-gather-all", 26)])
 def test_training_flops_are_the_listed_products(fl, name, expect):
     n, d, h = 1024, 768, 12
     assert units(fl, name) == expect
@@ -28,7 +28,7 @@ def test_training_flops_are_the_listed_products(fl, name, expect):
     assert train == pytest.approx(expect * n * n * d)  # N² D per causal D-wide product
 
 
-@pytest.mark.parametrize("name", ["kernel", "kernel-heads", "kernel-gather"])
+@pytest.mark.parametrize("name", ["kernel", "kernel-heads", "kernel-gather", "kernel-gather-all"])
 def test_row_chunks_cut_the_materialised_products_to_one_plus_one_over_c_causal_ones(fl, name):
     n, d, h = 1024, 768, 12
     mat = sum(1 for ph in ("fwd", "bwd") for _, w, _ in fl.PRODUCTS[name][ph] if w == "D")
@@ -77,3 +77,17 @@ def test_shared_products_in_the_operand_dtype_halve_their_reads(fl):
     wide, narrow = (fl.traffic("kernel-gather", n, d, h, 64, 2, gbytes=g)[0] for g in (4, 2))
     assert narrow < 0.8 * wide
     assert fl.traffic("kernel", n, d, h, 64, 2, gbytes=2) == fl.traffic("kernel", n, d, h, 64, 2)  # loop kernels'
+
+
+def test_gathering_the_gradient_sums_too_trades_two_products_for_the_atomic_ds(fl):
+    """head_sums 'gather_all': _dsum_h recomputes every head's scores and dP twice (Δ, then Σ dS) where the per-head
+    Δ pass did once — two more per-head products — and the key-tile kernel adds no dS, and no head reads G and
+    dHs Hᵀ for Δ: fewer bytes than 'gather' by the tile model, float32 or bf16 shared products."""
+    n, d, h = 4096, 768, 12
+    bwd = lambda name: [p for p, _, _ in fl.PRODUCTS[name]["bwd"]]  # noqa: E731
+    assert len(bwd("kernel-gather-all")) - len(bwd("kernel-gather")) == 2
+    assert [p for p in bwd("kernel-gather-all") if p.startswith("Σ dS")] == ["Σ dS: QKᵀ", "Σ dS: dOq Kᵀ"]
+    for g in (4, 2):
+        gather, gather_all = (fl.traffic(name, n, d, h, 64, 2, gbytes=g)[0]
+                              for name in ("kernel-gather", "kernel-gather-all"))
+        assert gather_all < gather

@@ -119,7 +119,7 @@ def test_per_head_factors_on_one_program_per_head_fit(case):
 
 
 #: the head sums gathered (``head_sums: gather``): the one-pass head forward and ``_psum_h``, which walks every
-#: head of a (query tile, batch row) with one (BM, BN) float32 sum in registers
+#: head of a (query tile, batch row) with one (BM, BN) float32 sum in registers, and ``_dsum_h`` (Σ_k dS_k gathered)
 GATHER_CASES = {
     "gpt2-small-gathered": dict(heads=12, head_dim=64, dim=768, head_sums="gather", **HEADS_TILES),
     "gpt2-small-gathered-default": dict(heads=12, head_dim=64, dim=768, head_sums="gather", grid="heads"),
@@ -127,6 +127,8 @@ GATHER_CASES = {
     # with the shared products G, dHs Hᵀ in the operands' dtype (KernelTiles.shared_dtype)
     "gpt2-small-gathered-operand": dict(heads=12, head_dim=64, dim=768, head_sums="gather", shared_dtype="operand",
                                         **HEADS_TILES),
+    "gpt2-small-gathered-all-operand": dict(heads=12, head_dim=64, dim=768, head_sums="gather_all",
+                                            shared_dtype="operand", **HEADS_TILES),
 }
 
 
@@ -149,6 +151,7 @@ def test_heads_resources_script_crosses_the_launch_options_and_marks_kernels_not
     gathered (a cell says so), and a launch fits only if every kernel it runs fits."""
     mod = load_script("scripts/cem_heads_resources.py")
     cases = mod.cases("64x32w4", "1", 768, "atomic,gather", "accumulation,operand")
+    assert len(mod.cases("64x32w4,16x64w4", "1,2", 768, "atomic,gather,gather_all", "accumulation")) == 12
     assert len(cases) == 4 and {(c["head_sums"], c["shared_dtype"]) for c in cases.values()} == {
         ("atomic", "accumulation"), ("atomic", "operand"), ("gather", "accumulation"), ("gather", "operand")}
     assert all(c["grid"] == "heads" and c["block_m"] == 64 and c["block_n"] == 32 for c in cases.values())
@@ -156,4 +159,5 @@ def test_heads_resources_script_crosses_the_launch_options_and_marks_kernels_not
     res = {"atomic": {k: ok for k in cem_compile.GRID_KERNELS},
            "gather": {**{k: ok for k in cem_compile.GRID_KERNELS}, "_psum_h": dict(ok, spill_stores=8)}}
     rows = mod.table(res, cem_compile.GRID_KERNELS + cem_compile.GATHER_KERNELS)[2:]
-    assert rows[0].endswith("| — (not launched) | yes |") and rows[1].endswith("| 100 (8), 1 | no |")
+    assert rows[0].endswith("| — (not launched) | — (not launched) | yes |")
+    assert rows[1].endswith("| 100 (8), 1 | — (not launched) | no |")

@@ -53,7 +53,8 @@ MODES = {"sum": dict(h_mode="sum", grid="rows"), "sum-recompute": dict(h_mode="s
          "grid-stack": dict(h_mode="stack", c=True, x=True, grid="heads"),
          "grid-gather": dict(h_mode="sum", x=True, grid="heads", head_sums="gather"),
          # the shared products stored in the operands' dtype (KernelTiles.shared_dtype)
-         "grid-gather-op": dict(h_mode="sum", x=True, grid="heads", head_sums="gather", shared_dtype="operand")}
+         "grid-gather-op": dict(h_mode="sum", x=True, grid="heads", head_sums="gather", shared_dtype="operand"),
+         "grid-gather-all": dict(h_mode="sum", x=True, grid="heads", head_sums="gather_all")}
 #: launches checked in low precision only (where the stored dtype matters; their float64 arithmetic is a mode above's)
 LOW_MODES = {"rows-op": dict(h_mode="sum", grid="rows", shared_dtype="operand"),
              "grid-stack-op": dict(h_mode="stack", c=True, x=True, grid="heads", shared_dtype="operand")}
@@ -88,7 +89,8 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 
 
 @interpreted
-@pytest.mark.parametrize("mode", ["sum", "grid", "grid-none", "grid-stack", "grid-gather", "grid-gather-op"])
+@pytest.mark.parametrize("mode", ["sum", "grid", "grid-none", "grid-stack", "grid-gather", "grid-gather-op",
+                                  "grid-gather-all"])
 @pytest.mark.parametrize("nq,nk,offset,tiles", [
     (40, 40, None, dict(block_m=16, block_n=16)), (37, 45, None, dict(block_m=16, block_n=32, causal_chunks=3)),
     (40, 40, None, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, None, {}),
@@ -139,32 +141,37 @@ def test_heads_inner_launch_order_runs_the_same_arithmetic(monkeypatch, causal, 
 def test_gathered_head_sums_are_formed_once_and_kept_for_the_backward(monkeypatch, has_g):
     """``head_sums: gather``: ``_psum_h`` runs once per forward and the backward adds no Σ_k P_k of its own — of
     the zeroed (B, Nq, Nk) head-sum buffers only Σ_k dS_k's is left (with a shared diagonal), where the atomic
-    form zeroes one for Σ_k P_k in the forward and another in the backward. The result is the dense float64
-    one (the mode's tests above), and the atomic form's to rounding."""
-    zeroed, psum = [], []
+    form zeroes one for Σ_k P_k in the forward and another in the backward; ``gather_all``: with a shared
+    diagonal ``_dsum_h`` forms Σ_k dS_k in place of ``_bwd_d_h`` and nothing is zeroed (without one there is no
+    Σ_k dS_k, and ``_bwd_d_h`` runs). The result is the dense float64 one (the modes' tests above), and the
+    atomic form's to rounding."""
+    zeroed, launched = [], []
     real_zero = cem_products.zero_blocks
     monkeypatch.setattr(cem_kernel, "zero_blocks", lambda *a: zeroed.append(a[0]) or real_zero(*a))
     kern = cem_kernel._kernels(True, "cem_triton_heads.py")
-    real_psum = kern._psum_h
-    monkeypatch.setattr(kern, "_psum_h", type("Spy", (), {"__getitem__": lambda self, grid: (
-        psum.append(grid), real_psum[grid])[1]})())
+    for name in ("_psum_h", "_dsum_h", "_bwd_d_h"):
+        real = getattr(kern, name)
+        monkeypatch.setattr(kern, name, type("Spy", (), {"__getitem__": lambda self, grid, n=name, r=real: (
+            launched.append(n), r[grid])[1]})())
     g = torch.Generator().manual_seed(0)
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
     q, k, ud, hm = t(2, 3, 20, 4), t(2, 3, 20, 4), t(2, 20, 8) if has_g else None, t(2, 20, 8)
     out = {}
-    for sums in ("atomic", "gather"):
-        zeroed.clear(), psum.clear()
+    for sums in ("atomic", "gather", "gather_all"):
+        zeroed.clear(), launched.clear()
         oq, hs, _, lse = cem_kernel.cem_attention(q, k, ud, hm, slopes=None, delta=None, key_mask=None, causal=True,
                                                   offset=0, h_mode="sum", grid="heads", head_sums=sums,
                                                   block_m=16, block_n=16)
         n_fwd = len(zeroed)
         grads = torch.autograd.grad((oq.sum() + hs.square().sum() + lse.sum()), [v for v in (q, k, ud, hm)
                                                                                   if v is not None])
-        out[sums] = (n_fwd, len(zeroed) - n_fwd, len(psum), [oq, hs, lse, *grads])
-    assert out["atomic"][:3] == (1, 1 + has_g, 0)
-    assert out["gather"][:3] == (0, int(has_g), 1)
-    for a, b in zip(out["gather"][3], out["atomic"][3]):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+        out[sums] = (n_fwd, len(zeroed) - n_fwd, sorted(launched), [oq, hs, lse, *grads])
+    assert out["atomic"][:3] == (1, 1 + has_g, ["_bwd_d_h"])
+    assert out["gather"][:3] == (0, int(has_g), ["_bwd_d_h", "_psum_h"])
+    assert out["gather_all"][:3] == (0, 0, ["_dsum_h", "_psum_h"] if has_g else ["_bwd_d_h", "_psum_h"])
+    for sums in ("gather", "gather_all"):
+        for a, b in zip(out[sums][3], out["atomic"][3]):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_shared_products_are_materialised_where_there_are_any():
@@ -254,6 +261,7 @@ COVERED = [
     # the head sums gathered (one-pass head forward, _psum_h, Σ_k P_k kept for the backward)
     dict(steps=2, masked=True, attn_kernel={"head_sums": "gather"}),
     dict(steps=2, causal=False, masked=True, attn_kernel={"head_sums": "gather", "grid": "heads_inner"}),
+    dict(steps=2, masked=True, attn_kernel={"head_sums": "gather_all", "shared_dtype": "operand"}),
 ]
 
 
@@ -453,8 +461,9 @@ def test_auto_takes_the_kernel_on_cuda_only():
 # ------------------------------------------------------------------------------ compiled kernel (GPU)
 @pytest.mark.cuda
 @pytest.mark.parametrize("launch", [{"grid": "rows"}, {}, {"grid": "heads", "block_m": 64, "block_n": 32},
-                                    {"grid": "heads_inner"}, {"head_sums": "gather", "block_m": 64, "block_n": 32}],
-                         ids=["rows", "default", "heads-64x32", "heads-inner", "gathered-64x32"])
+                                    {"grid": "heads_inner"}, {"head_sums": "gather", "block_m": 64, "block_n": 32},
+                                    {"head_sums": "gather_all", "shared_dtype": "operand"}],
+                         ids=["rows", "default", "heads-64x32", "heads-inner", "gathered-64x32", "gathered-all-operand"])
 @pytest.mark.parametrize("paper", [False, True], ids=["default", "paper-config"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper, launch):

@@ -19,7 +19,7 @@ from energyformer.energies import cem_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src/energyformer/energies"
-LOOP, HEADS = ("_fwd", "_bwd_q", "_bwd_kv"), ("_fwd_h", "_bwd_d_h", "_bwd_kv_h", "_psum_h")
+LOOP, HEADS = ("_fwd", "_bwd_q", "_bwd_kv"), ("_fwd_h", "_bwd_d_h", "_bwd_kv_h", "_psum_h", "_dsum_h")
 OPTIONS = {"num_warps", "num_stages"}  # Triton's launch options, not kernel arguments
 
 

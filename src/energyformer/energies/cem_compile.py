@@ -30,7 +30,7 @@ from pathlib import Path
 KERNELS = ("_fwd", "_bwd_q", "_bwd_kv")
 GRID_KERNELS = ("_fwd_h", "_bwd_d_h", "_bwd_kv_h")  # KernelTiles.grid = 'heads', in cem_triton_heads.py
 STACK_KERNELS = ("_dv_h",)  # per-head factors on one program per head: their value gradients, also there
-GATHER_KERNELS = ("_psum_h",)  # KernelTiles.head_sums = 'gather': Σ_k P_k of every head per tile, also there
+GATHER_KERNELS = ("_psum_h", "_dsum_h")  # KernelTiles.head_sums 'gather' (Σ_k P_k), 'gather_all' (and Σ_k dS_k)
 SHARED_LIMIT_SM90 = 232_448  # bytes of shared memory one block may use on H100 / H200 (227 KiB)
 ACC_BUFFERS = {"SLOPES", "DELTA", "C", "M", "L", "LSE", "DLT", "OQ", "HS", "OX", "DQ", "DUD", "DDIAG", "DK",
                "DH", "DX", "DC", "G", "GH"}  # float32 (the accumulation dtype) whatever the operands' dtype
@@ -47,7 +47,7 @@ def signature(fn, constexprs: dict, dtype: str, shared_operand: bool = False) ->
     """Triton signature of kernel ``fn``: operands in ``dtype`` ('bf16', 'fp32', ...), the accumulation
     buffers in fp32 (with the head sums PS and DSS, which the grid kernels add up atomically — with
     per-head factors, HMODE 2, PS holds every head's probabilities in the operands' dtype, as the gathered head
-    sums of ``_psum_h`` do — and ``_dv_h``'s T), the key mask int8, sizes int32 (TOT, a per-head buffer's elements
+    sums of ``_psum_h`` and ``_dsum_h`` do — and ``_dv_h``'s T), the key mask int8, sizes int32 (TOT, a per-head buffer's elements
     per batch row, int64); ``shared_operand`` (``KernelTiles.shared_dtype = 'operand'``): the materialised shared
     products G, GH in the operands' dtype."""
     acc = ACC_BUFFERS | ({"PS", "DSS", "T"} if fn.__name__ in GRID_KERNELS + STACK_KERNELS else set())

@@ -193,7 +193,7 @@ class KernelTiles(ConfigModel):
     tile pair timed on an H100 (docs/results/cem/gpu_h100/gpu_tiles_98ac984.md). Bidirectional attention
     always multiplies the whole product."""
 
-    head_sums: Literal["atomic", "gather"] = "atomic"
+    head_sums: Literal["atomic", "gather", "gather_all"] = "atomic"
     """how one program per head forms the head sum Σ_k P_k of the head-summed read-out (docs/cem.md, "head sums
     gathered"). 'atomic' (the default until a GPU has timed the two): every head's program adds its normalised
     probabilities into a (B, Nq, Nk) accumulation-dtype buffer (zeroed on the blocks) in a second pass over the
@@ -203,8 +203,12 @@ class KernelTiles(ConfigModel):
     registers and stores Σ_k P_k once, in the operand dtype, on the row chunks' blocks — G read once per tile for
     all heads, no atomic adds and no fill of Σ_k P_k — and the blocks are kept for the backward instead of being
     added up again: 2 B per (query, key) pair of the blocks per layer call (at 4 chunks 5/8 of N², e.g. 10 MB at
-    N 1,024, B 8). The same FLOPs. Takes effect on one program per head with the head-summed read-out; per-head
-    factors ('stack') store every head's P_k either way. Needs one program per head (``grid`` 'auto', 'heads' or
+    N 1,024, B 8). The same FLOPs. 'gather_all': also Σ_k dS_k (with a shared diagonal), by ``_dsum_h`` in place
+    of ``_bwd_d_h``: one program per (query tile, batch row) walks the heads twice — every head's Δ_k, then the
+    sum of dS_k = p (dP_k − Δ_k) in registers, stored once in the operand dtype — so the key-tile kernel adds no
+    dS atomically and each head no longer reads G and dHs Hᵀ for Δ; two more per-head products in the backward
+    (26 causal D-wide units instead of 24, ``benchmarks/cem_flops.py``). Takes effect on one program per head
+    with the head-summed read-out; per-head factors ('stack') store every head's P_k either way. Needs one program per head (``grid`` 'auto', 'heads' or
     'heads_inner' with ``shared = 'materialize'``): the loop kernels ('rows') sum the heads in registers
     already."""
 
@@ -234,14 +238,16 @@ class KernelTiles(ConfigModel):
         if self.shared_dtype == "operand" and self.shared != "materialize":
             raise ValueError(f"attn_kernel.shared_dtype = 'operand' needs attn_kernel.shared = 'materialize' (got "
                              f"{self.shared!r}): recomputed shared products are never stored")
-        if self.head_sums == "gather" and (self.grid == "rows" or self.shared != "materialize"):
-            raise ValueError(f"attn_kernel.head_sums = 'gather' needs one program per head (grid 'auto', 'heads' or "
+        if self.head_sums != "atomic" and (self.grid == "rows" or self.shared != "materialize"):
+            raise ValueError(f"attn_kernel.head_sums = {self.head_sums!r} needs one program per head (grid 'auto', "
+                             f"'heads' or "
                              f"'heads_inner' with shared 'materialize'; got grid {self.grid!r}, shared "
                              f"{self.shared!r}): the loop kernels sum the heads in registers already")
         return self
 
 
 HMODES = {"none": 0, "sum": 1, "stack": 2}
+GATHER_LEVELS = {"atomic": 0, "gather": 1, "gather_all": 2}  # the kernels' GATHER (KernelTiles.head_sums)
 
 
 def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: bool, has_g: bool, hmode: str,
@@ -258,7 +264,7 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
                 BM=tiles.block_m, BN=tiles.block_n, HU=tiles.head_unroll, num_warps=tiles.num_warps,
                 MAT=tiles.shared == "materialize" and (tiles.per_head_programs(hmode) if hmode == "stack"
                                                        else has_g or hmode == "sum"),
-                num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner", GATHER=int(tiles.head_sums == "gather"),
+                num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner", GATHER=GATHER_LEVELS[tiles.head_sums],
                 CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
                 HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
@@ -284,14 +290,15 @@ def _geometry(chunks, heads: int, nq: int, causal: bool, tiles: KernelTiles) -> 
 def kernel_meta(meta: dict, name: str) -> dict:
     """``meta`` (:func:`_launch_args`) for kernel ``name``: ``_bwd_kv`` (and ``_bwd_kv_h``) owns key tiles and
     steps through queries, so its BN (keys owned) is ``block_m`` and its BM (query step) ``block_n``; the
-    launch order HI and GATHER are arguments of the one-program-per-head kernels (``*_h``) only; ``_psum_h`` (the
-    gathered head sums, one program per query tile and batch row) takes the scores' constexprs. ``_dv_h`` (per-head
+    launch order HI and GATHER are arguments of the one-program-per-head kernels (``*_h``) only; ``_psum_h`` and
+    ``_dsum_h`` (the gathered head sums, one program per query tile and batch row) take the scores' constexprs (and
+    ``_dsum_h`` dP's). ``_dv_h`` (per-head
     factors' value gradients, an elementwise pass) takes its own blocks: 64 key rows × 64 columns of D."""
     if name == "_dv_h":
         return dict(H=meta["H"], D=meta["D"], BJ=DV_ROWS, BD=min(64, meta["BD"]), ACC=meta["ACC"])
-    if name == "_psum_h":
+    if name in ("_psum_h", "_dsum_h"):
         keep = ("H", "R", "RP", "BM", "BN", "CAUSAL", "HAS_G", "HAS_ALIBI", "HAS_DELTA", "HAS_KMASK", "PREC", "ACC",
-                "UPCAST", "num_warps", "num_stages")
+                "UPCAST", "num_warps", "num_stages") + (("E", "EP", "HP", "HAS_X") if name == "_dsum_h" else ())
         return {k: meta[k] for k in keep if k in meta}
     out = dict(meta, BM=meta["BN"], BN=meta["BM"]) if name in ("_bwd_kv", "_bwd_kv_h") else dict(meta)
     if not name.endswith("_h"):
@@ -314,7 +321,7 @@ def _heads_grid(tiles: int, bh: int, meta: dict) -> tuple[int, int]:
 def gathers(tiles: KernelTiles, hmode: str) -> bool:
     """Whether the launch gathers Σ_k P_k with ``_psum_h`` and keeps it for the backward
     (``KernelTiles.head_sums``): one program per head with the head-summed read-out."""
-    return tiles.head_sums == "gather" and hmode == "sum" and tiles.per_head_programs(hmode)
+    return tiles.head_sums != "atomic" and hmode == "sum" and tiles.per_head_programs(hmode)
 
 
 def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: int, hmode: str,
@@ -412,7 +419,11 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, go
     sdt = q.dtype if tiles.shared_dtype == "operand" else acc_dt  # the stored shared products' dtype
     g = pair_mm(ud, hm.mT, acc_dt, chunks, sdt) if mat and ud is not None else dummy
     gh = pair_mm(ghs, hm.mT, acc_dt, chunks, sdt) if mat and hsum else dummy
-    dss = pair() if mat and ud is not None else dummy
+    gather_ds = tiles.head_sums == "gather_all" and gathers(tiles, hmode) and ud is not None  # Σ dS by _dsum_h
+    if gather_ds:  # every entry of the blocks written by _dsum_h (zeros where hidden): no fill
+        dss = cem_products.scratch((B, head_block_size(1, chunks)), q, q.dtype)
+    else:
+        dss = pair() if mat and ud is not None else dummy
     ps = pair() if mat and hsum and kept is None else dummy  # gathered: the forward's, kept
     if hstack:  # per head, per chunk (B, rows, H, keys): (dHs ∘ c_k) Hᵀ = dHs (c_k ∘ H)ᵀ, one matmul; and every
         # head's P_k keys first (B, keys, H, rows), every block entry written by _bwd_kv_h (zeros where hidden)
@@ -424,8 +435,14 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, go
     if grid:  # Δ per query tile, then every gradient per key tile (dq, Σ dS, Σ P by atomic adds)
         kern = _kernels(q.device.type != "cuda", "cem_triton_heads.py")
         geom = _geometry(chunks, H, nq, causal, tiles)
-        kern._bwd_d_h[_heads_grid(-(-nq // meta["BM"]), B * H, meta)](*ins, nq, nk, offset, *geom,
-                                                                       **kernel_meta(meta, "_bwd_d_h"))
+        if gather_ds:  # Δ of every head and Σ_k dS_k, one program per (query tile, batch row)
+            xx, sl, dl, km, gg, ggh, mm, ll, go, _, gx, dd = ins[4], *ins[6:9], *ins[9:17]  # dd: DLT, read next
+            kern._dsum_h[(-(-nq // meta["BM"]), B)](q, k, xx, sl, dl, km, gg, ggh, mm, ll, go, gx, dd, dss, nq, nk,
+                                                    offset, geom[0], geom[1], head_block_size(1, chunks),
+                                                    **kernel_meta(meta, "_dsum_h"))
+        else:
+            kern._bwd_d_h[_heads_grid(-(-nq // meta["BM"]), B * H, meta)](*ins, nq, nk, offset, *geom,
+                                                                           **kernel_meta(meta, "_bwd_d_h"))
         kern._bwd_kv_h[_heads_grid(n_kt, B * H, meta)](*ins, ps, dss, dq, dk, dx, ddiag, nq, nk, offset, *geom,
                                                        **meta_kv)
     else:
@@ -435,7 +452,8 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, go
         kern._bwd_kv[(n_kt, B)](*ins, dk, dh if dh is not None else dummy, dx, dc, nq, nk, offset, **meta_kv)
     del g, gh
     if mat and ud is not None:  # d(ud) = (Σ_k dS_k) H;  dh = (Σ_k dS_k)ᵀ ud + (Σ_k P_k)ᵀ dHs
-        dss = chunk_blocks(dss, chunks, q.dtype)  # the blocks cast once, read twice
+        # the blocks cast once, read twice (gathered: already in the operand dtype)
+        dss = gathered_blocks(dss, chunks) if gather_ds else chunk_blocks(dss, chunks, q.dtype)
         dud = rows_mm(dss, hm, acc_dt, chunks)
         dh = added(dh, cols_mm(dss, ud, acc_dt, chunks, nk))
     if mat and hsum:

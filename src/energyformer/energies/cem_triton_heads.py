@@ -27,6 +27,9 @@ wherever there is a shared or per-head product):
   head's p on each key tile in registers, G loaded once per tile, and stores Σ_k P_k once in the operand dtype on
   the row chunks' blocks (a one-head buffer, :func:`_head_pair_ptrs`), which the launcher keeps for the backward:
   no atomic adds of P in either direction;
+* ``_dsum_h`` (GATHER 2, ``head_sums = 'gather_all'``, with a shared diagonal): in place of ``_bwd_d_h``, one
+  program per (query tile, batch row) walks the heads twice: Δ of every head, then Σ_k dS_k summed in registers and
+  stored once like ``_psum_h``'s Σ_k P_k: no atomic adds of dS in ``_bwd_kv_h``;
 * ``_bwd_d_h``: Δ_k = Σ_j p dP per query tile (added to DLT, which holds −g_lse), from the very p and dP
   the key-tile kernel uses (see ``_bwd_q``);
 * ``_bwd_kv_h``: per key tile, dk_k = dS_kᵀ q_k + P_kᵀ dOq_k and dx_k = P_kᵀ dOx_k in registers; dq_k,
@@ -66,6 +69,7 @@ def _tiles_module():
 _t = _tiles_module()
 _mm, _tile, _put, _scores, _shared, _key_end = _t._mm, _t._tile, _t._put, _t._scores, _t._shared, _t._key_end
 _pair_ptrs, _pair_tile, _online_row, _dp_x = _t._pair_ptrs, _t._pair_tile, _t._online_row, _t._dp_x
+_col, _add_col = _t._col, _t._add_col
 
 
 @triton.jit
@@ -232,7 +236,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
     rows = pid * BM + tl.arange(0, BM)
     rmask = rows < Nq
     kend = _key_end(pid, Nk, offset, BM, CAUSAL)
-    if HMODE == 0 or (HMODE == 1 and GATHER):
+    if HMODE == 0 or (HMODE == 1 and GATHER > 0):
         _one_pass(Q, K, UD, HM, X, SLOPES, DELTA, KMASK, G, OQ, OX, LSE, M, L, pid, b, hh, bh, rows, rmask, kend,
                   Nq, Nk, offset, H, R, D, E, RP, BD, EP, BM, BN, MAT, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
                   HAS_KMASK, PREC, ACC, UPCAST)
@@ -321,6 +325,63 @@ def _psum_h(Q, K, SLOPES, DELTA, KMASK, G, M, L, PS, Nq, Nk, offset, STEP, ALIGN
 
 
 @triton.jit
+def _dsum_h(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, DLT, DSS, Nq, Nk, offset, STEP, ALIGN, TOT,
+            H: tl.constexpr, R: tl.constexpr, E: tl.constexpr, RP: tl.constexpr, EP: tl.constexpr,
+            HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr, HAS_G: tl.constexpr,
+            HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr,
+            PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """Σ_k dS_k gathered (``KernelTiles.head_sums = 'gather_all'``, the head-summed read-out with a shared
+    diagonal), in place of ``_bwd_d_h``: per (query tile, batch row), every head walked inside, G and Gh loaded
+    once per key tile for all heads. Pass A: every head's Δ_k = Σ_j p dP, a (BM, HP) tile in registers, added to
+    DLT (which holds −g_lse) and stored; pass B: dS_k = p (dP − Δ_k) summed over the heads in registers and
+    stored once, in DSS's dtype (the operands'), into the row chunk's block of a one-head buffer as ``_psum_h``
+    stores Σ_k P_k (zeros past a tile's last visible key): no atomic adds of dS. p and dP are
+    :func:`_recompute_h`'s, the very numbers ``_bwd_kv_h`` uses. Four per-head products where ``_bwd_d_h`` had
+    two."""
+    pid = tl.program_id(0)
+    b = tl.program_id(1)
+    rows = pid * BM + tl.arange(0, BM)
+    rmask = rows < Nq
+    hcol = tl.arange(0, HP)
+    kend = _key_end(pid, Nk, offset, BM, CAUSAL)
+    dptr = (b * H + hcol[None, :]) * Nq + rows[:, None]
+    dmask = rmask[:, None] & (hcol < H)[None, :]
+    dlt = tl.load(DLT + dptr, mask=dmask, other=0.0)  # (BM, HP)
+    for start in range(0, kend, BN):  # pass A: Δ of every head
+        cols = start + tl.arange(0, BN)
+        cmask = cols < Nk
+        g = _pair_tile(G, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
+        gh = _pair_tile(GH, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
+        for hh in range(0, H):
+            m = tl.load(M + (b * H + hh) * Nq + rows, mask=rmask, other=0.0)
+            l = tl.load(L + (b * H + hh) * Nq + rows, mask=rmask, other=1.0)
+            p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask,
+                                              cmask, g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, 1,
+                                              HAS_X, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+            dlt = _add_col(dlt, hcol, hh, tl.sum(p * dp, 1))
+    tl.store(DLT + dptr, dlt, mask=dmask)
+    for start in range(0, kend, BN):  # pass B: Σ_k dS_k
+        cols = start + tl.arange(0, BN)
+        cmask = cols < Nk
+        g = _pair_tile(G, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
+        gh = _pair_tile(GH, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
+        dss = tl.zeros((BM, BN), ACC)
+        for hh in range(0, H):
+            m = tl.load(M + (b * H + hh) * Nq + rows, mask=rmask, other=0.0)
+            l = tl.load(L + (b * H + hh) * Nq + rows, mask=rmask, other=1.0)
+            p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask,
+                                              cmask, g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, 1,
+                                              HAS_X, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+            dss += p * (dp - _col(dlt, hcol, hh)[:, None])
+        _store_head_p(DSS, dss, b, 0, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, 1, False)
+    ke = _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN)
+    for start in range(tl.cdiv(kend, BN) * BN, ke, BN):  # the block's keys no query of this tile sees
+        cols = start + tl.arange(0, BN)
+        _store_head_p(DSS, tl.zeros((BM, BN), ACC), b, 0, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset,
+                      STEP, ALIGN, TOT, 1, False)
+
+
+@triton.jit
 def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GOX, DLT, Nq, Nk, offset, STEP,
              ALIGN, TOT,
              H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
@@ -399,7 +460,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
         rr = tl.arange(0, RP)
         tl.atomic_add(DQ + (bh * Nq + rows[:, None]) * R + rr[None, :], _mm(ds.to(kh.dtype), kh, PREC, ACC, UPCAST),
                       mask=rmask[:, None] & (rr < R)[None, :], sem="relaxed")
-        if HAS_G:
+        if HAS_G and not (HMODE == 1 and GATHER == 2):  # (GATHER 2: _dsum_h forms Σ_k dS_k)
             _add_pair(DSS, b, rows, cols, rmask, cmask, Nq, Nk, ds)
         if HMODE == 1 and GATHER == 0:  # (GATHER: the forward's Σ_k P_k, kept)
             _add_pair(PS, b, rows, cols, rmask, cmask, Nq, Nk, p)
