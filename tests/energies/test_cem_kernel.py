@@ -463,7 +463,8 @@ def test_auto_takes_the_kernel_on_cuda_only():
 @pytest.mark.parametrize("launch", [{"grid": "rows"}, {}, {"grid": "heads", "block_m": 64, "block_n": 32},
                                     {"grid": "heads_inner"}, {"head_sums": "gather", "block_m": 64, "block_n": 32},
                                     {"head_sums": "gather_all", "shared_dtype": "operand"}],
-                         ids=["rows", "default", "heads-64x32", "heads-inner", "gathered-64x32", "gathered-all-operand"])
+                         ids=["rows", "default", "heads-64x32", "heads-inner", "gathered-64x32",
+                              "gathered-all-operand"])
 @pytest.mark.parametrize("paper", [False, True], ids=["default", "paper-config"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper, launch):

@@ -208,9 +208,9 @@ class KernelTiles(ConfigModel):
     sum of dS_k = p (dP_k − Δ_k) in registers, stored once in the operand dtype — so the key-tile kernel adds no
     dS atomically and each head no longer reads G and dHs Hᵀ for Δ; two more per-head products in the backward
     (26 causal D-wide units instead of 24, ``benchmarks/cem_flops.py``). Takes effect on one program per head
-    with the head-summed read-out; per-head factors ('stack') store every head's P_k either way. Needs one program per head (``grid`` 'auto', 'heads' or
-    'heads_inner' with ``shared = 'materialize'``): the loop kernels ('rows') sum the heads in registers
-    already."""
+    with the head-summed read-out; per-head factors ('stack') store every head's P_k either way. Needs one
+    program per head (``grid`` 'auto', 'heads' or 'heads_inner' with ``shared = 'materialize'``): the loop
+    kernels ('rows') sum the heads in registers already."""
 
     shared_dtype: Literal["accumulation", "operand"] = "accumulation"
     """the dtype the materialised shared products are stored in for the kernels to read (docs/cem.md, "the
