@@ -239,7 +239,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
                f"verbatim output of `python benchmarks/cem_ops.py --seq {n} --ops --top 12 ...` with the library at "
                f"commit {c} (issue 21: ops, bytes, FLOPs and saved bytes per layer of a bf16 training step under "
                "CUDA's autocast, counted on fake tensors)")
-      for n in (1024, 4096) for c in ("cf2053a", "476f938", "82eacd0", "6e61078", "0a5dbd2")),
+      for n in (1024, 4096) for c in ("cf2053a", "476f938", "82eacd0", "6e61078", "2d1bc65")),
     *(Artifact(f"{RESULTS}/cem", f"host_time_{c}.md",
                f"verbatim output of `python benchmarks/host_time.py --suite cem --out ...` with the library at commit {c} "
                "(issue 21: the host's share of an eager training step, CUDA's kernel path with its Triton launches "
