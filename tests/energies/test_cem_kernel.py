@@ -562,3 +562,33 @@ def test_compile_keeps_the_kernel_in_one_graph(attn, compiles_like_eager):
         "attention": {"kind": "cem", "attn_path": "kernel", "steps": 2, **attn}, "mlp": {"kind": "cem"}}}))
     idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(1))
     compiles_like_eager(lambda: m(idx).logits, m.parameters())
+
+
+def test_shared_products_in_the_operand_dtype_only_for_bfloat16():
+    """``shared_dtype: operand`` stores G and dHs Hᵀ in bf16 for bf16 operands; float16 operands keep float32
+    products (a logit past float16's 6.5e4 would overflow to inf: a silent wrong answer), float32 and float64
+    ones are their own accumulation dtype; the default keeps the accumulation dtype everywhere."""
+    op, acc = cem_kernel.KernelTiles(shared_dtype="operand"), cem_kernel.KernelTiles()
+    f32 = torch.float32
+    assert cem_kernel.shared_store_dtype(op, torch.bfloat16, f32) == torch.bfloat16
+    assert cem_kernel.shared_store_dtype(op, torch.float16, f32) == f32
+    assert cem_kernel.shared_store_dtype(op, torch.float64, torch.float64) == torch.float64
+    assert cem_kernel.shared_store_dtype(acc, torch.bfloat16, f32) == f32
+
+
+@interpreted
+def test_float16_operands_with_shared_products_in_the_operand_dtype_stay_finite_at_large_logits():
+    """Logits near 1e5 (past float16's range, within its operands'): with ``shared_dtype: operand`` the float16
+    call still equals the float32 call on the same operands to float16's tolerance — nothing overflows."""
+    g = torch.Generator().manual_seed(0)
+    B, H, N, R, D = 1, 2, 9, 4, 8
+    q, k = (torch.randn(B, H, N, R, generator=g) * 200).half(), (torch.randn(B, H, N, R, generator=g) * 200).half()
+    ud, hm = (torch.randn(B, N, D, generator=g) * 150).half(), (torch.randn(B, N, D, generator=g) * 150).half()
+    kw = dict(slopes=None, delta=None, key_mask=None, causal=True, offset=0, h_mode="sum", grid="heads",
+              head_sums="gather", shared_dtype="operand")
+    got = cem_kernel.cem_attention(q, k, ud, hm, **kw)
+    ref = cem_kernel.cem_attention(q.float(), k.float(), ud.float(), hm.float(), **kw)
+    for a, b in zip(got, ref):
+        if a is not None:
+            assert torch.isfinite(a).all()
+            torch.testing.assert_close(a.float(), b, rtol=2e-2, atol=2e-2 * b.abs().max().item())

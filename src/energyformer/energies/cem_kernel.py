@@ -218,9 +218,10 @@ class KernelTiles(ConfigModel):
     of every head's dP), and with per-head factors each head's (dHs ∘ c_k) Hᵀ — each summed in float32 by its
     matmul and then kept in 'accumulation' (float32; the default, the launch timed so far) or rounded once to
     'operand', the operands' dtype (bf16 under bf16 autocast: as PyTorch's own bf16 matmul returns them),
-    which halves the bytes every head's program reads per (query, key) pair — 4 of the 6 reads per pair and
+    which halves the bytes every head's program reads per (query, key) pair — 5 of the 6 accesses per pair and
     head with the head sums gathered. Within the tests' bf16 tolerance (a rounding of the logits like the
-    blocked path's bf16 products); float32 and float64 operands are unaffected. Needs materialised products."""
+    blocked path's bf16 products); float32 and float64 operands are unaffected, and float16 ones keep float32
+    products (float16's range, 6.5e4, cannot hold every logit). Needs materialised products."""
 
     def per_head_programs(self, hmode: str) -> bool:
         """Whether the launch runs the one-program-per-head kernels (``grid`` resolved for ``hmode``). With
@@ -318,6 +319,13 @@ def _heads_grid(tiles: int, bh: int, meta: dict) -> tuple[int, int]:
     return (bh, tiles) if meta.get("HI") else (tiles, bh)
 
 
+def shared_store_dtype(tiles: KernelTiles, dtype: torch.dtype, acc: torch.dtype) -> torch.dtype:
+    """The dtype the materialised shared products are stored in (``KernelTiles.shared_dtype``): bfloat16 operands'
+    own with 'operand', else the accumulation dtype — float16's range (6.5e4) could not hold every logit a
+    float32 sum can, and a logit that overflowed would be a silent wrong answer."""
+    return dtype if tiles.shared_dtype == "operand" and dtype == torch.bfloat16 else acc
+
+
 def gathers(tiles: KernelTiles, hmode: str) -> bool:
     """Whether the launch gathers Σ_k P_k with ``_psum_h`` and keeps it for the backward
     (``KernelTiles.head_sums``): one program per head with the head-summed read-out."""
@@ -346,7 +354,7 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
     chunks = launch_chunks(nq, nk, offset, causal, tiles)  # blocks of the shared products
-    sdt = q.dtype if tiles.shared_dtype == "operand" else acc_dt  # the stored shared products' dtype
+    sdt = shared_store_dtype(tiles, q.dtype, acc_dt)
     g = pair_mm(ud, hm.mT, acc_dt, chunks, sdt) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
     # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid);
     # per-head factors (grid): every head's P_k in the operand dtype, per chunk a (B, rows, H, keys) block
@@ -416,7 +424,7 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, go
     # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P (stored
     # per tile in the operand dtype, or added up atomically in the accumulation dtype by the grid kernels)
     pair = functools.partial(zero_blocks, (B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
-    sdt = q.dtype if tiles.shared_dtype == "operand" else acc_dt  # the stored shared products' dtype
+    sdt = shared_store_dtype(tiles, q.dtype, acc_dt)
     g = pair_mm(ud, hm.mT, acc_dt, chunks, sdt) if mat and ud is not None else dummy
     gh = pair_mm(ghs, hm.mT, acc_dt, chunks, sdt) if mat and hsum else dummy
     gather_ds = tiles.head_sums == "gather_all" and gathers(tiles, hmode) and ud is not None  # Σ dS by _dsum_h
