@@ -244,7 +244,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
                f"verbatim output of `python benchmarks/host_time.py --suite cem --out ...` with the library at commit {c} "
                "(issue 21: the host's share of an eager training step, CUDA's kernel path with its Triton launches "
                "stubbed, timed on CPU against Llama)")
-      for c in ("865a5cc", "82fecb2", "01078f9", "2f229e2")),
+      for c in ("865a5cc", "82fecb2", "01078f9", "8bbf1c4")),
     Artifact(f"{RESULTS}/cem", "compare_commits_474e0b9.txt",
              "output of `python benchmarks/compare_commits.py --base 865a5cc --head HEAD --configs lm/cem_kq_shared "
              "lm/cem_full --rounds 6 --steps 3 --threads 1 --set model.dim=256 model.heads=8 model.max_seq_len=256` at "
