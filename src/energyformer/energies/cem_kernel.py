@@ -69,7 +69,7 @@ from pydantic import model_validator
 from torch import Tensor
 
 from energyformer.core.precision import autocast_off
-from energyformer.utils.config import ConfigModel, Field
+from energyformer.utils.config import HASH_NEUTRAL, ConfigModel, Field
 
 from . import cem_products
 from .cem_products import (added, chunk_blocks, cols_mm, head_block_size, head_blocks, heads_pair_mm, heads_rows_mm,
@@ -193,7 +193,7 @@ class KernelTiles(ConfigModel):
     tile pair timed on an H100 (docs/results/cem/gpu_h100/gpu_tiles_98ac984.md). Bidirectional attention
     always multiplies the whole product."""
 
-    head_sums: Literal["atomic", "gather", "gather_all"] = "atomic"
+    head_sums: Literal["atomic", "gather", "gather_all"] = Field("atomic", json_schema_extra={HASH_NEUTRAL: True})
     """how one program per head forms the head sum Σ_k P_k of the head-summed read-out (docs/cem.md, "head sums
     gathered"). 'atomic' (the default until a GPU has timed the two): every head's program adds its normalised
     probabilities into a (B, Nq, Nk) accumulation-dtype buffer (zeroed on the blocks) in a second pass over the
@@ -210,9 +210,10 @@ class KernelTiles(ConfigModel):
     (26 causal D-wide units instead of 24, ``benchmarks/cem_flops.py``). Takes effect on one program per head
     with the head-summed read-out; per-head factors ('stack') store every head's P_k either way. Needs one
     program per head (``grid`` 'auto', 'heads' or 'heads_inner' with ``shared = 'materialize'``): the loop
-    kernels ('rows') sum the heads in registers already."""
+    kernels ('rows') sum the heads in registers already. Hash-neutral at its default (added after the studies'
+    runs were recorded: ``utils.config.HASH_NEUTRAL``), as is ``shared_dtype``."""
 
-    shared_dtype: Literal["accumulation", "operand"] = "accumulation"
+    shared_dtype: Literal["accumulation", "operand"] = Field("accumulation", json_schema_extra={HASH_NEUTRAL: True})
     """the dtype the materialised shared products are stored in for the kernels to read (docs/cem.md, "the
     shared products in the operand dtype"): G = ud Hᵀ (the shared-diagonal logits) and Gh = dHs Hᵀ (the h part
     of every head's dP), and with per-head factors each head's (dHs ∘ c_k) Hᵀ — each summed in float32 by its

@@ -277,14 +277,30 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
                 _store_head_p(PS, p, b, hh, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H,
                               False)
         if HMODE == 2:  # the chunk's keys past this tile's last visible one: zeros (the launcher reads the block)
-            ke = _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN)
-            for start in range(tl.cdiv(kend, BN) * BN, ke, BN):
-                cols = start + tl.arange(0, BN)
-                _store_head_p(PS, tl.zeros((BM, BN), ACC), b, hh, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk,
-                              offset, STEP, ALIGN, TOT, H, False)
+            _zeros_past(PS, b, hh, pid, rows, rmask, kend, Nq, Nk, offset, STEP, ALIGN, TOT, H, BM, BN, ACC)
         _put(OQ, bh, rows, Nq, R, RP, rmask, oq, False)
         if HAS_X:
             _put(OX, bh, rows, Nq, E, EP, rmask, ox, False)
+
+
+@triton.jit
+def _head_ml(M, L, b, hh, rows, rmask, Nq, H: tl.constexpr):
+    """head hh's final running max and sum (BM,) of the rows (``_fwd_h``'s: p = e^{s − m}/l)"""
+    return (tl.load(M + (b * H + hh) * Nq + rows, mask=rmask, other=0.0),
+            tl.load(L + (b * H + hh) * Nq + rows, mask=rmask, other=1.0))
+
+
+@triton.jit
+def _zeros_past(PS, b, hh, pid, rows, rmask, kend, Nq, Nk, offset, STEP, ALIGN, TOT, H: tl.constexpr,
+                BM: tl.constexpr, BN: tl.constexpr, ACC: tl.constexpr):
+    """zeros into head hh's entries of query tile pid's rows in a per-head (or one-head, H = 1) buffer on its row
+    chunk's keys past the tile's last visible one (``kend``): with the tiles the kernel stored, every entry of the
+    block is written and the launcher's matmul reads no unset value (no fill)"""
+    ke = _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN)
+    for start in range(tl.cdiv(kend, BN) * BN, ke, BN):
+        cols = start + tl.arange(0, BN)
+        _store_head_p(PS, tl.zeros((BM, BN), ACC), b, hh, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset,
+                      STEP, ALIGN, TOT, H, False)
 
 
 @triton.jit
@@ -313,15 +329,27 @@ def _psum_h(Q, K, SLOPES, DELTA, KMASK, G, M, L, PS, Nq, Nk, offset, STEP, ALIGN
         for hh in range(0, H):
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                                 H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
-            m = tl.load(M + (b * H + hh) * Nq + rows, mask=rmask, other=0.0)
-            l = tl.load(L + (b * H + hh) * Nq + rows, mask=rmask, other=1.0)
+            m, l = _head_ml(M, L, b, hh, rows, rmask, Nq, H)
             ps += tl.exp(s - m[:, None]) / l[:, None]
         _store_head_p(PS, ps, b, 0, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, 1, False)
-    ke = _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN)
-    for start in range(tl.cdiv(kend, BN) * BN, ke, BN):  # the block's keys no query of this tile sees
-        cols = start + tl.arange(0, BN)
-        _store_head_p(PS, tl.zeros((BM, BN), ACC), b, 0, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset,
-                      STEP, ALIGN, TOT, 1, False)
+    _zeros_past(PS, b, 0, pid, rows, rmask, kend, Nq, Nk, offset, STEP, ALIGN, TOT, 1, BM, BN, ACC)
+
+
+@triton.jit
+def _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, b, rows, cols, rmask, cmask, hh, Nq, Nk, offset,
+               H: tl.constexpr, R: tl.constexpr, E: tl.constexpr, RP: tl.constexpr, EP: tl.constexpr,
+               CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr,
+               HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
+               UPCAST: tl.constexpr):
+    """(p, dP) (BM, BN) of head hh on one tile with the head-summed read-out: :func:`_recompute_h` with the shared
+    tiles G, Gh loaded (the caller's loop over the heads: from cache after the first head) and the head's m, l"""
+    g = _pair_tile(G, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
+    gh = _pair_tile(GH, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
+    m, l = _head_ml(M, L, b, hh, rows, rmask, Nq, H)
+    p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask, g, gh,
+                                      m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, 1, HAS_X, HAS_ALIBI,
+                                      HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+    return p, dp
 
 
 @triton.jit
@@ -349,36 +377,23 @@ def _dsum_h(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, DLT, DSS, Nq, 
     dlt = tl.load(DLT + dptr, mask=dmask, other=0.0)  # (BM, HP)
     for start in range(0, kend, BN):  # pass A: Δ of every head
         cols = start + tl.arange(0, BN)
-        cmask = cols < Nk
-        g = _pair_tile(G, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
-        gh = _pair_tile(GH, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
         for hh in range(0, H):
-            m = tl.load(M + (b * H + hh) * Nq + rows, mask=rmask, other=0.0)
-            l = tl.load(L + (b * H + hh) * Nq + rows, mask=rmask, other=1.0)
-            p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask,
-                                              cmask, g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, 1,
-                                              HAS_X, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+            p, dp = _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, b, rows, cols, rmask, cols < Nk,
+                               hh, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
+                               HAS_KMASK, PREC, ACC, UPCAST)
             dlt = _add_col(dlt, hcol, hh, tl.sum(p * dp, 1))
     tl.store(DLT + dptr, dlt, mask=dmask)
     for start in range(0, kend, BN):  # pass B: Σ_k dS_k
         cols = start + tl.arange(0, BN)
-        cmask = cols < Nk
-        g = _pair_tile(G, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
-        gh = _pair_tile(GH, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
         dss = tl.zeros((BM, BN), ACC)
         for hh in range(0, H):
-            m = tl.load(M + (b * H + hh) * Nq + rows, mask=rmask, other=0.0)
-            l = tl.load(L + (b * H + hh) * Nq + rows, mask=rmask, other=1.0)
-            p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask,
-                                              cmask, g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, 1,
-                                              HAS_X, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+            p, dp = _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, b, rows, cols, rmask, cols < Nk,
+                               hh, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
+                               HAS_KMASK, PREC, ACC, UPCAST)
             dss += p * (dp - _col(dlt, hcol, hh)[:, None])
-        _store_head_p(DSS, dss, b, 0, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, 1, False)
-    ke = _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN)
-    for start in range(tl.cdiv(kend, BN) * BN, ke, BN):  # the block's keys no query of this tile sees
-        cols = start + tl.arange(0, BN)
-        _store_head_p(DSS, tl.zeros((BM, BN), ACC), b, 0, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset,
-                      STEP, ALIGN, TOT, 1, False)
+        _store_head_p(DSS, dss, b, 0, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset, STEP, ALIGN, TOT, 1,
+                      False)
+    _zeros_past(DSS, b, 0, pid, rows, rmask, kend, Nq, Nk, offset, STEP, ALIGN, TOT, 1, BM, BN, ACC)
 
 
 @triton.jit
