@@ -336,15 +336,20 @@ def _psum_h(Q, K, SLOPES, DELTA, KMASK, G, M, L, PS, Nq, Nk, offset, STEP, ALIGN
 
 
 @triton.jit
-def _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, b, rows, cols, rmask, cmask, hh, Nq, Nk, offset,
+def _shared_tiles(G, GH, b, rows, cols, rmask, cmask, Nq, Nk, ACC: tl.constexpr):
+    """(cols' mask, G tile, Gh tile) of one key tile, loaded once for every head of ``_dsum_h``'s loop"""
+    return (cmask, _pair_tile(G, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC),
+            _pair_tile(GH, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC))
+
+
+@triton.jit
+def _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, M, L, GOQ, GOX, b, rows, cols, rmask, cmask, g, gh, hh, Nq, Nk, offset,
                H: tl.constexpr, R: tl.constexpr, E: tl.constexpr, RP: tl.constexpr, EP: tl.constexpr,
                CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr,
                HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
                UPCAST: tl.constexpr):
     """(p, dP) (BM, BN) of head hh on one tile with the head-summed read-out: :func:`_recompute_h` with the shared
-    tiles G, Gh loaded (the caller's loop over the heads: from cache after the first head) and the head's m, l"""
-    g = _pair_tile(G, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
-    gh = _pair_tile(GH, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
+    tiles g, gh (:func:`_shared_tiles`) and the head's m, l"""
     m, l = _head_ml(M, L, b, hh, rows, rmask, Nq, H)
     p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask, g, gh,
                                       m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, 1, HAS_X, HAS_ALIBI,
@@ -377,22 +382,23 @@ def _dsum_h(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, DLT, DSS, Nq, 
     dlt = tl.load(DLT + dptr, mask=dmask, other=0.0)  # (BM, HP)
     for start in range(0, kend, BN):  # pass A: Δ of every head
         cols = start + tl.arange(0, BN)
+        cmask, g, gh = _shared_tiles(G, GH, b, rows, cols, rmask, cols < Nk, Nq, Nk, ACC)
         for hh in range(0, H):
-            p, dp = _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, b, rows, cols, rmask, cols < Nk,
-                               hh, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
+            p, dp = _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, M, L, GOQ, GOX, b, rows, cols, rmask, cmask, g, gh, hh,
+                               Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
                                HAS_KMASK, PREC, ACC, UPCAST)
             dlt = _add_col(dlt, hcol, hh, tl.sum(p * dp, 1))
     tl.store(DLT + dptr, dlt, mask=dmask)
     for start in range(0, kend, BN):  # pass B: Σ_k dS_k
         cols = start + tl.arange(0, BN)
+        cmask, g, gh = _shared_tiles(G, GH, b, rows, cols, rmask, cols < Nk, Nq, Nk, ACC)
         dss = tl.zeros((BM, BN), ACC)
         for hh in range(0, H):
-            p, dp = _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, b, rows, cols, rmask, cols < Nk,
-                               hh, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
+            p, dp = _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, M, L, GOQ, GOX, b, rows, cols, rmask, cmask, g, gh, hh,
+                               Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
                                HAS_KMASK, PREC, ACC, UPCAST)
             dss += p * (dp - _col(dlt, hcol, hh)[:, None])
-        _store_head_p(DSS, dss, b, 0, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset, STEP, ALIGN, TOT, 1,
-                      False)
+        _store_head_p(DSS, dss, b, 0, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, 1, False)
     _zeros_past(DSS, b, 0, pid, rows, rmask, kend, Nq, Nk, offset, STEP, ALIGN, TOT, 1, BM, BN, ACC)
 
 
