@@ -592,3 +592,16 @@ def test_float16_operands_with_shared_products_in_the_operand_dtype_stay_finite_
         if a is not None:
             assert torch.isfinite(a).all()
             torch.testing.assert_close(a.float(), b, rtol=2e-2, atol=2e-2 * b.abs().max().item())
+
+
+def test_backward_without_the_gathered_head_sums_it_needs_raises():
+    """The key-tile kernel skips Σ_k P_k when the launch gathers it, so a backward called without the forward's
+    gathered blocks (or with blocks it would not read) is an error naming the option, never a wrong gradient."""
+    z = torch.zeros(1, 2, 4, 4, dtype=torch.float64)
+    hm = torch.zeros(1, 4, 8, dtype=torch.float64)
+    m = torch.zeros(1, 2, 4, dtype=torch.float64)
+    gather = cem_kernel.KernelTiles(grid="heads", head_sums="gather")
+    for tiles, kept in ((gather, None), (cem_kernel.KernelTiles(grid="heads"), torch.zeros(1, 16))):
+        with pytest.raises(RuntimeError, match="head_sums"):
+            cem_kernel._bwd_impl(z, z, None, hm, None, None, None, None, None, m, m, kept, None, None, None, None,
+                                 True, 0, "sum", tiles)

@@ -242,8 +242,7 @@ class KernelTiles(ConfigModel):
                              f"{self.shared!r}): recomputed shared products are never stored")
         if self.head_sums != "atomic" and (self.grid == "rows" or self.shared != "materialize"):
             raise ValueError(f"attn_kernel.head_sums = {self.head_sums!r} needs one program per head (grid 'auto', "
-                             f"'heads' or "
-                             f"'heads_inner' with shared 'materialize'; got grid {self.grid!r}, shared "
+                             f"'heads' or 'heads_inner' with shared 'materialize'; got grid {self.grid!r}, shared "
                              f"{self.shared!r}): the loop kernels sum the heads in registers already")
         return self
 
@@ -398,6 +397,10 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, go
     B, H, nq, R = q.shape
     nk = k.shape[2]
     acc_dt = m.dtype
+    if gathers(tiles, hmode) != (kept is not None):  # the key-tile kernel would skip Σ P with nothing to replace it
+        got = "one" if kept is not None else "none"
+        raise RuntimeError(f"cem_attention backward: head_sums = {tiles.head_sums!r} with h_mode {hmode!r} needs the "
+                           f"forward's gathered Σ_k P_k exactly when it gathers (got {got})")
     meta = _launch_args(_kernels(q.device.type != "cuda").tl, q, hm, x, causal, ud is not None, hmode,
                         slopes is not None, delta is not None, kmask is not None, tiles)
     grid = tiles.per_head_programs(hmode)
