@@ -52,11 +52,11 @@ MODES = {"sum": dict(h_mode="sum", grid="rows"), "sum-recompute": dict(h_mode="s
          "grid-none": dict(h_mode="none", grid="heads"),
          "grid-stack": dict(h_mode="stack", c=True, x=True, grid="heads"),
          "grid-gather": dict(h_mode="sum", x=True, grid="heads", head_sums="gather"),
-         # the shared products stored in the operands' dtype (KernelTiles.shared_dtype)
-         "grid-gather-op": dict(h_mode="sum", x=True, grid="heads", head_sums="gather", shared_dtype="operand"),
          "grid-gather-all": dict(h_mode="sum", x=True, grid="heads", head_sums="gather_all")}
-#: launches checked in low precision only (where the stored dtype matters; their float64 arithmetic is a mode above's)
-LOW_MODES = {"rows-op": dict(h_mode="sum", grid="rows", shared_dtype="operand"),
+#: the shared products stored in the operands' dtype (KernelTiles.shared_dtype), checked in low precision only:
+#: with float32 / float64 operands the stored dtype is theirs, and the arithmetic is a mode above's
+LOW_MODES = {"grid-gather-op": dict(h_mode="sum", x=True, grid="heads", head_sums="gather", shared_dtype="operand"),
+             "rows-op": dict(h_mode="sum", grid="rows", shared_dtype="operand"),
              "grid-stack-op": dict(h_mode="stack", c=True, x=True, grid="heads", shared_dtype="operand")}
 
 
@@ -89,8 +89,7 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 
 
 @interpreted
-@pytest.mark.parametrize("mode", ["sum", "grid", "grid-none", "grid-stack", "grid-gather", "grid-gather-op",
-                                  "grid-gather-all"])
+@pytest.mark.parametrize("mode", ["sum", "grid", "grid-none", "grid-stack", "grid-gather", "grid-gather-all"])
 @pytest.mark.parametrize("nq,nk,offset,tiles", [
     (40, 40, None, dict(block_m=16, block_n=16)), (37, 45, None, dict(block_m=16, block_n=32, causal_chunks=3)),
     (40, 40, None, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, None, {}),
