@@ -206,12 +206,21 @@ def _add_wh(OUT, HM, C, hh, b, rows, cols, rmask, cmask, Nq, Nk, w, FACTOR: tl.c
 
 
 @triton.jit
+def _rescale(s, m_old):
+    """One key tile of scores s (BM, BN) against a running max m (BM,), flash-style: (m' = max(m, max_j s_j),
+    e^{m − m'}: the factor for what was summed so far, e^{s − m'} (BM, BN), at most 1); a row with nothing visible
+    yet keeps m' = −∞ and gets zeros (m' taken as 0 in the exponents)."""
+    m_new = tl.maximum(m_old, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    return m_new, tl.exp(m_old - m_safe), tl.exp(s - m_safe[:, None])
+
+
+@triton.jit
 def _online_row(s, m_old, l_old):
     """One key tile of scores s (BM, BN) into one head's running max and sum (BM,), flash-style:
     m' = max(m, max_j s_j), l' = l e^{m − m'} + Σ_j e^{s_j − m'} (a row with nothing visible keeps −∞, 0)."""
-    m_new = tl.maximum(m_old, tl.max(s, 1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    return m_new, l_old * tl.exp(m_old - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
+    m_new, alpha, pt = _rescale(s, m_old)
+    return m_new, l_old * alpha + tl.sum(pt, 1)
 
 
 @triton.jit

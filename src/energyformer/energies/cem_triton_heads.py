@@ -68,8 +68,8 @@ def _tiles_module():
 
 _t = _tiles_module()
 _mm, _tile, _put, _scores, _shared, _key_end = _t._mm, _t._tile, _t._put, _t._scores, _t._shared, _t._key_end
-_pair_ptrs, _pair_tile, _online_row, _dp_x = _t._pair_ptrs, _t._pair_tile, _t._online_row, _t._dp_x
-_col, _add_col = _t._col, _t._add_col
+_pair_ptrs, _online_row, _dp_x = _t._pair_ptrs, _t._online_row, _t._dp_x
+_col, _add_col, _rescale = _t._col, _t._add_col, _t._rescale
 
 
 @triton.jit
@@ -179,6 +179,18 @@ def _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rma
 
 
 @triton.jit
+def _store_row_stats(LSE, M, L, bh, rows, rmask, Nq, m, l):
+    """store a head's lse = m + log l and its final running max and sum (−∞ / 0 for a row with nothing visible:
+    stored as 0 / 1, so that p = e^{s − m}/l is 0 there, see ``cem_triton._fwd``); returns the stored (m, l)"""
+    tl.store(LSE + bh * Nq + rows, tl.where(l > 0, m + tl.log(tl.where(l > 0, l, 1.0)), float("-inf")), mask=rmask)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    l = tl.where(l > 0, l, 1.0)
+    tl.store(M + bh * Nq + rows, m, mask=rmask)
+    tl.store(L + bh * Nq + rows, l, mask=rmask)
+    return m, l
+
+
+@triton.jit
 def _one_pass(Q, K, UD, HM, X, SLOPES, DELTA, KMASK, G, OQ, OX, LSE, M, L, pid, b, hh, bh, rows, rmask, kend,
               Nq, Nk, offset, H: tl.constexpr, R: tl.constexpr, D: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
               BD: tl.constexpr, EP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, MAT: tl.constexpr,
@@ -200,21 +212,14 @@ def _one_pass(Q, K, UD, HM, X, SLOPES, DELTA, KMASK, G, OQ, OX, LSE, M, L, pid, 
                        PREC, ACC, UPCAST)
         s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                             H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
-        m_new = tl.maximum(m, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # nothing visible yet: every e^{s − 0} is 0
-        alpha = tl.exp(m - m_safe)
-        pt = tl.exp(s - m_safe[:, None])  # (BM, BN), at most 1
+        m_new, alpha, pt = _rescale(s, m)  # pt = e^{s − m'} (BM, BN), at most 1
         l = l * alpha + tl.sum(pt, 1)
         oq = oq * alpha[:, None] + _mm(pt.to(kh.dtype), kh, PREC, ACC, UPCAST)
         if HAS_X:
             xh = _tile(X, bh, cols, Nk, E, EP, cmask)
             ox = ox * alpha[:, None] + _mm(pt.to(xh.dtype), xh, PREC, ACC, UPCAST)
         m = m_new
-    tl.store(LSE + bh * Nq + rows, tl.where(l > 0, m + tl.log(tl.where(l > 0, l, 1.0)), float("-inf")), mask=rmask)
-    m = tl.where(m == float("-inf"), 0.0, m)
-    l = tl.where(l > 0, l, 1.0)
-    tl.store(M + bh * Nq + rows, m, mask=rmask)
-    tl.store(L + bh * Nq + rows, l, mask=rmask)
+    m, l = _store_row_stats(LSE, M, L, bh, rows, rmask, Nq, m, l)
     _put(OQ, bh, rows, Nq, R, RP, rmask, oq / l[:, None], False)
     if HAS_X:
         _put(OX, bh, rows, Nq, E, EP, rmask, ox / l[:, None], False)
@@ -251,12 +256,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                                 H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
             m, l = _online_row(s, m, l)
-        lse = tl.where(l > 0, m + tl.log(tl.where(l > 0, l, 1.0)), float("-inf"))
-        tl.store(LSE + bh * Nq + rows, lse, mask=rmask)
-        m = tl.where(m == float("-inf"), 0.0, m)  # p = e^{s − m} / l (see _fwd)
-        l = tl.where(l > 0, l, 1.0)
-        tl.store(M + bh * Nq + rows, m, mask=rmask)
-        tl.store(L + bh * Nq + rows, l, mask=rmask)
+        m, l = _store_row_stats(LSE, M, L, bh, rows, rmask, Nq, m, l)  # p = e^{s − m} / l (see _fwd)
         oq = tl.zeros((BM, RP), ACC)
         ox = tl.zeros((BM, EP), ACC)
         for start in range(0, kend, BN):  # pass 2: normalised probabilities
@@ -322,9 +322,8 @@ def _psum_h(Q, K, SLOPES, DELTA, KMASK, G, M, L, PS, Nq, Nk, offset, STEP, ALIGN
     for start in range(0, kend, BN):
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
-        g = tl.zeros((BM, BN), ACC)
-        if HAS_G:
-            g = _pair_tile(G, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC)
+        g, _ = _shared(G, G, G, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, True, 1, 16, BM, BN, PREC,
+                       ACC, UPCAST)  # materialised: the D-chunk arguments are unused
         ps = tl.zeros((BM, BN), ACC)
         for hh in range(0, H):
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
@@ -336,20 +335,13 @@ def _psum_h(Q, K, SLOPES, DELTA, KMASK, G, M, L, PS, Nq, Nk, offset, STEP, ALIGN
 
 
 @triton.jit
-def _shared_tiles(G, GH, b, rows, cols, rmask, cmask, Nq, Nk, ACC: tl.constexpr):
-    """(cols' mask, G tile, Gh tile) of one key tile, loaded once for every head of ``_dsum_h``'s loop"""
-    return (cmask, _pair_tile(G, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC),
-            _pair_tile(GH, b, rows, cols, rmask, cmask, Nq, Nk).to(ACC))
-
-
-@triton.jit
 def _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, M, L, GOQ, GOX, b, rows, cols, rmask, cmask, g, gh, hh, Nq, Nk, offset,
                H: tl.constexpr, R: tl.constexpr, E: tl.constexpr, RP: tl.constexpr, EP: tl.constexpr,
                CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr,
                HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
                UPCAST: tl.constexpr):
     """(p, dP) (BM, BN) of head hh on one tile with the head-summed read-out: :func:`_recompute_h` with the shared
-    tiles g, gh (:func:`_shared_tiles`) and the head's m, l"""
+    tiles g, gh (``_shared``'s, loaded once per key tile by the caller) and the head's m, l"""
     m, l = _head_ml(M, L, b, hh, rows, rmask, Nq, H)
     p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask, g, gh,
                                       m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, 1, HAS_X, HAS_ALIBI,
@@ -382,7 +374,9 @@ def _dsum_h(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, DLT, DSS, Nq, 
     dlt = tl.load(DLT + dptr, mask=dmask, other=0.0)  # (BM, HP)
     for start in range(0, kend, BN):  # pass A: Δ of every head
         cols = start + tl.arange(0, BN)
-        cmask, g, gh = _shared_tiles(G, GH, b, rows, cols, rmask, cols < Nk, Nq, Nk, ACC)
+        cmask = cols < Nk
+        g, gh = _shared(G, G, G, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, True, True, 1, 16, BM, BN, PREC,
+                        ACC, UPCAST)  # once for every head below
         for hh in range(0, H):
             p, dp = _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, M, L, GOQ, GOX, b, rows, cols, rmask, cmask, g, gh, hh,
                                Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
@@ -391,7 +385,9 @@ def _dsum_h(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, DLT, DSS, Nq, 
     tl.store(DLT + dptr, dlt, mask=dmask)
     for start in range(0, kend, BN):  # pass B: Σ_k dS_k
         cols = start + tl.arange(0, BN)
-        cmask, g, gh = _shared_tiles(G, GH, b, rows, cols, rmask, cols < Nk, Nq, Nk, ACC)
+        cmask = cols < Nk
+        g, gh = _shared(G, G, G, G, GH, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, True, True, 1, 16, BM, BN, PREC,
+                        ACC, UPCAST)  # once for every head below
         dss = tl.zeros((BM, BN), ACC)
         for hh in range(0, H):
             p, dp = _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, M, L, GOQ, GOX, b, rows, cols, rmask, cmask, g, gh, hh,
