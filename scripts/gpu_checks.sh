@@ -78,7 +78,7 @@
 # src/energyformer/report/pages.py (the pages' inputs and ARTIFACTS) and run `energyformer report`: the two
 # GPU pages' verdicts for issues 20 and 21 then come from the new runs (the newest dated run decides).
 set -u
-PHASE=${1:?usage: gpu_checks.sh probe|speed|profile|graphs|compiled|next|stages|plateau|session|full [STEPS] [SECONDS]}
+PHASE=${1:?usage: gpu_checks.sh probe|speed|profile|graphs|compiled|next|gather|gather2|stages|plateau|session|full [STEPS] [SECONDS]}
 if [ "$PHASE" = full ]; then STEPS=${2:?full needs STEPS}; BUDGET=${3:-560}; else BUDGET=${2:-100}; fi
 OUT=${OUT:-/tmp/gpu_out}
 W=/tmp/gpu_work
@@ -216,6 +216,41 @@ operand dtype" --out "$OUT/gpu_lm_graphs.md"
   compiled_steps 160 145
   step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
+  pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
+fi
+
+if [ "$PHASE" = gather ]; then   # issue 21's gathered head sums on the GPU: correctness first, then eager and
+  # graphed tokens/s at 1k and 4k against the default launch, Hyper-SET's eager rows, the kernels alone at 4k
+  step pytest_gather 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
+    tests/energies/test_cem_kernel.py -k "gather or op"
+  cp "$W/pytest_gather.txt" "$OUT/" 2>/dev/null
+  step gpu_lm_eager 180 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
+    --repeats 3 --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, head sums gathered;full \
+CEM T=1, head sums gathered, shared products in the operand dtype;full CEM T=1, all head sums gathered, shared \
+products in the operand dtype" --out "$OUT/gpu_lm_eager.md"
+  step gpu_lm_graphs 150 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
+    --repeats 4 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, head sums \
+gathered, shared products in the operand dtype;full CEM T=1, all head sums gathered, shared products in the \
+operand dtype" --out "$OUT/gpu_lm_graphs.md"
+  step hyperset_gpu_eager 35 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 7 \
+    --warmup 2 --keep-going --models "Hyper-SET;Hyper-SET, feed-forward norm and ReLU as two ops" \
+    --out "$OUT/hyperset_gpu_eager.md"
+  step cem_gather_4k 80 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads \
+    --head-sums atomic,gather,gather_all --shared-dtype accumulation,operand --n 4096 --batch 2 --budget 70 \
+    --out "$OUT/gpu_tiles_gather_4k.md"
+  step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
+  cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
+  pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
+fi
+
+if [ "$PHASE" = gather2 ]; then   # what a warm machine's last minutes allow after `gather`: the paper configuration
+  # at 1k (blocked path, per-head factors on one program per head) and the 4k profile with the head sums gathered
+  step gpu_lm_paper_1k 90 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
+    --warmup 1 --keep-going --models "paper configuration (T=2, D+LR);paper configuration, one program per head \
+(64 × 32);paper configuration, blocked path" --out "$OUT/gpu_lm_paper_1k.md"
+  step profile_cem_4k 70 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 --setting 4096x2 \
+    --models "Llama baseline;full CEM T=1 (auto path);full CEM T=1, head sums gathered, shared products in the \
+operand dtype" --out "$OUT/gpu_profile_cem_4k.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
