@@ -5,8 +5,10 @@ Every ``gpu_lm*.md`` in the folder is one run: its header names the device and t
 device copy's git HEAD, which may be stale: the code that ran is the commit in the file name, ``gpu_lm_<commit>.md``
 or ``gpu_lm_<label>_<commit>.md``), and each ``### N = …, B = …, <precision>, <mode>`` table gives per model
 the tokens/s ratio to Llama's in the same interleaved run (median [min, max]) and the peak step memory ratio.
-Rows ending in ", CUDA graph" ran each step as one CUDA graph, against Llama's graphed step. Called by
-``python benchmarks/gpu_lm.py --render-only DIR``; measures nothing.
+Rows ending in ", CUDA graph" ran each step as one CUDA graph, against Llama's graphed step. A run whose setup
+line names torch.compile (``gpu_lm.py --compile MODE``) compiled every other row, its Llama baseline too: those
+rows count for the targets under train.compile (the model name plus ``COMPILED``), never for the eager ones.
+Called by ``python benchmarks/gpu_lm.py --render-only DIR``; measures nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _page  # noqa: E402  (a sibling script: the benchmark pages' writer)
 
 AUTO, PAPER, GRAPH = "full CEM T=1 (auto path)", "paper configuration (T=2, D+LR)", ", CUDA graph"
+COMPILED = ", torch.compile"  # a compiled run's rows other than the CUDA-graph ones (train.compile's step)
 _HEAD = re.compile(r"^device: (.*?); .*?(\d{4}-\d\d-\d\d \d\d:\d\d UTC)\s*$")
 _SECTION = re.compile(r"^### N = (\d+), B = (\d+), (\w+)(?: autocast)?, (\w+)\s*$")
 _RATIO = re.compile(r"^([\d.]+) \[([\d.]+), ([\d.]+)\]$")
@@ -37,12 +40,11 @@ class Target(NamedTuple):
     suffix: str = ""
 
 
+_HOW = {"": "", GRAPH: " (CUDA graphs)", COMPILED: " (train.compile)"}
 TARGETS = tuple(
-    t for g in ("", GRAPH) for t in (
-        Target(f"full CEM T=1 ≥ 0.8× Llama's training tokens/s at N = 1,024{' (CUDA graphs)' if g else ''}",
-               AUTO, 1024, 0.8, suffix=g),
-        Target(f"full CEM T=1 ≥ 0.7× Llama's training tokens/s at N = 4,096{' (CUDA graphs)' if g else ''}",
-               AUTO, 4096, 0.7, suffix=g))) + (
+    t for g in ("", GRAPH, COMPILED) for t in (
+        Target(f"full CEM T=1 ≥ 0.8× Llama's training tokens/s at N = 1,024{_HOW[g]}", AUTO, 1024, 0.8, suffix=g),
+        Target(f"full CEM T=1 ≥ 0.7× Llama's training tokens/s at N = 4,096{_HOW[g]}", AUTO, 4096, 0.7, suffix=g))) + (
     Target("full CEM T=1 peak training memory ≤ 1.3× Llama's at N = 1,024", AUTO, 1024, 1.3, memory=True),
     Target("full CEM T=1 peak training memory ≤ 1.3× Llama's at N = 4,096", AUTO, 4096, 1.3, memory=True),
     Target("paper configuration (T=2, D+LR) ≥ 0.35× Llama's training tokens/s at N = 1,024", PAPER, 1024, 0.35),
@@ -67,9 +69,11 @@ def parse(path: Path) -> dict:
     max, memory ratio or None, None) for a measured model, (None, None, None, None, what) for one that did not
     run ('OOM' or the error gpu_lm.py wrote)"""
     lines = path.read_text().splitlines()
-    head = next((m for m in map(_HEAD.match, lines) if m), None)
-    if head is None:
+    at = next((i for i, line in enumerate(lines) if _HEAD.match(line)), None)
+    if at is None:
         raise SystemExit(f"{path}: no 'device: …; … YYYY-MM-DD HH:MM UTC' header line (is it a gpu_lm.py output?)")
+    head = _HEAD.match(lines[at])
+    compiled = at + 1 < len(lines) and "torch.compile" in lines[at + 1]
     run = {"file": path.name, "commit": path.stem.rsplit("_", 1)[-1], "device": head.group(1),
            "date": head.group(2), "rows": {}}
     section = None
@@ -78,7 +82,7 @@ def parse(path: Path) -> dict:
             section = (int(m.group(1)), int(m.group(2)), m.group(3), m.group(4))
         elif section and line.startswith("| ") and not line.startswith(("| model", "|---")):
             model, row = table_row(path, n, line, 2, "gpu_lm.py")
-            run["rows"][(*section, model)] = row
+            run["rows"][(*section, model + (COMPILED if compiled and not model.endswith(GRAPH) else ""))] = row
     return run
 
 
@@ -106,7 +110,8 @@ def render(folder: Path) -> str:
            "Rendered by `python benchmarks/gpu_lm.py --render-only DIR` from the verbatim `benchmarks/gpu_lm.py` "
            "outputs committed beside this page; measures nothing. Ratio: the model's tokens/s (or peak step "
            "memory) over Llama's in the same interleaved run, median [min, max] over the repeats; rows with "
-           "CUDA graphs ran every step as one graph, against Llama's graphed step. \"full CEM T=1 (auto path)\" is "
+           "CUDA graphs ran every step as one graph, against Llama's graphed step; train.compile rows compiled "
+           "every model, Llama too (`gpu_lm.py --compile`). \"full CEM T=1 (auto path)\" is "
            "the library's default launch at the commit that ran. Verdict rule: a speed target is MET when the "
            "median reaches it (\"on the median\" when the minimum does not), else NOT MET; the memory target is "
            "MET when the ratio is at most the bound. The newest run with the row decides; every run is listed "

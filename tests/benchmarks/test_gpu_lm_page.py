@@ -75,3 +75,22 @@ def test_what_gpu_lm_writes_is_what_the_page_reads(tmp_path):
     rows = m.parse(out)["rows"]
     assert set(rows) == {(8, 1, "bf16", "training", n) for n in ("Llama baseline", "full CEM T=1 (auto path)")}
     assert rows[(8, 1, "bf16", "training", "Llama baseline")][:3] == (1.0, 1.0, 1.0)
+
+
+def test_a_compiled_runs_rows_count_for_the_compiled_targets_only(tmp_path):
+    """gpu_lm.py --compile: the compiled rows decide the train.compile targets, never the eager ones; its CUDA-graph
+    rows (eager steps captured) still count as graphed"""
+    m = load_bench("_gpu_lm_page")
+    _run(tmp_path, "gpu_lm_aaaaaaa.md", "2026-11-26 09:12",
+         ["| full CEM T=1 (auto path) | 94,405 | 0.64 [0.45, 0.70] | 8.05 | 0.98 |"])
+    text = HEAD.format(date="2026-11-27 10:00").replace(
+        "warm-up per model\n", "warm-up per model; torch.compile mode 'reduce-overhead'\n") + TABLE.format(n=1024, b=8)
+    text += "| full CEM T=1 (auto path) | 99,000 | 0.54 [0.42, 0.58] | 7.02 | 0.96 |\n"
+    text += "| full CEM T=1 (auto path), CUDA graph | 149,827 | 0.65 [0.65, 0.65] | 8.88 | 0.96 |\n"
+    (tmp_path / "gpu_lm_compiled_bbbbbbb.md").write_text(text)
+    top = m.render(tmp_path).split("## Every run")[0]
+    assert "at N = 1,024 | [aaaaaaa](gpu_lm_aaaaaaa.md), 2026-11-26 09:12 UTC | 0.64× [0.45, 0.70] | NOT MET |" in top
+    assert "at N = 1,024 (train.compile) | [bbbbbbb](gpu_lm_compiled_bbbbbbb.md), 2026-11-27 10:00 UTC | 0.54× " \
+           "[0.42, 0.58] | NOT MET |" in top
+    assert "at N = 1,024 (CUDA graphs) | [bbbbbbb](gpu_lm_compiled_bbbbbbb.md)" in top
+    assert "at N = 4,096 (train.compile) | — | not measured | UNTESTABLE (no run has the row) |" in top

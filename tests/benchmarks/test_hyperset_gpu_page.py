@@ -73,3 +73,21 @@ def test_what_hyperset_gpu_writes_is_what_the_page_reads(tmp_path):
     run = m.parse(out)
     assert run["date"] and not run["compiled"]
     assert set(run["rows"]) == {("bf16", "training", n) for n in ("looped transformer", "Hyper-SET")}
+
+
+def test_a_compiled_runs_graphed_rows_count_as_graphed(tmp_path):
+    """hyperset_gpu.py --compile MODE --cuda-graph: its CUDA-graph rows are eager steps captured, so they decide the
+    graphed target; its other rows decide the torch.compile one only"""
+    m = load_bench("_hyperset_gpu_page")
+    _run(tmp_path, "gpu_throughput_aaaaaaa.md", ["| Hyper-SET | 5,192,448 | 1 | 0.82 [0.63, 0.99] | 3.5 |"],
+         date="2026-11-27 04:58")
+    _run(tmp_path, "gpu_throughput_compiled_bbbbbbb.md",
+         ["| Hyper-SET | 5,192,448 | 1 | 0.30 [0.25, 0.42] | 3.6 |",
+          "| Hyper-SET, CUDA graph | 5,192,448 | 1 | 1.07 [1.05, 1.07] | 4 |"],
+         date="2026-11-27 05:02", compiled=True)
+    top = m.render(tmp_path).split("## Every run")[0]
+    assert "bf16 autocast) | [aaaaaaa](gpu_throughput_aaaaaaa.md), 2026-11-27 04:58 UTC | 0.82× [0.63, 0.99]" in top
+    assert "| the same, each step one CUDA graph | [bbbbbbb](gpu_throughput_compiled_bbbbbbb.md), 2026-11-27 05:02 " \
+           "UTC | 1.07× [1.05, 1.07] | MET |" in top
+    assert "| the same, every model under torch.compile | [bbbbbbb](gpu_throughput_compiled_bbbbbbb.md), " \
+           "2026-11-27 05:02 UTC | 0.30× [0.25, 0.42] | NOT MET |" in top
