@@ -139,6 +139,7 @@ PAGES: tuple[Page, ...] = (
 #: the device runs of 2026-11-26 (issues 20 and 21)
 H100 = ("one H100, 2026-11-26 (the header's commit is the device copy's stale git HEAD 994ae78; the code that "
         "ran is the commit in the file name)")
+H100_1127 = "one H100, 2026-11-27 (code d80aaf5 plus scripts/gpu_checks.sh's new phases)"
 
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/bare_sa/cpu", "benchmark.md",
@@ -226,32 +227,32 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_lm_d80aaf5.md",
              "`python benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 --models ...` "
              "(the default launch against the head sums gathered, with and without the shared products in bf16, and "
-             f"Σ dS gathered too; scripts/gpu_checks.sh gather) on {H100}"),
+             f"Σ dS gathered too; scripts/gpu_checks.sh gather) on {H100_1127}"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_lm_graphs_d80aaf5.md",
-             f"the same with `--cuda-graph` (eager and every step one CUDA graph; gpu_checks.sh gather) on {H100}"),
+             f"the same with `--cuda-graph` (eager and every step one CUDA graph; gpu_checks.sh gather) on {H100_1127}"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_lm_gathered_d80aaf5.md",
              "the default launch against the head sums gathered (float32 and bf16 shared products), eager and graphed, "
-             f"6 repeats: the run that decided `head_sums`/`shared_dtype` 'auto' on {H100}"),
+             f"6 repeats: the run that decided `head_sums`/`shared_dtype` 'auto' on {H100_1127}"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_lm_paper_d80aaf5.md",
              "the paper configuration at N 1,024: its default (loop kernels), the blocked path and one program per "
-             f"head on 64 × 32 tiles (gpu_checks.sh gather2) on {H100}"),
+             f"head on 64 × 32 tiles (gpu_checks.sh gather2) on {H100_1127}"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_lm_compiled_d80aaf5.md",
              "`python benchmarks/gpu_lm.py --compile reduce-overhead --cuda-graph --settings 1024x8 --models 'full CEM "
-             f"T=1 (auto path)'` (train.compile against the eager step as one CUDA graph) on {H100}"),
+             f"T=1 (auto path)'` (train.compile against the eager step as one CUDA graph) on {H100_1127}"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_tiles_gather_4k_d80aaf5.md",
              "`python benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads --head-sums atomic,gather,gather_all "
-             f"--shared-dtype accumulation,operand --n 4096 --batch 2` (the kernels alone) on {H100}"),
+             f"--shared-dtype accumulation,operand --n 4096 --batch 2` (the kernels alone) on {H100_1127}"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_profile_4k_d80aaf5.md",
              "`python benchmarks/gpu_profile.py --suite cem --setting 4096x2` with the head sums gathered and the shared "
-             f"products in bf16 on {H100}"),
+             f"products in bf16 on {H100_1127}"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "pytest_cuda_d80aaf5.txt",
-             f"`pytest -m cuda`: the gathered head sums' tests, then every CUDA-marked test file on {H100} (all passed)"),
+             f"`pytest -m cuda`: the gathered head sums' tests, then every CUDA-marked test file on {H100_1127} (all passed)"),
     Artifact(f"{RESULTS}/hyperset/gpu_h100", "gpu_throughput_d80aaf5.md",
              "`python benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 7 --models 'Hyper-SET;"
-             f"Hyper-SET, feed-forward norm and ReLU as two ops'` (eager) on {H100}"),
+             f"Hyper-SET, feed-forward norm and ReLU as two ops'` (eager) on {H100_1127}"),
     Artifact(f"{RESULTS}/hyperset/gpu_h100", "gpu_throughput_compiled_d80aaf5.md",
              "`python benchmarks/hyperset_gpu.py --compile reduce-overhead --cuda-graph --models Hyper-SET` "
-             f"(train.compile against the eager step as one CUDA graph; Dynamo hit its recompile limit) on {H100}"),
+             f"(train.compile against the eager step as one CUDA graph; Dynamo hit its recompile limit) on {H100_1127}"),
     Artifact(f"{RESULTS}/hyperset/plateau/gpu", "env.txt",
              "the device's nvidia-smi and versions beside the GPU runs of the hyperset-plateau page's GPU section"),
     Artifact(f"{RESULTS}/hyperset/plateau/gpu_h100", "env.txt",
