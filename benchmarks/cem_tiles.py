@@ -12,7 +12,8 @@ products are stored in (``shared_dtype``) × Triton's software-pipelining
 stages (``num_stages``; at GPT-2 small the one-program-per-head kernels compile without spilling at 2 and 3
 stages for 16 × 64, 64 × 32 and 128 × 32 on 8 warps: ``docs/results/cem/heads_stages.md``) — is
 timed forward + backward, the variants interleaved and repeated (median [min, max] ms, and the ratio
-per repeat to the library's default launch, KernelTiles()). A variant that Triton cannot build (shared
+per repeat to the library's default launch, ``KernelTiles().launch(h_mode)``, timed first where the variants
+leave it out). A variant that Triton cannot build (shared
 memory, registers) is listed with the error's first line. For scale, Llama's attention core at the same
 shapes — ``scaled_dot_product_attention`` over (B, H, N, R), causal, forward + backward — is timed in
 the same interleaved loop (``--no-sdpa`` leaves it out). ``--budget SECONDS`` bounds the run (a device
@@ -20,7 +21,7 @@ session's minutes are few): no variant is built after half of it has passed (the
 built), and no repeat starts after 85 % of it (at least one runs), so a cut run still prints its table.
 
 ``--h-mode stack`` times the paper configuration's call instead (per-head factors c_k and the rank-4 bank's
-8 extra value columns per head; the library's default launch for it is the loop kernels, ``grid`` 'rows'),
+8 extra value columns per head; the library's default launch for it is one program per head on 64 × 32 tiles),
 where one program per head materialises the per-head products (docs/cem.md, "per-head factors on one program
 per head").
 
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         a.n, a.batch, a.heads, a.dim, a.repeats = 16, 1, 2, 32, 1
         a.tiles, a.head_unroll, a.shared = "16x64,16x32w2", "1,2", "materialize,recompute"
         a.no_sdpa = False
-    from energyformer.energies.cem_kernel import KernelTiles, cem_attention
+    from energyformer.energies.cem_kernel import KernelTiles, cem_attention, gathers, shared_store_dtype
 
     device = pick_device()
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -153,10 +154,13 @@ def main(argv: list[str] | None = None) -> None:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     variants = parse_tiles(a.tiles, a.head_unroll, a.num_warps, a.shared, a.grid, a.causal_chunks, a.num_stages,
                            a.head_sums, a.shared_dtype)
-    lib = KernelTiles()
+    lib = KernelTiles().launch(a.h_mode)  # the default launch as the energy runs it
+    bf16 = shared_store_dtype(lib, torch.bfloat16, torch.float32, a.h_mode) == torch.bfloat16
     default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared,
                       "heads" if lib.per_head_programs(a.h_mode) else "rows", lib.causal_chunks,
-                      lib.num_stages, lib.head_sums, lib.shared_dtype)  # 'auto' resolved
+                      lib.num_stages, lib.sums() if gathers(lib, a.h_mode) else "atomic",
+                      "operand" if bf16 else "accumulation")  # 'auto' resolved
+    variants = ([] if default in variants else [default]) + variants  # the ratios' base is always timed
     variants += [] if a.no_sdpa else [SDPA]
     v_ = k.detach().clone().requires_grad_(True)  # Llama's values: separate from its keys
 

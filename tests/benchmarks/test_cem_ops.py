@@ -50,8 +50,9 @@ def test_report_and_out(tmp_path, capsys):
 
 def test_kernel_path_counted_with_its_launches_stubbed():
     """``<model>, kernel path``: CEM attention forced onto the Triton kernel, each launch logged as one op (its
-    forward and backward kernels of one program per head), nothing run; CUDA's bmm with a float32 out_dtype for
-    the shared products, no float32 matmul."""
+    forward and backward kernels of one program per head, and ``_psum_h``, which gathers the head sums: the
+    default launch), nothing run; CUDA's bmm with a float32 out_dtype for the shared products, no float32
+    matmul."""
     import importlib.util
 
     import pytest
@@ -63,7 +64,7 @@ def test_kernel_path_counted_with_its_launches_stubbed():
     assert block.attention.attn_path == "kernel"
     t, n, _ = b.per_layer(block, ARGS)
     launches = {k[0]: v for k, v in n.items() if k[0].startswith("triton ")}
-    assert launches == {"triton _fwd_h": 1, "triton _bwd_d_h": 1, "triton _bwd_kv_h": 1}, launches
+    assert launches == {"triton _fwd_h": 1, "triton _psum_h": 1, "triton _bwd_d_h": 1, "triton _bwd_kv_h": 1}, launches
     assert not [k for k in n if k[0] == "bmm" and k[1] == "f32/f32"]
     with pytest.raises(SystemExit, match="not a gpu_lm.py model"):
         b.block_of("no such model", b.models())

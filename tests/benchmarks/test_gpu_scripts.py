@@ -28,12 +28,13 @@ def test_cem_tiles_tiny_times_each_variant_through_the_interpreter(tmp_path, cap
     bench.main(["--tiny", "--out", str(out)])
     text = capsys.readouterr().out
     rows = [line for line in text.splitlines() if line.startswith("| 16×")]
-    # 2 tile pairs × (2 unroll factors × 2 shared forms of one program per row, + one program per head)
-    assert len(rows) == 10 and "not built" not in text
+    # the default launch (one program per head, head sums gathered), then 2 tile pairs × (2 unroll factors ×
+    # 2 shared forms of one program per row, + one program per head with the head sums atomic)
+    assert len(rows) == 11 and "not built" not in text
+    assert rows[0].startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | gather | operand | ")
     assert "| 16×64 | 1 | 4 | materialize | rows | " in text and "| 16×32 | 2 | 2 | recompute | rows | " in text
     assert "| 16×64 | 1 | 4 | materialize | heads | " in text
-    default = next(r for r in rows if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | "))
-    assert default.endswith("| 1.00 [1.00, 1.00] |")  # the ratio column is against the library default (grid auto)
+    assert rows[0].endswith("| 1.00 [1.00, 1.00] |")  # the ratio column is against the library default
     sdpa = next(line for line in text.splitlines() if line.startswith("| SDPA"))
     assert re.search(r"\| \d+\.\d+ \[\d+\.\d+, \d+\.\d+\] \| \d+\.\d+ \[", sdpa)  # timed with the rest
     assert "| 16×64 | 1 | 4 | materialize | rows | " in out.read_text()
@@ -62,20 +63,21 @@ def test_cem_tiles_tiny_times_each_variant_through_the_interpreter(tmp_path, cap
 
 def test_cem_tiles_times_per_head_factors_against_the_loop_kernels(capsys):
     """``--h-mode stack``: the paper configuration's call (per-head factors, extra value columns); its default
-    launch, the ratios' base, is the loop kernels (``auto`` keeps them for per-head factors)."""
+    launch, the ratios' base, is one program per head on 64 × 32 tiles (``KernelTiles.launch``)."""
     pytest.importorskip("triton")
     bench = load_bench("cem_tiles")
     bench.main(["--tiny", "--h-mode", "stack"])
     text = capsys.readouterr().out
     assert "h read-out 'stack' (per-head factors c_k, 8 extra value columns per head)" in text
     assert "not built" not in text and "| 16×64 | 1 | 4 | materialize | heads | " in text
-    default = next(r for r in text.splitlines() if r.startswith("| 16×64 | 1 | 4 | materialize | rows | 4 | 1 | "))
-    assert default.endswith("| 1.00 [1.00, 1.00] |")
+    default = next(r for r in text.splitlines() if r.startswith("| 64×32 | 1 | 4 | materialize | heads | 4 | 1 | "))
+    assert default.endswith("| 1.00 [1.00, 1.00] |") and "| 16×64 | 1 | 4 | materialize | rows | 4 | 1 | " in text
 
 
 def test_cem_tiles_times_gathered_head_sums_beside_the_atomic_ones(capsys):
-    """``--head-sums atomic,gather``: one program per head with Σ_k P_k added atomically (the default launch,
-    the ratios' base) and gathered by ``_psum_h``, both built and timed."""
+    """``--head-sums atomic,gather``: one program per head with Σ_k P_k added atomically and gathered by
+    ``_psum_h`` (the default launch, with the shared products in the operand dtype: the ratios' base), all built
+    and timed."""
     pytest.importorskip("triton")
     bench = load_bench("cem_tiles")
     bench.main(["--tiny", "--tiles", "16x64", "--grid", "heads", "--head-sums", "atomic,gather", "--shared-dtype",
@@ -83,9 +85,9 @@ def test_cem_tiles_times_gathered_head_sums_beside_the_atomic_ones(capsys):
     text = capsys.readouterr().out
     assert "not built" not in text
     default = next(r for r in text.splitlines()
-                   if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | atomic"))
+                   if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | gather | operand"))
     assert default.endswith("| 1.00 [1.00, 1.00] |")
-    for sums, dt in (("gather", "accumulation"), ("atomic", "operand"), ("gather", "operand")):
+    for sums, dt in (("gather", "accumulation"), ("atomic", "operand"), ("atomic", "accumulation")):
         assert re.search(rf"\| 16×64 \| 1 \| 4 \| materialize \| heads \| 4 \| 1 \| {sums} \| {dt} \| \d", text)
 
 

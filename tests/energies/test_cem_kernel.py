@@ -48,7 +48,8 @@ def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x, h_mode="
 #: h read-out (h_mode; per-head factors c and extra value columns x) × how the shared products are formed
 #: (KernelTiles.shared; the loop kernels recompute 'stack''s) × what a program owns (KernelTiles.grid)
 MODES = {"sum": dict(h_mode="sum", grid="rows"), "sum-recompute": dict(h_mode="sum", shared="recompute"),
-         "stack": dict(h_mode="stack", c=True, x=True), "grid": dict(h_mode="sum", x=True, grid="heads"),
+         "stack": dict(h_mode="stack", c=True, x=True, grid="rows"),
+         "grid": dict(h_mode="sum", x=True, grid="heads", head_sums="atomic"),
          "grid-none": dict(h_mode="none", grid="heads"),
          "grid-stack": dict(h_mode="stack", c=True, x=True, grid="heads"),
          "grid-gather": dict(h_mode="sum", x=True, grid="heads", head_sums="gather"),
@@ -156,7 +157,7 @@ def test_gathered_head_sums_are_formed_once_and_kept_for_the_backward(monkeypatc
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
     q, k, ud, hm = t(2, 3, 20, 4), t(2, 3, 20, 4), t(2, 20, 8) if has_g else None, t(2, 20, 8)
     out = {}
-    for sums in ("atomic", "gather", "gather_all"):
+    for sums in ("atomic", "gather", "gather_all", "auto"):
         zeroed.clear(), launched.clear()
         oq, hs, _, lse = cem_kernel.cem_attention(q, k, ud, hm, slopes=None, delta=None, key_mask=None, causal=True,
                                                   offset=0, h_mode="sum", grid="heads", head_sums=sums,
@@ -166,6 +167,7 @@ def test_gathered_head_sums_are_formed_once_and_kept_for_the_backward(monkeypatc
                                                                                   if v is not None])
         out[sums] = (n_fwd, len(zeroed) - n_fwd, sorted(launched), [oq, hs, lse, *grads])
     assert out["atomic"][:3] == (1, 1 + has_g, ["_bwd_d_h"])
+    assert out["auto"][:3] == out["gather"][:3]  # the default gathers
     assert out["gather"][:3] == (0, int(has_g), ["_bwd_d_h", "_psum_h"])
     assert out["gather_all"][:3] == (0, 0, ["_dsum_h", "_psum_h"] if has_g else ["_bwd_d_h", "_psum_h"])
     for sums in ("gather", "gather_all"):
@@ -176,7 +178,7 @@ def test_gathered_head_sums_are_formed_once_and_kept_for_the_backward(monkeypatc
 def test_shared_products_are_materialised_where_there_are_any():
     """KernelTiles.shared = 'materialize' takes effect with a shared diagonal or the head-summed read-out; with
     per-head factors ('stack': one D-wide product per head) only on the one-program-per-head kernels, which
-    ``auto`` does not take for them."""
+    ``auto`` takes for them too (never with recomputed products)."""
     import triton.language as tl
 
     q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
@@ -186,8 +188,8 @@ def test_shared_products_are_materialised_where_there_are_any():
                                        cem_kernel.KernelTiles(shared=shared, grid=grid))["MAT"]
 
     assert mat(True, "none") and mat(False, "sum") and mat(True, "sum")
-    assert not mat(False, "none") and not mat(True, "stack") and not mat(True, "sum", "recompute")
-    assert mat(True, "stack", grid="heads") and mat(True, "stack", grid="heads_inner")
+    assert not mat(False, "none") and not mat(True, "sum", "recompute") and not mat(True, "stack", "recompute")
+    assert mat(True, "stack") and mat(True, "stack", grid="heads") and mat(True, "stack", grid="heads_inner")
     assert not mat(True, "stack", grid="rows")
 
 
@@ -248,7 +250,7 @@ COVERED = [
     dict(learn_step_size=True, step_size=0.7, norm={"in_loop": False, "init": "normalized"}),
     dict(steps=2, masked=True, attn_kernel={"shared": "recompute", "block_n": 32}),
     # the loop kernels (KernelTiles.grid = 'rows'; the cases above run the default, one program per head,
-    # wherever it applies): every read-out, and the paper's per-head bank (the loop kernels either way)
+    # wherever it applies, the paper's per-head bank on 64 x 32 tiles): every read-out, and the per-head bank
     dict(steps=2, masked=True, attn_kernel={"grid": "rows", "block_m": 32}),
     dict(diagonal="none", diagonal_readout="algorithm1", causal=False, masked=True, attn_kernel={"grid": "rows"}),
     dict(precond="diag_low_rank", precond_rank=3, precond_per_head=False, attn_kernel={"grid": "rows"}),
@@ -257,8 +259,9 @@ COVERED = [
     dict(precond="diag_low_rank", precond_rank=3, steps=2, masked=True, attn_kernel={"grid": "heads"}),
     dict(precond="diag_low_rank", precond_rank=3, steps=2, causal=False, attn_kernel={"grid": "heads_inner",
                                                                                        "block_m": 32}),
-    # the head sums gathered (one-pass head forward, _psum_h, Σ_k P_k kept for the backward)
-    dict(steps=2, masked=True, attn_kernel={"head_sums": "gather"}),
+    # the head sums gathered (one-pass head forward, _psum_h, Σ_k P_k kept for the backward: the default launch,
+    # which the cases above run), or added up atomically by every head's program
+    dict(steps=2, masked=True, attn_kernel={"head_sums": "atomic"}),
     dict(steps=2, causal=False, masked=True, attn_kernel={"head_sums": "gather", "grid": "heads_inner"}),
     dict(steps=2, masked=True, attn_kernel={"head_sums": "gather_all", "shared_dtype": "operand"}),
 ]
@@ -566,13 +569,56 @@ def test_compile_keeps_the_kernel_in_one_graph(attn, compiles_like_eager):
 def test_shared_products_in_the_operand_dtype_only_for_bfloat16():
     """``shared_dtype: operand`` stores G and dHs Hᵀ in bf16 for bf16 operands; float16 operands keep float32
     products (a logit past float16's 6.5e4 would overflow to inf: a silent wrong answer), float32 and float64
-    ones are their own accumulation dtype; the default keeps the accumulation dtype everywhere."""
-    op, acc = cem_kernel.KernelTiles(shared_dtype="operand"), cem_kernel.KernelTiles()
-    f32 = torch.float32
-    assert cem_kernel.shared_store_dtype(op, torch.bfloat16, f32) == torch.bfloat16
-    assert cem_kernel.shared_store_dtype(op, torch.float16, f32) == f32
-    assert cem_kernel.shared_store_dtype(op, torch.float64, torch.float64) == torch.float64
-    assert cem_kernel.shared_store_dtype(acc, torch.bfloat16, f32) == f32
+    ones are their own accumulation dtype; 'accumulation' keeps the accumulation dtype everywhere; the default
+    'auto' stores bf16 exactly where the launch gathers the head sums (one program per head, the head-summed
+    read-out: the launch timed on a GPU), the accumulation dtype elsewhere."""
+    op, acc = cem_kernel.KernelTiles(shared_dtype="operand"), cem_kernel.KernelTiles(shared_dtype="accumulation")
+    f32, bf = torch.float32, torch.bfloat16
+    for hmode in ("sum", "stack", "none"):
+        assert cem_kernel.shared_store_dtype(op, bf, f32, hmode) == bf
+        assert cem_kernel.shared_store_dtype(op, torch.float16, f32, hmode) == f32
+        assert cem_kernel.shared_store_dtype(op, torch.float64, torch.float64, hmode) == torch.float64
+        assert cem_kernel.shared_store_dtype(acc, bf, f32, hmode) == f32
+    auto = cem_kernel.KernelTiles()
+    assert cem_kernel.shared_store_dtype(auto, bf, f32, "sum") == bf
+    assert cem_kernel.shared_store_dtype(auto, torch.float16, f32, "sum") == f32
+    assert cem_kernel.shared_store_dtype(auto, f32, f32, "sum") == f32
+    for tiles, hmode in ((auto, "stack"), (auto, "none"), (cem_kernel.KernelTiles(grid="rows"), "sum"),
+                         (cem_kernel.KernelTiles(head_sums="atomic"), "sum"),
+                         (cem_kernel.KernelTiles(shared="recompute"), "sum")):
+        assert cem_kernel.shared_store_dtype(tiles, bf, f32, hmode) == f32, (tiles, hmode)
+
+
+def test_auto_runs_per_head_factors_on_one_program_per_head_at_their_own_tiles():
+    """``grid: auto`` with per-head factors: one program per head, on 64 x 32 tiles in place of the defaults (the
+    launch timed and compiled without spills), other tiles kept; every other read-out, 'rows', recomputed
+    products and an explicit grid unchanged; the energy resolves its launches once, as the kernel runs them."""
+    auto = cem_kernel.KernelTiles()
+    got = auto.launch("stack")
+    assert (got.grid, got.block_m, got.block_n) == ("heads", 64, 32) and auto.grid == "auto"
+    assert got.model_dump(exclude={"grid", "block_m", "block_n"}) == auto.model_dump(exclude={"grid", "block_m",
+                                                                                              "block_n"})
+    assert auto.launch("sum") is auto and auto.launch("none") is auto
+    own = cem_kernel.KernelTiles(block_m=32).launch("stack")
+    assert (own.grid, own.block_m, own.block_n) == ("heads", 32, 64)
+    for kw in ({"grid": "rows"}, {"grid": "heads"}, {"grid": "heads_inner"}, {"shared": "recompute"}):
+        t = cem_kernel.KernelTiles(**kw)
+        assert t.launch("stack") is t, kw
+    e = InteractionEnergy(16, 4, attn_path="kernel")
+    assert e.attn_launch["stack"] == auto.launch("stack") and e.attn_launch["sum"] is e.attn_kernel
+
+
+def test_auto_head_sums_gather_only_where_one_program_per_head_sums_them():
+    """``head_sums: auto`` (the default) is 'gather' on one program per head with the head-summed read-out, and
+    changes nothing elsewhere: the loop kernels ('rows', recomputed shared products) and per-head factors never
+    gather; it is valid with every grid (an explicit 'gather' on 'rows' is a ConfigError)."""
+    auto = cem_kernel.KernelTiles()
+    assert auto.head_sums == "auto" and auto.sums() == "gather"
+    assert cem_kernel.gathers(auto, "sum") and not cem_kernel.gathers(auto, "stack")
+    assert not cem_kernel.gathers(auto, "none")
+    for kw in ({"grid": "rows"}, {"shared": "recompute"}, {"head_sums": "atomic"}):
+        assert not cem_kernel.gathers(cem_kernel.KernelTiles(**kw), "sum"), kw
+    assert cem_kernel.gathers(cem_kernel.KernelTiles(grid="heads_inner"), "sum")
 
 
 @interpreted
@@ -600,7 +646,8 @@ def test_backward_without_the_gathered_head_sums_it_needs_raises():
     hm = torch.zeros(1, 4, 8, dtype=torch.float64)
     m = torch.zeros(1, 2, 4, dtype=torch.float64)
     gather = cem_kernel.KernelTiles(grid="heads", head_sums="gather")
-    for tiles, kept in ((gather, None), (cem_kernel.KernelTiles(grid="heads"), torch.zeros(1, 16))):
+    atomic = cem_kernel.KernelTiles(grid="heads", head_sums="atomic")
+    for tiles, kept in ((gather, None), (cem_kernel.KernelTiles(), None), (atomic, torch.zeros(1, 16))):
         with pytest.raises(RuntimeError, match="head_sums"):
             cem_kernel._bwd_impl(z, z, None, hm, None, None, None, None, None, m, m, kept, None, None, None, None,
                                  True, 0, "sum", tiles)

@@ -40,13 +40,13 @@ def test_every_launched_kernel_is_found():
     assert set(KERNELS) == set(LOOP + HEADS) and all(KERNELS.values())
 
 
-@pytest.mark.parametrize("grid", ["rows", "heads", "heads_inner", "heads-gather"])
+@pytest.mark.parametrize("grid", ["rows", "heads", "heads_inner", "heads-gather", "heads-atomic"])
 @pytest.mark.parametrize("hmode", ["none", "sum", "stack"])
 def test_the_launcher_passes_each_kernel_exactly_its_constexprs(grid, hmode):
     import triton.language as tl
 
     q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
-    tiles = cem_kernel.KernelTiles(grid="heads", head_sums="gather") if grid == "heads-gather" else \
+    tiles = cem_kernel.KernelTiles(grid="heads", head_sums=grid[6:]) if "-" in grid else \
         cem_kernel.KernelTiles(grid=grid)
     meta = cem_kernel._launch_args(tl, q, hm, None, True, True, hmode, True, True, False, tiles)
     for name in LOOP + HEADS:

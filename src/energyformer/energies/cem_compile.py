@@ -115,9 +115,23 @@ def launch_meta(*, heads: int, head_dim: int, dim: int, dtype: str = "bf16", cau
     q = torch.empty(1, heads, 16, head_dim, dtype=dt, device="meta")
     hm = torch.empty(1, 16, dim, dtype=dt, device="meta")
     x = None if x_cols is None else torch.empty(1, heads, 16, x_cols, dtype=dt, device="meta")
-    meta = _launch_args(tl, q, hm, x, causal, has_g, h_mode, alibi, self_bias, key_mask, KernelTiles(**tiles))
+    launch = KernelTiles(**tiles).launch(h_mode)  # as the energy runs it
+    meta = _launch_args(tl, q, hm, x, causal, has_g, h_mode, alibi, self_bias, key_mask, launch)
     meta["UPCAST"] = False
     return meta
+
+
+def stores_operand(dtype: str = "bf16", h_mode: str = "sum", **kw) -> bool:
+    """Whether a case's launch stores the shared products G, GH in the operands' dtype
+    (:func:`.cem_kernel.shared_store_dtype`: ``shared_dtype`` 'operand', or 'auto' where the head sums are
+    gathered; bf16 operands only)."""
+    import torch
+
+    from .cem_kernel import KernelTiles, shared_store_dtype
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    tiles = KernelTiles(**{k: v for k, v in kw.items() if k in KernelTiles.model_fields}).launch(h_mode)
+    return dt != torch.float32 and shared_store_dtype(tiles, dt, torch.float32, h_mode) == dt
 
 
 def ptxas_usage(kernel, arch: int = 90) -> dict[str, int]:
@@ -225,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
             path = kernel_file(name, a.kernel_file)
             mod = mods[path] = mods.get(path) or load_kernels(path)
             k = compile_kernel(mod, name, kernel_meta(meta, name), kw.get("dtype", "bf16"),
-                               shared_operand=kw.get("shared_dtype") == "operand", **opts)
+                               shared_operand=stores_operand(**kw), **opts)
             usage = {} if a.no_registers else ptxas_usage(k)
             print(json.dumps(dict(case=case, kernel=name, shared=k.metadata.shared, **usage)), flush=True)
 

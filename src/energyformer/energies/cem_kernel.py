@@ -24,10 +24,10 @@ program owns row-wise (no atomics) — ``KernelTiles.grid = 'rows'``. ``grid = '
 program per head (``cem_triton_heads.py``: FlashAttention's grid, accumulators in registers, the head sums
 and dq added up atomically, backward without the query-tile pass b; docs/cem.md, "one program per head");
 the default ``'auto'`` takes it wherever it applies (faster on an H100, see :class:`KernelTiles`). There, with
-``KernelTiles.head_sums = 'gather'``, a head's forward is one pass and Σ_k P_k is summed over the heads in
-registers by a kernel with one program per (query tile, batch row) and kept for the backward, instead of being
-added up atomically in both (docs/cem.md, "head sums gathered"); without an h read-out the head's forward is
-one pass either way.
+``KernelTiles.head_sums = 'gather'`` (what its default 'auto' takes with the head-summed read-out), a head's
+forward is one pass and Σ_k P_k is summed over the heads in registers by a kernel with one program per (query
+tile, batch row) and kept for the backward, instead of being added up atomically in both (docs/cem.md, "head
+sums gathered"); without an h read-out the head's forward is one pass either way.
 
 Scores, softmax and accumulators run in float32 (float64 for float64 inputs); bf16 inputs are
 multiplied in bf16 with float32 accumulation; float32 products use IEEE (no TF32). On CPU the kernels
@@ -36,7 +36,7 @@ one process runs either the GPU or the interpreted kernels — see :func:`_kerne
 
 Also: per-head factors c_k (h_mode 'stack': hs = Σ_k c_k ∘ (P_k H), one D-wide product per head, for
 a per-head preconditioner's diagonal) and extra per-head value columns x_k (ox_k = P_k x_k, for its
-low-rank part). On one program per head (``grid = 'heads'`` named) the per-head D-wide products are
+low-rank part). On one program per head (the default since 2026-11-27) the per-head D-wide products are
 batched matmuls around the kernels: hs = [P_1 … P_H] [c_1 ∘ H; …; c_H ∘ H] (the heads joined in the
 contraction), the per-head dHs (c_k ∘ H)ᵀ that the backward kernels read, and t = P_kᵀ dHs, from which
 ``_dv_h`` forms dh and dc in one pass. Covered: causal and bidirectional, key padding, ALiBi, self bias, queries at an
@@ -172,9 +172,10 @@ class KernelTiles(ConfigModel):
     in the operand dtype and read a per-head (dHs ∘ c_k) Hᵀ in the accumulation dtype, both on the causal row
     chunks' blocks, and their D-wide products are three batched matmuls per chunk (docs/cem.md, "per-head
     factors on one program per head"; about 2 + 4 + 2 B of transient memory per (query, key) pair and head of
-    the blocks) instead of the loop kernels' D-wide float32 accumulators; 'auto' keeps 'rows' for them until
-    a GPU has timed the two. 'auto' (recommended): 'heads' where it applies (materialised products, no
-    per-head factors), else 'rows'. Measured on one H100 (bf16, GPT-2 small, B 8; docs/results/cem/gpu_h100/): at
+    the blocks) instead of the loop kernels' D-wide float32 accumulators. 'auto' (recommended): 'heads' where it
+    applies (materialised products), per-head factors included since an H100 timed them there — on 64 × 32
+    tiles where the tiles are the defaults (:meth:`launch`: 3x the loop kernels' tokens/s for the paper
+    configuration) — else 'rows'. Measured on one H100 (bf16, GPT-2 small, B 8; docs/results/cem/gpu_h100/): at
     the default tiles the 'heads' kernels' forward + backward took 0.82x [0.71, 0.89] the 'rows' time at N 1,024; with
     64 x 32 tiles the whole model trained at 0.68x Llama's tokens/s vs 0.64x for 'rows' at N 1,024, and
     0.42x vs 0.26x at N 4,096 (gpu_lm_98ac984.md); at the default tiles, each step one CUDA graph, 0.64x vs
@@ -193,9 +194,13 @@ class KernelTiles(ConfigModel):
     tile pair timed on an H100 (docs/results/cem/gpu_h100/gpu_tiles_98ac984.md). Bidirectional attention
     always multiplies the whole product."""
 
-    head_sums: Literal["atomic", "gather", "gather_all"] = Field("atomic", json_schema_extra={HASH_NEUTRAL: True})
+    head_sums: Literal["auto", "atomic", "gather", "gather_all"] = Field("auto", json_schema_extra={HASH_NEUTRAL: True})
     """how one program per head forms the head sum Σ_k P_k of the head-summed read-out (docs/cem.md, "head sums
-    gathered"). 'atomic' (the default until a GPU has timed the two): every head's program adds its normalised
+    gathered"). 'auto' (recommended, the default): 'gather' — on one H100 (GPT-2 small, bf16, B 8 × N 1,024 and
+    B 2 × N 4,096, each step one CUDA graph; docs/results/cem/gpu_h100/gpu_lm_gathered_d80aaf5.md) the model
+    trained at 0.66x Llama's tokens/s gathered vs 0.65x atomic at N 1,024 and 0.37x vs 0.34x at N 4,096, with 3-5 %
+    more peak memory (1.01x Llama's at 4k), and its kernels alone took 0.88x the atomic time at 4k
+    (gpu_tiles_gather_4k_d80aaf5.md). 'atomic': every head's program adds its normalised
     probabilities into a (B, Nq, Nk) accumulation-dtype buffer (zeroed on the blocks) in a second pass over the
     keys, and the backward's key-tile kernel adds them up again. 'gather': the head's forward is one pass
     (FlashAttention's online rescaling: two per-head products instead of three) and a kernel with one program per
@@ -211,26 +216,49 @@ class KernelTiles(ConfigModel):
     with the head-summed read-out; per-head factors ('stack') store every head's P_k either way. Needs one
     program per head (``grid`` 'auto', 'heads' or 'heads_inner' with ``shared = 'materialize'``): the loop
     kernels ('rows') sum the heads in registers already. Hash-neutral at its default (added after the studies'
-    runs were recorded: ``utils.config.HASH_NEUTRAL``), as is ``shared_dtype``."""
+    runs were recorded: ``utils.config.HASH_NEUTRAL``), as is ``shared_dtype``; their defaults, 'atomic' and
+    'accumulation' then, became 'auto' once a GPU had timed them — a launch choice, like ``grid`` 'auto': the same
+    maths in another rounding order, which the records of a study do not depend on. 'gather_all' measured slower
+    (0.33x vs 0.34x at 4k, its kernels 1.05-1.34x the atomic time), so 'auto' never takes it."""
 
-    shared_dtype: Literal["accumulation", "operand"] = Field("accumulation", json_schema_extra={HASH_NEUTRAL: True})
+    shared_dtype: Literal["auto", "accumulation", "operand"] = Field("auto", json_schema_extra={HASH_NEUTRAL: True})
     """the dtype the materialised shared products are stored in for the kernels to read (docs/cem.md, "the
     shared products in the operand dtype"): G = ud Hᵀ (the shared-diagonal logits) and Gh = dHs Hᵀ (the h part
     of every head's dP), and with per-head factors each head's (dHs ∘ c_k) Hᵀ — each summed in float32 by its
-    matmul and then kept in 'accumulation' (float32; the default, the launch timed so far) or rounded once to
+    matmul and then kept in 'accumulation' (float32) or rounded once to
     'operand', the operands' dtype (bf16 under bf16 autocast: as PyTorch's own bf16 matmul returns them),
     which halves the bytes every head's program reads per (query, key) pair — 5 of the 6 accesses per pair and
     head with the head sums gathered. Within the tests' bf16 tolerance (a rounding of the logits like the
     blocked path's bf16 products); float32 and float64 operands are unaffected, and float16 ones keep float32
-    products (float16's range, 6.5e4, cannot hold every logit). Needs materialised products."""
+    products (float16's range, 6.5e4, cannot hold every logit). Needs materialised products. 'auto'
+    (recommended, the default): 'operand' where the head sums are gathered (:func:`gathers`: one program per head,
+    the head-summed read-out), the launch timed there — with bf16 shared products the model trained at 0.67x
+    Llama's tokens/s vs 0.66x at N 1,024 and 0.38x vs 0.37x at N 4,096 (each step one CUDA graph, one H100,
+    gpu_lm_gathered_d80aaf5.md) — and 'accumulation' elsewhere (the loop kernels and per-head factors: untimed)."""
+
+    def sums(self) -> str:
+        """``head_sums`` resolved: 'auto' is 'gather' (where the launch gathers at all: :func:`gathers`)."""
+        return "gather" if self.head_sums == "auto" else self.head_sums
 
     def per_head_programs(self, hmode: str) -> bool:
-        """Whether the launch runs the one-program-per-head kernels (``grid`` resolved for ``hmode``). With
-        per-head factors (h_mode 'stack') only where ``grid`` names them: 'auto' keeps the loop kernels there
-        until a GPU has timed the two (docs/cem.md, "per-head factors on one program per head")."""
-        if hmode == "stack":
-            return self.grid in ("heads", "heads_inner")
+        """Whether the launch runs the one-program-per-head kernels (``grid`` resolved; the same for every
+        ``hmode`` since per-head factors were timed there too: :meth:`launch`)."""
         return self.grid in ("heads", "heads_inner") or (self.grid == "auto" and self.shared == "materialize")
+
+    def launch(self, hmode: str) -> KernelTiles:
+        """The launch a call with read-out ``hmode`` runs: itself, except per-head factors (h_mode 'stack', the
+        paper's per-head preconditioners) under ``grid`` 'auto' with materialised products, which run one program
+        per head ('heads') and, at the default 16 × 64 tiles, on 64 × 32 tiles: the launch that compiles for
+        sm_90 without spilling there (``tests/energies/test_cem_compile.py``; 16 × 64 spills 84 B in
+        ``_bwd_kv_h``) and the one timed — on one H100 (GPT-2 small, bf16, B 8 × N 1,024) the paper
+        configuration trained at 0.18x [0.16, 0.19] Llama's tokens/s this way against 0.06x [0.06, 0.07] on the
+        loop kernels and 0.11x on the blocked path, at the same peak memory
+        (docs/results/cem/gpu_h100/gpu_lm_paper_d80aaf5.md). Other tiles are kept; ``grid`` 'rows' keeps the
+        loop kernels. The energy resolves it once (``InteractionEnergy.attn_launch``), outside the traced call."""
+        if hmode != "stack" or self.grid != "auto" or self.shared != "materialize":
+            return self
+        tiles = {"block_m": 64, "block_n": 32} if (self.block_m, self.block_n) == (16, 64) else {}
+        return self.model_copy(update={"grid": "heads", **tiles})
 
     @model_validator(mode="after")
     def _heads_grid_needs_materialized(self) -> KernelTiles:
@@ -240,7 +268,7 @@ class KernelTiles(ConfigModel):
         if self.shared_dtype == "operand" and self.shared != "materialize":
             raise ValueError(f"attn_kernel.shared_dtype = 'operand' needs attn_kernel.shared = 'materialize' (got "
                              f"{self.shared!r}): recomputed shared products are never stored")
-        if self.head_sums != "atomic" and (self.grid == "rows" or self.shared != "materialize"):
+        if self.head_sums not in ("auto", "atomic") and (self.grid == "rows" or self.shared != "materialize"):
             raise ValueError(f"attn_kernel.head_sums = {self.head_sums!r} needs one program per head (grid 'auto', "
                              f"'heads' or 'heads_inner' with shared 'materialize'; got grid {self.grid!r}, shared "
                              f"{self.shared!r}): the loop kernels sum the heads in registers already")
@@ -265,7 +293,8 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
                 BM=tiles.block_m, BN=tiles.block_n, HU=tiles.head_unroll, num_warps=tiles.num_warps,
                 MAT=tiles.shared == "materialize" and (tiles.per_head_programs(hmode) if hmode == "stack"
                                                        else has_g or hmode == "sum"),
-                num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner", GATHER=GATHER_LEVELS[tiles.head_sums],
+                num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner",
+                GATHER=GATHER_LEVELS[tiles.sums()] if gathers(tiles, hmode) else 0,
                 CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
                 HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
@@ -319,16 +348,18 @@ def _heads_grid(tiles: int, bh: int, meta: dict) -> tuple[int, int]:
     return (bh, tiles) if meta.get("HI") else (tiles, bh)
 
 
-def shared_store_dtype(tiles: KernelTiles, dtype: torch.dtype, acc: torch.dtype) -> torch.dtype:
-    """The dtype the materialised shared products are stored in (``KernelTiles.shared_dtype``): bfloat16 operands'
-    own with 'operand', else the accumulation dtype — float16's range (6.5e4) could not hold every logit a
-    float32 sum can, and a logit that overflowed would be a silent wrong answer."""
-    return dtype if tiles.shared_dtype == "operand" and dtype == torch.bfloat16 else acc
+def shared_store_dtype(tiles: KernelTiles, dtype: torch.dtype, acc: torch.dtype, hmode: str) -> torch.dtype:
+    """The dtype the materialised shared products are stored in (``KernelTiles.shared_dtype``; 'auto': 'operand'
+    where the launch :func:`gathers`): bfloat16 operands' own with 'operand', else the accumulation dtype —
+    float16's range (6.5e4) could not hold every logit a float32 sum can, and a logit that overflowed would be a
+    silent wrong answer."""
+    operand = tiles.shared_dtype == "operand" or (tiles.shared_dtype == "auto" and gathers(tiles, hmode))
+    return dtype if operand and dtype == torch.bfloat16 else acc
 
 
 def gathers(tiles: KernelTiles, hmode: str) -> bool:
     """Whether the launch gathers Σ_k P_k with ``_psum_h`` and keeps it for the backward
-    (``KernelTiles.head_sums``): one program per head with the head-summed read-out."""
+    (``KernelTiles.head_sums``, 'auto' included): one program per head with the head-summed read-out."""
     return tiles.head_sums != "atomic" and hmode == "sum" and tiles.per_head_programs(hmode)
 
 
@@ -354,7 +385,7 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     m, l = torch.empty_like(lse), torch.empty_like(lse)  # running max and sum (p = e^{s − m} / l)
     ins = [t if t is not None else dummy for t in (q, k, ud, hm, x, c, slopes, delta, kmask)]
     chunks = launch_chunks(nq, nk, offset, causal, tiles)  # blocks of the shared products
-    sdt = shared_store_dtype(tiles, q.dtype, acc_dt)
+    sdt = shared_store_dtype(tiles, q.dtype, acc_dt, hmode)
     g = pair_mm(ud, hm.mT, acc_dt, chunks, sdt) if meta["MAT"] and ud is not None else dummy  # (B, Nq, Nk)
     # Σ_k P_k: (B, Nq, Nk), stored per tile (loop) or added up atomically in the accumulation dtype (grid);
     # per-head factors (grid): every head's P_k in the operand dtype, per chunk a (B, rows, H, keys) block
@@ -428,10 +459,10 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, go
     # materialised shared products (B, Nq, Nk): G = ud Hᵀ, Gh = dHs Hᵀ; the head sums Σ dS, Σ P (stored
     # per tile in the operand dtype, or added up atomically in the accumulation dtype by the grid kernels)
     pair = functools.partial(zero_blocks, (B, nq, nk), q, acc_dt if grid else q.dtype, chunks)
-    sdt = shared_store_dtype(tiles, q.dtype, acc_dt)
+    sdt = shared_store_dtype(tiles, q.dtype, acc_dt, hmode)
     g = pair_mm(ud, hm.mT, acc_dt, chunks, sdt) if mat and ud is not None else dummy
     gh = pair_mm(ghs, hm.mT, acc_dt, chunks, sdt) if mat and hsum else dummy
-    gather_ds = tiles.head_sums == "gather_all" and gathers(tiles, hmode) and ud is not None  # Σ dS by _dsum_h
+    gather_ds = tiles.sums() == "gather_all" and gathers(tiles, hmode) and ud is not None  # Σ dS by _dsum_h
     if gather_ds:  # every entry of the blocks written by _dsum_h (zeros where hidden): no fill
         dss = cem_products.scratch((B, head_block_size(1, chunks)), q, q.dtype)
     else:
@@ -514,7 +545,7 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
                   h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
                   block_m: int = 16, block_n: int = 64, block_d: int = 64, num_warps: int = 4,
                   num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "auto",
-                  causal_chunks: int = 4, head_sums: str = "atomic", shared_dtype: str = "accumulation",
+                  causal_chunks: int = 4, head_sums: str = "auto", shared_dtype: str = "auto",
                   tiles: KernelTiles | None = None
                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
@@ -525,13 +556,15 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
     x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
     hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
-    block_m … shared_dtype: the launch (:class:`KernelTiles`; a bad value is a ConfigError naming it), or
-    ``tiles``, an already validated launch, which replaces them (what the energy passes: no validation per
-    call, and nothing that torch.compile cannot trace)."""
+    block_m … shared_dtype: the launch (:class:`KernelTiles`, resolved for ``h_mode`` by
+    :meth:`KernelTiles.launch`; a bad value is a ConfigError naming it), or ``tiles``, an already validated and
+    resolved launch, which replaces them (what the energy passes: no validation per call, and nothing that
+    torch.compile cannot trace)."""
     if tiles is None:
         tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
                             num_stages=num_stages, head_unroll=head_unroll, shared=shared, grid=grid,
-                            causal_chunks=causal_chunks, head_sums=head_sums, shared_dtype=shared_dtype)
+                            causal_chunks=causal_chunks, head_sums=head_sums, shared_dtype=shared_dtype
+                            ).launch(h_mode)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")
@@ -576,7 +609,7 @@ def attend_kernel(e, u: Tensor, st, bs, plan, need_logz: bool):
             q, bs.k, ud, bs.h, slopes=e.slopes if e.alibi else None, delta=e.self_bias,
             key_mask=st.key_mask, causal=e.causal, offset=st.offset, h_mode=mode,
             c=plan.c.to(torch.promote_types(bs.cdt, torch.float32)) if mode == "stack" else None, x=x,
-            tiles=e.attn_kernel)
+            tiles=e.attn_launch[mode])
         # 'sum': d ∘ ((Σ_k P_k) H): (B, Nq, D), in the product dtype like the blocked path's, so that the
         # product keeps a 16-bit hs for d's gradient under bf16 autocast, not the kernel's float32 one
         hterm = hs.to(bs.cdt) * plan.c.to(bs.cdt) if mode == "sum" else hs

@@ -193,6 +193,8 @@ class InteractionEnergy(Energy):
         self.exact = diagonal_readout == "gradient"  # Algorithm 1's read-out is not a gradient step
         self.attn_path, self.attn_memory_mb, self.attn_block = attn_path, float(attn_memory_mb), attn_block
         self.attn_kernel = attn_kernel or KernelTiles()  # the kernel path's launch
+        # ... as each read-out runs it (KernelTiles.launch: per-head factors on their own tiles), resolved once
+        self.attn_launch = {m: self.attn_kernel.launch(m) for m in ("none", "sum", "stack")}
         if attn_path == "kernel" and not triton_available():
             raise ValueError("attn_path = 'kernel' needs the triton package (pip install triton); "
                              "allowed without it: 'auto', 'fused', 'blocked'")
