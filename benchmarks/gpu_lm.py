@@ -93,6 +93,14 @@ def models() -> dict[str, BlockConfig]:
         "full CEM T=1, all head sums gathered, shared products in the operand dtype": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather_all", "shared_dtype": "operand"}),
             mlp="cem"),
+        # the default launch before 2026-11-27 (Σ_k P_k added atomically by every head, G and dHs Hᵀ in float32),
+        # and at 64 × 32 tiles, the fastest kernel pair at N 4k (docs/results/cem/gpu_h100/gpu_tiles_gather_4k_*)
+        "full CEM T=1, head sums atomic": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"head_sums": "atomic", "shared_dtype": "accumulation"}),
+            mlp="cem"),
+        "full CEM T=1, head sums atomic (64 × 32)": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"head_sums": "atomic", "shared_dtype": "accumulation",
+                                                      "block_m": 64, "block_n": 32}), mlp="cem"),
         "full CEM T=1, head sums gathered (64 × 32)": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather", "block_m": 64, "block_n": 32}),
             mlp="cem"),
@@ -100,13 +108,16 @@ def models() -> dict[str, BlockConfig]:
         "full CEM T=1, fused path": BlockConfig(attention=CEMAttentionConfig(attn_path="fused"), mlp="cem"),
         "paper configuration (T=2, D+LR)": BlockConfig(attention=CEMAttentionConfig(**paper),
                                                        mlp=CEMMLPConfig(**paper)),
-        # its per-head factors run the loop kernels with D-wide float32 accumulators (0.08x Llama on an H100);
+        # its per-head factors on one program per head, 64 × 32 tiles (KernelTiles.launch; the loop kernels with
+        # D-wide float32 accumulators before 2026-11-27: 0.06-0.08x Llama on an H100, the row below)
+        "paper configuration, loop kernels (grid rows)": BlockConfig(
+            attention=CEMAttentionConfig(**paper, attn_kernel={"grid": "rows"}), mlp=CEMMLPConfig(**paper)),
         # the blocked path does those products as batched matmuls over materialised probabilities
         "paper configuration, blocked path": BlockConfig(
             attention=CEMAttentionConfig(**paper, attn_path="blocked"), mlp=CEMMLPConfig(**paper)),
         # its per-head factors on one program per head: every head's P_k and (dHs ∘ c_k) Hᵀ materialised per
         # layer call, the per-head D-wide products batched matmuls (docs/cem.md, "per-head factors on one
-        # program per head"); 'auto' keeps the loop kernels until this row is timed. 64 × 32 tiles: the launch
+        # program per head"); what 'auto' runs since this row was timed (0.18x vs 0.06x). 64 × 32 tiles: the launch
         # that compiles for sm_90 without spilling with its extra value columns (tests/energies/test_cem_compile.py)
         "paper configuration, one program per head (64 × 32)": BlockConfig(
             attention=CEMAttentionConfig(**paper, attn_kernel={"grid": "heads", "block_m": 64, "block_n": 32}),

@@ -30,20 +30,18 @@
 #                                          kernels vs one program per head, 4 and 8 causal chunks, at 1k; the
 #                                          head sums atomic vs gathered vs all gathered (head_sums), G and dHs Hᵀ
 #                                          in float32 vs bf16 (shared_dtype), at 4k
-#   scripts/gpu_checks.sh next [SECONDS]    one call (~10 min) for what the H100 session of 2026-11-26 17:07 (code
-#                                          5e2ffb8: `session` below) left unmeasured: Hyper-SET's eager rows (the
-#                                          host-time changes of 4fe48e2; the feed-forward as two ops), the training step as a user
-#                                          can run it without host overhead (train.compile 'reduce-overhead'
-#                                          against the eager step captured as one CUDA graph) for Hyper-SET and
-#                                          full CEM T=1, gpu_lm with every step one CUDA graph at 1k and 4k
-#                                          (default launch; Σ P gathered with G, dHs Hᵀ in bf16; Σ dS gathered
-#                                          too; before the compiled steps), eager at N 1k the paper
-#                                          configuration's blocked path (c232cbe) and its per-head factors on
-#                                          one program per head (grid heads), and full CEM T=1 with the head
-#                                          sums gathered and in two causal chunks (second, after Hyper-SET's
-#                                          rows; ~630 s of steps:
-#                                          pass `next 590`, the tests last get what is left), then every CUDA
-#                                          test (the regressor's config fixed since; carry the data too)
+#   scripts/gpu_checks.sh next [SECONDS]    one call (~10 min: pass `next 590`) for what the H100 session of 2026-11-27
+#                                          (code d80aaf5, phases `gather` and `gather2`) left: the CEM kernel's CUDA
+#                                          tests under the new defaults (head sums gathered, bf16 shared products,
+#                                          per-head factors on one program per head), gpu_lm with every step one CUDA
+#                                          graph at 1k and 4k (the default; the old default, atomic head sums; atomic
+#                                          and gathered at 64 × 32), the paper configuration's default against its
+#                                          loop kernels at 1k, train.compile's 'reduce-overhead' against the graphed
+#                                          eager step for Hyper-SET and full CEM T=1, then every CUDA test
+#   scripts/gpu_checks.sh gather [SECONDS]  (2026-11-27) the gathered head sums' CUDA tests, eager and graphed tokens/s at
+#                                          1k and 4k against the default launch, Hyper-SET's eager rows, the kernels
+#                                          alone at 4k (head sums × shared dtype), every CUDA test; `gather2`: the paper
+#                                          configuration at 1k and the 4k profile
 #   scripts/gpu_checks.sh plateau [SECONDS] issue 20's "first 1,000 steps" at the paper's size for the plateau's
 #                                          localisation: the gpu scale's hyperset, transformer and hyperset_sigmoid
 #                                          (Table 19's sigmoid energy) for 1,000 steps, three runs sharing the GPU,
@@ -69,7 +67,9 @@
 # RUN_PYTEST=1); three 1,000-step runs sharing the GPU trained in 101-172 s, but their metric hooks did
 # not finish in the next 200 s (since made cheaper; re-measure). 2026-11-26, one H100 (each call ~30 s to start):
 # speed 208 s (hyperset_gpu 21, gpu_lm 105, cem_tiles 25, pytest 51), profile 261 s (its --compile step ran past
-# 132 s), graphs 134 s.
+# 132 s), graphs 134 s. 2026-11-27, one H100: gather 293 s (CUDA tests of the gathered sums 37 s, gpu_lm eager 40 s and
+# graphed 45 s at 1k and 4k, Hyper-SET eager 27 s, cem_tiles 27 s; every CUDA test needs over 100 s), gather2 74 s,
+# compiled 266 s (Hyper-SET's compiled benchmark 102 s, CEM's 87 s, its tests 69 s).
 #
 # Outputs go to $OUT (default /tmp/gpu_out): at most 8 files (the device tool's limit): all.tgz holds
 # every log and the runs' metrics; the page inputs are also copied out one by one.
@@ -195,25 +195,20 @@ if [ "$PHASE" = compiled ]; then
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
-if [ "$PHASE" = next ]; then   # the eager Hyper-SET rows (host time since 4fe48e2), compiled (its first compiles take a
-  # while), then the graphed rows, then tests
-  step hyperset_gpu_eager 35 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 7 \
-    --warmup 2 --keep-going --models "Hyper-SET;Hyper-SET, feed-forward norm and ReLU as two ops" \
-    --out "$OUT/hyperset_gpu_eager.md"
-  # eager at N 1k: the paper configuration's blocked path since c232cbe (a third fewer bytes per layer:
-  # docs/results/cem/cem_ops_*) and its per-head factors on one program per head (per-head products as batched
-  # matmuls; in place of the blocked path's query blocks of 256, whose Triton-free row can wait), and full CEM
-  # T=1 with 30 fewer ops per layer (two causal chunks)
-  step gpu_lm_1k 90 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
-    --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, head sums gathered;full CEM T=1, two \
-causal chunks;paper configuration (T=2, D+LR);paper configuration, one program per head (64 × 32);paper \
-configuration, blocked path" --out "$OUT/gpu_lm_1k.md"
-  # the kernels without the host: the default launch; Σ P gathered with G, dHs Hᵀ in bf16; and Σ dS gathered too
+if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code d80aaf5: `gather`, `gather2` below) left
+  # the new defaults on CUDA first (head sums gathered with bf16 shared products; per-head factors on one program per
+  # head at 64 × 32), then as CUDA graphs at 1k and 4k against the old default and the 64 × 32 tiles (atomic: the
+  # fastest kernels at 4k, gpu_tiles_gather_4k_d80aaf5.md), the paper configuration's new default against its loop
+  # kernels, train.compile against the graphed eager step, then every CUDA test with what is left
+  step pytest_cem 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py
+  cp "$W/pytest_cem.txt" "$OUT/" 2>/dev/null
   step gpu_lm_graphs 150 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
-    --repeats 4 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, head sums \
-gathered, shared products in the operand dtype;full CEM T=1, all head sums gathered, shared products in the \
-operand dtype" --out "$OUT/gpu_lm_graphs.md"
-  compiled_steps 160 145
+    --repeats 5 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, head sums \
+atomic;full CEM T=1, head sums atomic (64 × 32);full CEM T=1, head sums gathered (64 × 32)" --out "$OUT/gpu_lm_graphs.md"
+  step gpu_lm_paper 50 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
+    --warmup 1 --keep-going --models "paper configuration (T=2, D+LR);paper configuration, loop kernels (grid rows)" \
+    --out "$OUT/gpu_lm_paper.md"
+  compiled_steps 120 110
   step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
   cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
