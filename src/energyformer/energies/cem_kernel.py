@@ -76,11 +76,17 @@ from .cem_products import (added, chunk_blocks, cols_mm, head_block_size, head_b
                            mm_acc, pair_mm, row_chunks, rows_mm, zero_blocks)
 
 
-@functools.cache
+#: whether the triton package is installed, looked up once at import (the kernel paths ask per call: without
+#: triton imported yet ``find_spec`` searches the file system every time)
+TRITON = importlib.util.find_spec("triton") is not None
+
+
 def triton_available() -> bool:
-    """Whether the triton package is installed (looked up once: the kernel paths ask per call, and without
-    triton imported yet ``find_spec`` searches the file system every time)."""
-    return importlib.util.find_spec("triton") is not None
+    """Whether the triton package is installed (:data:`TRITON`). A plain read, so that torch.compile traces it
+    as a constant: the ``functools.cache`` wrapper it had made Dynamo trace ``importlib.util.find_spec``, which
+    torch before 2.13 cannot trace — a graph break inside every CEM and Hyper-SET block on CUDA, where the
+    ``auto`` paths ask it (docs in ``train/compiling.py``)."""
+    return TRITON
 
 
 @functools.lru_cache(maxsize=4)

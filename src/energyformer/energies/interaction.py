@@ -90,7 +90,7 @@ from ..utils.validate import check_choice, check_float, check_int
 from .cem_kernel import KernelTiles, attend_kernel, triton_available
 from .interaction_paths import (
     Averages, BlockedState, FusedState, ValuePlan, attend_blocked, attend_fused, blocked_bytes,
-    once_per_grad_mode, position_bias, prepare_fused,
+    once_per_grad_mode, plan_id, position_bias, prepare_fused,
 )
 
 DIAGONAL_MODES = ("none", "shared", "per_head")
@@ -355,12 +355,12 @@ class InteractionEnergy(Energy):
         if hasattr(precond, "U"):                                     # [d_k∘V_k , d_k∘U_k]: (H, D, 2R)
             lr = torch.cat([precond.V, precond.U], -1) * dd[..., None]
             uv = torch.cat([precond.U, precond.V], -1)                # (H, D, 2R)
-        return ValuePlan(h_mode="stack", c=c, lr=lr, key=("bank", id(precond)), w_eff=w_eff, uv=uv)
+        return ValuePlan(h_mode="stack", c=c, lr=lr, key=("bank", plan_id(precond)), w_eff=w_eff, uv=uv)
 
     def _step_plan(self, st: InteractionState, precond: Preconditioner | None, gradient: bool) -> ValuePlan:
         """:meth:`_plan`, built once per call and grad mode (``st.plans``): with T steps a per-head bank's
         diagonal, low-rank factors and P_k W_Qkᵀ are weight-only products, the same at every step."""
-        return once_per_grad_mode(st.plans, (id(precond), gradient), lambda: self._plan(precond, gradient))
+        return once_per_grad_mode(st.plans, (plan_id(precond), gradient), lambda: self._plan(precond, gradient))
 
     def attend(self, u: Tensor, st: InteractionState, plan: ValuePlan | None = None,
                need_logz: bool = False) -> Averages:

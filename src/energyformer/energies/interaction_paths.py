@@ -108,11 +108,25 @@ class BlockedState:
         return once_per_grad_mode(self.cache, key, build)
 
 
+def plan_id(obj) -> int:
+    """``id(obj)`` for a per-call cache key (:func:`once_per_grad_mode`); 0 while torch.compile traces, where
+    those caches are bypassed: Dynamo guards an ``id()`` on the object itself, so a compiled frame resumed after
+    a graph break inside a block would be recompiled for every layer's preconditioner (12 layers > the
+    recompile limit of 8: the H100 run of ``train/compiling.py``'s docstring)."""
+    return 0 if torch.compiler.is_compiling() else id(obj)
+
+
 def once_per_grad_mode(cache: dict, key: tuple, build):
     """``build()`` once per ``key`` and grad mode in a per-call ``cache``, then reused by every step. The grad
     mode is part of the key: values built under no_grad (``backward: truncated``'s untracked steps,
     ``implicit``'s forward solve) carry no graph, and a tracked step reusing them lost their gradients (CEM's
-    k, h and preconditioner: wrong gradients, no error)."""
+    k, h and preconditioner: wrong gradients, no error).
+
+    While torch.compile traces, ``build()`` runs at every call instead: the cache is host-side bookkeeping whose
+    keys hold ``id()`` of modules (:func:`plan_id`), and the compiled graph's CSE merges the repeated weight-only
+    products anyway (``train/compiling.py``)."""
+    if torch.compiler.is_compiling():
+        return build()
     key = (*key, torch.is_grad_enabled())
     if key not in cache:
         cache[key] = build()

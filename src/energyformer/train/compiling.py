@@ -24,6 +24,23 @@ backward per micro-batch).
 
 The optimiser, gradient clipping, the learning-rate schedule and the host's divergence checks stay eager
 around the compiled model.
+
+One graph per model: a graph break inside a block costs far more than the break itself, because Dynamo then
+compiles the frame it resumes after the break on its own, and guards it on the block it ran for: a frame
+compiled again for each of a model's layers (or each sublayer type and iteration) passes Dynamo's
+``recompile_limit`` (8) at the 9th and runs eagerly from then on. On one H100 with torch 2.11 that made
+``reduce-overhead`` slower than eager: Hyper-SET (d 768, L 24) 0.30x the looped transformer where eager
+captured as one CUDA graph gave 1.07x, full CEM T=1 (12 layers) 0.54x Llama instead of 0.65x. The break was
+``energies.cem_kernel.triton_available()``, asked by CUDA's ``auto`` paths (CEM attention, the bi-softmax):
+its ``functools.cache`` made Dynamo trace ``importlib.util.find_spec``, which torch before 2.13 cannot trace
+(2.13 folds it to a constant); it is now a plain read of a flag set at import. What made CEM's resumed frame
+per layer, an ``id(precond)`` key of the per-call plan cache, is gone while tracing
+(``energies.interaction_paths.plan_id``), so a break in a CEM block would no longer multiply. A break inside
+a Hyper-SET iteration still would (the step-size memo indexes its per-iteration table by the iteration).
+``tests/train/test_compile_graph_breaks.py`` checks both models' compiled training step for breaks and
+recompiles on the CPU, with the CUDA path choices and the older ``find_spec`` put back. To look at a model:
+``TORCH_LOGS=graph_breaks,recompiles``, or ``torch._dynamo.explain(model)(inputs)``; raising
+``torch._dynamo.config.recompile_limit`` only hides a new break's cost, it is not a fix.
 """
 
 from __future__ import annotations
