@@ -309,14 +309,17 @@ def test_kernel_energy_and_grad_equal_dense_float64(causal):
 
 
 @interpreted
-@pytest.mark.parametrize("grid,bank", [("rows", False), ("heads", False), ("heads", True), ("gather", False)],
-                         ids=["rows", "heads", "heads-paper-bank", "heads-gathered"])
+@pytest.mark.parametrize("grid,bank", [("rows", False), ("heads", False), ("heads", True), ("gather", False),
+                                       ("auto", True)],
+                         ids=["rows", "heads", "heads-paper-bank", "heads-gathered", "auto-paper-bank"])
 def test_kernel_kv_cache_decoding_equals_full_forward(grid, bank):
     """Prefill, decode steps and a chunk at an offset equal the full forward; 'heads-paper-bank': the per-head
     D+LR bank's per-head factors on one program per head (its per-head buffers' row chunks at an offset);
-    'heads-gathered': the head sums gathered (their one-head buffer's row chunks at an offset)."""
+    'heads-gathered': the head sums gathered (their one-head buffer's row chunks at an offset); 'auto-paper-bank':
+    the default launch, which runs the bank on one program per head at 64 x 32 tiles (KernelTiles.launch)."""
     paper = dict(precond="diag_low_rank", precond_rank=3) if bank else {}
     launch = {"grid": "heads", "head_sums": "gather"} if grid == "gather" else {"grid": grid}
+    launch = {} if grid == "auto" else launch
     blk = randomised(CEMAttentionConfig(steps=2, attn_path="kernel", attn_kernel=launch, **paper), True, 5)
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     full = blk(x)
