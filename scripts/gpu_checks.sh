@@ -36,8 +36,9 @@
 #                                          per-head factors on one program per head), gpu_lm with every step one CUDA
 #                                          graph at 1k and 4k (the default; the old default, atomic head sums; atomic
 #                                          and gathered at 64 × 32), the paper configuration's default against its
-#                                          loop kernels at 1k, train.compile's 'reduce-overhead' against the graphed
-#                                          eager step for Hyper-SET and full CEM T=1, then every CUDA test
+#                                          loop kernels at 1k (eager and graphed) and its profile, train.compile's
+#                                          'reduce-overhead' against the graphed eager step for Hyper-SET and full
+#                                          CEM T=1, then the compiled step's CUDA tests
 #   scripts/gpu_checks.sh gather [SECONDS]  (2026-11-27) the gathered head sums' CUDA tests, eager and graphed tokens/s at
 #                                          1k and 4k against the default launch, Hyper-SET's eager rows, the kernels
 #                                          alone at 4k (head sums × shared dtype), every CUDA test; `gather2`: the paper
@@ -199,18 +200,22 @@ if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code d80aa
   # the new defaults on CUDA first (head sums gathered with bf16 shared products; per-head factors on one program per
   # head at 64 × 32), then as CUDA graphs at 1k and 4k against the old default and the 64 × 32 tiles (atomic: the
   # fastest kernels at 4k, gpu_tiles_gather_4k_d80aaf5.md), the paper configuration's new default against its loop
-  # kernels, train.compile against the graphed eager step, then every CUDA test with what is left
+  # kernels (eager and graphed: never graphed yet) and where its step's time goes, train.compile against the graphed
+  # eager step (the graph breaks fixed since), then the compiled training step's CUDA tests
   step pytest_cem 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py
   cp "$W/pytest_cem.txt" "$OUT/" 2>/dev/null
-  step gpu_lm_graphs 150 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
+  step gpu_lm_graphs 140 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 5 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, head sums \
 atomic;full CEM T=1, head sums atomic (64 × 32);full CEM T=1, head sums gathered (64 × 32)" --out "$OUT/gpu_lm_graphs.md"
-  step gpu_lm_paper 50 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
-    --warmup 1 --keep-going --models "paper configuration (T=2, D+LR);paper configuration, loop kernels (grid rows)" \
-    --out "$OUT/gpu_lm_paper.md"
-  compiled_steps 120 110
-  step pytest_cuda 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST $CUDA_TESTS
-  cp "$W/pytest_cuda.txt" "$OUT/" 2>/dev/null
+  step gpu_lm_paper 60 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
+    --warmup 1 --keep-going --cuda-graph --models "paper configuration (T=2, D+LR);paper configuration, loop kernels \
+(grid rows)" --out "$OUT/gpu_lm_paper.md"
+  step profile_paper_1k 50 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 \
+    --models "Llama baseline;paper configuration (T=2, D+LR)" --out "$OUT/gpu_profile_paper_1k.md"
+  compiled_steps 110 100
+  step pytest_compiled 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/train/test_cuda.py \
+    -k compiled
+  cp "$W/pytest_compiled.txt" "$OUT/" 2>/dev/null
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
