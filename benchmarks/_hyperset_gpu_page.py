@@ -7,8 +7,8 @@ the tokens/s ratio to the looped transformer's in the same interleaved run (medi
 ", CUDA graph" ran each step as one graph against the transformer's graphed step, and a run whose setup line
 names torch.compile compiled every other model (its CUDA-graph rows ran eager, as in any run). "Hyper-SET" is
 the library's default at the commit that ran. Runs written before the header carried a date are *undated*: the
-newest dated run with a row decides; without one, the undated runs decide only where they all agree. Called by ``python benchmarks/hyperset_gpu.py
---render-only DIR``; measures nothing.
+newest dated run with a row decides; without one, the undated runs decide only where they all agree. Called by
+``python benchmarks/hyperset_gpu.py --render-only DIR``; measures nothing.
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         a.n, a.batch, a.heads, a.dim, a.repeats = 16, 1, 2, 32, 1
         a.tiles, a.head_unroll, a.shared = "16x64,16x32w2", "1,2", "materialize,recompute"
         a.no_sdpa = False
-    from energyformer.energies.cem_kernel import KernelTiles, cem_attention, gathers, shared_store_dtype
+    from energyformer.energies.cem_kernel import KernelTiles, cem_attention, shared_store_dtype
 
     device = pick_device()
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     bf16 = shared_store_dtype(lib, torch.bfloat16, torch.float32, a.h_mode) == torch.bfloat16
     default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared,
                       "heads" if lib.per_head_programs(a.h_mode) else "rows", lib.causal_chunks,
-                      lib.num_stages, lib.sums() if gathers(lib, a.h_mode) else "atomic",
+                      lib.num_stages, lib.head_sums_for(a.h_mode),
                       "operand" if bf16 else "accumulation")  # 'auto' resolved
     variants = ([] if default in variants else [default]) + variants  # the ratios' base is always timed
     variants += [] if a.no_sdpa else [SDPA]

@@ -616,7 +616,9 @@ def test_auto_head_sums_gather_only_where_one_program_per_head_sums_them():
     changes nothing elsewhere: the loop kernels ('rows', recomputed shared products) and per-head factors never
     gather; it is valid with every grid (an explicit 'gather' on 'rows' is a ConfigError)."""
     auto = cem_kernel.KernelTiles()
-    assert auto.head_sums == "auto" and auto.sums() == "gather"
+    assert auto.head_sums == "auto" and auto.head_sums_for("sum") == "gather"
+    assert auto.head_sums_for("stack") == auto.head_sums_for("none") == "atomic"
+    assert cem_kernel.KernelTiles(head_sums="gather_all").head_sums_for("sum") == "gather_all"
     assert cem_kernel.gathers(auto, "sum") and not cem_kernel.gathers(auto, "stack")
     assert not cem_kernel.gathers(auto, "none")
     for kw in ({"grid": "rows"}, {"shared": "recompute"}, {"head_sums": "atomic"}):

@@ -48,8 +48,8 @@ def signature(fn, constexprs: dict, dtype: str, shared_operand: bool = False) ->
     buffers in fp32 (with the head sums PS and DSS, which the grid kernels add up atomically — with
     per-head factors, HMODE 2, PS holds every head's probabilities in the operands' dtype, as the gathered head
     sums of ``_psum_h`` and ``_dsum_h`` do — and ``_dv_h``'s T), the key mask int8, sizes int32 (TOT, a per-head
-    buffer's elements per batch row, int64); ``shared_operand`` (``KernelTiles.shared_dtype = 'operand'``): the materialised shared
-    products G, GH in the operands' dtype."""
+    buffer's elements per batch row, int64); ``shared_operand`` (:func:`stores_operand`): the materialised
+    shared products G, GH in the operands' dtype."""
     acc = ACC_BUFFERS | ({"PS", "DSS", "T"} if fn.__name__ in GRID_KERNELS + STACK_KERNELS else set())
     if shared_operand:
         acc = acc - {"G", "GH"}

@@ -242,8 +242,11 @@ class KernelTiles(ConfigModel):
     Llama's tokens/s vs 0.66x at N 1,024 and 0.38x vs 0.37x at N 4,096 (each step one CUDA graph, one H100,
     gpu_lm_gathered_d80aaf5.md) — and 'accumulation' elsewhere (the loop kernels and per-head factors: untimed)."""
 
-    def sums(self) -> str:
-        """``head_sums`` resolved: 'auto' is 'gather' (where the launch gathers at all: :func:`gathers`)."""
+    def head_sums_for(self, hmode: str) -> str:
+        """The head sums a call with read-out ``hmode`` forms: where it gathers (:func:`gathers`) ``head_sums``
+        with 'auto' as 'gather', else 'atomic'."""
+        if not gathers(self, hmode):
+            return "atomic"
         return "gather" if self.head_sums == "auto" else self.head_sums
 
     def per_head_programs(self, hmode: str) -> bool:
@@ -300,7 +303,7 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
                 MAT=tiles.shared == "materialize" and (tiles.per_head_programs(hmode) if hmode == "stack"
                                                        else has_g or hmode == "sum"),
                 num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner",
-                GATHER=GATHER_LEVELS[tiles.sums()] if gathers(tiles, hmode) else 0,
+                GATHER=GATHER_LEVELS[tiles.head_sums_for(hmode)],
                 CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
                 HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
@@ -468,7 +471,7 @@ def _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, go
     sdt = shared_store_dtype(tiles, q.dtype, acc_dt, hmode)
     g = pair_mm(ud, hm.mT, acc_dt, chunks, sdt) if mat and ud is not None else dummy
     gh = pair_mm(ghs, hm.mT, acc_dt, chunks, sdt) if mat and hsum else dummy
-    gather_ds = tiles.sums() == "gather_all" and gathers(tiles, hmode) and ud is not None  # Σ dS by _dsum_h
+    gather_ds = tiles.head_sums_for(hmode) == "gather_all" and ud is not None  # Σ dS by _dsum_h
     if gather_ds:  # every entry of the blocks written by _dsum_h (zeros where hidden): no fill
         dss = cem_products.scratch((B, head_block_size(1, chunks)), q, q.dtype)
     else:
