@@ -131,8 +131,15 @@ def flops(name: str, phase: str, n: int, d: int, heads: int, chunks: int = 4) ->
     return sum(n * n * width(w, r, d, chunks) * (heads if per_head else 1) for _, w, per_head in PRODUCTS[name][phase])
 
 
+def dq_atomics(n: int, d: int, kv_owned: int) -> float:
+    """Bytes one program per head's key-tile kernel adds into dq atomically (float32): per (key tile, query
+    step) pair the step's rows × D_r per head, so 4 B × D per query row and key tile — N² / (2 ``kv_owned``)
+    × 4 D over a causal pass, whatever the query step (``KernelTiles.kv_keys``)."""
+    return n * n / (2 * kv_owned) * 4 * d
+
+
 def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes: int, heads: int = 1,
-                        gbytes: int = 4) -> float:
+                        gbytes: int = 4, kv_owned: int | None = None) -> float:
     """Bytes the kernels move through their read-modify-write float32 accumulators and N × N buffers.
 
     Every (owned tile, step tile) pair of a causal pass (N² / (2 · owned · step) of them) reads and
@@ -152,7 +159,9 @@ def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes
     atomically; ``_dsum_h`` reads G and dHs Hᵀ once per tile in each of its two passes and writes Σ dS once in
     ``nbytes``; nothing is zeroed or rounded. ``gbytes``: bytes per
     element of the stored G and dHs Hᵀ that one program per head reads (4: float32, ``shared_dtype:
-    accumulation``; 2: bf16, ``shared_dtype: operand``)."""
+    accumulation``; 2: bf16, ``shared_dtype: operand``). ``kv_owned``: the keys the key-tile kernel owns (its
+    ``KernelTiles.kv_keys``; None: ``owned``), which divide its dq atomics (:func:`dq_atomics`)."""
+    dq = dq_atomics(n, d, kv_owned or owned)
     pairs = n * n / (2 * owned * step)
     tile = owned * step
     if name == "kernel-rec":
@@ -161,20 +170,20 @@ def accumulator_traffic(name: str, n: int, d: int, owned: int, step: int, nbytes
         per_pair = 8 * d * owned * 3 + tile * (4 * 2 + 4 * 6 + nbytes * 3)
         return pairs * per_pair + n * n * (4 * 3 + nbytes * (4 + 3))
     if name == "kernel-heads":
-        per_pair = heads * tile * (gbytes * 6 + 4 * 3) + 4 * step * d
-        return pairs * per_pair + n * n * (gbytes * 3 + 4 * 3 + 3 * (4 + nbytes) + nbytes * 4)
+        per_pair = heads * tile * (gbytes * 6 + 4 * 3)
+        return pairs * per_pair + dq + n * n * (gbytes * 3 + 4 * 3 + 3 * (4 + nbytes) + nbytes * 4)
     if name == "kernel-gather":
-        per_pair = heads * tile * (gbytes * 5 + 4 * 1) + tile * (gbytes + nbytes) + 4 * step * d
-        return pairs * per_pair + n * n * (gbytes * 3 + 4 * 1 + 1 * (4 + nbytes) + nbytes * 4)
+        per_pair = heads * tile * (gbytes * 5 + 4 * 1) + tile * (gbytes + nbytes)
+        return pairs * per_pair + dq + n * n * (gbytes * 3 + 4 * 1 + 1 * (4 + nbytes) + nbytes * 4)
     if name == "kernel-gather-all":
-        per_pair = heads * tile * gbytes * 3 + tile * (gbytes * 5 + nbytes * 2) + 4 * step * d
-        return pairs * per_pair + n * n * (gbytes * 3 + nbytes * 4)
+        per_pair = heads * tile * gbytes * 3 + tile * (gbytes * 5 + nbytes * 2)
+        return pairs * per_pair + dq + n * n * (gbytes * 3 + nbytes * 4)
     return 0.0
 
 
 def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int,
             kernel_tiles: tuple[int, int] = (16, 64), heads_tiles: tuple[int, int] = (64, 32),
-            chunks: int = 4, gbytes: int = 4) -> tuple[float, float]:
+            chunks: int = 4, gbytes: int = 4, kv_owned: int | None = None) -> tuple[float, float]:
     """(bytes moved by one training step's core, bytes of N² tensors kept for backward).
 
     Tile model: the per-token rows each formulation streams (Llama: K, V = 2D; per-head: every head's
@@ -186,7 +195,8 @@ def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int,
     add :func:`accumulator_traffic` at their tiles (owned, stepped): ``kernel_tiles`` for the loop
     kernels, ``heads_tiles`` for one program per head (and the gathered head sums, which keep Σ P in ``nbytes``
     on the blocks of ``chunks`` row chunks, (1 + 1/chunks) N²/2 pairs, and read it once in backward); ``gbytes``:
-    :func:`accumulator_traffic`'s."""
+    :func:`accumulator_traffic`'s, as is ``kv_owned``, which also sets how often one program per head's key-tile
+    pass reads its rows (once per causal key tile of ``kv_owned`` keys)."""
     r = d // heads
     own = heads_tiles if name in ("kernel-heads", "kernel-gather", "kernel-gather-all") else kernel_tiles
     tiles = n / (2 * (own[0] if name in KERNELS else tile))  # causal: a key row is read by half the query tiles
@@ -194,8 +204,10 @@ def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int,
     q_side = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 4 * d)
     passes = {"llama": 2, "per-head": 2, "blocked": 2, "kernel-heads": 4, "kernel-gather": 4,
               "kernel-gather-all": 5}.get(name, 5)
-    moved = n * nbytes * (3 * q_side + row * tiles * passes) + accumulator_traffic(name, n, d, *own, nbytes, heads,
-                                                                                    gbytes)
+    reads = row * tiles * passes
+    if name in ("kernel-heads", "kernel-gather", "kernel-gather-all"):  # one of the passes is the key-tile kernel's,
+        reads += row * (n / (2 * (kv_owned or own[0])) - tiles)  # which reads the query side once per key tile
+    moved = n * nbytes * (3 * q_side + reads) + accumulator_traffic(name, n, d, *own, nbytes, heads, gbytes, kv_owned)
     kept = heads * n * n / 2 * 4 if name == "blocked" else 0.0
     if name in ("kernel-gather", "kernel-gather-all"):  # Σ P on the chunks' blocks, written by _psum_h, read once
         kept = n * n * (1 + 1 / chunks) / 2 * nbytes
@@ -220,12 +232,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shared-bytes", type=int, choices=(2, 4), default=4,
                     help="bytes per element of the stored G, dHs Hᵀ one program per head reads (attn_kernel."
                          "shared_dtype: 4 accumulation, 2 operand under bf16)")
+    ap.add_argument("--kv-keys", type=int, default=None,
+                    help="keys one program per head's key-tile kernel owns (attn_kernel.kv_keys; default: the "
+                         "first of --heads-tiles)")
     a = ap.parse_args(argv)
     d, heads = a.dim, a.heads
+    kv = a.kv_keys or a.heads_tiles[0]
     print(f"attention core of one layer, B = 1, causal, D = {d}, H = {heads}, D_r = {d // heads}, "
           f"{a.bytes}-byte operands, query tile {a.tile}; kernels' tiles {a.kernel_tiles[0]} owned × "
           f"{a.kernel_tiles[1]} stepped, one program per head {a.heads_tiles[0]} × {a.heads_tiles[1]}; shared "
-          f"products in {a.causal_chunks} row chunk(s), stored in {a.shared_bytes} B for one program per head")
+          f"products in {a.causal_chunks} row chunk(s), stored in {a.shared_bytes} B for one program per head; its "
+          f"key-tile kernel owns {kv} keys")
     for name, ph in PRODUCTS.items():
         print(f"  {name:12s} fwd {len(ph['fwd'])} products, bwd {len(ph['bwd'])}: "
               + "; ".join(p for p, _, _ in ph["fwd"]) + " | " + "; ".join(p for p, _, _ in ph["bwd"]))
@@ -240,9 +257,20 @@ def main(argv: list[str] | None = None) -> None:
             f = flops(name, "fwd", n, d, heads, cc)
             t = f + flops(name, "bwd", n, d, heads, cc)
             moved, kept = traffic(name, n, d, heads, a.tile, a.bytes, a.kernel_tiles, a.heads_tiles, cc,
-                                  a.shared_bytes)
+                                  a.shared_bytes, kv)
             print(f"| {n} | {name} | {f / 1e9:.1f} | {t / 1e9:.1f} | {t / base_f:.2f} | {moved / 1e9:.2f} | "
                   f"{moved / base_b:.2f} | {kept / 2**30:.2f} |")
+    print()
+    print("one program per head's dq atomic adds (float32, the key-tile kernel; `attn_kernel.kv_keys`) by keys owned: "
+          "GB per layer, their share of `kernel-gather`'s modelled traffic, and that traffic (GB):")
+
+    def share(n: int, o: int) -> str:
+        moved, _ = traffic("kernel-gather", n, d, heads, a.tile, a.bytes, a.kernel_tiles, a.heads_tiles,
+                           a.causal_chunks, a.shared_bytes, o)
+        return f"{o} keys {dq_atomics(n, d, o) / 1e9:.2f} ({dq_atomics(n, d, o) / moved:.0%} of {moved / 1e9:.2f})"
+
+    for n in a.ns:
+        print(f"  N = {n}: " + ", ".join(share(n, o) for o in (16, 32, 64, 128)))
     print()
     print(f"rest of a Llama layer (W_Q, W_K, W_V, W_O and a SwiGLU MLP of {a.mlp}; 6 FLOPs per weight and "
           "token for forward + backward), training GFLOP:")

@@ -65,31 +65,47 @@ class Variant(NamedTuple):
     num_stages: int = 1
     head_sums: str = "atomic"
     shared_dtype: str = "accumulation"
+    kv: str = ""  # the backward's key-tile kernel's own tiles KxQwW (KernelTiles.kv_*); "": the tiles above
 
     def label(self) -> str:
         return (f"| {self.block_m}×{self.block_n} | {self.head_unroll} | {self.num_warps} | {self.shared} "
-                f"| {self.grid} | {self.causal_chunks} | {self.num_stages} | {self.head_sums} | {self.shared_dtype} |")
+                f"| {self.grid} | {self.causal_chunks} | {self.num_stages} | {self.head_sums} | {self.shared_dtype} "
+                f"| {self.kv or '—'} |")
+
+    def launch(self) -> dict:
+        """the variant as :func:`cem_attention`'s keywords"""
+        out = self._asdict()
+        kv = out.pop("kv")
+        if kv:
+            k, q, w = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)w(\d+)", kv).groups())
+            out.update(kv_keys=k, kv_queries=q, kv_warps=w)
+        return out
 
 
 def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "materialize",
                 grid: str = "rows", causal_chunks: str = "4", num_stages: str = "1",
-                head_sums: str = "atomic", shared_dtype: str = "accumulation") -> list[Variant]:
+                head_sums: str = "atomic", shared_dtype: str = "accumulation", kv: str = "") -> list[Variant]:
     """Variants: every ``MxN`` or ``MxNwW`` (W warps for this pair; else ``num_warps``) of the comma list
-    ``spec``, with every head_unroll, ``shared``, ``grid``, ``causal_chunks``, ``num_stages``, ``head_sums`` and
-    ``shared_dtype`` value of their comma lists
+    ``spec``, with every head_unroll, ``shared``, ``grid``, ``causal_chunks``, ``num_stages``, ``head_sums``,
+    ``shared_dtype`` and ``kv`` (the key-tile kernel's own ``KxQwW``; an empty item: the pair's) value of their
+    comma lists
     (the chunks only change the launcher's batched matmuls, so they add no build) — less the
     combinations KernelTiles refuses (grid 'heads' with shared 'recompute', head sums gathered on grid 'rows',
     shared_dtype 'operand' with shared 'recompute')
     and head_unroll > 1 with grid 'heads' (one program per head has no head loop)."""
+    for t in kv.split(","):
+        if t.strip() and re.fullmatch(r"\d+x\d+w\d+", t.strip()) is None:
+            raise SystemExit(f"--kv: {t!r} is not KxQwW (e.g. 128x32w8: keys owned, queries a step, warps)")
     out = []
     for t in spec.split(","):
         m = re.fullmatch(r"(\d+)x(\d+)(?:w(\d+))?", t.strip())
         if m is None:
             raise SystemExit(f"--tiles: {t!r} is not MxN or MxNwW (e.g. 32x64w8)")
-        out += [Variant(int(m[1]), int(m[2]), int(u), int(m[3] or num_warps), s, gr, int(c), int(st), hsum, sd)
+        out += [Variant(int(m[1]), int(m[2]), int(u), int(m[3] or num_warps), s, gr, int(c), int(st), hsum, sd,
+                        kt.strip())
                 for u in head_unroll.split(",") for s in shared.split(",") for gr in grid.split(",")
                 for c in causal_chunks.split(",") for st in num_stages.split(",") for hsum in head_sums.split(",")
-                for sd in shared_dtype.split(",")
+                for sd in shared_dtype.split(",") for kt in kv.split(",")
                 if ((gr == "rows" and hsum == "atomic") or (gr != "rows" and s == "materialize" and u == "1"))
                 and (s == "materialize" or sd == "accumulation")]
     return out
@@ -129,6 +145,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="comma-separated KernelTiles.shared_dtype values (operand: materialised products only)")
     ap.add_argument("--head-sums", default="atomic",
                     help="comma-separated KernelTiles.head_sums values (gather: one program per head only)")
+    ap.add_argument("--kv", default="",
+                    help="comma-separated KxQwW tiles of the backward's key-tile kernel (KernelTiles.kv_keys, "
+                         "kv_queries, kv_warps); an empty item keeps the pair's (e.g. ',128x32w8')")
     ap.add_argument("--h-mode", choices=("sum", "stack"), default="sum",
                     help="the h read-out: 'sum' (full CEM T=1) or 'stack' (the paper configuration's per-head factors)")
     ap.add_argument("--no-sdpa", action="store_true", help="leave out the SDPA (Llama attention) reference row")
@@ -153,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     q, k, ud, hm, slopes, delta, c, x = inputs(a.batch, a.heads, a.n, r, a.dim, dtype, device, a.h_mode)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     variants = parse_tiles(a.tiles, a.head_unroll, a.num_warps, a.shared, a.grid, a.causal_chunks, a.num_stages,
-                           a.head_sums, a.shared_dtype)
+                           a.head_sums, a.shared_dtype, a.kv)
     lib = KernelTiles().launch(a.h_mode)  # the default launch as the energy runs it
     bf16 = shared_store_dtype(lib, torch.bfloat16, torch.float32, a.h_mode) == torch.bfloat16
     default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared,
@@ -170,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
             o.float().sum().backward()
             return
         oq, hs, ox, _ = cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=None, causal=True,
-                                      offset=0, h_mode=a.h_mode, c=c, x=x, block_d=a.block_d, **v._asdict())
+                                      offset=0, h_mode=a.h_mode, c=c, x=x, block_d=a.block_d, **v.launch())
         (oq.float().sum() + hs.float().sum() + (0 if ox is None else ox.float().sum())).backward()
 
     failed: dict[Variant, str] = {}
@@ -210,11 +229,11 @@ def main(argv: list[str] | None = None) -> None:
              f"block_d {a.block_d}; {a.repeats} "
              f"interleaved repeats after one untimed build; ratios to the default launch {default.label()}", "",
              "| block_m × block_n | head_unroll | warps | shared | grid | causal_chunks | num_stages | head_sums "
-             "| shared_dtype | ms, median [min, max] | × default time, median [min, max] |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| shared_dtype | key-tile kernel | ms, median [min, max] | × default time, median [min, max] |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     base = times.get(default)
     for v in variants:
-        label = "| SDPA: Llama's attention core (B, H, N, R), causal | | | | | | | | |" if v == SDPA else v.label()
+        label = "| SDPA: Llama's attention core (B, H, N, R), causal | | | | | | | | | |" if v == SDPA else v.label()
         if v in failed:
             lines.append(f"{label} not built: {failed[v]} | — |")
             continue

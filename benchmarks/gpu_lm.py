@@ -104,6 +104,13 @@ def models() -> dict[str, BlockConfig]:
         "full CEM T=1, head sums gathered (64 × 32)": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather", "block_m": 64, "block_n": 32}),
             mlp="cem"),
+        # the backward's key-tile kernel on tiles of its own (KernelTiles.kv_*): dq's atomic adds fall as 1 / keys
+        # owned (16 at the default tiles: cem_flops.py); both launches compile for sm_90 without spilling
+        # (docs/results/cem/kv_tiles_resources.md)
+        "full CEM T=1, key-tile kernel 128 × 32 (8 warps)": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"kv_keys": 128, "kv_queries": 32, "kv_warps": 8}), mlp="cem"),
+        "full CEM T=1, key-tile kernel 64 × 32": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"kv_keys": 64, "kv_queries": 32}), mlp="cem"),
         "full CEM T=1, blocked path": BlockConfig(attention=CEMAttentionConfig(attn_path="blocked"), mlp="cem"),
         "full CEM T=1, fused path": BlockConfig(attention=CEMAttentionConfig(attn_path="fused"), mlp="cem"),
         "paper configuration (T=2, D+LR)": BlockConfig(attention=CEMAttentionConfig(**paper),

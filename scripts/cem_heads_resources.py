@@ -16,6 +16,14 @@ the head sums are formed (``KernelTiles.head_sums``: gathered, the kernels inclu
 
     python scripts/cem_heads_resources.py --tiles 16x64w4,64x32w4 --stages 1 --head-sums atomic,gather,gather_all \
         --shared-dtype accumulation,operand --out docs/results/cem/heads_gather_resources.md
+
+``--kv KxQwW,...`` gives the backward's key-tile kernel tiles of its own (``KernelTiles.kv_keys``, ``kv_queries``,
+``kv_warps``: K keys owned, Q queries a step, W warps) and compiles only ``_bwd_kv_h`` (the other kernels do not
+take them):
+
+    python scripts/cem_heads_resources.py --tiles 16x64w4 --stages 1 --head-sums gather --shared-dtype operand \
+        --kv 16x64w4,64x32w4,64x32w8,64x64w4,64x64w8,128x16w4,128x16w8,128x32w8,128x64w8 \
+        --out docs/results/cem/kv_tiles_resources.md
 """
 
 from __future__ import annotations
@@ -31,19 +39,36 @@ from energyformer.energies.cem_compile import (GATHER_KERNELS, GRID_KERNELS, SHA
 TILES = "16x64w4,64x32w4,128x32w8,64x64w4"
 
 
+def _tile(t: str, what: str) -> tuple[int, int, int]:
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)", t.strip())
+    if m is None:
+        raise SystemExit(f"{what}: {t!r} is not MxNwW (e.g. 64x32w4)")
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def kv_cases(base: dict[str, dict], kv: str) -> dict[str, dict]:
+    """every case of ``base`` with each of the key-tile kernel's own tiles in ``kv`` (KxQwW: keys owned, queries a
+    step, warps)"""
+    out = {}
+    for name, kw in base.items():
+        for t in kv.split(","):
+            k, q, w = _tile(t, "--kv")
+            out[f"{name}; key-tile kernel {k} keys × {q} queries, {w} warps"] = dict(kw, kv_keys=k, kv_queries=q,
+                                                                                     kv_warps=w)
+    return out
+
+
 def cases(tiles: str, stages: str, dim: int, head_sums: str = "atomic",
           shared_dtype: str = "accumulation") -> dict[str, dict]:
     out = {}
     for t in tiles.split(","):
-        m = re.fullmatch(r"(\d+)x(\d+)w(\d+)", t.strip())
-        if m is None:
-            raise SystemExit(f"--tiles: {t!r} is not MxNwW (e.g. 64x32w4)")
+        bm, bn, w = _tile(t, "--tiles")
         for st in stages.split(","):
             for hsum in head_sums.split(","):
                 for sd in shared_dtype.split(","):
                     extra = "" if (hsum, sd) == ("atomic", "accumulation") else f", head sums {hsum}, shared {sd}"
-                    out[f"{m[1]}×{m[2]}, {m[3]} warps, {st} stage(s){extra}"] = dict(
-                        heads=12, head_dim=64, dim=dim, block_m=int(m[1]), block_n=int(m[2]), num_warps=int(m[3]),
+                    out[f"{bm}×{bn}, {w} warps, {st} stage(s){extra}"] = dict(
+                        heads=12, head_dim=64, dim=dim, block_m=bm, block_n=bn, num_warps=w,
                         num_stages=int(st), grid="heads", head_sums=hsum, shared_dtype=sd)
     return out
 
@@ -66,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--head-sums", default="atomic", help="comma-separated KernelTiles.head_sums values")
     ap.add_argument("--shared-dtype", default="accumulation", help="comma-separated KernelTiles.shared_dtype values")
+    ap.add_argument("--kv", help="comma-separated KxQwW tiles of the backward's key-tile kernel (only it compiled)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     def launched(head_sums: str) -> tuple[str, ...]:  # _psum_h where Σ P is gathered; _dsum_h for _bwd_d_h with Σ dS
@@ -73,11 +99,15 @@ def main(argv: list[str] | None = None) -> None:
         return heads + GATHER_KERNELS[:{"atomic": 0, "gather": 1, "gather_all": 2}[head_sums]]
 
     kernels = tuple(dict.fromkeys(k for h in a.head_sums.split(",") for k in GRID_KERNELS + launched(h)))
+    if a.kv:
+        kernels = ("_bwd_kv_h",)
     try:
         all_cases = cases(a.tiles, a.stages, a.dim, a.head_sums, a.shared_dtype)
+        if a.kv:
+            all_cases = kv_cases(all_cases, a.kv)
         res = {}
         for name, kw in all_cases.items():  # _psum_h only where the head sums are gathered
-            res.update(resources({name: kw}, kernels=launched(kw["head_sums"])))
+            res.update(resources({name: kw}, kernels=kernels if a.kv else launched(kw["head_sums"])))
     except CompilerUnavailable as err:
         print(f"unavailable: triton cannot compile for sm_90 here: {err}")
         sys.exit(3)
@@ -89,8 +119,9 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text("# One program per head: launches that fit, by pipelining stages "
-                         "(`python scripts/cem_heads_resources.py`)\n\n" + text + "\n")
+        title = ("The backward's key-tile kernel on tiles of its own (`KernelTiles.kv_keys`, `kv_queries`, `kv_warps`)"
+                 if a.kv else "One program per head: launches that fit, by pipelining stages")
+        a.out.write_text(f"# {title} (`python scripts/cem_heads_resources.py`)\n\n" + text + "\n")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,9 @@
 #                                          and gathered at 64 × 32), the paper configuration's default against its
 #                                          loop kernels at 1k (eager and graphed) and its profile, train.compile's
 #                                          'reduce-overhead' against the graphed eager step for Hyper-SET and full
-#                                          CEM T=1, then the compiled step's CUDA tests
+#                                          CEM T=1, then the compiled step's CUDA tests; and the backward's key-tile
+#                                          kernel on tiles of its own (KernelTiles.kv_*): the kernels at 4k, graphed
+#                                          gpu_lm rows at 1k and 4k (the old default's atomic row left out)
 #   scripts/gpu_checks.sh gather [SECONDS]  (2026-11-27) the gathered head sums' CUDA tests, eager and graphed tokens/s at
 #                                          1k and 4k against the default launch, Hyper-SET's eager rows, the kernels
 #                                          alone at 4k (head sums × shared dtype), every CUDA test; `gather2`: the paper
@@ -202,11 +204,14 @@ if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code d80aa
   # fastest kernels at 4k, gpu_tiles_gather_4k_d80aaf5.md), the paper configuration's new default against its loop
   # kernels (eager and graphed: never graphed yet) and where its step's time goes, train.compile against the graphed
   # eager step (the graph breaks fixed since), then the compiled training step's CUDA tests
+  # (and the backward's key-tile kernel on tiles of its own, KernelTiles.kv_*: the kernels alone at 4k, then the model)
   step pytest_cem 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py
-  cp "$W/pytest_cem.txt" "$OUT/" 2>/dev/null
-  step gpu_lm_graphs 140 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
-    --repeats 5 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, head sums \
-atomic;full CEM T=1, head sums atomic (64 × 32);full CEM T=1, head sums gathered (64 × 32)" --out "$OUT/gpu_lm_graphs.md"
+  step cem_kv_4k 50 $PY benchmarks/cem_tiles.py --tiles 16x64 --grid heads --head-sums gather --shared-dtype operand \
+    --kv ",64x32w4,64x32w8,128x16w8,128x32w8" --n 4096 --batch 2 --budget 45 --out "$OUT/gpu_tiles_kv_4k.md"
+  step gpu_lm_graphs 170 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
+    --repeats 5 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, key-tile \
+kernel 128 × 32 (8 warps);full CEM T=1, key-tile kernel 64 × 32;full CEM T=1, head sums atomic (64 × 32);full CEM \
+T=1, head sums gathered (64 × 32)" --out "$OUT/gpu_lm_graphs.md"
   step gpu_lm_paper 60 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
     --warmup 1 --keep-going --cuda-graph --models "paper configuration (T=2, D+LR);paper configuration, loop kernels \
 (grid rows)" --out "$OUT/gpu_lm_paper.md"
@@ -215,7 +220,7 @@ atomic;full CEM T=1, head sums atomic (64 × 32);full CEM T=1, head sums gathere
   compiled_steps 110 100
   step pytest_compiled 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/train/test_cuda.py \
     -k compiled
-  cp "$W/pytest_compiled.txt" "$OUT/" 2>/dev/null
+  cp "$W/pytest_compiled.txt" "$OUT/" 2>/dev/null  # (pytest_cem.txt is in all.tgz: 8 files at most come back)
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 

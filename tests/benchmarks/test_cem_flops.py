@@ -91,3 +91,18 @@ def test_gathering_the_gradient_sums_too_trades_two_products_for_the_atomic_ds(f
         gather, gather_all = (fl.traffic(name, n, d, h, 64, 2, gbytes=g)[0]
                               for name in ("kernel-gather", "kernel-gather-all"))
         assert gather_all < gather
+
+
+@pytest.mark.parametrize("name", ["kernel-heads", "kernel-gather", "kernel-gather-all"])
+def test_dq_atomics_fall_with_the_keys_the_key_tile_kernel_owns(fl, name):
+    """One program per head adds 4 B × D of dq per query row and key tile: N² / (2 kv_owned) × 4 D in all; the
+    key-tile kernel's own tiles (``--kv-keys``) change that term of the tile model and how often its pass reads
+    the query side's rows (2 D operands per row, once per causal key tile), nothing else."""
+    n, d, h = 4096, 768, 12
+    assert fl.dq_atomics(n, d, 16) == n * n / 32 * 4 * d == 2 * fl.dq_atomics(n, d, 32) == 8 * fl.dq_atomics(n, d, 128)
+    same = fl.traffic(name, n, d, h, 64, 2, heads_tiles=(16, 64), gbytes=2)
+    assert fl.traffic(name, n, d, h, 64, 2, heads_tiles=(16, 64), gbytes=2, kv_owned=16) == same
+    own = fl.traffic(name, n, d, h, 64, 2, heads_tiles=(16, 64), gbytes=2, kv_owned=128)
+    reads = n * 2 * (2 * d) * (n / 32 - n / 256)  # 2-byte rows of 2 D, read n / (2 · keys owned) times
+    assert same[0] - own[0] == pytest.approx(fl.dq_atomics(n, d, 16) - fl.dq_atomics(n, d, 128) + reads)
+    assert own[1] == same[1]

@@ -88,7 +88,24 @@ def test_cem_tiles_times_gathered_head_sums_beside_the_atomic_ones(capsys):
                    if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | gather | operand"))
     assert default.endswith("| 1.00 [1.00, 1.00] |")
     for sums, dt in (("gather", "accumulation"), ("atomic", "operand"), ("atomic", "accumulation")):
-        assert re.search(rf"\| 16×64 \| 1 \| 4 \| materialize \| heads \| 4 \| 1 \| {sums} \| {dt} \| \d", text)
+        assert re.search(rf"\| 16×64 \| 1 \| 4 \| materialize \| heads \| 4 \| 1 \| {sums} \| {dt} \| — \| \d", text)
+
+
+def test_cem_tiles_gives_the_key_tile_kernel_its_own_tiles(capsys):
+    """``--kv``: the backward's key-tile kernel on tiles of its own (an empty item: the pair's), each built and timed
+    beside the default launch; a malformed item is refused naming the option."""
+    pytest.importorskip("triton")
+    bench = load_bench("cem_tiles")
+    bench.main(["--tiny", "--tiles", "16x64", "--grid", "heads", "--head-sums", "gather", "--shared-dtype", "operand",
+                "--kv", ",32x16w2", "--no-sdpa"])
+    text = capsys.readouterr().out
+    assert "not built" not in text
+    rows = [r for r in text.splitlines() if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | gather")]
+    assert len(rows) == 2 and rows[0].endswith("| 1.00 [1.00, 1.00] |") and "| operand | — | " in rows[0]
+    assert "| operand | 32x16w2 | " in rows[1]
+    assert bench.Variant(16, 64, 1, 4, "materialize", "heads", kv="128x32w8").launch()["kv_keys"] == 128
+    with pytest.raises(SystemExit, match="--kv"):
+        bench.parse_tiles("16x64", "1", 4, kv="128x32")
 
 
 def test_cem_tiles_budget_stops_building_and_still_prints_the_table(capsys):

@@ -145,6 +145,26 @@ def test_gathered_head_sums_fit(case):
             assert used["registers"] < REGISTER_CAP and used["spill_stores"] <= SPILL_BYTES, (case, name, used)
 
 
+#: the backward's key-tile kernel on tiles of its own (KernelTiles.kv_keys / kv_queries / kv_warps) beside the default
+#: forward (16 × 64, head sums gathered, shared products in bf16): the launches gpu_checks.sh's `next` times
+KV_CASES = {
+    "gpt2-small-kv-128x32w8": dict(heads=12, head_dim=64, dim=768, grid="heads", head_sums="gather",
+                                   shared_dtype="operand", kv_keys=128, kv_queries=32, kv_warps=8),
+    "gpt2-small-kv-64x32w4": dict(heads=12, head_dim=64, dim=768, grid="heads", head_sums="gather",
+                                  shared_dtype="operand", kv_keys=64, kv_queries=32, kv_warps=4),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", KV_CASES)
+def test_key_tile_kernel_on_its_own_tiles_fits(case):
+    """128 keys a program (8 warps) and 64 (4 warps): under the register cap without spilling, shared memory within
+    half the limit (docs/results/cem/kv_tiles_resources.md has the others, some of which spill)."""
+    used = compile_or_skip({case: KV_CASES[case]}, ("_bwd_kv_h",))[case]["_bwd_kv_h"]
+    assert used["shared"] <= cem_compile.SHARED_LIMIT_SM90 // 2, used
+    assert used["registers"] < REGISTER_CAP and used["spill_stores"] == 0, used
+
+
 def test_heads_resources_script_crosses_the_launch_options_and_marks_kernels_not_launched(load_script):
     """scripts/cem_heads_resources.py (its table: docs/results/cem/heads_gather_resources.md): one case per tiles
     × stages × head sums × shared dtype, the launcher's keywords; ``_psum_h`` only where the head sums are
@@ -161,3 +181,13 @@ def test_heads_resources_script_crosses_the_launch_options_and_marks_kernels_not
     rows = mod.table(res, cem_compile.GRID_KERNELS + cem_compile.GATHER_KERNELS)[2:]
     assert rows[0].endswith("| — (not launched) | — (not launched) | yes |")
     assert rows[1].endswith("| 100 (8), 1 | — (not launched) | no |")
+
+
+def test_heads_resources_script_gives_the_key_tile_kernel_its_own_tiles(load_script):
+    """``--kv``: every launch crossed with the key-tile kernel's tiles (keys owned, queries a step, warps)."""
+    mod = load_script("scripts/cem_heads_resources.py")
+    got = mod.kv_cases(mod.cases("16x64w4", "1", 768, "gather", "operand"), "128x32w8,64x32w4")
+    assert [(c["kv_keys"], c["kv_queries"], c["kv_warps"], c["block_m"]) for c in got.values()] == [
+        (128, 32, 8, 16), (64, 32, 4, 16)]
+    with pytest.raises(SystemExit, match="--kv"):
+        mod.kv_cases(got, "128x32")

@@ -82,10 +82,13 @@ def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("causal,nq,nk,tiles", [
     (True, 5, 12, {}), (False, 20, 20, dict(block_m=32)), (True, 20, 20, dict(block_n=32, num_stages=3)),
-    (True, 20, 20, dict(head_unroll=2)), (True, 20, 20, dict(causal_chunks=1)), (True, 6, 19, dict(causal_chunks=5))])
+    (True, 20, 20, dict(head_unroll=2)), (True, 20, 20, dict(causal_chunks=1)), (True, 6, 19, dict(causal_chunks=5)),
+    (True, 37, 40, dict(kv_keys=32, kv_queries=16, kv_warps=2, causal_chunks=3)),
+    (False, 20, 20, dict(block_m=32, kv_keys=16, kv_queries=32))])
 def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mode):
     """D = 40 in chunks of block_d = 16 (16 + 16 + a masked 8: every D-wide product and gradient is
-    summed or written chunk by chunk), with query and key tiles of different sizes."""
+    summed or written chunk by chunk), with query and key tiles of different sizes — the backward's key-tile
+    kernel on tiles of its own (``kv_keys``, ``kv_queries``) larger and smaller than the other kernels'."""
     _check_function_against_dense(causal, True, nq, nk, mode, D=40, block_d=16, **tiles)
 
 
@@ -94,13 +97,17 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 @pytest.mark.parametrize("nq,nk,offset,tiles", [
     (40, 40, None, dict(block_m=16, block_n=16)), (37, 45, None, dict(block_m=16, block_n=32, causal_chunks=3)),
     (40, 40, None, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, None, {}),
-    (3, 100, 60, dict(block_m=16, block_n=16)), (21, 90, 40, dict(block_m=16, block_n=32, causal_chunks=2))])
+    (3, 100, 60, dict(block_m=16, block_n=16)), (21, 90, 40, dict(block_m=16, block_n=32, causal_chunks=2)),
+    (37, 45, None, dict(block_m=16, block_n=16, kv_keys=32, causal_chunks=3)),
+    (21, 90, 40, dict(block_m=16, block_n=16, kv_queries=32, causal_chunks=2))])
 def test_no_kernel_reads_outside_the_shared_products_blocks(monkeypatch, nq, nk, offset, tiles, mode):
     """The (B, Nq, Nk) buffers of the materialised products are allocated uninitialised and written on the
     aligned row chunks' blocks only (G, Gh: the matmuls; the head sums: zeroed there): filled with NaN instead,
     every output and gradient still equals the dense float64 reference (causal, queries at an offset, keys
     beyond the last query's position, several chunks, tiles that do not divide N) — no kernel and no matmul
-    reads a value outside the blocks. With per-head factors on one program per head the per-head buffers
+    reads a value outside the blocks (the chunks aligned to the largest tile of any kernel, the key-tile
+    kernel's own ones included: ``KernelTiles.align``).
+    With per-head factors on one program per head the per-head buffers
     (every head's P_k, (dHs ∘ c_k) Hᵀ) are poisoned the same way."""
     made = []
 
@@ -211,6 +218,8 @@ def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
     config_error_says(cem_kernel.KernelTiles, {"shared_dtype": "operand", "shared": "recompute"},
                       ["shared_dtype", "operand", "shared", "recompute", "materialize"])
     config_error_says(cem_kernel.KernelTiles, {"shared_dtype": "bf16"}, ["shared_dtype", "bf16", "operand"])
+    config_error_says(cem_kernel.KernelTiles, {"kv_keys": 48}, ["kv_keys", "48", "128"])
+    config_error_says(cem_kernel.KernelTiles, {"kv_warps": 3}, ["kv_warps", "3", "8"])
     with pytest.raises(ConfigError, match="block_m"):
         z = torch.zeros(1, 1, 4, 4)
         cem_kernel.cem_attention(z, z, None, None, slopes=None, delta=None, key_mask=None, causal=True,
@@ -552,8 +561,9 @@ def test_compiled_kernel_kv_cache_decoding_equals_full_forward_on_cuda():
 @pytest.mark.parametrize("attn", [{}, {"attn_kernel": {"grid": "rows"}},
                                   {"precond": "diag_low_rank", "precond_rank": 2},
                                   {"precond": "diag_low_rank", "precond_rank": 2, "attn_kernel": {"grid": "heads"}},
-                                  {"attn_kernel": {"head_sums": "gather"}}],
-                         ids=["default", "rows", "paper-bank", "paper-bank-heads", "gathered"])
+                                  {"attn_kernel": {"head_sums": "gather"}},
+                                  {"attn_kernel": {"kv_keys": 32, "kv_queries": 16, "kv_warps": 2}}],
+                         ids=["default", "rows", "paper-bank", "paper-bank-heads", "gathered", "kv-tiles"])
 def test_compile_keeps_the_kernel_in_one_graph(attn, compiles_like_eager):
     """Under torch.compile the kernel path runs as custom operators (cem_kernel_ops.py): a CEM model (T=2,
     causal, ALiBi, self bias; the default launch, the loop kernels, the paper's per-head D+LR bank with its

@@ -63,3 +63,30 @@ def test_triton_ptx_configurations_give_every_kernel_its_constexprs():
     given = set(json.loads(out.stdout.strip().splitlines()[-1]))
     for name, need in KERNELS.items():
         assert need <= given, (name, need - given)
+
+
+@pytest.mark.parametrize("grid", ["rows", "heads"])
+def test_the_key_tile_kernel_takes_its_own_tiles_and_warps(grid):
+    """``KernelTiles.kv_keys`` / ``kv_queries`` / ``kv_warps`` reach the backward's key-tile kernel only (its BN,
+    BM and warps); unset, it owns ``block_m`` keys and steps ``block_n`` queries with ``num_warps``, as before
+    the fields; the row chunks align to the largest tile side of any kernel."""
+    import triton.language as tl
+
+    q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
+    kv = "_bwd_kv_h" if grid == "heads" else "_bwd_kv"
+    base = cem_kernel.KernelTiles(grid=grid, block_m=16, block_n=32, num_warps=4)
+    own = base.model_copy(update=dict(kv_keys=128, kv_queries=16, kv_warps=8))
+    metas = [cem_kernel._launch_args(tl, q, hm, None, True, True, "sum", True, True, False, t) for t in (base, own)]
+    plain, tiled = (cem_kernel.kernel_meta(m, kv) for m in metas)
+    assert (plain["BN"], plain["BM"], plain["num_warps"]) == (16, 32, 4)
+    assert (tiled["BN"], tiled["BM"], tiled["num_warps"]) == (128, 16, 8)
+    for name in set(LOOP + HEADS) - {"_bwd_kv", "_bwd_kv_h"}:
+        assert cem_kernel.kernel_meta(metas[0], name) == cem_kernel.kernel_meta(metas[1], name), name
+    assert (base.align(), own.align()) == (32, 128)
+    assert cem_kernel.launch_chunks(300, 300, 0, True, own) == cem_products_row_chunks(300, own)
+
+
+def cem_products_row_chunks(n: int, tiles) -> list:
+    from energyformer.energies.cem_products import row_chunks
+
+    return row_chunks(n, n, 0, True, tiles.causal_chunks, 128)

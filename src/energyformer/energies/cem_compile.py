@@ -234,12 +234,13 @@ def main(argv: list[str] | None = None) -> None:
     mods: dict[Path, object] = {}
     for case, kw in json.loads(a.cases).items():
         meta = launch_meta(**kw)
-        opts = dict(num_warps=meta.pop("num_warps"), num_stages=meta.pop("num_stages"))
         for name in a.kernels.split(","):
             path = kernel_file(name, a.kernel_file)
             mod = mods[path] = mods.get(path) or load_kernels(path)
-            k = compile_kernel(mod, name, kernel_meta(meta, name), kw.get("dtype", "bf16"),
-                               shared_operand=stores_operand(**kw), **opts)
+            km = kernel_meta(meta, name)  # the key-tile kernel's own tiles and warps (KernelTiles.kv_tiles);
+            # _dv_h's meta has no launch options (compiled with the launch's, as before)
+            opts = {k: km.pop(k, meta[k]) for k in ("num_warps", "num_stages")}
+            k = compile_kernel(mod, name, km, kw.get("dtype", "bf16"), shared_operand=stores_operand(**kw), **opts)
             usage = {} if a.no_registers else ptxas_usage(k)
             print(json.dumps(dict(case=case, kernel=name, shared=k.metadata.shared, **usage)), flush=True)
 

@@ -242,6 +242,28 @@ class KernelTiles(ConfigModel):
     Llama's tokens/s vs 0.66x at N 1,024 and 0.38x vs 0.37x at N 4,096 (each step one CUDA graph, one H100,
     gpu_lm_gathered_d80aaf5.md) — and 'accumulation' elsewhere (the loop kernels and per-head factors: untimed)."""
 
+    kv_keys: Tile | None = Field(None, json_schema_extra={HASH_NEUTRAL: True})
+    """keys each program of the backward's key-tile kernel (``_bwd_kv``, ``_bwd_kv_h``) owns, its BN (docs/cem.md,
+    "the key-tile kernel's own tiles"); None (the default): ``block_m``, as before this field. One program per head
+    adds dq = dS K atomically into float32 once per (key tile, query step) pair: D_r floats per query row and
+    head for every ``kv_keys`` keys, 4 B × D / ``kv_keys`` per (query, key) pair — at the default 16 more than all
+    of the kernels' other traffic together (``benchmarks/cem_flops.py --kv-tiles``). Larger key tiles divide it;
+    the program's dk (and dx) accumulators grow with them (``scripts/cem_heads_resources.py --kv``). Not yet timed
+    on a GPU, so not what any default takes."""
+    kv_queries: Tile | None = Field(None, json_schema_extra={HASH_NEUTRAL: True})
+    """queries that kernel steps through per turn, its BM; None (the default): ``block_n``"""
+    kv_warps: Literal[1, 2, 4, 8] | None = Field(None, json_schema_extra={HASH_NEUTRAL: True})
+    """warps per program of that kernel; None (the default): ``num_warps``"""
+
+    def kv_tiles(self) -> tuple[int, int, int]:
+        """(keys owned, queries stepped, warps) of the backward's key-tile kernel, the fields' None resolved."""
+        return (self.kv_keys or self.block_m, self.kv_queries or self.block_n, self.kv_warps or self.num_warps)
+
+    def align(self) -> int:
+        """The largest tile side of any kernel of the launch, which every row chunk's bounds are multiples of
+        (:func:`launch_chunks`): every tile of every kernel then lies in one chunk."""
+        return max(self.block_m, self.block_n, *self.kv_tiles()[:2])
+
     def head_sums_for(self, hmode: str) -> str:
         """The head sums a call with read-out ``hmode`` forms: where it gathers (:func:`gathers`) ``head_sums``
         with 'auto' as 'gather', else 'atomic'."""
@@ -300,6 +322,7 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
     acc = tl.float64 if q.dtype == torch.float64 else tl.float32
     return dict(H=H, R=R, D=D, E=E, RP=_pow2(R), BD=min(tiles.block_d, _pow2(D)), EP=_pow2(E), HP=_pow2(H, 2),
                 BM=tiles.block_m, BN=tiles.block_n, HU=tiles.head_unroll, num_warps=tiles.num_warps,
+                KV=tiles.kv_tiles(),
                 MAT=tiles.shared == "materialize" and (tiles.per_head_programs(hmode) if hmode == "stack"
                                                        else has_g or hmode == "sum"),
                 num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner",
@@ -311,7 +334,7 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
 
 def launch_chunks(nq: int, nk: int, offset: int, causal: bool, tiles: KernelTiles) -> list[tuple[int, int, int]]:
     """The launch's :func:`row_chunks`, aligned to its largest tile side (every kernel's tiles divide it)."""
-    return row_chunks(nq, nk, offset, causal, tiles.causal_chunks, max(tiles.block_m, tiles.block_n))
+    return row_chunks(nq, nk, offset, causal, tiles.causal_chunks, tiles.align())
 
 
 DV_ROWS = 64  # key rows per program of _dv_h
@@ -322,13 +345,14 @@ def _geometry(chunks, heads: int, nq: int, causal: bool, tiles: KernelTiles) -> 
     rounded the chunks' keys to (0: one chunk of every key) and the per-head buffers' elements per batch row
     (``cem_products.head_blocks``): what the kernels need to address a chunk's block (``_chunk_at``)."""
     step = chunks[1][0] if len(chunks) > 1 else max(nq, 1)
-    align = max(tiles.block_m, tiles.block_n) if causal and tiles.causal_chunks > 1 else 0  # as launch_chunks
+    align = tiles.align() if causal and tiles.causal_chunks > 1 else 0  # as launch_chunks
     return step, align, head_block_size(heads, chunks)
 
 
 def kernel_meta(meta: dict, name: str) -> dict:
     """``meta`` (:func:`_launch_args`) for kernel ``name``: ``_bwd_kv`` (and ``_bwd_kv_h``) owns key tiles and
-    steps through queries, so its BN (keys owned) is ``block_m`` and its BM (query step) ``block_n``; the
+    steps through queries, so its BN (keys owned) and BM (query step) are ``KernelTiles.kv_tiles`` (by default
+    ``block_m`` and ``block_n``), and so are its warps; the
     launch order HI and GATHER are arguments of the one-program-per-head kernels (``*_h``) only; ``_psum_h`` and
     ``_dsum_h`` (the gathered head sums, one program per query tile and batch row) take the scores' constexprs (and
     ``_dsum_h`` dP's). ``_dv_h`` (per-head
@@ -339,7 +363,13 @@ def kernel_meta(meta: dict, name: str) -> dict:
         keep = ("H", "R", "RP", "BM", "BN", "CAUSAL", "HAS_G", "HAS_ALIBI", "HAS_DELTA", "HAS_KMASK", "PREC", "ACC",
                 "UPCAST", "num_warps", "num_stages") + (("E", "EP", "HP", "HAS_X") if name == "_dsum_h" else ())
         return {k: meta[k] for k in keep if k in meta}
-    out = dict(meta, BM=meta["BN"], BN=meta["BM"]) if name in ("_bwd_kv", "_bwd_kv_h") else dict(meta)
+    out = dict(meta)
+    kv = out.pop("KV", None)  # (keys owned, queries stepped, warps): KernelTiles.kv_tiles
+    if name in ("_bwd_kv", "_bwd_kv_h"):
+        owned, step, warps = kv or (meta["BM"], meta["BN"], None)
+        out.update(BN=owned, BM=step)
+        if warps is not None and "num_warps" in out:
+            out["num_warps"] = warps
     if not name.endswith("_h"):
         out.pop("HI", None)
         out.pop("GATHER", None)
@@ -555,6 +585,7 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
                   block_m: int = 16, block_n: int = 64, block_d: int = 64, num_warps: int = 4,
                   num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "auto",
                   causal_chunks: int = 4, head_sums: str = "auto", shared_dtype: str = "auto",
+                  kv_keys: int | None = None, kv_queries: int | None = None, kv_warps: int | None = None,
                   tiles: KernelTiles | None = None
                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
@@ -565,15 +596,15 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
     x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
     hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
-    block_m … shared_dtype: the launch (:class:`KernelTiles`, resolved for ``h_mode`` by
+    block_m … kv_warps: the launch (:class:`KernelTiles`, resolved for ``h_mode`` by
     :meth:`KernelTiles.launch`; a bad value is a ConfigError naming it), or ``tiles``, an already validated and
     resolved launch, which replaces them (what the energy passes: no validation per call, and nothing that
     torch.compile cannot trace)."""
     if tiles is None:
         tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
                             num_stages=num_stages, head_unroll=head_unroll, shared=shared, grid=grid,
-                            causal_chunks=causal_chunks, head_sums=head_sums, shared_dtype=shared_dtype
-                            ).launch(h_mode)
+                            causal_chunks=causal_chunks, head_sums=head_sums, shared_dtype=shared_dtype,
+                            kv_keys=kv_keys, kv_queries=kv_queries, kv_warps=kv_warps).launch(h_mode)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")

@@ -265,6 +265,14 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/cem", "activation_bytes.md",
              "verbatim output of `python benchmarks/activation_bytes.py --seq 64 --out DIR/activation_bytes.md` "
              "(issue 21: activations saved per token and layer, counted on CPU)"),
+    Artifact(f"{RESULTS}/cem", "kv_tiles_resources.md",
+             "verbatim output of `python scripts/cem_heads_resources.py --tiles 16x64w4 --stages 1 --head-sums gather "
+             "--shared-dtype operand --kv 16x64w4,...,128x64w8 --out DIR/kv_tiles_resources.md` (issue 21: registers, "
+             "spills, shared memory of the backward's key-tile kernel on tiles of its own, sm_90, compiled without a "
+             "GPU)"),
+    Artifact(f"{RESULTS}/cem", "cem_flops_kv.md",
+             "output of `python benchmarks/cem_flops.py --ns 1024 4096 --heads-tiles 16 64 --shared-bytes 2 --kv-keys "
+             "16|128` (issue 21: FLOPs, tile-model bytes and the key-tile kernel's dq atomics, counted)"),
     Artifact(f"{RESULTS}/cem", "lm_flops.md",
              "verbatim output of `python benchmarks/lm_flops.py --ns 1024 4096 --out DIR/lm_flops.md` (issue 21: "
              "training-step FLOPs per model and the FLOP ceiling of each tokens/s ratio, counted on CPU)"),
