@@ -111,6 +111,11 @@ def models() -> dict[str, BlockConfig]:
             attention=CEMAttentionConfig(attn_kernel={"kv_keys": 128, "kv_queries": 32, "kv_warps": 8}), mlp="cem"),
         "full CEM T=1, key-tile kernel 64 × 32": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"kv_keys": 64, "kv_queries": 32}), mlp="cem"),
+        # and the other kernels on 64 × 32 (the fastest forward pair at 4k, gpu_tiles_gather_4k_d80aaf5.md): the
+        # fewest bytes of the tile model (cem_flops.py --heads-tiles 64 32 --kv-keys 128)
+        "full CEM T=1, head sums gathered (64 × 32), key-tile kernel 128 × 32 (8 warps)": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather", "block_m": 64, "block_n": 32,
+                                                      "kv_keys": 128, "kv_queries": 32, "kv_warps": 8}), mlp="cem"),
         "full CEM T=1, blocked path": BlockConfig(attention=CEMAttentionConfig(attn_path="blocked"), mlp="cem"),
         "full CEM T=1, fused path": BlockConfig(attention=CEMAttentionConfig(attn_path="fused"), mlp="cem"),
         "paper configuration (T=2, D+LR)": BlockConfig(attention=CEMAttentionConfig(**paper),

@@ -30,17 +30,17 @@
 #                                          kernels vs one program per head, 4 and 8 causal chunks, at 1k; the
 #                                          head sums atomic vs gathered vs all gathered (head_sums), G and dHs Hᵀ
 #                                          in float32 vs bf16 (shared_dtype), at 4k
-#   scripts/gpu_checks.sh next [SECONDS]    one call (~10 min: pass `next 590`) for what the H100 session of 2026-11-27
+#   scripts/gpu_checks.sh next [SECONDS]    one call (~8 min: pass `next 500`) for what the H100 session of 2026-11-27
 #                                          (code d80aaf5, phases `gather` and `gather2`) left: the CEM kernel's CUDA
 #                                          tests under the new defaults (head sums gathered, bf16 shared products,
-#                                          per-head factors on one program per head), gpu_lm with every step one CUDA
-#                                          graph at 1k and 4k (the default; the old default, atomic head sums; atomic
-#                                          and gathered at 64 × 32), the paper configuration's default against its
-#                                          loop kernels at 1k (eager and graphed) and its profile, train.compile's
-#                                          'reduce-overhead' against the graphed eager step for Hyper-SET and full
-#                                          CEM T=1, then the compiled step's CUDA tests; and the backward's key-tile
-#                                          kernel on tiles of its own (KernelTiles.kv_*): the kernels at 4k, graphed
-#                                          gpu_lm rows at 1k and 4k (the old default's atomic row left out)
+#                                          per-head factors on one program per head), the backward's key-tile kernel
+#                                          on tiles of its own (KernelTiles.kv_*: the kernels alone at 4k), gpu_lm with
+#                                          every step one CUDA graph at 1k and 4k (the default; the key-tile kernel on
+#                                          128 × 32, with the other kernels on 16 × 64 and 64 × 32; atomic and gathered
+#                                          at 64 × 32), the paper configuration's default against its loop kernels at
+#                                          1k (graphed) and its profile
+#   scripts/gpu_checks.sh next2 [SECONDS]   (~5 min) train.compile's 'reduce-overhead' against the graphed eager step
+#                                          for Hyper-SET and full CEM T=1, then the compiled step's CUDA tests
 #   scripts/gpu_checks.sh gather [SECONDS]  (2026-11-27) the gathered head sums' CUDA tests, eager and graphed tokens/s at
 #                                          1k and 4k against the default launch, Hyper-SET's eager rows, the kernels
 #                                          alone at 4k (head sums × shared dtype), every CUDA test; `gather2`: the paper
@@ -81,7 +81,7 @@
 # src/energyformer/report/pages.py (the pages' inputs and ARTIFACTS) and run `energyformer report`: the two
 # GPU pages' verdicts for issues 20 and 21 then come from the new runs (the newest dated run decides).
 set -u
-PHASE=${1:?usage: gpu_checks.sh probe|speed|profile|graphs|compiled|next|gather|gather2|stages|plateau|session|full [STEPS] [SECONDS]}
+PHASE=${1:?usage: gpu_checks.sh probe|speed|profile|graphs|compiled|next|next2|gather|gather2|stages|plateau|session|full [STEPS] [SECONDS]}
 if [ "$PHASE" = full ]; then STEPS=${2:?full needs STEPS}; BUDGET=${3:-560}; else BUDGET=${2:-100}; fi
 OUT=${OUT:-/tmp/gpu_out}
 W=/tmp/gpu_work
@@ -202,25 +202,29 @@ if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code d80aa
   # the new defaults on CUDA first (head sums gathered with bf16 shared products; per-head factors on one program per
   # head at 64 × 32), then as CUDA graphs at 1k and 4k against the old default and the 64 × 32 tiles (atomic: the
   # fastest kernels at 4k, gpu_tiles_gather_4k_d80aaf5.md), the paper configuration's new default against its loop
-  # kernels (eager and graphed: never graphed yet) and where its step's time goes, train.compile against the graphed
-  # eager step (the graph breaks fixed since), then the compiled training step's CUDA tests
-  # (and the backward's key-tile kernel on tiles of its own, KernelTiles.kv_*: the kernels alone at 4k, then the model)
+  # kernels (eager and graphed: never graphed yet) and where its step's time goes; the backward's key-tile kernel on
+  # tiles of its own (KernelTiles.kv_*): the kernels alone at 4k, then the model (`next2`: train.compile)
   step pytest_cem 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py
-  step cem_kv_4k 50 $PY benchmarks/cem_tiles.py --tiles 16x64 --grid heads --head-sums gather --shared-dtype operand \
-    --kv ",64x32w4,64x32w8,128x16w8,128x32w8" --n 4096 --batch 2 --budget 45 --out "$OUT/gpu_tiles_kv_4k.md"
-  step gpu_lm_graphs 170 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
+  step cem_kv_4k 70 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads --head-sums gather --shared-dtype \
+    operand --kv ",64x32w8,128x16w8,128x32w8" --n 4096 --batch 2 --budget 65 --out "$OUT/gpu_tiles_kv_4k.md"
+  step gpu_lm_graphs 190 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 5 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, key-tile \
-kernel 128 × 32 (8 warps);full CEM T=1, key-tile kernel 64 × 32;full CEM T=1, head sums atomic (64 × 32);full CEM \
-T=1, head sums gathered (64 × 32)" --out "$OUT/gpu_lm_graphs.md"
+kernel 128 × 32 (8 warps);full CEM T=1, head sums gathered (64 × 32), key-tile kernel 128 × 32 (8 warps);full CEM \
+T=1, head sums atomic (64 × 32);full CEM T=1, head sums gathered (64 × 32)" --out "$OUT/gpu_lm_graphs.md"
   step gpu_lm_paper 60 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
     --warmup 1 --keep-going --cuda-graph --models "paper configuration (T=2, D+LR);paper configuration, loop kernels \
 (grid rows)" --out "$OUT/gpu_lm_paper.md"
   step profile_paper_1k 50 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 \
     --models "Llama baseline;paper configuration (T=2, D+LR)" --out "$OUT/gpu_profile_paper_1k.md"
+  pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
+fi
+
+if [ "$PHASE" = next2 ]; then   # the rest of what the session of 2026-11-27 left: train.compile's 'reduce-overhead'
+  # against the graphed eager step for Hyper-SET and full CEM T=1 (the graph breaks fixed since), then its CUDA tests
   compiled_steps 110 100
   step pytest_compiled 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/train/test_cuda.py \
     -k compiled
-  cp "$W/pytest_compiled.txt" "$OUT/" 2>/dev/null  # (pytest_cem.txt is in all.tgz: 8 files at most come back)
+  cp "$W/pytest_compiled.txt" "$OUT/" 2>/dev/null
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 

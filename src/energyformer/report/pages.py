@@ -271,8 +271,8 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "spills, shared memory of the backward's key-tile kernel on tiles of its own, sm_90, compiled without a "
              "GPU)"),
     Artifact(f"{RESULTS}/cem", "cem_flops_kv.md",
-             "output of `python benchmarks/cem_flops.py --ns 1024 4096 --heads-tiles 16 64 --shared-bytes 2 --kv-keys "
-             "16|128` (issue 21: FLOPs, tile-model bytes and the key-tile kernel's dq atomics, counted)"),
+             "output of `python benchmarks/cem_flops.py --ns 1024 4096 --shared-bytes 2 --heads-tiles 16 64|64 32 "
+             "--kv-keys 16|128` (issue 21: FLOPs, tile-model bytes and the key-tile kernel's dq atomics, counted)"),
     Artifact(f"{RESULTS}/cem", "lm_flops.md",
              "verbatim output of `python benchmarks/lm_flops.py --ns 1024 4096 --out DIR/lm_flops.md` (issue 21: "
              "training-step FLOPs per model and the FLOP ceiling of each tokens/s ratio, counted on CPU)"),
