@@ -30,7 +30,7 @@
 #                                          kernels vs one program per head, 4 and 8 causal chunks, at 1k; the
 #                                          head sums atomic vs gathered vs all gathered (head_sums), G and dHs Hᵀ
 #                                          in float32 vs bf16 (shared_dtype), at 4k
-#   scripts/gpu_checks.sh next [SECONDS]    one call (~8 min: pass `next 500`) for what the H100 session of 2026-11-27
+#   scripts/gpu_checks.sh next [SECONDS]    one call for what the H100 session of 2026-11-27
 #                                          (code d80aaf5, phases `gather` and `gather2`) left: the CEM kernel's CUDA
 #                                          tests under the new defaults (head sums gathered, bf16 shared products,
 #                                          per-head factors on one program per head), the backward's key-tile kernel
@@ -38,7 +38,8 @@
 #                                          every step one CUDA graph at 1k and 4k (the default; the key-tile kernel on
 #                                          128 × 32, with the other kernels on 16 × 64 and 64 × 32; atomic and gathered
 #                                          at 64 × 32), the paper configuration's default against its loop kernels at
-#                                          1k (graphed) and its profile
+#                                          1k (graphed) and its profile, the key-tile kernel on 128 × 32's profile at
+#                                          4k beside the default's (per kernel); ~9 min: pass `next 590`
 #   scripts/gpu_checks.sh next2 [SECONDS]   (~5 min) train.compile's 'reduce-overhead' against the graphed eager step
 #                                          for Hyper-SET and full CEM T=1, then the compiled step's CUDA tests
 #   scripts/gpu_checks.sh gather [SECONDS]  (2026-11-27) the gathered head sums' CUDA tests, eager and graphed tokens/s at
@@ -216,6 +217,9 @@ T=1, head sums atomic (64 × 32);full CEM T=1, head sums gathered (64 × 32)" --
 (grid rows)" --out "$OUT/gpu_lm_paper.md"
   step profile_paper_1k 50 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 \
     --models "Llama baseline;paper configuration (T=2, D+LR)" --out "$OUT/gpu_profile_paper_1k.md"
+  step profile_kv_4k 80 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 --setting 4096x2 \
+    --models "full CEM T=1 (auto path);full CEM T=1, key-tile kernel 128 × 32 (8 warps)" \
+    --out "$OUT/gpu_profile_kv_4k.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
