@@ -17,6 +17,11 @@ the head sums are formed (``KernelTiles.head_sums``: gathered, the kernels inclu
     python scripts/cem_heads_resources.py --tiles 16x64w4,64x32w4 --stages 1 --head-sums atomic,gather,gather_all \
         --shared-dtype accumulation,operand --out docs/results/cem/heads_gather_resources.md
 
+``--psum-keys 0,512`` crosses the gathered launches with ``KernelTiles.psum_keys`` (``_psum_h``'s keys per program):
+
+    python scripts/cem_heads_resources.py --tiles 16x64w4,64x32w4 --stages 1 --head-sums gather \
+        --shared-dtype operand --psum-keys 0,512 --out docs/results/cem/psum_resources.md
+
 ``--kv KxQwW,...`` gives the backward's key-tile kernel tiles of its own (``KernelTiles.kv_keys``, ``kv_queries``,
 ``kv_warps``: K keys owned, Q queries a step, W warps) and compiles only ``_bwd_kv_h`` (the other kernels do not
 take them):
@@ -59,17 +64,21 @@ def kv_cases(base: dict[str, dict], kv: str) -> dict[str, dict]:
 
 
 def cases(tiles: str, stages: str, dim: int, head_sums: str = "atomic",
-          shared_dtype: str = "accumulation") -> dict[str, dict]:
+          shared_dtype: str = "accumulation", psum_keys: str = "") -> dict[str, dict]:
+    """launch_meta keywords per launch; ``psum_keys`` (a comma list, gathered head sums only; "": the default)"""
     out = {}
     for t in tiles.split(","):
         bm, bn, w = _tile(t, "--tiles")
         for st in stages.split(","):
             for hsum in head_sums.split(","):
                 for sd in shared_dtype.split(","):
-                    extra = "" if (hsum, sd) == ("atomic", "accumulation") else f", head sums {hsum}, shared {sd}"
-                    out[f"{bm}×{bn}, {w} warps, {st} stage(s){extra}"] = dict(
-                        heads=12, head_dim=64, dim=dim, block_m=bm, block_n=bn, num_warps=w,
-                        num_stages=int(st), grid="heads", head_sums=hsum, shared_dtype=sd)
+                    for pk in (psum_keys.split(",") if psum_keys and hsum != "atomic" else [""]):
+                        extra = "" if (hsum, sd) == ("atomic", "accumulation") else f", head sums {hsum}, shared {sd}"
+                        extra += f", psum_keys {pk}" if pk else ""
+                        out[f"{bm}×{bn}, {w} warps, {st} stage(s){extra}"] = dict(
+                            heads=12, head_dim=64, dim=dim, block_m=bm, block_n=bn, num_warps=w,
+                            num_stages=int(st), grid="heads", head_sums=hsum, shared_dtype=sd,
+                            **({"psum_keys": int(pk)} if pk else {}))
     return out
 
 
@@ -91,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--head-sums", default="atomic", help="comma-separated KernelTiles.head_sums values")
     ap.add_argument("--shared-dtype", default="accumulation", help="comma-separated KernelTiles.shared_dtype values")
+    ap.add_argument("--psum-keys", default="", help="comma-separated KernelTiles.psum_keys values (gathered sums)")
     ap.add_argument("--kv", help="comma-separated KxQwW tiles of the backward's key-tile kernel (only it compiled)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
@@ -102,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.kv:
         kernels = ("_bwd_kv_h",)
     try:
-        all_cases = cases(a.tiles, a.stages, a.dim, a.head_sums, a.shared_dtype)
+        all_cases = cases(a.tiles, a.stages, a.dim, a.head_sums, a.shared_dtype, a.psum_keys)
         if a.kv:
             all_cases = kv_cases(all_cases, a.kv)
         res = {}
@@ -120,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         title = ("The backward's key-tile kernel on tiles of its own (`KernelTiles.kv_keys`, `kv_queries`, `kv_warps`)"
-                 if a.kv else "One program per head: launches that fit, by pipelining stages")
+                 if a.kv else "The gathered head sums' keys per `_psum_h` program (`KernelTiles.psum_keys`)"
+                 if a.psum_keys else "One program per head: launches that fit, by pipelining stages")
         a.out.write_text(f"# {title} (`python scripts/cem_heads_resources.py`)\n\n" + text + "\n")
 
 

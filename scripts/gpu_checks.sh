@@ -34,7 +34,8 @@
 #                                          (code d80aaf5, phases `gather` and `gather2`) left: the CEM kernel's CUDA
 #                                          tests under the new defaults (head sums gathered, bf16 shared products,
 #                                          per-head factors on one program per head), the backward's key-tile kernel
-#                                          on tiles of its own (KernelTiles.kv_*: the kernels alone at 4k), gpu_lm with
+#                                          on tiles of its own (KernelTiles.kv_*: the kernels alone at 4k), _psum_h's
+#                                          key runs (KernelTiles.psum_keys, 512 vs 0: a program a row), gpu_lm with
 #                                          every step one CUDA graph at 1k and 4k (the default; the key-tile kernel on
 #                                          128 × 32, with the other kernels on 16 × 64 and 64 × 32; atomic and gathered
 #                                          at 64 × 32), the paper configuration's default against its loop kernels at
@@ -208,6 +209,8 @@ if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code d80aa
   step pytest_cem 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py
   step cem_kv_4k 70 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads --head-sums gather --shared-dtype \
     operand --kv ",64x32w8,128x16w8,128x32w8" --n 4096 --batch 2 --budget 65 --out "$OUT/gpu_tiles_kv_4k.md"
+  step cem_psum_4k 35 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads --head-sums gather --shared-dtype \
+    operand --psum-keys 0,512 --n 4096 --batch 2 --budget 30 --no-sdpa --out "$OUT/gpu_tiles_psum_4k.md"
   step gpu_lm_graphs 190 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 5 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, key-tile \
 kernel 128 × 32 (8 warps);full CEM T=1, head sums gathered (64 × 32), key-tile kernel 128 × 32 (8 warps);full CEM \

@@ -88,7 +88,8 @@ def test_cem_tiles_times_gathered_head_sums_beside_the_atomic_ones(capsys):
                    if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | gather | operand"))
     assert default.endswith("| 1.00 [1.00, 1.00] |")
     for sums, dt in (("gather", "accumulation"), ("atomic", "operand"), ("atomic", "accumulation")):
-        assert re.search(rf"\| 16×64 \| 1 \| 4 \| materialize \| heads \| 4 \| 1 \| {sums} \| {dt} \| — \| \d", text)
+        assert re.search(rf"\| 16×64 \| 1 \| 4 \| materialize \| heads \| 4 \| 1 \| {sums} \| {dt} \| — \| 512 \| \d",
+                         text)
 
 
 def test_cem_tiles_gives_the_key_tile_kernel_its_own_tiles(capsys):
@@ -104,6 +105,9 @@ def test_cem_tiles_gives_the_key_tile_kernel_its_own_tiles(capsys):
     assert len(rows) == 2 and rows[0].endswith("| 1.00 [1.00, 1.00] |") and "| operand | — | " in rows[0]
     assert "| operand | 32x16w2 | " in rows[1]
     assert bench.Variant(16, 64, 1, 4, "materialize", "heads", kv="128x32w8").launch()["kv_keys"] == 128
+    # psum_keys: a list for the gathered head sums only (atomic ones run no _psum_h)
+    assert [v.psum_keys for v in bench.parse_tiles("16x64", "1", 4, grid="heads", head_sums="atomic,gather",
+                                                   psum_keys="0,512")] == [512, 0, 512]
     with pytest.raises(SystemExit, match="--kv"):
         bench.parse_tiles("16x64", "1", 4, kv="128x32")
 

@@ -99,7 +99,7 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
     (40, 40, None, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, None, {}),
     (3, 100, 60, dict(block_m=16, block_n=16)), (21, 90, 40, dict(block_m=16, block_n=32, causal_chunks=2)),
     (37, 45, None, dict(block_m=16, block_n=16, kv_keys=32, causal_chunks=3)),
-    (21, 90, 40, dict(block_m=16, block_n=16, kv_queries=32, causal_chunks=2))])
+    (21, 90, 40, dict(block_m=16, block_n=16, kv_queries=32, causal_chunks=2, psum_keys=32))])
 def test_no_kernel_reads_outside_the_shared_products_blocks(monkeypatch, nq, nk, offset, tiles, mode):
     """The (B, Nq, Nk) buffers of the materialised products are allocated uninitialised and written on the
     aligned row chunks' blocks only (G, Gh: the matmuls; the head sums: zeroed there): filled with NaN instead,
@@ -141,6 +141,40 @@ def test_heads_inner_launch_order_runs_the_same_arithmetic(monkeypatch, causal, 
     monkeypatch.setitem(MODES, "grid-inner", dict(h_mode="sum", x=True, grid="heads_inner"))
     _check_function_against_dense(causal, masked, nq, nk, "grid-inner", D=8, offset=offset, **tiles)
     assert len(grids) == 3 and all(g == (bh, n) for n, bh, g in grids)  # _fwd_h, _bwd_d_h, _bwd_kv_h
+
+
+@interpreted
+@pytest.mark.parametrize("causal,nq,nk,offset,chunks", [(True, 40, 40, 0, 3), (True, 21, 90, 40, 2),
+                                                        (False, 20, 50, 0, 1)])
+def test_gathered_head_sums_split_among_programs_are_bitwise_the_same(monkeypatch, causal, nq, nk, offset, chunks):
+    """``psum_keys``: ``_psum_h``'s programs each cover a run of a query tile's key tiles (here 1, 2 or all of
+    them, on a grid with a key axis of as many runs), every entry the same arithmetic: the stored Σ_k P_k (NaN
+    poisoned beforehand, so every entry of the blocks is written) and every output equal bitwise to one program
+    per whole row."""
+    grids, kept = [], []
+    kern = cem_kernel._kernels(True, "cem_triton_heads.py")
+    real = kern._psum_h
+    monkeypatch.setattr(kern, "_psum_h", type("Spy", (), {"__getitem__": lambda self, grid: (
+        grids.append(grid), real[grid])[1]})())
+    monkeypatch.setattr(cem_products, "scratch", lambda shape, like, dtype: torch.full(
+        shape, float("nan"), device=like.device, dtype=dtype))
+    real_fwd = cem_kernel._fwd_impl
+    monkeypatch.setattr(cem_kernel, "_fwd_impl", lambda *a: (lambda out: kept.append(out[-1]) or out)(real_fwd(*a)))
+    g = torch.Generator().manual_seed(nq + nk)
+    t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float32)  # noqa: E731
+    q, k, ud, hm, slopes = t(2, 3, nq, 4), t(2, 3, nk, 4), t(2, nq, 8), t(2, nk, 8), torch.rand(3, generator=g)
+    outs = []
+    for keys in (0, 16, 32):
+        outs.append(cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=None,
+                                             key_mask=None, causal=causal, offset=offset, h_mode="sum",
+                                             grid="heads", head_sums="gather", block_m=16, block_n=16,
+                                             causal_chunks=chunks, psum_keys=keys))
+    assert [gr[1] for gr in grids] == [1, -(-nk // 16), -(-nk // 32)]
+    assert not kept[0].isnan().any()
+    for out, ps in zip(outs[1:], kept[1:]):
+        assert torch.equal(ps, kept[0])
+        for a, b in zip(out, outs[0]):
+            assert (a is None and b is None) or torch.equal(a, b)
 
 
 @interpreted
@@ -220,6 +254,7 @@ def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
     config_error_says(cem_kernel.KernelTiles, {"shared_dtype": "bf16"}, ["shared_dtype", "bf16", "operand"])
     config_error_says(cem_kernel.KernelTiles, {"kv_keys": 48}, ["kv_keys", "48", "128"])
     config_error_says(cem_kernel.KernelTiles, {"kv_warps": 3}, ["kv_warps", "3", "8"])
+    config_error_says(cem_kernel.KernelTiles, {"psum_keys": -64}, ["psum_keys", "-64", "0"])
     with pytest.raises(ConfigError, match="block_m"):
         z = torch.zeros(1, 1, 4, 4)
         cem_kernel.cem_attention(z, z, None, None, slopes=None, delta=None, key_mask=None, causal=True,

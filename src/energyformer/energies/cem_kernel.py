@@ -255,6 +255,15 @@ class KernelTiles(ConfigModel):
     kv_warps: Literal[1, 2, 4, 8] | None = Field(None, json_schema_extra={HASH_NEUTRAL: True})
     """warps per program of that kernel; None (the default): ``num_warps``"""
 
+    psum_keys: int = Field(512, ge=0, le=1 << 20, json_schema_extra={HASH_NEUTRAL: True})
+    """keys of a query tile's row one program of ``_psum_h`` (the gathered head sums, 'gather') covers, rounded down
+    to whole key tiles (at least one); 0: all of them, one program per (query tile, batch row) as before this field
+    (docs/cem.md, "the gathered head sums' programs"). Each entry of Σ_k P_k depends on its own tile only (the
+    heads' m, l are final), so splitting a row's keys among programs changes neither the arithmetic nor the result
+    (bitwise) nor the bytes read, only the longest program: one that walks a whole row does the row's key tiles ×
+    every head in series — at N 4,096 and 64-key tiles the last query tile's 64 × 12 tile steps, where a head's
+    forward program does 64. 512 (the default): 8 key tiles per program at the default 64. Untimed on a GPU."""
+
     def kv_tiles(self) -> tuple[int, int, int]:
         """(keys owned, queries stepped, warps) of the backward's key-tile kernel, the fields' None resolved."""
         return (self.kv_keys or self.block_m, self.kv_queries or self.block_n, self.kv_warps or self.num_warps)
@@ -322,7 +331,7 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
     acc = tl.float64 if q.dtype == torch.float64 else tl.float32
     return dict(H=H, R=R, D=D, E=E, RP=_pow2(R), BD=min(tiles.block_d, _pow2(D)), EP=_pow2(E), HP=_pow2(H, 2),
                 BM=tiles.block_m, BN=tiles.block_n, HU=tiles.head_unroll, num_warps=tiles.num_warps,
-                KV=tiles.kv_tiles(),
+                KV=tiles.kv_tiles(), KT=max(1, tiles.psum_keys // tiles.block_n) if tiles.psum_keys else 0,
                 MAT=tiles.shared == "materialize" and (tiles.per_head_programs(hmode) if hmode == "stack"
                                                        else has_g or hmode == "sum"),
                 num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner",
@@ -361,9 +370,10 @@ def kernel_meta(meta: dict, name: str) -> dict:
         return dict(H=meta["H"], D=meta["D"], BJ=DV_ROWS, BD=min(64, meta["BD"]), ACC=meta["ACC"])
     if name in ("_psum_h", "_dsum_h"):
         keep = ("H", "R", "RP", "BM", "BN", "CAUSAL", "HAS_G", "HAS_ALIBI", "HAS_DELTA", "HAS_KMASK", "PREC", "ACC",
-                "UPCAST", "num_warps", "num_stages") + (("E", "EP", "HP", "HAS_X") if name == "_dsum_h" else ())
+                "UPCAST", "num_warps", "num_stages") + (("E", "EP", "HP", "HAS_X") if name == "_dsum_h" else ("KT",))
         return {k: meta[k] for k in keep if k in meta}
     out = dict(meta)
+    out.pop("KT", None)
     kv = out.pop("KV", None)  # (keys owned, queries stepped, warps): KernelTiles.kv_tiles
     if name in ("_bwd_kv", "_bwd_kv_h"):
         owned, step, warps = kv or (meta["BM"], meta["BN"], None)
@@ -443,8 +453,9 @@ def _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal: bool, offset: in
     launch(*ins, g, ps, oq, hs, ox, lse, m, l, nq, nk, offset, *geom, **kernel_meta(meta, name))
     if gather:  # every head's p summed per tile in registers, stored once (needs every head's final m, l)
         step, align, _ = geom  # its buffer holds one "head"
-        kern._psum_h[(n_qt, B)](q, k, ins[6], ins[7], ins[8], g, m, l, ps, nq, nk, offset, step, align,
-                                head_block_size(1, chunks), **kernel_meta(meta, "_psum_h"))
+        runs = -(-nk // (meta["KT"] * meta["BN"])) if meta["KT"] else 1  # runs of KT key tiles per query tile
+        kern._psum_h[(n_qt, runs, B)](q, k, ins[6], ins[7], ins[8], g, m, l, ps, nq, nk, offset, step, align,
+                                      head_block_size(1, chunks), **kernel_meta(meta, "_psum_h"))
     del g
     if gather:
         hs = rows_mm(gathered_blocks(ps, chunks), hm, acc_dt, chunks)  # (Σ_k P_k) H: (B, Nq, D)
@@ -586,7 +597,7 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
                   num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "auto",
                   causal_chunks: int = 4, head_sums: str = "auto", shared_dtype: str = "auto",
                   kv_keys: int | None = None, kv_queries: int | None = None, kv_warps: int | None = None,
-                  tiles: KernelTiles | None = None
+                  psum_keys: int = 512, tiles: KernelTiles | None = None
                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
 
@@ -596,7 +607,7 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
     x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
     hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
-    block_m … kv_warps: the launch (:class:`KernelTiles`, resolved for ``h_mode`` by
+    block_m … psum_keys: the launch (:class:`KernelTiles`, resolved for ``h_mode`` by
     :meth:`KernelTiles.launch`; a bad value is a ConfigError naming it), or ``tiles``, an already validated and
     resolved launch, which replaces them (what the energy passes: no validation per call, and nothing that
     torch.compile cannot trace)."""
@@ -604,7 +615,8 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
         tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
                             num_stages=num_stages, head_unroll=head_unroll, shared=shared, grid=grid,
                             causal_chunks=causal_chunks, head_sums=head_sums, shared_dtype=shared_dtype,
-                            kv_keys=kv_keys, kv_queries=kv_queries, kv_warps=kv_warps).launch(h_mode)
+                            kv_keys=kv_keys, kv_queries=kv_queries, kv_warps=kv_warps,
+                            psum_keys=psum_keys).launch(h_mode)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")

@@ -7,7 +7,7 @@ an ``lru_cache`` and triton's environment lookups) and breaks its graph there. A
 forward's autograd formula) the same launches (:func:`~.cem_kernel._fwd_impl`, :func:`~.cem_kernel._bwd_impl`)
 are opaque calls inside one graph. Eager calls keep the ``autograd.Function``, lighter on the host.
 
-Operators take plain values only: the launch (:class:`~.cem_kernel.KernelTiles`) goes in as its fourteen
+Operators take plain values only: the launch (:class:`~.cem_kernel.KernelTiles`) goes in as its fifteen
 fields, and an absent optional output (hs, ox) or gradient comes back as an empty (0,) tensor.
 """
 
@@ -23,7 +23,8 @@ from .cem_products import head_block_size
 
 #: KernelTiles' fields in the operators' argument order
 TILE_FIELDS = ("block_m", "block_n", "block_d", "num_warps", "num_stages", "head_unroll", "shared", "grid",
-               "causal_chunks", "head_sums", "shared_dtype", "kv_keys", "kv_queries", "kv_warps")
+               "causal_chunks", "head_sums", "shared_dtype", "kv_keys", "kv_queries", "kv_warps",
+               "psum_keys")
 
 
 def _tiles(*fields) -> KernelTiles:
@@ -45,26 +46,27 @@ def cem_attention_fwd(q: Tensor, k: Tensor, ud: Optional[Tensor], hm: Optional[T
                       causal: bool, offset: int, hmode: str, block_m: int, block_n: int, block_d: int,
                       num_warps: int, num_stages: int, head_unroll: int, shared: str, grid: str,
                       causal_chunks: int, head_sums: str, shared_dtype: str, kv_keys: Optional[int],
-                      kv_queries: Optional[int],
-                      kv_warps: Optional[int]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                      kv_queries: Optional[int], kv_warps: Optional[int],
+                      psum_keys: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(oq, hs or (0,), ox or (0,), lse, m, l, kept or (0,)) of the kernels' forward (kept: the gathered head
     sums the backward reads, ``KernelTiles.head_sums``)."""
     tiles = _tiles(block_m, block_n, block_d, num_warps, num_stages, head_unroll, shared, grid, causal_chunks,
-                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps)
+                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps, psum_keys)
     oq, hs, ox, lse, m, l, kept = _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode, tiles)
     return oq, _or_empty(hs, q), _or_empty(ox, q), lse, m, l, _or_empty(kept, q)
 
 
 @cem_attention_fwd.register_fake
 def _(q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode, block_m, block_n, block_d, num_warps,
-      num_stages, head_unroll, shared, grid, causal_chunks, head_sums, shared_dtype, kv_keys, kv_queries, kv_warps):
+      num_stages, head_unroll, shared, grid, causal_chunks, head_sums, shared_dtype, kv_keys, kv_queries, kv_warps,
+      psum_keys):
     B, H, nq, R = q.shape
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     lse = q.new_empty(B, H, nq, dtype=acc)
     hs = q.new_empty(B, nq, hm.shape[-1], dtype=acc) if hmode != "none" else q.new_empty(0)
     ox = q.new_empty(B, H, nq, x.shape[-1], dtype=acc) if x is not None else q.new_empty(0)
     tiles = _tiles(block_m, block_n, block_d, num_warps, num_stages, head_unroll, shared, grid, causal_chunks,
-                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps)
+                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps, psum_keys)
     kept = q.new_empty(0)
     if gathers(tiles, hmode):
         kept = q.new_empty(B, head_block_size(1, launch_chunks(nq, k.shape[2], offset, causal, tiles)))
@@ -78,11 +80,11 @@ def cem_attention_bwd(q: Tensor, k: Tensor, ud: Optional[Tensor], hm: Optional[T
                       gox: Optional[Tensor], glse: Optional[Tensor], causal: bool, offset: int, hmode: str,
                       block_m: int, block_n: int, block_d: int, num_warps: int, num_stages: int, head_unroll: int,
                       shared: str, grid: str, causal_chunks: int, head_sums: str, shared_dtype: str,
-                      kv_keys: Optional[int], kv_queries: Optional[int],
-                      kv_warps: Optional[int]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                      kv_keys: Optional[int], kv_queries: Optional[int], kv_warps: Optional[int],
+                      psum_keys: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dq, dk, d(ud), dh, dx, dc, dδ), (0,) where the input is absent."""
     tiles = _tiles(block_m, block_n, block_d, num_warps, num_stages, head_unroll, shared, grid, causal_chunks,
-                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps)
+                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps, psum_keys)
     grads = _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, gox, glse, causal, offset,
                       hmode, tiles)
     return tuple(_or_empty(g, q) for g in grads)
@@ -91,7 +93,8 @@ def cem_attention_bwd(q: Tensor, k: Tensor, ud: Optional[Tensor], hm: Optional[T
 @cem_attention_bwd.register_fake
 def _(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, gox, glse, causal, offset, hmode, block_m,
       block_n, block_d, num_warps, num_stages, head_unroll, shared, grid, causal_chunks, head_sums,
-      shared_dtype, kv_keys, kv_queries, kv_warps):
+      shared_dtype, kv_keys, kv_queries, kv_warps,
+      psum_keys):
     return tuple(q.new_empty(0) if t is None else torch.empty_like(t) for t in (q, k, ud, hm, x, c, delta))
 
 

@@ -306,20 +306,31 @@ def _zeros_past(PS, b, hh, pid, rows, rmask, kend, Nq, Nk, offset, STEP, ALIGN, 
 @triton.jit
 def _psum_h(Q, K, SLOPES, DELTA, KMASK, G, M, L, PS, Nq, Nk, offset, STEP, ALIGN, TOT,
             H: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-            CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr,
-            HAS_KMASK: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
-    """Σ_k P_k gathered (``KernelTiles.head_sums = 'gather'``): per (query tile, batch row), every key tile it
-    sees once, the shared tile G loaded once and every head's p = e^{s − m}/l (``_fwd_h``'s final m, l) summed in
-    registers; stored once, in PS's dtype (the operands'), into the row chunk's block of a one-head buffer
-    (:func:`_head_pair_ptrs` with H = 1: per batch row each chunk's (rows, keys) block, one after another), zeros
-    on the block's keys past the tile's last visible one — every entry of the blocks written, no atomics and no
-    fill. One per-head product (the scores) per head, as ``_fwd_h``'s second pass had."""
+            KT: tl.constexpr, CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HAS_ALIBI: tl.constexpr,
+            HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
+            UPCAST: tl.constexpr):
+    """Σ_k P_k gathered (``KernelTiles.head_sums = 'gather'``): per (query tile, run of KT key tiles, batch row)
+    (KT 0: every key; ``KernelTiles.psum_keys``), every key tile of the run the query tile sees once, the shared
+    tile G loaded once and every head's p = e^{s − m}/l (``_fwd_h``'s final m, l) summed in registers; stored
+    once, in PS's dtype (the operands'), into the row chunk's block of a one-head buffer (:func:`_head_pair_ptrs`
+    with H = 1: per batch row each chunk's (rows, keys) block, one after another), zeros on the run's keys of the
+    block past the tile's last visible one — every entry of the blocks written, no atomics and no fill. No tile
+    depends on another (m, l are final), so the runs split the key loop among programs: the same arithmetic per
+    entry, a shorter longest program. One per-head product (the scores) per head, as ``_fwd_h``'s second pass
+    had."""
     pid = tl.program_id(0)
-    b = tl.program_id(1)
+    kc = tl.program_id(1)
+    b = tl.program_id(2)
     rows = pid * BM + tl.arange(0, BM)
     rmask = rows < Nq
     kend = _key_end(pid, Nk, offset, BM, CAUSAL)
-    for start in range(0, kend, BN):
+    ke = _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN)  # the block's keys (>= kend)
+    lo = 0
+    hi = ke
+    if KT > 0:
+        lo = kc * KT * BN
+        hi = tl.minimum(lo + KT * BN, ke)
+    for start in range(lo, tl.minimum(hi, kend), BN):
         cols = start + tl.arange(0, BN)
         cmask = cols < Nk
         g, _ = _shared(G, G, G, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, True, 1, 16, BM, BN, PREC,
@@ -331,7 +342,10 @@ def _psum_h(Q, K, SLOPES, DELTA, KMASK, G, M, L, PS, Nq, Nk, offset, STEP, ALIGN
             m, l = _head_ml(M, L, b, hh, rows, rmask, Nq, H)
             ps += tl.exp(s - m[:, None]) / l[:, None]
         _store_head_p(PS, ps, b, 0, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, 1, False)
-    _zeros_past(PS, b, 0, pid, rows, rmask, kend, Nq, Nk, offset, STEP, ALIGN, TOT, 1, BM, BN, ACC)
+    for start in range(tl.maximum(lo, tl.cdiv(kend, BN) * BN), hi, BN):  # the run's keys past the last visible
+        cols = start + tl.arange(0, BN)
+        _store_head_p(PS, tl.zeros((BM, BN), ACC), b, 0, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset,
+                      STEP, ALIGN, TOT, 1, False)
 
 
 @triton.jit
