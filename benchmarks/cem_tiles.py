@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> None:
              f"block_d {a.block_d}; {a.repeats} "
              f"interleaved repeats after one untimed build; ratios to the default launch {default.label()}", "",
              "| block_m × block_n | head_unroll | warps | shared | grid | causal_chunks | num_stages | head_sums "
-             "| shared_dtype | key-tile kernel | psum_keys | ms, median [min, max] | × default time, median [min, max] |",
+             "| shared_dtype | key-tile kernel | psum_keys | ms, median [min, max] "
+             "| × default time, median [min, max] |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     base = times.get(default)
     for v in variants:

@@ -51,7 +51,8 @@ def configurations(every: int) -> list[dict]:
     for causal, has_g, hmode, has_x, dt, mat in itertools.product(
             (True, False), (True, False), (0, 1, 2), (False, True), ("fp32", "bf16"), (False, True)):
         out.append(dict(meta=dict(H=3, R=16, D=32, E=8, RP=16, DP=32, BD=32, EP=16, HP=4, BM=16, BN=16, HU=1,
-                                  HI=False, GATHER=0, KT=0, MAT=mat and hmode != 2, CAUSAL=causal, HAS_G=has_g, HMODE=hmode,
+                                  HI=False, GATHER=0, KT=0, MAT=mat and hmode != 2, CAUSAL=causal, HAS_G=has_g,
+                                  HMODE=hmode,
                                   HAS_X=has_x,
                                   HAS_ALIBI=True, HAS_DELTA=True, HAS_KMASK=True, PREC="ieee", ACC=tl.float32,
                                   UPCAST=False), dtype=dt))

@@ -88,8 +88,8 @@ def test_cem_tiles_times_gathered_head_sums_beside_the_atomic_ones(capsys):
                    if r.startswith("| 16×64 | 1 | 4 | materialize | heads | 4 | 1 | gather | operand"))
     assert default.endswith("| 1.00 [1.00, 1.00] |")
     for sums, dt in (("gather", "accumulation"), ("atomic", "operand"), ("atomic", "accumulation")):
-        assert re.search(rf"\| 16×64 \| 1 \| 4 \| materialize \| heads \| 4 \| 1 \| {sums} \| {dt} \| — \| 512 \| \d",
-                         text)
+        assert re.search(rf"\| 16×64 \| 1 \| 4 \| materialize \| heads \| 4 \| 1 \| {sums} \| {dt} \| — \| 512 "
+                         rf"\| \d", text)
 
 
 def test_cem_tiles_gives_the_key_tile_kernel_its_own_tiles(capsys):

@@ -272,8 +272,8 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "GPU)"),
     Artifact(f"{RESULTS}/cem", "psum_resources.md",
              "verbatim output of `python scripts/cem_heads_resources.py --tiles 16x64w4,64x32w4 --stages 1 --head-sums "
-             "gather --shared-dtype operand --psum-keys 0,512 --out DIR/psum_resources.md` (issue 21: registers, spills, "
-             "shared memory with _psum_h's key runs, sm_90, compiled without a GPU)"),
+             "gather --shared-dtype operand --psum-keys 0,512 --out DIR/psum_resources.md` (issue 21: registers, "
+             "spills, shared memory with _psum_h's key runs, sm_90, compiled without a GPU)"),
     Artifact(f"{RESULTS}/cem", "cem_flops_kv.md",
              "output of `python benchmarks/cem_flops.py --ns 1024 4096 --shared-bytes 2 --heads-tiles 16 64|64 32 "
              "--kv-keys 16|128` (issue 21: FLOPs, tile-model bytes and the key-tile kernel's dq atomics, counted)"),
