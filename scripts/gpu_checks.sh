@@ -41,8 +41,9 @@
 #                                          at 64 × 32), the paper configuration's default against its loop kernels at
 #                                          1k (graphed) and its profile, the key-tile kernel on 128 × 32's profile at
 #                                          4k beside the default's (per kernel); ~9 min: pass `next 590`
-#   scripts/gpu_checks.sh next2 [SECONDS]   (~5 min) train.compile's 'reduce-overhead' against the graphed eager step
-#                                          for Hyper-SET and full CEM T=1, then the compiled step's CUDA tests
+#   scripts/gpu_checks.sh next2 [SECONDS]   (~6 min) train.compile's 'reduce-overhead' against the graphed eager step
+#                                          for Hyper-SET and full CEM T=1, then the compiled step's CUDA tests and
+#                                          Hyper-SET's eager profile (host table: the Triton launches)
 #   scripts/gpu_checks.sh gather [SECONDS]  (2026-11-27) the gathered head sums' CUDA tests, eager and graphed tokens/s at
 #                                          1k and 4k against the default launch, Hyper-SET's eager rows, the kernels
 #                                          alone at 4k (head sums × shared dtype), every CUDA test; `gather2`: the paper
@@ -227,11 +228,14 @@ T=1, head sums atomic (64 × 32);full CEM T=1, head sums gathered (64 × 32)" --
 fi
 
 if [ "$PHASE" = next2 ]; then   # the rest of what the session of 2026-11-27 left: train.compile's 'reduce-overhead'
-  # against the graphed eager step for Hyper-SET and full CEM T=1 (the graph breaks fixed since), then its CUDA tests
+  # against the graphed eager step for Hyper-SET and full CEM T=1 (the graph breaks fixed since), then its CUDA tests;
+  # last, where Hyper-SET's eager step waits (its host table: the Triton launches the CPU's host timing cannot see)
   compiled_steps 110 100
   step pytest_compiled 100 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/train/test_cuda.py \
     -k compiled
   cp "$W/pytest_compiled.txt" "$OUT/" 2>/dev/null
+  step profile_hyperset 70 $PY benchmarks/gpu_profile.py --suite hyperset --keep-going --rows 25 \
+    --models "looped transformer;Hyper-SET" --out "$OUT/gpu_profile_hyperset.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
