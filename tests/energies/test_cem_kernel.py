@@ -511,9 +511,12 @@ def test_auto_takes_the_kernel_on_cuda_only():
 @pytest.mark.cuda
 @pytest.mark.parametrize("launch", [{"grid": "rows"}, {}, {"grid": "heads", "block_m": 64, "block_n": 32},
                                     {"grid": "heads_inner"}, {"head_sums": "gather", "block_m": 64, "block_n": 32},
-                                    {"head_sums": "gather_all", "shared_dtype": "operand"}],
+                                    {"head_sums": "gather_all", "shared_dtype": "operand"},
+                                    {"kv_keys": 128, "kv_queries": 32, "kv_warps": 8, "psum_keys": 64},
+                                    {"block_m": 64, "block_n": 32, "kv_keys": 128, "kv_queries": 32, "kv_warps": 8,
+                                     "psum_keys": 0}],
                          ids=["rows", "default", "heads-64x32", "heads-inner", "gathered-64x32",
-                              "gathered-all-operand"])
+                              "gathered-all-operand", "kv-128x32-psum-64", "64x32-kv-128x32-psum-row"])
 @pytest.mark.parametrize("paper", [False, True], ids=["default", "paper-config"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper, launch):
@@ -521,7 +524,8 @@ def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper, launc
     at D = 256, 8 heads, N = 300, T = 2, ALiBi, self bias, shared diagonal, key padding; identity or
     the paper's per-head D+LR preconditioners; row tiles, the default launch (one program per head), one
     program per head on 64 x 32 tiles and with the heads launched inner (the paper configuration's per-head
-    factors run the loop kernels under ``auto``, one program per head where ``grid`` names it)."""
+    factors run the loop kernels under ``auto``, one program per head where ``grid`` names it); the backward's
+    key-tile kernel on 128 × 32 tiles of its own, the gathered head sums in runs of 64 keys or a program a row."""
     torch.manual_seed(0)
     cfg = CEMAttentionConfig(steps=2, precond="diag_low_rank" if paper else "identity", attn_kernel=launch)
     blk = CEMAttention(256, 8, cfg).cuda()
