@@ -246,9 +246,10 @@ class KernelTiles(ConfigModel):
     """keys each program of the backward's key-tile kernel (``_bwd_kv``, ``_bwd_kv_h``) owns, its BN (docs/cem.md,
     "the key-tile kernel's own tiles"); None (the default): ``block_m``, as before this field. One program per head
     adds dq = dS K atomically into float32 once per (key tile, query step) pair: D_r floats per query row and
-    head for every ``kv_keys`` keys, 4 B × D / ``kv_keys`` per (query, key) pair — at the default 16 more than all
-    of the kernels' other traffic together (``benchmarks/cem_flops.py --kv-tiles``). Larger key tiles divide it;
-    the program's dk (and dx) accumulators grow with them (``scripts/cem_heads_resources.py --kv``). Not yet timed
+    head for every ``kv_keys`` keys, 4 B × D / ``kv_keys`` per (query, key) pair — at the default 16 keys 1.6 GB per
+    layer and batch row at N 4,096, 16 % of the tile model's bytes (``benchmarks/cem_flops.py --kv-keys``), and the
+    kernel reads the query side once per key tile. Larger key tiles divide both; the program's dk (and dx)
+    accumulators grow with them (``scripts/cem_heads_resources.py --kv``: 128 × 32 on 8 warps fits). Not yet timed
     on a GPU, so not what any default takes."""
     kv_queries: Tile | None = Field(None, json_schema_extra={HASH_NEUTRAL: True})
     """queries that kernel steps through per turn, its BM; None (the default): ``block_n``"""
