@@ -210,7 +210,7 @@ class KernelTiles(ConfigModel):
     probabilities into a (B, Nq, Nk) accumulation-dtype buffer (zeroed on the blocks) in a second pass over the
     keys, and the backward's key-tile kernel adds them up again. 'gather': the head's forward is one pass
     (FlashAttention's online rescaling: two per-head products instead of three) and a kernel with one program per
-    (query tile, batch row), ``_psum_h``, recomputes every head's p on each tile (the third product), sums them in
+    (query tile, run of keys, batch row), ``_psum_h`` (``psum_keys``), recomputes every head's p on each tile (the third product), sums them in
     registers and stores Σ_k P_k once, in the operand dtype, on the row chunks' blocks — G read once per tile for
     all heads, no atomic adds and no fill of Σ_k P_k — and the blocks are kept for the backward instead of being
     added up again: 2 B per (query, key) pair of the blocks per layer call (at 4 chunks 5/8 of N², e.g. 10 MB at
@@ -364,8 +364,8 @@ def kernel_meta(meta: dict, name: str) -> dict:
     steps through queries, so its BN (keys owned) and BM (query step) are ``KernelTiles.kv_tiles`` (by default
     ``block_m`` and ``block_n``), and so are its warps; the
     launch order HI and GATHER are arguments of the one-program-per-head kernels (``*_h``) only; ``_psum_h`` and
-    ``_dsum_h`` (the gathered head sums, one program per query tile and batch row) take the scores' constexprs (and
-    ``_dsum_h`` dP's). ``_dv_h`` (per-head
+    ``_dsum_h`` (the gathered head sums, one program per query tile and batch row — for ``_psum_h`` per run of
+    KT key tiles too, ``KernelTiles.psum_keys``) take the scores' constexprs (and ``_dsum_h`` dP's). ``_dv_h`` (per-head
     factors' value gradients, an elementwise pass) takes its own blocks: 64 key rows × 64 columns of D."""
     if name == "_dv_h":
         return dict(H=meta["H"], D=meta["D"], BJ=DV_ROWS, BD=min(64, meta["BD"]), ACC=meta["ACC"])
