@@ -78,9 +78,16 @@ class Variant(NamedTuple):
         out = self._asdict()
         kv = out.pop("kv")
         if kv:
-            k, q, w = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)w(\d+)", kv).groups())
-            out.update(kv_keys=k, kv_queries=q, kv_warps=w)
+            out.update(zip(("kv_keys", "kv_queries", "kv_warps"), kv_tiles(kv)))
         return out
+
+
+def kv_tiles(t: str) -> tuple[int, int, int]:
+    """(keys owned, queries a step, warps) of a ``--kv`` item ``KxQwW``"""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)", t.strip())
+    if m is None:
+        raise SystemExit(f"--kv: {t!r} is not KxQwW (e.g. 128x32w8: keys owned, queries a step, warps)")
+    return int(m[1]), int(m[2]), int(m[3])
 
 
 def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "materialize",
@@ -95,9 +102,9 @@ def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "mate
     combinations KernelTiles refuses (grid 'heads' with shared 'recompute', head sums gathered on grid 'rows',
     shared_dtype 'operand' with shared 'recompute')
     and head_unroll > 1 with grid 'heads' (one program per head has no head loop)."""
-    for t in kv.split(","):
-        if t.strip() and re.fullmatch(r"\d+x\d+w\d+", t.strip()) is None:
-            raise SystemExit(f"--kv: {t!r} is not KxQwW (e.g. 128x32w8: keys owned, queries a step, warps)")
+    for t in kv.split(","):  # refused before anything is built
+        if t.strip():
+            kv_tiles(t)
     out = []
     for t in spec.split(","):
         m = re.fullmatch(r"(\d+)x(\d+)(?:w(\d+))?", t.strip())

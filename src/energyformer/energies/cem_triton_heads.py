@@ -296,8 +296,17 @@ def _zeros_past(PS, b, hh, pid, rows, rmask, kend, Nq, Nk, offset, STEP, ALIGN, 
     """zeros into head hh's entries of query tile pid's rows in a per-head (or one-head, H = 1) buffer on its row
     chunk's keys past the tile's last visible one (``kend``): with the tiles the kernel stored, every entry of the
     block is written and the launcher's matmul reads no unset value (no fill)"""
-    ke = _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN)
-    for start in range(tl.cdiv(kend, BN) * BN, ke, BN):
+    _zeros_between(PS, b, hh, pid, rows, rmask, tl.cdiv(kend, BN) * BN,
+                   _chunk_keys(pid * BM // STEP, Nq, Nk, offset, STEP, ALIGN), Nq, Nk, offset, STEP, ALIGN, TOT, H,
+                   BM, BN, ACC)
+
+
+@triton.jit
+def _zeros_between(PS, b, hh, pid, rows, rmask, lo, hi, Nq, Nk, offset, STEP, ALIGN, TOT, H: tl.constexpr,
+                   BM: tl.constexpr, BN: tl.constexpr, ACC: tl.constexpr):
+    """zeros into head hh's entries of query tile pid's rows on the key tiles starting at lo, lo + BN, … below hi
+    (:func:`_zeros_past`; ``_psum_h``'s runs: their share of those keys)"""
+    for start in range(lo, hi, BN):
         cols = start + tl.arange(0, BN)
         _store_head_p(PS, tl.zeros((BM, BN), ACC), b, hh, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset,
                       STEP, ALIGN, TOT, H, False)
@@ -342,10 +351,9 @@ def _psum_h(Q, K, SLOPES, DELTA, KMASK, G, M, L, PS, Nq, Nk, offset, STEP, ALIGN
             m, l = _head_ml(M, L, b, hh, rows, rmask, Nq, H)
             ps += tl.exp(s - m[:, None]) / l[:, None]
         _store_head_p(PS, ps, b, 0, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, 1, False)
-    for start in range(tl.maximum(lo, tl.cdiv(kend, BN) * BN), hi, BN):  # the run's keys past the last visible
-        cols = start + tl.arange(0, BN)
-        _store_head_p(PS, tl.zeros((BM, BN), ACC), b, 0, pid * BM, rows, cols, rmask, cols < Nk, Nq, Nk, offset,
-                      STEP, ALIGN, TOT, 1, False)
+    # the run's share of the block's keys past the tile's last visible one
+    _zeros_between(PS, b, 0, pid, rows, rmask, tl.maximum(lo, tl.cdiv(kend, BN) * BN), hi, Nq, Nk, offset, STEP,
+                   ALIGN, TOT, 1, BM, BN, ACC)
 
 
 @triton.jit
