@@ -25,8 +25,8 @@ wherever there is a shared or per-head product):
   Σ_k c_k ∘ (P_k H) = [P_1 … P_H] [c_1 ∘ H; …; c_H ∘ H];
 * ``_psum_h`` (GATHER, ``KernelTiles.head_sums = 'gather'``): one program per (query tile, run of key tiles, batch
   row) (``KernelTiles.psum_keys``) sums every head's p on each key tile in registers, G loaded once per tile, and
-  stores Σ_k P_k once in the operand dtype on the row chunks' blocks (a one-head buffer, :func:`_head_pair_ptrs`), which the launcher keeps for the backward:
-  no atomic adds of P in either direction;
+  stores Σ_k P_k once in the operand dtype on the row chunks' blocks (a one-head buffer, :func:`_head_pair_ptrs`),
+  which the launcher keeps for the backward: no atomic adds of P in either direction;
 * ``_dsum_h`` (GATHER 2, ``head_sums = 'gather_all'``, with a shared diagonal): in place of ``_bwd_d_h``, one
   program per (query tile, batch row) walks the heads twice: Δ of every head, then Σ_k dS_k summed in registers and
   stored once like ``_psum_h``'s Σ_k P_k: no atomic adds of dS in ``_bwd_kv_h``;
