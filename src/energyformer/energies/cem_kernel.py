@@ -212,9 +212,9 @@ class KernelTiles(ConfigModel):
     (FlashAttention's online rescaling: two per-head products instead of three) and a kernel with one program per
     (query tile, run of keys, batch row), ``_psum_h`` (``psum_keys``), recomputes every head's p on each tile (the
     third product), sums them in registers and stores Σ_k P_k once, in the operand dtype, on the row chunks'
-    blocks — G read once per tile for all heads, no atomic adds and no fill of Σ_k P_k — and the blocks are kept for the backward instead of being
-    added up again: 2 B per (query, key) pair of the blocks per layer call (at 4 chunks 5/8 of N², e.g. 10 MB at
-    N 1,024, B 8). The same FLOPs. 'gather_all': also Σ_k dS_k (with a shared diagonal), by ``_dsum_h`` in place
+    blocks — G read once per tile for all heads, no atomic adds and no fill of Σ_k P_k — and the blocks are kept
+    for the backward instead of being added up again: 2 B per (query, key) pair of the blocks per layer call (at 4
+    chunks 5/8 of N², e.g. 10 MB at N 1,024, B 8). The same FLOPs. 'gather_all': also Σ_k dS_k (with a shared diagonal), by ``_dsum_h`` in place
     of ``_bwd_d_h``: one program per (query tile, batch row) walks the heads twice — every head's Δ_k, then the
     sum of dS_k = p (dP_k − Δ_k) in registers, stored once in the operand dtype — so the key-tile kernel adds no
     dS atomically and each head no longer reads G and dHs Hᵀ for Δ; two more per-head products in the backward
