@@ -202,30 +202,29 @@ class KernelTiles(ConfigModel):
 
     head_sums: Literal["auto", "atomic", "gather", "gather_all"] = Field("auto", json_schema_extra={HASH_NEUTRAL: True})
     """how one program per head forms the head sum Σ_k P_k of the head-summed read-out (docs/cem.md, "head sums
-    gathered"). 'auto' (recommended, the default): 'gather' — on one H100 (GPT-2 small, bf16, B 8 × N 1,024 and
-    B 2 × N 4,096, each step one CUDA graph; docs/results/cem/gpu_h100/gpu_lm_gathered_d80aaf5.md) the model
-    trained at 0.66x Llama's tokens/s gathered vs 0.65x atomic at N 1,024 and 0.37x vs 0.34x at N 4,096, with 3-5 %
-    more peak memory (1.01x Llama's at 4k), and its kernels alone took 0.88x the atomic time at 4k
-    (gpu_tiles_gather_4k_d80aaf5.md). 'atomic': every head's program adds its normalised
-    probabilities into a (B, Nq, Nk) accumulation-dtype buffer (zeroed on the blocks) in a second pass over the
-    keys, and the backward's key-tile kernel adds them up again. 'gather': the head's forward is one pass
-    (FlashAttention's online rescaling: two per-head products instead of three) and a kernel with one program per
-    (query tile, run of keys, batch row), ``_psum_h`` (``psum_keys``), recomputes every head's p on each tile (the
-    third product), sums them in registers and stores Σ_k P_k once, in the operand dtype, on the row chunks'
-    blocks — G read once per tile for all heads, no atomic adds and no fill of Σ_k P_k — and the blocks are kept
-    for the backward instead of being added up again: 2 B per (query, key) pair of the blocks per layer call (at 4
-    chunks 5/8 of N², e.g. 10 MB at N 1,024, B 8). The same FLOPs. 'gather_all': also Σ_k dS_k (with a shared diagonal), by ``_dsum_h`` in place
-    of ``_bwd_d_h``: one program per (query tile, batch row) walks the heads twice — every head's Δ_k, then the
-    sum of dS_k = p (dP_k − Δ_k) in registers, stored once in the operand dtype — so the key-tile kernel adds no
-    dS atomically and each head no longer reads G and dHs Hᵀ for Δ; two more per-head products in the backward
-    (26 causal D-wide units instead of 24, ``benchmarks/cem_flops.py``). Takes effect on one program per head
-    with the head-summed read-out; per-head factors ('stack') store every head's P_k either way. Needs one
-    program per head (``grid`` 'auto', 'heads' or 'heads_inner' with ``shared = 'materialize'``): the loop
-    kernels ('rows') sum the heads in registers already. Hash-neutral at its default (added after the studies'
-    runs were recorded: ``utils.config.HASH_NEUTRAL``), as is ``shared_dtype``; their defaults, 'atomic' and
-    'accumulation' then, became 'auto' once a GPU had timed them — a launch choice, like ``grid`` 'auto': the same
-    maths in another rounding order, which the records of a study do not depend on. 'gather_all' measured slower
-    (0.33x vs 0.34x at 4k, its kernels 1.05-1.34x the atomic time), so 'auto' never takes it."""
+    gathered"). 'auto' (recommended, the default): 'gather' — on one H100 (GPT-2 small, bf16, B 8 × N 1,024 and B 2 × N
+    4,096, each step one CUDA graph; docs/results/cem/gpu_h100/gpu_lm_gathered_d80aaf5.md) the model trained at 0.66x
+    Llama's tokens/s gathered vs 0.65x atomic at N 1,024 and 0.37x vs 0.34x at N 4,096, with 3-5 % more peak memory
+    (1.01x Llama's at 4k), and its kernels alone took 0.88x the atomic time at 4k (gpu_tiles_gather_4k_d80aaf5.md).
+    'atomic': every head's program adds its normalised probabilities into a (B, Nq, Nk) accumulation-dtype buffer
+    (zeroed on the blocks) in a second pass over the keys, and the backward's key-tile kernel adds them up again.
+    'gather': the head's forward is one pass (FlashAttention's online rescaling: two per-head products instead of three)
+    and a kernel with one program per (query tile, run of keys, batch row), ``_psum_h`` (``psum_keys``), recomputes
+    every head's p on each tile (the third product), sums them in registers and stores Σ_k P_k once, in the operand
+    dtype, on the row chunks' blocks — G read once per tile for all heads, no atomic adds and no fill of Σ_k P_k — and
+    the blocks are kept for the backward instead of being added up again: 2 B per (query, key) pair of the blocks per
+    layer call (at 4 chunks 5/8 of N², e.g. 10 MB at N 1,024, B 8). The same FLOPs. 'gather_all': also Σ_k dS_k (with a
+    shared diagonal), by ``_dsum_h`` in place of ``_bwd_d_h``: one program per (query tile, batch row) walks the heads
+    twice — every head's Δ_k, then the sum of dS_k = p (dP_k − Δ_k) in registers, stored once in the operand dtype — so
+    the key-tile kernel adds no dS atomically and each head no longer reads G and dHs Hᵀ for Δ; two more per-head
+    products in the backward (26 causal D-wide units instead of 24, ``benchmarks/cem_flops.py``). Takes effect on one
+    program per head with the head-summed read-out; per-head factors ('stack') store every head's P_k either way. Needs
+    one program per head (``grid`` 'auto', 'heads' or 'heads_inner' with ``shared = 'materialize'``): the loop kernels
+    ('rows') sum the heads in registers already. Hash-neutral at its default (added after the studies' runs were
+    recorded: ``utils.config.HASH_NEUTRAL``), as is ``shared_dtype``; their defaults, 'atomic' and 'accumulation' then,
+    became 'auto' once a GPU had timed them — a launch choice, like ``grid`` 'auto': the same maths in another rounding
+    order, which the records of a study do not depend on. 'gather_all' measured slower (0.33x vs 0.34x at 4k, its
+    kernels 1.05-1.34x the atomic time), so 'auto' never takes it."""
 
     shared_dtype: Literal["auto", "accumulation", "operand"] = Field("auto", json_schema_extra={HASH_NEUTRAL: True})
     """the dtype the materialised shared products are stored in for the kernels to read (docs/cem.md, "the
