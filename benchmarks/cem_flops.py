@@ -116,6 +116,7 @@ PRODUCTS["kernel-gather-all"] = {  # Δ and Σ dS by _dsum_h: every head's score
     "bwd": [("G mat", "D", False), ("dHs Hᵀ mat", "D", False), ("Δ: QKᵀ", "r", True), ("Δ: dOq Kᵀ", "r", True),
             ("Σ dS: QKᵀ", "r", True), ("Σ dS: dOq Kᵀ", "r", True)] + PRODUCTS["kernel-heads"]["bwd"][4:]}
 KERNELS = ("kernel-rec", "kernel", "kernel-heads", "kernel-gather", "kernel-gather-all")
+HEADS_KERNELS = KERNELS[2:]  # one program per head (``attn_kernel.grid: heads``)
 
 
 def width(code: str, r: int, d: int, chunks: int = 1) -> float:
@@ -198,14 +199,14 @@ def traffic(name: str, n: int, d: int, heads: int, tile: int, nbytes: int,
     :func:`accumulator_traffic`'s, as is ``kv_owned``, which also sets how often one program per head's key-tile
     pass reads its rows (once per causal key tile of ``kv_owned`` keys)."""
     r = d // heads
-    own = heads_tiles if name in ("kernel-heads", "kernel-gather", "kernel-gather-all") else kernel_tiles
+    own = heads_tiles if name in HEADS_KERNELS else kernel_tiles
     tiles = n / (2 * (own[0] if name in KERNELS else tile))  # causal: a key row is read by half the query tiles
     row = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 2 * d)
     q_side = {"llama": 2 * d, "per-head": 2 * heads * (r + d)}.get(name, 4 * d)
     passes = {"llama": 2, "per-head": 2, "blocked": 2, "kernel-heads": 4, "kernel-gather": 4,
               "kernel-gather-all": 5}.get(name, 5)
     reads = row * tiles * passes
-    if name in ("kernel-heads", "kernel-gather", "kernel-gather-all"):  # one of the passes is the key-tile kernel's,
+    if name in HEADS_KERNELS:  # one of the passes is the key-tile kernel's,
         reads += row * (n / (2 * (kv_owned or own[0])) - tiles)  # which reads the query side once per key tile
     moved = n * nbytes * (3 * q_side + reads) + accumulator_traffic(name, n, d, *own, nbytes, heads, gbytes, kv_owned)
     kept = heads * n * n / 2 * 4 if name == "blocked" else 0.0
