@@ -593,12 +593,7 @@ class _CEMAttention(torch.autograd.Function):
 def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *, slopes: Tensor | None,
                   delta: Tensor | None, key_mask: Tensor | None, causal: bool, offset: int,
                   h_mode: str = "none", c: Tensor | None = None, x: Tensor | None = None,
-                  block_m: int = 16, block_n: int = 64, block_d: int = 64, num_warps: int = 4,
-                  num_stages: int = 1, head_unroll: int = 1, shared: str = "materialize", grid: str = "auto",
-                  causal_chunks: int = 4, head_sums: str = "auto", shared_dtype: str = "auto",
-                  kv_keys: int | None = None, kv_queries: int | None = None, kv_warps: int | None = None,
-                  psum_keys: int = 512, tiles: KernelTiles | None = None
-                  ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
+                  tiles: KernelTiles | None = None, **launch) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(oq (B, H, Nq, Dr), hs (B, Nq, D) or None, ox (B, H, Nq, E) or None, lse (B, H, Nq)).
 
     q: (B, H, Nq, Dr) = W_Q u / τ; k: (B, H, Nk, Dr) keys (= values); ud: (B, Nq, D) = d∘u/τ or None
@@ -607,16 +602,12 @@ def cem_attention(q: Tensor, k: Tensor, ud: Tensor | None, hm: Tensor | None, *,
     h_mode: 'none'; 'sum': hs = (Σ_k P_k) H; 'stack': hs = Σ_k c_k ∘ (P_k H) with c: (H, D).
     x: (B, H, Nk, E) extra per-head value columns (ox = P_k x_k) or None. Differentiable in q, k, ud,
     hm, x, c and delta (slopes are fixed). float64, float32, bfloat16 or float16 operands (one dtype).
-    block_m … psum_keys: the launch (:class:`KernelTiles`, resolved for ``h_mode`` by
-    :meth:`KernelTiles.launch`; a bad value is a ConfigError naming it), or ``tiles``, an already validated and
-    resolved launch, which replaces them (what the energy passes: no validation per call, and nothing that
-    torch.compile cannot trace)."""
+    ``launch``: :class:`KernelTiles` fields by name (block_m, block_n, …; the others at its defaults), resolved
+    for ``h_mode`` by :meth:`KernelTiles.launch` (a bad value or an unknown name is a ConfigError naming it); or
+    ``tiles``, an already validated and resolved launch, which replaces them (what the energy passes: no
+    validation per call, and nothing that torch.compile cannot trace)."""
     if tiles is None:
-        tiles = KernelTiles(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=num_warps,
-                            num_stages=num_stages, head_unroll=head_unroll, shared=shared, grid=grid,
-                            causal_chunks=causal_chunks, head_sums=head_sums, shared_dtype=shared_dtype,
-                            kv_keys=kv_keys, kv_queries=kv_queries, kv_warps=kv_warps,
-                            psum_keys=psum_keys).launch(h_mode)
+        tiles = KernelTiles(**launch).launch(h_mode)
     dt = q.dtype
     if dt not in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"cem_attention: dtype {dt} is not supported (float64, float32, bfloat16, float16)")
