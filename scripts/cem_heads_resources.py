@@ -34,6 +34,7 @@ take them):
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -67,18 +68,15 @@ def cases(tiles: str, stages: str, dim: int, head_sums: str = "atomic",
           shared_dtype: str = "accumulation", psum_keys: str = "") -> dict[str, dict]:
     """launch_meta keywords per launch; ``psum_keys`` (a comma list, gathered head sums only; "": the default)"""
     out = {}
-    for t in tiles.split(","):
+    for t, st, hsum, sd in itertools.product(tiles.split(","), stages.split(","), head_sums.split(","),
+                                             shared_dtype.split(",")):
         bm, bn, w = _tile(t, "--tiles")
-        for st in stages.split(","):
-            for hsum in head_sums.split(","):
-                for sd in shared_dtype.split(","):
-                    for pk in (psum_keys.split(",") if psum_keys and hsum != "atomic" else [""]):
-                        extra = "" if (hsum, sd) == ("atomic", "accumulation") else f", head sums {hsum}, shared {sd}"
-                        extra += f", psum_keys {pk}" if pk else ""
-                        out[f"{bm}×{bn}, {w} warps, {st} stage(s){extra}"] = dict(
-                            heads=12, head_dim=64, dim=dim, block_m=bm, block_n=bn, num_warps=w,
-                            num_stages=int(st), grid="heads", head_sums=hsum, shared_dtype=sd,
-                            **({"psum_keys": int(pk)} if pk else {}))
+        for pk in (psum_keys.split(",") if psum_keys and hsum != "atomic" else [""]):
+            extra = "" if (hsum, sd) == ("atomic", "accumulation") else f", head sums {hsum}, shared {sd}"
+            extra += f", psum_keys {pk}" if pk else ""
+            out[f"{bm}×{bn}, {w} warps, {st} stage(s){extra}"] = dict(
+                heads=12, head_dim=64, dim=dim, block_m=bm, block_n=bn, num_warps=w, num_stages=int(st),
+                grid="heads", head_sums=hsum, shared_dtype=sd, **({"psum_keys": int(pk)} if pk else {}))
     return out
 
 
