@@ -80,12 +80,23 @@ def cases(tiles: str, stages: str, dim: int, head_sums: str = "atomic",
     return out
 
 
+def wgmma_share(used: dict[str, int]) -> str:
+    """the share of a kernel's tensor-core multiply-adds issued as Hopper's wgmma (``cem_compile.mma_work``), or
+    "" where the compile result has no such count"""
+    if "wgmma" not in used:
+        return ""
+    total = used["wgmma"] + used["mma_sync"]
+    return f", {100 * used['wgmma'] / total:.0f} %" if total else ", —"
+
+
 def table(res: dict[str, dict[str, dict[str, int]]], kernels: tuple[str, ...] = GRID_KERNELS) -> list[str]:
-    lines = ["| launch | " + " | ".join(f"`{k}` registers (spill stores B), shared KiB" for k in kernels)
-             + " | fits |", "|---" * (len(kernels) + 2) + "|"]
+    mma = any("wgmma" in u for ks in res.values() for u in ks.values())
+    what = "registers (spill stores B), shared KiB" + (", products on wgmma" if mma else "")
+    lines = ["| launch | " + " | ".join(f"`{k}` {what}" for k in kernels) + " | fits |",
+             "|---" * (len(kernels) + 2) + "|"]
     for case, ks in res.items():
-        cells = [f"{ks[k]['registers']} ({ks[k]['spill_stores']:,}), {ks[k]['shared'] / 1024:.0f}" if k in ks
-                 else "— (not launched)" for k in kernels]
+        cells = [f"{ks[k]['registers']} ({ks[k]['spill_stores']:,}), {ks[k]['shared'] / 1024:.0f}{wgmma_share(ks[k])}"
+                 if k in ks else "— (not launched)" for k in kernels]
         fits = all(u["spill_stores"] == 0 and u["shared"] <= SHARED_LIMIT_SM90 for u in ks.values())
         lines.append(f"| {case} | " + " | ".join(cells) + f" | {'yes' if fits else 'no'} |")
     return lines
@@ -101,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--psum-keys", default="", help="comma-separated KernelTiles.psum_keys values (gathered sums)")
     ap.add_argument("--kv", help="comma-separated KxQwW tiles of the backward's key-tile kernel (only it compiled)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--title", help="the --out page's title (default: one naming the options crossed)")
     a = ap.parse_args(argv)
     def launched(head_sums: str) -> tuple[str, ...]:  # _psum_h where Σ P is gathered; _dsum_h for _bwd_d_h with Σ dS
         heads = tuple(k for k in GRID_KERNELS if not (head_sums == "gather_all" and k == "_bwd_d_h"))
@@ -123,13 +135,17 @@ def main(argv: list[str] | None = None) -> None:
 
     text = "\n".join([f"triton {triton.__version__}, sm_90a, bf16, H 12 × R 64, D {a.dim}, causal, ALiBi + self bias, "
                       "h read-out 'sum', one program per head; registers per thread (255: the cap), spill stores "
-                      "per thread, shared memory per block (limit 227 KiB)", "", *table(res, kernels)])
+                      "per thread, shared memory per block (limit 227 KiB); products on wgmma: the share of a "
+                      "program's tensor-core multiply-adds that its PTX issues as Hopper's wgmma rather than as "
+                      "mma.sync (`cem_compile.mma_work`: every instruction once, times the warps or warpgroups that "
+                      "issue it)", "", *table(res, kernels)])
     print(text)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        title = ("The backward's key-tile kernel on tiles of its own (`KernelTiles.kv_keys`, `kv_queries`, `kv_warps`)"
-                 if a.kv else "The gathered head sums' keys per `_psum_h` program (`KernelTiles.psum_keys`)"
-                 if a.psum_keys else "One program per head: launches that fit, by pipelining stages")
+        title = a.title or (
+            "The backward's key-tile kernel on tiles of its own (`KernelTiles.kv_keys`, `kv_queries`, `kv_warps`)"
+            if a.kv else "The gathered head sums' keys per `_psum_h` program (`KernelTiles.psum_keys`)"
+            if a.psum_keys else "One program per head: launches that fit, by pipelining stages")
         a.out.write_text(f"# {title} (`python scripts/cem_heads_resources.py`)\n\n" + text + "\n")
 
 

@@ -135,7 +135,9 @@ GATHER_CASES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("case", GATHER_CASES)
 def test_gathered_head_sums_fit(case):
-    """Within half the shared-memory limit; at GPT-2 small under the register cap without more spilling."""
+    """Within half the shared-memory limit; at GPT-2 small under the register cap without more spilling. Every
+    kernel does tensor-core work; at 64 × 32 tiles the query-tile kernels' products (64 rows: a warpgroup's) are all
+    on Hopper's wgmma (docs/results/cem/tensor_cores_tiles.md)."""
     kernels = cem_compile.GRID_KERNELS + cem_compile.GATHER_KERNELS
     got = compile_or_skip({case: GATHER_CASES[case]}, kernels)[case]
     assert sorted(got) == sorted(kernels)
@@ -143,6 +145,20 @@ def test_gathered_head_sums_fit(case):
         assert used["shared"] <= cem_compile.SHARED_LIMIT_SM90 // 2, (case, name, used)
         if case.startswith("gpt2"):
             assert used["registers"] < REGISTER_CAP and used["spill_stores"] <= SPILL_BYTES, (case, name, used)
+        assert used["wgmma"] + used["mma_sync"] > 0, (case, name, used)
+        if GATHER_CASES[case].get("block_m") == 64 and name != "_bwd_kv_h":
+            assert used["mma_sync"] == 0 and used["wgmma"] > 0, (case, name, used)
+
+
+def test_mma_work_counts_multiply_adds_per_instruction_family():
+    """m·n·k per instruction, times its issuers: a warpgroup (4 warps) per wgmma, a warp per mma.sync."""
+    ptx = ("\twgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 1;\n"
+           "\twgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%f2}, %rd3, %rd4, p, 1, 1, 0, 1;\n"
+           "\tmma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f3}, {%r1}, {%r2}, {%f4};\n"
+           "\twgmma.fence.sync.aligned;\n")
+    assert cem_compile.mma_work(ptx, 8) == {"wgmma": 2 * 64 * 32 * 16 * 2, "mma_sync": 16 * 8 * 16 * 8}
+    assert cem_compile.mma_work(ptx, 4) == {"wgmma": 2 * 64 * 32 * 16, "mma_sync": 16 * 8 * 16 * 4}
+    assert cem_compile.mma_work("ld.global.b32 %r1, [%rd1];", 4) == {"wgmma": 0, "mma_sync": 0}
 
 
 #: the backward's key-tile kernel on tiles of its own (KernelTiles.kv_keys / kv_queries / kv_warps) beside the default
@@ -194,3 +210,15 @@ def test_heads_resources_script_gives_the_key_tile_kernel_its_own_tiles(load_scr
     # --psum-keys: the gathered launches only (the atomic ones run no _psum_h)
     ps = mod.cases("16x64w4", "1", 768, "atomic,gather", "operand", "0,512")
     assert [c.get("psum_keys") for c in ps.values()] == [None, 0, 512]
+
+
+def test_heads_resources_script_shows_the_share_of_products_on_wgmma(load_script):
+    """A cell adds the share of the kernel's tensor-core work on wgmma where the compile result counts it ("—" where
+    the kernel has no products), and the header says so."""
+    mod = load_script("scripts/cem_heads_resources.py")
+    ok = dict(registers=100, spill_stores=0, shared=1024)
+    res = {"a": {"_fwd_h": dict(ok, wgmma=2, mma_sync=3), "_bwd_d_h": dict(ok, wgmma=0, mma_sync=0),
+                 "_bwd_kv_h": dict(ok, wgmma=5, mma_sync=0)}}
+    head, _, row = mod.table(res)
+    assert "products on wgmma" in head
+    assert row == "| a | 100 (0), 1, 40 % | 100 (0), 1, — | 100 (0), 1, 100 % | yes |"

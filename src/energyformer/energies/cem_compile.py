@@ -164,6 +164,28 @@ def ptxas_usage(kernel, arch: int = 90) -> dict[str, int]:
                 spill_loads=num(r"(\d+) bytes spill loads"))
 
 
+#: PTX tensor-core instructions: Hopper's warpgroup MMA (one instruction per 4 warps, m64nNk16) and the warp-level
+#: MMA of earlier GPUs (one per warp, m16n8k16 for 16-bit operands), each with its shape
+_MMA = {"wgmma": (r"wgmma\.mma_async\S*?\.m(\d+)n(\d+)k(\d+)", 4),
+        "mma_sync": (r"(?<![\w.])mma\.sync\S*?\.m(\d+)n(\d+)k(\d+)", 1)}
+
+
+def mma_work(ptx: str, num_warps: int) -> dict[str, int]:
+    """{wgmma, mma_sync}: multiply-adds one program issues per pass over its PTX in each tensor-core
+    instruction family — every instruction counted once wherever it stands (a loop body once), m·n·k times
+    the warpgroups (``wgmma.mma_async``, issued by 4 warps together) or the warps (``mma.sync``) that issue it.
+    Triton lowers a ``tl.dot`` to Hopper's wgmma only where the product's rows fill a warpgroup's 64 (and the
+    operand layouts allow it); otherwise to mma.sync, the Ampere instruction, which an H100 runs at a
+    fraction of wgmma's rate. The share on wgmma says how much of a kernel's product work can use it."""
+    import re
+
+    out = {}
+    for name, (pattern, warps_per_issue) in _MMA.items():
+        issuers = max(num_warps // warps_per_issue, 1)
+        out[name] = sum(int(m) * int(n) * int(k) for m, n, k in re.findall(pattern, ptx)) * issuers
+    return out
+
+
 class CompilerUnavailable(RuntimeError):
     """Triton cannot compile for a CUDA target on this platform (no NVIDIA backend or ptxas)."""
 
@@ -192,10 +214,11 @@ def _platform_error() -> str | None:
 
 def resources(cases: dict[str, dict], kernel_file: str | Path | None = None, registers: bool = True,
               kernels: tuple[str, ...] = KERNELS) -> dict[str, dict[str, dict[str, int]]]:
-    """{case: {kernel: {shared, registers, spill_stores, spill_loads}}} for :func:`launch_meta` keyword
-    sets ``cases``, compiled for sm_90 in a fresh Python process (this one may have triton in
-    interpreter mode); shared memory in bytes per block, the rest per thread (:func:`ptxas_usage`; left
-    out with ``registers=False``); ``kernels``: names from KERNELS and GRID_KERNELS. Raises
+    """{case: {kernel: {shared, registers, spill_stores, spill_loads, wgmma, mma_sync}}} for :func:`launch_meta`
+    keyword sets ``cases``, compiled for sm_90 in a fresh Python process (this one may have triton in
+    interpreter mode); shared memory in bytes per block, registers and spills per thread (:func:`ptxas_usage`;
+    left out with ``registers=False``), tensor-core work per program (:func:`mma_work`); ``kernels``: names from
+    KERNELS and GRID_KERNELS. Raises
     :class:`CompilerUnavailable` if Triton cannot compile even a one-line kernel for sm_90 here."""
     path = Path(kernel_file) if kernel_file else Path(__file__).with_name("cem_triton.py")
     env = dict(os.environ, TRITON_INTERPRET="0", OMP_NUM_THREADS="1")
@@ -242,7 +265,8 @@ def main(argv: list[str] | None = None) -> None:
             opts = {k: km.pop(k, meta[k]) for k in ("num_warps", "num_stages")}
             k = compile_kernel(mod, name, km, kw.get("dtype", "bf16"), shared_operand=stores_operand(**kw), **opts)
             usage = {} if a.no_registers else ptxas_usage(k)
-            print(json.dumps(dict(case=case, kernel=name, shared=k.metadata.shared, **usage)), flush=True)
+            print(json.dumps(dict(case=case, kernel=name, shared=k.metadata.shared, **usage,
+                                  **mma_work(k.asm["ptx"], opts["num_warps"]))), flush=True)
 
 
 if __name__ == "__main__":
