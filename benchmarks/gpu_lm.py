@@ -116,6 +116,12 @@ def models() -> dict[str, BlockConfig]:
         "full CEM T=1, head sums gathered (64 × 32), key-tile kernel 128 × 32 (8 warps)": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather", "block_m": 64, "block_n": 32,
                                                       "kv_keys": 128, "kv_queries": 32, "kv_warps": 8}), mlp="cem"),
+        # every kernel on 128-row tiles and 8 warps: the query-tile kernels' products all on Hopper's wgmma (none at
+        # the default 16 × 64), the fewest tile-model bytes with 128 × 64 (cem_flops.py); no spill
+        # (docs/results/cem/tensor_cores_tiles.md)
+        "full CEM T=1, head sums gathered (128 × 32, 8 warps), key-tile kernel 128 × 32": BlockConfig(
+            attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather", "block_m": 128, "block_n": 32,
+                                                      "num_warps": 8, "kv_keys": 128, "kv_queries": 32}), mlp="cem"),
         "full CEM T=1, blocked path": BlockConfig(attention=CEMAttentionConfig(attn_path="blocked"), mlp="cem"),
         "full CEM T=1, fused path": BlockConfig(attention=CEMAttentionConfig(attn_path="fused"), mlp="cem"),
         "paper configuration (T=2, D+LR)": BlockConfig(attention=CEMAttentionConfig(**paper),
