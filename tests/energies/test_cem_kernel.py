@@ -93,6 +93,33 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 
 
 @interpreted
+@pytest.mark.parametrize("mode", ["grid", "grid-stack", "grid-gather"])
+def test_key_tile_kernel_keys_first_equals_queries_first(mode):
+    """``KernelTiles.kv_order``: the key-tile kernel owning more keys than it steps queries forms its scores and dP
+    keys first ('auto') or queries first ('queries'); the same products, so every output and gradient agrees to
+    float64 rounding (each also equals the dense reference: the d-chunks test runs 'auto' at these tiles)."""
+    g = torch.Generator().manual_seed(5)
+    B, H, R, D, nq, nk = 2, 3, 4, 40, 37, 40
+    t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
+    q, k, ud, hm, delta = t(B, H, nq, R), t(B, H, nk, R), t(B, nq, D), t(B, nk, D), t(H)
+    h_mode, with_c, with_x, launch = _mode(mode)
+    c, x = t(H, D) if with_c else None, t(B, H, nk, 6) if with_x else None
+    slopes = torch.rand(H, generator=g, dtype=torch.float64)
+    key_mask = torch.rand(B, nk, generator=g) > 0.3
+    ins = [v for v in (q, k, ud, hm, delta, c, x) if v is not None]
+    outs = []
+    for order in ("auto", "queries"):
+        got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask, causal=True,
+                                       offset=nk - nq, h_mode=h_mode, c=c, x=x, block_d=16, kv_keys=32,
+                                       kv_queries=16, kv_warps=2, causal_chunks=3, kv_order=order, **launch)
+        got = [o for o in got if o is not None]
+        w = [torch.ones_like(o) * (i + 1) for i, o in enumerate(got)]
+        outs.append(got + list(torch.autograd.grad(sum((o * z).sum() for o, z in zip(got, w)), ins)))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@interpreted
 @pytest.mark.parametrize("mode", ["sum", "grid", "grid-none", "grid-stack", "grid-gather", "grid-gather-all"])
 @pytest.mark.parametrize("nq,nk,offset,tiles", [
     (40, 40, None, dict(block_m=16, block_n=16)), (37, 45, None, dict(block_m=16, block_n=32, causal_chunks=3)),

@@ -31,6 +31,17 @@ def _mm(a, b, PREC: tl.constexpr, OUT: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def _qk(a, b, KMAJ: tl.constexpr, PREC: tl.constexpr, OUT: tl.constexpr, UPCAST: tl.constexpr):
+    """a bᵀ accumulated in OUT (rows of a × rows of b). KMAJ: formed as (b aᵀ)ᵀ, the tensor-core product's rows b's:
+    Triton puts a product on Hopper's wgmma only where its rows fill a warpgroup's 64, so a key-tile program that owns
+    more keys than it steps queries forms its query × key tiles keys first (docs/cem.md, "Which products run on
+    Hopper's tensor-core instruction"); the same products, summed in the same dtype."""
+    if KMAJ:
+        return tl.trans(_mm(b, tl.trans(a), PREC, OUT, UPCAST))
+    return _mm(a, tl.trans(b), PREC, OUT, UPCAST)
+
+
+@triton.jit
 def _col(t, hcol, hh):
     """column hh of a (BM, HP) tensor"""
     return tl.sum(tl.where(hcol[None, :] == hh, t, 0.0), 1)
@@ -71,11 +82,12 @@ def _put(ptr, b, idx, n, W: tl.constexpr, WP: tl.constexpr, ok, val, ADD: tl.con
 def _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
             H: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, CAUSAL: tl.constexpr, HAS_G: tl.constexpr,
             HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
-            UPCAST: tl.constexpr):
-    """(s (BM, BN) with −inf where hidden, q_h (BM, RP), k_h (BN, RP)) of head hh; g: the shared tile."""
+            UPCAST: tl.constexpr, KMAJ: tl.constexpr = False):
+    """(s (BM, BN) with −inf where hidden, q_h (BM, RP), k_h (BN, RP)) of head hh; g: the shared tile; KMAJ: q_h k_hᵀ
+    formed keys first (:func:`_qk`)."""
     qh = _tile(Q, b * H + hh, rows, Nq, R, RP, rmask)
     kh = _tile(K, b * H + hh, cols, Nk, R, RP, cmask)
-    s = _mm(qh, tl.trans(kh), PREC, g.dtype, UPCAST)
+    s = _qk(qh, kh, KMAJ, PREC, g.dtype, UPCAST)
     if HAS_G:
         s += g
     i = (offset + rows)[:, None]

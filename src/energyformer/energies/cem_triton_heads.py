@@ -68,7 +68,7 @@ def _tiles_module():
 
 _t = _tiles_module()
 _mm, _tile, _put, _scores, _shared, _key_end = _t._mm, _t._tile, _t._put, _t._scores, _t._shared, _t._key_end
-_pair_ptrs, _online_row, _dp_x = _t._pair_ptrs, _t._online_row, _t._dp_x
+_pair_ptrs, _online_row, _dp_x, _qk = _t._pair_ptrs, _t._online_row, _t._dp_x, _t._qk
 _col, _add_col, _rescale = _t._col, _t._add_col, _t._rescale
 
 
@@ -162,15 +162,15 @@ def _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rma
                  Nq, Nk, offset, H: tl.constexpr, R: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
                  EP: tl.constexpr, CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr,
                  HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr,
-                 PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+                 PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr, KMAJ: tl.constexpr = False):
     """Backward's (p, dP, q_h, k_h, dOq_h) of head hh on one tile, as ``cem_triton._recompute`` with the
     head's m, l as (BM,) vectors: p = e^{s − m}/l, dP = dOq_h K_hᵀ + Gh + dOx_h X_hᵀ (gh: the head's h part,
-    :func:`_head_gh`)."""
+    :func:`_head_gh`); KMAJ: the scores and dOq_h K_hᵀ formed keys first (``cem_triton._qk``)."""
     s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
-                        H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+                        H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST, KMAJ)
     p = tl.exp(s - m[:, None]) / l[:, None]
     goq = _tile(GOQ, b * H + hh, rows, Nq, R, RP, rmask)
-    dp = _mm(goq, tl.trans(kh), PREC, ACC, UPCAST)
+    dp = _qk(goq, kh, KMAJ, PREC, ACC, UPCAST)
     if HMODE != 0:
         dp += gh
     if HAS_X:
@@ -459,12 +459,14 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
               HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr, GATHER: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
               HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
-              ACC: tl.constexpr, UPCAST: tl.constexpr):
+              ACC: tl.constexpr, UPCAST: tl.constexpr, KMAJ: tl.constexpr):
     """Per (key tile, batch row × head), over the query tiles that see it: dk, dx (registers, stored once);
     dq_k += dS_k K_k, DSS += dS_k, PS += P_k (atomic adds; DQ, DSS, PS zeroed by the launcher; with GATHER no
     PS: the launcher kept the forward's); the
     self-bias gradient Σ_j [j = i] dS_ijk into DDIAG (B, H, Nq), written by the program whose tile holds
-    key position offset + i."""
+    key position offset + i. KMAJ (``KernelTiles.kv_order`` 'auto' where BN > BM): the scores and dOq_h K_hᵀ formed
+    keys first (``cem_triton._qk``), those products' rows the keys, enough to fill Hopper's wgmma (docs/cem.md,
+    "Which products run on Hopper's tensor-core instruction")."""
     pid, b, hh, bh = _program(H, HI, False)  # key tiles: the first is the longest
     cols = pid * BN + tl.arange(0, BN)
     cmask = cols < Nk
@@ -489,7 +491,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
         gh = _head_gh(GH, gh, b, hh, r0, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, H, HMODE, ACC)
         p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask,
                                           g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HMODE, HAS_X,
-                                          HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+                                          HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST, KMAJ)
         ds = p * (dp - dlt[:, None])  # dS_k = P_k ∘ (dP_k − Δ_k)
         dk += _mm(tl.trans(ds.to(qh.dtype)), qh, PREC, ACC, UPCAST) + _mm(tl.trans(p.to(goq.dtype)), goq, PREC, ACC,
                                                                            UPCAST)
