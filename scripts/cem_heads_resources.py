@@ -24,7 +24,7 @@ the head sums are formed (``KernelTiles.head_sums``: gathered, the kernels inclu
 
 ``--kv KxQwW,...`` gives the backward's key-tile kernel tiles of its own (``KernelTiles.kv_keys``, ``kv_queries``,
 ``kv_warps``: K keys owned, Q queries a step, W warps) and compiles only ``_bwd_kv_h`` (the other kernels do not
-take them):
+take them); ``--kv-order auto,queries`` crosses them with the order of that kernel's products (``KernelTiles.kv_order``):
 
     python scripts/cem_heads_resources.py --tiles 16x64w4 --stages 1 --head-sums gather --shared-dtype operand \
         --kv 16x64w4,64x32w4,64x32w8,64x64w4,64x64w8,128x16w4,128x16w8,128x32w8,128x64w8 \
@@ -52,15 +52,16 @@ def _tile(t: str, what: str) -> tuple[int, int, int]:
     return int(m[1]), int(m[2]), int(m[3])
 
 
-def kv_cases(base: dict[str, dict], kv: str) -> dict[str, dict]:
+def kv_cases(base: dict[str, dict], kv: str, kv_order: str = "auto") -> dict[str, dict]:
     """every case of ``base`` with each of the key-tile kernel's own tiles in ``kv`` (KxQwW: keys owned, queries a
-    step, warps)"""
+    step, warps) and each ``KernelTiles.kv_order`` of the comma list ``kv_order`` (named where not 'auto')"""
     out = {}
     for name, kw in base.items():
-        for t in kv.split(","):
+        for t, order in itertools.product(kv.split(","), kv_order.split(",")):
             k, q, w = _tile(t, "--kv")
-            out[f"{name}; key-tile kernel {k} keys × {q} queries, {w} warps"] = dict(kw, kv_keys=k, kv_queries=q,
-                                                                                     kv_warps=w)
+            label = f"{name}; key-tile kernel {k} keys × {q} queries, {w} warps"
+            out[label + ("" if order == "auto" else f", {order} first")] = dict(kw, kv_keys=k, kv_queries=q,
+                                                                                kv_warps=w, kv_order=order)
     return out
 
 
@@ -111,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shared-dtype", default="accumulation", help="comma-separated KernelTiles.shared_dtype values")
     ap.add_argument("--psum-keys", default="", help="comma-separated KernelTiles.psum_keys values (gathered sums)")
     ap.add_argument("--kv", help="comma-separated KxQwW tiles of the backward's key-tile kernel (only it compiled)")
+    ap.add_argument("--kv-order", default="auto",
+                    help="with --kv: comma-separated KernelTiles.kv_order values (auto: products keys first where the "
+                         "kernel owns more keys than it steps queries; queries: always queries first)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--title", help="the --out page's title (default: one naming the options crossed)")
     a = ap.parse_args(argv)
@@ -124,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         all_cases = cases(a.tiles, a.stages, a.dim, a.head_sums, a.shared_dtype, a.psum_keys)
         if a.kv:
-            all_cases = kv_cases(all_cases, a.kv)
+            all_cases = kv_cases(all_cases, a.kv, a.kv_order)
         res = {}
         for name, kw in all_cases.items():  # _psum_h only where the head sums are gathered
             res.update(resources({name: kw}, kernels=kernels if a.kv else launched(kw["head_sums"])))
