@@ -140,6 +140,11 @@ def models() -> dict[str, BlockConfig]:
         "paper configuration, one program per head (64 × 32)": BlockConfig(
             attention=CEMAttentionConfig(**paper, attn_kernel={"grid": "heads", "block_m": 64, "block_n": 32}),
             mlp=CEMMLPConfig(**paper)),
+        # its key-tile kernel (64 keys owned, 32 queries a step) forming scores and dP queries first, as before
+        # KernelTiles.kv_order (the default forms them keys first: 77 % of its products on wgmma instead of 41 %,
+        # docs/results/cem/tensor_cores_kv.md's method; untimed)
+        "paper configuration, key-tile kernel queries first": BlockConfig(
+            attention=CEMAttentionConfig(**paper, attn_kernel={"kv_order": "queries"}), mlp=CEMMLPConfig(**paper)),
         # half the query blocks at N 1k (4 instead of 8): half the blocked path's launches, 11% more causal work
         "paper configuration, blocked path, query block 256": BlockConfig(
             attention=CEMAttentionConfig(**paper, attn_path="blocked", attn_block=256), mlp=CEMMLPConfig(**paper)),

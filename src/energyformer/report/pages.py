@@ -281,8 +281,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "compiled without a GPU)"),
     Artifact(f"{RESULTS}/cem", "tensor_cores_kv.md",
              "verbatim output of `python scripts/cem_heads_resources.py --tiles 16x64w4 --stages 1,2 --head-sums "
-             "gather --shared-dtype operand --kv 16x64w4,...,128x64w8 --title ... --out DIR/tensor_cores_kv.md` "
-             "(issue 21: the key-tile kernel's products on wgmma by its own tiles, sm_90, compiled without a GPU)"),
+             "gather --shared-dtype operand --kv 16x64w4,...,128x64w8 --kv-order auto,queries --title ... --out "
+             "DIR/tensor_cores_kv.md` (issue 21: the key-tile kernel's products on wgmma by its own tiles and the "
+             "order it forms them in, sm_90, compiled without a GPU)"),
     Artifact(f"{RESULTS}/cem", "cem_flops_kv.md",
              "output of `python benchmarks/cem_flops.py --ns 1024 4096 --shared-bytes 2 --heads-tiles 16 64|64 32 "
              "--kv-keys 16|128` (issue 21: FLOPs, tile-model bytes and the key-tile kernel's dq atomics, counted)"),
