@@ -93,11 +93,12 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 
 
 @interpreted
-@pytest.mark.parametrize("mode", ["grid", "grid-stack", "grid-gather"])
-def test_key_tile_kernel_keys_first_equals_queries_first(mode):
-    """``KernelTiles.kv_order``: the key-tile kernel owning more keys than it steps queries forms its scores and dP
-    keys first ('auto') or queries first ('queries'); the same products, so every output and gradient agrees to
-    float64 rounding (each also equals the dense reference: the d-chunks test runs 'auto' at these tiles)."""
+@pytest.mark.parametrize("mode", ["grid", "grid-stack", "grid-gather", "grid-gather-all"])
+def test_products_keys_first_equal_queries_first(mode):
+    """``KernelTiles.product_order``: at these tiles every one-program-per-head kernel has more keys than queries (16
+    queries × 64 keys; the key-tile kernel 32 keys × 16 queries) and forms Q Kᵀ and dOq Kᵀ keys first ('auto') or
+    queries first ('queries'); the same products, so every output and gradient agrees to float64 rounding (each
+    also equals the dense reference: the other interpreter tests run 'auto')."""
     g = torch.Generator().manual_seed(5)
     B, H, R, D, nq, nk = 2, 3, 4, 40, 37, 40
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
@@ -111,7 +112,7 @@ def test_key_tile_kernel_keys_first_equals_queries_first(mode):
     for order in ("auto", "queries"):
         got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask, causal=True,
                                        offset=nk - nq, h_mode=h_mode, c=c, x=x, block_d=16, kv_keys=32,
-                                       kv_queries=16, kv_warps=2, causal_chunks=3, kv_order=order, **launch)
+                                       kv_queries=16, kv_warps=2, causal_chunks=3, product_order=order, **launch)
         got = [o for o in got if o is not None]
         w = [torch.ones_like(o) * (i + 1) for i, o in enumerate(got)]
         outs.append(got + list(torch.autograd.grad(sum((o * z).sum() for o, z in zip(got, w)), ins)))

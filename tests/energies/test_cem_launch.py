@@ -84,15 +84,20 @@ def test_the_key_tile_kernel_takes_its_own_tiles_and_warps(grid):
         assert cem_kernel.kernel_meta(metas[0], name) == cem_kernel.kernel_meta(metas[1], name), name
     assert (base.align(), own.align()) == (32, 128)
     assert cem_kernel.launch_chunks(300, 300, 0, True, own) == cem_products_row_chunks(300, own)
-    # KernelTiles.kv_order: one program per head's key-tile kernel forms its products keys first where it owns more
-    # keys than it steps queries ('auto'), never with 'queries'; no other kernel takes the flag
-    rows_first = own.model_copy(update=dict(kv_order="queries"))
-    wide = base.model_copy(update=dict(block_m=64, block_n=32))  # 64 keys owned, 32 queries a step
-    for tiles, keys_first in ((base, False), (own, True), (rows_first, False), (wide, True)):
+    # KernelTiles.product_order: the one-program-per-head kernels form Q Kᵀ and dOq Kᵀ keys first where their tile
+    # has more keys than queries ('auto'), never with 'queries'; the loop kernels take no such flag
+    rows_first = own.model_copy(update=dict(product_order="queries"))
+    wide = base.model_copy(update=dict(block_m=64, block_n=32))  # 64 queries × 32 keys; the key-tile kernel 64 × 32
+    for tiles, query_tiles, key_tiles in ((base, True, False), (own, True, True), (rows_first, False, False),
+                                          (wide, False, True)):
         meta = cem_kernel._launch_args(tl, q, hm, None, True, True, "sum", True, True, False, tiles)
-        got = {name: cem_kernel.kernel_meta(meta, name) for name in LOOP + HEADS}
-        assert got[kv].get("KMAJ", False) is (keys_first and grid == "heads"), (tiles, grid)
-        assert all("KMAJ" not in m and "KO" not in m for name, m in got.items() if name != "_bwd_kv_h")
+        for name in LOOP + HEADS:
+            got = cem_kernel.kernel_meta(meta, name)
+            assert "KO" not in got, name
+            if name in LOOP or name == "_dv_h":
+                assert "KMAJ" not in got, name
+            else:
+                assert got["KMAJ"] is (key_tiles if name == "_bwd_kv_h" else query_tiles), (tiles, name)
 
 
 def cem_products_row_chunks(n: int, tiles) -> list:

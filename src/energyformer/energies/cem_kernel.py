@@ -264,16 +264,18 @@ class KernelTiles(ConfigModel):
     every head in series — at N 4,096 and 64-key tiles the last query tile's 64 × 12 tile steps, where a head's
     forward program does 64. 512 (the default): 8 key tiles per program at the default 64. Untimed on a GPU."""
 
-    kv_order: Literal["auto", "queries"] = Field("auto", json_schema_extra={HASH_NEUTRAL: True})
-    """how one program per head's key-tile kernel (``_bwd_kv_h``) forms its (query step × owned keys) tiles of the
-    scores and of dOq Kᵀ (docs/cem.md, "which products run on Hopper's tensor-core instruction"). Triton puts a tile
-    product on Hopper's wgmma only where the product's rows fill a warpgroup's 64, else on the older mma.sync.
-    'auto' (recommended, the default): keys first, as (K Qᵀ)ᵀ with the keys as the product's rows, where the kernel
-    owns more keys than it steps queries (``kv_keys``, or ``block_m`` > ``block_n``: the paper configuration's 64 ×
-    32), else queries first. Compiled for sm_90 at 128 keys × 32 queries, four of the kernel's five products then
-    run on wgmma instead of two (docs/results/cem/tensor_cores_kv.md). 'queries': always queries first, the form
-    before this field. The same products summed in the same dtype: equal results to rounding (tested). Untimed on
-    a GPU: ``scripts/gpu_checks.sh next`` compares the two."""
+    product_order: Literal["auto", "queries"] = Field("auto", json_schema_extra={HASH_NEUTRAL: True})
+    """how one program per head's kernels form their (queries × keys) tiles of the scores Q Kᵀ and of dOq Kᵀ
+    (docs/cem.md, "which products run on Hopper's tensor-core instruction"). Triton puts a tile product on Hopper's
+    wgmma only where the product's rows fill a warpgroup's 64, else on the older mma.sync. 'auto' (recommended,
+    the default): the longer tile side as the product's rows — keys first, as (K Qᵀ)ᵀ, where a tile has more keys
+    than queries (the query-tile kernels at the default 16 × 64; the key-tile kernel with ``kv_keys`` above
+    ``kv_queries``, or at the paper configuration's 64 × 32), queries first elsewhere. Compiled for sm_90 at the
+    default launch, ``_psum_h`` and ``_bwd_d_h`` then run all their products on wgmma and ``_fwd_h`` half, where
+    none did; at 128 keys × 32 queries the key-tile kernel runs 80 % instead of 40 % (docs/results/cem/
+    tensor_cores_*.md). 'queries': always queries first, the form before this field. The same products summed in
+    the same dtype: equal results to rounding (tested). Untimed on a GPU: ``scripts/gpu_checks.sh next`` compares
+    the two, and a slower result puts 'queries' back as the default."""
 
     def kv_tiles(self) -> tuple[int, int, int]:
         """(keys owned, queries stepped, warps) of the backward's key-tile kernel, the fields' None resolved."""
@@ -345,7 +347,7 @@ def _launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: boo
                 KV=tiles.kv_tiles(), KT=max(1, tiles.psum_keys // tiles.block_n) if tiles.psum_keys else 0,
                 MAT=tiles.shared == "materialize" and (tiles.per_head_programs(hmode) if hmode == "stack"
                                                        else has_g or hmode == "sum"),
-                num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner", KO=tiles.kv_order == "auto",
+                num_stages=tiles.num_stages, HI=tiles.grid == "heads_inner", KO=tiles.product_order == "auto",
                 GATHER=GATHER_LEVELS[tiles.head_sums_for(hmode)],
                 CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
                 HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
@@ -376,26 +378,28 @@ def kernel_meta(meta: dict, name: str) -> dict:
     launch order HI and GATHER are arguments of the one-program-per-head kernels (``*_h``) only; ``_psum_h`` and
     ``_dsum_h`` (the gathered head sums, one program per query tile and batch row — for ``_psum_h`` per run of
     KT key tiles too, ``KernelTiles.psum_keys``) take the scores' constexprs (and ``_dsum_h`` dP's). ``_dv_h`` (per-head
-    factors' value gradients, an elementwise pass) takes its own blocks: 64 key rows × 64 columns of D. ``_bwd_kv_h``
-    also takes KMAJ, whether it forms its products keys first (``KernelTiles.kv_order``)."""
+    factors' value gradients, an elementwise pass) takes its own blocks: 64 key rows × 64 columns of D. The other
+    one-program-per-head kernels also take KMAJ, whether they form Q Kᵀ and dOq Kᵀ keys first
+    (``KernelTiles.product_order``)."""
     if name == "_dv_h":
         return dict(H=meta["H"], D=meta["D"], BJ=DV_ROWS, BD=min(64, meta["BD"]), ACC=meta["ACC"])
+    keys_first = bool(meta.get("KO", False))  # KernelTiles.product_order 'auto': the longer tile side as the rows
     if name in ("_psum_h", "_dsum_h"):
         keep = ("H", "R", "RP", "BM", "BN", "CAUSAL", "HAS_G", "HAS_ALIBI", "HAS_DELTA", "HAS_KMASK", "PREC", "ACC",
                 "UPCAST", "num_warps", "num_stages") + (("E", "EP", "HP", "HAS_X") if name == "_dsum_h" else ("KT",))
-        return {k: meta[k] for k in keep if k in meta}
+        return {**{k: meta[k] for k in keep if k in meta}, "KMAJ": keys_first and meta["BN"] > meta["BM"]}
     out = dict(meta)
     out.pop("KT", None)
+    out.pop("KO", None)
     kv = out.pop("KV", None)  # (keys owned, queries stepped, warps): KernelTiles.kv_tiles
-    keys_first = out.pop("KO", False)  # KernelTiles.kv_order 'auto'
     if name in ("_bwd_kv", "_bwd_kv_h"):
         owned, step, warps = kv or (meta["BM"], meta["BN"], None)
         out.update(BN=owned, BM=step)
         if warps is not None and "num_warps" in out:
             out["num_warps"] = warps
-        if name == "_bwd_kv_h":  # its (query step × owned keys) products keys first where the keys are more
-            out["KMAJ"] = bool(keys_first) and owned > step
-    if not name.endswith("_h"):
+    if name.endswith("_h"):  # (BM queries × BN keys) tiles, the keys owned in the key-tile kernel
+        out["KMAJ"] = keys_first and out["BN"] > out["BM"]
+    else:
         out.pop("HI", None)
         out.pop("GATHER", None)
     return out

@@ -24,7 +24,7 @@ from .cem_products import head_block_size
 #: KernelTiles' fields in the operators' argument order
 TILE_FIELDS = ("block_m", "block_n", "block_d", "num_warps", "num_stages", "head_unroll", "shared", "grid",
                "causal_chunks", "head_sums", "shared_dtype", "kv_keys", "kv_queries", "kv_warps",
-               "psum_keys", "kv_order")
+               "psum_keys", "product_order")
 
 
 def _tiles(*fields) -> KernelTiles:
@@ -47,11 +47,11 @@ def cem_attention_fwd(q: Tensor, k: Tensor, ud: Optional[Tensor], hm: Optional[T
                       num_warps: int, num_stages: int, head_unroll: int, shared: str, grid: str,
                       causal_chunks: int, head_sums: str, shared_dtype: str, kv_keys: Optional[int],
                       kv_queries: Optional[int], kv_warps: Optional[int],
-                      psum_keys: int, kv_order: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                      psum_keys: int, product_order: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(oq, hs or (0,), ox or (0,), lse, m, l, kept or (0,)) of the kernels' forward (kept: the gathered head
     sums the backward reads, ``KernelTiles.head_sums``)."""
     tiles = _tiles(block_m, block_n, block_d, num_warps, num_stages, head_unroll, shared, grid, causal_chunks,
-                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps, psum_keys, kv_order)
+                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps, psum_keys, product_order)
     oq, hs, ox, lse, m, l, kept = _fwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode, tiles)
     return oq, _or_empty(hs, q), _or_empty(ox, q), lse, m, l, _or_empty(kept, q)
 
@@ -59,14 +59,14 @@ def cem_attention_fwd(q: Tensor, k: Tensor, ud: Optional[Tensor], hm: Optional[T
 @cem_attention_fwd.register_fake
 def _(q, k, ud, hm, x, c, delta, slopes, kmask, causal, offset, hmode, block_m, block_n, block_d, num_warps,
       num_stages, head_unroll, shared, grid, causal_chunks, head_sums, shared_dtype, kv_keys, kv_queries, kv_warps,
-      psum_keys, kv_order):
+      psum_keys, product_order):
     B, H, nq, R = q.shape
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     lse = q.new_empty(B, H, nq, dtype=acc)
     hs = q.new_empty(B, nq, hm.shape[-1], dtype=acc) if hmode != "none" else q.new_empty(0)
     ox = q.new_empty(B, H, nq, x.shape[-1], dtype=acc) if x is not None else q.new_empty(0)
     tiles = _tiles(block_m, block_n, block_d, num_warps, num_stages, head_unroll, shared, grid, causal_chunks,
-                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps, psum_keys, kv_order)
+                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps, psum_keys, product_order)
     kept = q.new_empty(0)
     if gathers(tiles, hmode):
         kept = q.new_empty(B, head_block_size(1, launch_chunks(nq, k.shape[2], offset, causal, tiles)))
@@ -81,10 +81,10 @@ def cem_attention_bwd(q: Tensor, k: Tensor, ud: Optional[Tensor], hm: Optional[T
                       block_m: int, block_n: int, block_d: int, num_warps: int, num_stages: int, head_unroll: int,
                       shared: str, grid: str, causal_chunks: int, head_sums: str, shared_dtype: str,
                       kv_keys: Optional[int], kv_queries: Optional[int], kv_warps: Optional[int],
-                      psum_keys: int, kv_order: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                      psum_keys: int, product_order: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dq, dk, d(ud), dh, dx, dc, dδ), (0,) where the input is absent."""
     tiles = _tiles(block_m, block_n, block_d, num_warps, num_stages, head_unroll, shared, grid, causal_chunks,
-                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps, psum_keys, kv_order)
+                   head_sums, shared_dtype, kv_keys, kv_queries, kv_warps, psum_keys, product_order)
     grads = _bwd_impl(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, gox, glse, causal, offset,
                       hmode, tiles)
     return tuple(_or_empty(g, q) for g in grads)
@@ -94,7 +94,7 @@ def cem_attention_bwd(q: Tensor, k: Tensor, ud: Optional[Tensor], hm: Optional[T
 def _(q, k, ud, hm, x, c, delta, slopes, kmask, m, l, kept, goq, ghs, gox, glse, causal, offset, hmode, block_m,
       block_n, block_d, num_warps, num_stages, head_unroll, shared, grid, causal_chunks, head_sums,
       shared_dtype, kv_keys, kv_queries, kv_warps,
-      psum_keys, kv_order):
+      psum_keys, product_order):
     return tuple(q.new_empty(0) if t is None else torch.empty_like(t) for t in (q, k, ud, hm, x, c, delta))
 
 

@@ -33,9 +33,9 @@ def _mm(a, b, PREC: tl.constexpr, OUT: tl.constexpr, UPCAST: tl.constexpr):
 @triton.jit
 def _qk(a, b, KMAJ: tl.constexpr, PREC: tl.constexpr, OUT: tl.constexpr, UPCAST: tl.constexpr):
     """a bᵀ accumulated in OUT (rows of a × rows of b). KMAJ: formed as (b aᵀ)ᵀ, the tensor-core product's rows b's:
-    Triton puts a product on Hopper's wgmma only where its rows fill a warpgroup's 64, so a key-tile program that owns
-    more keys than it steps queries forms its query × key tiles keys first (docs/cem.md, "Which products run on
-    Hopper's tensor-core instruction"); the same products, summed in the same dtype."""
+    Triton puts a product on Hopper's wgmma only where its rows fill a warpgroup's 64, so a tile with more keys than
+    queries forms its query × key products keys first (``KernelTiles.product_order``; docs/cem.md, "Which products
+    run on Hopper's tensor-core instruction"); the same products, summed in the same dtype."""
     if KMAJ:
         return tl.trans(_mm(b, tl.trans(a), PREC, OUT, UPCAST))
     return _mm(a, tl.trans(b), PREC, OUT, UPCAST)

@@ -13,8 +13,9 @@ accumulation-dtype (B, Nq, Nk) buffers, as is dq = Σ_j dS_ij k_j from the key-t
 FlashAttention 2's backward, there is no query-tile pass for dq). Atomic float adds land in any order:
 results are exact to rounding but not bitwise repeatable from run to run.
 
-Kernels (constexprs as in ``cem_triton.py``, and HI: the launch order of :func:`_program`; MAT must hold
-wherever there is a shared or per-head product):
+Kernels (constexprs as in ``cem_triton.py``, and HI: the launch order of :func:`_program`; KMAJ: every
+(queries × keys) product Q Kᵀ, dOq Kᵀ formed keys first, ``KernelTiles.product_order``; MAT must hold wherever
+there is a shared or per-head product):
 
 * ``_fwd_h``: pass 1 → m, l, lse of the head; pass 2 → oq, ox in registers (p = e^{s − m}/l, the same
   arithmetic as ``_fwd``) and p added into PS — or, where no probability leaves the program (no h read-out, or
@@ -162,7 +163,7 @@ def _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rma
                  Nq, Nk, offset, H: tl.constexpr, R: tl.constexpr, E: tl.constexpr, RP: tl.constexpr,
                  EP: tl.constexpr, CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr,
                  HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr,
-                 PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr, KMAJ: tl.constexpr = False):
+                 PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr, KMAJ: tl.constexpr):
     """Backward's (p, dP, q_h, k_h, dOq_h) of head hh on one tile, as ``cem_triton._recompute`` with the
     head's m, l as (BM,) vectors: p = e^{s − m}/l, dP = dOq_h K_hᵀ + Gh + dOx_h X_hᵀ (gh: the head's h part,
     :func:`_head_gh`); KMAJ: the scores and dOq_h K_hᵀ formed keys first (``cem_triton._qk``)."""
@@ -196,7 +197,7 @@ def _one_pass(Q, K, UD, HM, X, SLOPES, DELTA, KMASK, G, OQ, OX, LSE, M, L, pid, 
               BD: tl.constexpr, EP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, MAT: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr,
               HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
-              UPCAST: tl.constexpr):
+              UPCAST: tl.constexpr, KMAJ: tl.constexpr):
     """``_fwd_h`` in one pass over the keys (FlashAttention's forward), where no normalised probability has to
     leave the program: oq, ox accumulated with the running max m and rescaled by e^{m − m'} when it grows, divided
     by the final sum l at the end; stores lse and the final m, l (as the two-pass form: the backward's
@@ -211,7 +212,7 @@ def _one_pass(Q, K, UD, HM, X, SLOPES, DELTA, KMASK, G, OQ, OX, LSE, M, L, pid, 
         g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
                        PREC, ACC, UPCAST)
         s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
-                            H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+                            H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST, KMAJ)
         m_new, alpha, pt = _rescale(s, m)  # pt = e^{s − m'} (BM, BN), at most 1
         l = l * alpha + tl.sum(pt, 1)
         oq = oq * alpha[:, None] + _mm(pt.to(kh.dtype), kh, PREC, ACC, UPCAST)
@@ -232,7 +233,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
            HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr, GATHER: tl.constexpr,
            CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
            HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
-           ACC: tl.constexpr, UPCAST: tl.constexpr):
+           ACC: tl.constexpr, UPCAST: tl.constexpr, KMAJ: tl.constexpr):
     """Per (query tile, batch row × head): pass 1 → lse, m, l of the head; pass 2 → oq, ox (stored once)
     and, with the head-summed read-out, p added into PS (accumulation dtype, zeroed by the launcher). Where
     no probability leaves the program (no h read-out, or GATHER: ``_psum_h`` forms Σ_k P_k), one pass:
@@ -244,7 +245,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
     if HMODE == 0 or (HMODE == 1 and GATHER > 0):
         _one_pass(Q, K, UD, HM, X, SLOPES, DELTA, KMASK, G, OQ, OX, LSE, M, L, pid, b, hh, bh, rows, rmask, kend,
                   Nq, Nk, offset, H, R, D, E, RP, BD, EP, BM, BN, MAT, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
-                  HAS_KMASK, PREC, ACC, UPCAST)
+                  HAS_KMASK, PREC, ACC, UPCAST, KMAJ)
     else:
         m = tl.full((BM,), float("-inf"), ACC)
         l = tl.zeros((BM,), ACC)
@@ -254,7 +255,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
             g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
                            PREC, ACC, UPCAST)
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
-                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST, KMAJ)
             m, l = _online_row(s, m, l)
         m, l = _store_row_stats(LSE, M, L, bh, rows, rmask, Nq, m, l)  # p = e^{s − m} / l (see _fwd)
         oq = tl.zeros((BM, RP), ACC)
@@ -265,7 +266,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
             g, _ = _shared(UD, UD, HM, G, G, b, rows, cols, rmask, cmask, Nq, Nk, HAS_G, False, MAT, D, BD, BM, BN,
                            PREC, ACC, UPCAST)
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
-                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST, KMAJ)
             p = tl.exp(s - m[:, None]) / l[:, None]
             oq += _mm(p.to(kh.dtype), kh, PREC, ACC, UPCAST)
             if HAS_X:
@@ -317,7 +318,7 @@ def _psum_h(Q, K, SLOPES, DELTA, KMASK, G, M, L, PS, Nq, Nk, offset, STEP, ALIGN
             H: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
             KT: tl.constexpr, CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HAS_ALIBI: tl.constexpr,
             HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
-            UPCAST: tl.constexpr):
+            UPCAST: tl.constexpr, KMAJ: tl.constexpr):
     """Σ_k P_k gathered (``KernelTiles.head_sums = 'gather'``): per (query tile, run of KT key tiles, batch row)
     (KT 0: every key; ``KernelTiles.psum_keys``), every key tile of the run the query tile sees once, the shared
     tile G loaded once and every head's p = e^{s − m}/l (``_fwd_h``'s final m, l) summed in registers; stored
@@ -347,7 +348,7 @@ def _psum_h(Q, K, SLOPES, DELTA, KMASK, G, M, L, PS, Nq, Nk, offset, STEP, ALIGN
         ps = tl.zeros((BM, BN), ACC)
         for hh in range(0, H):
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
-                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST)
+                                H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST, KMAJ)
             m, l = _head_ml(M, L, b, hh, rows, rmask, Nq, H)
             ps += tl.exp(s - m[:, None]) / l[:, None]
         _store_head_p(PS, ps, b, 0, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, 1, False)
@@ -361,13 +362,13 @@ def _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, M, L, GOQ, GOX, b, rows, cols, rma
                H: tl.constexpr, R: tl.constexpr, E: tl.constexpr, RP: tl.constexpr, EP: tl.constexpr,
                CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr,
                HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
-               UPCAST: tl.constexpr):
+               UPCAST: tl.constexpr, KMAJ: tl.constexpr):
     """(p, dP) (BM, BN) of head hh on one tile with the head-summed read-out: :func:`_recompute_h` with the shared
     tiles g, gh (``_shared``'s, loaded once per key tile by the caller) and the head's m, l"""
     m, l = _head_ml(M, L, b, hh, rows, rmask, Nq, H)
     p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask, g, gh,
                                       m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, 1, HAS_X, HAS_ALIBI,
-                                      HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+                                      HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST, KMAJ)
     return p, dp
 
 
@@ -376,7 +377,7 @@ def _dsum_h(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, DLT, DSS, Nq, 
             H: tl.constexpr, R: tl.constexpr, E: tl.constexpr, RP: tl.constexpr, EP: tl.constexpr,
             HP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr, HAS_G: tl.constexpr,
             HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr,
-            PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+            PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr, KMAJ: tl.constexpr):
     """Σ_k dS_k gathered (``KernelTiles.head_sums = 'gather_all'``, the head-summed read-out with a shared
     diagonal), in place of ``_bwd_d_h``: per (query tile, batch row), every head walked inside, G and Gh loaded
     once per key tile for all heads. Pass A: every head's Δ_k = Σ_j p dP, a (BM, HP) tile in registers, added to
@@ -402,7 +403,7 @@ def _dsum_h(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, DLT, DSS, Nq, 
         for hh in range(0, H):
             p, dp = _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, M, L, GOQ, GOX, b, rows, cols, rmask, cmask, g, gh, hh,
                                Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
-                               HAS_KMASK, PREC, ACC, UPCAST)
+                               HAS_KMASK, PREC, ACC, UPCAST, KMAJ)
             dlt = _add_col(dlt, hcol, hh, tl.sum(p * dp, 1))
     tl.store(DLT + dptr, dlt, mask=dmask)
     for start in range(0, kend, BN):  # pass B: Σ_k dS_k
@@ -414,7 +415,7 @@ def _dsum_h(Q, K, X, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GOX, DLT, DSS, Nq, 
         for hh in range(0, H):
             p, dp = _tile_p_dp(Q, K, X, SLOPES, DELTA, KMASK, M, L, GOQ, GOX, b, rows, cols, rmask, cmask, g, gh, hh,
                                Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
-                               HAS_KMASK, PREC, ACC, UPCAST)
+                               HAS_KMASK, PREC, ACC, UPCAST, KMAJ)
             dss += p * (dp - _col(dlt, hcol, hh)[:, None])
         _store_head_p(DSS, dss, b, 0, pid * BM, rows, cols, rmask, cmask, Nq, Nk, offset, STEP, ALIGN, TOT, 1, False)
     _zeros_past(DSS, b, 0, pid, rows, rmask, kend, Nq, Nk, offset, STEP, ALIGN, TOT, 1, BM, BN, ACC)
@@ -428,7 +429,7 @@ def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GO
              HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr, GATHER: tl.constexpr,
              CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
              HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
-             ACC: tl.constexpr, UPCAST: tl.constexpr):
+             ACC: tl.constexpr, UPCAST: tl.constexpr, KMAJ: tl.constexpr):
     """Per (query tile, batch row × head): Δ_k = Σ_j p dP added to DLT (which holds −g_lse); the very p
     and dP of ``_bwd_kv_h`` (not dOq·oq, see ``cem_triton._bwd_q``)."""
     pid, b, hh, bh = _program(H, HI, CAUSAL)
@@ -446,7 +447,7 @@ def _bwd_d_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, GO
                       ACC)
         p, dp, qh, kh, goq = _recompute_h(Q, K, SLOPES, DELTA, KMASK, X, GOQ, GOX, hh, b, rows, cols, rmask, cmask,
                                           g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HMODE, HAS_X,
-                                          HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST)
+                                          HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST, KMAJ)
         dlt += tl.sum(p * dp, 1)
     tl.store(DLT + bh * Nq + rows, dlt, mask=rmask)
 
@@ -464,9 +465,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
     dq_k += dS_k K_k, DSS += dS_k, PS += P_k (atomic adds; DQ, DSS, PS zeroed by the launcher; with GATHER no
     PS: the launcher kept the forward's); the
     self-bias gradient Σ_j [j = i] dS_ijk into DDIAG (B, H, Nq), written by the program whose tile holds
-    key position offset + i. KMAJ (``KernelTiles.kv_order`` 'auto' where BN > BM): the scores and dOq_h K_hᵀ formed
-    keys first (``cem_triton._qk``), those products' rows the keys, enough to fill Hopper's wgmma (docs/cem.md,
-    "Which products run on Hopper's tensor-core instruction")."""
+    key position offset + i."""
     pid, b, hh, bh = _program(H, HI, False)  # key tiles: the first is the longest
     cols = pid * BN + tl.arange(0, BN)
     cmask = cols < Nk
