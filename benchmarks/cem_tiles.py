@@ -67,12 +67,12 @@ class Variant(NamedTuple):
     shared_dtype: str = "accumulation"
     kv: str = ""  # the backward's key-tile kernel's own tiles KxQwW (KernelTiles.kv_*); "": the tiles above
     psum_keys: int = 512  # keys per program of the gathered head sums (KernelTiles.psum_keys; 0: a whole row)
-    kv_order: str = "auto"  # the key-tile kernel's products keys first where it owns more keys (KernelTiles.kv_order)
+    product_order: str = "auto"  # Q Kᵀ, dOq Kᵀ keys first where a tile has more keys (KernelTiles.product_order)
 
     def label(self) -> str:
         return (f"| {self.block_m}×{self.block_n} | {self.head_unroll} | {self.num_warps} | {self.shared} "
                 f"| {self.grid} | {self.causal_chunks} | {self.num_stages} | {self.head_sums} | {self.shared_dtype} "
-                f"| {self.kv or '—'} | {self.psum_keys} | {self.kv_order} |")
+                f"| {self.kv or '—'} | {self.psum_keys} | {self.product_order} |")
 
     def launch(self) -> dict:
         """the variant as :func:`cem_attention`'s keywords"""
@@ -94,12 +94,12 @@ def kv_tiles(t: str) -> tuple[int, int, int]:
 def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "materialize",
                 grid: str = "rows", causal_chunks: str = "4", num_stages: str = "1",
                 head_sums: str = "atomic", shared_dtype: str = "accumulation", kv: str = "",
-                psum_keys: str = "512", kv_order: str = "auto") -> list[Variant]:
+                psum_keys: str = "512", product_order: str = "auto") -> list[Variant]:
     """Variants: every ``MxN`` or ``MxNwW`` (W warps for this pair; else ``num_warps``) of the comma list
     ``spec``, with every head_unroll, ``shared``, ``grid``, ``causal_chunks``, ``num_stages``, ``head_sums``,
     ``shared_dtype``, ``kv`` (the key-tile kernel's own ``KxQwW``; an empty item: the pair's), ``psum_keys``
-    (only with gathered head sums, the one kernel it changes) and ``kv_order`` (one program per head only) value of
-    their comma lists
+    (only with gathered head sums, the one kernel it changes) and ``product_order`` (one program per head only)
+    value of their comma lists
     (the chunks only change the launcher's batched matmuls, so they add no build) — less the
     combinations KernelTiles refuses (grid 'heads' with shared 'recompute', head sums gathered on grid 'rows',
     shared_dtype 'operand' with shared 'recompute')
@@ -118,7 +118,8 @@ def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "mate
                 for c in causal_chunks.split(",") for st in num_stages.split(",") for hsum in head_sums.split(",")
                 for sd in shared_dtype.split(",") for kt in kv.split(",")
                 for pk in (psum_keys.split(",") if hsum != "atomic" else [Variant._field_defaults["psum_keys"]])
-                for ko in (kv_order.split(",") if gr != "rows" else [Variant._field_defaults["kv_order"]])
+                for ko in (product_order.split(",") if gr != "rows"
+                           else [Variant._field_defaults["product_order"]])
                 if ((gr == "rows" and hsum == "atomic") or (gr != "rows" and s == "materialize" and u == "1"))
                 and (s == "materialize" or sd == "accumulation")]
     return out
@@ -163,9 +164,9 @@ def main(argv: list[str] | None = None) -> None:
                          "kv_queries, kv_warps); an empty item keeps the pair's (e.g. ',128x32w8')")
     ap.add_argument("--psum-keys", default="512",
                     help="comma-separated KernelTiles.psum_keys values (gathered head sums; 0: one program a row)")
-    ap.add_argument("--kv-order", default="auto",
-                    help="comma-separated KernelTiles.kv_order values (auto: the key-tile kernel's products keys first "
-                         "where it owns more keys than it steps queries; queries: always queries first)")
+    ap.add_argument("--product-order", default="auto",
+                    help="comma-separated KernelTiles.product_order values (auto: Q Kᵀ and dOq Kᵀ keys first where a "
+                         "tile has more keys than queries; queries: always queries first)")
     ap.add_argument("--h-mode", choices=("sum", "stack"), default="sum",
                     help="the h read-out: 'sum' (full CEM T=1) or 'stack' (the paper configuration's per-head factors)")
     ap.add_argument("--no-sdpa", action="store_true", help="leave out the SDPA (Llama attention) reference row")
@@ -190,14 +191,14 @@ def main(argv: list[str] | None = None) -> None:
     q, k, ud, hm, slopes, delta, c, x = inputs(a.batch, a.heads, a.n, r, a.dim, dtype, device, a.h_mode)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     variants = parse_tiles(a.tiles, a.head_unroll, a.num_warps, a.shared, a.grid, a.causal_chunks, a.num_stages,
-                           a.head_sums, a.shared_dtype, a.kv, a.psum_keys, a.kv_order)
+                           a.head_sums, a.shared_dtype, a.kv, a.psum_keys, a.product_order)
     lib = KernelTiles().launch(a.h_mode)  # the default launch as the energy runs it
     bf16 = shared_store_dtype(lib, torch.bfloat16, torch.float32, a.h_mode) == torch.bfloat16
     default = Variant(lib.block_m, lib.block_n, lib.head_unroll, lib.num_warps, lib.shared,
                       "heads" if lib.per_head_programs(a.h_mode) else "rows", lib.causal_chunks,
                       lib.num_stages, lib.head_sums_for(a.h_mode),
                       "operand" if bf16 else "accumulation", psum_keys=lib.psum_keys,
-                      kv_order=lib.kv_order)  # 'auto' resolved
+                      product_order=lib.product_order)  # 'auto' resolved
     variants = ([] if default in variants else [default]) + variants  # the ratios' base is always timed
     variants += [] if a.no_sdpa else [SDPA]
     v_ = k.detach().clone().requires_grad_(True)  # Llama's values: separate from its keys
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
              f"block_d {a.block_d}; {a.repeats} "
              f"interleaved repeats after one untimed build; ratios to the default launch {default.label()}", "",
              "| block_m × block_n | head_unroll | warps | shared | grid | causal_chunks | num_stages | head_sums "
-             "| shared_dtype | key-tile kernel | psum_keys | kv_order | ms, median [min, max] "
+             "| shared_dtype | key-tile kernel | psum_keys | product_order | ms, median [min, max] "
              "| × default time, median [min, max] |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     base = times.get(default)

@@ -24,11 +24,15 @@ the head sums are formed (``KernelTiles.head_sums``: gathered, the kernels inclu
 
 ``--kv KxQwW,...`` gives the backward's key-tile kernel tiles of its own (``KernelTiles.kv_keys``, ``kv_queries``,
 ``kv_warps``: K keys owned, Q queries a step, W warps) and compiles only ``_bwd_kv_h`` (the other kernels do not
-take them); ``--kv-order auto,queries`` crosses them with the order of that kernel's products (``KernelTiles.kv_order``):
+take them):
 
     python scripts/cem_heads_resources.py --tiles 16x64w4 --stages 1 --head-sums gather --shared-dtype operand \
         --kv 16x64w4,64x32w4,64x32w8,64x64w4,64x64w8,128x16w4,128x16w8,128x32w8,128x64w8 \
         --out docs/results/cem/kv_tiles_resources.md
+
+Every table adds each kernel's share of tensor-core work on Hopper's wgmma (``cem_compile.mma_work``);
+``--product-order auto,queries`` crosses the launches with the order the kernels form Q Kᵀ and dOq Kᵀ in
+(``KernelTiles.product_order``; docs/results/cem/tensor_cores_tiles.md, tensor_cores_kv.md).
 """
 
 from __future__ import annotations
@@ -52,17 +56,23 @@ def _tile(t: str, what: str) -> tuple[int, int, int]:
     return int(m[1]), int(m[2]), int(m[3])
 
 
-def kv_cases(base: dict[str, dict], kv: str, kv_order: str = "auto") -> dict[str, dict]:
+def kv_cases(base: dict[str, dict], kv: str) -> dict[str, dict]:
     """every case of ``base`` with each of the key-tile kernel's own tiles in ``kv`` (KxQwW: keys owned, queries a
-    step, warps) and each ``KernelTiles.kv_order`` of the comma list ``kv_order`` (named where not 'auto')"""
+    step, warps)"""
     out = {}
     for name, kw in base.items():
-        for t, order in itertools.product(kv.split(","), kv_order.split(",")):
+        for t in kv.split(","):
             k, q, w = _tile(t, "--kv")
-            label = f"{name}; key-tile kernel {k} keys × {q} queries, {w} warps"
-            out[label + ("" if order == "auto" else f", {order} first")] = dict(kw, kv_keys=k, kv_queries=q,
-                                                                                kv_warps=w, kv_order=order)
+            out[f"{name}; key-tile kernel {k} keys × {q} queries, {w} warps"] = dict(kw, kv_keys=k, kv_queries=q,
+                                                                                     kv_warps=w)
     return out
+
+
+def ordered(base: dict[str, dict], product_order: str = "auto") -> dict[str, dict]:
+    """every case of ``base`` with each ``KernelTiles.product_order`` of the comma list ``product_order`` (named
+    where not 'auto')"""
+    return {name + ("" if order == "auto" else f", {order} first"): dict(kw, product_order=order)
+            for name, kw in base.items() for order in product_order.split(",")}
 
 
 def cases(tiles: str, stages: str, dim: int, head_sums: str = "atomic",
@@ -112,9 +122,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shared-dtype", default="accumulation", help="comma-separated KernelTiles.shared_dtype values")
     ap.add_argument("--psum-keys", default="", help="comma-separated KernelTiles.psum_keys values (gathered sums)")
     ap.add_argument("--kv", help="comma-separated KxQwW tiles of the backward's key-tile kernel (only it compiled)")
-    ap.add_argument("--kv-order", default="auto",
-                    help="with --kv: comma-separated KernelTiles.kv_order values (auto: products keys first where the "
-                         "kernel owns more keys than it steps queries; queries: always queries first)")
+    ap.add_argument("--product-order", default="auto",
+                    help="comma-separated KernelTiles.product_order values (auto: Q Kᵀ and dOq Kᵀ keys first where a "
+                         "tile has more keys than queries; queries: always queries first)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--title", help="the --out page's title (default: one naming the options crossed)")
     a = ap.parse_args(argv)
@@ -128,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         all_cases = cases(a.tiles, a.stages, a.dim, a.head_sums, a.shared_dtype, a.psum_keys)
         if a.kv:
-            all_cases = kv_cases(all_cases, a.kv, a.kv_order)
+            all_cases = kv_cases(all_cases, a.kv)
+        all_cases = ordered(all_cases, a.product_order)
         res = {}
         for name, kw in all_cases.items():  # _psum_h only where the head sums are gathered
             res.update(resources({name: kw}, kernels=kernels if a.kv else launched(kw["head_sums"])))

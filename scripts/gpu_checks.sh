@@ -34,15 +34,15 @@
 #                                          (code d80aaf5, phases `gather` and `gather2`) left: the CEM kernel's CUDA
 #                                          tests under the new defaults (head sums gathered, bf16 shared products,
 #                                          per-head factors on one program per head), the backward's key-tile kernel
-#                                          on tiles of its own (KernelTiles.kv_*: the kernels alone at 4k, its
-#                                          products keys first or queries first: kv_order), _psum_h's key runs
-#                                          (KernelTiles.psum_keys, 512 vs 0: a program a row), gpu_lm with every step
-#                                          one CUDA graph at 1k and 4k (the default; the key-tile kernel on 128 × 32,
-#                                          with the other kernels on 16 × 64, 64 × 32 and 128 × 32 on 8 warps: their
-#                                          products all on wgmma; gathered at 64 × 32 alone), the paper
-#                                          configuration's default against its key-tile kernel queries first and its
-#                                          loop kernels at 1k (graphed), the key-tile kernel on 128 × 32's profile at
-#                                          4k beside the default's (per kernel); ~9 min: pass `next 590`
+#                                          on tiles of its own (KernelTiles.kv_*) and Q Kᵀ, dOq Kᵀ formed keys first
+#                                          or queries first (product_order): the kernels alone at 4k; _psum_h's key
+#                                          runs (KernelTiles.psum_keys, 512 vs 0: a program a row), gpu_lm with every
+#                                          step one CUDA graph at 1k and 4k (the default; products queries first; the
+#                                          key-tile kernel on 128 × 32, with the other kernels on 16 × 64, 64 × 32 and
+#                                          128 × 32 on 8 warps: their products all on wgmma), the paper
+#                                          configuration's default against its products queries first and its loop
+#                                          kernels at 1k (graphed), the key-tile kernel on 128 × 32's profile at 4k
+#                                          beside the default's (per kernel); ~9.5 min: pass `next 590`
 #   scripts/gpu_checks.sh next2 [SECONDS]   (~6 min) train.compile's 'reduce-overhead' against the graphed eager step
 #                                          for Hyper-SET and full CEM T=1, then the compiled step's CUDA tests and
 #                                          Hyper-SET's eager profile (host table: the Triton launches)
@@ -210,21 +210,22 @@ if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code d80aa
   # kernels (eager and graphed: never graphed yet) and where its step's time goes; the backward's key-tile kernel on
   # tiles of its own (KernelTiles.kv_*): the kernels alone at 4k, then the model (`next2`: train.compile); the other
   # kernels on 128 × 32 with 8 warps too (their products on Hopper's wgmma: docs/results/cem/tensor_cores_tiles.md);
-  # the key-tile kernel's products keys first (KernelTiles.kv_order auto, the default) against queries first
+  # Q Kᵀ and dOq Kᵀ keys first where a tile has more keys (KernelTiles.product_order auto, the default since this
+  # commit, untimed) against queries first (the form every earlier timing ran), kernels alone at 4k and the model
   step pytest_cem 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py
   step cem_kv_4k 95 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --head-sums gather \
-    --shared-dtype operand --kv ",128x32w8" --kv-order auto,queries --n 4096 --batch 2 --budget 90 \
+    --shared-dtype operand --kv ",128x32w8" --product-order auto,queries --n 4096 --batch 2 --budget 90 \
     --out "$OUT/gpu_tiles_kv_4k.md"
   step cem_psum_4k 35 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads --head-sums gather --shared-dtype \
     operand --psum-keys 0,512 --n 4096 --batch 2 --budget 30 --no-sdpa --out "$OUT/gpu_tiles_psum_4k.md"
   step gpu_lm_graphs 190 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 5 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, key-tile \
 kernel 128 × 32 (8 warps);full CEM T=1, head sums gathered (64 × 32), key-tile kernel 128 × 32 (8 warps);full CEM \
-T=1, head sums gathered (128 × 32, 8 warps), key-tile kernel 128 × 32;full CEM T=1, head sums gathered (64 × 32)" \
+T=1, head sums gathered (128 × 32, 8 warps), key-tile kernel 128 × 32;full CEM T=1, products queries first" \
     --out "$OUT/gpu_lm_graphs.md"
   step gpu_lm_paper 75 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
-    --warmup 1 --keep-going --cuda-graph --models "paper configuration (T=2, D+LR);paper configuration, key-tile \
-kernel queries first;paper configuration, loop kernels (grid rows)" --out "$OUT/gpu_lm_paper.md"
+    --warmup 1 --keep-going --cuda-graph --models "paper configuration (T=2, D+LR);paper configuration, products \
+queries first;paper configuration, loop kernels (grid rows)" --out "$OUT/gpu_lm_paper.md"
   step profile_kv_4k 80 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 --setting 4096x2 \
     --models "full CEM T=1 (auto path);full CEM T=1, key-tile kernel 128 × 32 (8 warps)" \
     --out "$OUT/gpu_profile_kv_4k.md"

@@ -93,14 +93,14 @@ def test_cem_tiles_times_gathered_head_sums_beside_the_atomic_ones(capsys):
 
 
 def test_cem_tiles_crosses_the_key_tile_kernels_product_order():
-    """``--kv-order auto,queries``: both orders of the key-tile kernel's products for one program per head; the loop
+    """``--product-order auto,queries``: both orders of the key-tile kernel's products for one program per head; the loop
     kernels (grid rows) have no such kernel and keep the default."""
     bench = load_bench("cem_tiles")
-    got = bench.parse_tiles("16x64", "1", 4, grid="rows,heads", kv=",128x32w8", kv_order="auto,queries")
-    assert [(v.grid, v.kv, v.kv_order) for v in got] == [
+    got = bench.parse_tiles("16x64", "1", 4, grid="rows,heads", kv=",128x32w8", product_order="auto,queries")
+    assert [(v.grid, v.kv, v.product_order) for v in got] == [
         ("rows", "", "auto"), ("rows", "128x32w8", "auto"), ("heads", "", "auto"), ("heads", "", "queries"),
         ("heads", "128x32w8", "auto"), ("heads", "128x32w8", "queries")]
-    assert got[-1].launch()["kv_order"] == "queries" and got[-1].label().endswith("| 512 | queries |")
+    assert got[-1].launch()["product_order"] == "queries" and got[-1].label().endswith("| 512 | queries |")
 
 
 def test_cem_tiles_gives_the_key_tile_kernel_its_own_tiles(capsys):

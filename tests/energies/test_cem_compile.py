@@ -207,8 +207,8 @@ def test_heads_resources_script_gives_the_key_tile_kernel_its_own_tiles(load_scr
         (128, 32, 8, 16), (64, 32, 4, 16)]
     with pytest.raises(SystemExit, match="--kv"):
         mod.kv_cases(got, "128x32")
-    both = mod.kv_cases(mod.cases("16x64w4", "1", 768, "gather", "operand"), "128x32w8", "auto,queries")
-    assert [(name.endswith(", queries first"), c["kv_order"]) for name, c in both.items()] == [
+    both = mod.ordered(mod.kv_cases(mod.cases("16x64w4", "1", 768, "gather", "operand"), "128x32w8"), "auto,queries")
+    assert [(name.endswith(", queries first"), c["product_order"]) for name, c in both.items()] == [
         (False, "auto"), (True, "queries")]
     # --psum-keys: the gathered launches only (the atomic ones run no _psum_h)
     ps = mod.cases("16x64w4", "1", 768, "atomic,gather", "operand", "0,512")
