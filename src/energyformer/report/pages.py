@@ -275,13 +275,13 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "gather --shared-dtype operand --psum-keys 0,512 --out DIR/psum_resources.md` (issue 21: registers, "
              "spills, shared memory with _psum_h's key runs, sm_90, compiled without a GPU)"),
     Artifact(f"{RESULTS}/cem", "tensor_cores_tiles.md",
-             "verbatim output of `python scripts/cem_heads_resources.py --tiles 16x64w4,...,128x64w8 --stages 1,2,3 "
-             "--head-sums gather --shared-dtype operand --title ... --out DIR/tensor_cores_tiles.md` (issue 21: the "
-             "share of each kernel's products on Hopper's wgmma, with registers, spills and shared memory, sm_90, "
-             "compiled without a GPU)"),
+             "verbatim output of `python scripts/cem_heads_resources.py --tiles 16x64w4,...,128x64w8 --stages 1,2 "
+             "--head-sums gather --shared-dtype operand --product-order auto,queries --title ... --out "
+             "DIR/tensor_cores_tiles.md` (issue 21: the share of each kernel's products on Hopper's wgmma by tiles and "
+             "product order, with registers, spills and shared memory, sm_90, compiled without a GPU)"),
     Artifact(f"{RESULTS}/cem", "tensor_cores_kv.md",
              "verbatim output of `python scripts/cem_heads_resources.py --tiles 16x64w4 --stages 1,2 --head-sums "
-             "gather --shared-dtype operand --kv 16x64w4,...,128x64w8 --kv-order auto,queries --title ... --out "
+             "gather --shared-dtype operand --kv 16x64w4,...,128x64w8 --product-order auto,queries --title ... --out "
              "DIR/tensor_cores_kv.md` (issue 21: the key-tile kernel's products on wgmma by its own tiles and the "
              "order it forms them in, sm_90, compiled without a GPU)"),
     Artifact(f"{RESULTS}/cem", "cem_flops_kv.md",
