@@ -44,15 +44,15 @@ HEADS_KERNEL = "src/energyformer/energies/cem_triton_heads.py"  # KernelTiles.gr
 def configurations(every: int) -> list[dict]:
     """every ``every``-th of the 96 flag combinations (causal, diagonal, h read-out, x columns, dtype,
     materialised shared products); DP (D padded, revisions before issue 21's D chunks), BD (the D chunk),
-    HU, MAT, HI, GATHER, KT and KMAJ (later; HI False: the 'heads' launch order; GATHER 0: the head sums added
-    atomically; KT 0: one ``_psum_h`` program per whole row; KMAJ False: the key-tile kernel's products queries
-    first) all given: each kernel takes the constexprs it declares"""
+    HU, MAT, HI, GATHER, KT, KMAJ, TQ and TK (later; HI False: the 'heads' launch order; GATHER 0: the head sums
+    added atomically; KT 0: one ``_psum_h`` program per whole row; KMAJ, TQ, TK False: the products queries first)
+    all given: each kernel takes the constexprs it declares"""
     out = []
     for causal, has_g, hmode, has_x, dt, mat in itertools.product(
             (True, False), (True, False), (0, 1, 2), (False, True), ("fp32", "bf16"), (False, True)):
         out.append(dict(meta=dict(H=3, R=16, D=32, E=8, RP=16, DP=32, BD=32, EP=16, HP=4, BM=16, BN=16, HU=1,
-                                  HI=False, GATHER=0, KT=0, KMAJ=False, MAT=mat and hmode != 2, CAUSAL=causal,
-                                  HAS_G=has_g, HMODE=hmode, HAS_X=has_x,
+                                  HI=False, GATHER=0, KT=0, KMAJ=False, TQ=False, TK=False, MAT=mat and hmode != 2,
+                                  CAUSAL=causal, HAS_G=has_g, HMODE=hmode, HAS_X=has_x,
                                   HAS_ALIBI=True, HAS_DELTA=True, HAS_KMASK=True, PREC="ieee", ACC=tl.float32,
                                   UPCAST=False), dtype=dt))
     return out[::every]

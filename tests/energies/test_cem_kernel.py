@@ -93,14 +93,17 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 
 
 @interpreted
+@pytest.mark.parametrize("kv", [dict(kv_keys=32, kv_queries=16, kv_warps=2), {}], ids=["kv-32x16", "kv-default"])
 @pytest.mark.parametrize("mode", ["grid", "grid-stack", "grid-gather", "grid-gather-all"])
-def test_products_keys_first_equal_queries_first(mode):
-    """``KernelTiles.product_order``: at these tiles every one-program-per-head kernel has more keys than queries (16
-    queries × 64 keys; the key-tile kernel 32 keys × 16 queries) and forms Q Kᵀ and dOq Kᵀ keys first ('auto') or
-    queries first ('queries'); the same products, so every output and gradient agrees to float64 rounding (each
-    also equals the dense reference: the other interpreter tests run 'auto')."""
+def test_products_keys_first_equal_queries_first(mode, kv):
+    """``KernelTiles.product_order``: with heads of 32 at these tiles, 'auto' turns every kind of per-head product
+    — Q Kᵀ and dOq Kᵀ keys first (16 queries × 64 keys; the key-tile kernel's 32 keys × 16 queries), oq and dq held
+    transposed (R 32 > 16 queries), and dk held transposed where the key-tile kernel owns 16 keys (kv-default) —
+    and 'queries' forms them as before the field (the launcher's flags: ``test_cem_launch.py``). The same
+    products, so every output and gradient agrees to float64 rounding; the other interpreter tests (heads of 4,
+    so only Q Kᵀ and dOq Kᵀ turn there) hold 'auto' to the dense reference."""
     g = torch.Generator().manual_seed(5)
-    B, H, R, D, nq, nk = 2, 3, 4, 40, 37, 40
+    B, H, R, D, nq, nk = 2, 3, 32, 40, 37, 40
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
     q, k, ud, hm, delta = t(B, H, nq, R), t(B, H, nk, R), t(B, nq, D), t(B, nk, D), t(H)
     h_mode, with_c, with_x, launch = _mode(mode)
@@ -111,8 +114,8 @@ def test_products_keys_first_equal_queries_first(mode):
     outs = []
     for order in ("auto", "queries"):
         got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask, causal=True,
-                                       offset=nk - nq, h_mode=h_mode, c=c, x=x, block_d=16, kv_keys=32,
-                                       kv_queries=16, kv_warps=2, causal_chunks=3, product_order=order, **launch)
+                                       offset=nk - nq, h_mode=h_mode, c=c, x=x, block_d=16, causal_chunks=3,
+                                       product_order=order, **kv, **launch)
         got = [o for o in got if o is not None]
         w = [torch.ones_like(o) * (i + 1) for i, o in enumerate(got)]
         outs.append(got + list(torch.autograd.grad(sum((o * z).sum() for o, z in zip(got, w)), ins)))

@@ -98,6 +98,16 @@ def test_the_key_tile_kernel_takes_its_own_tiles_and_warps(grid):
                 assert "KMAJ" not in got, name
             else:
                 assert got["KMAJ"] is (key_tiles if name == "_bwd_kv_h" else query_tiles), (tiles, name)
+    # and the accumulators of R columns held transposed where R is the longer side: heads of 32 at the default tiles
+    # (16 queries × 64 keys; the key-tile kernel owns 16 keys and steps 64 queries): oq (TQ), dk (TK), not dq
+    wide_heads = torch.zeros(1, 2, 4, 32)
+    for order, on in (("auto", True), ("queries", False)):
+        tiles = cem_kernel.KernelTiles(grid=grid, product_order=order)
+        meta = cem_kernel._launch_args(tl, wide_heads, hm, None, True, True, "sum", True, True, False, tiles)
+        fwd, kvm = cem_kernel.kernel_meta(meta, "_fwd_h"), cem_kernel.kernel_meta(meta, "_bwd_kv_h")
+        assert (fwd["TQ"], kvm["TQ"], kvm["TK"]) == (on, False, on), order
+        assert all(k not in cem_kernel.kernel_meta(meta, n) for n in ("_bwd_d_h", "_psum_h", "_fwd")
+                   for k in ("TQ", "TK"))
 
 
 def cem_products_row_chunks(n: int, tiles) -> list:

@@ -265,17 +265,16 @@ class KernelTiles(ConfigModel):
     forward program does 64. 512 (the default): 8 key tiles per program at the default 64. Untimed on a GPU."""
 
     product_order: Literal["auto", "queries"] = Field("auto", json_schema_extra={HASH_NEUTRAL: True})
-    """how one program per head's kernels form their (queries × keys) tiles of the scores Q Kᵀ and of dOq Kᵀ
-    (docs/cem.md, "which products run on Hopper's tensor-core instruction"). Triton puts a tile product on Hopper's
-    wgmma only where the product's rows fill a warpgroup's 64, else on the older mma.sync. 'auto' (recommended,
-    the default): the longer tile side as the product's rows — keys first, as (K Qᵀ)ᵀ, where a tile has more keys
-    than queries (the query-tile kernels at the default 16 × 64; the key-tile kernel with ``kv_keys`` above
-    ``kv_queries``, or at the paper configuration's 64 × 32), queries first elsewhere. Compiled for sm_90 at the
-    default launch, ``_psum_h`` and ``_bwd_d_h`` then run all their products on wgmma and ``_fwd_h`` half, where
-    none did; at 128 keys × 32 queries the key-tile kernel runs 80 % instead of 40 % (docs/results/cem/
-    tensor_cores_*.md). 'queries': always queries first, the form before this field. The same products summed in
-    the same dtype: equal results to rounding (tested). Untimed on a GPU: ``scripts/gpu_checks.sh next`` compares
-    the two, and a slower result puts 'queries' back as the default."""
+    """how one program per head's kernels form their per-head products (docs/cem.md, "which products run on
+    Hopper's tensor-core instruction"). Triton puts a tile product on Hopper's wgmma only where the product's rows
+    fill a warpgroup's 64, else on the older mma.sync. 'auto' (recommended, the default): each product with the
+    longer side of its output as its rows — the scores Q Kᵀ and dOq Kᵀ keys first, as (K Qᵀ)ᵀ, where a tile has
+    more keys than queries; the accumulators oq, dq (queries × R) and dk (keys × R) held transposed where R is the
+    longer side. Compiled for sm_90, every kernel of the default launch (16 × 64) then runs all its products on
+    wgmma, where the query-tile kernels ran none and the key-tile kernel 60 % (docs/results/cem/tensor_cores_*.md).
+    'queries': every product as before this field. The same products summed in the same dtype: equal results to
+    rounding (tested). Untimed on a GPU: ``scripts/gpu_checks.sh next`` compares the two, and a slower result puts
+    'queries' back as the default."""
 
     def kv_tiles(self) -> tuple[int, int, int]:
         """(keys owned, queries stepped, warps) of the backward's key-tile kernel, the fields' None resolved."""
@@ -379,8 +378,8 @@ def kernel_meta(meta: dict, name: str) -> dict:
     ``_dsum_h`` (the gathered head sums, one program per query tile and batch row — for ``_psum_h`` per run of
     KT key tiles too, ``KernelTiles.psum_keys``) take the scores' constexprs (and ``_dsum_h`` dP's). ``_dv_h`` (per-head
     factors' value gradients, an elementwise pass) takes its own blocks: 64 key rows × 64 columns of D. The other
-    one-program-per-head kernels also take KMAJ, whether they form Q Kᵀ and dOq Kᵀ keys first
-    (``KernelTiles.product_order``)."""
+    one-program-per-head kernels also take KMAJ, whether they form Q Kᵀ and dOq Kᵀ keys first, and ``_fwd_h`` and
+    ``_bwd_kv_h`` TQ (oq, dq held transposed), ``_bwd_kv_h`` TK (dk) (``KernelTiles.product_order``)."""
     if name == "_dv_h":
         return dict(H=meta["H"], D=meta["D"], BJ=DV_ROWS, BD=min(64, meta["BD"]), ACC=meta["ACC"])
     keys_first = bool(meta.get("KO", False))  # KernelTiles.product_order 'auto': the longer tile side as the rows
@@ -399,6 +398,10 @@ def kernel_meta(meta: dict, name: str) -> dict:
             out["num_warps"] = warps
     if name.endswith("_h"):  # (BM queries × BN keys) tiles, the keys owned in the key-tile kernel
         out["KMAJ"] = keys_first and out["BN"] > out["BM"]
+        if name in ("_fwd_h", "_bwd_kv_h"):  # oq / dq (BM × R), dk (BN × R) held transposed where R is longer
+            out["TQ"] = keys_first and meta["RP"] > out["BM"]
+        if name == "_bwd_kv_h":
+            out["TK"] = keys_first and meta["RP"] > out["BN"]
     else:
         out.pop("HI", None)
         out.pop("GATHER", None)

@@ -13,8 +13,9 @@ accumulation-dtype (B, Nq, Nk) buffers, as is dq = Σ_j dS_ij k_j from the key-t
 FlashAttention 2's backward, there is no query-tile pass for dq). Atomic float adds land in any order:
 results are exact to rounding but not bitwise repeatable from run to run.
 
-Kernels (constexprs as in ``cem_triton.py``, and HI: the launch order of :func:`_program`; KMAJ: every
-(queries × keys) product Q Kᵀ, dOq Kᵀ formed keys first, ``KernelTiles.product_order``; MAT must hold wherever
+Kernels (constexprs as in ``cem_triton.py``, and HI: the launch order of :func:`_program`; KMAJ, TQ, TK
+(``KernelTiles.product_order``): every (queries × keys) product Q Kᵀ, dOq Kᵀ formed keys first, the query-row
+accumulators oq and dq and the key-row accumulator dk held transposed, :func:`_acc_zeros`; MAT must hold wherever
 there is a shared or per-head product):
 
 * ``_fwd_h``: pass 1 → m, l, lse of the head; pass 2 → oq, ox in registers (p = e^{s − m}/l, the same
@@ -78,6 +79,48 @@ def _add_pair(ptr, b, rows, cols, rmask, cmask, Nq, Nk, val):
     """atomically add val (BM, BN) into the tile at (rows, cols) of matrix b of a (B, Nq, Nk) tensor"""
     p, m = _pair_ptrs(ptr, b, rows, cols, rmask, cmask, Nq, Nk)
     tl.atomic_add(p, val, mask=m, sem="relaxed")
+
+
+@triton.jit
+def _acc_zeros(M: tl.constexpr, N: tl.constexpr, T: tl.constexpr, ACC: tl.constexpr):
+    """an (M, N) accumulator of zeros, held transposed, (N, M), where T (``KernelTiles.product_order``: a product
+    into it then has N rows, enough for Hopper's wgmma where M is not). One return per helper: Triton compares the
+    types of every return statement, even in branches a constexpr rules out."""
+    if T:
+        acc = tl.zeros((N, M), ACC)
+    else:
+        acc = tl.zeros((M, N), ACC)
+    return acc
+
+
+@triton.jit
+def _acc_mm(a, b, T: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+    """a @ b, or where T its transpose, formed as bᵀ aᵀ (for an accumulator held transposed: :func:`_acc_zeros`)"""
+    if T:
+        out = _mm(tl.trans(b), tl.trans(a), PREC, ACC, UPCAST)
+    else:
+        out = _mm(a, b, PREC, ACC, UPCAST)
+    return out
+
+
+@triton.jit
+def _acc_rows(acc, v, T: tl.constexpr):
+    """the accumulator (held transposed where T) with its row i scaled by v[i]"""
+    if T:
+        out = acc * v[None, :]
+    else:
+        out = acc * v[:, None]
+    return out
+
+
+@triton.jit
+def _acc_value(acc, T: tl.constexpr):
+    """the accumulator's (M, N) value (transposed back where T)"""
+    if T:
+        out = tl.trans(acc)
+    else:
+        out = acc
+    return out
 
 
 @triton.jit
@@ -197,14 +240,14 @@ def _one_pass(Q, K, UD, HM, X, SLOPES, DELTA, KMASK, G, OQ, OX, LSE, M, L, pid, 
               BD: tl.constexpr, EP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, MAT: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HAS_X: tl.constexpr, HAS_ALIBI: tl.constexpr,
               HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr,
-              UPCAST: tl.constexpr, KMAJ: tl.constexpr):
+              UPCAST: tl.constexpr, KMAJ: tl.constexpr, TQ: tl.constexpr):
     """``_fwd_h`` in one pass over the keys (FlashAttention's forward), where no normalised probability has to
     leave the program: oq, ox accumulated with the running max m and rescaled by e^{m − m'} when it grows, divided
     by the final sum l at the end; stores lse and the final m, l (as the two-pass form: the backward's
     p = e^{s − m}/l). Two per-head products instead of three."""
     m = tl.full((BM,), float("-inf"), ACC)
     l = tl.zeros((BM,), ACC)
-    oq = tl.zeros((BM, RP), ACC)
+    oq = _acc_zeros(BM, RP, TQ, ACC)
     ox = tl.zeros((BM, EP), ACC)
     for start in range(0, kend, BN):
         cols = start + tl.arange(0, BN)
@@ -215,13 +258,13 @@ def _one_pass(Q, K, UD, HM, X, SLOPES, DELTA, KMASK, G, OQ, OX, LSE, M, L, pid, 
                             H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST, KMAJ)
         m_new, alpha, pt = _rescale(s, m)  # pt = e^{s − m'} (BM, BN), at most 1
         l = l * alpha + tl.sum(pt, 1)
-        oq = oq * alpha[:, None] + _mm(pt.to(kh.dtype), kh, PREC, ACC, UPCAST)
+        oq = _acc_rows(oq, alpha, TQ) + _acc_mm(pt.to(kh.dtype), kh, TQ, PREC, ACC, UPCAST)
         if HAS_X:
             xh = _tile(X, bh, cols, Nk, E, EP, cmask)
             ox = ox * alpha[:, None] + _mm(pt.to(xh.dtype), xh, PREC, ACC, UPCAST)
         m = m_new
     m, l = _store_row_stats(LSE, M, L, bh, rows, rmask, Nq, m, l)
-    _put(OQ, bh, rows, Nq, R, RP, rmask, oq / l[:, None], False)
+    _put(OQ, bh, rows, Nq, R, RP, rmask, _acc_value(oq, TQ) / l[:, None], False)
     if HAS_X:
         _put(OX, bh, rows, Nq, E, EP, rmask, ox / l[:, None], False)
 
@@ -233,7 +276,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
            HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr, GATHER: tl.constexpr,
            CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
            HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
-           ACC: tl.constexpr, UPCAST: tl.constexpr, KMAJ: tl.constexpr):
+           ACC: tl.constexpr, UPCAST: tl.constexpr, KMAJ: tl.constexpr, TQ: tl.constexpr):
     """Per (query tile, batch row × head): pass 1 → lse, m, l of the head; pass 2 → oq, ox (stored once)
     and, with the head-summed read-out, p added into PS (accumulation dtype, zeroed by the launcher). Where
     no probability leaves the program (no h read-out, or GATHER: ``_psum_h`` forms Σ_k P_k), one pass:
@@ -245,7 +288,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
     if HMODE == 0 or (HMODE == 1 and GATHER > 0):
         _one_pass(Q, K, UD, HM, X, SLOPES, DELTA, KMASK, G, OQ, OX, LSE, M, L, pid, b, hh, bh, rows, rmask, kend,
                   Nq, Nk, offset, H, R, D, E, RP, BD, EP, BM, BN, MAT, CAUSAL, HAS_G, HAS_X, HAS_ALIBI, HAS_DELTA,
-                  HAS_KMASK, PREC, ACC, UPCAST, KMAJ)
+                  HAS_KMASK, PREC, ACC, UPCAST, KMAJ, TQ)
     else:
         m = tl.full((BM,), float("-inf"), ACC)
         l = tl.zeros((BM,), ACC)
@@ -258,7 +301,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
                                 H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST, KMAJ)
             m, l = _online_row(s, m, l)
         m, l = _store_row_stats(LSE, M, L, bh, rows, rmask, Nq, m, l)  # p = e^{s − m} / l (see _fwd)
-        oq = tl.zeros((BM, RP), ACC)
+        oq = _acc_zeros(BM, RP, TQ, ACC)
         ox = tl.zeros((BM, EP), ACC)
         for start in range(0, kend, BN):  # pass 2: normalised probabilities
             cols = start + tl.arange(0, BN)
@@ -268,7 +311,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
             s, qh, kh = _scores(Q, K, SLOPES, DELTA, KMASK, hh, b, rows, cols, rmask, cmask, g, Nq, Nk, offset,
                                 H, R, RP, CAUSAL, HAS_G, HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, UPCAST, KMAJ)
             p = tl.exp(s - m[:, None]) / l[:, None]
-            oq += _mm(p.to(kh.dtype), kh, PREC, ACC, UPCAST)
+            oq += _acc_mm(p.to(kh.dtype), kh, TQ, PREC, ACC, UPCAST)
             if HAS_X:
                 xh = _tile(X, bh, cols, Nk, E, EP, cmask)
                 ox += _mm(p.to(xh.dtype), xh, PREC, ACC, UPCAST)
@@ -279,7 +322,7 @@ def _fwd_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, PS, OQ, HS, OX, LSE, M, 
                               False)
         if HMODE == 2:  # the chunk's keys past this tile's last visible one: zeros (the launcher reads the block)
             _zeros_past(PS, b, hh, pid, rows, rmask, kend, Nq, Nk, offset, STEP, ALIGN, TOT, H, BM, BN, ACC)
-        _put(OQ, bh, rows, Nq, R, RP, rmask, oq, False)
+        _put(OQ, bh, rows, Nq, R, RP, rmask, _acc_value(oq, TQ), False)
         if HAS_X:
             _put(OX, bh, rows, Nq, E, EP, rmask, ox, False)
 
@@ -460,7 +503,8 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
               HU: tl.constexpr, MAT: tl.constexpr, HI: tl.constexpr, GATHER: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_G: tl.constexpr, HMODE: tl.constexpr, HAS_X: tl.constexpr,
               HAS_ALIBI: tl.constexpr, HAS_DELTA: tl.constexpr, HAS_KMASK: tl.constexpr, PREC: tl.constexpr,
-              ACC: tl.constexpr, UPCAST: tl.constexpr, KMAJ: tl.constexpr):
+              ACC: tl.constexpr, UPCAST: tl.constexpr, KMAJ: tl.constexpr, TQ: tl.constexpr,
+              TK: tl.constexpr):
     """Per (key tile, batch row × head), over the query tiles that see it: dk, dx (registers, stored once);
     dq_k += dS_k K_k, DSS += dS_k, PS += P_k (atomic adds; DQ, DSS, PS zeroed by the launcher; with GATHER no
     PS: the launcher kept the forward's); the
@@ -469,7 +513,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
     pid, b, hh, bh = _program(H, HI, False)  # key tiles: the first is the longest
     cols = pid * BN + tl.arange(0, BN)
     cmask = cols < Nk
-    dk = tl.zeros((BN, RP), ACC)
+    dk = _acc_zeros(BN, RP, TK, ACC)
     dx = tl.zeros((BN, EP), ACC)
     qstart = 0
     if CAUSAL:  # queries at positions >= this tile's first key
@@ -492,14 +536,17 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
                                           g, gh, m, l, Nq, Nk, offset, H, R, E, RP, EP, CAUSAL, HAS_G, HMODE, HAS_X,
                                           HAS_ALIBI, HAS_DELTA, HAS_KMASK, PREC, ACC, UPCAST, KMAJ)
         ds = p * (dp - dlt[:, None])  # dS_k = P_k ∘ (dP_k − Δ_k)
-        dk += _mm(tl.trans(ds.to(qh.dtype)), qh, PREC, ACC, UPCAST) + _mm(tl.trans(p.to(goq.dtype)), goq, PREC, ACC,
-                                                                           UPCAST)
+        dk += (_acc_mm(tl.trans(ds.to(qh.dtype)), qh, TK, PREC, ACC, UPCAST)
+               + _acc_mm(tl.trans(p.to(goq.dtype)), goq, TK, PREC, ACC, UPCAST))
         if HAS_X:
             gox = _tile(GOX, bh, rows, Nq, E, EP, rmask)
             dx += _mm(tl.trans(p.to(gox.dtype)), gox, PREC, ACC, UPCAST)
         rr = tl.arange(0, RP)
-        tl.atomic_add(DQ + (bh * Nq + rows[:, None]) * R + rr[None, :], _mm(ds.to(kh.dtype), kh, PREC, ACC, UPCAST),
-                      mask=rmask[:, None] & (rr < R)[None, :], sem="relaxed")
+        # dq_k += dS_k K_k: (BM, RP), or its transpose where TQ (pointers, product, mask in the order of the form
+        # before TQ, whose PTX this keeps where TQ is off)
+        dq_at = _acc_value(DQ + (bh * Nq + rows[:, None]) * R + rr[None, :], TQ)
+        dq = _acc_mm(ds.to(kh.dtype), kh, TQ, PREC, ACC, UPCAST)
+        tl.atomic_add(dq_at, dq, mask=_acc_value(rmask[:, None] & (rr < R)[None, :], TQ), sem="relaxed")
         if HAS_G and not (HMODE == 1 and GATHER == 2):  # (GATHER 2: _dsum_h forms Σ_k dS_k)
             _add_pair(DSS, b, rows, cols, rmask, cmask, Nq, Nk, ds)
         if HMODE == 1 and GATHER == 0:  # (GATHER: the forward's Σ_k P_k, kept)
@@ -510,7 +557,7 @@ def _bwd_kv_h(Q, K, UD, HM, X, C, SLOPES, DELTA, KMASK, G, GH, M, L, GOQ, GHS, G
             own = rmask & (offset + rows >= pid * BN) & (offset + rows < pid * BN + BN)
             on_diag = (offset + rows)[:, None] == cols[None, :]
             tl.store(DDIAG + bh * Nq + rows, tl.sum(tl.where(on_diag, ds, 0.0), 1), mask=own)
-    _put(DK, bh, cols, Nk, R, RP, cmask, dk, False)
+    _put(DK, bh, cols, Nk, R, RP, cmask, _acc_value(dk, TK), False)
     if HAS_X:
         _put(DX, bh, cols, Nk, E, EP, cmask, dx, False)
 
