@@ -34,9 +34,9 @@
 #                                          (code d80aaf5, phases `gather` and `gather2`) left: the CEM kernel's CUDA
 #                                          tests under the new defaults (head sums gathered, bf16 shared products,
 #                                          per-head factors on one program per head), the backward's key-tile kernel
-#                                          on tiles of its own (KernelTiles.kv_*) and Q Kᵀ, dOq Kᵀ formed keys first
-#                                          or queries first (product_order): the kernels alone at 4k; _psum_h's key
-#                                          runs (KernelTiles.psum_keys, 512 vs 0: a program a row), gpu_lm with every
+#                                          on tiles of its own (KernelTiles.kv_*) and the per-head products turned
+#                                          to their longer side or not (product_order): the kernels alone at 4k;
+#                                          _psum_h's key runs (KernelTiles.psum_keys, 512 vs 0), gpu_lm with every
 #                                          step one CUDA graph at 1k and 4k (the default; products queries first; the
 #                                          key-tile kernel on 128 × 32, with the other kernels on 16 × 64, 64 × 32 and
 #                                          128 × 32 on 8 warps: their products all on wgmma), the paper
@@ -210,8 +210,9 @@ if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code d80aa
   # kernels (eager and graphed: never graphed yet) and where its step's time goes; the backward's key-tile kernel on
   # tiles of its own (KernelTiles.kv_*): the kernels alone at 4k, then the model (`next2`: train.compile); the other
   # kernels on 128 × 32 with 8 warps too (their products on Hopper's wgmma: docs/results/cem/tensor_cores_tiles.md);
-  # Q Kᵀ and dOq Kᵀ keys first where a tile has more keys (KernelTiles.product_order auto, the default since this
-  # commit, untimed) against queries first (the form every earlier timing ran), kernels alone at 4k and the model
+  # every per-head product turned to its longer output side (KernelTiles.product_order auto: all on wgmma at the
+  # default launch; the default since 2026-11-27, untimed) against 'queries' (the form every earlier timing ran),
+  # kernels alone at 4k and the model
   step pytest_cem 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py
   step cem_kv_4k 95 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --head-sums gather \
     --shared-dtype operand --kv ",128x32w8" --product-order auto,queries --n 4096 --batch 2 --budget 90 \
