@@ -219,7 +219,7 @@ if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code d80aa
     --out "$OUT/gpu_tiles_kv_4k.md"
   step cem_psum_4k 35 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads --head-sums gather --shared-dtype \
     operand --psum-keys 0,512 --n 4096 --batch 2 --budget 30 --no-sdpa --out "$OUT/gpu_tiles_psum_4k.md"
-  step gpu_lm_graphs 190 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
+  step gpu_lm_graphs 220 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 5 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, key-tile \
 kernel 128 × 32 (8 warps);full CEM T=1, head sums gathered (64 × 32), key-tile kernel 128 × 32 (8 warps);full CEM \
 T=1, head sums gathered (128 × 32, 8 warps), key-tile kernel 128 × 32;full CEM T=1, products queries first" \
