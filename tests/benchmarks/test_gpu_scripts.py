@@ -92,9 +92,9 @@ def test_cem_tiles_times_gathered_head_sums_beside_the_atomic_ones(capsys):
                          rf"\| auto \| \d", text)
 
 
-def test_cem_tiles_crosses_the_key_tile_kernels_product_order():
-    """``--product-order auto,queries``: both orders of the key-tile kernel's products for one program per head; the loop
-    kernels (grid rows) have no such kernel and keep the default."""
+def test_cem_tiles_crosses_the_product_order():
+    """``--product-order auto,queries``: both orders of the per-head products for one program per head; the loop
+    kernels (grid rows) take no such flag and keep the default."""
     bench = load_bench("cem_tiles")
     got = bench.parse_tiles("16x64", "1", 4, grid="rows,heads", kv=",128x32w8", product_order="auto,queries")
     assert [(v.grid, v.kv, v.product_order) for v in got] == [

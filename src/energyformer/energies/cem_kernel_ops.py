@@ -46,8 +46,8 @@ def cem_attention_fwd(q: Tensor, k: Tensor, ud: Optional[Tensor], hm: Optional[T
                       causal: bool, offset: int, hmode: str, block_m: int, block_n: int, block_d: int,
                       num_warps: int, num_stages: int, head_unroll: int, shared: str, grid: str,
                       causal_chunks: int, head_sums: str, shared_dtype: str, kv_keys: Optional[int],
-                      kv_queries: Optional[int], kv_warps: Optional[int],
-                      psum_keys: int, product_order: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                      kv_queries: Optional[int], kv_warps: Optional[int], psum_keys: int,
+                      product_order: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(oq, hs or (0,), ox or (0,), lse, m, l, kept or (0,)) of the kernels' forward (kept: the gathered head
     sums the backward reads, ``KernelTiles.head_sums``)."""
     tiles = _tiles(block_m, block_n, block_d, num_warps, num_stages, head_unroll, shared, grid, causal_chunks,
@@ -80,8 +80,8 @@ def cem_attention_bwd(q: Tensor, k: Tensor, ud: Optional[Tensor], hm: Optional[T
                       gox: Optional[Tensor], glse: Optional[Tensor], causal: bool, offset: int, hmode: str,
                       block_m: int, block_n: int, block_d: int, num_warps: int, num_stages: int, head_unroll: int,
                       shared: str, grid: str, causal_chunks: int, head_sums: str, shared_dtype: str,
-                      kv_keys: Optional[int], kv_queries: Optional[int], kv_warps: Optional[int],
-                      psum_keys: int, product_order: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                      kv_keys: Optional[int], kv_queries: Optional[int], kv_warps: Optional[int], psum_keys: int,
+                      product_order: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dq, dk, d(ud), dh, dx, dc, dδ), (0,) where the input is absent."""
     tiles = _tiles(block_m, block_n, block_d, num_warps, num_stages, head_unroll, shared, grid, causal_chunks,
                    head_sums, shared_dtype, kv_keys, kv_queries, kv_warps, psum_keys, product_order)
