@@ -67,7 +67,7 @@ class Variant(NamedTuple):
     shared_dtype: str = "accumulation"
     kv: str = ""  # the backward's key-tile kernel's own tiles KxQwW (KernelTiles.kv_*); "": the tiles above
     psum_keys: int = 512  # keys per program of the gathered head sums (KernelTiles.psum_keys; 0: a whole row)
-    product_order: str = "auto"  # Q Kᵀ, dOq Kᵀ keys first where a tile has more keys (KernelTiles.product_order)
+    product_order: str = "auto"  # per-head products turned to their longer output side (KernelTiles.product_order)
 
     def label(self) -> str:
         return (f"| {self.block_m}×{self.block_n} | {self.head_unroll} | {self.num_warps} | {self.shared} "
@@ -165,8 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--psum-keys", default="512",
                     help="comma-separated KernelTiles.psum_keys values (gathered head sums; 0: one program a row)")
     ap.add_argument("--product-order", default="auto",
-                    help="comma-separated KernelTiles.product_order values (auto: Q Kᵀ and dOq Kᵀ keys first where a "
-                         "tile has more keys than queries; queries: always queries first)")
+                    help="comma-separated KernelTiles.product_order values (auto: every per-head product with the "
+                         "longer side of its output as its rows; queries: every product as before the field)")
     ap.add_argument("--h-mode", choices=("sum", "stack"), default="sum",
                     help="the h read-out: 'sum' (full CEM T=1) or 'stack' (the paper configuration's per-head factors)")
     ap.add_argument("--no-sdpa", action="store_true", help="leave out the SDPA (Llama attention) reference row")

@@ -31,7 +31,7 @@ take them):
         --out docs/results/cem/kv_tiles_resources.md
 
 Every table adds each kernel's share of tensor-core work on Hopper's wgmma (``cem_compile.mma_work``);
-``--product-order auto,queries`` crosses the launches with the order the kernels form Q Kᵀ and dOq Kᵀ in
+``--product-order auto,queries`` crosses the launches with the way the kernels form their per-head products
 (``KernelTiles.product_order``; docs/results/cem/tensor_cores_tiles.md, tensor_cores_kv.md).
 """
 
@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--psum-keys", default="", help="comma-separated KernelTiles.psum_keys values (gathered sums)")
     ap.add_argument("--kv", help="comma-separated KxQwW tiles of the backward's key-tile kernel (only it compiled)")
     ap.add_argument("--product-order", default="auto",
-                    help="comma-separated KernelTiles.product_order values (auto: Q Kᵀ and dOq Kᵀ keys first where a "
-                         "tile has more keys than queries; queries: always queries first)")
+                    help="comma-separated KernelTiles.product_order values (auto: every per-head product with the "
+                         "longer side of its output as its rows; queries: every product as before the field)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--title", help="the --out page's title (default: one naming the options crossed)")
     a = ap.parse_args(argv)
