@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> None:
         a.n, a.batch, a.heads, a.dim, a.repeats = 16, 1, 2, 32, 1
         a.tiles, a.head_unroll, a.shared = "16x64,16x32w2", "1,2", "materialize,recompute"
         a.no_sdpa = False
-    from energyformer.energies.cem_kernel import KernelTiles, cem_attention, shared_store_dtype
+    from energyformer.energies.cem_kernel import cem_attention
+    from energyformer.energies.cem_launch import KernelTiles, shared_store_dtype
 
     device = pick_device()
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

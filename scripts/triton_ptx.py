@@ -35,10 +35,11 @@ import triton.language as tl  # noqa: E402
 from energyformer.energies.cem_compile import (  # noqa: E402
     GRID_KERNELS, KERNELS, compile_kernel, kernel_file, load_kernels,
 )
-from energyformer.energies.cem_kernel import kernel_meta  # noqa: E402
+from energyformer.energies.cem_launch import kernel_meta  # noqa: E402
 
 KERNEL = "src/energyformer/energies/cem_triton.py"
 HEADS_KERNEL = "src/energyformer/energies/cem_triton_heads.py"  # KernelTiles.grid = 'heads' (its own kernels)
+HEADS_TILES = "src/energyformer/energies/cem_triton_heads_tiles.py"  # their tile helpers (revisions after 2026-11-27)
 
 
 def configurations(every: int) -> list[dict]:
@@ -101,7 +102,7 @@ def main() -> int:
     root = ROOT
     confs = configurations(args.every)
     with tempfile.TemporaryDirectory() as tmp:
-        for rel in (KERNEL, HEADS_KERNEL):  # the base revision's files, side by side as in src/
+        for rel in (KERNEL, HEADS_KERNEL, HEADS_TILES):  # the base revision's files, side by side as in src/
             got = subprocess.run(["git", "show", f"{args.base}:{rel}"], cwd=root, capture_output=True, text=True)
             if got.returncode == 0:
                 (Path(tmp) / Path(rel).name).write_text(got.stdout)

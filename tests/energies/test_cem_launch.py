@@ -1,7 +1,7 @@
-"""The CEM kernels' launch arguments (energies/cem_kernel.py): each kernel of cem_triton.py and
+"""The CEM kernels' launch arguments (energies/cem_launch.py): each kernel of cem_triton.py and
 cem_triton_heads.py gets exactly the constexprs it declares — a missing one would be compiled as a pointer
 argument, an extra one is refused by Triton's launcher — from the launcher (``kernel_meta`` of
-``_launch_args``) and from ``scripts/triton_ptx.py``'s configurations, which compile them without a GPU."""
+``launch_args``) and from ``scripts/triton_ptx.py``'s configurations, which compile them without a GPU."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from energyformer.energies import cem_kernel
+from energyformer.energies import cem_kernel, cem_launch
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src/energyformer/energies"
@@ -46,11 +46,11 @@ def test_the_launcher_passes_each_kernel_exactly_its_constexprs(grid, hmode):
     import triton.language as tl
 
     q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
-    tiles = cem_kernel.KernelTiles(grid="heads", head_sums=grid[6:]) if "-" in grid else \
-        cem_kernel.KernelTiles(grid=grid)
-    meta = cem_kernel._launch_args(tl, q, hm, None, True, True, hmode, True, True, False, tiles)
+    tiles = cem_launch.KernelTiles(grid="heads", head_sums=grid[6:]) if "-" in grid else \
+        cem_launch.KernelTiles(grid=grid)
+    meta = cem_launch.launch_args(tl, q, hm, None, True, True, hmode, True, True, False, tiles)
     for name in LOOP + HEADS:
-        assert set(cem_kernel.kernel_meta(meta, name)) - OPTIONS == KERNELS[name], name
+        assert set(cem_launch.kernel_meta(meta, name)) - OPTIONS == KERNELS[name], name
 
 
 def test_triton_ptx_configurations_give_every_kernel_its_constexprs():
@@ -74,25 +74,25 @@ def test_the_key_tile_kernel_takes_its_own_tiles_and_warps(grid):
 
     q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
     kv = "_bwd_kv_h" if grid == "heads" else "_bwd_kv"
-    base = cem_kernel.KernelTiles(grid=grid, block_m=16, block_n=32, num_warps=4)
+    base = cem_launch.KernelTiles(grid=grid, block_m=16, block_n=32, num_warps=4)
     own = base.model_copy(update=dict(kv_keys=128, kv_queries=16, kv_warps=8))
-    metas = [cem_kernel._launch_args(tl, q, hm, None, True, True, "sum", True, True, False, t) for t in (base, own)]
-    plain, tiled = (cem_kernel.kernel_meta(m, kv) for m in metas)
+    metas = [cem_launch.launch_args(tl, q, hm, None, True, True, "sum", True, True, False, t) for t in (base, own)]
+    plain, tiled = (cem_launch.kernel_meta(m, kv) for m in metas)
     assert (plain["BN"], plain["BM"], plain["num_warps"]) == (16, 32, 4)
     assert (tiled["BN"], tiled["BM"], tiled["num_warps"]) == (128, 16, 8)
     for name in set(LOOP + HEADS) - {"_bwd_kv", "_bwd_kv_h"}:
-        assert cem_kernel.kernel_meta(metas[0], name) == cem_kernel.kernel_meta(metas[1], name), name
+        assert cem_launch.kernel_meta(metas[0], name) == cem_launch.kernel_meta(metas[1], name), name
     assert (base.align(), own.align()) == (32, 128)
-    assert cem_kernel.launch_chunks(300, 300, 0, True, own) == cem_products_row_chunks(300, own)
+    assert cem_launch.launch_chunks(300, 300, 0, True, own) == cem_products_row_chunks(300, own)
     # KernelTiles.product_order: the one-program-per-head kernels form Q Kᵀ and dOq Kᵀ keys first where their tile
     # has more keys than queries ('auto'), never with 'queries'; the loop kernels take no such flag
     rows_first = own.model_copy(update=dict(product_order="queries"))
     wide = base.model_copy(update=dict(block_m=64, block_n=32))  # 64 queries × 32 keys; the key-tile kernel 64 × 32
     for tiles, query_tiles, key_tiles in ((base, True, False), (own, True, True), (rows_first, False, False),
                                           (wide, False, True)):
-        meta = cem_kernel._launch_args(tl, q, hm, None, True, True, "sum", True, True, False, tiles)
+        meta = cem_launch.launch_args(tl, q, hm, None, True, True, "sum", True, True, False, tiles)
         for name in LOOP + HEADS:
-            got = cem_kernel.kernel_meta(meta, name)
+            got = cem_launch.kernel_meta(meta, name)
             assert "KO" not in got, name
             if name in LOOP or name == "_dv_h":
                 assert "KMAJ" not in got, name
@@ -102,11 +102,11 @@ def test_the_key_tile_kernel_takes_its_own_tiles_and_warps(grid):
     # (16 queries × 64 keys; the key-tile kernel owns 16 keys and steps 64 queries): oq (TQ), dk (TK), not dq
     wide_heads = torch.zeros(1, 2, 4, 32)
     for order, on in (("auto", True), ("queries", False)):
-        tiles = cem_kernel.KernelTiles(grid=grid, product_order=order)
-        meta = cem_kernel._launch_args(tl, wide_heads, hm, None, True, True, "sum", True, True, False, tiles)
-        fwd, kvm = cem_kernel.kernel_meta(meta, "_fwd_h"), cem_kernel.kernel_meta(meta, "_bwd_kv_h")
+        tiles = cem_launch.KernelTiles(grid=grid, product_order=order)
+        meta = cem_launch.launch_args(tl, wide_heads, hm, None, True, True, "sum", True, True, False, tiles)
+        fwd, kvm = cem_launch.kernel_meta(meta, "_fwd_h"), cem_launch.kernel_meta(meta, "_bwd_kv_h")
         assert (fwd["TQ"], kvm["TQ"], kvm["TK"]) == (on, False, on), order
-        assert all(k not in cem_kernel.kernel_meta(meta, n) for n in ("_bwd_d_h", "_psum_h", "_fwd")
+        assert all(k not in cem_launch.kernel_meta(meta, n) for n in ("_bwd_d_h", "_psum_h", "_fwd")
                    for k in ("TQ", "TK"))
 
 

@@ -31,7 +31,7 @@ from ..core.block import EnergyBlock
 from ..core.norm import NORMS, RMSNormConfig
 from ..core.solver import SOLVERS, GDConfig
 from ..core.sublayer import DescentConfig
-from ..energies.cem_kernel import KernelTiles
+from ..energies.cem_launch import KernelTiles
 from ..energies.elementwise import ElementwiseEnergy
 from ..energies.interaction import InteractionEnergy
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, llama_hidden

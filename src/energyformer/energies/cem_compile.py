@@ -104,30 +104,30 @@ def compile_kernel(mod, name: str, constexprs: dict, dtype: str, *, arch: int = 
 def launch_meta(*, heads: int, head_dim: int, dim: int, dtype: str = "bf16", causal: bool = True,
                 has_g: bool = True, h_mode: str = "sum", x_cols: int | None = None, alibi: bool = True,
                 self_bias: bool = True, key_mask: bool = False, **tiles) -> dict:
-    """The launcher's (:func:`.cem_kernel._launch_args`) constexprs and options for one call shape, as
-    compiled on a GPU (UPCAST off); ``tiles``: :class:`.cem_kernel.KernelTiles` fields."""
+    """The launcher's (:func:`.cem_launch.launch_args`) constexprs and options for one call shape, as
+    compiled on a GPU (UPCAST off); ``tiles``: :class:`.cem_launch.KernelTiles` fields."""
     import torch
     import triton.language as tl
 
-    from .cem_kernel import KernelTiles, _launch_args
+    from .cem_launch import KernelTiles, launch_args
 
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     q = torch.empty(1, heads, 16, head_dim, dtype=dt, device="meta")
     hm = torch.empty(1, 16, dim, dtype=dt, device="meta")
     x = None if x_cols is None else torch.empty(1, heads, 16, x_cols, dtype=dt, device="meta")
     launch = KernelTiles(**tiles).launch(h_mode)  # as the energy runs it
-    meta = _launch_args(tl, q, hm, x, causal, has_g, h_mode, alibi, self_bias, key_mask, launch)
+    meta = launch_args(tl, q, hm, x, causal, has_g, h_mode, alibi, self_bias, key_mask, launch)
     meta["UPCAST"] = False
     return meta
 
 
 def stores_operand(dtype: str = "bf16", h_mode: str = "sum", **kw) -> bool:
     """Whether a case's launch stores the shared products G, GH in the operands' dtype
-    (:func:`.cem_kernel.shared_store_dtype`: ``shared_dtype`` 'operand', or 'auto' where the head sums are
+    (:func:`.cem_launch.shared_store_dtype`: ``shared_dtype`` 'operand', or 'auto' where the head sums are
     gathered; bf16 operands only)."""
     import torch
 
-    from .cem_kernel import KernelTiles, shared_store_dtype
+    from .cem_launch import KernelTiles, shared_store_dtype
 
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     tiles = KernelTiles(**{k: v for k, v in kw.items() if k in KernelTiles.model_fields}).launch(h_mode)
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     if err is not None:
         print(json.dumps(dict(unavailable=err)), flush=True)
         return
-    from .cem_kernel import kernel_meta
+    from .cem_launch import kernel_meta
 
     mods: dict[Path, object] = {}
     for case, kw in json.loads(a.cases).items():

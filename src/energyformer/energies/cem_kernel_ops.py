@@ -7,7 +7,7 @@ an ``lru_cache`` and triton's environment lookups) and breaks its graph there. A
 forward's autograd formula) the same launches (:func:`~.cem_kernel._fwd_impl`, :func:`~.cem_kernel._bwd_impl`)
 are opaque calls inside one graph. Eager calls keep the ``autograd.Function``, lighter on the host.
 
-Operators take plain values only: the launch (:class:`~.cem_kernel.KernelTiles`) goes in as its fifteen
+Operators take plain values only: the launch (:class:`~.cem_launch.KernelTiles`) goes in as its fifteen
 fields, and an absent optional output (hs, ox) or gradient comes back as an empty (0,) tensor.
 """
 
@@ -18,7 +18,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .cem_kernel import KernelTiles, _bwd_impl, _fwd_impl, gathers, launch_chunks
+from .cem_kernel import _bwd_impl, _fwd_impl
+from .cem_launch import KernelTiles, gathers, launch_chunks
 from .cem_products import head_block_size
 
 #: KernelTiles' fields in the operators' argument order

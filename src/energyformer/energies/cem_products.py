@@ -146,7 +146,7 @@ def head_blocks(buf: Tensor, heads: int, chunks, keys_first: bool = False) -> li
     """The chunks' blocks of a per-head buffer ``buf`` (B, :func:`head_block_size`) — per-head factors on one
     program per head: every head's probabilities (or (dHs ∘ c_k) Hᵀ) on the blocks of the causal row chunks
     only, per batch row one block after another — as (B, rows, H, ke) views, or with ``keys_first``
-    (B, ke, H, rows); the kernels address them the same way (``cem_triton_heads._chunk_at``)."""
+    (B, ke, H, rows); the kernels address them the same way (``cem_triton_heads_tiles._chunk_at``)."""
     out, o = [], 0
     for r0, r1, ke in chunks:
         n = (r1 - r0) * heads * ke

@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .cem_kernel import _kernels, _pow2, triton_available
+from .cem_kernel import _kernels, triton_available
+from .cem_launch import pow2
 
 #: device types whose ReLUFFEnergy takes the fused kernel (a switch for A/B timings: benchmarks/hyperset_gpu.py)
 FUSED_NORM_RELU = {"cuda": True}
@@ -43,7 +44,7 @@ def _rows(s: Tensor) -> Tensor:
 def _launch(z: Tensor) -> dict:
     import triton.language as tl
 
-    bm = _pow2(z.shape[-1])
+    bm = pow2(z.shape[-1])
     return dict(BM=bm, ACC=tl.float64 if z.dtype == torch.float64 else tl.float32,
                 num_warps=8 if bm >= 2048 else 4)
 

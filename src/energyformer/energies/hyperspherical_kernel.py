@@ -15,7 +15,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..core.precision import autocast_dtype
-from .cem_kernel import _kernels, _pow2, triton_available
+from .cem_kernel import _kernels, triton_available
+from .cem_launch import pow2
 
 #: longest sequence one program holds (its N x N scores live in registers)
 MAX_TOKENS = 128
@@ -25,8 +26,8 @@ def _launch(u: Tensor) -> dict:
     import triton.language as tl
 
     n, p = u.shape[-2:]
-    bn = _pow2(n)
-    return dict(BN=bn, PP=_pow2(p), PREC="ieee", ACC=tl.float64 if u.dtype == torch.float64 else tl.float32,
+    bn = pow2(n)
+    return dict(BN=bn, PP=pow2(p), PREC="ieee", ACC=tl.float64 if u.dtype == torch.float64 else tl.float32,
                 UPCAST=u.device.type != "cuda" and u.dtype in (torch.bfloat16, torch.float16),
                 num_warps=8 if bn >= 128 else 4)
 

@@ -34,7 +34,7 @@ Evaluation paths (``attn_path``; :mod:`energyformer.energies.interaction_paths` 
     read-out — once, by default as batched matmuls; its own backward). Covers a shared or no
     diagonal, both read-outs and every preconditioner (per-head banks included); not
     ``diagonal = per_head`` (an error under ``kernel``; ``auto`` then does not take it). Its launch is
-    ``attn_kernel`` (:class:`~.cem_kernel.KernelTiles`). On CPU it runs through Triton's interpreter
+    ``attn_kernel`` (:class:`~.cem_launch.KernelTiles`). On CPU it runs through Triton's interpreter
     (tests only: slow).
   * ``auto`` (default): ``kernel`` on CUDA with triton installed (unless ``diagonal = per_head``);
     otherwise ``blocked`` within the memory budget, ``fused`` for decoding. (Measured with
@@ -87,7 +87,8 @@ from ..core.energy import Energy, register_energy
 from ..core.precision import autocast_dtype, autocast_off
 from ..core.precond import Preconditioner
 from ..utils.validate import check_choice, check_float, check_int
-from .cem_kernel import KernelTiles, attend_kernel, triton_available
+from .cem_kernel import attend_kernel, triton_available
+from .cem_launch import KernelTiles
 from .interaction_paths import (
     Averages, BlockedState, FusedState, ValuePlan, attend_blocked, attend_fused, blocked_bytes,
     once_per_grad_mode, plan_id, position_bias, prepare_fused,
