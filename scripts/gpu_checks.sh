@@ -127,7 +127,7 @@ pack_runs() {  # the Sudoku runs' records and files (metrics.jsonl, run_info.jso
 
 # every CUDA-marked test file of the kernels, the graphed step and the trainer (tests/train/test_cuda.py needs
 # data_cache/{tokens,tokenizers,shakespeare,potts} carried)
-CUDA_TESTS="tests/energies/test_cem_kernel.py tests/energies/test_hyperspherical_ops.py \
+CUDA_TESTS="tests/energies/test_cem_kernel_cuda.py tests/energies/test_hyperspherical_ops.py \
 tests/energies/test_hyperspherical_ffkernel.py tests/energies/test_hyperspherical_kernel.py \
 tests/benchmarks/test_lm_throughput.py"
 [ -d data_cache/tokens ] && CUDA_TESTS="$CUDA_TESTS tests/train/test_cuda.py"
@@ -213,7 +213,7 @@ if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code d80aa
   # every per-head product turned to its longer output side (KernelTiles.product_order auto: all on wgmma at the
   # default launch; the default since 2026-11-27, untimed) against 'queries' (the form every earlier timing ran),
   # kernels alone at 4k and the model
-  step pytest_cem 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel.py
+  step pytest_cem 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel_cuda.py
   step cem_kv_4k 95 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --head-sums gather \
     --shared-dtype operand --kv ",128x32w8" --product-order auto,queries --n 4096 --batch 2 --budget 90 \
     --out "$OUT/gpu_tiles_kv_4k.md"
@@ -248,7 +248,7 @@ fi
 if [ "$PHASE" = gather ]; then   # issue 21's gathered head sums on the GPU: correctness first, then eager and
   # graphed tokens/s at 1k and 4k against the default launch, Hyper-SET's eager rows, the kernels alone at 4k
   step pytest_gather 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
-    tests/energies/test_cem_kernel.py -k "gather or op"
+    tests/energies/test_cem_kernel_cuda.py -k "gather or op"
   cp "$W/pytest_gather.txt" "$OUT/" 2>/dev/null
   step gpu_lm_eager 180 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 3 --warmup 1 --keep-going --models "full CEM T=1 (auto path);full CEM T=1, head sums gathered;full \

@@ -1,6 +1,7 @@
 """Shared setup of the CEM attention tests (test_interaction.py, test_interaction_paths.py,
-test_cem_kernel.py): randomised float64 blocks and energies, one forward + backward, path-against-path
-comparison, piecewise KV-cache decoding, the visibility mask of a dense reference, and the marks that
+test_cem_kernel*.py): randomised float64 blocks and energies, one forward + backward, path-against-path
+comparison, piecewise KV-cache decoding, the visibility mask of a dense reference, the dense float64
+reference of the kernel function and the launches its tests cross (:data:`MODES`), and the marks that
 run the Triton kernel through its CPU interpreter.
 
 On CPU the kernel path runs through Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1
@@ -112,3 +113,39 @@ def visible(batch: int, nq: int, nk: int, causal: bool, key_mask: torch.Tensor |
     if key_mask is not None:
         vis = (vis & key_mask[:, None, :]) | (i == j)
     return vis
+
+
+def dense_attention(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x, h_mode="sum"):
+    """(oq, hs, ox, lse) with explicit (B, H, Nq, Nk) scores (float64 reference of cem_attention);
+    hs = (Σ_k P_k) H without c, Σ_k c_k ∘ (P_k H) with c, None with h_mode 'none'."""
+    B, H, nq, _ = q.shape
+    nk = k.shape[2]
+    s = q @ k.transpose(-1, -2) + (ud @ hm.transpose(-1, -2))[:, None]
+    i, j = offset + torch.arange(nq)[:, None], torch.arange(nk)[None]
+    s = s - slopes[:, None, None] * (i - j).abs() + delta[:, None, None] * (i == j)
+    s = s.masked_fill(~visible(B, nq, nk, causal, key_mask, offset)[:, None], float("-inf"))
+    p = s.softmax(-1)
+    hs = p.sum(1) @ hm if c is None else torch.einsum("bhij,bjd,hd->bid", p, hm, c)
+    return p @ k, None if h_mode == "none" else hs, None if x is None else p @ x, s.logsumexp(-1)
+
+
+#: h read-out (h_mode; per-head factors c and extra value columns x) × how the shared products are formed
+#: (KernelTiles.shared; the loop kernels recompute 'stack''s) × what a program owns (KernelTiles.grid)
+MODES = {"sum": dict(h_mode="sum", grid="rows"), "sum-recompute": dict(h_mode="sum", shared="recompute"),
+         "stack": dict(h_mode="stack", c=True, x=True, grid="rows"),
+         "grid": dict(h_mode="sum", x=True, grid="heads", head_sums="atomic"),
+         "grid-none": dict(h_mode="none", grid="heads"),
+         "grid-stack": dict(h_mode="stack", c=True, x=True, grid="heads"),
+         "grid-gather": dict(h_mode="sum", x=True, grid="heads", head_sums="gather"),
+         "grid-gather-all": dict(h_mode="sum", x=True, grid="heads", head_sums="gather_all")}
+#: the shared products stored in the operands' dtype (KernelTiles.shared_dtype), checked in low precision only:
+#: with float32 / float64 operands the stored dtype is theirs, and the arithmetic is a mode above's
+LOW_MODES = {"grid-gather-op": dict(h_mode="sum", x=True, grid="heads", head_sums="gather", shared_dtype="operand"),
+             "rows-op": dict(h_mode="sum", grid="rows", shared_dtype="operand"),
+             "grid-stack-op": dict(h_mode="stack", c=True, x=True, grid="heads", shared_dtype="operand")}
+
+
+def kernel_mode(name: str) -> tuple[str, bool, bool, dict]:
+    """(h_mode, with c, with x, launch keywords) of MODES[name] (or LOW_MODES[name])"""
+    m = dict(MODES[name] if name in MODES else LOW_MODES[name])
+    return m.pop("h_mode"), m.pop("c", False), m.pop("x", False), m

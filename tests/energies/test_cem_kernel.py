@@ -1,8 +1,7 @@
 """CEM attention's Triton kernel (energies/cem_kernel.py, ``attn_path: kernel``).
 
 On CPU the kernels run through Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1 there;
-``interpreted`` in cem_cases.py); the tests marked ``cuda`` run the compiled kernel and are skipped
-without a GPU.
+``interpreted`` in cem_cases.py); ``test_cem_kernel_cuda.py`` runs the compiled kernel on a GPU.
 
 * the kernel function equals a dense float64 softmax (outputs, log Z and every gradient, log Z's
   included): causal / bidirectional, key padding, queries at an offset (chunked prefill, decoding);
@@ -10,61 +9,24 @@ without a GPU.
   every parameter gradient, T = 1 and 2, both read-outs, every option it covers (per-head
   preconditioner banks included);
 * its energy (log Z from the kernel) equals the dense float64 energy; KV-cache decoding equals the full
-  forward; float32 / bf16 at logit scales 1e-2..1e4 stay within dtype tolerance of float64;
+  forward; under torch.compile the kernel stays in one graph;
 * options it does not cover raise, naming the option; ``auto`` takes it on CUDA only.
-"""
 
-import copy
+Elsewhere: float32 / bf16 / float16 against float64 in ``test_cem_kernel_precision.py``, the compiled kernel on a
+GPU in ``test_cem_kernel_cuda.py``, the launch's options and arguments in ``test_cem_launch.py``.
+"""
 
 import pytest
 import torch
 
 from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
-from energyformer.core import ForwardContext
 from energyformer.energies import cem_kernel, cem_launch, cem_products
 from energyformer.energies.interaction import InteractionEnergy
-from energyformer.utils.validate import ConfigError
 
-from .cem_cases import (MASK7, assert_same_block, decode_in_pieces, interpreted, opts_id, randomised,
-                        randomised_energy, visible)
+from .cem_cases import (MASK7, MODES, assert_same_block, decode_in_pieces, dense_attention, interpreted, kernel_mode,
+                        opts_id, randomised, randomised_energy)
 
 pytest.importorskip("triton")
-
-
-def _dense(q, k, ud, hm, slopes, delta, key_mask, causal, offset, c, x, h_mode="sum"):
-    """(oq, hs, ox, lse) with explicit (B, H, Nq, Nk) scores (float64 reference of cem_attention);
-    hs = (Σ_k P_k) H without c, Σ_k c_k ∘ (P_k H) with c, None with h_mode 'none'."""
-    B, H, nq, _ = q.shape
-    nk = k.shape[2]
-    s = q @ k.transpose(-1, -2) + (ud @ hm.transpose(-1, -2))[:, None]
-    i, j = offset + torch.arange(nq)[:, None], torch.arange(nk)[None]
-    s = s - slopes[:, None, None] * (i - j).abs() + delta[:, None, None] * (i == j)
-    s = s.masked_fill(~visible(B, nq, nk, causal, key_mask, offset)[:, None], float("-inf"))
-    p = s.softmax(-1)
-    hs = p.sum(1) @ hm if c is None else torch.einsum("bhij,bjd,hd->bid", p, hm, c)
-    return p @ k, None if h_mode == "none" else hs, None if x is None else p @ x, s.logsumexp(-1)
-
-
-#: h read-out (h_mode; per-head factors c and extra value columns x) × how the shared products are formed
-#: (KernelTiles.shared; the loop kernels recompute 'stack''s) × what a program owns (KernelTiles.grid)
-MODES = {"sum": dict(h_mode="sum", grid="rows"), "sum-recompute": dict(h_mode="sum", shared="recompute"),
-         "stack": dict(h_mode="stack", c=True, x=True, grid="rows"),
-         "grid": dict(h_mode="sum", x=True, grid="heads", head_sums="atomic"),
-         "grid-none": dict(h_mode="none", grid="heads"),
-         "grid-stack": dict(h_mode="stack", c=True, x=True, grid="heads"),
-         "grid-gather": dict(h_mode="sum", x=True, grid="heads", head_sums="gather"),
-         "grid-gather-all": dict(h_mode="sum", x=True, grid="heads", head_sums="gather_all")}
-#: the shared products stored in the operands' dtype (KernelTiles.shared_dtype), checked in low precision only:
-#: with float32 / float64 operands the stored dtype is theirs, and the arithmetic is a mode above's
-LOW_MODES = {"grid-gather-op": dict(h_mode="sum", x=True, grid="heads", head_sums="gather", shared_dtype="operand"),
-             "rows-op": dict(h_mode="sum", grid="rows", shared_dtype="operand"),
-             "grid-stack-op": dict(h_mode="stack", c=True, x=True, grid="heads", shared_dtype="operand")}
-
-
-def _mode(name: str) -> tuple[str, bool, bool, dict]:
-    """(h_mode, with c, with x, launch keywords) of MODES[name] (or LOW_MODES[name])"""
-    m = dict(MODES[name] if name in MODES else LOW_MODES[name])
-    return m.pop("h_mode"), m.pop("c", False), m.pop("x", False), m
 
 
 @interpreted
@@ -106,7 +68,7 @@ def test_products_keys_first_equal_queries_first(mode, kv):
     B, H, R, D, nq, nk = 2, 3, 32, 40, 37, 40
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
     q, k, ud, hm, delta = t(B, H, nq, R), t(B, H, nk, R), t(B, nq, D), t(B, nk, D), t(H)
-    h_mode, with_c, with_x, launch = _mode(mode)
+    h_mode, with_c, with_x, launch = kernel_mode(mode)
     c, x = t(H, D) if with_c else None, t(B, H, nk, 6) if with_x else None
     slopes = torch.rand(H, generator=g, dtype=torch.float64)
     key_mask = torch.rand(B, nk, generator=g) > 0.3
@@ -247,64 +209,20 @@ def test_gathered_head_sums_are_formed_once_and_kept_for_the_backward(monkeypatc
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_shared_products_are_materialised_where_there_are_any():
-    """KernelTiles.shared = 'materialize' takes effect with a shared diagonal or the head-summed read-out; with
-    per-head factors ('stack': one D-wide product per head) only on the one-program-per-head kernels, which
-    ``auto`` takes for them too (never with recomputed products)."""
-    import triton.language as tl
-
-    q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
-
-    def mat(has_g, hmode, shared="materialize", grid="auto"):
-        return cem_launch.launch_args(tl, q, hm, None, True, has_g, hmode, True, True, False,
-                                       cem_launch.KernelTiles(shared=shared, grid=grid))["MAT"]
-
-    assert mat(True, "none") and mat(False, "sum") and mat(True, "sum")
-    assert not mat(False, "none") and not mat(True, "sum", "recompute") and not mat(True, "stack", "recompute")
-    assert mat(True, "stack") and mat(True, "stack", grid="heads") and mat(True, "stack", grid="heads_inner")
-    assert not mat(True, "stack", grid="rows")
-
-
-def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
-    config_error_says(cem_launch.KernelTiles, {"block_d": 48}, ["block_d", "48", "16"])
-    config_error_says(cem_launch.KernelTiles, {"num_stages": 0}, ["num_stages", "0", "1"])
-    config_error_says(cem_launch.KernelTiles, {"head_unroll": 3}, ["head_unroll", "3", "1"])
-    config_error_says(cem_launch.KernelTiles, {"shared": "cache"}, ["shared", "cache", "materialize"])
-    config_error_says(cem_launch.KernelTiles, {"causal_chunks": 0}, ["causal_chunks", "0", "1"])
-    config_error_says(cem_launch.KernelTiles, {"grid": "heads", "shared": "recompute"},
-                      ["grid", "heads", "shared", "recompute", "materialize"])
-    config_error_says(cem_launch.KernelTiles, {"grid": "heads_inner", "shared": "recompute"},
-                      ["grid", "heads_inner", "shared", "recompute", "materialize"])
-    config_error_says(cem_launch.KernelTiles, {"head_sums": "scatter"}, ["head_sums", "scatter", "gather"])
-    config_error_says(cem_launch.KernelTiles, {"head_sums": "gather", "grid": "rows"},
-                      ["head_sums", "gather", "grid", "rows", "heads"])
-    config_error_says(cem_launch.KernelTiles, {"head_sums": "gather", "shared": "recompute"},
-                      ["head_sums", "gather", "shared", "recompute", "materialize"])
-    config_error_says(cem_launch.KernelTiles, {"shared_dtype": "operand", "shared": "recompute"},
-                      ["shared_dtype", "operand", "shared", "recompute", "materialize"])
-    config_error_says(cem_launch.KernelTiles, {"shared_dtype": "bf16"}, ["shared_dtype", "bf16", "operand"])
-    config_error_says(cem_launch.KernelTiles, {"kv_keys": 48}, ["kv_keys", "48", "128"])
-    config_error_says(cem_launch.KernelTiles, {"kv_warps": 3}, ["kv_warps", "3", "8"])
-    config_error_says(cem_launch.KernelTiles, {"psum_keys": -64}, ["psum_keys", "-64", "0"])
-    with pytest.raises(ConfigError, match="block_m"):
-        z = torch.zeros(1, 1, 4, 4)
-        cem_kernel.cem_attention(z, z, None, None, slopes=None, delta=None, key_mask=None, causal=True,
-                                 offset=0, block_m=24)
-
-
 def _check_function_against_dense(causal, masked, nq, nk, mode, D, offset=None, **tiles):
     g = torch.Generator().manual_seed(nq + nk)
     B, H, R = 2, 3, 4
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
     q, k, ud, hm, delta = t(B, H, nq, R), t(B, H, nk, R), t(B, nq, D), t(B, nk, D), t(H)
-    mode, with_c, with_x, launch = _mode(mode)
+    mode, with_c, with_x, launch = kernel_mode(mode)
     c, x = t(H, D) if with_c else None, t(B, H, nk, 6) if with_x else None
     slopes = torch.rand(H, generator=g, dtype=torch.float64)
     key_mask = torch.rand(B, nk, generator=g) > 0.3 if masked else None
     got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask,
                                    causal=causal, offset=nk - nq if offset is None else offset, h_mode=mode,
                                    c=c, x=x, **launch, **tiles)
-    ref = _dense(q, k, ud, hm, slopes, delta, key_mask, causal, nk - nq if offset is None else offset, c, x, mode)
+    off = nk - nq if offset is None else offset
+    ref = dense_attention(q, k, ud, hm, slopes, delta, key_mask, causal, off, c, x, mode)
     assert (got[1] is None) == (ref[1] is None) and (got[2] is None) == (ref[2] is None)
     got, ref = [o for o in got if o is not None], [o for o in ref if o is not None]
     ins = [v for v in (q, k, ud, hm, delta, c, x) if v is not None]
@@ -402,126 +320,6 @@ def test_kernel_kv_cache_decoding_equals_full_forward(grid, bank):
     torch.testing.assert_close(pieces, full, rtol=1e-10, atol=1e-10)
 
 
-def _dense_low(q, k, ud, hm, slopes, delta, c, x, h_mode, joint=False, chunks=None, noise=None):
-    """The blocked path's arithmetic in PyTorch (causal, offset 0): products in the operands' dtype,
-    bias and softmax in float32 (float64 for float64 operands; ``delta`` (H,) or per query (B, H, N)),
-    probabilities rounded to the operands' dtype before the products. The shared logits ud Hᵀ are one
-    product per block of query rows (the blocked path's query blocks; here the kernel's default row chunks),
-    so their float32 rounding is the kernel's: at logits ~1e2 a different but equally exact rounding of
-    them alone moves some gradients by several times float32's error.
-    ``joint``: the logits as one product of the augmented [q, ud] and [k, h] instead; ``chunks``: other row
-    chunks of ud Hᵀ (1: one whole product) — other roundings, equally exact; ``noise`` (B, H, Nq, Nk):
-    the logits multiplied by 1 + noise (in float64: a rounding of the logits, modelled)."""
-    nq, nk, dt = q.shape[2], k.shape[2], q.dtype
-    wd = torch.promote_types(dt, torch.float32)  # bias and softmax: float32, float64 for float64 operands
-    tiles = cem_launch.KernelTiles()
-    chunks = cem_products.row_chunks(nq, nk, 0, True, chunks or tiles.causal_chunks, max(tiles.block_m, tiles.block_n))
-    g = torch.zeros(q.shape[0], nq, nk, dtype=dt)
-    for r0, r1, ke in chunks:
-        g[:, r0:r1, :ke] = ud[:, r0:r1] @ hm[:, :ke].transpose(-1, -2)
-    if joint:  # another, equally exact rounding of the logits: [q, ud]·[k, h] as one product per head
-        B, H = q.shape[:2]
-        qa = torch.cat([q, ud[:, None].expand(B, H, *ud.shape[1:])], -1)
-        ka = torch.cat([k, hm[:, None].expand(B, H, *hm.shape[1:])], -1)
-        s = (qa @ ka.transpose(-1, -2)).to(wd)
-    else:
-        s = (q @ k.transpose(-1, -2) + g[:, None]).to(wd)
-    if noise is not None:  # a model of rounding the logits: s (1 + noise), |noise| ≤ the dtype's eps
-        s = s * (1 + noise)
-    i, j = torch.arange(nq)[:, None], torch.arange(nk)[None]
-    self_bias = delta.to(wd)[:, None, None] if delta.dim() == 1 else delta.to(wd)[..., None]  # δ: (H,) | (B, H, N)
-    s = s - slopes[:, None, None] * (i - j).abs() + self_bias * (i == j)
-    p = s.masked_fill(j > i, float("-inf")).softmax(-1).to(dt)
-    hs = p.sum(1) @ hm if c is None else torch.einsum("bhij,bjd,hd->bid", p, hm, c.to(dt))
-    return [p @ k] + ([] if h_mode == "none" else [hs]) + ([] if x is None else [p @ x])
-
-
-@interpreted
-@pytest.mark.parametrize("mode", [*MODES, *LOW_MODES])
-@pytest.mark.parametrize("scale", [1e-2, 1.0, 1e2, 1e4])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_kernel_low_precision_within_dtype_tolerance(dtype, scale, mode):
-    """Operands rounded to ``dtype`` once (logits up to ~scale·R); error against float64 on the same
-    rounded operands, of every output and gradient: the kernel's is at most 4 times the largest error of
-    five other equally exact roundings, plus the dtype's own tolerance, whatever the scale — e.g. at 1e4,
-    where p is one-hot, no spurious gradient from Δ = Σ_j p dP (that bug was 1.9e-2 against 5e-11).
-
-    The roundings: the same computation in PyTorch in ``dtype`` three ways (the blocked path's arithmetic;
-    the logits as one augmented product; ud Hᵀ as one whole product) and twice in float64 with the logits
-    multiplied by 1 + u·eps₃₂ (u uniform in [-1, 1]: the kernel forms logits in float32). Large logits make
-    any rounding of the scores move p by about eps·|s|, so one sample is not the yardstick: against the first
-    alone with a factor 2.5, 4 of 16 seeds failed at scale 1e2 (e.g. one-hot p, where p K rounds back to a
-    row of K exactly) while the kernel was within 3e-5 of the value relative to its norm. The tolerance is
-    what rounding alone costs: eps/4 of the exact value's norm (rounding to ``dtype``: 0.14-0.29 eps RMS);
-    for the self-bias gradient Σ_{b,i} dS_ii, a sum that cancels, eps times the norm of its terms (float64);
-    values below the smallest normal number are underflow. Checked over 12 seeds for every scale, dtype and
-    launch here (480 cases): all hold."""
-    g = torch.Generator().manual_seed(int(scale))
-    B, H, R, D, N = 2, 3, 4, 10, 9
-    r = lambda *s: (torch.randn(*s, generator=g) * scale ** 0.5).to(dtype)  # noqa: E731
-    ops = [r(B, H, N, R), r(B, H, N, R), r(B, N, D), r(B, N, D), torch.randn(H, generator=g).to(dtype)]
-    mode, with_c, with_x, launch = _mode(mode)
-    ops += [torch.randn(H, D, generator=g).to(dtype).float() if with_c else None,
-            torch.randn(B, H, N, 6, generator=g).to(dtype) if with_x else None]
-    slopes = torch.rand(H, generator=g)
-    c_x = lambda v: (v[5], v[6])  # noqa: E731
-
-    def kernel(v):
-        c, x = c_x(v)
-        out = cem_kernel.cem_attention(v[0], v[1], v[2], v[3], delta=v[4], slopes=slopes, key_mask=None,
-                                       causal=True, offset=0, h_mode=mode, c=c, x=x, **launch)
-        return [o for o in out[:3] if o is not None]
-
-    # two draws of the logits' rounding modelled in float64: s (1 + u eps), u uniform in [-1, 1], eps of
-    # float32, the dtype the kernel forms the logits in from operands of either dtype
-    noise = [(2 * torch.rand(B, H, N, N, generator=g, dtype=torch.float64) - 1) * torch.finfo(torch.float32).eps
-             for _ in range(2)]
-    res, w = {}, None
-    for name, fn, args in (("ref", kernel, [o if o is None else o.double() for o in ops]), ("kernel", kernel, ops),
-                           ("torch", lambda v: _dense_low(*v[:4], slopes, v[4], *c_x(v), mode), ops),
-                           ("joint", lambda v: _dense_low(*v[:4], slopes, v[4], *c_x(v), mode, joint=True), ops),
-                           ("whole", lambda v: _dense_low(*v[:4], slopes, v[4], *c_x(v), mode, chunks=1), ops),
-                           *[(f"noise{n}", lambda v, z=z: _dense_low(*v[:4], slopes.double(), v[4], *c_x(v), mode,
-                                                                      noise=z), [o if o is None else o.double()
-                                                                                 for o in ops])
-                             for n, z in enumerate(noise)]):
-        v = [o if o is None else o.clone().requires_grad_(True) for o in args]
-        out = fn(v)
-        w = w or [torch.randn(o.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64) for o in out]
-        grads = torch.autograd.grad(sum((o.double() * z).sum() for o, z in zip(out, w)),
-                                    [o for o in v if o is not None])
-        res[name] = [o.double() for o in out] + [t.double() for t in grads]
-    eps = torch.finfo(dtype).eps
-    tol = [eps / 4 * ref.norm().item() for ref in res["ref"]]  # rounding to dtype: RMS 0.14-0.29 eps relative
-    # the self-bias gradient's terms: the same float64 arithmetic with one δ per (b, h, i)
-    v = [o if o is None else o.double() for o in ops]
-    per_query = v[4][None, :, None].expand(B, H, N).clone().requires_grad_(True)
-    out = _dense_low(*v[:4], slopes.double(), per_query, *c_x(v), mode)
-    (terms,) = torch.autograd.grad(sum((o * z).sum() for o, z in zip(out, w)), [per_query])  # (B, H, N)
-    tol[len(out) + 4] += eps * terms.abs().sum((0, 2)).norm().item()
-    roundings = [res[n] for n in ("torch", "joint", "whole", "noise0", "noise1")]
-    for i, (a, ref, *others) in enumerate(zip(res["kernel"], res["ref"], *roundings)):
-        assert torch.isfinite(a).all()
-        err, err_torch = (a - ref).norm().item(), max((t - ref).norm().item() for t in others)
-        floor = tol[i] + torch.finfo(dtype).tiny * a.numel() ** 0.5  # below the smallest normal: underflow
-        assert err <= 4 * err_torch + floor, (i, err, err_torch, floor)
-
-
-@interpreted
-@pytest.mark.parametrize("opts", [{}, dict(precond="diag_low_rank", precond_rank=3, steps=2,
-                                           attn_kernel={"grid": "heads"}),
-                                  dict(attn_kernel={"head_sums": "gather", "shared_dtype": "operand"})],
-                         ids=["default", "paper-bank-heads", "gathered-operand"])
-def test_kernel_bf16_autocast_block_stays_close(opts):
-    blk = randomised(CEMAttentionConfig(attn_path="kernel", **opts), True, 2).float()
-    x = torch.randn(2, 8, 16)
-    ref = copy.deepcopy(blk).double()(x.double())
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = blk(x)
-    rel = ((y.double() - ref).norm() / ref.norm()).item()
-    assert rel < 2e-2, rel
-
-
 def test_uncovered_options_raise_naming_the_option(monkeypatch):
     with pytest.raises(ValueError, match="attn_path = 'kernel' does not cover diagonal = 'per_head'"):
         CEMAttention(16, 4, CEMAttentionConfig(attn_path="kernel", diagonal="per_head"))
@@ -536,95 +334,6 @@ def test_auto_takes_the_kernel_on_cuda_only():
     assert e.prepare(h).path == "blocked"  # CPU: never the (interpreted) kernel
     assert e._use_kernel(torch.empty(0, device="meta")) is False
     assert InteractionEnergy(16, 4, attn_path="kernel").prepare(h).path == "kernel"
-
-
-# ------------------------------------------------------------------------------ compiled kernel (GPU)
-@pytest.mark.cuda
-@pytest.mark.parametrize("launch", [{"grid": "rows"}, {}, {"grid": "heads", "block_m": 64, "block_n": 32},
-                                    {"grid": "heads_inner"}, {"head_sums": "gather", "block_m": 64, "block_n": 32},
-                                    {"head_sums": "gather_all", "shared_dtype": "operand"},
-                                    {"kv_keys": 128, "kv_queries": 32, "kv_warps": 8, "psum_keys": 64},
-                                    {"block_m": 64, "block_n": 32, "kv_keys": 128, "kv_queries": 32, "kv_warps": 8,
-                                     "psum_keys": 0}],
-                         ids=["rows", "default", "heads-64x32", "heads-inner", "gathered-64x32",
-                              "gathered-all-operand", "kv-128x32-psum-64", "64x32-kv-128x32-psum-row"])
-@pytest.mark.parametrize("paper", [False, True], ids=["default", "paper-config"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_compiled_kernel_equals_float64_blocked_path_on_cuda(dtype, paper, launch):
-    """The compiled kernel (``auto`` on CUDA) vs the blocked path in float64, forward and backward,
-    at D = 256, 8 heads, N = 300, T = 2, ALiBi, self bias, shared diagonal, key padding; identity or
-    the paper's per-head D+LR preconditioners; row tiles, the default launch (one program per head), one
-    program per head on 64 x 32 tiles and with the heads launched inner (the paper configuration's per-head
-    factors run the loop kernels under ``auto``, one program per head where ``grid`` names it); the backward's
-    key-tile kernel on 128 × 32 tiles of its own, the gathered head sums in runs of 64 keys or a program a row."""
-    torch.manual_seed(0)
-    cfg = CEMAttentionConfig(steps=2, precond="diag_low_rank" if paper else "identity", attn_kernel=launch)
-    blk = CEMAttention(256, 8, cfg).cuda()
-    with torch.no_grad():
-        blk.energy.d.normal_(0, 0.3)
-        blk.energy.self_bias.normal_(0, 1)
-    ref = copy.deepcopy(blk).double()
-    ref.energy.attn_path = "blocked"
-    x = torch.randn(2, 300, 256, device="cuda")
-    mask = torch.ones(2, 300, dtype=torch.bool, device="cuda")
-    mask[1, 250:] = False
-    assert blk.energy.prepare(blk.norm(x), mask=mask).path == "kernel"
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-        y = blk(x, ForwardContext(mask=mask))
-    y0 = ref(x.double(), ForwardContext(mask=mask))
-    y.float().square().sum().backward()
-    y0.square().sum().backward()
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-    assert ((y.double() - y0)[mask].norm() / y0[mask].norm()).item() < tol
-    g, g0 = blk.energy.wq.weight.grad.double(), ref.energy.wq.weight.grad
-    assert ((g - g0).norm() / g0.norm()).item() < 10 * tol
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("mode", MODES)
-def test_compiled_kernel_function_equals_dense_on_cuda(mode):
-    """Every feature of the compiled kernel in float32 (IEEE products) vs the dense float64 reference:
-    bidirectional with key padding and causal at an offset, h read-outs, c and x, all gradients."""
-    g = torch.Generator().manual_seed(1)
-    B, H, R, D = 2, 4, 64, 256
-    mode, with_c, with_x, launch = _mode(mode)
-    for causal, nq, nk in ((False, 70, 70), (True, 33, 90)):
-        t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
-        ins64 = [t(B, H, nq, R) / 8, t(B, H, nk, R), t(B, nq, D) / 16, t(B, nk, D), t(H)]
-        ins64 += [t(H, D) if with_c else None, t(B, H, nk, 8) if with_x else None]
-        ins64 = [v if v is None else v.requires_grad_(True) for v in ins64]
-        ins32 = [v if v is None else v.detach().float().cuda().requires_grad_(True) for v in ins64]
-        slopes = torch.rand(H, generator=g, dtype=torch.float64)
-        key_mask = torch.rand(B, nk, generator=g) > 0.2
-
-        def call(v, dev):
-            q, k, ud, hm, delta, cc, xx = v
-            return cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes.to(dev), delta=delta,
-                                            key_mask=key_mask.to(dev), causal=causal, offset=nk - nq,
-                                            h_mode=mode, c=cc, x=xx, **launch)
-
-        got = [o for o in call(ins32, "cuda") if o is not None]
-        ref = [o for o in _dense(*ins64[:4], slopes, ins64[4], key_mask, causal, nk - nq, ins64[5], ins64[6], mode)
-               if o is not None]
-        w = [torch.randn(r.shape, generator=g, dtype=torch.float64) for r in ref]
-        gg = torch.autograd.grad(sum((o.double().cpu() * z).sum() for o, z in zip(got, w)),
-                                 [v for v in ins32 if v is not None])
-        gr = torch.autograd.grad(sum((o * z).sum() for o, z in zip(ref, w)), [v for v in ins64 if v is not None])
-        for a, b in zip(got + list(gg), ref + list(gr)):
-            err = ((a.double().cpu() - b).norm() / b.norm()).item()
-            assert err < 1e-5, err
-
-
-@pytest.mark.cuda
-def test_compiled_kernel_kv_cache_decoding_equals_full_forward_on_cuda():
-    torch.manual_seed(0)
-    blk = CEMAttention(256, 8, CEMAttentionConfig(steps=2)).cuda()
-    with torch.no_grad():
-        blk.energy.d.normal_(0, 0.3)
-    x = torch.randn(2, 40, 256, device="cuda")
-    full = blk(x)
-    pieces, _ = decode_in_pieces(blk, x, (17, 1, 1, 21))
-    torch.testing.assert_close(pieces, full, rtol=1e-4, atol=1e-4)
 
 
 @interpreted
@@ -647,81 +356,6 @@ def test_compile_keeps_the_kernel_in_one_graph(attn, compiles_like_eager):
         "attention": {"kind": "cem", "attn_path": "kernel", "steps": 2, **attn}, "mlp": {"kind": "cem"}}}))
     idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(1))
     compiles_like_eager(lambda: m(idx).logits, m.parameters())
-
-
-def test_shared_products_in_the_operand_dtype_only_for_bfloat16():
-    """``shared_dtype: operand`` stores G and dHs Hᵀ in bf16 for bf16 operands; float16 operands keep float32
-    products (a logit past float16's 6.5e4 would overflow to inf: a silent wrong answer), float32 and float64
-    ones are their own accumulation dtype; 'accumulation' keeps the accumulation dtype everywhere; the default
-    'auto' stores bf16 exactly where the launch gathers the head sums (one program per head, the head-summed
-    read-out: the launch timed on a GPU), the accumulation dtype elsewhere."""
-    op, acc = cem_launch.KernelTiles(shared_dtype="operand"), cem_launch.KernelTiles(shared_dtype="accumulation")
-    f32, bf = torch.float32, torch.bfloat16
-    for hmode in ("sum", "stack", "none"):
-        assert cem_launch.shared_store_dtype(op, bf, f32, hmode) == bf
-        assert cem_launch.shared_store_dtype(op, torch.float16, f32, hmode) == f32
-        assert cem_launch.shared_store_dtype(op, torch.float64, torch.float64, hmode) == torch.float64
-        assert cem_launch.shared_store_dtype(acc, bf, f32, hmode) == f32
-    auto = cem_launch.KernelTiles()
-    assert cem_launch.shared_store_dtype(auto, bf, f32, "sum") == bf
-    assert cem_launch.shared_store_dtype(auto, torch.float16, f32, "sum") == f32
-    assert cem_launch.shared_store_dtype(auto, f32, f32, "sum") == f32
-    for tiles, hmode in ((auto, "stack"), (auto, "none"), (cem_launch.KernelTiles(grid="rows"), "sum"),
-                         (cem_launch.KernelTiles(head_sums="atomic"), "sum"),
-                         (cem_launch.KernelTiles(shared="recompute"), "sum")):
-        assert cem_launch.shared_store_dtype(tiles, bf, f32, hmode) == f32, (tiles, hmode)
-
-
-def test_auto_runs_per_head_factors_on_one_program_per_head_at_their_own_tiles():
-    """``grid: auto`` with per-head factors: one program per head, on 64 x 32 tiles in place of the defaults (the
-    launch timed and compiled without spills), other tiles kept; every other read-out, 'rows', recomputed
-    products and an explicit grid unchanged; the energy resolves its launches once, as the kernel runs them."""
-    auto = cem_launch.KernelTiles()
-    got = auto.launch("stack")
-    assert (got.grid, got.block_m, got.block_n) == ("heads", 64, 32) and auto.grid == "auto"
-    assert got.model_dump(exclude={"grid", "block_m", "block_n"}) == auto.model_dump(exclude={"grid", "block_m",
-                                                                                              "block_n"})
-    assert auto.launch("sum") is auto and auto.launch("none") is auto
-    own = cem_launch.KernelTiles(block_m=32).launch("stack")
-    assert (own.grid, own.block_m, own.block_n) == ("heads", 32, 64)
-    for kw in ({"grid": "rows"}, {"grid": "heads"}, {"grid": "heads_inner"}, {"shared": "recompute"}):
-        t = cem_launch.KernelTiles(**kw)
-        assert t.launch("stack") is t, kw
-    e = InteractionEnergy(16, 4, attn_path="kernel")
-    assert e.attn_launch["stack"] == auto.launch("stack") and e.attn_launch["sum"] is e.attn_kernel
-
-
-def test_auto_head_sums_gather_only_where_one_program_per_head_sums_them():
-    """``head_sums: auto`` (the default) is 'gather' on one program per head with the head-summed read-out, and
-    changes nothing elsewhere: the loop kernels ('rows', recomputed shared products) and per-head factors never
-    gather; it is valid with every grid (an explicit 'gather' on 'rows' is a ConfigError)."""
-    auto = cem_launch.KernelTiles()
-    assert auto.head_sums == "auto" and auto.head_sums_for("sum") == "gather"
-    assert auto.head_sums_for("stack") == auto.head_sums_for("none") == "atomic"
-    assert cem_launch.KernelTiles(head_sums="gather_all").head_sums_for("sum") == "gather_all"
-    assert cem_launch.gathers(auto, "sum") and not cem_launch.gathers(auto, "stack")
-    assert not cem_launch.gathers(auto, "none")
-    for kw in ({"grid": "rows"}, {"shared": "recompute"}, {"head_sums": "atomic"}):
-        assert not cem_launch.gathers(cem_launch.KernelTiles(**kw), "sum"), kw
-    assert cem_launch.gathers(cem_launch.KernelTiles(grid="heads_inner"), "sum")
-
-
-@interpreted
-def test_float16_operands_with_shared_products_in_the_operand_dtype_stay_finite_at_large_logits():
-    """Logits near 1e5 (past float16's range, within its operands'): with ``shared_dtype: operand`` the float16
-    call still equals the float32 call on the same operands to float16's tolerance — nothing overflows."""
-    g = torch.Generator().manual_seed(0)
-    B, H, N, R, D = 1, 2, 9, 4, 8
-    q, k = (torch.randn(B, H, N, R, generator=g) * 200).half(), (torch.randn(B, H, N, R, generator=g) * 200).half()
-    ud, hm = (torch.randn(B, N, D, generator=g) * 150).half(), (torch.randn(B, N, D, generator=g) * 150).half()
-    kw = dict(slopes=None, delta=None, key_mask=None, causal=True, offset=0, h_mode="sum", grid="heads",
-              head_sums="gather", shared_dtype="operand")
-    got = cem_kernel.cem_attention(q, k, ud, hm, **kw)
-    ref = cem_kernel.cem_attention(q.float(), k.float(), ud.float(), hm.float(), **kw)
-    for a, b in zip(got, ref):
-        if a is not None:
-            assert torch.isfinite(a).all()
-            torch.testing.assert_close(a.float(), b, rtol=2e-2, atol=2e-2 * b.abs().max().item())
 
 
 def test_backward_without_the_gathered_head_sums_it_needs_raises():

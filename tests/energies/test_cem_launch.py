@@ -16,6 +16,8 @@ import pytest
 import torch
 
 from energyformer.energies import cem_kernel, cem_launch
+from energyformer.energies.interaction import InteractionEnergy
+from energyformer.utils.validate import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src/energyformer/energies"
@@ -114,3 +116,105 @@ def cem_products_row_chunks(n: int, tiles) -> list:
     from energyformer.energies.cem_products import row_chunks
 
     return row_chunks(n, n, 0, True, tiles.causal_chunks, 128)
+
+
+def test_shared_products_are_materialised_where_there_are_any():
+    """KernelTiles.shared = 'materialize' takes effect with a shared diagonal or the head-summed read-out; with
+    per-head factors ('stack': one D-wide product per head) only on the one-program-per-head kernels, which
+    ``auto`` takes for them too (never with recomputed products)."""
+    import triton.language as tl
+
+    q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
+
+    def mat(has_g, hmode, shared="materialize", grid="auto"):
+        return cem_launch.launch_args(tl, q, hm, None, True, has_g, hmode, True, True, False,
+                                       cem_launch.KernelTiles(shared=shared, grid=grid))["MAT"]
+
+    assert mat(True, "none") and mat(False, "sum") and mat(True, "sum")
+    assert not mat(False, "none") and not mat(True, "sum", "recompute") and not mat(True, "stack", "recompute")
+    assert mat(True, "stack") and mat(True, "stack", grid="heads") and mat(True, "stack", grid="heads_inner")
+    assert not mat(True, "stack", grid="rows")
+
+
+def test_kernel_tiles_bad_values_are_config_errors(config_error_says):
+    config_error_says(cem_launch.KernelTiles, {"block_d": 48}, ["block_d", "48", "16"])
+    config_error_says(cem_launch.KernelTiles, {"num_stages": 0}, ["num_stages", "0", "1"])
+    config_error_says(cem_launch.KernelTiles, {"head_unroll": 3}, ["head_unroll", "3", "1"])
+    config_error_says(cem_launch.KernelTiles, {"shared": "cache"}, ["shared", "cache", "materialize"])
+    config_error_says(cem_launch.KernelTiles, {"causal_chunks": 0}, ["causal_chunks", "0", "1"])
+    config_error_says(cem_launch.KernelTiles, {"grid": "heads", "shared": "recompute"},
+                      ["grid", "heads", "shared", "recompute", "materialize"])
+    config_error_says(cem_launch.KernelTiles, {"grid": "heads_inner", "shared": "recompute"},
+                      ["grid", "heads_inner", "shared", "recompute", "materialize"])
+    config_error_says(cem_launch.KernelTiles, {"head_sums": "scatter"}, ["head_sums", "scatter", "gather"])
+    config_error_says(cem_launch.KernelTiles, {"head_sums": "gather", "grid": "rows"},
+                      ["head_sums", "gather", "grid", "rows", "heads"])
+    config_error_says(cem_launch.KernelTiles, {"head_sums": "gather", "shared": "recompute"},
+                      ["head_sums", "gather", "shared", "recompute", "materialize"])
+    config_error_says(cem_launch.KernelTiles, {"shared_dtype": "operand", "shared": "recompute"},
+                      ["shared_dtype", "operand", "shared", "recompute", "materialize"])
+    config_error_says(cem_launch.KernelTiles, {"shared_dtype": "bf16"}, ["shared_dtype", "bf16", "operand"])
+    config_error_says(cem_launch.KernelTiles, {"kv_keys": 48}, ["kv_keys", "48", "128"])
+    config_error_says(cem_launch.KernelTiles, {"kv_warps": 3}, ["kv_warps", "3", "8"])
+    config_error_says(cem_launch.KernelTiles, {"psum_keys": -64}, ["psum_keys", "-64", "0"])
+    with pytest.raises(ConfigError, match="block_m"):
+        z = torch.zeros(1, 1, 4, 4)
+        cem_kernel.cem_attention(z, z, None, None, slopes=None, delta=None, key_mask=None, causal=True,
+                                 offset=0, block_m=24)
+
+
+def test_shared_products_in_the_operand_dtype_only_for_bfloat16():
+    """``shared_dtype: operand`` stores G and dHs Hᵀ in bf16 for bf16 operands; float16 operands keep float32
+    products (a logit past float16's 6.5e4 would overflow to inf: a silent wrong answer), float32 and float64
+    ones are their own accumulation dtype; 'accumulation' keeps the accumulation dtype everywhere; the default
+    'auto' stores bf16 exactly where the launch gathers the head sums (one program per head, the head-summed
+    read-out: the launch timed on a GPU), the accumulation dtype elsewhere."""
+    op, acc = cem_launch.KernelTiles(shared_dtype="operand"), cem_launch.KernelTiles(shared_dtype="accumulation")
+    f32, bf = torch.float32, torch.bfloat16
+    for hmode in ("sum", "stack", "none"):
+        assert cem_launch.shared_store_dtype(op, bf, f32, hmode) == bf
+        assert cem_launch.shared_store_dtype(op, torch.float16, f32, hmode) == f32
+        assert cem_launch.shared_store_dtype(op, torch.float64, torch.float64, hmode) == torch.float64
+        assert cem_launch.shared_store_dtype(acc, bf, f32, hmode) == f32
+    auto = cem_launch.KernelTiles()
+    assert cem_launch.shared_store_dtype(auto, bf, f32, "sum") == bf
+    assert cem_launch.shared_store_dtype(auto, torch.float16, f32, "sum") == f32
+    assert cem_launch.shared_store_dtype(auto, f32, f32, "sum") == f32
+    for tiles, hmode in ((auto, "stack"), (auto, "none"), (cem_launch.KernelTiles(grid="rows"), "sum"),
+                         (cem_launch.KernelTiles(head_sums="atomic"), "sum"),
+                         (cem_launch.KernelTiles(shared="recompute"), "sum")):
+        assert cem_launch.shared_store_dtype(tiles, bf, f32, hmode) == f32, (tiles, hmode)
+
+
+def test_auto_runs_per_head_factors_on_one_program_per_head_at_their_own_tiles():
+    """``grid: auto`` with per-head factors: one program per head, on 64 x 32 tiles in place of the defaults (the
+    launch timed and compiled without spills), other tiles kept; every other read-out, 'rows', recomputed
+    products and an explicit grid unchanged; the energy resolves its launches once, as the kernel runs them."""
+    auto = cem_launch.KernelTiles()
+    got = auto.launch("stack")
+    assert (got.grid, got.block_m, got.block_n) == ("heads", 64, 32) and auto.grid == "auto"
+    assert got.model_dump(exclude={"grid", "block_m", "block_n"}) == auto.model_dump(exclude={"grid", "block_m",
+                                                                                              "block_n"})
+    assert auto.launch("sum") is auto and auto.launch("none") is auto
+    own = cem_launch.KernelTiles(block_m=32).launch("stack")
+    assert (own.grid, own.block_m, own.block_n) == ("heads", 32, 64)
+    for kw in ({"grid": "rows"}, {"grid": "heads"}, {"grid": "heads_inner"}, {"shared": "recompute"}):
+        t = cem_launch.KernelTiles(**kw)
+        assert t.launch("stack") is t, kw
+    e = InteractionEnergy(16, 4, attn_path="kernel")
+    assert e.attn_launch["stack"] == auto.launch("stack") and e.attn_launch["sum"] is e.attn_kernel
+
+
+def test_auto_head_sums_gather_only_where_one_program_per_head_sums_them():
+    """``head_sums: auto`` (the default) is 'gather' on one program per head with the head-summed read-out, and
+    changes nothing elsewhere: the loop kernels ('rows', recomputed shared products) and per-head factors never
+    gather; it is valid with every grid (an explicit 'gather' on 'rows' is a ConfigError)."""
+    auto = cem_launch.KernelTiles()
+    assert auto.head_sums == "auto" and auto.head_sums_for("sum") == "gather"
+    assert auto.head_sums_for("stack") == auto.head_sums_for("none") == "atomic"
+    assert cem_launch.KernelTiles(head_sums="gather_all").head_sums_for("sum") == "gather_all"
+    assert cem_launch.gathers(auto, "sum") and not cem_launch.gathers(auto, "stack")
+    assert not cem_launch.gathers(auto, "none")
+    for kw in ({"grid": "rows"}, {"shared": "recompute"}, {"head_sums": "atomic"}):
+        assert not cem_launch.gathers(cem_launch.KernelTiles(**kw), "sum"), kw
+    assert cem_launch.gathers(cem_launch.KernelTiles(grid="heads_inner"), "sum")
