@@ -37,16 +37,19 @@ def supported_forward_options(model: nn.Module) -> dict[str, int]:
     return opts
 
 
-def check_forward_options(model: nn.Module, options: dict[str, Any], kind: str) -> None:
+def check_forward_options(model: nn.Module, options: dict[str, Any], kind: str, *, flags: bool = True) -> None:
     """Raise a ConfigError naming the option and the model kind for every option ``model`` ignores
-    or every value below the least it takes."""
+    or every value below the least it takes; ``flags``: name them as the CLI's ``--steps 3``, else as the
+    call's keyword ``steps = 3`` (``TokenModel.context``)."""
     ok = supported_forward_options(model)
+    said = (lambda n, v: f"--{n} {v}") if flags else (lambda n, v: f"{n} = {v!r}")
     for name, value in options.items():
         if name not in ok:
             what = {"steps": "no energy descent steps to set",
                     "iterations": "no recurrent depth to set"}.get(name, "no such option")
-            allowed = ", ".join(f"--{o}" for o in sorted(ok)) or "none"
-            raise ConfigError(f"--{name} {value}: a {kind!r} model has {what} "
+            allowed = ", ".join(f"--{o}" if flags else o for o in sorted(ok)) or "none"
+            raise ConfigError(f"{said(name, value)}: a {kind!r} model has {what} "
                               f"(options this model takes: {allowed})")
-        if value < ok[name]:
-            raise ConfigError(f"--{name} {value}: a {kind!r} model takes --{name} >= {ok[name]}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < ok[name]:
+            raise ConfigError(f"{said(name, value)}: a {kind!r} model takes {'--' if flags else ''}{name} "
+                              f"{'>=' if flags else 'as an integer >='} {ok[name]}")

@@ -115,12 +115,29 @@ class TokenModel(nn.Module):
         self, idx: Tensor, *, mask: Tensor | None = None, trace: bool = False, stats: bool = False,
         cache: dict | None = None, offset: int = 0, steps: int | None = None,
     ) -> ForwardContext:
-        """The :class:`ForwardContext` of one forward pass over token ids ``idx`` (B, N)."""
+        """The :class:`ForwardContext` of one forward pass over token ids ``idx`` (B, N), its arguments checked:
+        ``idx`` integer (B, N) with N ≥ 1; ``mask`` bool (True = a real token) of idx's shape — a float mask (e.g. an
+        additive 0 / −∞ one, which a cast to bool would invert) is refused; ``offset`` ≥ 0; ``steps`` only where
+        the model has descent steps to set (:func:`.options.check_forward_options`)."""
+        if idx.dim() != 2 or idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+            raise ValueError(f"idx of shape {tuple(idx.shape)} and dtype {idx.dtype}: expected token ids (B, N) of "
+                             f"an integer dtype")
+        if idx.shape[1] == 0:
+            raise ValueError(f"idx of shape {tuple(idx.shape)}: expected at least one token per row")
         if mask is not None and mask.shape != idx.shape:
             raise ValueError(f"mask of shape {tuple(mask.shape)}: expected the shape of the tokens {tuple(idx.shape)}")
+        if mask is not None and mask.dtype != torch.bool:
+            raise ValueError(f"mask of dtype {mask.dtype}: expected torch.bool (True = a real token, False = "
+                             f"padding); an additive 0 / -inf mask is not a key-padding mask")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset = {offset!r}: expected an integer >= 0 (the position of the first token)")
+        if steps is not None:
+            from .options import check_forward_options
+
+            check_forward_options(self, {"steps": steps}, self.cfg.kind, flags=False)
         return ForwardContext(
             traces=Traces() if trace else None, stats={} if stats else None, cache=cache, offset=offset,
-            mask=None if mask is None else mask.to(torch.bool), steps=steps, inputs=idx)
+            mask=mask, steps=steps, inputs=idx)
 
     def body(self, idx: Tensor, ctx: ForwardContext, iterations: int | None = None,
              hiddens: dict | None = None) -> Tensor:
@@ -129,7 +146,14 @@ class TokenModel(nn.Module):
         B, N = idx.shape
         if ctx.offset + N > self.cfg.max_seq_len and self.pos is not None:
             raise ValueError(f"sequence length {ctx.offset + N} exceeds model.max_seq_len = {self.cfg.max_seq_len}")
-        x = self.embed(idx)  # (B, N, D)
+        if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int)
+                                       or iterations < 1):
+            raise ValueError(f"iterations = {iterations!r}: expected an integer >= 1 (passes through the layer stack)")
+        try:
+            x = self.embed(idx)  # (B, N, D)
+        except IndexError as e:  # CPU; CUDA asserts on the device instead
+            raise ValueError(f"token ids outside [0, {self.cfg.vocab_size}) (model.vocab_size): "
+                             f"min {int(idx.min())}, max {int(idx.max())}") from e
         if self.pos is not None:
             x = x + self.pos(torch.arange(ctx.offset, ctx.offset + N, device=idx.device))
         x = self.drop(x)
