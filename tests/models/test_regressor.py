@@ -98,3 +98,14 @@ def test_checkpoints_of_the_hand_written_blocks_still_load(name, renames):
     fresh.load_state_dict(old, strict=True)
     x = torch.randn(4, 10)
     torch.testing.assert_close(fresh(x), net(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("x", [torch.randn(1, 4, 5), torch.randn(4), torch.randn(3, 2), torch.ones(3, 5).long()],
+                         ids=["3-d", "1-d", "wrong-width", "integer"])
+@pytest.mark.parametrize("name", ["Plain", "CEM-T2"])
+def test_inputs_of_the_wrong_shape_or_dtype_are_refused(name, x):
+    """(1, 4, 5) used to return one finite number for four samples; now every shape but (B, in_dim) is an error."""
+    model = GPRegressor(MODEL_SPECS[name].model_copy(update={"in_dim": 5}))
+    with pytest.raises(ValueError, match=r"x of shape .*: this model takes floating-point inputs \(B, 5\)"):
+        model(x)
+    assert model(torch.randn(3, 5)).shape == (3,)

@@ -120,3 +120,10 @@ def test_config_errors_name_key_value_and_allowed():
         VisionTransformer(VisionConfig())
     with pytest.raises(ValueError, match=r"this model takes \(B, 1, 8, 8\)"):
         VisionTransformer(_cfg())(_images(s=10))
+
+
+def test_raw_integer_pixels_are_refused():
+    """uint8 pixels 0..255 would be cast to floats 255 times the normalised scale: a finite wrong answer."""
+    model = VisionTransformer(_cfg())
+    with pytest.raises(ValueError, match=r"images of dtype torch.uint8: this model takes floating-point images"):
+        model((_images() * 50).clamp(0, 255).to(torch.uint8))

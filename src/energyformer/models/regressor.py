@@ -95,6 +95,10 @@ class GPRegressor(nn.Module):
                     break
 
     def forward(self, x: Tensor) -> Tensor:
+        """x (B, in_dim) float -> predictions (B,)."""
+        if x.dim() != 2 or x.shape[1] != self.cfg.in_dim or not x.dtype.is_floating_point:
+            raise ValueError(f"x of shape {tuple(x.shape)} and dtype {x.dtype}: this model takes floating-point "
+                             f"inputs (B, {self.cfg.in_dim}) (model.in_dim = {self.cfg.in_dim})")
         z = self.embed(x)[:, None, :]  # (B, 1, d): one token per sample
         return self.readout(self.block(z))[:, 0, 0]  # (B,)
 

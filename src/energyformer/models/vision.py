@@ -190,6 +190,9 @@ class VisionTransformer(nn.Module):
         if images.dim() != 4 or tuple(images.shape[1:]) != (c.channels, c.image_size, c.image_size):
             raise ValueError(f"images of shape {tuple(images.shape)}: this model takes (B, {c.channels}, "
                              f"{c.image_size}, {c.image_size})")
+        if not images.dtype.is_floating_point:  # e.g. uint8 pixels 0..255: the data pipeline scales to floats
+            raise ValueError(f"images of dtype {images.dtype}: this model takes floating-point images (the "
+                             f"normalised pixels of the data pipeline, energyformer.data.images), not raw pixels")
         x = self.embed(images.to(self.embed.proj.weight.dtype))  # (B, N, D)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, N + 1, D)
