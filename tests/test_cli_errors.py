@@ -117,6 +117,28 @@ def test_devices_sizes_and_generate_arguments(trained, capsys):
     assert main(["generate", str(trained), "--max-new-tokens", "2", "--temperature", "0"]) == 0
 
 
+def test_eval_and_generate_check_device(trained, capsys, monkeypatch):
+    """``--device foo`` / ``gpu`` / ``meta`` once ran silently on the CPU; train.device's own check now refuses
+    them, and a missing GPU is reported against --device (it named train.device)."""
+    allowed = "allowed values are 'auto', 'cpu', 'cuda', 'cuda:N' (N an integer), 'mps'"
+    for cmd in ("eval", "generate"):
+        for spec in ("foo", "gpu", "meta", "cuda:x", ""):
+            err = _one_line_error(capsys, 2, [cmd, str(trained), "--device", spec])
+            assert err == f"energyformer: error: --device {spec!r}: {allowed}", err
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        err = _one_line_error(capsys, 2, [cmd, str(trained), "--device", "cuda"])
+        assert err == "energyformer: error: --device 'cuda': CUDA is not available here; use 'auto' or 'cpu'", err
+        monkeypatch.undo()
+    assert main(["generate", str(trained), "--max-new-tokens", "2", "--device", "cpu"]) == 0
+    assert "auto | cpu | cuda | cuda:N | mps" in " ".join(_help(capsys, ["eval", "--help"]).split())
+
+
+def _help(capsys, argv) -> str:
+    with pytest.raises(SystemExit):
+        main(argv)
+    return capsys.readouterr().out
+
+
 def test_config_classes(tmp_path, capsys):
     assert "unknown key" in _one_line_error(capsys, 2, ["config", "lm/llama", "--set", "trian.lr=1"])
     assert "finite" in _one_line_error(capsys, 2, ["config", "lm/llama", "--set", "train.lr=inf"])

@@ -35,6 +35,9 @@ EPILOG = """examples:
 """
 
 
+DEVICE_HELP = "auto | cpu | cuda | cuda:N | mps (default: cpu; auto picks CUDA, then MPS, then CPU)"
+
+
 def _add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted config override, repeatable (e.g. --set train.lr=1e-3)")
@@ -70,6 +73,24 @@ def _forward_options(a) -> dict:
     return opts
 
 
+def _device(spec: str):
+    """``--device`` of eval and generate as a ``torch.device``: the value is checked by ``train.device``'s
+    own validator (one list of allowed values), and errors name ``--device``, not ``train.device``."""
+    from pydantic import ValidationError
+
+    from .train import TrainConfig, resolve_device
+
+    try:
+        TrainConfig.model_validate({"device": spec})
+    except ValidationError as err:
+        msg = err.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"--device {spec!r}: {msg}") from None
+    try:
+        return resolve_device(spec)
+    except ConfigError as err:  # resolve_device serves train.device and names that key
+        raise ConfigError(str(err).replace(f"train.device = {spec!r}", f"--device {spec!r}", 1)) from None
+
+
 def _task_parser(prog: str, add) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, add_help=False)
     add(p)
@@ -82,7 +103,7 @@ def cmd_eval(a, extra) -> int:
     from .experiment import load_trained
     from .models.options import check_forward_options
 
-    cfg, model, task = load_trained(a.run, a.device)
+    cfg, model, task = load_trained(a.run, _device(a.device))
     tp = _task_parser(f"energyformer eval RUN (task {task.name})", type(task).add_eval_args)
     targs, rest = tp.parse_known_args(extra)
     _no_extra(rest, f"eval of a {task.name!r} run")
@@ -113,7 +134,7 @@ def cmd_generate(a, extra) -> int:
 
     from .experiment import load_trained
 
-    cfg, model, task = load_trained(a.run, a.device)
+    cfg, model, task = load_trained(a.run, _device(a.device))
     if not task.can_generate:
         raise ConfigError(f"task {task.name!r} does not generate (runs of tasks that do: "
                           f"{', '.join(n for n, e in _tasks().entries.items() if e.builder.can_generate)})")
@@ -270,14 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="split to evaluate (default: validation)")
     e.add_argument("--iterations", type=int, help="recurrent-depth models: number of iterations (test-time depth)")
     e.add_argument("--steps", type=int, help="energy blocks: descent steps per block (test-time step budget)")
-    e.add_argument("--device", default="cpu")
+    e.add_argument("--device", default="cpu", help=DEVICE_HELP)
     e.set_defaults(fn=cmd_eval)
 
     g = sub.add_parser("generate", help="sample from a trained run", formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Generate with a trained run (tasks that generate, e.g. lm: KV-cache "
                        "sampling, greedy or temperature / top-k).", epilog=_task_options_help("generate"))
     g.add_argument("run", help="run directory")
-    g.add_argument("--device", default="cpu")
+    g.add_argument("--device", default="cpu", help=DEVICE_HELP)
     g.set_defaults(fn=cmd_generate)
 
     ls = sub.add_parser("list", help="list configs, registries or config keys",

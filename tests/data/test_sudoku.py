@@ -343,6 +343,71 @@ def test_malformed_lines_name_file_and_line(tmp_path, small_set):
         S.read_sudoku(tmp_path / "missing.txt")
 
 
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\r"])
+def test_lines_split_at_newline_only(tmp_path, small_set, sep):
+    """A character ``str.splitlines`` splits at stays inside its line: that line is bad, named by
+    its true number (it was read as two puzzles, and later lines were numbered one too high)."""
+    p = S.grid_to_string(_ds(small_set).puzzles[0])
+    for bad_line in (1, 2):
+        lines = [p, p, p]
+        lines[bad_line - 1] = p + sep + p
+        f = tmp_path / f"sep{bad_line}.txt"
+        f.write_bytes("\n".join(lines).encode("utf-8") + b"\n")
+        with pytest.raises(DataError) as err:
+            S.read_sudoku(f, "lines")
+        assert str(err.value) == f"{f}:{bad_line}: puzzle has 163 characters, expected 81"
+        with pytest.raises(DataError) as err:  # 'auto' must not split the first line either
+            S.read_sudoku(f)
+        assert str(err.value).startswith(f"{f}:{bad_line}: "), str(err.value)
+    f = tmp_path / "crlf.txt"
+    f.write_bytes(f"{p}\r\n# note\r\n{p}\r\n".encode())
+    assert len(S.read_sudoku(f)) == 2
+
+
+def test_csv_line_with_a_lone_carriage_return_names_file_and_line(tmp_path, small_set):
+    ds = _ds(small_set)
+    p, s = S.grid_to_string(ds.puzzles[0]), S.grid_to_string(ds.solutions[0])
+    f = tmp_path / "cr.csv"
+    f.write_bytes(f"puzzle,solution\r\n{p},{s}\r\n{p},{s}\r{p},{s}\r\n".encode())
+    with pytest.raises(DataError) as err:
+        S.read_sudoku(f)
+    assert str(err.value).startswith(f"{f}:3: a carriage return"), str(err.value)
+    f.write_bytes(f"puzzle,solution\n{p},{s}\u2028{p},{s}\n{p},{s}\n".encode())
+    with pytest.raises(DataError) as err:
+        S.read_sudoku(f)
+    assert str(err.value) == f"{f}:2: 3 fields, expected 2 like the first row"
+
+
+@pytest.mark.parametrize("kind", ["lines", "csv_header", "csv_no_header", "one_column_header"])
+def test_leading_byte_order_mark_is_skipped(tmp_path, small_set, kind):
+    ds = _ds(small_set)
+    rows = [(S.grid_to_string(p), S.grid_to_string(s)) for p, s in zip(ds.puzzles, ds.solutions)]
+    text = {"lines": "".join(p + "\n" for p, _ in rows),
+            "csv_header": "puzzle,solution\n" + "".join(f"{p},{s}\n" for p, s in rows),
+            "csv_no_header": "".join(f"{p},{s}\n" for p, s in rows),
+            "one_column_header": "puzzle\n" + "".join(p + "\n" for p, _ in rows)}[kind]
+    f = tmp_path / "bom.txt"
+    f.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    got = S.read_sudoku(f)
+    assert torch.equal(got.puzzles, ds.puzzles)
+    if kind.startswith("csv"):
+        assert torch.equal(got.solutions, ds.solutions)
+
+
+@pytest.mark.parametrize("rating", ["nan", "NaN", "inf", "-inf", "+Infinity", "1e999"])
+def test_non_finite_rating_names_file_and_line(tmp_path, small_set, rating):
+    ds = _ds(small_set)
+    p, s = S.grid_to_string(ds.puzzles[0]), S.grid_to_string(ds.solutions[0])
+    f = tmp_path / "r.csv"
+    f.write_text(f"source,q,a,rating\nx,{p},{s},1.5\ny,{p},{s},{rating}\n")
+    with pytest.raises(DataError) as err:
+        S.read_sudoku(f)
+    assert str(err.value) == (f"{f}:3: rating {rating!r} is not a finite number; leave the field empty "
+                              f"for a missing rating")
+    f.write_text(f"source,q,a,rating\nx,{p},{s},1.5\ny,{p},{s},\n")  # empty = missing: allowed
+    assert torch.isnan(S.read_sudoku(f).ratings[1])
+
+
 # ------------------------------------------------------------------------------------------------
 # scoring and histogram
 # ------------------------------------------------------------------------------------------------

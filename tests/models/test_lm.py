@@ -100,3 +100,49 @@ def test_sinusoidal_positions_are_fixed_and_not_saved():
     torch.testing.assert_close(t[3, 5], torch.tensor(3 / 10000 ** (4 / 12)).cos())
     with pytest.raises(ValueError, match="exceeds model.max_seq_len = 8"):
         m(torch.zeros(1, 9, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", ["llama", "full_cem"])
+@pytest.mark.parametrize("kwargs,message", [
+    ({"temperature": -1}, "temperature = -1: must be a finite number >= 0 (0 = greedy)"),
+    ({"temperature": float("nan")}, "temperature = nan: must be a finite number >= 0 (0 = greedy)"),
+    ({"temperature": float("inf"), "greedy": True}, "temperature = inf: must be a finite number >= 0"),
+    ({"top_k": 0}, "top_k = 0: must be an integer >= 1, or None for no top-k filter"),
+    ({"top_k": 2.5}, "top_k = 2.5: must be an integer >= 1, or None for no top-k filter"),
+    ({"max_new_tokens": -1}, "max_new_tokens = -1: must be an integer >= 0"),
+])
+def test_generate_rejects_bad_sampling_arguments_in_one_line(name, kwargs, message):
+    """Once: a negative temperature sampled from the inverted distribution, top_k=0 was a shape error."""
+    m = _model(name).eval()
+    kwargs = {"max_new_tokens": 3, **kwargs}
+    with pytest.raises(ValueError) as err:
+        m.generate(torch.randint(0, 50, (1, 4)), **kwargs)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("name", ["llama", "cem_attn", "full_cem"])
+def test_generate_rejects_an_empty_prompt_in_one_line(name):
+    """Once: ``IndexError: index -1 is out of bounds`` (Llama) or ``torch.cat(): expected a non-empty
+    list`` (CEM); the forward pass's own check (TokenModel.context) now answers for generate too."""
+    m = _model(name).eval()
+    for idx, msg in ((torch.zeros(2, 0, dtype=torch.long), "idx of shape (2, 0): expected at least one token"),
+                     (torch.zeros(5, dtype=torch.long), "idx of shape (5,) and dtype torch.int64: expected")):
+        for use_cache in (True, False):
+            with pytest.raises(ValueError) as err:
+                m.generate(idx, 3, use_cache=use_cache)
+            assert str(err.value).startswith(msg) and "\n" not in str(err.value), str(err.value)
+    out = m.generate(torch.zeros(1, 1, dtype=torch.long), 3, temperature=0.5, top_k=1)  # the least prompt
+    assert out.shape == (1, 4)
+
+
+def test_generate_checks_are_the_clis_checks():
+    """One source of truth: ``energyformer generate`` runs check_sampling with the CLI's option names."""
+    from energyformer.models.lm import check_sampling
+
+    for args, message in (((2, -1.0, 50), "--temperature -1.0: must be a finite number >= 0 (0 = greedy)"),
+                          ((2, 0.8, 0), "--top-k 0: must be an integer >= 1"),
+                          ((-1, 0.8, 50), "--max-new-tokens -1: must be an integer >= 0")):
+        with pytest.raises(ValueError) as err:
+            check_sampling(*args, cli=True)
+        assert str(err.value) == message
+    check_sampling(0, 0, None)

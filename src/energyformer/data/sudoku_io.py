@@ -17,10 +17,15 @@ Formats (``fmt``):
 * ``'auto'`` (default) — ``'csv'`` when the first data line holds a comma (or is a lone puzzle
   column name such as ``puzzle``), else ``'lines'``.
 
+Lines end at ``\n`` (``\r\n`` too) and nowhere else: a form feed, U+2028 or another character that
+``str.splitlines`` would split at stays inside its line (which is then a bad line, named by its true
+number). A leading UTF-8 byte-order mark is skipped. An empty ``rating`` field is a missing rating
+(NaN); a rating written as ``nan`` or ``inf`` is refused.
+
 Puzzles without solutions are allowed (then scoring checks validity against the givens). Every
 malformed line is a :class:`~energyformer.errors.DataError` whose message starts ``FILE:LINE:``:
 a wrong length, a bad character, a wrong number of fields, conflicting givens, a solution with a
-blank or a rule violation, a solution that contradicts its puzzle, a rating that is not a number.
+blank or a rule violation, a solution that contradicts its puzzle, a rating that is not a finite number.
 The checks are vectorised: ``puzzle,solution`` CSV reads at ~100,000 puzzles/s, the lines format at
 ~280,000 puzzles/s (500,000-puzzle files on this project's CPU).
 """
@@ -72,9 +77,16 @@ def _looks_like_grid(field: str) -> bool:
     return len(f) == 81 and set(f) <= _GRID_CHARS
 
 
+def _split_lines(text: str) -> list[str]:
+    """The file's lines, split at ``\n`` only (``str.splitlines`` also splits at ``\x0c``, ``\x1c``-``\x1e``,
+    ``\x85``, U+2028 and U+2029, which would shift every later line number); a ``\r`` before the
+    ``\n`` is dropped."""
+    return [ln.removesuffix("\r") for ln in text.split("\n")]
+
+
 def _read_lines(text: str, where: str) -> tuple[_Rows, set[str]]:
     rows = _Rows()
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(_split_lines(text), 1):
         s = line.strip()
         if not s or s.startswith("#"):
             continue
@@ -83,12 +95,26 @@ def _read_lines(text: str, where: str) -> tuple[_Rows, set[str]]:
     return rows, {"puzzle"}
 
 
+def _csv_records(reader, where: str):
+    """``reader``'s rows; a row the csv module cannot parse is a ``DataError`` naming file and line."""
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            why = ("a carriage return (\\r) inside a line; lines end in \\n or \\r\\n"
+                   if "new-line character" in str(e) else f"not valid CSV ({e})")
+            raise DataError(f"{where}:{reader.line_num}: {why}") from None
+        yield fields
+
+
 def _read_csv(text: str, where: str) -> tuple[_Rows, set[str]]:
     rows = _Rows()
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(io.StringIO(text))  # StringIO splits at \n only; csv takes \r\n
     columns: dict[str, int] | None = None
     width = 0
-    for fields in reader:
+    for fields in _csv_records(reader, where):
         lineno = reader.line_num
         if not fields or all(not f.strip() for f in fields):
             continue
@@ -182,9 +208,9 @@ def read_sudoku(path: str | os.PathLike, fmt: str = "auto", *, name: str | None 
     """
     check_choice("fmt", fmt, READ_FORMATS)
     where = str(path)
-    text = read_utf8(path)
+    text = read_utf8(path).removeprefix("\ufeff")  # a UTF-8 byte-order mark, as utf-8-sig reads it
     if fmt == "auto":
-        first = next((ln.strip() for ln in text.splitlines()
+        first = next((ln.strip() for ln in _split_lines(text)
                       if ln.strip() and not ln.lstrip().startswith("#")), "")
         one_column_header = first.lower() in _COLUMN_NAMES["puzzle"]
         fmt = "csv" if "," in first or one_column_header else "lines"
@@ -220,6 +246,9 @@ def read_sudoku(path: str | os.PathLike, fmt: str = "auto", *, name: str | None 
                 ratings[i] = float(r) if r else np.nan
             except ValueError:
                 raise DataError(f"{where}:{rows.lines[i]}: rating {r!r} is not a number") from None
+            if r and not np.isfinite(ratings[i]):
+                raise DataError(f"{where}:{rows.lines[i]}: rating {r!r} is not a finite number; "
+                                f"leave the field empty for a missing rating")
     sources = rows.sources if "source" in columns else None
     dataset_kwargs.setdefault("info", {"source": "file", "path": where, "format": fmt})
     return SudokuDataset(puzzles, solutions, sources=sources, ratings=ratings,

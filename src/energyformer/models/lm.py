@@ -10,16 +10,38 @@ normalised inputs).
 
 from __future__ import annotations
 
+import math
+from numbers import Integral, Real
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..utils.validate import ConfigError, check_int
+from ..utils.validate import ConfigError
 from .config import ModelConfig
 from .output import ModelOutput
 from .wrapper import TokenModel
 
-__all__ = ["CausalLM", "ModelConfig", "kv_cache_bytes"]
+__all__ = ["CausalLM", "ModelConfig", "check_sampling", "kv_cache_bytes"]
+
+
+def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, *, cli: bool = False) -> None:
+    """The checks of :meth:`CausalLM.generate`'s sampling arguments (the CLI's ``generate`` runs the same ones).
+
+    Raises :class:`~energyformer.errors.ConfigError` (a ``ValueError``) in one line naming the argument,
+    the value and what is allowed: ``temperature = -1: ...`` or, with ``cli=True``, ``--temperature -1: ...``.
+    """
+    def bad(name: str, value, allowed: str) -> ConfigError:
+        where = f"--{name.replace('_', '-')} {value}" if cli else f"{name} = {value!r}"
+        return ConfigError(f"{where}: {allowed}")
+
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, Integral) or max_new_tokens < 0:
+        raise bad("max_new_tokens", max_new_tokens, "must be an integer >= 0")
+    if (isinstance(temperature, bool) or not isinstance(temperature, Real)
+            or not math.isfinite(temperature) or temperature < 0):
+        raise bad("temperature", temperature, "must be a finite number >= 0 (0 = greedy)")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, Integral) or top_k < 1):
+        raise bad("top_k", top_k, "must be an integer >= 1" + ("" if cli else ", or None for no top-k filter"))
 
 
 class CausalLM(TokenModel):
@@ -59,9 +81,12 @@ class CausalLM(TokenModel):
         """Append ``max_new_tokens`` tokens to idx (B, N): greedy, or sampled with temperature / top-k.
 
         The number of passes is fixed for the whole generation (``iterations``, default
-        ``cfg.iterations``), so every cached token has one cache entry per pass.
+        ``cfg.iterations``), so every cached token has one cache entry per pass. ``temperature`` >= 0
+        (0 = greedy), ``top_k`` >= 1 or None (:func:`check_sampling`); the prompt needs at least one token
+        (checked up front by the forward pass's own :meth:`TokenModel.context`).
         """
-        check_int("max_new_tokens", max_new_tokens, min=0)
+        check_sampling(max_new_tokens, temperature, top_k)
+        self.context(idx, steps=steps)  # the forward pass's checks of idx ((B, N) ids, N >= 1) and steps, up front
         iterations = self.cfg.iterations if iterations is None else iterations
         cache: dict | None = {} if use_cache else None
         out, pos, inp = idx, 0, idx

@@ -224,14 +224,10 @@ class LMTask(Task):
         parser.add_argument("--seed", type=int, default=0)
 
     def generate(self, model: nn.Module, args: argparse.Namespace) -> str:
+        from ..models.lm import check_sampling
         from ..utils.validate import ConfigError
 
-        if not math.isfinite(args.temperature) or args.temperature < 0:
-            raise ConfigError(f"--temperature {args.temperature}: must be a finite number >= 0 (0 = greedy)")
-        if args.top_k is not None and args.top_k < 1:
-            raise ConfigError(f"--top-k {args.top_k}: must be an integer >= 1")
-        if args.max_new_tokens < 0:
-            raise ConfigError(f"--max-new-tokens {args.max_new_tokens}: must be an integer >= 0")
+        check_sampling(args.max_new_tokens, args.temperature, args.top_k, cli=True)  # CausalLM.generate's checks
         try:
             args.prompt.encode("utf-8")
         except UnicodeEncodeError:
