@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from pydantic import Field
@@ -200,3 +200,95 @@ def test_hyperset_beta_scale_is_hash_neutral():
                                                             ["model.block.attention.beta_scale=1"]))
     assert config_hash(base) != config_hash(load_run_config("hyperset/sudoku_hyperset",
                                                             ["model.block.attention.beta_scale=-1"]))
+
+
+class Numbers(ConfigModel):
+    """Every numeric field shape the configs use (bools must not pass as numbers)."""
+
+    steps: int = Field(1, ge=1)
+    lr: float = Field(0.1, gt=0)
+    maybe: int | None = None
+    either: float | int = 1
+    chunk: Literal[16, 32, 64] = 16
+    group: Literal[1, 2, 4] | None = None
+    scale: float | Literal["head_dim"] | None = None
+    widths: list[int] = Field(default_factory=lambda: [8])
+    pair: tuple[float, float] = (0.0, 1.0)
+    size: int | tuple[int, int] = 3
+    weights: dict[str, float] = Field(default_factory=dict)
+    flag: bool = False
+    flag_or_count: bool | int = 0
+    anything: Any = None
+    model: Model = Field(default_factory=Model)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("steps=true", "steps = True: expected an integer, not a boolean"),
+    ("steps=yes", "steps = True: expected an integer, not a boolean"),
+    ("steps=off", "steps = False: expected an integer, not a boolean"),
+    ("lr=true", "lr = True: expected a number, not a boolean"),
+    ("maybe=on", "maybe = True: expected an integer, not a boolean"),
+    ("either=true", "either = True: expected a number, not a boolean"),
+    ("chunk=true", "chunk = True: expected one of 16, 32, 64, not a boolean"),
+    ("group=true", "group = True: expected one of 1, 2, 4, not a boolean"),
+    ("scale=false", "scale = False: expected a number or one of 'head_dim', not a boolean"),
+    ("widths=[4, true]", "widths[1] = True: expected an integer, not a boolean"),
+    ("pair=[false, 1.0]", "pair[0] = False: expected a number, not a boolean"),
+    ("size=true", "size = True: expected an integer, not a boolean"),
+    ("size=[2, no]", "size[1] = False: expected an integer, not a boolean"),
+    ("weights={a: 1.0, b: yes}", "weights.b = True: expected a number, not a boolean"),
+    ("model.dim=true", "model.dim = True: expected an integer, not a boolean"),
+    ("model.widths=[true]", "model.widths[0] = True: expected an integer, not a boolean"),
+    (["model.attention=cem", "model.attention.steps=true"],  # a kind section's own fields, too
+     "model.attention.steps = True: expected an integer, not a boolean"),
+])
+def test_booleans_are_not_numbers(override, message):
+    """YAML true/yes/on/false/no/off used to become 1 / 0 in integer and float fields without a word."""
+    with pytest.raises(ConfigError) as info:
+        load_config(Numbers, None, [override] if isinstance(override, str) else override)
+    assert str(info.value) == message
+
+
+def test_booleans_are_not_numbers_in_yaml_files_and_direct_construction(tmp_path):
+    f = tmp_path / "n.yaml"
+    f.write_text("steps: yes\n")
+    with pytest.raises(ConfigError, match=r"^steps = True: expected an integer, not a boolean$"):
+        load_config(Numbers, f)
+    f.write_text("model: {attention: {kind: cem, lr: on}}\n")
+    with pytest.raises(ConfigError, match=r"^model.attention.lr = True: expected a number, not a boolean$"):
+        load_config(Numbers, f)
+    with pytest.raises(ConfigError, match=r"^steps = True: expected an integer, not a boolean$"):
+        CEM(steps=True)
+
+
+def test_numbers_and_booleans_still_load_where_allowed():
+    cfg = load_config(Numbers, None, [
+        "steps=3", "lr=1e-3", "maybe=null", "either=2.5", "chunk=32", "group=4", "scale=head_dim",
+        "widths=[1, 2]", "pair=[0, 2.5]", "size=[2, 3]", "weights={a: 1}", "flag=yes", "flag_or_count=true",
+        "anything=true", "model.dim=1e3"])
+    assert (cfg.steps, cfg.lr, cfg.maybe, cfg.either, cfg.chunk, cfg.group, cfg.scale) == (3, 1e-3, None, 2.5, 32, 4,
+                                                                                            "head_dim")
+    assert (cfg.widths, cfg.pair, cfg.size, cfg.weights) == ([1, 2], (0.0, 2.5), (2, 3), {"a": 1.0})
+    assert cfg.flag is True and cfg.flag_or_count is True and cfg.anything is True and cfg.model.dim == 1000
+    # what lax validation accepted before stays accepted: numeric strings and integral floats
+    assert from_dict(Numbers, {"steps": "4", "lr": "0.5", "widths": ["2"], "model": {"dim": 8.0}}).steps == 4
+    assert load_config(Numbers, None, ["flag=0", "flag_or_count=7"]).flag_or_count == 7
+    assert load_config(Numbers).flag is False and Numbers(flag=True).flag is True
+
+
+@pytest.mark.parametrize("override", ["model.attention=null", "model.attention=none", "model.attention=~"])
+def test_null_kind_section_is_an_error_not_the_default_kind(override):
+    """``attention: null`` used to select the default kind (a CEM model silently became Llama)."""
+    with pytest.raises(ConfigError) as info:
+        load_config(Run, {"model": {"attention": {"kind": "cem"}}}, [override])
+    msg = str(info.value)
+    assert msg == ("model.attention = None: expected a kind name or a mapping with 'kind', not null; "
+                   "registered attention kinds: llama, cem"), msg
+    with pytest.raises(ConfigError, match=r"^model.attention = None: expected a kind name .*, not null"):
+        from_dict(Run, {"model": {"attention": None}})
+    with pytest.raises(ConfigError, match=r"^model.attention = 3: expected a kind name or a mapping "
+                                          r"with 'kind'; registered attention kinds: llama, cem$"):
+        load_config(Run, None, ["model.attention=3"])
+    # leaving the section out (or giving an empty mapping) still means the default kind
+    assert load_config(Run, {"model": {}}).model.attention == Llama()
+    assert load_config(Run, {"model": {"attention": {}}}).model.attention == Llama()

@@ -9,7 +9,8 @@ no schema rebuild. OmegaConf has no tagged unions (its ``Union`` support is prim
 Hydra adds a second config composition system we do not need; draccus and jsonargparse are built
 around command lines rather than nested YAML with registries. What this module adds on top:
 
-* :class:`ConfigModel`: the base class (unknown keys with a "did you mean" hint, no inf/NaN).
+* :class:`ConfigModel`: the base class (unknown keys with a "did you mean" hint, no inf/NaN, no booleans
+  where numbers go: YAML ``yes`` is not the integer 1).
 * :class:`Registry`: name -> (config class, builder) for task / model / attention / MLP / solver /
   step-size kinds; ``registry.field("llama")`` declares a field whose ``kind`` picks the class.
 * :func:`load_config`: defaults < YAML file (duplicate keys and empty files rejected, ``base:`` inheritance;
@@ -47,10 +48,12 @@ from typing import Annotated, Any, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import (
-    BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator,
+    BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, ValidationError, ValidationInfo, field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from energyformer.utils.config_numbers import OWN_INPUT, bool_for_number
 from energyformer.utils.validate import ConfigError, closest
 from energyformer.utils.yaml_files import int_float, parse_value, read_yaml, resolve_base  # noqa: F401 (API)
 
@@ -105,6 +108,20 @@ class ConfigModel(BaseModel, metaclass=_ConfigMeta):
                     raise _unknown_key_error(str(key), allowed)
         return data
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """Pydantic's lax mode reads ``True`` as 1 (and 1.0): refuse a boolean where only numbers are allowed."""
+        if isinstance(value, (bool, list, tuple, Mapping)) and info.field_name in cls.model_fields:
+            field = cls.model_fields[info.field_name]
+            if not any(isinstance(m, OWN_INPUT) for m in field.metadata):
+                found = bool_for_number(field.annotation, value)
+                if found is not None:
+                    at, item, what = found
+                    raise PydanticCustomError("bool_not_number", "expected {what}, not a boolean",
+                                              {"what": what, "at": at, "item": item})
+        return value
+
 
 class KindConfig(ConfigModel):
     """Base of a config selected by ``kind`` from a :class:`Registry` (a tagged-union member)."""
@@ -136,7 +153,8 @@ class Registry:
     ``register(name, ConfigClass)`` decorates a builder (a class or a function); the config class
     declares ``kind: Literal[name] = name``. Duplicate names are errors. ``type(default)`` and
     ``field(default)`` declare a config field whose ``kind`` selects the class (default when the
-    data gives no kind); a bare string is shorthand for ``{kind: string}``.
+    data gives no kind); a bare string is shorthand for ``{kind: string}``. ``null`` is refused: it names no
+    kind (leaving the key out gives the default).
     """
 
     def __init__(self, what: str):
@@ -180,12 +198,12 @@ class Registry:
                 return value
             if isinstance(value, str):
                 value = {"kind": value}
-            if value is None:
-                value = {}
-            if not isinstance(value, Mapping):
+            if not isinstance(value, Mapping):  # null too: it is no kind, not "the default kind"
                 raise PydanticCustomError(
-                    "kind_type", "expected a {what} kind name or a mapping with 'kind'",
-                    {"what": self.what})
+                    "kind_type",
+                    "expected a kind name or a mapping with 'kind'{null}; registered {what} kinds: {names}",
+                    {"what": self.what, "null": ", not null" if value is None else "",
+                     "names": ", ".join(self.names())})
             kind = value.get("kind", default)
             if not isinstance(kind, str) or kind not in self.entries:
                 near = closest(str(kind), self.names())
@@ -264,6 +282,8 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
             continue
         if kind == "unknown_kind":
             loc = list(loc) + ["kind"]
+        elif kind == "bool_not_number":  # the boolean's own place: widths[1], weights.b
+            loc = list(loc) + list(ctx.get("at", ()))
         msg = e["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
@@ -282,6 +302,8 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
         value = e.get("input")
         if kind == "unknown_kind":
             value = ctx.get("kind")
+        elif kind == "bool_not_number":
+            value = ctx.get("item")
         if isinstance(value, Mapping) and kind not in ("unknown_kind",):
             lines.append(f"{where}: {msg}" if where else msg)
         else:
