@@ -167,6 +167,39 @@ def test_interrupted_save_leaves_tmp_ignored(tmp_path):
     assert (tmp_path / "latest").read_text().strip() == "ckpt-00000002"
 
 
+def test_stale_tmp_dirs_are_removed_by_the_next_save_and_on_resume(tmp_path):
+    """A save killed before its rename leaves ckpt-<step>.tmp/; it used to stay until that very step was
+    saved again. Now the next successful save removes every such folder, and so does a resume; a
+    checkpoint, one set aside as .corrupt, and other names are never touched."""
+    from train_toys import build
+
+    from energyformer.train.checkpoint import remove_stale_tmp
+
+    good = save_checkpoint(tmp_path, 1, ToyMLP())
+    for name in ("ckpt-00000007.tmp", "ckpt-00000003.tmp"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"partial")
+    keep = ["ckpt-00000005.corrupt", "ckpt-00000006.tmp.notes", "my.tmp", "ckpt-x.tmp"]
+    for name in keep:
+        (tmp_path / name).mkdir()
+    (tmp_path / "ckpt-00000009.tmp").write_text("a file, not a save folder")
+    p2 = save_checkpoint(tmp_path, 2, ToyMLP())
+    assert not (tmp_path / "ckpt-00000007.tmp").exists() and not (tmp_path / "ckpt-00000003.tmp").exists()
+    assert all((tmp_path / name).is_dir() for name in keep) and (tmp_path / "ckpt-00000009.tmp").is_file()
+    verify_checkpoint(good)
+    verify_checkpoint(p2)
+    assert remove_stale_tmp(tmp_path / "absent") == []
+
+    # on resume (before any new save): the trainer's run directory
+    run = tmp_path / "run"
+    build(run, steps=2, save_every=2).fit()
+    (run / "ckpt-00000004.tmp").mkdir()
+    (run / "ckpt-00000004.tmp" / "state.pt").write_bytes(b"partial")
+    build(run, steps=2, save_every=2).fit(resume=True)  # at the end already: resumes, saves nothing
+    assert not (run / "ckpt-00000004.tmp").exists()
+    assert [p.name for p in list_checkpoints(run)] == ["ckpt-00000002"]
+
+
 def test_prune_keeps_newest(tmp_path):
     m = ToyMLP()
     for s in (1, 2, 3, 4):

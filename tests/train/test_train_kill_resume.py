@@ -70,3 +70,37 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, subprocess_env)
     train = [e for e in events if e["event"] == "train"]
     assert [e["step"] for e in train] == list(range(1, STEPS + 1))
     assert [e["loss"] for e in train] == ref["losses"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigterm_names_the_step_and_the_last_checkpoint(tmp_path, subprocess_env):
+    """SIGTERM still ends the run at once (killed by the signal, nothing saved), but no longer silently:
+    one line names the step reached and the last checkpoint, which --resume continues from."""
+    script = tmp_path / "train_script.py"
+    script.write_text(SCRIPT)
+    run_dir = tmp_path / "run"
+    victim = subprocess.Popen([sys.executable, str(script), str(run_dir), str(STEPS), str(SAVE_EVERY), "0", "0.05"],
+                              env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 90
+    while not (run_dir / "latest").exists():
+        assert victim.poll() is None, f"training script exited early:\n{victim.communicate()[1]}"
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.02)
+    time.sleep(0.1)
+    assert victim.poll() is None, "run finished before it could be terminated"
+    victim.send_signal(signal.SIGTERM)
+    _, err = victim.communicate(timeout=60)
+    assert victim.returncode == -signal.SIGTERM, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    last = run_dir / (run_dir / "latest").read_text().strip()
+    assert lines[0].startswith("energyformer: terminated (SIGTERM) at step "), err
+    step = int(lines[0].split(" at step ")[1].split(";")[0])
+    assert f"the last checkpoint is {last} (step {int(last.name[5:])}); --resume continues from it" in lines[0]
+    assert int(last.name[5:]) <= step < STEPS
+    resumed = subprocess.run([sys.executable, str(script), str(run_dir), str(STEPS), str(SAVE_EVERY), "1", "0"],
+                             env=subprocess_env, capture_output=True, text=True, timeout=90)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((run_dir / "run_info.json").read_text())["resumes"][0]["checkpoint"] == str(last)
+    assert not list(run_dir.glob("*.tmp"))  # a save cut short by the signal: its folder is gone

@@ -13,7 +13,8 @@ Layout of a run directory::
 Writing (:func:`save_checkpoint`) is atomic: files go into ``ckpt-<step>.tmp/`` and are fsync'ed,
 the manifest is written last, the directory is renamed to ``ckpt-<step>``, and only then the
 ``latest`` pointer is replaced (write to a temp file + ``os.replace``) and checkpoints beyond
-``keep`` are pruned. A crash at any point leaves every earlier checkpoint untouched.
+``keep`` are pruned. A crash at any point leaves every earlier checkpoint untouched; the ``.tmp/`` folder
+of a save that was killed is deleted by the next successful save or on resume (:func:`remove_stale_tmp`).
 
 Reading (:func:`load_checkpoint`) first checks the manifest (file present, size, sha256) and raises
 :class:`CheckpointError` naming the file and what is wrong. :func:`latest_valid_checkpoint` walks
@@ -44,6 +45,7 @@ MANIFEST_FILE = "manifest.json"
 LATEST_FILE = "latest"
 FORMAT_VERSION = 1
 _CKPT_RE = re.compile(r"^ckpt-(\d+)$")
+_TMP_RE = re.compile(r"^ckpt-\d+\.tmp$")
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -82,6 +84,22 @@ def list_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
         return []
     found = [(checkpoint_step(p), p) for p in out.iterdir() if p.is_dir()]
     return [p for s, p in sorted((s, p) for s, p in found if s is not None)]
+
+
+def remove_stale_tmp(out_dir: str | os.PathLike) -> list[Path]:
+    """Delete the ``ckpt-<step>.tmp/`` folders a save that was killed left behind; return them.
+
+    Only folders named exactly ``ckpt-<digits>.tmp`` go (never a checkpoint, a ``.corrupt`` one set aside,
+    ``latest`` or any other file). No other save can be running in the folder: the run directory is locked
+    while a run trains (:mod:`energyformer.train.lock`).
+    """
+    out = Path(out_dir)
+    if not out.is_dir():
+        return []
+    stale = [p for p in out.iterdir() if _TMP_RE.match(p.name) and p.is_dir() and not p.is_symlink()]
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+    return stale
 
 
 def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
@@ -301,6 +319,7 @@ def _write_checkpoint(out: Path, name: str, tmp: Path, step: int, raw: nn.Module
         for old in list_checkpoints(out)[:-keep]:
             if old != final:
                 shutil.rmtree(old, ignore_errors=True)
+    remove_stale_tmp(out)  # of saves killed before (a save of this step reuses its own above)
     return final
 
 

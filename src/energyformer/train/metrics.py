@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +25,48 @@ from energyformer.utils.io import atomic_write_text
 METRICS_FILE = "metrics.jsonl"
 
 
+def _lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file (numbered from 1 as an editor does: split on newlines only)."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text (a metrics file holds one JSON object per line)") from None
+
+
+_NOT_JSON = object()  # what _event returns for a line that is not JSON when asked to tolerate it
+
+
+def _event(path: Path, i: int, line: str, *, tolerate: bool = False) -> Any:
+    """The event (a JSON object) on line ``i``; a line that is not one is a DataError naming file and line
+    (with ``tolerate``, a line that is not JSON at all gives ``_NOT_JSON`` instead)."""
+    try:
+        ev = json.loads(line)
+    except json.JSONDecodeError as err:
+        if tolerate:
+            return _NOT_JSON
+        raise DataError(f"{path}:{i}: not a JSON line ({err.msg})") from None
+    if not isinstance(ev, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(ev), "a number")
+        raise DataError(f"{path}:{i}: the line is {kind} ({line.strip()[:40]}), not an event: each line must be "
+                        f'a JSON object such as {{"event": "train", "step": 10}}')
+    return ev
+
+
 def read_events(path: Path, *, skip_bad: bool = False) -> list[dict]:
-    """The events of a ``metrics.jsonl`` file in order (blank lines skipped). A line that is not JSON is a
-    DataError naming file and line, or with ``skip_bad`` skipped (e.g. the half-written last line of a run
-    that was killed)."""
+    """The events of a ``metrics.jsonl`` file in order (blank lines skipped). A line that is not a JSON
+    object is a DataError naming file and line, or with ``skip_bad`` skipped (e.g. the half-written last
+    line of a run that was killed)."""
     out = []
-    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for i, line in enumerate(_lines(path), 1):
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as err:
+            out.append(_event(path, i, line))
+        except DataError:
             if not skip_bad:
-                raise DataError(f"{path}:{i}: not a JSON line ({err.msg})") from None
+                raise
     return out
 
 
@@ -47,19 +77,29 @@ def _jsonable(v: Any) -> Any:
 
 
 def truncate_metrics(path: Path, max_step: int) -> None:
-    """Drop events with ``step > max_step`` (written after the checkpoint a run resumes from)."""
+    """Drop events with ``step > max_step`` (written after the checkpoint a run resumes from).
+
+    Only the last line may be broken: a run killed while writing it leaves it half-written, and it is
+    dropped (with a warning). Any other line that is not JSON, a line that is not a JSON object, or a
+    ``step`` that is not an integer >= 0 is a DataError naming file and line, and the file is left as it is.
+    """
     if not path.is_file():
         return
+    numbered = [(i, line) for i, line in enumerate(_lines(path), 1) if line.strip()]
     kept = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        try:
-            if int(json.loads(line).get("step", 0)) > max_step:
-                continue
-        except ValueError:
-            continue  # a half-written last line from a killed run
-        kept.append(line)
+    for n, (i, line) in enumerate(numbered):
+        last = n == len(numbered) - 1
+        ev = _event(path, i, line, tolerate=last)
+        if ev is _NOT_JSON:  # a half-written last line from a killed run
+            warnings.warn(f"{path}:{i}: dropped a half-written last line (the run was stopped while "
+                          f"writing it): {line.strip()[:60]}", stacklevel=3)
+            break
+        step = ev.get("step", 0)
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise DataError(f'{path}:{i}: "step" = {json.dumps(step)[:40]}: must be an integer >= 0 '
+                            "(the optimiser step the event was logged at)")
+        if step <= max_step:
+            kept.append(line.rstrip("\r"))
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 

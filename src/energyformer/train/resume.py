@@ -1,5 +1,7 @@
 """Resuming a run: choose the checkpoint, compare train configs, restore optimiser state by name, and
-restore a trainer from a checkpoint (:func:`restore_run`, the trainer's resume step).
+restore a trainer from a checkpoint (:func:`restore_run`, the trainer's resume step). The model and task
+configs must be the checkpoint's (:func:`check_model_config`, :func:`check_task_config`): a change is
+refused naming each key, with both values; a train config may change (with a warning).
 
 Optimiser state is matched to parameters **by name**, not by position: each parameter group
 carries the names of its parameters (``group["names"]``, see :mod:`energyformer.train.optim`), so
@@ -23,7 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .checkpoint import CheckpointError, checkpoint_step, latest_valid_checkpoint, load_checkpoint, load_model_weights
+from .checkpoint import (CheckpointError, checkpoint_step, latest_valid_checkpoint, load_checkpoint, load_model_weights,
+                         remove_stale_tmp)
 from .config import LEGACY_KEYS
 from .rng import set_rng_state
 from .runinfo import to_plain
@@ -37,9 +40,11 @@ QUIET_KEYS = ("progress", "device", "log_every", "eval_every", "save_every", "ke
 
 def find_resume_checkpoint(out_dir: Path, is_main: bool, ddp: bool) -> str | None:
     """Newest valid checkpoint (rank 0 decides, broadcast under DDP); newer invalid ones are
-    renamed ``<name>.corrupt`` with a warning."""
+    renamed ``<name>.corrupt`` with a warning, ``ckpt-<step>.tmp/`` left by a killed save are deleted."""
     choice: str | None = None
     if is_main:
+        for tmp in remove_stale_tmp(out_dir):  # a save that was killed (never a checkpoint)
+            log.info("removed %s, left by a save that was interrupted", tmp)
         ckpt, bad = latest_valid_checkpoint(out_dir, warn=False)
         chosen_step = checkpoint_step(ckpt) if ckpt is not None else -1
         for path, err in bad:
@@ -217,9 +222,74 @@ def check_model_config(saved: dict[str, Any] | None, current: dict[str, Any] | N
                 f"it must describe the run's checkpoints: restore it, or train the new model as a new run")
 
 
+# task keys that may change on resume because training never reads them; each one's documentation says so
+RESUMABLE_TASK_KEYS = (
+    "task.workers",  # sudoku: processes generating the data on first use; identical data for any number
+)
+
+
+def task_changes(old: Any, new: Any, prefix: str = "task") -> list[str]:
+    """``"task.<key>: old -> new"`` for every key of two recorded ``task`` sections that differs.
+
+    A changed ``task.kind`` is reported alone (the other keys then mean other things). Keys recorded on
+    one side only (added to or removed from a task config between the versions that wrote the two) and
+    :data:`RESUMABLE_TASK_KEYS` are not compared.
+    """
+    if prefix in RESUMABLE_TASK_KEYS:
+        return []
+    if isinstance(old, dict) and isinstance(new, dict):
+        if prefix == "task" and old.get("kind") != new.get("kind"):
+            return [f"task.kind: {old.get('kind')!r} -> {new.get('kind')!r}"]
+        return [c for k in old if k in new for c in task_changes(old[k], new[k], f"{prefix}.{k}")]
+    a, b = (list(v) if isinstance(v, tuple) else v for v in (old, new))
+    return [] if a == b else [f"{prefix}: {a!r} -> {b!r}"]
+
+
+def check_task_config(saved: dict[str, Any] | None, current: dict[str, Any] | None, ckpt: str | Path,
+                      out_dir: Path) -> None:
+    """Refuse to resume a checkpoint under another task config.
+
+    The task makes the data stream the checkpoint's data state points into (``seq_len``, ``batch_size``,
+    ...) and the validation set its evaluations were scored on (``val_fraction``, ``eval_max_batches``,
+    ...): a resumed run under other values would mix two runs in one ``metrics.jsonl``, and ``eval``
+    (which reads ``config.yaml``) would score another set. ``saved`` is the checkpoint's recorded run
+    config (nothing is checked without one), ``current`` the one in use; the run directory's
+    ``config.yaml`` must match the checkpoint too. Every changed ``task.<key>`` is named, with both values.
+    """
+    import yaml
+
+    from ..errors import ConfigError
+    from .runinfo import CONFIG_FILE
+
+    if not isinstance(saved, dict) or not isinstance(saved.get("task"), dict):
+        return
+    if isinstance(current, dict) and "task" in current:
+        changed = task_changes(saved["task"], current["task"])
+        if changed:
+            raise ConfigError(
+                f"task config differs from the one checkpoint {ckpt} was trained with ({'; '.join(changed)}): "
+                f"the task must match to resume (its data position and validation set belong to the run); "
+                f"resume with the run's own task settings ({Path(out_dir) / CONFIG_FILE}) "
+                f"or start a new run (--set name=OTHER)")
+    path = Path(out_dir) / CONFIG_FILE
+    if not path.is_file():
+        return
+    try:
+        on_disk = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not readable YAML ({' '.join(str(e).split())[:200]})") from None
+    task = on_disk.get("task") if isinstance(on_disk, dict) else None
+    changed = task_changes(saved["task"], task if isinstance(task, dict) else {})
+    if changed:
+        raise ConfigError(
+            f"{path} does not match checkpoint {ckpt} (checkpoint -> {CONFIG_FILE}: {'; '.join(changed)}); "
+            f"it must describe the run's checkpoints (eval reads it): restore the checkpoint's task settings "
+            f"in it, or train the other task settings as a new run (--set name=OTHER)")
+
+
 def restore_run(trainer: Any, path: str) -> dict[str, Any]:
     """Restore a :class:`~energyformer.train.trainer.Trainer` (set up, not yet fitted) from the checkpoint
-    ``path``: model config check, weights, this rank's data and RNG state, optimiser state by name (with
+    ``path``: model and task config checks, weights, this rank's data and RNG state, optimiser state by name (with
     warnings for a changed train config, rank count or optimiser kind), callbacks, step, tokens and elapsed
     time. Returns the checkpoint's state dict."""
     assert trainer.optimizer is not None and trainer.scheduler is not None
@@ -228,6 +298,8 @@ def restore_run(trainer: Any, path: str) -> dict[str, Any]:
     # the model config first: a checkpoint continues only under its own model
     check_model_config(state.get("run_config"), to_plain(trainer.run_config), path, trainer.out_dir,
                        trainer.normalise_model_config)
+    # and the task: the data state below points into its data stream
+    check_task_config(state.get("run_config"), to_plain(trainer.run_config), path, trainer.out_dir)
     load_model_weights(trainer.model, path, verify=False)
     entries = state.get("ranks") or []
     if entries:

@@ -44,13 +44,17 @@ should call :func:`energyformer.train.seed_everything` itself before building it
 checkpoints are renamed ``ckpt-<step>.corrupt`` (kept, not deleted) with a warning, and a changed
 ``config.yaml`` is saved beside the original as ``config-resume-<step>.yaml``. A changed train
 config (including one stored in the layout before optimiser/schedule kinds) is warned about and the
-current one is used; a changed optimiser kind restores no optimiser state.
+current one is used; a changed optimiser kind restores no optimiser state. A changed model or task
+config is refused (:func:`~energyformer.train.resume.check_model_config`,
+:func:`~energyformer.train.resume.check_task_config`), naming each key that differs. ``ckpt-<step>.tmp/``
+folders left by a killed save are deleted on resume and by the next save.
 
 Ctrl-C (``KeyboardInterrupt``, single process only): if the model and optimiser hold a completed
-step (the interrupt came outside ``optimizer.step()`` and the callbacks after it), a checkpoint of that step is written — with
-the data/RNG state from before the unfinished step, so resuming is still exact — and the
-interrupt is re-raised. Under DDP nothing is saved on Ctrl-C (ranks cannot agree safely); resume
-from the last periodic checkpoint.
+step (the interrupt came outside ``optimizer.step()`` and the callbacks after it), a checkpoint of that
+step is written — with the data/RNG state from before the unfinished step, so resuming is still exact —
+and the interrupt is re-raised. Under DDP nothing is saved on Ctrl-C (ranks cannot agree safely); resume
+from the last periodic checkpoint. SIGTERM (single process) saves nothing and still ends the process
+(exit 143); it first prints one line with the step reached and the last checkpoint.
 
 The run directory is locked (:mod:`energyformer.train.lock`) for the whole of ``fit``: a second
 training in the same directory fails at once with a message naming the holder.
@@ -65,6 +69,7 @@ import contextlib
 import copy
 import logging
 import math
+import signal
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -81,6 +86,7 @@ from energyformer.utils.validate import ConfigError
 from .callbacks import CallbackList
 from .checkpoint import CheckpointError, list_checkpoints, save_checkpoint, unwrap_model
 from .compiling import compile_for_training
+from .sigterm import install_sigterm_note
 from .config import TrainConfig
 from .contract import EvalFn, EvaluationFailed, EvaluationUserError, LossFn, TrainData, TrainingDiverged
 from .device import resolve_device
@@ -225,9 +231,12 @@ class Trainer:
         self._lock = RunDirLock(self.out_dir).acquire() if self.is_main else None
         self._logger: MetricsLogger | None = None
         self._pbar = None
+        on_term = install_sigterm_note(self)
         try:
             return self._fit(resume)
         finally:
+            if on_term is not None and signal.getsignal(signal.SIGTERM) is on_term:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if self._pbar is not None:
                 self._pbar.close()
             if self._logger is not None:
@@ -339,14 +348,15 @@ class Trainer:
         self._last_saved_step = self.step if resumed_from is not None else -1
         self.callbacks.on_train_start(self)
 
+        # metrics.jsonl first: a malformed line in it stops the run before the run records say it resumed
+        self._logger = MetricsLogger(out, enabled=self.is_main, tensorboard=cfg.tensorboard,
+                                     resume_step=self.step)
         if self.is_main:
             info = collect_run_info(cfg.seed, self.device, self.world_size)  # type: ignore[arg-type]
             config = self.run_config if self.run_config is not None else {"train": cfg.to_dict()}
             write_config(out, config, resume_step=self.step if resumed_from else None)
             write_run_info(out, info, resume=(
                 {"step": self.step, "checkpoint": resumed_from} if resumed_from else None))
-        self._logger = MetricsLogger(out, enabled=self.is_main, tensorboard=cfg.tensorboard,
-                                     resume_step=self.step)
 
         from tqdm.auto import tqdm
 
