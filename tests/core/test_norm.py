@@ -106,7 +106,7 @@ def test_start_point_normalized():
      ["unknown key 'attention.norm.in_loop' for norm kind 'none'", "kinds that accept it: rms, layer"]),
     ({"mlp": {"kind": "cem", "norm": {"init": "zero"}}}, ["mlp.norm.init = 'zero'", "'residual' or 'normalized'"]),
     ({"attention": {"kind": "cem", "norm": {"eps": 0}}}, ["attention.norm.eps = 0", "greater than 0"]),
-    ({"attention": {"kind": "cem", "norm": 3}}, ["attention.norm = 3", "norm kind name or a mapping"]),
+    ({"attention": {"kind": "cem", "norm": 3}}, ["attention.norm = 3", "kind name or a mapping", "registered norm kinds: rms"]),
 ])
 def test_bad_norm_values_are_one_line_errors(data, needles, config_error_says):
     config_error_says(BlockConfig, data, needles)
