@@ -344,15 +344,16 @@ def test_auto_takes_the_kernel_on_cuda_only():
                                   {"attn_kernel": {"kv_keys": 32, "kv_queries": 16, "kv_warps": 2}}],
                          ids=["default", "rows", "paper-bank", "paper-bank-heads", "gathered", "kv-tiles"])
 def test_compile_keeps_the_kernel_in_one_graph(attn, compiles_like_eager):
-    """Under torch.compile the kernel path runs as custom operators (cem_kernel_ops.py): a CEM model (T=2,
-    causal, ALiBi, self bias; the default launch, the loop kernels, the paper's per-head D+LR bank with its
+    """Under torch.compile the kernel path runs as custom operators (cem_kernel_ops.py): a one-layer CEM model
+    (T=2, causal, ALiBi, self bias; the default launch, the loop kernels, the paper's per-head D+LR bank with its
     per-head factors and extra value columns) traces with fullgraph=True, and its logits and gradients equal
-    the eager Function's (aot_eager backend)."""
+    the eager Function's (aot_eager backend). One layer: every layer traces alike, and a graph break or
+    recompile per layer is tests/train/test_compile_graph_breaks.py's (ten layers)."""
     from energyformer.models import CausalLM, ModelConfig
     from energyformer.utils.config import load_config
 
     torch.manual_seed(0)
-    m = CausalLM(load_config(ModelConfig, {"vocab_size": 97, "dim": 32, "heads": 4, "n_layers": 2, "block": {
+    m = CausalLM(load_config(ModelConfig, {"vocab_size": 97, "dim": 32, "heads": 4, "n_layers": 1, "block": {
         "attention": {"kind": "cem", "attn_path": "kernel", "steps": 2, **attn}, "mlp": {"kind": "cem"}}}))
     idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(1))
     compiles_like_eager(lambda: m(idx).logits, m.parameters())
