@@ -226,3 +226,31 @@ def test_manifest_is_json_with_files(tmp_path):
     path = save_checkpoint(tmp_path, 1, ToyMLP())
     manifest = json.loads((path / "manifest.json").read_text())
     assert set(manifest["files"]) == {"model.safetensors", "state.pt"}
+
+
+def test_a_replacement_killed_between_its_renames_is_undone(tmp_path):
+    """Saving a step that already has a checkpoint moves the old one aside (ckpt-<step>.replaced-<pid>), renames the
+    new one into place and deletes the old one. Killed between the renames, the step had no checkpoint and the
+    cleanup of ckpt-<step>.tmp/ then deleted the new one too: now the old one is put back (resume and the next save
+    both run the cleanup); killed after them, the copy left aside is deleted. Other names are never touched."""
+    import shutil
+
+    from energyformer.train.checkpoint import latest_valid_checkpoint, remove_stale_tmp
+
+    old = save_checkpoint(tmp_path, 3, ToyMLP())
+    shutil.copytree(old, tmp_path / "ckpt-00000003.tmp")          # the new one, complete, not yet renamed
+    old.rename(tmp_path / "ckpt-00000003.replaced-4242")           # the old one, moved aside
+    (tmp_path / "ckpt-00000004.replaced-1").mkdir()                # a leftover whose step was never re-saved: put back
+    keep = tmp_path / "ckpt-00000002.replaced-x"
+    keep.mkdir()
+    assert remove_stale_tmp(tmp_path) == [tmp_path / "ckpt-00000003.tmp"]
+    verify_checkpoint(tmp_path / "ckpt-00000003")
+    assert not (tmp_path / "ckpt-00000003.replaced-4242").exists() and keep.is_dir()
+    assert (tmp_path / "ckpt-00000004").is_dir()
+
+    done = tmp_path / "done"                                       # killed after both renames
+    new = save_checkpoint(done, 5, ToyMLP())
+    shutil.copytree(new, done / "ckpt-00000005.replaced-7")
+    remove_stale_tmp(done)
+    assert not (done / "ckpt-00000005.replaced-7").exists()
+    assert latest_valid_checkpoint(done)[0] == new

@@ -14,7 +14,8 @@ Writing (:func:`save_checkpoint`) is atomic: files go into ``ckpt-<step>.tmp/`` 
 the manifest is written last, the directory is renamed to ``ckpt-<step>``, and only then the
 ``latest`` pointer is replaced (write to a temp file + ``os.replace``) and checkpoints beyond
 ``keep`` are pruned. A crash at any point leaves every earlier checkpoint untouched; the ``.tmp/`` folder
-of a save that was killed is deleted by the next successful save or on resume (:func:`remove_stale_tmp`).
+of a save that was killed is deleted by the next successful save or on resume (:func:`remove_stale_tmp`), and a
+replacement of a step's checkpoint killed between its two renames is undone (:func:`restore_replaced`).
 
 Reading (:func:`load_checkpoint`) first checks the manifest (file present, size, sha256) and raises
 :class:`CheckpointError` naming the file and what is wrong. :func:`latest_valid_checkpoint` walks
@@ -46,6 +47,7 @@ LATEST_FILE = "latest"
 FORMAT_VERSION = 1
 _CKPT_RE = re.compile(r"^ckpt-(\d+)$")
 _TMP_RE = re.compile(r"^ckpt-\d+\.tmp$")
+_REPLACED_RE = re.compile(r"^(ckpt-\d+)\.replaced-\d+$")  # a checkpoint moved aside while its step is saved again
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -96,10 +98,29 @@ def remove_stale_tmp(out_dir: str | os.PathLike) -> list[Path]:
     out = Path(out_dir)
     if not out.is_dir():
         return []
+    restore_replaced(out)  # first: a replacement killed half-way leaves its new checkpoint in ckpt-<step>.tmp/
     stale = [p for p in out.iterdir() if _TMP_RE.match(p.name) and p.is_dir() and not p.is_symlink()]
     for p in stale:
         shutil.rmtree(p, ignore_errors=True)
     return stale
+
+
+def restore_replaced(out_dir: str | os.PathLike) -> list[Path]:
+    """Undo a replacement of a step's checkpoint (:func:`save_checkpoint`: old one aside as
+    ``ckpt-<step>.replaced-<pid>/``, new one renamed in, old one deleted) that a kill interrupted: with no
+    ``ckpt-<step>`` the old (complete) one is renamed back, else the copy aside is deleted. Returns those put back."""
+    out = Path(out_dir)
+    back = []
+    for aside in sorted(p for p in out.iterdir() if _REPLACED_RE.match(p.name) and p.is_dir() and not p.is_symlink()):
+        final = out / _REPLACED_RE.match(aside.name).group(1)
+        if final.exists():
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.replace(aside, final)
+            back.append(final)
+    if back:
+        fsync_dir(out)
+    return back
 
 
 def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
