@@ -175,3 +175,20 @@ def test_warnings_are_one_plain_line(capsys):
     _show_warning(UserWarning("resuming with a changed\n train config: steps: 2 -> 3"), UserWarning, "x.py", 3)
     err = capsys.readouterr().err
     assert err == "energyformer: warning: resuming with a changed train config: steps: 2 -> 3\n"
+
+
+def test_eval_with_every_checkpoint_broken_names_each_reason(tmp_path, capsys):
+    """eval of a run whose checkpoints all fail verification names why each one failed (newest first), not only
+    the newest's reason, which can hide that an older one broke differently."""
+    ov = TINY + ["train.steps=2", "train.save_every=1", "train.keep_checkpoints=2", "train.eval_every=0", "name=r",
+                 f"out_dir={tmp_path}"]
+    assert main(["train", "lm/llama", *_sets(ov)]) == 0
+    capsys.readouterr()
+    run = tmp_path / "r"
+    (run / "ckpt-00000002" / "manifest.json").unlink()
+    weights = next((run / "ckpt-00000001").glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:100])
+    assert main(["eval", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "no valid checkpoint" in err and "ckpt-00000002" in err and weights.name in err, err
+    assert err.count("\n") == 1, err

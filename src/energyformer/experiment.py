@@ -234,7 +234,8 @@ def load_trained(run_dir: str | Path, device: str | torch.device = "cpu"
     cfg = load_run_dir_config(run_dir)
     ckpt, bad = latest_valid_checkpoint(Path(run_dir), warn=False)
     if ckpt is None:
-        why = f" ({bad[0][1]})" if bad else ""
+        # every checkpoint's reason, newest first: the newest alone can hide that older ones broke differently
+        why = f" ({'; '.join(reason for _, reason in bad[:4])}{'; …' if len(bad) > 4 else ''})" if bad else ""
         raise CheckpointError(f"no valid checkpoint in run directory {run_dir}{why}: train it first "
                               f"(energyformer train ... --resume continues an interrupted run)")
     from .train import load_checkpoint
