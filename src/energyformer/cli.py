@@ -74,21 +74,13 @@ def _forward_options(a) -> dict:
 
 
 def _device(spec: str):
-    """``--device`` of eval and generate as a ``torch.device``: the value is checked by ``train.device``'s
-    own validator (one list of allowed values), and errors name ``--device``, not ``train.device``."""
-    from pydantic import ValidationError
+    """``--device`` of eval and generate as a ``torch.device``, checked as ``train.device`` is (the same allowed
+    values and resolution), its errors naming ``--device``."""
+    from .train.device import DEVICE_ALLOWED, DEVICE_RE, resolve_device
 
-    from .train import TrainConfig, resolve_device
-
-    try:
-        TrainConfig.model_validate({"device": spec})
-    except ValidationError as err:
-        msg = err.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"--device {spec!r}: {msg}") from None
-    try:
-        return resolve_device(spec)
-    except ConfigError as err:  # resolve_device serves train.device and names that key
-        raise ConfigError(str(err).replace(f"train.device = {spec!r}", f"--device {spec!r}", 1)) from None
+    if not DEVICE_RE.match(spec):
+        raise ConfigError(f"--device {spec!r}: {DEVICE_ALLOWED}")
+    return resolve_device(spec, said=f"--device {spec!r}")
 
 
 def _task_parser(prog: str, add) -> argparse.ArgumentParser:

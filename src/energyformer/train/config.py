@@ -20,7 +20,6 @@ A bad value fails with one line that names the key, the value and what is allowe
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -29,12 +28,12 @@ from energyformer.utils.config import ConfigModel, from_dict
 from energyformer.utils.validate import closest
 
 from .compiling import COMPILE_MODES
+from .device import DEVICE_ALLOWED, DEVICE_RE
 from .optim import OPTIMIZERS
 from .roles import DEFAULT_NO_DECAY_ROLES, ROLES, Role
 from .schedule import SCHEDULES
 
 PRECISIONS = ("fp32", "bf16")
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
 
 # keys of the layout before optimiser/schedule kinds, and where they went
 LEGACY_KEYS = {"betas": "optimizer.betas", "eps": "optimizer.eps",
@@ -109,8 +108,8 @@ class TrainConfig(ConfigModel):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        if not _DEVICE_RE.match(v):
-            raise ValueError("allowed values are 'auto', 'cpu', 'cuda', 'cuda:N' (N an integer), 'mps'")
+        if not DEVICE_RE.match(v):
+            raise ValueError(DEVICE_ALLOWED)
         return v
 
     @model_validator(mode="before")
