@@ -17,6 +17,7 @@ from ..core.constants import ExactTable
 from ..core.context import ForwardContext
 from ..core.trace import Traces
 from ..utils.config import KindConfig, Registry
+from ..utils.validate import check_int
 from .config import ModelConfig
 from .init import init_module, init_model
 from .naming import name_blocks
@@ -129,8 +130,7 @@ class TokenModel(nn.Module):
         if mask is not None and mask.dtype != torch.bool:
             raise ValueError(f"mask of dtype {mask.dtype}: expected torch.bool (True = a real token, False = "
                              f"padding); an additive 0 / -inf mask is not a key-padding mask")
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset = {offset!r}: expected an integer >= 0 (the position of the first token)")
+        check_int("offset", offset, min=0)  # the position of the first token
         if steps is not None:
             from .options import check_forward_options
 
@@ -146,9 +146,8 @@ class TokenModel(nn.Module):
         B, N = idx.shape
         if ctx.offset + N > self.cfg.max_seq_len and self.pos is not None:
             raise ValueError(f"sequence length {ctx.offset + N} exceeds model.max_seq_len = {self.cfg.max_seq_len}")
-        if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int)
-                                       or iterations < 1):
-            raise ValueError(f"iterations = {iterations!r}: expected an integer >= 1 (passes through the layer stack)")
+        if iterations is not None:
+            check_int("iterations", iterations, min=1)  # passes through the layer stack
         try:
             x = self.embed(idx)  # (B, N, D)
         except IndexError as e:  # CPU; CUDA asserts on the device instead
