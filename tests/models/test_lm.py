@@ -14,6 +14,7 @@ VARIANTS = {
     "cem_mlp": BlockConfig(mlp=CEMMLPConfig(steps=2, precond="diagonal")),
     "full_cem": BlockConfig(attention=CEMAttentionConfig(steps=2), mlp=CEMMLPConfig(steps=2)),
     "reuse": BlockConfig(attn_reuse=2, mlp_reuse=2),
+    "cem_reuse": BlockConfig(attention=CEMAttentionConfig(), mlp=CEMMLPConfig(steps=2), attn_reuse=2, mlp_reuse=3),
 }
 
 
@@ -36,7 +37,7 @@ def test_causal_model_is_causal(name):
         torch.testing.assert_close(out[:, :j], base[:, :j], rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt", "cem_attn", "full_cem"])
+@pytest.mark.parametrize("name", ["llama", "gpt", "cem_attn", "full_cem", "reuse", "cem_reuse"])
 def test_kv_cache_generation_matches_recompute(name):
     m = _model(name).eval()
     idx = torch.randint(0, 50, (2, 5))
@@ -57,6 +58,23 @@ def test_traces_cover_every_energy_block_and_energy_decreases_at_small_step():
         assert tr.energy_tensor().shape == (4, 2, 10)
         assert tr.exact is False  # RMSNorm inside the loop
     assert m(torch.randint(0, 50, (2, 10))).traces is None  # off by default
+
+
+def test_plain_reuse_keeps_one_trace_and_cache_slot_per_application():
+    """Once: a reused sublayer's second application overwrote the first's trace, and KV-cached decoding
+    raised NotImplementedError (``energyformer generate`` on configs/lm/attn_plain_reuse.yaml failed)."""
+    m = _model("cem_reuse").eval()
+    idx = torch.randint(0, 50, (2, 7))
+    out = m(idx, trace=True)
+    names = [f"layers.{i}.{s}" for i in range(2) for s in ("attn", "attn#1", "mlp", "mlp#1", "mlp#2")]
+    assert list(out.traces) == [(n, 0) for n in names]
+    assert not torch.equal(out.traces[("layers.0.mlp", 0)].energy_tensor(), out.traces[("layers.0.mlp#1", 0)].energy_tensor())
+    cache = {}
+    m(idx[:, :4], cache=cache)
+    held = sorted(k for k, slot in cache.items() if slot)  # the MLPs' slots stay empty
+    assert held == ["layers.0.attn", "layers.0.attn#1", "layers.1.attn", "layers.1.attn#1"]
+    step = m(idx[:, 4:], cache=cache, offset=4).logits
+    torch.testing.assert_close(step, out.logits[:, 4:], rtol=1e-10, atol=1e-10)
 
 
 def test_param_parts_and_cache_bytes():

@@ -8,7 +8,8 @@ for ``{kind: name}`` with that kind's defaults.
 ``attn_reuse`` / ``mlp_reuse`` apply a sublayer several times with the same weights — the *plain
 layer reuse* baseline of seed Fig. 3c / Fig. 4, to contrast with CEM's within-layer recursion
 (``attention.steps`` / ``mlp.steps`` of the ``cem`` kinds), where keys and gates are computed once and
-only the query side is iterated.
+only the query side is iterated. Each application of a reused sublayer has its own KV-cache slot and
+trace (``ForwardContext.reuse``), so plain reuse decodes with a KV cache like any other layer.
 """
 
 from dataclasses import replace
@@ -57,12 +58,15 @@ class TransformerLayer(nn.Module):
         self.attn_reuse, self.mlp_reuse = cfg.attn_reuse, cfg.mlp_reuse
 
     def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
-        if self.attn_reuse > 1 and ctx is not None and ctx.cache is not None:
-            raise NotImplementedError("block.attn_reuse > 1 does not support KV-cached decoding")
         if ctx is not None:
             ctx.layer_input = x  # what step sizes with condition 'layer' see (Hyper-SET's shared network)
-        for _ in range(self.attn_reuse):
-            x = self.attn(x, ctx)
-        for _ in range(self.mlp_reuse):
-            x = self.mlp(x, ctx)
+        # application r >= 1 of a reused sublayer keeps its own KV-cache slot, trace and statistics
+        # (ForwardContext.reuse): its keys are computed from the state after application r - 1
+        for sub, times in ((self.attn, self.attn_reuse), (self.mlp, self.mlp_reuse)):
+            for r in range(times):
+                if ctx is not None:
+                    ctx.reuse = r
+                x = sub(x, ctx)
+        if ctx is not None:
+            ctx.reuse = 0
         return x

@@ -4,7 +4,8 @@ One context object travels through every layer and every iteration of a forward 
 from it (offset, mask, iteration, step override, model inputs) and write to it (traces, solver
 statistics, KV cache, state carried across layers, auxiliary losses). Records are keyed by
 ``(block qualified name, iteration)`` so a block iterated L times by a recurrent-depth backbone keeps
-L traces and L cache entries.
+L traces and L cache entries (a sublayer applied r times per layer, plain reuse, records its later
+applications as ``name#1`` … ``name#r-1``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from torch import Tensor
 
-from .trace import Traces
+from .trace import Traces, key_label
 
 #: Key of per-block records: (qualified module name, iteration index).
 BlockKey = tuple[str, int]
@@ -34,6 +35,11 @@ class ForwardContext:
                 Attention never attends to masked keys; solvers keep masked tokens fixed.
     iteration:  index of the current pass of a recurrent-depth backbone (0 for a plain stack).
     iterations: number of passes in this forward pass.
+    reuse:      index of the current application of a sublayer applied several times with the same
+                weights (``block.attn_reuse`` / ``mlp_reuse``, set by
+                :class:`~energyformer.blocks.layer.TransformerLayer`; 0 for the first): the second
+                application records and caches as ``name#1`` (:meth:`key`), so traces, statistics and
+                KV-cache slots of the applications stay apart.
     steps:      when not None, overrides the step count of every energy block (test-time budgets).
     inputs:     the model's inputs (token ids, images), for energies that need them.
     carry:      state a solver's rule carries across layers (momentum velocity), keyed by the
@@ -58,6 +64,7 @@ class ForwardContext:
     mask: Tensor | None = None
     iteration: int = 0
     iterations: int = 1
+    reuse: int = 0
     steps: int | None = None
     inputs: Any = None
     carry: dict[str, Any] = field(default_factory=dict)
@@ -67,14 +74,15 @@ class ForwardContext:
     memo: dict[Any, Any] = field(default_factory=dict)
 
     def key(self, name: str) -> BlockKey:
-        """Record key of block ``name`` at the current iteration."""
-        return (name, self.iteration)
+        """Record key of block ``name`` at the current iteration (and plain reuse, ``name#r`` for r >= 1)."""
+        return (f"{name}#{self.reuse}" if self.reuse else name, self.iteration)
 
     def cache_slot(self, name: str) -> dict | None:
-        """This block's KV-cache dict at the current iteration (None when not caching)."""
+        """This block's KV-cache dict at the current iteration and reuse (None when not caching); the
+        slot's name is :func:`~energyformer.core.trace.key_label` of :meth:`key`."""
         if self.cache is None:
             return None
-        return self.cache.setdefault(name if self.iteration == 0 else f"{name}@{self.iteration}", {})
+        return self.cache.setdefault(key_label(self.key(name)), {})
 
     def add_aux(self, name: str, value: Tensor) -> None:
         """Add an auxiliary loss term (summed over calls with the same name)."""
