@@ -80,6 +80,29 @@ def test_et_attention_padding_mask_hides_keys():
     torch.testing.assert_close(ex, ey)
 
 
+@pytest.mark.parametrize("self_interaction", [False, True])
+def test_et_attention_padded_tokens_are_not_queries(self_interaction):
+    """Once: a padded token's E_C stayed in the total energy, so its query pulled on the real tokens' keys (the
+    key side of the gradient), and a padded row's real tokens moved unlike the row truncated to them (6.7e-3 in a
+    tiny encoder). A fully padded row gives zeros, not NaN."""
+    torch.manual_seed(3)
+    e = ETAttentionEnergy(8, 2, init_std=0.4, self_interaction=self_interaction).double()
+    x = _x(3, 5, 8, seed=3)
+    mask = torch.tensor([[True, True, True, False, False], [True] * 5, [False] * 5])
+    y = x.clone()
+    y[0, 3:] = _x(2, 8, seed=4)  # change only padded tokens
+    gx, gy = e.grad(x, e.prepare(x, mask=mask)), e.grad(y, e.prepare(y, mask=mask))
+    torch.testing.assert_close(gx[0, :3], gy[0, :3], rtol=1e-12, atol=1e-12)
+    short = x[:1, :3]
+    torch.testing.assert_close(gx[0, :3], e.grad(short, e.prepare(short))[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gx[1], e.grad(x[1:2], e.prepare(x[1:2]))[0], rtol=1e-12, atol=1e-12)
+    en = e.energy(x, e.prepare(x, mask=mask))
+    assert (en[0, 3:] == 0).all() and (en[2] == 0).all() and (gx[2] == 0).all() and torch.isfinite(gx).all()
+    xg = x[:2].clone().requires_grad_(True)  # the closed form is the gradient of the masked total
+    (auto,) = torch.autograd.grad(e.energy(xg, e.prepare(xg, mask=mask[:2])).sum(), xg)
+    torch.testing.assert_close(gx[:2], auto, rtol=1e-10, atol=1e-12)
+
+
 def test_composite_et_energy_traces_both_terms():
     torch.manual_seed(4)
     e = EnergyTransformerEnergy(8, 2, memories=16, beta=0.5, init_std=0.3).double()

@@ -95,7 +95,9 @@ class ETAttentionEnergy(Energy):
     """E^ATT_C = -(1/β) Σ_h log Σ_{B(≠C)} exp(β k_hBᵀ q_hC), q = W^Q g, k = W^K g (ET Eq. 2).
 
     Per-token energy indexed by the query C; the context (keys) is the iterate itself. ``mask`` (a
-    key-padding mask given to :meth:`prepare`) hides padded keys. W^Q, W^K ∈ R^{H×Y×D} are drawn
+    key-padding mask given to :meth:`prepare`) hides padded tokens as keys and drops them as queries: a padded
+    token's E_C is 0, so its query does not pull on the real tokens' keys (the key side of the gradient), and
+    a padded batch row equals the row truncated to its real tokens. W^Q, W^K ∈ R^{H×Y×D} are drawn
     from N(0, init_std²) (0.002: the ET code and the Hyper-SET authors' ET).
     """
 
@@ -159,12 +161,16 @@ class ETAttentionEnergy(Energy):
     def energy(self, x: Tensor, state: dict[str, Any]) -> Tensor:
         q = self._proj(x, self.wq)
         s = self._scores(q, state["k"], state["mask"])
-        return -(torch.logsumexp(s, dim=-1).sum(1)) / self.beta  # (B, N)
+        e = -(torch.logsumexp(s, dim=-1).sum(1)) / self.beta  # (B, N)
+        mask = state["mask"]
+        return e if mask is None else torch.where(mask.to(torch.bool), e, 0.0)  # padded queries: E_C = 0
 
     def grad(self, x: Tensor, state: dict[str, Any]) -> Tensor:
         """Total derivative (query side + key side) at x, with ``state`` prepared at x."""
-        q, k = self._proj(x, self.wq), state["k"]
-        a = torch.softmax(self._scores(q, k, state["mask"]), dim=-1)  # (B, H, N, N), rows = queries C
+        q, k, mask = self._proj(x, self.wq), state["k"], state["mask"]
+        a = torch.softmax(self._scores(q, k, mask), dim=-1)  # (B, H, N, N), rows = queries C
+        if mask is not None:  # padded queries have no energy (a fully padded row's NaN rows included)
+            a = torch.where(mask.to(torch.bool)[:, None, :, None], a, 0.0)
         dq = a @ k                                  # Σ_B A_CB k_B      (B, H, N, Y)
         dk = a.transpose(-1, -2) @ q                # Σ_C A_CB q_C      (B, H, N, Y)
         wq, wk = self.wq.to(x.dtype), self.wk.to(x.dtype)
