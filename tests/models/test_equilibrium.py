@@ -118,6 +118,18 @@ def test_a_bidirectional_equilibrium_model_is_refused():
         MODELS.build(EquilibriumConfig(**KW, causal=False), vocab_size=2, n_out=2)
 
 
+def test_padded_sequences_are_refused_and_an_all_real_mask_is_no_mask():
+    """Once: with left padding a padded token's id reached the real tokens' coherence energies (2e-4 in the
+    logits); the ERM reads every position, so a mask that hides a token is an error."""
+    m, x = _model(), _x()
+    mask = torch.ones(x.shape, dtype=torch.bool)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x, mask=mask).logits, m(x).logits, rtol=0, atol=0)
+        mask[1, :3] = False
+        with pytest.raises(ValueError, match="key-padding masks with padded tokens are not supported"):
+            m(x, mask=mask)
+
+
 def test_gamma_annealing_and_k_curriculum_are_trainer_callbacks():
     m = _model(gamma_anneal={"start": 10, "end": 1, "steps": 10},
                k_curriculum={"start": 2, "end": 4, "steps": 1, "begin": 5})
