@@ -194,7 +194,7 @@ def run_experiment(cfg: RunConfig, resume: bool = False, overwrite: bool = False
     cbs = task.callbacks(model) + list(callbacks)
     trainer = Trainer(model, cfg.train, task.loss, task.train_data, eval_hook(eval_fn) if eval_hook else eval_fn,
                       out_dir=cfg.run_dir, run_config=to_dict(cfg), normalise_model_config=normalise_model_config,
-                      **({"callbacks": cbs} if cbs else {}))
+                      count_fn=task.loss_items, **({"callbacks": cbs} if cbs else {}))
     t0 = time.perf_counter()
     final = trainer.fit(resume=resume)
     secs = time.perf_counter() - t0

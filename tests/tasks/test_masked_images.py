@@ -88,6 +88,15 @@ def test_loss_counts_masked_positions_only():
     assert torch.allclose(loss, want)
 
 
+def test_loss_items_are_the_masked_codes():
+    """What the loss averages over: the trainer weighs accumulated micro-batches by it (the masking ratio varies)."""
+    from energyformer.tasks.masked_images import MaskedImageTask
+
+    codes = torch.zeros(3, 6, dtype=torch.long)
+    mask = torch.tensor([[True] * 6, [True, False] * 3, [False] * 5 + [True]])
+    assert MaskedImageTask.loss_items(None, (codes, mask)) == 10
+
+
 def _ssim_loops(x: np.ndarray, y: np.ndarray, w: int = 7) -> float:
     """SSIM written out window by window (Wang et al. 2004 Eq. 13, sample covariances)."""
     c1, c2 = 0.01 ** 2, 0.03 ** 2

@@ -141,3 +141,28 @@ def test_too_few_training_puzzles_for_a_validation_split_is_a_data_error(tmp_pat
     f.write_text("quizzes,solutions\n" + "".join(f"{p17},{s17}\n" for _ in range(5)))
     with pytest.raises(DataError, match="few.csv.*5 puzzle.*validation_file"):
         load_splits(SudokuTaskConfig(source="files", train_file=str(f)))
+
+
+
+@pytest.mark.parametrize("weigh", [True, False])
+def test_accumulated_micro_batches_weigh_by_their_blank_cells(data_env, monkeypatch, weigh):
+    """The loss averages over blank cells, whose number varies by board: grad_accum 2 at batch 4 takes the
+    step of batch 8 (micro-batches weighed by ``SudokuTask.loss_items``); the mean of the two halves' means
+    (``weigh`` False: the trainer without the count) does not."""
+    from energyformer.experiment import run_experiment
+    from energyformer.tasks.sudoku import SudokuTask
+
+    if not weigh:
+        monkeypatch.setattr(SudokuTask, "loss_items", None)
+
+    def trained(batch, accum, name):
+        cfg = load_run_config(str(_config(data_env, name=name, attention="llama", mlp="relu", steps=2)),
+                              [f"task.batch_size={batch}", f"train.grad_accum={accum}", "train.grad_clip=0"])
+        return run_experiment(cfg)
+
+    whole, halves = trained(8, 1, "whole"), trained(4, 2, "halves")
+    counts = [halves.task.loss_items(halves.task.train_data.next_batch()) for _ in range(4)] if weigh else [0]
+    assert len(set(counts)) > 1 or not weigh, counts  # the boards have different numbers of blanks
+    close = all(torch.allclose(b, a, rtol=1e-4, atol=1e-6)
+                for a, b in zip(whole.model.parameters(), halves.model.parameters()))
+    assert close == weigh

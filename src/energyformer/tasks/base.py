@@ -24,6 +24,7 @@ reach the task in the model's ``ModelOutput`` and are added in one place, :meth:
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -97,6 +98,11 @@ class Task:
     def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
         """Trainer loss function: (scalar loss, metrics) for one batch on the training device."""
         raise NotImplementedError
+
+    #: ``loss_items(batch) -> int``: the items :meth:`loss`'s mean averages over in ``batch`` (e.g. the blank
+    #: cells of Sudoku boards), where it varies from batch to batch; the trainer then weighs micro-batches and
+    #: ranks by it (:mod:`energyformer.train.accumulate`). None: every batch averages over as many items.
+    loss_items: Callable[[tuple], int] | None = None
 
     @staticmethod
     def add_aux_losses(loss: torch.Tensor, out: Any, metrics: dict[str, float] | None = None,

@@ -326,6 +326,10 @@ class MaskedImageTask(Task):
         metrics = {"acc": float(acc), "masked": float(mask.float().mean())}
         return self.add_aux_losses(loss, out, metrics)
 
+    def loss_items(self, batch: tuple) -> int:
+        """The masked codes of the batch (its masking ratio varies): what :meth:`loss` averages over."""
+        return int(batch[1].sum())
+
     # ------------------------------------------------------------------ evaluation
     def eval_set(self, split: str) -> dict[str, Any]:
         """images (n, C, H, W) uint8, codes (n, N), fixed seeded mask (n, N) and the model-free

@@ -195,6 +195,10 @@ class SudokuTask(Task):
         loss = F.cross_entropy(out.logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
         return self.add_aux_losses(loss, out)
 
+    def loss_items(self, batch: tuple) -> int:
+        """The blank cells of the batch's boards (targets not -100): what :meth:`loss` averages over."""
+        return int((batch[1] != -100).sum())
+
     # ------------------------------------------------------------------ evaluation
     def score(self, model: nn.Module, data: SudokuDataset, **forward: Any) -> dict[str, float]:
         """Board / cell accuracy and validity of ``model`` on ``data`` (plus loss with solutions)."""

@@ -71,7 +71,8 @@ class TrainConfig(ConfigModel):
     grad_clip: float = Field(1.0, ge=0)
     """clip the global gradient norm to this (0: no clipping)"""
     grad_accum: int = Field(1, ge=1)
-    """micro-batches per optimiser step"""
+    """micro-batches per optimiser step (weighed by the items each one's loss averages over where that varies:
+    Sudoku's blank cells, masked codes; so the step is that of the whole batch)"""
     precision: Literal["fp32", "bf16"] = "fp32"
     """fp32, or bf16 autocast"""
     compile: bool | str = False

@@ -26,7 +26,8 @@ Contract with a task (DESIGN.md: config -> task -> trainer -> checkpoints + metr
   back). It moves its own data to ``next(model.parameters()).device``.
 
 One optimiser step = ``grad_accum`` micro-batches, each from ``next_batch()``; each micro-batch
-loss is divided by ``grad_accum`` before ``backward`` so the gradient is that of the mean loss.
+loss is divided by ``grad_accum`` before ``backward`` so the gradient is that of the mean loss; with
+``count_fn`` (``Task.loss_items``), by the items it averages over (:mod:`~energyformer.train.accumulate`).
 
 Optimiser (``train.optimizer`` kind), schedule (``train.schedule`` kind) and parameter groups by
 role: :mod:`~energyformer.train.optim`, :mod:`~energyformer.train.schedule`,
@@ -67,6 +68,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import math
 import signal
@@ -83,6 +85,7 @@ from torch import nn
 from energyformer.errors import UserError
 from energyformer.utils.validate import ConfigError
 
+from .accumulate import CountFn, StepPlan, all_reduce_int
 from .callbacks import CallbackList
 from .checkpoint import CheckpointError, list_checkpoints, save_checkpoint, unwrap_model
 from .compiling import compile_for_training
@@ -137,6 +140,7 @@ class Trainer:
         run_config: dict[str, Any] | None = None,
         callbacks: Sequence[Any] | None = None,
         normalise_model_config: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        count_fn: CountFn | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -155,6 +159,7 @@ class Trainer:
         else:
             raise TypeError(f"train_data must have a next_batch() method or be an iterator "
                             f"({type(train_data).__name__} is neither)")
+        self.count_fn = count_fn  # count_fn(batch) -> the items its mean loss averages over (or None)
         if eval_fn is not None and not callable(eval_fn):
             raise TypeError("eval_fn must be callable: eval_fn(model) -> dict[str, float]")
         self.model = unwrap_model(model)
@@ -429,10 +434,11 @@ class Trainer:
         total = torch.zeros((), device=self.device, dtype=torch.float32)
         msum: dict[str, float] = {}
         ntok = 0
+        plan = StepPlan(self._next_batch, accum, self.count_fn, self.world_size,
+                        functools.partial(all_reduce_int, device=self.device) if self.ddp else None,
+                        weigh=accum > 1 or self.ddp)
         for i in range(accum):
-            batch = self._next_batch()
-            if not isinstance(batch, (tuple, list)):
-                batch = (batch,)
+            batch = plan.batch(i)
             ntok += int(tokens_per_micro) if tokens_per_micro is not None else int(batch[0].numel())
             batch = tuple(_move(b, self.device) for b in batch)
             sync = (model.no_sync() if self.ddp and i < accum - 1  # type: ignore[operator]
@@ -440,13 +446,11 @@ class Trainer:
             with sync:
                 with self._autocast():
                     loss, metrics = self.loss_fn(model, batch)
-                if accum > 1:
-                    (loss / accum).backward()
-                else:
-                    loss.backward()
-            total += loss.detach().float()
+                plan.backward(i, loss)
+            loss_share, metric_share = plan.share(i)
+            total += loss.detach().float() * loss_share
             for k, v in (metrics or {}).items():
-                msum[k] = msum.get(k, 0.0) + float(v)
+                msum[k] = msum.get(k, 0.0) + float(v) * metric_share
         mean = total / accum
         if self.ddp:
             dist.all_reduce(mean, op=dist.ReduceOp.SUM)

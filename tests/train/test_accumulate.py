@@ -1,0 +1,68 @@
+"""Micro-batch weights for losses that average over a varying number of items (train/accumulate.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from train_toys import ToyData, ToyMLP
+
+from energyformer.train import TrainConfig, Trainer
+from energyformer.train.accumulate import count_items, micro_weights
+from energyformer.train.rng import seed_everything
+
+
+def test_equal_counts_keep_the_plain_mean_and_unequal_ones_weigh_by_items():
+    assert micro_weights([5, 5, 5]) is None  # Σ loss_i / accum, bit for bit as before
+    assert micro_weights([0, 0]) is None  # nothing to weigh
+    assert micro_weights([1, 3]) == [0.25, 0.75]
+    # DDP: N over the ranks; the factor world undoes DDP's mean of the ranks' gradients
+    assert micro_weights([2, 2], world=2, all_reduce=lambda n: n + 12) == [2 * 2 / 16, 2 * 2 / 16]
+    assert micro_weights([4, 4], world=2, all_reduce=lambda n: 2 * n) is None  # equal on every rank
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "3", None])
+def test_a_bad_count_is_a_clear_error(bad):
+    with pytest.raises(TypeError, match=r"loss_items\(batch\) = .*an integer >= 0"):
+        count_items(lambda b: bad, ())
+    assert count_items(lambda b: torch.tensor(7), ()) == 7
+
+
+class _Masked(ToyData):
+    """ToyData whose batches count only some targets (those above 0.3: a varying number per batch)."""
+
+    def next_batch(self):
+        x, y = super().next_batch()
+        return x, y, y > 0.3
+
+
+def _masked_mse(model, batch):
+    x, y, keep = batch
+    return ((model(x) - y) ** 2)[keep].mean(), {}
+
+
+def _fit(tmp_path, batch_size, accum, weigh):
+    """Three SGD steps; the counts of each step's halves differ (checked)."""
+    seed_everything(0)
+    model, data = ToyMLP(dropout=0.0), _Masked(batch_size=batch_size)
+    cfg = TrainConfig(steps=3, seed=0, log_every=1, eval_every=0, save_every=0, progress=False, tensorboard=False,
+                      device="cpu", lr=1e-2, grad_accum=accum, optimizer={"kind": "sgd"}, grad_clip=0)
+    t = Trainer(model, cfg, _masked_mse, data, out_dir=tmp_path / f"{batch_size}_{accum}_{weigh}",
+                count_fn=(lambda b: int(b[2].sum())) if weigh else None)
+    t.fit()
+    return t
+
+
+def test_accumulated_steps_equal_the_whole_batch_when_the_items_vary(tmp_path):
+    """Once: grad_accum took the mean of the micro-batches' means, so a micro-batch with 4 counted targets
+    weighed as much as one with 16 and grad_accum 2 at batch 8 was not the step of batch 16."""
+    data = _Masked(batch_size=8)
+    counts = [int(data.next_batch()[2].sum()) for _ in range(6)]
+    assert counts[0::2] != counts[1::2], counts  # the halves of a step count different numbers of targets
+    whole = _fit(tmp_path, 16, 1, True)
+    halves = _fit(tmp_path, 8, 2, True)
+    plain = _fit(tmp_path, 8, 2, False)
+    assert halves.loss_history == pytest.approx(whole.loss_history, rel=1e-5)
+    for a, b, c in zip(whole.model.parameters(), halves.model.parameters(), plain.model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    assert any(not torch.allclose(a, c, rtol=1e-3, atol=1e-4)
+               for a, c in zip(whole.model.parameters(), plain.model.parameters()))  # the mean of means differs
