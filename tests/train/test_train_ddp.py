@@ -78,3 +78,72 @@ def test_torchrun_two_process_gloo(tmp_path, subprocess_env):
     b = json.loads((out / "rank1-resume.json").read_text())
     assert a["step"] == b["step"] == 9 and len(a["losses"]) == 3
     assert a["params"] == b["params"]
+
+
+WEIGHED = r'''
+import json, sys
+from pathlib import Path
+import torch
+from energyformer.train import TrainConfig, Trainer, dist_info
+from energyformer.train.rng import seed_everything
+from train_toys import ToyData, ToyMLP
+
+
+class Masked(ToyData):  # counts only the targets above 0.3: a different number on each rank
+    def next_batch(self):
+        x, y = super().next_batch()
+        return x, y, y > 0.3
+
+
+class Alternate:  # one process, the two ranks' batches in turn
+    def __init__(self):
+        self.parts = [Masked(batch_size=8, seed=0), Masked(batch_size=8, seed=1)]
+        self.i = 0
+
+    def next_batch(self):
+        self.i += 1
+        return self.parts[(self.i - 1) % 2].next_batch()
+
+    def state_dict(self):
+        return {"i": self.i}
+
+    def load_state_dict(self, d):
+        self.i = d["i"]
+
+
+def loss(model, batch):
+    x, y, keep = batch
+    return ((model(x) - y) ** 2)[keep].mean(), {}
+
+
+out, mode = Path(sys.argv[1]), sys.argv[2]
+torch.set_num_threads(1)
+seed_everything(0)
+rank, world = dist_info() if mode == "ddp" else (0, 1)
+data = Masked(batch_size=8, seed=rank) if mode == "ddp" else Alternate()
+cfg = TrainConfig(steps=3, seed=0, log_every=1, eval_every=0, save_every=0, progress=False, tensorboard=False,
+                  device="cpu", lr=1e-2, optimizer={"kind": "sgd"}, grad_clip=0, grad_accum=1 if mode == "ddp" else 2)
+t = Trainer(ToyMLP(dropout=0.0), cfg, loss, data, out_dir=out / mode, count_fn=lambda b: int(b[2].sum()))
+t.fit()
+flat = torch.cat([p.detach().flatten() for p in t.model.parameters()])
+(out / f"{mode}{rank}.json").write_text(json.dumps({"params": flat.tolist(), "losses": t.loss_history}))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ranks_weigh_by_their_counted_items(tmp_path, subprocess_env):
+    """Two ranks whose batches count different numbers of targets take the step of one process that
+    accumulates both batches weighed by their items (train/accumulate.py: n_i · world / N)."""
+    script = tmp_path / "weighed.py"
+    script.write_text(WEIGHED)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script),
+           str(tmp_path), "ddp"]
+    r = subprocess.run(cmd, env=subprocess_env, capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, f"torchrun failed:\n{r.stdout}\n{r.stderr}"
+    r = subprocess.run([sys.executable, str(script), str(tmp_path), "one"], env=subprocess_env, capture_output=True,
+                       text=True, timeout=150)
+    assert r.returncode == 0, r.stderr
+    ddp, one = (json.loads((tmp_path / f"{m}0.json").read_text()) for m in ("ddp", "one"))
+    assert ddp["losses"] == pytest.approx(one["losses"], rel=1e-5)
+    assert ddp["params"] == pytest.approx(one["params"], rel=1e-4, abs=1e-6)
