@@ -118,16 +118,27 @@ def test_a_bidirectional_equilibrium_model_is_refused():
         MODELS.build(EquilibriumConfig(**KW, causal=False), vocab_size=2, n_out=2)
 
 
-def test_padded_sequences_are_refused_and_an_all_real_mask_is_no_mask():
-    """Once: with left padding a padded token's id reached the real tokens' coherence energies (2e-4 in the
-    logits); the ERM reads every position, so a mask that hides a token is an error."""
-    m, x = _model(), _x()
+@pytest.mark.parametrize("where", ["left", "right"])
+def test_padded_tokens_do_not_reach_the_real_ones(where):
+    """Once: the coherence energies read every position, so with left padding a padded token's id reached the
+    real tokens' logits (2e-4). Now padded contents change nothing; a right-padded row equals the row cut to its
+    real tokens where nothing is drawn at random (no mask term); an all-real mask is no mask."""
+    m, x = _model(weights={"rev": 1.0, "mask": 0.5, "conf": 0.2}), _x()
     mask = torch.ones(x.shape, dtype=torch.bool)
+    pad = slice(0, 3) if where == "left" else slice(7, None)
+    mask[:, pad] = False
+    x2 = x.clone()
+    x2[:, pad] = 1 - x2[:, pad]
     with torch.no_grad():
-        torch.testing.assert_close(m(x, mask=mask).logits, m(x).logits, rtol=0, atol=0)
-        mask[1, :3] = False
-        with pytest.raises(ValueError, match="key-padding masks with padded tokens are not supported"):
-            m(x, mask=mask)
+        assert torch.equal(m(x, mask=torch.ones_like(mask)).logits, m(x).logits)
+        a, b = m(x, mask=mask).logits, m(x2, mask=mask).logits
+        torch.testing.assert_close(b[mask], a[mask], rtol=0, atol=1e-12)
+        if where == "left":  # causal: only earlier padding can reach a real token, and without the mask it does
+            assert not torch.allclose(m(x2).logits[mask], a[mask])
+        else:
+            m_rev = _model(weights={"rev": 1.0, "mask": 0.0, "conf": 0.2})
+            torch.testing.assert_close(m_rev(x, mask=mask).logits[:, :7], m_rev(x[:, :7]).logits, rtol=1e-10,
+                                       atol=1e-12)
 
 
 def test_gamma_annealing_and_k_curriculum_are_trainer_callbacks():

@@ -259,15 +259,11 @@ class EquilibriumRefiner(nn.Module):
         if ctx.inputs is None or not isinstance(ctx.inputs, Tensor) or ctx.inputs.shape != f.shape[:2]:
             raise ValueError("EquilibriumRefiner needs the token ids (B, N) in ctx.inputs, aligned with the "
                              f"hidden states {tuple(f.shape)} (KV-cached decoding is not supported)")
-        if ctx.mask is not None and not bool(ctx.mask.all()):
-            # the coherence energies' windows and q_φ's causal pass read every position: a padded token's ids
-            # would reach the real tokens' energies (left padding measured 2e-4 in the logits)
-            raise ValueError("EquilibriumRefiner: key-padding masks with padded tokens are not supported (the "
-                             "coherence energies read every position's token); give unpadded sequences, mask=None")
         gen = None
         if not self.training:  # a reproducible mask at evaluation
             gen = torch.Generator().manual_seed(self.cfg.mask_seed)
-        return CoherenceContext(ctx.inputs, f, gen)
+        # the key-padding mask: padded positions are in no real token's window or q_φ context
+        return CoherenceContext(ctx.inputs, f, gen, ctx.mask)
 
     def _uncertain(self, f: Tensor) -> Tensor:
         """(B, N) bool: tokens whose proposal's output entropy is at or above the threshold."""

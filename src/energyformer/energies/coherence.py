@@ -68,11 +68,14 @@ class CoherenceContext:
     tokens:    (B, N) long token ids x.
     proposal:  (B, N, D) the proposal f of the forward block (memory relevance); optional.
     generator: torch.Generator of the random mask (None: torch's global RNG).
+    mask:      (B, N) bool, True = real token (the model's key-padding mask); None: every token is real.
+               A padded position is in no real token's window (nor q_φ's context) and has no energy.
     """
 
     tokens: Tensor
     proposal: Tensor | None = None
     generator: torch.Generator | None = None
+    mask: Tensor | None = None
 
 
 class SharedModules:
@@ -104,6 +107,18 @@ def window_positions(n: int, window: int, device=None) -> tuple[Tensor, Tensor, 
     k = torch.arange(window, device=device)[None, :]         # (1, W)
     valid = k <= t
     return torch.where(valid, t - k, t), valid, torch.clamp(t[:, 0] + 1, max=window)
+
+
+def real_slots(pos: Tensor, valid: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The window slots that hold a real token of a real position, (1 or B, N, W), and their count
+    (1 or B, N), at least 1: ``valid`` and ``count`` of :func:`window_positions` without a key-padding
+    ``mask`` (B, N) (True = real), else with every slot at a padded position, and every slot of a padded
+    position, left out."""
+    if mask is None:
+        return valid[None], valid.sum(-1)[None]
+    mask = mask.to(torch.bool)
+    v = valid[None] & mask[:, pos] & mask[:, :, None]                    # (B, N, W)
+    return v, v.sum(-1).clamp_min(1)
 
 
 def band_blocks(keys: Tensor, window: int) -> Tensor:
@@ -163,10 +178,10 @@ class _SeqLayer(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.fc, self.out = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
 
-    def forward(self, z: Tensor) -> Tensor:
+    def forward(self, z: Tensor, key_mask: Tensor | None = None) -> Tensor:
         B, N, D = z.shape
         q, k, v = self.qkv(self.ln1(z)).view(B, N, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
-        a = sdpa(q, k, v, causal=True, key_mask=None)                    # (B, H, N, Dh)
+        a = sdpa(q, k, v, causal=True, key_mask=key_mask)                # (B, H, N, Dh)
         z = z + self.proj(a.transpose(1, 2).reshape(B, N, D))
         return z + self.out(F.gelu(self.fc(self.ln2(z))))
 
@@ -229,15 +244,20 @@ class ReversePredictionEnergy(SharedModules, Energy):
         return self._held("embed")
 
     def prepare(self, context: CoherenceContext, **kwargs: Any) -> dict[str, Tensor]:
-        tokens = context.tokens
+        tokens, mask = context.tokens, context.mask
         B, N = tokens.shape
         emb = self.embedding(tokens)                                          # (B, N, D)
-        u = torch.cat([self.bos.to(emb.dtype).expand(B, 1, -1), emb[:, :-1]], 1)  # u_i reads x_{<i}
+        bos = self.bos.to(emb.dtype).expand(B, 1, -1)
+        u = torch.cat([bos, emb[:, :-1]], 1)                                  # u_i reads x_{<i}
+        if mask is not None:  # after padding (left or inside) the first real token reads [BOS] too
+            prev = F.pad(mask[:, :-1].to(torch.bool), (1, 0))                 # (B, N): x_{i-1} is real
+            u = torch.where(prev[..., None], u, bos)
         for layer in self.layers:
-            u = layer(u)
+            u = layer(u, mask)
         u = self.ln_u(u)                                                      # (B, N, D), once per call
-        pos, valid, count = window_positions(N, self.window, tokens.device)   # (N, W)
-        state = {"target": tokens[:, pos], "weight": valid.to(emb.dtype) / count[:, None].to(emb.dtype)}
+        pos, valid, _ = window_positions(N, self.window, tokens.device)       # (N, W)
+        valid, count = real_slots(pos, valid, mask)                           # (1 or B, N, W), (1 or B, N)
+        state = {"target": tokens[:, pos], "weight": valid.to(emb.dtype) / count[..., None].to(emb.dtype)}
         r = self.offset.to(emb.dtype)                                         # (W, D)
         E = self.embedding.weight.to(emb.dtype)                               # (V, D)
         if self.readout == "bilinear":  # h-free parts, once per call (see _bilinear_logits)
@@ -293,7 +313,7 @@ class ReversePredictionEnergy(SharedModules, Energy):
         if self.readout != "bilinear":
             return super().grad(h, state)
         rel, lse = self._bilinear_logits(h, state)                            # (B, N, V-1, W), (B, N, W)
-        r = (torch.exp(rel - lse[:, :, None]) - state["y_rel"]) * state["weight"][:, None]  # (B, N, V-1, W)
+        r = (torch.exp(rel - lse[:, :, None]) - state["y_rel"]) * state["weight"][:, :, None]  # (B, N, V-1, W)
         return band_apply(r, state["gate_blocks"], self.window, state["band_idx"]) + r.flatten(2) @ state["gate_off"]
 
 
@@ -337,36 +357,41 @@ class MaskedReconstructionEnergy(SharedModules, Energy):
         return self._held("embed")
 
     def draw_mask(self, valid: Tensor, batch: int, generator: torch.Generator | None) -> Tensor:
-        """(B, N, W) bool: each valid slot masked with probability p, at least one per token."""
-        N, W = valid.shape
+        """(B, N, W) bool: each valid slot masked with probability p, at least one per token that has a valid
+        slot (``valid``: (N, W), or (1 or B, N, W) per row; a padded position has none, so no masked slot)."""
+        N, W = valid.shape[-2:]
         u = torch.rand(batch, N, W, generator=generator).to(valid.device)
         u = torch.where(valid, u, 2.0)
         masked = (u < self.mask_prob) & valid
         first = F.one_hot(u.argmin(-1), W).bool()                    # the valid slot with the smallest u
-        return masked | (first & ~masked.any(-1, keepdim=True))
+        return masked | (first & ~masked.any(-1, keepdim=True) & valid.any(-1, keepdim=True))
 
     def prepare(self, context: CoherenceContext, **kwargs: Any) -> dict[str, Tensor]:
-        tokens = context.tokens
+        tokens, mask = context.tokens, context.mask
         B, N = tokens.shape
         pos, valid, count = window_positions(N, self.window, tokens.device)   # (N, W)
+        if mask is not None:  # padded positions: in no window, no masked slot of their own
+            valid, count = real_slots(pos, valid, mask)                       # (B, N, W), (B, N)
         win = tokens[:, pos]                                                  # (B, N, W)
         masked = self.draw_mask(valid, B, context.generator)                  # (B, N, W)
         emb = self.embedding(tokens)                                          # (B, N, D)
         gain = self.gain.to(emb.dtype)                                        # (W, D)
+        summed = emb if mask is None else emb * mask[..., None].to(emb.dtype)  # a padded token adds nothing
         # Σ_{k < W_t} g_k ∘ e_{t−k}: a causal depthwise convolution (no (B, N, W, D) gather) ...
-        s = F.conv1d(F.pad(emb.transpose(1, 2), (self.window - 1, 0)), gain.flip(0).t()[:, None],
+        s = F.conv1d(F.pad(summed.transpose(1, 2), (self.window - 1, 0)), gain.flip(0).t()[:, None],
                      groups=self.dim)[..., :N].transpose(1, 2)                # (B, N, D)
         b, t, k = masked.nonzero(as_tuple=True)                               # masked slots only
         target = win[b, t, k]                                                 # (M,)
         # ... then the masked slots show [MASK] instead of their token: − g_k ∘ (e_{x_i} − [MASK])
         fix = gain[k] * (self.embedding(target) - self.mask_vec.to(emb.dtype))  # (M, D)
-        s = s.index_put((b, t), -fix.to(s.dtype), accumulate=True) / count[:, None].to(s.dtype)  # bf16 autocast: conv1d gives bf16
+        # (count in s's dtype: under bf16 autocast conv1d gives bf16)
+        s = s.index_put((b, t), -fix.to(s.dtype), accumulate=True) / count[..., None].to(s.dtype)
         E = self.embedding.weight.to(emb.dtype)
         pre = (F.linear(s, self.fc1.weight).flatten(0, 1)[b * N + t]         # W_1 s_t on (B N) rows, then
                + self.fc1(self.query.to(emb.dtype))[k])                       # gathered: (M, hidden)
         return {"bt": b * N + t, "pre": pre,                                  # W_1 (q_k + s_t) + b_1
                 "out_w": E @ self.fc2.weight, "out_b": E @ self.fc2.bias,           # E W_2, E b_2
-                "target": target, "n": masked.sum(-1).to(emb.dtype)}                # n: (B, N) >= 1
+                "target": target, "n": masked.sum(-1).clamp_min(1).to(emb.dtype)}  # n: (B, N) >= 1
 
     def _logits(self, h: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Pre-activation z = W_1 (h_t + q_k + s_t) + b_1 (M, hidden) and logits (M, V) of the masked slots."""
