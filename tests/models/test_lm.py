@@ -46,6 +46,22 @@ def test_kv_cache_generation_matches_recompute(name):
     assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("name", ["llama", "gpt", "full_cem", "reuse"])
+def test_kv_cache_generation_past_the_window_matches_recompute(name):
+    """Once: past max_seq_len the cached path restarted on one token fewer than the window the uncached path
+    reads, so the two generated different tokens from there on."""
+    torch.manual_seed(0)
+    pos = "learned" if name == "gpt" else "none"
+    m = CausalLM(ModelConfig(vocab_size=50, dim=32, n_layers=2, heads=4, max_seq_len=8, positions=pos,
+                             block=VARIANTS[name])).double().eval()
+    with torch.no_grad():  # sharper than the initialisation, so a changed context changes the argmax
+        for p in m.parameters():
+            p.mul_(4.0)
+    idx = torch.randint(0, 50, (3, 5))
+    a = m.generate(idx, 24, greedy=True)
+    assert torch.equal(a, m.generate(idx, 24, greedy=True, use_cache=False))
+
+
 def test_traces_cover_every_energy_block_and_energy_decreases_at_small_step():
     cfg = BlockConfig(attention=CEMAttentionConfig(steps=3, step_size=0.05),
                       mlp=CEMMLPConfig(steps=3, step_size=0.05))

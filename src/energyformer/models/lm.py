@@ -83,7 +83,8 @@ class CausalLM(TokenModel):
         The number of passes is fixed for the whole generation (``iterations``, default
         ``cfg.iterations``), so every cached token has one cache entry per pass. ``temperature`` >= 0
         (0 = greedy), ``top_k`` >= 1 or None (:func:`check_sampling`); the prompt needs at least one token
-        (checked up front by the forward pass's own :meth:`TokenModel.context`).
+        (checked up front by the forward pass's own :meth:`TokenModel.context`). Past ``cfg.max_seq_len``
+        tokens each step reads the last ``max_seq_len`` (a sliding window, recomputed), with or without the cache.
         """
         check_sampling(max_new_tokens, temperature, top_k)
         self.context(idx, steps=steps)  # the forward pass's checks of idx ((B, N) ids, N >= 1) and steps, up front
@@ -93,8 +94,9 @@ class CausalLM(TokenModel):
         for _ in range(max_new_tokens):
             if not use_cache:
                 inp, pos = out[:, -self.cfg.max_seq_len:], 0
-            elif pos + inp.shape[1] > self.cfg.max_seq_len:  # window full: restart the cache
-                cache, inp, pos = {}, out[:, -self.cfg.max_seq_len + 1:], 0
+            elif pos + inp.shape[1] > self.cfg.max_seq_len:  # window full: restart the cache on the last
+                # max_seq_len tokens, the window the uncached path reads (it used to keep one token fewer)
+                cache, inp, pos = {}, out[:, -self.cfg.max_seq_len:], 0
             logits = self(inp, cache=cache, offset=pos, iterations=iterations, steps=steps).logits[:, -1].float()
             if use_cache:
                 pos += inp.shape[1]
