@@ -44,3 +44,17 @@ def test_bare_sa_report_only_on_an_empty_folder_is_an_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no such folder" in err and "<scale>/results.json" in err and err.count("\n") == 1
     assert not (tmp_path / "empty").exists()
+
+
+@pytest.mark.parametrize("study", ["hyperset-sudoku", "intrinsic-lm", "cem-gp"])
+def test_the_gpu_scale_without_a_gpu_is_refused_before_work(study, tmp_path, capsys, monkeypatch):
+    """Once: `reproduce hyperset-sudoku --scale gpu` on a CPU machine started the 4,000-step d 768 preset there (its
+    scale does not name a device); every gpu scale is now refused in one line without CUDA, unless forced."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["reproduce", study, "--scale", "gpu", "--runs", str(tmp_path / "r"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--scale gpu: the preset is sized for one GPU and no CUDA device is available here" in err
+    assert err.count("\n") == 1 and not (tmp_path / "r").exists() and not (tmp_path / "o").exists()

@@ -116,6 +116,12 @@ def main(name: str, argv: list[str] | None = None) -> int:
                    help="train nothing; re-render OUT's pages from the records committed in OUT")
     a = p.parse_args(argv)
     out = Path(a.out)
+    if not a.report_only and a.scale == "gpu" and not any(s.startswith("train.device=") for s in a.sets):
+        import torch
+
+        if not torch.cuda.is_available():  # the gpu presets train for hours on a CPU
+            raise ConfigError("--scale gpu: the preset is sized for one GPU and no CUDA device is available here; "
+                              "run it on a GPU machine, use --scale cpu, or force it with --set train.device=cpu")
     if not a.report_only:  # both folders writable before any run starts
         runs = check_writable_dir(a.runs if a.runs else Path("runs") / name / a.scale, "--runs")
         check_writable_dir(out, "--out")
