@@ -53,3 +53,29 @@ def test_parity_is_registered_and_bad_configs_fail_clearly():
         ParityTaskConfig(eval_lengths=[0])
     with pytest.raises(ValueError, match="max_seq_len = 32.*>= 64"):
         ParityTask(ParityTaskConfig(data={"length": 64}), seed=0).resolve_model_config(ModelConfig(**MKW))
+
+
+def test_evaluate_runs_in_eval_mode_whatever_the_callers_mode():
+    """Once: ``task.evaluate`` on a model left in training mode (``run_experiment(...).model``) refined EqT with
+    K_train = 2 steps instead of K_eval = 8, silently. Every Task.evaluate now runs in eval mode (Task's
+    __init_subclass__) and gives the caller's mode back."""
+    task = _task()
+    torch.manual_seed(0)
+    model = task.build_model(task.resolve_model_config(EquilibriumConfig(**MKW, refine={"window": 4})))
+    with torch.no_grad():  # a refinement that changes predictions
+        for p in model.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    seen = []
+    model.register_forward_pre_hook(lambda m, args: seen.append(m.training))
+    model.train()
+    in_train = task.evaluate(model)
+    assert model.training and seen and not any(seen)
+    model.eval()
+    assert task.evaluate(model) == in_train and not model.training
+
+    class Plugin(ParityTask):  # a task defined elsewhere gets the same guarantee
+        def evaluate(self, model, split="test", **options):
+            return {"training": float(model.training)}
+
+    model.train()
+    assert Plugin(task.cfg, seed=0).evaluate(model) == {"training": 0.0} and model.training

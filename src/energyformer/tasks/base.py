@@ -24,6 +24,7 @@ reach the task in the model's ``ModelOutput`` and are added in one place, :meth:
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -34,6 +35,21 @@ from ..utils.config import KindConfig, Registry
 
 #: task kind -> (config class, Task subclass). ``energyformer list tasks`` prints it.
 TASKS = Registry("task")
+
+
+def _in_eval_mode(evaluate: Callable) -> Callable:
+    """``evaluate(self, model, ...)`` with ``model`` in eval mode, its mode restored after (:class:`Task`)."""
+
+    @functools.wraps(evaluate)
+    def wrapper(self, model: nn.Module, *args: Any, **kwargs: Any) -> dict[str, float]:
+        was = model.training
+        model.eval()
+        try:
+            return evaluate(self, model, *args, **kwargs)
+        finally:
+            model.train(was)
+
+    return wrapper
 
 
 class TaskConfig(KindConfig):
@@ -57,8 +73,15 @@ class Task:
     Subclasses set ``model_kinds`` and implement :meth:`build_model`, :meth:`loss`, :meth:`evaluate`
     and the ``train_data`` attribute (an object with ``next_batch()``/``state_dict()``/
     ``load_state_dict()``). Construction may be expensive (tokenising a corpus); it happens once per
-    run, per rank (``rank`` lets a task give each DDP rank its own data stream).
+    run, per rank (``rank`` lets a task give each DDP rank its own data stream). A subclass's
+    :meth:`evaluate` always runs with the model in eval mode (set here, the caller's mode restored after):
+    in training mode a model samples its iteration count, drops out, or (EqT) refines with K_train steps.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "evaluate" in cls.__dict__:
+            cls.evaluate = _in_eval_mode(cls.__dict__["evaluate"])
 
     name: ClassVar[str] = ""
     #: model kinds this task can build; the first is the default when a config gives none
