@@ -218,3 +218,16 @@ def test_auto_head_sums_gather_only_where_one_program_per_head_sums_them():
     for kw in ({"grid": "rows"}, {"shared": "recompute"}, {"head_sums": "atomic"}):
         assert not cem_launch.gathers(cem_launch.KernelTiles(**kw), "sum"), kw
     assert cem_launch.gathers(cem_launch.KernelTiles(grid="heads_inner"), "sum")
+
+
+def test_each_kernel_module_is_loaded_once_per_process():
+    """A module loaded again brings new JIT functions, which Triton compiles again on their first launch: the
+    default file and its name give one module, and loading every kernel file keeps the first one loaded."""
+    pytest.importorskip("triton")
+    from energyformer.energies.cem_kernel import _kernels
+
+    first = _kernels(True)
+    assert _kernels(True, "cem_triton.py") is first
+    for f in ("cem_triton_heads.py", "hyperspherical_triton.py", "cem_triton_heads_tiles.py", "cem_triton.py"):
+        _kernels(True, f)
+    assert _kernels(True) is first

@@ -89,13 +89,22 @@ def triton_available() -> bool:
     return TRITON
 
 
-@functools.lru_cache(maxsize=4)
 def _kernels(interpret: bool, file: str = "cem_triton.py"):
     """The kernel module ``file`` beside this one — ``cem_triton.py`` (``_fwd``, ``_bwd_q``, ``_bwd_kv``)
     or ``cem_triton_heads.py`` (``_fwd_h``, ``_bwd_d_h``, ``_bwd_kv_h``) — jitted for the GPU or for
     Triton's CPU interpreter. Triton fixes the mode of its own library when it is first imported,
     so one process has one mode: if triton is not imported yet, ``TRITON_INTERPRET`` is set here to
-    what the first tensor's device needs; otherwise a mismatch is a clear error."""
+    what the first tensor's device needs; otherwise a mismatch is a clear error.
+
+    Loaded once per (mode, file) for the process: a module loaded again would bring new JIT functions, which
+    Triton compiles (or fetches from its disk cache) again on their first launch. (An LRU cache of four used to
+    hold these, keyed by the call's spelling: four modules were in use on CUDA, so one more kernel file, or a
+    call naming the default file, would have evicted one on every few launches.)"""
+    return _load_kernels(bool(interpret), file)
+
+
+@functools.cache
+def _load_kernels(interpret: bool, file: str):
     if "triton" not in sys.modules:
         os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
     import triton
