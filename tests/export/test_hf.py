@@ -50,6 +50,13 @@ def test_export_round_trip(case, tmp_path):
     g_hf = hf.generate(prompt, max_new_tokens=12, min_new_tokens=12, do_sample=False)
     assert torch.equal(g_hf, g_ours)
     assert torch.equal(back.generate(prompt, 12, greedy=True), g_ours)
+    # a left-padded batch generates each prompt's own tokens (learned / sinusoidal positions count real tokens)
+    batch = torch.cat([idx[:1, :7], torch.cat([torch.zeros(1, 3, dtype=torch.long), idx[1:, :4]], 1)])
+    am = torch.ones_like(batch)
+    am[1, :3] = 0
+    g = hf.generate(batch, attention_mask=am, max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert torch.equal(g[1, 3:], ours.generate(idx[1:, :4], 6, greedy=True)[0])
+    assert torch.equal(g[0], ours.generate(idx[:1, :7], 6, greedy=True)[0])
     if tokenizer == "bpe":  # the run's tokenizer travels with the folder
         tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
         assert tok("ROMEO:\n")["input_ids"] == task.tokenizer.encode("ROMEO:\n")

@@ -35,7 +35,7 @@ def sinusoid_table(max_len: int, dim: int) -> Tensor:
 
 class SinusoidalPositions(nn.Module):
     """Fixed sinusoidal positions (Vaswani et al. 2017 §3.5, :func:`sinusoid_table`).
-    ``forward(positions (N,)) -> (N, D)``; no parameters. The table is computed in float64 and held
+    ``forward(positions (N,) or (B, N)) -> (..., D)``; no parameters. The table is computed in float64 and held
     correctly rounded in the module's dtype (:class:`~energyformer.core.constants.ExactTable`)."""
 
     def __init__(self, max_len: int, dim: int):
@@ -48,8 +48,12 @@ class SinusoidalPositions(nn.Module):
 
 
 #: position kind (``model.positions``) -> (config class, builder(cfg, max_len, dim) -> module or None);
-#: the module maps positions (N,) -> (N, D) and is added to the token embedding
+#: the module maps positions (N,) -> (N, D), or per row (B, N) -> (B, N, D) (with a key-padding mask:
+#: :meth:`TokenModel.positions`), and is added to the token embedding
 POSITIONS = Registry("positions")
+
+#: the KV-cache slot that holds each row's next absolute position once a call had a key-padding mask
+POSITIONS_SLOT = "_positions"
 
 
 class NoPositionsConfig(KindConfig):
@@ -139,6 +143,23 @@ class TokenModel(nn.Module):
             traces=Traces() if trace else None, stats={} if stats else None, cache=cache, offset=offset,
             mask=mask, steps=steps, inputs=idx)
 
+    @staticmethod
+    def positions(ctx: ForwardContext, B: int, N: int, device: torch.device) -> Tensor:
+        """Absolute positions of this call's tokens: ``offset … offset + N − 1`` (N,), or with a key-padding mask
+        (B, N) each row's real tokens numbered from where its real tokens start, so a padded row's real tokens get
+        the positions they have unpadded (left padding no longer shifts learned or sinusoidal positions; a
+        padded slot takes its next real token's). A KV cache carries each row's next position across calls
+        (slot :data:`POSITIONS_SLOT`, only once a call had a mask)."""
+        slot = ctx.cache.get(POSITIONS_SLOT) if ctx.cache is not None else None
+        if ctx.mask is None and slot is None:
+            return torch.arange(ctx.offset, ctx.offset + N, device=device)
+        start = slot["next"] if slot is not None else torch.full((B,), ctx.offset, dtype=torch.long, device=device)
+        real = (ctx.mask.to(device=device, dtype=torch.long) if ctx.mask is not None
+                else torch.ones(B, N, dtype=torch.long, device=device))
+        if ctx.cache is not None:
+            ctx.cache[POSITIONS_SLOT] = {"next": start + real.sum(1)}
+        return start[:, None] + real.cumsum(1) - real  # (B, N): real tokens before each slot
+
     def body(self, idx: Tensor, ctx: ForwardContext, iterations: int | None = None,
              hiddens: dict | None = None) -> Tensor:
         """Token ids (B, N) -> head logits (B, N, n_out), running the stack ``iterations`` times
@@ -154,7 +175,7 @@ class TokenModel(nn.Module):
             raise ValueError(f"token ids outside [0, {self.cfg.vocab_size}) (model.vocab_size): "
                              f"min {int(idx.min())}, max {int(idx.max())}") from e
         if self.pos is not None:
-            x = x + self.pos(torch.arange(ctx.offset, ctx.offset + N, device=idx.device))
+            x = x + self.pos(self.positions(ctx, B, N, idx.device))
         x = self.drop(x)
         x = self.layers(x, ctx, iterations, hiddens)  # (B, N, D)
         return self.head(self.norm(x))       # (B, N, n_out)
