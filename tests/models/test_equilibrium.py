@@ -121,8 +121,8 @@ def test_a_bidirectional_equilibrium_model_is_refused():
 @pytest.mark.parametrize("where", ["left", "right"])
 def test_padded_tokens_do_not_reach_the_real_ones(where):
     """Once: the coherence energies read every position, so with left padding a padded token's id reached the
-    real tokens' logits (2e-4). Now padded contents change nothing; a right-padded row equals the row cut to its
-    real tokens where nothing is drawn at random (no mask term); an all-real mask is no mask."""
+    real tokens' logits (2e-4). Now padded contents change nothing; a padded row equals the row cut to its real
+    tokens where nothing is drawn at random (no mask term); an all-real mask is no mask."""
     m, x = _model(weights={"rev": 1.0, "mask": 0.5, "conf": 0.2}), _x()
     mask = torch.ones(x.shape, dtype=torch.bool)
     pad = slice(0, 3) if where == "left" else slice(7, None)
@@ -135,10 +135,10 @@ def test_padded_tokens_do_not_reach_the_real_ones(where):
         torch.testing.assert_close(b[mask], a[mask], rtol=0, atol=1e-12)
         if where == "left":  # causal: only earlier padding can reach a real token, and without the mask it does
             assert not torch.allclose(m(x2).logits[mask], a[mask])
-        else:
-            m_rev = _model(weights={"rev": 1.0, "mask": 0.0, "conf": 0.2})
-            torch.testing.assert_close(m_rev(x, mask=mask).logits[:, :7], m_rev(x[:, :7]).logits, rtol=1e-10,
-                                       atol=1e-12)
+        m_rev = _model(weights={"rev": 1.0, "mask": 0.0, "conf": 0.2})  # positions count real tokens only
+        real = slice(3, None) if where == "left" else slice(0, 7)
+        torch.testing.assert_close(m_rev(x, mask=mask).logits[:, real], m_rev(x[:, real]).logits, rtol=1e-10,
+                                   atol=1e-12)
 
 
 def test_gamma_annealing_and_k_curriculum_are_trainer_callbacks():
