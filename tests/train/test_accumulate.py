@@ -66,3 +66,32 @@ def test_accumulated_steps_equal_the_whole_batch_when_the_items_vary(tmp_path):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
     assert any(not torch.allclose(a, c, rtol=1e-3, atol=1e-4)
                for a, c in zip(whole.model.parameters(), plain.model.parameters()))  # the mean of means differs
+
+
+def test_weighed_accumulation_resumes_exactly(tmp_path):
+    """The weighed path draws a step's micro-batches before its first forward; a run that crashed in step 5 and
+    resumed from its step-4 checkpoint still takes every later step exactly as an uninterrupted run."""
+    def trainer(out, loss=_masked_mse):
+        seed_everything(0)
+        cfg = TrainConfig(steps=6, seed=0, log_every=1, eval_every=0, save_every=2, progress=False,
+                          tensorboard=False, device="cpu", lr=1e-2, grad_accum=3)
+        return Trainer(ToyMLP(dropout=0.1), cfg, loss, _Masked(batch_size=8), out_dir=out,
+                       count_fn=lambda b: int(b[2].sum()))
+
+    whole = trainer(tmp_path / "whole")
+    whole.fit()
+    calls = {"n": 0}
+
+    def crashing(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 14:  # the second micro-batch of step 5
+            raise RuntimeError("boom")
+        return _masked_mse(model, batch)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer(tmp_path / "part", crashing).fit()
+    rest = trainer(tmp_path / "part")
+    rest.fit(resume=True)
+    assert rest.loss_history == whole.loss_history[4:]
+    for a, b in zip(whole.model.parameters(), rest.model.parameters()):
+        assert torch.equal(a, b)
