@@ -65,15 +65,16 @@ def _as_tuple(batch) -> tuple:
 
 class StepPlan:
     """The micro-batches of one optimiser step and what each weighs: ``batch(i)``, ``backward(i, loss)``,
-    ``share(i)``. With ``count_fn`` and ``weigh`` (several micro-batches, or DDP) the step's batches are drawn
-    first and weighed by :func:`micro_weights`; otherwise each is drawn when asked and weighs ``1 / accum``."""
+    ``share(i)``. With ``count_fn`` and something to weigh (several micro-batches, or several ranks) the step's
+    batches are drawn first and weighed by :func:`micro_weights`; otherwise each is drawn when asked and weighs
+    ``1 / accum``."""
 
     def __init__(self, next_batch: Callable[[], tuple], accum: int, count_fn: CountFn | None = None,
-                 world: int = 1, all_reduce: Callable[[int], int] | None = None, weigh: bool = False):
+                 world: int = 1, all_reduce: Callable[[int], int] | None = None):
         self._next, self.accum = next_batch, accum
         self.batches: list[tuple] | None = None
         self.weights: list[float] | None = None
-        if count_fn is not None and weigh:
+        if count_fn is not None and (accum > 1 or world > 1):
             self.batches = [_as_tuple(next_batch()) for _ in range(accum)]
             self.weights = micro_weights([count_items(count_fn, b) for b in self.batches], world, all_reduce)
 

@@ -435,8 +435,7 @@ class Trainer:
         msum: dict[str, float] = {}
         ntok = 0
         plan = StepPlan(self._next_batch, accum, self.count_fn, self.world_size,
-                        functools.partial(all_reduce_int, device=self.device) if self.ddp else None,
-                        weigh=accum > 1 or self.ddp)
+                        functools.partial(all_reduce_int, device=self.device) if self.ddp else None)
         for i in range(accum):
             batch = plan.batch(i)
             ntok += int(tokens_per_micro) if tokens_per_micro is not None else int(batch[0].numel())
