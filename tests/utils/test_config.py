@@ -292,3 +292,30 @@ def test_null_kind_section_is_an_error_not_the_default_kind(override):
     # leaving the section out (or giving an empty mapping) still means the default kind
     assert load_config(Run, {"model": {}}).model.attention == Llama()
     assert load_config(Run, {"model": {"attention": {}}}).model.attention == Llama()
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model.attention.kind=llama"], ["model.attention=llama"], ["model.attention={kind: llama}"],
+    # the switch applies first whatever the order, and an override's own keys survive it
+    ["model.attention.rope_theta=500", "model.attention.kind=llama"],
+    ["model.attention.kind=llama", "model.attention.rope_theta=500"],
+])
+def test_an_override_that_switches_kind_drops_the_old_kinds_keys_as_base_does(overrides):
+    """``--set a.kind=x`` on a section of another kind replaces it (the keys of one kind do not carry over to
+    another, as under a config's ``base:``); it used to keep them and fail on the first key the new kind lacks
+    (``train.schedule.kind=constant`` on a cosine schedule: unknown key final_lr_factor)."""
+    data = {"model": {"attention": {"kind": "cem", "steps": 2, "diagonal": "none"}}}
+    att = load_config(Run, data, overrides).model.attention
+    assert isinstance(att, Llama)
+    assert att.rope_theta == (500 if len(overrides) == 2 else 10000.0)
+
+
+def test_an_override_of_the_same_kind_keeps_the_sections_keys():
+    data = {"model": {"attention": {"kind": "cem", "steps": 2, "diagonal": "none"}}}
+    for over in (["model.attention.kind=cem"], ["model.attention={kind: cem, lr: 0.5}"]):
+        att = load_config(Run, data, over).model.attention
+        assert (att.steps, att.diagonal) == (2, "none")
+    assert load_config(Run, data, ["model.attention={kind: cem, lr: 0.5}"]).model.attention.lr == 0.5
+    # a section that names no kind holds the default kind's keys: nothing is dropped, unknown keys are named
+    with pytest.raises(ConfigError, match="model.attention.steps"):
+        load_config(Run, {"model": {"attention": {"steps": 2}}}, ["model.attention.kind=llama"])

@@ -55,7 +55,8 @@ from pydantic_core import PydanticCustomError
 
 from energyformer.utils.config_numbers import OWN_INPUT, bool_for_number
 from energyformer.utils.validate import ConfigError, closest
-from energyformer.utils.yaml_files import int_float, parse_value, read_yaml, resolve_base  # noqa: F401 (API)
+from energyformer.utils.yaml_files import (  # noqa: F401 (API)
+    int_float, merge_over, parse_value, read_yaml, resolve_base)
 
 __all__ = [
     "ConfigError", "ConfigModel", "KindConfig", "Registry", "Field", "load_config", "from_dict",
@@ -329,24 +330,16 @@ def _split_override(item: str) -> tuple[list[str], str]:
     return parts, raw.strip()
 
 
-def _merge(base: Mapping, new: Mapping) -> dict:
-    out = dict(base)
-    for k, v in new.items():
-        both = isinstance(v, Mapping) and isinstance(out.get(k), Mapping)
-        out[k] = _merge(out[k], v) if both else v
-    return out
-
-
 def _set_path(data: Any, parts: list[str], value: Any, done: str) -> dict:
     node = dict(data) if isinstance(data, Mapping) else ({"kind": data} if isinstance(data, str) else {})
     if data is not None and not isinstance(data, (Mapping, str)):
         raise ConfigError(f"unknown key {done + '.' + parts[0]!r}: {done!r} is a value, not a section")
     head, rest = parts[0], parts[1:]
     if not rest:
-        if isinstance(value, Mapping) and isinstance(node.get(head), Mapping):
-            node[head] = _merge(node[head], value)  # --set model.block={dropout: 0.1} merges
-        else:
-            node[head] = value
+        if head == "kind" and node.get("kind", value) != value:
+            return {"kind": value}  # another kind: the old kind's keys do not carry over (as under base:)
+        # --set model.block={dropout: 0.1} merges; a mapping or bare name of another kind replaces
+        node[head] = merge_over(node[head], value) if head in node else value
         return node
     node[head] = _set_path(node.get(head), rest, value, f"{done}.{head}" if done else head)
     return node
@@ -355,17 +348,29 @@ def _set_path(data: Any, parts: list[str], value: Any, done: str) -> dict:
 def apply_overrides(data: Mapping | BaseModel, overrides: Sequence[str]) -> Any:
     """Apply dotted ``"a.b=value"`` overrides (values parsed as YAML) to a mapping or config.
 
-    A config gives back a NEW validated config of the same class; a mapping a new mapping.
+    A config gives back a NEW validated config of the same class; a mapping a new mapping. An override
+    that picks another kind for a section (``train.schedule.kind=constant``, ``model.block.attention=llama``
+    or a mapping with another ``kind``) replaces the section as a config's ``base:`` does, so the keys of
+    the old kind do not carry over; such switches apply before the other overrides, whatever their order.
     """
     if isinstance(overrides, str):
         overrides = [overrides]
     if isinstance(data, BaseModel):
         return _validate(type(data), apply_overrides(to_dict(data), overrides))
     out: dict = dict(data or {})
+    items = []
     for item in overrides:
         parts, raw = _split_override(item)
-        out = _set_path(out, parts, int_float(parse_value(raw)) if raw else raw, "")
+        items.append((parts, int_float(parse_value(raw)) if raw else raw))
+    # kind switches first (a.kind=x, a=x, a={kind: x, ...}), so that `a.k=1 a.kind=x` keeps a.k=1 as
+    # `a.kind=x a.k=1` does: a switch drops the keys of the section's old kind, never an override's
+    for parts, value in sorted(items, key=lambda item: not _switches_kind(*item)):
+        out = _set_path(out, parts, value, "")
     return out
+
+
+def _switches_kind(parts: list[str], value: Any) -> bool:
+    return parts[-1] == "kind" or isinstance(value, str) or (isinstance(value, Mapping) and "kind" in value)
 
 
 # ----------------------------------------------------------------------------- public API

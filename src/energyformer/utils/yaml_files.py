@@ -90,7 +90,7 @@ def _base_path(name: Any, path: Path) -> Path:
     return cand
 
 
-def _merge_over(base: Any, child: Any) -> Any:
+def merge_over(base: Any, child: Any) -> Any:
     """``child`` merged over ``base``: mappings merge key by key, anything else is replaced. A
     mapping (or bare kind name) that picks another ``kind`` than the base's replaces the base's
     section instead of merging into it: the keys of one kind do not carry over to another."""
@@ -104,7 +104,7 @@ def _merge_over(base: Any, child: Any) -> Any:
         return dict(child)
     out = dict(base)
     for k, v in child.items():
-        out[k] = _merge_over(out[k], v) if k in out else v
+        out[k] = merge_over(out[k], v) if k in out else v
     return out
 
 
@@ -126,7 +126,7 @@ def resolve_base(data: Mapping, path: Path, _seen: tuple[Path, ...] = ()) -> dic
         raise ConfigError(f"{path}: more than {MAX_BASE_DEPTH} base: links (is there a cycle?)")
     base_file = _base_path(data.pop("base"), path)
     base = resolve_base(_read_yaml_file(base_file), base_file, (*_seen, here))
-    return _merge_over(base, data)
+    return merge_over(base, data)
 
 
 def _read_yaml_file(path: Path) -> dict:
