@@ -42,7 +42,7 @@ def _old_mask(e: MaskedReconstructionEnergy, ctx: CoherenceContext, h):
     B, N = tokens.shape
     pos, valid, count = window_positions(N, e.window)
     win = tokens[:, pos]
-    masked = e.draw_mask(valid, B, ctx.generator)
+    masked = e.draw_mask(valid, B, ctx.generator, ctx.shared_mask)
     emb = e.embedding(win)
     shown = torch.where(masked[..., None], e.mask_vec, emb)
     s = (shown * e.gain * valid[..., None]).sum(2) / count[:, None].to(emb.dtype)

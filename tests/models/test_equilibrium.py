@@ -180,3 +180,20 @@ def test_adaptive_k_gives_uncertain_tokens_k_high_and_confident_ones_k_low(thres
         assert (st.steps == expected).all()
         (forced,) = m(_x(), stats=True, steps=3).stats.values()   # an explicit K overrides the switch
     assert (forced.steps == 3).all()
+
+
+def test_eval_output_of_a_row_does_not_depend_on_its_batch():
+    """The eval mask is one reproducible draw for every row: a row alone, inside a batch or at another place
+    in it gives the same logits (each row used its own slice of one (B, N, W) draw, so a row's mask — and its
+    logits, 1e-6 apart in float64 at init, more as the mask term grows — changed with the batch)."""
+    m = _model(window=6).double()
+    with torch.no_grad():  # a mask term that matters (it starts at zero / one vectors)
+        for p in m.refiners()[0].energy.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2), dtype=p.dtype))
+    x = torch.randint(0, 2, (4, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = m(x, steps=4).logits
+        assert (full - m(x, steps=0).logits).abs().max() > 1e-4  # the refinement does something
+        for i in range(4):
+            torch.testing.assert_close(m(x[i:i + 1], steps=4).logits[0], full[i], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(m(x.flip(0), steps=4).logits.flip(0), full, rtol=1e-12, atol=1e-12)

@@ -136,7 +136,7 @@ class RefineConfig(ConfigModel):
     k_curriculum: Schedule | None = None
     """K_train schedule, e.g. {start: 4, end: 16, begin: 50000} (§3.5); None: fixed steps"""
     mask_seed: int = Field(0, ge=0)
-    """seed of the mask term's random mask in eval mode (training uses torch's RNG)"""
+    """seed of the mask term's random mask in eval mode (one draw for every row; training: torch's RNG, per row)"""
 
     @classmethod
     def migrate(cls, data: dict) -> dict:
@@ -260,10 +260,10 @@ class EquilibriumRefiner(nn.Module):
             raise ValueError("EquilibriumRefiner needs the token ids (B, N) in ctx.inputs, aligned with the "
                              f"hidden states {tuple(f.shape)} (KV-cached decoding is not supported)")
         gen = None
-        if not self.training:  # a reproducible mask at evaluation
+        if not self.training:  # a reproducible mask at evaluation, the same for every row
             gen = torch.Generator().manual_seed(self.cfg.mask_seed)
         # the key-padding mask: padded positions are in no real token's window or q_φ context
-        return CoherenceContext(ctx.inputs, f, gen, ctx.mask)
+        return CoherenceContext(ctx.inputs, f, gen, ctx.mask, shared_mask=not self.training)
 
     def _uncertain(self, f: Tensor) -> Tensor:
         """(B, N) bool: tokens whose proposal's output entropy is at or above the threshold."""

@@ -70,12 +70,15 @@ class CoherenceContext:
     generator: torch.Generator of the random mask (None: torch's global RNG).
     mask:      (B, N) bool, True = real token (the model's key-padding mask); None: every token is real.
                A padded position is in no real token's window (nor q_φ's context) and has no energy.
+    shared_mask: one random-mask draw for every row (evaluation's reproducible mask: a row's output does not
+               depend on its batch or its place in it); False: a draw per row (training).
     """
 
     tokens: Tensor
     proposal: Tensor | None = None
     generator: torch.Generator | None = None
     mask: Tensor | None = None
+    shared_mask: bool = False
 
 
 class SharedModules:
@@ -356,15 +359,18 @@ class MaskedReconstructionEnergy(SharedModules, Energy):
     def embedding(self) -> nn.Embedding:
         return self._held("embed")
 
-    def draw_mask(self, valid: Tensor, batch: int, generator: torch.Generator | None) -> Tensor:
+    def draw_mask(self, valid: Tensor, batch: int, generator: torch.Generator | None,
+                  shared: bool = False) -> Tensor:
         """(B, N, W) bool: each valid slot masked with probability p, at least one per token that has a valid
-        slot (``valid``: (N, W), or (1 or B, N, W) per row; a padded position has none, so no masked slot)."""
+        slot (``valid``: (N, W), or (1 or B, N, W) per row; a padded position has none, so no masked slot).
+        ``shared``: one (N, W) draw serves every row (:class:`CoherenceContext`.shared_mask)."""
         N, W = valid.shape[-2:]
-        u = torch.rand(batch, N, W, generator=generator).to(valid.device)
+        u = torch.rand(1 if shared else batch, N, W, generator=generator).to(valid.device)
         u = torch.where(valid, u, 2.0)
         masked = (u < self.mask_prob) & valid
         first = F.one_hot(u.argmin(-1), W).bool()                    # the valid slot with the smallest u
-        return masked | (first & ~masked.any(-1, keepdim=True) & valid.any(-1, keepdim=True))
+        masked = masked | (first & ~masked.any(-1, keepdim=True) & valid.any(-1, keepdim=True))
+        return masked.expand(batch, N, W)
 
     def prepare(self, context: CoherenceContext, **kwargs: Any) -> dict[str, Tensor]:
         tokens, mask = context.tokens, context.mask
@@ -373,7 +379,7 @@ class MaskedReconstructionEnergy(SharedModules, Energy):
         if mask is not None:  # padded positions: in no window, no masked slot of their own
             valid, count = real_slots(pos, valid, mask)                       # (B, N, W), (B, N)
         win = tokens[:, pos]                                                  # (B, N, W)
-        masked = self.draw_mask(valid, B, context.generator)                  # (B, N, W)
+        masked = self.draw_mask(valid, B, context.generator, context.shared_mask)  # (B, N, W)
         emb = self.embedding(tokens)                                          # (B, N, D)
         gain = self.gain.to(emb.dtype)                                        # (W, D)
         summed = emb if mask is None else emb * mask[..., None].to(emb.dtype)  # a padded token adds nothing
