@@ -64,6 +64,19 @@ def test_config_errors_name_key_value_and_allowed():
         model()(torch.zeros(2, 4, dtype=torch.long))
 
 
+@pytest.mark.parametrize("codes, message", [
+    (torch.full((2, N), K + 1), r"codes outside \[0, 12\] .*max 13"),      # past the mask token
+    (torch.full((2, N), -1), r"codes outside \[0, 12\] .*min -1"),
+    (torch.zeros(2, N), r"codes of dtype torch.float32: .*integer codebook indices"),
+])
+def test_bad_codes_are_named_with_the_allowed_range(codes, message):
+    """Codes out of range or of a float dtype used to end in torch's "index out of range in self" /
+    "Expected tensor for argument #1 'indices'"; the mask token's id K itself is allowed (already masked)."""
+    with pytest.raises(ValueError, match=message):
+        model()(codes)
+    assert model()(torch.full((2, N), K)).logits.shape == (2, N, K)
+
+
 def test_cosine_schedule():
     k0 = torch.tensor([0, 1, 20, 49])
     counts = [cosine_schedule(k0, t, 8) for t in range(9)]

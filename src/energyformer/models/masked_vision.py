@@ -112,6 +112,9 @@ class MaskedCodeTransformer(nn.Module):
         c = self.cfg
         if codes.dim() != 2 or codes.shape[1] != c.num_tokens:
             raise ValueError(f"codes of shape {tuple(codes.shape)}: this model takes (B, {c.num_tokens})")
+        if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
+            raise ValueError(f"codes of dtype {codes.dtype}: this model takes integer codebook indices (B, "
+                             f"{c.num_tokens}) in [0, {self.mask_id}] ({self.mask_id}: the mask token)")
         if mask is None:
             return codes
         if mask.shape != codes.shape or mask.dtype != torch.bool:
@@ -125,7 +128,11 @@ class MaskedCodeTransformer(nn.Module):
         ids = self.input_ids(codes, mask)
         ctx = ForwardContext(traces=Traces() if trace else None, stats={} if stats else None,
                              steps=steps, inputs=ids)
-        x = self.embed_norm(self.embed(ids))  # (B, N, D)
+        try:
+            x = self.embed_norm(self.embed(ids))  # (B, N, D)
+        except IndexError as e:  # CPU; CUDA asserts on the device instead
+            raise ValueError(f"codes outside [0, {self.mask_id}] (the codebook, then {self.mask_id}: the mask "
+                             f"token): min {int(ids.min())}, max {int(ids.max())}") from e
         if self.cfg.positions == "learned":
             x = x + self.pos
         elif self.cfg.positions == "sinusoidal":
