@@ -197,3 +197,12 @@ def test_eval_output_of_a_row_does_not_depend_on_its_batch():
         for i in range(4):
             torch.testing.assert_close(m(x[i:i + 1], steps=4).logits[0], full[i], rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(m(x.flip(0), steps=4).logits.flip(0), full, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_an_empty_batch_gives_empty_logits(train):
+    """B = 0 gives (0, N, n_out) as every other model kind does (the mask term's band product ended in
+    "cannot reshape tensor of 0 elements ... -1 ... ambiguous")."""
+    m = _model().train(train)
+    out = m(torch.zeros(0, 10, dtype=torch.long), steps=2)
+    assert out.logits.shape == (0, 10, 2)

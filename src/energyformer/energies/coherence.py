@@ -159,13 +159,13 @@ def band_scores(q: Tensor, blocks: Tensor, window: int, idx: Tensor | None = Non
 def band_apply(r: Tensor, blocks: Tensor, window: int, idx: Tensor | None = None) -> Tensor:
     """Transpose of :func:`band_scores`: out[b, t] = Σ_{p,k} r[b, t, p, k] key[b, t − k, p] (B, N, D)."""
     B, N, P, _ = r.shape
-    nb, w2 = blocks.shape[1:3]
+    nb, w2, D = blocks.shape[1], blocks.shape[2], blocks.shape[-1]  # (explicit D: views of an empty batch)
     w = w2 // 2
     rb = F.pad(r[..., :w].transpose(-1, -2), (0, 0, 0, 0, 0, nb * w - N)).view(B, nb, w, w, P)
     idx = (band_index(w, r.device) if idx is None else idx).view(1, 1, w, w, 1).expand(B, nb, w, w, P)
     full = r.new_zeros(B, nb, w, w2, P).scatter(3, idx, rb)                  # (B, nb, W', 2W', P)
-    out = full.view(B, nb, w, w2 * P) @ blocks.view(B, nb, w2 * P, -1)       # (B, nb, W', D)
-    return out.view(B, nb * w, -1)[:, :N]
+    out = full.view(B, nb, w, w2 * P) @ blocks.view(B, nb, w2 * P, D)        # (B, nb, W', D)
+    return out.view(B, nb * w, D)[:, :N]
 
 
 class _SeqLayer(nn.Module):
