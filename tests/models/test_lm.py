@@ -170,6 +170,17 @@ def test_generate_rejects_an_empty_prompt_in_one_line(name):
     assert out.shape == (1, 4)
 
 
+@pytest.mark.parametrize("name", ["llama", "full_cem"])
+def test_a_tiny_temperature_samples_the_argmax(name):
+    """temperature 1e-40 is allowed (finite, > 0): the logits are shifted by their maximum before the division,
+    so the others go to -inf and the maximum stays 0 (divided first, inf - inf made the softmax nan and
+    multinomial raise)."""
+    m = _model(name).eval()
+    idx = torch.randint(0, 50, (2, 4), generator=torch.Generator().manual_seed(3))
+    out = m.generate(idx, 5, temperature=1e-40, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out, m.generate(idx, 5, greedy=True))
+
+
 def test_generate_checks_are_the_clis_checks():
     """One source of truth: ``energyformer generate`` runs check_sampling with the CLI's option names."""
     from energyformer.models.lm import check_sampling

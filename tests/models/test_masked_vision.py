@@ -102,7 +102,7 @@ class Spy(torch.nn.Module):
         return ModelOutput(logits=logits + self.w)
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("temperature", [0.0, 1e-40, 1.0])
 def test_decoding_fills_every_masked_code_on_the_cosine_schedule(temperature):
     codes = torch.randint(0, K, (4, N))
     mask = torch.zeros(4, N, dtype=torch.bool)
@@ -112,7 +112,7 @@ def test_decoding_fills_every_masked_code_on_the_cosine_schedule(temperature):
                          generator=torch.Generator().manual_seed(0))
     assert torch.equal(out[~mask], codes[~mask])                 # unmasked codes never change
     assert ((out >= 0) & (out < K)).all()
-    if temperature == 0:                                         # argmax: exactly the model's codes
+    if temperature < 1e-30:                                      # argmax: exactly the model's codes
         want = ((torch.arange(N) + 3) % K).expand(4, N)
         assert torch.equal(out[mask], want[mask])
     k0 = mask.sum(1)
@@ -132,3 +132,11 @@ def test_decoding_with_a_real_model_is_deterministic_given_its_seed():
     assert torch.equal(a, b) and torch.equal(a[~mask], codes[~mask])
     with pytest.raises(ValueError, match="temperature = -1"):
         maskgit_decode(m, codes, mask, temperature=-1)
+
+
+@pytest.mark.parametrize("name, value", [("temperature", float("nan")), ("temperature", -1.0),
+                                         ("randomize_temperature", float("inf"))])
+def test_decoding_refuses_a_temperature_that_is_not_a_finite_number_at_least_0(name, value):
+    codes, mask = torch.zeros(1, N, dtype=torch.long), torch.ones(1, N, dtype=torch.bool)
+    with pytest.raises(ValueError, match=f"^{name} = {value!r}: must be a finite number >= 0$"):
+        maskgit_decode(Spy(), codes, mask, **{name: value})

@@ -103,7 +103,8 @@ class CausalLM(TokenModel):
             if greedy or temperature == 0:
                 nxt = logits.argmax(-1, keepdim=True)  # (B, 1)
             else:
-                logits = logits / temperature
+                # shifted first: a tiny temperature gives -inf, never inf - inf = nan in the softmax
+                logits = (logits - logits.amax(-1, keepdim=True)) / temperature
                 if top_k is not None:
                     kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
                     logits = logits.masked_fill(logits < kth, float("-inf"))

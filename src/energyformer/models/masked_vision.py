@@ -174,9 +174,9 @@ def maskgit_decode(model: nn.Module, codes: Tensor, mask: Tensor, steps: int = 8
     seeded call is deterministic on every device.
     """
     check_int("steps", steps, min=1)
-    if temperature < 0 or randomize_temperature < 0:
-        raise ValueError(f"temperature = {temperature}, randomize_temperature = {randomize_temperature}: "
-                         f"must be >= 0")
+    for name, value in (("temperature", temperature), ("randomize_temperature", randomize_temperature)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} = {value!r}: must be a finite number >= 0")
     if mask.shape != codes.shape or mask.dtype != torch.bool:
         raise ValueError(f"mask must be bool of the codes' shape {tuple(codes.shape)}")
     k0 = mask.sum(1)                                             # (B,)
@@ -187,8 +187,8 @@ def maskgit_decode(model: nn.Module, codes: Tensor, mask: Tensor, steps: int = 8
         if not bool(still.any()):
             break
         logits = model(cur, still, **forward_options).logits.float()  # (B, N, K)
-        if temperature > 0:
-            logits = logits / temperature
+        if temperature > 0:  # shifted first: a tiny temperature gives -inf, never inf - inf = nan
+            logits = (logits - logits.amax(-1, keepdim=True)) / temperature
             sampled = (logits + _gumbel(logits.shape, generator, logits.device)).argmax(-1)  # (B, N)
         else:
             sampled = logits.argmax(-1)
