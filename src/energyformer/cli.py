@@ -236,7 +236,7 @@ def cmd_export(a, extra) -> int:
     from .export import export_run
 
     _no_extra(extra, "export")
-    out = export_run(a.run, a.out, a.format)
+    out = export_run(a.run, a.out, a.format, overwrite=a.overwrite)
     print(f"exported {a.run} to {out} ({a.format}; loads with transformers.AutoModelForCausalLM."
           f"from_pretrained({str(out)!r}, trust_remote_code=True))")
     return 0
@@ -326,8 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "model.safetensors; custom modelling code for energy models, a stock LlamaForCausalLM for "
                        "the Llama baseline), checked by loading it back with transformers.")
     x.add_argument("run", help="run directory")
-    x.add_argument("out", help="output folder")
+    x.add_argument("out", help="output folder (new or empty; --overwrite replaces an earlier export)")
     x.add_argument("--format", default="hf", choices=["hf"], help="export format (default: hf)")
+    x.add_argument("--overwrite", action="store_true",
+                   help="replace OUT when it holds an earlier export (OUT must otherwise be new or empty)")
     x.set_defaults(fn=cmd_export)
 
     desc = "\n".join(f"  {k:18s} {r.description}" for k, r in REPRODUCTIONS.items())

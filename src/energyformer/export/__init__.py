@@ -12,15 +12,17 @@ from .hf import ExportError, export_hf, load_hf
 FORMATS = ("hf",)
 
 
-def export_run(run_dir: str | Path, out: str | Path, format: str = "hf") -> Path:
-    """Export the newest valid checkpoint of ``run_dir`` to ``out`` in ``format`` (see :data:`FORMATS`)."""
+def export_run(run_dir: str | Path, out: str | Path, format: str = "hf", overwrite: bool = False) -> Path:
+    """Export the newest valid checkpoint of ``run_dir`` to ``out`` in ``format`` (see :data:`FORMATS`); ``out``
+    must be a new or empty folder, or an earlier export with ``overwrite``."""
     from ..experiment import load_trained
     from ..utils.config import to_dict
 
     if format not in FORMATS:
         raise ExportError(f"--format {format!r}: allowed formats: {', '.join(FORMATS)}")
     cfg, model, task = load_trained(run_dir)
-    return export_hf(model, out, tokenizer=getattr(task, "tokenizer", None), run_config=to_dict(cfg))
+    return export_hf(model, out, tokenizer=getattr(task, "tokenizer", None), run_config=to_dict(cfg),
+                     overwrite=overwrite)
 
 
 __all__ = ["FORMATS", "ExportError", "export_hf", "export_run", "load_hf"]

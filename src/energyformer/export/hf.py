@@ -32,6 +32,7 @@ from torch import nn
 from ..errors import UserError
 from ..models import CausalLM, ModelConfig
 from ..utils.config import load_config, to_dict
+from .folder import MARKER, MARKER_VERSION, export_folder
 
 MODELING_FILE = Path(__file__).with_name("modeling_energyformer.py")
 WEIGHTS = "model.safetensors"
@@ -113,14 +114,21 @@ def _write_tokenizer(tokenizer: Any, out: Path) -> None:
 
 
 def export_hf(model: CausalLM, out: str | Path, *, tokenizer: Any = None, run_config: dict | None = None,
-              check: bool = True) -> Path:
-    """Write ``model`` as a Hugging Face folder in ``out`` (see the module docstring); returns ``out``."""
+              check: bool = True, overwrite: bool = False) -> Path:
+    """Write ``model`` as a Hugging Face folder ``out`` (see the module docstring); returns ``out``.
+
+    ``out`` must be new or empty, or an earlier export with ``overwrite`` (:func:`~.folder.export_folder`:
+    written beside it and moved into place once checked)."""
     if not isinstance(model, CausalLM):
         raise ExportError(f"--format hf exports causal language models (task lm); this run's model is a "
                           f"{type(model).__name__}")
+    with export_folder(out, overwrite, ExportError) as stage:
+        _write(model, stage, tokenizer, run_config, check)
+    return Path(out)
+
+
+def _write(model: CausalLM, out: Path, tokenizer: Any, run_config: dict | None, check: bool) -> None:
     cfg: ModelConfig = model.cfg
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     model = model.float().eval()
     if is_llama(cfg):
         config = llama_config(cfg)
@@ -141,12 +149,12 @@ def export_hf(model: CausalLM, out: str | Path, *, tokenizer: Any = None, run_co
         _write_tokenizer(tokenizer, out)
     if run_config is not None:
         config["energyformer_run"] = run_config
+    config[MARKER] = MARKER_VERSION
     (out / "config.json").write_text(json.dumps(config, indent=1))
     (out / "generation_config.json").write_text(json.dumps({"use_cache": False, "eos_token_id": config.get("eos_token_id")}))
     save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
     if check:
         check_export(model, out)
-    return out
 
 
 def _probe(cfg: ModelConfig) -> torch.Tensor:

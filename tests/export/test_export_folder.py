@@ -1,0 +1,85 @@
+"""The export's OUT folder: never written into when it holds other files (a run's checkpoint was overwritten,
+an earlier export's tokenizer.json stayed beside a model of another vocabulary); ``--overwrite`` replaces only
+an earlier export; a failed export leaves OUT as it was."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from energyformer.cli import main  # noqa: E402
+from energyformer.experiment import load_run_config, run_experiment  # noqa: E402
+from energyformer.export import hf as hf_module  # noqa: E402
+
+TOY = ["train.steps=2", "train.eval_every=0", "train.save_every=0", "train.progress=false",
+       "train.tensorboard=false", "task.seq_len=16", "task.batch_size=2", "task.eval_batch_size=2",
+       "task.eval_max_batches=1", "model.dim=16", "model.heads=2", "model.n_layers=1", "model.max_seq_len=16"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    for name, tok in (("bpe", "bpe"), ("bytes", "bytes")):
+        cfg = load_run_config("lm/llama", TOY + [f"task.tokenizer={tok}", f"out_dir={root}", f"name={name}"])
+        out[name] = run_experiment(cfg).run_dir
+    return out
+
+
+def _snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _one_line_error(capsys, argv, *needles):
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" not in err, err
+    for n in needles:
+        assert n in err, err
+
+
+def test_export_refuses_a_folder_with_other_files_and_leaves_it_untouched(runs, capsys):
+    ckpt = sorted(runs["bpe"].glob("ckpt-*"))[-1]
+    before = _snapshot(runs["bpe"])
+    for target in (ckpt, runs["bpe"]):  # a checkpoint, a run directory: not earlier exports
+        for extra in ([], ["--overwrite"]):
+            _one_line_error(capsys, ["export", str(runs["bpe"]), str(target), *extra],
+                            f"{target} is not empty", "is not an earlier export")
+    assert _snapshot(runs["bpe"]) == before
+
+
+def test_export_to_a_file_is_refused_in_one_line(runs, tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    _one_line_error(capsys, ["export", str(runs["bpe"]), str(f)], f"{f} is a file", "must be a folder")
+    assert f.read_text() == "x"
+
+
+def test_an_earlier_export_is_replaced_only_with_overwrite_and_nothing_stale_stays(runs, tmp_path, capsys):
+    out = tmp_path / "hf"
+    out.mkdir()  # an empty folder is fine
+    assert main(["export", str(runs["bpe"]), str(out)]) == 0
+    assert (out / "tokenizer.json").is_file()
+    before = _snapshot(out)
+    _one_line_error(capsys, ["export", str(runs["bytes"]), str(out)], "holds an earlier export", "--overwrite")
+    assert _snapshot(out) == before
+    assert main(["export", str(runs["bytes"]), str(out), "--overwrite"]) == 0
+    # the bytes run has no tokenizer.json: the BPE export's must not stay beside its 256-token model
+    assert not (out / "tokenizer.json").exists() and not (out / "tokenizer_config.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]  # no staging or replaced folder left behind
+
+
+def test_a_failed_export_leaves_the_earlier_one_in_place(runs, tmp_path, monkeypatch):
+    out = tmp_path / "hf"
+    assert main(["export", str(runs["bpe"]), str(out)]) == 0
+    before = _snapshot(out)
+
+    def broken(model, folder):
+        raise hf_module.ExportError("probe logits differ")
+
+    monkeypatch.setattr(hf_module, "check_export", broken)
+    assert main(["export", str(runs["bytes"]), str(out), "--overwrite"]) == 2
+    assert _snapshot(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]
