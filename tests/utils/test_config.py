@@ -319,3 +319,21 @@ def test_an_override_of_the_same_kind_keeps_the_sections_keys():
     # a section that names no kind holds the default kind's keys: nothing is dropped, unknown keys are named
     with pytest.raises(ConfigError, match="model.attention.steps"):
         load_config(Run, {"model": {"attention": {"steps": 2}}}, ["model.attention.kind=llama"])
+
+
+@pytest.mark.parametrize("text, value", [("010", 10), ("0777", 777), ("0x1f", 31), ("0o17", 15), ("1_000", 1000),
+                                         ("-5", -5), ("1:30", "1:30"), ("0b11", "0b11"), ("1e3", 1000.0)])
+def test_numbers_read_as_yaml_1_2_in_overrides_and_files(text, value, tmp_path):
+    """YAML 1.1 read ``--set model.dim=010`` as octal 8, ``0777`` as 511, ``1:30`` as base-60 90 and ``0b11`` as
+    binary 3, in overrides and in config files alike; now integers are decimal and the others stay text."""
+    from energyformer.utils.config import parse_value
+
+    assert parse_value(text) == value and type(parse_value(text)) is type(value)
+    path = tmp_path / "c.yaml"
+    path.write_text(f"model:\n  dim: {text}\n")
+    assert read_yaml(path)["model"]["dim"] == value
+    if isinstance(value, str):  # text where a number is wanted: refused by name
+        with pytest.raises(ConfigError, match="model.dim"):
+            load_config(Run, path)
+    elif value > 0:
+        assert load_config(Run, None, [f"model.dim={text}"]).model.dim == value

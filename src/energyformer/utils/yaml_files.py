@@ -27,16 +27,31 @@ __all__ = ["read_yaml", "resolve_base", "parse_value", "int_float", "MAX_BASE_DE
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys and reads 1e-3 / 1e3 as numbers (YAML 1.2 floats)."""
+    """SafeLoader that rejects duplicate keys and reads numbers as YAML 1.2 does: 1e-3 / 1e3 are floats, and
+    integers are decimal (``010`` is 10, not YAML 1.1's octal 8), ``0x``/``0o`` hexadecimal/octal; YAML 1.1's
+    base 60 (``1:30``) and binary (``0b11``) stay text, which a number key then refuses by name."""
 
 
 _FLOAT_RE = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.?[0-9_]*(?:[eE][-+]?[0-9]+)?
                           |[-+]?\.[0-9_]+(?:[eE][-+][0-9]+)?
                           |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X)
+_INT_RE = re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_NUMBER_TAGS = ("tag:yaml.org,2002:float", "tag:yaml.org,2002:int")
 _StrictLoader.yaml_implicit_resolvers = {
-    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+    k: [(tag, rx) for tag, rx in v if tag not in _NUMBER_TAGS]
     for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_RE, list("-+0123456789"))
 _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
+
+
+def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    if text.startswith(("0x", "0o")):
+        return int(text[2:], 16 if text[1] == "x" else 8)
+    return int(text, 10)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
