@@ -128,12 +128,23 @@ def build_task(cfg: RunConfig, rank: int | None = None) -> Task:
 
 
 def resolve(cfg: RunConfig, task: Task) -> RunConfig:
-    """``cfg`` with the model config completed by the task (vocabulary size, input size, ...)."""
+    """``cfg`` with the model config completed by the task (vocabulary size, input size, ...).
+
+    A key the task sets that the config gave another value (not the key's default) is refused in one line:
+    it used to be replaced without a word (``--set model.vocab_size=10`` trained a 4096-token model)."""
     try:
         model_cfg = task.resolve_model_config(cfg.model)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    return cfg if model_cfg is cfg.model else replace(cfg, model=model_cfg)
+    if model_cfg is cfg.model:
+        return cfg
+    fields = type(cfg.model).model_fields
+    for name in sorted(cfg.model.model_fields_set):
+        have, want = getattr(cfg.model, name), getattr(model_cfg, name)
+        if have != want and have is not None and have != fields[name].default:
+            raise ConfigError(f"model.{name} = {have}: the {task.name!r} task sets it ({want} here, from its data, "
+                              f"tokenizer or task keys); leave model.{name} unset")
+    return replace(cfg, model=model_cfg)
 
 
 def build_model(cfg: RunConfig, task: Task) -> nn.Module:
