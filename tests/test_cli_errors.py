@@ -147,6 +147,9 @@ def test_config_classes(tmp_path, capsys):
     assert "ignores it" in _one_line_error(capsys, 2, ["config", "lm/llama", "--set", "task.text_files=[a.txt]"])
     assert "exceeds model.max_seq_len" in _one_line_error(capsys, 2, [
         "config", "lm/gpt", "--set", "task.seq_len=4096"])
+    # without a position table too (RoPE / ALiBi): generate would read a shorter context than training used
+    assert "the context generate reads" in _one_line_error(capsys, 2, [
+        "config", "lm/cem_full", "--set", "task.seq_len=32", "--set", "model.max_seq_len=16"])
     dup = tmp_path / "dup.yaml"
     dup.write_text("name: a\nname: b\n")
     assert "dup.yaml:2: duplicate key 'name'" in _one_line_error(capsys, 2, ["config", str(dup)])

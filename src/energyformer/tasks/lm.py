@@ -159,10 +159,11 @@ class LMTask(Task):
     def check_config(cls, task_cfg: LMTaskConfig, model_cfg: KindConfig) -> None:
         """Checked when the run config is loaded, not at the first forward pass."""
         table = getattr(model_cfg, "max_seq_len", None)
-        if getattr(model_cfg, "positions", "none") != "none" and table is not None and task_cfg.seq_len > table:
+        if table is not None and task_cfg.seq_len > table:  # also without a table: generate's window
+            what = ("the length of the model's position table" if getattr(model_cfg, "positions", "none") != "none"
+                    else "the context generate reads, shorter than the training windows")
             raise ValueError(f"task.seq_len = {task_cfg.seq_len} exceeds model.max_seq_len = {table} "
-                             f"(the length of the model's position table): lower task.seq_len or raise "
-                             f"model.max_seq_len")
+                             f"({what}): lower task.seq_len or raise model.max_seq_len")
 
     def resolve_model_config(self, model_cfg: KindConfig) -> KindConfig:
         if getattr(model_cfg, "causal", True) is False:
