@@ -35,6 +35,12 @@ def test_model_kind_defaults_to_the_tasks_and_mismatch_is_an_error(tmp_path):
         load_config(RunConfig, {"task": {"kind": "gpp"}})
     with pytest.raises(ConfigError, match=r"model.kind = 'regressor': task 'lm' builds 'transformer'"):
         load_config(RunConfig, {"task": "lm", "model": {"kind": "regressor"}})
+    # a batch above the training set was cut to it without a word; full batch (= n_train) stays allowed
+    with pytest.raises(ConfigError, match=r"task.batch_size = 201 exceeds task.n_train = 200: .* at most 200"):
+        load_config(RunConfig, {"task": {"kind": "gp", "n_train": 200, "batch_size": 201}})
+    assert load_config(RunConfig, {"task": {"kind": "gp", "n_train": 200, "batch_size": 200}}).task.batch_size == 200
+    with pytest.raises(ValueError, match=r"batch_size = 11: allowed 1..10"):
+        GPBatcher(torch.zeros(10, 2), torch.zeros(10), 11, seed=0)
 
 
 @pytest.mark.parametrize("block", [{"kind": "gelu", "norm": "rms"}, "swiglu", "cem"], ids=["plain", "gated", "cem"])

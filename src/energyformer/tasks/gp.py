@@ -56,7 +56,9 @@ class GPBatcher:
     def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int):
         self.x, self.y = x, y
         self.n = len(x)
-        self.bs = min(batch_size, self.n)
+        if not 1 <= batch_size <= self.n:
+            raise ValueError(f"GPBatcher: batch_size = {batch_size}: allowed 1..{self.n} (the training points)")
+        self.bs = batch_size
         self.per_epoch = math.ceil(self.n / self.bs)
         self.gen = torch.Generator().manual_seed(int(seed))
         self.perm: torch.Tensor | None = None
@@ -102,6 +104,12 @@ class GPTask(Task):
         self.data = _dataset(cfg.kernel.model_dump_json(), cfg.n_train, cfg.n_test, cfg.data_seed, cfg.dim,
                              cfg.noise_std)
         self.train_data = GPBatcher(self.data.x_train, self.data.y_train, cfg.batch_size, seed + 1000 * rank)
+
+    @classmethod
+    def check_config(cls, task_cfg: GPTaskConfig, model_cfg: KindConfig) -> None:
+        if task_cfg.batch_size > task_cfg.n_train:  # (it was cut to n_train without a word)
+            raise ValueError(f"task.batch_size = {task_cfg.batch_size} exceeds task.n_train = {task_cfg.n_train}: "
+                             f"a batch draws distinct training points; at most {task_cfg.n_train} (full batch)")
 
     def resolve_model_config(self, model_cfg: KindConfig) -> KindConfig:
         return model_cfg if model_cfg.in_dim == self.cfg.dim else replace(model_cfg, in_dim=self.cfg.dim)
