@@ -67,6 +67,11 @@ def test_train_subset_and_resumable_batches():
     b2.load_state_dict(state)
     got = b2.next_batch()
     assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+    # more than the split holds is refused by name (it quietly meant "all"); exactly all is fine
+    n = len(build_task(load_run_config(None, TASK + SMALL)).data.train)
+    with pytest.raises(ConfigError, match=rf"task.train_examples = {n + 1} exceeds the {n} examples of digits"):
+        build_task(load_run_config(None, TASK + SMALL + [f"task.train_examples={n + 1}"])).data
+    assert len(build_task(load_run_config(None, TASK + SMALL + [f"task.train_examples={n}"])).data.train) == n
 
 
 @pytest.mark.parametrize("name", list(MODELS))

@@ -39,7 +39,7 @@ from energyformer.data.image_sources import idx_files
 from energyformer.data.text import data_dir
 from energyformer.errors import DataError
 from energyformer.utils.config import ConfigModel
-from energyformer.utils.validate import check_choice, check_int
+from energyformer.utils.validate import ConfigError, check_choice, check_int
 
 IMAGE_SETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
 IMAGE_SPLITS = ("train", "validation", "test")
@@ -224,11 +224,15 @@ class ImageDataset:
         return EpochBatcher((s.images, s.labels), batch_size, seed=seed, shuffle=shuffle,
                             transform=transform, device=device, name=f"{self.name}.{split} batcher")
 
-    def subset(self, split: str, n: int | None, seed: int = 0) -> ImageDataset:
+    def subset(self, split: str, n: int | None, seed: int = 0, key: str | None = None) -> ImageDataset:
         """A copy whose ``split`` keeps ``n`` examples drawn by a permutation seeded with ``seed``
-        (in their original order); ``n`` None or at least the split's size: unchanged. The
+        (in their original order); ``n`` None or at least the split's size: unchanged — unless ``key`` names
+        the config key ``n`` came from, which must then not exceed the split (a ConfigError naming it). The
         normalisation statistics stay those of the full training split."""
         s = self.split(split)
+        if key is not None and n is not None and n > len(s):
+            raise ConfigError(f"{key} = {n} exceeds the {len(s)} examples of {self.name}'s {split} split: at most "
+                              f"{len(s)}, or null for all")
         if n is None or n >= len(s):
             return self
         check_int(f"{self.name}.{split} subset size", n, min=1)

@@ -87,7 +87,7 @@ class ImageClassificationTask(Task):
             c = self.cfg
             ds = load_image_dataset(c.dataset, validation=c.validation, split_seed=c.split_seed, root=c.root,
                                     label_mode=c.label_mode)
-            self._data = ds.subset("train", c.train_examples, c.split_seed)
+            self._data = ds.subset("train", c.train_examples, c.split_seed, key="task.train_examples")
         return self._data
 
     @property

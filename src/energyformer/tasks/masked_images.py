@@ -270,7 +270,7 @@ class MaskedImageTask(Task):
         if self._data is None:
             c = self.cfg
             ds = load_image_dataset(c.dataset, validation=c.validation, split_seed=c.split_seed)
-            self._data = ds.subset("train", c.train_examples, c.split_seed)
+            self._data = ds.subset("train", c.train_examples, c.split_seed, key="task.train_examples")
         return self._data
 
     @property
