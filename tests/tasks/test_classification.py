@@ -101,3 +101,13 @@ def test_eval_cli_writes_the_confusion_png(tmp_path, capsys):
     assert "| class | examples | accuracy (%) |" in out and "accuracy" in out
     png = tmp_path / "r" / "confusion_test.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
+    # a suffix matplotlib cannot write is refused before the evaluation, in one line (it was an internal error
+    # after the whole evaluation); another image format is written
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:  # the task's option parser (argparse) refuses it
+        main(["eval", str(tmp_path / "r"), "--confusion", str(tmp_path / "cm.txt")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and ".txt is not an image format matplotlib writes" in err and ".svg" in err, err
+    assert "Traceback" not in err and "internal error" not in err
+    assert main(["eval", str(tmp_path / "r"), "--confusion", str(tmp_path / "cm.svg")]) == 0
+    assert (tmp_path / "cm.svg").read_text().lstrip().startswith("<?xml")

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from ..utils.paths import writable_file
+from ..utils.paths import writable_image
 from ..analysis.classification import (
     confusion_matrix, per_class_accuracy, per_class_markdown, plot_confusion, predict,
 )
@@ -174,7 +174,7 @@ class ImageClassificationTask(Task):
 
     @classmethod
     def add_eval_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--confusion", metavar="PNG", type=writable_file("--confusion"),
+        parser.add_argument("--confusion", metavar="PNG", type=writable_image("--confusion"),
                             help="where to write the confusion matrix (default: RUN/confusion_<split>.png)")
 
     def eval_from_args(self, model, args, forward_options):

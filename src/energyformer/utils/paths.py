@@ -80,3 +80,20 @@ def writable_dir(option: str, as_path: bool = False):
 def writable_file(option: str, as_path: bool = False):
     """``argparse`` type: a file path whose folder can be written (checked at parse time)."""
     return _argparse_type(check_writable_file, option, as_path)
+
+
+def check_image_file(path: str | os.PathLike, option: str = "image file") -> Path:
+    """:func:`check_writable_file` for a figure: its suffix must be a format matplotlib writes (png, pdf, svg, ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    p = Path(path)
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    if p.suffix.lower().lstrip(".") not in formats:
+        raise ConfigError(f"{option} {p}: {p.suffix or 'no suffix'} is not an image format matplotlib writes; "
+                          f"end the name in one of: {', '.join('.' + f for f in formats)}")
+    return check_writable_file(p, option)
+
+
+def writable_image(option: str, as_path: bool = False):
+    """``argparse`` type: an image file path (:func:`check_image_file`, at parse time, before any work)."""
+    return _argparse_type(check_image_file, option, as_path)
