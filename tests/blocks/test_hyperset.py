@@ -122,8 +122,15 @@ def test_depth_lora_delta_and_extrapolation_rules():
     lora = DepthLoRA(6, 5, cfg)
     assert lora.scale == 4.0  # alpha = 4r
     torch.testing.assert_close(lora.delta(1), 4.0 * lora.B[1] @ lora.A[1])
-    with pytest.raises(ConfigError, match="beyond"):
+    with pytest.raises(ConfigError) as err:
         lora.delta(3)
+    # the full key and a way forward (it named "lora.iterations" and advised a key eval cannot set)
+    assert str(err.value) == ("model.block.lora.iterations = 3: iteration 4 has no adapter and model.block.lora.beyond"
+                              " = 'error': run at most 3 iterations, or train with model.block.lora.beyond = 'last' "
+                              "(reuse the last adapter) or 'none' (none past them)")
+    named = DepthLoRA(6, 5, cfg, "attention.lora")
+    with pytest.raises(ConfigError, match=r"^model\.block\.attention\.lora\.iterations = 3: iteration 5 "):
+        named.delta(4)
     assert DepthLoRA(6, 5, LoRAConfig(rank=2, iterations=3, beyond="none")).delta(7) is None
     last = DepthLoRA(6, 5, LoRAConfig(rank=2, iterations=3, beyond="last"))
     torch.testing.assert_close(last.delta(9), last.delta(2))

@@ -57,8 +57,10 @@ class DepthLoRA(nn.Module):
             if self.beyond == "none":
                 return None
             if self.beyond == "error":
-                raise ConfigError(f"{self.name}.iterations = {self.iterations}: iteration {t} has no adapter; "
-                                  f"set {self.name}.beyond to 'last' or 'none' to run more iterations")
+                key = f"model.block.{self.name}"
+                raise ConfigError(f"{key}.iterations = {self.iterations}: iteration {t + 1} has no adapter and "
+                                  f"{key}.beyond = 'error': run at most {self.iterations} iterations, or train "
+                                  f"with {key}.beyond = 'last' (reuse the last adapter) or 'none' (none past them)")
             t = self.iterations - 1
         return self.scale * (self.B[t] @ self.A[t])
 
