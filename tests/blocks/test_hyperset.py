@@ -292,3 +292,15 @@ def test_compiled_training_steps_reuse_one_graph():
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"], dict(counters["graph_break"])
     assert not counters["recompiles"], dict(counters["recompiles"])
     dynamo.reset()
+
+
+@pytest.mark.parametrize("key", ["model.block.attention.steps=3", "model.block.mlp.steps=2",
+                                 "model.block.attention.eval_steps=2"])
+def test_more_than_one_step_per_iteration_is_refused_at_config_time(key):
+    """``--steps 2`` at eval was refused while ``steps: 3`` in the config trained without a word: both are one
+    descent step per iteration now (Eq. 9, 11); ``steps: 1`` stays accepted."""
+    from energyformer.experiment import load_run_config
+
+    with pytest.raises(ConfigError, match=rf"^{key.split('=')[0]} = \d: a Hyper-SET sublayer takes one step per"):
+        load_run_config("hyperset/sudoku_hyperset", [key])
+    assert load_run_config("hyperset/sudoku_hyperset", [key.split("=")[0] + "=1"]).model.block.attention.steps == 1

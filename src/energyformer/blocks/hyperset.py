@@ -170,6 +170,15 @@ its depth-wise LoRA as ``lora.`` (now the block's ``adapter.``)."""
             state_dict[prefix + "adapter." + rest[len("lora."):]] = state_dict.pop(key)
 
 
+def _one_step(v: int | None) -> int | None:
+    """``steps`` / ``eval_steps`` of a Hyper-SET sublayer: one descent step per iteration (Eq. 9 / 11), as a
+    call-time budget (``--steps``) is refused too; config-time T > 1 used to train without a word."""
+    if v not in (None, 1):
+        raise ValueError("a Hyper-SET sublayer takes one step per iteration (Eq. 9, 11); use model.iterations "
+                         "to run longer")
+    return v
+
+
 class HyperSETAttentionConfig(AttentionConfig, DescentConfig):
     """Hyper-SET attention: one descent step on a hyperspherical attention energy (Eq. 9, Table 19)."""
 
@@ -207,6 +216,8 @@ class HyperSETAttentionConfig(AttentionConfig, DescentConfig):
     norm: NORMS.type("none") = Field(default_factory=NoNormConfig)
     """norm of the block (default none: Hyper-SET has no pre-norm; its sphere RMSNorms are part of the
     energy, Eq. 8, keys sphere / gain)"""
+
+    _steps = field_validator("steps", "eval_steps")(_one_step)
 
     @field_validator("beta_scale")
     @classmethod
@@ -253,6 +264,8 @@ class HyperSETFFConfig(MLPConfig, DescentConfig):
     norm: NORMS.type("none") = Field(default_factory=NoNormConfig)
     """norm of the block (default none: Hyper-SET has no pre-norm; its sphere RMSNorms are part of the
     energy, Eq. 11, keys sphere / gain)"""
+
+    _steps = field_validator("steps", "eval_steps")(_one_step)
 
     @classmethod
     def migrate(cls, data: dict) -> dict:
