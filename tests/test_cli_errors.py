@@ -115,6 +115,15 @@ def test_devices_sizes_and_generate_arguments(trained, capsys):
                       (["--top-k", "0"], "--top-k 0"), (["--prompt", "\udcff"], "--prompt is not valid text")):
         assert msg in _one_line_error(capsys, 2, ["generate", str(trained), "--max-new-tokens", "2", *args])
     assert main(["generate", str(trained), "--max-new-tokens", "2", "--temperature", "0"]) == 0
+    # a sampling option beside --greedy is refused (it was dropped without a word)
+    for args, msg in ((["--temperature", "0.7"], "--temperature 0.7: --greedy takes no sampling options"),
+                      (["--temperature", "0.7", "--top-k", "5"], "--temperature 0.7 --top-k 5: --greedy takes")):
+        assert msg in _one_line_error(capsys, 2, ["generate", str(trained), "--max-new-tokens", "2", "--greedy", *args])
+    assert main(["generate", str(trained), "--max-new-tokens", "2", "--greedy"]) == 0
+    # --steps below what the model takes: one message, whatever the value (it said ">= 0" for -1, then ">= 1")
+    for steps in ("-1", "0"):
+        err = _one_line_error(capsys, 2, ["eval", str(trained), "--steps", steps])
+        assert f"--steps {steps}: a 'transformer' model has no energy descent steps" in err, err
 
 
 def test_eval_and_generate_check_device(trained, capsys, monkeypatch):

@@ -66,10 +66,8 @@ def _forward_options(a) -> dict:
         if a.iterations < 1:
             raise ConfigError(f"--iterations {a.iterations}: must be an integer >= 1")
         opts["iterations"] = a.iterations
-    if a.steps is not None:
-        if a.steps < 0:
-            raise ConfigError(f"--steps {a.steps}: must be an integer >= 0")
-        opts["steps"] = a.steps  # the least value each model takes is checked against the model
+    if a.steps is not None:  # the least value each model takes (0 or 1) is checked against the model: one
+        opts["steps"] = a.steps  # message for --steps -1 and --steps 0 (it said ">= 0", then ">= 1")
     return opts
 
 

@@ -219,15 +219,24 @@ class LMTask(Task):
     def add_generate_args(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
         parser.add_argument("--max-new-tokens", type=int, default=200)
-        parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
-        parser.add_argument("--top-k", type=int, default=50, help="sample among the k most likely tokens")
-        parser.add_argument("--greedy", action="store_true")
+        parser.add_argument("--temperature", type=float, help="sampling temperature (default 0.8; 0 = greedy)")
+        parser.add_argument("--top-k", type=int, help="sample among the k most likely tokens (default 50)")
+        parser.add_argument("--greedy", action="store_true", help="the most likely token each step (no sampling "
+                            "options)")
         parser.add_argument("--seed", type=int, default=0)
 
     def generate(self, model: nn.Module, args: argparse.Namespace) -> str:
         from ..models.lm import check_sampling
         from ..utils.validate import ConfigError
 
+        if args.greedy:  # a sampling option beside --greedy was dropped without a word
+            given = [f"--{k.replace('_', '-')} {v}" for k in ("temperature", "top_k")
+                     if (v := getattr(args, k)) is not None]
+            if given:
+                raise ConfigError(f"{' '.join(given)}: --greedy takes no sampling options (it picks the most "
+                                  f"likely token); drop {'them' if len(given) > 1 else 'it'} or --greedy")
+        args.temperature = 0.8 if args.temperature is None else args.temperature
+        args.top_k = 50 if args.top_k is None else args.top_k
         check_sampling(args.max_new_tokens, args.temperature, args.top_k, cli=True)  # CausalLM.generate's checks
         try:
             args.prompt.encode("utf-8")
