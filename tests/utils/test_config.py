@@ -337,3 +337,32 @@ def test_numbers_read_as_yaml_1_2_in_overrides_and_files(text, value, tmp_path):
             load_config(Run, path)
     elif value > 0:
         assert load_config(Run, None, [f"model.dim={text}"]).model.dim == value
+
+
+@pytest.mark.parametrize("override, message", [
+    # a union's forms were reported as keys: "task.generate.givens.int = [30]: input should be a valid integer"
+    ("task.generate.givens=[30]", "task.generate.givens = [30]: matches none of the forms this key takes (int: input "
+                                  "should be a valid integer; tuple[int, int]: too few items (no item 2))"),
+    # a fixed-length list given too few items was a "missing required key 'train.optimizer.betas[1]'"
+    ("train.optimizer.betas=[0.9]", "train.optimizer.betas = [0.9]: too few items (no item 2; give all of them"),
+    ("model.train_iterations=5", "model.train_iterations = 5: input should be a valid tuple (a list, e.g. [a, b])"),
+])
+def test_union_and_short_list_errors_name_the_key_itself(override, message):
+    from energyformer.experiment import load_run_config
+
+    base = ["task.kind=sudoku"] if override.startswith("task.generate") else []
+    with pytest.raises(ConfigError) as err:
+        load_run_config(None, base + [override])
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_the_list_keys_notation_can_be_pasted_into_an_override():
+    """``list keys`` prints ``model.attention[kind=cem].steps``; as an override it selects the kind and sets the key
+    (it was "unknown key 'model.attention[kind'")."""
+    cfg = load_config(Run, None, ["model.attention[kind=cem].steps=5"])
+    assert isinstance(cfg.model.attention, CEM) and cfg.model.attention.steps == 5
+    # the value may hold '=' and the selector applies before other overrides of the section
+    assert load_config(Run, None, ["name=a=b"]).name == "a=b"
+    cfg = load_config(Run, {"model": {"attention": {"kind": "cem", "lr": 0.5}}},
+                      ["model.attention.rope_theta=7", "model.attention[kind=llama].rope_theta=9"])
+    assert isinstance(cfg.model.attention, Llama) and cfg.model.attention.rope_theta == 9

@@ -53,6 +53,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from energyformer.utils.config_errors import item_error, merge_union_errors
 from energyformer.utils.config_numbers import OWN_INPUT, bool_for_number
 from energyformer.utils.validate import ConfigError, closest
 from energyformer.utils.yaml_files import (  # noqa: F401 (API)
@@ -266,7 +267,7 @@ def _short(value: Any, limit: int = 60) -> str:
 
 def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     """One line for the first error of ``err`` (plus how many more there are)."""
-    items = err.errors(include_url=False)
+    items = merge_union_errors(err.errors(include_url=False))
     lines = []
     for e in items[:1]:
         loc = [p for p in ([prefix] if prefix else []) + list(e["loc"])]
@@ -295,9 +296,14 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
             near = closest(e["input"], options)
             msg = f"allowed values are {ctx.get('expected', '')}" + (
                 f" (did you mean {near!r}?)" if near else "")
+        elif kind == "missing" and item_error(e):  # a fixed-length list given too few items: betas = [0.9]
+            lines.append(f"{_fmt_loc(loc[:-1])} = {_short(e.get('input'))}: {item_error(e)}")
+            continue
         elif kind == "missing":
             lines.append(f"missing required key {_fmt_loc(loc)!r}")
             continue
+        elif kind in ("tuple_type", "list_type"):
+            msg = f"{msg} (a list, e.g. [a, b])"
         msg = msg[:1].lower() + msg[1:]
         where = _fmt_loc(loc)
         value = e.get("input")
@@ -360,12 +366,37 @@ def apply_overrides(data: Mapping | BaseModel, overrides: Sequence[str]) -> Any:
     out: dict = dict(data or {})
     items = []
     for item in overrides:
-        parts, raw = _split_override(item)
+        key, value = _key_and_value(str(item))
+        items += _kind_selectors(key)  # `list keys` notation: a[kind=x].k=1 also sets a.kind=x
+        parts, raw = _split_override(_KIND_SELECTOR.sub("", key) + value)
         items.append((parts, int_float(parse_value(raw)) if raw else raw))
     # kind switches first (a.kind=x, a=x, a={kind: x, ...}), so that `a.k=1 a.kind=x` keeps a.k=1 as
     # `a.kind=x a.k=1` does: a switch drops the keys of the section's old kind, never an override's
     for parts, value in sorted(items, key=lambda item: not _switches_kind(*item)):
         out = _set_path(out, parts, value, "")
+    return out
+
+
+_KIND_SELECTOR = re.compile(r"\[kind=([^\]=]+)\]")
+
+
+def _key_and_value(item: str) -> tuple[str, str]:
+    """``item`` split before the first ``=`` outside a ``[kind=...]`` selector (the value keeps its ``=``)."""
+    depth = 0
+    for i, ch in enumerate(item):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "=" and depth == 0:
+            return item[:i], item[i:]
+    return item, ""
+
+
+def _kind_selectors(key: str) -> list[tuple[list[str], str]]:
+    """``model.block.attention[kind=mha].steps`` (a key as ``list keys`` prints it) -> the kind switches it
+    implies: ``[(["model", "block", "attention", "kind"], "mha")]``."""
+    out = []
+    for m in _KIND_SELECTOR.finditer(key):
+        head = _KIND_SELECTOR.sub("", key[:m.start()])
+        out.append(([p.strip() for p in head.split(".")] + ["kind"], m.group(1).strip()))
     return out
 
 
