@@ -131,7 +131,7 @@ def test_eval_refuses_options_the_run_cannot_honour(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--steps 3" in err and "'transformer'" in err and err.count("\n") == 1
     cfg = tmp_path / "gp.yaml"
-    cfg.write_text(f"name: g\nout_dir: {tmp_path}\ntask: {{kind: gp, n_train: 32, n_test: 8}}\n"
+    cfg.write_text(f"name: g\nout_dir: {tmp_path}\ntask: {{kind: gp, n_train: 32, n_test: 8, batch_size: 32}}\n"
                    "model: {dim: 16}\ntrain: {steps: 1, progress: false, tensorboard: false}\n")
     assert main(["train", str(cfg)]) == 0
     capsys.readouterr()

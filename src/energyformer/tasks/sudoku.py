@@ -53,7 +53,7 @@ class SudokuTaskConfig(TaskConfig):
     train_file: str | None = None
     """training puzzles with solutions (source = files)"""
     validation_file: str | None = None
-    """validation puzzles (source = files; None: 500 puzzles split off the training file)"""
+    """validation puzzles (source = files; None: min(500, a tenth) of the training file's puzzles split off)"""
     test_file: str | None = None
     """test puzzles (source = files; None: no test split)"""
     augment: bool = False
