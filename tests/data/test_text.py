@@ -211,10 +211,21 @@ def test_eval_windows_from_text_and_bpb(tmp_path, monkeypatch):
     monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
     text = "to be or not to be — that is the question\n" * 5
     ev = T.EvalWindows.from_text(text, ByteTokenizer(), seq_len=32, batch_size=2)
-    assert ev.n_bytes == T.count_bytes(text) == ev.n_tokens
-    # a uniform model over 256 bytes costs 8 bits per byte on the scored positions
+    # the first token has no context and is not scored: its byte is not counted either
+    assert ev.n_bytes == T.count_bytes(text) - 1 == ev.n_targets
+    # a uniform model over 256 bytes costs exactly 8 bits per byte (the first byte counted, 8 · 419/420 before)
     nll = ev.n_targets * math.log(256)
-    assert ev.bits_per_byte(nll) == pytest.approx(8 * ev.n_targets / ev.n_bytes)
+    assert ev.bits_per_byte(nll) == pytest.approx(8.0, rel=1e-12)
+    # a multi-byte first character, and BPE: the first token's own bytes are left out
+    w = T.EvalWindows.from_text("é" + text, ByteTokenizer(), seq_len=32, batch_size=2, cache=False)
+    assert w.n_bytes == T.count_bytes(text) + 1  # the first of é's two bytes is the unscored token
+    w = T.EvalWindows.from_text(text, get_tokenizer("bpe"), seq_len=32, batch_size=2, cache=False)
+    first = get_tokenizer("bpe").decode(w.data[:1].tolist())
+    assert text.startswith(first) and w.n_bytes == T.count_bytes(text) - T.count_bytes(first) < T.count_bytes(text)
+    # a BPE first token inside é (byte-level: its first byte alone) leaves out that one byte
+    w = T.EvalWindows.from_text("é" + text, get_tokenizer("bpe"), seq_len=32, batch_size=2, cache=False)
+    assert w.n_bytes == T.count_bytes("é" + text) - get_tokenizer("bpe").token_bytes(w.data[:1].tolist())
+    assert get_tokenizer("bpe").token_bytes(get_tokenizer("bpe").encode("é" + text)) == T.count_bytes("é" + text)
     with pytest.raises(ValueError, match="n_bytes"):
         T.bits_per_byte(1.0, 0)
 

@@ -19,8 +19,9 @@ def test_evaluate_lm_bits_per_byte_matches_definition():
     m = CausalLM(ModelConfig(vocab_size=tok.vocab_size, dim=16, n_layers=1, heads=2)).eval()
     res = evaluate_lm(m, w)
     assert res["tokens"] == w.n_targets
-    # byte tokenizer: one token per byte; the first byte has no context and is not scored
-    assert res["bpb"] == pytest.approx(res["loss"] * w.n_targets / (math.log(2) * len(text)), rel=1e-9)
+    # byte tokenizer: one token per byte; the first byte has no context and is not scored (nor counted)
+    assert res["bpb"] == pytest.approx(res["loss"] * w.n_targets / (math.log(2) * (len(text) - 1)), rel=1e-9)
+    assert res["bpb"] == pytest.approx(res["loss"] / math.log(2), rel=1e-9)  # one byte per scored token
     assert res["ppl"] == pytest.approx(math.exp(res["loss"]))
 
 

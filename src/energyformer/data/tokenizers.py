@@ -93,6 +93,10 @@ class ByteTokenizer(Tokenizer):
     def decode(self, ids: list[int]) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
+    def token_bytes(self, ids: list[int]) -> int:
+        """UTF-8 bytes of the text ``ids`` stand for (one per byte id; also inside a character)."""
+        return sum(0 <= i < 256 for i in ids)
+
 
 # --------------------------------------------------------------------------------------------
 # Hugging Face tokenizers (bpe, gpt2)
@@ -128,6 +132,12 @@ class HFTokenizer(Tokenizer):
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    def token_bytes(self, ids: list[int]) -> int:
+        """UTF-8 bytes of the text ``ids`` stand for: byte-level BPE spells every token in its one-character-per-byte
+        alphabet (also a token ending inside a character); special tokens stand for none."""
+        special = self._tok.get_added_tokens_decoder()
+        return sum(len(self._tok.id_to_token(i)) for i in ids if i not in special)
 
     def encode_long(self, text: str, chunk_chars: int = 1 << 12) -> list[int]:
         """Encode in parallel chunks cut only where the pre-tokenizer cuts: ids equal ``encode``."""
