@@ -28,6 +28,7 @@ from .train import TrainConfig, Trainer, seed_everything
 from .train.callbacks import Callback
 from .utils.config import ConfigModel, load_config, read_yaml, replace, to_dict
 from .utils.validate import ConfigError
+from .utils.yaml_files import LIBRARY_CONFIGS
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 
@@ -93,8 +94,7 @@ class RunConfig(ConfigModel):
 
 def configs_dir() -> Path:
     """The repository's ``configs/`` folder (next to ``src/``), or ``./configs``."""
-    here = Path(__file__).resolve().parents[2] / "configs"
-    return here if here.is_dir() else Path("configs")
+    return LIBRARY_CONFIGS if LIBRARY_CONFIGS.is_dir() else Path("configs")
 
 
 def known_configs() -> list[str]:

@@ -7,6 +7,7 @@ import pytest
 from energyformer.errors import ConfigError
 from energyformer.experiment import RunConfig, load_run_config
 from energyformer.utils.config import read_yaml
+from energyformer.utils.yaml_files import LIBRARY_CONFIGS
 
 
 def _write(root: Path, name: str, text: str) -> Path:
@@ -42,6 +43,18 @@ def test_relative_yaml_path_base(tmp_path):
     (tmp_path / "x.yaml").write_text("name: x\ntrain: {steps: 3}\n")
     (tmp_path / "y.yaml").write_text("base: x.yaml\nname: y\n")
     assert read_yaml(tmp_path / "y.yaml") == {"name": "y", "train": {"steps": 3}}
+
+
+def test_a_config_kept_anywhere_can_derive_from_a_library_config(tmp_path):
+    """``base: lm/llama`` in a file outside any configs/ folder was looked up beside it only ("not found")."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("base: lm/llama\nname: mine\nmodel: {dim: 48}\n")
+    lib = read_yaml(LIBRARY_CONFIGS / "lm" / "llama.yaml")
+    got = read_yaml(mine)
+    assert got == {**lib, "name": "mine", "model": {**lib.get("model", {}), "dim": 48}}
+    (tmp_path / "lm").mkdir()  # a config of that name beside the file still wins
+    (tmp_path / "lm" / "llama.yaml").write_text("name: local\n")
+    assert read_yaml(mine) == {"name": "mine", "model": {"dim": 48}}
 
 
 @pytest.mark.parametrize("files, match", [

@@ -92,17 +92,23 @@ MAX_BASE_DEPTH = 16
 def _base_path(name: Any, path: Path) -> Path:
     """The file a ``base:`` value names: a path ending in .yaml/.yml (relative to ``path``'s folder),
     or a config name like ``lm/llama`` looked up under the nearest enclosing ``configs/`` folder
-    (else ``path``'s folder)."""
+    (else ``path``'s folder), then among the library's own configs (those ``energyformer train NAME`` runs), so
+    a config kept anywhere can derive from them."""
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{path}: base = {name!r}: must be a config name (e.g. lm/llama) or a YAML path")
     if name.endswith((".yaml", ".yml")):
-        cand = Path(name) if Path(name).is_absolute() else path.parent / name
+        cands = [Path(name) if Path(name).is_absolute() else path.parent / name]
     else:
         root = next((p for p in path.resolve().parents if p.name == "configs"), path.parent)
-        cand = root / f"{name}.yaml"
-    if not cand.is_file():
-        raise ConfigError(f"{path}: base = {name!r}: no such config ({cand} not found)")
-    return cand
+        cands = list(dict.fromkeys([root / f"{name}.yaml", LIBRARY_CONFIGS / f"{name}.yaml"]))
+    found = next((c for c in cands if c.is_file()), None)
+    if found is None:
+        raise ConfigError(f"{path}: base = {name!r}: no such config ({' or '.join(map(str, cands))} not found)")
+    return found
+
+
+#: the library's configs (``energyformer train lm/llama``): the repository's configs/ beside src/
+LIBRARY_CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def merge_over(base: Any, child: Any) -> Any:
