@@ -72,6 +72,11 @@ def test_train_subset_and_resumable_batches():
     with pytest.raises(ConfigError, match=rf"task.train_examples = {n + 1} exceeds the {n} examples of digits"):
         build_task(load_run_config(None, TASK + SMALL + [f"task.train_examples={n + 1}"])).data
     assert len(build_task(load_run_config(None, TASK + SMALL + [f"task.train_examples={n}"])).data.train) == n
+    # a batch above the training images names the keys (the batcher's "64 examples, fewer than batch_size")
+    few = build_task(load_run_config(None, TASK + SMALL + ["task.train_examples=64", "task.batch_size=128"]))
+    with pytest.raises(ConfigError, match=r"^task.batch_size = 128 exceeds the 64 training images of digits "
+                                          r"\(task.train_examples = 64\): lower task.batch_size"):
+        few.train_data
 
 
 @pytest.mark.parametrize("name", list(MODELS))

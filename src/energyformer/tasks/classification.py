@@ -30,7 +30,7 @@ from ..data.images import ImageDataset, load_image_dataset
 from ..utils.fields import IterationCounts, SplitSize
 from ..utils.config import KindConfig, replace
 from ..utils.validate import check_divides
-from .base import Task, TaskConfig, register_task
+from .base import Task, TaskConfig, check_batch_size, register_task
 
 #: (channels, side, classes) of each set, known without loading it (config-time checks)
 IMAGE_SHAPES = {"digits": (1, 8, 10), "mnist": (1, 28, 10), "fashion_mnist": (1, 28, 10),
@@ -97,6 +97,8 @@ class ImageClassificationTask(Task):
     @property
     def train_data(self):  # type: ignore[override]
         if self._train_data is None:
+            what = f"training images of {self.cfg.dataset} (task.train_examples = {self.cfg.train_examples})"
+            check_batch_size(self.cfg.batch_size, len(self.data.train), what)
             b = self.data.batcher(self.cfg.batch_size, split="train", seed=self.seed + 1000 * self.rank,
                                   augment=self.cfg.augment)
             b.tokens_per_batch = self.cfg.batch_size  # the trainer's tokens/s = images/s
