@@ -91,8 +91,11 @@ def test_config_errors(data_dir):
         _cfg("potts_recycled_x3", data_dir, ["model.causal=true"])
     with pytest.raises(ConfigError, match="model.n_tokens = 9: the data have 6"):
         _cfg("potts_bare_sa", data_dir, ["model.n_tokens=9"])
-    with pytest.raises(ConfigError, match="n_validation = 5000"):
-        build_task(_cfg("potts_factored", data_dir, ["task.n_validation=5000"]))
+    # refused when the config loads (`energyformer config` too), not only once the data are built
+    with pytest.raises(ConfigError, match="n_validation = 5000: must be below the 640 training sequences"):
+        _cfg("potts_factored", data_dir, ["task.n_validation=5000"])
+    with pytest.raises(ConfigError, match=r"n_masked = 7: must be at most L = 6 \(task.data.L\)"):
+        _cfg("potts_factored", data_dir, ["task.n_masked=7"])
     with pytest.raises(ConfigError, match="model.kind = 'bare_sa'"):
         load_run_config(None, ["task.kind=lm", "model.kind=bare_sa"])
 

@@ -147,6 +147,12 @@ class PottsMLMTask(Task):
     # ------------------------------------------------------------------ model
     @classmethod
     def check_config(cls, task_cfg: PottsMLMConfig, model_cfg: KindConfig) -> None:
+        d = task_cfg.data  # the checks __init__ repeats on the data, here at config time (`config` too)
+        if task_cfg.n_validation >= d.n_train:
+            raise ValueError(f"task.n_validation = {task_cfg.n_validation}: must be below the {d.n_train} training "
+                             f"sequences (task.data.n_train)")
+        if task_cfg.n_masked > d.L:
+            raise ValueError(f"task.n_masked = {task_cfg.n_masked}: must be at most L = {d.L} (task.data.L)")
         if model_cfg.kind == "transformer":
             if model_cfg.causal:
                 raise ValueError("model.causal = True: masked-token prediction needs bidirectional "
