@@ -83,6 +83,16 @@ def test_rows_keep_their_label_source_and_both_sides():
     ]
 
 
+def test_a_negative_paper_value_keeps_its_sign_and_a_dash_stays_no_value():
+    """The README showed EqT's Table 2 "-0.01" at L = 16 as "0.01": the placeholder-dash strip took the minus."""
+    page = ("| claim | paper (source) | A | B | verdict |\n|---|---|---|---|---|\n"
+            "| gain at 16 | -0.01 (Table 2) | 96 | 77 | UNDECIDED |\n"
+            "| gain at 32 | −0.5 | 96 | 77 | HOLDS |\n"
+            "| diagnostic | – (not in the paper) | 1 | 2 | UNDECIDED |\n"
+            "| nothing | — | 1 | 2 | UNDECIDED |\n")
+    assert [r.paper for r in verdict_rows(page)] == ["-0.01 (Table 2)", "−0.5", "(not in the paper)", "—"]
+
+
 def test_a_single_heading_is_no_label_and_exact_repeats_count_once():
     page = "# P\n\n## The claims on these runs\n\n| claim | verdict |\n|---|---|\n| x | HOLDS |\n| x | HOLDS |\n"
     assert [(r.label, r.claim) for r in verdict_rows(page)] == [("", "x")]

@@ -151,7 +151,9 @@ def _table_rows(t: Table) -> list[tuple[str, Row]]:
         else:  # no column says it is ours: every other column but a rule's, by name
             here = "; ".join(f"{h[i]}: {get(i)}" for i in rest if get(i)) or \
                 _VERDICT_RE.sub("", get(vcol).replace("*", ""), count=1).strip(" :;,—-")
-        pap, src = get(paper).strip("—–- "), get(source)
+        # a dash is the table's "no value" (alone or before a note); a number keeps its sign (-0.01 lost its minus)
+        pap = re.sub(r"\s*[—–\-]+$", "", re.sub(r"^[—–\-]+(?![\d.])\s*", "", get(paper)))
+        src = get(source)
         in_header = re.search(r"\(([^()]+)\)", h[paper]) if paper is not None else None
         srcs = [x for x in (in_header.group(1) if in_header and pap else "", src)  # "paper (Table 3): RMSE"
                 if x and x.lower() != "source" and x not in pap]
