@@ -142,3 +142,25 @@ def test_migration_notes_are_dropped_once_no_record_is_migrated(tmp_path):
     save_results(path, data)
     kept = load_results(path, "s", "cpu")
     assert "note" not in kept and "setup" not in kept and set(kept["runs"]) == {"a", "b"}
+
+
+@pytest.mark.parametrize("content, message", [
+    # another study's or scale's records: their page was rewritten as this study's (report-only) or runs added
+    ({"study": "cem-gp", "scale": "cpu", "runs": {}}, "the records of study 'cem-gp', not 's'"),
+    ({"study": "s", "scale": "gpu", "runs": {}}, "the records of scale 'gpu', not 'cpu'"),
+    # malformed records were an internal error (AttributeError)
+    ({"study": "s", "scale": "cpu", "runs": []}, "'runs' is not a mapping of run records"),
+    ({"study": "s", "scale": "cpu", "runs": {"x": 5}}, "runs['x'] is not a record"),
+])
+def test_a_record_file_of_another_study_or_malformed_is_refused_naming_it(tmp_path, content, message):
+    import json
+
+    from energyformer.studies.runner import load_results
+    from energyformer.utils.validate import ConfigError
+
+    path = tmp_path / "results.json"
+    fmt = load_results(tmp_path / "none.json", "s", "cpu")["format"]
+    path.write_text(json.dumps({"format": fmt, **content}))
+    with pytest.raises(ConfigError) as err:
+        load_results(path, "s", "cpu")
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value)

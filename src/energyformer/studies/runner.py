@@ -92,6 +92,16 @@ def load_results(path: Path, study: str, scale: str) -> dict:
         data = read_json(path, "study records", require=("format", "runs"))
         if data.get("format") != FORMAT:
             raise ConfigError(f"{path}: not a study record file (format {data.get('format')!r}, want {FORMAT})")
+        # another study's or scale's records were read as this one's: pages rewritten from them, runs added
+        for key, want in (("study", study), ("scale", scale)):
+            if key in data and data[key] != want:
+                raise ConfigError(f"{path}: the records of {key} {data[key]!r}, not {want!r}: give this "
+                                  f"{key}'s own --out (or a new folder)")
+        runs = data["runs"]
+        bad = next((k for k, r in runs.items() if not isinstance(r, dict)), None) if isinstance(runs, dict) else ""
+        if bad is not None:
+            what = f"runs[{bad!r}] is not a record (a mapping)" if bad else "'runs' is not a mapping of run records"
+            raise ConfigError(f"{path}: {what}")
         return data
     return {"format": FORMAT, "study": study, "scale": scale, "runs": {}}
 
