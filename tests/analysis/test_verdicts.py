@@ -49,8 +49,8 @@ def test_not_worse_and_equal_claims():
     assert compare([83.0, 84.0], [82.0, 83.0], higher_is_better=False, claim="not_worse", tolerance=5.0).verdict is H
     assert compare([95.0, 96.0], [82.0, 83.0], higher_is_better=False, claim="not_worse", tolerance=5.0).verdict is N
     assert compare([86.0, 89.0], [82.0, 83.0], higher_is_better=False, claim="not_worse", tolerance=5.0).verdict is U
-    assert compare([1.00, 1.01], [1.005], higher_is_better=True, claim="equal", tolerance=0.05).verdict is H
-    assert compare([2.0, 2.01], [1.0], higher_is_better=True, claim="equal", tolerance=0.05).verdict is N
+    assert compare([1.00, 1.01], [1.005, 1.0], higher_is_better=True, claim="equal", tolerance=0.05).verdict is H
+    assert compare([2.0, 2.01], [1.0, 1.01], higher_is_better=True, claim="equal", tolerance=0.05).verdict is N
 
 
 def test_a_fixed_reference_number():
@@ -62,3 +62,30 @@ def test_bad_arguments():
         compare([1.0], [1.0], higher_is_better=True, claim="bigger")
     with pytest.raises(ValueError, match="tolerance"):
         compare([1.0], [1.0], higher_is_better=True, claim="equal", tolerance=-1)
+
+
+def test_one_seed_on_either_side_needs_the_bound():
+    """One seed of A against two equal seeds of B had band 0 (B's spread) and HELD on a 1e-5 margin."""
+    assert compare([0.50001], [0.5, 0.5], higher_is_better=True).verdict is U
+    assert compare([0.5, 0.5], [0.49999], higher_is_better=True).verdict is U
+    assert compare([0.7], [0.5, 0.52], higher_is_better=True, rules=Rules(single_seed_bound=0.1)).verdict is H
+    out = compare([0.55], [0.5, 0.52], higher_is_better=True, rules=Rules(single_seed_bound=0.1))
+    assert out.verdict is U and out.band == 0.1
+
+
+def test_a_claim_against_chance_itself_can_fail_at_chance():
+    """b = the chance level: A at chance is DOES NOT HOLD (it was UNTESTABLE, so "A beats chance" could not fail);
+    against another fixed number (the paper's), A at chance stays UNTESTABLE."""
+    rules = Rules(chance=0.111, at_band=0.01)
+    assert compare([0.11, 0.112], 0.111, higher_is_better=True, rules=rules).verdict is U  # inside the spread
+    assert compare([0.10, 0.101], 0.111, higher_is_better=True, rules=rules).verdict is N
+    out = compare([0.11, 0.11], 94.0, higher_is_better=True, rules=rules)
+    assert out.verdict is T and out.reason == "A at chance (0.111)"
+    assert compare([0.11, 0.11], [0.112, 0.11], higher_is_better=True, rules=rules).reason == "both at chance (0.111)"
+
+
+@pytest.mark.parametrize("a, b, claim", [([0.7, 0.7], [0.8, 0.8], "not_worse"), ([0.2, 0.2], [0.3, 0.3], "not_worse"),
+                                         ([0.8, 0.8], [0.7, 0.7], "equal")])
+def test_a_margin_exactly_at_the_tolerance_holds_whatever_the_rounding(a, b, claim):
+    """-0.1 computed as -0.10000000000000009 made 0.7 vs 0.8 "worse by more than 0.1" (0.2 vs 0.3 held)."""
+    assert compare(a, b, higher_is_better=True, claim=claim, tolerance=0.1).verdict is H

@@ -3,9 +3,11 @@
 A claim compares a metric of model A with model B (or with a number) over seeds. The margin is
 taken in the claim's favour (positive supports it) and compared with a **noise band**: the larger
 of the seeds' spread (max - min within A and within B) and a declared ``noise``. A single seed on
-both sides has no spread: it decides only when the margin exceeds a declared ``single_seed_bound``,
-else the claim is UNDECIDED. Results at the floor or at chance on both sides say nothing about the
-claim: UNTESTABLE, and so is a claim with no runs or non-finite results.
+either side (the fewer seeds decide) has no spread of its own: it decides only when the margin exceeds a
+declared ``single_seed_bound`` (and the other side's spread), else the claim is UNDECIDED. Results at the
+floor or at chance on both sides say nothing about the claim: UNTESTABLE — against a fixed number, A there
+alone, unless that number is the level itself ("A beats chance": A at chance does not). So is a claim with
+no runs or non-finite results. Boundaries are compared with a 1e-9 relative allowance for rounding.
 
 Claim kinds (``claim``):
 
@@ -90,26 +92,34 @@ def compare(a: Sequence[float], b: Sequence[float] | float, *, higher_is_better:
     if not all(math.isfinite(x) for x in av + bs):
         return Outcome(Verdict.UNTESTABLE, None, None, "a non-finite result (diverged run)")
     for name, level in (("chance", rules.chance), ("the floor", rules.floor)):
-        if _at(av, level, rules.at_band) and (fixed or _at(bs, level, rules.at_band)):
-            return Outcome(Verdict.UNTESTABLE, None, None, f"both at {name} ({level:g})")
+        # both arms at the level; against a fixed number A alone — unless that number is the level itself
+        # ("A beats chance"), where A at chance is a result (it was UNTESTABLE, so such a claim could not fail)
+        if _at(av, level, rules.at_band) and (_at(bs, level, rules.at_band) != fixed):
+            return Outcome(Verdict.UNTESTABLE, None, None,
+                           f"{'A' if fixed else 'both'} at {name} ({level:g})")
     sign = 1.0 if higher_is_better else -1.0
     margin = sign * (fmean(av) - fmean(bs))
-    seeds = max(len(av), 1 if fixed else len(bs))
+    # the fewer seeds decide: one seed of A against several of B has no spread of its own (B's spread alone,
+    # 0 for equal values, let a 1e-5 margin HOLD)
+    seeds = len(av) if fixed else min(len(av), len(bs))
     spread = max(_spread(av), 0.0 if fixed else _spread(bs))
     if seeds < 2 and rules.noise is None:
         if rules.single_seed_bound is None:
             return Outcome(Verdict.UNDECIDED, margin, None, "one seed and no declared bound")
-        band = rules.single_seed_bound
+        band = max(rules.single_seed_bound, spread)
         how = f"one seed: decided only beyond {band:g}"
     else:
         band = max(spread, rules.noise or 0.0)
         how = (f"seed spread {spread:g}" if band == spread else f"declared noise {band:g}")
+    # boundaries compared with a rounding allowance: 0.7 vs 0.8 at tolerance 0.1 is "not worse by more than 0.1"
+    # (its margin computes as -0.10000000000000009)
+    eps = 1e-9 * max([1.0, tolerance, *map(abs, av), *map(abs, bs)])
     if claim == "better":
-        holds, fails = margin > band, margin < -band
+        holds, fails = margin > band + eps, margin < -band - eps
     elif claim == "not_worse":
-        holds, fails = margin - band >= -tolerance, margin + band < -tolerance
+        holds, fails = margin - band >= -tolerance - eps, margin + band < -tolerance - eps
     else:
-        holds, fails = abs(margin) + band <= tolerance, abs(margin) - band > tolerance
+        holds, fails = abs(margin) + band <= tolerance + eps, abs(margin) - band > tolerance + eps
     verdict = Verdict.HOLDS if holds else Verdict.DOES_NOT_HOLD if fails else Verdict.UNDECIDED
     tol = f", tolerance {tolerance:g}" if claim != "better" else ""
     return Outcome(verdict, margin, band, f"margin {margin:+.4g} vs band {band:.4g} ({how}{tol})")
