@@ -206,3 +206,27 @@ def test_an_empty_batch_gives_empty_logits(train):
     m = _model().train(train)
     out = m(torch.zeros(0, 10, dtype=torch.long), steps=2)
     assert out.logits.shape == (0, 10, 2)
+
+
+def _graph_ops(t) -> set[str]:
+    seen, todo, names = set(), [t.grad_fn], set()
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        names.add(type(fn).__name__)
+        todo += [f for f, _ in fn.next_functions]
+    return names
+
+
+def test_a_training_step_adds_in_a_fixed_order():
+    """Two identical EqT trainings on 2 CPU threads parted after 16 steps: the mask term gathered by advanced
+    indexing (its backward, IndexBackward, and index_put(accumulate) add in thread order). Its graph now holds
+    index_select / index_add only, whose CPU kernels add in index order."""
+    m = _model(window=6).train()
+    x = torch.randint(0, 2, (3, 10), generator=torch.Generator().manual_seed(4))
+    out = m(x, x.flip(1))
+    ops = _graph_ops(out.loss + sum(out.aux_losses.values()))
+    assert "IndexSelectBackward0" in ops  # the gathers are there ...
+    assert not {"IndexBackward0", "IndexPutBackward0"} & ops, ops  # ... and none of the unordered kinds

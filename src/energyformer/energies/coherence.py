@@ -389,19 +389,23 @@ class MaskedReconstructionEnergy(SharedModules, Energy):
         b, t, k = masked.nonzero(as_tuple=True)                               # masked slots only
         target = win[b, t, k]                                                 # (M,)
         # ... then the masked slots show [MASK] instead of their token: − g_k ∘ (e_{x_i} − [MASK])
-        fix = gain[k] * (self.embedding(target) - self.mask_vec.to(emb.dtype))  # (M, D)
+        # gathers by index_select and sums by index_add (their backward and forward run in a fixed order on a
+        # multi-threaded CPU, where advanced indexing's backward and index_put(accumulate) did not: two identical
+        # trainings on 2 threads parted after a few steps)
+        bt = b * N + t
+        fix = gain.index_select(0, k) * (self.embedding(target) - self.mask_vec.to(emb.dtype))  # (M, D)
         # (count in s's dtype: under bf16 autocast conv1d gives bf16)
-        s = s.index_put((b, t), -fix.to(s.dtype), accumulate=True) / count[..., None].to(s.dtype)
+        s = s.flatten(0, 1).index_add(0, bt, -fix.to(s.dtype)).view_as(s) / count[..., None].to(s.dtype)
         E = self.embedding.weight.to(emb.dtype)
-        pre = (F.linear(s, self.fc1.weight).flatten(0, 1)[b * N + t]         # W_1 s_t on (B N) rows, then
-               + self.fc1(self.query.to(emb.dtype))[k])                       # gathered: (M, hidden)
-        return {"bt": b * N + t, "pre": pre,                                  # W_1 (q_k + s_t) + b_1
+        pre = (F.linear(s, self.fc1.weight).flatten(0, 1).index_select(0, bt)  # W_1 s_t on (B N) rows, then
+               + self.fc1(self.query.to(emb.dtype)).index_select(0, k))       # gathered: (M, hidden)
+        return {"bt": bt, "pre": pre,                                         # W_1 (q_k + s_t) + b_1
                 "out_w": E @ self.fc2.weight, "out_b": E @ self.fc2.bias,           # E W_2, E b_2
                 "target": target, "n": masked.sum(-1).clamp_min(1).to(emb.dtype)}  # n: (B, N) >= 1
 
     def _logits(self, h: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Pre-activation z = W_1 (h_t + q_k + s_t) + b_1 (M, hidden) and logits (M, V) of the masked slots."""
-        z = state["pre"] + F.linear(h, self.fc1.weight).flatten(0, 1)[state["bt"]]  # (M, hidden)
+        z = state["pre"] + F.linear(h, self.fc1.weight).flatten(0, 1).index_select(0, state["bt"])  # (M, hidden)
         return z, F.linear(F.gelu(z), state["out_w"], state["out_b"])             # (M, V)
 
     def energy(self, h: Tensor, state: dict[str, Tensor]) -> Tensor:
