@@ -264,7 +264,10 @@ class ReversePredictionEnergy(SharedModules, Energy):
         r = self.offset.to(emb.dtype)                                         # (W, D)
         E = self.embedding.weight.to(emb.dtype)                               # (V, D)
         if self.readout == "bilinear":  # h-free parts, once per call (see _bilinear_logits)
-            base = (self.base(u) @ E.t())[:, pos] + F.linear(r, self.base.weight) @ E.t()  # (B, N, W, V)
+            scores = self.base(u) @ E.t()                                     # (B, N, V)
+            # gathered by index_select (its backward adds in index order; [:, pos]'s did not on many threads)
+            base = scores.index_select(1, pos.flatten()).view(B, N, *pos.shape[1:], E.shape[0]) \
+                + F.linear(r, self.base.weight) @ E.t()                       # (B, N, W, V)
             state["base"] = (base[..., 1:] - base[..., :1]).transpose(-1, -2)  # relative to class 0: (B, N, V-1, W)
             E1, A = E[1:] - E[:1], self.h_in.weight.to(emb.dtype)            # e_v − e_0: (V-1, D); A: (D, D)
             keys = (self.gate(u)[:, :, None] * E1) @ A                        # Aᵀ((e_v − e_0) ∘ G u_i): (B, N, V-1, D)
