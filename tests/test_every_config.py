@@ -33,11 +33,24 @@ def _load_images_once():
     mp.undo()
 
 
+class _NoGradient:
+    """Names the trainable parameters left without a gradient by a training step: DistributedDataParallel stops
+    on them (nag_mha / momen_mha did: layer 0's learned momentum β acted on no velocity)."""
+
+    def __init__(self):
+        self.missing: set[str] = set()
+
+    def on_step_end(self, trainer, step):
+        self.missing |= {n for n, p in trainer.model.named_parameters() if p.requires_grad and p.grad is None}
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
                                   for n in known_configs()])
 def test_listed_config_trains_two_steps(name, tmp_path):
     cfg = load_run_config(name, toy_overrides(name, tmp_path, name.replace("/", "_"), ["train.device=cpu"]))
-    res = run_experiment(cfg)
+    probe = _NoGradient()
+    res = run_experiment(cfg, callbacks=[probe])
+    assert not probe.missing, f"parameters without a gradient (DDP stops on them): {sorted(probe.missing)}"
     assert len(res.loss_history) == 2
     assert all(v == v and abs(v) != float("inf") for v in res.loss_history), res.loss_history
     assert (res.run_dir / "config.yaml").is_file()

@@ -117,7 +117,12 @@ class _Momentum(Solver):
             b = self.beta()
             d = _scale(1 - b, d)
             return d if m is None else _scale(b, m) + d
-        return d if m is None else _scale(self.beta(), m) + d
+        if m is None:
+            # v_0 = 0, so β does not act on the first velocity; a zero-weight edge keeps a learned β in the graph
+            # with a zero gradient (layer 0 of a carried stream, nag_mha / momen_mha: DDP stopped on a parameter
+            # that received no gradient)
+            return d + 0.0 * self.beta() if self.learn_beta else d
+        return _scale(self.beta(), m) + d
 
     def carry_out(self, memory: Any) -> Any:
         return memory
