@@ -76,17 +76,18 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def truncate_metrics(path: Path, max_step: int) -> None:
-    """Drop events with ``step > max_step`` (written after the checkpoint a run resumes from).
+def truncate_metrics(path: Path, max_step: int) -> set[tuple[str, int]]:
+    """Drop events with ``step > max_step`` (written after the checkpoint a run resumes from); returns the
+    ``(event, step)`` of the events kept (a resumed trainer redoes an evaluation its checkpoint's step lacks).
 
     Only the last line may be broken: a run killed while writing it leaves it half-written, and it is
     dropped (with a warning). Any other line that is not JSON, a line that is not a JSON object, or a
     ``step`` that is not an integer >= 0 is a DataError naming file and line, and the file is left as it is.
     """
     if not path.is_file():
-        return
+        return set()
     numbered = [(i, line) for i, line in enumerate(_lines(path), 1) if line.strip()]
-    kept = []
+    kept, seen = [], set()
     for n, (i, line) in enumerate(numbered):
         last = n == len(numbered) - 1
         ev = _event(path, i, line, tolerate=last)
@@ -100,7 +101,9 @@ def truncate_metrics(path: Path, max_step: int) -> None:
                             "(the optimiser step the event was logged at)")
         if step <= max_step:
             kept.append(line.rstrip("\r"))
+            seen.add((str(ev.get("event", "train")), step))
     atomic_write_text(path, "".join(line + "\n" for line in kept))
+    return seen
 
 
 class MetricsLogger:
@@ -111,12 +114,13 @@ class MetricsLogger:
         self.enabled = enabled
         self._file = None
         self._tb = None
+        self.kept: set[tuple[str, int]] = set()  # (event, step) of the events a resumed run keeps
         if not enabled:
             return
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / METRICS_FILE
         if resume_step is not None:
-            truncate_metrics(path, resume_step)
+            self.kept = truncate_metrics(path, resume_step)
         self._file = open(path, "a")
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -167,6 +171,17 @@ class StepWindow:
         self.metrics: dict[str, float] = {}
         self.tokens = 0
         self.t0 = now
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps, so the first event after a resume averages the whole window (tokens/s
+        counts the steps since the resume only: their time is all it knows)."""
+        return {"losses": list(self.losses), "metrics": dict(self.metrics), "grad_norm": self.grad_norm,
+                "callback_metrics": dict(self.callback_metrics)}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state:
+            self.losses, self.metrics = list(state["losses"]), dict(state["metrics"])
+            self.grad_norm, self.callback_metrics = state["grad_norm"], dict(state["callback_metrics"])
 
     def add(self, loss: float, metrics: dict[str, float], tokens: int, grad_norm: float | None) -> None:
         self.losses.append(loss)

@@ -339,3 +339,58 @@ def restore_run(trainer: Any, path: str) -> dict[str, Any]:
     trainer._elapsed_before = float(state.get("elapsed_s", 0.0))
     trainer.last_checkpoint = Path(path)
     return state
+
+
+def eval_pending(trainer: Any, logged: set[tuple[str, int]]) -> bool:
+    """Whether the step a run resumes at was due an evaluation that ``metrics.jsonl`` (its kept events
+    ``logged``) does not hold: a checkpoint is written before its step's evaluation, so a stop between the two
+    lost it for good (the final one too) and a study then read an earlier evaluation as the last. The main
+    process reads the file; in DDP every rank follows its answer."""
+    cfg, step = trainer.cfg, trainer.step
+    due = trainer.eval_fn is not None and step > 0 and (
+        bool(cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps)
+    missing = due and trainer.is_main and ("eval", step) not in logged
+    if trainer.ddp:
+        flag = [missing]
+        dist.broadcast_object_list(flag, src=0)
+        missing = bool(flag[0])
+    return bool(missing)
+
+
+def save_run(trainer: Any, entry: dict[str, Any]) -> None:
+    """Write the trainer's checkpoint at its step (the inverse of :func:`restore_run`): ``entry`` is this rank's
+    data and RNG state (all ranks' are gathered under DDP), with the tokens, time, configs, callback state, last
+    loss and the open logging window. Non-finite weights or moments are :class:`TrainingDiverged`."""
+    from .checkpoint import save_checkpoint
+    from .contract import TrainingDiverged
+
+    t = trainer
+    if t.ddp:
+        entries: list[Any] = [None] * t.world_size
+        dist.all_gather_object(entries, entry)
+    else:
+        entries = [entry]
+    if t.is_main:
+        extra = {
+            "ranks": entries,
+            "world_size": t.world_size,
+            "tokens_seen": t.tokens_seen,
+            "elapsed_s": t._elapsed(),
+            "train_config": t.cfg.to_dict(),
+            "run_config": to_plain(t.run_config) if t.run_config is not None else None,
+            "callbacks": t.callbacks.state_dict(),
+            "loss": t.loss_history[-1] if t.loss_history else None,
+            "window": t._window.state_dict() if getattr(t, "_window", None) is not None else None,
+        }
+        try:
+            t.last_checkpoint = save_checkpoint(t.out_dir, t.step, t.model, t.optimizer, t.scheduler,
+                                                extra=extra, keep=t.cfg.keep_checkpoints)
+        except CheckpointError as err:  # non-finite weights/moments after a finite-looking step
+            if "non-finite" not in str(err):
+                raise
+            last = str(t.last_checkpoint) if t.last_checkpoint is not None else None
+            raise TrainingDiverged(t.step, float("nan"), "weights or optimizer state", last) from None
+        log.info("step %d: saved %s", t.step, t.last_checkpoint)
+    if t.ddp:
+        dist.barrier()
+    t._last_saved_step = t.step

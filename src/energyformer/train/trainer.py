@@ -87,7 +87,7 @@ from energyformer.utils.validate import ConfigError
 
 from .accumulate import CountFn, StepPlan, all_reduce_int
 from .callbacks import CallbackList
-from .checkpoint import CheckpointError, list_checkpoints, save_checkpoint, unwrap_model
+from .checkpoint import list_checkpoints, unwrap_model
 from .compiling import compile_for_training
 from .sigterm import install_sigterm_note
 from .config import TrainConfig
@@ -97,10 +97,10 @@ from .distributed import destroy_distributed, dist_info, init_distributed
 from .lock import RunDirLock
 from .metrics import MetricsLogger, StepWindow
 from .optim import build_optimizer
-from .resume import find_resume_checkpoint, restore_run
+from .resume import eval_pending, find_resume_checkpoint, restore_run, save_run
 from .rng import fork_rng, get_rng_state, seed_everything
 from .roles import format_param_groups
-from .runinfo import collect_run_info, to_plain, write_config, write_run_info
+from .runinfo import collect_run_info, write_config, write_run_info
 from .schedule import LRSchedule
 
 log = logging.getLogger("energyformer.train")
@@ -266,6 +266,14 @@ class Trainer:
             model.train(was_training)
         return {f"eval/{k}": float(v) for k, v in res.items()}
 
+    def _logged_evaluate(self) -> dict[str, float]:
+        """:meth:`_checked_evaluate`, logged as this step's ``eval`` event (with its own seconds)."""
+        t_eval = time.perf_counter()
+        metrics = self._checked_evaluate()
+        self._logger.log({"event": "eval", "step": self.step, "elapsed_s": self._elapsed(),
+                          "eval_s": time.perf_counter() - t_eval, **metrics})
+        return metrics
+
     def _checked_evaluate(self) -> dict[str, float]:
         """:meth:`evaluate` inside ``fit``: a failure is re-raised as :class:`EvaluationFailed`
         naming the step and the checkpoint that holds it (written before the evaluation)."""
@@ -290,37 +298,7 @@ class Trainer:
         return {"data": copy.deepcopy(self.train_data.state_dict()), "rng": get_rng_state()}
 
     def _save(self, rank_state: dict[str, Any] | None = None) -> None:
-        entry = rank_state if rank_state is not None else self._rank_state()
-        if self.ddp:
-            entries: list[Any] = [None] * self.world_size
-            dist.all_gather_object(entries, entry)
-        else:
-            entries = [entry]
-        if self.is_main:
-            extra = {
-                "ranks": entries,
-                "world_size": self.world_size,
-                "tokens_seen": self.tokens_seen,
-                "elapsed_s": self._elapsed(),
-                "train_config": self.cfg.to_dict(),
-                "run_config": to_plain(self.run_config) if self.run_config is not None else None,
-                "callbacks": self.callbacks.state_dict(),
-                "loss": self.loss_history[-1] if self.loss_history else None,
-            }
-            try:
-                self.last_checkpoint = save_checkpoint(
-                    self.out_dir, self.step, self.model, self.optimizer, self.scheduler,
-                    extra=extra, keep=self.cfg.keep_checkpoints,
-                )
-            except CheckpointError as err:  # non-finite weights/moments after a finite-looking step
-                if "non-finite" not in str(err):
-                    raise
-                last = str(self.last_checkpoint) if self.last_checkpoint is not None else None
-                raise TrainingDiverged(self.step, float("nan"), "weights or optimizer state", last) from None
-            log.info("step %d: saved %s", self.step, self.last_checkpoint)
-        if self.ddp:
-            dist.barrier()
-        self._last_saved_step = self.step
+        save_run(self, rank_state if rank_state is not None else self._rank_state())
 
     # ------------------------------------------------------------------ loop
 
@@ -345,8 +323,9 @@ class Trainer:
             )
         if self.is_main:
             out.mkdir(parents=True, exist_ok=True)
+        restored: dict[str, Any] = {}
         if resumed_from is not None:
-            self._restore(resumed_from)
+            restored = self._restore(resumed_from)
         else:
             # each rank gets its own stream (dropout etc.); model init happened in the task
             seed_everything(cfg.seed + self.rank)
@@ -373,6 +352,9 @@ class Trainer:
         model.train()
         tokens_per_micro = getattr(self.train_data, "tokens_per_batch", None)
         self._window = window = StepWindow()
+        window.load_state_dict(restored.get("window"))  # the steps since the last train event before the stop
+        if resumed_from is not None and eval_pending(self, self._logger.kept):
+            eval_metrics = self._logged_evaluate()  # the checkpoint's own evaluation, lost to the stop
         self._in_step = False
         self._in_update: int | None = None  # number of the step being applied (update + callbacks)
         snapshot: dict[str, Any] | None = None
@@ -403,10 +385,7 @@ class Trainer:
                     self._save()
                 if self.eval_fn is not None and ((cfg.eval_every and self.step % cfg.eval_every == 0)
                                                  or is_last):
-                    t_eval = time.perf_counter()
-                    eval_metrics = self._checked_evaluate()
-                    self._logger.log({"event": "eval", "step": self.step, "elapsed_s": self._elapsed(),
-                                      "eval_s": time.perf_counter() - t_eval, **eval_metrics})
+                    eval_metrics = self._logged_evaluate()
                 self._pbar.update(1)
         except KeyboardInterrupt:
             self._on_interrupt(snapshot)
@@ -415,7 +394,7 @@ class Trainer:
             self._logger.log({"event": "diverged", "step": e.step, e.what.replace(" ", "_"): e.value,
                               "elapsed_s": self._elapsed()})
             raise
-        if not self.loss_history and self.eval_fn is not None:  # resumed at the end: just evaluate
+        if not self.loss_history and self.eval_fn is not None and not eval_metrics:  # resumed at the end
             eval_metrics = self._checked_evaluate()
         final.update(eval_metrics)
         final["step"] = self.step
