@@ -45,6 +45,19 @@ def test_only_one_stage_runs_and_the_report_keeps_the_others(tmp_path, capsys):
     assert "**EqT higher accuracy than baseline: " in page and "a guide only for this changed run" in page
 
 
+def test_the_page_records_the_steps_that_ran_and_name_or_out_dir_are_refused(tmp_path, capsys):
+    """--set train.steps=3 beside --steps 2 trained 3 while the page said 2; --set name= trained both runs of a
+    stage into one folder (the baseline lost)."""
+    rc = main(["demo", "--only", "eqt", "--out", str(tmp_path), "--steps", "2", "--set", "train.steps=3",
+               "--set", "task.data.n_test=32", "--set", "train.progress=false"])
+    assert rc == 0 and "EqT: eqt/eqt, 3 steps" in capsys.readouterr().out
+    res = json.loads((tmp_path / "eqt" / "results.json").read_text())
+    assert res["steps"] == 3 and all(len(r["loss_history"]) == 3 for r in res["runs"].values())
+    for bad in ("name=same", "out_dir=/tmp/x"):
+        with pytest.raises(ConfigError, match=f"--set {bad}: the demo names each run and its folder itself"):
+            demo.main(out=str(tmp_path), only=["eqt"], overrides=[bad])
+
+
 def test_unknown_stage_is_a_one_line_error():
     with pytest.raises(ConfigError, match="--only 'cemm': unknown demo stage; allowed: cem, intrinsic"):
         demo.main(only=["cemm"])

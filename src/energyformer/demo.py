@@ -204,9 +204,12 @@ def run_stage(stage: Stage, out: Path, steps: int | None = None, overrides: list
     t0, c0 = time.perf_counter(), time.process_time()
     for i, r in enumerate(stage.runs, 1):
         name = r.label.replace(" ", "_").replace("-", "_")
-        ov = r.overrides + TRAIN + [f"train.steps={results['steps']}", f"out_dir={folder}", f"name={name}",
-                                     *overrides]
+        # --set after the stage's own settings, the run's folder and name last (a --set name= trained every run
+        # of a stage into one folder, the baseline lost); the steps recorded are those the config holds
+        ov = r.overrides + TRAIN + [f"train.steps={results['steps']}", *overrides, f"out_dir={folder}",
+                                    f"name={name}"]
         cfg = load_run_config(r.config, ov)
+        results["steps"] = cfg.train.steps  # a --set train.steps=N trained N (the page said --steps' number)
         print(f"  [{stage.name} {i}/{len(stage.runs)}] {r.label}: {r.config}, {results['steps']} steps", flush=True)
         res = run_experiment(cfg, overwrite=True)
         m = {k: v for k, v in res.final.items() if k.startswith("eval/") and isinstance(v, (int, float))}
@@ -219,7 +222,7 @@ def run_stage(stage: Stage, out: Path, steps: int | None = None, overrides: list
     metrics = {k: v["metrics"] for k, v in results["runs"].items()}
     results["headline"] = stage.headline(metrics)
     if stage.compare is not None:
-        changed = bool(overrides) or (steps is not None and steps != stage.steps)
+        changed = bool(overrides) or results["steps"] != stage.steps
         results["verdict"] = verdict_line(stage.name, stage.compare, metrics, changed)
     results["figure"] = stage_figure(stage, results, folder / f"{stage.name}.png").name
     (folder / "results.json").write_text(json.dumps(results, indent=1))
@@ -295,6 +298,10 @@ def main(out: str = "runs/demo", steps: int | None = None, overrides: list[str] 
     bad = [n for n in names if n not in STAGES]
     if bad:
         raise ConfigError(f"--only {bad[0]!r}: unknown demo stage; allowed: {', '.join(STAGES)}")
+    fixed = [o for o in overrides or [] if str(o).partition("=")[0].strip() in ("name", "out_dir")]
+    if fixed:
+        raise ConfigError(f"--set {fixed[0]}: the demo names each run and its folder itself (OUT/<stage>/<run>); "
+                          "--out sets OUT")
     out_dir = Path(out)
     t0 = time.perf_counter()
     for i, n in enumerate(names, 1):
