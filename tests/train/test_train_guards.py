@@ -181,3 +181,13 @@ def test_full_disk_says_so_and_leaves_no_temporary_files(tmp_path, monkeypatch):
     from energyformer.cli import describe_error
 
     assert describe_error(info.value)[0].startswith("no space left on device")
+
+
+@pytest.mark.parametrize("grad_clip, precision, advice", [
+    (0.0, "bf16", "Try a lower train.lr, train.grad_clip > 0 or train.precision='fp32'."),
+    (1.0, "fp32", "Try a lower train.lr."),  # it advised fp32 and clipping to a run using both
+    (0.0, "fp32", "Try a lower train.lr or train.grad_clip > 0."),
+])
+def test_the_divergence_advice_names_only_remedies_the_run_does_not_use(grad_clip, precision, advice):
+    err = TrainingDiverged(3, float("nan"), "loss", None, _cfg(grad_clip=grad_clip, precision=precision))
+    assert str(err).endswith(advice), str(err)

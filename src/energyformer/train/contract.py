@@ -4,7 +4,7 @@ raises. The full contract is in :mod:`energyformer.train.trainer`."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -27,7 +27,7 @@ class TrainingDiverged(UserError, RuntimeError):
     """The loss (or gradient norm) became NaN/inf; no optimiser step or checkpoint was made of it."""
 
     def __init__(self, step: int, value: float, what: str = "loss",
-                 last_checkpoint: str | None = None) -> None:
+                 last_checkpoint: str | None = None, train_cfg: Any = None) -> None:
         self.step = step
         self.value = value
         self.loss = value
@@ -35,10 +35,16 @@ class TrainingDiverged(UserError, RuntimeError):
         self.last_checkpoint = last_checkpoint
         where = (f"the last good checkpoint is {last_checkpoint}" if last_checkpoint
                  else "no checkpoint was written in this run")
+        # the remedies the run does not already use (it advised fp32 to a run in fp32)
+        tries = ["a lower train.lr"]
+        if train_cfg is None or not getattr(train_cfg, "grad_clip", 0):
+            tries.append("train.grad_clip > 0")
+        if train_cfg is None or getattr(train_cfg, "precision", None) != "fp32":
+            tries.append("train.precision='fp32'")
+        advice = ", ".join(tries[:-1]) + " or " + tries[-1] if len(tries) > 1 else tries[0]
         super().__init__(
             f"training diverged at step {step}: {what} = {value} is not finite. Stopped before the "
-            f"optimizer step; {where}. Try a lower train.lr, train.grad_clip > 0 or "
-            "train.precision='fp32'."
+            f"optimizer step; {where}. Try {advice}."
         )
 
 

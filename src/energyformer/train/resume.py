@@ -389,7 +389,7 @@ def save_run(trainer: Any, entry: dict[str, Any]) -> None:
             if "non-finite" not in str(err):
                 raise
             last = str(t.last_checkpoint) if t.last_checkpoint is not None else None
-            raise TrainingDiverged(t.step, float("nan"), "weights or optimizer state", last) from None
+            raise TrainingDiverged(t.step, float("nan"), "weights or optimizer state", last, t.cfg) from None
         log.info("step %d: saved %s", t.step, t.last_checkpoint)
     if t.ddp:
         dist.barrier()

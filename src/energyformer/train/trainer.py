@@ -436,13 +436,13 @@ class Trainer:
         loss_val = float(mean.item())
         ckpt = str(self.last_checkpoint) if self.last_checkpoint is not None else None
         if not math.isfinite(loss_val):
-            raise TrainingDiverged(self.step + 1, loss_val, "loss", ckpt)
+            raise TrainingDiverged(self.step + 1, loss_val, "loss", ckpt, cfg)
         # the gradient norm is checked even without clipping (max_norm=inf leaves gradients as they
         # are): an inf/NaN gradient with a finite loss would poison the weights and moments
         gn: float | None = float(torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf")))
         if not math.isfinite(gn):
-            raise TrainingDiverged(self.step + 1, gn, "gradient norm", ckpt)
+            raise TrainingDiverged(self.step + 1, gn, "gradient norm", ckpt, cfg)
         metrics = {k: v / accum for k, v in msum.items()}
         self._in_update = self.step + 1  # until the callbacks are done, not a complete step
         lr = self.scheduler.get_lr()
