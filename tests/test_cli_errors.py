@@ -66,6 +66,10 @@ def test_run_directories_and_checkpoints(trained, tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     err = _one_line_error(capsys, 1, ["train", "lm/llama", *_sets(TINY + ["train.steps=1", f"out_dir={tmp_path / 'afile'}"])])
     assert "not a directory" in err or "exists" in err
+    # the run directory itself a file: named with the keys that choose it (it was "[Errno 17] File exists")
+    err = _one_line_error(capsys, 2, ["train", "lm/llama", *_sets(TINY + ["train.steps=1", f"out_dir={tmp_path}",
+                                                                           "name=afile"])])
+    assert f"the run directory {tmp_path / 'afile'} (out_dir/name) is a file" in err
 
 
 def test_eval_names_the_checkpoint_and_the_fallback(trained, tmp_path, capsys):

@@ -172,6 +172,9 @@ def check_run_dir(cfg: RunConfig, resume: bool, overwrite: bool = False) -> None
     and refuse at once when another process is training in the same run directory."""
     from .train.lock import RunDirLock
 
+    if cfg.run_dir.exists() and not cfg.run_dir.is_dir():  # (it was "[Errno 17] File exists" from mkdir)
+        raise ConfigError(f"the run directory {cfg.run_dir} (out_dir/name) is a file: --set name=OTHER or "
+                          f"out_dir=DIR for a new run, or move the file")
     if cfg.run_dir.is_dir():
         RunDirLock(cfg.run_dir).acquire().release()  # RunDirBusy names the process holding it
     old = sorted(cfg.run_dir.glob("ckpt-*")) if cfg.run_dir.is_dir() else []
