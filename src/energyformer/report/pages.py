@@ -142,6 +142,12 @@ H100 = ("one H100, 2026-11-26 (the header's commit is the device copy's stale gi
 H100_1127 = "one H100, 2026-11-27 (code d80aaf5 plus scripts/gpu_checks.sh's new phases)"
 
 ARTIFACTS: tuple[Artifact, ...] = (
+    Artifact(f"{RESULTS}/eqt", "benchmark_0c0d50d.md",
+             "verbatim output of `python benchmarks/eqt.py --repeats 7 --threads 1` at commit 0c0d50d (EqT's "
+             "overheads against its baseline, 2 x 64 backbone, one CPU thread)"),
+    Artifact(f"{RESULTS}/eqt", "benchmark_paper_size_0c0d50d.md",
+             "verbatim output of `python benchmarks/eqt.py --repeats 5 --threads 1 --model-set n_layers=6 "
+             "--model-set dim=256 --model-set heads=8` (the paper's 6 x 256 backbone, untrained, one CPU thread)"),
     Artifact(f"{RESULTS}/bare_sa/cpu", "benchmark.md",
              "verbatim output of `python benchmarks/bare_sa.py --results results.json` (an input of the bare-sa page)"),
     Artifact(f"{RESULTS}/images/cpu", "benchmark.md",
