@@ -72,6 +72,11 @@ def test_grid_expansion_configs_axes_seeds_and_override_order(tmp_path):
         expand(spec, "cpu", only={"size": ["1"]})
     with pytest.raises(ConfigError, match="--scale 'tpu'"):
         expand(spec, "tpu")
+    # a seed twice trained one run twice (two processes on one folder); --only outside the scale ran nothing, rc 0
+    with pytest.raises(ConfigError, match="--seeds 3 3: a seed is given twice"):
+        expand(spec, "cpu", seeds=[3, 3])
+    with pytest.raises(ConfigError, match="--only length=8: selects no run of scale 'gpu'"):
+        expand(spec, "gpu", only={"length": ["8"]})
 
 
 def test_every_committed_run_config_loads():

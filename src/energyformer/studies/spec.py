@@ -449,6 +449,8 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
             _check_labels("--only", axes, a, labels)
         except ValueError as err:
             raise ConfigError(str(err)) from None
+    if seeds is not None and len(set(seeds)) < len(seeds):  # the same run twice (two processes on one folder)
+        raise ConfigError(f"--seeds {' '.join(map(str, seeds))}: a seed is given twice")
     pick = {a: [lab for lab in labels if lab in (only or {}).get(a, labels)] for a, labels in axes.items()}
     cfg_axis = next(iter(spec.runs.config)) if isinstance(spec.runs.config, dict) else None
     out = []
@@ -464,4 +466,7 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
             name = spec.runs.name.format(seed=seed, **cell)
             over = [o.replace("{seed}", str(seed)) for o in (*spec.runs.overrides, *cell_over, *sc.overrides, *sets)]
             out.append(RunPlan(name, cell, seed, config, [*over, f"train.seed={seed}", f"name={name}"]))
+    if not out and only:  # e.g. a label the scale does not run: it ran nothing and said nothing
+        said = " ".join(f"{a}={','.join(v)}" for a, v in only.items())
+        raise ConfigError(f"--only {said}: selects no run of scale {scale!r} (its cells and seeds exclude it)")
     return out
