@@ -9,11 +9,12 @@ import pytest
 from energyformer.experiment import build_task, load_run_config, resolve
 from energyformer.utils.validate import ConfigError
 
+DIGITS = ["task.dataset=digits", "model.patch_size=4"]
 CASES = [
     ("lm/llama", ["task.tokenizer=bytes"], "model.vocab_size=10", "model.vocab_size = 10: the 'lm' task sets it (256"),
     ("gp/cem_t1", [], "model.in_dim=3", "model.in_dim = 3: the 'gp' task sets it (10"),
-    ("images/hyperset", ["task.dataset=digits", "model.patch_size=4"], "model.n_classes=3", "model.n_classes = 3: the 'image_classification'"),
-    ("images/hyperset", ["task.dataset=digits", "model.patch_size=4"], "model.channels=3", "model.channels = 3"),
+    ("images/hyperset", DIGITS, "model.n_classes=3", "model.n_classes = 3: the 'image_classification'"),
+    ("images/hyperset", DIGITS, "model.channels=3", "model.channels = 3"),
 ]
 
 
