@@ -33,6 +33,13 @@ def test_help_is_useful(cmd, capsys):
 def test_train_eval_generate_roundtrip(tmp_path, capsys):
     ov = TINY + ["train.steps=4", "train.eval_every=2", "train.save_every=2", "name=tiny", f"out_dir={tmp_path}"]
     assert main(["train", "lm/llama", *_sets(ov)]) == 0
+    # without a progress bar the trainer's step lines are the progress (no handler printed them: nothing until
+    # the summary), and only during the run
+    out = capsys.readouterr().out
+    assert "step 1/4 loss" in out and "step 4/4 loss" in out and "step 4: saved" in out, out
+    import logging
+
+    assert not logging.getLogger("energyformer.train").handlers
     run = tmp_path / "tiny"
     assert (run / "config.yaml").exists() and (run / "metrics.jsonl").exists()
     text = tmp_path / "any.txt"

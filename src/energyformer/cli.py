@@ -8,6 +8,7 @@ registry: ``eval`` and ``generate`` take the options of the run's task (``eval R
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -53,11 +54,33 @@ def cmd_train(a, extra) -> int:
 
     _no_extra(extra, "train")
     cfg = load_run_config(a.config, a.overrides + ([f"out_dir={a.out}"] if a.out else []))
-    res = run_experiment(cfg, resume=a.resume)
+    with _training_log(not cfg.train.progress):  # no bar: the trainer's step lines and saves are the progress
+        res = run_experiment(cfg, resume=a.resume)
     metrics = {k: v for k, v in res.final.items() if k.startswith("eval/")}
     print(f"\n{cfg.name}: {res.task.format_metrics(metrics) if metrics else 'no evaluation'}; "
           f"{res.seconds:.0f} s; checkpoints in {res.run_dir}")
     return 0
+
+
+@contextlib.contextmanager
+def _training_log(on: bool):
+    """While ``on``, print the trainer's INFO lines (``step N/M loss ...``, ``step N: saved ...``) to stdout: with
+    train.progress=false they are the run's progress, and no handler printed them (nothing until the summary)."""
+    import logging
+
+    if not on:
+        yield
+        return
+    log = logging.getLogger("energyformer.train")
+    handler, level = logging.StreamHandler(sys.stdout), log.level
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
 
 
 def _forward_options(a) -> dict:
