@@ -75,3 +75,29 @@ def test_a_mid_run_evaluation_lost_with_its_checkpoint_is_redone(tmp_path):
     _train(tmp_path, "b", ov, resume=True)
     want = [(e["event"], e["step"], e.get("loss")) for e in _events(tmp_path / "ref" / "b")]
     assert [(e["event"], e["step"], e.get("loss")) for e in _events(run)] == want
+
+
+def test_resuming_below_the_checkpoint_step_is_refused_and_a_longer_run_names_the_schedule(reference, tmp_path,
+                                                                                            capsys):
+    """train.steps below the checkpoint's step "finished" there without a word; a changed train.steps only said
+    "steps: 10 -> 20", though the cosine schedule then spans 20 steps and the rate jumps."""
+    run = tmp_path / "a"
+    shutil.copytree(reference, run)
+    before = sorted(p.name for p in run.iterdir())
+    capsys.readouterr()
+    sets = TINY + [f"out_dir={tmp_path}", "name=a", "train.steps=6", "train.eval_every=5", "train.save_every=3",
+                   "train.log_every=4"]
+    assert main(["train", "lm/llama", "--resume", *[a for kv in sets for a in ("--set", kv)]]) == 2
+    err = capsys.readouterr().err
+    assert "train.steps = 6: the checkpoint" in err and "is at step 10, past it" in err and err.count("\n") == 1
+    assert sorted(p.name for p in run.iterdir()) == before
+    longer = [s for s in sets if s != "train.steps=6"] + ["train.steps=12"]  # the schedule stays constant
+    assert main(["train", "lm/llama", "--resume", *[a for kv in longer for a in ("--set", kv)]]) == 0
+    err = capsys.readouterr().err
+    assert "steps: 10 -> 12" in err and "schedule now spans" not in err  # a constant rate does not jump
+    shutil.rmtree(run)
+    shutil.copytree(reference, run)
+    cosine = [s for s in longer if s != "train.schedule.kind=constant"]  # warmup_cosine (a changed kind too)
+    assert main(["train", "lm/llama", "--resume", *[a for kv in cosine for a in ("--set", kv)]]) == 0
+    err = capsys.readouterr().err
+    assert "the learning-rate schedule now spans the new train.steps" in err, err

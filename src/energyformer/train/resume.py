@@ -295,6 +295,11 @@ def restore_run(trainer: Any, path: str) -> dict[str, Any]:
     assert trainer.optimizer is not None and trainer.scheduler is not None
     # rank 0 verified the manifest in find_resume_checkpoint
     state = load_checkpoint(path, None, None, trainer.scheduler, verify=False)
+    if int(state["step"]) > trainer.cfg.steps:  # (it "finished" at the checkpoint's step without a word)
+        from ..errors import ConfigError
+
+        raise ConfigError(f"train.steps = {trainer.cfg.steps}: the checkpoint {path} is at step {state['step']}, "
+                          f"past it, so nothing would train; give train.steps >= {state['step']} to continue")
     # the model config first: a checkpoint continues only under its own model
     check_model_config(state.get("run_config"), to_plain(trainer.run_config), path, trainer.out_dir,
                        trainer.normalise_model_config)
@@ -319,8 +324,11 @@ def restore_run(trainer: Any, path: str) -> dict[str, Any]:
         note = (" (the checkpoint's train config uses the layout before optimizer/schedule "
                 "kinds; read as optimizer.kind='adamw', schedule.kind='warmup_cosine')"
                 if legacy else "")
+        steps = any(c.startswith("steps:") for c in changed) and trainer.cfg.schedule.kind != "constant"
         warnings.warn("resuming with a changed train config" + note
-                      + (": " + ", ".join(changed) if changed else ""), stacklevel=5)
+                      + (": " + ", ".join(changed) if changed else "")
+                      + ("; the learning-rate schedule now spans the new train.steps (its warm-up and decay are "
+                         "fractions of it), so the rate jumps at the resume" if steps else ""), stacklevel=5)
     if state.get("optimizer") is None:
         raise CheckpointError(f"checkpoint {path}: state.pt holds no optimizer state")
     old_kind = (old_cfg.get("optimizer") or {}).get("kind", trainer.cfg.optimizer.kind)
