@@ -56,15 +56,6 @@ class TaskConfig(KindConfig):
     """Base of every task config (data, batch sizes, task-specific options)."""
 
 
-def check_batch_size(batch_size: int, n: int, what: str) -> None:
-    """One-line ConfigError when ``task.batch_size`` exceeds the ``n`` training examples (``what`` names them)."""
-    if batch_size > n:
-        from ..utils.validate import ConfigError
-
-        raise ConfigError(f"task.batch_size = {batch_size} exceeds the {n} {what}: lower task.batch_size (or give "
-                          f"more training examples)")
-
-
 def register_task(name: str, config: type[TaskConfig], doc: str | None = None):
     """Class decorator registering a :class:`Task` subclass under ``name`` with its config class."""
 

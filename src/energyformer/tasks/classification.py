@@ -29,8 +29,17 @@ from ..analysis.classification import (
 from ..data.images import ImageDataset, load_image_dataset
 from ..utils.fields import IterationCounts, SplitSize
 from ..utils.config import KindConfig, replace
-from ..utils.validate import check_divides
-from .base import Task, TaskConfig, check_batch_size, register_task
+from ..utils.validate import ConfigError, check_divides
+from .base import Task, TaskConfig, register_task
+
+def check_image_batch(cfg: Any, n: int) -> None:
+    """One-line ConfigError when ``task.batch_size`` exceeds the ``n`` training images of an image task's ``cfg``
+    (the batcher's own error named neither key)."""
+    if cfg.batch_size > n:
+        raise ConfigError(f"task.batch_size = {cfg.batch_size} exceeds the {n} training images of {cfg.dataset} "
+                          f"(task.train_examples = {cfg.train_examples}): lower task.batch_size (or give more "
+                          f"training examples)")
+
 
 #: (channels, side, classes) of each set, known without loading it (config-time checks)
 IMAGE_SHAPES = {"digits": (1, 8, 10), "mnist": (1, 28, 10), "fashion_mnist": (1, 28, 10),
@@ -97,8 +106,7 @@ class ImageClassificationTask(Task):
     @property
     def train_data(self):  # type: ignore[override]
         if self._train_data is None:
-            what = f"training images of {self.cfg.dataset} (task.train_examples = {self.cfg.train_examples})"
-            check_batch_size(self.cfg.batch_size, len(self.data.train), what)
+            check_image_batch(self.cfg, len(self.data.train))
             b = self.data.batcher(self.cfg.batch_size, split="train", seed=self.seed + 1000 * self.rank,
                                   augment=self.cfg.augment)
             b.tokens_per_batch = self.cfg.batch_size  # the trainer's tokens/s = images/s

@@ -48,8 +48,8 @@ from ..models.masked_vision import maskgit_decode
 from ..utils.fields import SplitSize
 from ..utils.config import KindConfig, replace
 from ..utils.validate import ConfigError, check_divides, check_int
-from .base import Task, TaskConfig, check_batch_size, register_task
-from .classification import IMAGE_SHAPES
+from .base import Task, TaskConfig, register_task
+from .classification import IMAGE_SHAPES, check_image_batch
 
 #: default patch side per set: a 4x4 grid of digits, a 7x7 grid of 28x28 images
 DEFAULT_PATCH = {"digits": 2, "mnist": 4, "fashion_mnist": 4}
@@ -306,8 +306,7 @@ class MaskedImageTask(Task):
     @property
     def train_data(self):  # type: ignore[override]
         if self._train_data is None:
-            what = f"training images of {self.cfg.dataset} (task.train_examples = {self.cfg.train_examples})"
-            check_batch_size(self.cfg.batch_size, len(self.data.train), what)
+            check_image_batch(self.cfg, len(self.data.train))
             b = EpochBatcher((self.codes("train"),), self.cfg.batch_size, seed=self.seed + 1000 * self.rank,
                              transform=self.train_mask, name="masked_image_modelling train batcher")
             b.tokens_per_batch = self.cfg.batch_size  # type: ignore[attr-defined]  (tokens/s = images/s)

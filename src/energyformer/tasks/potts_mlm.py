@@ -114,6 +114,14 @@ def is_recurrent(model: nn.Module) -> bool:
     return cfg.n_layers == 1 or cfg.iterations > 1 or cfg.train_iterations is not None
 
 
+def _check_sizes(cfg: PottsMLMConfig) -> None:
+    if cfg.n_validation >= cfg.data.n_train:
+        raise ConfigError(f"task.n_validation = {cfg.n_validation}: must be below the {cfg.data.n_train} training "
+                          f"sequences (task.data.n_train)")
+    if cfg.n_masked > cfg.data.L:
+        raise ConfigError(f"task.n_masked = {cfg.n_masked}: must be at most L = {cfg.data.L} (task.data.L)")
+
+
 @register_task("potts_mlm", PottsMLMConfig)
 class PottsMLMTask(Task):
     """MLM on Potts data: CE/accuracy on masked sites vs the Bayes-optimal loss; q sweeps for recurrent models."""
@@ -124,12 +132,8 @@ class PottsMLMTask(Task):
     def __init__(self, cfg: PottsMLMConfig, *, seed: int = 0, rank: int = 0):
         super().__init__(cfg, seed=seed, rank=rank)
         self.data: PottsDataset = load_potts_dataset(cfg.data)
+        _check_sizes(cfg)  # also here: a task built without a run config (tests, scripts)
         n = self.data.train.shape[0]
-        if cfg.n_validation >= n:
-            raise ConfigError(f"task.n_validation = {cfg.n_validation}: must be below the "
-                              f"{n} training sequences (task.data.n_train)")
-        if cfg.n_masked > self.L:
-            raise ConfigError(f"task.n_masked = {cfg.n_masked}: must be at most L = {self.L}")
         self.splits = {"train": self.data.train[: n - cfg.n_validation],
                        "validation": self.data.train[n - cfg.n_validation:], "test": self.data.test}
         self.train_data = EpochBatcher((self.splits["train"],), cfg.batch_size, seed=seed + 1000 * rank,
@@ -147,12 +151,7 @@ class PottsMLMTask(Task):
     # ------------------------------------------------------------------ model
     @classmethod
     def check_config(cls, task_cfg: PottsMLMConfig, model_cfg: KindConfig) -> None:
-        d = task_cfg.data  # the checks __init__ repeats on the data, here at config time (`config` too)
-        if task_cfg.n_validation >= d.n_train:
-            raise ValueError(f"task.n_validation = {task_cfg.n_validation}: must be below the {d.n_train} training "
-                             f"sequences (task.data.n_train)")
-        if task_cfg.n_masked > d.L:
-            raise ValueError(f"task.n_masked = {task_cfg.n_masked}: must be at most L = {d.L} (task.data.L)")
+        _check_sizes(task_cfg)  # at config time (`energyformer config` too), not once the data are built
         if model_cfg.kind == "transformer":
             if model_cfg.causal:
                 raise ValueError("model.causal = True: masked-token prediction needs bidirectional "

@@ -26,8 +26,9 @@ import torch.distributed as dist
 from torch import nn
 
 from .checkpoint import (CheckpointError, checkpoint_step, latest_valid_checkpoint, load_checkpoint, load_model_weights,
-                         remove_stale_tmp)
+                         remove_stale_tmp, save_checkpoint)
 from .config import LEGACY_KEYS
+from .contract import TrainingDiverged
 from .rng import set_rng_state
 from .runinfo import to_plain
 
@@ -354,10 +355,7 @@ def eval_pending(trainer: Any, logged: set[tuple[str, int]]) -> bool:
     ``logged``) does not hold: a checkpoint is written before its step's evaluation, so a stop between the two
     lost it for good (the final one too) and a study then read an earlier evaluation as the last. The main
     process reads the file; in DDP every rank follows its answer."""
-    cfg, step = trainer.cfg, trainer.step
-    due = trainer.eval_fn is not None and step > 0 and (
-        bool(cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps)
-    missing = due and trainer.is_main and ("eval", step) not in logged
+    missing = trainer.eval_due(trainer.step) and trainer.is_main and ("eval", trainer.step) not in logged
     if trainer.ddp:
         flag = [missing]
         dist.broadcast_object_list(flag, src=0)
@@ -369,9 +367,6 @@ def save_run(trainer: Any, entry: dict[str, Any]) -> None:
     """Write the trainer's checkpoint at its step (the inverse of :func:`restore_run`): ``entry`` is this rank's
     data and RNG state (all ranks' are gathered under DDP), with the tokens, time, configs, callback state, last
     loss and the open logging window. Non-finite weights or moments are :class:`TrainingDiverged`."""
-    from .checkpoint import save_checkpoint
-    from .contract import TrainingDiverged
-
     t = trainer
     if t.ddp:
         entries: list[Any] = [None] * t.world_size

@@ -266,6 +266,12 @@ class Trainer:
             model.train(was_training)
         return {f"eval/{k}": float(v) for k, v in res.items()}
 
+    def eval_due(self, step: int) -> bool:
+        """Whether ``step`` ends with an evaluation: every ``eval_every`` steps and the last."""
+        cfg = self.cfg
+        return self.eval_fn is not None and step > 0 and (
+            bool(cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps)
+
     def _logged_evaluate(self) -> dict[str, float]:
         """:meth:`_checked_evaluate`, logged as this step's ``eval`` event (with its own seconds)."""
         t_eval = time.perf_counter()
@@ -383,8 +389,7 @@ class Trainer:
                 # the checkpoint first: a failing evaluation never costs the step's weights
                 if (cfg.save_every and self.step % cfg.save_every == 0) or is_last:
                     self._save()
-                if self.eval_fn is not None and ((cfg.eval_every and self.step % cfg.eval_every == 0)
-                                                 or is_last):
+                if self.eval_due(self.step):
                     eval_metrics = self._logged_evaluate()
                 self._pbar.update(1)
         except KeyboardInterrupt:

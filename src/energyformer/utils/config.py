@@ -296,8 +296,8 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
             near = closest(e["input"], options)
             msg = f"allowed values are {ctx.get('expected', '')}" + (
                 f" (did you mean {near!r}?)" if near else "")
-        elif kind == "missing" and item_error(e):  # a fixed-length list given too few items: betas = [0.9]
-            lines.append(f"{_fmt_loc(loc[:-1])} = {_short(e.get('input'))}: {item_error(e)}")
+        elif kind == "missing" and (few := item_error(e)):  # a fixed-length list given too few items: betas = [0.9]
+            lines.append(f"{_fmt_loc(loc[:-1])} = {_short(e.get('input'))}: {few}")
             continue
         elif kind == "missing":
             lines.append(f"missing required key {_fmt_loc(loc)!r}")

@@ -20,10 +20,15 @@ def _is_form(part: Any) -> bool:
     return isinstance(part, str) and bool(_FORM.match(part))
 
 
+def _missing_item(err: dict) -> int | None:
+    """The 1-based item a record says is missing from a fixed-length list (its location ends in an index)."""
+    loc = err["loc"]
+    return loc[-1] + 1 if err["type"] == "missing" and loc and isinstance(loc[-1], int) else None
+
+
 def _branch_text(err: dict, depth: int) -> str:
-    rest = list(err["loc"][depth + 1:])
-    if err["type"] == "missing" and rest and isinstance(rest[-1], int):
-        return f"too few items (no item {rest[-1] + 1})"
+    if (item := _missing_item(err)) is not None and len(err["loc"]) > depth + 1:
+        return f"too few items (no item {item})"
     msg = err["msg"].removeprefix("Value error, ")
     return msg[:1].lower() + msg[1:]
 
@@ -52,10 +57,8 @@ def merge_union_errors(items: list[dict]) -> list[dict]:
 def item_error(err: dict) -> str | None:
     """The message of a record for an item missing from a fixed-length list (its location ends in an index), else
     None."""
-    loc = err["loc"]
-    if err["type"] == "missing" and loc and isinstance(loc[-1], int):
-        return f"too few items (no item {loc[-1] + 1}; give all of them, e.g. [a, b])"
-    return None
+    item = _missing_item(err)
+    return None if item is None else f"too few items (no item {item}; give all of them, e.g. [a, b])"
 
 
 __all__ = ["item_error", "merge_union_errors"]
