@@ -335,8 +335,8 @@ class LiteHeads(MHAHeads):
         stays: at weights ×100 one probe of three measured 1.5e-4 of |y|, 4× the fuzz rule's bound
         (core.fuzz; only a query-dependent shift of v would remove it, which one SDPA call cannot take).
         """
-        low = autocast_dtype(q.dtype, q.device.type) in (torch.bfloat16, torch.float16)
         out_dtype = autocast_dtype(q.dtype, q.device.type)
+        low = out_dtype in (torch.bfloat16, torch.float16)
         with autocast_off(q.device.type) if low else contextlib.nullcontext():
             q, k, v = (q.float(), st.k.float(), st.v.float()) if low else (q, st.k, st.v)
             Ts = self.score_temperature(q)[None, :, None, None]
