@@ -103,7 +103,7 @@ PAGES: tuple[Page, ...] = (
     _p("cem-gpu", "cem/gpu_h100", ["README.md"], Script("benchmarks/gpu_lm.py", ("--render-only", "{out}")),
        inputs=("gpu_lm_98ac984.md", "gpu_lm_graphs_fef18e0.md", "gpu_lm_5e2ffb8.md", "gpu_lm_d80aaf5.md",
                "gpu_lm_graphs_d80aaf5.md", "gpu_lm_paper_d80aaf5.md", "gpu_lm_compiled_d80aaf5.md",
-               "gpu_lm_gathered_d80aaf5.md"), readme=False),
+               "gpu_lm_gathered_d80aaf5.md", "gpu_lm_paper_5cde3b5.md"), readme=False),
     _p("intrinsic-lm", "intrinsic", ["README.md", "cpu/README.md", "gpu/README.md"], Reproduce("intrinsic-lm"),
        inputs=("cpu/results.json", "gpu/results.json")),
     _p("intrinsic-cpu-benchmark", "intrinsic/cpu", ["benchmark.md"],
@@ -140,6 +140,7 @@ PAGES: tuple[Page, ...] = (
 H100 = ("one H100, 2026-11-26 (the header's commit is the device copy's stale git HEAD 994ae78; the code that "
         "ran is the commit in the file name)")
 H100_1127 = "one H100, 2026-11-27 (code d80aaf5 plus scripts/gpu_checks.sh's new phases)"
+H100_1127B = "one H100, 2026-11-27, the day's second device session (code 5cde3b5)"
 
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/eqt", "benchmark_0c0d50d.md",
@@ -253,6 +254,20 @@ ARTIFACTS: tuple[Artifact, ...] = (
              f"products in bf16 on {H100_1127}"),
     Artifact(f"{RESULTS}/cem/gpu_h100", "pytest_cuda_d80aaf5.txt",
              f"`pytest -m cuda`: the gathered head sums' tests, then every CUDA-marked test file on {H100_1127} (all passed)"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "env_5cde3b5.txt", f"the device's nvidia-smi and versions on {H100_1127B}"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_lm_paper_5cde3b5.md",
+             "the paper configuration at N 1,024, eager and every step one CUDA graph: its default (one program per "
+             f"head, 64 × 32), its products queries first and its loop kernels (gpu_checks.sh next) on {H100_1127B}"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "product_order_5cde3b5.md",
+             "what the logs beside it show: product_order 'auto' (then the default) broke the backward's key-tile "
+             f"kernel at the model's size on {H100_1127B}; what changed (issue 21)"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "next_5cde3b5.txt",
+             f"every log of `scripts/gpu_checks.sh next 560` on {H100_1127B}, verbatim, one after another"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "diag_5cde3b5.txt",
+             f"a throw-away diagnosis's output (psum_keys × product_order at the model's size) on {H100_1127B}"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "order_5cde3b5.txt",
+             "every log of `scripts/gpu_checks.sh order 395` as it was then (the model-size test of 'auto' against "
+             f"'queries', every CEM kernel CUDA test), verbatim, on {H100_1127B}"),
     Artifact(f"{RESULTS}/hyperset/gpu_h100", "gpu_throughput_d80aaf5.md",
              "`python benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 7 --models 'Hyper-SET;"
              f"Hyper-SET, feed-forward norm and ReLU as two ops'` (eager) on {H100_1127}"),
