@@ -67,7 +67,7 @@ class Variant(NamedTuple):
     shared_dtype: str = "accumulation"
     kv: str = ""  # the backward's key-tile kernel's own tiles KxQwW (KernelTiles.kv_*); "": the tiles above
     psum_keys: int = 512  # keys per program of the gathered head sums (KernelTiles.psum_keys; 0: a whole row)
-    product_order: str = "auto"  # per-head products turned to their longer output side (KernelTiles.product_order)
+    product_order: str = "queries"  # 'auto': products turned to their longer side (KernelTiles.product_order)
 
     def label(self) -> str:
         return (f"| {self.block_m}×{self.block_n} | {self.head_unroll} | {self.num_warps} | {self.shared} "
@@ -94,7 +94,7 @@ def kv_tiles(t: str) -> tuple[int, int, int]:
 def parse_tiles(spec: str, head_unroll: str, num_warps: int, shared: str = "materialize",
                 grid: str = "rows", causal_chunks: str = "4", num_stages: str = "1",
                 head_sums: str = "atomic", shared_dtype: str = "accumulation", kv: str = "",
-                psum_keys: str = "512", product_order: str = "auto") -> list[Variant]:
+                psum_keys: str = "512", product_order: str = "queries") -> list[Variant]:
     """Variants: every ``MxN`` or ``MxNwW`` (W warps for this pair; else ``num_warps``) of the comma list
     ``spec``, with every head_unroll, ``shared``, ``grid``, ``causal_chunks``, ``num_stages``, ``head_sums``,
     ``shared_dtype``, ``kv`` (the key-tile kernel's own ``KxQwW``; an empty item: the pair's), ``psum_keys``
@@ -164,9 +164,9 @@ def main(argv: list[str] | None = None) -> None:
                          "kv_queries, kv_warps); an empty item keeps the pair's (e.g. ',128x32w8')")
     ap.add_argument("--psum-keys", default="512",
                     help="comma-separated KernelTiles.psum_keys values (gathered head sums; 0: one program a row)")
-    ap.add_argument("--product-order", default="auto",
-                    help="comma-separated KernelTiles.product_order values (auto: every per-head product with the "
-                         "longer side of its output as its rows; queries: every product as before the field)")
+    ap.add_argument("--product-order", default="queries",
+                    help="comma-separated KernelTiles.product_order values (queries: every per-head product with the "
+                         "queries as its rows; auto: the longer side of its output, refused on CUDA)")
     ap.add_argument("--h-mode", choices=("sum", "stack"), default="sum",
                     help="the h read-out: 'sum' (full CEM T=1) or 'stack' (the paper configuration's per-head factors)")
     ap.add_argument("--no-sdpa", action="store_true", help="leave out the SDPA (Llama attention) reference row")

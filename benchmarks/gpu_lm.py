@@ -122,11 +122,6 @@ def models() -> dict[str, BlockConfig]:
         "full CEM T=1, head sums gathered (128 × 32, 8 warps), key-tile kernel 128 × 32": BlockConfig(
             attention=CEMAttentionConfig(attn_kernel={"head_sums": "gather", "block_m": 128, "block_n": 32,
                                                       "num_warps": 8, "kv_keys": 128, "kv_queries": 32}), mlp="cem"),
-        # the default launch with every per-head product formed as before KernelTiles.product_order (the default
-        # turns each to its longer output side: every kernel's products on wgmma at 16 × 64, where the query-tile
-        # kernels had none; docs/results/cem/tensor_cores_tiles.md; untimed)
-        "full CEM T=1, products queries first": BlockConfig(
-            attention=CEMAttentionConfig(attn_kernel={"product_order": "queries"}), mlp="cem"),
         "full CEM T=1, blocked path": BlockConfig(attention=CEMAttentionConfig(attn_path="blocked"), mlp="cem"),
         "full CEM T=1, fused path": BlockConfig(attention=CEMAttentionConfig(attn_path="fused"), mlp="cem"),
         "paper configuration (T=2, D+LR)": BlockConfig(attention=CEMAttentionConfig(**paper),
@@ -145,10 +140,6 @@ def models() -> dict[str, BlockConfig]:
         "paper configuration, one program per head (64 × 32)": BlockConfig(
             attention=CEMAttentionConfig(**paper, attn_kernel={"grid": "heads", "block_m": 64, "block_n": 32}),
             mlp=CEMMLPConfig(**paper)),
-        # its products formed as before KernelTiles.product_order (the default turns the key-tile kernel's Q Kᵀ,
-        # dOq Kᵀ and dq: 95 % of its products on wgmma instead of 41 %, compiled for sm_90; untimed)
-        "paper configuration, products queries first": BlockConfig(
-            attention=CEMAttentionConfig(**paper, attn_kernel={"product_order": "queries"}), mlp=CEMMLPConfig(**paper)),
         # half the query blocks at N 1k (4 instead of 8): half the blocked path's launches, 11% more causal work
         "paper configuration, blocked path, query block 256": BlockConfig(
             attention=CEMAttentionConfig(**paper, attn_path="blocked", attn_block=256), mlp=CEMMLPConfig(**paper)),

@@ -30,19 +30,19 @@
 #                                          kernels vs one program per head, 4 and 8 causal chunks, at 1k; the
 #                                          head sums atomic vs gathered vs all gathered (head_sums), G and dHs Hᵀ
 #                                          in float32 vs bf16 (shared_dtype), at 4k
-#   scripts/gpu_checks.sh next [SECONDS]    one call for what the H100 session of 2026-11-27
-#                                          (code d80aaf5, phases `gather` and `gather2`) left: the CEM kernel's CUDA
-#                                          tests under the new defaults (head sums gathered, bf16 shared products,
-#                                          per-head factors on one program per head), the backward's key-tile kernel
-#                                          on tiles of its own (KernelTiles.kv_*) and the per-head products turned
-#                                          to their longer side or not (product_order): the kernels alone at 4k;
-#                                          _psum_h's key runs (KernelTiles.psum_keys, 512 vs 0), gpu_lm with every
-#                                          step one CUDA graph at 1k and 4k (the default; products queries first; the
-#                                          key-tile kernel on 128 × 32, with the other kernels on 16 × 64, 64 × 32 and
-#                                          128 × 32 on 8 warps: their products all on wgmma), the paper
-#                                          configuration's default against its products queries first and its loop
-#                                          kernels at 1k (graphed), the key-tile kernel on 128 × 32's profile at 4k
-#                                          beside the default's (per kernel); ~9.5 min: pass `next 590`
+#   scripts/gpu_checks.sh next [SECONDS]    one call for what the H100 sessions of 2026-11-27 left (code 5cde3b5 ran
+#                                          `next` with product_order 'auto' the default: an illegal address in the
+#                                          backward at the model's size; 'queries' since, 'auto' refused on CUDA):
+#                                          the CEM kernel's CUDA tests (the default launch against float64 at the
+#                                          model's size among them), the key-tile kernel on tiles of its own
+#                                          (KernelTiles.kv_*) and _psum_h's key runs (psum_keys 512 vs 0): the kernels
+#                                          alone at 4k; gpu_lm with every step one CUDA graph at 1k and 4k (the
+#                                          default; the key-tile kernel on 128 × 32, with the other kernels on
+#                                          16 × 64, 64 × 32 and 128 × 32 on 8 warps), the key-tile kernel on
+#                                          128 × 32's profile at 4k beside the default's; ~7.5 min: pass `next 450`
+#   scripts/gpu_checks.sh order [SECONDS]   (~2 min) which kernel's turned products break product_order 'auto' on the
+#                                          GPU (scripts/cem_order_bisect.py: each kernel's flag alone at the model's
+#                                          size, each case in its own process)
 #   scripts/gpu_checks.sh next2 [SECONDS]   (~6 min) train.compile's 'reduce-overhead' against the graphed eager step
 #                                          for Hyper-SET and full CEM T=1, then the compiled step's CUDA tests and
 #                                          Hyper-SET's eager profile (host table: the Triton launches)
@@ -86,7 +86,7 @@
 # src/energyformer/report/pages.py (the pages' inputs and ARTIFACTS) and run `energyformer report`: the two
 # GPU pages' verdicts for issues 20 and 21 then come from the new runs (the newest dated run decides).
 set -u
-PHASE=${1:?usage: gpu_checks.sh probe|speed|profile|graphs|compiled|next|next2|gather|gather2|stages|plateau|session|full [STEPS] [SECONDS]}
+PHASE=${1:?usage: gpu_checks.sh probe|speed|profile|graphs|compiled|next|next2|order|gather|gather2|stages|plateau|session|full [STEPS] [SECONDS]}
 if [ "$PHASE" = full ]; then STEPS=${2:?full needs STEPS}; BUDGET=${3:-560}; else BUDGET=${2:-100}; fi
 OUT=${OUT:-/tmp/gpu_out}
 W=/tmp/gpu_work
@@ -203,33 +203,34 @@ if [ "$PHASE" = compiled ]; then
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
-if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code d80aaf5: `gather`, `gather2` below) left
-  # the new defaults on CUDA first (head sums gathered with bf16 shared products; per-head factors on one program per
-  # head at 64 × 32), then as CUDA graphs at 1k and 4k against the old default and the 64 × 32 tiles (atomic: the
-  # fastest kernels at 4k, gpu_tiles_gather_4k_d80aaf5.md), the paper configuration's new default against its loop
-  # kernels (eager and graphed: never graphed yet) and where its step's time goes; the backward's key-tile kernel on
-  # tiles of its own (KernelTiles.kv_*): the kernels alone at 4k, then the model (`next2`: train.compile); the other
-  # kernels on 128 × 32 with 8 warps too (their products on Hopper's wgmma: docs/results/cem/tensor_cores_tiles.md);
-  # every per-head product turned to its longer output side (KernelTiles.product_order auto: all on wgmma at the
-  # default launch; the default since 2026-11-27, untimed) against 'queries' (the form every earlier timing ran),
-  # kernels alone at 4k and the model
-  step pytest_cem 80 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST tests/energies/test_cem_kernel_cuda.py
-  step cem_kv_4k 95 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --head-sums gather \
-    --shared-dtype operand --kv ",128x32w8" --product-order auto,queries --n 4096 --batch 2 --budget 90 \
+if [ "$PHASE" = next ]; then   # what the H100 sessions of 2026-11-27 left (`gather`, `gather2` at d80aaf5; `next`
+  # at 5cde3b5 found product_order 'auto' breaking the backward at the model's size: 'queries' the default since)
+  # the kernel's CUDA tests first (the default launch against float64 at the model's size among them), then the
+  # backward's key-tile kernel on tiles of its own (KernelTiles.kv_*) and _psum_h's runs of keys (psum_keys 512, the
+  # default, against 0: one program a row, the form d80aaf5 timed): the kernels alone at 4k; then the model with every
+  # step one CUDA graph at 1k and 4k against the 64 × 32 and 128 × 32 (8 warps: products on wgmma) launches, and
+  # where the step's time goes at 4k with the key-tile kernel on 128 × 32
+  step pytest_cem 110 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
+    tests/energies/test_cem_kernel_cuda.py
+  cp "$W/pytest_cem.txt" "$OUT/" 2>/dev/null
+  step cem_kv_4k 80 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --head-sums gather \
+    --shared-dtype operand --kv ",128x32w8" --psum-keys 0,512 --n 4096 --batch 2 --budget 75 \
     --out "$OUT/gpu_tiles_kv_4k.md"
-  step cem_psum_4k 35 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32 --grid heads --head-sums gather --shared-dtype \
-    operand --psum-keys 0,512 --n 4096 --batch 2 --budget 30 --no-sdpa --out "$OUT/gpu_tiles_psum_4k.md"
-  step gpu_lm_graphs 220 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
+  step gpu_lm_graphs 170 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
     --repeats 5 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, key-tile \
 kernel 128 × 32 (8 warps);full CEM T=1, head sums gathered (64 × 32), key-tile kernel 128 × 32 (8 warps);full CEM \
-T=1, head sums gathered (128 × 32, 8 warps), key-tile kernel 128 × 32;full CEM T=1, products queries first" \
-    --out "$OUT/gpu_lm_graphs.md"
-  step gpu_lm_paper 75 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8 --repeats 3 \
-    --warmup 1 --keep-going --cuda-graph --models "paper configuration (T=2, D+LR);paper configuration, products \
-queries first;paper configuration, loop kernels (grid rows)" --out "$OUT/gpu_lm_paper.md"
-  step profile_kv_4k 80 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 --setting 4096x2 \
+T=1, head sums gathered (128 × 32, 8 warps), key-tile kernel 128 × 32" --out "$OUT/gpu_lm_graphs.md"
+  step profile_kv_4k 70 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 --setting 4096x2 \
     --models "full CEM T=1 (auto path);full CEM T=1, key-tile kernel 128 × 32 (8 warps)" \
     --out "$OUT/gpu_profile_kv_4k.md"
+  pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
+fi
+
+if [ "$PHASE" = order ]; then   # product_order 'auto' on the GPU: which kernel's turned products break it (each
+  # kernel's flag alone at the model's size, each case in its own process with CUDA_LAUNCH_BLOCKING), at N 1k × B 8
+  # where 'auto' hit an illegal address and at B 2 where it gave wrong gradients
+  step bisect_1k8 70 $PY scripts/cem_order_bisect.py --n 1024 --batch 8 --timeout 30 --out "$OUT/order_bisect_1k8.md"
+  step bisect_1k2 60 $PY scripts/cem_order_bisect.py --n 1024 --batch 2 --timeout 30 --out "$OUT/order_bisect_1k2.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 

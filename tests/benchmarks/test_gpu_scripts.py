@@ -89,18 +89,19 @@ def test_cem_tiles_times_gathered_head_sums_beside_the_atomic_ones(capsys):
     assert default.endswith("| 1.00 [1.00, 1.00] |")
     for sums, dt in (("gather", "accumulation"), ("atomic", "operand"), ("atomic", "accumulation")):
         assert re.search(rf"\| 16×64 \| 1 \| 4 \| materialize \| heads \| 4 \| 1 \| {sums} \| {dt} \| — \| 512 "
-                         rf"\| auto \| \d", text)
+                         rf"\| queries \| \d", text)
 
 
 def test_cem_tiles_crosses_the_product_order():
     """``--product-order auto,queries``: both orders of the per-head products for one program per head; the loop
-    kernels (grid rows) take no such flag and keep the default."""
+    kernels (grid rows) take no such flag and keep the default ('queries'; 'auto' is refused on CUDA)."""
     bench = load_bench("cem_tiles")
     got = bench.parse_tiles("16x64", "1", 4, grid="rows,heads", kv=",128x32w8", product_order="auto,queries")
     assert [(v.grid, v.kv, v.product_order) for v in got] == [
-        ("rows", "", "auto"), ("rows", "128x32w8", "auto"), ("heads", "", "auto"), ("heads", "", "queries"),
+        ("rows", "", "queries"), ("rows", "128x32w8", "queries"), ("heads", "", "auto"), ("heads", "", "queries"),
         ("heads", "128x32w8", "auto"), ("heads", "128x32w8", "queries")]
     assert got[-1].launch()["product_order"] == "queries" and got[-1].label().endswith("| 512 | queries |")
+    assert got[-2].launch()["product_order"] == "auto"
 
 
 def test_cem_tiles_gives_the_key_tile_kernel_its_own_tiles(capsys):

@@ -21,6 +21,8 @@ value columns and key padding, under the cap with no more spilling; at D 2,048 (
 the shared-memory bound.
 """
 
+import re
+
 import pytest
 
 from energyformer.energies import cem_compile
@@ -225,3 +227,22 @@ def test_heads_resources_script_shows_the_share_of_products_on_wgmma(load_script
     head, _, row = mod.table(res)
     assert "products on wgmma" in head
     assert row == "| a | 100 (0), 1, 40 % | 100 (0), 1, — | 100 (0), 1, 100 % | yes |"
+
+
+def test_order_bisect_script_turns_one_kernels_flag_per_case(load_script, tmp_path):
+    """scripts/cem_order_bisect.py (``gpu_checks.sh order``): each case switches its kernel's flag on over the
+    'queries' launch in a process of its own and says how many launches it turned and by how much the outputs
+    moved; through the interpreter every turned form equals 'queries', and 'all' is what 'auto' sets per kernel."""
+    pytest.importorskip("triton")
+    mod = load_script("scripts/cem_order_bisect.py")
+    out = tmp_path / "bisect.md"
+    mod.main(["--tiny", "--cases", "bwd_kv TK,all", "--out", str(out)])
+    rows = [r for r in out.read_text().splitlines() if r.startswith("| bwd_kv TK") or r.startswith("| all")]
+    assert len(rows) == 2
+    assert "| _bwd_kv_h.TK | 1 launches turned: " in rows[0]
+    assert "auto: _fwd_h KMAJ+TQ; _psum_h KMAJ; _bwd_d_h KMAJ; _bwd_kv_h TK | 4 launches turned" in rows[1]
+    for row in rows:
+        diffs = [float(x) for x in re.findall(r"(?:oq|hs|dq|dk|dud|dhm) ([\d.e+-]+)", row)]
+        assert len(diffs) == 6 and max(diffs) < 1e-5, row
+    with pytest.raises(SystemExit, match="--cases: unknown 'nope'"):
+        mod.main(["--tiny", "--cases", "nope"])

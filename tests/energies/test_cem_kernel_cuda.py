@@ -102,3 +102,33 @@ def test_compiled_kernel_kv_cache_decoding_equals_full_forward_on_cuda():
     full = blk(x)
     pieces, _ = decode_in_pieces(blk, x, (17, 1, 1, 21))
     torch.testing.assert_close(pieces, full, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n,b", [(1024, 2), (2048, 1)])
+def test_default_launch_equals_dense_float64_at_the_models_size_on_cuda(n, b):
+    """The default launch at GPT-2 small's attention (12 heads of 64, D 768, bf16, causal, ALiBi, self bias, the
+    gathered head sums in runs of 512 keys, several row chunks) against the dense float64 reference on the CPU,
+    forward and every gradient: the size at which ``product_order: auto`` (then the default) ran into an illegal
+    address and wrong gradients on an H100 (2026-11-27) while the small tests above passed. And 'auto' is refused
+    on CUDA with a one-line error."""
+    g = torch.Generator().manual_seed(n)
+    t = lambda *s, scale=1.0: (scale * torch.randn(*s, generator=g, dtype=torch.float64)).requires_grad_(True)  # noqa
+    ins64 = [t(b, 12, n, 64, scale=0.125), t(b, 12, n, 64), t(b, n, 768, scale=768 ** -0.5), t(b, n, 768),
+             t(12, scale=0.1)]
+    ins = [v.detach().to("cuda", torch.bfloat16 if v.dim() > 1 else torch.float32).requires_grad_(True) for v in ins64]
+    slopes = torch.rand(12, generator=g, dtype=torch.float64)
+    q, k, ud, hm, delta = ins
+    oq, hs, _, _ = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes.cuda(), delta=delta, key_mask=None,
+                                            causal=True, offset=0, h_mode="sum")
+    ref = dense_attention(*ins64[:4], slopes, ins64[4], None, True, 0, None, None, "sum")[:2]
+    w = [torch.randn(r.shape, generator=g, dtype=torch.float64) for r in ref]
+    got_g = torch.autograd.grad(sum((o.double().cpu() * z).sum() for o, z in zip((oq, hs), w)), ins)
+    ref_g = torch.autograd.grad(sum((o * z).sum() for o, z in zip(ref, w)), ins64)
+    for a, r in zip([oq, hs, *got_g], [*ref, *ref_g]):
+        a = a.double().cpu()
+        assert torch.isfinite(a).all()
+        assert ((a - r).norm() / r.norm()).item() < 3e-2
+    with pytest.raises(ValueError, match="product_order = 'auto' is refused on CUDA"):
+        cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes.cuda(), delta=delta, key_mask=None, causal=True,
+                                 offset=0, h_mode="sum", product_order="auto")

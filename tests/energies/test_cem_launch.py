@@ -76,7 +76,7 @@ def test_the_key_tile_kernel_takes_its_own_tiles_and_warps(grid):
 
     q, hm = torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8)
     kv = "_bwd_kv_h" if grid == "heads" else "_bwd_kv"
-    base = cem_launch.KernelTiles(grid=grid, block_m=16, block_n=32, num_warps=4)
+    base = cem_launch.KernelTiles(grid=grid, block_m=16, block_n=32, num_warps=4, product_order="auto")
     own = base.model_copy(update=dict(kv_keys=128, kv_queries=16, kv_warps=8))
     metas = [cem_launch.launch_args(tl, q, hm, None, True, True, "sum", True, True, False, t) for t in (base, own)]
     plain, tiled = (cem_launch.kernel_meta(m, kv) for m in metas)
@@ -231,3 +231,16 @@ def test_each_kernel_module_is_loaded_once_per_process():
     for f in ("cem_triton_heads.py", "hyperspherical_triton.py", "cem_triton_heads_tiles.py", "cem_triton.py"):
         _kernels(True, f)
     assert _kernels(True) is first
+
+
+def test_products_turned_to_their_longer_side_are_refused_on_cuda():
+    """``product_order: auto`` gave an illegal address and wrong gradients compiled for an H100 (2026-11-27): on
+    CUDA the launch refuses it with the key, the value and what is allowed; the default is 'queries', and CPU
+    tensors (Triton's interpreter, where it is tested) still take 'auto'."""
+    assert cem_launch.KernelTiles().product_order == "queries"
+    auto = cem_launch.KernelTiles(product_order="auto")
+    with pytest.raises(ValueError, match=r"attn_kernel.product_order = 'auto' is refused on CUDA \(allowed there: "
+                                         r"'queries'\)"):
+        cem_launch.check_product_order(auto, "cuda")
+    for tiles, device in ((cem_launch.KernelTiles(), "cuda"), (auto, "cpu")):
+        cem_launch.check_product_order(tiles, device)

@@ -173,17 +173,20 @@ class KernelTiles(ConfigModel):
     every head in series — at N 4,096 and 64-key tiles the last query tile's 64 × 12 tile steps, where a head's
     forward program does 64. 512 (the default): 8 key tiles per program at the default 64. Untimed on a GPU."""
 
-    product_order: Literal["auto", "queries"] = Field("auto", json_schema_extra={HASH_NEUTRAL: True})
+    product_order: Literal["auto", "queries"] = Field("queries", json_schema_extra={HASH_NEUTRAL: True})
     """how one program per head's kernels form their per-head products (docs/cem.md, "which products run on
     Hopper's tensor-core instruction"). Triton puts a tile product on Hopper's wgmma only where the product's rows
-    fill a warpgroup's 64, else on the older mma.sync. 'auto' (recommended, the default): each product with the
-    longer side of its output as its rows — the scores Q Kᵀ and dOq Kᵀ keys first, as (K Qᵀ)ᵀ, where a tile has
-    more keys than queries; the accumulators oq, dq (queries × R) and dk (keys × R) held transposed where R is the
-    longer side. Compiled for sm_90, every kernel of the default launch (16 × 64) then runs all its products on
-    wgmma, where the query-tile kernels ran none and the key-tile kernel 60 % (docs/results/cem/tensor_cores_*.md).
-    'queries': every product as before this field. The same products summed in the same dtype: equal results to
-    rounding (tested). Untimed on a GPU: ``scripts/gpu_checks.sh next`` compares the two, and a slower result puts
-    'queries' back as the default."""
+    fill a warpgroup's 64, else on the older mma.sync. 'queries' (the default): every product with the queries as
+    its rows, the form every GPU timing and CUDA test ran. 'auto': each product with the longer side of its output
+    as its rows — the scores Q Kᵀ and dOq Kᵀ keys first, as (K Qᵀ)ᵀ, where a tile has more keys than queries; the
+    accumulators oq, dq (queries × R) and dk (keys × R) held transposed where R is the longer side: compiled for
+    sm_90, every kernel of the 16 × 64 launch then runs all its products on wgmma (docs/results/cem/tensor_cores_*.md),
+    and through Triton's interpreter it equals 'queries' to rounding (tested). **Refused on CUDA**
+    (:func:`check_product_order`): on one H100 (Triton 3.6, 2026-11-27) it ran into an illegal address in the
+    backward's key-tile kernel at GPT-2 small's attention (12 heads of 64, bf16, N 1,024 × B 8 and 4,096 × B 2) and
+    gave gradients off by orders of magnitude at B 2 × N 1,024, where every CUDA test at the tests' small sizes
+    passed (docs/results/cem/gpu_h100/product_order_5cde3b5.md; ``scripts/cem_order_bisect.py`` turns each kernel's
+    flag on alone to find the one). It was the default, untimed, from 2026-11-27 until that run."""
 
     def kv_tiles(self) -> tuple[int, int, int]:
         """(keys owned, queries stepped, warps) of the backward's key-tile kernel, the fields' None resolved."""
@@ -246,6 +249,7 @@ def launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: bool
     the shared products are materialised (``tiles.shared``; only where there is one), and with per-head
     factors on the one-program-per-head kernels the per-head ones (P_k, (dHs ∘ c_k) Hᵀ); the loop kernels
     recompute per-head factors' products."""
+    check_product_order(tiles, q.device.type)
     B, H, nq, R = q.shape
     D = 1 if hm is None else hm.shape[-1]
     E = 1 if x is None else x.shape[-1]
@@ -260,6 +264,15 @@ def launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: bool
                 CAUSAL=causal, HAS_G=has_g, HMODE=HMODES[hmode], HAS_X=x is not None,
                 HAS_ALIBI=alibi, HAS_DELTA=delta, HAS_KMASK=kmask, PREC="ieee", ACC=acc,
                 UPCAST=q.device.type != "cuda" and q.dtype in (torch.bfloat16, torch.float16))
+
+
+def check_product_order(tiles: KernelTiles, device_type: str) -> None:
+    """Refuse ``product_order`` 'auto' on CUDA: its compiled kernels ran into an illegal address and wrong
+    gradients on an H100 (:attr:`KernelTiles.product_order`); Triton's interpreter (CPU) runs it correctly."""
+    if tiles.product_order == "auto" and device_type == "cuda":
+        raise ValueError("attn_kernel.product_order = 'auto' is refused on CUDA (allowed there: 'queries'): its "
+                         "compiled backward gave an illegal address and wrong gradients on an H100 "
+                         "(docs/results/cem/gpu_h100/product_order_5cde3b5.md)")
 
 
 def launch_chunks(nq: int, nk: int, offset: int, causal: bool, tiles: KernelTiles) -> list[tuple[int, int, int]]:

@@ -15,8 +15,9 @@ results are exact to rounding but not bitwise repeatable from run to run.
 
 Kernels (constexprs as in ``cem_triton.py``, and HI: the launch order of :func:`_program`; KMAJ, TQ, TK
 (``KernelTiles.product_order``): every (queries × keys) product Q Kᵀ, dOq Kᵀ formed keys first, the query-row
-accumulators oq and dq and the key-row accumulator dk held transposed, :func:`_acc_zeros`; MAT must hold wherever
-there is a shared or per-head product):
+accumulators oq and dq and the key-row accumulator dk held transposed, :func:`_acc_zeros` — refused on CUDA, where
+compiled they broke ``_bwd_kv_h`` at the model's size: docs/results/cem/gpu_h100/product_order_5cde3b5.md; MAT must
+hold wherever there is a shared or per-head product):
 
 * ``_fwd_h``: pass 1 → m, l, lse of the head; pass 2 → oq, ox in registers (p = e^{s − m}/l, the same
   arithmetic as ``_fwd``) and p added into PS — or, where no probability leaves the program (no h read-out, or
