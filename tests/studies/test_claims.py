@@ -138,3 +138,19 @@ def test_an_arm_aggregates_its_runs_per_seed_and_a_probe_is_one_value(tmp_path):
 def test_rule_text_says_a_declared_noise_decides_one_seed(tmp_path):
     assert "one seed: decided against the band" in rule_text(_spec(tmp_path, rules={"noise": 0.02}).claims[0])
     assert "one seed: undecided" in rule_text(_spec(tmp_path).claims[0])
+
+
+def test_a_seed_missing_one_of_the_arms_cells_is_left_out_not_averaged_over_fewer(tmp_path):
+    """An arm over two lengths: seed 1's run at length 64 is missing (not run, failed, or without the metric), so
+    its mean would be over length 8 alone beside seed 0's over both — that seed is left out of the arm (and of a
+    paired claim's seeds); a complete seed set is unchanged."""
+    recs = {**_recs({0: 60.0, 1: 10.0}, {0: 50.0, 1: 50.0}, "8"), **_recs({0: 70.0}, {0: 51.0, 1: 52.0}, "64")}
+    spec = _spec(tmp_path, b={"value": 0.0}, rules={"single_seed_bound": 0})
+    (row,) = evaluate(spec, recs)
+    assert row.a == [65.0]
+    recs["e164"] = {"cell": {"model": "eqt", "length": "64"}, "seed": 1, "metrics": {"accuracy": {"k32": 30.0}}}
+    (row,) = evaluate(spec, recs)
+    assert row.a == [65.0, 20.0]
+    recs["e164"]["metrics"] = {"accuracy": {}}  # the run exists but lacks the metric
+    (row,) = evaluate(spec, recs)
+    assert row.a == [65.0]

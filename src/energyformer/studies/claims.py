@@ -44,6 +44,11 @@ def _matches(record: dict, where: dict[str, str | list[str]]) -> bool:
     return all(cell.get(a) in (v if isinstance(v, list) else [v]) for a, v in where.items())
 
 
+def _cell_key(record: dict) -> tuple:
+    """A run's cell (its axis labels, the seed apart) as a hashable key."""
+    return tuple(sorted((a, str(v)) for a, v in record.get("cell", {}).items()))
+
+
 _AGG = {"mean": fmean, "min": min, "max": max, "range": lambda v: max(v) - min(v)}
 
 
@@ -51,22 +56,30 @@ def arm_values(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[
                probes: dict | None = None) -> dict[int, float]:
     """{seed: value}: per seed the runs the arm selects aggregated to one (``arm.agg``, the mean by
     default) — or, with ``reduce``, its function of the per-label aggregates of one axis — minus the
-    ``minus`` selection's value (seeds both ran); a probe's measurement is one value (seed 0)."""
+    ``minus`` selection's value (seeds both ran); a probe's measurement is one value (seed 0).
+    Only seeds with a value in every cell the arm selects in any seed count: a seed whose run of one cell is
+    missing (not run, failed, or no such metric) is left out rather than aggregated over fewer cells, which
+    would set a mean over other cells beside the other seeds' (its seed count then says so)."""
     if arm.probe is not None:
         v = metric_value({"metrics": {arm.probe: (probes or {}).get(arm.probe)}}, f"{arm.probe}.{arm.metric or metric}")
         return {0: float(v)} if isinstance(v, (int, float)) else {}
     where = {**(arm.where or {}), **extra}
     m = arm.metric or metric
     by_seed: dict[int, dict[str | None, list[float]]] = {}
+    cells: dict[int, set] = {}  # per seed, the cells it has a value for
     for r in records.values():
         if _matches(r, where):
             v = metric_value(r, m)
             if isinstance(v, (int, float)):
                 label = r.get("cell", {}).get(arm.reduce.over) if arm.reduce else None
                 by_seed.setdefault(int(r["seed"]), {}).setdefault(label, []).append(float(v))
+                cells.setdefault(int(r["seed"]), set()).add(_cell_key(r))
+    every = set().union(*cells.values()) if cells else set()
     agg = _AGG[arm.agg]
     out: dict[int, float] = {}
     for s in sorted(by_seed):
+        if cells[s] != every:
+            continue  # a cell of the arm missing in this seed
         groups = by_seed[s]
         if arm.reduce is None:
             out[s] = agg(groups[None])
