@@ -106,6 +106,27 @@ def test_command_report_only_renders_from_records_alone(study, tmp_path, monkeyp
     assert {p.name: p.read_text() for p in page.rglob("*.md")} == first       # deterministic
 
 
+def test_pages_name_records_the_study_would_train_again_or_no_longer_runs(study, tmp_path, monkeypatch):
+    """A record whose config hash differs from what the study resolves to now (a changed default, recipe, or a
+    run made with --set) and one that is not a run of the scale's grid are named on the scale page and the index
+    ("Out of date"); current records are not, and a page of current records says nothing about it."""
+    spec, root, data = study
+    page = tmp_path / "page"
+    shutil.copytree(root / "out", page / "cpu")
+    monkeypatch.setattr("energyformer.studies.command.load_study", lambda name: spec)
+    assert study_main("tiny", ["--report-only", "--out", str(page)]) == 0
+    assert "Out of date" not in (page / "cpu" / "README.md").read_text() + (page / "README.md").read_text()
+    edited = json.loads((page / "cpu" / "results.json").read_text())
+    edited["runs"]["L8_s0_eqt"]["config_hash"] = "0" * 16
+    edited["runs"]["L64_s0_eqt"] = {**edited["runs"]["L8_s0_eqt"], "cell": {"model": "eqt", "length": "64"}}
+    (page / "cpu" / "results.json").write_text(json.dumps(edited))
+    assert study_main("tiny", ["--report-only", "--out", str(page)]) == 0
+    want = ("**Out of date:** 1 of these records were made with a configuration that differs from the one the study "
+            "resolves to now, so `reproduce` would train them again (`L8_s0_eqt`); 1 are not runs of the scale's "
+            "current grid and seeds (`L64_s0_eqt`).")
+    assert want in (page / "cpu" / "README.md").read_text() and want in (page / "README.md").read_text()
+
+
 def test_a_diverged_run_is_recorded_and_probes_are_made_once(tmp_path, monkeypatch):
     from energyformer.studies.runner import run_probes, train_one
     from energyformer.studies.spec import expand

@@ -20,7 +20,7 @@ from ..utils.paths import check_writable_dir
 from ..utils.validate import ConfigError
 from .claims import ClaimRow, evaluate
 from .page import render as render_page
-from .runner import hook, load_results, run_study
+from .runner import hook, load_results, outdated_text, run_study
 from .spec import StudySpec, load_study
 
 
@@ -61,8 +61,9 @@ def render_index(name: str, spec: StudySpec, out: Path, rendered: dict[str, list
                 note = (f" {old} of the runs were recorded before this study by the old program (their settings "
                         f"are on the page); the study's {scale} preset{preset} has not been run through the study "
                         f"runner: `{command_line(name, spec, scale)}` would retrain them.")
+            stale = outdated_text(spec, scale, data["runs"])
             lines.append(f"* **{scale}** — [{scale}/README.md]({scale}/README.md): {len(data['runs'])} runs on "
-                         f"{'; '.join(hw)}; claims: {verdicts}.{note}")
+                         f"{'; '.join(hw)}; claims: {verdicts}.{note}" + (f" {stale}" if stale else ""))
         else:
             lines.append(f"* **{scale}** — not run yet: `{command_line(name, spec, scale)}`.{note}")
     if rendered:

@@ -285,6 +285,10 @@ def render(out: Path, spec: StudySpec, name: str, scale: str, data: dict, rows: 
             parts.append(f"# {spec.title} — {scale} scale\n\nRendered from this folder's `results.json` by "
                          f"`energyformer reproduce {name} --report-only --out {spec.page}` (study "
                          f"`studies/{name}.yaml`; {len(ctx.records)} runs)." + (f" Scale: {note}" if note else "") + "\n")
+            from .runner import outdated_text
+
+            stale = outdated_text(spec, scale, data["runs"]) if scale in spec.scales else ""
+            parts += [stale + "\n"] if stale else []
         parts += [s for s in (render_block(ctx, b) for b in blocks) if s]
         (out / fname).write_text("\n".join(parts))
         written.append(out / fname)

@@ -162,6 +162,48 @@ def train_one(plan: RunPlan, runs_dir: str, metrics: dict[str, str], scale: str,
             "metrics": {k: v for k, v in values.items() if v is not None}}
 
 
+def outdated_records(spec: StudySpec, scale: str, runs: dict[str, dict]) -> tuple[list[str], list[str]]:
+    """(changed, outside): the records (names) whose config differs from what the study resolves to now for the
+    same run — ``run_study`` would train them again (a changed default, recipe or config file; a run recorded
+    with ``--set``) — and those whose name is no longer a run of the scale's grid at their seed. Migrated
+    records (no config hash) are neither: they say so themselves."""
+    seeds = sorted({int(r["seed"]) for r in runs.values() if isinstance(r.get("seed"), int)})
+    try:
+        plans = {p.name: p for p in expand(spec, scale, seeds=seeds)} if seeds else {}
+    except ConfigError:
+        plans = {}
+    changed, outside = [], []
+    for key, r in runs.items():
+        if r.get("config_hash") == "migrated":
+            continue
+        if key not in plans:
+            outside.append(key)
+            continue
+        try:
+            same = config_hash(_config(plans[key], Path("runs"))) == r.get("config_hash")
+        except ConfigError:  # the study's config no longer loads for this run
+            same = False
+        if not same:
+            changed.append(key)
+    return changed, outside
+
+
+def outdated_text(spec: StudySpec, scale: str, runs: dict[str, dict]) -> str:
+    """One sentence for a page naming :func:`outdated_records` (up to five names each), or ''."""
+    changed, outside = outdated_records(spec, scale, runs)
+
+    def names(keys: list[str]) -> str:
+        return ", ".join(f"`{k}`" for k in keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+
+    parts = []
+    if changed:
+        parts.append(f"{len(changed)} of these records were made with a configuration that differs from the one "
+                     f"the study resolves to now, so `reproduce` would train them again ({names(changed)})")
+    if outside:
+        parts.append(f"{len(outside)} are not runs of the scale's current grid and seeds ({names(outside)})")
+    return ("**Out of date:** " + "; ".join(parts) + ".") if parts else ""
+
+
 def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path, *, jobs: int = 1,
               seeds: list[int] | None = None, only: dict[str, list[str]] | None = None, sets: list[str] = (),
               log: Callable[[str], None] = print) -> dict:
