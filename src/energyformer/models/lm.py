@@ -20,6 +20,7 @@ from torch import Tensor
 from ..utils.validate import ConfigError
 from .config import ModelConfig
 from .output import ModelOutput
+from .sampling import tempered
 from .wrapper import TokenModel
 
 __all__ = ["CausalLM", "ModelConfig", "check_sampling", "kv_cache_bytes"]
@@ -103,8 +104,7 @@ class CausalLM(TokenModel):
             if greedy or temperature == 0:
                 nxt = logits.argmax(-1, keepdim=True)  # (B, 1)
             else:
-                # shifted first: a tiny temperature gives -inf, never inf - inf = nan in the softmax
-                logits = (logits - logits.amax(-1, keepdim=True)) / temperature
+                logits = tempered(logits, temperature)
                 if top_k is not None:
                     kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
                     logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -39,6 +39,7 @@ from .init import init_model
 from .naming import name_blocks
 from .output import ModelOutput
 from .registry import MODELS
+from .sampling import tempered
 from .vision import IteratedStackConfig
 from .wrapper import SinusoidalPositions
 
@@ -187,8 +188,8 @@ def maskgit_decode(model: nn.Module, codes: Tensor, mask: Tensor, steps: int = 8
         if not bool(still.any()):
             break
         logits = model(cur, still, **forward_options).logits.float()  # (B, N, K)
-        if temperature > 0:  # shifted first: a tiny temperature gives -inf, never inf - inf = nan
-            logits = (logits - logits.amax(-1, keepdim=True)) / temperature
+        if temperature > 0:
+            logits = tempered(logits, temperature)
             sampled = (logits + _gumbel(logits.shape, generator, logits.device)).argmax(-1)  # (B, N)
         else:
             sampled = logits.argmax(-1)
