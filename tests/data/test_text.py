@@ -240,3 +240,23 @@ def test_unigram_baseline_on_real_text():
     assert T.unigram_perplexity([], [0, 1, 2], 10) == pytest.approx(10.0)
     with pytest.raises(ValueError, match="eval_ids has ids outside"):
         T.unigram_perplexity([0], [10], 10)
+
+
+def test_eval_windows_of_a_tokenizer_that_cannot_count_bytes_use_its_decoded_first_token(tmp_path, monkeypatch):
+    """A tokenizer without its own byte count (``Tokenizer.token_bytes`` None, the default): the first token's
+    bytes are those of its decoded text where that is a prefix of the text."""
+    from energyformer.data.tokenizers import Tokenizer
+
+    class Chars(Tokenizer):
+        name, vocab_size = "chars", 0x110000
+
+        def encode(self, text):
+            return [ord(c) for c in text]
+
+        def decode(self, ids):
+            return "".join(map(chr, ids))
+
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
+    assert Chars().token_bytes([233]) is None
+    w = T.EvalWindows.from_text("é and more", Chars(), seq_len=4, cache=False)
+    assert w.n_bytes == T.count_bytes(" and more") == T.count_bytes("é and more") - 2

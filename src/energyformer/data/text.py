@@ -391,13 +391,12 @@ class EvalWindows:
     def from_text(cls, text: str, tokenizer: Tokenizer, seq_len: int, batch_size: int = 1,
                   cache: bool = True) -> EvalWindows:
         """Encode ``text`` (cached) and record the byte count of what is scored: the text after its first token
-        (the tokenizer's ``token_bytes`` of it where it has one, else its decoded text's where that is a prefix
+        (the tokenizer's ``token_bytes`` of it where it can say, else its decoded text's where that is a prefix
         of ``text``; a first token ending inside a character leaves none out)."""
         data = encode_corpus(text, tokenizer, cache=cache)
         head = data[:1].tolist()
-        if hasattr(tokenizer, "token_bytes"):
-            skip = tokenizer.token_bytes(head)
-        else:
+        skip = tokenizer.token_bytes(head)
+        if skip is None:
             first = tokenizer.decode(head) if head else ""
             skip = count_bytes(first) if text.startswith(first) else 0
         return cls(data, seq_len, batch_size, count_bytes(text) - skip)

@@ -62,6 +62,12 @@ class Tokenizer(ABC):
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids``; special ids are dropped."""
 
+    def token_bytes(self, ids: list[int]) -> int | None:
+        """UTF-8 bytes of the text ``ids`` stand for, counted exactly also for a token ending inside a character;
+        None where the tokenizer cannot say (the default: callers fall back on the decoded text, as
+        ``EvalWindows.from_text`` does)."""
+        return None
+
     @property
     def cache_key(self) -> str:
         """Identifies the exact vocabulary (defaults to ``name``)."""
