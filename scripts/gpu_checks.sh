@@ -40,7 +40,7 @@
 #                                          default; the key-tile kernel on 128 × 32, with the other kernels on
 #                                          16 × 64, 64 × 32 and 128 × 32 on 8 warps), the key-tile kernel on
 #                                          128 × 32's profile at 4k beside the default's; ~7.5 min: pass `next 450`
-#   scripts/gpu_checks.sh order [SECONDS]   (~2 min) which kernel's turned products break product_order 'auto' on the
+#   scripts/gpu_checks.sh order [SECONDS]   (~3 min) which kernel's turned products break product_order 'auto' on the
 #                                          GPU (scripts/cem_order_bisect.py: each kernel's flag alone at the model's
 #                                          size, each case in its own process)
 #   scripts/gpu_checks.sh next2 [SECONDS]   (~6 min) train.compile's 'reduce-overhead' against the graphed eager step
@@ -229,8 +229,8 @@ fi
 if [ "$PHASE" = order ]; then   # product_order 'auto' on the GPU: which kernel's turned products break it (each
   # kernel's flag alone at the model's size, each case in its own process with CUDA_LAUNCH_BLOCKING), at N 1k × B 8
   # where 'auto' hit an illegal address and at B 2 where it gave wrong gradients
-  step bisect_1k8 70 $PY scripts/cem_order_bisect.py --n 1024 --batch 8 --timeout 30 --out "$OUT/order_bisect_1k8.md"
-  step bisect_1k2 60 $PY scripts/cem_order_bisect.py --n 1024 --batch 2 --timeout 30 --out "$OUT/order_bisect_1k2.md"
+  step bisect_1k8 110 $PY scripts/cem_order_bisect.py --n 1024 --batch 8 --timeout 45 --out "$OUT/order_bisect_1k8.md"
+  step bisect_1k2 80 $PY scripts/cem_order_bisect.py --n 1024 --batch 2 --timeout 30 --out "$OUT/order_bisect_1k2.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
