@@ -86,3 +86,44 @@ def test_taylor_bias_has_no_cancellation_when_values_share_a_large_mean(peak):
     got = e._taylor_bias(p.float(), v.float(), (p.float() @ v.float()), a.float()).double()
     scale = float(a.norm(dim=-1).max() * (v - c[..., :1, :]).norm(dim=-1).max() ** 2)  # |a| |v − μ|²
     assert float((got - want[..., 0]).abs().max()) <= 1e-4 * max(float(want.abs().max()), 1e-3 * scale)
+
+
+# ----------------------------------------------------------------------------- float32 gradients (MHA2nd)
+@pytest.mark.parametrize("kind,bounds", [("mha2nd", (1e-5, 3e-3, 1e-4)), ("mha2nd1st", (1e-3, 1e-3, 1e-3))])
+def test_float32_gradients_follow_float64_where_attention_is_peaked(kind, bounds):
+    """Weights x10 (logits in the hundreds), key padding, causal: float32 backward against float64 (x, W_K, the
+    score temperature). MHA2nd's uncentred covariance Σ p v vᵀ − μ μᵀ put W_K's gradient 16 % off and the score
+    temperature's 200 % (sign flipped) where float64 moves 4e-5 under float32-sized perturbations; centred on
+    each query's heaviest value, with the scores shifted by their row maximum before T_s, they follow float64.
+    MHA2nd1st is worse conditioned here (float64 moves 4e-4 under those perturbations): its bound is that."""
+    import copy
+
+    import energyformer.blocks  # noqa: F401  (registers the attention kinds)
+    from energyformer.blocks.registry import ATTENTIONS
+    from energyformer.core import ForwardContext
+
+    entry = ATTENTIONS.get(kind)
+    torch.manual_seed(0)
+    blk = entry.builder(entry.config(), SublayerSpec(dim=16, heads=2, causal=True)).double().train()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in blk.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+            if p.dim() >= 2:
+                p.mul_(10.0)
+    x0 = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    mask[1, 2] = False
+    w = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+
+    def grads(b, dtype):
+        x = x0.to(dtype).clone().requires_grad_(True)
+        y = b(x, ForwardContext(mask=mask, embedded=x))
+        (y * w.to(dtype) * mask[..., None]).sum().backward()
+        return {"x": x.grad.double(), **{n: p.grad.double() for n, p in b.named_parameters() if p.grad is not None}}
+
+    want, got = grads(blk, torch.float64), grads(copy.deepcopy(blk).float(), torch.float32)
+    err = {n: float((got[n] - want[n]).norm() / want[n].norm()) for n in ("x", "energy.wk.weight",
+                                                                        "energy.temp_score.theta")}
+    assert [err[n] < b for n, b in zip(("x", "energy.wk.weight", "energy.temp_score.theta"), bounds)] == [True] * 3, err

@@ -10,7 +10,8 @@ Per head h and query i (causal, j ≤ i), theory-tied ``q_i = P_h u_i`` (P_h = W
 * ``mode='newton'`` (**MHA2nd**, the reference): ``o_i = M_{i,ε}⁻¹ a_i`` with ``M_ε`` damped (eigenvalues
   clamped to ≥ ε, or |λ| ≥ ε, or ``M + εI``): M is indefinite once λ_max(C) > T_s (the seed's Lemma 2),
   so an undamped Newton step may ascend. Per-token d_h×d_h eigendecompositions: a reference, not a
-  fast layer.
+  fast layer. C is taken about each query's heaviest value (``_covariance``) and the scores shifted by
+  their row maximum before T_s: the same numbers, without float32 cancellations when attention is peaked.
 * ``mode='taylor'`` (**MHA2nd1st**): ``M⁻¹ ≈ I + C/T`` (first-order Taylor), so
   ``o_i = a_i + b_i``, ``b_i = (1/T_b)[Σ_j p_ij (v_j·a_i) v_j − (μ_i·a_i) μ_i] = C_i a_i / T_b``. The
   inner products ``v_j·a_i`` come first (an N×N matrix, then one more N×N matmul), so the cost stays
@@ -206,21 +207,45 @@ class NewtonHeads(Energy):
     def _head_steps(self, q: Tensor, st: QKVState) -> Tensor:
         k, v = st.k, st.v
         Ts = self.temp_score().to(q.dtype)[None, :, None, None]
-        s = (q @ k.transpose(-1, -2) - 0.5 * (k * k).sum(-1)[:, :, None, :]) / Ts
-        p = masked_softmax(s, visible(q.shape[2], k.shape[2], self.causal, st.key_mask, q.device))
+        raw = q @ k.transpose(-1, -2) - 0.5 * (k * k).sum(-1)[:, :, None, :]     # (B, H, N, Nk)
+        vis = visible(q.shape[2], k.shape[2], self.causal, st.key_mask, q.device)
+        # each row shifted by its largest visible logit (a constant: softmax and, since a row's dS sums to zero,
+        # every gradient are unchanged) before dividing by T_s: unshifted, T_s's gradient Σ dS·s/T_s summed
+        # logits of size |k|² whose shares cancel — in float32 at weights x10 it was 1 % off, sign flipped for
+        # one head before the covariance below was centred too; shifted, within 2e-5 of float64
+        seen = raw.detach() if vis is None else raw.detach().masked_fill(~vis, float("-inf"))
+        top = seen.amax(-1, keepdim=True)                                           # (B, H, N, 1)
+        s = (raw - torch.where(torch.isfinite(top), top, torch.zeros_like(top))) / Ts
+        p = masked_softmax(s, vis)
         if self.training and self.dropout:
             p = F.dropout(p, self.dropout)
         mu = p @ v                                       # (B, H, N, dh)
         a = mu - q if self.subtract_query else mu
         if self.mode == "taylor":
             return a + self._taylor_bias(p, v, mu, a) / self.temp_bias().to(q.dtype)[None, :, None, None]
-        vv = (v[..., :, None] * v[..., None, :]).flatten(-2)          # (B, H, Nk, dh²)
-        C = (p @ vv).unflatten(-1, (self.head_dim, self.head_dim)) - mu[..., :, None] * mu[..., None, :]
+        C = self._covariance(p, v, mu)
         eye = torch.eye(self.head_dim, dtype=q.dtype, device=q.device)
         M = damp(eye - C / Ts[..., None], self.damping, self.damping_eps)
         with autocast_off(q.device.type):  # batched d_h x d_h solves in float32
             dt = torch.promote_types(q.dtype, torch.float32)
             return torch.linalg.solve(M.to(dt), a.to(dt)[..., None])[..., 0].to(q.dtype)
+
+    def _covariance(self, p: Tensor, v: Tensor, mu: Tensor) -> Tensor:
+        """C_i = Σ_j p_ij v_j v_jᵀ − μ_i μ_iᵀ (B, H, N, dh, dh), taken about c_i = v_{j*(i)}, each query's heaviest
+        value, as :meth:`_taylor_bias` takes C a: ``C_i = Σ_j p_ij (v_j − c_i)(v_j − c_i)ᵀ − (μ_i − c_i)(μ_i − c_i)ᵀ``.
+        The unshifted form cancels two terms of size |v|² when attention is peaked: with weights x10 its float32
+        gradients were off by 16 % (W_K) and the score temperature's by 200 %, sign flipped, against 4e-5 from
+        float64 under float32-sized perturbations. Dropped-out weights (training) do not sum to one: the term
+        ``(S_i − 1) c_i c_iᵀ``, S_i = Σ_j p_ij, restores the unshifted formula exactly. The centred values
+        (v_j − c_i) are one (B, H, N, Nk, dh) tensor: MHA2nd is the slow reference (per-token solves)."""
+        j = p.argmax(-1, keepdim=True)                                # (B, H, N, 1) heaviest key
+        c = torch.gather(v, 2, j.expand(*j.shape[:-1], v.shape[-1]))  # (B, H, N, dh)
+        vc = v[:, :, None] - c[..., None, :]                          # (B, H, N, Nk, dh)
+        d = mu - c
+        C = (vc * p[..., None]).transpose(-1, -2) @ vc - d[..., :, None] * d[..., None, :]
+        if self.training and self.dropout:
+            C = C - (p.sum(-1) - 1)[..., None, None] * c[..., :, None] * c[..., None, :]
+        return C
 
     def _taylor_bias(self, p: Tensor, v: Tensor, mu: Tensor, a: Tensor) -> Tensor:
         """C_i a_i = Σ_j p_ij (v_j·a_i) v_j − (μ_i·a_i) μ_i, shifted per query (B, H, N, dh).
