@@ -103,6 +103,25 @@ def test_et_attention_padded_tokens_are_not_queries(self_interaction):
     torch.testing.assert_close(gx[:2], auto, rtol=1e-10, atol=1e-12)
 
 
+def test_et_attention_query_that_sees_no_key_has_no_energy():
+    """Without self-interaction a sequence of one token, or a padded row's only real token, sees no key: its
+    E_C was log of an empty sum (+∞ energy, NaN gradient and NaN block output); it is the empty interaction, 0,
+    and the padded row's real token moves as the row truncated to it. Autograd of the energy agrees."""
+    torch.manual_seed(5)
+    e = ETAttentionEnergy(8, 2, beta=0.7, init_std=0.3).double()
+    one = _x(2, 1, 8, seed=5)
+    assert torch.equal(e.energy(one, e.prepare(one)), torch.zeros(2, 1))
+    assert torch.equal(e.grad(one, e.prepare(one)), torch.zeros(2, 1, 8))
+    x = _x(2, 5, 8, seed=6)
+    mask = torch.tensor([[True] * 5, [True, False, False, False, False]])
+    g = e.grad(x, e.prepare(x, mask=mask))
+    assert torch.isfinite(g).all() and torch.equal(g[1], torch.zeros(5, 8))
+    torch.testing.assert_close(g[0], e.grad(x[:1], e.prepare(x[:1]))[0], rtol=1e-12, atol=1e-12)
+    xg = x.clone().requires_grad_(True)
+    (auto,) = torch.autograd.grad(e.energy(xg, e.prepare(xg, mask=mask)).sum(), xg)
+    torch.testing.assert_close(g, auto, rtol=1e-10, atol=1e-12)
+
+
 def test_composite_et_energy_traces_both_terms():
     torch.manual_seed(4)
     e = EnergyTransformerEnergy(8, 2, memories=16, beta=0.5, init_std=0.3).double()

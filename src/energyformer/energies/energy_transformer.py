@@ -146,7 +146,10 @@ class ETAttentionEnergy(Energy):
     def reprepare(self, state: dict[str, Any], u: Tensor) -> dict[str, Any]:
         return {"k": self._proj(u, self.wk), "mask": state["mask"]}
 
-    def _scores(self, q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+    def _scores(self, q: Tensor, k: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """(scores (B, H, Nq, Nk) with hidden keys at −inf, keyless (…, Nq, 1) or None): keyless marks the queries
+        that see no key at all — without self-interaction a sequence of one token, or a row's only real token —
+        whose rows are set to 0 (finite) here; their E_C is the empty interaction, 0 (:meth:`energy`)."""
         s = self.beta * (q @ k.transpose(-1, -2))  # (B, H, Nq, Nk)
         n_q, n_k = s.shape[-2:]
         hide = None
@@ -155,21 +158,33 @@ class ETAttentionEnergy(Energy):
         if mask is not None:
             pad = ~key_padding_mask(mask)  # (B, 1, 1, Nk)
             hide = pad if hide is None else (hide | pad)
-        return s if hide is None else s.masked_fill(hide, float("-inf"))
+        if hide is None:
+            return s, None
+        keyless = hide.all(-1, keepdim=True)
+        return s.masked_fill(hide, float("-inf")).masked_fill(keyless, 0.0), keyless
 
     # --------------------------------------------------------------------- energy and gradient
     def energy(self, x: Tensor, state: dict[str, Any]) -> Tensor:
+        """E_C per token (B, N); 0 for a padded query and for one that sees no key (no interaction: log of an
+        empty sum would be −∞, an infinite energy and NaN gradients — a sequence of one token without
+        self-interaction, or a padded row's only real token)."""
         q = self._proj(x, self.wq)
-        s = self._scores(q, state["k"], state["mask"])
-        e = -(torch.logsumexp(s, dim=-1).sum(1)) / self.beta  # (B, N)
+        s, keyless = self._scores(q, state["k"], state["mask"])
+        lse = torch.logsumexp(s, dim=-1)  # (B, H, N)
+        if keyless is not None:
+            lse = torch.where(keyless[..., 0], 0.0, lse)
+        e = -(lse.sum(1)) / self.beta  # (B, N)
         mask = state["mask"]
         return e if mask is None else torch.where(mask.to(torch.bool), e, 0.0)  # padded queries: E_C = 0
 
     def grad(self, x: Tensor, state: dict[str, Any]) -> Tensor:
         """Total derivative (query side + key side) at x, with ``state`` prepared at x."""
         q, k, mask = self._proj(x, self.wq), state["k"], state["mask"]
-        a = torch.softmax(self._scores(q, k, mask), dim=-1)  # (B, H, N, N), rows = queries C
-        if mask is not None:  # padded queries have no energy (a fully padded row's NaN rows included)
+        s, keyless = self._scores(q, k, mask)
+        a = torch.softmax(s, dim=-1)  # (B, H, N, N), rows = queries C
+        if keyless is not None:  # a query that sees no key has no energy
+            a = torch.where(keyless, 0.0, a)
+        if mask is not None:  # padded queries have no energy
             a = torch.where(mask.to(torch.bool)[:, None, :, None], a, 0.0)
         dq = a @ k                                  # Σ_B A_CB k_B      (B, H, N, Y)
         dk = a.transpose(-1, -2) @ q                # Σ_C A_CB q_C      (B, H, N, Y)
