@@ -307,3 +307,21 @@ def test_column_mask_is_the_mask_and_its_transpose():
     full = pad & ~torch.eye(3, dtype=torch.bool)  # (1, 1, 3, 3): the padded query still sees the real keys
     want = torch.tensor([[False, True, False], [True, False, False], [False, False, False]])
     assert torch.equal(column_mask(full)[0, 0], want)
+
+
+@pytest.mark.parametrize("impl", [None, "fused", "einsum"])
+def test_hyperset_attention_takes_an_empty_batch(impl):
+    """B = 0 (and one token): the fused bi-softmax took the span of its normalisers with amax over nothing and
+    raised PyTorch's internal reduction error; every impl returns an empty output and backpropagates."""
+    import energyformer.blocks  # noqa: F401  (registers the attention kinds)
+    from energyformer.blocks.registry import ATTENTIONS, SublayerSpec
+    from energyformer.core import ForwardContext
+
+    entry = ATTENTIONS.get("hyperset")
+    blk = entry.builder(entry.config(**({"impl": impl} if impl else {})), SublayerSpec(dim=16, heads=2))
+    for shape in ((0, 9, 16), (2, 1, 16)):
+        x = torch.randn(*shape, requires_grad=True)
+        y = blk(x, ForwardContext(embedded=x))
+        assert y.shape == shape and torch.isfinite(y).all()
+        y.sum().backward()
+        assert x.grad.shape == shape

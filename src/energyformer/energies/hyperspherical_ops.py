@@ -261,6 +261,8 @@ def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor 
     float32. Rows of padded queries are defined but not meaningful (padded tokens never move).
     """
     r = chunked_lse(q, k, scale, mask, budget) if lse is None else lse
+    if r.numel() == 0:  # an empty batch (or no heads, no tokens): no normaliser to shift by
+        return bisoftmax_einsum(q, k, v, scale, mask), r
     c = r if symmetric else chunked_lse(k, q, scale, column_mask(mask), budget)  # mask & maskᵀ is its own swap
     hi = torch.maximum(r.amax(-1, keepdim=True), c.amax(-1, keepdim=True))  # (B, H, 1)
     lo = torch.minimum(r.amin(-1, keepdim=True), c.amin(-1, keepdim=True))
