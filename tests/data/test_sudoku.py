@@ -424,6 +424,9 @@ def test_scoring_hand_made_cases():
     assert S.cell_accuracy(pred, puzzles, solutions) == pytest.approx((64 + 63 + 0) / 192)
     assert S.score_sudoku(torch.as_tensor(pred), puzzles, solutions) == pytest.approx(
         {"n": 3, "board_accuracy": 1 / 3, "valid_fraction": 1 / 3, "cell_accuracy": 127 / 192})
+    # puzzles given complete: no cell to fill, so no cell accuracy (it was NaN, which `eval` took for a model
+    # giving inf/NaN and exited 1 with every board solved)
+    assert S.score_sudoku(sol[None], sol[None], sol[None]) == {"n": 1, "board_accuracy": 1.0, "valid_fraction": 1.0}
     # without solutions: validity against the givens; a different valid grid counts when it
     # keeps the givens (two-solution puzzle), and a grid that changes a given does not
     two = find_deadly_rectangle_puzzle()

@@ -64,14 +64,16 @@ def score_sudoku(pred: Any, puzzles: Any, solutions: Any = None) -> dict[str, fl
     """``{'n', 'board_accuracy', 'valid_fraction'[, 'cell_accuracy']}`` of a batch of predictions.
 
     ``valid_fraction`` is always the validity score (complete, valid, givens kept), so it can be
-    compared between sets with and without solutions.
+    compared between sets with and without solutions. ``cell_accuracy`` needs solutions and at least one
+    blank cell: puzzles given complete have no cell to fill (it is left out, not NaN, which a caller would
+    take for a model giving inf/NaN).
     """
     p, q, s = _checked(pred, puzzles, solutions)
     valid = is_solution(p, q)
     out = {"n": int(q.shape[0]),
            "board_accuracy": board_accuracy(p, q, s),
            "valid_fraction": float(valid.mean()) if valid.size else float("nan")}
-    if s is not None:
+    if s is not None and bool((q == 0).any()):
         out["cell_accuracy"] = cell_accuracy(p, q, s)
     return out
 
