@@ -244,3 +244,32 @@ def test_ctrl_c_prints_the_resume_command(tmp_path):
     lines = [x for x in err.strip().splitlines() if x.strip()]
     assert len(lines) <= 2 and "Traceback" not in err, err
     assert "energyformer train lm/llama --resume --set" in lines[-1] and "name=intr" in lines[-1], err
+
+
+def test_own_text_files_are_kept_absolute_and_a_changed_text_refuses_to_resume(tmp_path, capsys, monkeypatch):
+    """task.text_files given relative: the run's config keeps them absolute, so eval from another directory reads
+    the same file (it read whatever in/corp.txt the current directory held, or said not found); resuming after
+    the text changed is a one-line error naming the checkpoint (it was an internal ValueError when the token
+    count changed, and silent training on other data when it did not)."""
+    (tmp_path / "in").mkdir()
+    corp = tmp_path / "in" / "corp.txt"
+    corp.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    monkeypatch.chdir(tmp_path)
+    sets = TINY + ["task.corpus=files", "task.text_files=[in/corp.txt]", "task.tokenizer=bytes", "name=own",
+                   f"out_dir={tmp_path / 'runs'}", "train.save_every=2"]
+    assert main(["train", "lm/llama", *_sets(sets + ["train.steps=2"])]) == 0
+    capsys.readouterr()
+    cfg = (tmp_path / "runs" / "own" / "config.yaml").read_text()
+    assert str(corp) in cfg and "- in/corp.txt" not in cfg
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "in").mkdir(parents=True)
+    (elsewhere / "in" / "corp.txt").write_text("another text entirely, " * 50)
+    monkeypatch.chdir(elsewhere)
+    assert main(["eval", str(tmp_path / "runs" / "own")]) == 0
+    here = capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", str(tmp_path / "runs" / "own")]) == 0
+    assert capsys.readouterr().out == here
+    corp.write_text(corp.read_text().upper())  # the same length, other tokens
+    err = _one_line_error(capsys, 2, ["train", "lm/llama", "--resume", *_sets(sets + ["train.steps=4"])])
+    assert "cannot resume from" in err and "the training data changed since the state was saved" in err

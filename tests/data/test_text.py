@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 
@@ -176,7 +177,8 @@ def test_lm_batcher_resume_exact():
     for _ in range(4):
         next(first)
     state = first.state_dict()
-    assert state == {"seed": 7, "step": 4, "batch_size": 3, "seq_len": 8, "n_tokens": 5000}
+    assert state == {"seed": 7, "step": 4, "batch_size": 3, "seq_len": 8, "n_tokens": 5000,
+                     "tokens_sha256": hashlib.sha256(data.numpy().tobytes()).hexdigest()}
     resumed = T.LMBatcher(data, batch_size=3, seq_len=8, seed=999)
     resumed.load_state_dict(dict(state))
     for k in range(4, 10):
@@ -184,8 +186,26 @@ def test_lm_batcher_resume_exact():
         assert torch.equal(x, uninterrupted[k][0]) and torch.equal(y, uninterrupted[k][1])
     other_seed = T.LMBatcher(data, batch_size=3, seq_len=8, seed=8)
     assert not torch.equal(next(other_seed)[0], uninterrupted[0][0])
-    with pytest.raises(ValueError, match="seq_len"):
+    with pytest.raises(DataError, match="seq_len"):
         T.LMBatcher(data, batch_size=3, seq_len=9).load_state_dict(state)
+
+
+def test_lm_batcher_refuses_to_resume_on_other_tokens():
+    """The training text changed since the checkpoint: another token count was an internal ValueError, and the
+    same count with other ids resumed silently on other data; both are a DataError saying so. A state saved
+    before the sha256 was kept is checked on its count."""
+    data = torch.randint(0, 50, (500,), generator=torch.Generator().manual_seed(0))
+    state = T.LMBatcher(data, batch_size=3, seq_len=8).state_dict()
+    other = data.clone()
+    other[17] = (other[17] + 1) % 50
+    for new in (torch.cat([data, data[:5]]), other):
+        with pytest.raises(DataError, match=r"the training data changed since the state was saved: it was 500 "
+                                            r"tokens \(sha256 [0-9a-f]{12}…\), this run's text gives"):
+            T.LMBatcher(new, batch_size=3, seq_len=8).load_state_dict(dict(state))
+    legacy = {k: v for k, v in state.items() if k != "tokens_sha256"}
+    T.LMBatcher(other, batch_size=3, seq_len=8).load_state_dict(legacy)  # same count: accepted
+    with pytest.raises(DataError, match="it was 500 tokens, this run's text gives 505"):
+        T.LMBatcher(torch.cat([data, data[:5]]), batch_size=3, seq_len=8).load_state_dict(legacy)
 
 
 def test_lm_batcher_too_short():

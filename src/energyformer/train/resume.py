@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..errors import DataError
 from .checkpoint import (CheckpointError, checkpoint_step, latest_valid_checkpoint, load_checkpoint, load_model_weights,
                          remove_stale_tmp, save_checkpoint)
 from .config import LEGACY_KEYS
@@ -316,7 +317,10 @@ def restore_run(trainer: Any, path: str) -> dict[str, Any]:
                 stacklevel=5,
             )
         entry = entries[trainer.rank % len(entries)]
-        trainer.train_data.load_state_dict(entry["data"])
+        try:
+            trainer.train_data.load_state_dict(entry["data"])
+        except DataError as err:
+            raise DataError(f"cannot resume from {path}: {err}") from None
         set_rng_state(entry["rng"])
     old_cfg, legacy = upgrade_train_config(state.get("train_config") or {})
     new_cfg = trainer.cfg.to_dict()
