@@ -50,6 +50,10 @@ def test_text_file_inputs(trained, tmp_path, capsys):
         capsys, 2, ["eval", str(trained), "--text-file", str(tmp_path / "one.txt")])
     assert "is a directory" in _one_line_error(capsys, 2, ["eval", str(trained), "--text-file", str(tmp_path)])
     assert "not found" in _one_line_error(capsys, 2, ["eval", str(trained), "--text-file", str(tmp_path / "no.txt")])
+    # a split beside the file evaluated instead of one (it was silently ignored)
+    (tmp_path / "ok.txt").write_text("some text to score " * 20)
+    assert "--split test: --text-file is evaluated instead of a split; give one or the other" in _one_line_error(
+        capsys, 2, ["eval", str(trained), "--split", "test", "--text-file", str(tmp_path / "ok.txt")])
 
 
 def test_run_directories_and_checkpoints(trained, tmp_path, capsys):
@@ -273,3 +277,21 @@ def test_own_text_files_are_kept_absolute_and_a_changed_text_refuses_to_resume(t
     corp.write_text(corp.read_text().upper())  # the same length, other tokens
     err = _one_line_error(capsys, 2, ["train", "lm/llama", "--resume", *_sets(sets + ["train.steps=4"])])
     assert "cannot resume from" in err and "the training data changed since the state was saved" in err
+
+
+def test_every_tasks_file_options_are_its_eval_options():
+    """``Task.eval_file_options`` (refused beside ``eval --split``) name options its own eval parser takes."""
+    import argparse
+
+    import energyformer.tasks  # noqa: F401  (registers the tasks)
+    from energyformer.tasks.base import TASKS
+
+    named = 0
+    for name in TASKS.names():
+        task = TASKS.get(name).builder
+        p = argparse.ArgumentParser()
+        task.add_eval_args(p)
+        dests = {a.dest for a in p._actions}
+        assert set(task.eval_file_options) <= dests, name
+        named += len(task.eval_file_options)
+    assert named >= 2  # --text-file (lm), --puzzles (sudoku)

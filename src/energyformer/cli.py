@@ -125,6 +125,10 @@ def cmd_eval(a, extra) -> int:
     if a.split is not None and not task.has_splits:
         raise ConfigError(f"--split {a.split}: a {task.name!r} run has no splits to choose from "
                           f"(its evaluation always reports {task.split_note})")
+    given = [o for o in task.eval_file_options if getattr(targs, o, None)]
+    if a.split is not None and given:
+        raise ConfigError(f"--split {a.split}: --{given[0].replace('_', '-')} is evaluated instead of a split; "
+                          "give one or the other")
     a.split = a.split or "validation"
     options = _forward_options(a)
     check_forward_options(model, options, cfg.model.kind)

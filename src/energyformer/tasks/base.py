@@ -95,6 +95,9 @@ class Task:
     has_splits: ClassVar[bool] = True
     #: what the evaluation reports when ``has_splits`` is False (for that error message)
     split_note: ClassVar[str] = ""
+    #: options of :meth:`add_eval_args` whose data is evaluated in place of a split (``eval --split`` with one
+    #: of them is refused, not silently ignored)
+    eval_file_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: TaskConfig, *, seed: int = 0, rank: int = 0):
         self.cfg = cfg

@@ -194,6 +194,8 @@ class LMTask(Task):
     def evaluate(self, model: nn.Module, split: str = "validation", **options: Any) -> dict[str, float]:
         return evaluate_lm(model, self.windows(split), self.cfg.eval_max_batches, **options)
 
+    eval_file_options = ("text_file",)
+
     @classmethod
     def add_eval_args(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--text-file", nargs="+", metavar="FILE",

@@ -230,6 +230,8 @@ class SudokuTask(Task):
         """One givens-histogram line per split (reports show them)."""
         return {k: f"{len(v)} boards, {v.describe_givens()}" for k, v in self.splits.items()}
 
+    eval_file_options = ("puzzles",)
+
     @classmethod
     def add_eval_args(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--puzzles", metavar="FILE", help="score the puzzles in FILE (any format read_sudoku "
