@@ -34,8 +34,15 @@ def _probe(folder: Path) -> None:
         pass
 
 
+def _not_empty(path: str | os.PathLike, option: str) -> None:
+    if not str(os.fspath(path)).strip():
+        raise ConfigError(f"{option} {str(os.fspath(path))!r}: an empty path; give a folder or file name")
+
+
 def check_writable_dir(path: str | os.PathLike, option: str = "output folder") -> Path:
-    """Create ``path`` if needed and prove a file can be written in it; return it."""
+    """Create ``path`` if needed and prove a file can be written in it; return it. An empty path (an unset
+    shell variable, say) is refused, not taken for the current folder."""
+    _not_empty(path, option)
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise _fail(option, p, "it is a file, not a folder")
@@ -47,7 +54,9 @@ def check_writable_dir(path: str | os.PathLike, option: str = "output folder") -
 
 
 def check_writable_file(path: str | os.PathLike, option: str = "output file") -> Path:
-    """Refuse a folder at ``path``; create its parent folder and prove a file can be written there."""
+    """Refuse a folder at ``path`` (and an empty path); create its parent folder and prove a file can be written
+    there."""
+    _not_empty(path, option)
     p = Path(path)
     if p.is_dir():
         raise _fail(option, p, "it is a folder, not a file")
