@@ -50,10 +50,6 @@ def test_reproduction_refuses_an_unwritable_output_before_training(capsys, argv,
 
 def test_an_empty_path_is_refused_not_taken_for_the_current_folder(capsys):
     """``--out ""`` (an unset shell variable) trained into runs/ under the config's out_dir, silently."""
-    from energyformer.cli import main
-    from energyformer.errors import ConfigError
-    from energyformer.utils.paths import check_writable_dir, check_writable_file
-
     for check in (check_writable_dir, check_writable_file):
         for empty in ("", "  "):
             with pytest.raises(ConfigError, match=r"--out '\s*': an empty path; give a folder or file name"):
