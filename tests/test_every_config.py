@@ -35,13 +35,20 @@ def _load_images_once():
 
 class _NoGradient:
     """Names the trainable parameters left without a gradient by a training step: DistributedDataParallel stops
-    on them (nag_mha / momen_mha did: layer 0's learned momentum β acted on no velocity)."""
+    on them (nag_mha / momen_mha did: layer 0's learned momentum β acted on no velocity); and the biases
+    decayed as weights (a parameter whose name ends in "bias" with the role 'weight': CRATE's learned output
+    bias ``out_bias`` was, where the library says a bias is never decayed)."""
 
     def __init__(self):
         self.missing: set[str] = set()
+        self.decayed_biases: list[str] = []
 
     def on_step_end(self, trainer, step):
+        from energyformer.train import param_roles
+
         self.missing |= {n for n, p in trainer.model.named_parameters() if p.requires_grad and p.grad is None}
+        self.decayed_biases = [n for n, r in param_roles(trainer.model).items()
+                               if n.rsplit(".", 1)[-1].endswith("bias") and r == "weight"]
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
@@ -51,6 +58,7 @@ def test_listed_config_trains_two_steps(name, tmp_path):
     probe = _NoGradient()
     res = run_experiment(cfg, callbacks=[probe])
     assert not probe.missing, f"parameters without a gradient (DDP stops on them): {sorted(probe.missing)}"
+    assert not probe.decayed_biases, f"biases with the role 'weight' (decayed): {probe.decayed_biases}"
     assert len(res.loss_history) == 2
     assert all(v == v and abs(v) != float("inf") for v in res.loss_history), res.loss_history
     assert (res.run_dir / "config.yaml").is_file()

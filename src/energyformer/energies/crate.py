@@ -65,6 +65,8 @@ class SubspaceAttentionEnergy(Energy):
     """E_i(x | h) = -(1/β) Σ_k LSE_j(β (U_kᵀ x_i)ᵀ(U_kᵀ h_j)); update U·SSA (tied, exact), W_O·SSA + b
     (learned) or the released code's (Uᵀ)ᵀ-as-D×Kp · SSA (tied_code; needs heads·head_dim = dim)."""
 
+    param_roles = {"out_bias": "bias"}  # the learned output's additive bias: never decayed, as every bias
+
     def __init__(self, dim: int, heads: int, head_dim: int | None = None, output: str = "tied"):
         super().__init__()
         check_int("dim", dim, min=1)
