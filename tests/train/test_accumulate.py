@@ -68,6 +68,49 @@ def test_accumulated_steps_equal_the_whole_batch_when_the_items_vary(tmp_path):
                for a, c in zip(whole.model.parameters(), plain.model.parameters()))  # the mean of means differs
 
 
+class _HalfEmpty(ToyData):
+    """ToyData whose batches of 16 count only their second half's targets."""
+
+    def next_batch(self):
+        x, y = super().next_batch()
+        keep = torch.zeros_like(y, dtype=torch.bool)
+        keep[len(keep) // 2:] = True
+        return x, y, keep
+
+
+def test_a_micro_batch_with_no_item_is_left_out_not_a_nan_step(tmp_path):
+    """The step's first micro-batch counts no target: its mean loss is NaN and so is its gradient, which a weight
+    of 0 did not cancel (NaN · 0 = NaN: the step diverged); it is left out, and grad_accum 2 at batch 8 takes the
+    step of batch 16."""
+    def fit(batch_size, accum):
+        seed_everything(0)
+        data = _HalfEmpty(batch_size=16)
+        if batch_size == 8:  # the same 16 rows, drawn as two halves of 8
+            rows = iter(())
+
+            def halves():
+                nonlocal rows
+                try:
+                    return next(rows)
+                except StopIteration:
+                    x, y, keep = _HalfEmpty.next_batch(data)
+                    rows = iter([(x[:8], y[:8], keep[:8]), (x[8:], y[8:], keep[8:])])
+                    return next(rows)
+            data.next_batch = halves
+        cfg = TrainConfig(steps=2, seed=0, log_every=1, eval_every=0, save_every=0, progress=False,
+                          tensorboard=False, device="cpu", lr=1e-2, grad_accum=accum, optimizer={"kind": "sgd"},
+                          grad_clip=0)
+        t = Trainer(ToyMLP(dropout=0.0), cfg, _masked_mse, data, out_dir=tmp_path / f"{batch_size}_{accum}",
+                    count_fn=lambda b: int(b[2].sum()))
+        t.fit()
+        return t
+
+    whole, halves = fit(16, 1), fit(8, 2)
+    assert halves.loss_history == pytest.approx(whole.loss_history, rel=1e-6)
+    for a, b in zip(whole.model.parameters(), halves.model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+
+
 def test_weighed_accumulation_resumes_exactly(tmp_path):
     """The weighed path draws a step's micro-batches before its first forward; a run that crashed in step 5 and
     resumed from its step-4 checkpoint still takes every later step exactly as an uninterrupted run."""

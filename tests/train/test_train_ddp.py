@@ -89,10 +89,17 @@ from energyformer.train.rng import seed_everything
 from train_toys import ToyData, ToyMLP
 
 
+EMPTY = len(sys.argv) > 3  # the second rank's batches count no target at all
+
+
 class Masked(ToyData):  # counts only the targets above 0.3: a different number on each rank
+    def __init__(self, batch_size, seed):
+        super().__init__(batch_size=batch_size, seed=seed)
+        self.empty = EMPTY and seed == 1
+
     def next_batch(self):
         x, y = super().next_batch()
-        return x, y, y > 0.3
+        return x, y, torch.zeros_like(y, dtype=torch.bool) if self.empty else y > 0.3
 
 
 class Alternate:  # one process, the two ranks' batches in turn
@@ -132,17 +139,20 @@ flat = torch.cat([p.detach().flatten() for p in t.model.parameters()])
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_ranks_weigh_by_their_counted_items(tmp_path, subprocess_env):
+@pytest.mark.parametrize("empty", [False, True], ids=["counts-differ", "one-rank-counts-none"])
+def test_ranks_weigh_by_their_counted_items(tmp_path, subprocess_env, empty):
     """Two ranks whose batches count different numbers of targets take the step of one process that
-    accumulates both batches weighed by their items (train/accumulate.py: n_i · world / N)."""
+    accumulates both batches weighed by their items (train/accumulate.py: n_i · world / N) — also when one
+    rank's batches count none (its mean loss NaN: it backpropagates zeros, so the gradients' all-reduce runs)."""
     script = tmp_path / "weighed.py"
     script.write_text(WEIGHED)
+    extra = ["empty"] if empty else []
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script),
-           str(tmp_path), "ddp"]
+           str(tmp_path), "ddp", *extra]
     r = subprocess.run(cmd, env=subprocess_env, capture_output=True, text=True, timeout=150)
     assert r.returncode == 0, f"torchrun failed:\n{r.stdout}\n{r.stderr}"
-    r = subprocess.run([sys.executable, str(script), str(tmp_path), "one"], env=subprocess_env, capture_output=True,
-                       text=True, timeout=150)
+    r = subprocess.run([sys.executable, str(script), str(tmp_path), "one", *extra], env=subprocess_env,
+                       capture_output=True, text=True, timeout=150)
     assert r.returncode == 0, r.stderr
     ddp, one = (json.loads((tmp_path / f"{m}0.json").read_text()) for m in ("ddp", "one"))
     assert ddp["losses"] == pytest.approx(one["losses"], rel=1e-5)

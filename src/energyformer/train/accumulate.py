@@ -82,6 +82,11 @@ class StepPlan:
         """micro-batch i (drawn now, unless the step's batches were drawn to weigh them)"""
         return self.batches[i] if self.batches is not None else _as_tuple(self._next())
 
+    def empty(self, i: int) -> bool:
+        """Whether micro-batch i counts no item while the step does: weight 0, and a mean over no item (NaN, whose
+        gradient is NaN too, so scaling it by 0 is no help): the trainer leaves its loss out of the step."""
+        return self.weights is not None and self.weights[i] == 0
+
     def backward(self, i: int, loss: torch.Tensor) -> None:
         """backward of micro-batch i's loss, scaled by its weight (plain: ``loss / accum``)"""
         if self.weights is not None:

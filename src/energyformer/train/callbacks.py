@@ -14,7 +14,8 @@ One optimiser step is: ``grad_accum`` forward/backward passes -> gradient clippi
 every callback's ``on_step_end`` in list order -> logging, evaluation and checkpoint of that step.
 So a checkpoint of step ``s`` holds the weights *after* the callbacks of step ``s`` and their state,
 and resuming is exact. ``trainer.step_metrics`` holds the step's ``loss`` (mean over micro-batches,
-all-reduced under DDP), ``lr``, ``grad_norm`` (when clipping) and the task's ``train/<name>`` values.
+all-reduced under DDP), ``lr``, ``grad_norm`` (the global gradient norm before clipping, every step) and the
+task's ``train/<name>`` values.
 Callbacks run on every DDP rank (the replicas are identical, so must be their effect); the state
 saved is rank 0's. ``trainer.model`` is the plain module (no DDP / compile wrapper).
 """

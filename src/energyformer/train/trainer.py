@@ -4,8 +4,9 @@ Contract with a task (DESIGN.md: config -> task -> trainer -> checkpoints + metr
 
 * ``model``: an ``nn.Module``.
 * ``loss_fn(model, batch) -> (loss, metrics)``: ``loss`` a scalar tensor, ``metrics`` a
-  ``dict[str, float]`` (logged as ``train/<name>``, averaged over micro-batches; on DDP the values
-  of rank 0). ``batch`` is the tuple from ``next_batch()`` moved to the training device.
+  ``dict[str, float]`` (logged as ``train/<name>``, averaged over micro-batches — weighted by their counted
+  items with a ``count_fn``, a micro-batch that counts none left out; on DDP the values of rank 0). ``batch``
+  is the tuple from ``next_batch()`` moved to the training device.
 * ``train_data``: has ``next_batch() -> tuple[Tensor, ...]`` (CPU tensors; an iterator whose
   ``__next__`` returns the batch, like ``energyformer.data.LMBatcher``, works too), ``state_dict()`` and
   ``load_state_dict(d)`` so that the data position resumes exactly. The state must be made of
@@ -423,12 +424,18 @@ class Trainer:
         for i in range(accum):
             batch = plan.batch(i)
             ntok += int(tokens_per_micro) if tokens_per_micro is not None else int(batch[0].numel())
+            last = i == accum - 1
+            if plan.empty(i) and not (self.ddp and last):
+                continue  # no item to learn from (its mean loss is NaN): weight 0, nothing to add
             batch = tuple(_move(b, self.device) for b in batch)
-            sync = (model.no_sync() if self.ddp and i < accum - 1  # type: ignore[operator]
+            sync = (model.no_sync() if self.ddp and not last  # type: ignore[operator]
                     else contextlib.nullcontext())
             with sync:
                 with self._autocast():
                     loss, metrics = self.loss_fn(model, batch)
+                if plan.empty(i):  # DDP's last micro-batch: the gradients' all-reduce needs a backward, of zeros
+                    sum(p.sum() for p in model.parameters() if p.requires_grad).mul(0.0).backward()
+                    continue
                 plan.backward(i, loss)
             loss_share, metric_share = plan.share(i)
             total += loss.detach().float() * loss_share
