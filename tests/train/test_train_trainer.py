@@ -277,3 +277,12 @@ def test_failing_periodic_evaluation_after_a_save_names_the_checkpoint(tmp_path)
     with pytest.raises(EvaluationFailed, match="step 4") as info:
         t.fit()
     assert "ckpt" in str(info.value) and latest_checkpoint(tmp_path).name in str(info.value)
+
+
+def test_fit_resumed_at_its_last_step_returns_the_documented_values(tmp_path):
+    """fit(resume=True) on a run already at train.steps trains nothing; it returned no ``loss`` nor ``lr``
+    (fit documents both): now the checkpoint's last loss and the last step's learning rate."""
+    first = build(tmp_path / "r", steps=3, with_eval=True).fit()
+    again = build(tmp_path / "r", steps=3, with_eval=True).fit(resume=True)
+    assert again["step"] == first["step"] == 3
+    assert again["loss"] == first["loss"] and again["lr"] == pytest.approx(first["lr"])

@@ -406,6 +406,10 @@ class Trainer:
         final["step"] = self.step
         if self.loss_history:
             final["loss"] = self.loss_history[-1]
+        elif restored.get("loss") is not None:  # resumed at the end: the checkpoint's last step
+            final["loss"] = restored["loss"]
+        if "lr" not in final and self.step > 0:
+            final["lr"] = self.scheduler.get_lr(self.step - 1)
         final["elapsed_s"] = self._elapsed()
         final["tokens"] = self.tokens_seen
         return final
