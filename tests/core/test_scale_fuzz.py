@@ -147,10 +147,9 @@ def _run_sublayer(module, inputs):
     return module(x, ForwardContext(embedded=x))
 
 
-@pytest.mark.parametrize("part,name,opts", list(_sublayer_cases()))
-def test_sublayer_output_in_low_precision(part, name, opts, request):
-    """One forward of the sublayer (residual included) on (2, 9, 16) tokens, 2 heads; causal where the
-    kind has a causal form, else bidirectional (the build refuses causal with a ConfigError)."""
+def _build_sublayer(part: str, name: str, opts: dict):
+    """The sublayer in float64, eval mode, 16 wide with 2 heads: causal where the kind has a causal form, else
+    bidirectional (the build refuses causal with a ConfigError)."""
     reg = ATTENTIONS if part == "attention" else MLPS
     entry = reg.get(name)
     torch.manual_seed(0)
@@ -159,7 +158,14 @@ def test_sublayer_output_in_low_precision(part, name, opts, request):
     except ConfigError:
         torch.manual_seed(0)
         base = entry.builder(entry.config(**opts), SublayerSpec(dim=16, heads=2, causal=False))
-    base = base.double().eval()
+    return base.double().eval()
+
+
+@pytest.mark.parametrize("part,name,opts", list(_sublayer_cases()))
+def test_sublayer_output_in_low_precision(part, name, opts, request):
+    """One forward of the sublayer (residual included) on (2, 9, 16) tokens, 2 heads; causal where the
+    kind has a causal form, else bidirectional (the build refuses causal with a ConfigError)."""
+    base = _build_sublayer(part, name, opts)
     x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     case = request.node.callspec.id
     for s_in, s_w in SCALES:
@@ -192,15 +198,7 @@ def test_sublayer_gradients_in_float32(part, name, opts, request):
     the parameters moved off their initialisation (+ N(0, 0.3²): zero-initialised step sizes and gates would leave
     most gradients trivial), under the same acceptance as the forward: within C · the gradient's measured
     sensitivity to a rounding of every input, parameter and submodule output, or loud, never finite and wrong."""
-    reg = ATTENTIONS if part == "attention" else MLPS
-    entry = reg.get(name)
-    torch.manual_seed(0)
-    try:
-        base = entry.builder(entry.config(**opts), SublayerSpec(dim=16, heads=2, causal=True))
-    except ConfigError:
-        torch.manual_seed(0)
-        base = entry.builder(entry.config(**opts), SublayerSpec(dim=16, heads=2, causal=False))
-    base = base.double().eval()
+    base = _build_sublayer(part, name, opts)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in base.parameters():
