@@ -84,3 +84,13 @@ def test_llama_without_rope_is_not_exported_as_stock_llama():
     assert is_llama(ModelConfig.model_validate({**base, "block": {"attention": "llama", "mlp": "swiglu"}}))
     no_rope = {"attention": {"kind": "llama", "rope": False}, "mlp": "swiglu"}
     assert not is_llama(ModelConfig.model_validate({**base, "block": no_rope}))
+
+
+def test_export_leaves_the_callers_model_as_it_was(tmp_path):
+    """export_hf writes a float32, eval-mode copy; it turned the caller's float64 training-mode model into float32
+    in eval mode."""
+    from energyformer.models import CausalLM, ModelConfig
+
+    model = CausalLM(ModelConfig(dim=16, n_layers=1, heads=2, vocab_size=50, max_seq_len=16)).double().train()
+    export_hf(model, tmp_path / "hf")
+    assert model.training and all(p.dtype == torch.float64 for p in model.parameters())

@@ -5,7 +5,10 @@ Two layouts, both loadable offline with ``AutoModelForCausalLM.from_pretrained(O
 * **Llama baseline** (attention ``llama``, MLP ``swiglu``, RMS final norm, no absolute positions, one
   pass): a stock ``LlamaForCausalLM`` folder (``model_type: llama``, HF weight names). The layouts are
   the same (separate Q/K/V/O and gate/up/down ``Linear`` weights, RMSNorm eps 1e-6, RoPE rotating
-  (first half, second half) with the same θ), so the weights are renamed, never transformed.
+  (first half, second half) with the same θ), so the weights are renamed, never transformed. Past
+  ``max_seq_len`` its ``generate()`` keeps extending RoPE positions (transformers warns), where energyformer's
+  ``generate`` (and the custom-code layout) slide a window of the last ``max_seq_len`` tokens: the same tokens
+  up to that length, not beyond (the README says so).
 * **every other language model** (CEM, the intrinsic-optimizer attentions, GPT, ...): custom code. The
   folder holds ``modeling_energyformer.py`` (``auto_map`` in ``config.json``), which builds the model
   with the *installed* ``energyformer`` package from the model config stored in ``config.json``
@@ -20,6 +23,7 @@ fixed probe must equal the run's to 1e-5, else the export fails. A run whose tok
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -129,7 +133,7 @@ def export_hf(model: CausalLM, out: str | Path, *, tokenizer: Any = None, run_co
 
 def _write(model: CausalLM, out: Path, tokenizer: Any, run_config: dict | None, check: bool) -> None:
     cfg: ModelConfig = model.cfg
-    model = model.float().eval()
+    model = copy.deepcopy(model).float().eval()  # the caller's model keeps its dtype and mode
     if is_llama(cfg):
         config = llama_config(cfg)
         names = _llama_name_map(cfg.n_layers)
