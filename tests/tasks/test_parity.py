@@ -1,4 +1,4 @@
-"""Parity task (EqT seed 003 §4): loss, per-length accuracy, config errors."""
+"""Parity task (EqT seed 003 §5.1.1): loss, per-length accuracy, config errors."""
 
 import pytest
 import torch

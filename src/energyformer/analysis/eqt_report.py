@@ -1,4 +1,4 @@
-"""Metric hooks of the ``eqt`` study: cumulative parity (seed 003 §4, Table 2; reconstructed.md §3); its
+"""Metric hooks of the ``eqt`` study: cumulative parity (seed 003 §5, Table 2; reconstructed.md §3); its
 page is declared in ``studies/eqt.yaml`` (``report:``).
 
 Metric hooks (run on every finished run of ``studies/eqt.yaml``): :func:`accuracy` (per-token accuracy
@@ -70,9 +70,9 @@ def overheads(ctx) -> str:
                 f"`python benchmarks/eqt.py --json {path}` (interleaved, repeated) writes them here.")
     ov = json.loads(path.read_text())
     lines = ["## Overheads", "", ov["source"], "", "| quantity | paper | ours (median [min, max] over rounds) |",
-             "|---|---|---|", f"| parameters | +8% (§4) | {params} |"]
-    for key, label, paper in (("train EqT K=2", "training step time, K = 2", "1.15× (§4)"),
-                              ("infer EqT K=8", "inference time, K = 8", "≈3× (§4)")):
+             "|---|---|---|", f"| parameters | +8% (§5.3.3) | {params} |"]
+    for key, label, paper in (("train EqT K=2", "training step time, K = 2", "1.15× (§5.3.3)"),
+                              ("infer EqT K=8", "inference time, K = 8", "≈3× (§5.3.3)")):
         if r := ov["ratios"].get(key):
             lines.append(f"| {label} | {paper} | {statistics.median(r):.2f}× [{min(r):.2f}, {max(r):.2f}] |")
     return "\n".join(lines)

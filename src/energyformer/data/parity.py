@@ -1,7 +1,7 @@
 """Binary cumulative parity: ``y_t = b_1 xor ... xor b_t`` (EqT parity benchmark).
 
 Source: Jafari & Anbarjafari, "Closed-Loop Transformers: Autoregressive Modeling as Iterative
-Latent Equilibrium" (arXiv 2511.21882), §4 and Table 2, as reconstructed in
+Latent Equilibrium" (arXiv 2511.21882), §5.1.1 and Table 2, as reconstructed in
 ``specs/reconstructed.md`` §3: per-position cumulative XOR ``y_t = (sum_{i<=t} b_i) mod 2``;
 metric = per-token accuracy averaged over **4,096 test sequences** at each length
 ``L in {8, 16, 32, 48, 64, 96, 128, 192, 256}`` (:data:`PARITY_LENGTHS`).
@@ -169,7 +169,7 @@ def parity_train_batcher(length: int, batch_size: int, *, n_train: int = PARITY_
 
 
 class ParityConfig(ConfigModel):
-    """Cumulative-parity data for one length (EqT §4; see :mod:`energyformer.data.parity`)."""
+    """Cumulative-parity data for one length (EqT §5.1.1; see :mod:`energyformer.data.parity`)."""
 
     length: int = Field(64, ge=1)
     """sequence length L"""

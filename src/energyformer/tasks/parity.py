@@ -1,4 +1,4 @@
-"""Binary cumulative parity task (EqT seed 003 §4, Table 2; reconstructed.md §3).
+"""Binary cumulative parity task (EqT seed 003 §5.1.1, Table 2; reconstructed.md §3).
 
 Input: bits b_1 … b_L as tokens 0/1; target y_t = b_1 ⊕ … ⊕ b_t at every position; model: a causal
 per-token classifier with 2 classes — the ``transformer`` kind (baseline: the backbone without
