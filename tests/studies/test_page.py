@@ -217,3 +217,21 @@ def test_plot_points_of_a_dict_sweep_and_of_list_rows():
     assert _points({"1": 2.0, "8": 1.0, "3": 1.5, "note": 0.0}, spec, None) == [(1.0, 2.0), (3.0, 1.5), (8.0, 1.0)]
     rows = PlotSpec(file="t.png", alt="t", y="timing.curve", x="1", y_key="2")
     assert _points([[100, 1.5, 2.2], [200, 3.0, 2.0], [300]], rows, None) == [(1.5, 2.2), (3.0, 2.0)]
+
+
+def test_the_scale_note_of_migrated_records_is_called_the_preset(tmp_path):
+    """A scale's note describes its preset; records migrated from the old program did not run it (the intrinsic
+    GPU page's header gave the preset's width and tokens for runs of another size): the header says so."""
+    data = copy.deepcopy(TINY)
+    data["scales"]["cpu"] = {"note": "width 384, 6.6M tokens a run."}
+    spec = load_study(write(tmp_path / "s.yaml", **data))
+    runs = {"b0": {**_rec("baseline", "8", 0, 50.0), "config_hash": "migrated"},
+            "e0": {**_rec("eqt", "8", 0, 90.0), "config_hash": "migrated"}}
+    (tmp_path / "out").mkdir()
+    render(tmp_path / "out", spec, "tiny", "cpu", {"runs": runs}, [])
+    head = (tmp_path / "out" / "README.md").read_text().split("\n\n")[1]
+    assert head.endswith("(study `studies/tiny.yaml`; 2 runs). Scale preset (these runs were recorded before it by "
+                         "the old program: their own settings are below): width 384, 6.6M tokens a run."), head
+    runs["e0"].pop("config_hash")
+    render(tmp_path / "out", spec, "tiny", "cpu", {"runs": runs}, [])
+    assert "Scale preset (1 of these runs were" in (tmp_path / "out" / "README.md").read_text()
