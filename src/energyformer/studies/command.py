@@ -20,7 +20,7 @@ from ..utils.paths import check_writable_dir
 from ..utils.validate import ConfigError
 from .claims import ClaimRow, evaluate
 from .page import render as render_page
-from .runner import hook, load_results, outdated_text, run_study
+from .runner import hook, is_migrated, load_results, outdated_text, run_study
 from .spec import StudySpec, load_study
 
 
@@ -55,7 +55,7 @@ def render_index(name: str, spec: StudySpec, out: Path, rendered: dict[str, list
             for row in rendered[scale]:
                 counts[str(row.outcome.verdict)] = counts.get(str(row.outcome.verdict), 0) + 1
             verdicts = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no claims"
-            old = sum(r.get("config_hash") == "migrated" for r in data["runs"].values())
+            old = sum(map(is_migrated, data["runs"].values()))
             if old:
                 preset = f" ({sc.note.rstrip('. ')})" if sc.note else ""
                 note = (f" {old} of the runs were recorded before this study by the old program (their settings "

@@ -282,7 +282,9 @@ def render(out: Path, spec: StudySpec, name: str, scale: str, data: dict, rows: 
         parts = []
         if fname == "README.md":
             note = spec.scales[scale].note if scale in spec.scales else ""
-            old = sum(r.get("config_hash") == "migrated" for r in data["runs"].values())
+            from .runner import is_migrated, outdated_text
+
+            old = sum(map(is_migrated, data["runs"].values()))
             said = f" Scale: {note}" if note else ""
             if note and old:  # the note describes the scale's preset, which migrated records did not run
                 said = (f" Scale preset ({'these' if old == len(data['runs']) else f'{old} of these'} runs were "
@@ -290,8 +292,6 @@ def render(out: Path, spec: StudySpec, name: str, scale: str, data: dict, rows: 
             parts.append(f"# {spec.title} — {scale} scale\n\nRendered from this folder's `results.json` by "
                          f"`energyformer reproduce {name} --report-only --out {spec.page}` (study "
                          f"`studies/{name}.yaml`; {len(ctx.records)} runs).{said}\n")
-            from .runner import outdated_text
-
             stale = outdated_text(spec, scale, data["runs"]) if scale in spec.scales else ""
             parts += [stale + "\n"] if stale else []
         parts += [s for s in (render_block(ctx, b) for b in blocks) if s]

@@ -110,10 +110,15 @@ def load_results(path: Path, study: str, scale: str) -> dict:
 MIGRATION_KEYS = ("setup", "note")
 
 
+def is_migrated(record: dict) -> bool:
+    """Whether a record was migrated from an old program (``config_hash: migrated``): rendered, never reused."""
+    return record.get("config_hash") == "migrated"
+
+
 def save_results(path: Path, data: dict) -> None:
     """Write ``data`` atomically; once no record is migrated, the migration's ``setup`` and ``note`` (which
     describe those records) are dropped, so a page never shows them beside runs they do not describe."""
-    if not any(r.get("config_hash") == "migrated" for r in data["runs"].values()):
+    if not any(is_migrated(r) for r in data["runs"].values()):
         for key in MIGRATION_KEYS:
             data.pop(key, None)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,7 +179,7 @@ def outdated_records(spec: StudySpec, scale: str, runs: dict[str, dict]) -> tupl
         plans = {}
     changed, outside = [], []
     for key, r in runs.items():
-        if r.get("config_hash") == "migrated":
+        if is_migrated(r):
             continue
         if key not in plans:
             outside.append(key)
