@@ -103,7 +103,8 @@ PAGES: tuple[Page, ...] = (
     _p("cem-gpu", "cem/gpu_h100", ["README.md"], Script("benchmarks/gpu_lm.py", ("--render-only", "{out}")),
        inputs=("gpu_lm_98ac984.md", "gpu_lm_graphs_fef18e0.md", "gpu_lm_5e2ffb8.md", "gpu_lm_d80aaf5.md",
                "gpu_lm_graphs_d80aaf5.md", "gpu_lm_paper_d80aaf5.md", "gpu_lm_compiled_d80aaf5.md",
-               "gpu_lm_gathered_d80aaf5.md", "gpu_lm_paper_5cde3b5.md"), readme=False),
+               "gpu_lm_gathered_d80aaf5.md", "gpu_lm_paper_5cde3b5.md", "gpu_lm_graphs_855edd0.md",
+               "gpu_lm_compiled_855edd0.md"), readme=False),
     _p("intrinsic-lm", "intrinsic", ["README.md", "cpu/README.md", "gpu/README.md"], Reproduce("intrinsic-lm"),
        inputs=("cpu/results.json", "gpu/results.json")),
     _p("intrinsic-cpu-benchmark", "intrinsic/cpu", ["benchmark.md"],
@@ -117,7 +118,8 @@ PAGES: tuple[Page, ...] = (
     _p("hyperset-gpu", "hyperset/gpu_h100", ["README.md"],
        Script("benchmarks/hyperset_gpu.py", ("--render-only", "{out}")),
        inputs=("gpu_throughput_98ac984.md", "gpu_throughput_fef18e0.md", "gpu_throughput_compile_83f4ef8.md",
-               "gpu_throughput_5e2ffb8.md", "gpu_throughput_d80aaf5.md", "gpu_throughput_compiled_d80aaf5.md"),
+               "gpu_throughput_5e2ffb8.md", "gpu_throughput_d80aaf5.md", "gpu_throughput_compiled_d80aaf5.md",
+               "gpu_throughput_compiled_855edd0.md"),
        readme=False),
     _p("hyperset-plateau", "hyperset/plateau", ["README.md"],
        Script("scripts/hyperset_plateau_summary.py", ("--render-only", "{out}")),
@@ -141,6 +143,7 @@ H100 = ("one H100, 2026-11-26 (the header's commit is the device copy's stale gi
         "ran is the commit in the file name)")
 H100_1127 = "one H100, 2026-11-27 (code d80aaf5 plus scripts/gpu_checks.sh's new phases)"
 H100_1127B = "one H100, 2026-11-27, the day's second device session (code 5cde3b5)"
+H100_1127C = "one H100, 2026-11-27, the day's third device session (code 855edd0)"
 
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/eqt", "benchmark_0c0d50d.md",
@@ -268,6 +271,35 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/cem/gpu_h100", "order_5cde3b5.txt",
              "every log of `scripts/gpu_checks.sh order 395` as it was then (the model-size test of 'auto' against "
              f"'queries', every CEM kernel CUDA test), verbatim, on {H100_1127B}"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "env_855edd0.txt", f"the device's nvidia-smi and versions on {H100_1127C}"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "pytest_cuda_855edd0.txt",
+             "`pytest -m cuda tests/energies/test_cem_kernel_cuda.py` (the default launch against float64 at the "
+             "model's size among them), then `tests/train/test_cuda.py -k compiled` (gpu_checks.sh next, next2) on "
+             f"{H100_1127C} (all passed)"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_tiles_kv_4k_855edd0.md",
+             "`python benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --head-sums gather "
+             "--shared-dtype operand --kv ',128x32w8' --psum-keys 0,512 --n 4096 --batch 2` (the kernels alone: the "
+             f"key-tile kernel's own tiles and _psum_h's runs of keys; gpu_checks.sh next) on {H100_1127C}"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_lm_graphs_855edd0.md",
+             "`python benchmarks/gpu_lm.py --settings 1024x8,4096x2 --cuda-graph --models ...` (the default launch "
+             "against the key-tile kernel on 128 × 32, 8 warps, with the other kernels on 16 × 64, 64 × 32 and "
+             f"128 × 32; eager and every step one CUDA graph; gpu_checks.sh next) on {H100_1127C}"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_profile_kv_4k_855edd0.md",
+             "`python benchmarks/gpu_profile.py --suite cem --setting 4096x2` of the default launch and the key-tile "
+             f"kernel on 128 × 32 (8 warps) on {H100_1127C}"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "order_bisect_855edd0.md",
+             "`python scripts/cem_order_bisect.py --n 1024 --batch 8`, then `--batch 2` (each kernel's product_order "
+             f"flag turned alone at the model's size; gpu_checks.sh order) on {H100_1127C}"),
+    Artifact(f"{RESULTS}/cem/gpu_h100", "gpu_lm_compiled_855edd0.md",
+             "`python benchmarks/gpu_lm.py --compile reduce-overhead --cuda-graph --settings 1024x8 --models 'full CEM "
+             f"T=1 (auto path)'` (gpu_checks.sh next2) on {H100_1127C}"),
+    Artifact(f"{RESULTS}/hyperset/gpu_h100", "gpu_throughput_compiled_855edd0.md",
+             "`python benchmarks/hyperset_gpu.py --compile reduce-overhead --cuda-graph --models Hyper-SET` "
+             "(train.compile against the eager step as one CUDA graph; the table was written, then the process "
+             f"did not exit before the step's 110 s timeout; gpu_checks.sh next2) on {H100_1127C}"),
+    Artifact(f"{RESULTS}/hyperset/gpu_h100", "gpu_profile_855edd0.md",
+             "`python benchmarks/gpu_profile.py --suite hyperset --models 'looped transformer;Hyper-SET'` (eager: "
+             f"where the step waits, device and host tables; gpu_checks.sh next2) on {H100_1127C}"),
     Artifact(f"{RESULTS}/hyperset/gpu_h100", "gpu_throughput_d80aaf5.md",
              "`python benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 7 --models 'Hyper-SET;"
              f"Hyper-SET, feed-forward norm and ReLU as two ops'` (eager) on {H100_1127}"),
