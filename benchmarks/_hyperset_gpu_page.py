@@ -74,7 +74,8 @@ def render(folder: Path) -> str:
            "`benchmarks/hyperset_gpu.py` outputs committed beside this page; measures nothing. Ratio: Hyper-SET's "
            "training tokens/s over the looped transformer's in the same interleaved run, median [min, max] over the "
            "repeats; \"Hyper-SET\" is the library's default at the commit that ran. Verdict rule: MET when the "
-           "median reaches the target (\"on the median\" when the minimum does not), else NOT MET. The newest dated "
+           "median passes the target (\"on the median\" when the minimum does not), UNDECIDED when the median "
+           "equals it at the table's two decimals, else NOT MET. The newest dated "
            "run with the row decides; runs from before the header carried a date decide only where they all "
            "agree. Every run is listed below.", "",
            "| target (issue 20) | run | measured | verdict |", "|---|---|---|---|"]

@@ -94,3 +94,14 @@ def test_a_compiled_runs_rows_count_for_the_compiled_targets_only(tmp_path):
            "[0.42, 0.58] | NOT MET |" in top
     assert "at N = 1,024 (CUDA graphs) | [bbbbbbb](gpu_lm_compiled_bbbbbbb.md)" in top
     assert "at N = 4,096 (train.compile) | — | not measured | UNTESTABLE (no run has the row) |" in top
+
+
+def test_a_median_equal_to_the_target_at_two_decimals_is_undecided():
+    """0.795 and 0.804 both print 0.80: the table cannot say which side of 0.8 the median is on"""
+    m = load_bench("_gpu_lm_page")
+    t = m.TARGETS[0]
+    assert t.bound == 0.8
+    assert m.verdict(t, (0.80, 0.79, 0.81, None, None))[1].startswith("UNDECIDED")
+    assert m.verdict(t, (0.80, 0.80, 0.80, None, None))[1].startswith("UNDECIDED")
+    assert m.verdict(t, (0.81, 0.79, 0.82, None, None))[1] == "MET on the median (min 0.79 below 0.8)"
+    assert m.verdict(t, (0.79, 0.78, 0.81, None, None))[1] == "NOT MET"
