@@ -58,12 +58,13 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 @pytest.mark.parametrize("kv", [dict(kv_keys=32, kv_queries=16, kv_warps=2), {}], ids=["kv-32x16", "kv-default"])
 @pytest.mark.parametrize("mode", ["grid", "grid-stack", "grid-gather", "grid-gather-all"])
 def test_products_keys_first_equal_queries_first(mode, kv):
-    """``KernelTiles.product_order``: with heads of 32 at these tiles, 'auto' turns every kind of per-head product
+    """``KernelTiles.product_order``: with heads of 32 at these tiles, 'auto' turns every kind of per-head product but one
     — Q Kᵀ and dOq Kᵀ keys first (16 queries × 64 keys; the key-tile kernel's 32 keys × 16 queries), oq and dq held
-    transposed (R 32 > 16 queries), and dk held transposed where the key-tile kernel owns 16 keys (kv-default) —
-    and 'queries' forms them as before the field (the launcher's flags: ``test_cem_launch.py``). The same
-    products, so every output and gradient agrees to float64 rounding; the other interpreter tests (heads of 4,
-    so only Q Kᵀ and dOq Kᵀ turn there) hold 'auto' to the dense reference."""
+    transposed (R 32 > 16 queries), never dk (the form an H100 miscompiled; ``scripts/cem_order_bisect.py`` still
+    forces it, and holds it to 'queries' through the interpreter) — and 'queries' forms them as before the field
+    (the launcher's flags: ``test_cem_launch.py``). The same products, so every output and gradient agrees to
+    float64 rounding; the other interpreter tests (heads of 4, so only Q Kᵀ and dOq Kᵀ turn there) hold 'auto' to
+    the dense reference."""
     g = torch.Generator().manual_seed(5)
     B, H, R, D, nq, nk = 2, 3, 32, 40, 37, 40
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731

@@ -101,13 +101,16 @@ def test_the_key_tile_kernel_takes_its_own_tiles_and_warps(grid):
             else:
                 assert got["KMAJ"] is (key_tiles if name == "_bwd_kv_h" else query_tiles), (tiles, name)
     # and the accumulators of R columns held transposed where R is the longer side: heads of 32 at the default tiles
-    # (16 queries × 64 keys; the key-tile kernel owns 16 keys and steps 64 queries): oq (TQ), dk (TK), not dq
+    # (16 queries × 64 keys; the key-tile kernel owns 16 keys and steps 64 queries): oq (TQ), not dq — dq too where
+    # the key-tile kernel steps 16 queries; never dk (TK: the form an H100 miscompiled,
+    # docs/results/cem/gpu_h100/order_bisect_855edd0.md)
     wide_heads = torch.zeros(1, 2, 4, 32)
     for order, on in (("auto", True), ("queries", False)):
-        tiles = cem_launch.KernelTiles(grid=grid, product_order=order)
-        meta = cem_launch.launch_args(tl, wide_heads, hm, None, True, True, "sum", True, True, False, tiles)
-        fwd, kvm = cem_launch.kernel_meta(meta, "_fwd_h"), cem_launch.kernel_meta(meta, "_bwd_kv_h")
-        assert (fwd["TQ"], kvm["TQ"], kvm["TK"]) == (on, False, on), order
+        for kv, dq in (({}, False), ({"kv_keys": 16, "kv_queries": 16}, on)):
+            tiles = cem_launch.KernelTiles(grid=grid, product_order=order, **kv)
+            meta = cem_launch.launch_args(tl, wide_heads, hm, None, True, True, "sum", True, True, False, tiles)
+            fwd, kvm = cem_launch.kernel_meta(meta, "_fwd_h"), cem_launch.kernel_meta(meta, "_bwd_kv_h")
+            assert (fwd["TQ"], kvm["TQ"], kvm["TK"]) == (on, dq, False), (order, kv)
         assert all(k not in cem_launch.kernel_meta(meta, n) for n in ("_bwd_d_h", "_psum_h", "_fwd")
                    for k in ("TQ", "TK"))
 

@@ -157,8 +157,11 @@ class KernelTiles(ConfigModel):
     head for every ``kv_keys`` keys, 4 B × D / ``kv_keys`` per (query, key) pair — at the default 16 keys 1.6 GB per
     layer and batch row at N 4,096, 16 % of the tile model's bytes (``benchmarks/cem_flops.py --kv-keys``), and the
     kernel reads the query side once per key tile. Larger key tiles divide both; the program's dk (and dx)
-    accumulators grow with them (``scripts/cem_heads_resources.py --kv``: 128 × 32 on 8 warps fits). Not yet timed
-    on a GPU, so not what any default takes."""
+    accumulators grow with them (``scripts/cem_heads_resources.py --kv``: 128 × 32 on 8 warps fits). On one H100
+    (bf16, GPT-2 small, each step one CUDA graph; docs/results/cem/gpu_h100/gpu_lm_graphs_855edd0.md) 128 × 32 on
+    8 warps trained at 0.69x / 0.42x Llama's tokens/s (N 1,024 / 4,096) against the default's 0.67x / 0.40x, and with
+    the other kernels on 64 × 32 at 0.69x / 0.45x; not the default until the model-size CUDA test has run that launch
+    (docs/cem.md, "the key-tile kernel's own tiles")."""
     kv_queries: Tile | None = Field(None, json_schema_extra={HASH_NEUTRAL: True})
     """queries that kernel steps through per turn, its BM; None (the default): ``block_n``"""
     kv_warps: Literal[1, 2, 4, 8] | None = Field(None, json_schema_extra={HASH_NEUTRAL: True})
@@ -171,7 +174,9 @@ class KernelTiles(ConfigModel):
     heads' m, l are final), so splitting a row's keys among programs changes neither the arithmetic nor the result
     (bitwise) nor the bytes read, only the longest program: one that walks a whole row does the row's key tiles ×
     every head in series — at N 4,096 and 64-key tiles the last query tile's 64 × 12 tile steps, where a head's
-    forward program does 64. 512 (the default): 8 key tiles per program at the default 64. Untimed on a GPU."""
+    forward program does 64. 512 (the default): 8 key tiles per program at the default 64. On one H100 (the kernels
+    alone, N 4,096 × B 2, docs/results/cem/gpu_h100/gpu_tiles_kv_4k_855edd0.md) 0 took 0.99x [0.97, 1.11] of 512's time
+    at the default tiles, and 1.15x at 64 × 32 (0.99x against 0.86x of the default launch's time)."""
 
     product_order: Literal["auto", "queries"] = Field("queries", json_schema_extra={HASH_NEUTRAL: True})
     """how one program per head's kernels form their per-head products (docs/cem.md, "which products run on
@@ -185,8 +190,11 @@ class KernelTiles(ConfigModel):
     (:func:`check_product_order`): on one H100 (Triton 3.6, 2026-11-27) it ran into an illegal address in the
     backward's key-tile kernel at GPT-2 small's attention (12 heads of 64, bf16, N 1,024 × B 8 and 4,096 × B 2) and
     gave gradients off by orders of magnitude at B 2 × N 1,024, where every CUDA test at the tests' small sizes
-    passed (docs/results/cem/gpu_h100/product_order_5cde3b5.md; ``scripts/cem_order_bisect.py`` turns each kernel's
-    flag on alone to find the one). It was the default, untimed, from 2026-11-27 until that run."""
+    passed (docs/results/cem/gpu_h100/product_order_5cde3b5.md). It was the default, untimed, from 2026-11-27 until
+    that run. ``scripts/cem_order_bisect.py``, each kernel's flag on alone at that size, named the key-tile
+    kernel's dk held transposed (``TK``: dk 16 % off at B 8, NaN at B 2; every other turned form within bf16
+    rounding of 'queries', also all of them together: order_bisect_855edd0.md), so 'auto' no longer holds dk
+    transposed anywhere; the refusal stays until the model-size CUDA test has passed 'auto' as it is now."""
 
     def kv_tiles(self) -> tuple[int, int, int]:
         """(keys owned, queries stepped, warps) of the backward's key-tile kernel, the fields' None resolved."""
@@ -268,11 +276,14 @@ def launch_args(tl, q: Tensor, hm: Tensor | None, x: Tensor | None, causal: bool
 
 def check_product_order(tiles: KernelTiles, device_type: str) -> None:
     """Refuse ``product_order`` 'auto' on CUDA: its compiled kernels ran into an illegal address and wrong
-    gradients on an H100 (:attr:`KernelTiles.product_order`); Triton's interpreter (CPU) runs it correctly."""
+    gradients on an H100 (:attr:`KernelTiles.product_order`; the form at fault, dk held transposed, is no longer
+    part of it, and the refusal stays until the model-size CUDA test has passed 'auto' as it is now); Triton's
+    interpreter (CPU) runs it correctly."""
     if tiles.product_order == "auto" and device_type == "cuda":
         raise ValueError("attn_kernel.product_order = 'auto' is refused on CUDA (allowed there: 'queries'): its "
-                         "compiled backward gave an illegal address and wrong gradients on an H100 "
-                         "(docs/results/cem/gpu_h100/product_order_5cde3b5.md)")
+                         "compiled backward gave an illegal address and wrong gradients on an H100, and its form "
+                         "without that fault has not run on a GPU yet (docs/results/cem/gpu_h100/"
+                         "product_order_5cde3b5.md)")
 
 
 def launch_chunks(nq: int, nk: int, offset: int, causal: bool, tiles: KernelTiles) -> list[tuple[int, int, int]]:
@@ -301,7 +312,7 @@ def kernel_meta(meta: dict, name: str) -> dict:
     KT key tiles too, ``KernelTiles.psum_keys``) take the scores' constexprs (and ``_dsum_h`` dP's). ``_dv_h`` (per-head
     factors' value gradients, an elementwise pass) takes its own blocks: 64 key rows × 64 columns of D. The other
     one-program-per-head kernels also take KMAJ, whether they form Q Kᵀ and dOq Kᵀ keys first, and ``_fwd_h`` and
-    ``_bwd_kv_h`` TQ (oq, dq held transposed), ``_bwd_kv_h`` TK (dk) (``KernelTiles.product_order``)."""
+    ``_bwd_kv_h`` TQ (oq, dq held transposed), ``_bwd_kv_h`` TK (dk; never set here: ``KernelTiles.product_order``)."""
     if name == "_dv_h":
         return dict(H=meta["H"], D=meta["D"], BJ=DV_ROWS, BD=min(64, meta["BD"]), ACC=meta["ACC"])
     keys_first = bool(meta.get("KO", False))  # KernelTiles.product_order 'auto': the longer tile side as the rows
@@ -322,8 +333,8 @@ def kernel_meta(meta: dict, name: str) -> dict:
         out["KMAJ"] = keys_first and out["BN"] > out["BM"]
         if name in ("_fwd_h", "_bwd_kv_h"):  # oq / dq (BM × R), dk (BN × R) held transposed where R is longer
             out["TQ"] = keys_first and meta["RP"] > out["BM"]
-        if name == "_bwd_kv_h":
-            out["TK"] = keys_first and meta["RP"] > out["BN"]
+        if name == "_bwd_kv_h":  # dk is never held transposed by 'auto': the form an H100 miscompiled
+            out["TK"] = False       # (KernelTiles.product_order; scripts/cem_order_bisect.py can still force it)
     else:
         out.pop("HI", None)
         out.pop("GATHER", None)
