@@ -14,7 +14,13 @@ steps (forward + loss + backward + AdamW, the same step as the tables') run unde
 * on a device also the host's side (``--host-rows``): the operators, autograd Functions and Python-level
   ranges with the most self CPU time per step (what the host spends issuing the step: dispatch, autograd,
   custom Functions with their Triton launches), and the sum of all self CPU time — where wall is above device
-  busy, these are the rows to make cheaper.
+  busy, these are the rows to make cheaper;
+* on a device the host's enqueue time per step, without any profiler: the time the step's Python takes to
+  return, the device left to finish (the queue of launches is deep): where it is close to the wall time the
+  host is the bound, and it is what a faster host path must cut;
+* with ``--python N``: the N Python functions with the most own time per step (cProfile, a separate run of the
+  same steps), which the profiler's operator table cannot show — the Python around the operators: the modules'
+  forward code, autograd Functions' bodies, Triton's launcher (``JITFunction.run``), the optimizer.
 
 Suites: ``cem`` — ``gpu_lm.py``'s models at N × B (default 1024 × 8): the Llama baseline, full CEM T=1 on
 the default path, and the paper configuration; ``hyperset`` — ``hyperset_gpu.py``'s looped transformer,
@@ -25,12 +31,15 @@ subset by name. Like every benchmark here it is a script (never a timed test); t
 
 Usage (GPU):  python benchmarks/gpu_profile.py --suite cem --out docs/results/cem/gpu_profile.md
               python benchmarks/gpu_profile.py --suite hyperset --out docs/results/hyperset/gpu_profile.md
+              python benchmarks/gpu_profile.py --suite hyperset --python 30   # + the Python functions' own time
               python benchmarks/gpu_profile.py --suite cem --tiny      # CPU smoke run
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -99,11 +108,12 @@ def profile_step(fn: Callable[[], None], steps: int, device: torch.device, rows:
     (and on a device the ``host`` top entries by self CPU time, :func:`host_rows`)."""
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    walls = []
+    walls, enqueue = [], []
     for _ in range(steps):
         sync()
         t0 = time.perf_counter()
         fn()
+        enqueue.append(time.perf_counter() - t0)  # the host's part: launches queued, the device may still run
         sync()
         walls.append(time.perf_counter() - t0)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -117,7 +127,9 @@ def profile_step(fn: Callable[[], None], steps: int, device: torch.device, rows:
     busy_ms = busy_us / 1e3 / steps
     lines = [f"wall {median(walls) * 1e3:.1f} ms/step (unprofiled, median of {steps}); "
              + (f"device busy {busy_ms:.1f} ms/step ({busy_ms / (median(walls) * 1e3):.0%} of wall); "
-                f"{len(kernels) / steps:.0f} device kernels/step" if cuda else "no device: self CPU time below"),
+                f"{len(kernels) / steps:.0f} device kernels/step; host enqueue {median(enqueue) * 1e3:.1f} ms/step "
+                f"(the step's Python returned, the device left to finish; unprofiled)" if cuda
+                else "no device: self CPU time below"),
              "", f"| operator or kernel | self {'device' if cuda else 'CPU'} ms/step | share of "
              f"{'device busy' if cuda else 'CPU self time'} | calls/step |", "|---|---|---|---|"]
     key = _self_device_us if cuda else (lambda e: float(e.self_cpu_time_total))
@@ -128,6 +140,31 @@ def profile_step(fn: Callable[[], None], steps: int, device: torch.device, rows:
         name = e.key.replace("|", "/")[:90]
         lines.append(f"| `{name}` | {key(e) / 1e3 / steps:.2f} | {key(e) / total:.1%} | {e.count / steps:g} |")
     return lines + (host_rows(avg, steps, host) if cuda and host else [])
+
+
+def python_rows(fn: Callable[[], None], steps: int, device: torch.device, rows: int) -> list[str]:
+    """cProfile over ``steps`` more steps: the ``rows`` Python functions with the most own time per step (own:
+    excluding the functions they call; C functions such as PyTorch's operators count as their own rows), with
+    their cumulative time and calls per step."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        fn()
+    sync()
+    prof.disable()
+    stats = pstats.Stats(prof).stats  # {(file, line, name): (primitive calls, calls, own s, cumulative s, callers)}
+    total = sum(v[2] for v in stats.values()) or 1.0
+    lines = ["", f"Python (cProfile, {steps} steps): own time {total * 1e3 / steps:.1f} ms/step in all (with "
+             "cProfile's own overhead)", "", "| function | own ms/step | share | cumulative ms/step | calls/step |",
+             "|---|---|---|---|---|"]
+    for (file, line, name), (_, calls, own, cum, _) in sorted(stats.items(), key=lambda kv: kv[1][2],
+                                                               reverse=True)[:rows]:
+        where = name if file == "~" else f"{'/'.join(Path(file).parts[-2:])}:{line} {name}"
+        lines.append(f"| `{where.replace('|', '/')[:100]}` | {own * 1e3 / steps:.2f} | {own / total:.1%} | "
+                     f"{cum * 1e3 / steps:.2f} | {calls / steps:g} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,6 +186,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=20, help="operators listed per model")
     ap.add_argument("--host-rows", type=int, default=12,
                     help="(device runs) host-side entries listed per model, by self CPU time; 0: none")
+    ap.add_argument("--python", type=int, default=0, metavar="N",
+                    help="also list the N Python functions with the most own time per step (cProfile); 0: none")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size")
     gpu_lm.keep_going_arg(ap)
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
@@ -188,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
             for _ in range(args.warmup):
                 fn()
             out += profile_step(fn, args.steps, device, args.rows, args.host_rows)
+            if args.python:
+                out += python_rows(fn, args.steps, device, args.python)
         except Exception as err:  # noqa: BLE001 (re-raised unless --keep-going)
             if not args.keep_going:
                 raise

@@ -30,16 +30,12 @@
 #                                          kernels vs one program per head, 4 and 8 causal chunks, at 1k; the
 #                                          head sums atomic vs gathered vs all gathered (head_sums), G and dHs Hᵀ
 #                                          in float32 vs bf16 (shared_dtype), at 4k
-#   scripts/gpu_checks.sh next [SECONDS]    one call for what the H100 sessions of 2026-11-27 left (code 5cde3b5 ran
-#                                          `next` with product_order 'auto' the default: an illegal address in the
-#                                          backward at the model's size; 'queries' since, 'auto' refused on CUDA):
-#                                          the CEM kernel's CUDA tests (the default launch against float64 at the
-#                                          model's size among them), the key-tile kernel on tiles of its own
-#                                          (KernelTiles.kv_*) and _psum_h's key runs (psum_keys 512 vs 0): the kernels
-#                                          alone at 4k; gpu_lm with every step one CUDA graph at 1k and 4k (the
-#                                          default; the key-tile kernel on 128 × 32, with the other kernels on
-#                                          16 × 64, 64 × 32 and 128 × 32 on 8 warps), the key-tile kernel on
-#                                          128 × 32's profile at 4k beside the default's; ~7.5 min: pass `next 450`
+#   scripts/gpu_checks.sh next [SECONDS]    (~6.5 min) what the H100 session of 2026-11-27 at code 855edd0 left (its own
+#                                          `next` timed the key-tile kernel's tiles: docs/cem.md): the CEM kernel's CUDA
+#                                          tests, the model-size one now also for the fastest launch timed and for
+#                                          product_order 'auto' without the transposed dk; where the eager step's host
+#                                          time goes in Python (gpu_profile.py --python) for Hyper-SET and CEM at 1k;
+#                                          the default launch against the fastest one as CUDA graphs at 1k and 4k
 #   scripts/gpu_checks.sh order [SECONDS]   (~3 min) which kernel's turned products break product_order 'auto' on the
 #                                          GPU (scripts/cem_order_bisect.py: each kernel's flag alone at the model's
 #                                          size, each case in its own process)
@@ -203,26 +199,21 @@ if [ "$PHASE" = compiled ]; then
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
-if [ "$PHASE" = next ]; then   # what the H100 sessions of 2026-11-27 left (`gather`, `gather2` at d80aaf5; `next`
-  # at 5cde3b5 found product_order 'auto' breaking the backward at the model's size: 'queries' the default since)
-  # the kernel's CUDA tests first (the default launch against float64 at the model's size among them), then the
-  # backward's key-tile kernel on tiles of its own (KernelTiles.kv_*) and _psum_h's runs of keys (psum_keys 512, the
-  # default, against 0: one program a row, the form d80aaf5 timed): the kernels alone at 4k; then the model with every
-  # step one CUDA graph at 1k and 4k against the 64 × 32 and 128 × 32 (8 warps: products on wgmma) launches, and
-  # where the step's time goes at 4k with the key-tile kernel on 128 × 32
-  step pytest_cem 110 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
+if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code 855edd0) left: the model-size CUDA test
+  # of the fastest launch timed (64 × 32 + key-tile 128 × 32 on 8 warps) and of product_order 'auto' without its
+  # miscompiled dk, with every CEM kernel CUDA test (if they pass: the launch becomes the default, 'auto' is allowed
+  # on CUDA); then where the eager steps' host time goes, in Python (gpu_profile.py --python: Hyper-SET's eager step
+  # is 64 ms of wall on 20 ms of GPU work, the transformer's 35 on 20), and the kernels' rows of the same launches
+  step pytest_cem 130 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
     tests/energies/test_cem_kernel_cuda.py
   cp "$W/pytest_cem.txt" "$OUT/" 2>/dev/null
-  step cem_kv_4k 80 $PY benchmarks/cem_tiles.py --tiles 16x64,64x32,128x32w8 --grid heads --head-sums gather \
-    --shared-dtype operand --kv ",128x32w8" --psum-keys 0,512 --n 4096 --batch 2 --budget 75 \
-    --out "$OUT/gpu_tiles_kv_4k.md"
-  step gpu_lm_graphs 170 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
-    --repeats 5 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, key-tile \
-kernel 128 × 32 (8 warps);full CEM T=1, head sums gathered (64 × 32), key-tile kernel 128 × 32 (8 warps);full CEM \
-T=1, head sums gathered (128 × 32, 8 warps), key-tile kernel 128 × 32" --out "$OUT/gpu_lm_graphs.md"
-  step profile_kv_4k 70 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 25 --setting 4096x2 \
-    --models "full CEM T=1 (auto path);full CEM T=1, key-tile kernel 128 × 32 (8 warps)" \
-    --out "$OUT/gpu_profile_kv_4k.md"
+  step python_hyperset 60 $PY benchmarks/gpu_profile.py --suite hyperset --keep-going --rows 12 --python 30 \
+    --models "looped transformer;Hyper-SET" --out "$OUT/gpu_profile_python_hyperset.md"
+  step python_cem_1k 70 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 12 --python 30 \
+    --models "Llama baseline;full CEM T=1 (auto path)" --out "$OUT/gpu_profile_python_cem_1k.md"
+  step gpu_lm_graphs 120 $PY benchmarks/gpu_lm.py --precisions bf16 --modes training --settings 1024x8,4096x2 \
+    --repeats 5 --warmup 1 --keep-going --cuda-graph --models "full CEM T=1 (auto path);full CEM T=1, head sums \
+gathered (64 × 32), key-tile kernel 128 × 32 (8 warps)" --out "$OUT/gpu_lm_graphs.md"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
