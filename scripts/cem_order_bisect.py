@@ -3,9 +3,11 @@
 On one H100 (Triton 3.6, 2026-11-27) 'auto' ran into an illegal address in the backward at GPT-2 small's attention
 (12 heads of 64, bf16, causal, N 1,024 × B 8) and gave gradients off by orders of magnitude at B 2, while every
 CUDA test at the tests' small sizes passed and Triton's interpreter agrees with 'queries' to rounding
-(docs/results/cem/gpu_h100/product_order_5cde3b5.md). 'auto' sets, per one-program-per-head kernel, the
+(docs/results/cem/gpu_h100/product_order_5cde3b5.md). 'auto' set, per one-program-per-head kernel, the
 constexprs ``KMAJ`` (Q Kᵀ, dOq Kᵀ formed keys first), ``TQ`` (oq / dq held transposed) and ``TK`` (dk held
-transposed) where the tile's shape asks for it (``cem_launch.kernel_meta``). This script runs the default launch
+transposed) where the tile's shape asks for it (``cem_launch.kernel_meta``). This script's first GPU run (one H100,
+code 855edd0: order_bisect_855edd0.md) named ``_bwd_kv_h``'s ``TK``, which 'auto' no longer sets; the case
+"bwd_kv TK" still forces it. This script runs the default launch
 ('queries') once, then again with one of those flags switched on in one kernel only (and with all of them, which is
 'auto'), each case in a fresh process with ``CUDA_LAUNCH_BLOCKING=1`` (an illegal address kills the process's CUDA
 context; the failing launch is the one named), and prints per case the relative differences of oq, hs and the
