@@ -117,3 +117,43 @@ def test_real_page_bare_sa_checks_after_a_fresh_render_and_fails_after_a_hand_ed
     capsys.readouterr()
     assert run(["--check", "bare-sa", "--root", str(tmp_path)], reg) == 1
     assert "DIFFERS       bare-sa" in capsys.readouterr().out
+
+
+FIGURE_GENERATOR = '''import json, sys
+from pathlib import Path
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from energyformer.analysis.figures import save_figure
+out = Path(sys.argv[1])
+data = json.loads((out / "results.json").read_text())
+fig, ax = plt.subplots()
+ax.plot(range(len(data["loss"])), data["loss"], label="ours")
+ax.legend()
+save_figure(fig, out / "cpu" / "curve.png", dpi=data["dpi"])
+(out / "cpu" / "README.md").write_text("# Toy\\n\\n![loss](curve.png)\\n")
+'''
+
+
+def test_check_compares_figures_by_what_they_show(tmp_path, capsys):
+    """a figure left stale by new artifacts fails the check; one drawn again with other bytes (another dpi here,
+    another matplotlib elsewhere) and the same data passes"""
+    (tmp_path / "render_fig.py").write_text(FIGURE_GENERATOR)
+    folder = tmp_path / "docs/results/fig"
+    (folder / "cpu").mkdir(parents=True)
+    (folder / "results.json").write_text('{"loss": [3.0, 2.0, 1.5], "dpi": 50}')
+    (tmp_path / "README.md").write_text(f"# repo\n\n{BEGIN}\n{END}\n")
+    reg = Registry(pages=(Page("fig", "docs/results/fig", ("cpu/README.md",),
+                               generator=Script("render_fig.py", ("{out}",)), readme=False),), artifacts=())
+    assert run(["--root", str(tmp_path)], reg) == 0
+    png = folder / "cpu/curve.png"
+    drawn = png.read_bytes()
+    capsys.readouterr()
+    (folder / "results.json").write_text('{"loss": [3.0, 2.0, 1.5], "dpi": 70}')
+    assert run(["--check", "--root", str(tmp_path)], reg) == 0   # other bytes, the same data
+    (folder / "results.json").write_text('{"loss": [3.0, 2.0, 1.25], "dpi": 50}')
+    assert run(["--check", "--root", str(tmp_path)], reg) == 1
+    out = capsys.readouterr().out
+    assert "differs: cpu/curve.png" in out and "figure cpu/curve.png: it shows other data" in out
+    assert png.read_bytes() == drawn   # --check writes nothing
+    assert run(["--root", str(tmp_path)], reg) == 0 and run(["--check", "--root", str(tmp_path)], reg) == 0

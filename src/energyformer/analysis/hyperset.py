@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from ..blocks.baselines import GPTAttention, LlamaAttention
 from ..blocks.hyperset import HyperSETSublayer
 from ..energies.hyperspherical import SubspaceAttentionEnergy
+from .figures import save_figure
 
 
 @torch.no_grad()
@@ -140,8 +141,7 @@ def plot_energies(traj: dict, train_iterations: int, path, title: str = "") -> N
     axes[0].legend(fontsize=8)
     fig.suptitle(title or "energy per iteration (per board, at the normalised projections)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def plot_rank_angle(trajs: dict[str, dict], train_iterations: int, path, title: str = "") -> None:
@@ -163,8 +163,7 @@ def plot_rank_angle(trajs: dict[str, dict], train_iterations: int, path, title: 
         ax.legend()
     fig.suptitle(title or "subspace geometry of the tokens")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def is_decreasing(values: Sequence[float], upto: int | None = None, tol: float = 0.0) -> bool:

@@ -3,7 +3,10 @@
 The page's folder is copied to a temporary folder, the page's generator runs there (``--out TMP``), and
 the rendered ``.md`` files are compared byte for byte with the committed ones. ``render_in_place``
 then copies back every file the render changed or created; ``check`` only reports. Images a page
-references (``![..](x.png)``, ``<img src="x.png">``) must exist beside it.
+references (``![..](x.png)``, ``<img src="x.png">``) must exist beside it, and every PNG the render drew that
+a page references is compared with the committed one by what it shows (:func:`figure_differs`: the data digest
+``analysis.figures.save_figure`` stores in it), so a figure left stale by new artifacts fails the check while a
+figure merely drawn by another matplotlib does not.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import energyformer
 
+from ..analysis.figures import stored_digest
 from ..errors import DataError
 from .pages import Page, Reproduce
 
@@ -93,6 +97,20 @@ def run_generator(page: Page, out: Path, root: Path) -> None:
         raise DataError(f"report {page.name}: `{gen.describe()}` failed: {last}")
 
 
+def figure_differs(committed: Path, rendered: Path) -> str | None:
+    """Why a committed PNG is not the rendered one, or None when they show the same: equal bytes, or equal data
+    digests (``analysis.figures.figure_digest``). A committed figure without a digest (drawn before digests, or by
+    another writer) counts as different where its bytes differ: nothing says what it shows."""
+    if committed.read_bytes() == rendered.read_bytes():
+        return None
+    old, new = stored_digest(committed), stored_digest(rendered)
+    if new is None:
+        return "its render has no data digest and other bytes (a figure not written by analysis.figures.save_figure)"
+    if old is None:
+        return "the committed figure has no data digest (drawn before digests) and other bytes"
+    return None if old == new else "it shows other data than the committed figure (data digests differ)"
+
+
 def _check_inputs(page: Page, folder: Path) -> None:
     for name in page.inputs:
         if not (folder / name).is_file():
@@ -145,6 +163,14 @@ def render_page(page: Page, root: Path, *, in_place: bool, diff_lines: int = 40)
                 res.changed.append(name)
                 if not res.diff:
                     res.diff = _diff_head(old_text, new.read_text(), name, diff_lines)
+        for rel in sorted({(Path(name).parent / r).as_posix() for name in page.files if (work / name).is_file()
+                           for r in referenced_images((work / name).read_text())}):
+            drawn, kept = work / rel, folder / rel
+            if rel.lower().endswith(".png") and drawn.is_file() and kept.is_file():
+                why = figure_differs(kept, drawn)
+                if why:
+                    res.changed.append(rel)
+                    res.diff = res.diff or f"figure {rel}: {why}"
         stray = [f for f in _changed_files(folder, work) if f.endswith(".md") and f not in page.files
                  and not (folder / f).exists()]
         res.problems += [f"{f}: rendered but not committed" for f in stray]

@@ -17,6 +17,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from ..analysis.figures import save_figure
 from .claims import metric_value
 from .page_spec import PlotSpec
 
@@ -141,6 +142,4 @@ def line_plot(ctx, spec: PlotSpec, path: Path) -> Path | None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
