@@ -26,9 +26,12 @@ def append_kv_cache(
 
 
 def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin tables (N, head_dim/2) for rotary embeddings (Su et al. 2024)."""
-    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
-    ang = positions.float()[:, None] * inv[None, :]
+    """cos/sin tables (N, head_dim/2) for rotary embeddings (Su et al. 2024), in ``dtype``. The angles are formed
+    in float32 (as Llama's reference code and transformers do; a float32 angle at position 4,096 is off by up to
+    ~2e-4 rad) and in float64 for a float64 model, whose results would otherwise carry float32's error."""
+    adt = torch.float64 if dtype == torch.float64 else torch.float32
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=adt) / head_dim)
+    ang = positions.to(adt)[:, None] * inv[None, :]
     return ang.cos().to(dtype), ang.sin().to(dtype)
 
 
