@@ -310,6 +310,22 @@ def test_an_override_that_switches_kind_drops_the_old_kinds_keys_as_base_does(ov
     assert att.rope_theta == (500 if len(overrides) == 2 else 10000.0)
 
 
+def test_the_last_value_of_a_key_given_twice_wins_and_a_string_key_survives_a_later_switch():
+    """`--set k=1 --set k=x`: the last value wins, and an invalid last value is its error — a string value (which
+    the switch-first ordering may apply early) was applied before the number and then overwritten by it; and a
+    string-valued key of a section keeps its value whether it comes before or after the section's switch"""
+    assert load_config(Run, None, ["lr=0.5", "lr=0.25"]).lr == 0.25
+    assert load_config(Run, None, ["name=a", "name=b"]).name == "b"
+    with pytest.raises(ConfigError, match=r"^lr = 'abc'"):
+        load_config(Run, None, ["lr=0.5", "lr=abc"])
+    data = {"model": {"attention": {"kind": "llama"}}}
+    for over in (["model.attention.diagonal=per_head", "model.attention=cem"],
+                 ["model.attention=cem", "model.attention.diagonal=per_head"],
+                 ["model.attention.diagonal=per_head", "model.attention.kind=cem"]):
+        att = load_config(Run, data, over).model.attention
+        assert isinstance(att, CEM) and att.diagonal == "per_head", over
+
+
 def test_an_override_of_the_same_kind_keeps_the_sections_keys():
     data = {"model": {"attention": {"kind": "cem", "steps": 2, "diagonal": "none"}}}
     for over in (["model.attention.kind=cem"], ["model.attention={kind: cem, lr: 0.5}"]):

@@ -370,9 +370,16 @@ def apply_overrides(data: Mapping | BaseModel, overrides: Sequence[str]) -> Any:
         items += _kind_selectors(key)  # `list keys` notation: a[kind=x].k=1 also sets a.kind=x
         parts, raw = _split_override(_KIND_SELECTOR.sub("", key) + value)
         items.append((parts, int_float(parse_value(raw)) if raw else raw))
-    # kind switches first (a.kind=x, a=x, a={kind: x, ...}), so that `a.k=1 a.kind=x` keeps a.k=1 as
-    # `a.kind=x a.k=1` does: a switch drops the keys of the section's old kind, never an override's
-    for parts, value in sorted(items, key=lambda item: not _switches_kind(*item)):
+    # the same key given twice: the last value wins (the earlier one never applies, so it cannot outlive a later
+    # string value that the ordering below would otherwise apply first)
+    last = {tuple(parts): i for i, (parts, _) in enumerate(items)}
+    items = [item for i, item in enumerate(items) if last[tuple(item[0])] == i]
+    # kind switches first (a.kind=x, a=x, a={kind: x, ...}), outer sections before inner ones, so that
+    # `a.k=1 a.kind=x` keeps a.k=1 as `a.kind=x a.k=1` does: a switch drops the keys of the section's old kind,
+    # never an override's; the other overrides in the order given
+    order = sorted(range(len(items)), key=lambda i: (0, _section_depth(items[i][0])) if _switches_kind(*items[i])
+                   else (1, 0))
+    for parts, value in (items[i] for i in order):
         out = _set_path(out, parts, value, "")
     return out
 
@@ -398,6 +405,11 @@ def _kind_selectors(key: str) -> list[tuple[list[str], str]]:
         head = _KIND_SELECTOR.sub("", key[:m.start()])
         out.append(([p.strip() for p in head.split(".")] + ["kind"], m.group(1).strip()))
     return out
+
+
+def _section_depth(parts: list[str]) -> int:
+    """how deep the section an override sets lies (``a.b.kind`` sets section a.b, as ``a.b=x`` does)"""
+    return len(parts) - (parts[-1] == "kind")
 
 
 def _switches_kind(parts: list[str], value: Any) -> bool:
