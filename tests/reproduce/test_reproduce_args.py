@@ -46,6 +46,29 @@ def test_bare_sa_report_only_on_an_empty_folder_is_an_error(tmp_path, capsys):
     assert not (tmp_path / "empty").exists()
 
 
+@pytest.mark.parametrize("extra", [["--only", "model=et"], ["--jobs", "4"], ["--set", "train.steps=3"],
+                                   ["--scale", "cpu"], ["--seeds", "0"], ["--runs", "r"]])
+def test_report_only_refuses_the_options_of_a_run(extra, tmp_path, capsys):
+    """--report-only renders the records as they are: an option of a run was silently ignored"""
+    (tmp_path / "o").mkdir()
+    assert main(["reproduce", "hyperset-sudoku", "--report-only", "--out", str(tmp_path / "o"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert f"--report-only trains nothing and renders every scale's records in OUT as they are: {extra[0]} would " \
+           "be ignored (allowed with it: --out)" in err and err.count("\n") == 1, err
+    assert not any((tmp_path / "o").iterdir())
+
+
+def test_pages_name_their_folder_as_dir_not_the_studys_own(tmp_path):
+    """a page rendered into a user's --out says DIR, not docs/results/...: its commands copied from there would
+    have trained into, or rendered into, the repository's pages"""
+    (tmp_path / "o").mkdir()
+    assert main(["reproduce", "hyperset-sudoku", "--report-only", "--out", str(tmp_path / "o")]) == 0
+    index = (tmp_path / "o" / "README.md").read_text()
+    assert "--report-only --out DIR` (DIR: this folder; the study's own is `docs/results/hyperset`)" in index
+    assert "not run yet: `energyformer reproduce hyperset-sudoku --scale cpu --out DIR`" in index
+    assert "--out docs/results" not in index
+
+
 @pytest.mark.parametrize("study", ["hyperset-sudoku", "intrinsic-lm", "cem-gp"])
 def test_the_gpu_scale_without_a_gpu_is_refused_before_work(study, tmp_path, capsys, monkeypatch):
     """Once: `reproduce hyperset-sudoku --scale gpu` on a CPU machine started the 4,000-step d 768 preset there (its

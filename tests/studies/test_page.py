@@ -230,7 +230,8 @@ def test_the_scale_note_of_migrated_records_is_called_the_preset(tmp_path):
     (tmp_path / "out").mkdir()
     render(tmp_path / "out", spec, "tiny", "cpu", {"runs": runs}, [])
     head = (tmp_path / "out" / "README.md").read_text().split("\n\n")[1]
-    assert head.endswith("(study `studies/tiny.yaml`; 2 runs). Scale preset (these runs were recorded before it by "
+    assert head.endswith("--report-only --out DIR` (DIR: the folder above this one; study `studies/tiny.yaml`; 2 "
+                         "runs). Scale preset (these runs were recorded before it by "
                          "the old program: their own settings are below): width 384, 6.6M tokens a run."), head
     runs["e0"].pop("config_hash")
     render(tmp_path / "out", spec, "tiny", "cpu", {"runs": runs}, [])

@@ -35,7 +35,9 @@ def parse_only(items: list[str]) -> dict[str, list[str]]:
 
 
 def command_line(name: str, spec: StudySpec, scale: str) -> str:
-    return f"energyformer reproduce {name} --scale {scale} --out {spec.page}"
+    """the command that runs ``scale`` into the index's folder, named DIR on the page (the same page text wherever
+    the folder is: the committed one, a user's --out, or report's temporary copy)"""
+    return f"energyformer reproduce {name} --scale {scale} --out DIR"
 
 
 def render_index(name: str, spec: StudySpec, out: Path, rendered: dict[str, list[ClaimRow]]) -> str:
@@ -45,7 +47,7 @@ def render_index(name: str, spec: StudySpec, out: Path, rendered: dict[str, list
              f"Seed `{spec.paper.seed}`, {spec.paper.section}. Study: `studies/{name}.yaml` (configs × grid × "
              "seeds × scales, metrics and claims with their rules; format in `docs/studies.md`). Every page "
              f"here is generated from the committed `results.json` by `energyformer reproduce {name} "
-             f"--report-only --out {spec.page}`.", "", "## Scales", ""]
+             f"--report-only --out DIR` (DIR: this folder; the study's own is `{spec.page}`).", "", "## Scales", ""]
     for scale, sc in spec.scales.items():
         note = f" {sc.note}" if sc.note else ""
         if scale in rendered:
@@ -104,9 +106,11 @@ def render_pages(name: str, spec: StudySpec, out: Path) -> list[Path]:
 def main(name: str, argv: list[str] | None = None) -> int:
     spec = load_study(name)
     p = argparse.ArgumentParser(prog=f"energyformer reproduce {name}", description=spec.title)
-    p.add_argument("--scale", choices=list(spec.scales), default="cpu" if "cpu" in spec.scales else None)
+    default_scale = "cpu" if "cpu" in spec.scales else None
+    p.add_argument("--scale", choices=list(spec.scales), default=None, help=f"(default {default_scale})")
     p.add_argument("--seeds", type=nonneg_int, nargs="+", help="seeds (default: the scale's or the study's)")
-    p.add_argument("--jobs", type=count, default=1, help="runs trained at once, each in its own process")
+    p.add_argument("--jobs", type=count, default=None, help="runs trained at once, each in its own process "
+                   "(default 1)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted override applied to every run (repeatable)")
     p.add_argument("--only", action="append", default=[], metavar="AXIS=LABEL[,LABEL]",
@@ -116,6 +120,13 @@ def main(name: str, argv: list[str] | None = None) -> int:
     p.add_argument("--report-only", action="store_true",
                    help="train nothing; re-render OUT's pages from the records committed in OUT")
     a = p.parse_args(argv)
+    if a.report_only:  # it renders every scale's records as they are: options of a run would be ignored
+        given = [opt for opt, v in (("--scale", a.scale), ("--seeds", a.seeds), ("--jobs", a.jobs),
+                                    ("--set", a.sets), ("--only", a.only), ("--runs", a.runs)) if v]
+        if given:
+            raise ConfigError(f"--report-only trains nothing and renders every scale's records in OUT as they are: "
+                              f"{', '.join(given)} would be ignored (allowed with it: --out)")
+    a.scale, a.jobs = a.scale or default_scale, a.jobs or 1
     out = Path(a.out)
     if not a.report_only and a.scale == "gpu" and not any(s.startswith("train.device=") for s in a.sets):
         import torch

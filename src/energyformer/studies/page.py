@@ -290,7 +290,8 @@ def render(out: Path, spec: StudySpec, name: str, scale: str, data: dict, rows: 
                 said = (f" Scale preset ({'these' if old == len(data['runs']) else f'{old} of these'} runs were "
                         f"recorded before it by the old program: their own settings are below): {note}")
             parts.append(f"# {spec.title} — {scale} scale\n\nRendered from this folder's `results.json` by "
-                         f"`energyformer reproduce {name} --report-only --out {spec.page}` (study "
+                         f"`energyformer reproduce {name} --report-only --out DIR` (DIR: the folder above this "
+                         "one; study "
                          f"`studies/{name}.yaml`; {len(ctx.records)} runs).{said}\n")
             stale = outdated_text(spec, scale, data["runs"]) if scale in spec.scales else ""
             parts += [stale + "\n"] if stale else []
