@@ -310,6 +310,26 @@ def test_an_override_that_switches_kind_drops_the_old_kinds_keys_as_base_does(ov
     assert att.rope_theta == (500 if len(overrides) == 2 else 10000.0)
 
 
+def test_none_in_an_override_is_the_choice_named_none_where_the_key_has_one_else_null():
+    """`--set model.block.norm=none` gave null, which a sublayer's norm reads as its default (RMSNorm): a silent
+    wrong config; `model.positions=none` and the like were refused though 'none' is among their choices"""
+    assert load_config(Run, None, ["seed=none"]).seed is None and load_config(Run, None, ["seed=None"]).seed is None
+    for over in (["model.attention=cem", "model.attention.diagonal=none"],
+                 ["model.attention=cem", "model.attention.diagonal=NONE"]):
+        att = load_config(Run, None, over).model.attention
+        assert att.diagonal == "none" and type(att.diagonal) is str, over
+    with pytest.raises(ConfigError, match="not null"):   # no attention kind is named none: null, refused
+        load_config(Run, None, ["model.attention=none"])
+    from energyformer.experiment import load_run_config
+
+    for name, over, get in (
+            ("gp/cem_t4", "model.block.norm=none", lambda c: c.model.block.norm.kind),
+            ("gp/cem_t4", "model.block.norm.kind=none", lambda c: c.model.block.norm.kind),
+            ("images/hyperset", "model.positions=none", lambda c: c.model.positions)):
+        got = get(load_run_config(name, [over]))
+        assert got == "none" and type(got) is str, (name, over, got)
+
+
 def test_the_last_value_of_a_key_given_twice_wins_and_a_string_key_survives_a_later_switch():
     """`--set k=1 --set k=x`: the last value wins, and an invalid last value is its error — a string value (which
     the switch-first ordering may apply early) was applied before the number and then overwritten by it; and a

@@ -44,7 +44,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -56,6 +56,7 @@ from pydantic_core import PydanticCustomError
 from energyformer.utils.config_errors import item_error, merge_union_errors
 from energyformer.utils.config_numbers import OWN_INPUT, bool_for_number
 from energyformer.utils.validate import ConfigError, closest
+from energyformer.utils.yaml_files import NoneWord
 from energyformer.utils.yaml_files import (  # noqa: F401 (API)
     int_float, merge_over, parse_value, read_yaml, resolve_base)
 
@@ -78,6 +79,24 @@ class _ConfigMeta(type(BaseModel)):
             return super().__call__(*args, **kwargs)
         except ValidationError as err:
             raise ConfigError(format_validation_error(err)) from None
+
+
+def _takes_none_text(annotation: Any) -> bool:
+    """whether a field of this type accepts the string 'none': a Literal with 'none' among its choices, or a
+    registry's kind field with a kind named 'none' (in a union, an Optional, Annotated metadata)"""
+    marker = _kind_marker(annotation)
+    if marker is not None:
+        return "none" in marker.registry.entries
+    if get_origin(annotation) is Literal:
+        return "none" in get_args(annotation)
+    return any(_takes_none_text(a) for a in get_args(annotation) if a is not None)
+
+
+def resolve_none_word(annotation: Any) -> str | None:
+    """``none`` given as an override's value (:data:`NONE_WORD`): the string 'none' for a field that has a choice
+    of that name (``model.block.norm=none``: no norm; it used to be null, i.e. the default norm), else null
+    (``seed=none``)."""
+    return "none" if _takes_none_text(annotation) else None
 
 
 class ConfigModel(BaseModel, metaclass=_ConfigMeta):
@@ -103,7 +122,9 @@ class ConfigModel(BaseModel, metaclass=_ConfigMeta):
     @classmethod
     def _unknown_keys(cls, data: Any) -> Any:
         if isinstance(data, Mapping):
-            data = cls.migrate(dict(data))
+            data = {k: resolve_none_word(cls.model_fields[k].annotation) if isinstance(v, NoneWord)
+                    and k in cls.model_fields else v for k, v in data.items()}
+            data = cls.migrate(data)
             allowed = [n for n in cls.model_fields]
             for key in data:
                 if key not in cls.model_fields:

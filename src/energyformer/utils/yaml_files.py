@@ -23,7 +23,7 @@ import yaml
 from energyformer.utils.io import read_text_file
 from energyformer.utils.validate import ConfigError
 
-__all__ = ["read_yaml", "resolve_base", "parse_value", "int_float", "MAX_BASE_DEPTH"]
+__all__ = ["read_yaml", "resolve_base", "parse_value", "int_float", "MAX_BASE_DEPTH", "NONE_WORD", "NoneWord"]
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -165,10 +165,21 @@ def _read_yaml_file(path: Path) -> dict:
     return dict(data)
 
 
+class NoneWord(str):
+    """``none`` written as an override's value: the string 'none' where the key takes it (a kind or choice named
+    none: ``model.block.norm=none``, ``model.positions=none``), else null (``seed=none``); resolved per key by
+    ``ConfigModel`` before validation (``utils.config.resolve_none_word``)."""
+
+
+#: the value ``parse_value`` gives ``none`` (a str, so code before the resolution reads it as the word)
+NONE_WORD = NoneWord("none")
+
+
 def parse_value(raw: str) -> Any:
-    """One override value parsed as YAML; ``none`` is None and text YAML cannot parse stays text."""
+    """One override value parsed as YAML; ``none`` is :data:`NONE_WORD` (the word where the key has a choice
+    named none, else null) and text YAML cannot parse stays text."""
     if raw.strip() in ("none", "None", "NONE"):
-        return None
+        return NONE_WORD
     try:
         return yaml.load(raw, Loader=_StrictLoader)
     except (yaml.YAMLError, ConfigError):
