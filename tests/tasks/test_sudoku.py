@@ -93,6 +93,19 @@ def test_train_and_eval_puzzle_files_through_the_cli(data_env, capsys):
     cap = capsys.readouterr()
     assert "1 puzzle(s) have no solution" in cap.out and "9 boards" in cap.out
     assert "energyformer: warning:" in cap.err and "board(s) 9" in cap.err
+    # a fully given board has nothing to solve and would count as solved: left out, named; a file of them only
+    # is an error (the first board of with.csv given in full, with its solution)
+    lines = with_sol.read_text().splitlines()
+    head, first = lines[0], lines[1].split(",")
+    full = data_env / "full.csv"
+    full.write_text("\n".join([head, ",".join([first[1], first[1]]), *lines[1:]]) + "\n")
+    assert main(["eval", run, "--puzzles", str(full)]) == 0
+    cap = capsys.readouterr()
+    assert "8 boards" in cap.out and "1 fully given puzzle(s) left out" in cap.out, cap.out
+    assert "1 of 9 puzzles have no blank cell (board(s) 1): left out of the metrics" in cap.err
+    full.write_text(f"{head}\n{first[1]},{first[1]}\n")
+    assert main(["eval", run, "--puzzles", str(full)]) != 0
+    assert "every puzzle is fully given (no blank cell): nothing to solve" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -240,16 +240,27 @@ class SudokuTask(Task):
     def eval_from_args(self, model, args, forward_options):
         if getattr(args, "puzzles", None):
             data = read_sudoku(args.puzzles)
-            note = ""
+            note, n_read = "", len(data)
+            full = (data.puzzles != 0).all(1)  # no blank: nothing to solve, and any board would count as solved
+            if bool(full.all()):
+                raise DataError(f"{args.puzzles}: every puzzle is fully given (no blank cell): nothing to solve")
+            if bool(full.any()):
+                rows = full.nonzero().reshape(-1).tolist()
+                warnings.warn(f"{args.puzzles}: {len(rows)} of {len(data)} puzzles have no blank cell (board(s) "
+                              f"{', '.join(str(i + 1) for i in rows[:5])}{' ...' if len(rows) > 5 else ''}): left "
+                              "out of the metrics", stacklevel=2)
+                data = data.subset(~full)
+                note = f"; {len(rows)} fully given puzzle(s) left out"
+            line = (~full).nonzero().reshape(-1).tolist()  # each scored board's number in the file
             if not data.has_solutions:  # scored by validity: say when a board can never count
                 from ..data.sudoku_solver import count_solutions
 
                 counts, _ = count_solutions(data.puzzles.numpy(), limit=1)
                 bad = [i for i, c in enumerate(counts) if c == 0]
                 if bad:
-                    note = f"; {len(bad)} puzzle(s) have no solution and count as failures"
-                    warnings.warn(f"{args.puzzles}: {len(bad)} of {len(data)} puzzles have no solution "
-                                  f"(board(s) {', '.join(str(i + 1) for i in bad[:5])}"
+                    note += f"; {len(bad)} puzzle(s) have no solution and count as failures"
+                    warnings.warn(f"{args.puzzles}: {len(bad)} of {n_read} puzzles have no solution "
+                                  f"(board(s) {', '.join(str(line[i] + 1) for i in bad[:5])}"
                                   f"{' ...' if len(bad) > 5 else ''}); no prediction can solve them, so "
                                   "they are scored as failures", stacklevel=2)
             res = self.score(model, data, **forward_options)
