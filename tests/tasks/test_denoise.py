@@ -1,6 +1,7 @@
 """The denoise task on the always-available digits: embedding sizes, training, overlap curves."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -38,3 +39,17 @@ def test_errors():
     cfg = load_run_config("bare_sa/digits_denoise", ["model.dim=9"])
     with pytest.raises(ConfigError, match="model.dim = 9: the embedded images have 8"):
         resolve(cfg, build_task(cfg))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("task.images.validation=0", "task.images.validation = 0: must be a fraction in (0, 1) or a count >= 1"),
+    ("task.images.validation=0.0", "task.images.validation = 0: must be a fraction in (0, 1) or a count >= 1"),
+    ("task.noise_level=2", "task.noise_level = 2.0: with noise 'replace' it is the fraction of channel values "
+                           "replaced, in [0, 1]"),
+])
+def test_settings_the_evaluation_cannot_use_are_refused_at_load(override, message):
+    """an empty validation split trained, then reported NaN metrics with exit status 0; a replaced fraction above 1
+    failed only at the first evaluation, after training"""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_run_config("bare_sa/digits_denoise", [override])
+    assert load_run_config("bare_sa/digits_denoise", ["task.noise=gaussian", "task.noise_level=2"]).task.noise_level == 2

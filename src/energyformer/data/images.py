@@ -30,7 +30,6 @@ from typing import Literal
 import numpy as np
 import torch
 from einops import rearrange
-from pydantic import Field
 
 from energyformer.data.batching import EpochBatcher, eval_batches, seeded_generator
 from energyformer.data.cifar import CIFAR_FOLDERS, load_cifar
@@ -39,6 +38,7 @@ from energyformer.data.image_sources import idx_files
 from energyformer.data.text import data_dir
 from energyformer.errors import DataError
 from energyformer.utils.config import ConfigModel
+from energyformer.utils.fields import SplitSize
 from energyformer.utils.validate import ConfigError, check_choice, check_int
 
 IMAGE_SETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
@@ -360,8 +360,9 @@ class ImageDataConfig(ConfigModel):
 
     name: Literal["digits", "mnist", "fashion_mnist", "cifar10", "cifar100"] = "digits"
     """image set"""
-    validation: float | int = Field(0.1, ge=0)
-    """validation examples carved from the official training set: a fraction in [0, 1) or a count"""
+    validation: SplitSize = 0.1
+    """validation examples carved from the official training set: a fraction in (0, 1) or a count >= 1 (the
+    task evaluates on it: an empty split gave NaN metrics)"""
     split_seed: int = 0
     """seed of the validation carve"""
     root: str | None = None

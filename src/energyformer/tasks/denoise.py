@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from ..data.batching import EpochBatcher, seeded_generator
@@ -69,6 +69,13 @@ class DenoiseConfig(TaskConfig):
     """training images searched for the nearest memory (None: all)"""
     eval_seed: int = 0
     """seed of the corruption"""
+
+    @model_validator(mode="after")
+    def _replaced_fraction(self) -> DenoiseConfig:
+        if self.noise == "replace" and self.noise_level > 1:
+            raise ValueError(f"task.noise_level = {self.noise_level!r}: with noise 'replace' it is the fraction of "
+                             "channel values replaced, in [0, 1]")
+        return self
 
 
 @register_task("denoise", DenoiseConfig)
