@@ -295,3 +295,25 @@ def test_every_tasks_file_options_are_its_eval_options():
         assert set(task.eval_file_options) <= dests, name
         named += len(task.eval_file_options)
     assert named >= 2  # --text-file (lm), --puzzles (sudoku)
+
+
+def test_a_closed_pipe_stops_the_output_quietly():
+    """`energyformer list keys | head -1` printed 'energyformer: error: Broken pipe' with exit status 1"""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "energyformer.cli", "list", "keys"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away, as head does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err
+
+
+def test_an_empty_out_dir_is_refused():
+    """`--set out_dir=` wrote the run into the current folder"""
+    from energyformer.experiment import load_run_config
+    from energyformer.utils.validate import ConfigError
+
+    with pytest.raises(ConfigError, match="out_dir = '': string should have at least 1 character"):
+        load_run_config("lm/llama", ["out_dir="])

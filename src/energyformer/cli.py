@@ -451,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
     try:
         return args.fn(args, extra)
+    except BrokenPipeError:  # `energyformer list keys | head`: the reader closed the pipe; stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # (Python's docs: no second error when stdout is flushed at exit)
+        return 141  # 128 + SIGPIPE, as a shell reports a process the pipe stopped
     except KeyboardInterrupt:
         if debug:
             raise

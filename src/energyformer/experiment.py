@@ -38,7 +38,7 @@ class RunConfig(ConfigModel):
 
     name: str = "run"
     """run name: the run directory is out_dir/name"""
-    out_dir: str = "runs"
+    out_dir: str = Field("runs", min_length=1)
     """root folder of run directories"""
     task: TASKS.type("lm") = TASKS.field("lm")
     """what to learn: task.kind picks the task (energyformer list tasks)"""
