@@ -79,3 +79,16 @@ def test_evaluate_runs_in_eval_mode_whatever_the_callers_mode():
 
     model.train()
     assert Plugin(task.cfg, seed=0).evaluate(model) == {"training": 0.0} and model.training
+
+
+def test_eval_names_the_test_set_and_has_no_split_to_choose():
+    """`energyformer eval` printed "parity validation split" for what is the fixed test set, and `--split test`
+    gave the same numbers under another name: the task has one test set per length, so --split is refused"""
+    import argparse
+
+    task = _task()
+    torch.manual_seed(0)
+    model = task.build_model(task.resolve_model_config(ModelConfig(**MKW)))
+    what, metrics = task.eval_from_args(model, argparse.Namespace(split="validation"), {})
+    assert what == "parity test set (length 8, 16 sequences)" and metrics == task.evaluate(model)
+    assert ParityTask.has_splits is False and "fixed test set" in ParityTask.split_note

@@ -49,6 +49,9 @@ class ParityTaskConfig(TaskConfig):
 class ParityTask(Task):
     """Cumulative parity with a causal 2-class per-token model (module docstring)."""
 
+    has_splits = False  # one fixed test set per length (the paper's Table 2 reports test accuracy)
+    split_note = "accuracy on the fixed test set of task.data.length and of each eval_lengths length"
+
     model_kinds = ("transformer", "equilibrium")
     main_metric = "accuracy"
     lower_is_better = False
@@ -101,6 +104,10 @@ class ParityTask(Task):
             correct += int((pred == yb).sum())
             total += yb.numel()
         return correct / total
+
+    def eval_from_args(self, model, args, forward_options):
+        return f"parity test set (length {self.cfg.data.length}, {self.cfg.data.n_test} sequences)", \
+            self.evaluate(model, **forward_options)
 
     def evaluate(self, model: nn.Module, split: str = "validation", **options: Any) -> dict[str, float]:
         was = model.training
