@@ -15,7 +15,7 @@ EXPECTED = {
     "llama": {"iterations": 1}, "sudoku_transformer": {"iterations": 1}, "img_transformer": {"iterations": 1},
     "cem_full": {"iterations": 1, "steps": 1}, "sudoku_hyperset": {"iterations": 1, "steps": 1},
     "eqt": {"iterations": 1, "steps": 0}, "potts_bare_sa": {"iterations": 1, "steps": 1},
-    "potts_factored": {}, "gp_cem": {},
+    "potts_factored": {}, "gp_cem": {"steps": 1},   # the CEM block's T (eval --steps)
 }
 
 
@@ -31,7 +31,7 @@ def test_unsupported_option_names_option_and_kind():
         check_forward_options(model, {"steps": 3}, "transformer")
     check_forward_options(model, {"iterations": 2}, "transformer")  # honoured: no error
     _, gp, _ = build_case("gp_cem")
-    with pytest.raises(ConfigError, match=r"--iterations 2: a 'regressor' model.*none"):
+    with pytest.raises(ConfigError, match=r"--iterations 2: a 'regressor' model.*--steps"):
         check_forward_options(gp, {"iterations": 2}, "regressor")
 
 

@@ -69,3 +69,27 @@ def test_batcher_epochs_are_permutations_and_resume_exactly():
     c = GPBatcher(x, y, 4, seed=123)
     c.load_state_dict(state)
     assert all(torch.equal(u, c.next_batch()[1]) for u in ahead)
+
+
+def test_eval_steps_sets_the_cem_blocks_step_count(tmp_path, one_thread, capsys):
+    """`eval --steps 8` on a GP run with a CEM block was refused ('no energy descent steps to set'); it now runs
+    the block with that many steps (the run's own count gives the run's numbers), and a block without descent
+    steps still refuses it"""
+    from energyformer.cli import main
+
+    cfg = _cfg(tmp_path, steps=2)
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": 5})})
+    run_experiment(cfg)
+    _, model, task = load_trained(str(cfg.run_dir))
+    with torch.no_grad():
+        base, same, more = task.evaluate(model), task.evaluate(model, steps=2), task.evaluate(model, steps=8)
+    assert base == same and more != base
+    capsys.readouterr()
+    assert main(["eval", str(cfg.run_dir), "--steps", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "8 descent steps" in out and f"{more['test_rmse']:.4g}" in out, out
+    plain = _cfg(tmp_path, block={"kind": "gelu"})
+    plain = plain.model_copy(update={"train": plain.train.model_copy(update={"steps": 2})})
+    run_experiment(plain)
+    assert main(["eval", str(plain.run_dir), "--steps", "8"]) != 0
+    assert "no energy descent steps to set" in capsys.readouterr().err

@@ -38,6 +38,7 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from ..blocks.registry import MLPS, SublayerSpec, build_mlp
+from ..core import ForwardContext
 from ..utils.config import KindConfig
 from .registry import MODELS
 
@@ -94,13 +95,14 @@ class GPRegressor(nn.Module):
                     state_dict[head + new + key[len(head) + len(old):]] = state_dict.pop(key)
                     break
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x (B, in_dim) float -> predictions (B,)."""
+    def forward(self, x: Tensor, steps: int | None = None) -> Tensor:
+        """x (B, in_dim) float -> predictions (B,); ``steps``: the energy block's step count at test time (a CEM
+        block's T, ``energyformer eval --steps``; refused for blocks without descent steps)."""
         if x.dim() != 2 or x.shape[1] != self.cfg.in_dim or not x.dtype.is_floating_point:
             raise ValueError(f"x of shape {tuple(x.shape)} and dtype {x.dtype}: this model takes floating-point "
                              f"inputs (B, {self.cfg.in_dim}) (model.in_dim = {self.cfg.in_dim})")
         z = self.embed(x)[:, None, :]  # (B, 1, d): one token per sample
-        return self.readout(self.block(z))[:, 0, 0]  # (B,)
+        return self.readout(self.block(z, None if steps is None else ForwardContext(steps=steps)))[:, 0, 0]  # (B,)
 
 
 def analytic_flops(cfg: RegressorConfig, batch: int = FLOPS_BATCH) -> int:

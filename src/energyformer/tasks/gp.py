@@ -82,10 +82,10 @@ class GPBatcher:
 
 
 @torch.no_grad()
-def rmse(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 4096) -> float:
-    """Root-mean-square error of ``model(x)`` against ``y`` (chunked; data moved to the model)."""
+def rmse(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 4096, **options: Any) -> float:
+    """Root-mean-square error of ``model(x, **options)`` against ``y`` (chunked; data moved to the model)."""
     dev = next(model.parameters()).device
-    se = sum(float((model(x[i:i + chunk].to(dev)).float() - y[i:i + chunk].to(dev)).pow(2).sum())
+    se = sum(float((model(x[i:i + chunk].to(dev), **options).float() - y[i:i + chunk].to(dev)).pow(2).sum())
              for i in range(0, len(x), chunk))
     return math.sqrt(se / len(x))
 
@@ -124,9 +124,13 @@ class GPTask(Task):
         return F.mse_loss(model(x), y), {}
 
     def evaluate(self, model: nn.Module, split: str = "validation", **options: Any) -> dict[str, float]:
-        """Train and test RMSE (``split`` is ignored: both are always reported)."""
+        """Train and test RMSE (``split`` is ignored: both are always reported); ``options``: the model's call
+        options (``steps``)."""
         d = self.data
-        return {"train_rmse": rmse(model, d.x_train, d.y_train), "test_rmse": rmse(model, d.x_test, d.y_test)}
+        return {"train_rmse": rmse(model, d.x_train, d.y_train, **options),
+                "test_rmse": rmse(model, d.x_test, d.y_test, **options)}
 
     def eval_from_args(self, model, args, forward_options):
-        return f"GP {self.cfg.kernel.describe()} (data seed {self.cfg.data_seed})", self.evaluate(model)
+        steps = f", {forward_options['steps']} descent steps" if "steps" in forward_options else ""
+        return f"GP {self.cfg.kernel.describe()} (data seed {self.cfg.data_seed}{steps})", \
+            self.evaluate(model, **forward_options)
