@@ -36,6 +36,9 @@ def test_clean_inputs_start_at_overlap_one():
 def test_errors():
     with pytest.raises(ConfigError, match="task.patch = 3"):
         build_task(load_run_config("bare_sa/digits_denoise", ["task.patch=3"]))
+    cfg = load_run_config("bare_sa/digits_denoise", ["model.objective=codebook"])
+    with pytest.raises(ConfigError, match="model.objective = 'codebook': it fits discrete tokens"):
+        resolve(cfg, build_task(cfg))   # an internal ValueError at the first step before
     cfg = load_run_config("bare_sa/digits_denoise", ["model.dim=9"])
     with pytest.raises(ConfigError, match="model.dim = 9: the embedded images have 8"):
         resolve(cfg, build_task(cfg))

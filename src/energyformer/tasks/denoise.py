@@ -118,6 +118,9 @@ class DenoiseTask(Task):
                                   f"{self.cfg.patch}); leave it unset")
         if getattr(model_cfg, "n_colours", None) is not None:
             raise ConfigError("model.n_colours is set: image tokens are continuous; leave it unset")
+        if getattr(model_cfg, "objective", None) == "codebook":
+            raise ConfigError("model.objective = 'codebook': it fits discrete tokens (the Potts task); image tokens "
+                              "are continuous: use 'vmf' (the default), 'plain' or 'cd'")
         upd = {"n_tokens": e.n_tokens, "dim": e.dim, "objective": model_cfg.objective or "vmf"}
         return replace(model_cfg, **upd)
 
