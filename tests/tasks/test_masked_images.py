@@ -51,6 +51,19 @@ def test_tokenizer_cache_is_keyed_and_reloaded(digits, tmp_path):
     assert torch.equal(load_or_fit_tokenizer(digits, key, 2, 16, 0, 500).centroids, a.centroids)
     load_or_fit_tokenizer(digits, {**key, "fit_images": 400}, 2, 16, 0, 400)
     assert len(list(files[0].parent.glob("*.npy"))) == 2
+    # a corrupt cache file (truncated; or another shape) is fitted again with a warning naming it, not an internal
+    # error: the fit is deterministic, so the same codebook comes back and replaces it
+    good = files[0].read_bytes()
+    for broken in (good[: len(good) // 3], good[: len(good) - 5], b"not an npy file"):
+        files[0].write_bytes(broken)
+        with pytest.warns(UserWarning, match=f"{files[0].name}: the cached tokenizer codebook is unreadable"):
+            again = load_or_fit_tokenizer(digits, key, 2, 16, 0, 500)
+        assert torch.equal(again.centroids, a.centroids) and files[0].read_bytes() == good
+    import numpy as np
+
+    np.save(files[0], np.zeros((3, 4), dtype=np.float32))
+    with pytest.warns(UserWarning, match=r"shape \(3, 4\) \(expected \(16, 4\)\)"):
+        assert torch.equal(load_or_fit_tokenizer(digits, key, 2, 16, 0, 500).centroids, a.centroids)
 
 
 def test_masks_cover_the_requested_fraction():

@@ -33,6 +33,7 @@ import hashlib
 import json
 import math
 import os
+import warnings
 from typing import Any, Literal
 
 import numpy as np
@@ -114,7 +115,18 @@ def load_or_fit_tokenizer(ds: ImageDataset, key: dict[str, Any], patch_size: int
     tag = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     path = data_dir() / "mim_tokenizers" / f"{ds.name}-p{patch_size}-k{n_codes}-s{seed}-{tag}.npy"
     if cache and path.exists():
-        return PatchTokenizer(np.load(path), patch_size, ds.image_shape)
+        width = ds.image_shape[0] * patch_size * patch_size
+        try:
+            centroids = np.load(path)
+            bad = None if centroids.shape == (n_codes, width) and np.isfinite(centroids).all() else (
+                f"shape {centroids.shape} (expected ({n_codes}, {width})) or non-finite values")
+        except (OSError, ValueError, EOFError) as err:
+            bad = f"{type(err).__name__}: {err}"
+        if bad is None:
+            return PatchTokenizer(centroids, patch_size, ds.image_shape)
+        # a derived file (the fit is deterministic): fit it again and replace it, saying so
+        warnings.warn(f"{path}: the cached tokenizer codebook is unreadable ({bad}); fitting it again",
+                      stacklevel=2)
     imgs = ds.train.images
     if fit_images < len(imgs):
         idx = torch.randperm(len(imgs), generator=seeded_generator("mim-tokenizer", ds.name, seed))[:fit_images]
