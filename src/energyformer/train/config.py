@@ -20,9 +20,9 @@ A bad value fails with one line that names the key, the value and what is allowe
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from energyformer.utils.config import ConfigModel, from_dict
 from energyformer.utils.validate import closest
@@ -39,6 +39,12 @@ PRECISIONS = ("fp32", "bf16")
 LEGACY_KEYS = {"betas": "optimizer.betas", "eps": "optimizer.eps",
                "weight_decay": "optimizer.weight_decay", "warmup": "schedule.warmup",
                "final_lr_factor": "schedule.final_lr_factor"}
+
+
+def _float32_scalar(v: float) -> float:
+    if v > 3.0e38:  # the optimisers apply lr as a float32 scalar: above 3.4e38 an internal overflow error
+        raise ValueError("must be at most 3e38 (it is applied as a float32 scalar)")
+    return v
 
 
 class TrainConfig(ConfigModel):
@@ -58,8 +64,8 @@ class TrainConfig(ConfigModel):
 
     steps: int = Field(1000, ge=1)
     """number of optimiser steps"""
-    lr: float = Field(2e-3, gt=0)
-    """peak learning rate"""
+    lr: Annotated[float, AfterValidator(_float32_scalar)] = Field(2e-3, gt=0)
+    """peak learning rate (at most 3e38: the optimisers apply it as a float32 scalar, whose range ends at 3.4e38)"""
     optimizer: OPTIMIZERS.type("adamw") = OPTIMIZERS.field("adamw")
     """optimiser kind and its keys"""
     schedule: SCHEDULES.type("warmup_cosine") = SCHEDULES.field("warmup_cosine")
