@@ -127,6 +127,31 @@ def test_pages_name_records_the_study_would_train_again_or_no_longer_runs(study,
     assert want in (page / "cpu" / "README.md").read_text() and want in (page / "README.md").read_text()
 
 
+def test_a_record_made_with_set_is_named_with_its_overrides_not_called_out_of_date(study, tmp_path, monkeypatch):
+    """`reproduce --set train.steps=20` records: the page said they were out of date and `reproduce` would train
+    them again, while `reproduce` with the same --set reused them; the page now names the overrides they ran with"""
+    import dataclasses
+    from pathlib import Path
+
+    from energyformer.studies.runner import _config, config_hash
+    from energyformer.studies.spec import expand
+
+    spec, root, data = study
+    page = tmp_path / "page"
+    shutil.copytree(root / "out", page / "cpu")
+    monkeypatch.setattr("energyformer.studies.command.load_study", lambda name: spec)
+    edited = json.loads((page / "cpu" / "results.json").read_text())
+    plan = next(p for p in expand(spec, "cpu", seeds=[0]) if p.name == "L8_s0_eqt")
+    ran = dataclasses.replace(plan, overrides=[*plan.overrides[:-2], "train.lr=5e-4", *plan.overrides[-2:]])
+    edited["runs"]["L8_s0_eqt"].update(overrides=ran.overrides, config_hash=config_hash(_config(ran, Path("runs"))))
+    (page / "cpu" / "results.json").write_text(json.dumps(edited))
+    assert study_main("tiny", ["--report-only", "--out", str(page)]) == 0
+    text = (page / "cpu" / "README.md").read_text()
+    assert "Out of date" not in text
+    assert ("**Made with command-line overrides:** 1 of these records ran with `--set` beyond the study's "
+            "configuration (`L8_s0_eqt`): `--set train.lr=5e-4`.") in text
+
+
 def test_a_diverged_run_is_recorded_and_probes_are_made_once(tmp_path, monkeypatch):
     from energyformer.studies.runner import run_probes, train_one
     from energyformer.studies.spec import expand

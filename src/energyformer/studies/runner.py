@@ -20,6 +20,7 @@ threads split between them; only the parent writes results.json.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -167,35 +168,52 @@ def train_one(plan: RunPlan, runs_dir: str, metrics: dict[str, str], scale: str,
             "metrics": {k: v for k, v in values.items() if v is not None}}
 
 
-def outdated_records(spec: StudySpec, scale: str, runs: dict[str, dict]) -> tuple[list[str], list[str]]:
-    """(changed, outside): the records (names) whose config differs from what the study resolves to now for the
-    same run — ``run_study`` would train them again (a changed default, recipe or config file; a run recorded
-    with ``--set``) — and those whose name is no longer a run of the scale's grid at their seed. Migrated
-    records (no config hash) are neither: they say so themselves."""
+def _command_line_sets(plan: RunPlan, record: dict) -> list[str] | None:
+    """The ``--set`` overrides ``record`` was made with beyond its run's own (``expand`` puts them between the
+    study's overrides and the seed and name): [] for none; None where the study's own part differs."""
+    rec, own, tail = record.get("overrides"), plan.overrides[:-2], plan.overrides[-2:]
+    if not isinstance(rec, list) or len(rec) < len(plan.overrides) or rec[:len(own)] != own or rec[-2:] != tail:
+        return None
+    return rec[len(own):-2]
+
+
+def outdated_records(spec: StudySpec, scale: str, runs: dict[str, dict]
+                     ) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """(changed, outside, with_sets): the records (names) whose config differs from what the study resolves to now
+    for the same run with the same command-line ``--set`` overrides — ``run_study`` would train them again (a
+    changed default, recipe or config file) — those whose name is no longer a run of the scale's grid at their
+    seed, and the others made with ``--set`` overrides (name -> overrides: the study's configuration alone was not
+    what ran; ``reproduce`` with the same ``--set`` reuses them). Migrated records (no config hash) are none of
+    these: they say so themselves."""
     seeds = sorted({int(r["seed"]) for r in runs.values() if isinstance(r.get("seed"), int)})
     try:
         plans = {p.name: p for p in expand(spec, scale, seeds=seeds)} if seeds else {}
     except ConfigError:
         plans = {}
-    changed, outside = [], []
+    changed, outside, with_sets = [], [], {}
     for key, r in runs.items():
         if is_migrated(r):
             continue
         if key not in plans:
             outside.append(key)
             continue
+        plan, sets = plans[key], _command_line_sets(plans[key], r)
+        if sets:
+            plan = dataclasses.replace(plan, overrides=[*plan.overrides[:-2], *sets, *plan.overrides[-2:]])
         try:
-            same = config_hash(_config(plans[key], Path("runs"))) == r.get("config_hash")
+            same = config_hash(_config(plan, Path("runs"))) == r.get("config_hash")
         except ConfigError:  # the study's config no longer loads for this run
             same = False
         if not same:
             changed.append(key)
-    return changed, outside
+        elif sets:
+            with_sets[key] = sets
+    return changed, outside, with_sets
 
 
 def outdated_text(spec: StudySpec, scale: str, runs: dict[str, dict]) -> str:
     """One sentence for a page naming :func:`outdated_records` (up to five names each), or ''."""
-    changed, outside = outdated_records(spec, scale, runs)
+    changed, outside, with_sets = outdated_records(spec, scale, runs)
 
     def names(keys: list[str]) -> str:
         return ", ".join(f"`{k}`" for k in keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
@@ -206,7 +224,13 @@ def outdated_text(spec: StudySpec, scale: str, runs: dict[str, dict]) -> str:
                      f"the study resolves to now, so `reproduce` would train them again ({names(changed)})")
     if outside:
         parts.append(f"{len(outside)} are not runs of the scale's current grid and seeds ({names(outside)})")
-    return ("**Out of date:** " + "; ".join(parts) + ".") if parts else ""
+    said = ""
+    if with_sets:
+        distinct = sorted({" ".join(f"--set {o}" for o in v) for v in with_sets.values()})
+        said = (f" **Made with command-line overrides:** {len(with_sets)} of these records ran with `--set` beyond the "
+                f"study's configuration ({names(list(with_sets))}): " + "; ".join(f"`{d}`" for d in distinct[:3])
+                + (f" and {len(distinct) - 3} more" if len(distinct) > 3 else "") + ".")
+    return ((("**Out of date:** " + "; ".join(parts) + ".") if parts else "") + said).strip()
 
 
 def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path, *, jobs: int = 1,
