@@ -76,6 +76,23 @@ def test_run_directories_and_checkpoints(trained, tmp_path, capsys):
     assert f"the run directory {tmp_path / 'afile'} (out_dir/name) is a file" in err
 
 
+def test_eval_says_its_test_time_settings_and_names_them_when_memory_runs_out(trained, capsys, monkeypatch):
+    """`eval --iterations 100000` ran out of memory with advice naming model.dim and batch sizes, not the flag; and
+    an evaluation at another depth printed the header of a default one"""
+    from energyformer.tasks.lm import LMTask
+
+    assert main(["eval", str(trained), "--iterations", "2"]) == 0
+    assert " split with --iterations 2: " in capsys.readouterr().out
+
+    def oom(*a, **k):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(LMTask, "eval_from_args", oom)
+    err = _one_line_error(capsys, 1, ["eval", str(trained), "--iterations", "100000"])
+    assert "not enough memory for this evaluation with --iterations 100000 (memory grows with them" in err
+    assert "model.dim" not in _one_line_error(capsys, 1, ["eval", str(trained), "--iterations", "100000"])
+
+
 def test_eval_names_the_checkpoint_and_the_fallback(trained, tmp_path, capsys):
     text = tmp_path / "t.txt"
     text.write_text("To be, or not to be, that is the question.\n" * 4)

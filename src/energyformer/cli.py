@@ -132,8 +132,17 @@ def cmd_eval(a, extra) -> int:
     a.split = a.split or "validation"
     options = _forward_options(a)
     check_forward_options(model, options, cfg.model.kind)
-    with torch.no_grad():
-        where, res = task.eval_from_args(model, a, options)
+    said = ", ".join(f"--{k} {v}" for k, v in options.items())
+    try:
+        with torch.no_grad():
+            where, res = task.eval_from_args(model, a, options)
+    except (MemoryError, RuntimeError) as err:
+        if options and (isinstance(err, MemoryError) or "out of memory" in str(err).lower()
+                        or "can't allocate memory" in str(err)):
+            raise MemoryError(f"not enough memory for this evaluation with {said} (memory grows with them: try "
+                              "smaller values)") from err
+        raise
+    where += f" with {said}" if said else ""  # a test-time setting, not the run's own: the line says so
     from .train import checkpoint_step
 
     step = checkpoint_step(task.checkpoint)
@@ -422,6 +431,8 @@ def describe_error(err: BaseException) -> tuple[str, int]:
         where = f" ({err.filename})" if getattr(err, "filename", None) else ""
         return f"{what}{where}", 1
     text = str(err)
+    if isinstance(err, MemoryError) and text.startswith("not enough memory"):  # already says what to change
+        return text, 1
     if isinstance(err, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower():
         return ("not enough memory for this configuration (try a smaller model.dim, task.batch_size or "
                 "sequence length)"), 1

@@ -87,7 +87,7 @@ def test_eval_steps_sets_the_cem_blocks_step_count(tmp_path, one_thread, capsys)
     capsys.readouterr()
     assert main(["eval", str(cfg.run_dir), "--steps", "8"]) == 0
     out = capsys.readouterr().out
-    assert "8 descent steps" in out and f"{more['test_rmse']:.4g}" in out, out
+    assert ") with --steps 8: " in out and f"{more['test_rmse']:.4g}" in out, out
     plain = _cfg(tmp_path, block={"kind": "gelu"})
     plain = plain.model_copy(update={"train": plain.train.model_copy(update={"steps": 2})})
     run_experiment(plain)

@@ -75,9 +75,9 @@ def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"Software": None}
-    if path.suffix.lower() == ".png":
-        meta[DATA_KEY] = figure_digest(fig)
+    # PNG: no Software entry (its version string differs between machines), the data digest; other formats as
+    # matplotlib writes them (SVG and PDF take other metadata keys)
+    meta = {"Software": None, DATA_KEY: figure_digest(fig)} if path.suffix.lower() == ".png" else None
     fig.savefig(path, dpi=dpi, metadata=meta)
     plt.close(fig)
     return path

@@ -131,6 +131,4 @@ class GPTask(Task):
                 "test_rmse": rmse(model, d.x_test, d.y_test, **options)}
 
     def eval_from_args(self, model, args, forward_options):
-        steps = f", {forward_options['steps']} descent steps" if "steps" in forward_options else ""
-        return f"GP {self.cfg.kernel.describe()} (data seed {self.cfg.data_seed}{steps})", \
-            self.evaluate(model, **forward_options)
+        return f"GP {self.cfg.kernel.describe()} (data seed {self.cfg.data_seed})", self.evaluate(model, **forward_options)
