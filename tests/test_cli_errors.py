@@ -334,3 +334,11 @@ def test_an_empty_out_dir_is_refused():
 
     with pytest.raises(ConfigError, match="out_dir = '': string should have at least 1 character"):
         load_run_config("lm/llama", ["out_dir="])
+
+
+def test_a_mistyped_config_name_gets_the_closest_name_not_every_name(capsys):
+    """it listed all ~80 config names on one line, with no suggestion"""
+    err = _one_line_error(capsys, 2, ["config", "gp/cem_t99"])
+    assert "did you mean 'gp/cem_t8'?" in err and "gp/: gp/cem_t1, " in err and "lm/llama" not in err
+    err = _one_line_error(capsys, 2, ["config", "lm/lama"])
+    assert "did you mean 'lm/llama'?" in err and "`energyformer list configs` lists all" in err and len(err) < 200

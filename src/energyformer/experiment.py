@@ -27,7 +27,7 @@ from .tasks import TASKS, Task
 from .train import TrainConfig, Trainer, seed_everything
 from .train.callbacks import Callback
 from .utils.config import ConfigModel, load_config, read_yaml, replace, to_dict
-from .utils.validate import ConfigError
+from .utils.validate import ConfigError, closest
 from .utils.yaml_files import LIBRARY_CONFIGS
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
@@ -111,7 +111,14 @@ def resolve_config_path(name: str) -> Path:
     cand = configs_dir() / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
     if cand.exists():
         return cand
-    raise ConfigError(f"config {name!r} not found (a YAML path, or one of: {', '.join(known_configs())})")
+    known = known_configs()
+    near = closest(name, known)
+    folder = name.split("/")[0] + "/"
+    same = [k for k in known if k.startswith(folder)] if "/" in name else []
+    hint = (f"did you mean {near!r}? " if near else "") + (
+        f"{folder[:-1]}/: {', '.join(same)}" if 0 < len(same) <= 12 else f"`energyformer list configs` lists all "
+        f"{len(known)}")
+    raise ConfigError(f"config {name!r} not found (a YAML path, or a config name; {hint})")
 
 
 def load_run_config(name_or_path: str | None, overrides=()) -> RunConfig:
