@@ -198,4 +198,5 @@ def test_eval_with_every_checkpoint_broken_names_each_reason(tmp_path, capsys):
     assert main(["eval", str(run)]) == 2
     err = capsys.readouterr().err
     assert "no valid checkpoint" in err and "ckpt-00000002" in err and weights.name in err, err
+    assert "none of them loads: train the run again" in err and "train it first" not in err, err  # it was trained
     assert err.count("\n") == 1, err

@@ -257,8 +257,10 @@ def load_trained(run_dir: str | Path, device: str | torch.device = "cpu"
     if ckpt is None:
         # every checkpoint's reason, newest first: the newest alone can hide that older ones broke differently
         why = f" ({'; '.join(reason for _, reason in bad[:4])}{'; …' if len(bad) > 4 else ''})" if bad else ""
-        raise CheckpointError(f"no valid checkpoint in run directory {run_dir}{why}: train it first "
-                              f"(energyformer train ... --resume continues an interrupted run)")
+        todo = ("none of them loads: train the run again (`energyformer train ... --resume` starts over where no "
+                "checkpoint is valid)") if bad else ("train it first (energyformer train ... --resume continues an "
+                                                    "interrupted run)")
+        raise CheckpointError(f"no valid checkpoint in run directory {run_dir}{why}: {todo}")
     from .train import load_checkpoint
     from .train.resume import check_model_config
 

@@ -321,12 +321,12 @@ class Trainer:
         if resume:
             resumed_from = find_resume_checkpoint(out, self.is_main, self.ddp)
             if resumed_from is None:
-                warnings.warn(f"fit(resume=True): no valid checkpoint in {out}; starting from scratch",
+                warnings.warn(f"resume: no valid checkpoint in {out} to continue from; training from scratch",
                               stacklevel=3)
         elif list_checkpoints(out):
             raise UserError(
                 f"{out} already holds checkpoints ({', '.join(p.name for p in list_checkpoints(out))}); "
-                "use fit(resume=True) to continue that run, or choose another out_dir"
+                "continue that run with --resume (Trainer.fit(resume=True)), or choose another out_dir"
             )
         if self.is_main:
             out.mkdir(parents=True, exist_ok=True)
