@@ -56,3 +56,11 @@ def test_settings_the_evaluation_cannot_use_are_refused_at_load(override, messag
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_run_config("bare_sa/digits_denoise", [override])
     assert load_run_config("bare_sa/digits_denoise", ["task.noise=gaussian", "task.noise_level=2"]).task.noise_level == 2
+
+
+def test_a_batch_above_the_training_set_names_the_key():
+    """it was 'denoise train batcher: N examples, fewer than batch_size', without the key; the Potts task likewise"""
+    with pytest.raises(ConfigError, match=r"^task.batch_size = 100000 exceeds the \d+ training images"):
+        build_task(load_run_config("bare_sa/digits_denoise", ["task.batch_size=100000"]))
+    with pytest.raises(ConfigError, match=r"^task.batch_size = 100000 exceeds the \d+ training sequences"):
+        build_task(load_run_config("bare_sa/potts_bare_sa", ["task.batch_size=100000"]))

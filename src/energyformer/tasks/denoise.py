@@ -104,6 +104,9 @@ class DenoiseTask(Task):
         def transform(batch, gen):
             return (emb.encode(batch[0]),)
 
+        if cfg.batch_size > len(self.train_images):
+            raise ConfigError(f"task.batch_size = {cfg.batch_size} exceeds the {len(self.train_images)} training "
+                              "images (at most that many per batch)")
         self.train_data = EpochBatcher((self.train_images,), cfg.batch_size, seed=seed + 1000 * rank,
                                        transform=transform, name="denoise train batcher")
         self._memories: torch.Tensor | None = None

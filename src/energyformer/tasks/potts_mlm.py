@@ -136,6 +136,10 @@ class PottsMLMTask(Task):
         n = self.data.train.shape[0]
         self.splits = {"train": self.data.train[: n - cfg.n_validation],
                        "validation": self.data.train[n - cfg.n_validation:], "test": self.data.test}
+        n_train = len(self.splits["train"])
+        if cfg.batch_size > n_train:
+            raise ConfigError(f"task.batch_size = {cfg.batch_size} exceeds the {n_train} training sequences "
+                              "(at most that many per batch)")
         self.train_data = EpochBatcher((self.splits["train"],), cfg.batch_size, seed=seed + 1000 * rank,
                                        name="potts_mlm train batcher")
         self.train_data.tokens_per_batch = cfg.batch_size * self.L  # type: ignore[attr-defined]
