@@ -342,3 +342,14 @@ def test_a_mistyped_config_name_gets_the_closest_name_not_every_name(capsys):
     assert "did you mean 'gp/cem_t8'?" in err and "gp/: gp/cem_t1, " in err and "lm/llama" not in err
     err = _one_line_error(capsys, 2, ["config", "lm/lama"])
     assert "did you mean 'lm/llama'?" in err and "`energyformer list configs` lists all" in err and len(err) < 200
+
+
+def test_a_bad_value_in_a_runs_config_names_the_file(trained, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "bad"
+    shutil.copytree(trained, run)
+    cfg = run / "config.yaml"
+    cfg.write_text(cfg.read_text().replace("  dim: 16\n", "  dim: -5\n", 1))
+    err = _one_line_error(capsys, 2, ["eval", str(run)])
+    assert err.startswith(f"energyformer: error: {cfg}: model.dim = -5"), err

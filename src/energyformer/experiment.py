@@ -239,7 +239,12 @@ def load_run_dir_config(run_dir: str | Path) -> RunConfig:
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.exists():
         raise ConfigError(f"{cfg_path} not found: is {run_dir} a run directory?")
-    return load_config(RunConfig, read_yaml(cfg_path))
+    try:
+        return load_config(RunConfig, read_yaml(cfg_path))
+    except ConfigError as err:  # a value the run's own file holds: name the file (its YAML errors already do)
+        if str(err).startswith(str(cfg_path)):
+            raise
+        raise ConfigError(f"{cfg_path}: {err}") from None
 
 
 def load_trained(run_dir: str | Path, device: str | torch.device = "cpu"
