@@ -64,3 +64,13 @@ def test_a_batch_above_the_training_set_names_the_key():
         build_task(load_run_config("bare_sa/digits_denoise", ["task.batch_size=100000"]))
     with pytest.raises(ConfigError, match=r"^task.batch_size = 100000 exceeds the \d+ training sequences"):
         build_task(load_run_config("bare_sa/potts_bare_sa", ["task.batch_size=100000"]))
+
+
+def test_eval_says_how_many_images_and_what_noise(tmp_path):
+    import argparse
+
+    cfg = load_run_config("bare_sa/digits_denoise", ["task.eval_images=7"])
+    task = build_task(cfg)
+    model = build_model(resolve(cfg, task), task)
+    what, metrics = task.eval_from_args(model, argparse.Namespace(split="test"), {})
+    assert what == "denoise test split (7 images, noise replace 0.3)" and "peak_overlap" in metrics

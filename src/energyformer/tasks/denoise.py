@@ -177,6 +177,11 @@ class DenoiseTask(Task):
         return {"overlap": ov.cpu().tolist(), "nearest": near.cpu().tolist(), "mse": mse.cpu().tolist(),
                 "clean": clean[:8], "noisy": noisy[:8], "decoded": pics}
 
+    def eval_from_args(self, model, args, forward_options):
+        n = len(self.eval_images(args.split))
+        return (f"{self.name} {args.split} split ({n} images, noise {self.cfg.noise} {self.cfg.noise_level:g})",
+                self.evaluate(model, args.split, **forward_options))
+
     def evaluate(self, model: nn.Module, split: str = "validation", **options: Any) -> dict[str, float]:
         """Metrics at ``report_steps`` plus the overlap peak (``options`` may give ``iterations`` = steps)."""
         steps = options.get("iterations", self.cfg.eval_steps) * options.get("steps", 1)
