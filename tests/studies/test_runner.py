@@ -68,7 +68,11 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(study, tmp_path):
     out.mkdir()
     rec = {**data, "runs": {"L8_s0_eqt": data["runs"]["L8_s0_eqt"]}}
     (out / "results.json").write_text(json.dumps(rec))
-    new = run_study(spec, "tiny", "cpu", out, tmp_path / "runs", log=lambda s: None)
+    log = []
+    new = run_study(spec, "tiny", "cpu", out, tmp_path / "runs", log=log.append)
+    # the log says what happens to it (it said "training N steps" though nothing was trained again)
+    assert any(line.startswith("== L8_s0_baseline: its checkpoint has all ") and "evaluating and recording it" in line
+               for line in log), log
     b = new["runs"]["L8_s0_baseline"]
     assert b["resumed"] and b["metrics"]["accuracy"] == data["runs"]["L8_s0_baseline"]["metrics"]["accuracy"]
     info = json.loads((tmp_path / "runs" / "L8_s0_baseline" / "run_info.json").read_text())

@@ -242,10 +242,14 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
     plans = expand(spec, scale, seeds=seeds, only=only, sets=list(sets))
     path = out / "results.json"
     data = load_results(path, name, scale)
-    todo, steps = [], {}
+    from ..train import checkpoint_step, list_checkpoints
+
+    todo, steps, at = [], {}, {}
     for p in plans:
         cfg = _config(p, runs_dir)
         h, steps[p.name] = config_hash(cfg), cfg.train.steps
+        saved = list_checkpoints(cfg.run_dir)
+        at[p.name] = checkpoint_step(saved[-1]) if saved else 0  # a run that stopped before it was recorded
         old = data["runs"].get(p.name)
         if old is not None and old.get("config_hash") == h:
             log(f"== {p.name}: reusing its record (config unchanged)")
@@ -268,7 +272,11 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
 
     if jobs == 1 or len(todo) <= 1:
         for i, p in enumerate(todo):
-            log(f"== {p.name}: training {steps[p.name]} steps ({i + 1}/{len(todo)})")
+            k, n = at[p.name], steps[p.name]
+            doing = (f"training {n} steps" if not k else  # (train_one resumes a checkpoint of the same config only)
+                     f"its checkpoint has all {n} steps: evaluating and recording it (if its config is unchanged)"
+                     if k >= n else f"continuing from its checkpoint at step {k} of {n} (if its config is unchanged)")
+            log(f"== {p.name}: {doing} ({i + 1}/{len(todo)})")
             finish(p, train_one(p, str(runs_dir), spec.metrics, scale, out=str(out)))
         return run_probes(spec, scale, path, data, log)
     import multiprocessing as mp
