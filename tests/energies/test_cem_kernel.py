@@ -58,8 +58,8 @@ def test_kernel_d_chunks_and_tiles_equal_dense_float64(causal, nq, nk, tiles, mo
 @pytest.mark.parametrize("kv", [dict(kv_keys=32, kv_queries=16, kv_warps=2), {}], ids=["kv-32x16", "kv-default"])
 @pytest.mark.parametrize("mode", ["grid", "grid-stack", "grid-gather", "grid-gather-all"])
 def test_products_keys_first_equal_queries_first(mode, kv):
-    """``KernelTiles.product_order``: with heads of 32 at these tiles, 'auto' turns every kind of per-head product but one
-    — Q Kᵀ and dOq Kᵀ keys first (16 queries × 64 keys; the key-tile kernel's 32 keys × 16 queries), oq and dq held
+    """``KernelTiles.product_order``: with heads of 32 at these tiles, 'auto' turns every kind of per-head product
+    but one — Q Kᵀ and dOq Kᵀ keys first (16 queries × 64 keys; the key-tile kernel's 32 keys × 16 queries), oq and dq held
     transposed (R 32 > 16 queries), never dk (the form an H100 miscompiled; ``scripts/cem_order_bisect.py`` still
     forces it, and holds it to 'queries' through the interpreter) — and 'queries' forms them as before the field
     (the launcher's flags: ``test_cem_launch.py``). The same products, so every output and gradient agrees to

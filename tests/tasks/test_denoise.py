@@ -55,7 +55,8 @@ def test_settings_the_evaluation_cannot_use_are_refused_at_load(override, messag
     failed only at the first evaluation, after training"""
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_run_config("bare_sa/digits_denoise", [override])
-    assert load_run_config("bare_sa/digits_denoise", ["task.noise=gaussian", "task.noise_level=2"]).task.noise_level == 2
+    gaussian = load_run_config("bare_sa/digits_denoise", ["task.noise=gaussian", "task.noise_level=2"])
+    assert gaussian.task.noise_level == 2   # an angle's std, not a fraction
 
 
 def test_a_batch_above_the_training_set_names_the_key():

@@ -131,4 +131,5 @@ class GPTask(Task):
                 "test_rmse": rmse(model, d.x_test, d.y_test, **options)}
 
     def eval_from_args(self, model, args, forward_options):
-        return f"GP {self.cfg.kernel.describe()} (data seed {self.cfg.data_seed})", self.evaluate(model, **forward_options)
+        what = f"GP {self.cfg.kernel.describe()} (data seed {self.cfg.data_seed})"
+        return what, self.evaluate(model, **forward_options)
