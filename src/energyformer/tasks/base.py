@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ..utils.config import KindConfig, Registry
+from ..utils.validate import ConfigError
 
 #: task kind -> (config class, Task subclass). ``energyformer list tasks`` prints it.
 TASKS = Registry("task")
@@ -54,6 +55,13 @@ def _in_eval_mode(evaluate: Callable) -> Callable:
 
 class TaskConfig(KindConfig):
     """Base of every task config (data, batch sizes, task-specific options)."""
+
+
+def check_batch_size(batch_size: int, n: int, what: str, hint: str = "") -> None:
+    """One-line ConfigError naming ``task.batch_size`` when it exceeds the ``n`` training examples (``what``: how
+    to name them) a task batches from: the batcher's own error names no key."""
+    if batch_size > n:
+        raise ConfigError(f"task.batch_size = {batch_size} exceeds the {n} {what}{hint}")
 
 
 def register_task(name: str, config: type[TaskConfig], doc: str | None = None):

@@ -29,16 +29,15 @@ from ..analysis.classification import (
 from ..data.images import ImageDataset, load_image_dataset
 from ..utils.fields import IterationCounts, SplitSize
 from ..utils.config import KindConfig, replace
-from ..utils.validate import ConfigError, check_divides
-from .base import Task, TaskConfig, register_task
+from ..utils.validate import check_divides
+from .base import Task, TaskConfig, check_batch_size, register_task
 
 def check_image_batch(cfg: Any, n: int) -> None:
     """One-line ConfigError when ``task.batch_size`` exceeds the ``n`` training images of an image task's ``cfg``
     (the batcher's own error named neither key)."""
-    if cfg.batch_size > n:
-        raise ConfigError(f"task.batch_size = {cfg.batch_size} exceeds the {n} training images of {cfg.dataset} "
-                          f"(task.train_examples = {cfg.train_examples}): lower task.batch_size (or give more "
-                          f"training examples)")
+    check_batch_size(cfg.batch_size, n, f"training images of {cfg.dataset}",
+                     f" (task.train_examples = {cfg.train_examples}): lower task.batch_size (or give more training "
+                     "examples)")
 
 
 #: (channels, side, classes) of each set, known without loading it (config-time checks)

@@ -36,7 +36,7 @@ from ..train.callbacks import ProjectionCallback
 from ..train.checkpoint import unwrap_model
 from ..utils.config import KindConfig, replace
 from ..utils.validate import ConfigError
-from .base import Task, TaskConfig, register_task
+from .base import Task, TaskConfig, check_batch_size, register_task
 
 
 class DenoiseConfig(TaskConfig):
@@ -104,9 +104,7 @@ class DenoiseTask(Task):
         def transform(batch, gen):
             return (emb.encode(batch[0]),)
 
-        if cfg.batch_size > len(self.train_images):
-            raise ConfigError(f"task.batch_size = {cfg.batch_size} exceeds the {len(self.train_images)} training "
-                              "images (at most that many per batch)")
+        check_batch_size(cfg.batch_size, len(self.train_images), "training images", " (at most that many per batch)")
         self.train_data = EpochBatcher((self.train_images,), cfg.batch_size, seed=seed + 1000 * rank,
                                        transform=transform, name="denoise train batcher")
         self._memories: torch.Tensor | None = None

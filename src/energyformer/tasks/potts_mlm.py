@@ -42,7 +42,7 @@ from ..train.checkpoint import unwrap_model
 from ..utils.fields import IterationCounts
 from ..utils.config import KindConfig, replace
 from ..utils.validate import ConfigError
-from .base import Task, TaskConfig, register_task
+from .base import Task, TaskConfig, check_batch_size, register_task
 
 
 class PottsMLMConfig(TaskConfig):
@@ -136,10 +136,8 @@ class PottsMLMTask(Task):
         n = self.data.train.shape[0]
         self.splits = {"train": self.data.train[: n - cfg.n_validation],
                        "validation": self.data.train[n - cfg.n_validation:], "test": self.data.test}
-        n_train = len(self.splits["train"])
-        if cfg.batch_size > n_train:
-            raise ConfigError(f"task.batch_size = {cfg.batch_size} exceeds the {n_train} training sequences "
-                              "(at most that many per batch)")
+        check_batch_size(cfg.batch_size, len(self.splits["train"]), "training sequences",
+                         " (at most that many per batch)")
         self.train_data = EpochBatcher((self.splits["train"],), cfg.batch_size, seed=seed + 1000 * rank,
                                        name="potts_mlm train batcher")
         self.train_data.tokens_per_batch = cfg.batch_size * self.L  # type: ignore[attr-defined]
