@@ -137,8 +137,7 @@ def cmd_eval(a, extra) -> int:
         with torch.no_grad():
             where, res = task.eval_from_args(model, a, options)
     except (MemoryError, RuntimeError) as err:
-        if options and (isinstance(err, MemoryError) or "out of memory" in str(err).lower()
-                        or "can't allocate memory" in str(err)):
+        if options and _out_of_memory(err):
             raise MemoryError(f"not enough memory for this evaluation with {said} (memory grows with them: try "
                               "smaller values)") from err
         raise
@@ -433,7 +432,7 @@ def describe_error(err: BaseException) -> tuple[str, int]:
     text = str(err)
     if isinstance(err, MemoryError) and text.startswith("not enough memory"):  # already says what to change
         return text, 1
-    if isinstance(err, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower():
+    if _out_of_memory(err):
         return ("not enough memory for this configuration (try a smaller model.dim, task.batch_size or "
                 "sequence length)"), 1
     name = type(err).__name__
@@ -442,6 +441,12 @@ def describe_error(err: BaseException) -> tuple[str, int]:
     if name == "EvaluationFailed":  # a bug in an evaluation; the run's checkpoint is safe
         return f"{text}; rerun with --debug for the traceback", 1
     return f"internal error ({name}: {' '.join(text.split())[:300]}); rerun with --debug for the traceback", 1
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """whether ``err`` is the host's or the device's allocator running out (MemoryError, or torch's own message)"""
+    text = str(err)
+    return isinstance(err, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -37,7 +37,6 @@ def _array_digest(a) -> str:
 
 
 def _axes_record(ax) -> dict:
-    from matplotlib.collections import Collection
     from matplotlib.patches import Rectangle
 
     legend = ax.get_legend()
@@ -51,10 +50,9 @@ def _axes_record(ax) -> dict:
            "images": [_array_digest(im.get_array()) for im in ax.get_images()]}
     areas = []
     for c in ax.collections:
-        if isinstance(c, Collection):
-            pts = {tuple(p) for path in c.get_paths() for p in _points(path.vertices)}
-            pts |= {tuple(p) for p in _points(c.get_offsets())} if len(c.get_offsets()) > 1 else set()
-            areas.append(sorted(pts))
+        pts = {tuple(p) for path in c.get_paths() for p in _points(path.vertices)}
+        pts |= {tuple(p) for p in _points(c.get_offsets())} if len(c.get_offsets()) > 1 else set()
+        areas.append(sorted(pts))
     rec["areas"] = areas
     return rec
 

@@ -198,8 +198,8 @@ def outdated_records(spec: StudySpec, scale: str, runs: dict[str, dict]
             outside.append(key)
             continue
         plan, sets = plans[key], _command_line_sets(plans[key], r)
-        if sets:
-            plan = dataclasses.replace(plan, overrides=[*plan.overrides[:-2], *sets, *plan.overrides[-2:]])
+        if sets:  # the run as it was made: its own overrides with the record's --set between them
+            plan = dataclasses.replace(plan, overrides=list(r["overrides"]))
         try:
             same = config_hash(_config(plan, Path("runs"))) == r.get("config_hash")
         except ConfigError:  # the study's config no longer loads for this run
@@ -248,14 +248,14 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
     for p in plans:
         cfg = _config(p, runs_dir)
         h, steps[p.name] = config_hash(cfg), cfg.train.steps
-        saved = list_checkpoints(cfg.run_dir)
-        at[p.name] = checkpoint_step(saved[-1]) if saved else 0  # a run that stopped before it was recorded
         old = data["runs"].get(p.name)
         if old is not None and old.get("config_hash") == h:
             log(f"== {p.name}: reusing its record (config unchanged)")
         else:
             if old is not None:
                 log(f"== {p.name}: its config changed since it was recorded: training it again")
+            saved = list_checkpoints(cfg.run_dir)
+            at[p.name] = checkpoint_step(saved[-1]) if saved else 0  # a run that stopped before it was recorded
             todo.append(p)
     t0, done = time.perf_counter(), 0
 

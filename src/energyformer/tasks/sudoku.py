@@ -79,6 +79,11 @@ class SudokuTaskConfig(TaskConfig):
         return self
 
 
+def _boards(rows: list[int]) -> str:
+    """0-based rows of a puzzle file as its board numbers for a warning (the first five)"""
+    return ", ".join(str(i + 1) for i in rows[:5]) + (" ..." if len(rows) > 5 else "")
+
+
 @functools.lru_cache(maxsize=2)
 def _generated(gen_json: str, workers: int) -> dict[str, SudokuDataset]:
     return load_generated_sudoku(SudokuGenConfig.model_validate_json(gen_json), workers=workers)
@@ -247,8 +252,7 @@ class SudokuTask(Task):
             if bool(full.any()):
                 rows = full.nonzero().reshape(-1).tolist()
                 warnings.warn(f"{args.puzzles}: {len(rows)} of {len(data)} puzzles have no blank cell (board(s) "
-                              f"{', '.join(str(i + 1) for i in rows[:5])}{' ...' if len(rows) > 5 else ''}): left "
-                              "out of the metrics", stacklevel=2)
+                              f"{_boards(rows)}): left out of the metrics", stacklevel=2)
                 data = data.subset(~full)
                 note = f"; {len(rows)} fully given puzzle(s) left out"
             line = (~full).nonzero().reshape(-1).tolist()  # each scored board's number in the file
@@ -260,9 +264,8 @@ class SudokuTask(Task):
                 if bad:
                     note += f"; {len(bad)} puzzle(s) have no solution and count as failures"
                     warnings.warn(f"{args.puzzles}: {len(bad)} of {n_read} puzzles have no solution "
-                                  f"(board(s) {', '.join(str(line[i] + 1) for i in bad[:5])}"
-                                  f"{' ...' if len(bad) > 5 else ''}); no prediction can solve them, so "
-                                  "they are scored as failures", stacklevel=2)
+                                  f"(board(s) {_boards([line[i] for i in bad])}); no prediction can solve them, "
+                                  "so they are scored as failures", stacklevel=2)
             res = self.score(model, data, **forward_options)
             return f"{args.puzzles} ({data.describe_givens()}{note})", res
         return f"Sudoku {args.split} split", self.evaluate(model, args.split, **forward_options)
