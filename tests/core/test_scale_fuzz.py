@@ -45,14 +45,9 @@ MAX_EXAMPLES = 3
 PROBES = 2
 
 #: (case id, precision, (input scale, weight scale)) -> why it is still a silent wrong answer (none today;
-#: MHA2nd1st's Taylor bias at weights x1e4 was one until it was shifted per query, energies/newton.py)
-KNOWN: dict[tuple, str] = {
-    ("attention:crate[default]", "float32", (1.0, 10.0)):
-        "the gradient fuzz: CRATE's subspace attention (q = k = v tied, logits in the thousands at weights x10) "
-        "through PyTorch's fused SDPA backward is 6e-5..1.2e-4 relative to float64 in float32, where its "
-        "materialised softmax (reference_direction) is 3e-7..5e-7: the fused kernel recomputes p = exp(s - lse) "
-        "from a float32 log-sum-exp of size ~|s|; not yet switched (a materialised or shifted path for CRATE)",
-}
+#: MHA2nd1st's Taylor bias at weights x1e4 was one until it was shifted per query, energies/newton.py, and
+#: CRATE's float32 backward through fused SDPA at weights x10 until it materialised its softmax, energies/crate.py)
+KNOWN: dict[tuple, str] = {}
 
 
 def _check(case: str, results_by_precision, scale):

@@ -12,7 +12,8 @@ gradient of a per-token energy with the context h (the layer-normalised tokens) 
 
 At x = h this is exactly CRATE's MSSA with the output tied to the subspaces, U (CRATE-T, Hu et al.
 2024, ``output='tied'``): the update is -∇E (``exact``), computed with one fused
-``scaled_dot_product_attention`` per call (queries U_kᵀx, keys = values = U_kᵀh).
+``scaled_dot_product_attention`` per call in bf16/fp16 and a materialised softmax in float32/float64
+(queries U_kᵀx, keys = values = U_kᵀh; :meth:`SubspaceAttentionEnergy.ssa` says why).
 
 The released Hyper-SET code's CRATE-T (``layers/components/attention.py``, ``F.linear(out, W)``)
 maps the attention output back with Uᵀ read as a D x Kp matrix (possible only when Kp = D), i.e. with
@@ -124,9 +125,19 @@ class SubspaceAttentionEnergy(Energy):
         return -masked_logsumexp(s, state["mask"]).sum(1) / self.beta  # (B, N)
 
     def ssa(self, x: Tensor, state: dict[str, Any]) -> Tensor:
-        """Σ_j softmax_j(β q_iᵀ v_j) v_j per head, heads concatenated: (B, N, K p) (fused SDPA)."""
-        v = state["v"]
-        o = sdpa(self._heads(x), v, v, False, None, scale=self.beta, mask=state["mask"])  # (B, K, N, p)
+        """Σ_j softmax_j(β q_iᵀ v_j) v_j per head, heads concatenated: (B, N, K p).
+
+        In bf16/fp16 one fused SDPA call; in float32 (and float64) the softmax is materialised: q = k = v
+        are tied subspace codes, so at large weights the logits reach the thousands, and the fused backward
+        recomputes p = exp(s − lse) from a float32 log-sum-exp of that size — 1e-4 relative gradient error
+        where the materialised softmax (row max subtracted exactly) keeps 5e-7 (the gradient scale fuzz,
+        tests/core/test_scale_fuzz.py). CRATE is bidirectional over short sequences (17 image tokens, 81
+        Sudoku cells), so the (B, K, N, N) scores are small."""
+        v, q = state["v"], self._heads(x)
+        if q.dtype in (torch.float16, torch.bfloat16):
+            o = sdpa(q, v, v, False, None, scale=self.beta, mask=state["mask"])  # (B, K, N, p)
+        else:
+            o = masked_softmax(self.beta * (q @ v.transpose(-1, -2)), state["mask"]) @ v  # (B, K, N, p)
         return rearrange(o, "b h n p -> b n (h p)")
 
     def grad(self, x: Tensor, state: dict[str, Any]) -> Tensor:
