@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -173,7 +174,17 @@ def test_resume_and_eval_refuse_a_config_that_no_longer_fits_the_checkpoint(tmp_
     for cmd in (["train", "lm/llama", *_sets(ov + ["train.steps=4"]), "--resume"], ["eval", str(tmp_path / "r")]):
         assert main(cmd) == 2
         err = capsys.readouterr().err
-        assert "config.yaml was edited" in err and "model.n_layers: 2 -> 3" in err, err
+        assert "edited after the checkpoint was written?" in err and "model.n_layers: 2 -> 3" in err, err
+    # a checkpoint copied in from another run: named as such, the switched attention kind first (not its sub-keys)
+    path.write_text(yaml.safe_dump({**cfg, "model": {**cfg["model"], "n_layers": 2}}, sort_keys=False))
+    assert main(["train", "lm/cem_full", *_sets(TINY + ["train.steps=1", "train.save_every=1", "train.eval_every=0",
+                                                        "name=c", f"out_dir={tmp_path}"])]) == 0
+    shutil.copytree(tmp_path / "c" / "ckpt-00000001", tmp_path / "r" / "ckpt-00000009")
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "written by run 'c', config.yaml is run 'r': copied from another run?" in err, err
+    assert "another run? model.block.attention.kind: 'cem' -> 'llama'; " in err and "solver" not in err, err
 
 
 def test_warnings_are_one_plain_line(capsys):

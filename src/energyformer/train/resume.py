@@ -99,15 +99,16 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``"key: old -> new"`` for every dotted key that differs (absent on one side included).
 
-    A changed ``optimizer.kind`` / ``schedule.kind`` is reported once, not with every sub-key.
+    A changed ``kind`` of any section (``optimizer.kind``, ``block.attention.kind``, the model's own ``kind``)
+    is reported once, first, and not with the section's other keys (they then mean other things).
     """
     fo, fn = _flat(old), _flat(new)
+    keys = [k for k in dict.fromkeys([*fo, *fn]) if k.split(".")[0] not in QUIET_KEYS]
+    kinds = [k for k in keys if k.rsplit(".", 1)[-1] == "kind"]
+    switched = [k[:-len("kind")] for k in kinds if fo.get(k, "<unset>") != fn.get(k, "<unset>")]  # "" or "a.b."
     changes = []
-    switched = [s for s in ("optimizer", "schedule") if fo.get(f"{s}.kind") != fn.get(f"{s}.kind")]
-    for key in dict.fromkeys([*fo, *fn]):
-        if key.split(".")[0] in QUIET_KEYS:
-            continue
-        if any(key.startswith(f"{s}.") and key != f"{s}.kind" for s in switched):
+    for key in kinds + [k for k in keys if k not in kinds]:
+        if any(key.startswith(s) and key != s + "kind" for s in switched):
             continue
         a, b = fo.get(key, "<unset>"), fn.get(key, "<unset>")
         if a != b:
@@ -216,11 +217,15 @@ def check_model_config(saved: dict[str, Any] | None, current: dict[str, Any] | N
             on_disk = yaml.safe_load(path.read_text())
         except (yaml.YAMLError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: not readable YAML ({' '.join(str(e).split())[:200]})") from None
-        changed = diff(on_disk if isinstance(on_disk, dict) else {})
+        on_disk = on_disk if isinstance(on_disk, dict) else {}
+        changed = diff(on_disk)
         if changed:
+            names = saved.get("name"), on_disk.get("name")
+            why = (f"the checkpoint was written by run {names[0]!r}, config.yaml is run {names[1]!r}: copied from "
+                   "another run?" if names[0] != names[1] else "edited after the checkpoint was written?")
             raise ConfigError(
-                f"{path} was edited after checkpoint {ckpt} was written "
-                f"({'; '.join('model.' + c for c in changed[:3])}{' ...' if len(changed) > 3 else ''}); "
+                f"{path} does not describe checkpoint {ckpt} ({why} "
+                f"{'; '.join('model.' + c for c in changed[:3])}{' ...' if len(changed) > 3 else ''}); "
                 f"it must describe the run's checkpoints: restore it, or train the new model as a new run")
 
 
