@@ -22,7 +22,7 @@ EPILOG = """examples:
   energyformer demo                                     # the five systems vs their baselines, minutes on CPU
   energyformer demo --only hyperset                     # one stage
   energyformer train lm/cem_full --set train.steps=500  # train one config
-  energyformer train lm/cem_full --resume               # continue exactly where it stopped
+  energyformer train lm/cem_full --resume               # continue where it stopped (give the same --set)
   energyformer eval runs/cem_full --text-file my.txt    # perplexity and bits/byte on any UTF-8 text
   energyformer eval runs/RUN --iterations 8             # a recurrent-depth model at more iterations
   energyformer generate runs/cem_full --prompt "ROMEO:" --max-new-tokens 200
@@ -155,11 +155,17 @@ def cmd_eval(a, extra) -> int:
 
 
 def cmd_generate(a, extra) -> int:
+    import warnings
+
     import torch
 
     from .experiment import load_trained
+    from .train import checkpoint_step
 
     cfg, model, task = load_trained(a.run, _device(a.device))
+    if task.checkpoint_note:  # stdout is the sample; which weights made it goes to stderr
+        warnings.warn(f"{a.run}: sampling from checkpoint step {checkpoint_step(task.checkpoint)}"
+                      f"{task.checkpoint_note}", stacklevel=1)
     if not task.can_generate:
         raise ConfigError(f"task {task.name!r} does not generate (runs of tasks that do: "
                           f"{', '.join(n for n, e in _tasks().entries.items() if e.builder.can_generate)})")
@@ -269,8 +275,8 @@ def cmd_export(a, extra) -> int:
     from .export import export_run
 
     _no_extra(extra, "export")
-    out = export_run(a.run, a.out, a.format, overwrite=a.overwrite)
-    print(f"exported {a.run} to {out} ({a.format}; loads with transformers.AutoModelForCausalLM."
+    out, which = export_run(a.run, a.out, a.format, overwrite=a.overwrite)
+    print(f"exported {a.run} ({which}) to {out} ({a.format}; loads with transformers.AutoModelForCausalLM."
           f"from_pretrained({str(out)!r}, trust_remote_code=True))")
     return 0
 

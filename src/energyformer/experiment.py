@@ -278,5 +278,5 @@ def load_trained(run_dir: str | Path, device: str | torch.device = "cpu"
     task.checkpoint = ckpt
     newer = [p for p, _ in bad if (checkpoint_step(p) or -1) > (checkpoint_step(ckpt) or -1)]
     task.checkpoint_note = (f"; newer checkpoint(s) {', '.join(p.name for p in newer)} are invalid, "
-                            f"so step {checkpoint_step(ckpt)} was evaluated" if newer else "")
+                            f"so step {checkpoint_step(ckpt)} was read" if newer else "")
     return cfg, model.to(dev).eval(), task

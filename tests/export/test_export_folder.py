@@ -4,6 +4,11 @@ an earlier export; a failed export leaves OUT as it was."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
+
 import pytest
 
 pytest.importorskip("transformers")
@@ -83,3 +88,63 @@ def test_a_failed_export_leaves_the_earlier_one_in_place(runs, tmp_path, monkeyp
     assert main(["export", str(runs["bytes"]), str(out), "--overwrite"]) == 2
     assert _snapshot(out) == before
     assert [p.name for p in tmp_path.iterdir()] == ["hf"]
+
+
+def test_export_into_the_working_folder_and_under_a_file(runs, tmp_path, capsys, monkeypatch):
+    """``export RUN .`` in an empty folder fills it in place (it was an internal error: '.' has no name to stage
+    beside); OUT under a file is one line naming the path (it was a bare '[Errno 17] File exists')."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main(["export", str(runs["bpe"]), "."]) == 0
+    assert json.loads((here / "config.json").read_text())["energyformer_checkpoint_step"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here"]  # the stage is gone
+    _one_line_error(capsys, ["export", str(runs["bytes"]), ".", "--overwrite"], "holds the working folder")
+    (tmp_path / "afile").write_text("x")
+    _one_line_error(capsys, ["export", str(runs["bpe"]), str(tmp_path / "afile" / "sub")],
+                    str(tmp_path / "afile"), "it is a file, not a folder")
+
+
+def test_what_a_killed_export_left_beside_out_is_cleaned_up(runs, tmp_path):
+    """A killed export's staging folder (and an earlier export it had set aside) carry a pid that no longer
+    runs: the next export removes the stage and puts a set-aside export back where OUT went missing."""
+    dead = _dead_pid()
+    out = tmp_path / "hf"
+    assert main(["export", str(runs["bpe"]), str(out)]) == 0
+    before = _snapshot(out)
+    (tmp_path / f".hf.export-{dead}").mkdir()
+    (tmp_path / f".hf.export-{dead}" / "model.safetensors").write_bytes(b"half")
+    out.rename(tmp_path / f".hf.replaced-{dead}")  # killed between its two renames: OUT missing
+    assert main(["export", str(runs["bytes"]), str(tmp_path / "other")]) == 0  # another OUT: this one's untouched
+    assert not out.exists()
+    assert main(["export", str(runs["bytes"]), str(out)]) == 2  # the earlier export is back: refused without --overwrite
+    assert _snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "other"]
+
+
+def test_export_names_the_checkpoint_it_read(runs, tmp_path, capsys):
+    """An export (an artifact someone ships) names the step it read, and that newer checkpoints were skipped
+    as invalid, as eval does; generate says so on stderr."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["bpe"], run)
+    newest = sorted(run.glob("ckpt-*"))[-1]
+    older = newest.with_name("ckpt-00000001")
+    shutil.copytree(newest, older)
+    manifest = json.loads((older / "manifest.json").read_text())
+    (older / "manifest.json").write_text(json.dumps({**manifest, "step": 1}))
+    weights = next(newest.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:100])
+    capsys.readouterr()
+    assert main(["export", str(run), str(tmp_path / "hf")]) == 0
+    said = capsys.readouterr().out
+    assert f"(checkpoint step 1; newer checkpoint(s) {newest.name} are invalid, so step 1 was read)" in said, said
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["energyformer_checkpoint_step"] == 1
+    assert main(["generate", str(run), "--max-new-tokens", "2", "--greedy"]) == 0
+    err = capsys.readouterr().err
+    assert "sampling from checkpoint step 1; newer checkpoint(s)" in err and err.count("\n") == 1, err
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid

@@ -118,20 +118,22 @@ def _write_tokenizer(tokenizer: Any, out: Path) -> None:
 
 
 def export_hf(model: CausalLM, out: str | Path, *, tokenizer: Any = None, run_config: dict | None = None,
-              check: bool = True, overwrite: bool = False) -> Path:
+              check: bool = True, overwrite: bool = False, checkpoint_step: int | None = None) -> Path:
     """Write ``model`` as a Hugging Face folder ``out`` (see the module docstring); returns ``out``.
 
     ``out`` must be new or empty, or an earlier export with ``overwrite`` (:func:`~.folder.export_folder`:
-    written beside it and moved into place once checked)."""
+    written beside it and moved into place once checked). ``run_config`` and ``checkpoint_step`` (the run's
+    config and the step of the checkpoint the weights come from) are recorded in ``config.json``."""
     if not isinstance(model, CausalLM):
         raise ExportError(f"--format hf exports causal language models (task lm); this run's model is a "
                           f"{type(model).__name__}")
     with export_folder(out, overwrite, ExportError) as stage:
-        _write(model, stage, tokenizer, run_config, check)
+        _write(model, stage, tokenizer, run_config, check, checkpoint_step)
     return Path(out)
 
 
-def _write(model: CausalLM, out: Path, tokenizer: Any, run_config: dict | None, check: bool) -> None:
+def _write(model: CausalLM, out: Path, tokenizer: Any, run_config: dict | None, check: bool,
+           checkpoint_step: int | None) -> None:
     cfg: ModelConfig = model.cfg
     model = copy.deepcopy(model).float().eval()  # the caller's model keeps its dtype and mode
     if is_llama(cfg):
@@ -153,6 +155,8 @@ def _write(model: CausalLM, out: Path, tokenizer: Any, run_config: dict | None, 
         _write_tokenizer(tokenizer, out)
     if run_config is not None:
         config["energyformer_run"] = run_config
+    if checkpoint_step is not None:
+        config["energyformer_checkpoint_step"] = checkpoint_step
     config[MARKER] = MARKER_VERSION
     (out / "config.json").write_text(json.dumps(config, indent=1))
     (out / "generation_config.json").write_text(json.dumps({"use_cache": False, "eos_token_id": config.get("eos_token_id")}))
