@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -200,6 +201,41 @@ def test_stale_tmp_dirs_are_removed_by_the_next_save_and_on_resume(tmp_path):
     assert [p.name for p in list_checkpoints(run)] == ["ckpt-00000002"]
 
 
+def test_a_pruning_or_atomic_write_killed_half_way_leaves_nothing_that_stays(tmp_path, monkeypatch):
+    """Pruning used to delete a checkpoint in place: a kill mid-delete left ckpt-<step>/ with some of its files, still
+    named like a checkpoint. Now it is renamed to ckpt-<step>.pruned/ first; that folder and a killed atomic write's
+    temporary file (.metrics.jsonl.<pid>.tmp, its pid gone) are removed by the next save, a live pid's file is kept."""
+    import shutil as shutil_module
+    import subprocess
+    import sys
+
+    from energyformer.train import checkpoint as ckpt_module
+
+    save_checkpoint(tmp_path, 1, ToyMLP())
+    real_rmtree = shutil_module.rmtree
+    removed = []
+
+    def killed_rmtree(path, *a, **k):  # the kill while pruning: the folder stays, half deleted
+        if not Path(path).name.endswith(".pruned"):
+            return real_rmtree(path, *a, **k)
+        removed.append(Path(path).name)
+        next(Path(path).glob("*.safetensors")).unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckpt_module.shutil, "rmtree", killed_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path, 2, ToyMLP(), keep=1)
+    monkeypatch.setattr(ckpt_module.shutil, "rmtree", real_rmtree)
+    assert removed == ["ckpt-00000001.pruned"] and [p.name for p in list_checkpoints(tmp_path)] == ["ckpt-00000002"]
+    assert latest_valid_checkpoint(tmp_path)[0] == tmp_path / "ckpt-00000002"
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    (tmp_path / f".metrics.jsonl.{proc.pid}.tmp").write_text("{}")
+    (tmp_path / f".notes.txt.{os.getpid()}.tmp").write_text("a write in flight")
+    save_checkpoint(tmp_path, 3, ToyMLP(), keep=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".notes.txt.{os.getpid()}.tmp", "ckpt-00000003", "latest"]
+
+
 def test_prune_keeps_newest(tmp_path):
     m = ToyMLP()
     for s in (1, 2, 3, 4):
@@ -254,3 +290,21 @@ def test_a_replacement_killed_between_its_renames_is_undone(tmp_path):
     remove_stale_tmp(done)
     assert not (done / "ckpt-00000005.replaced-7").exists()
     assert latest_valid_checkpoint(done)[0] == new
+
+
+def test_an_unreadable_file_with_a_matching_hash_is_named_in_one_short_line(tmp_path):
+    """torch.load's weights-only refusal is a paragraph of advice (it was embedded whole, over five lines, in the
+    resume warning); the error names the file and the unpickler's own line."""
+    import hashlib
+
+    from energyformer.train.checkpoint import MANIFEST_FILE, STATE_FILE
+
+    ckpt = save_checkpoint(tmp_path, 1, ToyMLP())
+    (ckpt / STATE_FILE).write_bytes(b"garbage")
+    manifest = json.loads((ckpt / MANIFEST_FILE).read_text())
+    manifest["files"][STATE_FILE] = {"size": 7, "sha256": hashlib.sha256(b"garbage").hexdigest()}
+    (ckpt / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError) as info:
+        verify_checkpoint(ckpt)
+    msg = str(info.value)
+    assert f"cannot read {STATE_FILE} (UnpicklingError: " in msg and "\n" not in msg and len(msg) < 400, msg

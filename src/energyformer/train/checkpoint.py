@@ -13,8 +13,10 @@ Layout of a run directory::
 Writing (:func:`save_checkpoint`) is atomic: files go into ``ckpt-<step>.tmp/`` and are fsync'ed,
 the manifest is written last, the directory is renamed to ``ckpt-<step>``, and only then the
 ``latest`` pointer is replaced (write to a temp file + ``os.replace``) and checkpoints beyond
-``keep`` are pruned. A crash at any point leaves every earlier checkpoint untouched; the ``.tmp/`` folder
-of a save that was killed is deleted by the next successful save or on resume (:func:`remove_stale_tmp`), and a
+``keep`` are pruned (each renamed to ``ckpt-<step>.pruned/`` before it is deleted, so a kill never leaves a
+half-deleted folder under a checkpoint's name). A crash at any point leaves every earlier checkpoint untouched; the
+``.tmp/`` (and ``.pruned/``) folder of a save that was killed is deleted by the next successful save or on resume
+(:func:`remove_stale_tmp`), and a
 replacement of a step's checkpoint killed between its two renames is undone (:func:`restore_replaced`).
 
 Reading (:func:`load_checkpoint`) first checks the manifest (file present, size, sha256) and raises
@@ -38,7 +40,7 @@ import torch
 from torch import nn
 
 from energyformer.errors import UserError
-from energyformer.utils.io import atomic_write_text, fsync_dir
+from energyformer.utils.io import atomic_write_text, fsync_dir, remove_stale_temp_files
 
 from .state_checks import check_plain, nonfinite_tensors  # noqa: F401  (also this module's API)
 
@@ -48,7 +50,7 @@ MANIFEST_FILE = "manifest.json"
 LATEST_FILE = "latest"
 FORMAT_VERSION = 1
 _CKPT_RE = re.compile(r"^ckpt-(\d+)$")
-_TMP_RE = re.compile(r"^ckpt-\d+\.tmp$")
+_TMP_RE = re.compile(r"^ckpt-\d+\.(tmp|pruned)$")  # a save killed before its rename; a pruning killed mid-delete
 _REPLACED_RE = re.compile(r"^(ckpt-\d+)\.replaced-\d+$")  # a checkpoint moved aside while its step is saved again
 
 
@@ -91,10 +93,12 @@ def list_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
 
 
 def remove_stale_tmp(out_dir: str | os.PathLike) -> list[Path]:
-    """Delete the ``ckpt-<step>.tmp/`` folders a save that was killed left behind; return them.
+    """Delete the ``ckpt-<step>.tmp/`` folders a save that was killed left behind, and the ``ckpt-<step>.pruned/``
+    ones of a pruning killed mid-delete; return them. Also the temporary files of killed atomic writes
+    (``metrics.jsonl``, ``latest``: :func:`~energyformer.utils.io.remove_stale_temp_files`).
 
-    Only folders named exactly ``ckpt-<digits>.tmp`` go (never a checkpoint, a ``.corrupt`` one set aside,
-    ``latest`` or any other file). No other save can be running in the folder: the run directory is locked
+    Only folders named exactly ``ckpt-<digits>.tmp`` / ``.pruned`` go (never a checkpoint, a ``.corrupt`` one set
+    aside, ``latest`` or any other file). No other save can be running in the folder: the run directory is locked
     while a run trains (:mod:`energyformer.train.lock`).
     """
     out = Path(out_dir)
@@ -104,6 +108,7 @@ def remove_stale_tmp(out_dir: str | os.PathLike) -> list[Path]:
     stale = [p for p in out.iterdir() if _TMP_RE.match(p.name) and p.is_dir() and not p.is_symlink()]
     for p in stale:
         shutil.rmtree(p, ignore_errors=True)
+    remove_stale_temp_files(out)
     return stale
 
 
@@ -298,8 +303,10 @@ def _write_checkpoint(out: Path, name: str, tmp: Path, step: int, raw: nn.Module
 
     if keep > 0:
         for old in list_checkpoints(out)[:-keep]:
-            if old != final:
-                shutil.rmtree(old, ignore_errors=True)
+            if old != final:  # renamed first: a kill mid-delete leaves ckpt-<step>.pruned/, never a torn ckpt-<step>
+                gone = old.with_name(old.name + ".pruned")
+                os.replace(old, gone)
+                shutil.rmtree(gone, ignore_errors=True)
     remove_stale_tmp(out)  # of saves killed before (a save of this step reuses its own above)
     return final
 
@@ -354,16 +361,27 @@ def verify_checkpoint(path: str | os.PathLike, *, check_finite: bool = True) -> 
     return manifest
 
 
+def _reader_error(err: Exception) -> str:
+    """A reader's error in one short line: torch.load's weights-only refusal is a paragraph of advice around
+    the one line that says what is wrong (``WeightsUnpickler error: ...``)."""
+    text = " ".join(str(err).split())
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1].split(" Check the documentation")[0].strip()
+    return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
+
+
 def _check_finite(ckpt: Path) -> None:
     """A checkpoint with NaN/inf weights or optimizer moments is not a good checkpoint (older versions
     of the trainer could write one when training diverged)."""
     from safetensors.torch import load_file
 
+    name = MODEL_FILE
     try:
         bad = nonfinite_tensors(load_file(str(ckpt / MODEL_FILE)))
+        name = STATE_FILE
         state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=True)
     except Exception as e:  # unreadable despite a matching hash: report, do not crash
-        raise CheckpointError(f"checkpoint {ckpt}: cannot read its files ({e})") from None
+        raise CheckpointError(f"checkpoint {ckpt}: cannot read {name} ({_reader_error(e)})") from None
     bad += nonfinite_tensors((state.get("optimizer") or {}).get("state", {}), "optimizer")
     if bad:
         raise CheckpointError(f"checkpoint {ckpt}: non-finite values in {', '.join(bad[:3])}")

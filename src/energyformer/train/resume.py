@@ -57,8 +57,7 @@ def find_resume_checkpoint(out_dir: Path, is_main: bool, ddp: bool) -> str | Non
                 if not target.exists():
                     path.rename(target)
                     msg += f"; moved aside to {target.name}"
-            warnings.warn(msg + (f"; resuming from {ckpt.name}" if ckpt else ""), stacklevel=4)
-            log.warning(msg)
+            warnings.warn(msg + (f"; resuming from {ckpt.name}" if ckpt else ""), stacklevel=4)  # once: not logged too
         choice = str(ckpt) if ckpt is not None else None
     if ddp:
         box = [choice]

@@ -2,14 +2,18 @@
 
 ``atomic_write_bytes`` writes to a temporary file beside the target and renames it over the target
 (``os.replace`` is atomic on POSIX). With ``durable=True`` (default) the data and the directory entry
-are fsync'ed too, so the new file also survives a power loss; checkpoints rely on that.
+are fsync'ed too, so the new file also survives a power loss; checkpoints rely on that. A writer killed
+between the two leaves its temporary file, which :func:`remove_stale_temp_files` deletes once that pid is gone.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
+
+_TEMP_RE = re.compile(r"^\..+\.(\d+)\.tmp$")  # atomic_write_bytes's temporary file: .<name>.<pid>.tmp
 
 
 def fsync_dir(path: Path) -> None:
@@ -24,6 +28,33 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this machine (ours included): the owner test of the temporary
+    files and folders named after their writer's pid, which only a dead writer's may be removed."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid > 0  # another user's process (an absurd pid is nobody's)
+    return True
+
+
+def remove_stale_temp_files(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files ``.<name>.<pid>.tmp`` of :func:`atomic_write_bytes` calls whose writer was
+    killed (its pid no longer runs); return them. The target files themselves are never touched."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    stale = []
+    for p in folder.iterdir():
+        m = _TEMP_RE.match(p.name)
+        if m and p.is_file() and not p.is_symlink() and not pid_alive(int(m.group(1))):
+            p.unlink(missing_ok=True)
+            stale.append(p)
+    return stale
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> Path:
