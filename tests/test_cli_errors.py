@@ -353,3 +353,54 @@ def test_a_bad_value_in_a_runs_config_names_the_file(trained, tmp_path, capsys):
     cfg.write_text(cfg.read_text().replace("  dim: 16\n", "  dim: -5\n", 1))
     err = _one_line_error(capsys, 2, ["eval", str(run)])
     assert err.startswith(f"energyformer: error: {cfg}: model.dim = -5"), err
+
+
+def test_generate_and_eval_edges(trained, tmp_path, capsys):
+    """Found by an outside probe of the LM commands: a seed past 64 bits and ``--split test`` on a files corpus were
+    internal errors; an empty prompt started from token id 0 and printed it (a NUL byte, '!', '<unk>'); a typed
+    '<|endoftext|>' became the special token and vanished; ``--temperature 0 --top-k 3`` dropped the top-k without a
+    word; a second ``--text-file`` replaced the first."""
+    gen = ["generate", str(trained), "--max-new-tokens", "0"]
+    for seed in ("18446744073709551616", "-1", "x"):
+        assert "--seed" in _one_line_error(capsys, 2, [*gen, "--seed", seed])
+    assert main([*gen, "--seed", "18446744073709551615"]) == 0
+    assert "--top-k 3: --temperature 0 is greedy" in _one_line_error(capsys, 2, [*gen, "--temperature", "0",
+                                                                                  "--top-k", "3"])
+    capsys.readouterr()
+    assert main([*gen, "--prompt", "Hello<|endoftext|>World"]) == 0
+    assert capsys.readouterr().out == "Hello<|endoftext|>World\n"
+    assert main([*gen, "--prompt", ""]) == 0  # the BPE tokenizer's end-of-text token starts the document
+    assert capsys.readouterr().out == "\n"
+    text = tmp_path / "mine.txt"
+    text.write_text("To be or not to be, that is the question. " * 20)
+    out = tmp_path / "runs"
+    assert main(["train", "lm/llama", *_sets(TINY + ["train.steps=1", "name=f", f"out_dir={out}", "task.corpus=files",
+                                                      f"task.text_files=[{text}]", "task.tokenizer=bytes"])]) == 0
+    err = _one_line_error(capsys, 2, ["eval", str(out / "f"), "--split", "test"])
+    assert "--split test: this run's corpus (files) has only validation" in err, err
+    assert "has no end-of-text token" in _one_line_error(capsys, 2, ["generate", str(out / "f"), "--prompt", ""])
+    other = tmp_path / "other.txt"
+    other.write_text("Something else entirely, to be scored. " * 10)
+    assert main(["eval", str(out / "f"), "--text-file", str(text), "--text-file", str(other)]) == 0
+    assert f"{text}, {other}: " in capsys.readouterr().out
+
+
+def test_a_ctrl_c_while_the_parser_is_built_is_one_line(capsys, monkeypatch):
+    """Building the parser imports torch (the task options' help): a Ctrl-C in that second printed a traceback."""
+    import energyformer.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.delenv("ENERGYFORMER_DEBUG", raising=False)
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert main(["list", "configs"]) == 130
+    assert capsys.readouterr().err == "\nenergyformer: interrupted\n"
+
+
+def test_list_keys_shows_a_keys_whole_first_paragraph():
+    """``list keys`` cut a multi-line help at its first line break (46 keys ended mid-clause)."""
+    from energyformer.utils.config_help import format_config_help
+
+    row = next(line for line in format_config_help(RunConfig).splitlines() if line.lstrip().startswith("train.grad_accum "))
+    assert row.endswith("so the step is that of the whole batch)"), row

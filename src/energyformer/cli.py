@@ -104,8 +104,16 @@ def _device(spec: str):
     return resolve_device(spec, said=f"--device {spec!r}")
 
 
+class _TaskOptionParser(argparse.ArgumentParser):
+    """A task's own eval/generate options, parsed after the run is loaded: a bad value is one line (argparse's
+    usage block and exit would come after the model was built, and tests could not catch it)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise ConfigError(message)
+
+
 def _task_parser(prog: str, add) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, add_help=False)
+    p = _TaskOptionParser(prog=prog, add_help=False)
     add(p)
     return p
 
@@ -464,8 +472,14 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main(argv: list[str] | None = None) -> int:
     import warnings
 
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    try:  # builds the task options' help: imports torch, a second or two in which a Ctrl-C printed a traceback
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+    except KeyboardInterrupt:
+        if os.environ.get("ENERGYFORMER_DEBUG", "") not in ("", "0"):
+            raise
+        print("\nenergyformer: interrupted", file=sys.stderr)
+        return 130
     debug = args.debug or os.environ.get("ENERGYFORMER_DEBUG", "") not in ("", "0")
     if not debug:
         warnings.showwarning = _show_warning

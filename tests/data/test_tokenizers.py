@@ -83,7 +83,10 @@ def test_gpt2_ids_and_roundtrip():
     tok = K.get_tokenizer("gpt2")
     assert tok.encode("Hello world") == [15496, 995]
     assert tok.vocab_size == 50257 and tok.eos_id == 50256
-    assert tok.encode("<|endoftext|>") == [50256]
+    # text is text: the special token's spelling typed in a prompt or a file is its characters, not the token
+    assert tok.encode("<|endoftext|>") == [27, 91, 437, 1659, 5239, 91, 29]
+    assert tok.decode(tok.encode("a<|endoftext|>b")) == "a<|endoftext|>b"
+    assert tok.decode([50256]) == ""  # the token itself stays special (the separator; decoded to nothing)
     _roundtrip(tok)
 
 

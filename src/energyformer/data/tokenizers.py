@@ -117,6 +117,10 @@ class HFTokenizer(Tokenizer):
     """A ``tokenizers.Tokenizer`` (byte-level BPE) behind the common interface."""
 
     def __init__(self, tok: Any, name: str, cache_key: str | None = None) -> None:
+        # text is text: a "<|endoftext|>" typed in a prompt or a file is encoded as its characters, not as the
+        # special token (which made it vanish from a prompt and scored a file as other tokens); tiktoken's
+        # encode_ordinary and SentencePiece do the same. Not saved with the tokenizer (exports unchanged).
+        tok.encode_special_tokens = True
         self._tok = tok
         self.name = name
         self._cache_key = cache_key or name

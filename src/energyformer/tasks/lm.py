@@ -20,7 +20,7 @@ from torch import nn
 
 from ..data.text import EvalWindows, LMBatcher, encode_corpus, load_shakespeare, load_text_files
 from ..data.tokenizers import Tokenizer, get_tokenizer
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..utils.config import KindConfig, replace
 from .base import Task, TaskConfig, register_task
 
@@ -103,6 +103,20 @@ def evaluate_lm(model: nn.Module, windows: EvalWindows, max_batches: int | None 
     return res
 
 
+SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed's range
+
+
+def _seed(text: str) -> int:
+    """``--seed``: an integer 0..2^64 − 1 (argparse type; a seed past it was an internal overflow error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is outside 0..{SEED_MAX}")
+    return value
+
+
 @register_task("lm", LMTaskConfig)
 class LMTask(Task):
     """Causal language modelling: next-token cross-entropy, perplexity, bits per byte, sampling."""
@@ -152,7 +166,10 @@ class LMTask(Task):
     def windows(self, split: str) -> EvalWindows:
         if split not in self._windows:
             if split not in self.texts or split == "train":
-                raise ValueError(f"split {split!r}: this corpus has {', '.join(s for s in self.texts if s != 'train')}")
+                has = " and ".join(s for s in self.texts if s != "train")
+                cut = " (its files are cut into train and validation)" if self.cfg.corpus == "files" else ""
+                raise ConfigError(f"--split {split}: this run's corpus ({self.cfg.corpus}) has only {has}{cut}; "
+                                  "choose one of them, or --text-file FILE")
             self._windows[split] = EvalWindows.from_text(self.texts[split], self.tokenizer, self.cfg.seq_len,
                                                          self.cfg.eval_batch_size)
         return self._windows[split]
@@ -198,8 +215,8 @@ class LMTask(Task):
 
     @classmethod
     def add_eval_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--text-file", nargs="+", metavar="FILE",
-                            help="evaluate on these UTF-8 text files instead of a split")
+        parser.add_argument("--text-file", nargs="+", action="extend", metavar="FILE",
+                            help="evaluate on these UTF-8 text files instead of a split (repeatable)")
 
     def eval_from_args(self, model, args, forward_options):
         if getattr(args, "text_file", None):
@@ -226,17 +243,18 @@ class LMTask(Task):
     # ------------------------------------------------------------------ generation
     @classmethod
     def add_generate_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-        parser.add_argument("--max-new-tokens", type=int, default=200)
+        parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline; '' starts a "
+                            "document where the tokenizer has an end-of-text token); special-token spellings such "
+                            "as <|endoftext|> are read as plain text")
+        parser.add_argument("--max-new-tokens", type=int, default=200, help="tokens to add (default 200)")
         parser.add_argument("--temperature", type=float, help="sampling temperature (default 0.8; 0 = greedy)")
         parser.add_argument("--top-k", type=int, help="sample among the k most likely tokens (default 50)")
         parser.add_argument("--greedy", action="store_true", help="the most likely token each step (no sampling "
-                            "options)")
-        parser.add_argument("--seed", type=int, default=0)
+                            "options; the same as --temperature 0)")
+        parser.add_argument("--seed", type=_seed, default=0, help=f"sampling seed, 0..{SEED_MAX} (default 0)")
 
     def generate(self, model: nn.Module, args: argparse.Namespace) -> str:
         from ..models.lm import check_sampling
-        from ..utils.validate import ConfigError
 
         if args.greedy:  # a sampling option beside --greedy was dropped without a word
             given = [f"--{k.replace('_', '-')} {v}" for k in ("temperature", "top_k")
@@ -244,6 +262,9 @@ class LMTask(Task):
             if given:
                 raise ConfigError(f"{' '.join(given)}: --greedy takes no sampling options (it picks the most "
                                   f"likely token); drop {'them' if len(given) > 1 else 'it'} or --greedy")
+        elif args.temperature == 0 and args.top_k is not None:  # greedy too: the top-k would be ignored
+            raise ConfigError(f"--top-k {args.top_k}: --temperature 0 is greedy decoding, which takes no top-k; "
+                              "drop one of them")
         args.temperature = 0.8 if args.temperature is None else args.temperature
         args.top_k = 50 if args.top_k is None else args.top_k
         check_sampling(args.max_new_tokens, args.temperature, args.top_k, cli=True)  # CausalLM.generate's checks
@@ -252,9 +273,17 @@ class LMTask(Task):
         except UnicodeEncodeError:
             raise ConfigError("--prompt is not valid text (it holds bytes that are not UTF-8)") from None
         device = next(model.parameters()).device
-        ids = self.tokenizer.encode(args.prompt) or [0]
+        ids = self.tokenizer.encode(args.prompt) or self._document_start()
         idx = torch.tensor([ids], device=device)
         g = torch.Generator(device=device).manual_seed(args.seed)
         out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                              greedy=args.greedy, generator=g)
         return self.tokenizer.decode(out[0].tolist())
+
+    def _document_start(self) -> list[int]:
+        """An empty prompt starts a document: the tokenizer's end-of-text token (the separator it was trained
+        with; decoded to nothing). It used to be token id 0, printed as if typed (a NUL byte, '!', '<unk>')."""
+        if self.tokenizer.eos_id is None:
+            raise ConfigError(f"--prompt '': this run's tokenizer ({self.tokenizer.name}) has no end-of-text token "
+                              "to start a document from; give some text to continue (the default is a newline)")
+        return [self.tokenizer.eos_id]

@@ -45,7 +45,7 @@ def config_fields(cls: type[BaseModel], prefix: str = "", default: BaseModel | N
         key = f"{prefix}.{name}" if prefix else name
         value = getattr(default, name) if default is not None else (
             f.get_default(call_default_factory=True) if not f.is_required() else "<required>")
-        help_ = (f.description or "").strip().splitlines()[0] if f.description else ""
+        help_ = _first_paragraph(f.description)
         marker = _kind_marker(f.annotation) or next(
             (m for m in f.metadata if isinstance(m, _KindMarker)), None)
         if marker is not None:
@@ -64,6 +64,12 @@ def config_fields(cls: type[BaseModel], prefix: str = "", default: BaseModel | N
             continue
         out.append((key, _type_name(ann), value, help_))
     return out
+
+
+def _first_paragraph(text: str | None) -> str:
+    """A field's help up to its first blank line, on one line (its first line alone cut sentences mid-way: 46 keys
+    of ``list keys`` ended in a dangling clause)."""
+    return " ".join((text or "").strip().split("\n\n")[0].split())
 
 
 def format_config_help(cls: type[BaseModel]) -> str:
