@@ -402,5 +402,6 @@ def test_list_keys_shows_a_keys_whole_first_paragraph():
     """``list keys`` cut a multi-line help at its first line break (46 keys ended mid-clause)."""
     from energyformer.utils.config_help import format_config_help
 
-    row = next(line for line in format_config_help(RunConfig).splitlines() if line.lstrip().startswith("train.grad_accum "))
+    rows = format_config_help(RunConfig).splitlines()
+    row = next(line for line in rows if line.lstrip().startswith("train.grad_accum "))
     assert row.endswith("so the step is that of the whole batch)"), row

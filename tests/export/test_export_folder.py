@@ -117,7 +117,7 @@ def test_what_a_killed_export_left_beside_out_is_cleaned_up(runs, tmp_path):
     out.rename(tmp_path / f".hf.replaced-{dead}")  # killed between its two renames: OUT missing
     assert main(["export", str(runs["bytes"]), str(tmp_path / "other")]) == 0  # another OUT: this one's untouched
     assert not out.exists()
-    assert main(["export", str(runs["bytes"]), str(out)]) == 2  # the earlier export is back: refused without --overwrite
+    assert main(["export", str(runs["bytes"]), str(out)]) == 2  # the earlier export is back: needs --overwrite
     assert _snapshot(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "other"]
 
