@@ -38,6 +38,8 @@ import torch
 from energyformer.analysis.plateau_recipe import (
     BATCH, DIM, HEADS, ITERATIONS, LN9, LR, MARGIN, STEPS, last50, left_ln9, recipe_losses,
 )
+from energyformer.errors import DataError, UserError
+from energyformer.report.inputs import number, read_json, require_keys
 
 LLAMA = {"kind": "llama", "rope": False}
 HS_ATTN = {"kind": "hyperset"}
@@ -213,10 +215,38 @@ def measure(out: Path, names: list[str], seeds: list[int], steps: int, jobs: int
     return new
 
 
+#: a record's keys read by the page and whether each is an integer (else a number; left_ln9 a bool, means25 a list)
+RECORD_NUMBERS = {"seed": True, "steps": True, "dim": True, "iterations": True, "last50": False}
+
+
+def _checked_records(records, path: Path) -> list[dict]:
+    """``records`` when each is a mapping with the keys the page reads, of the right types; else a DataError
+    naming the file, the record and the key."""
+    if not isinstance(records, list):
+        raise DataError(f"{path}: 'records' is a {type(records).__name__}, expected a list of run records")
+    for i, r in enumerate(records):
+        where = f"{path}: records[{i}]"
+        if not isinstance(r, dict):
+            raise DataError(f"{where}: a {type(r).__name__}, expected a run record (a mapping)")
+        require_keys(r, ("variant", *RECORD_NUMBERS, "left_ln9", "means25", "date"), where)
+        for key, integer in RECORD_NUMBERS.items():
+            number(r[key], f"{where}.{key}", integer=integer)
+            if integer and not isinstance(r[key], int):
+                raise DataError(f"{where}.{key}: {r[key]!r} is not an integer")
+        if not isinstance(r["left_ln9"], bool):
+            raise DataError(f"{where}.left_ln9: {r['left_ln9']!r} is not true or false")
+        if not isinstance(r["means25"], list):
+            raise DataError(f"{where}.means25: {r['means25']!r} is not a list of numbers")
+        for j, v in enumerate(r["means25"]):
+            number(v, f"{where}.means25[{j}]")
+    return records
+
+
 def render(folder: Path) -> str:
     """``folder/README.md`` from ``folder/results.json`` alone."""
-    data = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-    meta, records = data["meta"], data["records"]
+    data = read_json(folder / "results.json")
+    require_keys(data, ("meta", "records"), f"{folder / 'results.json'}")
+    meta, records = data["meta"], _checked_records(data["records"], folder / "results.json")
     r = meta["recipe"]
     dates = sorted({x["date"] for x in records})
     when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
@@ -268,6 +298,14 @@ def _reading(records: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The command line; a damaged input is one line on stderr naming the file (exit status 2)."""
+    try:
+        _main(argv)
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+def _main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="folder of results.json and README.md")
     ap.add_argument("--render-only", type=Path, metavar="DIR",

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
+import sys
 from pathlib import Path
 
 from energyformer.analysis.hyperset_plateau import FIELDS, render, rows
+from energyformer.errors import UserError
+from energyformer.report.inputs import read_json
 
 
 def write_summary(folder: Path) -> int:
     """``folder/summary.csv`` from every probe file in ``folder``; returns the number of rows."""
     table = [row for f in sorted(folder.glob("*.json"))
-             for row in rows(f.stem, json.loads(f.read_text(encoding="utf-8")))]
+             for row in rows(f.stem, read_json(f))]
     with open(folder / "summary.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, FIELDS)
         w.writeheader()
@@ -37,6 +39,15 @@ def write_summary(folder: Path) -> int:
 
 
 def main(argv=None) -> int:
+    """The command line; a damaged input is one line on stderr naming the file (exit status 2)."""
+    try:
+        return _main(argv)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", nargs="?", type=Path, default=Path("docs/results/hyperset/plateau"))
     ap.add_argument("--render-only", type=Path, metavar="DIR", help="write DIR/README.md from DIR's files alone")

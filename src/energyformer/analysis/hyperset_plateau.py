@@ -16,16 +16,16 @@ measured on CPU where ours stays at ln 9. Inputs, all in one folder (docs/result
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from pathlib import Path
 
 from ..errors import DataError
+from ..report.inputs import number, read_csv, read_json, require_keys
 
 FIELDS = ["run", "step", "train_loss_50", "probe_loss", "probe_cell_acc", "alpha_abs", "gamma_abs",
           "x_rms_first", "x_rms_last", "entropy_first", "entropy_last", "token_cos_first", "token_cos_last"]
 FIG3A = "paper_fig3a_board_acc.csv"
+FIG3A_COLUMNS = ("epoch", "hyperset_board_acc", "transformer_board_acc")
 LN9 = math.log(9)
 
 #: every probe file and what it is (a JSON file not listed here is an error: the page must say what it is)
@@ -76,7 +76,9 @@ def rows(name: str, data: dict) -> list[dict]:
 
 def load(folder: Path) -> dict[str, dict]:
     """Every probe file in ``folder`` by run name (sorted); an undescribed one is a DataError."""
-    runs = {f.stem: json.loads(f.read_text(encoding="utf-8")) for f in sorted(folder.glob("*.json"))}
+    runs = {f.stem: read_json(f) for f in sorted(folder.glob("*.json"))}
+    for name, data in runs.items():
+        require_keys(data, ("records",), f"{folder}/{name}.json")
     unknown = sorted(set(runs) - set(RUNS))
     if unknown:
         raise DataError(f"{folder}/{unknown[0]}.json: not described in analysis.hyperset_plateau.RUNS; "
@@ -92,16 +94,21 @@ def read_fig3a(folder: Path) -> tuple[str, dict[str, str], list[tuple[int, float
     path = folder / FIG3A
     if not path.is_file():
         raise DataError(f"{path} not found (the authors' Fig. 3a curve the page quotes)")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    head = [ln[1:].strip() for ln in lines if ln.startswith("#")]
+    head, body = read_csv(path, FIG3A_COLUMNS)
     source = next((h.removeprefix("source:").strip() for h in head if h.startswith("source:")), "")
     recipe_line = next((h.removeprefix("recipe:").strip() for h in head if h.startswith("recipe:")), "")
     recipe = dict(tok.split("=", 1) for tok in recipe_line.split() if "=" in tok)
-    body = csv.DictReader(ln for ln in lines if not ln.startswith("#"))
-    curve = [(int(r["epoch"]), float(r["hyperset_board_acc"]), float(r["transformer_board_acc"])) for r in body]
+    curve = [_fig3a_point(path, n, r) for n, r in body]
     if not source or not curve:
         raise DataError(f"{path}: needs a '# source:' line and epoch rows")
     return source, recipe, curve
+
+
+def _fig3a_point(path: Path, line: int, row: dict[str, str]) -> tuple[int, float, float]:
+    """(epoch, Hyper-SET %, transformer %) of one Fig. 3a row; a cell that is not a number names file, line
+    and column."""
+    epoch, hs, tf = (number(row[k], f"{path}:{line}: column {k}", integer=k == "epoch") for k in FIG3A_COLUMNS)
+    return int(epoch), hs, tf
 
 
 # ---- formatting -------------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ the page is read from these files.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from ..report.inputs import read_json, read_text
 from .hyperset_plateau import LN9, _table, f3, pct, read_fig3a
 
 #: points of cell accuracy: the single-seed bound of the Sudoku study's claims (studies/hyperset-sudoku.yaml)
@@ -45,9 +45,9 @@ def _recipe(folder: Path, run: str) -> tuple[dict, dict, str, float]:
     """(resolved config, run_info, the device's line, epochs) of one run in ``folder``."""
     import yaml
 
-    cfg = yaml.safe_load((folder / f"{run}.config.yaml").read_text(encoding="utf-8"))
-    info = json.loads((folder / f"{run}.run_info.json").read_text(encoding="utf-8"))
-    env = (folder / "env.txt").read_text(encoding="utf-8").strip().splitlines()
+    cfg = yaml.safe_load(read_text(folder / f"{run}.config.yaml"))
+    info = read_json(folder / f"{run}.run_info.json")
+    env = read_text(folder / "env.txt").strip().splitlines() or [""]
     device = next((line for line in env if line.startswith("torch ")), env[-1])   # versions and the device
     t, tr = cfg["task"], cfg["train"]
     return cfg, info, device, tr["steps"] * t["batch_size"] / t["generate"]["n_train"]
@@ -74,7 +74,7 @@ def gpu_first_steps(folder: Path) -> list[str]:
         return []
     ev = _evals(g, GPU_RUNS)
     cfg, info, device, epochs = _recipe(g, GPU_RUNS[0][0])
-    rel = json.loads((g / "released_code_hyperset.json").read_text(encoding="utf-8"))
+    rel = read_json(g / "released_code_hyperset.json")
     rel_ev = {r["step"]: r for r in rel["records"] if "val_cell_acc" in r}
     first = next(e for e, h, tf in read_fig3a(folder)[2] if h > 0 or tf > 0)
     steps = sorted(s for s in set.intersection(*(set(e) for e in ev.values())) if s in rel_ev)

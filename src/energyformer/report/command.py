@@ -42,6 +42,14 @@ def _line(res: PageResult) -> str:
     return f"{res.status.upper():13s} {res.page.name:24s} {where}: {detail}"
 
 
+def _written_line(res: PageResult) -> str:
+    """``updated NAME FILES`` naming every file an in-place render wrote (a changed page, a re-drawn or
+    restored figure), else ``unchanged NAME``."""
+    if not res.written:
+        return f"{'unchanged':13s} {res.page.name}"
+    return f"{'updated':13s} {res.page.name:24s} {', '.join(f'{res.page.folder}/{f}' for f in res.written)}"
+
+
 def _list(reg: Registry, root: Path) -> int:
     for p in reg.pages:
         files = ", ".join(f"{p.folder}/{f}" for f in p.files)
@@ -78,9 +86,7 @@ def execute(a: argparse.Namespace, registry: Registry | None = None) -> int:
             continue
         if not a.check and res.status == "differs":
             res.status = "ok"
-        print(_line(res) if a.check or res.status != "ok" else
-              f"{'updated' if res.changed else 'unchanged':13s} {page.name:24s} "
-              f"{', '.join(res.changed) if res.changed else ''}".rstrip(), flush=True)
+        print(_line(res) if a.check or res.status != "ok" else _written_line(res), flush=True)
         if a.check and res.diff:
             print(res.diff)
         failed += not res.ok and (a.check or res.status != "hand-written")

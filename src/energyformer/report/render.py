@@ -24,6 +24,7 @@ import energyformer
 
 from ..analysis.figures import stored_digest
 from ..errors import DataError
+from .inputs import check_input
 from .pages import Page, Reproduce
 
 TIMEOUT_S = 600
@@ -39,6 +40,7 @@ class PageResult:
     changed: list[str] = field(default_factory=list)   # files that differ from the committed ones
     diff: str = ""                   # head of the unified diff of the first differing .md
     problems: list[str] = field(default_factory=list)  # one line each
+    written: list[str] = field(default_factory=list)   # in place: files copied into the folder (changed or new)
 
     @property
     def ok(self) -> bool:
@@ -112,10 +114,16 @@ def figure_differs(committed: Path, rendered: Path) -> str | None:
 
 
 def _check_inputs(page: Page, folder: Path) -> None:
+    """Every input the page declares exists, decodes and parses (:func:`.inputs.check_input`): a damaged one is
+    a DataError naming it (and its line), before the generator runs."""
     for name in page.inputs:
         if not (folder / name).is_file():
             raise DataError(f"report {page.name}: {page.folder}/{name} not found (the committed artifact this "
                             f"page is rendered from)")
+        try:
+            check_input(folder / name, f"{page.folder}/{name}")
+        except DataError as err:
+            raise DataError(f"report {page.name}: {err}") from None
 
 
 def _diff_head(old: str, new: str, name: str, lines: int) -> str:
@@ -181,6 +189,7 @@ def render_page(page: Page, root: Path, *, in_place: bool, diff_lines: int = 40)
                     continue  # another page's file, or a stray one: never overwritten here
                 (folder / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(work / rel, folder / rel)
+                res.written.append(rel)
         else:
             images += [i for i in missing_images(work, page.files) if i not in images]
     res.problems += [f"missing image {i}" for i in images]
