@@ -8,7 +8,7 @@ import pytest
 
 from energyformer import demo
 from energyformer.cli import main
-from energyformer.errors import ConfigError
+from energyformer.errors import ConfigError, DataError
 
 
 def test_five_systems_each_against_its_baseline():
@@ -106,3 +106,75 @@ def test_seed_spread_script_collects_seeds_from_demo_folders(tmp_path, load_scri
     out = tmp_path / "noise.json"
     assert mod.main(["--from", str(tmp_path / "d0"), str(tmp_path / "d1"), "--out", str(out)]) == 0
     assert json.loads(out.read_text())["stages"] == {"eqt": {"EqT": {"eval/accuracy": {"0": 0.8, "1": 0.9}}}}
+
+
+# ----------------------------------------------------------------------------- a consistent page, checks first
+@pytest.fixture
+def fake_train(monkeypatch):
+    """Training replaced by a stub (no data, no model): ``fake_train.runs`` lists the run names trained; a run
+    named in ``fake_train.stop_at`` raises KeyboardInterrupt (Ctrl-C in that run)."""
+    from types import SimpleNamespace
+
+    import energyformer.experiment as experiment
+
+    state = SimpleNamespace(runs=[], stop_at=None)
+
+    def run_experiment(cfg, overwrite=False):
+        if f"{cfg.out_dir}/{cfg.name}".endswith(state.stop_at or "\0"):
+            raise KeyboardInterrupt
+        state.runs.append(f"{cfg.out_dir}/{cfg.name}")
+        n = cfg.train.steps
+        return SimpleNamespace(final={"eval/accuracy": 0.5 + n / 100, "eval/ppl": 9.0, "eval/bpb": 2.0},
+                               params={"total": 100}, seconds=0.1, loss_history=[1.0] * n)
+
+    monkeypatch.setattr(experiment, "run_experiment", run_experiment)
+    return state
+
+
+def test_an_interrupted_demo_leaves_a_page_that_matches_its_figures_and_says_how_to_go_on(tmp_path, fake_train,
+                                                                                       capsys):
+    """Stage 1 rewrote eqt/results.json and its figure while the page (rendered only at the end) kept the old
+    table; the interrupted stage's run folder held a partial run while the page and its results.json showed the
+    old one; the interrupt said nothing on how to continue."""
+    out = str(tmp_path)
+    assert main(["demo", "--only", "eqt", "--only", "cem", "--steps", "2", "--out", out]) == 0
+    fake_train.stop_at = "cem/CEM"
+    rc = main(["demo", "--only", "eqt", "--only", "cem", "--steps", "3", "--set", "train.seed=1", "--out", out])
+    assert rc == 130
+    page = (tmp_path / "report.md").read_text()
+    eqt = page[page.index("## Equilibrium"):]
+    assert "3 training steps per run" in eqt and "2 training steps" not in page
+    assert f"Rerun: `energyformer demo --only eqt --steps 3 --set train.seed=1 --out {out}`" in eqt
+    cem = page[page.index("## CEM vs Llama"):page.index("## Equilibrium")]
+    assert "Not finished" in cem and "perplexity" not in cem and "![cem]" not in cem
+    assert not (tmp_path / "cem" / "results.json").exists() and not (tmp_path / "cem" / "cem.png").exists()
+    err = capsys.readouterr().err
+    assert "interrupted in demo stage 'cem'" in err and f"continue with: energyformer demo --only cem --steps 3 " \
+        f"--set train.seed=1 --out {out} (trains cem again from the start" in err
+
+
+def test_a_set_one_selected_stage_refuses_is_refused_before_anything_trains(tmp_path, fake_train):
+    with pytest.raises(ConfigError, match=r"demo stage 'eqt' \(config eqt/baseline\): unknown key 'task.seq_len'"):
+        demo.main(out=str(tmp_path), steps=2, only=["cem", "eqt"], overrides=["task.seq_len=32"])
+    assert fake_train.runs == [] and not (tmp_path / "report.md").exists()
+
+
+@pytest.mark.parametrize("data,says", [
+    (b'{"name": "cem", "runs": {', "not valid JSON (Expecting property name enclosed in double quotes at line 1"),
+    (json.dumps({"name": "cem", "title": "t", "headline": "h", "steps": 2, "figure": "cem.png", "runs": {}}).encode(),
+     "'seconds' is missing"),
+    (b"\x89PNG\r\n\x1a\n\xff\xfe", "not UTF-8 text (byte 0)"),
+])
+def test_a_damaged_other_stage_results_file_is_named_before_anything_trains(tmp_path, fake_train, data, says):
+    (tmp_path / "cem").mkdir()
+    (tmp_path / "cem" / "results.json").write_bytes(data)
+    with pytest.raises(DataError) as err:
+        demo.main(out=str(tmp_path), steps=2, only=["eqt"])
+    msg = str(err.value)
+    assert msg.startswith(f"{tmp_path / 'cem' / 'results.json'}: {says}") and "\n" not in msg
+    assert f"energyformer demo --only cem --out {tmp_path}" in msg and fake_train.runs == []
+
+
+def test_a_stage_named_twice_runs_once(tmp_path, fake_train):
+    assert demo.main(out=str(tmp_path), steps=2, only=["eqt", "eqt"]) == 0
+    assert fake_train.runs == [f"{tmp_path}/eqt/baseline", f"{tmp_path}/eqt/EqT"]

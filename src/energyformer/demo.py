@@ -17,8 +17,13 @@ Every run is an ordinary run of a config under ``configs/`` (the system's own co
 budget as ``--set`` overrides), trained by the one trainer, in ``OUT/<stage>/<run>``. Each stage writes
 ``OUT/<stage>/results.json`` and one figure (training loss and the compared metric); the report page
 ``OUT/report.md`` is rendered from every stage's results present, so ``--only NAME`` reruns one stage
-and keeps the others on the page. The budgets are sized for a few minutes on 2 CPU cores in total:
-the numbers show the comparison working, not the papers' results (those are ``energyformer reproduce``).
+and keeps the others on the page. The page is rewritten (atomically) when a stage starts and when it ends:
+a stage being retrained loses its old results.json and figure first (its run folders are overwritten), and
+shows as "not finished" until its new results are written, so the page never pairs new figures or run
+folders with old numbers. Every ``--set`` is checked against every selected stage's configs, and the other
+stages' results.json files are read, before anything trains. The budgets are sized for a few minutes on
+2 CPU cores in total: the numbers show the comparison working, not the papers' results (those are
+``energyformer reproduce``).
 
 **Verdicts.** One seed cannot tell a difference from noise, so each stage's headline decides its
 comparison (:class:`Compare`) by :func:`energyformer.analysis.verdicts.compare` with the seed spread of
@@ -34,12 +39,15 @@ from __future__ import annotations
 import functools
 import json
 import math
+import shlex
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .utils.validate import ConfigError
+from .utils.io import atomic_write_text
+from .utils.validate import ConfigError, DataError
 
 TRAIN = ["train.eval_every=0", "train.save_every=0", "train.log_every=5", "train.tensorboard=false"]
 LM = ["task.tokenizer=bpe", "task.seq_len=64", "task.batch_size=16", "task.eval_batch_size=16",
@@ -47,6 +55,8 @@ LM = ["task.tokenizer=bpe", "task.seq_len=64", "task.batch_size=16", "task.eval_
 
 PARITY = ["task.data.length=16", "task.data.n_test=1024", "train.lr=3e-3"]
 POTTS = ["task.batch_size=64", "task.eval_sequences=1024", "task.calibrate_sequences=1024"]
+DEFAULT_OUT = "runs/demo"
+UNFINISHED = "unfinished.json"  # OUT/<stage>/unfinished.json: the stage started and has no results yet
 
 
 @dataclass
@@ -195,19 +205,60 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
 ]}
 
 
+def run_overrides(stage: Stage, run: Run, folder: Path, steps: int | None, overrides: list[str]) -> list[str]:
+    """A run's overrides: its own, the demo's training settings and step budget, then ``--set``, then its folder and
+    name (a --set name= trained every run of a stage into one folder, the baseline lost)."""
+    name = run.label.replace(" ", "_").replace("-", "_")
+    return run.overrides + TRAIN + [f"train.steps={steps or stage.steps}", *overrides, f"out_dir={folder}",
+                                    f"name={name}"]
+
+
+def check_overrides(names: list[str], out: Path, steps: int | None, overrides: list[str]) -> None:
+    """Load every run config of the stages ``names`` with its overrides before anything trains: a --set one stage's
+    config refuses is a one-line error naming the stage and config (it stopped the demo when that stage started,
+    after the earlier stages trained, and no page was written)."""
+    from .experiment import load_run_config
+
+    for n in names:
+        for r in STAGES[n].runs:
+            try:
+                load_run_config(r.config, run_overrides(STAGES[n], r, out / n, steps, overrides))
+            except ConfigError as err:
+                raise ConfigError(f"demo stage {n!r} (config {r.config}): {err}") from None
+
+
+def rerun_command(names: list[str], out: Path, steps: int | None, overrides: list[str]) -> str:
+    """The ``energyformer demo`` command line that trains the stages ``names`` as given here, onto the same page."""
+    args = ["energyformer", "demo", *(x for n in names for x in ("--only", n))]
+    args += ["--steps", str(steps)] if steps else []
+    args += [x for o in overrides for x in ("--set", o)]
+    args += ["--out", str(out)] if Path(out) != Path(DEFAULT_OUT) else []
+    return " ".join(shlex.quote(str(a)) for a in args)
+
+
+def start_stage(stage: Stage, out: Path, rerun: str) -> None:
+    """Remove the stage's old results.json and figure (its run folders are about to be overwritten) and mark it
+    unfinished with the command that reruns it: the page shows it as not finished until its new results exist."""
+    folder = out / stage.name
+    for f in (folder / "results.json", folder / f"{stage.name}.png"):
+        f.unlink(missing_ok=True)
+    atomic_write_text(folder / UNFINISHED, json.dumps({"rerun": rerun}) + "\n")
+
+
 def run_stage(stage: Stage, out: Path, steps: int | None = None, overrides: list[str] = ()) -> dict:
-    """Train the stage's runs, write ``out/<stage>/results.json`` and its figure; returns the results."""
+    """Train the stage's runs, write ``out/<stage>/results.json`` and its figure; returns the results. The page
+    ``out/report.md`` is rewritten when the stage starts (the stage shown as not finished) and when it ends."""
     from .experiment import load_run_config, run_experiment
 
-    folder = out / stage.name
-    results: dict = {"name": stage.name, "title": stage.title, "runs": {}, "steps": steps or stage.steps}
+    folder, overrides = out / stage.name, list(overrides)
+    rerun = rerun_command([stage.name], out, steps, overrides)
+    start_stage(stage, out, rerun)
+    render_report(out)
+    results: dict = {"name": stage.name, "title": stage.title, "runs": {}, "steps": steps or stage.steps,
+                     "rerun": rerun}
     t0, c0 = time.perf_counter(), time.process_time()
     for i, r in enumerate(stage.runs, 1):
-        name = r.label.replace(" ", "_").replace("-", "_")
-        # --set after the stage's own settings, the run's folder and name last (a --set name= trained every run
-        # of a stage into one folder, the baseline lost); the steps recorded are those the config holds
-        ov = r.overrides + TRAIN + [f"train.steps={results['steps']}", *overrides, f"out_dir={folder}",
-                                    f"name={name}"]
+        ov = run_overrides(stage, r, folder, steps, overrides)
         cfg = load_run_config(r.config, ov)
         results["steps"] = cfg.train.steps  # a --set train.steps=N trained N (the page said --steps' number)
         print(f"  [{stage.name} {i}/{len(stage.runs)}] {r.label}: {r.config}, {results['steps']} steps", flush=True)
@@ -225,7 +276,9 @@ def run_stage(stage: Stage, out: Path, steps: int | None = None, overrides: list
         changed = bool(overrides) or results["steps"] != stage.steps
         results["verdict"] = verdict_line(stage.name, stage.compare, metrics, changed)
     results["figure"] = stage_figure(stage, results, folder / f"{stage.name}.png").name
-    (folder / "results.json").write_text(json.dumps(results, indent=1))
+    atomic_write_text(folder / "results.json", json.dumps(results, indent=1))
+    (folder / UNFINISHED).unlink(missing_ok=True)
+    render_report(out)
     return results
 
 
@@ -261,57 +314,157 @@ def stage_figure(stage: Stage, results: dict, path: Path) -> Path:
     return save_figure(fig, path)
 
 
+# what the page reads of a results.json: key -> (types, in words)
+_NUMBER = ((int, float), "a number")
+_RESULT_KEYS = {"title": ((str,), "a string"), "headline": ((str,), "a string"), "steps": ((int,), "an integer"),
+                "seconds": _NUMBER, "figure": ((str,), "a string"), "runs": ((dict,), "an object")}
+_RUN_KEYS = {"config": ((str,), "a string"), "seconds": _NUMBER, "metrics": ((dict,), "an object")}
+
+
+def _missing(d: dict, keys: dict, where: str = "") -> str | None:
+    """What is wrong with ``d`` against ``keys`` (the first key missing or of another type), or None."""
+    for key, (types, words) in keys.items():
+        v = d.get(key)
+        if not isinstance(v, types) or isinstance(v, bool):
+            return f"{where}{key!r} is {'missing' if key not in d else 'not ' + words}"
+    return None
+
+
+def _run_problem(label: str, r) -> str | None:
+    """What the page could not read in one run's entry of a results.json, or None."""
+    where = f"run {label!r}: "
+    if not isinstance(r, dict):
+        return f"{where}not an object"
+    if r.get("params") is not None and (not isinstance(r["params"], int) or isinstance(r["params"], bool)):
+        return f"{where}'params' is not an integer"
+    return _missing(r, _RUN_KEYS, where)
+
+
+def _results_problem(res) -> str | None:
+    """What the page could not read in a parsed results.json, or None."""
+    if not isinstance(res, dict):
+        return f"holds a JSON {type(res).__name__}, not an object"
+    problem = _missing(res, _RESULT_KEYS)
+    if problem is None:
+        problem = next((p for p in (_run_problem(k, r) for k, r in res["runs"].items()) if p), None)
+    return problem
+
+
+def read_results(path: Path) -> dict:
+    """A stage's ``results.json``, checked for what the page reads: a damaged one is a one-line DataError naming the
+    file, what is wrong and how to mend it."""
+    try:
+        res = json.loads(path.read_bytes().decode("utf-8"))
+        problem = _results_problem(res)
+    except UnicodeDecodeError as err:
+        problem = f"not UTF-8 text (byte {err.start})"
+    except json.JSONDecodeError as err:
+        problem = f"not valid JSON ({err.msg} at line {err.lineno} column {err.colno})"
+    except OSError as err:
+        problem = f"unreadable ({err.strerror or err})"
+    if problem:
+        fix = rerun_command([path.parent.name], path.parent.parent, None, [])
+        raise DataError(f"{path}: {problem}; delete it, or retrain that stage: {fix}")
+    return res
+
+
+def check_other_results(out: Path, names: list[str]) -> None:
+    """Read the results.json of every stage not in ``names`` (the page keeps them) before anything trains."""
+    for n in STAGES:
+        f = out / n / "results.json"
+        if n not in names and f.exists():
+            read_results(f)
+
+
+def _stage_section(stage: Stage, res: dict) -> list[str]:
+    """The page's section of a finished stage: headline, verdict, table, notes, budget and rerun line, figure."""
+    name = stage.name
+    lines = [f"## {res['title']}", "", res["headline"], ""] + ([res["verdict"], ""] if res.get("verdict") else [])
+    head = "| run | config | params | " + " | ".join(m[1] for m in stage.metrics) + " | seconds |"
+    lines += [head, "|" + "---|" * (4 + len(stage.metrics))]
+    for label, r in res["runs"].items():
+        vals = " | ".join(_f(r["metrics"].get(k), 4) for k, _, _ in stage.metrics)
+        params = "—" if r.get("params") is None else f"{r['params']:,}"
+        lines.append(f"| {label} | `{r['config']}` | {params} | {vals} | {r['seconds']:.0f} |")
+    lines += [""] + [f"*{n}*" for n in stage.notes] + ([""] if stage.notes else [])
+    rerun = res["rerun"] if isinstance(res.get("rerun"), str) else f"energyformer demo --only {name}"
+    cpu = res.get("cpu_seconds")
+    lines += [f"{res['steps']} training steps per run; stage time {res['seconds']:.0f} s "
+              f"({cpu if isinstance(cpu, (int, float)) else float('nan'):.0f} s of CPU). Rerun: `{rerun}`.", "",
+              f"![{name}]({name}/{res['figure']})", ""]
+    return lines
+
+
+def _unfinished_section(stage: Stage, out: Path) -> list[str]:
+    """The page's section of a stage started and not finished (stopped, or still running): no numbers."""
+    try:
+        rerun = str(json.loads((out / stage.name / UNFINISHED).read_text())["rerun"])
+    except (OSError, ValueError, KeyError, TypeError):
+        rerun = rerun_command([stage.name], out, None, [])
+    return [f"## {stage.title}", "", f"*Not finished: this stage was started and stopped (or is still running) "
+            f"before its results were written; `{stage.name}/` holds a partial run. Rerun: `{rerun}`.*", ""]
+
+
 def render_report(out: Path) -> Path:
-    """``out/report.md`` from every ``out/<stage>/results.json`` present, in stage order."""
+    """``out/report.md`` (written atomically) from every ``out/<stage>/results.json`` present, in stage order; a
+    stage started and not finished is listed as such."""
     lines = ["# energyformer demo: the five systems, each against its baseline", "",
              "Tiny models, a few minutes on CPU: the comparisons show each system training and being measured "
              "the way its paper measures it, not the papers' numbers (see `energyformer reproduce`).", ""]
     total = cpu = 0.0
     for name, stage in STAGES.items():
         f = out / name / "results.json"
-        if not f.is_file():
-            continue
-        res = json.loads(f.read_text())
-        total += res["seconds"]
-        cpu += res.get("cpu_seconds", 0.0)
-        lines += [f"## {res['title']}", "", res["headline"], ""] + ([res["verdict"], ""] if res.get("verdict") else [])
-        head = "| run | config | params | " + " | ".join(m[1] for m in stage.metrics) + " | seconds |"
-        lines += [head, "|" + "---|" * (4 + len(stage.metrics))]
-        for label, r in res["runs"].items():
-            vals = " | ".join(_f(r["metrics"].get(k), 4) for k, _, _ in stage.metrics)
-            lines.append(f"| {label} | `{r['config']}` | {r['params']:,} | {vals} | {r['seconds']:.0f} |")
-        lines += [""] + [f"*{n}*" for n in stage.notes] + ([""] if stage.notes else [])
-        lines += [f"{res['steps']} training steps per run; stage time {res['seconds']:.0f} s "
-                  f"({res.get('cpu_seconds', float('nan')):.0f} s of CPU). "
-                  f"Rerun: `energyformer demo --only {name}`.", "", f"![{name}]({name}/{res['figure']})", ""]
+        if f.is_file():
+            res = read_results(f)
+            total += res["seconds"]
+            cpu += res["cpu_seconds"] if isinstance(res.get("cpu_seconds"), (int, float)) else 0.0
+            lines += _stage_section(stage, res)
+        elif (out / name / UNFINISHED).is_file():
+            lines += _unfinished_section(stage, out)
     lines.append(f"Total training and evaluation time of the stages on this page: {total:.0f} s "
                  f"({cpu:.0f} s of CPU).")
-    path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
 
 
-def main(out: str = "runs/demo", steps: int | None = None, overrides: list[str] | None = None,
+def _interrupted(left: list[str], out: Path, steps: int | None, overrides: list[str]) -> int:
+    """After Ctrl-C in stage ``left[0]``: say what the page shows and the command that continues; returns 130."""
+    cmd = rerun_command(left, out, steps, overrides)
+    print(f"\nenergyformer: interrupted in demo stage {left[0]!r}; {out / 'report.md'} shows the finished stages "
+          f"and {left[0]} as not finished; continue with: {cmd} (trains {', '.join(left)} again from the start, "
+          "the finished stages stay on the page)", file=sys.stderr, flush=True)
+    return 130
+
+
+def main(out: str = DEFAULT_OUT, steps: int | None = None, overrides: list[str] | None = None,
          only: list[str] | None = None) -> int:
-    """Run the stages (all, or ``only``), print progress and headlines, render ``out/report.md``."""
-    names = list(STAGES) if not only else only
+    """Run the stages (all, or ``only``, each once in the order given), print progress and headlines; the page
+    ``out/report.md`` is rewritten as each stage starts and ends. Overrides and the other stages' results are
+    checked first."""
+    names = list(dict.fromkeys(only)) if only else list(STAGES)
     bad = [n for n in names if n not in STAGES]
     if bad:
         raise ConfigError(f"--only {bad[0]!r}: unknown demo stage; allowed: {', '.join(STAGES)}")
-    fixed = [o for o in overrides or [] if str(o).partition("=")[0].strip() in ("name", "out_dir")]
+    overrides = [str(o) for o in overrides or []]
+    fixed = [o for o in overrides if o.partition("=")[0].strip() in ("name", "out_dir")]
     if fixed:
         raise ConfigError(f"--set {fixed[0]}: the demo names each run and its folder itself (OUT/<stage>/<run>); "
                           "--out sets OUT")
     out_dir = Path(out)
-    t0 = time.perf_counter()
-    for i, n in enumerate(names, 1):
-        st = STAGES[n]
-        print(f"[{i}/{len(names)}] {st.title}", flush=True)
-        res = run_stage(st, out_dir, steps, list(overrides or []))
-        print(f"  -> {res['headline']} ({res['seconds']:.0f} s)", flush=True)
-        if res.get("verdict"):
-            print(f"     {res['verdict'].replace('**', '')}", flush=True)
-        print(flush=True)
+    check_overrides(names, out_dir, steps, overrides)
+    check_other_results(out_dir, names)
+    t0, done = time.perf_counter(), 0
+    try:
+        for i, n in enumerate(names, 1):
+            st = STAGES[n]
+            print(f"[{i}/{len(names)}] {st.title}", flush=True)
+            res = run_stage(st, out_dir, steps, overrides)
+            done = i
+            print(f"  -> {res['headline']} ({res['seconds']:.0f} s)", flush=True)
+            if res.get("verdict"):
+                print(f"     {res['verdict'].replace('**', '')}", flush=True)
+            print(flush=True)
+    except KeyboardInterrupt:
+        return _interrupted(names[done:], out_dir, steps, overrides)
     report = render_report(out_dir)
     print(f"demo done in {time.perf_counter() - t0:.0f} s; report: {report}")
     return 0
