@@ -154,3 +154,25 @@ def test_a_seed_missing_one_of_the_arms_cells_is_left_out_not_averaged_over_fewe
     recs["e164"]["metrics"] = {"accuracy": {}}  # the run exists but lacks the metric
     (row,) = evaluate(spec, recs)
     assert row.a == [65.0]
+
+
+def test_a_metric_damaged_into_text_or_a_bool_is_an_error_not_a_seed_less_or_a_one(tmp_path):
+    """Found by an outside probe: an accuracy edited to "abc" in results.json silently left that seed out, and
+    to true was read as 1.0 and turned the verdict to HOLDS; now the first is a one-line error naming the run and
+    metric, the second is refused when the records are read (no metric is a bool)."""
+    import json
+
+    import pytest
+
+    from energyformer.errors import UserError
+    from energyformer.studies.runner import load_results
+
+    recs = _recs({0: 70, 1: 71}, {0: 60, 1: 61})
+    recs["e164"]["metrics"]["accuracy"]["k32"] = "abc"
+    with pytest.raises(UserError, match=r"runs\['e164'\]: metric accuracy.k32 is 'abc', not a number"):
+        evaluate(_spec(tmp_path), recs)
+    recs["e164"]["metrics"]["accuracy"]["k32"] = True
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"format": load_results(tmp_path / "none.json", "s", "cpu")["format"], "runs": recs}))
+    with pytest.raises(UserError, match=r"results.json: runs\['e164'\].metrics.accuracy.k32 is a true/false"):
+        load_results(path, "s", "cpu")

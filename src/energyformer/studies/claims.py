@@ -12,6 +12,7 @@ from statistics import fmean
 from typing import Any
 
 from ..analysis.verdicts import Outcome, Rules, Verdict, compare
+from ..errors import DataError
 from .spec import ArmSpec, ClaimSpec, StudySpec
 
 
@@ -67,9 +68,11 @@ def arm_values(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[
     m = arm.metric or metric
     by_seed: dict[int, dict[str | None, list[float]]] = {}
     cells: dict[int, set] = {}  # per seed, the cells it has a value for
-    for r in records.values():
+    for key, r in records.items():
         if _matches(r, where):
             v = metric_value(r, m)
+            if isinstance(v, str):  # a number damaged into text was a seed silently left out
+                raise DataError(f"runs[{key!r}]: metric {m} is {v!r}, not a number (a claim reads it)")
             if isinstance(v, (int, float)):
                 label = r.get("cell", {}).get(arm.reduce.over) if arm.reduce else None
                 by_seed.setdefault(int(r["seed"]), {}).setdefault(label, []).append(float(v))

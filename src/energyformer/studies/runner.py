@@ -103,8 +103,20 @@ def load_results(path: Path, study: str, scale: str) -> dict:
         if bad is not None:
             what = f"runs[{bad!r}] is not a record (a mapping)" if bad else "'runs' is not a mapping of run records"
             raise ConfigError(f"{path}: {what}")
+        for key, r in runs.items():
+            where = _bool_leaf(r.get("metrics"), f"runs[{key!r}].metrics")
+            if where is not None:  # JSON true was read as 1.0 and turned a verdict
+                raise ConfigError(f"{path}: {where} is a true/false, not a metric value (a number, text or null)")
         return data
     return {"format": FORMAT, "study": study, "scale": scale, "runs": {}}
+
+
+def _bool_leaf(node: Any, where: str) -> str | None:
+    """The path of the first true/false inside a run's metrics, or None (no metric is a bool)."""
+    if isinstance(node, bool):
+        return where
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    return next((w for k, v in items if (w := _bool_leaf(v, f"{where}.{k}")) is not None), None)
 
 
 #: top-level keys of a results file that describe records migrated from an old program
