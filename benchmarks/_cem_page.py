@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import _page  # a sibling script: the benchmark pages' writer
+
 LM, ATT = "bench_lm_throughput.txt", "bench_cem_attention.txt"
 _NUM = r"([\d.]+)"
 _ROW = re.compile(rf"^  (\S.*?)\s{{2,}}{_NUM} ms\s+([\d,]+) tok/s\s+vs Llama {_NUM} \[{_NUM}, {_NUM}\]")
@@ -27,10 +29,7 @@ TARGETS = (("full CEM T=1 ≥ 0.85× Llama tokens/s, float32", "full CEM (T=1)",
 
 
 def _read(folder: Path, name: str) -> list[str]:
-    path = folder / name
-    if not path.is_file():
-        raise SystemExit(f"{path}: not found (the committed raw output this page is rendered from)")
-    return path.read_text().splitlines()
+    return _page.read_input(folder / name).splitlines()
 
 
 def parse_lm(lines: list[str]) -> dict:

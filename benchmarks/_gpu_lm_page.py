@@ -68,7 +68,7 @@ def parse(path: Path) -> dict:
     """{'file', 'commit', 'device', 'date', 'rows': {(N, B, precision, mode, model): row}}; a row is (median, min,
     max, memory ratio or None, None) for a measured model, (None, None, None, None, what) for one that did not
     run ('OOM' or the error gpu_lm.py wrote)"""
-    lines = path.read_text().splitlines()
+    lines = _page.read_input(path).splitlines()
     at = next((i for i, line in enumerate(lines) if _HEAD.match(line)), None)
     if at is None:
         raise SystemExit(f"{path}: no 'device: …; … YYYY-MM-DD HH:MM UTC' header line (is it a gpu_lm.py output?)")

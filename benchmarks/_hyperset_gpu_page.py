@@ -33,7 +33,7 @@ TARGETS = ((Target("Hyper-SET ≥ 1.0× the looped transformer's training tokens
 def parse(path: Path) -> dict:
     """{'file', 'commit', 'device', 'date' (None: undated), 'compiled', 'rows': {(precision, mode, model): row}}
     with rows as :func:`_gpu_lm_page.parse`'s (median, min, max, None, None | what stopped it)"""
-    lines = path.read_text().splitlines()
+    lines = _page.read_input(path).splitlines()
     head = next((i for i, line in enumerate(lines) if _DEVICE.match(line)), None)
     if head is None or head + 1 >= len(lines):
         raise SystemExit(f"{path}: no 'device: …' header line (is it a hyperset_gpu.py output?)")

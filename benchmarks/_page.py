@@ -43,11 +43,23 @@ def write_json(path: Path, payload: dict) -> None:
     path.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n")
 
 
-def read_json(folder: Path, name: str) -> dict:
-    path = folder / name
+def read_input(path: Path, *, as_json: bool = False):
+    """A committed raw output's text (or JSON value): binary, damaged or malformed JSON stops the script with one
+    line naming file and line (energyformer.report.inputs), not a traceback; its own parser checks the rest."""
+    from energyformer.errors import DataError
+    from energyformer.report.inputs import read_json as checked_json
+    from energyformer.report.inputs import read_text
+
     if not path.is_file():
         raise SystemExit(f"{path}: not found (the committed raw output this page is rendered from)")
-    return json.loads(path.read_text())
+    try:
+        return checked_json(path) if as_json else read_text(path)
+    except DataError as err:
+        raise SystemExit(str(err)) from None
+
+
+def read_json(folder: Path, name: str) -> dict:
+    return read_input(folder / name, as_json=True)
 
 
 def load_line(meta: dict) -> str:

@@ -64,6 +64,9 @@ def test_bad_folders_and_rows_are_one_line_errors(tmp_path):
     (tmp_path / "gpu_lm_ccccccc.md").write_text("# no header\n")
     with pytest.raises(SystemExit, match="gpu_lm_ccccccc.md: no 'device"):
         m.render(tmp_path)
+    (tmp_path / "gpu_lm_ccccccc.md").write_bytes(b"# gpu\n\xff\xfe binary")  # was a bare UnicodeDecodeError
+    with pytest.raises(SystemExit, match=r"gpu_lm_ccccccc.md:2:1: not UTF-8 text \(byte 0xff"):
+        m.render(tmp_path)
 
 
 def test_what_gpu_lm_writes_is_what_the_page_reads(tmp_path):
