@@ -413,3 +413,15 @@ def test_patchify_layout_and_inverse():
     torch.testing.assert_close(I.unpatchify(p, 2, 4, 6), x)
     with pytest.raises(ValueError, match="4x6 is not divisible by patch_size 4"):
         I.patchify(x, 4)
+
+
+def test_not_prepared_names_only_the_missing_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
+    folder = S.mnist_dir()
+    folder.mkdir(parents=True)
+    names = list(S.MNIST_FILES.values())
+    for name in names[1:]:
+        (folder / name).write_bytes(b"")
+    with pytest.raises(DataError, match=rf"mnist is not prepared \(no {names[0]} in ") as err:
+        S.idx_files("mnist")
+    assert not any(name in str(err.value) for name in names[1:])  # all four were listed as missing

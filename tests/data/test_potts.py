@@ -251,3 +251,38 @@ def test_config_rejects_unknown_and_bad_values():
     with pytest.raises(ConfigError, match="C"):
         P.PottsConfig(C=1)
     assert P.PottsConfig().key() == P.PottsConfig().key() != P.PottsConfig(beta=2.0).key()
+
+
+
+@pytest.mark.parametrize("name, content, problem", [
+    ("meta.json", b'{"beta": 1.0, ', r"meta\.json cannot be read \(JSONDecodeError"),
+    ("meta.json", b"\xff\x00", r"meta\.json cannot be read \(UnicodeDecodeError"),
+    ("meta.json", b'{"beta": 1.0}', r"meta\.json lacks 'beta' or 'config'"),
+    ("meta.json", b'{"beta": 1.0, "config": {"L": 1}}', r"meta\.json: .*L"),
+    ("data.safetensors", b"", r"data\.safetensors cannot be read"),
+])
+def test_unreadable_file_is_named_with_what_to_do(tmp_path, name, content, problem):
+    cfg = P.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2)
+    P.make_potts_dataset(cfg).save(tmp_path)
+    (tmp_path / name).write_bytes(content)  # the error named the folder, not the file, and no remedy
+    with pytest.raises(DataError, match=problem + ".*delete the folder"):
+        P.PottsDataset.load(tmp_path)
+
+
+@pytest.mark.parametrize("damage", [
+    lambda f: (f / "meta.json").write_text("{"),
+    lambda f: (f / "data.safetensors").write_bytes(b"garbage"),
+    lambda f: (f / "meta.json").unlink(),
+    lambda f: P.make_potts_dataset(P.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2, coupling_seed=1)).save(f),
+])
+def test_corrupt_or_foreign_cache_is_regenerated_with_a_warning(tmp_path, monkeypatch, capsys, damage):
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
+    cfg = P.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2)
+    first = P.load_potts_dataset(cfg)
+    folder = tmp_path / "potts" / cfg.key()
+    assert f"energyformer: generating the Potts data set into {folder}" in capsys.readouterr().err
+    damage(folder)
+    with pytest.warns(UserWarning, match=f"Potts cache {folder}/(meta.json|data.safetensors) .*generating it again"):
+        again = P.load_potts_dataset(cfg)
+    assert torch.equal(again.train, first.train) and again.config == cfg
+    assert torch.equal(P.PottsDataset.load(folder).test, first.test)  # rewritten

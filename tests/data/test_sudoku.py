@@ -8,6 +8,7 @@ the compiled one.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -509,10 +510,45 @@ def test_generated_splits_are_cached(tmp_path, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
     path.write_bytes(b"not a zip")  # a corrupt cache is regenerated
-    third = S.load_generated_sudoku(cfg)
+    with pytest.warns(UserWarning, match="cannot be read.*generating it again"):
+        third = S.load_generated_sudoku(cfg)
     assert torch.equal(third["test"].puzzles, first["test"].puzzles)
     # the test split does not depend on n_train; other parameters change the key
     bigger = S.load_generated_sudoku(cfg.model_copy(update={"n_train": 7}), cache=False)
     assert torch.equal(bigger["test"].puzzles, first["test"].puzzles)
     assert S.SudokuGenConfig(seed=1).cache_key() != S.SudokuGenConfig(seed=2).cache_key()
     assert S.SudokuGenConfig(givens=[24, 30]).givens == (24, 30)
+
+
+
+def _tamper(path, split, **arrays):
+    """Rewrite the cached npz at ``path`` with ``split``'s arrays replaced (meta kept: only a check can tell)."""
+    with np.load(path) as z:
+        data = {k: z[k] for k in z.files}
+    data.update({f"{split}_{k}": v for k, v in arrays.items()})
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **data)
+
+
+@pytest.mark.parametrize("tamper, problem", [
+    (lambda p, s: {"solutions": np.ones_like(s)}, "test solution 0 that is not a valid Sudoku"),  # silently scored
+    (lambda p, s: {"solutions": np.where(s == 5, 6, s)}, "not a valid Sudoku"),
+    (lambda p, s: {"solutions": s + 20}, "test values outside 0..9"),  # was an internal error, no file named
+    (lambda p, s: {"puzzles": s.copy()}, "test puzzle 0 with 81 givens, outside 26..30"),
+    (lambda p, s: {"puzzles": p[:2]}, "test arrays of shapes"),
+    (lambda p, s: {"puzzles": p.astype(np.float32)}, "expected integers"),
+])
+def test_tampered_cache_is_regenerated_with_a_warning(tmp_path, monkeypatch, capsys, tamper, problem):
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
+    cfg = S.SudokuGenConfig(n_train=4, n_validation=2, n_test=3, givens=(26, 30), seed=5)
+    first = S.load_generated_sudoku(cfg)
+    path = S.sudoku_cache_path(cfg)
+    assert f"energyformer: generating the Sudoku set into {path}" in capsys.readouterr().err
+    with np.load(path) as z:
+        p, s = z["test_puzzles"], z["test_solutions"]
+    _tamper(path, "test", **tamper(p, s))
+    with pytest.warns(UserWarning, match=f"Sudoku cache {re.escape(str(path))} .*{problem}.*generating it again"):
+        again = S.load_generated_sudoku(cfg)
+    for split in S.SPLITS:
+        assert torch.equal(again[split].solutions, first[split].solutions)
+        again[split].check()

@@ -159,6 +159,33 @@ def test_encode_corpus_caches(tmp_path, monkeypatch):
     assert torch.equal(T.encode_corpus("abc é", tok), ids) and not calls  # loaded from cache
 
 
+
+def _npy(arr) -> bytes:
+    import io
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(arr))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"", "cannot be read \\(EOFError"),
+    (_npy(list(range(50)))[:-20], "cannot be read \\(ValueError"),  # truncated
+    (bytes(range(256)) * 4, "cannot be read \\(ValueError"),  # random bytes ('pickled data')
+    (_npy([[1, 2], [3, 4]]), "not a 1-D array of token ids"),
+    (_npy([1.5, 2.0]), "not a 1-D array of token ids"),
+    (_npy([1, 300]), "ids outside \\[0, 256\\)"),
+])
+def test_corrupt_token_cache_is_encoded_again_with_a_warning(tmp_path, monkeypatch, content, problem):
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
+    ids = T.encode_corpus("abc é", ByteTokenizer())
+    (path,) = (tmp_path / "tokens").glob("bytes-*.npy")
+    path.write_bytes(content)  # was an internal error (EOFError, ValueError) or foreign ids used silently
+    with pytest.warns(UserWarning, match=f"token cache {re.escape(str(path))} .*{problem}.*encoding the text again"):
+        assert torch.equal(T.encode_corpus("abc é", ByteTokenizer()), ids)
+    assert torch.equal(T.encode_corpus("abc é", ByteTokenizer()), ids)  # rewritten: no warning now
+
 def test_lm_batcher_shapes_and_targets():
     data = torch.arange(1000)
     b = T.LMBatcher(data, batch_size=4, seq_len=16, seed=3)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+
 import pytest
 
 from energyformer.data import tokenizers as K
-from energyformer.data.text import load_shakespeare
+from energyformer.data.text import data_dir, load_shakespeare
+from energyformer.errors import DataError
 from energyformer.utils.validate import ConfigError
 
 SAMPLES = [
@@ -120,3 +124,38 @@ def test_unknown_kind_and_option():
         K.get_tokenizer("bpe", vocab=10)
     with pytest.raises(ConfigError, match="eos"):
         K.get_tokenizer("gpt2", eos=True)
+
+
+
+@pytest.mark.parametrize("damage", [
+    lambda p: p.write_bytes(b""),  # tokenizers: 'EOF while parsing'
+    lambda p: p.write_bytes(p.read_bytes()[:500]),
+    lambda p: p.write_bytes(bytes(range(256)) * 4),  # UnicodeDecodeError
+    lambda p: p.write_text(K.train_bpe("a tiny other text", 300).to_str()),  # another vocabulary
+])
+def test_corrupt_default_bpe_is_trained_again_with_a_warning(tmp_path, monkeypatch, capsys, damage):
+    shutil.copytree(data_dir() / "shakespeare", tmp_path / "shakespeare")
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
+    first = K.load_bpe(300)  # trained now, and said so
+    assert f"training the byte-level BPE tokenizer (300 tokens) on the Shakespeare training split into " \
+           f"{K.bpe_path(300)}" in capsys.readouterr().err
+    damage(K.bpe_path(300))
+    with pytest.warns(UserWarning, match=f"tokenizer file {re.escape(str(K.bpe_path(300)))} .*training it again"):
+        again = K.load_bpe(300)
+    assert again.cache_key == first.cache_key and again.encode(SAMPLES[0]) == first.encode(SAMPLES[0])
+
+
+def test_corrupt_bpe_at_a_given_path_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "mine.json"
+    path.write_bytes(b"{")
+    with pytest.raises(DataError, match=f"tokenizer file {re.escape(str(path))} cannot be read .*give a tokenizer "
+                                        f"JSON"):
+        K.get_tokenizer("bpe", path=path)
+
+
+def test_corrupt_llama_model_is_an_error_naming_it(tmp_path):
+    pytest.importorskip("sentencepiece")
+    path = tmp_path / "bad.model"
+    path.write_bytes(b"garbage")  # was an internal error (RuntimeError: could not parse ModelProto)
+    with pytest.raises(DataError, match=f"llama tokenizer model {re.escape(str(path))} cannot be read"):
+        K.load_llama(path)

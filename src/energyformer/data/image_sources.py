@@ -103,9 +103,14 @@ def idx_files(name: str) -> dict[str, Path]:
     for folder in candidates:
         if _complete(folder, files):
             return {k: folder / f for k, f in files.items()}
-    where = " or ".join(repr(str(c)) for c in candidates)
-    raise DataError(f"{name} is not prepared (no {', '.join(files.values())} in {where}); "
+    raise DataError(f"{name} is not prepared ({'; '.join(_missing(c, files) for c in candidates)}); "
                     f"fetch it with: {FETCH_COMMANDS[name]}")
+
+
+def _missing(folder: Path, files: dict[str, str]) -> str:
+    """Which of ``files`` ``folder`` lacks, in words: ``no X, Y in 'folder'`` (only the missing ones)."""
+    absent = [f for f in files.values() if not (folder / f).is_file()]
+    return f"no {', '.join(absent)} in {str(folder)!r}"
 
 
 def _install(files: dict[str, bytes], folder: Path, sha: dict[str, str], source: str) -> Path:

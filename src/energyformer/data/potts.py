@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +33,7 @@ import torch
 from pydantic import Field
 
 from energyformer.data.batching import EpochBatcher, derive_seed
-from energyformer.data.text import data_dir
+from energyformer.data.text import data_dir, note
 from energyformer.errors import DataError
 from energyformer.utils.config import ConfigModel
 from energyformer.utils.io import atomic_write_bytes, atomic_write_text
@@ -383,25 +384,61 @@ class PottsDataset:
 
     @classmethod
     def load(cls, folder: str | Path) -> PottsDataset:
-        """Read a folder written by :meth:`save`; parameters and samples are validated again."""
-        from safetensors.torch import load
+        """Read a folder written by :meth:`save`; parameters and samples are validated again.
 
-        folder = Path(folder)
+        Every problem (a missing, unreadable or inconsistent ``meta.json`` or ``data.safetensors``) is a
+        :class:`DataError` naming the file; a cache folder of :func:`load_potts_dataset` is regenerated instead.
+        """
         try:
-            meta = json.loads((folder / "meta.json").read_text("utf-8"))
-            t = load((folder / "data.safetensors").read_bytes())
-        except (OSError, ValueError) as err:
-            raise DataError(f"Potts data in {str(folder)!r} cannot be read: {err}") from None
-        except Exception as err:  # safetensors raises its own error type for bad headers
-            raise DataError(f"Potts data in {str(folder)!r} cannot be read: {err}") from None
-        missing = {"J", "U", "h", "train", "test"} - set(t)
-        if missing:
-            raise DataError(f"{folder / 'data.safetensors'} lacks {', '.join(sorted(missing))}")
-        model = PottsModel(t["J"], t["U"], t["h"], float(meta["beta"]))
-        cfg = PottsConfig(**meta["config"])
-        extra = {k: v for k, v in meta.items() if k not in ("format_version", "beta", "config")}
-        return cls(model, model.check_states(t["train"], "train"), model.check_states(t["test"], "test"),
-                   cfg, extra)
+            return _load_dataset(Path(folder))
+        except DataError as err:
+            raise DataError(f"{err}; {_REWRITE_HINT}") from None
+
+
+def _load_dataset(folder: Path) -> PottsDataset:
+    """:meth:`PottsDataset.load` without its hint: each problem is a DataError naming the file it is in."""
+    meta_path, data_path = folder / "meta.json", folder / "data.safetensors"
+    meta, t = _read_meta(meta_path), _read_tensors(data_path)
+    try:
+        cfg, beta = PottsConfig(**meta["config"]), float(meta["beta"])
+    except (TypeError, ValueError) as err:  # ConfigError is a ValueError
+        raise DataError(f"{meta_path}: {' '.join(str(err).split())[:200]}") from None
+    try:
+        model = PottsModel(t["J"], t["U"], t["h"], beta)
+        train, test = model.check_states(t["train"], "train"), model.check_states(t["test"], "test")
+    except (DataError, TypeError, ValueError) as err:
+        raise DataError(f"{data_path}: {' '.join(str(err).split())[:200]}") from None
+    extra = {k: v for k, v in meta.items() if k not in ("format_version", "beta", "config")}
+    return PottsDataset(model, train, test, cfg, extra)
+
+
+_REWRITE_HINT = ("delete the folder (a data-cache folder potts/<key> is generated again on next use) or write "
+                 "it again with PottsDataset.save")
+
+
+def _read_meta(path: Path) -> dict:
+    """``meta.json`` of a saved data set: a dict with ``beta`` and ``config``, else a DataError naming it."""
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise DataError(f"{path} cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:80]})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict) or "beta" not in meta:
+        raise DataError(f"{path} lacks 'beta' or 'config'")
+    return meta
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of ``data.safetensors`` (J, U, h, train, test), else a DataError naming the file."""
+    from safetensors.torch import load
+
+    try:
+        t = load(path.read_bytes())
+    except Exception as err:  # OSError, or safetensors' own error type for a bad header
+        raise DataError(f"{path} cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:80]})") from None
+    missing = {"J", "U", "h", "train", "test"} - set(t)
+    if missing:
+        raise DataError(f"{path} lacks {', '.join(sorted(missing))}")
+    return t
 
 
 def make_potts_dataset(cfg: PottsConfig, *, device: torch.device | str | None = None) -> PottsDataset:
@@ -420,12 +457,31 @@ def make_potts_dataset(cfg: PottsConfig, *, device: torch.device | str | None = 
 
 def load_potts_dataset(cfg: PottsConfig | None = None, *, cache: bool = True,
                        device: torch.device | str | None = None) -> PottsDataset:
-    """The data set of ``cfg`` from ``<data_dir>/potts/<cfg.key()>``, generated and saved on first use."""
+    """The data set of ``cfg`` from ``<data_dir>/potts/<cfg.key()>``, generated and saved on first use (a line
+    on stderr names the folder). A cache folder that cannot be read, or holds another configuration's data, is
+    generated again with a warning naming the file."""
     cfg = cfg or PottsConfig()
     folder = data_dir() / "potts" / cfg.key()
-    if cache and (folder / "meta.json").is_file() and (folder / "data.safetensors").is_file():
-        return PottsDataset.load(folder)
+    if cache and ((folder / "meta.json").exists() or (folder / "data.safetensors").exists()):
+        ds, problem = _cached(folder, cfg)
+        if ds is not None:
+            return ds
+        warnings.warn(f"Potts cache {problem}; generating it again", stacklevel=2)
+    elif cache:
+        note(f"generating the Potts data set into {folder} (cached for later runs)")
     ds = make_potts_dataset(cfg, device=device)
     if cache:
         ds.save(folder)
     return ds
+
+
+def _cached(folder: Path, cfg: PottsConfig) -> tuple[PottsDataset | None, str | None]:
+    """``(the data set cached in folder, None)`` when it loads and is ``cfg``'s (configuration and sizes), else
+    ``(None, what is wrong)``, naming the file."""
+    try:
+        ds = _load_dataset(folder)
+    except DataError as err:
+        return None, str(err)
+    if ds.config != cfg or ds.train.shape != (cfg.n_train, cfg.L) or ds.test.shape != (cfg.n_test, cfg.L):
+        return None, f"{folder / 'meta.json'} describes another configuration than the one its folder is named for"
+    return ds, None

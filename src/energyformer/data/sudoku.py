@@ -28,6 +28,7 @@ import hashlib
 import io
 import json
 import time
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -53,7 +54,7 @@ from energyformer.data.sudoku_metrics import (
 from energyformer.data.sudoku_solver import (
     count_solutions, dig_puzzle, has_unique_solution, random_full_grid, solve,
 )
-from energyformer.data.text import data_dir
+from energyformer.data.text import data_dir, note
 from energyformer.errors import DataError
 from energyformer.utils.config import ConfigModel
 from energyformer.utils.io import atomic_write_bytes, atomic_write_text
@@ -132,23 +133,49 @@ def sudoku_cache_path(cfg: SudokuGenConfig) -> Path:
     return data_dir() / "sudoku" / f"generated-{lo}-{hi}-{cfg.cache_key()}.npz"
 
 
-def _load_cache(path: Path, cfg: SudokuGenConfig) -> dict[str, SudokuDataset] | None:
-    """The cached splits, or None when the file is missing, unreadable or for other parameters."""
+def _split_problem(p: np.ndarray | None, s: np.ndarray | None, split: str, cfg: SudokuGenConfig) -> str | None:
+    """What is wrong with one cached split, or None: shapes, value range, and (vectorised, ~1 us a grid) every
+    solution a complete valid grid that keeps its puzzle's givens, every puzzle's givens in the config's range.
+    A tampered file would otherwise be scored silently (solutions of all 1s) or fail deep inside a run."""
+    n, (lo, hi) = cfg.sizes()[split], givens_range(cfg.givens)
+    if p is None or s is None:
+        return f"lacks the {split} puzzles or solutions"
+    if p.shape != (n, 81) or s.shape != p.shape:
+        return f"holds {split} arrays of shapes {p.shape} and {s.shape}, expected ({n}, 81)"
+    if p.dtype.kind not in "iu" or s.dtype.kind not in "iu":
+        return f"holds {split} arrays of {p.dtype} and {s.dtype}, expected integers"
+    if n and (p.min() < 0 or p.max() > 9 or s.min() < 0 or s.max() > 9):
+        return f"holds {split} values outside 0..9"
+    bad = np.flatnonzero(~(is_solved_grid(s) & agrees_with_givens(s, p)))
+    if bad.size:
+        return (f"holds {split} solution {bad[0]} that is not a valid Sudoku keeping its puzzle's givens "
+                f"({bad.size} of {n} such)")
+    given = (p != 0).sum(axis=1)
+    bad = np.flatnonzero((given < lo) | (given > hi))
+    if bad.size:
+        return f"holds {split} puzzle {bad[0]} with {given[bad[0]]} givens, outside {lo}..{hi}"
+    return None
+
+
+def _load_cache(path: Path, cfg: SudokuGenConfig) -> tuple[dict[str, SudokuDataset] | None, str | None]:
+    """``(the cached splits, None)``, or ``(None, what is wrong)`` when the file is unreadable, for other
+    parameters (a foreign file) or fails :func:`_split_problem`."""
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
-            if meta.get("key") != cfg.cache_key():
-                return None
             arrays = {k: z[k] for k in z.files if k != "meta"}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-        return None
-    out = {}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        return None, f"cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:80]})"
+    config = meta.get("config") if isinstance(meta, dict) else None
+    if not isinstance(config, dict) or meta.get("key") != cfg.cache_key() \
+            or config.get("givens") != list(givens_range(cfg.givens)):
+        return None, "was made for other parameters (its recorded key differs)"
     for split in SPLITS:
-        p, s = arrays.get(f"{split}_puzzles"), arrays.get(f"{split}_solutions")
-        if p is None or s is None or p.shape != (cfg.sizes()[split], 81) or s.shape != p.shape:
-            return None
-        out[split] = _split_dataset(p, s, split, meta, path)
-    return out
+        problem = _split_problem(arrays.get(f"{split}_puzzles"), arrays.get(f"{split}_solutions"), split, cfg)
+        if problem:
+            return None, problem
+    return {sp: _split_dataset(arrays[f"{sp}_puzzles"], arrays[f"{sp}_solutions"], sp, meta, path)
+            for sp in SPLITS}, None
 
 
 def _split_dataset(p: np.ndarray, s: np.ndarray, split: str, meta: dict, path: Path) -> SudokuDataset:
@@ -164,17 +191,22 @@ def load_generated_sudoku(cfg: SudokuGenConfig | None = None, *, workers: int = 
 
     The first call generates (``workers`` processes; identical output for any number) and writes
     ``sudoku_cache_path(cfg)`` atomically, with a JSON sidecar recording the config, the generator
-    version, each split's givens histogram and the generation cost per target; later calls load it
-    (a corrupt or foreign file is regenerated). ``cache=False`` neither reads nor writes the cache;
+    version, each split's givens histogram and the generation cost per target (a line on stderr names it); later
+    calls load it after a vectorised check (every solution a valid grid keeping its puzzle's givens, givens in
+    range). A corrupt, tampered or foreign file is regenerated with a warning naming it. ``cache=False``
+    neither reads nor writes the cache;
     ``refresh=True`` regenerates and overwrites. Each dataset's ``info`` holds that metadata.
     Generation checks that no solution grid occurs in two splits.
     """
     cfg = cfg or SudokuGenConfig()
     path = sudoku_cache_path(cfg)
     if cache and not refresh and path.exists():
-        loaded = _load_cache(path, cfg)
+        loaded, problem = _load_cache(path, cfg)
         if loaded is not None:
             return loaded
+        warnings.warn(f"Sudoku cache {path} {problem}; generating it again", stacklevel=2)
+    elif cache and not refresh:
+        note(f"generating the Sudoku set into {path} (cached for later runs)")
     lo, hi = givens_range(cfg.givens)
     t0 = time.perf_counter()
     arrays: dict[str, np.ndarray] = {}

