@@ -383,6 +383,11 @@ def test_generate_and_eval_edges(trained, tmp_path, capsys):
     other.write_text("Something else entirely, to be scored. " * 10)
     assert main(["eval", str(out / "f"), "--text-file", str(text), "--text-file", str(other)]) == 0
     assert f"{text}, {other}: " in capsys.readouterr().out
+    # the files edited since training: the run's validation split is another text now (it was scored silently)
+    text.write_text("To be or not to be, that is the question. " * 19 + "Another ending entirely, as it turns out.")
+    err = _one_line_error(capsys, 2, ["eval", str(out / "f")])
+    assert f"this run's validation/test text ({text}) changed since it was trained" in err, err
+    assert main(["eval", str(out / "f"), "--text-file", str(text)]) == 0
 
 
 def test_a_ctrl_c_while_the_parser_is_built_is_one_line(capsys, monkeypatch):

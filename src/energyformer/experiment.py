@@ -251,8 +251,9 @@ def load_trained(run_dir: str | Path, device: str | torch.device = "cpu"
                  ) -> tuple[RunConfig, nn.Module, Task]:
     """Rebuild a trained model from its run directory (resolved config + newest valid checkpoint).
 
-    ``task.checkpoint`` records which checkpoint was loaded, and ``task.checkpoint_note`` says when
-    newer checkpoints were skipped because they are invalid (empty otherwise).
+    ``task.checkpoint`` records which checkpoint was loaded, ``task.checkpoint_note`` says when
+    newer checkpoints were skipped because they are invalid (empty otherwise), and ``task.trained_data`` holds
+    the training data's state it recorded (a task checks its evaluation data against it).
     """
     from .train import CheckpointError, checkpoint_step, latest_valid_checkpoint, load_model_weights, resolve_device
 
@@ -269,13 +270,14 @@ def load_trained(run_dir: str | Path, device: str | torch.device = "cpu"
     from .train import load_checkpoint
     from .train.resume import check_model_config
 
-    saved = load_checkpoint(ckpt, verify=False).get("run_config")
-    check_model_config(saved, None, ckpt, Path(run_dir))  # config.yaml still describes the checkpoint
+    state = load_checkpoint(ckpt, verify=False)
+    check_model_config(state.get("run_config"), None, ckpt, Path(run_dir))  # config.yaml still describes it
     task = build_task(cfg, rank=0)
     cfg = resolve(cfg, task)
     model = task.build_model(cfg.model)
     load_model_weights(model, ckpt, verify=False)
     task.checkpoint = ckpt
+    task.trained_data = ((state.get("ranks") or [None])[0] or {}).get("data")
     newer = [p for p, _ in bad if (checkpoint_step(p) or -1) > (checkpoint_step(ckpt) or -1)]
     task.checkpoint_note = (f"; newer checkpoint(s) {', '.join(p.name for p in newer)} are invalid, "
                             f"so step {checkpoint_step(ckpt)} was read" if newer else "")

@@ -235,6 +235,20 @@ def test_lm_batcher_refuses_to_resume_on_other_tokens():
         T.LMBatcher(torch.cat([data, data[:5]]), batch_size=3, seq_len=8).load_state_dict(legacy)
 
 
+def test_lm_batcher_refuses_to_resume_beside_other_held_out_texts():
+    """The run's validation/test texts are recorded with the data state (held_out_sha256): resuming beside other
+    ones would switch the texts its evaluations score mid-run; a state without the record resumes."""
+    data = torch.randint(0, 50, (500,), generator=torch.Generator().manual_seed(0))
+    state = T.LMBatcher(data, batch_size=3, seq_len=8, held_out_sha256="a" * 64).state_dict()
+    assert state["held_out_sha256"] == "a" * 64
+    with pytest.raises(DataError, match="the validation/test text changed since the state was saved"):
+        T.LMBatcher(data, batch_size=3, seq_len=8, held_out_sha256="b" * 64).load_state_dict(dict(state))
+    T.LMBatcher(data, batch_size=3, seq_len=8, held_out_sha256="a" * 64).load_state_dict(dict(state))
+    legacy = {k: v for k, v in state.items() if k != "held_out_sha256"}
+    T.LMBatcher(data, batch_size=3, seq_len=8, held_out_sha256="b" * 64).load_state_dict(legacy)
+    assert "held_out_sha256" not in T.LMBatcher(data, batch_size=3, seq_len=8).state_dict()
+
+
 def test_lm_batcher_too_short():
     with pytest.raises(ValueError, match="need at least 11"):
         T.LMBatcher(torch.arange(10), batch_size=1, seq_len=10)

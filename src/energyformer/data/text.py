@@ -409,6 +409,7 @@ class LMBatcher:
     seq_len: int
     seed: int = 0
     step: int = 0
+    held_out_sha256: str | None = None  # the run's validation/test texts (their change is refused on resume)
     _offsets: torch.Tensor = field(init=False, repr=False)
     _sha: str | None = field(default=None, init=False, repr=False)
 
@@ -444,8 +445,9 @@ class LMBatcher:
 
     def state_dict(self) -> dict[str, int | str]:
         """Everything needed to resume: seed, step, the shape it was made for and the tokens' sha256."""
-        return {"seed": self.seed, "step": self.step, "batch_size": self.batch_size,
-                "seq_len": self.seq_len, "n_tokens": int(self.data.numel()), "tokens_sha256": self.tokens_sha256()}
+        state = {"seed": self.seed, "step": self.step, "batch_size": self.batch_size,
+                 "seq_len": self.seq_len, "n_tokens": int(self.data.numel()), "tokens_sha256": self.tokens_sha256()}
+        return state if self.held_out_sha256 is None else {**state, "held_out_sha256": self.held_out_sha256}
 
     def load_state_dict(self, state: dict[str, int | str]) -> None:
         """Resume from :meth:`state_dict`. Other training tokens (the text or tokenizer changed since the state
@@ -464,6 +466,11 @@ class LMBatcher:
                             + f", this run's text gives {mine['n_tokens']} (sha256 {mine['tokens_sha256'][:12]}…); "
                             "resuming would draw its batches from other data: restore the text it trained on, or "
                             "start a new run")
+        if None not in (state.get("held_out_sha256"), self.held_out_sha256) \
+                and state["held_out_sha256"] != self.held_out_sha256:
+            raise DataError("the validation/test text changed since the state was saved: the resumed run's "
+                            "evaluations would score another text than its first part's; restore the text it "
+                            "trained on, or start a new run")
         self.seed = int(state["seed"])
         self.step = int(state["step"])
 

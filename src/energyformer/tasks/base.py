@@ -114,6 +114,7 @@ class Task:
         self.train_data: Any = None
         self.checkpoint: Any = None    # set by experiment.load_trained: the checkpoint loaded
         self.checkpoint_note = ""      # ... and a note when newer invalid ones were skipped
+        self.trained_data: dict | None = None  # ... and its training data's state (what it trained on)
 
     # ------------------------------------------------------------------ model
     def resolve_model_config(self, model_cfg: KindConfig) -> KindConfig:

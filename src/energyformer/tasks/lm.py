@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator, model_validator
 from torch import nn
 
-from ..data.text import EvalWindows, LMBatcher, encode_corpus, load_shakespeare, load_text_files
+from ..data.text import EvalWindows, LMBatcher, encode_corpus, load_shakespeare, load_text_files, text_sha256
 from ..data.tokenizers import Tokenizer, get_tokenizer
 from ..errors import ConfigError, DataError
 from ..utils.config import KindConfig, replace
@@ -151,7 +151,7 @@ class LMTask(Task):
                 raise DataError(f"the training text ({self._source()}) has {ids.numel()} tokens; "
                                 f"task.seq_len = {self.cfg.seq_len} needs at least {self.cfg.seq_len + 1}")
             self._train_data = LMBatcher(ids, self.cfg.batch_size, self.cfg.seq_len,
-                                         seed=self.seed + 1000 * self.rank)
+                                         seed=self.seed + 1000 * self.rank, held_out_sha256=self._held_out_sha256())
         return self._train_data
 
     @train_data.setter
@@ -170,9 +170,23 @@ class LMTask(Task):
                 cut = " (its files are cut into train and validation)" if self.cfg.corpus == "files" else ""
                 raise ConfigError(f"--split {split}: this run's corpus ({self.cfg.corpus}) has only {has}{cut}; "
                                   "choose one of them, or --text-file FILE")
+            self._check_held_out()
             self._windows[split] = EvalWindows.from_text(self.texts[split], self.tokenizer, self.cfg.seq_len,
                                                          self.cfg.eval_batch_size)
         return self._windows[split]
+
+    def _held_out_sha256(self) -> str:
+        """The identity of the validation/test texts (recorded with the training data's state)."""
+        return text_sha256([f"{s}\0{self.texts[s]}\0" for s in sorted(self.texts) if s != "train"])
+
+    def _check_held_out(self) -> None:
+        """A trained run's split is the text it was trained beside: a files corpus edited since (or a prepared
+        split replaced) was scored silently under the run's name."""
+        recorded = (self.trained_data or {}).get("held_out_sha256")
+        if recorded is not None and recorded != self._held_out_sha256():
+            raise DataError(f"this run's validation/test text ({self._source()}) changed since it was trained: its "
+                            "scores would be another text's; restore it, or evaluate the new text with "
+                            "--text-file FILE")
 
     @property
     def vocab_size(self) -> int:
