@@ -77,6 +77,7 @@ def _mb(n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from energyformer.data import shakespeare as S
     from energyformer.data import text as T
     from energyformer.data import tokenizers as K
 
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 1. Shakespeare --------------------------------------------------------------------------
     t = time.perf_counter()
-    meta = T.prepare_shakespeare(force=args.force)
+    meta = S.prepare_shakespeare(force=args.force)
     sp = meta["splits"]
     print(f"shakespeare: {sum(len(v) for v in sp.values())} plays -> "
           + ", ".join(f"{s} {len(sp[s])} plays {_mb(meta['bytes'][s])}" for s in T.SPLITS)
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_encode:
         for split in ("train", "validation"):
             t = time.perf_counter()
-            text = T.load_shakespeare(split)
+            text = S.load_shakespeare(split)
             ids = T.encode_corpus(text, bpe)
             print(f"  encoded {split}: {ids.numel():,} tokens, "
                   f"{T.count_bytes(text) / ids.numel():.2f} bytes/token "

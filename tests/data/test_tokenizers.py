@@ -8,7 +8,8 @@ import shutil
 import pytest
 
 from energyformer.data import tokenizers as K
-from energyformer.data.text import data_dir, load_shakespeare
+from energyformer.data.shakespeare import load_shakespeare
+from energyformer.data.text import data_dir
 from energyformer.errors import DataError
 from energyformer.utils.validate import ConfigError
 

@@ -1,5 +1,6 @@
-"""Data: text corpora and tokenizers (``text``, ``tokenizers``); other sets in sibling modules."""
+"""Data: text corpora and tokenizers (``text``, ``shakespeare``, ``tokenizers``); other sets in sibling modules."""
 
+from energyformer.data.shakespeare import load_shakespeare, prepare_shakespeare, shakespeare_splits
 from energyformer.data.text import (
     SPLITS,
     EvalWindows,
@@ -8,10 +9,7 @@ from energyformer.data.text import (
     count_bytes,
     data_dir,
     encode_corpus,
-    load_shakespeare,
     load_text_files,
-    prepare_shakespeare,
-    shakespeare_splits,
     unigram_perplexity,
 )
 from energyformer.data.tokenizers import (

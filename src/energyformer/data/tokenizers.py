@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from energyformer.data.text import (
-    PREPARE_HINT, atomic_write_bytes, data_dir, load_shakespeare, note, package_dir, package_installed,
-    prepared_file,
+    PREPARE_HINT, atomic_write_bytes, data_dir, note, package_dir, package_installed, prepared_file,
 )
+from energyformer.data.shakespeare import load_shakespeare
 from energyformer.errors import DataError
 from energyformer.utils.config import KindConfig, Registry, from_dict
 from energyformer.utils.validate import ConfigError, check_choice, check_int

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator, model_validator
 from torch import nn
 
-from ..data.text import EvalWindows, LMBatcher, encode_corpus, load_shakespeare, load_text_files, text_sha256
+from ..data.shakespeare import load_shakespeare
+from ..data.text import EvalWindows, LMBatcher, encode_corpus, load_text_files, text_sha256
 from ..data.tokenizers import Tokenizer, get_tokenizer
 from ..errors import ConfigError, DataError
 from ..utils.config import KindConfig, replace
