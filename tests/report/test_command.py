@@ -13,6 +13,8 @@ from energyformer.report.command import run
 from energyformer.report.pages import ARTIFACTS, PAGES, Page, Registry, Script
 from energyformer.report.readme import BEGIN, END
 
+from .toy_repo import toy_repo
+
 ROOT = Path(__file__).resolve().parents[2]
 
 GENERATOR = '''import json, sys
@@ -29,13 +31,8 @@ if data.get("figure"):
 
 @pytest.fixture
 def repo(tmp_path):
-    (tmp_path / "render_toy.py").write_text(GENERATOR)
-    folder = tmp_path / "docs/results/toy"
-    folder.mkdir(parents=True)
-    (folder / "results.json").write_text('{"claims": [["A beats B", "1.0 (Table 1)", "0.9", "HOLDS"]], '
-                                         '"figure": true}')
-    (tmp_path / "README.md").write_text(f"# repo\n\n{BEGIN}\n{END}\n\n## Tests\n")
-    return tmp_path
+    return toy_repo(tmp_path, GENERATOR, '{"claims": [["A beats B", "1.0 (Table 1)", "0.9", "HOLDS"]], "figure": true}',
+                    "\n## Tests\n")
 
 
 REG = Registry(pages=(Page("toy", "docs/results/toy", generator=Script("render_toy.py", ("{out}",))),), artifacts=())

@@ -12,7 +12,8 @@ from energyformer.errors import DataError
 from energyformer.report.command import run
 from energyformer.report.inputs import check_input, number, read_csv, read_json, read_text
 from energyformer.report.pages import Page, Registry, Script
-from energyformer.report.readme import BEGIN, END
+
+from .toy_repo import toy_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 LM = ROOT / "docs/results/cem/bench_lm_throughput.txt"
@@ -115,12 +116,7 @@ data = json.loads((out / "results.json").read_text())
 
 @pytest.fixture
 def repo(tmp_path):
-    (tmp_path / "render_toy.py").write_text(GENERATOR)
-    folder = tmp_path / "docs/results/toy"
-    folder.mkdir(parents=True)
-    (folder / "results.json").write_text('{"value": 1}')
-    (tmp_path / "README.md").write_text(f"# repo\n\n{BEGIN}\n{END}\n")
-    return tmp_path
+    return toy_repo(tmp_path, GENERATOR, '{"value": 1}')
 
 
 REG = Registry(pages=(Page("toy", "docs/results/toy", generator=Script("render_toy.py", ("{out}",)),
