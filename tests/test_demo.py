@@ -178,3 +178,13 @@ def test_a_damaged_other_stage_results_file_is_named_before_anything_trains(tmp_
 def test_a_stage_named_twice_runs_once(tmp_path, fake_train):
     assert demo.main(out=str(tmp_path), steps=2, only=["eqt", "eqt"]) == 0
     assert fake_train.runs == [f"{tmp_path}/eqt/baseline", f"{tmp_path}/eqt/EqT"]
+
+
+def test_debug_gives_the_interrupts_traceback(tmp_path, fake_train, monkeypatch):
+    """The demo answers Ctrl-C itself (the page and the command that continues); under --debug it raises, as every
+    other command does."""
+    monkeypatch.delenv("ENERGYFORMER_DEBUG", raising=False)
+    fake_train.stop_at = "eqt/EqT"
+    with pytest.raises(KeyboardInterrupt):
+        main(["--debug", "demo", "--only", "eqt", "--steps", "2", "--out", str(tmp_path)])
+    assert main(["demo", "--only", "eqt", "--steps", "2", "--out", str(tmp_path)]) == 130

@@ -276,7 +276,7 @@ def cmd_demo(a, extra) -> int:
     _no_extra(extra, "demo")
     if a.steps is not None and a.steps < 1:
         raise ConfigError(f"--steps {a.steps}: must be an integer >= 1")
-    return demo_main(a.out, a.steps, a.overrides, a.only)
+    return demo_main(a.out, a.steps, a.overrides, a.only, debug=a.debug or _debug_env())
 
 
 def cmd_export(a, extra) -> int:
@@ -463,6 +463,11 @@ def _out_of_memory(err: BaseException) -> bool:
     return isinstance(err, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
 
 
+def _debug_env() -> bool:
+    """ENERGYFORMER_DEBUG set (and not 0): tracebacks, as --debug."""
+    return os.environ.get("ENERGYFORMER_DEBUG", "") not in ("", "0")
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """Warnings as one line of their own (no Python category, source file or code line)."""
     text = " ".join(str(message).split())
@@ -476,11 +481,11 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
     except KeyboardInterrupt:
-        if os.environ.get("ENERGYFORMER_DEBUG", "") not in ("", "0"):
+        if _debug_env():
             raise
         print("\nenergyformer: interrupted", file=sys.stderr)
         return 130
-    debug = args.debug or os.environ.get("ENERGYFORMER_DEBUG", "") not in ("", "0")
+    debug = args.debug or _debug_env()
     if not debug:
         warnings.showwarning = _show_warning
     if extra and args.cmd in ("list", "config", "demo", "train", "export"):

@@ -436,7 +436,7 @@ def _interrupted(left: list[str], out: Path, steps: int | None, overrides: list[
 
 
 def main(out: str = DEFAULT_OUT, steps: int | None = None, overrides: list[str] | None = None,
-         only: list[str] | None = None) -> int:
+         only: list[str] | None = None, debug: bool = False) -> int:
     """Run the stages (all, or ``only``, each once in the order given), print progress and headlines; the page
     ``out/report.md`` is rewritten as each stage starts and ends. Overrides and the other stages' results are
     checked first."""
@@ -464,6 +464,8 @@ def main(out: str = DEFAULT_OUT, steps: int | None = None, overrides: list[str] 
                 print(f"     {res['verdict'].replace('**', '')}", flush=True)
             print(flush=True)
     except KeyboardInterrupt:
+        if debug:  # --debug: the traceback, as every other command gives it
+            raise
         return _interrupted(names[done:], out_dir, steps, overrides)
     report = render_report(out_dir)
     print(f"demo done in {time.perf_counter() - t0:.0f} s; report: {report}")
