@@ -45,10 +45,10 @@ def write_json(path: Path, payload: dict) -> None:
 
 def read_input(path: Path, *, as_json: bool = False):
     """A committed raw output's text (or JSON value): binary, damaged or malformed JSON stops the script with one
-    line naming file and line (energyformer.report.inputs), not a traceback; its own parser checks the rest."""
+    line naming file and line (energyformer.utils.io), not a traceback; its own parser checks the rest."""
     from energyformer.errors import DataError
-    from energyformer.report.inputs import read_json as checked_json
-    from energyformer.report.inputs import read_text
+    from energyformer.utils.io import read_json as checked_json
+    from energyformer.utils.io import read_text
 
     if not path.is_file():
         raise SystemExit(f"{path}: not found (the committed raw output this page is rendered from)")

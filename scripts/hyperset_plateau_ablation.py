@@ -39,7 +39,7 @@ from energyformer.analysis.plateau_recipe import (
     BATCH, DIM, HEADS, ITERATIONS, LN9, LR, MARGIN, STEPS, last50, left_ln9, recipe_losses,
 )
 from energyformer.errors import DataError, UserError
-from energyformer.report.inputs import number, read_json, require_keys
+from energyformer.utils.io import number, read_json, require_keys
 
 LLAMA = {"kind": "llama", "rope": False}
 HS_ATTN = {"kind": "hyperset"}

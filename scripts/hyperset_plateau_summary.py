@@ -23,7 +23,7 @@ from pathlib import Path
 
 from energyformer.analysis.hyperset_plateau import FIELDS, render, rows
 from energyformer.errors import UserError
-from energyformer.report.inputs import read_json
+from energyformer.utils.io import read_json
 
 
 def write_summary(folder: Path) -> int:

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .utils.io import atomic_write_text
+from .utils.io import atomic_write_text, read_json
 from .utils.validate import ConfigError, DataError
 
 TRAIN = ["train.eval_every=0", "train.save_every=0", "train.log_every=5", "train.tensorboard=false"]
@@ -353,18 +353,14 @@ def _results_problem(res) -> str | None:
 def read_results(path: Path) -> dict:
     """A stage's ``results.json``, checked for what the page reads: a damaged one is a one-line DataError naming the
     file, what is wrong and how to mend it."""
+    fix = f"delete it, or retrain that stage: {rerun_command([path.parent.name], path.parent.parent, None, [])}"
     try:
-        res = json.loads(path.read_bytes().decode("utf-8"))
-        problem = _results_problem(res)
-    except UnicodeDecodeError as err:
-        problem = f"not UTF-8 text (byte {err.start})"
-    except json.JSONDecodeError as err:
-        problem = f"not valid JSON ({err.msg} at line {err.lineno} column {err.colno})"
-    except OSError as err:
-        problem = f"unreadable ({err.strerror or err})"
+        res = read_json(path, kind=object)
+    except DataError as err:
+        raise DataError(f"{err}; {fix}") from None
+    problem = _results_problem(res)
     if problem:
-        fix = rerun_command([path.parent.name], path.parent.parent, None, [])
-        raise DataError(f"{path}: {problem}; delete it, or retrain that stage: {fix}")
+        raise DataError(f"{path}: {problem}; {fix}")
     return res
 
 

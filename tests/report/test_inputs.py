@@ -10,7 +10,8 @@ import pytest
 
 from energyformer.errors import DataError
 from energyformer.report.command import run
-from energyformer.report.inputs import check_input, number, read_csv, read_json, read_text
+from energyformer.report.inputs import check_input
+from energyformer.utils.io import number, read_csv, read_json, read_text
 from energyformer.report.pages import Page, Registry, Script
 
 from .toy_repo import toy_repo

@@ -24,8 +24,8 @@ def test_bad_reproduction_arguments_are_refused_before_work(args, what, capsys, 
     assert what in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("content, why", [(b"\x00\xff\xfe binary", "not a text file"), (b"", "empty file"),
-                                          (b"{\"a\": 1,", "not valid JSON at line 1"),
+@pytest.mark.parametrize("content, why", [(b"\x00\xff\xfe binary", ":1:2: not UTF-8 text"), (b"", "empty file"),
+                                          (b"{\"a\": 1,", ":1:9: not valid JSON"),
                                           (b"[1, 2]", "holds a JSON list"), (b"{\"a\": 1}", "lacks the key")])
 def test_results_files_that_are_not_results_name_the_file(content, why, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)

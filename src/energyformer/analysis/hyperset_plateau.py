@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 
 from ..errors import DataError
-from ..report.inputs import number, read_csv, read_json, require_keys
+from ..utils.io import number, read_csv, read_json, require_keys
 
 FIELDS = ["run", "step", "train_loss_50", "probe_loss", "probe_cell_acc", "alpha_abs", "gamma_abs",
           "x_rms_first", "x_rms_last", "entropy_first", "entropy_last", "token_cos_first", "token_cos_last"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..report.inputs import read_json, read_text
+from ..utils.io import read_json, read_text
 from .hyperset_plateau import LN9, _table, f3, pct, read_fig3a
 
 #: points of cell accuracy: the single-seed bound of the Sudoku study's claims (studies/hyperset-sudoku.yaml)

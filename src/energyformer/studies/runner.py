@@ -90,7 +90,7 @@ class FinishedRun:
 
 def load_results(path: Path, study: str, scale: str) -> dict:
     if path.exists():
-        data = read_json(path, "study records", require=("format", "runs"))
+        data = read_json(path, f"study records {path}", require=("format", "runs"))
         if data.get("format") != FORMAT:
             raise ConfigError(f"{path}: not a study record file (format {data.get('format')!r}, want {FORMAT})")
         # another study's or scale's records were read as this one's: pages rewritten from them, runs added
