@@ -26,10 +26,13 @@ def append_kv_cache(
 
 
 def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin tables (N, head_dim/2) for rotary embeddings (Su et al. 2024), in ``dtype``. The angles are formed
-    in float32 (as Llama's reference code and transformers do; a float32 angle at position 4,096 is off by up to
-    ~2e-4 rad) and in float64 for a float64 model, whose results would otherwise carry float32's error."""
-    adt = torch.float64 if dtype == torch.float64 else torch.float32
+    """cos/sin tables (N, head_dim/2) for rotary embeddings (Su et al. 2024), in ``dtype``. The angles and their
+    cos/sin are formed in float64 (MPS, which has none, in float32), then rounded once to ``dtype``. Llama's
+    reference code and transformers form them in float32, whose angle at position p is off by up to ~p·6e-8 rad
+    (2e-4 at 4,096, 6e-3 at 10^5): a float32 model then drifted from float64 linearly with the position, past
+    the scale fuzz's bound from position ~4k on (found by an outside probe at offsets 32k-1M). An exported stock
+    ``LlamaForCausalLM`` keeps transformers' float32 angles: the two agree to that error."""
+    adt = torch.float32 if positions.device.type == "mps" else torch.float64
     inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=adt) / head_dim)
     ang = positions.to(adt)[:, None] * inv[None, :]
     return ang.cos().to(dtype), ang.sin().to(dtype)
