@@ -363,12 +363,18 @@ class MaskedReconstructionEnergy(SharedModules, Energy):
         return self._held("embed")
 
     def draw_mask(self, valid: Tensor, batch: int, generator: torch.Generator | None,
-                  shared: bool = False) -> Tensor:
+                  shared: bool = False, start: Tensor | None = None) -> Tensor:
         """(B, N, W) bool: each valid slot masked with probability p, at least one per token that has a valid
         slot (``valid``: (N, W), or (1 or B, N, W) per row; a padded position has none, so no masked slot).
-        ``shared``: one (N, W) draw serves every row (:class:`CoherenceContext`.shared_mask)."""
+        ``shared``: one (N, W) draw serves every row (:class:`CoherenceContext`.shared_mask), read from each row's
+        first real token on (``start``: (B,) its position): a row's mask, and so its output, is the one it gets
+        alone, however much left padding it has (the draw over absolute positions gave a left-padded row another
+        mask: 3 % off its logits in float64, found by an outside probe)."""
         N, W = valid.shape[-2:]
         u = torch.rand(1 if shared else batch, N, W, generator=generator).to(valid.device)
+        if shared and start is not None:  # row b's slot t reads the draw of its own position t − start_b
+            idx = (torch.arange(N, device=valid.device)[None, :] - start[:, None]).clamp_min(0)  # (B, N)
+            u = u[0][idx]                                                                          # (B, N, W)
         u = torch.where(valid, u, 2.0)
         masked = (u < self.mask_prob) & valid
         first = F.one_hot(u.argmin(-1), W).bool()                    # the valid slot with the smallest u
@@ -382,7 +388,8 @@ class MaskedReconstructionEnergy(SharedModules, Energy):
         if mask is not None:  # padded positions: in no window, no masked slot of their own
             valid, count = real_slots(pos, valid, mask)                       # (B, N, W), (B, N)
         win = tokens[:, pos]                                                  # (B, N, W)
-        masked = self.draw_mask(valid, B, context.generator, context.shared_mask)  # (B, N, W)
+        start = None if mask is None else mask.to(torch.int8).argmax(1)     # (B,) each row's first real token
+        masked = self.draw_mask(valid, B, context.generator, context.shared_mask, start)  # (B, N, W)
         emb = self.embedding(tokens)                                          # (B, N, D)
         gain = self.gain.to(emb.dtype)                                        # (W, D)
         summed = emb if mask is None else emb * mask[..., None].to(emb.dtype)  # a padded token adds nothing
