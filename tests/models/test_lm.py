@@ -192,3 +192,15 @@ def test_generate_checks_are_the_clis_checks():
             check_sampling(*args, cli=True)
         assert str(err.value) == message
     check_sampling(0, 0, None)
+
+
+def test_a_float64_models_loss_is_float64():
+    """The loss upcast low-precision logits with ``.float()``, which also cut a float64 model's loss (and so its
+    gradients) to float32 (1e-8 off; an outside probe)."""
+    torch.manual_seed(0)
+    m = CausalLM(ModelConfig(vocab_size=11, dim=16, n_layers=1, heads=2)).double()
+    idx = torch.randint(0, 11, (2, 7))
+    out = m(idx, idx)
+    want = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), idx.flatten())
+    assert out.loss.dtype == torch.float64
+    torch.testing.assert_close(out.loss, want, rtol=1e-15, atol=0)

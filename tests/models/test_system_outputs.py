@@ -8,7 +8,10 @@ every tensor its forward returns on one fixed batch, written by
 rebuilt from today's ``configs/`` through the task registry, loads the stored weights strictly, and
 must give the same outputs and loss to 1e-10. One deliberate change since: the models with rotary positions
 (llama, eqt, eqt_baseline) form RoPE's angles in float64 for a float64 model (``blocks.attention.rope_cos_sin``),
-which moved their logits by at most 5.2e-9; their outputs were stored again then, their weights kept.
+which moved their logits by at most 5.2e-9; their outputs were stored again then, their weights kept. And every
+task's loss keeps a float64 model's logits in float64 (``core.precision.at_least_float32``; ``.float()`` had cut
+them to float32), which moved the stored losses by at most 5.3e-7 (float32's rounding of them); the losses alone
+were stored again, every weight and other output kept bit for bit.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The dtype a product runs in under autocast (shared by layers that step outside autocast on purpose)."""
+"""The dtype a product runs in under autocast (shared by layers that step outside autocast on purpose), and the
+at-least-float32 upcast of losses."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ def autocast_dtype(dtype: torch.dtype, device_type: str) -> torch.dtype:
     if dtype != torch.float64 and torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return dtype
+
+
+def at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 when it is bf16/fp16, else as it is: a loss or a softmax over logits upcasts low precision
+    but keeps float64 (``.float()`` computed a float64 model's loss in float32, so its gradients carried float32's
+    1e-8 error)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 def autocast_off(device_type: str) -> contextlib.AbstractContextManager:

@@ -46,9 +46,10 @@ from ..utils.config import KindConfig, Registry
 from ..utils.validate import ConfigError, check_float, check_int
 from .backward import make_backward_mode
 from .energy import Energy
+from .precision import at_least_float32
 from .precond import IdentityPrecond, Preconditioner, make_preconditioner
 from .stepsize import FixedStepSize, StepSize, make_step_size
-from .trace import Trace, _at_least_fp32
+from .trace import Trace
 
 #: Solver kinds: name -> (config class, solver class; ``cls.from_config(cfg, dim, heads, ...)`` builds it).
 SOLVERS = Registry("solver")
@@ -253,7 +254,7 @@ class Descent:
                 self.done = True
 
     def after_step(self, dx: Tensor) -> None:
-        n = _at_least_fp32(dx.detach()).norm(dim=-1)  # (B, N)
+        n = at_least_float32(dx.detach()).norm(dim=-1)  # (B, N)
         moved = self.active
         self.taken += moved
         self.last_norm = torch.where(moved, n.to(self.last_norm.dtype), self.last_norm)
@@ -280,7 +281,7 @@ class Descent:
         taken = torch.full((B, N), self.steps, dtype=torch.long, device=x.device)
         if self.mask is not None:
             taken = taken * self.mask
-        norm = (_at_least_fp32(self.last_dx.detach()).norm(dim=-1) if self.last_dx is not None
+        norm = (at_least_float32(self.last_dx.detach()).norm(dim=-1) if self.last_dx is not None
                 else torch.zeros(B, N, dtype=self.stat_dtype, device=x.device))
         return self.rec, SolverStats(taken, norm)
 

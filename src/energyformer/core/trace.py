@@ -14,13 +14,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .precision import at_least_float32
+
 #: Key of per-block records: (qualified module name, iteration index).
 BlockKey = tuple[str, int]
-
-
-def _at_least_fp32(t: Tensor) -> Tensor:
-    """Upcast bf16/fp16 records; keep float64 ones (a float32 copy would hide small energy drops)."""
-    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 @dataclass
@@ -47,12 +44,12 @@ class Trace:
         return len(self.step_norm)
 
     def add_energy(self, e: Tensor, terms: dict[str, Tensor] | None = None) -> None:
-        self.energy.append(_at_least_fp32(e.detach()))
+        self.energy.append(at_least_float32(e.detach()))
         for name, v in (terms or {}).items():
-            self.terms.setdefault(name, []).append(_at_least_fp32(v.detach()))
+            self.terms.setdefault(name, []).append(at_least_float32(v.detach()))
 
     def add_step(self, dx: Tensor) -> None:
-        self.step_norm.append(_at_least_fp32(dx.detach()).norm(dim=-1))
+        self.step_norm.append(at_least_float32(dx.detach()).norm(dim=-1))
 
     def mean_energy(self) -> list[float]:
         """Mean energy over batch and tokens at each iterate (for plotting)."""

@@ -26,6 +26,7 @@ from pydantic import Field
 from torch import Tensor
 
 from ..blocks.equilibrium import EquilibriumRefiner, RefineConfig, RefinedLayer
+from ..core.precision import at_least_float32
 from ..utils.config import replace
 from ..utils.validate import ConfigError
 from .config import ModelConfig
@@ -89,7 +90,7 @@ class EquilibriumModel(TokenModel):
         logits = self.body(idx, ctx, iterations, states)  # (B, N, n_out)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+            loss = F.cross_entropy(at_least_float32(logits).flatten(0, 1), targets.flatten(), ignore_index=-100)
         return ModelOutput.of(logits, ctx, loss=loss, hiddens=states)
 
 

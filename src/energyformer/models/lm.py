@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..core.precision import at_least_float32
 from ..utils.validate import ConfigError
 from .config import ModelConfig
 from .output import ModelOutput
@@ -70,7 +71,7 @@ class CausalLM(TokenModel):
         logits = self.body(idx, ctx, iterations, states)  # (B, N, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+            loss = F.cross_entropy(at_least_float32(logits).flatten(0, 1), targets.flatten(), ignore_index=-100)
         return ModelOutput.of(logits, ctx, loss=loss, hiddens=states)
 
     @torch.no_grad()

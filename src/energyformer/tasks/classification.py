@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from ..core.precision import at_least_float32
 from ..utils.paths import writable_image
 from ..analysis.classification import (
     confusion_matrix, per_class_accuracy, per_class_markdown, plot_confusion, predict,
@@ -147,7 +148,7 @@ class ImageClassificationTask(Task):
     def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
         x, y = batch
         out = model(x)
-        logits = out.logits.float()
+        logits = at_least_float32(out.logits)
         loss = F.cross_entropy(logits, y, label_smoothing=self.cfg.label_smoothing)
         metrics = {"acc": float((logits.argmax(-1) == y).float().mean())}
         return self.add_aux_losses(loss, out, metrics)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator, model_validator
 from torch import nn
 
+from ..core.precision import at_least_float32
 from ..data.shakespeare import load_shakespeare
 from ..data.text import EvalWindows, LMBatcher, encode_corpus, load_text_files, text_sha256
 from ..data.tokenizers import Tokenizer, get_tokenizer
@@ -93,7 +94,7 @@ def evaluate_lm(model: nn.Module, windows: EvalWindows, max_batches: int | None 
     for x, y in windows:
         if max_batches is not None and n_batches >= max_batches:
             break
-        logits = model(x.to(device), **forward_options).logits.float()
+        logits = at_least_float32(model(x.to(device), **forward_options).logits)
         total += F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten(), reduction="sum").item()
         n_tok += y.numel()
         n_batches += 1

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
+from ..core.precision import at_least_float32
 from ..data.batching import EpochBatcher, seeded_generator
 from ..data.images import ImageDataset, load_image_dataset, patchify, unpatchify
 from ..data.text import data_dir
@@ -150,7 +151,7 @@ def random_mask(counts: Tensor, n: int, generator: torch.Generator | None = None
 
 def masked_cross_entropy(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
     """Mean CE over the masked positions only (MaskGIT Eq. 1; Hyper-SET App. D.4): (B, N, K), (B, N), (B, N)."""
-    return F.cross_entropy(logits[mask].float(), targets[mask])
+    return F.cross_entropy(at_least_float32(logits[mask]), targets[mask])
 
 
 def psnr(x: Tensor, y: Tensor) -> Tensor:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator
 from torch import nn
 
+from ..core.precision import at_least_float32
 from ..data.parity import ParityConfig
 from ..utils.config import KindConfig, replace
 from .base import Task, TaskConfig, register_task
@@ -87,7 +88,7 @@ class ParityTask(Task):
     def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
         x, y = batch                     # (B, L) bits and targets
         out = model(x)                   # logits (B, L, 2); both model kinds take (idx) alone
-        ce = F.cross_entropy(out.logits.flatten(0, 1).float(), y.flatten())
+        ce = F.cross_entropy(at_least_float32(out.logits.flatten(0, 1)), y.flatten())
         return self.add_aux_losses(ce, out, {"ce": float(ce.detach())})
 
     @torch.no_grad()

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from ..core.precision import at_least_float32
 from ..data.batching import EpochBatcher, seeded_generator
 from ..data.potts import PottsConfig, PottsDataset, load_potts_dataset
 from ..models import MODELS
@@ -196,7 +197,7 @@ class PottsMLMTask(Task):
             return inner.local_loss(inner.embed(s))
         idx, masked = mask_sites(s, self.cfg.n_masked, self.C)
         out = model(idx)
-        loss = F.cross_entropy(out.logits[masked].float(), s[masked])
+        loss = F.cross_entropy(at_least_float32(out.logits[masked]), s[masked])
         return self.add_aux_losses(loss, out)
 
     # ------------------------------------------------------------------ evaluation

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
+from ..core.precision import at_least_float32
 from ..data.sudoku import SudokuDataset, SudokuGenConfig, augment, load_generated_sudoku, read_sudoku, score_sudoku
 from ..utils.fields import IterationCounts
 from ..utils.config import KindConfig, replace
@@ -197,7 +198,7 @@ class SudokuTask(Task):
     def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
         puzzles, targets = batch
         out = model(puzzles)
-        loss = F.cross_entropy(out.logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+        loss = F.cross_entropy(at_least_float32(out.logits).flatten(0, 1), targets.flatten(), ignore_index=-100)
         return self.add_aux_losses(loss, out)
 
     def loss_items(self, batch: tuple) -> int:
