@@ -17,3 +17,10 @@ class ConfigError(UserError, ValueError):
 
 class DataError(UserError, ValueError):
     """A data file or data value is unusable. The message names the file (and line) where it can."""
+
+
+def brief(err: BaseException, limit: int = 80) -> str:
+    """``Type: message`` of a library's error on one line, the message cut to ``limit`` characters: what a
+    one-line error quotes of the reader that failed under it."""
+    text = " ".join(str(err).split())[:limit]
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

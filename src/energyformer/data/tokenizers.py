@@ -29,7 +29,7 @@ from energyformer.data.text import (
     PREPARE_HINT, atomic_write_bytes, data_dir, note, package_dir, package_installed, prepared_file,
 )
 from energyformer.data.shakespeare import load_shakespeare
-from energyformer.errors import DataError
+from energyformer.errors import DataError, brief
 from energyformer.utils.config import KindConfig, Registry, from_dict
 from energyformer.utils.validate import ConfigError, check_choice, check_int
 
@@ -198,11 +198,6 @@ def bpe_path(vocab_size: int = DEFAULT_BPE_VOCAB) -> Path:
     return data_dir() / "tokenizers" / f"bpe-shakespeare-{vocab_size}.json"
 
 
-def _short(err: BaseException) -> str:
-    """``Type: message`` of ``err`` on one line, cut to 80 characters (for one-line data errors)."""
-    return f"{type(err).__name__}: {' '.join(str(err).split())[:80]}"
-
-
 def _train_bpe_into(p: Path, vocab_size: int) -> None:
     """Train the Shakespeare BPE of ``vocab_size`` and save it at ``p`` atomically."""
     atomic_write_bytes(p, train_bpe(load_shakespeare("train"), vocab_size).to_str().encode("utf-8"))
@@ -217,7 +212,7 @@ def _read_bpe(p: Path, vocab_size: int | None) -> tuple[Any, bytes]:
     try:
         tok = HFTok.from_str(data.decode("utf-8"))
     except Exception as err:  # UnicodeDecodeError, or the tokenizers library's own Exception ('EOF while parsing')
-        raise DataError(f"tokenizer file {p} cannot be read ({_short(err)})") from None
+        raise DataError(f"tokenizer file {p} cannot be read ({brief(err)})") from None
     v = tok.get_vocab_size(with_added_tokens=True)
     if vocab_size is not None and v != vocab_size:
         raise DataError(f"tokenizer file {p} has {v} tokens, not the {vocab_size} its name says")
@@ -411,7 +406,7 @@ def load_llama(model_file: str | os.PathLike | None = None) -> SentencePieceToke
         return SentencePieceTokenizer(p, name="llama")
     except (RuntimeError, OSError) as err:  # sentencepiece: 'Internal: could not parse ModelProto'
         hint = f"delete it and {PREPARE_HINT}" if model_file is None else "give a SentencePiece model file"
-        raise DataError(f"llama tokenizer model {p} cannot be read ({_short(err)}); {hint}") from None
+        raise DataError(f"llama tokenizer model {p} cannot be read ({brief(err)}); {hint}") from None
 
 
 # --------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from energyformer.errors import UserError
+from energyformer.errors import UserError, brief
 from energyformer.utils.io import atomic_write_text, fsync_dir, remove_stale_temp_files
 
 from .state_checks import check_plain, nonfinite_tensors  # noqa: F401  (also this module's API)
@@ -366,8 +366,9 @@ def _reader_error(err: Exception) -> str:
     the one line that says what is wrong (``WeightsUnpickler error: ...``)."""
     text = " ".join(str(err).split())
     if "WeightsUnpickler error:" in text:
-        text = text.split("WeightsUnpickler error:", 1)[1].split(" Check the documentation")[0].strip()
-    return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
+        what = text.split("WeightsUnpickler error:", 1)[1].split(" Check the documentation")[0].strip()
+        return f"{type(err).__name__}: {what[:200]}"
+    return brief(err, 200)
 
 
 def _check_finite(ckpt: Path) -> None:
