@@ -410,3 +410,26 @@ def test_list_keys_shows_a_keys_whole_first_paragraph():
     rows = format_config_help(RunConfig).splitlines()
     row = next(line for line in rows if line.lstrip().startswith("train.grad_accum "))
     assert row.endswith("so the step is that of the whole batch)"), row
+
+
+def test_generate_prints_the_sample_as_it_is_drawn(trained, capsys, monkeypatch):
+    """``generate`` printed nothing until the last token; now each token's text is written (and flushed) as it is
+    drawn, and the whole output is the same text as ``--no-stream``'s single write and the model's own decode."""
+    import sys
+
+    from energyformer.experiment import load_trained
+
+    writes = []
+    real = sys.stdout.write
+    monkeypatch.setattr(sys.stdout, "write", lambda s: (writes.append(s), real(s))[1])
+    argv = ["generate", str(trained), "--prompt", "ROMEO:", "--max-new-tokens", "12", "--seed", "5"]
+    assert main(argv) == 0
+    streamed, live = capsys.readouterr().out, [w for w in writes if w]
+    writes.clear()
+    assert main([*argv, "--no-stream"]) == 0
+    assert capsys.readouterr().out == streamed and [w for w in writes if w] == [streamed[:-1], "\n"]
+    assert len(live) > 3 and "".join(live) == streamed and live[0].startswith("ROMEO:"), live
+    _, model, task = load_trained(trained, torch.device("cpu"))
+    ids = model.generate(torch.tensor([task.tokenizer.encode("ROMEO:")]), 12, temperature=0.8, top_k=50,
+                         generator=torch.Generator().manual_seed(5))
+    assert streamed == task.tokenizer.decode(ids[0].tolist()) + "\n"

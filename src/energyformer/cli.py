@@ -180,8 +180,13 @@ def cmd_generate(a, extra) -> int:
     tp = _task_parser(f"energyformer generate RUN (task {task.name})", type(task).add_generate_args)
     targs, rest = tp.parse_known_args(extra)
     _no_extra(rest, f"generate of a {task.name!r} run")
+    def emit(piece: str) -> None:  # the sample on stdout as it is drawn (--no-stream: once, at the end)
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
     with torch.no_grad():
-        print(task.generate(model, targs))
+        task.generate(model, targs, emit=emit)
+    print()
     return 0
 
 

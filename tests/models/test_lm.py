@@ -204,3 +204,18 @@ def test_a_float64_models_loss_is_float64():
     want = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), idx.flatten())
     assert out.loss.dtype == torch.float64
     torch.testing.assert_close(out.loss, want, rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_stream_draws_the_tokens_generate_draws(use_cache):
+    """``stream`` is ``generate`` one token at a time: the same tokens from the same generator state, past the
+    window too; its arguments are checked before the first token is asked for."""
+    m = _model("cem_reuse").eval()
+    idx = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(1))
+    kw = dict(temperature=0.9, top_k=7, use_cache=use_cache)
+    whole = m.generate(idx, 40, generator=torch.Generator().manual_seed(3), **kw)
+    steps = list(m.stream(idx, 40, generator=torch.Generator().manual_seed(3), **kw))
+    assert len(steps) == 40 and all(s.shape == (1, 1) for s in steps)
+    assert torch.equal(torch.cat([idx, *steps], 1), whole)
+    with pytest.raises(ValueError, match="temperature = -1"):
+        m.stream(idx, 3, temperature=-1)

@@ -11,6 +11,7 @@ normalised inputs).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from numbers import Integral, Real
 
 import torch
@@ -74,7 +75,6 @@ class CausalLM(TokenModel):
             loss = F.cross_entropy(at_least_float32(logits).flatten(0, 1), targets.flatten(), ignore_index=-100)
         return ModelOutput.of(logits, ctx, loss=loss, hiddens=states)
 
-    @torch.no_grad()
     def generate(
         self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
         greedy: bool = False, use_cache: bool = True, generator: torch.Generator | None = None,
@@ -87,10 +87,32 @@ class CausalLM(TokenModel):
         (0 = greedy), ``top_k`` >= 1 or None (:func:`check_sampling`); the prompt needs at least one token
         (checked up front by the forward pass's own :meth:`TokenModel.context`). Past ``cfg.max_seq_len``
         tokens each step reads the last ``max_seq_len`` (a sliding window, recomputed), with or without the cache.
+        The tokens one at a time, as they are drawn: :meth:`stream`.
+        """
+        new = list(self.stream(idx, max_new_tokens, temperature, top_k, greedy, use_cache, generator,
+                               iterations, steps))
+        return torch.cat([idx, *new], dim=1)
+
+    def stream(
+        self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+        greedy: bool = False, use_cache: bool = True, generator: torch.Generator | None = None,
+        iterations: int | None = None, steps: int | None = None,
+    ) -> Iterator[Tensor]:
+        """:meth:`generate`'s new tokens, one (B, 1) tensor per step as it is drawn (for printing while sampling).
+
+        The arguments are checked here, before the first token is asked for; the tokens equal
+        ``generate(...)[:, N:]`` for the same arguments and generator state.
         """
         check_sampling(max_new_tokens, temperature, top_k)
         self.context(idx, steps=steps)  # the forward pass's checks of idx ((B, N) ids, N >= 1) and steps, up front
         iterations = self.cfg.iterations if iterations is None else iterations
+        return self._draw(idx, max_new_tokens, temperature, top_k, greedy or temperature == 0, use_cache, generator,
+                          iterations, steps)
+
+    @torch.no_grad()
+    def _draw(self, idx: Tensor, max_new_tokens: int, temperature: float, top_k: int | None, greedy: bool,
+              use_cache: bool, generator: torch.Generator | None, iterations: int,
+              steps: int | None) -> Iterator[Tensor]:
         cache: dict | None = {} if use_cache else None
         out, pos, inp = idx, 0, idx
         for _ in range(max_new_tokens):
@@ -102,7 +124,7 @@ class CausalLM(TokenModel):
             logits = self(inp, cache=cache, offset=pos, iterations=iterations, steps=steps).logits[:, -1].float()
             if use_cache:
                 pos += inp.shape[1]
-            if greedy or temperature == 0:
+            if greedy:
                 nxt = logits.argmax(-1, keepdim=True)  # (B, 1)
             else:
                 logits = tempered(logits, temperature)
@@ -112,7 +134,7 @@ class CausalLM(TokenModel):
                 nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)
             out = torch.cat([out, nxt], dim=1)
             inp = nxt
-        return out
+            yield nxt
 
 
 def kv_cache_bytes(cache: dict) -> int:

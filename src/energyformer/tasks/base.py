@@ -186,7 +186,10 @@ class Task:
         return ", ".join(parts)
 
     # ------------------------------------------------------------------ generation
-    def generate(self, model: nn.Module, args: argparse.Namespace) -> str:
+    def generate(self, model: nn.Module, args: argparse.Namespace,
+                 emit: Callable[[str], object] | None = None) -> str:
+        """The sample as text; with ``emit``, also handed out piece by piece while it is drawn (joined, the same
+        text)."""
         raise NotImplementedError(f"task {self.name!r} does not generate")
 
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -20,6 +21,7 @@ from torch import nn
 
 from ..core.precision import at_least_float32
 from ..data.shakespeare import load_shakespeare
+from ..data.text_stream import TextStream
 from ..data.text import EvalWindows, LMBatcher, encode_corpus, load_text_files, text_sha256
 from ..data.tokenizers import Tokenizer, get_tokenizer
 from ..errors import ConfigError, DataError
@@ -268,8 +270,11 @@ class LMTask(Task):
         parser.add_argument("--greedy", action="store_true", help="the most likely token each step (no sampling "
                             "options; the same as --temperature 0)")
         parser.add_argument("--seed", type=_seed, default=0, help=f"sampling seed, 0..{SEED_MAX} (default 0)")
+        parser.add_argument("--no-stream", dest="stream", action="store_false",
+                            help="print the sample once it is complete (default: as the tokens are drawn)")
 
-    def generate(self, model: nn.Module, args: argparse.Namespace) -> str:
+    def generate(self, model: nn.Module, args: argparse.Namespace,
+                 emit: Callable[[str], object] | None = None) -> str:
         from ..models.lm import check_sampling
 
         if args.greedy:  # a sampling option beside --greedy was dropped without a word
@@ -292,9 +297,22 @@ class LMTask(Task):
         ids = self.tokenizer.encode(args.prompt) or self._document_start()
         idx = torch.tensor([ids], device=device)
         g = torch.Generator(device=device).manual_seed(args.seed)
-        out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                             greedy=args.greedy, generator=g)
-        return self.tokenizer.decode(out[0].tolist())
+        tokens = model.stream(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                              greedy=args.greedy, generator=g)
+        text = TextStream(self.tokenizer)
+        live = emit is not None and getattr(args, "stream", True)
+
+        def say(piece: str) -> None:
+            if live and piece:
+                emit(piece)
+
+        say(text.push(ids))
+        for nxt in tokens:  # (1, 1)
+            say(text.push(nxt[0].tolist()))
+        say(text.finish())
+        if emit is not None and not live:
+            emit(text.released)
+        return text.released
 
     def _document_start(self) -> list[int]:
         """An empty prompt starts a document: the tokenizer's end-of-text token (the separator it was trained
