@@ -59,7 +59,9 @@ def test_export_round_trip(case, tmp_path):
     assert torch.equal(g[0], ours.generate(idx[:1, :7], 6, greedy=True)[0])
     if tokenizer == "bpe":  # the run's tokenizer travels with the folder
         tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
-        assert tok("ROMEO:\n")["input_ids"] == task.tokenizer.encode("ROMEO:\n")
+        for text in ("ROMEO:\n", "Hello<|endoftext|>World"):  # typed, the end-of-text spelling is text (as ours)
+            assert tok(text)["input_ids"] == task.tokenizer.encode(text), text
+        assert tok.eos_token_id == task.tokenizer.eos_id
 
 
 def test_export_refuses_non_language_models(tmp_path):

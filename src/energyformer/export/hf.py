@@ -112,8 +112,9 @@ def _write_tokenizer(tokenizer: Any, out: Path) -> None:
         return
     backend.save(str(out / "tokenizer.json"))
     eos = "<|endoftext|>" if tokenizer.eos_id is not None else None
+    # split_special_tokens: a typed "<|endoftext|>" is text, as energyformer encodes it (HFTokenizer), not the token
     cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": None, "eos_token": eos,
-           "clean_up_tokenization_spaces": False}
+           "clean_up_tokenization_spaces": False, "split_special_tokens": True}
     (out / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}, indent=1))
 
 
