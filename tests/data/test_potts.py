@@ -269,11 +269,25 @@ def test_unreadable_file_is_named_with_what_to_do(tmp_path, name, content, probl
         P.PottsDataset.load(tmp_path)
 
 
+def _edit_tensors(path):
+    from safetensors.torch import load, save
+
+    t = load(path.read_bytes())
+    t["train"][0, 0] = (t["train"][0, 0] + 1) % t["U"].shape[0]
+    path.write_bytes(save(t))
+
+
+def _edit_json(path, **changes):
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
 @pytest.mark.parametrize("damage", [
     lambda f: (f / "meta.json").write_text("{"),
     lambda f: (f / "data.safetensors").write_bytes(b"garbage"),
     lambda f: (f / "meta.json").unlink(),
     lambda f: P.make_potts_dataset(P.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2, coupling_seed=1)).save(f),
+    lambda f: _edit_tensors(f / "data.safetensors"),  # still valid samples of the same shape: found by the record
+    lambda f: _edit_json(f / "meta.json", bayes_loss_test=0.5),
 ])
 def test_corrupt_or_foreign_cache_is_regenerated_with_a_warning(tmp_path, monkeypatch, capsys, damage):
     monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
@@ -286,3 +300,15 @@ def test_corrupt_or_foreign_cache_is_regenerated_with_a_warning(tmp_path, monkey
         again = P.load_potts_dataset(cfg)
     assert torch.equal(again.train, first.train) and again.config == cfg
     assert torch.equal(P.PottsDataset.load(folder).test, first.test)  # rewritten
+
+
+def test_a_folder_written_before_the_record_is_read_and_a_cache_gains_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
+    cfg = P.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2)
+    first = P.load_potts_dataset(cfg)
+    meta = tmp_path / "potts" / cfg.key() / "meta.json"
+    record = json.loads(meta.read_text()).pop("content_sha256")
+    meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "content_sha256"}))
+    assert torch.equal(P.PottsDataset.load(meta.parent).train, first.train)  # an older folder: checked for validity
+    assert torch.equal(P.load_potts_dataset(cfg).train, first.train)
+    assert json.loads(meta.read_text())["content_sha256"] == record  # the cache has its record again

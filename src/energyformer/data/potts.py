@@ -17,7 +17,9 @@ single-layer transformers with factored attention" (Phys. Rev. Research 6, 02305
   ``(L, C)``.
 
 The data set (:class:`PottsDataset`) is stored with its parameters and seeds in the data cache as
-``data.safetensors`` (J, U, h, train, test) + ``meta.json`` (beta, seeds, sampler settings).
+``data.safetensors`` (J, U, h, train, test) + ``meta.json`` (beta, seeds, sampler settings, and
+``content_sha256``: the sha256 of the tensor file's bytes followed by meta.json's other keys, so that an edit of
+either — also one that leaves valid parameters and samples — is found when the folder is read).
 """
 
 from __future__ import annotations
@@ -378,8 +380,9 @@ class PottsDataset:
                    "test": self.test.to(store).cpu().contiguous()}
         meta = {"format_version": _FORMAT_VERSION, "beta": self.model.beta,
                 "config": self.config.model_dump(), **self.meta}
-        atomic_write_bytes(folder / "data.safetensors", save(tensors, metadata={"beta": repr(self.model.beta)}))
-        atomic_write_text(folder / "meta.json", json.dumps(meta, indent=1))
+        data = save(tensors, metadata={"beta": repr(self.model.beta)})
+        atomic_write_bytes(folder / "data.safetensors", data)
+        atomic_write_text(folder / "meta.json", json.dumps({**meta, _RECORD: _content_sha256(data, meta)}, indent=1))
         return folder
 
     @classmethod
@@ -395,10 +398,21 @@ class PottsDataset:
             raise DataError(f"{err}; {_REWRITE_HINT}") from None
 
 
+_RECORD = "content_sha256"
+
+
+def _content_sha256(data: bytes, meta: dict) -> str:
+    """sha256 of ``data.safetensors``' bytes, then ``meta`` (less the record itself) as sorted JSON."""
+    rest = {k: v for k, v in meta.items() if k != _RECORD}
+    return hashlib.sha256(data + json.dumps(rest, sort_keys=True).encode()).hexdigest()
+
+
 def _load_dataset(folder: Path) -> PottsDataset:
-    """:meth:`PottsDataset.load` without its hint: each problem is a DataError naming the file it is in."""
+    """:meth:`PottsDataset.load` without its hint: each problem is a DataError naming the file it is in. A folder
+    written before the record existed (no ``content_sha256``) is read on its validity checks alone."""
     meta_path, data_path = folder / "meta.json", folder / "data.safetensors"
-    meta, t = _read_meta(meta_path), _read_tensors(data_path)
+    meta, data = _read_meta(meta_path), _read_bytes(data_path)
+    t = _read_tensors(data_path, data)
     try:
         cfg, beta = PottsConfig(**meta["config"]), float(meta["beta"])
     except (TypeError, ValueError) as err:  # ConfigError is a ValueError
@@ -408,7 +422,10 @@ def _load_dataset(folder: Path) -> PottsDataset:
         train, test = model.check_states(t["train"], "train"), model.check_states(t["test"], "test")
     except (DataError, TypeError, ValueError) as err:
         raise DataError(f"{data_path}: {' '.join(str(err).split())[:200]}") from None
-    extra = {k: v for k, v in meta.items() if k not in ("format_version", "beta", "config")}
+    if _RECORD in meta and meta[_RECORD] != _content_sha256(data, meta):  # valid, but not what was written
+        raise DataError(f"{data_path} or {meta_path} changed since they were written (their sha256 is not "
+                        f"{meta_path.name}'s {_RECORD})")
+    extra = {k: v for k, v in meta.items() if k not in ("format_version", "beta", "config", _RECORD)}
     return PottsDataset(model, train, test, cfg, extra)
 
 
@@ -427,13 +444,20 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
-def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of ``data.safetensors`` (J, U, h, train, test), else a DataError naming the file."""
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise DataError(f"{path} cannot be read ({brief(err)})") from None
+
+
+def _read_tensors(path: Path, data: bytes) -> dict[str, torch.Tensor]:
+    """The tensors in ``data`` (``path``'s bytes: J, U, h, train, test), else a DataError naming the file."""
     from safetensors.torch import load
 
     try:
-        t = load(path.read_bytes())
-    except Exception as err:  # OSError, or safetensors' own error type for a bad header
+        t = load(data)
+    except Exception as err:  # safetensors' own error type for a bad header
         raise DataError(f"{path} cannot be read ({brief(err)})") from None
     missing = {"J", "U", "h", "train", "test"} - set(t)
     if missing:
@@ -484,4 +508,6 @@ def _cached(folder: Path, cfg: PottsConfig) -> tuple[PottsDataset | None, str | 
         return None, str(err)
     if ds.config != cfg or ds.train.shape != (cfg.n_train, cfg.L) or ds.test.shape != (cfg.n_test, cfg.L):
         return None, f"{folder / 'meta.json'} describes another configuration than the one its folder is named for"
+    if _RECORD not in _read_meta(folder / "meta.json"):  # written before the record: add it, so later edits show
+        ds.save(folder)
     return ds, None
