@@ -160,3 +160,25 @@ def test_corrupt_llama_model_is_an_error_naming_it(tmp_path):
     path.write_bytes(b"garbage")  # was an internal error (RuntimeError: could not parse ModelProto)
     with pytest.raises(DataError, match=f"llama tokenizer model {re.escape(str(path))} cannot be read"):
         K.load_llama(path)
+
+
+def test_an_edited_llama_model_is_extracted_again_or_refused(tmp_path, monkeypatch, llama):
+    """A cached model edited into another valid one (here one piece respelt) loaded without a word."""
+    real = K.llama_model_path().read_bytes()
+    wheel = next((K.data_dir() / "wheels").glob("mistral_common-*.whl"), None)
+    monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
+    path = K.llama_model_path()
+    path.parent.mkdir(parents=True)
+    i = real.index(b"\xe2\x96\x81the")  # "▁the"
+    path.write_bytes(real[:i + 4] + b"X" + real[i + 5:])  # "▁tXe"
+    assert K.SentencePieceTokenizer(path).encode(" the") != llama.encode(" the")  # valid, and another tokeniser
+    with pytest.raises(DataError, match=f"{re.escape(str(path))} is not the Llama/Mistral v1 tokenizer model "
+                                        r"\(its sha256 differs.*delete it and run `make data`"):
+        K.load_llama()
+    if wheel is None:
+        pytest.skip("no mistral_common wheel in the data folder: run `make data`")
+    (tmp_path / "wheels").mkdir()
+    shutil.copy(wheel, tmp_path / "wheels")
+    with pytest.warns(UserWarning, match="sha256 differs.*extracted it again from the mistral_common wheel"):
+        tok = K.load_llama()
+    assert path.read_bytes() == real and tok.encode(" the") == llama.encode(" the")

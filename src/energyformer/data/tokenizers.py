@@ -43,6 +43,9 @@ EOT = "<|endoftext|>"
 #: The mistral_common release whose wheel carries ``data/tokenizer.model.v1``.
 MISTRAL_COMMON_VERSION = "1.13.1"
 LLAMA_MEMBER = "mistral_common/data/tokenizer.model.v1"
+#: sha256 of ``tokenizer.model.v1`` as mistral_common ships it, checked when the prepared copy is loaded: an
+#: edited model can still parse (another vocabulary or merges) and would tokenise differently without a word.
+LLAMA_SHA256 = "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055"
 
 
 class Tokenizer(ABC):
@@ -363,9 +366,10 @@ def _pip_download_mistral_common(dest: Path) -> None:
         print(f"warning: {' '.join(cmd)} failed: {e}", file=sys.stderr)
 
 
-def prepare_llama_model(download: bool = False, wheel: str | os.PathLike | None = None,
+def prepare_llama_model(download: bool = False, wheel: str | os.PathLike | None = None, force: bool = False,
                         ) -> Path | None:
-    """Extract ``tokenizer.model.v1`` from a ``mistral_common`` wheel into the cache.
+    """Extract ``tokenizer.model.v1`` from a ``mistral_common`` wheel into the cache (``force``: also over a
+    prepared copy).
 
     Looks for the wheel at ``wheel``, else in ``<data_dir>/wheels/``; when absent and
     ``download`` is true (install time only: ``scripts/prepare_data.py``) it runs
@@ -373,7 +377,7 @@ def prepare_llama_model(download: bool = False, wheel: str | os.PathLike | None 
     or None when no wheel could be had. Never imports or installs ``mistral_common``.
     """
     target = llama_model_path()
-    if target.is_file():
+    if target.is_file() and not force:
         return target
     candidates = [Path(wheel)] if wheel is not None else []
     candidates += sorted(_wheels_dir().glob("mistral_common-*.whl"), reverse=True)
@@ -393,15 +397,25 @@ def prepare_llama_model(download: bool = False, wheel: str | os.PathLike | None 
     return None
 
 
+def _is_llama_model(f: Path) -> bool:
+    return hashlib.sha256(f.read_bytes()).hexdigest() == LLAMA_SHA256
+
+
 def load_llama(model_file: str | os.PathLike | None = None) -> SentencePieceTokenizer:
     """The Llama/Mistral SentencePiece tokenizer from the cache (or ``model_file``); an unreadable model file is a
-    :class:`DataError` naming it and ``make data``."""
+    :class:`DataError` naming it and ``make data``. The cached copy must be mistral_common's file (``LLAMA_SHA256``):
+    another one is extracted again from the wheel in the data folder, with a warning, else an error."""
     p = Path(model_file) if model_file is not None else llama_model_path()
     if not p.is_file():
         raise FileNotFoundError(
             f"llama tokenizer model not found at {p}; run `make data` "
             f"(or `python scripts/prepare_data.py`) to extract it from the mistral_common wheel"
         )
+    if model_file is None and not _is_llama_model(p):
+        what = f"{p} is not the Llama/Mistral v1 tokenizer model (its sha256 differs: truncated, edited or replaced)"
+        if prepare_llama_model(force=True) is None or not _is_llama_model(p):
+            raise DataError(f"{what}; delete it and {PREPARE_HINT}")
+        warnings.warn(f"{what}; extracted it again from the mistral_common wheel", stacklevel=2)
     try:
         return SentencePieceTokenizer(p, name="llama")
     except (RuntimeError, OSError) as err:  # sentencepiece: 'Internal: could not parse ModelProto'
