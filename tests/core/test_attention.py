@@ -78,3 +78,22 @@ def test_sdpa_with_a_prepared_mask():
     assert not torch.allclose(sdpa(q, k, v, False, None, mask=mask), sdpa(q, k, v, False, None))
     with pytest.raises(ValueError, match="either mask or"):
         sdpa(q, k, v, True, None, mask=mask)
+
+
+def test_a_query_that_sees_no_key_gets_zero_weights_and_a_zero_term_as_in_sdpa():
+    """masked_softmax gave NaN for a row with no visible key (and NaN gradients even where multiplied by 0), and
+    masked_logsumexp −inf; SDPA (the fused paths) gives zero weights there."""
+    from energyformer.core.attention import masked_logsumexp, masked_softmax
+
+    s = torch.randn(1, 1, 3, 3, dtype=D64, requires_grad=True)
+    vis = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])[None, None]
+    p, lse = masked_softmax(s, vis), masked_logsumexp(s, vis)
+    assert p[0, 0, 1].tolist() == [0.0, 0.0, 0.0] and lse[0, 0, 1] == 0.0
+    v = torch.randn(1, 1, 3, 2, dtype=D64)
+    q = torch.randn(1, 1, 3, 2, dtype=D64)
+    torch.testing.assert_close(masked_softmax(q @ q.mT / 2 ** 0.5, vis) @ v, sdpa(q, q, v, False, None, mask=vis))
+    torch.testing.assert_close(p[0, 0, [0, 2]], s[0, 0, [0, 2]].masked_fill(~vis[0, 0, [0, 2]], -torch.inf)
+                               .softmax(-1))
+    torch.testing.assert_close(lse[0, 0, 2], s[0, 0, 2].logsumexp(-1))
+    g, = torch.autograd.grad((p * torch.randn_like(p)).sum() + lse.sum(), s)
+    assert torch.isfinite(g).all() and g[0, 0, 1].abs().sum() == 0

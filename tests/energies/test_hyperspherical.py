@@ -256,3 +256,50 @@ def test_fused_span_limit_follows_the_sdpa_dtype():
     assert fused_span_limit(v) == SAFE_SPAN[torch.float32]
     with torch.autocast("cpu", dtype=torch.float16):
         assert fused_span_limit(v) == SAFE_SPAN[torch.float16]
+
+
+@pytest.mark.parametrize("impl", ["einsum", "fused"])
+def test_a_token_with_no_other_real_token_is_not_moved_without_self_interaction(impl):
+    """self_interaction = False, one token (or one real among padding): its log-sum-exp runs over no key. It was
+    −inf (energy) and NaN (update, then every later iteration); now the empty sum is no term — energy 0, update 0,
+    finite gradients — the convention of SDPA's fully masked rows, on both paths."""
+    e = BiSoftmaxAttentionEnergy(12, 3, impl=impl, self_interaction=False).double()
+    g = torch.Generator().manual_seed(0)
+    for n, mask in ((1, None), (4, torch.tensor([[True, False, False, False], [True, True, False, True]]))):
+        x = torch.randn(1 if mask is None else 2, n, 12, generator=g, dtype=D64, requires_grad=True)
+        st = e.prepare(x, mask=mask)
+        d, en = e.direction(x, st, P), e.energy(x, st)
+        assert d[0, 0].abs().sum() == 0 and en[0, 0] == 0
+        assert torch.isfinite(d).all() and torch.isfinite(en).all()
+        real = torch.ones(x.shape[:2], dtype=torch.bool) if mask is None else mask
+        ref = BiSoftmaxAttentionEnergy(12, 3, impl="einsum", self_interaction=False).double()
+        ref.load_state_dict(e.state_dict())
+        torch.testing.assert_close(d[real], ref.direction(x, ref.prepare(x, mask=mask), P)[real])
+        grads = torch.autograd.grad((d * real[..., None]).sum() + en.sum(), [x, e.proj.weight])
+        assert all(torch.isfinite(t).all() for t in grads)
+
+
+@pytest.mark.parametrize("impl", ["einsum", "fused"])
+def test_zero_tokens_have_one_finite_gradient_in_every_precision(impl):
+    """A token whose projection is 0 (zero padding, a zero input): the sphere norm's default eps was the dtype's
+    smallest normal number, whose rms_norm autograd overflowed (inf · 0): NaN gradients in float64 and the weight
+    gradient NaN; float32 gave 9.2e18 · g, and rounding noise on padded rows came back amplified by it."""
+    g = torch.Generator().manual_seed(1)
+    x64 = torch.randn(2, 7, 12, generator=g, dtype=D64)
+    x64[0, 5:] = 0  # padding
+    x64[1, 2] = 0  # a zero real token
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    mask[0, 5:] = False
+    w = torch.randn(2, 7, 12, generator=g, dtype=D64) * mask[..., None]
+    base = BiSoftmaxAttentionEnergy(12, 3, impl=impl).double()
+    ff64 = ReLUFFEnergy(12, 20).double()
+    out = {}
+    for dt in (D64, torch.float32):
+        att, ff = base.to(dt), ff64.to(dt)
+        x = x64.to(dt).requires_grad_(True)
+        y = att.direction(x, att.prepare(x, mask=mask), P) + ff.direction(x, ff.prepare(x), P)
+        grads = torch.autograd.grad((y * w.to(dt)).sum(), [x, att.proj.weight, ff.proj.weight])
+        assert all(torch.isfinite(t).all() for t in grads), dt
+        out[dt] = [t.double() for t in grads]
+    for a, b in zip(out[torch.float32], out[D64]):
+        assert (a - b).norm() <= 1e-4 * b.norm(), ((a - b).norm(), b.norm())

@@ -78,18 +78,34 @@ def key_padding_mask(mask: Tensor | None) -> Tensor | None:
     return None if mask is None else mask.to(torch.bool)[:, None, None, :]
 
 
+def _hidden_and_empty(vis: Tensor) -> tuple[Tensor, Tensor]:
+    """(keys to put at −inf, queries that see no key (…, Nq|1, 1)): an empty row keeps its finite logits, so its
+    softmax / log-sum-exp and their gradients stay finite before the caller zeroes it."""
+    empty = ~vis.any(-1, keepdim=True)
+    return ~vis & ~empty, empty
+
+
 def masked_softmax(logits: Tensor, vis: Tensor | None) -> Tensor:
-    """softmax over the last axis with invisible keys at −inf. logits: (B, H, Nq, Nk)."""
-    if vis is not None:
-        logits = logits.masked_fill(~vis, float("-inf"))
-    return torch.softmax(logits, dim=-1)
+    """softmax over the last axis with invisible keys at −inf. logits: (B, H, Nq, Nk).
+
+    A query that sees no key (a lone real token without self-interaction, say) gets all-zero weights and a
+    zero gradient — the convention of PyTorch's SDPA, which the fused paths call, so reference and fused
+    paths agree; the plain softmax of an all −inf row is NaN, and its gradient NaN even where multiplied by 0."""
+    if vis is None:
+        return torch.softmax(logits, dim=-1)
+    hidden, empty = _hidden_and_empty(vis)
+    return torch.softmax(logits.masked_fill(hidden, float("-inf")), dim=-1).masked_fill(empty, 0.0)
 
 
 def masked_logsumexp(logits: Tensor, vis: Tensor | None) -> Tensor:
-    """log Σ_j exp(logits_ij) over the visible keys j. logits: (B, H, Nq, Nk) -> (B, H, Nq)."""
-    if vis is not None:
-        logits = logits.masked_fill(~vis, float("-inf"))
-    return torch.logsumexp(logits, dim=-1)
+    """log Σ_j exp(logits_ij) over the visible keys j. logits: (B, H, Nq, Nk) -> (B, H, Nq).
+
+    A query that sees no key has 0 (an empty sum contributes no term to an energy; −inf made the energy −inf
+    and its gradient NaN), with a zero gradient, as :func:`masked_softmax` gives it zero weights."""
+    if vis is None:
+        return torch.logsumexp(logits, dim=-1)
+    hidden, empty = _hidden_and_empty(vis)
+    return torch.logsumexp(logits.masked_fill(hidden, float("-inf")), dim=-1).masked_fill(empty[..., 0], 0.0)
 
 
 # ----------------------------------------------------------------------------- SDPA dispatch

@@ -16,9 +16,9 @@ total derivative (every token moves, App. C.1) is the bi-softmax operator, read 
 **The sphere constraint** (``sphere=True``, the layer's setting): the projections are put on their
 sphere by RMSNorm (Eq. 8; gain 1, so radius √p resp. √M) and the update is the gradient *evaluated
 at the normalised projections* (Eq. 9, 11). Where a point already satisfies the constraint
-(‖W_hᵀ x_i‖ = √p for all h, i; ‖Dᵀ x_i‖ = √M) RMSNorm is the identity (its ``eps`` defaults to the
-smallest normal number of the dtype, so that this holds to rounding and tokens of any magnitude, 1e-4
-as 1e4, land on the sphere; a larger eps would leave small tokens off it) and the update equals
+(‖W_hᵀ x_i‖ = √p for all h, i; ‖Dᵀ x_i‖ = √M) RMSNorm is the identity (its ``eps`` defaults to
+:data:`SPHERE_EPS` = 1e-24, so that this holds to rounding and tokens of any magnitude, 1e-4 as 1e4, land on
+the sphere; a larger eps would leave small tokens off it) and the update equals
 −∇E exactly (tested). Elsewhere it is *not* the gradient of x ↦ E(RMSNorm(·)): that gradient is the
 update's component tangent to the sphere, scaled by √p/‖z‖ (the RMSNorm Jacobian removes the radial
 part). So ``sphere=True`` energies report ``exact = False``; their ``energy`` is E at the normalised
@@ -80,6 +80,15 @@ class SubspaceState:
     v: Tensor
     mask: Tensor | None
     tokens: Tensor | None
+
+
+#: Default eps of the sphere norms, the same in every dtype: small enough that a token of RMS 1e-10 is put on
+#: the sphere to 1e-4 (1e-4 ones to rounding), large enough that rms_norm's autograd (F.rms_norm: float64,
+#: learned gains, CUDA's fused kernel), which forms (mean z² + eps)^(-3/2) = 1e36 at z = 0, stays finite in
+#: float32 and bf16, so that a zero projection (a zero token) has one finite gradient, r·g with r = 1e12, in
+#: every precision and path. It was the dtype's smallest normal number: r³ overflowed to inf and inf · 0 gave
+#: NaN gradients in float64 (the reference) and on those paths, 9.2e18 · g on the custom float32 one.
+SPHERE_EPS = 1e-24
 
 
 class SubspaceAttentionEnergy(Energy):
@@ -146,7 +155,7 @@ class SubspaceAttentionEnergy(Energy):
         if not self.sphere:
             return z
         w = self.gains[i] if len(self.gains) else None
-        eps = torch.finfo(z.dtype).tiny if self.eps is None else self.eps
+        eps = SPHERE_EPS if self.eps is None else self.eps
         return sphere_rms_norm(z, eps, w.to(z.dtype) if w is not None else None)
 
     def _spheres(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -367,8 +376,8 @@ class SphericalFFEnergy(Energy):
         return sphere_rms_norm(s, self.sphere_eps(s), g)
 
     def sphere_eps(self, s: Tensor) -> float:
-        """The sphere norm's epsilon for s: ``eps``, or the smallest normal number of s's dtype."""
-        return torch.finfo(s.dtype).tiny if self.eps is None else self.eps
+        """The sphere norm's epsilon for s: ``eps``, or :data:`SPHERE_EPS`."""
+        return SPHERE_EPS if self.eps is None else self.eps
 
     def token_energy(self, u: Tensor) -> Tensor:  # pragma: no cover
         raise NotImplementedError

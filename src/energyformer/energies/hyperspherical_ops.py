@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..core.attention import masked_softmax, sdpa
+from ..core.attention import masked_logsumexp, masked_softmax, sdpa
 from ..core.precision import autocast_dtype, autocast_off
 
 def _safe_span(dtype: torch.dtype) -> float:
@@ -201,9 +201,8 @@ class _ChunkedLSE(torch.autograd.Function):
         outs = []
         for s in range(0, N, c):
             sc = torch.matmul(qw[:, :, s:s + c], kw.transpose(-1, -2)) * scale  # (B, H, c, Nk)
-            if mask is not None:
-                sc = sc.masked_fill(~(mask[:, :, s:s + c] if mask.shape[2] > 1 else mask), float("-inf"))
-            outs.append(torch.logsumexp(sc, dim=-1))
+            outs.append(masked_logsumexp(sc, None if mask is None else
+                                         (mask[:, :, s:s + c] if mask.shape[2] > 1 else mask)))
         lse = torch.cat(outs, dim=2)  # (B, H, N) in the work dtype
         ctx.save_for_backward(q, k, lse, mask if mask is not None else torch.empty(0))
         ctx.scale, ctx.chunk, ctx.has_mask = scale, c, mask is not None
@@ -219,7 +218,7 @@ class _ChunkedLSE(torch.autograd.Function):
         dqs, dk = [], torch.zeros_like(kw)
         for s in range(0, N, c):
             sc = torch.matmul(qw[:, :, s:s + c], kw.transpose(-1, -2)) * scale
-            if mask is not None:
+            if mask is not None:  # a query that sees no key has lse 0 (masked_logsumexp): its p is 0 here
                 sc = sc.masked_fill(~(mask[:, :, s:s + c] if mask.shape[2] > 1 else mask), float("-inf"))
             p = torch.exp(sc - lse[:, :, s:s + c, None]) * g[:, :, s:s + c, None]  # (B, H, c, Nk)
             dqs.append(torch.matmul(p, kw) * scale)
@@ -266,7 +265,9 @@ def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor 
     c = r if symmetric else chunked_lse(k, q, scale, column_mask(mask), budget)  # mask & maskᵀ is its own swap
     hi = torch.maximum(r.amax(-1, keepdim=True), c.amax(-1, keepdim=True))  # (B, H, 1)
     lo = torch.minimum(r.amin(-1, keepdim=True), c.amin(-1, keepdim=True))
-    m = 0.5 * (hi + lo)  # (B, H, 1) shift: the midpoint of all normalisers
+    # (B, H, 1) shift: the midpoint of all normalisers, detached: y does not depend on it (exp(m − c) · exp(r − m)),
+    # and its gradient, zero in exact arithmetic, was rounding noise sent to every token (also to padded ones)
+    m = (0.5 * (hi + lo)).detach()
     if check_span:
         with torch.no_grad():  # one host sync: the whole span, not |r - m| and |c - m| apart
             span = float((hi - lo).amax())
@@ -398,6 +399,7 @@ def bisoftmax_einsum(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor
     else:
         vis = mask & mask.transpose(-1, -2)  # column_mask's rule, materialised (B|1, 1, N, N) for key padding too
         row = masked_softmax(s, mask)
-        # the column softmax normalises over queries (dim -2), which the kit's row-wise helpers do not
-        col = torch.softmax(s.masked_fill(~vis, float("-inf")), dim=-2).nan_to_num(0.0)
+        # the column softmax normalises over queries (dim -2): the kit's row softmax of Sᵀ under visᵀ = vis
+        # (a key no query sees gets zero weights, with a zero gradient)
+        col = masked_softmax(s.mT, vis).mT
     return torch.einsum("bhij,bhjd->bhid", row + col, v)
