@@ -35,3 +35,22 @@ def test_bad_task_values_are_refused_at_config_time(sets, key, capsys):
                                   ["task.kind=sudoku", "task.eval_iterations=[1,16]"]])
 def test_good_values_still_load(sets, capsys):
     assert main(["config"] + [x for s in sets for x in ("--set", s)]) == 0
+
+
+def test_seeds_past_the_generators_range_are_refused_in_one_line(capsys):
+    """A train.seed or a reproduce --seeds of 2^64 or more was an internal error ("Overflow when unpacking long
+    long") once the first generator was seeded — after `reproduce` had printed its first run and made its folder."""
+    import pytest
+
+    from energyformer.cli import main
+    from energyformer.utils.fields import SEED_MAX
+
+    big = str(10**20)
+    assert main(["config", "eqt/baseline", "--set", f"train.seed={big}"]) == 2
+    err = capsys.readouterr().err
+    assert f"train.seed = {big}: input should be less than or equal to {SEED_MAX}" in err, err
+    assert main(["config", "eqt/baseline", "--set", f"train.seed={SEED_MAX}"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["reproduce", "eqt", "--seeds", "0", big])
+    assert f"--seeds: {big} must be an integer in 0..{SEED_MAX}" in capsys.readouterr().err

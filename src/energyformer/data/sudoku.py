@@ -57,6 +57,7 @@ from energyformer.data.sudoku_solver import (
 from energyformer.data.text import data_dir, note
 from energyformer.errors import DataError, brief
 from energyformer.utils.config import ConfigModel
+from energyformer.utils.fields import Seed
 from energyformer.utils.io import atomic_write_bytes, atomic_write_text
 
 __all__ = [
@@ -100,7 +101,7 @@ class SudokuGenConfig(ConfigModel):
     """number of givens, or an inclusive (lo, hi) range drawn uniformly per puzzle; >= 17, and
     >= 20 in practice (energyformer.data.sudoku_generator). Default: the paper's upper end, 34, and
     the lowest count that still generates at tens of puzzles a second, 21 (~40 s for 10.5k)"""
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     """seed of the generator"""
     max_grids: int = Field(DEFAULT_MAX_GRIDS, ge=1)
     """full grids tried per puzzle before giving up"""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..utils.cliargs import count, nonneg_int
+from ..utils.cliargs import count, seed
 from ..utils.paths import check_writable_dir
 from ..utils.validate import ConfigError
 from .claims import ClaimRow, evaluate
@@ -108,7 +108,7 @@ def main(name: str, argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"energyformer reproduce {name}", description=spec.title)
     default_scale = "cpu" if "cpu" in spec.scales else None
     p.add_argument("--scale", choices=list(spec.scales), default=None, help=f"(default {default_scale})")
-    p.add_argument("--seeds", type=nonneg_int, nargs="+", help="seeds (default: the scale's or the study's)")
+    p.add_argument("--seeds", type=seed, nargs="+", help="seeds (default: the scale's or the study's)")
     p.add_argument("--jobs", type=count, default=None, help="runs trained at once, each in its own process "
                    "(default 1)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",

@@ -47,7 +47,7 @@ from ..data.batching import EpochBatcher, seeded_generator
 from ..data.images import ImageDataset, load_image_dataset, patchify, unpatchify
 from ..data.text import data_dir
 from ..models.masked_vision import maskgit_decode
-from ..utils.fields import SplitSize
+from ..utils.fields import Seed, SplitSize
 from ..utils.config import KindConfig, replace
 from ..utils.validate import ConfigError, check_divides, check_int
 from .base import Task, TaskConfig, register_task
@@ -193,7 +193,7 @@ class MaskedImageConfig(TaskConfig):
     """image set (digits ships with scikit-learn; MNIST / Fashion-MNIST come from `make data`)"""
     validation: SplitSize = 0.1
     """validation examples carved from the official training set: a fraction in (0, 1) or a count >= 1"""
-    split_seed: int = Field(0, ge=0)
+    split_seed: Seed = 0
     """seed of the validation carve and of the subsets' draws"""
     train_examples: int | None = Field(None, ge=1)
     """train on this many training images (a seeded draw; None: all)"""
@@ -203,7 +203,7 @@ class MaskedImageConfig(TaskConfig):
     """tokeniser patch side p (None: digits 2, 28x28 sets 4); must divide the image side"""
     codebook_size: int = Field(256, ge=2)
     """k-means codes K (the paper's VQGAN: 1024); the model's vocabulary is K + 1 with the mask token"""
-    tokenizer_seed: int = Field(0, ge=0)
+    tokenizer_seed: Seed = 0
     """seed of MiniBatchKMeans and of its sample of training images"""
     tokenizer_images: int = Field(10000, ge=1)
     """training images whose patches fit the codebook"""
@@ -221,7 +221,7 @@ class MaskedImageConfig(TaskConfig):
     """scale of the annealed Gumbel noise on the confidences (MaskGIT / Maskgit-pytorch: 4.5; 0 = none)"""
     decode: bool = True
     """run the iterative decoding (PSNR, SSIM) in every evaluation"""
-    eval_seed: int = Field(0, ge=0)
+    eval_seed: Seed = 0
     """seed of the evaluation masks and of the decoding's samples"""
     batch_size: int = Field(128, ge=1)
     """images per training micro-batch"""

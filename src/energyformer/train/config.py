@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from energyformer.utils.config import ConfigModel, from_dict
+from energyformer.utils.fields import Seed
 from energyformer.utils.validate import closest
 
 from .compiling import COMPILE_MODES
@@ -92,8 +93,8 @@ class TrainConfig(ConfigModel):
     """checkpoint every N steps (0: only at the end)"""
     keep_checkpoints: int = Field(2, ge=0)
     """checkpoints kept (0: all)"""
-    seed: int = Field(0, ge=0)
-    """seed of every random stream"""
+    seed: Seed = 0
+    """seed of every random stream (0..2^63 − 1)"""
     device: str = "auto"
     """auto | cpu | cuda | cuda:N | mps"""
     progress: bool = True

@@ -10,20 +10,23 @@ from __future__ import annotations
 import argparse
 import math
 
+from .fields import SEED_MAX
 
-def int_at_least(low: int):
-    """An integer >= ``low`` (``count = int_at_least(1)``)."""
+
+def int_at_least(low: int, high: int | None = None):
+    """An integer >= ``low`` (and <= ``high`` when given) (``count = int_at_least(1)``)."""
 
     def convert(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} must be an integer >= {low}")
+        if value < low or (high is not None and value > high):
+            allowed = f">= {low}" if high is None else f"in {low}..{high}"
+            raise argparse.ArgumentTypeError(f"{value} must be an integer {allowed}")
         return value
 
-    convert.__name__ = f"integer >= {low}"
+    convert.__name__ = f"integer >= {low}" if high is None else f"integer in {low}..{high}"
     return convert
 
 
@@ -39,6 +42,7 @@ def positive_float(text: str) -> float:
 
 
 positive_float.__name__ = "number > 0"
-#: integers >= 1 (counts: steps, jobs, threads, sizes) and >= 0 (seeds)
+#: integers >= 1 (counts: steps, jobs, threads, sizes), >= 0, and seeds (0..SEED_MAX, as a config's)
 count = int_at_least(1)
 nonneg_int = int_at_least(0)
+seed = int_at_least(0, SEED_MAX)

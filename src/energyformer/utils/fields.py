@@ -5,13 +5,14 @@ Each type is a pydantic ``Annotated`` type, so a bad value is a one-line config 
 
 ``IterationCounts``  a list of iteration counts (test-time depth), each an integer >= 1
 ``SplitSize``        a held-out split: a fraction in (0, 1) of a set, or a count >= 1 of examples
+``Seed``             a seed, an integer in 0..SEED_MAX
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, Field
 
 
 def _iteration_counts(v: list[int]) -> list[int]:
@@ -44,3 +45,11 @@ def _split_size(v: float | int) -> float | int:
 IterationCounts = Annotated[list[int], AfterValidator(_iteration_counts)]
 #: A held-out split (``task.validation``): a fraction in (0, 1) or a count >= 1.
 SplitSize = Annotated[float | int, BeforeValidator(_no_bool), AfterValidator(_split_size)]
+
+
+#: The largest seed: torch's generators take 0..2^64 − 1, and a run adds offsets to its seeds (``seed + rank``,
+#: ``seed + 1000 · rank`` for the data streams), so seeds stop at 2^63 − 1 to leave them room. A larger one was an
+#: internal error ("Overflow when unpacking long long") once the first generator was seeded.
+SEED_MAX = 2**63 - 1
+#: A seed in a config (``train.seed``, a data set's seeds): an integer in 0..SEED_MAX.
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
