@@ -180,6 +180,21 @@ def test_evaluate_is_deterministic_and_complete():
     assert "masked accuracy" in task.format_metrics(a)
 
 
+def test_evaluation_does_not_depend_on_the_eval_batch_size():
+    """One generator served the decoding noise of every batch in turn, so an image's noise depended on where the
+    batch boundaries fell: decode accuracy, PSNR and SSIM changed with task.eval_batch_size (an outside probe).
+    Now each image draws from its own generator (its index in the split)."""
+    res = []
+    for bs in (500, 7):
+        cfg = load_run_config(None, TASK + SMALL + ["task.decode_steps=3", f"task.eval_batch_size={bs}",
+                                                    "task.eval_examples=40"])
+        task = build_task(cfg)
+        torch.manual_seed(0)
+        res.append(task.evaluate(task.build_model(resolve(cfg, task).model), "test"))
+    for key in ("decode_accuracy", "psnr", "ssim", "loss", "accuracy"):
+        assert res[0][key] == pytest.approx(res[1][key], rel=1e-6, abs=1e-9), key
+
+
 @pytest.mark.parametrize("config", ["images/mim_transformer", "images/mim_hyperset"])
 def test_short_digits_run_beats_the_unigram_baseline(config, tmp_path):
     """~25 epochs on digits (1,293 images, batch 64, 500 steps) with the shipped configs shrunk (d = 32,

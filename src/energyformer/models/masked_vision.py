@@ -25,6 +25,7 @@ positions that were never masked are never touched.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -155,14 +156,22 @@ def cosine_schedule(masked: Tensor, step: int, steps: int) -> Tensor:
     return torch.floor(masked.double() * math.cos(0.5 * math.pi * step / steps)).long()
 
 
-def _gumbel(shape: torch.Size, generator: torch.Generator | None, device: torch.device) -> Tensor:
-    u = torch.rand(shape, generator=generator).clamp_(1e-20, 1.0 - 1e-7)  # drawn on the CPU: same on every device
+def _gumbel(shape: torch.Size, generator: torch.Generator | Sequence[torch.Generator] | None,
+            device: torch.device) -> Tensor:
+    """Gumbel noise of ``shape`` (B, ...), drawn on the CPU (the same on every device); with one generator per row,
+    row b's noise comes from ``generator[b]`` alone."""
+    if isinstance(generator, Sequence):
+        u = torch.stack([torch.rand(shape[1:], generator=g) for g in generator])
+    else:
+        u = torch.rand(shape, generator=generator)
+    u = u.clamp_(1e-20, 1.0 - 1e-7)
     return (-torch.log(-torch.log(u))).to(device)
 
 
 @torch.no_grad()
 def maskgit_decode(model: nn.Module, codes: Tensor, mask: Tensor, steps: int = 8, temperature: float = 1.0,
-                   randomize_temperature: float = 4.5, generator: torch.Generator | None = None,
+                   randomize_temperature: float = 4.5,
+                   generator: torch.Generator | Sequence[torch.Generator] | None = None,
                    **forward_options: Any) -> Tensor:
     """Fill the masked codes by MaskGIT's iterative decoding; (B, N) codes, (B, N) bool -> (B, N) codes.
 
@@ -172,9 +181,12 @@ def maskgit_decode(model: nn.Module, codes: Tensor, mask: Tensor, steps: int = 8
     Gumbel noise (MaskGIT's annealed randomisation); the ⌊k₀ cos(π t / 2T)⌋ least confident stay
     masked (at least one position is filled per step while any remain) and the others keep their
     sample. Unmasked positions are returned unchanged. Noise comes from ``generator`` (CPU) so a
-    seeded call is deterministic on every device.
+    seeded call is deterministic on every device; given one generator per row (B of them), each image's noise is
+    its own, so an image decodes the same in any batch (one shared generator hands a row the noise of its place).
     """
     check_int("steps", steps, min=1)
+    if isinstance(generator, Sequence) and len(generator) != codes.shape[0]:
+        raise ValueError(f"{len(generator)} generators for {codes.shape[0]} rows: give one per row, or one in all")
     for name, value in (("temperature", temperature), ("randomize_temperature", randomize_temperature)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
             raise ValueError(f"{name} = {value!r}: must be a finite number >= 0")

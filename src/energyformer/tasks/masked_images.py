@@ -382,7 +382,6 @@ class MaskedImageTask(Task):
         was_training = model.training
         model.eval()
         dev = next(model.parameters()).device
-        gen = seeded_generator("mim-decode", c.eval_seed, split)
         sums = dict.fromkeys(("ce", "correct", "masked", "decoded", "psnr", "ssim"), 0.0)
         n = es["codes"].shape[0]
         try:
@@ -395,8 +394,10 @@ class MaskedImageTask(Task):
                 sums["correct"] += float((lg.argmax(-1) == tgt).sum())
                 sums["masked"] += float(mask.sum())
                 if decode:
+                    # each image's own noise (its index in the split): the metrics do not depend on the batching
+                    gens = [seeded_generator("mim-decode", c.eval_seed, split, j) for j in range(i, i + len(codes))]
                     filled = maskgit_decode(model, codes, mask, c.decode_steps, c.temperature,
-                                            c.randomize_temperature, gen, **options)
+                                            c.randomize_temperature, gens, **options)
                     sums["decoded"] += float((filled[mask] == tgt).sum())
                     rec = self.tokenizer.decode(filled.cpu())
                     target = es["images"][i:i + c.eval_batch_size].float() / 255.0
