@@ -38,6 +38,7 @@ from energyformer.data.batching import EpochBatcher, derive_seed
 from energyformer.data.text import data_dir, note
 from energyformer.errors import DataError, brief
 from energyformer.utils.config import ConfigModel
+from energyformer.utils.fields import Seed
 from energyformer.utils.io import atomic_write_bytes, atomic_write_text
 from energyformer.utils.validate import check_float, check_int
 
@@ -324,9 +325,9 @@ class PottsConfig(ConfigModel):
     """probability that a pair coupling J_ij is zero"""
     field_std: float = Field(0.0, ge=0)
     """standard deviation of the fields h (0: no fields)"""
-    coupling_seed: int = 0
+    coupling_seed: Seed = 0
     """seed of J, U, h"""
-    sample_seed: int = 0
+    sample_seed: Seed = 0
     """seed of the Gibbs chains (train and test use different derived seeds)"""
     n_train: int = Field(25600, ge=1)
     """training sequences"""
