@@ -16,7 +16,8 @@ PseudoLikelihoodEnergy`); there is no positional encoding, no MLP, no learned em
 
 Training never runs the dynamics through a graph: :meth:`local_loss` is the pseudo-likelihood of the
 data (:mod:`energyformer.energies.pl_objectives`) whose gradient w.r.t. J is the closed-form Hebbian
-rule, applied by the shared Trainer and optimiser (``objective``: plain | vmf | codebook | cd;
+rule (tasks call it as ``model(x, local_loss=True)``, so a DDP wrapper synchronises it), applied by the shared
+Trainer and optimiser (``objective``: plain | vmf | codebook | cd;
 ``sites``: all | random, slide Eq. 13). Normalisations of the unbounded plain objective (reconstructed
 §2.1): weight decay (``train.optimizer.weight_decay``; J has the ``weight`` role), a Frobenius bound
 ``frobenius`` on every block J_ij (kept by a ``ProjectionCallback`` through :meth:`project_`), the vMF
@@ -184,11 +185,23 @@ class BareSelfAttention(nn.Module):
         return {"iterations": 1, "steps": 1}
 
     def forward(self, idx: Tensor, mask: Tensor | None = None, *, trace: bool = False, stats: bool = False,
-                iterations: int | None = None, steps: int | None = None) -> ModelOutput:
+                iterations: int | None = None, steps: int | None = None,
+                local_loss: bool = False) -> ModelOutput | tuple[Tensor, dict[str, float]]:
         """Token ids (B, N) with masked sites = C -> logits (B, N, C) after q = iterations × steps steps
-        (``iterations`` defaults to cfg.iterations, ``steps`` to 1). ``mask`` (key padding) is refused."""
+        (``iterations`` defaults to cfg.iterations, ``steps`` to 1). ``mask`` (key padding) is refused.
+
+        ``local_loss=True``: the training objective instead, :meth:`local_loss` of the data ``idx`` (token ids,
+        embedded, or continuous tokens (B, N, d)), no dynamics. Tasks train through this call, not the method:
+        under DDP only a call of the wrapper's forward arms the gradient all-reduce, so a loss computed on the
+        unwrapped module left every rank training its own J (train/trainer.py's loss_fn contract)."""
         if mask is not None:
             raise ValueError("bare self-attention takes no padding mask (its sequences have fixed length)")
+        if local_loss:
+            extra = [k for k, v in (("trace", trace), ("stats", stats), ("iterations", iterations),
+                                    ("steps", steps)) if v not in (False, None)]
+            if extra:
+                raise ValueError(f"forward(local_loss=True) runs no dynamics; {', '.join(extra)} not allowed with it")
+            return self._data_loss(idx)
         q = (self.cfg.iterations if iterations is None else iterations) * (1 if steps is None else steps)
         x0 = self.embed(idx)
         moving = (idx == self.cfg.n_colours) if self.cfg.clamp_observed else None
@@ -247,6 +260,13 @@ class BareSelfAttention(nn.Module):
         loss = pl_objective(J, x, lam=self.cfg.lam, kind=kind, rows=rows, codebook=self.codebook,
                             x_model=x_model)
         return loss, {"j_norm": float(J.detach().norm())}
+
+    @torch.compiler.disable
+    def _data_loss(self, data: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """forward(local_loss=True): :meth:`local_loss` of token ids (embedded) or tokens (B, N, d). Eager under
+        ``torch.compile``, as when tasks called the method directly: its input checks and metric are host reads
+        that break a graph, and a few einsums leave nothing worth compiling."""
+        return self.local_loss(data if data.is_floating_point() else self.embed(data))
 
     @torch.no_grad()
     def project_(self) -> None:

@@ -133,7 +133,7 @@ class DenoiseTask(Task):
 
     def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
         (x,) = batch
-        return unwrap_model(model).local_loss(x)
+        return model(x, local_loss=True)  # through the wrapper's forward: DDP all-reduces J's gradient
 
     # ------------------------------------------------------------------ evaluation
     def memories(self) -> torch.Tensor:

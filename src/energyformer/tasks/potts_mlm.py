@@ -192,9 +192,8 @@ class PottsMLMTask(Task):
     # ------------------------------------------------------------------ training
     def loss(self, model: nn.Module, batch: tuple) -> tuple[torch.Tensor, dict[str, float]]:
         (s,) = batch
-        inner = unwrap_model(model)
-        if hasattr(inner, "local_loss"):  # bare self-attention: pseudo-likelihood, no masking, no BPTT
-            return inner.local_loss(inner.embed(s))
+        if hasattr(unwrap_model(model), "local_loss"):  # bare self-attention: pseudo-likelihood, no masking, no BPTT
+            return model(s, local_loss=True)  # through the wrapper's forward: DDP all-reduces J's gradient
         idx, masked = mask_sites(s, self.cfg.n_masked, self.C)
         out = model(idx)
         loss = F.cross_entropy(at_least_float32(out.logits[masked]), s[masked])

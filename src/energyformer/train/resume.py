@@ -30,7 +30,7 @@ from .checkpoint import (CheckpointError, checkpoint_step, latest_valid_checkpoi
                          remove_stale_tmp, save_checkpoint)
 from .config import LEGACY_KEYS
 from .contract import TrainingDiverged
-from .rng import set_rng_state
+from .rng import seed_everything, set_rng_state
 from .runinfo import to_plain
 
 log = logging.getLogger("energyformer.train")
@@ -312,20 +312,7 @@ def restore_run(trainer: Any, path: str) -> dict[str, Any]:
     # and the task: the data state below points into its data stream
     check_task_config(state.get("run_config"), to_plain(trainer.run_config), path, trainer.out_dir)
     load_model_weights(trainer.model, path, verify=False)
-    entries = state.get("ranks") or []
-    if entries:
-        if len(entries) != trainer.world_size:
-            warnings.warn(
-                f"checkpoint {path} was written by {len(entries)} rank(s), this run has "
-                f"{trainer.world_size}: data positions and RNG streams will not resume exactly",
-                stacklevel=5,
-            )
-        entry = entries[trainer.rank % len(entries)]
-        try:
-            trainer.train_data.load_state_dict(entry["data"])
-        except DataError as err:
-            raise DataError(f"cannot resume from {path}: {err}") from None
-        set_rng_state(entry["rng"])
+    restore_rank_streams(trainer, state.get("ranks") or [], path)
     old_cfg, legacy = upgrade_train_config(state.get("train_config") or {})
     new_cfg = trainer.cfg.to_dict()
     changed = config_changes(old_cfg, new_cfg) if old_cfg else []
@@ -356,6 +343,42 @@ def restore_run(trainer: Any, path: str) -> dict[str, Any]:
     trainer._elapsed_before = float(state.get("elapsed_s", 0.0))
     trainer.last_checkpoint = Path(path)
     return state
+
+
+def restore_rank_streams(trainer: Any, entries: list[Any], path: str) -> None:
+    """Restore this rank's data position and RNG state from the checkpoint's per-rank ``entries``.
+
+    Rank ``r`` restores ``entries[r]`` only when the checkpoint has one. A rank beyond them (the run has more
+    ranks than wrote the checkpoint) keeps the per-rank data stream the task built for it and seeds its RNG with
+    ``seed + rank``, as a fresh run does: restoring another rank's entry would copy that rank's seed, position and
+    RNG, so both ranks would draw the same batches and the run would train on less data than it counts. Saved
+    entries beyond this run's ranks (fewer ranks than wrote it) are dropped. Either change is a warning naming it.
+    """
+    if not entries:
+        return
+    n, world = len(entries), trainer.world_size
+    if n != world:
+        if world > n:
+            what = (f"rank(s) {_span(n, world)} have no saved stream and start their own data stream and RNG "
+                    f"afresh (seed + rank), as in a new run")
+        else:
+            what = f"the saved data streams and RNG of rank(s) {_span(world, n)} are dropped"
+        warnings.warn(f"checkpoint {path} was written by {n} rank(s), this run has {world}: rank(s) "
+                      f"{_span(0, min(n, world))} resume their own data position and RNG; {what}", stacklevel=6)
+    if trainer.rank >= n:
+        seed_everything(trainer.cfg.seed + trainer.rank)
+        return
+    entry = entries[trainer.rank]
+    try:
+        trainer.train_data.load_state_dict(entry["data"])
+    except DataError as err:
+        raise DataError(f"cannot resume from {path}: {err}") from None
+    set_rng_state(entry["rng"])
+
+
+def _span(lo: int, hi: int) -> str:
+    """Ranks ``lo .. hi-1`` in words: ``3`` or ``1-3``."""
+    return str(lo) if hi - lo == 1 else f"{lo}-{hi - 1}"
 
 
 def eval_pending(trainer: Any, logged: set[tuple[str, int]]) -> bool:
