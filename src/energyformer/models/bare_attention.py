@@ -38,6 +38,7 @@ from ..core.solver import SOLVERS, SolverResult
 from ..energies.pl_objectives import pl_objective
 from ..energies.pseudolikelihood import PseudoLikelihoodEnergy
 from ..utils.config import KindConfig
+from ..utils.fields import Seed
 from ..utils.validate import ConfigError
 from .output import ModelOutput
 from .registry import MODELS
@@ -65,7 +66,7 @@ class BareSAConfig(KindConfig):
     """d_h of the factored form (None: d // heads)"""
     init_std: float = Field(0.0, ge=0)
     """std of J's normal init (0: J = 0; the factored form needs > 0)"""
-    init_seed: int = Field(0, ge=0)
+    init_seed: Seed = 0
     """seed of J's init and of a random codebook"""
     iterations: int = Field(1, ge=1)
     """q, dynamics steps at evaluation (forward(iterations=) overrides)"""

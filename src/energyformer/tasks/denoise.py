@@ -35,6 +35,7 @@ from ..models import MODELS
 from ..train.callbacks import ProjectionCallback
 from ..train.checkpoint import unwrap_model
 from ..utils.config import KindConfig, replace
+from ..utils.fields import Seed
 from ..utils.validate import ConfigError
 from .base import Task, TaskConfig, check_batch_size, register_task
 
@@ -49,7 +50,7 @@ class DenoiseConfig(TaskConfig):
     """patch side p: N = HW/p² tokens of d = 2·C·p²"""
     mixing: Literal["orthogonal", "none"] = "orthogonal"
     """fixed mixing matrix F: seeded random orthogonal ([REC]) or none"""
-    mixing_seed: int = 0
+    mixing_seed: Seed = 0
     """seed of F"""
     n_train: int | None = Field(None, ge=1)
     """training images used (None: the whole train split)"""
@@ -67,7 +68,7 @@ class DenoiseConfig(TaskConfig):
     """steps at which metrics are reported (the curves hold every step)"""
     nearest_train: int | None = Field(5000, ge=1)
     """training images searched for the nearest memory (None: all)"""
-    eval_seed: int = 0
+    eval_seed: Seed = 0
     """seed of the corruption"""
 
     @model_validator(mode="after")

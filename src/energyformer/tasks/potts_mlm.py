@@ -40,7 +40,7 @@ from ..models import MODELS
 from ..models.backbone import LayerStack
 from ..train.callbacks import ProjectionCallback
 from ..train.checkpoint import unwrap_model
-from ..utils.fields import IterationCounts
+from ..utils.fields import IterationCounts, Seed
 from ..utils.config import KindConfig, replace
 from ..utils.validate import ConfigError
 from .base import Task, TaskConfig, check_batch_size, register_task
@@ -64,7 +64,7 @@ class PottsMLMConfig(TaskConfig):
     """q values at which recurrent models are evaluated (sweep)"""
     calibrate_sequences: int = Field(2048, ge=1)
     """training sequences used to calibrate bare self-attention's readout scale"""
-    eval_seed: int = 0
+    eval_seed: Seed = 0
     """seed of the site masked in each evaluated sequence"""
 
 
