@@ -115,8 +115,10 @@ def test_tiny_runs_record_every_hook_and_render(tmp_path):
     from energyformer.studies.command import render_pages
     from energyformer.studies.runner import run_study
 
-    spec = load_study("hyperset-images")
-    tiny = ["task.dataset=digits", "train.steps=2", "train.log_every=1", "task.batch_size=16"]
+    spec = load_study("hyperset-images")   # the fashion_mnist label trains on digits (--set may not change it)
+    spec = spec.model_copy(update={"runs": spec.runs.model_copy(update={"grid": {"dataset": {
+        "fashion_mnist": ["task.dataset=digits"], "mnist": ["task.dataset=mnist"]}}})})
+    tiny = ["train.steps=2", "train.log_every=1", "task.batch_size=16"]
     kw = dict(seeds=[0], log=lambda s: None)
     run_study(spec, "hyperset-images", "cpu", tmp_path / "page" / "cpu", tmp_path / "runs",
               only={"dataset": ["fashion_mnist"], "model": ["hyperset", "et"]}, sets=[*tiny, "model.patch_size=2"], **kw)

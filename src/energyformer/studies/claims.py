@@ -2,11 +2,14 @@
 
 An arm over runs gives one value per seed: the mean of its metric over the selected runs of that seed
 (e.g. the accuracy over every hard length). A claim with ``per: AXIS`` gives one row per label of the
-axis. A claim declared ``untestable: REASON`` is UNTESTABLE with that reason, whatever ran.
+axis. A claim declared ``untestable: REASON`` is UNTESTABLE with that reason, whatever ran. The two arms are
+compared over the same cells or the row is UNTESTABLE saying why; a diverged run is a non-finite result (UNTESTABLE,
+named), never a cell silently left out of one arm.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
@@ -53,37 +56,68 @@ def _cell_key(record: dict) -> tuple:
 _AGG = {"mean": fmean, "min": min, "max": max, "range": lambda v: max(v) - min(v)}
 
 
+@dataclass(frozen=True)
+class ArmResult:
+    """An arm's per-seed values with what it selected: ``cells`` are the cells of every matching record (run
+    with or without a value, diverged or not), so two arms are compared over the same cells or not at all;
+    ``why`` says why an arm that selected runs has no value (a metric path no run has, a mismatch of cells)."""
+
+    values: dict[int, float]
+    cells: frozenset = frozenset()
+    diverged: tuple[str, ...] = ()
+    why: str | None = None
+
+
 def arm_values(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[str, str],
                probes: dict | None = None) -> dict[int, float]:
-    """{seed: value}: per seed the runs the arm selects aggregated to one (``arm.agg``, the mean by
-    default) — or, with ``reduce``, its function of the per-label aggregates of one axis — minus the
-    ``minus`` selection's value (seeds both ran); a probe's measurement is one value (seed 0).
-    Only seeds with a value in every cell the arm selects in any seed count: a seed whose run of one cell is
-    missing (not run, failed, or no such metric) is left out rather than aggregated over fewer cells, which
-    would set a mean over other cells beside the other seeds' (its seed count then says so)."""
+    """{seed: value} of :func:`arm_result`."""
+    return arm_result(records, arm, metric, extra, probes).values
+
+
+def arm_result(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[str, str],
+               probes: dict | None = None) -> ArmResult:
+    """Per seed the runs the arm selects aggregated to one (``arm.agg``, the mean by default) — or, with
+    ``reduce``, its function of the per-label aggregates of one axis — minus the ``minus`` selection's value
+    (seeds both ran); a probe's measurement is one value (seed 0).
+
+    The arm's cells are those of every record it selects, with a value or not. A seed counts only with a value
+    in each of them: a seed whose run of one cell is missing (not run, or no such metric) is left out rather
+    than aggregated over fewer cells, which would set a mean over other cells beside the other seeds' (its seed
+    count then says so); a cell whose runs all lack the metric leaves every seed out, with ``why`` naming the
+    path. A diverged run (recorded with ``diverged`` and no metrics) is a non-finite result, never a cell
+    dropped: its seed's value is NaN, so ``compare`` says UNTESTABLE (a diverged learning rate left out of a
+    sensitivity range, or one length left out of one arm's mean, silently decided the claim)."""
     if arm.probe is not None:
         v = metric_value({"metrics": {arm.probe: (probes or {}).get(arm.probe)}}, f"{arm.probe}.{arm.metric or metric}")
-        return {0: float(v)} if isinstance(v, (int, float)) else {}
+        return ArmResult({0: float(v)} if isinstance(v, (int, float)) else {})
     where = {**(arm.where or {}), **extra}
     m = arm.metric or metric
     by_seed: dict[int, dict[str | None, list[float]]] = {}
-    cells: dict[int, set] = {}  # per seed, the cells it has a value for
+    cells: dict[int, set] = {}  # per seed, the cells it has a value for (NaN: diverged)
+    selected, valued, diverged = set(), set(), []
     for key, r in records.items():
-        if _matches(r, where):
-            v = metric_value(r, m)
-            if isinstance(v, str):  # a number damaged into text was a seed silently left out
-                raise DataError(f"runs[{key!r}]: metric {m} is {v!r}, not a number (a claim reads it)")
-            if isinstance(v, (int, float)):
-                label = r.get("cell", {}).get(arm.reduce.over) if arm.reduce else None
-                by_seed.setdefault(int(r["seed"]), {}).setdefault(label, []).append(float(v))
-                cells.setdefault(int(r["seed"]), set()).add(_cell_key(r))
-    every = set().union(*cells.values()) if cells else set()
+        if not _matches(r, where):
+            continue
+        selected.add(_cell_key(r))
+        v = math.nan if "diverged" in r else metric_value(r, m)
+        if isinstance(v, str):  # a number damaged into text was a seed silently left out
+            raise DataError(f"runs[{key!r}]: metric {m} is {v!r}, not a number (a claim reads it)")
+        if "diverged" in r:
+            diverged.append(key)
+        if isinstance(v, (int, float)):
+            label = r.get("cell", {}).get(arm.reduce.over) if arm.reduce else None
+            by_seed.setdefault(int(r["seed"]), {}).setdefault(label, []).append(float(v))
+            cells.setdefault(int(r["seed"]), set()).add(_cell_key(r))
+            valued.add(_cell_key(r))
     agg = _AGG[arm.agg]
     out: dict[int, float] = {}
     for s in sorted(by_seed):
-        if cells[s] != every:
+        if cells[s] != selected:
             continue  # a cell of the arm missing in this seed
         groups = by_seed[s]
+        if not all(math.isfinite(x) for g in groups.values() for x in g):
+            out[s] = math.nan   # (min / max of a list with a NaN depend on its order)
+            continue
         if arm.reduce is None:
             out[s] = agg(groups[None])
             continue
@@ -93,10 +127,46 @@ def arm_values(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[
         v = hook(arm.reduce.fn)(labels, [agg(groups[lab]) for lab in labels])
         if v is not None:
             out[s] = float(v)
+    why = None
+    if selected and not out:
+        lacking = sorted(selected - valued)
+        why = (f"no selected run has the metric {m}" if not valued else
+               f"metric {m} missing in every run of {_cell_text(lacking[0])}" if lacking else
+               f"no seed has the metric {m} in every selected cell")
+    res = ArmResult(out, frozenset(selected), tuple(diverged), why)
     if arm.minus is not None:
-        other = arm_values(records, arm.minus, m, extra, probes)
-        out = {s: v - other[s] for s, v in out.items() if s in other}
-    return out
+        other = arm_result(records, arm.minus, m, extra, probes)
+        differ = cell_mismatch(arm, res, arm.minus, other, extra)
+        vals = {} if differ else {s: v - other.values[s] for s, v in out.items() if s in other.values}
+        res = ArmResult(vals, res.cells, res.diverged + other.diverged,
+                        differ or res.why or (f"minus: {other.why}" if other.why else None))
+    return res
+
+
+def _cell_text(cell: tuple) -> str:
+    return ", ".join(f"{a}={v}" for a, v in cell) or "the arm"
+
+
+def cell_mismatch(x: ArmSpec, xr: ArmResult, y: ArmSpec, yr: ArmResult, extra: dict[str, str]) -> str | None:
+    """Why two arms over runs are not compared: the cells they ran differ on an axis both select alike (the same
+    labels, or neither names it, and neither reduces over it) — e.g. A's mean over length 64 beside B's over 64
+    and 96. None when they agree (or one selected nothing: ``compare`` says so)."""
+    if x.where is None or y.where is None or not xr.cells or not yr.cells:
+        return None
+
+    def picks(arm: ArmSpec, axis: str):
+        v = {**(arm.where or {}), **extra}.get(axis)
+        return None if v is None else frozenset(v if isinstance(v, list) else [v])
+
+    axes = {a for c in xr.cells | yr.cells for a, _ in c}
+    reduced = {arm.reduce.over for arm in (x, y) if arm.reduce is not None}
+    shared = sorted(a for a in axes if a not in reduced and picks(x, a) == picks(y, a))
+    px, py = ({tuple((a, v) for a, v in c if a in shared) for c in r.cells} for r in (xr, yr))
+    if px == py:
+        return None
+    side, only = ("A", sorted(px - py)) if px - py else ("B", sorted(py - px))
+    return (f"the arms ran different cells: only {side} has {'; '.join(_cell_text(c) for c in only[:3])}"
+            f"{' and more' if len(only) > 3 else ''} (compared over the same cells or not at all)")
 
 
 def rule_text(c: ClaimSpec) -> str:
@@ -134,15 +204,33 @@ def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = No
             labels = [lab for lab in spec.runs.axes[c.per] if lab in seen]
         for lab in labels:
             extra = {c.per: lab} if lab is not None else {}
-            a = arm_values(records, c.a, c.metric, extra, probes)
-            b = c.b.value if c.b.value is not None else arm_values(records, c.b, c.metric, extra, probes)
+            ra = arm_result(records, c.a, c.metric, extra, probes)
+            rb = None if c.b.value is not None else arm_result(records, c.b, c.metric, extra, probes)
+            a, b = ra.values, (c.b.value if rb is None else rb.values)
             av, bv = list(a.values()), (b if isinstance(b, float) else list(b.values()))
-            out = compare(av, bv, higher_is_better=c.higher_is_better, rules=c.rules.rules(), claim=c.claim,
-                          tolerance=c.tolerance)
-            if c.paired and isinstance(b, dict) and out.verdict != Verdict.UNTESTABLE:
-                out = _paired(c, a, b)
-            rows.append(ClaimRow(c, lab, av, bv, out))
+            rows.append(ClaimRow(c, lab, av, bv, _decide(c, ra, rb, extra)))
     return rows
+
+
+def _decide(c: ClaimSpec, ra: ArmResult, rb: ArmResult | None, extra: dict[str, str]) -> Outcome:
+    """The verdict of one row: UNTESTABLE with the reason where an arm selected runs but has no value or the
+    arms ran different cells; else ``compare`` (a diverged run: non-finite, named), paired if declared."""
+    for side, r in (("A", ra), ("B", rb)):
+        if r is not None and not r.values and r.why:
+            return Outcome(Verdict.UNTESTABLE, None, None, f"{side}: {r.why}")
+    differ = cell_mismatch(c.a, ra, c.b, rb, extra) if rb is not None else None
+    if differ:
+        return Outcome(Verdict.UNTESTABLE, None, None, differ)
+    b = c.b.value if rb is None else list(rb.values.values())
+    out = compare(list(ra.values.values()), b, higher_is_better=c.higher_is_better, rules=c.rules.rules(),
+                  claim=c.claim, tolerance=c.tolerance)
+    gone = ra.diverged + (rb.diverged if rb is not None else ())
+    if out.verdict == Verdict.UNTESTABLE and gone and out.margin is None and "non-finite" in out.reason:
+        names = ", ".join(sorted(set(gone))[:3]) + (" and more" if len(set(gone)) > 3 else "")
+        return Outcome(out.verdict, None, None, f"{out.reason}: {names}")
+    if c.paired and rb is not None and out.verdict != Verdict.UNTESTABLE:
+        out = _paired(c, ra.values, rb.values)
+    return out
 
 
 def _paired(c: ClaimSpec, a: dict[int, float], b: dict[int, float]) -> Outcome:
@@ -164,6 +252,8 @@ def _fmt(v: list[float] | float | None) -> str:
         return f"{v:.4g}"
     if not v:
         return "not run"
+    if not all(map(math.isfinite, v)):  # a diverged run's seed (a NaN mean would print as "nan [nan, nan]")
+        return f"non-finite in {sum(not math.isfinite(x) for x in v)} of {len(v)} seed(s)"
     return f"{fmean(v):.4g}" + (f" [{min(v):.4g}, {max(v):.4g}]" if len(v) > 1 else " (1 seed)")
 
 

@@ -191,3 +191,21 @@ class BlockSpec(ConfigModel):
             raise ValueError(f"a page block has exactly one of {', '.join(type(self).model_fields)}; got "
                              f"{', '.join(given) or 'none'}")
         return self
+
+
+def page_axes(b: BlockSpec) -> list[tuple[str, str]]:
+    """(key, axis) of every axis a page block names: rows, group, series, panel, where."""
+    out: list[tuple[str, str]] = []
+    for kind in ("table", "plot"):
+        part = getattr(b, kind)
+        if part is None:
+            continue
+        names = ([("rows", a) for a in part.rows] + [("group", part.group)] if kind == "table"
+                 else [("series", part.series), ("panel", part.panel)])
+        out += [(f"{kind}.{k}", a) for k, a in names if a is not None]
+        out += [(f"{kind}.where", a) for a in part.where]
+        if kind == "table":
+            out += [("table.columns.minus", a) for c in part.columns for a in (c.minus or {})]
+            out += [("table.columns.where", a) for c in part.columns for a in c.where]
+            out += [("table.columns.reduce.over", c.reduce.over) for c in part.columns if c.reduce]
+    return out

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -41,11 +42,19 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from ..analysis.verdicts import Rules
-from ..utils.config import ConfigModel, load_config, read_yaml
+from ..utils.config import ConfigModel, load_config, override_key, read_yaml
+from ..utils.fields import Seed
 from ..utils.validate import ConfigError
-from .page_spec import HOOK_RE, BlockSpec, ReduceSpec
+from .page_spec import HOOK_RE, BlockSpec, ReduceSpec, page_axes
 
 SCALES = ("cpu", "gpu")
+
+
+def _distinct(v: list[int] | None) -> list[int] | None:
+    """A seed listed twice would train one run twice, two processes on one folder (the CLI's --seeds refuses it)."""
+    if v is not None and len(set(v)) < len(v):
+        raise ValueError("a seed is given twice (each seed once)")
+    return v
 
 
 def _labels(v: dict) -> dict:
@@ -138,14 +147,16 @@ class ScaleSpec(ConfigModel):
 
     overrides: list[str] = Field(default_factory=list)
     """dotted overrides of this scale, after the study's"""
-    seeds: list[int] | None = None
-    """this scale's seeds (default: the study's)"""
+    seeds: list[Seed] | None = None
+    """this scale's seeds (default: the study's): distinct, each in 0..2^63-1 (as --seeds)"""
     only: dict[str, list[str]] | list[dict[str, list[str]]] = Field(default_factory=dict)
     """{axis: [labels]}: the grid cells this scale runs (default: all); a list of such selections runs
     their union (a cell runs when it matches any of them); a selection may also name ``seed: [...]``
     (those cells run only with those seeds, e.g. a second seed for two configs)"""
     note: str = ""
     """a sentence for the page: what this scale is sized for"""
+
+    _seeds = field_validator("seeds")(_distinct)
 
     @field_validator("only", mode="before")
     @classmethod
@@ -276,6 +287,13 @@ class ClaimSpec(ConfigModel):
                     raise ValueError(f"claim {self.id!r}: an arm over runs or a probe needs a metric")
             if self.a.value is not None:
                 raise ValueError(f"claim {self.id!r}: arm a must be runs (where:) or a probe, b may be a number")
+            # accepted and ignored, these silently decided another rule than the one written
+            if "tolerance" in self.model_fields_set and self.claim == "better":
+                raise ValueError(f"claim {self.id!r}: tolerance = {self.tolerance:g} applies to claim: not_worse or "
+                                 "equal, not better (its band is the seeds' spread and rules.noise)")
+            if self.paired and self.b.value is not None:
+                raise ValueError(f"claim {self.id!r}: paired: true needs per-seed values on both sides; b is a "
+                                 f"fixed value ({self.b.value:g}): drop paired")
         return self
 
 
@@ -292,7 +310,8 @@ class StudySpec(ConfigModel):
     report: dict[str, list[BlockSpec]] = Field(default_factory=dict)
     """{file: [blocks]}: the scale page as data (:mod:`energyformer.studies.page_spec`)"""
     runs: RunsSpec
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[Seed] = Field(min_length=1)
+    """distinct, each in 0..2^63-1 (as --seeds)"""
     scales: dict[str, ScaleSpec]
     metrics: dict[str, str] = Field(default_factory=dict)
     """{name: module:function}: eval hooks run on every finished run"""
@@ -300,6 +319,8 @@ class StudySpec(ConfigModel):
     """{name: module:function}: measurements that are not training runs, fn(scale) -> JSON (None: not
     recorded), made once per scale and recorded under ``probes`` in results.json"""
     claims: list[ClaimSpec] = Field(default_factory=list)
+
+    _seeds = field_validator("seeds")(_distinct)
 
     @field_validator("render")
     @classmethod
@@ -362,24 +383,6 @@ class StudySpec(ConfigModel):
         return self
 
 
-def page_axes(b: BlockSpec) -> list[tuple[str, str]]:
-    """(key, axis) of every axis a page block names: rows, group, series, panel, where."""
-    out: list[tuple[str, str]] = []
-    for kind in ("table", "plot"):
-        part = getattr(b, kind)
-        if part is None:
-            continue
-        names = ([("rows", a) for a in part.rows] + [("group", part.group)] if kind == "table"
-                 else [("series", part.series), ("panel", part.panel)])
-        out += [(f"{kind}.{k}", a) for k, a in names if a is not None]
-        out += [(f"{kind}.where", a) for a in part.where]
-        if kind == "table":
-            out += [("table.columns.minus", a) for c in part.columns for a in (c.minus or {})]
-            out += [("table.columns.where", a) for c in part.columns for a in c.where]
-            out += [("table.columns.reduce.over", c.reduce.over) for c in part.columns if c.reduce]
-    return out
-
-
 #: numbers every run record carries, usable as claim metrics beside the declared ones
 RUN_FIELDS = ("tokens_per_s", "seconds", "params")
 
@@ -438,8 +441,9 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
            only: dict[str, list[str]] | None = None, sets: list[str] = ()) -> list[RunPlan]:
     """Every run of ``scale``: the grid (restricted by the scale's and the caller's ``only``) × seeds.
 
-    Overrides in order: the study's, the cell's (a config label's own, then the grid axes'), the scale's, ``sets`` (the command line), then
-    ``train.seed`` and ``name``. ``seeds`` (command line) wins over the scale's and the study's."""
+    Overrides in order: the study's, the cell's (a config label's own, then the grid axes'), the scale's, ``sets``
+    (the command line), then ``train.seed`` and ``name``. ``seeds`` (command line) wins over the scale's and the
+    study's. A ``sets`` key that a run's cell or seed decides is refused (:func:`_check_sets`)."""
     if scale not in spec.scales:
         raise ConfigError(f"--scale {scale!r}: this study has {', '.join(spec.scales)}")
     sc = spec.scales[scale]
@@ -461,6 +465,7 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
                 continue
             config = spec.runs.config[cfg_axis][cell[cfg_axis]] if cfg_axis else spec.runs.config
             cell_over = [o for a, lab in cell.items() if a in spec.runs.grid for o in spec.runs.grid[a][lab]]
+            _check_sets(spec, sc, cell, config, sets)
             if isinstance(config, ConfigCell):
                 config, cell_over = config.config, [*config.overrides, *cell_over]
             name = spec.runs.name.format(seed=seed, **cell)
@@ -470,3 +475,35 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
         said = " ".join(f"{a}={','.join(v)}" for a, v in only.items())
         raise ConfigError(f"--only {said}: selects no run of scale {scale!r} (its cells and seeds exclude it)")
     return out
+
+
+def _check_sets(spec: StudySpec, sc: ScaleSpec, cell: dict[str, str], config: str | ConfigCell,
+                sets: list[str]) -> None:
+    """Refuse a ``--set`` key equal to, under or above one the run's grid axes, its seed (``{seed}``, ``train.seed``)
+    or ``name`` set: the grid's overrides apply before ``--set``, which won silently (``--only kernel=rbf --set
+    task.kernel.name=matern`` trained runs named rbf on the Matérn kernel, shown as rbf); train.seed and name apply
+    after it, which was lost silently. A key of a config label's own overrides (its recipe: ``train.steps``, a
+    learning rate) is replaced with a warning naming both values, as ``--set`` replaces a config file's: a shortened
+    run stays possible, and the page marks such records out of date (their config is not the study's)."""
+    owned = [(o, f"the grid axis {a!r} sets this key; use --only {a}=...")
+             for a, lab in cell.items() if a in spec.runs.grid for o in spec.runs.grid[a][lab]]
+    owned += [(o, f"the study sets this key from each run's seed ({o}); use --seeds")
+              for o in [*spec.runs.overrides, *sc.overrides] if "{seed}" in o]
+    owned += [("train.seed=", "the study sets each run's seed; use --seeds"), ("name=", "runs.name names each run")]
+    recipe = []
+    if isinstance(config, ConfigCell):   # a config label with its own overrides
+        a = next(iter(spec.runs.config))
+        recipe = [(o, f"run label {a}={cell[a]} sets {o} itself") for o in config.overrides]
+
+    def clash(k: tuple[str, ...], o: str) -> bool:   # equal, under or above
+        return k[:len(override_key(o))] == override_key(o) or override_key(o)[:len(k)] == k
+
+    for item in sets:
+        k = override_key(item)
+        for o, why in owned:
+            if clash(k, o):
+                raise ConfigError(f"--set {'.'.join(k)}: {why}")
+        for o, why in recipe:
+            if clash(k, o):
+                warnings.warn(f"--set {item}: replaces a study recipe value ({why}); the page marks these runs "
+                              "out of date", stacklevel=4)

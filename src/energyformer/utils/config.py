@@ -418,6 +418,12 @@ def _key_and_value(item: str) -> tuple[str, str]:
     return item, ""
 
 
+def override_key(item: str) -> tuple[str, ...]:
+    """The dotted key of an override ``KEY=VALUE`` (or a bare key) as its parts, ``[kind=...]`` selectors dropped:
+    ``'train.schedule[kind=constant].warmup=0.1'`` -> ``('train', 'schedule', 'warmup')``."""
+    return tuple(p.strip() for p in _KIND_SELECTOR.sub("", _key_and_value(item)[0]).split("."))
+
+
 def _kind_selectors(key: str) -> list[tuple[list[str], str]]:
     """``model.block.attention[kind=mha].steps`` (a key as ``list keys`` prints it) -> the kind switches it
     implies: ``[(["model", "block", "attention", "kind"], "mha")]``."""
