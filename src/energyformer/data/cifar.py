@@ -16,6 +16,12 @@ needs (plus ``_codecs.encode`` for Latin-1 byte strings) and refuses every other
 :class:`~energyformer.errors.DataError` naming the file; after loading, the result must consist of
 plain containers, strings, numbers and non-object numpy arrays. ``root`` may be the extracted
 folder or the downloaded ``.tar.gz`` (read in memory, nothing is extracted to disk).
+
+Malformed data is a DataError naming the file, never a silent guess: labels must be integers (floats that
+are whole numbers pass; ``1.9`` is not truncated to class 1), the meta file must list exactly the set's
+class count (:data:`CIFAR_CLASS_COUNTS`: a model head is sized from that fixed count before the data is
+read, so a 12-name or 5-name meta file would otherwise fail deep inside training or evaluation), and a
+truncated or corrupt archive is reported with the archive (and member) named.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import io
 import os
 import pickle
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +51,10 @@ CIFAR10_FILES = {"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "test":
 CIFAR100_FILES = {"train": ("train",), "test": ("test",), "meta": "meta"}
 CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 CIFAR_IMAGE = (3, 32, 32)
+#: classes of each set and label mode (the official files; the model head is sized from these)
+CIFAR_CLASS_COUNTS = {("cifar10", "fine"): 10, ("cifar100", "fine"): 100, ("cifar100", "coarse"): 20}
+#: what a truncated or corrupt .tar.gz raises while it is listed or read (gzip: EOFError, zlib.error)
+_ARCHIVE_ERRORS = (tarfile.TarError, OSError, EOFError, zlib.error)
 
 
 def _numpy_reconstruct(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
@@ -165,9 +176,14 @@ class _Source:
         if root.is_file():
             try:
                 self.tar = tarfile.open(root, "r:*")
-            except (tarfile.TarError, OSError) as err:
+            except _ARCHIVE_ERRORS as err:
                 raise DataError(f"CIFAR archive {str(root)!r} cannot be opened: {err}") from None
-            self.members = {m.name: m for m in self.tar.getmembers() if m.isfile()}
+            try:  # listing reads the whole (compressed) stream: a truncated archive fails here
+                self.members = {m.name: m for m in self.tar.getmembers() if m.isfile()}
+            except _ARCHIVE_ERRORS as err:
+                self.tar.close()
+                raise DataError(f"CIFAR archive {str(root)!r} is corrupt or truncated "
+                                f"({type(err).__name__}: {err})") from None
             self.prefix = folder + "/"
         elif root.is_dir():
             self.dir = root / folder if (root / folder).is_dir() else root
@@ -179,9 +195,13 @@ class _Source:
             key = self.prefix + fname
             if key not in self.members:
                 raise DataError(f"CIFAR archive {str(self.root)!r} has no member {key!r}")
-            f = self.tar.extractfile(self.members[key])
-            assert f is not None
-            return f.read(), f"{self.root}:{key}"
+            try:
+                f = self.tar.extractfile(self.members[key])
+                assert f is not None
+                return f.read(), f"{self.root}:{key}"
+            except _ARCHIVE_ERRORS as err:
+                raise DataError(f"CIFAR archive {str(self.root)!r}: member {key!r} is corrupt or truncated "
+                                f"({type(err).__name__}: {err})") from None
         p = self.dir / fname
         if not p.is_file():
             raise DataError(f"CIFAR file {str(p)!r} not found (expected the standard python-pickle "
@@ -204,6 +224,24 @@ class CifarArrays:
     classes: tuple[str, ...]
 
 
+def _int_labels(value: Any, name: str, key: str) -> np.ndarray:
+    """``value`` as int64 labels: integers, or floats that are whole numbers; anything else (``1.9``, NaN,
+    booleans, strings) is a DataError naming the file. A plain ``int64`` cast would truncate 1.9 to 1."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError):  # ragged nesting
+        raise DataError(f"{name}: {key!r} must be a list of integers; found a ragged "
+                        f"{type(value).__name__}") from None
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            raise DataError(f"{name}: {key!r} must be integers; found {float(arr[bad].reshape(-1)[0])!r} "
+                            f"({int(bad.sum())} of {arr.size} labels are not whole numbers)")
+    elif arr.dtype.kind not in "iu":
+        raise DataError(f"{name}: {key!r} must be integers; found {arr.dtype} values")
+    return arr.astype(np.int64)
+
+
 def _read_batch(src: _Source, fname: str, label_key: str, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
     raw, name = src.read(fname)
     d = _str_keys(safe_unpickle(raw, name), name)
@@ -216,10 +254,7 @@ def _read_batch(src: _Source, fname: str, label_key: str, n_classes: int) -> tup
         shape = getattr(data, "shape", None)
         raise DataError(f"{name}: 'data' must be a uint8 array of shape (n, {size}); found "
                         f"{type(data).__name__} {getattr(data, 'dtype', '')} {shape}")
-    try:
-        labels = np.asarray(d[label_key], dtype=np.int64)
-    except (TypeError, ValueError):
-        raise DataError(f"{name}: {label_key!r} must be a list of integers") from None
+    labels = _int_labels(d[label_key], name, label_key)
     if labels.shape != (data.shape[0],):
         raise DataError(f"{name}: {data.shape[0]} images but {labels.size} {label_key!r}")
     if labels.size and (labels.min() < 0 or labels.max() >= n_classes):
@@ -250,6 +285,11 @@ def load_cifar(root: str | os.PathLike, kind: Literal["cifar10", "cifar100"] = "
         if names_key not in meta:
             raise DataError(f"{name}: no {names_key!r} entry (keys: {', '.join(sorted(meta))})")
         classes = _names(meta[names_key], name, names_key)
+        expected = CIFAR_CLASS_COUNTS[(kind, "fine" if kind == "cifar10" else label_mode)]
+        if len(classes) != expected:
+            raise DataError(f"{name}: {names_key!r} has {len(classes)} class names, expected {expected} "
+                            f"({kind}{' ' + label_mode if kind == 'cifar100' else ''}; the model head has "
+                            f"{expected} outputs)")
         parts = {s: [_read_batch(src, f, label_key, len(classes)) for f in files[s]]
                  for s in ("train", "test")}
     finally:

@@ -25,11 +25,12 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from einops import rearrange
+from pydantic import ValidationInfo, field_validator
 
 from energyformer.data.batching import EpochBatcher, eval_batches, seeded_generator
 from energyformer.data.cifar import CIFAR_FOLDERS, load_cifar
@@ -38,7 +39,7 @@ from energyformer.data.image_sources import idx_files
 from energyformer.data.text import data_dir
 from energyformer.errors import DataError
 from energyformer.utils.config import ConfigModel
-from energyformer.utils.fields import SplitSize
+from energyformer.utils.fields import Seed, SplitSize
 from energyformer.utils.validate import ConfigError, check_choice, check_int
 
 IMAGE_SETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
@@ -258,6 +259,9 @@ def _validation_count(validation: float | int, n: int, name: str) -> int:
         count = int(round(validation * n))
     else:
         count = validation
+    if validation and count == 0:  # asked for a validation split but the fraction rounds to none
+        raise DataError(f"{name}: validation = {validation!r} of {n} training examples is 0 examples (the task "
+                        f"evaluates on it): give a count >= 1 or a larger fraction")
     if not 0 <= count < n:
         raise DataError(f"{name}: validation = {validation!r} leaves no training examples (n = {n})")
     return count
@@ -282,13 +286,21 @@ def make_image_dataset(name: str, train_images: np.ndarray | torch.Tensor,
                        test_labels: np.ndarray | torch.Tensor, classes: tuple[str, ...], *,
                        validation: float | int = 0.1, split_seed: int = 0, padding: int = 0,
                        flip: bool = False, meta: dict | None = None) -> ImageDataset:
-    """Build an :class:`ImageDataset` from arrays (any source); statistics from the train split."""
+    """Build an :class:`ImageDataset` from arrays (any source); statistics from the train split.
+
+    An empty train or test set, or a requested validation split that rounds to 0 examples, is a DataError
+    naming the set (and ``meta['source']``): it used to surface only at evaluation, as an internal error.
+    """
     def t(a, dtype):
         return torch.as_tensor(np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a).to(dtype)
 
     xtr, ytr = t(train_images, torch.uint8), t(train_labels, torch.long)
     test = ImageSplit(t(test_images, torch.uint8), t(test_labels, torch.long))
     ImageSplit(xtr, ytr)  # shape checks
+    source = f" ({meta['source']})" if meta and meta.get("source") else ""
+    for split, n in (("train", len(ytr)), ("test", len(test))):
+        if n == 0:
+            raise DataError(f"{name}: the {split} set holds 0 images{source}")
     for split, y in (("train", ytr), ("test", test.labels)):
         if y.numel() and (int(y.min()) < 0 or int(y.max()) >= len(classes)):
             raise DataError(f"{name}: {split} labels in [{int(y.min())}, {int(y.max())}] but "
@@ -324,11 +336,17 @@ def load_image_dataset(name: str, *, validation: float | int = 0.1, split_seed: 
                        label_mode: Literal["fine", "coarse"] = "fine") -> ImageDataset:
     """Load one of :data:`IMAGE_SETS` as an :class:`ImageDataset`.
 
-    ``root`` is used for CIFAR only (default ``<data_dir>/cifar-10-batches-py`` /
-    ``cifar-100-python``); ``label_mode`` picks CIFAR-100's fine (100) or coarse (20) labels.
+    ``root`` is for CIFAR only (default ``<data_dir>/cifar-10-batches-py`` /
+    ``cifar-100-python``); ``label_mode`` picks CIFAR-100's fine (100) or coarse (20) labels. Either one given
+    for a set that does not read it is a ConfigError (:func:`check_cifar_options`).
     A set that is not prepared raises a DataError naming the command that fetches it.
     """
     check_choice("image dataset", name, IMAGE_SETS)
+    for key, value in (("root", root), ("label_mode", label_mode)):
+        try:
+            check_cifar_options(key, value, name)
+        except ValueError as err:
+            raise ConfigError(f"{key} = {str(value)!r}: {err}") from None
     padding, flip = DEFAULT_AUGMENT[name]
     if name == "digits":
         xtr, ytr, xte, yte, meta = _digits()
@@ -339,6 +357,10 @@ def load_image_dataset(name: str, *, validation: float | int = 0.1, split_seed: 
                                  num_classes=10)
         xte, yte = read_idx_pair(files["test-images"], files["test-labels"], size=(28, 28),
                                  num_classes=10)
+        for split, y in (("train", ytr), ("test", yte)):
+            if len(y) == 0:  # well-formed but empty: named here, not as "no batches" at evaluation
+                raise DataError(f"{name}: {str(files[split + '-images'])!r} and {str(files[split + '-labels'])!r} "
+                                f"hold 0 images")
         classes = DIGIT_CLASSES if name == "mnist" else FASHION_CLASSES
         meta = {"source": str(files["train-images"].parent)}
     else:
@@ -355,6 +377,21 @@ def load_image_dataset(name: str, *, validation: float | int = 0.1, split_seed: 
                               split_seed=split_seed, padding=padding, flip=flip, meta=meta)
 
 
+def check_cifar_options(field: str, value: Any, dataset: str | None) -> Any:
+    """``root`` (CIFAR only) and ``label_mode = 'coarse'`` (CIFAR-100 only) on a set that does not read them
+    are refused (a ValueError the config layer reports as ``task.label_mode = 'coarse': only for dataset
+    cifar100 (dataset is digits)``): they used to be ignored without a word. The defaults (``root`` None,
+    ``label_mode`` 'fine') always pass, so a resolved config, which lists every key, loads again."""
+    if dataset is None:  # the dataset key itself was invalid: that error is reported
+        return value
+    if field == "root" and value is not None and dataset not in CIFAR_FOLDERS:
+        raise ValueError(f"only for datasets {', '.join(CIFAR_FOLDERS)} (dataset is {dataset}, which is not read "
+                         f"from a root folder)")
+    if field == "label_mode" and value != "fine" and dataset != "cifar100":
+        raise ValueError(f"only for dataset cifar100 (dataset is {dataset})")
+    return value
+
+
 class ImageDataConfig(ConfigModel):
     """Which image set to load and how to split it (for tasks; see :func:`load_image_dataset`)."""
 
@@ -363,12 +400,17 @@ class ImageDataConfig(ConfigModel):
     validation: SplitSize = 0.1
     """validation examples carved from the official training set: a fraction in (0, 1) or a count >= 1 (the
     task evaluates on it: an empty split gave NaN metrics)"""
-    split_seed: int = 0
+    split_seed: Seed = 0
     """seed of the validation carve"""
     root: str | None = None
-    """CIFAR only: the python-pickle folder or .tar.gz (default: in the data cache)"""
+    """CIFAR only (refused on other sets): the python-pickle folder or .tar.gz (default: in the data cache)"""
     label_mode: Literal["fine", "coarse"] = "fine"
-    """CIFAR-100 only: 100 fine or 20 coarse labels"""
+    """CIFAR-100 only (coarse is refused on other sets): 100 fine or 20 coarse labels"""
+
+    @field_validator("root", "label_mode", mode="after")
+    @classmethod
+    def _cifar_only(cls, value: Any, info: ValidationInfo) -> Any:
+        return check_cifar_options(info.field_name, value, info.data.get("name"))
 
     def load(self) -> ImageDataset:
         return load_image_dataset(self.name, validation=self.validation, split_seed=self.split_seed,

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from torch import nn
 
 from ..core.precision import at_least_float32
@@ -27,8 +27,8 @@ from ..utils.paths import writable_image
 from ..analysis.classification import (
     confusion_matrix, per_class_accuracy, per_class_markdown, plot_confusion, predict,
 )
-from ..data.images import ImageDataset, load_image_dataset
-from ..utils.fields import IterationCounts, SplitSize
+from ..data.images import ImageDataset, check_cifar_options, load_image_dataset
+from ..utils.fields import IterationCounts, Seed, SplitSize
 from ..utils.config import KindConfig, replace
 from ..utils.validate import check_divides
 from .base import Task, TaskConfig, check_batch_size, register_task
@@ -54,16 +54,16 @@ class ImageClassificationConfig(TaskConfig):
     """image set (digits ships with scikit-learn; MNIST / Fashion-MNIST come from `make data`)"""
     validation: SplitSize = 0.1
     """validation examples carved from the official training set: a fraction in (0, 1) or a count >= 1"""
-    split_seed: int = Field(0, ge=0)
+    split_seed: Seed = 0
     """seed of the validation carve and of train_examples' draw"""
     train_examples: int | None = Field(None, ge=1)
     """train on this many training examples (a seeded draw; None: all): CPU-scale runs"""
     eval_examples: int | None = Field(None, ge=1)
     """evaluate on this many examples of the split (a seeded draw; None: all)"""
     root: str | None = None
-    """CIFAR only: the python-pickle folder or .tar.gz (default: in the data cache)"""
+    """CIFAR only (refused on other sets): the python-pickle folder or .tar.gz (default: in the data cache)"""
     label_mode: Literal["fine", "coarse"] = "fine"
-    """CIFAR-100 only: 100 fine or 20 coarse labels"""
+    """CIFAR-100 only (coarse is refused on other sets): 100 fine or 20 coarse labels"""
     augment: bool = True
     """the set's light augmentation (random crop after zero padding; flips where a mirror keeps the class)"""
     batch_size: int = Field(128, ge=1)
@@ -74,6 +74,12 @@ class ImageClassificationConfig(TaskConfig):
     """cross-entropy label smoothing"""
     eval_iterations: IterationCounts = Field(default_factory=list)
     """extra iteration counts at which the periodic evaluation also reports accuracy (test-time depth)"""
+
+    @field_validator("root", "label_mode", mode="after")
+    @classmethod
+    def _cifar_only(cls, value: Any, info: ValidationInfo) -> Any:
+        """``root`` needs a CIFAR set and ``label_mode = 'coarse'`` CIFAR-100 (they were ignored otherwise)."""
+        return check_cifar_options(info.field_name, value, info.data.get("dataset"))
 
 
 @register_task("image_classification", ImageClassificationConfig)
