@@ -18,6 +18,7 @@ from torch import nn
 
 from ..data.gp import GPDataset, KernelConfig, make_gp_dataset
 from ..utils.config import KindConfig, replace
+from ..utils.fields import Seed
 from .base import Task, TaskConfig, register_task
 
 
@@ -35,7 +36,7 @@ class GPTaskConfig(TaskConfig):
     """input dimension"""
     noise_std: float = Field(0.0, ge=0)
     """observation noise added to the GP draw"""
-    data_seed: int = Field(0, ge=0)
+    data_seed: Seed = 0
     """seed of the inputs and the GP draw (the model's seed is train.seed)"""
     batch_size: int = Field(100, ge=1)
     """mini-batch size; each epoch is one random permutation of the training set"""
