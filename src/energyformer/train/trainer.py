@@ -473,6 +473,12 @@ class Trainer:
         self._in_update = None
         return loss_val, metrics, ntok, gn
 
+    @property
+    def applying_step(self) -> bool:
+        """Whether :meth:`fit` is applying a step now (optimiser update and callbacks): a Ctrl-C there saves nothing
+        (the state is not a complete step), so a caller that stops runs by Ctrl-C waits until this is False."""
+        return getattr(self, "_in_update", None) is not None
+
     def _on_interrupt(self, snapshot: dict[str, Any] | None) -> None:
         where = f"last checkpoint: {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint yet"
         if self.ddp:

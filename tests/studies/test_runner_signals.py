@@ -1,0 +1,101 @@
+"""SIGTERM to a study run stops every run at a step boundary with its checkpoint saved, names the stopped runs and
+the command that continues them, exits 143 and leaves no process behind (a subprocess trains the tiny study with
+steps enough never to finish).
+
+Before: with ``--jobs 2`` the parent died at once and its spawned workers trained on, re-parented to PID 1 and holding
+their run directories' locks (every rerun failed with RunDirBusy); a worker whose parent was killed trained on too;
+with ``--jobs 1`` SIGTERM saved nothing (it printed the trainer's note and ended)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from energyformer.train.lock import RunDirBusy, RunDirLock, lock_holder
+
+from .tiny import write
+
+RUNS = ("L8_s0_baseline", "L8_s0_eqt")
+SCRIPT = """import sys
+from pathlib import Path
+from energyformer.studies import load_study
+from energyformer.studies.runner import run_study
+root = Path(sys.argv[1])
+run_study(load_study(root / "tiny.yaml"), "tiny", "cpu", root / "out", root / "runs", jobs=int(sys.argv[2]),
+          sets=["train.steps=1000000", "train.save_every=0"])
+"""
+
+
+def _start(tmp_path: Path, jobs: int, runs=RUNS) -> subprocess.Popen:
+    """The tiny study in a subprocess, returned once every run of ``runs`` has logged a training step."""
+    write(tmp_path / "tiny.yaml")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path), str(jobs)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not all('"train"' in _read(tmp_path / "runs" / r / "metrics.jsonl") for r in runs):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the study did not start training: {proc.communicate()[0]}")
+        time.sleep(0.2)
+    return proc
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _holders(tmp_path: Path) -> list[int]:
+    """pids of live processes holding a run directory's lock"""
+    live = []
+    for r in RUNS:
+        try:
+            RunDirLock(tmp_path / "runs" / r).acquire().release()
+        except RunDirBusy:
+            live.append(int(lock_holder(tmp_path / "runs" / r)["pid"]))
+    return live
+
+
+def _kill_leftovers(tmp_path: Path) -> None:
+    for pid in _holders(tmp_path):   # (the old code left the workers training)
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("jobs", [2, 1])
+def test_sigterm_saves_every_run_names_them_and_leaves_no_process(tmp_path, jobs):
+    proc = _start(tmp_path, jobs, RUNS if jobs > 1 else RUNS[:1])
+    try:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=40)[0]
+        assert _holders(tmp_path) == [], f"a process still holds a run directory: {out}"
+        assert proc.returncode == 143, out
+        stopped = RUNS if jobs > 1 else RUNS[:1]
+        for r in stopped:
+            assert f"== {r}: stopped; its checkpoint" in out, out
+            assert list((tmp_path / "runs" / r).glob("ckpt-*")), f"{r}: no checkpoint saved"
+        assert f"{len(stopped)} run(s) stopped" in out and "run the same command again" in out, out
+    finally:
+        proc.kill()
+        _kill_leftovers(tmp_path)
+
+
+def test_a_worker_whose_parent_was_killed_saves_and_exits(tmp_path):
+    proc = _start(tmp_path, 2)
+    try:
+        proc.kill()   # SIGKILL: the parent forwards nothing
+        proc.communicate(timeout=10)
+        deadline = time.monotonic() + 20
+        while _holders(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _holders(tmp_path) == [], "a worker trains on without its parent"
+        for r in RUNS:
+            assert list((tmp_path / "runs" / r).glob("ckpt-*")), f"{r}: no checkpoint saved"
+    finally:
+        _kill_leftovers(tmp_path)
