@@ -268,10 +268,13 @@ def load_trained(run_dir: str | Path, device: str | torch.device = "cpu"
                                                     "interrupted run)")
         raise CheckpointError(f"no valid checkpoint in run directory {run_dir}{why}: {todo}")
     from .train import load_checkpoint
-    from .train.resume import check_model_config
+    from .train.resume import check_model_config, check_task_config
 
     state = load_checkpoint(ckpt, verify=False)
-    check_model_config(state.get("run_config"), None, ckpt, Path(run_dir))  # config.yaml still describes it
+    # config.yaml still describes the checkpoint: its model, and its task — an edited task (a data seed, the givens,
+    # a test-set size) made eval score another data set under the run's name
+    check_model_config(state.get("run_config"), None, ckpt, Path(run_dir))
+    check_task_config(state.get("run_config"), None, ckpt, Path(run_dir))
     task = build_task(cfg, rank=0)
     cfg = resolve(cfg, task)
     model = task.build_model(cfg.model)

@@ -112,3 +112,21 @@ def test_check_task_config_skips_checkpoints_without_a_recorded_task(tmp_path):
     check_task_config({"task": "toy"}, {"task": _sudoku()}, "ckpt", tmp_path)
     with pytest.raises(ConfigError, match=r"task.batch_size: 16 -> 8"):
         check_task_config({"task": _sudoku()}, {"task": _sudoku(batch_size=8)}, "ckpt", tmp_path)
+
+
+def test_eval_refuses_a_run_whose_config_yaml_task_was_edited(trained, capsys, tmp_path):
+    """Found by an outside probe: eval read an edited task from config.yaml (a Potts coupling seed, a Sudoku
+    generator seed, the givens) and scored another data set under the run's name; only the model was checked."""
+    import shutil
+
+    run = tmp_path / "r"
+    shutil.copytree(trained / "r", run)
+    assert main(["eval", str(run)]) == 0
+    path = run / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["task"]["val_fraction"] = 0.2
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    capsys.readouterr()
+    assert main(["eval", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path} does not match checkpoint" in err and "task.val_fraction" in err, err
