@@ -27,6 +27,7 @@ from ..utils.paths import writable_image
 from ..analysis.classification import (
     confusion_matrix, per_class_accuracy, per_class_markdown, plot_confusion, predict,
 )
+from ..data.cifar import CIFAR_CLASS_COUNTS, CIFAR_FOLDERS
 from ..data.images import ImageDataset, check_cifar_options, load_image_dataset
 from ..utils.fields import IterationCounts, Seed, SplitSize
 from ..utils.config import KindConfig, replace
@@ -127,8 +128,8 @@ class ImageClassificationTask(Task):
     @staticmethod
     def _shape(cfg: ImageClassificationConfig) -> tuple[int, int, int]:
         ch, side, n = IMAGE_SHAPES[cfg.dataset]
-        if cfg.dataset == "cifar100" and cfg.label_mode == "coarse":
-            n = 20
+        if cfg.dataset in CIFAR_FOLDERS:  # the count load_cifar checks its meta file against (coarse CIFAR-100: 20)
+            n = CIFAR_CLASS_COUNTS[(cfg.dataset, cfg.label_mode if cfg.dataset == "cifar100" else "fine")]
         return ch, side, n
 
     @classmethod
