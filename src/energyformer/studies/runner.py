@@ -19,25 +19,17 @@ First every function the study names is imported and every distinct run config's
 
 ``jobs > 1`` trains that many runs at once, each in its own (spawned) process with the machine's
 threads split between them; only the parent writes results.json. SIGTERM or Ctrl-C (with any ``jobs``) stops
-every run at a step boundary with its checkpoint saved, records those that finished, names the stopped ones and
-the command that continues them, and exits 143 or 130; a second signal kills. A worker whose parent died stops
-the same way: none is left training, holding its run directory's lock.
+every run at a step boundary with its checkpoint saved and records those that finished
+(:mod:`~energyformer.studies.scheduling`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import platform
-import shlex
-import signal
-import sys
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -48,6 +40,7 @@ from ..utils.config import hash_view, to_dict
 from ..utils.io import atomic_write_text, read_json
 from ..utils.validate import ConfigError
 from .preflight import check_hooks, check_models, hook
+from .scheduling import SeeTrainer, train_parallel, train_serial
 from .spec import RunPlan, StudySpec, expand
 
 #: version of the record format in results.json
@@ -167,12 +160,12 @@ def train_one(plan: RunPlan, runs_dir: str, metrics: dict[str, str], scale: str,
     head = {"cell": plan.cell, "seed": plan.seed, "config": plan.config, "overrides": plan.overrides,
             "config_hash": config_hash(cfg), "scale": scale, "device": device, "hardware": hardware(device)}
     try:
-        res = run_experiment(cfg, resume=resume, overwrite=not resume, task=task, callbacks=[_SeeTrainer()])
+        res = run_experiment(cfg, resume=resume, overwrite=not resume, task=task, callbacks=[SeeTrainer()])
     except TrainingDiverged as err:   # a result of the study (e.g. a learning rate too large), not an error
         return {**head, "diverged": str(err).split(". ")[0], "steps": err.step, "run_dir": str(cfg.run_dir),
                 "resolved": {k: to_dict(cfg)[k] for k in ("task", "model", "train")}, "metrics": {}}
     finally:
-        _SeeTrainer.trainer = None
+        SeeTrainer.trainer = None
     run = FinishedRun(cfg.run_dir, cfg, res, dict(plan.cell), Path(out) if out else None)
     values = {name: hook(fn)(run) for name, fn in metrics.items()}
     resolved = to_dict(res.config) if res.config is not None else to_dict(cfg)
@@ -290,215 +283,12 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
 
     run_dirs = {p.name: Path(cfgs[p.name].run_dir) for p in todo}
     stop = (name, steps, run_dirs, log)
+    args = (str(runs_dir), spec.metrics, scale)
     if jobs == 1 or len(todo) <= 1:
-        _train_serial(todo, at, (str(runs_dir), spec.metrics, scale), str(out), stop, finish)
+        train_serial(train_one, todo, at, args, str(out), stop, finish)
     else:
-        _train_parallel(todo, jobs, (str(runs_dir), spec.metrics, scale), str(out), stop, finish)
+        train_parallel(train_one, todo, jobs, args, str(out), stop, finish)
     return run_probes(spec, scale, path, data, log)
-
-
-def _train_serial(todo: list[RunPlan], at: dict[str, int], args: tuple, out: str, stop: tuple,
-                  finish: Callable[[RunPlan, dict], None]) -> None:
-    """Train ``todo`` one after another here. Ctrl-C or SIGTERM (as with ``jobs > 1``; not the trainer's own SIGTERM,
-    which saves nothing) stops the run at a step boundary with its checkpoint saved (:func:`_report_stop`); a second
-    is a plain Ctrl-C or SIGTERM."""
-    steps, log = stop[1], stop[3]
-    got = {"signum": 0, "deferred": False}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        if got["signum"] and not got["deferred"]:
-            if signum == signal.SIGTERM:
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
-            raise KeyboardInterrupt
-        got["signum"], got["deferred"] = signum, False
-        got["deferred"] = _interrupt_between_steps(signum)
-
-    usual = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-    main = threading.current_thread() is threading.main_thread()
-    old = {s: signal.signal(s, on_signal) for s, h in usual.items() if main and signal.getsignal(s) == h}
-    i, stopped = 0, False
-    try:
-        for i, p in enumerate(todo):
-            k, n = at[p.name], steps[p.name]
-            doing = (f"training {n} steps" if not k else  # (train_one resumes a checkpoint of the same config only)
-                     f"its checkpoint has all {n} steps: evaluating and recording it (if its config is unchanged)"
-                     if k >= n else f"continuing from its checkpoint at step {k} of {n} (if its config is unchanged)")
-            log(f"== {p.name}: {doing} ({i + 1}/{len(todo)})")
-            finish(p, train_one(p, *args, out=out))
-    except KeyboardInterrupt:
-        stopped = True
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    if stopped:
-        ended = {todo[i].name: "stopped", **{p.name: "not started" for p in todo[i + 1:]}}
-        _report_stop(got["signum"] or signal.SIGINT, todo, ended, stop)
-
-
-# ----------------------------------------------------------------------------- stopping on a signal
-class _SeeTrainer:
-    """A callback (no state, nothing saved) that shows :func:`_interrupt_between_steps` the running trainer."""
-
-    trainer: Any = None   # the trainer of the run this process trains now
-
-    def on_train_start(self, trainer: Any) -> None:
-        _SeeTrainer.trainer = trainer
-
-
-def _interrupt_between_steps(signum: int) -> bool:
-    """Raise KeyboardInterrupt, the trainer's Ctrl-C (it saves the step it completed), unless the trainer is applying
-    a step (optimiser update and callbacks: interrupted there it saves nothing); then ``signum`` is sent again in
-    10 ms and True returned (deferred)."""
-    if _SeeTrainer.trainer is not None and _SeeTrainer.trainer.applying_step:
-        threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
-        return True
-    raise KeyboardInterrupt
-
-
-# ----------------------------------------------------------------------------- --jobs N: workers
-#: a worker's state: whether it trains a run now, whether it was told to stop (then it starts no other run), and
-#: whether that stop waits for the trainer to complete a step
-_WORKER = {"busy": False, "stop": False, "deferred": False}
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-def _worker_init(parent: int) -> None:
-    """In each worker (spawned with SIGINT and SIGTERM blocked): a terminal's Ctrl-C (to the whole process group) is
-    ignored, the parent sends it on once as SIGTERM (:func:`_worker_on_term`); a thread watches for the parent's end."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _worker_on_term)
-    if hasattr(signal, "pthread_sigmask"):  # one that came while the worker started is delivered now
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="energyformer-parent-watch").start()
-
-
-def _worker_on_term(signum: int, frame: Any) -> None:
-    """The first SIGTERM stops a training run at a step boundary (:func:`_interrupt_between_steps`) and
-    :func:`_train_in_worker` reports it stopped; later ones are ignored (they never interrupt the save)."""
-    first, _WORKER["stop"] = not _WORKER["stop"], True
-    if (first or _WORKER["deferred"]) and _WORKER["busy"]:
-        _WORKER["deferred"] = False
-        _WORKER["deferred"] = _interrupt_between_steps(signum)
-
-
-def _watch_parent(parent: int) -> None:
-    """A worker whose parent died (SIGKILL, a crash) would train on unseen, holding its run directory's lock:
-    polled with ``os.getppid`` (Linux and macOS), it stops as on SIGTERM, saves, and exits."""
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os.kill(os.getpid(), signal.SIGTERM)
-    while _WORKER["busy"]:
-        time.sleep(0.1)
-    os._exit(128 + signal.SIGTERM)
-
-
-def _train_in_worker(*args: Any) -> dict:
-    """:func:`train_one` in a worker, or ``{"_stop": "not started" | "stopped"}`` once the worker was told to stop."""
-    try:
-        _WORKER["busy"] = True
-        if _WORKER["stop"]:
-            return {"_stop": "not started"}
-        return train_one(*args)
-    except KeyboardInterrupt:
-        return {"_stop": "stopped"}
-    finally:
-        _WORKER["busy"] = False
-
-
-def _train_parallel(todo: list[RunPlan], jobs: int, args: tuple, out: str, stop: tuple,
-                    finish: Callable[[RunPlan, dict], None]) -> None:
-    """Train ``todo`` in ``jobs`` spawned workers. The parent's SIGINT/SIGTERM handler (``stopper``) sends the first
-    signal on to every worker as SIGTERM (each saves at a step boundary, :func:`_worker_on_term`) and kills them on
-    a second (SIGKILL; checkpoints are published by atomic renames); this loop reports, waits and records."""
-    import multiprocessing as mp
-
-    steps, log = stop[1], stop[3]
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    main = threading.current_thread() is threading.main_thread()
-    # blocked while the workers are spawned: they inherit the mask, so no signal is lost before _worker_init
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS) if main and hasattr(signal, "pthread_sigmask") else None
-    pool: ProcessPoolExecutor | None = None
-    got = {"signum": 0, "count": 0}
-
-    def stopper(signum: int, frame: Any) -> None:
-        got["count"], got["signum"] = got["count"] + 1, got["signum"] or signum
-        for pid in list(getattr(pool, "_processes", None) or {}):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM if got["count"] == 1 else signal.SIGKILL)
-
-    old = {s: signal.signal(s, stopper) for s in _SIGNALS if main and signal.getsignal(s) != signal.SIG_IGN}
-    pending, failed, told = {}, [], 0
-    ended: dict[str, str] = {}   # run -> "stopped" / "not started" once a signal came
-    try:
-        pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
-                                   initargs=(os.getpid(),))
-        for p in todo:
-            log(f"== {p.name}: {steps[p.name]} steps queued ({threads} thread(s) per job, {jobs} jobs)")
-            pending[pool.submit(_train_in_worker, p, *args, threads, out)] = p
-        if mask is not None:  # a signal that came meanwhile reaches the stopper now
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            mask = None
-        while pending:
-            finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            if got["count"] > told:
-                told = got["count"]
-                log(f"== {signal.Signals(got['signum']).name}: " + (
-                    "stopping every run at a step boundary; waiting for the workers to save their checkpoints"
-                    if told == 1 else "killing the workers (their checkpoints on disk are intact)"))
-                for f in pending:
-                    f.cancel()   # those no worker has taken yet
-            for f in finished:
-                p = pending.pop(f)
-                err = None if f.cancelled() else f.exception()
-                if f.cancelled():
-                    ended[p.name] = "not started"
-                elif err is not None and told > 1:   # a killed worker (second signal)
-                    ended[p.name] = "stopped"
-                elif err is not None:   # the others still finish and are recorded first
-                    log(f"== {p.name}: FAILED ({type(err).__name__}: {err})")
-                    failed.append(err)
-                elif "_stop" in f.result():
-                    ended[p.name] = f.result()["_stop"]
-                else:
-                    finish(p, f.result())
-    except BaseException:
-        if not got["count"]:  # (e.g. results.json could not be written): the workers stop and save too
-            stopper(signal.SIGTERM, None)
-        raise
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        for s, h in old.items():
-            signal.signal(s, h)
-        if mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    if got["count"]:
-        _report_stop(got["signum"], todo, ended, stop)
-    if failed:
-        raise failed[0]
-
-
-def _report_stop(signum: int, todo: list[RunPlan], ended: dict[str, str], stop: tuple) -> None:
-    """After a signal stopped the training: one line per stopped run (its checkpoint), the command that continues,
-    then KeyboardInterrupt (Ctrl-C: the CLI says "interrupted", exit 130) or SystemExit(143) (SIGTERM)."""
-    from ..train import checkpoint_step, list_checkpoints
-
-    name, steps, run_dirs, log = stop
-    for p in todo:
-        if ended.get(p.name) == "stopped":
-            saved = list_checkpoints(run_dirs[p.name]) if run_dirs[p.name].is_dir() else []
-            log(f"== {p.name}: stopped; " + (f"its checkpoint {saved[-1]} holds step {checkpoint_step(saved[-1])} "
-                                            f"of {steps[p.name]}" if saved else "no checkpoint was written yet"))
-    again = (shlex.join(["energyformer", *sys.argv[1:]]) if sys.argv[1:3] == ["reproduce", name]
-             else f"energyformer reproduce {name} with the same options")
-    waiting = sum(v == "not started" for v in ended.values())
-    log(f"== stopped by {signal.Signals(signum).name}: {len(ended) - waiting} run(s) stopped, {waiting} not started. "
-        f"To continue, run the same command again ({again}): recorded runs are reused, stopped ones continue from "
-        "their checkpoints")
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise SystemExit(128 + signum)
 
 
 def run_probes(spec: StudySpec, scale: str, path: Path, data: dict, log: Callable[[str], None] = print) -> dict:
