@@ -88,17 +88,14 @@ def _key(obj: Any) -> str:
 
 
 def _light_task(cfg) -> Any:
-    """The run's task object without its data (only the base initialiser ran): enough for the many tasks whose
-    model resolution reads their config alone."""
+    """The run's task without its data (:meth:`~energyformer.tasks.base.Task.without_data`)."""
     from ..tasks import TASKS
     from ..tasks.base import Task
 
     cls = TASKS.get(cfg.task.kind).builder
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise TypeError(f"task builder {cls!r} is not a Task class")
-    task = cls.__new__(cls)
-    Task.__init__(task, cfg.task, seed=cfg.train.seed, rank=0)
-    return task
+    return cls.without_data(cfg.task, seed=cfg.train.seed, rank=0)
 
 
 def _meta_build(cfg, task) -> None:

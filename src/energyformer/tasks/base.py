@@ -116,6 +116,16 @@ class Task:
         self.checkpoint_note = ""      # ... and a note when newer invalid ones were skipped
         self.trained_data: dict | None = None  # ... and its training data's state (what it trained on)
 
+    @classmethod
+    def without_data(cls, cfg: TaskConfig, *, seed: int = 0, rank: int = 0) -> Task:
+        """This task with only the base initialiser run: no data built (some tasks take minutes). Enough for the
+        many tasks whose :meth:`resolve_model_config` and :meth:`build_model` read their config alone (the study
+        preflight builds every run's model on the meta device this way); a method that needs the data fails
+        (AttributeError), never returns a number."""
+        task = cls.__new__(cls)
+        Task.__init__(task, cfg, seed=seed, rank=rank)
+        return task
+
     # ------------------------------------------------------------------ model
     def resolve_model_config(self, model_cfg: KindConfig) -> KindConfig:
         """The model config with task-given sizes filled in (vocabulary, classes, sequence length).
