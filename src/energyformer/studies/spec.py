@@ -42,7 +42,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from ..analysis.verdicts import Rules
-from ..utils.config import ConfigModel, load_config, override_key, read_yaml
+from ..utils.config import ConfigModel, load_config, read_yaml
+from ..utils.overrides import override_key
 from ..utils.fields import Seed
 from ..utils.validate import ConfigError
 from .page_spec import HOOK_RE, BlockSpec, ReduceSpec, page_axes
