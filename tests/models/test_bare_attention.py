@@ -216,3 +216,21 @@ def test_vmf_objective_is_finite_and_exact_at_large_J():
     # float32 holds J (~1e20) to 6e-8 relative: the loss, of size ~‖J‖, to that relative accuracy
     assert abs(l32 - l64) <= 1e-6 * l64
     torch.testing.assert_close(J32.grad.double(), J64.grad, rtol=1e-4, atol=1e-6 * float(J64.grad.abs().max()))
+
+
+def test_random_mask_init_is_batch_independent():
+    """``mask_init: random``: a sequence's logits do not depend on the batch it is evaluated in. Before, the start
+    vectors were one (B, N, d) draw: a row differed from itself run alone by up to ~1 in the logits, and copies of
+    one sequence in one batch differed from each other."""
+    m = _model(mask_init="random", n_tokens=6)
+    idx = _ids(B=4, N=6, seed=3)
+    idx[:, 1] = idx[:, 4] = 4  # masked sites
+    x = m.embed(idx)
+    assert torch.allclose(x[:, 1].norm(dim=-1), torch.ones(4, dtype=torch.float64))
+    assert not torch.allclose(x[0, 1], x[0, 4])  # sites get their own vectors
+    full = m(idx, iterations=3).logits
+    for b in range(4):
+        torch.testing.assert_close(m(idx[b:b + 1], iterations=3).logits[0], full[b], rtol=0, atol=1e-12)
+    same = m(idx[:1].repeat(5, 1), iterations=3).logits
+    torch.testing.assert_close(same, full[:1].expand(5, -1, -1), rtol=0, atol=1e-12)
+    assert torch.equal(m.float().embed(idx), x.float())  # one draw whatever the dtype

@@ -73,7 +73,8 @@ class BareSAConfig(KindConfig):
     step_size: float = Field(1.0, gt=0)
     """η of each step (1: the slides' map x <- γx + Σ α J x)"""
     mask_init: Literal["zero", "random"] = "zero"
-    """initial state of a masked token: 0 or a random unit vector"""
+    """initial state of a masked token: 0 or a random unit vector (one per site, seeded, the same in every
+    sequence: :meth:`BareSelfAttention.embed`)"""
     clamp_observed: bool = False
     """keep observed tokens fixed during the dynamics (False: every token moves, as in the slides)"""
     readout_scale: float = Field(1.0, gt=0)
@@ -170,15 +171,18 @@ class BareSelfAttention(nn.Module):
                              f"(colours) and {C} (mask)")
 
     def embed(self, idx: Tensor) -> Tensor:
-        """Token ids (B, N) -> (B, N, d): colour a -> e_a, the mask id C -> 0 or a random unit vector
-        (seeded with 0, so evaluation is deterministic)."""
+        """Token ids (B, N) -> (B, N, d): colour a -> e_a, the mask id C -> 0 or a random unit vector.
+
+        The random vectors are one per site, r_n (N, d) drawn with seed 0 and shared by every sequence of the
+        batch, so a sequence's output does not depend on the batch it is evaluated in (drawn as one (B, N, d)
+        tensor, a row's start and its logits changed with its row index and the batch size)."""
         self._check_ids(idx)
         C = self.cfg.n_colours
         masked = idx == C
         x = self.codebook[idx.clamp_max(C - 1)] * (~masked)[..., None]
         if self.cfg.mask_init == "random" and bool(masked.any()):
-            r = torch.randn(x.shape, generator=torch.Generator().manual_seed(0)).to(x)
-            x = torch.where(masked[..., None], r / r.norm(dim=-1, keepdim=True), x)
+            r = torch.randn(x.shape[-2:], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+            x = torch.where(masked[..., None], (r / r.norm(dim=-1, keepdim=True)).to(x), x)  # (N, d) over B
         return x
 
     def forward_options(self) -> dict[str, int]:
