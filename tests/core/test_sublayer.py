@@ -172,3 +172,33 @@ def test_list_keys_shows_the_descent_keys_under_every_energy_sublayer():  # norm
                 head = f"block.{part}[kind={name}]."
                 for key in ("solver.kind", "step_size", "backward.kind", "steps", "eval_steps", "norm.kind"):
                     assert head + key in text, head + key
+
+
+@pytest.mark.parametrize("attention", [
+    {"kind": "cem", "steps": 2, "solver": {"kind": "nesterov", "form": "sutskever"}},
+    {"kind": "cem", "eval_steps": 3, "solver": {"kind": "nesterov", "form": "sutskever"}},
+    {"kind": "nag_mha", "steps": 3},                   # readout 'seed' builds the sutskever form
+    {"kind": "nag_mha", "eval_steps": 2},
+])
+def test_a_lookahead_rule_with_more_than_one_step_is_refused_when_the_config_loads(attention):
+    """Before: accepted by the config, refused at the first forward pass (after `train` wrote the run folder)."""
+    key = "steps" if "steps" in attention else "eval_steps"
+    with pytest.raises(ConfigError, match=rf"attention: {key} = \d: a look-ahead rule .* allowed: 1"):
+        load_config(BlockConfig, {"attention": attention})
+
+
+@pytest.mark.parametrize("attention", [
+    {"kind": "cem", "steps": 2, "solver": {"kind": "nesterov", "form": "sgd"}},
+    {"kind": "nag_mha", "steps": 3, "readout": "sgd_lookahead"},
+    {"kind": "nag_mha"},
+])
+def test_rules_without_lookahead_take_any_steps(attention):
+    load_config(BlockConfig, {"attention": attention})
+
+
+def test_eqt_mem_topk_is_checked_only_where_it_is_used():
+    """``mem_topk`` is read by ``mem_relevance: topk`` alone; a small memory under 'all' was refused before."""
+    cfg = load_config(RefineConfig, {"mem_size": 8})
+    assert cfg.mem_relevance == "all" and cfg.mem_topk > cfg.mem_size
+    with pytest.raises(ConfigError, match="mem_topk = 16: must be <= mem_size = 8"):
+        load_config(RefineConfig, {"mem_size": 8, "mem_relevance": "topk"})

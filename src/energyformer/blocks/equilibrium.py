@@ -167,8 +167,9 @@ class RefineConfig(ConfigModel):
             raise ValueError("weights: at least one term needs a weight > 0")
         if self.k_low > self.k_high:
             raise ValueError(f"k_low = {self.k_low}: must be <= k_high = {self.k_high}")
-        if self.mem_topk > self.mem_size:
-            raise ValueError(f"mem_topk = {self.mem_topk}: must be <= mem_size = {self.mem_size}")
+        if self.mem_relevance == "topk" and self.mem_topk > self.mem_size:  # (unused by relevance 'all')
+            raise ValueError(f"mem_topk = {self.mem_topk}: must be <= mem_size = {self.mem_size} "
+                             "(mem_relevance 'topk')")
         return self
 
     def resolved_weights(self) -> dict[str, float]:

@@ -115,6 +115,10 @@ class _NesterovSublayer(_MomentumSublayer):
     def _legacy_readout_names(cls, v):
         return LEGACY_READOUTS.get(v, v) if isinstance(v, str) else v
 
+    def lookahead(self) -> bool:
+        """readout 'seed' builds the Nesterov solver in its look-ahead (Sutskever) form (:func:`_nag`)."""
+        return self.solver.kind == "nesterov" and self.readout == "seed" or super().lookahead()
+
 
 # ----------------------------------------------------------------------------- attention kinds
 class MHAConfig(AttentionConfig, DescentConfig):

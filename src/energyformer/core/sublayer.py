@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..utils.config import ConfigModel
 from ..utils.validate import ConfigError
@@ -77,6 +77,23 @@ class DescentConfig(ConfigModel):
     @classmethod
     def migrate(cls, data: dict) -> dict:
         return migrate_descent(cls, data)
+
+    @model_validator(mode="after")
+    def _lookahead_one_step(self) -> DescentConfig:
+        """A look-ahead rule (Nesterov ``form: sutskever``: the gradient at x + η β v, the velocity carried between
+        calls) takes one step per block call; T > 1 in training or eval was accepted here and refused at the first
+        forward pass, after the run directory was written (a call-time ``--steps`` is still checked there)."""
+        if self.lookahead():
+            for key in ("steps", "eval_steps"):
+                if getattr(self, key) not in (None, 1):
+                    raise ValueError(f"{key} = {getattr(self, key)}: a look-ahead rule (Nesterov, form 'sutskever', "
+                                     "as the intrinsic sublayers' readout 'seed' builds it) takes one step per call; "
+                                     "allowed: 1 (use iterations to run longer)")
+        return self
+
+    def lookahead(self) -> bool:
+        """Whether the built solver evaluates its gradient at a look-ahead point (one step per call)."""
+        return getattr(self.solver, "form", None) == "sutskever"
 
 
 def _default(cls: type[ConfigModel], name: str) -> Any:

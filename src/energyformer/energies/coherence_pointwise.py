@@ -96,7 +96,7 @@ class MemoryEnergy(Energy):
         check_int("coherence_mem.size", size, min=1)
         check_float("coherence_mem.tau", tau, min=0.0, min_exclusive=True)
         check_choice("coherence_mem.relevance", relevance, RELEVANCE)
-        check_int("coherence_mem.topk", topk, min=1, max=size)
+        check_int("coherence_mem.topk", topk, min=1, max=size if relevance == "topk" else None)  # unused by 'all'
         check_float("coherence_mem.ema", ema, min=0.0, max=1.0)
         self.tau, self.relevance, self.topk, self.ema = float(tau), relevance, topk, float(ema)
         self.register_buffer("bank", F.normalize(torch.randn(size, dim), dim=-1))  # Z: (M, D)
