@@ -50,6 +50,8 @@ def config_fields(cls: type[BaseModel], prefix: str = "", default: BaseModel | N
             (m for m in f.metadata if isinstance(m, _KindMarker)), None)
         if marker is not None:
             reg = marker.registry
+            if value is not None and not isinstance(value, (BaseModel, str)):  # a shorthand default (step_size = 0.1)
+                value = _validated_default(f)
             cur = getattr(value, "kind", marker.default)
             out.append((f"{key}.kind", " | ".join(repr(n) for n in reg.names()), cur,
                         help_ or f"{reg.what} kind"))
@@ -64,6 +66,16 @@ def config_fields(cls: type[BaseModel], prefix: str = "", default: BaseModel | N
             continue
         out.append((key, _type_name(ann), value, help_))
     return out
+
+
+def _validated_default(f: Any) -> Any:
+    """The default of field ``f`` as validation makes it: a kind field's shorthand default (a bare number for a fixed
+    step size) is turned into its config by the field's before-validator, which ``get_default`` skips — its keys
+    listed the kind's class defaults instead (ET's and ISTA's ``value = 1.0`` where 0.1 applies)."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(Annotated[(f.annotation, *f.metadata)]).validate_python(
+        f.get_default(call_default_factory=True))
 
 
 def _first_paragraph(text: str | None) -> str:
