@@ -48,7 +48,7 @@ from torch import Tensor, nn
 
 from ..core.backward import BACKWARD_MODES
 from ..core.composite import CompositeEnergy
-from ..core.context import ForwardContext
+from ..core.context import ForwardContext, context_or_new
 from ..core.proximal import ProximalConfig
 from ..core.solver import SOLVERS, Budget, SolverStats
 from ..core.stepsize import StepSizeField
@@ -277,7 +277,7 @@ class EquilibriumRefiner(nn.Module):
     def forward(self, f: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D) -> (B, N, D)
         """h⁽ᴷ⁾ (then ``norm``). Eval mode runs under ``torch.no_grad()`` (the energy gradients are
         closed form or local autograd without ``create_graph``); use train mode to differentiate."""
-        ctx = ctx or ForwardContext()
+        ctx = context_or_new(ctx, type(self).__name__)
         adaptive = self.cfg.adaptive == "entropy" and not self.training and ctx.steps is None
         K = self.cfg.k_low if adaptive else self.budget(ctx)
         want_stats, trace = ctx.stats is not None, ctx.traces is not None

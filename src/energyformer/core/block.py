@@ -41,7 +41,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..utils.validate import ConfigError, check_choice, check_int
-from .context import ForwardContext
+from .context import ForwardContext, context_or_new
 from .energy import Energy
 from .norm import make_norm
 from .solver import Budget, Solver
@@ -119,7 +119,7 @@ class EnergyBlock(nn.Module):
 
     def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None,
                 anchor: Tensor | None = None) -> Tensor:
-        ctx = ctx or ForwardContext()
+        ctx = context_or_new(ctx, type(self).__name__)
         n = self.solver.budget(Budget(self.steps, self.eval_steps) if steps is None else steps, ctx)
         shift = None
         if self.solver.lookahead:

@@ -87,3 +87,15 @@ class ForwardContext:
     def add_aux(self, name: str, value: Tensor) -> None:
         """Add an auxiliary loss term (summed over calls with the same name)."""
         self.aux_losses[name] = self.aux_losses[name] + value if name in self.aux_losses else value
+
+
+def context_or_new(ctx: ForwardContext | None, who: str) -> ForwardContext:
+    """``ctx``, or a fresh :class:`ForwardContext` for None. Anything else (a tensor passed as the second argument
+    of ``block(x, ctx)``) is a TypeError naming ``who`` — it used to fail deep inside as "Boolean value of Tensor
+    with more than one value is ambiguous"."""
+    if ctx is None:
+        return ForwardContext()
+    if not isinstance(ctx, ForwardContext):
+        raise TypeError(f"{who}(x, ctx): ctx must be a ForwardContext or None, not {type(ctx).__name__} "
+                        "(call it as block(x), or block(x, ForwardContext(...)))")
+    return ctx
