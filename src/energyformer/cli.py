@@ -15,6 +15,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .cli_errors import debug_env as _debug_env
+from .cli_errors import describe_error
+from .cli_errors import out_of_memory as _out_of_memory
+from .cli_errors import show_warning as _show_warning
 from .utils.paths import writable_dir
 from .utils.validate import ConfigError
 
@@ -424,59 +428,6 @@ def _task_options_help(which: str) -> str:
             meta = f" {act.metavar or act.dest.upper()}" if act.nargs != 0 else ""
             lines.append(f"    {', '.join(act.option_strings)}{meta}  {act.help or ''}")
     return "\n".join(lines) if len(lines) > 1 else ""
-
-
-def describe_error(err: BaseException) -> tuple[str, int]:
-    """(one-line message, exit code) for an error that ends a command."""
-    import errno
-
-    from pydantic import ValidationError
-
-    from .errors import UserError
-    from .utils.config import format_validation_error
-
-    if isinstance(err, UserError):
-        return str(err), 2
-    if isinstance(err, ValidationError):
-        return format_validation_error(err), 2
-    if isinstance(err, FileExistsError):
-        return str(err), 2
-    if isinstance(err, OSError):
-        what = {errno.ENOSPC: "no space left on device", errno.EACCES: "permission denied",
-                errno.EROFS: "read-only file system", errno.ENOTDIR: "a parent of the path is a file, not a directory",
-                errno.EISDIR: "is a directory", errno.ENOENT: "not found",
-                errno.EDQUOT: "disk quota exceeded"}.get(err.errno, err.strerror or str(err))
-        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
-        return f"{what}{where}", 1
-    text = str(err)
-    if isinstance(err, MemoryError) and text.startswith("not enough memory"):  # already says what to change
-        return text, 1
-    if _out_of_memory(err):
-        return ("not enough memory for this configuration (try a smaller model.dim, task.batch_size or "
-                "sequence length)"), 1
-    name = type(err).__name__
-    if name in ("TrainingDiverged", "CheckpointError"):
-        return text, 1
-    if name == "EvaluationFailed":  # a bug in an evaluation; the run's checkpoint is safe
-        return f"{text}; rerun with --debug for the traceback", 1
-    return f"internal error ({name}: {' '.join(text.split())[:300]}); rerun with --debug for the traceback", 1
-
-
-def _out_of_memory(err: BaseException) -> bool:
-    """whether ``err`` is the host's or the device's allocator running out (MemoryError, or torch's own message)"""
-    text = str(err)
-    return isinstance(err, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
-
-
-def _debug_env() -> bool:
-    """ENERGYFORMER_DEBUG set (and not 0): tracebacks, as --debug."""
-    return os.environ.get("ENERGYFORMER_DEBUG", "") not in ("", "0")
-
-
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """Warnings as one line of their own (no Python category, source file or code line)."""
-    text = " ".join(str(message).split())
-    print(f"energyformer: warning: {text}", file=file if file is not None else sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
