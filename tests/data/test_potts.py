@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from energyformer.data import potts as P
+from energyformer.data import potts_dataset as PD
 from energyformer.errors import ConfigError, DataError
 
 
@@ -204,15 +205,15 @@ def test_bad_states_rejected(tiny):
 # ------------------------------------------------------------------------------------ dataset
 def test_dataset_save_load_cache_and_batcher(tmp_path, monkeypatch):
     monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
-    cfg = P.PottsConfig(L=5, C=4, n_train=64, n_test=32, burn_in=20, coupling_seed=7, sample_seed=9)
-    ds = P.load_potts_dataset(cfg)
+    cfg = PD.PottsConfig(L=5, C=4, n_train=64, n_test=32, burn_in=20, coupling_seed=7, sample_seed=9)
+    ds = PD.load_potts_dataset(cfg)
     folder = tmp_path / "potts" / cfg.key()
     assert (folder / "data.safetensors").is_file() and (folder / "meta.json").is_file()
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["beta"] == 1.0 and meta["config"]["coupling_seed"] == 7
     assert set(meta["chain_seeds"]) == {"train", "test"} and meta["bayes_loss_test"] < math.log(4)
     assert ds.train.shape == (64, 5) and ds.test.shape == (32, 5)
-    again = P.load_potts_dataset(cfg)  # from the cache
+    again = PD.load_potts_dataset(cfg)  # from the cache
     for name in ("train", "test"):
         assert torch.equal(getattr(again, name), getattr(ds, name))
     for name in ("J", "U", "h"):
@@ -220,7 +221,7 @@ def test_dataset_save_load_cache_and_batcher(tmp_path, monkeypatch):
     assert again.meta == ds.meta and again.config == cfg
     # the stored parameters regenerate from the stored seeds
     assert torch.equal(P.random_potts(5, 4, seed=7).J, ds.model.J)
-    regenerated = P.make_potts_dataset(cfg)
+    regenerated = PD.make_potts_dataset(cfg)
     assert torch.equal(regenerated.train, ds.train)
     # batches resume exactly
     b = ds.batcher(16, seed=1)
@@ -233,24 +234,24 @@ def test_dataset_save_load_cache_and_batcher(tmp_path, monkeypatch):
 def test_corrupt_stored_parameters_rejected(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    cfg = P.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2)
-    P.make_potts_dataset(cfg).save(tmp_path)
+    cfg = PD.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2)
+    PD.make_potts_dataset(cfg).save(tmp_path)
     t = load_file(tmp_path / "data.safetensors")
     t["J"][0, 1] += 1.0
     save_file(t, tmp_path / "data.safetensors")
     with pytest.raises(DataError, match="J must be symmetric"):
-        P.PottsDataset.load(tmp_path)
+        PD.PottsDataset.load(tmp_path)
     (tmp_path / "data.safetensors").write_bytes(b"garbage")
     with pytest.raises(DataError, match="cannot be read"):
-        P.PottsDataset.load(tmp_path)
+        PD.PottsDataset.load(tmp_path)
 
 
 def test_config_rejects_unknown_and_bad_values():
     with pytest.raises(ConfigError, match="unknown key 'colours'"):
-        P.PottsConfig(colours=3)
+        PD.PottsConfig(colours=3)
     with pytest.raises(ConfigError, match="C"):
-        P.PottsConfig(C=1)
-    assert P.PottsConfig().key() == P.PottsConfig().key() != P.PottsConfig(beta=2.0).key()
+        PD.PottsConfig(C=1)
+    assert PD.PottsConfig().key() == PD.PottsConfig().key() != PD.PottsConfig(beta=2.0).key()
 
 
 
@@ -262,11 +263,11 @@ def test_config_rejects_unknown_and_bad_values():
     ("data.safetensors", b"", r"data\.safetensors cannot be read"),
 ])
 def test_unreadable_file_is_named_with_what_to_do(tmp_path, name, content, problem):
-    cfg = P.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2)
-    P.make_potts_dataset(cfg).save(tmp_path)
+    cfg = PD.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2)
+    PD.make_potts_dataset(cfg).save(tmp_path)
     (tmp_path / name).write_bytes(content)  # the error named the folder, not the file, and no remedy
     with pytest.raises(DataError, match=problem + ".*delete the folder"):
-        P.PottsDataset.load(tmp_path)
+        PD.PottsDataset.load(tmp_path)
 
 
 def _edit_tensors(path):
@@ -285,30 +286,30 @@ def _edit_json(path, **changes):
     lambda f: (f / "meta.json").write_text("{"),
     lambda f: (f / "data.safetensors").write_bytes(b"garbage"),
     lambda f: (f / "meta.json").unlink(),
-    lambda f: P.make_potts_dataset(P.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2, coupling_seed=1)).save(f),
+    lambda f: PD.make_potts_dataset(PD.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2, coupling_seed=1)).save(f),
     lambda f: _edit_tensors(f / "data.safetensors"),  # still valid samples of the same shape: found by the record
     lambda f: _edit_json(f / "meta.json", bayes_loss_test=0.5),
 ])
 def test_corrupt_or_foreign_cache_is_regenerated_with_a_warning(tmp_path, monkeypatch, capsys, damage):
     monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
-    cfg = P.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2)
-    first = P.load_potts_dataset(cfg)
+    cfg = PD.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2)
+    first = PD.load_potts_dataset(cfg)
     folder = tmp_path / "potts" / cfg.key()
     assert f"energyformer: generating the Potts data set into {folder}" in capsys.readouterr().err
     damage(folder)
     with pytest.warns(UserWarning, match=f"Potts cache {folder}/(meta.json|data.safetensors) .*generating it again"):
-        again = P.load_potts_dataset(cfg)
+        again = PD.load_potts_dataset(cfg)
     assert torch.equal(again.train, first.train) and again.config == cfg
-    assert torch.equal(P.PottsDataset.load(folder).test, first.test)  # rewritten
+    assert torch.equal(PD.PottsDataset.load(folder).test, first.test)  # rewritten
 
 
 def test_a_folder_written_before_the_record_is_read_and_a_cache_gains_it(tmp_path, monkeypatch):
     monkeypatch.setenv("ENERGYFORMER_DATA", str(tmp_path))
-    cfg = P.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2)
-    first = P.load_potts_dataset(cfg)
+    cfg = PD.PottsConfig(L=4, C=3, n_train=8, n_test=8, burn_in=2)
+    first = PD.load_potts_dataset(cfg)
     meta = tmp_path / "potts" / cfg.key() / "meta.json"
     record = json.loads(meta.read_text()).pop("content_sha256")
     meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "content_sha256"}))
-    assert torch.equal(P.PottsDataset.load(meta.parent).train, first.train)  # an older folder: checked for validity
-    assert torch.equal(P.load_potts_dataset(cfg).train, first.train)
+    assert torch.equal(PD.PottsDataset.load(meta.parent).train, first.train)  # an older folder: checked for validity
+    assert torch.equal(PD.load_potts_dataset(cfg).train, first.train)
     assert json.loads(meta.read_text())["content_sha256"] == record  # the cache has its record again

@@ -35,7 +35,7 @@ from torch import nn
 
 from ..core.precision import at_least_float32
 from ..data.batching import EpochBatcher, seeded_generator
-from ..data.potts import PottsConfig, PottsDataset, load_potts_dataset
+from ..data.potts_dataset import PottsConfig, PottsDataset, load_potts_dataset
 from ..models import MODELS
 from ..models.backbone import LayerStack
 from ..train.callbacks import ProjectionCallback
