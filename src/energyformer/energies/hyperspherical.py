@@ -31,6 +31,10 @@ projection, one sphere: symmetric scores) vs ``'separate'`` (the image code's th
 RMSNorms on Q, K, V: the scores are no longer symmetric and the update is no gradient at all);
 ``gain='fixed'`` (radius exactly √p, the paper) vs ``'learned'`` (nn.RMSNorm's gain, the code).
 
+Key padding (``prepare(context, mask=m)``, True = real token): the energies sum over real tokens, with real
+keys only, so ∂E/∂x is 0 at a padded token; ``grad``, ``direction`` and ``reference_direction`` return 0
+there on every path (:func:`real_tokens`), where the operators alone fill every query row.
+
 LoRA: a sublayer may set ``energy.delta`` (a tensor shaped like the projection weight) before a call;
 the projection is then W + ΔW in and out (depth-wise LoRA, seed App. G.2).
 
@@ -89,6 +93,15 @@ class SubspaceState:
 #: every precision and path. It was the dtype's smallest normal number: r³ overflowed to inf and inf · 0 gave
 #: NaN gradients in float64 (the reference) and on those paths, 9.2e18 · g on the custom float32 one.
 SPHERE_EPS = 1e-24
+
+
+def real_tokens(t: Tensor, tokens: Tensor | None) -> Tensor:
+    """t (B, N, …) with the rows of padded tokens set to 0 (``tokens``: (B, N) bool, True = real; None: t itself).
+
+    The energies sum over real tokens and see padded ones through no key, so ∂E/∂x is 0 at a padded token; the
+    operators, computed for every query row (the fused and kernel paths cannot skip rows), would send a finite,
+    wrong number there. One multiply, only when a mask is given."""
+    return t if tokens is None else t * tokens.reshape(*tokens.shape, *(1,) * (t.dim() - 2)).to(t.dtype)
 
 
 class SubspaceAttentionEnergy(Energy):
@@ -220,12 +233,15 @@ class SubspaceAttentionEnergy(Energy):
         return -self.operator(st)
 
     def direction(self, x: Tensor, state: SubspaceState, precond: Preconditioner) -> Tensor:
-        # −P W y = P W (−y): preconditioner and read-out are linear, so the sign goes to the operator
-        return precond(self.readout(self.neg_operator(self._at(x, state))))
+        # −P W y = P W (−y): preconditioner and read-out are linear, so the sign goes to the operator; padded
+        # tokens get 0 (the operator fills every query row; the energy does not depend on them: real_tokens)
+        st = self._at(x, state)
+        return precond(real_tokens(self.readout(self.neg_operator(st)), st.tokens))
 
     def grad(self, x: Tensor, state: SubspaceState) -> Tensor:
-        if self.exact:  # closed form: the operator at the raw projections is the total derivative
-            return self.readout(self.operator(self._at(x, state)))
+        if self.exact:  # closed form: the operator at the raw projections is the total derivative (0 at padding)
+            st = self._at(x, state)
+            return real_tokens(self.readout(self.operator(st)), st.tokens)
         return super().grad(x, state)
 
     def reference_operator(self, st: SubspaceState) -> Tensor:
@@ -241,7 +257,8 @@ class SubspaceAttentionEnergy(Energy):
         return g
 
     def reference_direction(self, x: Tensor, state: SubspaceState, precond: Preconditioner) -> Tensor:
-        return -precond(self.readout(self.reference_operator(self._at(x, state))))
+        st = self._at(x, state)
+        return -precond(real_tokens(self.readout(self.reference_operator(st)), st.tokens))
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, heads={self.heads}, head_dim={self.head_dim}, sphere={self.sphere}, "
@@ -402,20 +419,20 @@ class SphericalFFEnergy(Energy):
         return self.activation(self.pre(x))
 
     def direction(self, x: Tensor, state: Any, precond: Preconditioner) -> Tensor:
-        return precond(self.readout(self.activated(x)))
+        # state: the (B, N) real tokens or None; padded tokens get 0, as the gradient (real_tokens)
+        return precond(real_tokens(self.readout(self.activated(x)), state))
 
     def grad(self, x: Tensor, state: Any) -> Tensor:
         if self.exact:
-            g = -self.readout(self.activated(x))
-            return g if state is None else g * state[..., None].to(g.dtype)
+            return real_tokens(-self.readout(self.activated(x)), state)
         return super().grad(x, state)
 
     def reference_direction(self, x: Tensor, state: Any, precond: Preconditioner) -> Tensor:
-        """−P D ∂e/∂u by autograd at u = the normalised projections (held fixed)."""
+        """−P D ∂e/∂u by autograd at u = the normalised projections (held fixed); 0 at padded tokens."""
         with torch.enable_grad():
             u = self.pre(x).detach().requires_grad_(True)
             (g,) = torch.autograd.grad(self.token_energy(u).sum(), u)
-        return -precond(self.readout(g))
+        return -precond(real_tokens(self.readout(g), state))
 
     @classmethod
     def _examples(cls, dtype, variants: list[dict]) -> list:
