@@ -97,12 +97,7 @@ class Energy(nn.Module):
         """∇_x Σ_i E_i. Default: autograd of :meth:`energy` (differentiable w.r.t. parameters when
         grad mode is on, so a block built on an energy-only subclass still trains). For an
         iterate-context energy the derivative also goes through ``reprepare(state, x)``."""
-        create = torch.is_grad_enabled()
-        with torch.enable_grad():
-            xg = x if x.requires_grad else x.detach().requires_grad_(True)
-            st = self.reprepare(state, xg) if self.context_is_iterate else state
-            (g,) = torch.autograd.grad(self.energy(xg, st).sum(), xg, create_graph=create)
-        return g
+        return _autograd_grad(self, x, state)
 
     def direction(self, x: Tensor, state: Any, precond: Preconditioner) -> Tensor:
         """Update direction ``-P ∇E``; subclasses may fuse P into their weights."""
@@ -122,3 +117,21 @@ class Energy(nn.Module):
     def precond_exact(self, precond: Preconditioner) -> bool:
         """Whether ``direction`` with this preconditioner is ``-P ∇E`` for one PD matrix P."""
         return precond.heads is None
+
+
+@torch.compiler.disable
+def _autograd_grad(energy: Energy, x: Tensor, state: Any) -> Tensor:
+    """:meth:`Energy.grad`'s autograd fallback, run eagerly even inside ``torch.compile`` (``train.compile``).
+
+    In grad mode the gradient is taken with ``create_graph=True`` so the parameters get their gradient
+    through it: a double backward, which AOTAutograd's compiled graphs do not support ("torch.compile with
+    aot_autograd does not currently support double backward"). Run eagerly, the energy's graph is an
+    ordinary autograd graph; the compiled regions before and after it are each differentiated once. The cost
+    is a graph break per call (energies with a closed-form ``grad`` never come here and keep one graph).
+    """
+    create = torch.is_grad_enabled()
+    with torch.enable_grad():
+        xg = x if x.requires_grad else x.detach().requires_grad_(True)
+        st = energy.reprepare(state, xg) if energy.context_is_iterate else state
+        (g,) = torch.autograd.grad(energy.energy(xg, st).sum(), xg, create_graph=create)
+    return g

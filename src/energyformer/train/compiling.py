@@ -22,6 +22,13 @@ output is read). Training needs no step marking: a graph tree starts a new itera
 compiled model once the previous call's backward has run, which is the trainer's loop (one forward and one
 backward per micro-batch).
 
+An energy without a closed-form ``grad`` (EqT's ``coherence_conf`` and ``coherence_consist``, its ``mlp``
+read-out, a user's energy-only subclass) takes ``Energy.grad``'s autograd fallback, which in train mode
+differentiates with ``create_graph=True`` so that the parameters train through the gradient: a double backward,
+which AOTAutograd's compiled graphs refuse ("does not currently support double backward"). The fallback is
+``torch.compiler.disable``d (``core.energy._autograd_grad``): it runs eagerly, a graph break at each call, and
+trains as eager does (``tests/train/test_train_compile.py``); energies with a closed form keep one graph.
+
 The optimiser, gradient clipping, the learning-rate schedule and the host's divergence checks stay eager
 around the compiled model.
 
