@@ -181,6 +181,25 @@ def test_a_tiny_temperature_samples_the_argmax(name):
     assert torch.equal(out, m.generate(idx, 5, greedy=True))
 
 
+@pytest.mark.parametrize("temperature", [1e-46, 5e-324, 1e-40])
+def test_a_temperature_below_float32s_range_is_still_greedy(temperature):
+    """Python floats float32 rounds to 0: the logits were divided in float32 (0 / 0 = nan), sampling raised."""
+    m = _model("llama").eval()
+    idx = torch.randint(0, 50, (2, 4), generator=torch.Generator().manual_seed(3))
+    out = m.generate(idx, 4, temperature=temperature, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out, m.generate(idx, 4, greedy=True))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 1e30, 1e39, 1e300])
+def test_top_k_1_is_greedy_at_any_temperature(temperature):
+    """top-k filters the raw logits: at a temperature float32 rounded to inf every tempered logit was 0, nothing
+    was filtered and sampling was uniform over the vocabulary."""
+    m = _model("llama").eval()
+    idx = torch.randint(0, 50, (2, 4), generator=torch.Generator().manual_seed(3))
+    out = m.generate(idx, 4, temperature=temperature, top_k=1, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out, m.generate(idx, 4, greedy=True))
+
+
 def test_generate_checks_are_the_clis_checks():
     """One source of truth: ``energyformer generate`` runs check_sampling with the CLI's option names."""
     from energyformer.models.lm import check_sampling

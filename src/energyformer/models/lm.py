@@ -127,10 +127,10 @@ class CausalLM(TokenModel):
             if greedy:
                 nxt = logits.argmax(-1, keepdim=True)  # (B, 1)
             else:
-                logits = tempered(logits, temperature)
-                if top_k is not None:
+                if top_k is not None:  # on the raw logits: the kept set is the same at any temperature > 0
                     kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
+                logits = tempered(logits, temperature)
                 nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)
             out = torch.cat([out, nxt], dim=1)
             inp = nxt
