@@ -11,7 +11,8 @@ peak), and after warm-up, with ``p = min(1, (s - W) / max(1, S - 1 - W))``:
   paper's App. A.8 schedule);
 * ``constant``: ``1``.
 
-Steps past ``S - 1`` keep the last value. A new kind registers a config class with a
+Steps past ``S - 1`` keep the last value. A warm-up that ends at or after the last step (``W >= S - 1``, e.g.
+``warmup: 1.0``) leaves no step to decay: the last steps run at the peak and ``f`` has no effect. A new kind registers a config class with a
 ``factor(step, total_steps)`` rule in :data:`SCHEDULES`.
 """
 
