@@ -71,9 +71,12 @@ def test_an_earlier_export_is_replaced_only_with_overwrite_and_nothing_stale_sta
     _one_line_error(capsys, ["export", str(runs["bytes"]), str(out)], "holds an earlier export", "--overwrite")
     assert _snapshot(out) == before
     assert main(["export", str(runs["bytes"]), str(out), "--overwrite"]) == 0
-    # the bytes run has no tokenizer.json: the BPE export's must not stay beside its 256-token model
-    assert not (out / "tokenizer.json").exists() and not (out / "tokenizer_config.json").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["hf"]  # no staging or replaced folder left behind
+    # nothing of the BPE export stays (its tokenizer beside the bytes run's 256-token model): OUT is what a fresh
+    # export of the bytes run writes, file for file
+    assert main(["export", str(runs["bytes"]), str(tmp_path / "fresh")]) == 0
+    assert _snapshot(out) == _snapshot(tmp_path / "fresh") and _snapshot(out) != before
+    assert len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]) == 256
 
 
 def test_a_failed_export_leaves_the_earlier_one_in_place(runs, tmp_path, monkeypatch):

@@ -16,9 +16,14 @@ Two layouts, both loadable offline with ``AutoModelForCausalLM.from_pretrained(O
   needs ``pip install energyformer`` (the energies, solvers and blocks are the library, not a copy).
 
 Export checks itself: the exported folder is loaded back with ``transformers`` and its logits on a
-fixed probe must equal the run's to 1e-5, else the export fails. A run whose tokenizer is a
-``tokenizers`` BPE (``bpe``, ``gpt2``) also gets ``tokenizer.json`` (a ``PreTrainedTokenizerFast``).
-:func:`load_hf` reads either layout back into an ``energyformer`` ``CausalLM``.
+fixed probe must equal the run's to 1e-5, else the export fails. The run's tokenizer goes with it as
+``tokenizer.json`` (a ``PreTrainedTokenizerFast`` that ``AutoTokenizer`` loads offline, with the ``tokenizers``
+library alone) for every energyformer tokenizer: ``bpe`` and ``gpt2`` (their BPE as is), ``bytes`` (a byte-level
+model built to the same ids) and ``llama`` (the SentencePiece BPE converted): :mod:`.hf_tokenizer`, which writes
+one only once it encodes and decodes probe texts exactly as the run's own. Where it writes none (another
+tokenizer class, a SentencePiece model that does not convert) the export prints one line saying so, so that
+nobody expects ``AutoTokenizer`` to load the folder. :func:`load_hf` reads either layout back into an
+``energyformer`` ``CausalLM``.
 """
 
 from __future__ import annotations
@@ -33,10 +38,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..data.text import note
 from ..errors import UserError
 from ..models import CausalLM, ModelConfig
 from ..utils.config import load_config, to_dict
 from .folder import MARKER, MARKER_VERSION, export_folder
+from .hf_tokenizer import write_hf_tokenizer
 
 MODELING_FILE = Path(__file__).with_name("modeling_energyformer.py")
 WEIGHTS = "model.safetensors"
@@ -106,18 +113,6 @@ def _tensors(model: nn.Module, rename: dict[str, str] | None = None, prefix: str
     return out
 
 
-def _write_tokenizer(tokenizer: Any, out: Path) -> None:
-    backend = getattr(tokenizer, "backend", None)
-    if backend is None:
-        return
-    backend.save(str(out / "tokenizer.json"))
-    eos = "<|endoftext|>" if tokenizer.eos_id is not None else None
-    # split_special_tokens: a typed "<|endoftext|>" is text, as energyformer encodes it (HFTokenizer), not the token
-    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": None, "eos_token": eos,
-           "clean_up_tokenization_spaces": False, "split_special_tokens": True}
-    (out / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}, indent=1))
-
-
 def export_hf(model: CausalLM, out: str | Path, *, tokenizer: Any = None, run_config: dict | None = None,
               check: bool = True, overwrite: bool = False, checkpoint_step: int | None = None) -> Path:
     """Write ``model`` as a Hugging Face folder ``out`` (see the module docstring); returns ``out``.
@@ -129,12 +124,19 @@ def export_hf(model: CausalLM, out: str | Path, *, tokenizer: Any = None, run_co
         raise ExportError(f"--format hf exports causal language models (task lm); this run's model is a "
                           f"{type(model).__name__}")
     with export_folder(out, overwrite, ExportError) as stage:
-        _write(model, stage, tokenizer, run_config, check, checkpoint_step)
+        why = _write(model, stage, tokenizer, run_config, check, checkpoint_step)
+    if why is not None:
+        name = getattr(tokenizer, "name", type(tokenizer).__name__)
+        note(f"no tokenizer written: the {name} tokenizer has no Hugging Face form here ({why}); AutoTokenizer "
+             f"will not load {out}; tokenise with energyformer's own tokenizer "
+             f"(energyformer.data.tokenizers.get_tokenizer, as the run's task.tokenizer says)")
     return Path(out)
 
 
 def _write(model: CausalLM, out: Path, tokenizer: Any, run_config: dict | None, check: bool,
-           checkpoint_step: int | None) -> None:
+           checkpoint_step: int | None) -> str | None:
+    """Write the folder into ``out``; None, or why the run's ``tokenizer`` was not written (see
+    :func:`.hf_tokenizer.write_hf_tokenizer`)."""
     cfg: ModelConfig = model.cfg
     model = copy.deepcopy(model).float().eval()  # the caller's model keeps its dtype and mode
     if is_llama(cfg):
@@ -151,19 +153,22 @@ def _write(model: CausalLM, out: Path, tokenizer: Any, run_config: dict | None, 
                   "use_cache": False}
         tensors = _tensors(model, prefix="model.")
         shutil.copyfile(MODELING_FILE, out / MODELING_FILE.name)
+    why = None
     if tokenizer is not None:
         config["eos_token_id"] = tokenizer.eos_id
-        _write_tokenizer(tokenizer, out)
+        why = write_hf_tokenizer(tokenizer, out)
     if run_config is not None:
         config["energyformer_run"] = run_config
     if checkpoint_step is not None:
         config["energyformer_checkpoint_step"] = checkpoint_step
     config[MARKER] = MARKER_VERSION
     (out / "config.json").write_text(json.dumps(config, indent=1))
-    (out / "generation_config.json").write_text(json.dumps({"use_cache": False, "eos_token_id": config.get("eos_token_id")}))
+    generation = {"use_cache": False, "eos_token_id": config.get("eos_token_id")}
+    (out / "generation_config.json").write_text(json.dumps(generation))
     save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
     if check:
         check_export(model, out)
+    return why
 
 
 def _probe(cfg: ModelConfig) -> torch.Tensor:
