@@ -4,18 +4,149 @@ A benchmark run with ``--json OUT`` writes its raw measurements plus :func:`mach
 torch, the load average before and after, the command) to OUT; ``--render-only DIR`` rebuilds the
 results page in DIR from that committed JSON alone, byte for byte the same every time (the page
 contract of ``energyformer report``): it measures nothing and reads only DIR.
+
+The argument checks and the run header below are shared by every script (probe K): an argument a script cannot
+honour is refused at parse time with argparse's one line naming the option, the value and what is allowed
+(``--precisions fp16`` used to run float32 labelled "fp16"; ``--repeats 0`` ended in a traceback), a library
+:class:`~energyformer.errors.UserError` raised later ends in one ``error:`` line (:func:`run`), and every output
+starts with :func:`header` (device, threads, torch, commit) so a committed output says what produced it.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
 import torch
+
+from energyformer.errors import ConfigError
+from energyformer.utils.cliargs import count as positive_int  # noqa: F401  (re-exported argparse types)
+from energyformer.utils.cliargs import nonneg_int, positive_float  # noqa: F401
+
+#: the precisions every timing script can run: bf16 autocast, or plain float32 (nothing else is implemented)
+PRECISIONS = ("bf16", "fp32")
+
+
+def comma_choices(what: str, allowed: tuple[str, ...]):
+    """argparse type of a comma-separated list of ``allowed`` names, returned normalised ("fp32,bf16"): an unknown
+    name is an error naming it and the allowed ones (``--sections 5`` used to run nothing, exit 0)."""
+
+    def convert(text: str) -> str:
+        items = [s.strip() for s in text.split(",")]
+        if bad := [s for s in items if s not in allowed]:
+            raise argparse.ArgumentTypeError(f"{bad[0]!r} is not a {what}; allowed: a comma-separated list of "
+                                             f"{', '.join(allowed)}")
+        return ",".join(items)
+
+    convert.__name__ = f"{what} list"
+    return convert
+
+
+#: argparse type of ``--precisions``; anything else used to run float32 labelled with the name asked for ("fp16")
+precisions = comma_choices("precision", PRECISIONS)
+
+
+def check_precision(precision: str) -> str:
+    """``precision`` if it is one of :data:`PRECISIONS`; else a ConfigError (callers below the parser, e.g.
+    ``lm_throughput._context``, never treat an unknown name as float32)."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+def int_list(text: str) -> list[int]:
+    """argparse type of a comma-separated list of integers >= 1 (``--mem-seqs 256,512``)."""
+    try:
+        values = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be an integer >= 1")
+    return values
+
+
+int_list.__name__ = "integer list"
+
+
+def device_arg(text: str) -> str:
+    """argparse type of ``--device``: 'cpu', or 'cuda' where this torch build sees a CUDA device (else one line
+    instead of torch's 'not compiled with CUDA' traceback mid-run)."""
+    if text not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device; allowed: cpu, cuda")
+    if text == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError("'cuda': no CUDA device is available to this torch build; allowed here: cpu")
+    return text
+
+
+device_arg.__name__ = "device"
+
+
+def git_commit(where: Path | None = None) -> str:
+    """Short commit of the checkout holding ``where`` (default: the benchmarks' own), '+changes' after it where
+    tracked files differ from that commit (a copied working tree, e.g. a device machine's copy, whose git
+    HEAD is not the code that ran), or 'unknown'."""
+    cwd = where or Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=cwd, check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                 text=True, cwd=cwd, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if changed else "")
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def header(device: torch.device | str | None = None, threads: int | None = None) -> str:
+    """The first line of every benchmark output: device (CPU model or GPU name), machine, torch threads (the
+    current setting unless ``threads``), torch version, commit and UTC time, so a committed output names what
+    produced it without anyone adding it by hand."""
+    dev = torch.device(device or "cpu")
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return (f"run: device {dev.type} ({name}), machine {platform.machine()} with {os.cpu_count()} cores, "
+            f"{threads or torch.get_num_threads()} torch thread(s); torch {torch.__version__}; "
+            f"commit {git_commit()}; {now:%Y-%m-%d %H:%M} UTC")
+
+
+def run(main, *args) -> None:
+    """Call ``main(*args)``; a library :class:`~energyformer.errors.UserError` (a ConfigError), a config validation
+    error or a ValueError (what a block's constructor raises for sizes that do not fit, e.g. ``--heads 3 --dim 16``)
+    ends in one ``<script>: error: ...`` line and exit 2, as the energyformer CLI does, instead of a traceback;
+    ENERGYFORMER_DEBUG=1 shows the traceback. A benchmark's ValueError comes from its arguments, so it is said,
+    with its type, as a user error here (the CLI calls it internal)."""
+    from pydantic import ValidationError
+
+    from energyformer.cli_errors import debug_env, describe_error
+    from energyformer.errors import UserError, brief
+
+    try:
+        code = main(*args)
+    except (UserError, ValidationError, ValueError) as err:
+        if debug_env():
+            raise
+        text = describe_error(err)[0] if isinstance(err, (UserError, ValidationError)) else brief(err, 300)
+        print(f"{Path(sys.argv[0]).name}: error: {text} (ENERGYFORMER_DEBUG=1 for the traceback)", file=sys.stderr)
+        raise SystemExit(2) from None
+    raise SystemExit(code or 0)
 
 
 def loadavg() -> list[float] | None:
@@ -31,7 +162,7 @@ def machine(argv: list[str] | None = None) -> dict:
     :func:`finish`."""
     return {"command": "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-            "machine": platform.machine(), "nice": os.nice(0), "load_before": loadavg()}
+            "machine": platform.machine(), "nice": os.nice(0), "load_before": loadavg(), "commit": git_commit()}
 
 
 def finish(meta: dict) -> dict:

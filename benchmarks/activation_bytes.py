@@ -34,6 +34,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernel path on CPU (triton
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _page  # noqa: E402  (siblings)
 from gpu_lm import BASE, models, select  # noqa: E402
 from lm_throughput import CausalLM, _context, model_config, ours_logits  # noqa: E402
 
@@ -88,13 +89,14 @@ def per_token_layer(block, args, precision: str) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--mlp-hidden", type=int, default=2048)
-    ap.add_argument("--seq", type=int, default=64, help="N (and 2N) of the two forwards")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--precisions", default="bf16,fp32")
+    pos = _page.positive_int
+    ap.add_argument("--vocab", type=pos, default=32000)
+    ap.add_argument("--dim", type=pos, default=768)
+    ap.add_argument("--heads", type=pos, default=12)
+    ap.add_argument("--mlp-hidden", type=pos, default=2048)
+    ap.add_argument("--seq", type=pos, default=64, help="N (and 2N) of the two forwards")
+    ap.add_argument("--batch", type=pos, default=1)
+    ap.add_argument("--precisions", type=_page.precisions, default="bf16,fp32", help="bf16 (autocast) and/or fp32")
     ap.add_argument("--models", help="only these models (names separated by ';'; the Llama baseline is always "
                     "counted); default: every model of benchmarks/gpu_lm.py")
     ap.add_argument("--out", type=Path)
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     precs = a.precisions.split(",")
     rows = {name: {p: per_token_layer(on_cuda_path(b), a, p) for p in precs} for name, b in select(models(), a.models).items()}
-    lines = [f"torch {torch.__version__}; D={a.dim} H={a.heads} F={a.mlp_hidden} V={a.vocab}, "
+    lines = [_page.header("cpu"), f"torch {torch.__version__}; D={a.dim} H={a.heads} F={a.mlp_hidden} V={a.vocab}, "
              f"B={a.batch}, forwards at N={a.seq} and {2 * a.seq} with 1 and 2 layers; CEM attention on the CUDA path "
              "(the Triton kernel, "
              "run here by its interpreter) unless the model names another; bytes autograd saves per token and "
@@ -120,4 +122,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

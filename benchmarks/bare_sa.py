@@ -12,22 +12,31 @@
 
 Usage: ``python benchmarks/bare_sa.py [--repeats 7] [--results docs/results/bare_sa/cpu/results.json]``.
 Run it alone: timings on a shared machine are noisy, so only ratios from one run are reported.
+
+``--results`` defaults to that file in this repository (not relative to the working directory, which silently
+dropped the time-to-target table when run from elsewhere); an explicit path that is not a file is an error, and a
+missing default is said in one line.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-from energyformer.analysis.bare_sa_memory import step_memory
-from energyformer.models import MODELS
-from energyformer.models.bare_attention import BareSAConfig
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _page  # noqa: E402  (a sibling: argument checks and the run header)
+
+from energyformer.analysis.bare_sa_memory import step_memory  # noqa: E402
+from energyformer.models import MODELS  # noqa: E402
+from energyformer.models.bare_attention import BareSAConfig  # noqa: E402
+
+DEFAULT_RESULTS = Path(__file__).resolve().parents[1] / "docs/results/bare_sa/cpu/results.json"
 
 
 def _time(fn, warmup: int = 1) -> float:
@@ -132,8 +141,10 @@ def training_steps(repeats: int, results: Path | None) -> None:
     for k, (med, lo, hi) in res.items():
         print(f"| {k} | {med * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}] | {med / base:.2f} |")
     print("\n(recycled x3 is timed at q = 3, the mean of its sampled training range [2, 4].)")
-    if results is not None and results.exists():
-        recs = {x["cell"]["run"]: x for x in json.loads(results.read_text())["runs"].values() if x["seed"] == 0}
+    if results is None:
+        print(f"\n(no time-to-target table: {DEFAULT_RESULTS} not found; pass --results)")
+    else:
+        recs = {x["cell"]["run"]: x for x in _page.read_input(results, as_json=True)["runs"].values() if x["seed"] == 0}
         run = {k: v.removeprefix("potts_") for k, v in names.items()}   # the study's run labels
         r = {k: {"curve": recs[run[k]]["metrics"]["timing"]["curve"], "steps": recs[run[k]]["steps"]}
              for k in names if run[k] in recs}
@@ -153,14 +164,28 @@ def training_steps(repeats: int, results: Path | None) -> None:
             print(f"| {k} | {steps} | {secs:.1f} | {ratio} |")
 
 
-def main() -> None:
+def results_path(p: argparse.ArgumentParser, given: Path | None) -> Path | None:
+    """The results.json to read: ``given`` (not a file: an argparse error naming it), else
+    :data:`DEFAULT_RESULTS` where it exists (None: the caller says it is missing)."""
+    if given is not None:
+        if not given.is_file():
+            p.error(f"argument --results: {str(given)!r} is not a file (the bare-sa study's cpu results.json)")
+        return given
+    return DEFAULT_RESULTS if DEFAULT_RESULTS.is_file() else None
+
+
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--batch", type=int, default=32, help="batch of the scaling table")
-    p.add_argument("--results", type=Path, default=Path("docs/results/bare_sa/cpu/results.json"))
+    p.add_argument("--repeats", type=_page.positive_int, default=7)
+    p.add_argument("--batch", type=_page.positive_int, default=32, help="batch of the scaling table")
+    p.add_argument("--results", type=Path, default=None,
+                   help="the bare-sa study's cpu results.json (default: docs/results/bare_sa/cpu/results.json of "
+                        "this repository)")
     p.add_argument("--skip-scaling", action="store_true")
-    a = p.parse_args()
+    a = p.parse_args(argv)
+    a.results = results_path(p, a.results)
     torch.set_num_threads(1)
+    print(_page.header("cpu"))
     print(f"torch {torch.__version__}, 1 thread")
     if not a.skip_scaling:
         scaling(a.repeats, a.batch)
@@ -168,4 +193,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

@@ -18,11 +18,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _page  # noqa: E402  (a sibling: argument checks and the run header)
+
+from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig  # noqa: E402
 
 OPTION_SETS = {
     "shared diagonal, identity P (default)": {},
@@ -49,6 +54,9 @@ class Reuse(torch.nn.Module):
 
 
 def fwd_bwd(block, x, precision: str):
+    """One forward+backward, under bf16 autocast for 'bf16', float32 for 'fp32' (any other name: ConfigError)."""
+    _page.check_precision(precision)
+
     def once():
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
             y = block(x)
@@ -139,7 +147,7 @@ def peak_memory(mode: str, seq: int, args) -> int:
 
 
 def memory(args) -> None:
-    ns = [int(n) for n in args.mem_seqs.split(",")]
+    ns = args.mem_seqs
     print(f"\n# peak live-tensor memory of forward+backward (MiB), B=1 D={args.dim} H={args.heads} T={args.steps}; "
           f"recompute budget {args.recompute_mb} MiB")
     for mode, label in (("fused", "fused (SDPA)"), ("blocked", "blocked, keeps probabilities"),
@@ -152,20 +160,22 @@ def memory(args) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--seq", type=int, default=256)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=2, help="T of the memory section")
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--precisions", default="fp32,bf16")
-    p.add_argument("--mem-seqs", default="256,512,1024,2048")
-    p.add_argument("--recompute-mb", type=float, default=16.0)
+    pos = _page.positive_int
+    p.add_argument("--dim", type=pos, default=256)
+    p.add_argument("--heads", type=pos, default=8)
+    p.add_argument("--seq", type=pos, default=256)
+    p.add_argument("--batch", type=pos, default=8)
+    p.add_argument("--steps", type=pos, default=2, help="T of the memory section")
+    p.add_argument("--repeats", type=pos, default=7)
+    p.add_argument("--threads", type=pos, default=1)
+    p.add_argument("--precisions", type=_page.precisions, default="fp32,bf16", help="fp32 and/or bf16 (autocast)")
+    p.add_argument("--mem-seqs", type=_page.int_list, default="256,512,1024,2048")
+    p.add_argument("--recompute-mb", type=_page.positive_float, default=16.0)
     p.add_argument("--skip-memory", action="store_true")
     p.add_argument("--skip-timing", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    print(_page.header(device()))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), 1-min load {load:.2f} on {os.cpu_count()} cores")
     if not args.skip_timing:
@@ -176,4 +186,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_lm import BASE, models  # noqa: E402  (sibling scripts)
+import _page  # noqa: E402  (sibling scripts)
+from gpu_lm import BASE, models  # noqa: E402
 from hyperset_ops import (  # noqa: E402
     MATMULS, OpLog, emulated_cuda_policy, fused_rms_norm, with_fake_tensors, write_counts,
 )
@@ -184,19 +185,20 @@ def report(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--batch", type=int, default=1, help="batch rows (bytes and FLOPs scale with it, ops do not)")
-    ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--mlp-hidden", type=int, default=2048)
-    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--seq", type=_page.positive_int, default=1024)
+    ap.add_argument("--batch", type=_page.positive_int, default=1,
+                    help="batch rows (bytes and FLOPs scale with it, ops do not)")
+    ap.add_argument("--dim", type=_page.positive_int, default=768)
+    ap.add_argument("--heads", type=_page.positive_int, default=12)
+    ap.add_argument("--mlp-hidden", type=_page.positive_int, default=2048)
+    ap.add_argument("--vocab", type=_page.positive_int, default=32000)
     ap.add_argument("--models", default=";".join(DEFAULT_MODELS), help="gpu_lm.py model names separated by ';'")
     ap.add_argument("--ops", action="store_true", help="per-op counts and bytes of one layer")
-    ap.add_argument("--top", type=int, default=15, help="--ops: how many ops per model")
+    ap.add_argument("--top", type=_page.positive_int, default=15, help="--ops: how many ops per model")
     ap.add_argument("--out", type=Path, help="also write the output to this markdown file (a committed artifact)")
     args = ap.parse_args(argv)
     write_counts(args, argv, report, "CEM vs Llama: kernels, bytes and FLOPs per layer", "benchmarks/cem_ops.py")
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

@@ -46,6 +46,7 @@ from typing import NamedTuple
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _page  # noqa: E402  (siblings)
 from lm_throughput import median, pick_device  # noqa: E402
 
 # the launches that compile under the 255-register cap at GPT-2 small (docs/cem.md, "Registers"), and 64 × 64;
@@ -146,10 +147,10 @@ def inputs(b: int, h: int, n: int, r: int, d: int, dtype: torch.dtype, device: t
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=1024)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--n", type=_page.positive_int, default=1024)
+    ap.add_argument("--batch", type=_page.positive_int, default=8)
+    ap.add_argument("--heads", type=_page.positive_int, default=12)
+    ap.add_argument("--dim", type=_page.positive_int, default=768)
     ap.add_argument("--tiles", default=DEFAULT_TILES, help="comma-separated MxN or MxNwW (W warps) tile pairs")
     ap.add_argument("--head-unroll", default="1", help="comma-separated KernelTiles.head_unroll values")
     ap.add_argument("--shared", default="materialize", help="comma-separated KernelTiles.shared values")
@@ -170,10 +171,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--h-mode", choices=("sum", "stack"), default="sum",
                     help="the h read-out: 'sum' (full CEM T=1) or 'stack' (the paper configuration's per-head factors)")
     ap.add_argument("--no-sdpa", action="store_true", help="leave out the SDPA (Llama attention) reference row")
-    ap.add_argument("--block-d", type=int, default=64, help="D chunk of every variant (KernelTiles.block_d)")
-    ap.add_argument("--num-warps", type=int, default=4)
+    ap.add_argument("--block-d", type=_page.positive_int, default=64,
+                    help="D chunk of every variant (KernelTiles.block_d)")
+    ap.add_argument("--num-warps", type=_page.positive_int, default=4)
     ap.add_argument("--num-stages", default="1", help="comma-separated KernelTiles.num_stages values")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=_page.positive_int, default=5)
     ap.add_argument("--budget", type=float, help="seconds for the whole run (builds stop at 1/2, repeats at 0.85)")
     ap.add_argument("--tiny", action="store_true", help="CPU interpreter smoke size (N 16, D 32, 2 heads)")
     ap.add_argument("--out", type=Path)
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
             sync()
             times[v].append(time.perf_counter() - t0)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)"
-    lines = [f"device: {device.type} ({name}); torch {torch.__version__}",
+    lines = [f"device: {device.type} ({name}); torch {torch.__version__}; commit {_page.git_commit()}",
              f"cem_attention forward + backward, B={a.batch} H={a.heads} N={a.n} R={r} D={a.dim}, {dtype}, causal, "
              f"ALiBi + self bias, h read-out {a.h_mode!r}"
              f"{' (per-head factors c_k, 8 extra value columns per head)' if a.h_mode == 'stack' else ''}; "
@@ -273,4 +275,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

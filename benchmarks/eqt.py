@@ -18,6 +18,12 @@ Usage: ``python benchmarks/eqt.py [--length 64] [--batch 32] [--repeats 7] [--to
 paper's 6 x 256 backbone, where the ERM is a smaller share of the model than in our CPU configs). Run it alone: timings on a shared machine are noisy, so only ratios from one
 run are reported. ``--json FILE`` also writes the per-round ratios (the page of the ``eqt`` study reads
 ``docs/results/eqt/<scale>/overheads.json``, this script's committed output).
+
+A worker that stops (a ``--model-set`` the config refuses, an error in the tree of ``--before``) ends the run with
+one line: the worker's exit code and the last line of its error output (it used to end in the parent's
+JSONDecodeError traceback below the worker's own). The parent checks its arguments (counts >= 1, ``--tol`` > 0,
+``KEY=VALUE``, a ``--before`` revision git knows) before it starts a worker; the worker, which may run an older
+tree's ``energyformer``, imports nothing from ``benchmarks/``.
 """
 
 from __future__ import annotations
@@ -122,22 +128,56 @@ def _flops(mb, me, x) -> dict[str, float]:
     return out
 
 
+def _run_worker(args) -> None:
+    """:func:`_worker`; an error prints its traceback, then one line saying what was wrong (the CLI's wording where
+    this tree has it) as the last line of stderr, which the parent forwards, and exits 2."""
+    try:
+        _worker(args)
+    except Exception as err:  # noqa: BLE001 - the parent reports the last line
+        import traceback
+
+        traceback.print_exc()
+        try:
+            from energyformer.cli_errors import describe_error
+            msg = describe_error(err)[0]
+        except ImportError:  # an older tree
+            msg = f"{type(err).__name__}: {err}"
+        print(" ".join(msg.split()), file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
 class _Worker:
-    def __init__(self, src: Path, args):
+    def __init__(self, src: Path, args, name: str = "after"):
         env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS=str(args.threads))
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--length", str(args.length),
                "--batch", str(args.batch), "--tol", str(args.tol), "--threads", str(args.threads)]
         cmd += [a for item in args.model_set for a in ("--model-set", item)]
-        self.p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.name, self.err = name, tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty worker cannot block
+        self.p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+                                  text=True)
 
     def ask(self, what: str) -> dict:
-        self.p.stdin.write(what + "\n")
-        self.p.stdin.flush()
-        return json.loads(self.p.stdout.readline())
+        try:
+            self.p.stdin.write(what + "\n")
+            self.p.stdin.flush()
+        except BrokenPipeError:
+            self.failed()
+        line = self.p.stdout.readline()
+        if not line:
+            self.failed()
+        return json.loads(line)
+
+    def failed(self) -> None:
+        """End the run with one line: the worker's exit code and the last line of its error output."""
+        rc = self.p.wait()
+        self.err.seek(0)
+        last = next((s.strip() for s in reversed(self.err.read().splitlines()) if s.strip()), "no error output")
+        raise SystemExit(f"eqt.py: error: the {self.name!r} worker stopped (exit code {rc}): {last}")
 
     def close(self) -> None:
         self.p.stdin.close()
         self.p.wait()
+        self.err.close()
 
 
 def _extract(rev: str, where: Path) -> Path:
@@ -175,28 +215,55 @@ def _write_json(args, info: dict, rounds: list[dict]) -> None:
                                            "ratios": ratios}, indent=1) + "\n")
 
 
-def main() -> None:
+def _key_value(text: str) -> str:
+    """argparse type of ``--model-set``: KEY=VALUE with a non-empty KEY."""
+    if not text.partition("=")[0] or "=" not in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (e.g. n_layers=6)")
+    return text
+
+
+def _check_revision(p: argparse.ArgumentParser, rev: str) -> None:
+    """An argparse error naming ``--before REV`` where git does not know REV as a commit."""
+    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                         capture_output=True, text=True)
+    if out.returncode:
+        p.error(f"argument --before: {rev!r} is not a git revision of {ROOT}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    worker = "--worker" in argv   # checked by the parent; the worker may run an old tree (module docstring)
+    if worker:
+        pos, posf, kv = int, float, str
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import _page
+
+        pos, posf, kv = _page.positive_int, _page.positive_float, _key_value
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--length", type=int, default=64)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--tol", type=float, default=1e-3)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--length", type=pos, default=64)
+    p.add_argument("--batch", type=pos, default=32)
+    p.add_argument("--repeats", type=pos, default=7)
+    p.add_argument("--tol", type=posf, default=1e-3)
+    p.add_argument("--threads", type=pos, default=1)
     p.add_argument("--before", default=None, help="git revision to compare with (e.g. HEAD)")
-    p.add_argument("--model-set", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--model-set", action="append", type=kv, default=[], metavar="KEY=VALUE",
                    help="top-level model key for both models (repeatable), e.g. the paper's backbone: "
                         "--model-set n_layers=6 --model-set dim=256 --model-set heads=8")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write the per-round ratios of the current tree (e.g. docs/results/eqt/cpu/overheads.json)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.worker:
-        return _worker(args)
+        return _run_worker(args)
+    if args.before:
+        _check_revision(p, args.before)
+    print(_page.header("cpu", args.threads))
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"after": ROOT / "src"}
         if args.before:
             trees = {"before": _extract(args.before, Path(tmp)), **trees}
-        workers = {k: _Worker(src, args) for k, src in trees.items()}
+        workers = {k: _Worker(src, args, k) for k, src in trees.items()}
         info = {k: w.ask("info") for k, w in workers.items()}
         times: dict[str, list[dict]] = {k: [] for k in workers}
         for i in range(args.repeats):

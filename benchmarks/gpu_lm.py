@@ -39,7 +39,6 @@ import datetime
 import importlib.util
 import os
 import platform
-import subprocess
 import sys
 import time
 import traceback
@@ -49,6 +48,8 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _page  # noqa: E402  (sibling scripts)
+from _page import git_commit  # noqa: E402  (host_time, hyperset_gpu import it from here)
 from lm_throughput import (  # noqa: E402  (a sibling script)
     CausalLM, make_graphed_train_step, make_infer_step, make_train_step, median, model_config, ours_logits, pick_device,
 )
@@ -266,21 +267,6 @@ def ratio(times: dict[str, list[float]], name: str, base: str = BASE) -> str:
     return f"{median(r):.2f} [{min(r):.2f}, {max(r):.2f}]"
 
 
-def git_commit(where: Path | None = None) -> str:
-    """Short commit of the checkout holding ``where`` (default: this script's), '+changes' after it where
-    tracked files differ from that commit (a copied working tree, e.g. a device machine's copy, whose git
-    HEAD is not the code that ran), or 'unknown'."""
-    cwd = where or Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=cwd, check=True).stdout.strip()
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                 text=True, cwd=cwd, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+changes" if changed else "")
-
-
 def header(args, device: torch.device) -> list[str]:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
     triton = "not installed"
@@ -358,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mlp-hidden", type=int, default=2048)
     ap.add_argument("--settings", help="comma-separated NxB (sequence × batch); default 1024x8,4096x2 "
                     "(--tiny: 16x2)")
-    ap.add_argument("--precisions", default="bf16,fp32", help="bf16 (autocast) and/or fp32")
+    ap.add_argument("--precisions", type=_page.precisions, default="bf16,fp32", help="bf16 (autocast) and/or fp32")
     ap.add_argument("--modes", default="training,inference", help="training and/or inference")
     ap.add_argument("--models", help="only these models (names separated by ';'; the Llama baseline is always "
                     "timed); default: all")
@@ -366,8 +352,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="(CUDA, training) also time every model with its whole step captured as one CUDA graph "
                          "(lm_throughput.make_graphed_train_step); those rows' ratios are to the graphed Llama")
     compile_arg(ap, "; not the --cuda-graph rows")
-    ap.add_argument("--repeats", type=int, help="timed repeats per model (default 5; --tiny: 2)")
-    ap.add_argument("--warmup", type=int, help="untimed calls per model first (default 2; --tiny: 1)")
+    ap.add_argument("--repeats", type=_page.positive_int, help="timed repeats per model (default 5; --tiny: 2)")
+    ap.add_argument("--warmup", type=_page.nonneg_int, help="untimed calls per model first (default 2; --tiny: 1)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size: D 32, 2 layers, V 97")
     keep_going_arg(ap)
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
@@ -403,4 +389,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

@@ -49,7 +49,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_lm  # noqa: E402  (sibling scripts)
+import _page  # noqa: E402  (sibling scripts)
+import gpu_lm  # noqa: E402
 import hyperset_gpu  # noqa: E402
 from lm_throughput import CausalLM, make_train_step, median, model_config, ours_logits, pick_device  # noqa: E402
 
@@ -173,20 +174,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--models", help="model names of the suite, separated by ';' (names hold commas); "
                     "default: its usual three")
     ap.add_argument("--setting", default="1024x8", help="cem: NxB (sequence × batch)")
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--layers", type=int, default=12, help="cem: layers")
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--mlp-hidden", type=int, default=2048)
-    ap.add_argument("--iterations", type=int, default=24, help="hyperset: L")
-    ap.add_argument("--batch", type=int, default=64, help="hyperset: boards per batch")
+    ap.add_argument("--vocab", type=_page.positive_int, default=32000)
+    ap.add_argument("--dim", type=_page.positive_int, default=768)
+    ap.add_argument("--layers", type=_page.positive_int, default=12, help="cem: layers")
+    ap.add_argument("--heads", type=_page.positive_int, default=12)
+    ap.add_argument("--mlp-hidden", type=_page.positive_int, default=2048)
+    ap.add_argument("--iterations", type=_page.positive_int, default=24, help="hyperset: L")
+    ap.add_argument("--batch", type=_page.positive_int, default=64, help="hyperset: boards per batch")
     ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--rows", type=int, default=20, help="operators listed per model")
-    ap.add_argument("--host-rows", type=int, default=12,
+    ap.add_argument("--warmup", type=_page.nonneg_int, default=2)
+    ap.add_argument("--steps", type=_page.positive_int, default=3)
+    ap.add_argument("--rows", type=_page.positive_int, default=20, help="operators listed per model")
+    ap.add_argument("--host-rows", type=_page.positive_int, default=12,
                     help="(device runs) host-side entries listed per model, by self CPU time; 0: none")
-    ap.add_argument("--python", type=int, default=0, metavar="N",
+    ap.add_argument("--python", type=_page.nonneg_int, default=0, metavar="N",
                     help="also list the N Python functions with the most own time per step (cProfile); 0: none")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size")
     gpu_lm.keep_going_arg(ap)
@@ -239,4 +240,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

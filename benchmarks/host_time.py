@@ -59,7 +59,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _page import markdown_emitter  # noqa: E402  (siblings)
+import _page  # noqa: E402  (siblings)
+from _page import markdown_emitter  # noqa: E402
 from cem_ops import KERNEL_SUFFIX as KERNEL, block_of  # noqa: E402  (its rows' names force the kernel path)
 from gpu_lm import BASE as LLAMA, git_commit, models as lm_blocks, ratio, timed_runs  # noqa: E402  (siblings)
 from lm_throughput import CausalLM, make_train_step, median, model_config, ours_logits  # noqa: E402
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     ap.add_argument("--models", help="only these models of the suite (names separated by ';'; the baseline is "
                     "always timed)")
-    ap.add_argument("--precisions", default="bf16,fp32", help="bf16 (CPU autocast) and/or fp32")
+    ap.add_argument("--precisions", type=_page.precisions, default="bf16,fp32", help="bf16 (CPU autocast) and/or fp32")
     ap.add_argument("--repeats", type=int_at_least(1), default=15)
     ap.add_argument("--warmup", type=int_at_least(0), default=3)
     ap.add_argument("--profile", metavar="MODEL", help="instead of timing: cProfile one model of --suite")
@@ -289,4 +290,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

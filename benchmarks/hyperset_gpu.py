@@ -37,7 +37,8 @@ from unittest import mock
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _page import markdown_emitter  # noqa: E402  (sibling scripts)
+import _page  # noqa: E402  (sibling scripts)
+from _page import markdown_emitter  # noqa: E402
 from gpu_lm import (  # noqa: E402
     GRAPHED, compile_arg, compile_note, compiled, git_commit, keep_going_arg, ratio, select, state_bytes,
     timed_runs,
@@ -155,11 +156,11 @@ def run(args, emit: Callable[[list[str]], None]) -> None:
 
 def size_args(ap: argparse.ArgumentParser) -> None:
     """The model size and precision options this script shares with ``hyperset_ops.py`` (the paper's size)."""
-    ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--iterations", type=int, default=24)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--precisions", default="bf16,fp32", help="bf16 (autocast) and/or fp32")
+    ap.add_argument("--dim", type=_page.positive_int, default=768)
+    ap.add_argument("--heads", type=_page.positive_int, default=12)
+    ap.add_argument("--iterations", type=_page.positive_int, default=24)
+    ap.add_argument("--batch", type=_page.positive_int, default=64)
+    ap.add_argument("--precisions", type=_page.precisions, default="bf16,fp32", help="bf16 (autocast) and/or fp32")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -168,8 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--modes", default="training,inference", help="training and/or inference")
     ap.add_argument("--models", help="only these models (names separated by ';'; the transformer is always timed); "
                     "default: all")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=_page.positive_int, default=7)
+    ap.add_argument("--warmup", type=_page.nonneg_int, default=2)
     ap.add_argument("--tiny", action="store_true", help="CPU smoke size: d 32, 4 heads, L 2, batch 2")
     compile_arg(ap)
     ap.add_argument("--cuda-graph", action="store_true",
@@ -196,4 +197,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

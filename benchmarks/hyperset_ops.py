@@ -59,7 +59,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hyperset_gpu import CELLS, MODELS, size_args  # noqa: E402  (a sibling script)
+import _page  # noqa: E402  (sibling scripts)
+from hyperset_gpu import CELLS, MODELS, size_args  # noqa: E402
 
 from energyformer.experiment import load_run_config  # noqa: E402
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
@@ -516,4 +517,4 @@ def report(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

@@ -27,15 +27,19 @@ import argparse
 import platform
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from energyformer.experiment import load_run_config
-from energyformer.models.params import count_params
-from energyformer.tasks.classification import IMAGE_SHAPES
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _page  # noqa: E402  (a sibling: argument checks and the run header)
+
+from energyformer.experiment import load_run_config  # noqa: E402
+from energyformer.models.params import count_params  # noqa: E402
+from energyformer.tasks.classification import IMAGE_SHAPES  # noqa: E402
 
 DEFAULT_MODELS = ["transformer", "transformer_12layer", "et", "crate", "crate_t", "crate_t_code", "hyperset",
                   "hyperset_wide"]
@@ -76,11 +80,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="fashion_mnist", choices=sorted(IMAGE_SHAPES))
     p.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
-    p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch", type=_page.positive_int, default=128)
+    p.add_argument("--repeats", type=_page.positive_int, default=7)
+    p.add_argument("--warmup", type=_page.nonneg_int, default=2)
+    p.add_argument("--device", type=_page.device_arg, default="cpu", help="cpu or cuda")
+    p.add_argument("--threads", type=_page.positive_int, default=1)
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--out", help="also write the printed table (markdown) to this file")
     a = p.parse_args(argv)
@@ -143,6 +147,7 @@ def main(argv=None) -> int:
     med = {k: statistics.median(v) for k, v in times.items()}
     lines: list[str] = []
     emit = lines.append
+    emit(_page.header(a.device))
     emit(f"Image models, {a.dataset} ({ch}x{side}x{side}), batch {a.batch}, {a.repeats} interleaved rounds, "
           f"{a.device} ({platform.processor() or platform.machine()}, {a.threads} threads), {a.precision}, "
           f"clock {'wall' if cuda else 'process CPU'}; torch {torch.__version__}:")
@@ -164,4 +169,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _page.run(main)

@@ -170,6 +170,9 @@ def markdown(results: dict, args: dict, meta: dict) -> str:
             out.append(f"| {v} | {r['median_s'] * 1e3:.1f} [{r['min_s'] * 1e3:.1f}, {r['max_s'] * 1e3:.1f}] | "
                        f"{r['ratio_median']:.3f} [{r['ratio_min']:.3f}, {r['ratio_max']:.3f}] | {verdict} | "
                        f"{r['gflop']:.2f} | {r['flops_ratio']:.2f} | {r['memory_mib']:.1f} | {r['memory_ratio']:.2f} |")
+        if "mha2nd" in args["variants"] and int(ctx) > args["mha2nd_max_ctx"]:  # requested, not run: say so
+            out.append(f"\nmha2nd: not run at context {ctx} (above --mha2nd-max-ctx {args['mha2nd_max_ctx']}: its "
+                       "per-token eigh makes a step too slow there)")
     return "\n".join(out)
 
 
@@ -213,18 +216,21 @@ def page(raw: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--contexts", nargs="+", type=int, default=[256, 1024])
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    p.add_argument("--dim", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=2)
-    p.add_argument("--vocab", type=int, default=256)
-    p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--mha2nd-max-ctx", type=int, default=256, help="MHA2nd (per-token eigh) only up to this context")
-    p.add_argument("--device", default="cpu")
+    pos = _page.positive_int
+    p.add_argument("--contexts", nargs="+", type=pos, default=[256, 1024])
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+                   help="mha is always run (the ratios are to it)")
+    p.add_argument("--dim", type=pos, default=128)
+    p.add_argument("--layers", type=pos, default=2)
+    p.add_argument("--heads", type=pos, default=2)
+    p.add_argument("--vocab", type=pos, default=256)
+    p.add_argument("--batch", type=pos, default=2)
+    p.add_argument("--reps", type=pos, default=7)
+    p.add_argument("--warmup", type=_page.nonneg_int, default=2)
+    p.add_argument("--threads", type=pos, default=1)
+    p.add_argument("--mha2nd-max-ctx", type=pos, default=256,
+                   help="MHA2nd (per-token eigh) only up to this context (a longer one is noted as not run)")
+    p.add_argument("--device", type=_page.device_arg, default="cpu", help="cpu or cuda")
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--json", type=Path, help="also write the raw results and the machine here")
     p.add_argument("--render-only", type=Path, metavar="DIR",
@@ -237,6 +243,7 @@ def main(argv=None) -> int:
         a.variants = ["mha"] + a.variants
     torch.set_num_threads(a.threads)
     meta = _page.machine(argv)
+    print(_page.header(a.device))
     res = bench(a)
     meta = _page.finish(meta)
     args = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items() if k not in ("json", "render_only")}
@@ -247,4 +254,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _page.run(main)

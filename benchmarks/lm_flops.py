@@ -28,7 +28,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_lm  # noqa: E402  (sibling scripts)
+import _page  # noqa: E402  (sibling scripts)
+import gpu_lm  # noqa: E402
 from lm_throughput import CausalLM, lm_loss, model_config, ours_logits  # noqa: E402
 
 #: the models counted: every distinct computation of gpu_lm's table (the kernel variants and the
@@ -67,12 +68,12 @@ def run(args) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ns", type=int, nargs="+", default=[1024])
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--mlp-hidden", type=int, default=2048)
+    ap.add_argument("--ns", type=_page.positive_int, nargs="+", default=[1024])
+    ap.add_argument("--vocab", type=_page.positive_int, default=32000)
+    ap.add_argument("--dim", type=_page.positive_int, default=768)
+    ap.add_argument("--layers", type=_page.positive_int, default=12)
+    ap.add_argument("--heads", type=_page.positive_int, default=12)
+    ap.add_argument("--mlp-hidden", type=_page.positive_int, default=2048)
     ap.add_argument("--tiny", action="store_true", help="D 32, 2 layers, 4 heads, V 97, N 16")
     ap.add_argument("--out", type=Path, help="also write the output to this file (markdown)")
     args = ap.parse_args(argv)
@@ -89,4 +90,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

@@ -42,9 +42,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from energyformer.blocks.cem import CEMAttentionConfig, CEMMLPConfig
-from energyformer.blocks.layer import BlockConfig
-from energyformer.models.lm import CausalLM, ModelConfig, kv_cache_bytes
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _page  # noqa: E402  (a sibling: argument checks and the run header)
+
+from energyformer.blocks.cem import CEMAttentionConfig, CEMMLPConfig  # noqa: E402
+from energyformer.blocks.layer import BlockConfig  # noqa: E402
+from energyformer.models.lm import CausalLM, ModelConfig, kv_cache_bytes  # noqa: E402
 
 INSTALL_HINT = "pip install -e '.[bench]'   (or: pip install 'transformers>=4.40')"
 
@@ -166,8 +169,10 @@ def _onednn():
 
 def _context(precision: str, device: torch.device, onednn: bool = False, cache: bool = True):
     """bf16 autocast for precision 'bf16' (``cache``: autocast's weight-cast cache, off under CUDA-graph
-    capture as PyTorch's CUDA-graph notes ask); oneDNN float32 linears when ``onednn``."""
+    capture as PyTorch's CUDA-graph notes ask); oneDNN float32 linears when ``onednn``; not bf16 or fp32: error."""
     import contextlib
+
+    _page.check_precision(precision)
 
     onednn_linear = _onednn().onednn_linear
 
@@ -452,18 +457,21 @@ def section_kv(args, device: torch.device) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vocab", type=int, default=4096)
-    ap.add_argument("--dim", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--mlp-hidden", type=int, default=704, help="SwiGLU / CEM MLP hidden size")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=7, help="timed repeats per model (median reported)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per model before timing")
-    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = all cores)")
-    ap.add_argument("--sections", default="1,2,3", help="comma-separated subset of sections to run (4: oneDNN)")
-    ap.add_argument("--precisions", default="fp32,bf16", help="section 2: fp32 and/or bf16 (autocast)")
+    pos = _page.positive_int
+    ap.add_argument("--vocab", type=pos, default=4096)
+    ap.add_argument("--dim", type=pos, default=256)
+    ap.add_argument("--layers", type=pos, default=4)
+    ap.add_argument("--heads", type=pos, default=8)
+    ap.add_argument("--mlp-hidden", type=pos, default=704, help="SwiGLU / CEM MLP hidden size")
+    ap.add_argument("--batch", type=pos, default=8)
+    ap.add_argument("--seq", type=pos, default=256)
+    ap.add_argument("--repeats", type=pos, default=7, help="timed repeats per model (median reported)")
+    ap.add_argument("--warmup", type=_page.nonneg_int, default=2, help="untimed steps per model before timing")
+    ap.add_argument("--threads", type=_page.nonneg_int, default=0, help="torch.set_num_threads (0 = all cores)")
+    ap.add_argument("--sections", type=_page.comma_choices("section", ("1", "2", "3", "4")), default="1,2,3",
+                    help="comma-separated subset of sections 1, 2, 3, 4 to run (4: oneDNN)")
+    ap.add_argument("--precisions", type=_page.precisions, default="fp32,bf16",
+                    help="section 2: fp32 and/or bf16 (autocast)")
     ap.add_argument("--no-before", action="store_true", help="section 2: skip the fused-path 'before' rows")
     ap.add_argument("--render-only", type=Path, metavar="DIR",
                     help="measure nothing: write DIR/benchmarks.md (docs/results/cem) from the committed outputs "
@@ -479,6 +487,7 @@ def main(argv: list[str] | None = None) -> None:
     threads = args.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     device = pick_device()
+    print(_page.header(device))
     dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
     print(f"device: {device} ({dev_name}); torch {torch.__version__}; "
           f"transformers {transformers_version() or 'not installed'}; torch threads {torch.get_num_threads()} "
@@ -489,7 +498,7 @@ def main(argv: list[str] | None = None) -> None:
         if load > 0.5 and threads > 1:
             print("WARNING: other processes are using the CPU; multi-threaded timings can be badly inflated "
                   "by thread contention (try --threads 1 and compare); medians below are still from one run.")
-    sections = {s.strip() for s in args.sections.split(",")}
+    sections = set(args.sections.split(","))
     t0 = time.perf_counter()
     if "1" in sections:
         section_hf(args, device)
@@ -503,4 +512,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

@@ -30,13 +30,18 @@ import argparse
 import platform
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from energyformer.blocks.cem import CEMMLP, CEMAttention, CEMAttentionConfig, CEMMLPConfig
-from energyformer.core import EnergyBlock, ForwardContext
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _page  # noqa: E402  (a sibling: argument checks and the run header)
+
+from energyformer.blocks.cem import CEMMLP, CEMAttention, CEMAttentionConfig, CEMMLPConfig  # noqa: E402
+from energyformer.core import EnergyBlock, ForwardContext  # noqa: E402
 
 
 class Stack(nn.Module):
@@ -117,23 +122,25 @@ def report(times: dict[str, list[float]], ratios: list[float]) -> None:
           f"{max(ratios):.4f}   target <= 1.02")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dim", type=int, default=128)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--seq", type=int, default=64)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--steps", type=int, default=2, help="T within-layer steps of every sublayer")
-    p.add_argument("--repeats", type=int, default=30, help="rounds; each times both variants once")
-    p.add_argument("--inner", type=int, default=3, help="forward+backward steps per timed sample")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
-    p.add_argument("--seed", type=int, default=0)
+    pos = _page.positive_int
+    p.add_argument("--dim", type=pos, default=128)
+    p.add_argument("--heads", type=pos, default=4)
+    p.add_argument("--seq", type=pos, default=64)
+    p.add_argument("--batch", type=pos, default=8)
+    p.add_argument("--layers", type=pos, default=2)
+    p.add_argument("--steps", type=pos, default=2, help="T within-layer steps of every sublayer")
+    p.add_argument("--repeats", type=pos, default=30, help="rounds; each times both variants once")
+    p.add_argument("--inner", type=pos, default=3, help="forward+backward steps per timed sample")
+    p.add_argument("--device", type=_page.device_arg, default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="cpu or cuda")
+    p.add_argument("--threads", type=pos, default=None, help="torch.set_num_threads (CPU)")
+    p.add_argument("--seed", type=_page.nonneg_int, default=0)
     p.add_argument("--clock", choices=("process", "wall"), default=None,
                    help="process CPU time (CPU default) or wall clock (CUDA default)")
     p.add_argument("--no-tiny", action="store_true", help="skip the absolute-overhead measurement")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
@@ -153,6 +160,7 @@ def main() -> None:
 
     threads = torch.get_num_threads() if dev.type == "cpu" else "-"
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu"
+    print(f"# {_page.header(dev)}")
     print(f"# solver loop overhead, traces off: {args.layers} layers x (CEM attention + CEM MLP), "
           f"T={args.steps}, B={args.batch} N={args.seq} D={args.dim} H={args.heads}, forward+backward")
     print(f"# device {dev} ({name}), threads {threads}, torch {torch.__version__}; {args.repeats} interleaved "
@@ -177,4 +185,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)

@@ -128,21 +128,30 @@ def bench_workers(n: int, givens: tuple[int, int]) -> None:
         print(f"  workers={workers}: {dt:6.1f} s  ({n / dt:7.0f} puzzles/s)")
 
 
-def main() -> None:
+#: (full, --quick) values of the options --quick changes; an option given explicitly wins over both
+PRESETS = {"targets": ([36, 30, 26, 24, 22, 21, 20], [36, 30, 26, 24]), "n": (40, 20), "reps": (5, 3),
+           "workers_n": (10000, 0)}
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--targets", type=int, nargs="+", default=[36, 30, 26, 24, 22, 21, 20])
-    ap.add_argument("--n", type=int, default=40, help="puzzles per repetition and target")
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--climb-steps", type=int, default=2000)
-    ap.add_argument("--max-grids", type=int, default=20)
-    ap.add_argument("--quick", action="store_true", help="targets 36 30 26 24, n=20, reps=3")
+    pos = _page.positive_int
+    ap.add_argument("--targets", type=pos, nargs="+", help="givens per puzzle (default 36 30 26 24 22 21 20)")
+    ap.add_argument("--n", type=pos, help="puzzles per repetition and target (default 40)")
+    ap.add_argument("--reps", type=pos, help="repetitions (default 5)")
+    ap.add_argument("--climb-steps", type=pos, default=2000)
+    ap.add_argument("--max-grids", type=pos, default=20)
+    ap.add_argument("--quick", action="store_true",
+                    help="targets 36 30 26 24, n=20, reps=3, no worker comparison; explicit values of those win")
     ap.add_argument("--no-plain", action="store_true", help="skip the plain-Python comparison")
-    ap.add_argument("--workers-n", type=int, default=10000,
-                    help="puzzles for the 1-vs-2 worker comparison (0: skip)")
+    ap.add_argument("--workers-n", type=_page.nonneg_int,
+                    help="puzzles for the 1-vs-2 worker comparison (default 10000; 0: skip)")
     ap.add_argument("--json", type=Path, help="also write the raw generation and solver rates and the machine here")
-    args = ap.parse_args()
-    if args.quick:
-        args.targets, args.n, args.reps, args.workers_n = [36, 30, 26, 24], 20, 3, 0
+    args = ap.parse_args(argv)
+    for key, values in PRESETS.items():  # --quick used to overwrite explicit values silently
+        if getattr(args, key) is None:
+            setattr(args, key, values[args.quick])
+    print(_page.header("cpu"))
     count_solutions(np.zeros(81, dtype=np.int8))  # load (or compile) the solver first
     generate_puzzles(1, 30, seed=0)
     meta = _page.machine()
@@ -160,4 +169,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _page.run(main)
