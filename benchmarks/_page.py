@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -91,16 +90,13 @@ device_arg.__name__ = "device"
 def git_commit(where: Path | None = None) -> str:
     """Short commit of the checkout holding ``where`` (default: the benchmarks' own), '+changes' after it where
     tracked files differ from that commit (a copied working tree, e.g. a device machine's copy, whose git
-    HEAD is not the code that ran), or 'unknown'."""
-    cwd = where or Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=cwd, check=True).stdout.strip()
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                 text=True, cwd=cwd, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+    HEAD is not the code that ran), or 'unknown' (from the run record's :func:`~energyformer.train.runinfo.git_info`)."""
+    from energyformer.train.runinfo import git_info
+
+    info = git_info(where or Path(__file__).resolve().parent)
+    if info["commit"] is None:
         return "unknown"
-    return head + ("+changes" if changed else "")
+    return info["commit"][:7] + ("+changes" if info["dirty"] else "")
 
 
 def _cpu_name() -> str:
