@@ -110,3 +110,21 @@ def test_bad_mask_shape_is_a_clear_error():
     energy, c, x0 = _unit_problem()
     with pytest.raises(ValueError, match="ctx.mask has shape"):
         GradientDescent().run(energy, x0, c, 1, ctx=ForwardContext(mask=torch.ones(2, 4, dtype=torch.bool)))
+
+
+def test_trace_means_count_real_tokens_only():
+    """A padded token never moves, so counting it in the trace's means diluted each step's mean energy and
+    step norm by the padding share (and an attention energy's padded row, which can rise as the real keys
+    move, could hide a real token's rise); the old means averaged every token."""
+    energy, c, x0 = _unit_problem()
+    mask = torch.tensor([[True, True, False, False, False], [True, False, True, False, False]])
+    res = GradientDescent(step_size=0.5).run(energy, x0 + 0.1, c, 4, ctx=ForwardContext(mask=mask), trace=True)
+    tr = res.trace
+    real = lambda v: float(v[mask].mean())  # noqa: E731
+    assert tr.mean_energy() == pytest.approx([real(e) for e in tr.energy], rel=1e-12)
+    assert tr.mean_step_norm() == pytest.approx([real(s) for s in tr.step_norm], rel=1e-12)
+    assert tr.mean_step_norm()[0] != pytest.approx(float(tr.step_norm[0].mean()))  # padding no longer counted
+    full = GradientDescent(step_size=0.5).run(energy, x0 + 0.1, c, 4, trace=True).trace
+    assert full.mask is None and full.mean_energy() == pytest.approx([float(e.mean()) for e in full.energy])
+    nobody = GradientDescent(step_size=0.5).run(energy, x0, c, 1, ctx=ForwardContext(mask=mask & False), trace=True)
+    assert all(math.isnan(v) for v in nobody.trace.mean_energy())  # no real token: nan, not a number

@@ -170,6 +170,8 @@ class Descent:
                 raise ValueError(f"ctx.mask has shape {tuple(mask.shape)}: expected (batch, seq) = {(B, N)}")
             mask = mask.to(device=x0.device, dtype=torch.bool)
         self.mask = mask
+        if self.rec is not None:
+            self.rec.mask = mask  # means over real tokens (Trace.mask)
         if self.dynamic:
             self.active = mask.clone() if mask is not None else torch.ones(B, N, dtype=torch.bool,
                                                                            device=x0.device)

@@ -32,12 +32,18 @@ class Trace:
                stopped or are masked).
     steps:     number of steps actually taken (may be < requested when a stopping rule fires).
     exact:     whether each update was exactly ``-eta * P * grad`` of the traced energy.
+    mask:      (B, N) bool, True for real tokens (the call's padding mask), or None (every token real).
+               The ``mean_*`` summaries average over real tokens only: a padded token never moves, but its
+               energy can (an attention energy's padded query row sees the real keys move), and counting
+               it would add to or hide a real token's rise, and dilute every mean by the padding share.
+               The per-token tensors keep every token.
     """
 
     energy: list[Tensor] = field(default_factory=list)
     step_norm: list[Tensor] = field(default_factory=list)
     terms: dict[str, list[Tensor]] = field(default_factory=dict)
     exact: bool = True
+    mask: Tensor | None = None
 
     @property
     def steps(self) -> int:
@@ -51,16 +57,24 @@ class Trace:
     def add_step(self, dx: Tensor) -> None:
         self.step_norm.append(at_least_float32(dx.detach()).norm(dim=-1))
 
+    def _mean(self, v: Tensor) -> float:
+        """Mean of a (B, N) record over the real tokens (all tokens without a mask; nan with none real)."""
+        if self.mask is None:
+            return float(v.mean())
+        m = self.mask.to(device=v.device, dtype=v.dtype)
+        return float((v * m).sum() / m.sum()) if bool(self.mask.any()) else float("nan")
+
     def mean_energy(self) -> list[float]:
-        """Mean energy over batch and tokens at each iterate (for plotting)."""
-        return [float(e.mean()) for e in self.energy]
+        """Mean energy over batch and real tokens at each iterate (for plotting)."""
+        return [self._mean(e) for e in self.energy]
 
     def mean_step_norm(self) -> list[float]:
-        return [float(s.mean()) for s in self.step_norm]
+        """Mean update norm over batch and real tokens at each step."""
+        return [self._mean(s) for s in self.step_norm]
 
     def mean_terms(self) -> dict[str, list[float]]:
-        """Per term: mean energy over batch and tokens at each iterate."""
-        return {k: [float(e.mean()) for e in v] for k, v in self.terms.items()}
+        """Per term: mean energy over batch and real tokens at each iterate."""
+        return {k: [self._mean(e) for e in v] for k, v in self.terms.items()}
 
     def energy_tensor(self) -> Tensor:
         """(steps + 1, B, N) stacked energies."""
