@@ -289,12 +289,18 @@ def cmd_demo(a, extra) -> int:
 
 
 def cmd_export(a, extra) -> int:
+    from pathlib import Path
+
     from .export import export_run
 
     _no_extra(extra, "export")
     out, which = export_run(a.run, a.out, a.format, overwrite=a.overwrite)
+    # the tokenizer line: AutoTokenizer loads the folder only where the export wrote tokenizer.json (else
+    # export_hf said why on stderr)
+    tok = (f"; its tokenizer with transformers.AutoTokenizer.from_pretrained({str(out)!r})"
+           if (Path(out) / "tokenizer.json").is_file() else "; no tokenizer.json (see the note above)")
     print(f"exported {a.run} ({which}) to {out} ({a.format}; loads with transformers.AutoModelForCausalLM."
-          f"from_pretrained({str(out)!r}, trust_remote_code=True))")
+          f"from_pretrained({str(out)!r}, trust_remote_code=True){tok})")
     return 0
 
 

@@ -151,3 +151,17 @@ def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+def test_the_export_line_says_how_the_tokenizer_loads(runs, tmp_path, capsys, monkeypatch):
+    """The CLI's closing line names AutoTokenizer where tokenizer.json was written, and says there is none
+    where it was not (the old line named only the model's loader either way)."""
+    capsys.readouterr()
+    assert main(["export", str(runs["bpe"]), str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert f"AutoTokenizer.from_pretrained({str(tmp_path / 'a')!r})" in out, out
+    monkeypatch.setattr(hf_module, "write_hf_tokenizer", lambda tok, folder: "a reason")
+    assert main(["export", str(runs["bpe"]), str(tmp_path / "b")]) == 0
+    said = capsys.readouterr()
+    assert "no tokenizer.json" in said.out and "AutoTokenizer.from" not in said.out, said.out
+    assert "no tokenizer written" in said.err and "a reason" in said.err, said.err

@@ -345,6 +345,11 @@ class SentencePieceTokenizer(Tokenizer):
     def decode(self, ids: list[int]) -> str:
         return self._sp.decode(list(ids))
 
+    @property
+    def processor(self) -> Any:
+        """The loaded ``sentencepiece.SentencePieceProcessor`` (its pieces and model proto, e.g. for export)."""
+        return self._sp
+
 
 def llama_model_path() -> Path:
     """Where ``prepare_llama_model`` puts the SentencePiece file."""

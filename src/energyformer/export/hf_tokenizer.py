@@ -74,7 +74,7 @@ def _sentencepiece_backend(tok: SentencePieceTokenizer) -> tuple[Any, dict] | st
     """A SentencePiece BPE model as a ``tokenizers`` BPE (see the module docstring), or why it cannot be."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
 
-    sp = tok._sp
+    sp = tok.processor
     try:
         from sentencepiece import sentencepiece_model_pb2
         proto = sentencepiece_model_pb2.ModelProto()
