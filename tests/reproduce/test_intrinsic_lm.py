@@ -8,7 +8,7 @@ from energyformer.reproduce import REPRODUCTIONS
 from energyformer.experiment import load_run_config
 from energyformer.studies import load_study, study_path
 from energyformer.studies.runner import config_hash
-from energyformer.studies.spec import expand
+from energyformer.studies.plan import expand
 
 from .page_check import assert_page_rerenders
 

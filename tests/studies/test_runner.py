@@ -138,7 +138,7 @@ def test_a_record_made_with_set_is_named_with_its_overrides_not_called_out_of_da
     from pathlib import Path
 
     from energyformer.studies.runner import _config, config_hash
-    from energyformer.studies.spec import expand
+    from energyformer.studies.plan import expand
 
     spec, root, data = study
     page = tmp_path / "page"
@@ -158,7 +158,7 @@ def test_a_record_made_with_set_is_named_with_its_overrides_not_called_out_of_da
 
 def test_a_diverged_run_is_recorded_and_probes_are_made_once(tmp_path, monkeypatch):
     from energyformer.studies.runner import run_probes, train_one
-    from energyformer.studies.spec import expand
+    from energyformer.studies.plan import expand
     from energyformer.train import TrainingDiverged
 
     spec = load_study(write(tmp_path / "t.yaml", probes={"host": "builtins:str", "nothing": "builtins:print"}))

@@ -1,7 +1,7 @@
 """The one study runner (issue 22): every run of a study is ``experiment.run_experiment`` — no second
 assembly of model and trainer, no private training or timing loop.
 
-:func:`run_study` expands the grid (:func:`spec.expand`) and for each run
+:func:`run_study` expands the grid (:func:`plan.expand`) and for each run
 
 * **reuses** it when ``<out>/results.json`` holds its record with the same config hash (the hash of the
   run's full config except ``out_dir``; a changed config trains again, never silently reused);
@@ -41,7 +41,8 @@ from ..utils.io import atomic_write_text, read_json
 from ..utils.validate import ConfigError
 from .preflight import check_hooks, check_models, hook
 from .scheduling import SeeTrainer, train_parallel, train_serial
-from .spec import RunPlan, StudySpec, expand
+from .plan import RunPlan, expand
+from .spec import StudySpec
 
 #: version of the record format in results.json
 FORMAT = 1

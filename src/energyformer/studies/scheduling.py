@@ -21,7 +21,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable
 
-from .spec import RunPlan
+from .plan import RunPlan
 
 
 def train_serial(train: Callable[..., dict], todo: list[RunPlan], at: dict[str, int], args: tuple, out: str,
