@@ -90,7 +90,6 @@ from .accumulate import CountFn, StepPlan, all_reduce_int
 from .callbacks import CallbackList
 from .checkpoint import list_checkpoints, unwrap_model
 from .compiling import compile_for_training
-from .sigterm import install_sigterm_note
 from .config import TrainConfig
 from .contract import EvalFn, EvaluationFailed, EvaluationUserError, LossFn, TrainData, TrainingDiverged
 from .device import resolve_device
@@ -103,6 +102,7 @@ from .rng import fork_rng, get_rng_state, seed_everything
 from .roles import format_param_groups
 from .runinfo import collect_run_info, write_config, write_run_info
 from .schedule import LRSchedule
+from .signals import install_sigterm_note, save_on_interrupt
 
 log = logging.getLogger("energyformer.train")
 
@@ -394,7 +394,7 @@ class Trainer:
                     eval_metrics = self._logged_evaluate()
                 self._pbar.update(1)
         except KeyboardInterrupt:
-            self._on_interrupt(snapshot)
+            save_on_interrupt(self, snapshot)
             raise
         except TrainingDiverged as e:
             self._logger.log({"event": "diverged", "step": e.step, e.what.replace(" ", "_"): e.value,
@@ -478,27 +478,3 @@ class Trainer:
         """Whether :meth:`fit` is applying a step now (optimiser update and callbacks): a Ctrl-C there saves nothing
         (the state is not a complete step), so a caller that stops runs by Ctrl-C waits until this is False."""
         return getattr(self, "_in_update", None) is not None
-
-    def _on_interrupt(self, snapshot: dict[str, Any] | None) -> None:
-        where = f"last checkpoint: {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint yet"
-        if self.ddp:
-            log.warning("interrupted at step %d under DDP; not saving (%s)", self.step, where)
-            return
-        if self._in_update is not None:
-            log.warning("interrupted inside the optimizer update or callbacks of step %d; the state "
-                        "is not a complete step, not saving (%s)", self._in_update, where)
-            return
-        if self.step <= self._last_saved_step or self.step == 0:
-            return
-        # model/optimizer hold completed step self.step; if a new step had begun, its data/RNG
-        # were already consumed, so save the snapshot taken before it
-        rank_state = snapshot if self._in_step else None
-        try:
-            self._save(rank_state)
-            msg = f"interrupted: saved checkpoint {self.last_checkpoint} at step {self.step}"
-            if self._pbar is not None and not self._pbar.disable:
-                self._pbar.write(msg)  # once: through the progress bar when it is shown, else the log
-            else:
-                log.warning(msg)
-        except BaseException as e:  # a second Ctrl-C while saving: previous checkpoints are intact
-            log.warning("interrupted: could not save a checkpoint (%r); %s", e, where)
