@@ -47,7 +47,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _page  # noqa: E402  (siblings)
-from lm_throughput import median, pick_device  # noqa: E402
+from _timing import median  # noqa: E402
+from lm_throughput import pick_device  # noqa: E402
 
 # the launches that compile under the 255-register cap at GPT-2 small (docs/cem.md, "Registers"), and 64 × 64;
 # 64 × 32 and 128 × 32 on 8 warps: the largest that one program per head compiles without spilling

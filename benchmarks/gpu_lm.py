@@ -2,7 +2,7 @@
 
 For each setting (sequence length N × batch B), precision (bf16 autocast, fp32) and mode (training step
 = forward + backward + AdamW; inference forward), every model is timed interleaved with the others
-(``lm_throughput.interleaved_times``: the starting model rotates every repeat), and the table gives
+(``_timing.interleaved_times``: the starting model rotates every repeat), and the table gives
 
 * tokens/s (median over repeats) and the ratio to the Llama baseline, median [min, max] of the
   per-repeat ratios;
@@ -50,8 +50,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _page  # noqa: E402  (sibling scripts)
 from _page import git_commit  # noqa: E402  (host_time, hyperset_gpu import it from here)
+from _timing import median  # noqa: E402
 from lm_throughput import (  # noqa: E402  (a sibling script)
-    CausalLM, make_graphed_train_step, make_infer_step, make_train_step, median, model_config, ours_logits, pick_device,
+    CausalLM, make_graphed_train_step, make_infer_step, make_train_step, model_config, ours_logits, pick_device,
 )
 
 from energyformer.blocks.cem import CEMAttentionConfig, CEMMLPConfig  # noqa: E402

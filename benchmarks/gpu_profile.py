@@ -52,7 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _page  # noqa: E402  (sibling scripts)
 import gpu_lm  # noqa: E402
 import hyperset_gpu  # noqa: E402
-from lm_throughput import CausalLM, make_train_step, median, model_config, ours_logits, pick_device  # noqa: E402
+from _timing import median  # noqa: E402
+from lm_throughput import CausalLM, make_train_step, model_config, ours_logits, pick_device  # noqa: E402
 
 CEM_MODELS = (gpu_lm.BASE, "full CEM T=1 (auto path)", "paper configuration (T=2, D+LR)")
 HYPERSET_MODELS = (hyperset_gpu.BASE, "Hyper-SET", "Hyper-SET, attention.impl einsum")

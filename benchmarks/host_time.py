@@ -63,7 +63,8 @@ import _page  # noqa: E402  (siblings)
 from _page import markdown_emitter  # noqa: E402
 from cem_ops import KERNEL_SUFFIX as KERNEL, block_of  # noqa: E402  (its rows' names force the kernel path)
 from gpu_lm import BASE as LLAMA, git_commit, models as lm_blocks, ratio, timed_runs  # noqa: E402  (siblings)
-from lm_throughput import CausalLM, make_train_step, median, model_config, ours_logits  # noqa: E402
+from _timing import median  # noqa: E402
+from lm_throughput import CausalLM, make_train_step, model_config, ours_logits  # noqa: E402
 
 from energyformer.tasks.sudoku import CLASSES, VOCAB  # noqa: E402
 from energyformer.utils.cliargs import int_at_least  # noqa: E402

@@ -43,8 +43,9 @@ from gpu_lm import (  # noqa: E402
     GRAPHED, compile_arg, compile_note, compiled, git_commit, keep_going_arg, ratio, select, state_bytes,
     timed_runs,
 )
+from _timing import median  # noqa: E402
 from lm_throughput import (  # noqa: E402
-    make_graphed_train_step, make_infer_step, make_train_step, median, ours_logits, pick_device,
+    make_graphed_train_step, make_infer_step, make_train_step, ours_logits, pick_device,
 )
 
 from energyformer.experiment import load_run_config  # noqa: E402

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _page  # noqa: E402  (a sibling: argument checks and the run header)
+from _timing import fmt_ms, interleaved_times, median, paired_ratio, spread  # noqa: E402
 
 from energyformer.blocks.cem import CEMAttentionConfig, CEMMLPConfig  # noqa: E402
 from energyformer.blocks.layer import BlockConfig  # noqa: E402
@@ -260,48 +261,6 @@ def make_infer_step(model: nn.Module, logits_fn: Callable, idx: Tensor, precisio
     return step
 
 
-def paired_ratio(times: dict[str, list[float]], base: str, name: str) -> tuple[float, float, float]:
-    """Median, min and max over repeats of time[base] / time[name] (tokens/s ratio), repeat by repeat."""
-    r = [b / t for b, t in zip(times[base], times[name])]
-    return median(r), min(r), max(r)
-
-
-def median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-
-
-def interleaved_times(fns: dict[str, Callable[[], None]], warmup: int, repeats: int,
-                      device: torch.device) -> dict[str, list[float]]:
-    """Seconds of every timed call of each fn; calls interleaved, starting fn rotated every repeat."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    names = list(fns)
-    for _ in range(warmup):
-        for n in names:
-            fns[n]()
-    sync()
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(repeats):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            sync()
-            t0 = time.perf_counter()
-            fns[n]()
-            sync()
-            times[n].append(time.perf_counter() - t0)
-    return times
-
-
-def interleaved_medians(fns: dict[str, Callable[[], None]], warmup: int, repeats: int,
-                        device: torch.device) -> dict[str, float]:
-    """Median seconds per call of each fn (see :func:`interleaved_times`)."""
-    return {n: median(t) for n, t in interleaved_times(fns, warmup, repeats, device).items()}
-
-
-def spread(ts: list[float]) -> str:
-    return f"[min {min(ts) * 1e3:.1f}, max {max(ts) * 1e3:.1f} ms]"
-
-
 @torch.no_grad()
 def kv_bytes_per_token(model: CausalLM, n_tokens: int, device: torch.device | None = None) -> float:
     """KV-cache bytes per token after a prefill of ``n_tokens`` (batch 1): kv_cache_bytes / n_tokens."""
@@ -323,10 +282,6 @@ def kv_ratio_no_diag(vocab: int = 64, dim: int = 32, layers: int = 2, heads: int
 
 
 # ----------------------------------------------------------------------------------------- sections
-def fmt_ms(s: float) -> str:
-    return f"{s * 1e3:9.1f} ms"
-
-
 def section_hf(args, device: torch.device) -> None:
     print("\n== 1. Llama baseline vs Hugging Face transformers.LlamaForCausalLM (training step, float32) ==")
     if transformers_version() is None:

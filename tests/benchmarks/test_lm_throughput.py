@@ -47,23 +47,9 @@ def test_kv_bytes_shared_diagonal_equals_llama():
     assert bench.kv_bytes_per_token(m, 16) == 2 * 2 * 32 * 4
 
 
-def test_interleaved_times_counts_every_repeat():
-    calls = []
-    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
-    t = bench.interleaved_times(fns, warmup=1, repeats=3, device=torch.device("cpu"))
-    assert [len(v) for v in t.values()] == [3, 3] and len(calls) == 8
-    assert calls[2:] == ["a", "b", "b", "a", "a", "b"]  # rotated start each repeat
-    assert bench.median([3.0, 1.0, 2.0]) == 2.0 and bench.median([1.0, 2.0, 3.0, 4.0]) == 2.5
-
-
 def test_variants_build():
     for block in bench.variant_blocks(before=True).values():
         bench.CausalLM(_tiny(block))
-
-
-def test_paired_ratio_is_per_repeat():
-    t = {"base": [1.0, 2.0, 4.0], "v": [2.0, 2.0, 2.0]}
-    assert bench.paired_ratio(t, "base", "v") == (1.0, 0.5, 2.0)
 
 
 def test_tiny_sections_run(capsys):
