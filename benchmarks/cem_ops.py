@@ -38,9 +38,8 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _page  # noqa: E402  (sibling scripts)
 from gpu_lm import BASE, models  # noqa: E402
-from hyperset_ops import (  # noqa: E402
-    MATMULS, OpLog, emulated_cuda_policy, fused_rms_norm, with_fake_tensors, write_counts,
-)
+from _op_log import MATMULS, OpLog, emulated_cuda_policy, fused_rms_norm, with_fake_tensors  # noqa: E402
+from hyperset_ops import write_counts  # noqa: E402
 from lm_throughput import CausalLM, model_config, ours_logits  # noqa: E402
 
 from energyformer.energies.interaction_paths import _position_bias_cached  # noqa: E402

@@ -158,11 +158,11 @@ def size_note(suite: str, args) -> str:
 
 
 class _OpCount(TorchDispatchMode):
-    """Kernel-launching aten ops by name (views and allocations excluded, as ``hyperset_ops.VIEWS``)."""
+    """Kernel-launching aten ops by name (views and allocations excluded, as ``_op_log.VIEWS``)."""
 
     def __init__(self):
         super().__init__()
-        from hyperset_ops import VIEWS
+        from _op_log import VIEWS
 
         self.views, self.ops = VIEWS, Counter()
 
