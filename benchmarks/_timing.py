@@ -1,10 +1,11 @@
 """Timing helpers shared by the benchmark scripts: variants interleaved in every repeat (the starting one rotated, so
 a load change on a shared machine hits all of them alike), medians and ranges, and paired ratios taken repeat by
-repeat (a ratio from one run, never from two)."""
+repeat (a ratio from one run, never from two). ``median`` is the standard library's (re-exported for the scripts)."""
 
 from __future__ import annotations
 
 import time
+from statistics import median
 from typing import Callable
 
 import torch
@@ -14,12 +15,6 @@ def paired_ratio(times: dict[str, list[float]], base: str, name: str) -> tuple[f
     """Median, min and max over repeats of time[base] / time[name] (tokens/s ratio), repeat by repeat."""
     r = [b / t for b, t in zip(times[base], times[name])]
     return median(r), min(r), max(r)
-
-
-def median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
 def interleaved_times(fns: dict[str, Callable[[], None]], warmup: int, repeats: int,
