@@ -131,7 +131,10 @@ def _autograd_grad(energy: Energy, x: Tensor, state: Any) -> Tensor:
     """
     create = torch.is_grad_enabled()
     with torch.enable_grad():
-        xg = x if x.requires_grad else x.detach().requires_grad_(True)
+        # a fresh alias of x when x is in a graph: the gradient flows through x's own appearances only, never
+        # through a state that was built from x too (prepare(norm(x)) inside the loop; the old ``xg = x`` took
+        # that path as well, so grad mode and no_grad gave different steps)
+        xg = x.view_as(x) if x.requires_grad else x.detach().requires_grad_(True)
         st = energy.reprepare(state, xg) if energy.context_is_iterate else state
         (g,) = torch.autograd.grad(energy.energy(xg, st).sum(), xg, create_graph=create)
     return g
