@@ -128,3 +128,18 @@ def test_trace_means_count_real_tokens_only():
     assert full.mask is None and full.mean_energy() == pytest.approx([float(e.mean()) for e in full.energy])
     nobody = GradientDescent(step_size=0.5).run(energy, x0, c, 1, ctx=ForwardContext(mask=mask & False), trace=True)
     assert all(math.isnan(v) for v in nobody.trace.mean_energy())  # no real token: nan, not a number
+
+
+def test_truncated_backward_with_a_stopping_rule_is_refused():
+    """With tol, every token could stop inside truncated's untracked prefix (fixed at steps − k before the run):
+    60 steps, k 3, tol 1e-6 stopped at ~21 steps and the parameters got zero gradient, silently."""
+    from energyformer.core.sublayer import DescentConfig
+    from energyformer.utils.validate import ConfigError
+
+    for kw in ({"tol": 1e-6}, {"energy_threshold": -1.0}):
+        with pytest.raises(ConfigError, match="backward = truncated .k 3. with .*untracked prefix"):
+            GradientDescent(step_size=0.5, backward="truncated", truncate=3, **kw)
+        with pytest.raises(ValueError, match="truncated .k 3. with solver.*allowed: backward unroll or implicit"):
+            DescentConfig.model_validate({"solver": {"kind": "gd", **kw}, "backward": {"kind": "truncated", "k": 3}})
+    GradientDescent(step_size=0.5, backward="truncated", truncate=3)  # without a stopping rule: fine
+    DescentConfig.model_validate({"solver": {"kind": "gd", "tol": 1e-6}, "backward": "implicit"})

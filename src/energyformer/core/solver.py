@@ -44,7 +44,7 @@ from torch import Tensor, nn
 
 from ..utils.config import KindConfig, Registry
 from ..utils.validate import ConfigError, check_float, check_int
-from .backward import make_backward_mode
+from .backward import Truncated, make_backward_mode
 from .energy import Energy
 from .precision import at_least_float32
 from .precond import IdentityPrecond, Preconditioner, make_preconditioner
@@ -288,6 +288,18 @@ class Descent:
         return self.rec, SolverStats(taken, norm)
 
 
+def check_stop_with_backward(backward: Any, tol: float | None, energy_threshold: float | None) -> None:
+    """Refuse ``backward: truncated`` with a stopping rule (``tol``, ``energy_threshold``): the untracked prefix is
+    fixed at steps − k before the run starts, so when every token stops inside it the tracked steps never run and
+    the parameters get no gradient at all, silently (a probe: 60 steps, k 3, tol 1e-6 stopped at 21 steps, dW = 0).
+    Unroll (the graph of every step taken) and implicit (the fixed point's) give the stopped run its gradient."""
+    rules = [f"{k} = {v}" for k, v in (("tol", tol), ("energy_threshold", energy_threshold)) if v is not None]
+    if isinstance(backward, Truncated) and rules:
+        raise ConfigError(f"backward = truncated (k {backward.k}) with {' and '.join(rules)}: a stopping rule can stop "
+                          "every token inside the untracked prefix (no gradient at all); allowed: backward unroll or "
+                          "implicit with a stopping rule, or truncated without one")
+
+
 # ----------------------------------------------------------------------------- base solver
 class Solver(nn.Module):
     """Base class: one shared loop (:meth:`run`); subclasses write the step rule.
@@ -319,6 +331,7 @@ class Solver(nn.Module):
         self.tol = None if tol is None else float(tol)
         self.energy_threshold = None if energy_threshold is None else float(energy_threshold)
         self.backward = make_backward_mode(backward, truncate)
+        check_stop_with_backward(self.backward, self.tol, self.energy_threshold)
         self._register_load_state_dict_pre_hook(_old_theta_key, with_module=True)
 
     # -- construction from a config

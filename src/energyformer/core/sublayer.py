@@ -91,6 +91,20 @@ class DescentConfig(ConfigModel):
                                      "allowed: 1 (use iterations to run longer)")
         return self
 
+    @model_validator(mode="after")
+    def _truncated_without_stopping(self) -> DescentConfig:
+        """``backward: truncated`` with ``solver.tol`` / ``solver.energy_threshold`` is refused at load
+        (:func:`~energyformer.core.solver.check_stop_with_backward`: a stop inside the untracked prefix left no
+        gradient, silently)."""
+        if getattr(self.backward, "kind", None) == "truncated":
+            rules = [f"solver.{k} = {getattr(self.solver, k)}" for k in ("tol", "energy_threshold")
+                     if getattr(self.solver, k, None) is not None]
+            if rules:
+                raise ValueError(f"backward = truncated (k {self.backward.k}) with {' and '.join(rules)}: a stopping "
+                                 "rule can stop every token inside the untracked prefix (no gradient at all); "
+                                 "allowed: backward unroll or implicit with a stopping rule, or truncated without one")
+        return self
+
     def lookahead(self) -> bool:
         """Whether the built solver evaluates its gradient at a look-ahead point (one step per call)."""
         return getattr(self.solver, "form", None) == "sutskever"
