@@ -137,3 +137,15 @@ def test_implicit_by_name_and_without_grad_is_the_plain_run():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         repr(mode)
+
+
+def test_implicit_backward_of_a_zero_step_run_is_the_identity():
+    """0 steps return x0: d out / d x0 = I and no parameter gradient (the old implicit backward solved for a fixed
+    point anyway: d out / d x0 = 0 and a parameter gradient)."""
+    energy = ElementwiseEnergy(3, hidden=5).double()
+    x0 = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    solver = Momentum(step_size=0.3, beta=0.0, backward=make_backward_mode("implicit"))
+    out = solver.run(energy, x0, energy.prepare(x0.detach()), 0).x
+    out.sum().backward()
+    torch.testing.assert_close(x0.grad, torch.ones_like(x0))
+    assert all(p.grad is None or not p.grad.any() for p in energy.parameters())

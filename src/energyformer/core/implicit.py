@@ -162,8 +162,8 @@ class Implicit(BackwardMode):
                                   "the loop); use implicit.method = 'fixed_point'")
 
     def run(self, descent, x0, state, memory, steps):
-        if not torch.is_grad_enabled():
-            return descent.descend(x0, state, memory, 0, steps)
+        if not torch.is_grad_enabled() or steps == 0:  # 0 steps: the output is x0 itself (d out / d x0 = I, no
+            return descent.descend(x0, state, memory, 0, steps)  # parameter gradient), not a fixed point's
         self._check_rule(descent)
         with torch.no_grad():
             xs, _, _ = descent.descend(x0, state, memory, 0, steps)

@@ -164,7 +164,11 @@ class Nesterov(_Momentum):
         m = self.carried(ctx)
         if m is None:
             return None
-        eta = self.step_size(ctx.iteration, x, x)
+        # η of this call's one step (index = iteration, as Descent.eta with one step per call), with the forward
+        # context where the step size reads it (network conditioned on the input or layer, per-group step sizes):
+        # without it the look-ahead point used another η than the step (probe N)
+        ss = self.step_size
+        eta = ss(ctx.iteration, x, x, ctx=ctx) if getattr(ss, "needs_context", False) else ss(ctx.iteration, x, x)
         return _scale(eta, _scale(self.beta(), m))  # eta beta m, like x
 
     def update(self, energy, x, u, state, memory, eta):
