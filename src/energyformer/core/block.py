@@ -60,6 +60,10 @@ class EnergyBlock(nn.Module):
         if eval_steps is not None:
             check_int("eval_steps", eval_steps, min=1)
         check_choice("init", init, ("residual", "normalized"))
+        bank = getattr(getattr(solver, "precond", None), "heads", None)
+        if bank is not None and not energy.head_bank:  # the bank acted on (B, N, D) as if N were the heads
+            raise ConfigError(f"solver.precond_per_head = true: the {type(energy).__name__} energy takes no per-head "
+                              "preconditioner bank (CEM attention's does); allowed: false")
         self.energy = energy
         self.solver = solver
         self.steps = steps

@@ -59,6 +59,9 @@ class Energy(nn.Module):
     exact: bool = True
     context_is_iterate: bool = False
     registry_name: str = ""
+    #: whether ``direction`` takes a per-head preconditioner bank (``solver.precond_per_head``: one P_k per
+    #: attention head acting on that head's channels, CEM's Eq. 14); the block refuses a bank otherwise
+    head_bank: bool = False
 
     @classmethod
     def examples(cls, dtype: torch.dtype = torch.float64) -> list[tuple[str, Energy, Tensor, Tensor]]:

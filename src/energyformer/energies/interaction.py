@@ -145,6 +145,8 @@ class InteractionState:
 class InteractionEnergy(Energy):
     """Interaction energy of CEM attention with K heads (see module docstring)."""
 
+    head_bank = True  # one P_k per head (Eq. 14): the read-out applies each head's own preconditioner
+
     exact = True
     #: parameter roles for the trainer's weight-decay groups (train/roles.py): never decayed
     param_roles = {"d": "diagonal", "self_bias": "position"}
