@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
+import os
 import warnings
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from torch import nn
 
 from ..core.precision import at_least_float32
@@ -69,6 +71,13 @@ class SudokuTaskConfig(TaskConfig):
     """extra iteration counts scored by evaluate (e.g. [16] for 2x a model trained with 8)"""
     workers: int = Field(1, ge=1)
     """processes generating the data on first use (cached afterwards)"""
+
+    @field_validator("train_file", "validation_file", "test_file")
+    @classmethod
+    def _absolute(cls, path: str | None) -> str | None:
+        """Absolute, as ``task.text_files``: the saved config names the same file for ``eval`` and ``--resume`` from
+        any directory (a relative name read another directory's file of that name, silently)."""
+        return None if path is None else os.path.abspath(os.path.expanduser(path))
 
     @model_validator(mode="after")
     def _files(self) -> SudokuTaskConfig:
@@ -112,15 +121,33 @@ def load_splits(cfg: SudokuTaskConfig) -> dict[str, SudokuDataset]:
     return out
 
 
+class _Once(argparse.Action):
+    """An option given at most once: a repeated ``--puzzles`` scored only the last file, silently."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)}, {values}): one file per "
+                         "eval; run eval once per file")
+        setattr(namespace, self.dest, values)
+
+
 def targets_of(puzzles: torch.Tensor, solutions: torch.Tensor) -> torch.Tensor:
     """Class targets 0..8 on blanks, -100 (ignored) on givens: (B, 81)."""
     return torch.where(puzzles == 0, solutions - 1, torch.full_like(solutions, -100))
 
 
 class SudokuBatcher:
-    """Epochs of seeded permutations of the training boards; optional augmentation; exact resume."""
+    """Epochs of seeded permutations of the training boards; optional augmentation; exact resume.
 
-    def __init__(self, data: SudokuDataset, batch_size: int, seed: int, augment_batches: bool = False):
+    The state holds the boards' count, the batch size and a sha256 of the boards (puzzles and solutions):
+    resuming on other boards (``task.train_file`` edited or replaced since the checkpoint) is a
+    :class:`DataError` naming ``source``, since the saved order would index other boards (another count drew
+    empty batches: a NaN loss reported as divergence). A state saved before these were kept is checked on its
+    order's length alone."""
+
+    def __init__(self, data: SudokuDataset, batch_size: int, seed: int, augment_batches: bool = False,
+                 source: str = "the training boards"):
+        self.source = source
         self.p, self.s = data.puzzles.long(), data.solutions.long()
         self.n, self.bs, self.aug = len(data), min(batch_size, len(data)), augment_batches
         self.per_epoch = -(-self.n // self.bs)
@@ -141,10 +168,29 @@ class SudokuBatcher:
         self.drawn += 1
         return p, targets_of(p, s)
 
+    def boards_sha256(self) -> str:
+        """sha256 (hex) of the training boards, puzzles then solutions as int8: their identity, computed once."""
+        if getattr(self, "_sha", None) is None:
+            h = hashlib.sha256(self.p.to(torch.int8).numpy().tobytes())
+            h.update(self.s.to(torch.int8).numpy().tobytes())
+            self._sha = h.hexdigest()
+        return self._sha
+
     def state_dict(self) -> dict[str, Any]:
-        return {"gen": self.gen.get_state(), "perm": self.perm, "i": self.i, "drawn": self.drawn}
+        return {"gen": self.gen.get_state(), "perm": self.perm, "i": self.i, "drawn": self.drawn,
+                "n_boards": self.n, "batch_size": self.bs, "boards_sha256": self.boards_sha256()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        perm = state.get("perm")
+        n = state.get("n_boards", self.n if perm is None else len(perm))
+        if n != self.n or state.get("boards_sha256", self.boards_sha256()) != self.boards_sha256():
+            raise DataError(f"{self.source}: the training boards changed since the checkpoint ({n} boards then, "
+                            f"{self.n} now" + ("" if n != self.n else ", other puzzles or solutions") + "): resuming "
+                            "would draw its batches from other boards; restore the file it trained on, or start a "
+                            "new run")
+        if state.get("batch_size", self.bs) != self.bs:
+            raise DataError(f"{self.source}: the checkpoint's batches hold {state['batch_size']} boards, this run's "
+                            f"{self.bs}: resume with the batch size it trained with")
         self.gen.set_state(state["gen"])
         self.perm, self.i, self.drawn = state["perm"], int(state["i"]), int(state["drawn"])
 
@@ -172,7 +218,9 @@ class SudokuTask(Task):
     def __init__(self, cfg: SudokuTaskConfig, *, seed: int = 0, rank: int = 0):
         super().__init__(cfg, seed=seed, rank=rank)
         self.splits = load_splits(cfg)
-        self.train_data = SudokuBatcher(self.splits["train"], cfg.batch_size, seed + 1000 * rank, cfg.augment)
+        self.train_data = SudokuBatcher(self.splits["train"], cfg.batch_size, seed + 1000 * rank, cfg.augment,
+                                        source=f"task.train_file {cfg.train_file}" if cfg.source == "files"
+                                        else "the generated training boards")
 
     # ------------------------------------------------------------------ model
     @classmethod
@@ -240,8 +288,8 @@ class SudokuTask(Task):
 
     @classmethod
     def add_eval_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--puzzles", metavar="FILE", help="score the puzzles in FILE (any format read_sudoku "
-                            "reads; without solutions, boards count as solved when valid and consistent)")
+        parser.add_argument("--puzzles", metavar="FILE", action=_Once, help="score the puzzles in FILE (any format "
+                            "read_sudoku reads; without solutions, boards count as solved when valid and consistent)")
 
     def eval_from_args(self, model, args, forward_options):
         if getattr(args, "puzzles", None):
