@@ -182,3 +182,19 @@ def test_non_finite_rating_names_file_and_line(tmp_path, small_set, rating):
                               f"for a missing rating")
     f.write_text(f"source,q,a,rating\nx,{p},{s},1.5\ny,{p},{s},\n")  # empty = missing: allowed
     assert torch.isnan(S.read_sudoku(f).ratings[1])
+
+
+def test_leading_comment_lines_of_a_csv_are_skipped(tmp_path, small_set):
+    """'auto' skipped a leading '# ...' line to find the CSV, then the CSV reader took it as the header: 'header
+    '# my puzzles' has no puzzle column'. Leading comments are skipped in both; later lines stay rows."""
+    ds = _ds(small_set)
+    body = "".join(f"{S.grid_to_string(p)},{S.grid_to_string(s)}\n" for p, s in zip(ds.puzzles, ds.solutions))
+    for head in ("# my puzzles\n", "# one\n\n#two, with a comma\npuzzle,solution\n"):
+        f = tmp_path / "c.csv"
+        f.write_text(head + body)
+        for fmt in ("auto", "csv"):
+            got = S.read_sudoku(f, fmt=fmt)
+            assert torch.equal(got.puzzles, ds.puzzles) and torch.equal(got.solutions, ds.solutions)
+    f.write_text("puzzle,solution\n" + body + "# not a row\n")
+    with pytest.raises(DataError, match=r"c.csv:5: "):
+        S.read_sudoku(f)

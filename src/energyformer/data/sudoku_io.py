@@ -13,6 +13,8 @@ Formats (``fmt``):
   - without one, the number of fields decides: 1 = ``puzzle``; 2 = ``puzzle,solution`` (the Kaggle
     1M/9M layout); 4 = ``source,q,a,rating`` (the many-puzzles "sudoku-extreme" layout).
   - a header is recognised by its first row holding no 81-character grid.
+  - lines starting with ``#`` before the first row are comments (skipped, as ``'auto'`` skips them when it
+    looks for the first data line); after it every line is a row (a ``source`` field may start with ``#``).
 
 * ``'auto'`` (default) — ``'csv'`` when the first data line holds a comma (or is a lone puzzle
   column name such as ``puzzle``), else ``'lines'``.
@@ -117,6 +119,8 @@ def _read_csv(text: str, where: str) -> tuple[_Rows, set[str]]:
     for fields in _csv_records(reader, where):
         lineno = reader.line_num
         if not fields or all(not f.strip() for f in fields):
+            continue
+        if columns is None and fields[0].lstrip().startswith("#"):  # a leading comment, as 'auto' skips it
             continue
         if columns is None:  # first non-empty row: a header, or the first data row
             width = len(fields)
