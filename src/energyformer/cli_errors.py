@@ -50,9 +50,12 @@ def describe_error(err: BaseException) -> tuple[str, int]:
 
 
 def out_of_memory(err: BaseException) -> bool:
-    """whether ``err`` is the host's or the device's allocator running out (MemoryError, or torch's own message)"""
+    """whether ``err`` is the host's or the device's allocator running out (MemoryError, or torch's own message),
+    or a tensor too large to address at all (torch's "Storage size calculation overflowed": a batch size near
+    2^63, which the int64 bound on config integers lets through)"""
     text = str(err)
-    return isinstance(err, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
+    return (isinstance(err, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
+            or "Storage size calculation overflowed" in text)
 
 
 def debug_env() -> bool:

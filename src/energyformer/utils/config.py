@@ -148,6 +148,26 @@ class ConfigModel(BaseModel, metaclass=_ConfigMeta):
         return value
 
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _int64(cls, value: Any, info: ValidationInfo) -> Any:
+        """Integers fit int64 (what torch and numpy take): a larger one (``task.batch_size=99999999999999999999``)
+        went on to an internal error ("Overflow when unpacking long long") that named no key."""
+        bad = _outside_int64(value)
+        if bad is not None:
+            raise PydanticCustomError("int64", "out of range: integers must lie in [-2^63, 2^63 - 1]",
+                                      {"value": bad})
+        return value
+
+
+def _outside_int64(value: Any) -> int | None:
+    """The first integer in ``value`` (a number, or one inside lists, tuples and mappings) outside int64, or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if not -2**63 <= value <= 2**63 - 1 else None
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+    return next((b for b in map(_outside_int64, items) if b is not None), None)
+
+
 class KindConfig(ConfigModel):
     """Base of a config selected by ``kind`` from a :class:`Registry` (a tagged-union member)."""
 
