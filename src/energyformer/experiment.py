@@ -72,8 +72,8 @@ class RunConfig(ConfigModel):
     @classmethod
     def _name(cls, v: str) -> str:
         if not _NAME_RE.match(v) or v in (".", "..") or ".." in v:
-            raise ValueError("must be a non-empty name of letters, digits and ._+=- (no path separators, "
-                             "no '..'), e.g. cem_full_lr2e-3")
+            raise ValueError("must be a non-empty name of letters, digits and ._+=- starting with a letter or digit "
+                             "(no path separators, no '..'), e.g. cem_full_lr2e-3")
         return v
 
     @model_validator(mode="after")

@@ -364,7 +364,8 @@ def test_numbers_read_as_yaml_1_2_in_overrides_and_files(text, value, tmp_path):
     binary 3, in overrides and in config files alike; now integers are decimal and the others stay text."""
     from energyformer.utils.config import parse_value
 
-    assert parse_value(text) == value and type(parse_value(text)) is type(value)
+    assert parse_value(text) == value and isinstance(parse_value(text), type(value))
+    assert str(parse_value(text)) == text  # a number keeps the text typed (a text key gets it back)
     path = tmp_path / "c.yaml"
     path.write_text(f"model:\n  dim: {text}\n")
     assert read_yaml(path)["model"]["dim"] == value

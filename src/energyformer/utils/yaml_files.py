@@ -1,7 +1,8 @@
 """YAML config files: strict loading and ``base:`` inheritance (split out of :mod:`energyformer.utils.config`).
 
 * :class:`_StrictLoader`: ``yaml.SafeLoader`` that rejects duplicate keys (naming file and line) and reads
-  ``1e-3`` / ``1e3`` as numbers (YAML 1.2 floats);
+  ``1e-3`` / ``1e3`` as numbers (YAML 1.2 floats) that keep their text (:class:`TextInt`, :class:`TextFloat`:
+  a text key gets what was typed, a number key the number);
 * :func:`read_yaml`: a mapping from a file, empty files and non-mappings rejected, ``base: NAME`` resolved
   (:func:`resolve_base`: the base's keys with this file's merged over them, chains followed, cycles refused);
 * :func:`parse_value`: one ``--set`` value parsed as YAML (``none`` as None; unparsable text kept as text).
@@ -23,7 +24,8 @@ import yaml
 from energyformer.utils.io import read_text_file
 from energyformer.utils.validate import ConfigError
 
-__all__ = ["read_yaml", "resolve_base", "parse_value", "int_float", "MAX_BASE_DEPTH", "NONE_WORD", "NoneWord"]
+__all__ = ["read_yaml", "resolve_base", "parse_value", "int_float", "MAX_BASE_DEPTH", "NONE_WORD", "NoneWord",
+           "TextFloat", "TextInt"]
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -44,14 +46,54 @@ _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_RE, list("-+01
 _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
 
 
+class TextInt(int):
+    """An integer read from YAML that keeps the text it was written as (``str()`` gives it back): a text key
+    (``name``, a file, a label) gets exactly what was typed — ``--set name=010`` is '010', not '10' — while a
+    number key validates it as the int it is (configs hold plain ints after validation)."""
+
+    text: str
+
+    def __new__(cls, value: int, text: str) -> TextInt:
+        out = super().__new__(cls, value)
+        out.text = text
+        return out
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__  # error messages quote the value as typed ("name = +5", not "name = 5")
+
+
+class TextFloat(float):
+    """A float read from YAML that keeps its text (:class:`TextInt`): ``name=1e-3`` stays '1e-3', not '0.001'."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> TextFloat:
+        out = super().__new__(cls, value)
+        out.text = text
+        return out
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+
 def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
-    text = str(loader.construct_scalar(node)).replace("_", "")
+    raw = str(loader.construct_scalar(node))
+    text = raw.replace("_", "")
     if text.startswith(("0x", "0o")):
-        return int(text[2:], 16 if text[1] == "x" else 8)
-    return int(text, 10)
+        return TextInt(int(text[2:], 16 if text[1] == "x" else 8), raw)
+    return TextInt(int(text, 10), raw)
+
+
+def _construct_float(loader: _StrictLoader, node: yaml.ScalarNode) -> float:
+    return TextFloat(loader.construct_yaml_float(node), str(node.value))
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -72,7 +114,9 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 def int_float(value: Any) -> Any:
     """A float with an integer value (below 2^53) as an int: ``--set steps=1e3`` is 1000."""
-    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 else value
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return TextInt(int(value), value.text) if isinstance(value, TextFloat) else int(value)
+    return value
 
 
 def read_yaml(path: str | os.PathLike, *, inherit: bool = True) -> dict:
