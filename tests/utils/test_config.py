@@ -403,3 +403,14 @@ def test_the_list_keys_notation_can_be_pasted_into_an_override():
     cfg = load_config(Run, {"model": {"attention": {"kind": "cem", "lr": 0.5}}},
                       ["model.attention.rope_theta=7", "model.attention[kind=llama].rope_theta=9"])
     assert isinstance(cfg.model.attention, Llama) and cfg.model.attention.rope_theta == 9
+
+
+def test_a_key_under_a_default_value_names_the_value():
+    """``--set train.steps.x=1`` where the config leaves steps at its default said 'train.steps: input should be a
+    valid integer' (the user gave the integer 1); now as where a config file sets the key: a value, not a section."""
+    from energyformer.experiment import load_run_config
+
+    for key, value in (("train.steps.x", "1"), ("train.optimizer.betas.0", "0.5")):
+        with pytest.raises(ConfigError, match=rf"^unknown key '{re.escape(key)}': "
+                                              rf"'{re.escape(key.rsplit('.', 1)[0])}' is a value, not a section$"):
+            load_run_config("lm/llama", [f"{key}={value}"])

@@ -308,6 +308,12 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: pydantic error types of a scalar (or list) field given something else: given a mapping, the key was set as if
+#: it were a section (``--set train.steps.x=1`` on a config that leaves steps at its default)
+_SCALAR_TYPE_ERRORS = {"int_type", "float_type", "string_type", "bool_type", "tuple_type", "list_type",
+                       "literal_error", "int_parsing", "float_parsing", "bool_parsing"}
+
+
 def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     """One line for the first error of ``err`` (plus how many more there are)."""
     items = merge_union_errors(err.errors(include_url=False))
@@ -354,7 +360,10 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
             value = ctx.get("kind")
         elif kind == "bool_not_number":
             value = ctx.get("item")
-        if isinstance(value, Mapping) and kind not in ("unknown_kind",):
+        if isinstance(value, Mapping) and kind in _SCALAR_TYPE_ERRORS and where:  # --set train.steps.x=1
+            lines.append(f"unknown key {_fmt_loc(list(loc) + [next(iter(value), '')])!r}: {where!r} is a value, not "
+                         "a section")
+        elif isinstance(value, Mapping) and kind not in ("unknown_kind",):
             lines.append(f"{where}: {msg}" if where else msg)
         else:
             lines.append(f"{where} = {_short(value)}: {msg}" if where else msg)
