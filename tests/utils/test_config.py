@@ -384,13 +384,19 @@ def test_numbers_read_as_yaml_1_2_in_overrides_and_files(text, value, tmp_path):
     # a fixed-length list given too few items was a "missing required key 'train.optimizer.betas[1]'"
     ("train.optimizer.betas=[0.9]", "train.optimizer.betas = [0.9]: too few items (no item 2; give all of them"),
     ("model.train_iterations=5", "model.train_iterations = 5: input should be a valid tuple (a list, e.g. [a, b])"),
+    # a config-class form read "function-before[_number_is_fixed(), function-before[dispatch(), KindConfig]]: unknown
+    # key for step size kind 'fixed'", naming neither the form nor the key
+    ("model.block.attention.step_size.foo=1", "model.block.attention.step_size: matches none of the forms this key "
+     "takes (literal['auto']: input should be 'auto'; a section {kind: ..., ...}: unknown key 'foo' for step size"),
 ])
 def test_union_and_short_list_errors_name_the_key_itself(override, message):
     from energyformer.experiment import load_run_config
 
     base = ["task.kind=sudoku"] if override.startswith("task.generate") else []
+    name = "intrinsic/mha" if "step_size" in override else None
+    base += ["model.block.attention=mha_tied"] if name else []
     with pytest.raises(ConfigError) as err:
-        load_run_config(None, base + [override])
+        load_run_config(name, base + [override])
     assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
 
 

@@ -26,10 +26,24 @@ def _missing_item(err: dict) -> int | None:
     return loc[-1] + 1 if err["type"] == "missing" and loc and isinstance(loc[-1], int) else None
 
 
+_WRAPPED = re.compile(r"^function-(?:before|after|wrap|plain)\[[^,\[]*(?:\[[^\]]*\])?[^,]*, (.*)\]$")
+
+
+def _form_label(part: str) -> str:
+    """A union form's name as a user reads it: pydantic's validator wrappers peeled off
+    (``function-before[dispatch(), KindConfig]`` is ``KindConfig``), and a config class as the section it is."""
+    while (m := _WRAPPED.match(part)) is not None:
+        part = m.group(1)
+    return "a section {kind: ..., ...}" if re.fullmatch(r"[A-Z]\w*Config", part) else part
+
+
 def _branch_text(err: dict, depth: int) -> str:
     if (item := _missing_item(err)) is not None and len(err["loc"]) > depth + 1:
         return f"too few items (no item {item})"
     msg = err["msg"].removeprefix("Value error, ")
+    key = (err.get("ctx") or {}).get("key")
+    if err["type"] == "unknown_key" and key:  # the key itself: 'unknown key for step size kind ...' named none
+        msg = msg.replace("unknown key", f"unknown key {key!r}", 1)
     return msg[:1].lower() + msg[1:]
 
 
@@ -46,7 +60,7 @@ def merge_union_errors(items: list[dict]) -> list[dict]:
     same = [e for e in items if list(e["loc"][:depth]) == head and len(e["loc"]) > depth and _is_form(e["loc"][depth])]
     if len(same) < 2:
         return items
-    forms = "; ".join(f"{e['loc'][depth]}: {_branch_text(e, depth)}" for e in same)
+    forms = "; ".join(f"{_form_label(e['loc'][depth])}: {_branch_text(e, depth)}" for e in same)
     own = next((e for e in same if len(e["loc"]) == depth + 1), same[0])
     merged = {"type": "union_none", "loc": tuple(head), "input": own.get("input"), "ctx": {},
               "msg": f"matches none of the forms this key takes ({forms})"}
