@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _page  # noqa: E402  (a sibling: argument checks and the run header)
+from _timing import interleaved_times, median, paired_ratio  # noqa: E402
 
 from energyformer.blocks.cem import CEMAttention, CEMAttentionConfig  # noqa: E402
 
@@ -64,31 +64,9 @@ def fwd_bwd(block, x, precision: str):
     return once
 
 
-def interleaved(fns: dict, warmup: int, repeats: int, dev) -> dict[str, list[float]]:
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    names = list(fns)
-    for _ in range(warmup):
-        for n in names:
-            fns[n]()
-    times = {n: [] for n in names}
-    for r in range(repeats):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            sync()
-            t0 = time.perf_counter()
-            fns[n]()
-            sync()
-            times[n].append(time.perf_counter() - t0)
-    return times
-
-
-def med(xs):
-    s = sorted(xs)
-    return s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
-
-
-def ratio(times, a, b):
-    r = [x / y for x, y in zip(times[a], times[b])]
-    return f"{med(r):.2f} [{min(r):.2f}, {max(r):.2f}]"
+def ratio(times, a, b) -> str:
+    """time[a] / time[b] per repeat: 'median [min, max]'."""
+    return "{:.2f} [{:.2f}, {:.2f}]".format(*paired_ratio(times, a, b))
 
 
 def timing(args, precision: str) -> None:
@@ -107,10 +85,10 @@ def timing(args, precision: str) -> None:
             torch.manual_seed(0)
             reuse = Reuse(CEMAttention(args.dim, args.heads, CEMAttentionConfig(steps=1, attn_path=path, **extra)), 2)
             fns[(path, "reuse")] = fwd_bwd(reuse.to(dev), x, precision)
-        t = interleaved(fns, 1, args.repeats, dev)
+        t = interleaved_times(fns, 1, args.repeats, dev)
         print(f"{label}")
         for path in ("fused", "blocked"):
-            print(f"  {path:8s} T=1 {med(t[(path, 1)]) * 1e3:8.1f} ms  T=2 {med(t[(path, 2)]) * 1e3:8.1f} ms  "
+            print(f"  {path:8s} T=1 {median(t[(path, 1)]) * 1e3:8.1f} ms  T=2 {median(t[(path, 2)]) * 1e3:8.1f} ms  "
                   f"T2/T1 = {ratio(t, (path, 2), (path, 1))}   plain reuse x2 / T1 = {ratio(t, (path, 'reuse'), (path, 1))}")
         print(f"  blocked vs fused (time ratio fused/blocked): T=1 {ratio(t, ('fused', 1), ('blocked', 1))}, "
               f"T=2 {ratio(t, ('fused', 2), ('blocked', 2))}")

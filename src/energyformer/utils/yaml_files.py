@@ -46,15 +46,13 @@ _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_RE, list("-+01
 _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
 
 
-class TextInt(int):
-    """An integer read from YAML that keeps the text it was written as (``str()`` gives it back): a text key
-    (``name``, a file, a label) gets exactly what was typed — ``--set name=010`` is '010', not '10' — while a
-    number key validates it as the int it is (configs hold plain ints after validation)."""
+class _KeepsText:
+    """A number that keeps the text it was written as: ``str()`` and ``repr()`` give the text back."""
 
     text: str
 
-    def __new__(cls, value: int, text: str) -> TextInt:
-        out = super().__new__(cls, value)
+    def __new__(cls, value: Any, text: str) -> Any:
+        out = super().__new__(cls, value)  # int's or float's (the next class in the subclass's MRO)
         out.text = text
         return out
 
@@ -64,20 +62,14 @@ class TextInt(int):
     __repr__ = __str__  # error messages quote the value as typed ("name = +5", not "name = 5")
 
 
-class TextFloat(float):
-    """A float read from YAML that keeps its text (:class:`TextInt`): ``name=1e-3`` stays '1e-3', not '0.001'."""
+class TextInt(_KeepsText, int):
+    """An integer read from YAML with its text: a text key (``name``, a file, a label) gets exactly what was
+    typed — ``--set name=010`` is '010', not '10' — while a number key validates it as the int it is (configs
+    hold plain ints after validation)."""
 
-    text: str
 
-    def __new__(cls, value: float, text: str) -> TextFloat:
-        out = super().__new__(cls, value)
-        out.text = text
-        return out
-
-    def __str__(self) -> str:
-        return self.text
-
-    __repr__ = __str__
+class TextFloat(_KeepsText, float):
+    """A float read from YAML with its text (:class:`TextInt`): ``name=1e-3`` stays '1e-3', not '0.001'."""
 
 
 def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
