@@ -295,9 +295,14 @@ def check_stop_with_backward(backward: Any, tol: float | None, energy_threshold:
     Unroll (the graph of every step taken) and implicit (the fixed point's) give the stopped run its gradient."""
     rules = [f"{k} = {v}" for k, v in (("tol", tol), ("energy_threshold", energy_threshold)) if v is not None]
     if isinstance(backward, Truncated) and rules:
-        raise ConfigError(f"backward = truncated (k {backward.k}) with {' and '.join(rules)}: a stopping rule can stop "
-                          "every token inside the untracked prefix (no gradient at all); allowed: backward unroll or "
-                          "implicit with a stopping rule, or truncated without one")
+        raise ConfigError(truncated_stop_message(backward.k, rules))
+
+
+def truncated_stop_message(k: int, rules: list[str]) -> str:
+    """The one line refusing ``backward: truncated`` (``k``) with the stopping ``rules`` (``key = value``)."""
+    return (f"backward = truncated (k {k}) with {' and '.join(rules)}: a stopping rule can stop every token inside "
+            "the untracked prefix (no gradient at all); allowed: backward unroll or implicit with a stopping rule, or "
+            "truncated without one")
 
 
 # ----------------------------------------------------------------------------- base solver

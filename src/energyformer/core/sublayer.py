@@ -47,7 +47,7 @@ from ..utils.config import ConfigModel
 from ..utils.validate import ConfigError
 from .backward import BACKWARD_MODES, make_backward_mode
 from .norm import NORMS, LayerNormConfig
-from .solver import SOLVERS, Solver
+from .solver import SOLVERS, Solver, truncated_stop_message
 from .stepsize import FixedStepSizeConfig, StepSizeField
 
 #: Norm options that older configs wrote at the sublayer's top level -> their key inside ``norm``.
@@ -100,9 +100,7 @@ class DescentConfig(ConfigModel):
             rules = [f"solver.{k} = {getattr(self.solver, k)}" for k in ("tol", "energy_threshold")
                      if getattr(self.solver, k, None) is not None]
             if rules:
-                raise ValueError(f"backward = truncated (k {self.backward.k}) with {' and '.join(rules)}: a stopping "
-                                 "rule can stop every token inside the untracked prefix (no gradient at all); "
-                                 "allowed: backward unroll or implicit with a stopping rule, or truncated without one")
+                raise ValueError(truncated_stop_message(self.backward.k, rules))
         return self
 
     def lookahead(self) -> bool:
