@@ -46,7 +46,7 @@ def test_errors():
 
 @pytest.mark.parametrize("override, message", [
     ("task.images.validation=0", "task.images.validation = 0: must be a fraction in (0, 1) or a count >= 1"),
-    ("task.images.validation=0.0", "task.images.validation = 0: must be a fraction in (0, 1) or a count >= 1"),
+    ("task.images.validation=0.0", "task.images.validation = 0.0: must be a fraction in (0, 1) or a count >= 1"),
     ("task.noise_level=2", "task.noise_level = 2.0: with noise 'replace' it is the fraction of channel values "
                            "replaced, in [0, 1]"),
 ])
