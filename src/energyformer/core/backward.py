@@ -14,6 +14,12 @@ and decides which steps build an autograd graph:
                so d x_{T-k} / d x_0 = I (the residual stream still carries gradient to earlier
                layers) and parameters get gradient only from the last k steps. State updated
                by the step rule in the prefix (momentum velocity) has no graph either.
+               A stopping rule (``tol``, ``energy_threshold``) is refused with it (ConfigError at
+               load and in the Solver, :func:`~energyformer.core.solver.check_stop_with_backward`):
+               the split T − k is fixed before the run, so a run where every token stops inside the
+               prefix would build no graph and give the parameters no gradient, silently. Re-running
+               "the last k steps actually taken" is not one rule either, since each token stops at its
+               own step; unroll and implicit give a stopped run its exact gradient.
 
 ``implicit``   the run goes to (near) a fixed point without a graph; the gradient comes from the
                implicit function theorem, (I − Jᵀ) v = g solved by conjugate gradient or a damped
@@ -100,7 +106,8 @@ class TruncatedConfig(KindConfig):
 
 @register_backward_mode("truncated", TruncatedConfig)
 class Truncated(BackwardMode):
-    """Gradient through the last ``k`` steps only (see the module docstring for the exact rule)."""
+    """Gradient through the last ``k`` steps only (see the module docstring for the exact rule; a
+    stopping rule is refused with it, as the split is fixed before the run)."""
 
     def __init__(self, k: int):
         check_int("truncate", k, min=1)
@@ -111,6 +118,8 @@ class Truncated(BackwardMode):
         return cls(cfg.k)
 
     def run(self, descent, x0, state, memory, steps):
+        from .solver import check_stop_with_backward  # the Solver checks at construction; this catches a tol or
+        check_stop_with_backward(self, descent.tol, descent.threshold)  # a backward mode assigned after it
         prefix = max(steps - self.k, 0)
         if prefix == 0:
             return descent.descend(x0, state, memory, 0, steps)

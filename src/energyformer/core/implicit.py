@@ -33,8 +33,9 @@ fixed point, where the implicit gradient is only approximate) and the backward s
 iterations, relative residual and status are kept in :attr:`Implicit.last` and counted in
 :attr:`Implicit.failures`; ``on_fail`` chooses what happens to a failed solve: ``'warn'``
 (default: warn and use the last iterate), ``'raise'``, or ``'fallback'`` (warn and use v = g, the
-one-step "Jacobian-free" gradient). A step rule that carries memory across steps (momentum) has a
-fixed point in (x, memory) jointly; it is rejected.
+one-step "Jacobian-free" gradient). Only step rules whose update is x − η P ∇E (``rule_exact``) are
+accepted: momentum carries memory across steps and has its fixed point in (x, memory) jointly, and
+ISTA's threshold and the sphere's projection are not gradient steps; they are rejected.
 """
 
 from __future__ import annotations
@@ -151,8 +152,10 @@ class Implicit(BackwardMode):
     def _check_rule(self, descent: Descent) -> None:
         solver = descent.solver
         if not solver.rule_exact:
-            raise ConfigError(f"backward = 'implicit': the {type(solver).__name__} step rule carries "
-                              "memory across steps (its fixed point is in (x, memory)); use unroll or truncated")
+            raise ConfigError(f"backward = 'implicit' with the {type(solver).__name__} step rule: implicit "
+                              "takes only a step x − η P ∇E (momentum carries memory across steps, its fixed "
+                              "point is in (x, memory); ISTA's threshold and the sphere's projection are not "
+                              "gradient steps); allowed: backward unroll or truncated")
         if self.method == "cg":
             p = getattr(solver, "precond", None)
             if not (solver.exact and descent.energy.exact and descent.point is None
