@@ -47,6 +47,21 @@ def test_table_aggregates_minus_best_and_paper(ctx):
     assert "Table 2 (copied, not measured)" in text
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_record_is_shown_not_a_crash_and_never_best(ctx, bad):
+    """A NaN or inf metric in results.json (the runner writes them as they are; a hook may return one) crashed
+    the render: statistics.stdev raised (AttributeError 'numerator'), and max over a NaN depended on the order."""
+    ctx.data["runs"]["eqt1"]["metrics"]["accuracy"]["k32"] = bad
+    t = TableSpec(rows=["model"], columns=[
+        {"label": "acc", "metric": "accuracy.k32", "agg": "mean_std", "fmt": ".1f", "best": "max"},
+        {"label": "range", "metric": "accuracy.k32", "agg": "mean_range", "fmt": ".1f"},
+        {"label": "max", "metric": "accuracy.k32", "agg": "max", "fmt": ".1f"}])
+    text = render_table(ctx, t)
+    note = f"{'nan' if bad != bad else 'inf'} (non-finite in 1 of 2 seed(s))"
+    assert f"| eqt | {note} | {note} | {note} |" in text
+    assert "| baseline | **50.5 ± 0.7** | 50.5 [50.0, 51.0] | 51.0 |" in text  # the finite row is best
+
+
 def test_render_writes_every_file_with_setup_plot_and_claims(ctx, tmp_path):
     data = {**ctx.spec.model_dump(exclude_none=True), "report": {"README.md": [
         {"setup": {"lr": "resolved.train.lr"}},

@@ -123,6 +123,8 @@ def aggregate(values: dict[int, Any], agg: str) -> Any:
     nums = [float(x) for x in xs if isinstance(x, (int, float))]
     if not nums:
         return xs[0]
+    if agg in ("min", "max") and any(math.isnan(x) for x in nums):  # min/max over a NaN depend on the order
+        return math.nan
     return {"mean": fmean, "mean_std": fmean, "mean_range": fmean, "min": min, "max": max, "sum": sum}[agg](nums)
 
 
@@ -135,9 +137,12 @@ def _cell(values: dict[int, Any], col: ColumnSpec, bold: bool) -> str:
         text = " / ".join(fmt_value(x, col.fmt) for x in v)
     else:
         text = fmt_value(v, "d" if col.agg == "n" else col.fmt)
-    if col.agg == "mean_std" and len(nums) > 1:
+    bad = sum(not math.isfinite(x) for x in nums)
+    if bad and col.agg not in ("seeds", "n"):  # a record holds NaN/inf (the runner writes them as they are)
+        text += f" (non-finite in {bad} of {len(nums)} seed(s))"
+    elif col.agg == "mean_std" and len(nums) > 1:
         text += f" ± {fmt_value(stdev(nums), col.fmt)}"
-    if col.agg == "mean_range" and len(nums) > 1:
+    elif col.agg == "mean_range" and len(nums) > 1:
         text += f" [{fmt_value(min(nums), col.fmt)}, {fmt_value(max(nums), col.fmt)}]"
     return f"**{text}**" if bold else text
 
@@ -157,7 +162,7 @@ def _table_rows(ctx: PageContext, t: TableSpec, where: dict) -> list[list[str]]:
     for j, col in enumerate(t.columns):
         if col.best and col.metric:
             aggs = [aggregate(v[j], col.agg) for v in values]
-            nums = [a for a in aggs if isinstance(a, (int, float))]
+            nums = [a for a in aggs if isinstance(a, (int, float)) and math.isfinite(a)]  # a NaN is never best
             if nums:
                 best[j] = (min if col.best == "min" else max)(nums)
     out = []
