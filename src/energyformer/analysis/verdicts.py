@@ -3,8 +3,9 @@
 A claim compares a metric of model A with model B (or with a number) over seeds. The margin is
 taken in the claim's favour (positive supports it) and compared with a **noise band**: the larger
 of the seeds' spread (max - min within A and within B) and a declared ``noise``. A single seed on
-either side (the fewer seeds decide) has no spread of its own: it decides only when the margin exceeds a
-declared ``single_seed_bound`` (and the other side's spread), else the claim is UNDECIDED. Results at the
+either side (the fewer seeds decide) has no spread of its own: it decides only against a declared ``noise``
+(the band is then that noise, or the other side's spread if larger) or, without one, when the margin exceeds a
+declared ``single_seed_bound`` (and the other side's spread); with neither the claim is UNDECIDED. Results at the
 floor or at chance on both sides say nothing about the claim: UNTESTABLE — against a fixed number, A there
 alone, unless that number is the level itself ("A beats chance": A at chance does not). So is a claim with
 no runs or non-finite results. Boundaries are compared with a 1e-9 relative allowance for rounding.
@@ -46,7 +47,8 @@ class Rules:
 
     noise:             a declared noise band (e.g. the seed spread measured elsewhere); None = only
                        the spread of these seeds.
-    single_seed_bound: with one seed on each side, the margin that decides; None = never decides.
+    single_seed_bound: with one seed on a side and no declared ``noise``, the margin that decides; None (and no
+                       ``noise``) = one seed never decides.
     chance:            the metric's value at chance (ln 9 for a 9-way loss, 1/9 for accuracy).
     floor:             the metric's floor (0 for a board accuracy nobody reaches).
     at_band:           how close to chance / floor counts as "at" it.
