@@ -176,3 +176,19 @@ def test_a_metric_damaged_into_text_or_a_bool_is_an_error_not_a_seed_less_or_a_o
     path.write_text(json.dumps({"format": load_results(tmp_path / "none.json", "s", "cpu")["format"], "runs": recs}))
     with pytest.raises(UserError, match=r"results.json: runs\['e164'\].metrics.accuracy.k32 is a true/false"):
         load_results(path, "s", "cpu")
+
+
+def test_a_gate_makes_a_claim_about_a_trained_model_untestable_at_chance(tmp_path):
+    """Hyper-SET's Fig. 5/6 claims (energies fall, rank rises) were DOES NOT HOLD on a model whose cell accuracy
+    never left chance; a claim's ``rules.gate`` now reads A's runs on another metric and says UNTESTABLE there."""
+    spec = load_study(write(tmp_path / "s.yaml", claims=[{
+        "id": "falls", "text": "the energy falls", "paper": {"value": "falls", "source": "Fig. 5"},
+        "a": {"where": {"model": "eqt"}, "metric": "accuracy.k32"}, "b": {"value": 0},
+        "rules": {"single_seed_bound": 0, "gate": {"metric": "accuracy.plain", "chance": 50, "at_band": 1}}}]))
+    for plain, verdict in ((50.5, "UNTESTABLE"), (90.0, "HOLDS")):
+        recs = {f"eqt{s}": {"cell": {"model": "eqt", "length": "8"}, "seed": s,
+                            "metrics": {"accuracy": {"k32": 3.0, "plain": plain}}} for s in (0, 1)}
+        (row,) = evaluate(spec, recs)
+        assert row.outcome.verdict.value == verdict, row.outcome
+        if verdict == "UNTESTABLE":
+            assert "A's model at chance on accuracy.plain (50.5 vs 50 ± 1)" in row.outcome.reason

@@ -188,6 +188,8 @@ def rule_text(c: ClaimSpec) -> str:
     for name, level in (("chance", r.chance), ("floor", r.floor)):
         if level is not None:
             parts.append(f"untestable at {name} {level:g} (±{r.at_band:g})")
+    if r.gate is not None:
+        parts.append(f"untestable while A's {r.gate.metric} is at chance {r.gate.chance:g} (±{r.gate.at_band:g})")
     return "; ".join(parts)
 
 
@@ -208,11 +210,25 @@ def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = No
             rb = None if c.b.value is not None else arm_result(records, c.b, c.metric, extra, probes)
             a, b = ra.values, (c.b.value if rb is None else rb.values)
             av, bv = list(a.values()), (b if isinstance(b, float) else list(b.values()))
-            rows.append(ClaimRow(c, lab, av, bv, _decide(c, ra, rb, extra)))
+            rows.append(ClaimRow(c, lab, av, bv, _decide(c, ra, rb, extra, records, probes)))
     return rows
 
 
-def _decide(c: ClaimSpec, ra: ArmResult, rb: ArmResult | None, extra: dict[str, str]) -> Outcome:
+def _gate(c: ClaimSpec, records: dict[str, dict], extra: dict[str, str], probes: dict | None) -> str | None:
+    """Why the claim is UNTESTABLE under its ``rules.gate`` (A's runs at chance on the gate's metric: the mean over
+    seeds within ``at_band`` of chance), or None."""
+    g = c.rules.gate
+    if g is None:
+        return None
+    arm = c.a.model_copy(update={"metric": None})  # the gate's metric, not the arm's own
+    vals = [v for v in arm_result(records, arm, g.metric, extra, probes).values.values() if math.isfinite(v)]
+    if vals and abs(fmean(vals) - g.chance) <= g.at_band * (1 + 1e-9):
+        return f"A's model at chance on {g.metric} ({fmean(vals):g} vs {g.chance:g} ± {g.at_band:g})"
+    return None
+
+
+def _decide(c: ClaimSpec, ra: ArmResult, rb: ArmResult | None, extra: dict[str, str], records: dict[str, dict],
+            probes: dict | None = None) -> Outcome:
     """The verdict of one row: UNTESTABLE with the reason where an arm selected runs but has no value or the
     arms ran different cells; else ``compare`` (a diverged run: non-finite, named), paired if declared."""
     for side, r in (("A", ra), ("B", rb)):
@@ -221,6 +237,9 @@ def _decide(c: ClaimSpec, ra: ArmResult, rb: ArmResult | None, extra: dict[str, 
     differ = cell_mismatch(c.a, ra, c.b, rb, extra) if rb is not None else None
     if differ:
         return Outcome(Verdict.UNTESTABLE, None, None, differ)
+    gated = _gate(c, records, extra, probes)
+    if gated:
+        return Outcome(Verdict.UNTESTABLE, None, None, gated)
     b = c.b.value if rb is None else list(rb.values.values())
     out = compare(list(ra.values.values()), b, higher_is_better=c.higher_is_better, rules=c.rules.rules(),
                   claim=c.claim, tolerance=c.tolerance)

@@ -17,7 +17,7 @@ the metrics read from every finished run, and the paper's claims with declared v
     metrics: {accuracy: module:function}       # eval hooks: a finished run -> JSON numbers
     probes: {memory: module:function}          # measurements that are not training runs: scale -> JSON
     claims: [{id, text, paper: {value, source}, metric, a, b, higher_is_better, claim, tolerance,
-              rules: {noise, single_seed_bound, chance, floor, at_band}, per, untestable}]
+              rules: {noise, single_seed_bound, chance, floor, at_band, gate}, per, untestable}]
 
 A claim's arm (``a``/``b``) is a grid cell selection ``{where: {axis: label | [labels]}, metric: ...,
 agg: mean | min | max | range}`` (per seed: the selected runs aggregated to one, the mean by default), a
@@ -176,8 +176,20 @@ class ScaleSpec(ConfigModel):
                                    for a, labels in s.items()) for s in sels)
 
 
+class GateSpec(ConfigModel):
+    """A claim about a trained model is UNTESTABLE while arm A's model sits at chance on another metric (Hyper-SET's
+    Fig. 5/6 energy and geometry claims on a model whose cell accuracy never left chance)."""
+
+    metric: str
+    """the metric that says whether A's model learned (read from A's runs, e.g. extrapolation.cell_L)"""
+    chance: float
+    """that metric at chance"""
+    at_band: float = Field(0.0, ge=0)
+    """how close to chance counts as 'at' it"""
+
+
 class RulesSpec(ConfigModel):
-    """``verdicts.Rules`` of one claim (metric units)."""
+    """``verdicts.Rules`` of one claim (metric units), and an optional ``gate`` (:class:`GateSpec`)."""
 
     noise: float | None = Field(None, ge=0)
     """a declared noise band (None: the seeds' own spread only)"""
@@ -190,8 +202,11 @@ class RulesSpec(ConfigModel):
     at_band: float = Field(0.0, ge=0)
     """how close to chance / floor counts as 'at' it"""
 
+    gate: GateSpec | None = None
+    """UNTESTABLE while A's model is at chance on another metric: {metric, chance, at_band}"""
+
     def rules(self) -> Rules:
-        return Rules(**self.model_dump())
+        return Rules(**self.model_dump(exclude={"gate"}))
 
 
 class ArmSpec(ConfigModel):
