@@ -57,6 +57,26 @@ def test_render_in_place_then_check_passes_and_fails_after_a_hand_edit(repo, cap
     assert "0.95" in page.read_text()  # --check writes nothing
 
 
+def test_a_figure_the_render_does_not_redraw_is_said_to_be_unchecked(repo, capsys):
+    """A figure drawn at training time (no render redraws it) was compared with its own committed copy and passed
+    whatever it showed; the page's line now counts it as not checked."""
+    results = repo / "docs/results/toy/results.json"
+    assert run(["--root", str(repo)], REG) == 0
+    capsys.readouterr()
+    assert run(["--check", "toy", "--root", str(repo)], REG) == 0
+    assert "not checked" not in capsys.readouterr().out  # the generator redraws curve.png
+    results.write_text(results.read_text().replace('"figure": true', '"figure": false'))
+    page = repo / "docs/results/toy/README.md"
+    assert run(["--root", str(repo)], REG) == 0
+    page.write_text(page.read_text() + "\n![curve](curve.png)\n")  # a figure the render keeps as committed
+    gen = repo / "render_toy.py"
+    gen.write_text(gen.read_text().replace('img = "\\n![curve](curve.png)\\n" if data.get("figure") else ""',
+                                           'img = "\\n![curve](curve.png)\\n"'))
+    capsys.readouterr()
+    assert run(["--check", "toy", "--root", str(repo)], REG) == 0
+    assert "(1 figure(s) drawn at training time, kept as committed: not checked)" in capsys.readouterr().out
+
+
 def test_check_fails_when_a_referenced_image_is_missing(repo, capsys):
     assert run(["--root", str(repo)], REG) == 0
     (repo / "docs/results/toy/curve.png").unlink()

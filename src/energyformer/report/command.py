@@ -37,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _line(res: PageResult) -> str:
     where = ", ".join(f"{res.page.folder}/{f}" for f in res.page.files)
     if res.status == "ok":
-        return f"ok            {res.page.name:24s} {where}"
+        kept = (f" ({len(res.unchecked)} figure(s) drawn at training time, kept as committed: not checked)"
+                if res.unchecked else "")
+        return f"ok            {res.page.name:24s} {where}{kept}"
     detail = "; ".join([f"differs: {', '.join(res.changed)}"] * bool(res.changed) + res.problems)
     return f"{res.status.upper():13s} {res.page.name:24s} {where}: {detail}"
 

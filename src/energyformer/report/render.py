@@ -41,6 +41,8 @@ class PageResult:
     diff: str = ""                   # head of the unified diff of the first differing .md
     problems: list[str] = field(default_factory=list)  # one line each
     written: list[str] = field(default_factory=list)   # in place: files copied into the folder (changed or new)
+    unchecked: list[str] = field(default_factory=list)  # figures the render keeps as committed (drawn at training
+    #                                                      time from run folders that are not committed): not checked
 
     @property
     def ok(self) -> bool:
@@ -158,6 +160,7 @@ def render_page(page: Page, root: Path, *, in_place: bool, diff_lines: int = 40)
     with tempfile.TemporaryDirectory(prefix=f"report-{page.name}-") as tmp:
         work = Path(tmp) / folder.name
         shutil.copytree(folder, work)
+        before = {p: p.stat().st_mtime_ns for p in work.rglob("*.png")}
         run_generator(page, work, root)
         res = PageResult(page, "ok")
         for name in page.files:
@@ -174,7 +177,9 @@ def render_page(page: Page, root: Path, *, in_place: bool, diff_lines: int = 40)
         for rel in sorted({(Path(name).parent / r).as_posix() for name in page.files if (work / name).is_file()
                            for r in referenced_images((work / name).read_text())}):
             drawn, kept = work / rel, folder / rel
-            if rel.lower().endswith(".png") and drawn.is_file() and kept.is_file():
+            if rel.lower().endswith(".png") and drawn.is_file() and before.get(drawn) == drawn.stat().st_mtime_ns:
+                res.unchecked.append(rel)  # the render did not redraw it: comparing it with itself proves nothing
+            elif rel.lower().endswith(".png") and drawn.is_file() and kept.is_file():
                 why = figure_differs(kept, drawn)
                 if why:
                     res.changed.append(rel)
