@@ -28,9 +28,10 @@ def test_intrinsic_attention_with_a_head_bank_is_refused_at_build(kind):
     from energyformer.experiment import load_run_config
 
     attn = "model.block.attention"
-    cfg = load_run_config("intrinsic/mha", ["model.dim=16", "model.heads=2", "model.n_layers=1", f"{attn}={kind}",
-                                            f"{attn}.solver.precond=diagonal", f"{attn}.solver.precond_per_head=true"])
-    with pytest.raises(ConfigError, match="precond_per_head = true"):
+    with pytest.raises(ConfigError, match="precond_per_head = true"):  # at load (blocks/intrinsic.py), else build
+        cfg = load_run_config("intrinsic/mha", ["model.dim=16", "model.heads=2", "model.n_layers=1",
+                                                f"{attn}={kind}", f"{attn}.solver.precond=diagonal",
+                                                f"{attn}.solver.precond_per_head=true"])
         MODELS.build(cfg.model, vocab_size=50)
 
 

@@ -54,11 +54,11 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from torch import nn
 
 from ..core.block import EnergyBlock
-from ..core.momentum import MomentumConfig, NesterovConfig
+from ..core.momentum import MomentumConfig, NesterovConfig, check_lookahead_start
 from ..core.norm import NORMS, LayerNormConfig
 from ..core.solver import SOLVERS, Solver
 from ..core.stepsize import LearnedStepSizeConfig, StepSizeField
@@ -93,7 +93,24 @@ def _momentum_default(kind: str):
     return lambda: cls(beta=0.5, learn_beta=True, carry_key=CARRY_KEY)
 
 
-class _MomentumSublayer(DescentConfig):
+class IntrinsicDescentConfig(DescentConfig):
+    """The descent keys of every intrinsic sublayer (attention and FFN kinds here and in
+    :mod:`~energyformer.blocks.intrinsic_newton`). Their energies act on the merged (B, N, D) output and
+    take no per-head preconditioner bank (``Energy.head_bank``: only CEM attention's does), so
+    ``solver.precond_per_head: true`` is refused when the config loads. It was accepted, and then the (H, D)
+    bank broadcast against the sequence axis: a crash where N ≠ H, after the run directory was written, and
+    token i scaled by head i's diagonal where N = H (a one-token input came back H tokens long; probe N).
+    The block refuses it again at build for an energy built by hand (:class:`~energyformer.core.EnergyBlock`)."""
+
+    @model_validator(mode="after")
+    def _no_head_bank(self) -> IntrinsicDescentConfig:
+        if getattr(self.solver, "precond_per_head", False):
+            raise ValueError(f"solver.precond_per_head = true: the {self.kind} sublayer has no per-head "
+                             "preconditioner bank (only CEM attention's energy takes one); allowed: false")
+        return self
+
+
+class _MomentumSublayer(IntrinsicDescentConfig):
     """Defaults of the momentum / Nesterov sublayers (seed §3.1): learned η₀ = 1 (footnote 4; value
     lost: 1 = the baseline's step), learned β₀ = 0.5 (reconstructed.md §1.2 [REC]), one velocity
     shared across depth through carry_key."""
@@ -115,13 +132,21 @@ class _NesterovSublayer(_MomentumSublayer):
     def _legacy_readout_names(cls, v):
         return LEGACY_READOUTS.get(v, v) if isinstance(v, str) else v
 
+    @model_validator(mode="after")
+    def _lookahead_eta_at_its_start(self) -> _NesterovSublayer:
+        """readout 'seed' computes its look-ahead η before the block's start point: refused with
+        ``norm.init: normalized`` and a step size reading that point (:func:`check_lookahead_start`)."""
+        if self.lookahead():
+            check_lookahead_start(self.step_size, getattr(self.norm, "init", "residual"))
+        return self
+
     def lookahead(self) -> bool:
         """readout 'seed' builds the Nesterov solver in its look-ahead (Sutskever) form (:func:`_nag`)."""
         return self.solver.kind == "nesterov" and self.readout == "seed" or super().lookahead()
 
 
 # ----------------------------------------------------------------------------- attention kinds
-class MHAConfig(AttentionConfig, DescentConfig):
+class MHAConfig(AttentionConfig, IntrinsicDescentConfig):
     """GPT-2 multi-head attention as one GD step (η fixed at 1: the ``gpt`` kind, bit for bit)."""
 
     kind: Literal["mha"] = "mha"
@@ -155,7 +180,7 @@ class NagMHAConfig(AttentionConfig, _NesterovSublayer):
         return [{}, {"readout": "sgd_lookahead"}]
 
 
-class TiedMHAConfig(AttentionConfig, DescentConfig):
+class TiedMHAConfig(AttentionConfig, IntrinsicDescentConfig):
     """Tied MHA = GD on the multi-head free energy (Theorem 3: V^h = K^h, W_O^h = (eta/H) P_h^T)."""
 
     kind: Literal["mha_tied"] = "mha_tied"
@@ -175,7 +200,7 @@ class TiedMHAConfig(AttentionConfig, DescentConfig):
         return [{}, {"form": "elastic", "norm": {"in_loop": False}}]
 
 
-class LinearAttnConfig(AttentionConfig, DescentConfig):
+class LinearAttnConfig(AttentionConfig, IntrinsicDescentConfig):
     """Linear attention (seed Eq. 5, §2.2) = GD on the sum-of-squares energy (Theorem 2)."""
 
     kind: Literal["linear_attn"] = "linear_attn"

@@ -34,14 +34,13 @@ from pydantic import Field
 from torch import nn
 
 from ..core.stepsize import FixedStepSizeConfig, LearnedStepSizeConfig, StepSizeField
-from ..core.sublayer import DescentConfig
 from ..energies.newton import DAMPINGS, LiteHeads, NewtonHeads
 from ..utils.config import ConfigModel
-from .intrinsic import IntrinsicBlock, _block as _intrinsic_block
+from .intrinsic import IntrinsicBlock, IntrinsicDescentConfig, _block as _intrinsic_block
 from .registry import ATTENTIONS, AttentionConfig, SublayerSpec
 
 
-class _NewtonConfig(AttentionConfig, DescentConfig):
+class _NewtonConfig(AttentionConfig, IntrinsicDescentConfig):
     temperature_init: float | None = Field(None, gt=0)
     """initial score temperature T_s per head (None: sqrt(head_dim))"""
     learn_temperature: bool = True
@@ -101,7 +100,7 @@ class MHA2nd1stSimpleConfig(_TaylorFields, _NewtonConfig):
         return [{}]
 
 
-class MHA2ndLiteConfig(AttentionConfig, DescentConfig):
+class MHA2ndLiteConfig(AttentionConfig, IntrinsicDescentConfig):
     """MHA2nd-lite: MHA with per-dimension variance preconditioning and two per-head temperatures."""
 
     kind: Literal["mha2nd_lite"] = "mha2nd_lite"

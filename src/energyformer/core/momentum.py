@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 from ..utils.validate import ConfigError, check_float
 from .solver import Solver, SolverConfig, _scale, register_solver
+from .stepsize import step_eta
 
 
 class _MomentumConfig(SolverConfig):
@@ -73,6 +74,21 @@ class NesterovConfig(_MomentumConfig):
     form: Literal["sgd", "sutskever"] = "sgd"
     """'sgd': the stream holds the look-ahead point (torch.optim.SGD(nesterov=True)); 'sutskever': the
     stream holds x, the gradient is evaluated at x + eta beta m (one step per call, carried velocity)"""
+
+
+def check_lookahead_start(step_size: Any, init: str) -> None:
+    """Refuse a look-ahead rule (Nesterov ``form: sutskever``) whose η reads the block's start point when that
+    start point is ``norm.init: normalized``. The look-ahead η (:meth:`Nesterov.shift`) must be known before
+    the block computes its start point x0 = norm(x + η β m), so it can only see x; the step then used
+    η(x0 = norm(x + η β m)), another value (probe N: 3e-4 apart for a network conditioned on x0). With
+    ``init: residual`` x0 = x and the two agree; a step size of the index and the forward context (fixed,
+    learned, per_iteration, network conditioned on input | layer) is the same at either point."""
+    reads = getattr(step_size, "reads_block_state", None)
+    if init == "normalized" and callable(reads) and reads():
+        raise ConfigError(
+            f"step_size.condition = {step_size.condition!r} with norm.init = 'normalized': a look-ahead rule "
+            "(Nesterov form 'sutskever', readout 'seed') needs its step's η before the normalised start point it "
+            "defines; allowed: norm.init 'residual', or step_size.condition 'input' | 'layer'")
 
 
 class _Momentum(Solver):
@@ -164,11 +180,10 @@ class Nesterov(_Momentum):
         m = self.carried(ctx)
         if m is None:
             return None
-        # η of this call's one step (index = iteration, as Descent.eta with one step per call), with the forward
-        # context where the step size reads it (network conditioned on the input or layer, per-group step sizes):
-        # without it the look-ahead point used another η than the step (probe N)
-        ss = self.step_size
-        eta = ss(ctx.iteration, x, x, ctx=ctx) if getattr(ss, "needs_context", False) else ss(ctx.iteration, x, x)
+        # η of this call's one step, computed as the loop computes it (step_eta: index = iteration × 1 step, the
+        # forward context for a context-aware step size, x0 = x_0 = the block input x under norm.init 'residual';
+        # 'normalized' with a step size reading its start point is refused at load, check_lookahead_start)
+        eta = step_eta(self.step_size, ctx.iteration, x, x, ctx)
         return _scale(eta, _scale(self.beta(), m))  # eta beta m, like x
 
     def update(self, energy, x, u, state, memory, eta):

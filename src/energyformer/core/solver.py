@@ -48,7 +48,7 @@ from .backward import Truncated, make_backward_mode
 from .energy import Energy
 from .precision import at_least_float32
 from .precond import IdentityPrecond, Preconditioner, make_preconditioner
-from .stepsize import FixedStepSize, StepSize, make_step_size
+from .stepsize import FixedStepSize, StepSize, make_step_size, step_eta
 from .trace import Trace
 
 #: Solver kinds: name -> (config class, solver class; ``cls.from_config(cfg, dim, heads, ...)`` builds it).
@@ -157,7 +157,6 @@ class Descent:
         self.iterate = bool(energy.context_is_iterate)
         ss = solver.step_size
         self.fixed_eta = ss.value if type(ss) is FixedStepSize else None  # skip a module call per step
-        self.wants_ctx = bool(getattr(ss, "needs_context", False))
         self.tol, self.threshold = solver.tol, solver.energy_threshold
         self.dynamic = self.tol is not None or self.threshold is not None
         self.rec = Trace() if trace else None
@@ -197,8 +196,7 @@ class Descent:
         """The step size of step ``index`` at iterate ``x`` (a context-aware module also sees ``ctx``)."""
         if self.fixed_eta is not None:
             return self.fixed_eta
-        ss = self.solver.step_size
-        return ss(index, self.x0, x, ctx=self.ctx) if self.wants_ctx else ss(index, self.x0, x)
+        return step_eta(self.solver.step_size, index, self.x0, x, self.ctx)
 
     def descend(self, x: Tensor, state: Any, memory: Any, start: int, stop: int) -> tuple[Tensor, Any, Any]:
         solver, energy, point = self.solver, self.energy, self.point

@@ -201,6 +201,12 @@ class NetworkStepSizeConfig(KindConfig):
             raise ValueError("must be even (sin and cos halves)")
         return v
 
+    def reads_block_state(self) -> bool:
+        """Whether eta depends on the block's own start point or iterate (condition x0 / iterate), not only on
+        the step index and the forward context: a look-ahead rule must then know that start point before it
+        computes the η of its look-ahead (:func:`~energyformer.core.momentum.check_lookahead_start`)."""
+        return self.condition in ("x0", "iterate")
+
 
 def timestep_freqs(half: int, max_period: float) -> Tensor:
     """f_k = max_period^(-k/half), k < half, in float64 (the time embedding's frequencies)."""
@@ -423,6 +429,16 @@ class StepSizeGroup(StepSize):
 
 
 # ----------------------------------------------------------------------------- helpers
+def step_eta(step_size: StepSize, index: int, x0: Tensor, x: Tensor, ctx: Any = None) -> Tensor | float:
+    """η of step ``index`` at iterate ``x`` of a run started at ``x0``: ``step_size(index, x0, x)``, with
+    ``ctx=ctx`` for a context-aware module (``needs_context``), exactly as the loop's ``Descent.eta`` calls
+    it. A caller that needs a step's η outside the loop (Nesterov's look-ahead) computes it here, so it cannot
+    differ from the step's (probe N: the look-ahead once called a context-conditioned network without ctx)."""
+    if getattr(step_size, "needs_context", False):
+        return step_size(index, x0, x, ctx=ctx)
+    return step_size(index, x0, x)
+
+
 def _number_is_fixed(value: Any) -> Any:
     """``step_size: 0.5`` is shorthand for ``{kind: fixed, value: 0.5}``."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
