@@ -34,7 +34,8 @@ def test_resuming_on_other_boards_is_a_data_error_naming_the_file(boards):
     a.next_batch()
     state = a.state_dict()
     fewer = SudokuBatcher(boards.subset(range(12)), 4, seed=0, source="task.train_file /x/tr.csv")
-    with pytest.raises(DataError, match=r"/x/tr.csv: the training boards changed since the checkpoint .16 boards then, 12 now"):
+    with pytest.raises(DataError, match=r"/x/tr.csv: the training boards changed since the checkpoint "
+                                        r".16 boards then, 12 now"):
         fewer.load_state_dict(state)
     other = SudokuBatcher(boards.subset(range(8, 24)), 4, seed=0, source="task.train_file /x/tr.csv")
     with pytest.raises(DataError, match="16 boards then, 16 now, other puzzles or solutions"):
@@ -62,3 +63,21 @@ def test_a_repeated_puzzles_option_is_refused(capsys):
     err = capsys.readouterr().err
     assert "--puzzles given twice (a.csv, b.csv)" in err and err.count("\n") == 2, err  # usage + one line
 
+
+
+def test_resuming_on_other_held_out_boards_is_a_data_error(boards):
+    """The state kept no trace of the validation/test boards: a replaced task.validation_file (or the training
+    file's split-off part) resumed silently, the run's later evaluations scoring other boards than its first."""
+    val, train = boards.subset(range(16, 20)), boards.subset(range(16))
+    a = SudokuBatcher(train, 4, seed=0, held_out=[val], held_out_source="task.validation_file /x/va.csv")
+    a.next_batch()
+    SudokuBatcher(train, 4, seed=0, held_out=[val]).load_state_dict(a.state_dict())
+    other = SudokuBatcher(train, 4, seed=0, held_out=[boards.subset(range(18, 22))],
+                          held_out_source="task.validation_file /x/va.csv")
+    with pytest.raises(DataError, match=r"^task.validation_file /x/va.csv: the held-out boards changed"):
+        other.load_state_dict(a.state_dict())
+    no_solutions = SudokuDataset(val.puzzles)  # the same puzzles without solutions are other held-out data
+    with pytest.raises(DataError, match="held-out boards changed"):
+        SudokuBatcher(train, 4, seed=0, held_out=[no_solutions]).load_state_dict(a.state_dict())
+    old = {k: v for k, v in a.state_dict().items() if k != "held_out_sha256"}  # saved before: not checked
+    other.load_state_dict(old)

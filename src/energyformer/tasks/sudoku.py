@@ -136,6 +136,17 @@ def targets_of(puzzles: torch.Tensor, solutions: torch.Tensor) -> torch.Tensor:
     return torch.where(puzzles == 0, solutions - 1, torch.full_like(solutions, -100))
 
 
+def _sha256(*sets: SudokuDataset) -> str:
+    """sha256 (hex) of held-out boards: each set's count, puzzles and solutions (if any) as int8."""
+    h = hashlib.sha256()
+    for d in sets:
+        h.update(f"{len(d)},{d.solutions is not None};".encode())
+        h.update(d.puzzles.to(torch.int8).numpy().tobytes())
+        if d.solutions is not None:
+            h.update(d.solutions.to(torch.int8).numpy().tobytes())
+    return h.hexdigest()
+
+
 class SudokuBatcher:
     """Epochs of seeded permutations of the training boards; optional augmentation; exact resume.
 
@@ -143,11 +154,16 @@ class SudokuBatcher:
     resuming on other boards (``task.train_file`` edited or replaced since the checkpoint) is a
     :class:`DataError` naming ``source``, since the saved order would index other boards (another count drew
     empty batches: a NaN loss reported as divergence). A state saved before these were kept is checked on its
-    order's length alone."""
+    order's length alone. ``held_out``: the validation / test boards (``task.validation_file``, ``test_file`` or
+    the part split off the training file); their sha256 is kept too, and other held-out boards on resume are a
+    DataError as well (the resumed run's evaluations would score other boards than its first part's), as the LM
+    task's ``held_out_sha256``; a state without it is not checked on them."""
 
     def __init__(self, data: SudokuDataset, batch_size: int, seed: int, augment_batches: bool = False,
-                 source: str = "the training boards"):
-        self.source = source
+                 source: str = "the training boards", held_out: list[SudokuDataset] | None = None,
+                 held_out_source: str = "the validation/test boards"):
+        self.source, self.held_out_source = source, held_out_source
+        self.held_out_sha256 = None if held_out is None else _sha256(*held_out)
         self.p, self.s = data.puzzles.long(), data.solutions.long()
         self.n, self.bs, self.aug = len(data), min(batch_size, len(data)), augment_batches
         self.per_epoch = -(-self.n // self.bs)
@@ -177,8 +193,9 @@ class SudokuBatcher:
         return self._sha
 
     def state_dict(self) -> dict[str, Any]:
-        return {"gen": self.gen.get_state(), "perm": self.perm, "i": self.i, "drawn": self.drawn,
-                "n_boards": self.n, "batch_size": self.bs, "boards_sha256": self.boards_sha256()}
+        state = {"gen": self.gen.get_state(), "perm": self.perm, "i": self.i, "drawn": self.drawn,
+                 "n_boards": self.n, "batch_size": self.bs, "boards_sha256": self.boards_sha256()}
+        return state if self.held_out_sha256 is None else {**state, "held_out_sha256": self.held_out_sha256}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         perm = state.get("perm")
@@ -191,6 +208,11 @@ class SudokuBatcher:
         if state.get("batch_size", self.bs) != self.bs:
             raise DataError(f"{self.source}: the checkpoint's batches hold {state['batch_size']} boards, this run's "
                             f"{self.bs}: resume with the batch size it trained with")
+        if None not in (state.get("held_out_sha256"), self.held_out_sha256) \
+                and state["held_out_sha256"] != self.held_out_sha256:
+            raise DataError(f"{self.held_out_source}: the held-out boards changed since the checkpoint: the resumed "
+                            "run's evaluations would score other boards than its first part's; restore the files it "
+                            "trained with, or start a new run")
         self.gen.set_state(state["gen"])
         self.perm, self.i, self.drawn = state["perm"], int(state["i"]), int(state["drawn"])
 
@@ -218,9 +240,16 @@ class SudokuTask(Task):
     def __init__(self, cfg: SudokuTaskConfig, *, seed: int = 0, rank: int = 0):
         super().__init__(cfg, seed=seed, rank=rank)
         self.splits = load_splits(cfg)
+        files = cfg.source == "files"
+        held_out = [f"task.{k} {getattr(cfg, k)}" for k in ("validation_file", "test_file") if getattr(cfg, k)]
+        if files and not cfg.validation_file:
+            held_out.insert(0, f"the validation part of task.train_file {cfg.train_file}")
         self.train_data = SudokuBatcher(self.splits["train"], cfg.batch_size, seed + 1000 * rank, cfg.augment,
-                                        source=f"task.train_file {cfg.train_file}" if cfg.source == "files"
-                                        else "the generated training boards")
+                                        source=f"task.train_file {cfg.train_file}" if files
+                                        else "the generated training boards",
+                                        held_out=[v for k, v in self.splits.items() if k != "train"],
+                                        held_out_source=" / ".join(held_out) if files
+                                        else "the generated validation/test boards")
 
     # ------------------------------------------------------------------ model
     @classmethod
