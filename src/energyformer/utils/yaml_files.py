@@ -31,7 +31,8 @@ __all__ = ["read_yaml", "resolve_base", "parse_value", "int_float", "MAX_BASE_DE
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that rejects duplicate keys and reads numbers as YAML 1.2 does: 1e-3 / 1e3 are floats, and
     integers are decimal (``010`` is 10, not YAML 1.1's octal 8), ``0x``/``0o`` hexadecimal/octal; YAML 1.1's
-    base 60 (``1:30``) and binary (``0b11``) stay text, which a number key then refuses by name."""
+    base 60 (``1:30``) and binary (``0b11``) stay text, which a number key then refuses by name. Dates stay text too
+    (no key takes a date): ``name=2024-01-05`` is that name, not a ``datetime.date`` that a text key refused."""
 
 
 _FLOAT_RE = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.?[0-9_]*(?:[eE][-+]?[0-9]+)?
@@ -39,8 +40,9 @@ _FLOAT_RE = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.?[0-9_]*(?:[eE][-+]?[0-9]+
                           |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X)
 _INT_RE = re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7]+|0x[0-9a-fA-F]+)$")
 _NUMBER_TAGS = ("tag:yaml.org,2002:float", "tag:yaml.org,2002:int")
+_NOT_IMPLICIT = (*_NUMBER_TAGS, "tag:yaml.org,2002:timestamp")
 _StrictLoader.yaml_implicit_resolvers = {
-    k: [(tag, rx) for tag, rx in v if tag not in _NUMBER_TAGS]
+    k: [(tag, rx) for tag, rx in v if tag not in _NOT_IMPLICIT]
     for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_RE, list("-+0123456789"))
 _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
@@ -60,6 +62,11 @@ class _KeepsText:
         return self.text
 
     __repr__ = __str__  # error messages quote the value as typed ("name = +5", not "name = 5")
+
+    def __reduce__(self) -> tuple:
+        """pickle / copy.deepcopy rebuild it with its text: int's and float's own reduce pass the value alone, which
+        ``__new__`` refuses (a parsed mapping or an ``Any`` field's value sent to a spawned worker failed so)"""
+        return type(self), ((int if isinstance(self, int) else float)(self), self.text)
 
 
 class TextInt(_KeepsText, int):
