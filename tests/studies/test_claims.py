@@ -192,3 +192,23 @@ def test_a_gate_makes_a_claim_about_a_trained_model_untestable_at_chance(tmp_pat
         assert row.outcome.verdict.value == verdict, row.outcome
         if verdict == "UNTESTABLE":
             assert "A's model at chance on accuracy.plain (50.5 vs 50 ± 1)" in row.outcome.reason
+
+
+def test_a_gate_reads_a_plain_mean_and_a_missing_gate_metric_is_untestable(tmp_path):
+    """The gate read A's own aggregation (a gain arm compared a difference with chance) and a gate metric no run had
+    turned the gate off silently (a typo decided six claims on a model at chance)."""
+    def spec(metric, minus=False):
+        a = {"where": {"model": "eqt"}, "metric": "accuracy.k32"}
+        if minus:
+            a["minus"] = {"where": {"model": "baseline"}}
+        return load_study(write(tmp_path / "s.yaml", claims=[{
+            "id": "c", "text": "t", "paper": {"value": "x", "source": "y"}, "a": a, "b": {"value": 0},
+            "rules": {"single_seed_bound": 0, "gate": {"metric": metric, "chance": 50, "at_band": 1}}}]))
+
+    recs = {f"{m}{s}": {"cell": {"model": m, "length": "8"}, "seed": s,
+                        "metrics": {"accuracy": {"k32": 3.0 if m == "eqt" else 1.0, "plain": 50.2}}}
+            for m in ("eqt", "baseline") for s in (0, 1)}
+    (row,) = evaluate(spec("accuracy.plain", minus=True), recs)
+    assert row.outcome.verdict.value == "UNTESTABLE" and "at chance on accuracy.plain (50.2" in row.outcome.reason
+    (row,) = evaluate(spec("accuracy.plian"), recs)
+    assert row.outcome.verdict.value == "UNTESTABLE" and "gate accuracy.plian: no finite value" in row.outcome.reason

@@ -220,9 +220,15 @@ def _gate(c: ClaimSpec, records: dict[str, dict], extra: dict[str, str], probes:
     g = c.rules.gate
     if g is None:
         return None
-    arm = c.a.model_copy(update={"metric": None})  # the gate's metric, not the arm's own
-    vals = [v for v in arm_result(records, arm, g.metric, extra, probes).values.values() if math.isfinite(v)]
-    if vals and abs(fmean(vals) - g.chance) <= g.at_band * (1 + 1e-9):
+    # A's selection as a plain mean over its runs: not A's own agg / reduce / minus (a gain or a range of the gate
+    # metric is never at chance), and a gate that reads no number is UNTESTABLE, never silently off (probe L)
+    if c.a.where is None:  # a probe's or a fixed number's A has no runs to gate on
+        return f"gate {g.metric}: A selects no runs (a gate reads A's runs)"
+    res = arm_result(records, ArmSpec(where=c.a.where), g.metric, extra, probes)
+    vals = [v for v in res.values.values() if math.isfinite(v)]
+    if not vals:
+        return f"gate {g.metric}: no finite value in A's runs ({res.why or 'no run selected'})"
+    if abs(fmean(vals) - g.chance) <= g.at_band * (1 + 1e-9):
         return f"A's model at chance on {g.metric} ({fmean(vals):g} vs {g.chance:g} ± {g.at_band:g})"
     return None
 
