@@ -84,6 +84,25 @@ def test_per_axis_rows_pooling_fixed_numbers_and_the_table(tmp_path):
     assert str(row.outcome.verdict) == "HOLDS" and "not worse than B by more than 1" in rule_text(fixed.claims[0])
 
 
+def test_a_per_label_the_scale_runs_but_no_record_has_is_an_untestable_row_not_a_missing_one(tmp_path):
+    """Old: the rows of a ``per`` claim were the labels some record had, so a study run with ``--only length=8``
+    rendered a table with no length-64 row at all (read as complete); now the scale's labels each have a row, one
+    with no record UNTESTABLE "not run". Labels the scale does not run stay off."""
+    spec = _spec(tmp_path, per="length")
+    recs = _recs({0: 70, 1: 71}, {0: 60, 1: 61}, "8")
+    rows = evaluate(spec, recs, scale="cpu")
+    assert [(r.label, str(r.outcome.verdict)) for r in rows] == [("8", "HOLDS"), ("64", "UNTESTABLE")]
+    assert rows[1].outcome.reason == "not run: no record with length = 64 at scale cpu"
+    assert "| – | not run |" in claims_table(rows)
+    assert [r.label for r in evaluate(spec, recs)] == ["8"]          # no scale given: the labels recorded
+    data = copy.deepcopy(TINY)
+    data["runs"]["grid"]["length"] = {8: ["task.data.length=8"], 64: ["task.data.length=64"]}
+    data["scales"] = {"cpu": {"only": {"length": [8]}}}
+    data["claims"] = [{**spec.claims[0].model_dump(exclude_unset=True), "per": "length"}]
+    small = load_study(write(tmp_path / "small.yaml", **data))
+    assert [r.label for r in evaluate(small, recs, scale="cpu")] == ["8"]
+
+
 def _max_hook(labels, values):
     return max(values) if len(values) > 1 else None
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..analysis.verdicts import Outcome, Rules, Verdict, compare
 from ..errors import DataError
+from .plan import scale_labels
 from .spec import ArmSpec, ClaimSpec, StudySpec
 
 
@@ -193,8 +194,12 @@ def rule_text(c: ClaimSpec) -> str:
     return "; ".join(parts)
 
 
-def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = None) -> list[ClaimRow]:
-    """Every claim of ``spec`` (one row per ``per`` label) from the run records (and the probes' records)."""
+def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = None,
+             scale: str | None = None) -> list[ClaimRow]:
+    """Every claim of ``spec`` (one row per ``per`` label) from the run records (and the probes' records).
+
+    With ``scale``, a ``per`` claim has a row for every label that scale runs: one with no record is UNTESTABLE
+    "not run" (such a label's row was left off the page, so a partial run read as a complete table)."""
     rows = []
     for c in spec.claims:
         if c.untestable:
@@ -203,8 +208,14 @@ def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = No
         labels: list[str | None] = [None]
         if c.per is not None:
             seen = {r.get("cell", {}).get(c.per) for r in records.values()}
-            labels = [lab for lab in spec.runs.axes[c.per] if lab in seen]
+            planned = set(scale_labels(spec, scale, c.per)) if scale is not None else set()
+            labels = [lab for lab in spec.runs.axes[c.per] if lab in seen or lab in planned]
         for lab in labels:
+            if lab is not None and lab not in seen:
+                why = f"not run: no record with {c.per} = {lab} at scale {scale}"
+                rows.append(ClaimRow(c, lab, [], c.b.value if c.b.value is not None else [],
+                                    Outcome(Verdict.UNTESTABLE, None, None, why)))
+                continue
             extra = {c.per: lab} if lab is not None else {}
             ra = arm_result(records, c.a, c.metric, extra, probes)
             rb = None if c.b.value is not None else arm_result(records, c.b, c.metric, extra, probes)

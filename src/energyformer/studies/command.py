@@ -95,7 +95,7 @@ def render_pages(name: str, spec: StudySpec, out: Path) -> list[Path]:
         if not path.exists():
             continue
         data = load_results(path, name, scale)
-        rows = evaluate(spec, data["runs"], data.get("probes", {}))
+        rows = evaluate(spec, data["runs"], data.get("probes", {}), scale)
         (hook(spec.render) if spec.render else render_page)(out / scale, spec, name, scale, data, rows)
         rendered[scale] = rows
         written.append(out / scale / "README.md")

@@ -65,6 +65,15 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
     return out
 
 
+def scale_labels(spec: StudySpec, scale: str, axis: str) -> list[str]:
+    """The labels of ``axis`` that ``scale`` runs (any seed), in the axis's order: a claim ``per`` that axis has
+    one row for each, run or not (:func:`.claims.evaluate`)."""
+    sc, axes = spec.scales[scale], spec.runs.axes
+    return [lab for lab in axes[axis]
+            if any(sc.runs_cell({**dict(zip(axes, combo)), axis: lab})
+                   for combo in itertools.product(*(labs if a != axis else [lab] for a, labs in axes.items())))]
+
+
 def _check_sets(spec: StudySpec, sc: ScaleSpec, cell: dict[str, str], config: str | ConfigCell,
                 sets: list[str]) -> None:
     """Refuse a ``--set`` key equal to, under or above one the run's grid axes, its seed (``{seed}``, ``train.seed``)
