@@ -92,13 +92,15 @@ class ParityTask(Task):
         return self.add_aux_losses(ce, out, {"ce": float(ce.detach())})
 
     @torch.no_grad()
-    def accuracy(self, model: nn.Module, length: int, *, n: int | None = None, steps: int | None = None) -> float:
-        """Per-token accuracy on the fixed test set of ``length`` (first ``n`` sequences)."""
+    def accuracy(self, model: nn.Module, length: int, *, n: int | None = None, **forward: Any) -> float:
+        """Per-token accuracy on the fixed test set of ``length`` (first ``n`` sequences). ``forward`` (``steps``,
+        ``iterations``: eval's test-time options) goes to every forward call (one left None: the model's own
+        value); only ``steps`` was passed once, so ``eval --iterations N`` printed the trained depth's accuracy."""
         dev = next(model.parameters()).device
         data = replace(self.cfg.data, length=length, n_test=n or self.cfg.data.n_test)
         bits, tgt = data.test_set(device=dev)
         correct = total = 0
-        kw = {} if steps is None else {"steps": steps}
+        kw = {k: v for k, v in forward.items() if v is not None}
         for i in range(0, len(bits), self.cfg.eval_batch_size):
             xb, yb = bits[i:i + self.cfg.eval_batch_size], tgt[i:i + self.cfg.eval_batch_size]
             pred = model(xb, **kw).logits.argmax(-1)
@@ -111,12 +113,14 @@ class ParityTask(Task):
             self.evaluate(model, **forward_options)
 
     def evaluate(self, model: nn.Module, split: str = "validation", **options: Any) -> dict[str, float]:
+        """Accuracy at ``task.data.length`` and each ``eval_lengths`` length; ``options`` (eval's ``--steps``,
+        ``--iterations``) go to the model. ``split`` is ignored: one fixed test set per length."""
         was = model.training
         model.eval()
         try:
-            out = {"accuracy": self.accuracy(model, self.cfg.data.length, steps=options.get("steps"))}
+            out = {"accuracy": self.accuracy(model, self.cfg.data.length, **options)}
             for n in self.cfg.eval_lengths:
-                out[f"accuracy/L{n}"] = self.accuracy(model, n, steps=options.get("steps"))
+                out[f"accuracy/L{n}"] = self.accuracy(model, n, **options)
         finally:
             model.train(was)
         return out
