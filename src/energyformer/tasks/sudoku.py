@@ -18,7 +18,8 @@ accepts (bring Palm et al.'s set this way). Every split's givens histogram is lo
 (:meth:`SudokuTask.describe_data`).
 
 ``energyformer eval RUN --puzzles FILE [--iterations N]`` scores any puzzle file; puzzles without
-solutions are scored by validity against their givens.
+solutions are scored by validity against their givens. ``energyformer eval RUN --split S`` scores every board
+of the split; ``task.eval_max`` caps the periodic evaluation only.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class SudokuTaskConfig(TaskConfig):
     eval_batch_size: int = Field(250, ge=1)
     """boards per evaluation batch"""
     eval_max: int | None = Field(None, ge=1)
-    """boards of the split scored by the periodic evaluation (None: all)"""
+    """boards of the split scored by the periodic evaluation (None: all); `energyformer eval` scores them all"""
     eval_iterations: IterationCounts = Field(default_factory=list)
     """extra iteration counts scored by evaluate (e.g. [16] for 2x a model trained with 8)"""
     workers: int = Field(1, ge=1)
@@ -289,11 +290,16 @@ class SudokuTask(Task):
         res = score_sudoku(pred, data.puzzles, data.solutions)
         return {k: float(v) for k, v in res.items()}
 
-    def evaluate(self, model: nn.Module, split: str = "validation", **options: Any) -> dict[str, float]:
+    def evaluate(self, model: nn.Module, split: str = "validation", all_boards: bool = False,
+                 **options: Any) -> dict[str, float]:
+        """Metrics on ``split``; ``options`` (iterations, steps) go to the model. The first ``task.eval_max``
+        boards are scored, as the periodic evaluation (a cheap, fixed subset); ``all_boards``: the whole split,
+        what ``energyformer eval`` reports (LM's ``eval_max_batches`` likewise), since a split's metrics on part of
+        it were printed as the split's (``eval --split test`` scored 500 of the 1,000 test boards)."""
         if split not in self.splits:
             raise ConfigError(f"split {split!r}: this Sudoku task has {', '.join(self.splits)}")
         data = self.splits[split]
-        if self.cfg.eval_max is not None and len(data) > self.cfg.eval_max:
+        if not all_boards and self.cfg.eval_max is not None and len(data) > self.cfg.eval_max:
             data = data.subset(slice(0, self.cfg.eval_max))
         was = model.training
         model.eval()
@@ -346,7 +352,7 @@ class SudokuTask(Task):
                                   "so they are scored as failures", stacklevel=2)
             res = self.score(model, data, **forward_options)
             return f"{args.puzzles} ({data.describe_givens()}{note})", res
-        return f"Sudoku {args.split} split", self.evaluate(model, args.split, **forward_options)
+        return f"Sudoku {args.split} split", self.evaluate(model, args.split, all_boards=True, **forward_options)
 
     def format_metrics(self, metrics: dict[str, float]) -> str:
         parts = []
