@@ -149,6 +149,12 @@ def random_mask(counts: Tensor, n: int, generator: torch.Generator | None = None
     return rank < counts.cpu()[:, None]
 
 
+def eval_mask_count(ratio: float, n: int) -> int:
+    """Codes the evaluation masks in each image of ``n`` codes: round(ratio n), at least 1 (the heading of
+    ``energyformer eval`` reports this count, which differs from ``ratio`` when ratio n is not whole)."""
+    return min(n, max(1, round(ratio * n)))
+
+
 def masked_cross_entropy(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
     """Mean CE over the masked positions only (MaskGIT Eq. 1; Hyper-SET App. D.4): (B, N, K), (B, N), (B, N)."""
     return F.cross_entropy(at_least_float32(logits[mask]), targets[mask])
@@ -359,7 +365,7 @@ class MaskedImageTask(Task):
                 idx = idx[:c.eval_examples].sort().values
             images, codes = s.images[idx], self.codes(split)[idx]
             n, N = codes.shape
-            k = min(N, max(1, round(c.eval_mask_ratio * N)))
+            k = eval_mask_count(c.eval_mask_ratio, N)
             mask = random_mask(torch.full((n,), k), N, seeded_generator("mim-eval-mask", c.eval_seed, split))
             target = images.float() / 255.0
             tok = self.tokenizer.decode(codes)
@@ -414,16 +420,22 @@ class MaskedImageTask(Task):
         return res
 
     def eval_from_args(self, model, args, forward_options):
+        """The heading names the mask applied, k of N codes (``round(eval_mask_ratio N)``, the ``masked_fraction``
+        metric), not the configured ratio: "40% masked" was printed where 2 of 4 (50%) or 6 of 16 were masked."""
         c = self.cfg
+        res = self.evaluate(model, args.split, **forward_options)
+        N = self.eval_set(args.split)["codes"].shape[1]
+        k = eval_mask_count(c.eval_mask_ratio, N)
         where = (f"{c.dataset} {args.split} split, {c.codebook_size} codes of {self.patch(c)}x{self.patch(c)} "
-                 f"patches, {c.eval_mask_ratio:.0%} masked, {c.decode_steps} decoding steps")
-        return where, self.evaluate(model, args.split, **forward_options)
+                 f"patches, {k} of {N} codes masked ({100 * k / N:.3g}%), {c.decode_steps} decoding steps")
+        return where, res
 
     def format_metrics(self, m: dict[str, Any]) -> str:
         m = {k.removeprefix("eval/"): v for k, v in m.items()}
         out = [f"{int(m['examples'])} images"] if "examples" in m else []
         out.append(f"masked CE {m.get('loss', math.nan):.4f}, masked accuracy {100 * m.get('accuracy', math.nan):.2f}% "
-                   f"(unigram {m.get('unigram_loss', math.nan):.4f} / {100 * m.get('unigram_accuracy', math.nan):.2f}%)")
+                   f"(unigram {m.get('unigram_loss', math.nan):.4f} / "
+                   f"{100 * m.get('unigram_accuracy', math.nan):.2f}%)")
         if "psnr" in m:
             out.append(f"decoded: accuracy {100 * m['decode_accuracy']:.2f}%, PSNR {m['psnr']:.3f} dB, "
                        f"SSIM {m['ssim']:.4f}")
@@ -434,4 +446,4 @@ class MaskedImageTask(Task):
 
 
 __all__ = ["MaskedImageConfig", "MaskedImageTask", "PatchTokenizer", "load_or_fit_tokenizer", "random_mask",
-           "masked_cross_entropy", "psnr", "ssim"]
+           "masked_cross_entropy", "eval_mask_count", "psnr", "ssim"]
