@@ -23,9 +23,10 @@ HISTORY_POINTS = 80
 
 # ----------------------------------------------------------------------------- metric hooks
 def validation(run) -> dict[str, float]:
-    """Metric hook: the final validation loss (nats/token), perplexity and bits per byte."""
+    """Metric hook: the final validation loss (nats/token), perplexity and bits per byte (left out where the
+    evaluation could not count the scored tokens' bytes exactly: ``evaluate_lm`` then reports none)."""
     f = run.result.final
-    return {"loss": f["eval/loss"], "ppl": f["eval/ppl"], "bpb": f["eval/bpb"]}
+    return {"loss": f["eval/loss"], "ppl": f["eval/ppl"], **({"bpb": f["eval/bpb"]} if "eval/bpb" in f else {})}
 
 
 def history(run) -> list[float]:
