@@ -12,10 +12,12 @@ as ``eval/<name>``; the same names are TensorBoard tags.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +159,10 @@ class MetricsLogger:
 class StepWindow:
     """The optimiser steps since the last train event: their mean loss and metrics, tokens/s.
 
-    ``grad_norm`` is the last step's; ``callback_metrics`` (filled by the trainer with what
+    ``tokens_per_s`` is the throughput of the training steps only: the trainer runs checkpoint saves and
+    evaluations inside :meth:`excluded`, whose time the window's clock skips (evaluations are timed on
+    their own as ``eval_s``; counting them here too made each window after one read several times
+    slower). ``grad_norm`` is the last step's; ``callback_metrics`` (filled by the trainer with what
     callbacks return) keep their latest values across windows.
     """
 
@@ -182,6 +187,16 @@ class StepWindow:
         if state:
             self.losses, self.metrics = list(state["losses"]), dict(state["metrics"])
             self.grad_norm, self.callback_metrics = state["grad_norm"], dict(state["callback_metrics"])
+
+    @contextlib.contextmanager
+    def excluded(self) -> Iterator[None]:
+        """Time spent inside this block (a save, an evaluation) is not training time: the window's clock
+        skips it, so the next ``tokens_per_s`` counts the steps' own time. (``elapsed_s`` stays wall time.)"""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.t0 += time.perf_counter() - t
 
     def add(self, loss: float, metrics: dict[str, float], tokens: int, grad_norm: float | None) -> None:
         self.losses.append(loss)

@@ -361,7 +361,8 @@ class Trainer:
         self._window = window = StepWindow()
         window.load_state_dict(restored.get("window"))  # the steps since the last train event before the stop
         if resumed_from is not None and eval_pending(self, self._logger.kept):
-            eval_metrics = self._logged_evaluate()  # the checkpoint's own evaluation, lost to the stop
+            with window.excluded():  # tokens/s counts training steps only (the eval has its own eval_s)
+                eval_metrics = self._logged_evaluate()  # the checkpoint's own evaluation, lost to the stop
         self._in_step = False
         self._in_update: int | None = None  # number of the step being applied (update + callbacks)
         snapshot: dict[str, Any] | None = None
@@ -387,11 +388,13 @@ class Trainer:
                         log.info("step %d/%d loss %.4g lr %.3g tok/s %.3g", self.step, cfg.steps,
                                  event["loss"], event["lr"], event["tokens_per_s"])
                     final.update({k: v for k, v in event.items() if k != "event"})
-                # the checkpoint first: a failing evaluation never costs the step's weights
-                if (cfg.save_every and self.step % cfg.save_every == 0) or is_last:
-                    self._save()
-                if self.eval_due(self.step):
-                    eval_metrics = self._logged_evaluate()
+                # the checkpoint first: a failing evaluation never costs the step's weights; neither
+                # counts in the next window's tokens/s (the throughput of training steps only)
+                with window.excluded():
+                    if (cfg.save_every and self.step % cfg.save_every == 0) or is_last:
+                        self._save()
+                    if self.eval_due(self.step):
+                        eval_metrics = self._logged_evaluate()
                 self._pbar.update(1)
         except KeyboardInterrupt:
             save_on_interrupt(self, snapshot)
