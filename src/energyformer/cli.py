@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import math
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -271,11 +272,18 @@ def cmd_list(a, extra) -> int:
 
 
 def cmd_config(a, extra) -> int:
-    from .experiment import load_run_config
+    """The config as train records it in RUN/config.yaml: the task fills the model keys it sets (the tokenizer's
+    vocabulary, Sudoku's 10 symbols, Potts' sizes); without that step ``config`` showed ``model.vocab_size: 4096``
+    for a run that trains 50257 tokens. ``--unresolved`` skips the task (no data read) and says so."""
+    from .experiment import build_task, load_run_config, resolve
     from .utils.config import dumps_yaml
 
     _no_extra(extra, "config")
-    print(dumps_yaml(load_run_config(a.config, a.overrides)), end="")
+    cfg = load_run_config(a.config, a.overrides)
+    if a.unresolved:
+        print("# unresolved: the model keys the task sets at train time (model.vocab_size, input and output sizes) "
+              "are not filled in")
+    print(dumps_yaml(cfg if a.unresolved else resolve(cfg, build_task(cfg, rank=0))), end="")
     return 0
 
 
@@ -364,10 +372,16 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(fn=cmd_list)
 
     c = sub.add_parser("config", help="print a resolved config (after overrides)",
-                       description="Print the fully resolved YAML of a config after --set overrides, "
-                       "without running anything; errors name the key, the value and what is allowed.")
+                       description="Print the fully resolved YAML of a config after --set overrides, as train "
+                       "records it in RUN/config.yaml, without training: the task is built so that the model keys "
+                       "it sets (model.vocab_size from the tokenizer, input and output sizes from the data) show "
+                       "train's values; a data set not yet in the data folder is prepared and cached first, as "
+                       "train would. Errors name the key, the value and what is allowed.")
     c.add_argument("config", nargs="?", default=None, help="config name or YAML path (default: all defaults)")
     _add_overrides(c)
+    c.add_argument("--unresolved", action="store_true",
+                   help="do not build the task: print the config before the task sets its model keys "
+                   "(model.vocab_size and the input/output sizes keep their config values; no data is read)")
     c.set_defaults(fn=cmd_config)
 
     d = sub.add_parser("demo", help="the five systems, each against its baseline, in a few minutes on CPU",
@@ -465,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "train":
             cmd = ["energyformer", "train", args.config, "--resume"] + (["--out", str(args.out)] if args.out else [])
             cmd += [x for o in args.overrides for x in ("--set", o)]
-            hint = "; continue with: " + " ".join(cmd)
+            hint = "; continue with: " + shlex.join(cmd)  # quoted: pasted, `--set 'k={a: 2}'` stays one argument
         print(f"\nenergyformer: interrupted{hint}", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - every error a user can cause ends in one line
