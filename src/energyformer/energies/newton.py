@@ -175,19 +175,23 @@ class NewtonHeads(Energy):
         return G + ridge[..., None, None] * torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
 
     def pinv_rows(self) -> Tensor:
-        """Stacked ``(P_h⁺)ᵀ = (P_h P_hᵀ + ε_h I)⁻¹ P_h`` as an (H·dh × D) matrix (weight-only work)."""
+        """Stacked ``(P_h⁺)ᵀ = (P_h P_hᵀ + ε_h I)⁻¹ P_h`` as an (H·dh × D) matrix (weight-only work).
+
+        Solved in at least float32 (bf16/fp16 weights are upcast for the d_h×d_h solve), returned in the
+        weights' dtype so that :meth:`out_map` multiplies like with like (a float32 result crashed the
+        matmul with bf16 heads in a model cast to bf16)."""
         w = self.wq.weight
         with autocast_off(w.device.type):  # a d_h x d_h solve: float32 at least
             P = w.float().view(self.heads, self.head_dim, self.dim) if w.dtype in (torch.float16, torch.bfloat16) \
                 else w.view(self.heads, self.head_dim, self.dim)  # (H, dh, D)
             G = self.ridge(P @ P.transpose(-1, -2))  # (H, dh, dh)
-            return torch.linalg.solve(G, P).reshape(self.heads * self.head_dim, self.dim)
+            return torch.linalg.solve(G, P).reshape(self.heads * self.head_dim, self.dim).to(w.dtype)
 
     def out_map(self, o: Tensor) -> Tensor:
         """(B, H, N, dh) per-head steps -> (B, N, D)."""
         if self.output == "learned":
             return self.wo(merge_heads(o))
-        return merge_heads(o) @ self.pinv_rows()
+        return merge_heads(o) @ self.pinv_rows().to(o.dtype)  # like with like (o is in autocast's dtype under it)
 
     # ------------------------------------------------------------------ the batched update
     def head_steps(self, q: Tensor, st: QKVState) -> Tensor:

@@ -138,10 +138,13 @@ class BareSelfAttention(nn.Module):
             trace: bool = False, stats: bool = False, J: Tensor | None = None) -> SolverResult:
         """q = ``steps`` (default ``cfg.iterations``) steps from x0 (B, N, d). ``moving`` (B, N) bool: only
         these tokens move (passed to the solver as the context mask, which keeps the others fixed;
-        bare attention still attends them). Traces record the per-token energy e_i at every step."""
+        bare attention still attends them). Traces record the per-token energy e_i at every step. x0 is cast to
+        J's dtype (data tokens are float32; a float64 or bf16 model runs in its own dtype, as ``local_loss``)."""
         self.energy.check_input(x0, "input")
         steps = self.cfg.iterations if steps is None else steps
         ctx = ForwardContext(mask=moving)
+        J = self.energy.coupling() if J is None else J
+        x0 = x0.to(J.dtype)
         state = self.energy.prepare(x0, J=J)
         res = self.solver.run(self.energy, x0, state, steps, ctx=ctx, trace=trace, stats=stats)
         if res.trace is not None:  # not gradient steps on the traced energy (per-token partial, projected)
@@ -152,7 +155,7 @@ class BareSelfAttention(nn.Module):
     def trajectory(self, x0: Tensor, steps: int, *, moving: Tensor | None = None) -> Tensor:
         """States x(0), ..., x(steps): (steps + 1, B, N, d) (J materialised once)."""
         J = self.energy.coupling()
-        xs = [x0]
+        xs = [x0.to(J.dtype)]
         for _ in range(steps):
             xs.append(self.run(xs[-1], moving=moving, steps=1, J=J).x)
         return torch.stack(xs)

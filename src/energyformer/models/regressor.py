@@ -101,7 +101,8 @@ class GPRegressor(nn.Module):
         if x.dim() != 2 or x.shape[1] != self.cfg.in_dim or not x.dtype.is_floating_point:
             raise ValueError(f"x of shape {tuple(x.shape)} and dtype {x.dtype}: this model takes floating-point "
                              f"inputs (B, {self.cfg.in_dim}) (model.in_dim = {self.cfg.in_dim})")
-        z = self.embed(x)[:, None, :]  # (B, 1, d): one token per sample
+        # the data are float32; a float64 or bf16 model takes them in its own dtype (as the vision model does)
+        z = self.embed(x.to(self.embed.weight.dtype))[:, None, :]  # (B, 1, d): one token per sample
         return self.readout(self.block(z, None if steps is None else ForwardContext(steps=steps)))[:, 0, 0]  # (B,)
 
 

@@ -28,6 +28,7 @@ import torch
 from pydantic import Field, model_validator
 from torch import nn
 
+from ..core.precision import at_least_float32
 from ..data.batching import EpochBatcher, seeded_generator
 from ..data.images import ImageDataConfig, ImageDataset
 from ..data.spherical import SphericalPatchEmbedding, corrupt, overlap
@@ -166,10 +167,11 @@ class DenoiseTask(Task):
         dev = next(inner.parameters()).device
         xc = self.embedding.encode(clean).to(dev)
         xs = inner.trajectory(self.embedding.encode(noisy).to(dev), steps)  # (T+1, B, N, d)
-        mem = self.memories().to(dev).flatten(1)  # (M, N d)
+        # (M, N d) in the states' dtype, at least float32 (a float64 or bf16 model's states met float32 memories)
+        mem = self.memories().to(dev, at_least_float32(xs).dtype).flatten(1)
         n_tok = xc.shape[1]
         ov = overlap(xs, xc[None]).mean(-1)  # (T+1,)
-        near = torch.stack([(x.flatten(1) @ mem.T).amax(-1).mean() / n_tok for x in xs])
+        near = torch.stack([(at_least_float32(x).flatten(1) @ mem.T).amax(-1).mean() / n_tok for x in xs])
         target = clean.float().to(dev) / 255.0
         mse = torch.stack([((self.embedding.decode(x) / 255.0 - target) ** 2).mean() for x in xs])
         pics = torch.stack([self.embedding.decode(x[:8]) for x in xs]).cpu()  # (T+1, 8, C, H, W)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from ..core.precision import at_least_float32
 from ..data.gp import GPDataset, KernelConfig, make_gp_dataset
 from ..utils.config import KindConfig, replace
 from ..utils.fields import Seed
@@ -84,9 +85,10 @@ class GPBatcher:
 
 @torch.no_grad()
 def rmse(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 4096, **options: Any) -> float:
-    """Root-mean-square error of ``model(x, **options)`` against ``y`` (chunked; data moved to the model)."""
+    """Root-mean-square error of ``model(x, **options)`` against ``y`` (chunked; data moved to the model; the error
+    in the prediction's dtype, at least float32: a float64 model's is not rounded to float32)."""
     dev = next(model.parameters()).device
-    se = sum(float((model(x[i:i + chunk].to(dev), **options).float() - y[i:i + chunk].to(dev)).pow(2).sum())
+    se = sum(float((at_least_float32(model(x[i:i + chunk].to(dev), **options)) - y[i:i + chunk].to(dev)).pow(2).sum())
              for i in range(0, len(x), chunk))
     return math.sqrt(se / len(x))
 
