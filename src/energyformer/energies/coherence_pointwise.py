@@ -19,7 +19,7 @@
   ``'topk'`` (the k slots most cosine-similar to the proposal f_t, chosen once per block call).
 * :class:`ConsistencyEnergy` ``coherence_consist`` (§2.2.2, the alternative energy):
 
-      ℒ_consist(h_t) = ‖h_t − F̃_φ(F_θ(h_t))‖²
+      ℒ_consist(h_t) = ‖h_t − F̃_φ(F_θ(h_t))‖²   (computed from the residual branches: no h − h cancels)
 
   F_θ is a position-wise forward map of the model (by default the MLP sublayer of the refined
   layer; attention is left out so that ℒ_t reads h_t only and refinement stays causal) and F̃_φ a
@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core.energy import Energy, register_energy
+from ..core.projected import safe_norm
 from ..utils.validate import check_choice, check_float, check_int
 from .coherence import CoherenceContext, SharedModules, _examples_context
 
@@ -112,7 +113,7 @@ class MemoryEnergy(Energy):
         return out
 
     def _cos(self, h: Tensor) -> Tensor:
-        return F.normalize(h, dim=-1, eps=1e-6) @ F.normalize(self.bank.to(h.dtype), dim=-1).t()  # (B, N, M)
+        return _normalize(h) @ _normalize(self.bank.to(h.dtype)).t()  # (B, N, M)
 
     def prepare(self, context: CoherenceContext, **kwargs: Any) -> Tensor | None:
         if self.relevance == "all":
@@ -145,6 +146,19 @@ class MemoryEnergy(Energy):
         self.bank[hit] = self.ema * self.bank[hit] + (1 - self.ema) * total[hit] / hits[hit, None]
 
 
+def _normalize(v: Tensor, eps: float = 1e-6) -> Tensor:
+    """``F.normalize(v, dim=-1, eps=eps)`` = v / max(‖v‖, eps) whose norm does not overflow: ‖v‖ squares first,
+    so past ~1.8e19 in float32 it was inf and every cosine 0 (ℒ_mem a constant, its gradient 0: probe P). Rows
+    whose plain norm is inf take :func:`~energyformer.core.projected.safe_norm` (max-abs scaled); the check is one
+    host sync on a (…, 1) flag, none under ``torch.compile`` (always selected by ``where`` there). Underflow needs
+    no care: a norm below ~1e-19 is below eps anyway."""
+    n = torch.linalg.vector_norm(v, dim=-1, keepdim=True)
+    big = torch.isinf(n)
+    if torch.compiler.is_compiling() or bool(big.any()):
+        n = torch.where(big, safe_norm(v, keepdim=True), n)
+    return v / n.clamp_min(eps)
+
+
 @register_energy("coherence_consist")
 class ConsistencyEnergy(SharedModules, Energy):
     """ℒ_consist = ‖h − F̃(F(h))‖² with F a shared position-wise forward map (EqT §2.2.2)."""
@@ -169,16 +183,27 @@ class ConsistencyEnergy(SharedModules, Energy):
         return None
 
     def energy(self, h: Tensor, state: Any) -> Tensor:
-        fh = self._held("forward_map")(h)
-        return (h - self.inverse(fh)).pow(2).sum(-1)                         # (B, N)
+        """‖r₁ + b̃(h + r₁)‖² with r₁ = F(h) − h and b̃ F̃'s branch (F̃(u) = u + b̃(u)), i.e.
+        h − F̃(F(h)) = −(r₁ + b̃(F(h))) without forming it. ``h − F̃(F(h))`` rounded h + r₁ + r₂ at the size of h
+        and subtracted h, so in float32 its error was u·‖h‖, not u·‖r‖ (relative 1e-3 in ℒ and 0.5 in ∇ℒ at
+        ‖h‖ ~ 1e4 with branches of 0.01, where the loss drives F̃ to invert F: probe P). r₁ is F's ``branch(h)``
+        where F has one (the own residual MLP); a map without one (a sublayer: ``consist_map: mlp``) gives
+        F(h) − h, which keeps the rounding of F(h) at the size of h until that sublayer exposes its branch."""
+        fmap = self._held("forward_map")
+        r1 = fmap.branch(h) if hasattr(fmap, "branch") else fmap(h) - h
+        return (r1 + self.inverse.branch(h + r1)).pow(2).sum(-1)             # (B, N)
 
 
 class _ResidualMLP(nn.Module):
-    """u + W_2 GELU(W_1 LN(u)) (also accepts and ignores a forward context, like a sublayer)."""
+    """u + b(u), b(u) = W_2 GELU(W_1 LN(u)) (also accepts and ignores a forward context, like a sublayer)."""
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
         self.ln, self.fc1, self.fc2 = nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.Linear(hidden, dim)
 
+    def branch(self, u: Tensor) -> Tensor:
+        """b(u) alone, the residual added to u (``ConsistencyEnergy`` sums branches instead of subtracting u)."""
+        return self.fc2(F.gelu(self.fc1(self.ln(u))))
+
     def forward(self, u: Tensor, ctx: Any = None) -> Tensor:
-        return u + self.fc2(F.gelu(self.fc1(self.ln(u))))
+        return u + self.branch(u)

@@ -39,16 +39,21 @@ query/key/value norms (Q ≠ K). With Q = K it takes the column softmax as the t
 **Sphere norm** (:func:`sphere_rms_norm`, Eq. 8 and 11): the RMSNorm that puts the projections on their
 sphere, with float32 statistics and its output in the input's dtype (also under autocast) and a hand-written
 gradient: no float32 copy of the (B, N, 4d) feed-forward hidden as autocast makes for ``F.rms_norm``
-(docs/hyperset.md, "Speed").
+(docs/hyperset.md, "Speed"). Its statistic ``r = (mean z² + eps)^(-1/2)`` squares before it sums, so in float32
+statistics a row past ‖z‖ ≈ 1.8e19 gave r = rsqrt(inf) = 0 and a *finite* u = 0 (every Hyper-SET energy then a
+constant, its update 0 or garbage: probe P). Every path therefore recomputes the rows outside the statistics'
+exact range (:func:`_off_range`) in float64 on z / max|z| (:func:`_rescaled_rms_norm`), with its exact gradient.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.autograd.function import once_differentiable
 
 from ..core.attention import masked_logsumexp, masked_softmax, sdpa
@@ -87,21 +92,31 @@ class _SphereRMSNorm(torch.autograd.Function):
     forward and about ten backward). Here: one norm reduction (float32 accumulation; no float32 copy of a bf16 z on
     CUDA) and one product forward; one reduction and two passes backward. For bf16, ``mean(g z)`` sums bf16
     products in float32: an error of the size of g's own rounding. Under ``torch.compile`` the same formulas
-    without ``out=`` (Dynamo does not trace it; inductor fuses the passes itself)."""
+    without ``out=`` (Dynamo does not trace it; inductor fuses the passes itself). Rows whose r left float32's
+    exact range (:func:`_off_range`: ‖z‖ ≳ 1.8e19 gave r = 0, u = 0) take :func:`_rescaled_rms_norm` and
+    :func:`_rescaled_bwd` in float64, selected by ``where`` (the plain formulas may be NaN there)."""
 
     @staticmethod
     def forward(ctx, z: Tensor, eps: float) -> Tensor:
         with autocast_off(z.device.type):  # vector_norm is on autocast's float32 list
             u, r = _sphere_fwd(z, eps)
-        ctx.save_for_backward(z, r)
+            bad = None
+            if torch.compiler.is_compiling() or (_has_values(r) and _any_off_range(r, eps)):
+                bad = _off_range(r)
+                u = torch.where(bad, _rescaled_rms_norm(z, eps).to(u.dtype), u)
+        ctx.save_for_backward(z, r, bad)
+        ctx.eps = eps
         return u
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g: Tensor):
-        z, r = ctx.saved_tensors
+        z, r, bad = ctx.saved_tensors
         with autocast_off(g.device.type):
-            return _sphere_bwd(z, r, g), None
+            gz = _sphere_bwd(z, r, g)
+            if bad is not None:
+                gz = torch.where(bad, _rescaled_bwd(z, ctx.eps, g).to(gz.dtype), gz)
+            return gz, None
 
 
 def _sphere_fwd(z: Tensor, eps: float) -> tuple[Tensor, Tensor]:
@@ -158,7 +173,8 @@ def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tens
     ``F.rms_norm`` would return float32 that the next matmul casts straight back) — for bf16 the float32 norm
     rounded once (what the next matmul read before), in float32 ``F.rms_norm`` up to the order of the sums.
     float64 (the reference precision) and learned gains: ``F.rms_norm``. The custom gradient is not
-    differentiable again (``once_differentiable``).
+    differentiable again (``once_differentiable``). On every path rows whose statistic over- or underflowed
+    (:func:`_off_range`; ‖z‖ = 1e20 in float32 gave u = 0) are recomputed in float64: exact at any finite scale.
 
     A z that is a permuted view of contiguous memory with the normalised axis last in memory — e.g. heads'
     projections (B, H, N, p) over a linear layer's (B, N, H p) output — is normalised in that memory order
@@ -171,10 +187,91 @@ def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tens
         return sphere_rms_norm(z.permute(order), eps, weight).permute(back)
     if weight is None and z.dtype in FAST_NORM_DTYPES:
         if FUSED_NORM.get(z.device.type, False):  # the fused pair in z's dtype (autocast would upcast)
-            with autocast_off(z.device.type):
-                return F.rms_norm(z, (z.shape[-1],), None, eps)
+            return _checked_rms_norm(z, eps, None, autocast=False)
         return _SphereRMSNorm.apply(z, float(eps))
-    return F.rms_norm(z, (z.shape[-1],), weight, eps)
+    return _checked_rms_norm(z, eps, weight, autocast=True)
+
+
+#: largest r = (mean z² + eps)^(-1/2) whose statistics (float32, or float64) are exact: below mean z² + eps =
+#: tiny / eps the squares lost to underflow may count (only with such an eps; SPHERE_EPS 1e-24 is larger)
+R_MAX = {dt: (torch.finfo(dt).tiny / torch.finfo(dt).eps) ** -0.5 for dt in (torch.float32, torch.float64)}
+
+
+def _has_values(t: Tensor) -> bool:
+    """Whether t's values can be read on the host: not a fake or meta tensor (shape-only runs, e.g. the op counts of
+    benchmarks/hyperset_ops.py), where the range check is skipped (nothing to check, no op added to the count)."""
+    return not isinstance(t, FakeTensor) and t.device.type != "meta"
+
+
+def _any_off_range(r: Tensor, eps: float) -> bool:
+    """Whether :func:`_off_range` flags any row: ``min r == 0``, and only where eps is below the underflow floor
+    (``1 / R_MAX²``) ``max r > R_MAX`` too. One host sync (two with such an eps): free on a CPU, where the custom
+    norm runs; a NaN r is not flagged (it stays NaN), nor an empty one."""
+    if r.numel() == 0:
+        return False
+    return float(r.amin()) == 0.0 or (eps < R_MAX[r.dtype] ** -2 and float(r.amax()) > R_MAX[r.dtype])
+
+
+def _off_range(r: Tensor) -> Tensor:
+    """The rows (…, 1) whose statistic r = (mean z² + eps)^(-1/2) left its dtype's exact range: r = 0 where
+    mean z² overflowed (‖z‖ ≳ 1.8e19 in float32, 1.3e154 in float64; u was a finite 0), r > :data:`R_MAX` where
+    underflowed squares may count. A NaN r (a NaN or inf in z) is not flagged: it stays NaN."""
+    return (r == 0) | (r > R_MAX[r.dtype])
+
+
+def _checked_rms_norm(z: Tensor, eps: float, weight: Tensor | None, autocast: bool) -> Tensor:
+    """``F.rms_norm`` (``autocast=False``: with autocast off), the rows :func:`_off_range` flags taken from
+    :func:`_rescaled_rms_norm`. It does not return its r: the norm of all of z (one reduction, one host sync)
+    shows whether any row's squares can overflow; only then, or with an eps below the underflow floor, the rows'
+    r are taken. Under ``torch.compile`` no branch (always ``where``). Each branch sees the other's rows as ones,
+    so neither backward forms a NaN there (0 · inf) that ``where``'s gradient would keep."""
+    def plain(t: Tensor) -> Tensor:
+        with contextlib.nullcontext() if autocast else autocast_off(t.device.type):
+            return F.rms_norm(t, (t.shape[-1],), weight, eps)
+
+    stats = torch.float64 if z.dtype == torch.float64 else torch.float32
+    compiling = torch.compiler.is_compiling()
+    if not compiling and (not _has_values(z) or z.numel() == 0):
+        return plain(z)
+    if not compiling and eps >= R_MAX[stats] ** -2:
+        with torch.no_grad(), autocast_off(z.device.type):  # ‖z‖ of all rows below √max / 2: no row's overflows
+            whole = float(torch.linalg.vector_norm(z, dtype=stats))
+        if whole < 0.5 * math.sqrt(torch.finfo(stats).max):
+            return plain(z)
+    with torch.no_grad(), autocast_off(z.device.type):
+        r = torch.linalg.vector_norm(z, dim=-1, keepdim=True, dtype=stats)
+        r = r.square_().div_(z.shape[-1]).add_(eps).rsqrt_()
+    if not compiling and not _any_off_range(r, eps):
+        return plain(z)
+    bad = _off_range(r)
+    u = plain(z.masked_fill(bad, 1.0))
+    return torch.where(bad, _rescaled_rms_norm(z.masked_fill(~bad, 1.0), eps, weight).to(u.dtype), u)
+
+
+def _rescaled(z: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(z/s, ρ, s) in float64 with s = max(max |z|, 1) per row and ρ = (mean (z/s)² + eps/s²)^(-1/2), so that
+    u = (z/s) ρ and r = ρ / s: no square overflows (z/s ≤ 1) nor, for float32 / bfloat16 / float16 z, underflows
+    (≥ 2e-90 in float64). Autocast off."""
+    z64 = z.double()
+    s = z64.detach().abs().amax(-1, keepdim=True).clamp_min(1.0)
+    zs = z64 / s
+    return zs, torch.rsqrt(zs.square().mean(-1, keepdim=True) + eps / s.square()), s
+
+
+def _rescaled_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:
+    """z (mean z² + eps)^(-1/2) [⊙ weight] in float64 as :func:`_rescaled`'s (z/s) ρ, s held constant: the same
+    function of z (the norm is homogeneous), so autograd gives its exact gradient; the caller rounds it once."""
+    with autocast_off(z.device.type):
+        zs, rho, _ = _rescaled(z, eps)
+        return zs * rho if weight is None else zs * rho * weight.double()
+
+
+def _rescaled_bwd(z: Tensor, eps: float, g: Tensor) -> Tensor:
+    """∂L/∂z = r (g − u mean(g u)) (:func:`_sphere_bwd`'s r (g − z r² mean(g z))) in float64 from
+    :func:`_rescaled`: no r² under- or overflows. Autocast off."""
+    zs, rho, s = _rescaled(z, eps)
+    u, g64 = zs * rho, g.double()
+    return (rho / s) * (g64 - u * (g64 * u).mean(-1, keepdim=True))
 
 
 def _chunk_rows(n_rows: int, n_cols: int, batch: int, budget: int) -> int:

@@ -1,0 +1,125 @@
+"""Sphere norms and cosines at any finite scale (probe P, finding 1): ``sphere_rms_norm``
+(energies/hyperspherical_ops.py) and ``coherence_mem``'s cosines (energies/coherence_pointwise.py) squared before
+they summed, so a float32 row past ‖z‖ ≈ 1.8e19 had an infinite norm and came out a *finite* 0 (rsqrt(inf) = 0;
+F.normalize divided by inf): every Hyper-SET energy a constant, its update 0, no error. Each test here failed on
+that code."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import energyformer.energies  # noqa: F401  (registers all energies)
+from energyformer.core import ENERGIES, IdentityPrecond
+from energyformer.core.fuzz import map_tensors
+from energyformer.energies import hyperspherical_ops as ops
+from energyformer.energies.hyperspherical_ops import sphere_rms_norm
+
+PATHS = ["custom", "fused", "gain"]
+
+
+def _reference(z: torch.Tensor, eps: float, w: torch.Tensor | None, dy: torch.Tensor):
+    """The norm and its gradient in float64 on the (rounded) input, scaled per row by hand so that nothing over- or
+    underflows: (z/s)(mean (z/s)² + eps/s²)^(-1/2) is the same function of z for a constant s."""
+    z = z.detach().double().requires_grad_(True)
+    s = z.detach().abs().amax(-1, keepdim=True)
+    zs = z / s
+    u = zs * torch.rsqrt(zs.square().mean(-1, keepdim=True) + eps / s.square())
+    u = u if w is None else u * w.double()
+    (g,) = torch.autograd.grad(u, z, dy.double())
+    return u.detach(), g
+
+
+def _rows_rel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Relative error per row (each row on its own scale: the rows' gradients span 40 decades)."""
+    return (a.double() - b).norm(dim=-1) / b.norm(dim=-1)
+
+
+#: (dtype, row scale, eps): huge rows in float32 and bf16 (float32's exponent: the same statistics), tiny rows
+#: with an eps below float32's underflow floor in float32
+SCALES = [(torch.float32, 1e20, 1e-24), (torch.float32, 1e30, 1e-24), (torch.bfloat16, 1e20, 1e-24),
+          (torch.bfloat16, 1e30, 1e-24), (torch.float32, 1e-21, 0.0), (torch.float32, 1e-25, 1e-45)]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype,scale,eps", SCALES)
+def test_sphere_norm_and_gradient_match_float64_at_extreme_scales(monkeypatch, path, dtype, scale, eps):
+    """Rows at 1e20 / 1e30 (old: u = 0, gradient 0) and tiny rows with an eps below float32's underflow floor
+    (old: squares lost to underflow, u off by 3e-4 and an inf gradient at 1e-21; u = inf at 1e-25), next to an
+    ordinary row, on each path (custom Function, the fused-kernel device path, learned gain): value and
+    gradient within rounding of float64, the ordinary row untouched."""
+    monkeypatch.setitem(ops.FUSED_NORM, "cpu", path == "fused")
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(4, 16, generator=g, dtype=torch.float64)
+    z[1:] *= scale
+    z = z.to(dtype)
+    w = (torch.rand(16, generator=g, dtype=torch.float64) + 0.5).to(dtype) if path == "gain" else None
+    dy = torch.randn(4, 16, generator=g, dtype=torch.float64).to(dtype)
+    zz = z.clone().requires_grad_(True)
+    u = sphere_rms_norm(zz, eps, w)
+    (gz,) = torch.autograd.grad(u, zz, dy.to(u.dtype))
+    u_ref, g_ref = _reference(z, eps, w, dy)
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert (_rows_rel(u, u_ref) < tol).all(), _rows_rel(u, u_ref)
+    assert (_rows_rel(gz, g_ref) < 10 * tol).all(), _rows_rel(gz, g_ref)
+    # the ordinary row: bit for bit what the plain path gives it alone (the check adds no rounding)
+    z0 = z[:1].clone().requires_grad_(True)
+    u0 = sphere_rms_norm(z0, eps, w)
+    assert torch.equal(u[:1], u0)
+    assert torch.equal(gz[:1], torch.autograd.grad(u0, z0, dy[:1].to(u0.dtype))[0])
+
+
+def test_float64_rows_past_their_overflow_are_exact():
+    """float64 (the reference precision) squares overflow at ~1.3e154: rows at 1e200 were 0 as well."""
+    z = torch.randn(3, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 1e200
+    torch.testing.assert_close(sphere_rms_norm(z, 1e-24), F.rms_norm(z / 1e200, (8,), eps=0.0), rtol=1e-14, atol=0)
+
+
+def test_sphere_norm_of_huge_rows_compiles_into_one_graph():
+    """Under torch.compile the off-range rows are selected by ``where`` (no host sync, no graph break)."""
+    z = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(3))
+    z[0, 1] *= 1e20
+    z.requires_grad_(True)
+    f = torch.compile(lambda t: sphere_rms_norm(t, 1e-24), backend="aot_eager", fullgraph=True)
+    u = f(z)
+    (gz,) = torch.autograd.grad(u.pow(3).sum(), z)
+    u_ref, g_ref = _reference(z, 1e-24, None, 3 * u.detach().double().square())
+    assert (_rows_rel(u.reshape(-1, 8), u_ref.reshape(-1, 8)) < 1e-6).all()
+    assert (_rows_rel(gz.reshape(-1, 8), g_ref.reshape(-1, 8)) < 1e-5).all()
+
+
+def test_memory_cosines_are_f_normalize_and_exact_past_the_overflow():
+    """coherence_mem's cosines: those of F.normalize(h, eps=1e-6) bit for bit on ordinary and tiny rows (tiny ones
+    are divided by eps, not put on the sphere), the float64 cosines at 1e20 (old: 0 for every memory)."""
+    e = ENERGIES["coherence_mem"](8, size=6, tau=0.5)
+    h = torch.randn(3, 8, generator=torch.Generator().manual_seed(4))
+    h[1] *= 1e-9
+    bank = F.normalize(e.bank, dim=-1)
+    assert torch.equal(e._cos(h), F.normalize(h, dim=-1, eps=1e-6) @ bank.t())
+    big = e._cos(h[[0, 2]] * 1e20)
+    want = F.normalize(h[[0, 2]].double(), dim=-1) @ F.normalize(e.bank.double(), dim=-1).t()
+    torch.testing.assert_close(big.double(), want, rtol=1e-5, atol=1e-6)
+
+
+def _run(energy, ctx, x):
+    state = energy.prepare(ctx)
+    if energy.context_is_iterate:
+        state = energy.reprepare(state, x)
+    return energy.energy(x, state), energy.direction(x, state, IdentityPrecond(x.shape[-1]))
+
+
+@pytest.mark.parametrize("name,label", [("hyperset_ff", "default"), ("hyperset_ff", "gain=learned"),
+                                        ("hyperset_attention", "default"), ("hyperset_softmax_ff", "default"),
+                                        ("coherence_mem", "all")])
+def test_energy_and_direction_at_inputs_1e20_match_float64(name, label):
+    """The energies probe P found constant at inputs x1e20 in float32 (hyperset_ff: −0 for every token,
+    hyperset_attention 7.167 everywhere, coherence_mem −log M): energy and direction within 1e-5 of float64."""
+    _, e, ctx, x = next(t for t in ENERGIES[name].examples(torch.float64) if t[0] == label)
+    e = e.eval()
+    ctx, x = map_tensors((ctx, x), lambda t: t * 1e20)
+    e64, d64 = _run(e, ctx, x)
+    e32, d32 = _run(copy.deepcopy(e).float(), *map_tensors((ctx, x), lambda t: t.float()))
+    for a, b in ((e32, e64), (d32, d64)):
+        a, b = a.detach().double(), b.detach()
+        assert float((a - b).norm() / b.norm()) < 1e-5
