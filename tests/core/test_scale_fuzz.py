@@ -51,17 +51,11 @@ PROBES = 2
 #: (case id, precision, (input scale, weight scale)) -> why it is still a silent wrong answer (MHA2nd1st's Taylor
 #: bias at weights x1e4 was one until it was shifted per query, energies/newton.py, and CRATE's float32 backward
 #: through fused SDPA at weights x10 until it materialised its softmax, energies/crate.py)
-_CEM_FUSED_1E20 = ("CEM's fused interaction path at inputs x1e20: the energy (~1e40) is past float32 and NaN (loud), "
-                   "but the direction (~5e20) comes back a finite 0; the CEM kernel was outside probe P, not fixed")
 KNOWN: dict[tuple, str] = {
     ("attention:mha2nd_lite[default]", "float32", (1.0, 1e2)): (
         "LiteHeads.attend's σ² = E[v⊙v] − μ⊙μ cancels where one key dominates; in float32 the residue stays "
         "(energies/newton.py, LiteHeads.attend docstring: only a query-dependent shift of v, which one SDPA call "
         "cannot take, would remove it): err 8.1 > bound 1.8 at |y| 5.5e4"),
-    **{(f"cem_interaction[{label}]", tag, (1e20, 1.0)): _CEM_FUSED_1E20
-       for label in ("diag=per_head,alibi=False,self_bias=False,gradient,fused",
-                     "diag=shared,alibi=True,self_bias=True,algorithm1,fused")
-       for tag in ("float32", "bf16_autocast")},
 }
 
 

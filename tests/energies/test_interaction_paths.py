@@ -83,6 +83,21 @@ def test_large_logits_match_float64_softmax(path, causal, masked, dtype):
         assert abs(float(got[0, 2, 2].detach()) - p_self) < tol and p_self < 0.1  # the issue's example (old: 0.9995)
 
 
+@pytest.mark.parametrize("label", ["diag=per_head,alibi=False,self_bias=False,gradient,fused",
+                                   "diag=shared,alibi=True,self_bias=True,algorithm1,fused"])
+def test_scores_past_float32_give_a_nan_direction_not_a_zero(label):
+    """Inputs x1e20: the float32 self score overflows (inf − inf = NaN in the q·k sum) and PyTorch's CPU SDPA returns
+    a finite 0 for that query row; the fused path's direction was 0 (a zero update) where float64 gives ~5e20 and
+    the energy is NaN. Now such rows are NaN, as on the blocked path."""
+    e, ctx, x = {lab: (e, c, x) for lab, e, c, x in InteractionEnergy.examples(torch.float64)}[label]
+    e = e.eval().float()
+    ctx, x = (t.float() * 1e20 for t in (ctx, x))
+    st = e.prepare(ctx)
+    d = e.direction(x, st, IdentityPrecond(x.shape[-1]))
+    assert not torch.isfinite(d).all()
+    assert not torch.isfinite(e.energy_fused(x, st)).all()
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_large_logit_energy_is_finite_and_exact(path):
     """log Z on both paths (fused: s_ii − log p_ii, recomputed where p_ii underflows) vs float64."""

@@ -201,6 +201,10 @@ def attend_fused(e, u: Tensor, fs: FusedState, attn_mask: Tensor | None, need_lo
         fv = fs.self_values.shape[-1]
         p_self = out[..., fv]  # (B, H, Nq) = p_iik, exact in [0, 1]
         o = out[..., :fv] + p_self.unsqueeze(-1) * fs.self_values
+        # a non-finite self score (inputs past float32's range: inf − inf in the q·k sum) is a non-finite query
+        # row, for which PyTorch's CPU kernel (is_causal or no mask, 2.13) returns a finite 0, not NaN: o was a zero
+        # update where the energy is NaN (probe P). s_self is finite exactly when the row's qt is.
+        o = o.masked_fill(~torch.isfinite(s_self).unsqueeze(-1), float("nan"))
         logz = None
         if need_logz:  # log Z = s_ii − log p_ii, +inf where p_ii is subnormal or 0 (caller recomputes)
             ok = p_self >= torch.finfo(p_self.dtype).tiny  # subnormal p_ii has too few mantissa bits
