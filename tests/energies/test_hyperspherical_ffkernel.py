@@ -165,3 +165,24 @@ def test_autocast_changes_nothing(dtype):
         assert a.dtype == dtype
         out.append((a, torch.autograd.grad((a * w).sum(), x)[0]))
     assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_past_the_float32_norm_overflow_are_exact(dtype):
+    """A row at 1e20 (‖s‖² past float32's range): the kernel's r was 0, a finite zero output and gradient; now the
+    statistic is taken over s / max(max |s|, 1), so values and gradients match float64, and a tiny row is unchanged."""
+    s = torch.randn(3, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    s[1] *= 1e20
+    s[2] *= 1e-25
+    s = s.to(dtype)
+    x = s.clone().requires_grad_(True)
+    x64 = s.double().requires_grad_(True)
+    w = torch.randn(3, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    a, ref = ffk.sphere_norm_relu(x, 1e-24), _composite(x64, 1e-24)
+    (ga,) = torch.autograd.grad((a.double() * w).sum(), x)
+    (gr,) = torch.autograd.grad((ref * w).sum(), x64)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for i in range(3):  # each row against its own scale
+        torch.testing.assert_close(a[i].double() / ref[i].abs().max(), ref[i] / ref[i].abs().max(), **tol)
+        torch.testing.assert_close(ga[i].double() / gr[i].abs().max(), gr[i] / gr[i].abs().max(), **tol)

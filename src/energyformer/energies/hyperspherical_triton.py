@@ -118,9 +118,13 @@ def _norm_relu_fwd(Z, Y, RSTD, M, eps, BM: tl.constexpr, ACC: tl.constexpr):
     cols = tl.arange(0, BM)
     ok = cols < M
     z = tl.load(Z + row * M + cols, mask=ok, other=0.0).to(ACC)
-    r = 1.0 / tl.sqrt(tl.sum(z * z, 0) / M + eps)
-    tl.store(RSTD + row, r)
-    tl.store(Y + row * M + cols, tl.maximum(z * r, 0.0).to(Y.dtype.element_ty), mask=ok)
+    # r = (mean z² + eps)^(-1/2) as r_s / s over z / s, s = max(max |z|, 1): no square overflows (a row past
+    # ‖z‖ ~ 1.8e19 in float32 had r = 0, a finite zero output); rows with max |z| ≤ 1 compute as before, bit for bit
+    s = tl.maximum(tl.max(tl.abs(z), 0), 1.0)
+    zs = z / s
+    r_s = 1.0 / tl.sqrt(tl.sum(zs * zs, 0) / M + eps / (s * s))
+    tl.store(RSTD + row, r_s / s)
+    tl.store(Y + row * M + cols, tl.maximum(zs * r_s, 0.0).to(Y.dtype.element_ty), mask=ok)
 
 
 @triton.jit
