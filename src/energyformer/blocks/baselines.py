@@ -18,6 +18,11 @@ baseline and an energy block are interchangeable in a layer. Registered kinds:
   ReLU as in the released code).
 
 Attention is causal or bidirectional (``causal``, given by the model through the builder spec).
+
+Each MLP sublayer also exposes ``branch(x)``, its residual branch alone (pre-norm, dropout and all), and its
+forward is ``x + branch(x)``, so the two cannot drift apart. A caller that needs F(x) − x takes the branch
+instead of subtracting x from the rounded F(x): EqT's ``coherence_consist`` with ``consist_map: mlp`` (F = this
+sublayer) lost every digit of its float32 gradient at ‖x‖ ~ 1e4 with weights ×0.01 to that cancellation.
 """
 
 from typing import Literal
@@ -183,9 +188,13 @@ class SwiGLU(nn.Module):
         self.w_down = nn.Linear(hidden, dim, bias=False)
         self.qualname = ""
 
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
+    def branch(self, x: Tensor) -> Tensor:  # (B, N, D)
+        """The residual branch alone, W_down(SiLU(W_gate h) ∘ W_up h), h = RMSNorm(x) (module docstring)."""
         h = self.norm(x)
-        return x + self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))
+        return self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))
+
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
+        return x + self.branch(x)
 
 
 class GeluMLP(nn.Module):
@@ -202,8 +211,12 @@ class GeluMLP(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.qualname = ""
 
+    def branch(self, x: Tensor) -> Tensor:  # (B, N, D)
+        """The residual branch alone, Dropout(W2 GELU(W1 Norm(x) + b1) + b2) (module docstring)."""
+        return self.drop(self.proj(F.gelu(self.fc(self.norm(x)))))
+
     def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
-        return x + self.drop(self.proj(F.gelu(self.fc(self.norm(x)))))
+        return x + self.branch(x)
 
 
 class ReluMLP(nn.Module):
@@ -218,8 +231,12 @@ class ReluMLP(nn.Module):
         self.proj = nn.Linear(hidden, dim, bias=False)
         self.qualname = ""
 
+    def branch(self, x: Tensor) -> Tensor:  # (B, N, D)
+        """The residual branch alone, W_2 ReLU(W_1 RMSNorm(x)) (module docstring)."""
+        return self.proj(F.relu(self.fc(self.norm(x))))
+
     def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:  # (B, N, D)
-        return x + self.proj(F.relu(self.fc(self.norm(x))))
+        return x + self.branch(x)
 
 
 @MLPS.register("swiglu", SwiGLUConfig)

@@ -187,8 +187,9 @@ class ConsistencyEnergy(SharedModules, Energy):
         h − F̃(F(h)) = −(r₁ + b̃(F(h))) without forming it. ``h − F̃(F(h))`` rounded h + r₁ + r₂ at the size of h
         and subtracted h, so in float32 its error was u·‖h‖, not u·‖r‖ (relative 1e-3 in ℒ and 0.5 in ∇ℒ at
         ‖h‖ ~ 1e4 with branches of 0.01, where the loss drives F̃ to invert F: probe P). r₁ is F's ``branch(h)``
-        where F has one (the own residual MLP); a map without one (a sublayer: ``consist_map: mlp``) gives
-        F(h) − h, which keeps the rounding of F(h) at the size of h until that sublayer exposes its branch."""
+        where F has one (the own residual MLP, and ``consist_map: mlp``'s swiglu / gelu / relu sublayers); a map
+        without one (an energy-descent MLP kind: cem, hyperset, ...) gives F(h) − h, which keeps the rounding of
+        F(h) at the size of h."""
         fmap = self._held("forward_map")
         r1 = fmap.branch(h) if hasattr(fmap, "branch") else fmap(h) - h
         return (r1 + self.inverse.branch(h + r1)).pow(2).sum(-1)             # (B, N)
