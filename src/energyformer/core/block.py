@@ -25,6 +25,12 @@ the block then normalises and prepares at ``y = x + shift`` and evaluates every 
 ``point(x_t + shift)`` while the stream keeps x (one step per call). The normalised input ``h`` is
 reused for the first step's gradient point (no second norm of the same tensor).
 
+**KV cache.** With ``ctx.cache`` the block hands the energy its slot (``ctx.cache_slot``) and the call holds
+only the new tokens. An energy that is not token-local (:func:`~energyformer.core.energy.is_token_local`:
+it reads other tokens) must fill that slot in ``prepare``; a slot still empty afterwards is a ConfigError naming
+the sublayer and the energy (:meth:`EnergyBlock.check_cache`): such an energy used to decode silently wrong
+tokens, each new token attending only to itself.
+
 **Adapters.** ``adapter(energy, iteration)`` (e.g. :class:`~energyformer.core.adapter.DepthLoRA`) gives
 the energy this iteration's weights for the call (a view; the shared module is not modified).
 
@@ -42,7 +48,7 @@ from torch import Tensor, nn
 
 from ..utils.validate import ConfigError, check_choice, check_int
 from .context import ForwardContext, context_or_new
-from .energy import Energy
+from .energy import ENERGIES, Energy, is_token_local
 from .norm import make_norm
 from .solver import Budget, Solver
 
@@ -134,7 +140,9 @@ class EnergyBlock(nn.Module):
         y = x if shift is None else x + shift
         h = self.norm(y)  # (B, N, D)
         energy = self.adapted_energy(ctx.iteration)
-        state = energy.prepare(h, cache=ctx.cache_slot(self.qualname), offset=ctx.offset, mask=ctx.mask)
+        slot = ctx.cache_slot(self.qualname)
+        state = energy.prepare(h, cache=slot, offset=ctx.offset, mask=ctx.mask)
+        self.check_cache(slot)
         x0 = x if self.init == "residual" else h
         trace, stats = ctx.traces is not None, ctx.stats is not None
         in_loop = self.norm_in_loop and not isinstance(self.norm, nn.Identity)
@@ -143,6 +151,23 @@ class EnergyBlock(nn.Module):
             trace=trace, ctx=ctx, anchor=anchor, stats=stats)
         self.record(ctx, res)
         return res.x
+
+    def check_cache(self, slot: dict | None) -> None:
+        """Raise a one-line ConfigError when ``prepare`` left a KV-cache slot empty although the energy reads
+        other tokens (not :func:`~energyformer.core.energy.is_token_local` in this block's ``part``).
+
+        Training and eval never pass a cache, so such an energy only goes wrong in cached decoding
+        (``generate``), where each new token would see only itself: silently different tokens."""
+        if slot is None or slot or is_token_local(self.energy, getattr(self, "part", None)):
+            return
+        cls = type(self.energy)
+        registered = ENERGIES.get(cls.registry_name) is cls  # not a subclass inheriting its parent's name
+        name = cls.__name__ + (f" ('{cls.registry_name}')" if registered else "")
+        raise ConfigError(
+            f"{self.record_name()}: the {name} energy left its KV-cache slot empty, so cached decoding would let "
+            "each new token see only itself: append the keys/values it reads to the cache slot in prepare "
+            "(core.attention.append_cache; see Energy.prepare), or set token_local = True if it reads only its "
+            "own token")
 
     def adapted_energy(self, iteration: int) -> Energy:
         """The energy with iteration ``iteration``'s adapter applied (itself without an adapter)."""

@@ -21,6 +21,12 @@ Three kinds of energies beyond the plain one (DESIGN.md core table):
   independent (slow, obviously correct) formula of its update that the property test compares
   ``direction`` with.
 
+**Incremental decoding** (``token_local``): with a KV cache a block sees only the new tokens, so an energy
+that reads other tokens must keep what it reads (keys, values) in its cache slot (:meth:`Energy.prepare`);
+one whose ``E_i`` depends on token i alone (an MLP-like energy) declares ``token_local = True`` and needs no
+cache. :class:`~energyformer.core.block.EnergyBlock` refuses a slot left empty by an energy that is not
+token-local (:func:`is_token_local`): it used to decode silently wrong tokens, each new token seeing only itself.
+
 Every registered energy is checked by ``tests/core/test_energy_properties.py`` through
 :mod:`energyformer.core.checks`: ``grad`` equals autograd of ``energy`` in float64; where ``exact``,
 a small step along ``direction`` lowers the energy; where not, ``direction`` equals
@@ -62,6 +68,11 @@ class Energy(nn.Module):
     #: whether ``direction`` takes a per-head preconditioner bank (``solver.precond_per_head``: one P_k per
     #: attention head acting on that head's channels, CEM's Eq. 14); the block refuses a bank otherwise
     head_bank: bool = False
+    #: whether E_i depends only on x_i, its own context row h_i and parameters (an MLP-like energy), so that
+    #: decoding with a KV cache may run it on the new tokens alone. True: declared token-local, the cache slot
+    #: may stay empty. False: it reads other tokens, so ``prepare`` must append what it reads to the slot.
+    #: None (default, undeclared): decided by :func:`is_token_local` (token-local in an MLP sublayer only)
+    token_local: bool | None = None
 
     @classmethod
     def examples(cls, dtype: torch.dtype = torch.float64) -> list[tuple[str, Energy, Tensor, Tensor]]:
@@ -75,7 +86,14 @@ class Energy(nn.Module):
     def prepare(self, context: Tensor, **kwargs: Any) -> Any:
         """Work done once per block call (outside the loop). Default: the context itself.
 
-        Blocks pass ``cache``, ``offset`` and ``mask`` keywords; accept ``**kwargs``.
+        Blocks pass ``cache``, ``offset`` and ``mask`` keywords; accept ``**kwargs``. ``cache`` is this
+        block's KV-cache slot (a dict, filled in place; None when not decoding incrementally): with it the
+        call holds only the new tokens, at positions ``offset`` onwards. An energy that reads other tokens
+        must append what it reads to the slot and use all of it (``core.attention.append_cache(cache, mask,
+        k=k, v=v)`` returns the cached + new tensors and key mask); dropping it through ``**kwargs`` would let
+        each decoded token see only itself, so the block raises a ConfigError when the slot is still empty
+        after this call. An energy whose ``E_i`` reads token i alone sets ``token_local = True`` and may
+        ignore the cache.
         """
         return context
 
@@ -120,6 +138,23 @@ class Energy(nn.Module):
     def precond_exact(self, precond: Preconditioner) -> bool:
         """Whether ``direction`` with this preconditioner is ``-P ∇E`` for one PD matrix P."""
         return precond.heads is None
+
+
+def is_token_local(energy: Energy, part: str | None = None) -> bool:
+    """Whether ``energy`` may decode without a KV cache (see :attr:`Energy.token_local`).
+
+    A declared ``token_local`` wins. Undeclared (None): a composite energy (``terms``) is token-local when
+    every term is; any other is token-local only in a block built as an MLP sublayer (``part == 'mlp'``,
+    position-wise by the layer's contract: the package's per-token energies keep working without declaring
+    it) and otherwise assumed to read other tokens (an attention sublayer, a bare block), the safe side.
+    """
+    declared = energy.token_local
+    if declared is not None:
+        return bool(declared)
+    terms = getattr(energy, "terms", None)
+    if isinstance(terms, nn.ModuleDict) and terms and all(isinstance(e, Energy) for e in terms.values()):
+        return all(is_token_local(e, part) for e in terms.values())
+    return part == "mlp"
 
 
 @torch.compiler.disable

@@ -87,6 +87,9 @@ class CausalLM(TokenModel):
         (0 = greedy), ``top_k`` >= 1 or None (:func:`check_sampling`); the prompt needs at least one token
         (checked up front by the forward pass's own :meth:`TokenModel.context`). Past ``cfg.max_seq_len``
         tokens each step reads the last ``max_seq_len`` (a sliding window, recomputed), with or without the cache.
+        With the cache every energy block whose energy reads other tokens must fill its slot (``Energy.prepare``,
+        :meth:`~energyformer.core.block.EnergyBlock.check_cache`): one that leaves it empty is refused with a
+        ConfigError at the first call, as it would have decoded other tokens than ``use_cache=False``.
         The tokens one at a time, as they are drawn: :meth:`stream`.
         """
         new = list(self.stream(idx, max_new_tokens, temperature, top_k, greedy, use_cache, generator,
