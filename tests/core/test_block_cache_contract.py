@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from energyformer.blocks import ATTENTIONS, MLPS, AttentionConfig, BlockConfig
+from energyformer.blocks import ATTENTIONS, MLPS, AttentionConfig
 from energyformer.core import EnergyBlock, ForwardContext, GradientDescent
 from energyformer.core.attention import append_cache, visible
 from energyformer.core.energy import Energy, is_token_local
