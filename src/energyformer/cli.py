@@ -3,6 +3,7 @@
 Every subcommand has its own ``--help``. Configs are YAML files (or names under ``configs/``, e.g.
 ``lm/llama``) with dotted overrides: ``--set model.block.attention.steps=2``. Tasks come from the task
 registry: ``eval`` and ``generate`` take the options of the run's task (``eval RUN --help`` lists them).
+``--plugin MODULE_OR_FILE.py`` (any command; or ``ENERGYFORMER_PLUGINS``): :func:`~.plugins.import_cli_plugins`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ EPILOG = """examples:
   energyformer demo                                     # the five systems vs their baselines, minutes on CPU
   energyformer demo --only hyperset                     # one stage
   energyformer train lm/cem_full --set train.steps=500  # train one config
+  energyformer train my.yaml --plugin ./myenergy.py     # with your own energy / attention kind (recorded in the run)
   energyformer train lm/cem_full --resume               # continue where it stopped (give the same --set)
   energyformer eval runs/cem_full --text-file my.txt    # perplexity and bits/byte on any UTF-8 text
   energyformer eval runs/RUN --iterations 8             # a recurrent-depth model at more iterations
@@ -44,6 +46,12 @@ EPILOG = """examples:
 DEVICE_HELP = "auto | cpu | cuda | cuda:N | mps (default: cpu; auto picks CUDA, then MPS, then CPU)"
 
 
+def _add_plugin(p: argparse.ArgumentParser, dest: str) -> None:
+    p.add_argument("--plugin", dest=dest, action="append", metavar="MODULE_OR_FILE.py", help="import a module that "
+                   "registers energies / kinds / tasks first (repeatable; also ENERGYFORMER_PLUGINS=a,b); a run "
+                   "records it, and eval / generate / export / --resume import it again")
+
+
 def _add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted config override, repeatable (e.g. --set train.lr=1e-3)")
@@ -58,7 +66,7 @@ def cmd_train(a, extra) -> int:
     from .experiment import load_run_config, run_experiment
 
     _no_extra(extra, "train")
-    cfg = load_run_config(a.config, a.overrides + ([f"out_dir={a.out}"] if a.out else []))
+    cfg = load_run_config(a.config, a.overrides + ([f"out_dir={a.out}"] if a.out else []), resume=a.resume)
     with _training_log(not cfg.train.progress):  # no bar: the trainer's step lines and saves are the progress
         res = run_experiment(cfg, resume=a.resume)
     metrics = {k: v for k, v in res.final.items() if k.startswith("eval/")}
@@ -297,18 +305,12 @@ def cmd_demo(a, extra) -> int:
 
 
 def cmd_export(a, extra) -> int:
-    from pathlib import Path
-
     from .export import export_run
+    from .export.hf import export_message
 
     _no_extra(extra, "export")
     out, which = export_run(a.run, a.out, a.format, overwrite=a.overwrite)
-    # the tokenizer line: AutoTokenizer loads the folder only where the export wrote tokenizer.json (else
-    # export_hf said why on stderr)
-    tok = (f"; its tokenizer with transformers.AutoTokenizer.from_pretrained({str(out)!r})"
-           if (Path(out) / "tokenizer.json").is_file() else "; no tokenizer.json (see the note above)")
-    print(f"exported {a.run} ({which}) to {out} ({a.format}; loads with transformers.AutoModelForCausalLM."
-          f"from_pretrained({str(out)!r}, trust_remote_code=True){tok})")
+    print(export_message(a.run, out, which, a.format))
     return 0
 
 
@@ -334,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
         "compare energy blocks (CEM, ...) against Llama/GPT baselines.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="show Python tracebacks (also ENERGYFORMER_DEBUG=1)")
+    _add_plugin(p, "plugins_before")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     t = sub.add_parser("train", help="train one config", description="Train one config (a YAML path or a "
@@ -425,6 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(exit 1 when a page or the README section differs).")
     add_arguments(rp)
     rp.set_defaults(fn=cmd_report)
+    for sp in (s for s in sub.choices.values() if s is not r):  # `train X --plugin P`, as `--plugin P train X`
+        _add_plugin(sp, "plugins")
     return p
 
 
@@ -467,6 +472,11 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.cmd in ("list", "config", "demo", "train", "export"):
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
     try:
+        given = (args.plugins_before or []) + (getattr(args, "plugins", None) or [])  # (reproduce: its own args)
+        if given or os.environ.get("ENERGYFORMER_PLUGINS", "").strip():
+            from .plugins import import_cli_plugins
+
+            import_cli_plugins(given)
         return args.fn(args, extra)
     except BrokenPipeError:  # `energyformer list keys | head`: the reader closed the pipe; stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)

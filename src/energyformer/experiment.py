@@ -5,6 +5,9 @@
 ``RunConfig.task`` and ``RunConfig.model`` are tagged unions: ``task.kind`` picks the task (and which
 keys ``task:`` may hold); ``model.kind`` picks the model config, defaulting to the task's first model
 kind. Everything goes through the task registry, so a new task needs no change here.
+
+Plugins (:mod:`energyformer.plugins`): a run records the plugins it was trained with in ``run_info.json``;
+reloading the run (eval, generate, export, ``train --resume``) imports them first.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from torch import nn
 
 from .models import MODELS
 from .models.params import count_params
+from .plugins import load_recorded_plugins, plugin_hint, run_plugins
 from .tasks import TASKS, Task
 from .train import TrainConfig, Trainer, seed_everything
 from .train.callbacks import Callback
@@ -121,9 +125,24 @@ def resolve_config_path(name: str) -> Path:
     raise ConfigError(f"config {name!r} not found (a YAML path, or a config name; {hint})")
 
 
-def load_run_config(name_or_path: str | None, overrides=()) -> RunConfig:
+def load_run_config(name_or_path: str | None, overrides=(), *, resume: bool = False) -> RunConfig:
+    """The run config of a YAML path or config name with dotted overrides; with ``resume`` the plugins the run
+    directory it names recorded are imported first (its config may use their kinds)."""
     src = None if name_or_path is None else resolve_config_path(name_or_path)
-    return load_config(RunConfig, src, list(overrides))
+    if resume:
+        try:  # the run directory before validation: name and out_dir as the raw YAML and overrides give them
+            from .utils.config import apply_overrides
+
+            raw = apply_overrides(read_yaml(src) if src is not None else {}, list(overrides))
+            run_dir = Path(str(raw.get("out_dir", "runs"))) / str(raw.get("name", "run"))
+        except Exception:  # noqa: BLE001 - the config's own error is reported by load_config below
+            run_dir = None
+        if run_dir is not None and run_dir.is_dir():
+            load_recorded_plugins(run_dir)
+    try:
+        return load_config(RunConfig, src, list(overrides))
+    except ConfigError as err:
+        raise ConfigError(f"{err}{plugin_hint(err)}") from None
 
 
 def build_task(cfg: RunConfig, rank: int | None = None) -> Task:
@@ -213,9 +232,11 @@ def run_experiment(cfg: RunConfig, resume: bool = False, overwrite: bool = False
     model = build_model(cfg, task)
     eval_fn = task.eval_fn("validation")
     cbs = task.callbacks(model) + list(callbacks)
+    plugins = run_plugins(cfg)  # recorded in run_info.json: eval, generate, export and --resume import them
     trainer = Trainer(model, cfg.train, task.loss, task.train_data, eval_hook(eval_fn) if eval_hook else eval_fn,
                       out_dir=cfg.run_dir, run_config=to_dict(cfg), normalise_model_config=normalise_model_config,
-                      count_fn=task.loss_items, **({"callbacks": cbs} if cbs else {}))
+                      count_fn=task.loss_items, run_info={"plugins": plugins} if plugins else None,
+                      **({"callbacks": cbs} if cbs else {}))
     t0 = time.perf_counter()
     final = trainer.fit(resume=resume)
     secs = time.perf_counter() - t0
@@ -239,12 +260,13 @@ def load_run_dir_config(run_dir: str | Path) -> RunConfig:
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.exists():
         raise ConfigError(f"{cfg_path} not found: is {run_dir} a run directory?")
+    load_recorded_plugins(run_dir)
     try:
         return load_config(RunConfig, read_yaml(cfg_path))
     except ConfigError as err:  # a value the run's own file holds: name the file (its YAML errors already do)
         if str(err).startswith(str(cfg_path)):
             raise
-        raise ConfigError(f"{cfg_path}: {err}") from None
+        raise ConfigError(f"{cfg_path}: {err}{plugin_hint(err)}") from None
 
 
 def load_trained(run_dir: str | Path, device: str | torch.device = "cpu"

@@ -14,9 +14,16 @@ Two layouts, both loadable offline with ``AutoModelForCausalLM.from_pretrained(O
   with the *installed* ``energyformer`` package from the model config stored in ``config.json``
   (``energyformer_model``); the weights are the library's ``state_dict`` under ``model.``. So loading
   needs ``pip install energyformer`` (the energies, solvers and blocks are the library, not a copy).
+  A model that uses a plugin's kinds (``--plugin``, :func:`energyformer.plugins.import_plugins`) records its
+  plugins in ``config.json`` (``energyformer_plugins``) and the modelling code imports them before building the
+  model: a single-file plugin is copied into the folder (``plugins/NAME.py``), so the folder loads anywhere
+  energyformer is installed; a package plugin (``mylab.energies``) must be importable where the folder is loaded.
 
 Export checks itself: the exported folder is loaded back with ``transformers`` and its logits on a
-fixed probe must equal the run's to 1e-5, else the export fails. The run's tokenizer goes with it as
+fixed probe must equal the run's to 1e-5, else the export fails. With plugins that load happens in a fresh
+Python process (in the process that exported, the plugin is registered already and a folder that cannot
+register it would pass), after every kind defined outside the package is checked to come from a recorded
+plugin. The run's tokenizer goes with it as
 ``tokenizer.json`` (a ``PreTrainedTokenizerFast`` that ``AutoTokenizer`` loads offline, with the ``tokenizers``
 library alone) for every energyformer tokenizer: ``bpe`` and ``gpt2`` (their BPE as is), ``bytes`` (a byte-level
 model built to the same ids) and ``llama`` (the SentencePiece BPE converted): :mod:`.hf_tokenizer`, which writes
@@ -30,7 +37,11 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +164,9 @@ def _write(model: CausalLM, out: Path, tokenizer: Any, run_config: dict | None, 
                   "use_cache": False}
         tensors = _tensors(model, prefix="model.")
         shutil.copyfile(MODELING_FILE, out / MODELING_FILE.name)
+        plugins = _export_plugins(cfg, out)
+        if plugins:
+            config["energyformer_plugins"] = plugins
     why = None
     if tokenizer is not None:
         config["eos_token_id"] = tokenizer.eos_id
@@ -167,8 +181,75 @@ def _write(model: CausalLM, out: Path, tokenizer: Any, run_config: dict | None, 
     (out / "generation_config.json").write_text(json.dumps(generation))
     save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
     if check:
-        check_export(model, out)
+        if config.get("energyformer_plugins"):  # in this process the plugins are registered: load it in a new one
+            check_export(model, out, fresh_process=True)
+        else:
+            check_export(model, out)
     return why
+
+
+PLUGIN_DIR = "plugins"
+
+
+def _export_plugins(cfg: ModelConfig, out: Path) -> list[dict[str, str]]:
+    """The plugins the model needs (:func:`energyformer.plugins.run_plugins`), as ``config.json`` records them:
+    ``{"module": name}``, plus ``"file": "plugins/NAME.py"`` for a single-file module, copied into ``out``. Every
+    kind the model config uses that is defined outside the package must come from one of them."""
+    from ..plugins import covered, foreign_kinds, run_plugins
+
+    plugins = run_plugins(cfg)
+    for key, kind, module in foreign_kinds(cfg):
+        if not covered(module, plugins):
+            raise ExportError(f"model.{key} = {kind!r} is defined in {module!r}, which no plugin module imports (a "
+                              f"kind defined in the script being run cannot be exported: move it to a module and "
+                              f"give --plugin MODULE or --plugin FILE.py)")
+    records = []
+    for rec in plugins:
+        file = getattr(sys.modules.get(rec["module"]), "__file__", None)
+        if "." not in rec["module"] and file and Path(file).suffix == ".py" and Path(file).name != "__init__.py":
+            (out / PLUGIN_DIR).mkdir(exist_ok=True)
+            shutil.copyfile(file, out / PLUGIN_DIR / f"{rec['module']}.py")
+            records.append({"module": rec["module"], "file": f"{PLUGIN_DIR}/{rec['module']}.py"})
+        else:
+            records.append({"module": rec["module"]})
+    return records
+
+
+def load_export_plugins(plugins: list[dict[str, str]] | None, folder: str | os.PathLike | None) -> None:
+    """Import the plugins an exported folder records (``energyformer_plugins`` in its ``config.json``) before its
+    model is built (the modelling code calls this): a module already imported is kept, a copied file
+    (``folder/plugins/NAME.py``) is imported from the folder, else the module by name. One that does not import
+    is a one-line ``ImportError`` naming it and what to do."""
+    from ..plugins import import_plugins
+    from ..utils.validate import ConfigError
+
+    for rec in plugins or []:
+        name = rec["module"]
+        if name in sys.modules:
+            continue
+        copy_ = Path(folder) / rec["file"] if folder and rec.get("file") else None
+        try:
+            import_plugins([str(copy_) if copy_ is not None and copy_.is_file() else name], said="plugin")
+        except ConfigError as err:
+            where = f" (its copy {rec['file']} is not in {folder})" if rec.get("file") else ""
+            raise ImportError(f"this energyformer model needs its plugin module {name!r}{where}: {err}; make the "
+                              f"module importable (PYTHONPATH or pip install) where the model is loaded") from None
+
+
+def export_message(run: str, out: str | Path, which: str, fmt: str) -> str:
+    """The line ``energyformer export`` prints: where the folder went, how it loads, what it needs."""
+    out = Path(out)
+    config = json.loads((out / "config.json").read_text())
+    # AutoTokenizer loads the folder only where the export wrote tokenizer.json (else export_hf said why on stderr)
+    tok = (f"; its tokenizer with transformers.AutoTokenizer.from_pretrained({str(out)!r})"
+           if (out / "tokenizer.json").is_file() else "; no tokenizer.json (see the note above)")
+    plugins = config.get("energyformer_plugins") or []
+    copied = [p["module"] for p in plugins if p.get("file")]
+    needed = [p["module"] for p in plugins if not p.get("file")]
+    needs = ((f"; plugin file(s) {', '.join(copied)} copied into {out / PLUGIN_DIR}" if copied else "")
+             + (f"; plugin module(s) {', '.join(needed)} must be importable where it is loaded" if needed else ""))
+    return (f"exported {run} ({which}) to {out} ({fmt}; loads with transformers.AutoModelForCausalLM."
+            f"from_pretrained({str(out)!r}, trust_remote_code=True){tok}{needs})")
 
 
 def _probe(cfg: ModelConfig) -> torch.Tensor:
@@ -176,14 +257,41 @@ def _probe(cfg: ModelConfig) -> torch.Tensor:
     return torch.randint(0, cfg.vocab_size, (2, min(cfg.max_seq_len, 12)), generator=g)  # (2, N)
 
 
-@torch.no_grad()
-def check_export(model: CausalLM, out: Path) -> float:
-    """Load ``out`` with ``transformers`` and compare logits on a probe; the max difference (<= 1e-5)."""
-    from transformers import AutoModelForCausalLM
+_FRESH_LOAD = """import sys, torch
+from transformers import AutoModelForCausalLM
+m = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True, local_files_only=True).eval()
+with torch.no_grad():
+    torch.save(m(input_ids=torch.load(sys.argv[2])).logits.float(), sys.argv[3])
+"""
 
-    hf = AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True, local_files_only=True).eval()
+
+def _fresh_logits(out: Path, idx: torch.Tensor) -> torch.Tensor:
+    """The exported folder's logits on ``idx``, loaded by ``transformers`` in a new Python process started in an
+    empty folder (so a plugin importable only from here, or registered only in this process, does not count)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.save(idx, Path(tmp) / "idx.pt")
+        proc = subprocess.run([sys.executable, "-c", _FRESH_LOAD, str(Path(out).resolve()), "idx.pt", "logits.pt"],
+                              cwd=tmp, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+            raise ExportError(f"export check failed: {out} does not load in a fresh Python process "
+                              f"({lines[-1] if lines else f'exit status {proc.returncode}'})")
+        return torch.load(Path(tmp) / "logits.pt")
+
+
+@torch.no_grad()
+def check_export(model: CausalLM, out: Path, fresh_process: bool = False) -> float:
+    """Load ``out`` with ``transformers`` (in a new Python process with ``fresh_process``) and compare logits on a
+    probe; the max difference (<= 1e-5)."""
     idx = _probe(model.cfg)
-    diff = float((hf(input_ids=idx).logits.float() - model(idx).logits.float()).abs().max())
+    if fresh_process:
+        logits = _fresh_logits(out, idx)
+    else:
+        from transformers import AutoModelForCausalLM
+
+        hf = AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True, local_files_only=True).eval()
+        logits = hf(input_ids=idx).logits
+    diff = float((logits.float() - model(idx).logits.float()).abs().max())
     if not diff <= PROBE_TOL:
         raise ExportError(f"export check failed: the Hugging Face model in {out} gives logits {diff:.3g} away "
                           f"from the run's (tolerance {PROBE_TOL:g})")
@@ -201,6 +309,7 @@ def load_hf(folder: str | Path) -> CausalLM:
                           f"(allowed: 'energyformer', 'llama')")
     tensors = load_file(str(folder / WEIGHTS))
     if config.get("model_type") == "energyformer":
+        load_export_plugins(config.get("energyformer_plugins"), folder)
         model = build_lm(config["energyformer_model"])
         state = {k.removeprefix("model."): v for k, v in tensors.items()}
     else:

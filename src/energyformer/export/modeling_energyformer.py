@@ -6,7 +6,9 @@ and block code is the library itself, not a copy), from the model config stored 
 ``energyformer_model`` in ``config.json``; the weights are the library's own ``state_dict`` under the
 prefix ``model.``. The forward pass is the library's ``model(input_ids).logits``; ``generate()``
 recomputes the whole window at each step (no Hugging Face KV cache), so it gives exactly the tokens
-of ``energyformer``'s own greedy generation.
+of ``energyformer``'s own greedy generation. A model using a plugin's kinds lists its plugins under
+``energyformer_plugins``: they are imported first (a single-file plugin from the folder's ``plugins/``, a package
+plugin by name, which must then be importable here), else loading stops with one line naming the plugin.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ class EnergyformerConfig(PretrainedConfig):
 
     model_type = "energyformer"
 
-    def __init__(self, energyformer_model: dict | None = None, **kwargs):
+    def __init__(self, energyformer_model: dict | None = None, energyformer_plugins: list | None = None, **kwargs):
         self.energyformer_model = dict(energyformer_model or {})
+        self.energyformer_plugins = list(energyformer_plugins or [])
         kwargs.setdefault("use_cache", False)
         super().__init__(**kwargs)
 
@@ -38,8 +41,9 @@ class EnergyformerForCausalLM(PreTrainedModel, GenerationMixin):
 
     def __init__(self, config: EnergyformerConfig):
         super().__init__(config)
-        from energyformer.export.hf import build_lm
+        from energyformer.export.hf import build_lm, load_export_plugins
 
+        load_export_plugins(getattr(config, "energyformer_plugins", None), getattr(config, "name_or_path", None))
         self.model = build_lm(config.energyformer_model)
         self.post_init()
 

@@ -110,8 +110,10 @@ def write_config(out_dir: Path, config: Any, *, resume_step: int | None = None) 
     return path
 
 
-def write_run_info(out_dir: Path, info: dict[str, Any], *, resume: dict[str, Any] | None = None) -> Path:
-    """Write ``run_info.json``; with ``resume`` append it to the existing file's ``resumes``."""
+def write_run_info(out_dir: Path, info: dict[str, Any], *, resume: dict[str, Any] | None = None,
+                   extra: dict[str, Any] | None = None) -> Path:
+    """Write ``run_info.json``; with ``resume`` append it to the existing file's ``resumes``. ``extra``: top-level
+    fields set on every write (the run's plugins: a resume with another plugin list records the new one)."""
     path = out_dir / RUN_INFO_FILE
     if resume is not None and path.is_file():
         try:
@@ -124,5 +126,6 @@ def write_run_info(out_dir: Path, info: dict[str, Any], *, resume: dict[str, Any
         data = dict(info)
         if resume is not None:
             data["resumes"] = [{**resume, "time": info["start_time"]}]
+    data.update(extra or {})
     atomic_write_text(path, json.dumps(to_plain(data), indent=2) + "\n")
     return path

@@ -142,6 +142,7 @@ class Trainer:
         callbacks: Sequence[Any] | None = None,
         normalise_model_config: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         count_fn: CountFn | None = None,
+        run_info: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -170,6 +171,7 @@ class Trainer:
         self.eval_fn = eval_fn
         self.out_dir = Path(out_dir)
         self.run_config = run_config
+        self.run_info_extra = dict(run_info or {})  # fields added to run_info.json (e.g. the run's plugins)
         self.normalise_model_config = normalise_model_config  # old spellings -> today's (resume check)
         self.callbacks = CallbackList(callbacks)
         self.step_metrics: dict[str, float] = {}  # metrics of the step just taken (for callbacks)
@@ -347,7 +349,7 @@ class Trainer:
             config = self.run_config if self.run_config is not None else {"train": cfg.to_dict()}
             write_config(out, config, resume_step=self.step if resumed_from else None)
             write_run_info(out, info, resume=(
-                {"step": self.step, "checkpoint": resumed_from} if resumed_from else None))
+                {"step": self.step, "checkpoint": resumed_from} if resumed_from else None), extra=self.run_info_extra)
 
         from tqdm.auto import tqdm
 

@@ -1,0 +1,177 @@
+"""Plugins: a researcher's own module registering energies, attention kinds, tasks or solvers.
+
+Given to every CLI command as ``--plugin MODULE_OR_FILE.py`` or ``ENERGYFORMER_PLUGINS`` (:func:`import_cli_plugins`);
+a run records the plugins it was trained with in ``run_info.json`` (``plugins``: the module name and, for a file, its
+absolute path; :func:`run_plugins`), and reloading the run (eval, generate, export, ``train --resume``) imports them
+first (:func:`load_recorded_plugins`). A kind registered by a module outside the package that was not given as a
+plugin (a script importing its module before calling the library) is recorded by its module's name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .utils.validate import ConfigError
+
+PLUGINS_ENV = "ENERGYFORMER_PLUGINS"
+#: plugins imported in this process, in order: ``{"module": name}``, and ``"file"`` (absolute) for a file plugin
+LOADED_PLUGINS: list[dict[str, str]] = []
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_HOW = f"give --plugin MODULE or --plugin PATH.py (or {PLUGINS_ENV}=a,b)"
+
+
+def plugins_from_env() -> list[str]:
+    """The plugins ``ENERGYFORMER_PLUGINS`` names (comma-separated module names or ``.py`` paths)."""
+    return [s.strip() for s in os.environ.get(PLUGINS_ENV, "").split(",") if s.strip()]
+
+
+def import_cli_plugins(given: Sequence[str]) -> list[dict[str, str]]:
+    """The CLI's plugins: those ``ENERGYFORMER_PLUGINS`` names, then every ``--plugin``, imported after the
+    package's own registrations (so that its kinds keep their order in listings and error messages)."""
+    from . import energies, models, tasks  # noqa: F401
+
+    return import_plugins(plugins_from_env(), said=PLUGINS_ENV) + import_plugins(given)
+
+
+def import_plugins(specs: Sequence[str], said: str = "--plugin") -> list[dict[str, str]]:
+    """Import each plugin: an importable module name (``mylab.energies``: ``importlib.import_module``) or a path
+    to a ``.py`` file (imported as the module named by its stem; its folder is appended to ``sys.path`` so that it
+    can import its siblings). Importing registers what it defines (``register_energy``, ``ATTENTIONS.register``,
+    ...). A plugin already imported is skipped. A plugin that does not import is a one-line :class:`ConfigError`
+    naming it and its error. Returns the records (also appended to :data:`LOADED_PLUGINS`)."""
+    return [_import_plugin(spec, said) for spec in specs]
+
+
+def _import_plugin(spec: str, said: str, file: str | None = None) -> dict[str, str]:
+    is_file = file is not None or spec.endswith(".py") or "/" in spec or os.sep in spec
+    if is_file:
+        path = Path(file or spec).expanduser().resolve()
+        if not path.is_file() or path.suffix != ".py":
+            raise ConfigError(f"{said} {spec!r}: no Python file {path} (a plugin is an importable module name or "
+                              f"the path of a .py file)")
+        rec = {"module": path.stem, "file": str(path)}
+        have = sys.modules.get(path.stem)
+        if have is not None and Path(getattr(have, "__file__", None) or "").resolve() != path:
+            raise ConfigError(f"{said} {spec!r}: another module named {path.stem!r} is already imported "
+                              f"({getattr(have, '__file__', None) or 'built in'}): rename the plugin file")
+        if have is None:
+            if str(path.parent) not in sys.path:
+                sys.path.append(str(path.parent))
+            loader_spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(loader_spec)  # type: ignore[arg-type]
+            sys.modules[path.stem] = module
+            try:
+                loader_spec.loader.exec_module(module)  # type: ignore[union-attr]
+            except Exception as err:  # noqa: BLE001 - one line naming the plugin
+                del sys.modules[path.stem]
+                raise _import_error(said, spec, err) from err
+    else:
+        if not _MODULE_RE.match(spec):
+            raise ConfigError(f"{said} {spec!r}: not a module name (letters, digits, _ and dots) nor a .py path")
+        rec = {"module": spec}
+        try:
+            importlib.import_module(spec)
+        except Exception as err:  # noqa: BLE001 - one line naming the plugin
+            raise _import_error(said, spec, err) from err
+    if rec not in LOADED_PLUGINS:
+        LOADED_PLUGINS.append(rec)
+    return rec
+
+
+def _import_error(said: str, spec: str, err: Exception) -> ConfigError:
+    text = str(err).strip().splitlines()
+    hint = (" (a module is found on sys.path / PYTHONPATH; a file: give its path, e.g. ./mymodule.py)"
+            if isinstance(err, ModuleNotFoundError) and err.name == spec.split(".")[0] else "")
+    return ConfigError(f"{said} {spec!r} does not import: {type(err).__name__}: {text[0] if text else ''}{hint}")
+
+
+def recorded_plugins(run_dir: str | Path) -> list[dict[str, str]]:
+    """The ``plugins`` a run directory's ``run_info.json`` records (none when it has no such file or key)."""
+    from .train.runinfo import RUN_INFO_FILE
+
+    path = Path(run_dir) / RUN_INFO_FILE
+    try:
+        plugins = json.loads(path.read_text()).get("plugins") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [p for p in plugins if isinstance(p, dict) and isinstance(p.get("module"), str)]
+
+
+def load_recorded_plugins(run_dir: str | Path) -> None:
+    """Import the plugins ``run_dir`` was trained with (:func:`recorded_plugins`): the recorded file when it is still
+    there, else the module by name. One that does not import is a one-line error naming it and how to give it."""
+    for rec in recorded_plugins(run_dir):
+        if rec["module"] in sys.modules:
+            continue
+        file = rec.get("file")
+        where = f"module {rec['module']!r}" + (f" (file {file})" if file else "")
+        try:
+            if file and Path(file).is_file():
+                _import_plugin(file, "plugin", file=file)
+            else:
+                _import_plugin(rec["module"], "plugin")
+        except ConfigError as err:
+            cause = err.__cause__ or err
+            gone = f", which is no longer there, and no module {rec['module']!r} imports" if file else ""
+            raise ConfigError(f"{run_dir} was trained with the plugin {where}{gone}: {type(cause).__name__}: "
+                              f"{str(cause).strip().splitlines()[0] if str(cause).strip() else ''}; {_HOW}") from None
+
+
+def plugin_hint(err: ConfigError) -> str:
+    """" (a plugin's kind? ...)" after an unknown-kind error that does not mention plugins, else ""."""
+    text = str(err)
+    return f" (a plugin's kind? {_HOW})" if "unknown" in text and " kind " in text and "plugin" not in text else ""
+
+
+def foreign_kinds(config: Any, where: str = "") -> list[tuple[str, str, str]]:
+    """``(key, kind, module)`` of every registry kind in ``config`` (a config model, walked through its fields,
+    lists and dicts) whose config class is defined outside the ``energyformer`` package: what a plugin added."""
+    from pydantic import BaseModel
+
+    from .utils.config import KindConfig
+
+    out: list[tuple[str, str, str]] = []
+    if isinstance(config, KindConfig) and not type(config).__module__.startswith("energyformer."):
+        out.append((f"{where}kind" if where else "kind", str(config.kind), type(config).__module__))
+    if isinstance(config, BaseModel):
+        for name in type(config).model_fields:
+            out += foreign_kinds(getattr(config, name), f"{where}{name}.")
+    elif isinstance(config, (list, tuple)):
+        for i, v in enumerate(config):
+            out += foreign_kinds(v, f"{where}{i}.")
+    elif isinstance(config, dict):
+        for k, v in config.items():
+            out += foreign_kinds(v, f"{where}{k}.")
+    return out
+
+
+def covered(module: str, plugins: Sequence[dict[str, str]]) -> bool:
+    """Whether importing ``plugins`` imports ``module`` (it is one of them or inside one's package)."""
+    return any(module == p["module"] or module.startswith(p["module"] + ".") for p in plugins)
+
+
+def run_plugins(cfg: Any) -> list[dict[str, str]]:
+    """The plugins a run records: every plugin loaded in this process, then the module of each kind its config
+    uses that was registered outside the package and outside any loaded plugin (a script that imported its own
+    module before calling the library). A kind defined in the running script itself (``__main__``) cannot be
+    imported again: a warning says so."""
+    import warnings
+
+    plugins = list(LOADED_PLUGINS)
+    for key, kind, module in foreign_kinds(cfg):
+        if covered(module, plugins):
+            continue
+        if module == "__main__":
+            warnings.warn(f"{key} = {kind!r} is defined in the script being run (__main__): eval, generate and "
+                          f"export of this run cannot import it; move it to a module and {_HOW}", stacklevel=2)
+            continue
+        plugins.append({"module": module})
+    return plugins
