@@ -9,7 +9,9 @@ from .backward import (
     register_backward_mode,
 )
 from .block import EnergyBlock, ForwardContext
-from .checks import check_descent, check_energy, check_grad, check_reference
+from .checks import (
+    check_attention_kind, check_descent, check_energy, check_energy_dtypes, check_grad, check_reference,
+)
 from .composite import CompositeEnergy
 from .energy import ENERGIES, Energy, register_energy
 from .implicit import Implicit, ImplicitConfig
@@ -36,7 +38,7 @@ from .trace import Trace, Traces, key_label
 
 __all__ = [
     "ENERGIES", "Energy", "register_energy", "CompositeEnergy", "QuadraticEnergy",
-    "check_energy", "check_grad", "check_descent", "check_reference",
+    "check_energy", "check_grad", "check_descent", "check_reference", "check_energy_dtypes", "check_attention_kind",
     "EnergyBlock", "ForwardContext",
     "PRECONDITIONERS", "Preconditioner", "IdentityPrecond", "DiagonalPrecond", "DiagLowRankPrecond",
     "make_preconditioner",

@@ -2,7 +2,8 @@
 equals autograd of ``energy``, and that a small enough step lowers it").
 
 ``tests/core/test_energy_properties.py`` runs them over every registered energy and its
-``examples()``; a researcher writing a new energy can call :func:`check_energy` directly.
+``examples()``; a researcher writing a new energy outside the package (which those tests never see) calls
+:func:`check_energy`, :func:`check_energy_dtypes` and :func:`check_attention_kind` on it directly.
 
 * :func:`check_grad`: ``grad(x, state)`` equals autograd of ``Σ_i energy(x, state)_i`` (for an
   iterate-context energy, of ``Σ_i energy(x, reprepare(state, x))_i``: the total derivative).
@@ -11,15 +12,27 @@ equals autograd of ``energy``, and that a small enough step lowers it").
 * :func:`check_reference` (``exact = False``): ``direction`` equals the energy's independent
   ``reference_direction``; an inexact energy without one fails (nothing is skipped).
 
-Run them in float64: tolerances are set for it.
+* :func:`check_energy_dtypes`: ``grad`` and ``direction`` in float32, bf16 (module cast) and bf16 autocast
+  agree with float64 as closely as the problem's conditioning allows (:mod:`.fuzz`): a low-precision path
+  that computes something else (a wrong transpose in a "fast" bf16 branch) fails.
+* :func:`check_attention_kind`: a registered attention kind, built as a model builds it, is causal (output at
+  token i unchanged when a later token changes), ignores padded keys (``mask``) and decodes with its KV cache
+  exactly as the full forward does. :func:`check_energy` calls ``prepare`` with no mask, cache or causal
+  setting, so an energy that sees the future or drops the mask or the cache passes it; this one does not.
+
+Every helper raises ``AssertionError`` naming what failed. The grad / descent checks run in float64
+(tolerances are set for it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import copy
+from collections.abc import Sequence
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .energy import Energy
 from .precond import Preconditioner
@@ -91,3 +104,157 @@ def check_energy(energy: Energy, context: Tensor, x: Tensor, precond: Preconditi
         check_descent(energy, state, x, precond)
     else:
         check_reference(energy, state, x, precond)
+
+
+#: precisions :func:`check_energy_dtypes` compares with float64: (dtype, autocast); bf16 both cast (the module's
+#: own low-precision path, as ``tests/core/test_energy_dtypes.py``) and under autocast (bf16 training)
+DTYPE_PRECISIONS = ((torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True))
+
+
+#: relative tolerance ‖y_low − y_64‖ / ‖y_64‖ (``tests/core/test_energy_dtypes.py``'s, measured over the package's
+#: energies at inputs x1e-2 and x1): a result off by more fails even where the rounding bound is wider
+DTYPE_RTOL = {torch.float32: 2e-4, torch.bfloat16: 5e-2}
+
+
+def _grad_and_direction(energy: Energy, inputs: Any) -> tuple[Tensor, Tensor]:
+    from .precond import IdentityPrecond
+
+    ctx, x = inputs
+    st = _state_at(energy, energy.prepare(ctx), x)
+    return energy.grad(x, st), energy.direction(x, st, IdentityPrecond(x.shape[-1]))
+
+
+def check_energy_dtypes(energy: Energy | type[Energy], context: Any = None, x: Tensor | None = None, *,
+                        scales: Sequence[float] = (1e-2, 1.0), precisions=DTYPE_PRECISIONS) -> None:
+    """``grad`` and ``direction`` of ``energy`` in low precision agree with float64 by the library's two rules:
+    within the rounding bound ``‖y_low − y_64‖ ≤ C (s + u ‖y_64‖)`` of issue 23 (``s`` the measured sensitivity to
+    rounding, :func:`.fuzz.low_precision_agreement`, as ``tests/core/test_scale_fuzz.py``) and within the relative
+    tolerance :data:`DTYPE_RTOL` (as ``tests/core/test_energy_dtypes.py``). A wrong low-precision path (a
+    transpose missed in a bf16 branch) is off by order one and fails both. Large input scales make softmax-like
+    energies ill-conditioned in bf16 (the package excludes four of its energies at x30): check at the scales
+    your model's activations have.
+
+    ``energy``: an energy class (its ``examples(torch.float64)`` are checked) or a float64 instance with its
+    ``context`` and ``x``; inputs (x and a tensor context) are scaled by each of ``scales``. A low-precision run
+    that raises is a clear error and accepted; a finite wrong or a non-finite result (float64 finite) fails."""
+    from .fuzz import low_precision_agreement, map_tensors
+
+    if isinstance(energy, type):
+        cases = [(label, e, c, xx) for label, e, c, xx in energy.examples(torch.float64)]
+    else:
+        if x is None:
+            raise ValueError("check_energy_dtypes(energy, context, x): give the context and x of an energy "
+                             "instance, or pass the energy class to check its examples()")
+        cases = [("given", energy, context, x)]
+    problems = []
+    for label, e, ctx, xx in cases:
+        for s in scales:
+            inputs = (ctx * s if torch.is_tensor(ctx) and ctx.is_floating_point() else ctx, xx * s)
+            inputs = map_tensors(inputs, lambda t: t.to(torch.float64))
+            res = low_precision_agreement(_grad_and_direction, copy.deepcopy(e).double().eval(), inputs,
+                                          list(precisions), probes=1)
+            for (dtype, autocast), per in zip(precisions, res):
+                for what, r in zip(("grad", "direction"), per):
+                    rel = r.err / max(r.scale, 1e-30)
+                    if r.status in ("wrong", "loud") or (r.status == "ok" and rel > DTYPE_RTOL[dtype]):
+                        where = f"{str(dtype)[6:]}{' autocast' if autocast else ''}"
+                        why = ("non-finite where float64 is finite" if r.status == "loud" else
+                               f"error {r.err:.3g} (relative {rel:.2g}, allowed {DTYPE_RTOL[dtype]:g}; rounding "
+                               f"bound {r.bound:.3g})")
+                        problems.append(f"{what} in {where} at inputs x{s:g} [{label}]: {why}")
+    if problems:
+        raise AssertionError(f"{_name(cases[0][1])} disagrees with float64 beyond rounding: " + "; ".join(problems))
+
+
+def _name(energy: Any) -> str:
+    return type(energy).__name__
+
+
+def _attention(kind: Any, causal: bool, dim: int, heads: int, seed: int) -> tuple[str, nn.Module]:
+    """The attention sublayer of ``kind`` (a name, a ``{kind: ..., key: value}`` mapping or an attention config),
+    built as a model builds it, in float64, its parameters moved off their initialisation (N(0, 0.3²) noise:
+    zero-initialised parts act too), in eval mode."""
+    from ..blocks import BlockConfig
+    from ..blocks.registry import AttentionConfig, SublayerSpec, build_attention
+    from ..utils.config import load_config
+
+    cfg = kind if isinstance(kind, AttentionConfig) else load_config(BlockConfig, {"attention": kind}).attention
+    torch.manual_seed(seed)
+    blk = build_attention(cfg, SublayerSpec(dim=dim, heads=heads, causal=causal)).double()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in blk.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
+    return f"attention kind {cfg.kind!r}", blk.eval()
+
+
+@torch.no_grad()
+def check_attention_kind(kind: Any, *, dim: int = 16, heads: int = 4, seed: int = 0, atol: float = 1e-10) -> None:
+    """The contract of a registered attention kind (``kind``: its name, a ``{kind: ..., key: value}`` mapping or
+    its config), checked in float64 on random inputs (the package's own kinds pass the same checks in
+    ``tests/blocks/test_registry.py``):
+
+    * causal (kinds with ``supports_causal``): the output at tokens 0..4 is unchanged when token 5 changes;
+    * key padding (causal and bidirectional): tokens whose keys are padded (``mask`` False) do not change the
+      output at the real tokens, and the output stays finite;
+    * KV cache (causal): decoding in pieces of 3, 1 and 3 tokens with a cache (left padding) equals the full
+      forward at the real tokens; an energy that ignores the cache slot sees only the current piece.
+
+    Raises ``AssertionError`` naming the kind and the property that failed."""
+    from .context import ForwardContext
+
+    g = torch.Generator().manual_seed(seed)
+    name, causal_blk = _attention(kind, True, dim, heads, seed) if _supports_causal(kind) else (None, None)
+    name, bidir = _attention(kind, False, dim, heads, seed)
+    x = torch.randn(2, 8, dim, generator=g, dtype=torch.float64)
+    if causal_blk is not None:
+        x2 = x.clone()
+        x2[:, 5] += torch.randn(dim, generator=g, dtype=torch.float64)  # not a constant shift: a norm removes those
+        diff = float((causal_blk(x2, ForwardContext())[:, :5] - causal_blk(x, ForwardContext())[:, :5]).abs().max())
+        if not diff <= atol:
+            raise AssertionError(f"{name} is not causal: the output at tokens 0-4 changed by {diff:.3g} when "
+                                 f"token 5 changed (token i must not see tokens j > i)")
+    mask = torch.tensor([[1] * 8, [1, 1, 0, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    x2 = x.clone()
+    x2[~mask] = torch.randn(int((~mask).sum()), dim, generator=g, dtype=torch.float64)
+    for label, blk in (("causal", causal_blk), ("bidirectional", bidir)):
+        if blk is None:
+            continue
+        y, y2 = blk(x, ForwardContext(mask=mask)), blk(x2, ForwardContext(mask=mask))
+        diff = float((y2[mask] - y[mask]).abs().max())
+        if not diff <= atol or not torch.isfinite(y2).all():
+            raise AssertionError(f"{name} ({label}) does not ignore padded keys: the output at real tokens changed "
+                                 f"by {diff:.3g} when padded tokens changed (ForwardContext.mask: False = padding)")
+    if causal_blk is not None:
+        _check_cache(name, causal_blk, torch.randn(2, 7, dim, generator=g, dtype=torch.float64), atol)
+
+
+def _check_cache(name: str, blk: nn.Module, x: Tensor, atol: float) -> None:
+    from .context import ForwardContext
+
+    blk = copy.deepcopy(blk)
+    blk.qualname = "a"  # the cache slot's key (a model names its sublayers)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1] * 7], dtype=torch.bool)  # left padding
+    full = blk(x, ForwardContext(mask=mask))
+    cache: dict = {}
+    pieces, pos = [], 0
+    try:
+        for n in (3, 1, 3):  # one context per call, as a model's forward makes
+            pieces.append(blk(x[:, pos:pos + n], ForwardContext(cache=cache, offset=pos, mask=mask[:, pos:pos + n])))
+            pos += n
+    except Exception as err:  # noqa: BLE001 - reported with the kind's name
+        raise AssertionError(f"{name}: decoding with a KV cache raised {type(err).__name__}: "
+                             f"{str(err).splitlines()[0] if str(err) else ''}") from err
+    diff = float((torch.cat(pieces, 1)[mask] - full[mask]).abs().max())
+    if not diff <= max(atol, 1e-10 * float(full[mask].abs().max())):
+        raise AssertionError(f"{name}: decoding with the KV cache differs from the full forward by {diff:.3g} "
+                             f"(a cross-token energy must append its keys to the cache slot in prepare)")
+
+
+def _supports_causal(kind: Any) -> bool:
+    from ..blocks import BlockConfig
+    from ..blocks.registry import AttentionConfig
+    from ..utils.config import load_config
+
+    cfg = kind if isinstance(kind, AttentionConfig) else load_config(BlockConfig, {"attention": kind}).attention
+    return bool(getattr(cfg, "supports_causal", True))
