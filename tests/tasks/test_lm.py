@@ -32,3 +32,32 @@ def test_task_config_errors():
         LMTaskConfig(corpus="files")
     with pytest.raises(ConfigError, match="task.corpus = 'shakespeare' ignores it"):
         LMTaskConfig(text_files=["a.txt"])
+
+
+def test_generate_shows_the_prompt_with_the_first_token_not_before_a_failing_forward():
+    """The prompt used to be emitted before the first forward ran, so an error there (e.g. an energy refused for
+    cached decoding) was printed glued to it ("ROMEO:energyformer: error: ..."); now nothing is emitted before the
+    first token, and a working stream still emits the prompt followed by the sample."""
+    import argparse
+    from types import SimpleNamespace
+
+    from energyformer.tasks.lm import LMTask
+
+    tok = get_tokenizer("bytes")
+    task = SimpleNamespace(tokenizer=tok, _document_start=lambda: [0])
+    args = argparse.Namespace(prompt="ROMEO:", max_new_tokens=2, temperature=None, top_k=None, greedy=True,
+                              seed=0, stream=True)
+    param = torch.nn.Parameter(torch.zeros(1))
+
+    def failing(*a, **k):
+        raise ConfigError("refused")
+        yield
+
+    out: list[str] = []
+    model = SimpleNamespace(parameters=lambda: iter([param]), stream=failing)
+    with pytest.raises(ConfigError, match="refused"):
+        LMTask.generate(task, model, argparse.Namespace(**vars(args)), emit=out.append)
+    assert out == []
+    model.stream = lambda *a, **k: iter([torch.tensor([[ord("a")]]), torch.tensor([[ord("b")]])])
+    text = LMTask.generate(task, model, argparse.Namespace(**vars(args)), emit=out.append)
+    assert "".join(out) == text == "ROMEO:ab"

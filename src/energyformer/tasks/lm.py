@@ -312,10 +312,11 @@ class LMTask(Task):
             if live and piece:
                 emit(piece)
 
-        say(text.push(ids))
-        for nxt in tokens:  # (1, 1)
-            say(text.push(nxt[0].tolist()))
-        say(text.finish())
+        head = text.push(ids)  # shown with the first new token: an error in the first forward is then not
+        for nxt in tokens:     # glued to a printed prompt on one line; (1, 1)
+            say(head + text.push(nxt[0].tolist()))
+            head = ""
+        say(head + text.finish())
         if emit is not None and not live:
             emit(text.released)
         return text.released
