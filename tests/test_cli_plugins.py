@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,56 +24,14 @@ TINY = ["model.dim=16", "model.n_layers=1", "model.heads=2", "model.max_seq_len=
         "train.progress=false", "train.tensorboard=false", "train.steps=2", "train.eval_every=0",
         "train.save_every=2", "model.block.attention.steps=1"]
 
-PLUGIN = '''"""A researcher's energy: ½‖x_i‖² − log Σ_{j ≤ i, key j real} exp(x_iᵀ W k_j), with a KV cache."""
+#: a plugin module: the fixture energy (tests/fixtures/quad_attn_energy.py, self-contained) and its registration
+PLUGIN = (Path(__file__).parent / "fixtures" / "quad_attn_energy.py").read_text() + '''
 from typing import Literal
 
-import torch
-from torch import nn
-
 from energyformer.blocks.registry import ATTENTIONS, AttentionConfig, SublayerSpec
-from energyformer.core import DescentConfig, Energy, EnergyBlock, register_energy
-from energyformer.core.attention import append_cache
+from energyformer.core import DescentConfig, EnergyBlock, register_energy
 
 KIND = "KIND_NAME"
-
-
-class QuadAttn(Energy):
-    def __init__(self, dim, causal=True):
-        super().__init__()
-        self.W = nn.Parameter(torch.randn(dim, dim) / dim ** 0.5)
-        self.causal = causal
-
-    @classmethod
-    def examples(cls, dtype=torch.float64):
-        g = torch.Generator().manual_seed(0)
-        e = cls(6).to(dtype)
-        with torch.no_grad():
-            e.W.copy_(torch.randn(6, 6, generator=g, dtype=dtype) / 6 ** .5)
-        ctx, x = torch.randn(2, 5, 6, generator=g, dtype=dtype), torch.randn(2, 5, 6, generator=g, dtype=dtype)
-        return [("d6", e, ctx, x)]
-
-    def prepare(self, context, mask=None, cache=None, offset=0, **kw):
-        seen, kmask = append_cache(cache, mask, {"k": 1}, k=context)
-        k = seen["k"]  # (B, Nk, D): the cached keys, then this call's
-        q_pos = offset + torch.arange(context.shape[1], device=k.device)
-        k_pos = torch.arange(k.shape[1], device=k.device)
-        vis = (k_pos[None] <= q_pos[:, None]) if self.causal else torch.ones(len(q_pos), len(k_pos), dtype=torch.bool)
-        vis = vis[None]  # (1, n, Nk)
-        if kmask is not None:
-            vis = (vis & kmask[:, None, :].bool()) | (k_pos[None] == q_pos[:, None])[None]  # a query sees itself
-        return k, vis
-
-    def scores(self, x, st):
-        k, vis = st
-        return torch.einsum("bid,de,bje->bij", x, self.W.to(x.dtype), k).masked_fill(~vis, float("-inf"))
-
-    def energy(self, x, st):
-        return 0.5 * x.pow(2).sum(-1) - torch.logsumexp(self.scores(x, st), -1)
-
-    def grad(self, x, st):
-        a = torch.softmax(self.scores(x, st), -1)  # (B, N, Nk)
-        return x - torch.einsum("bij,bje,de->bid", a, st[0], self.W.to(x.dtype))
-
 
 register_energy(KIND + "_energy")(QuadAttn)
 

@@ -6,57 +6,20 @@ did not exist; each broken energy below still passes ``check_energy``, which the
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Literal
 
 import pytest
 import torch
-from torch import nn
 
 from energyformer.blocks.registry import ATTENTIONS, AttentionConfig
 from energyformer.core import (
-    DescentConfig, Energy, EnergyBlock, IdentityPrecond, check_attention_kind, check_energy, check_energy_dtypes,
+    DescentConfig, EnergyBlock, IdentityPrecond, check_attention_kind, check_energy, check_energy_dtypes,
 )
-from energyformer.core.attention import append_cache
 
-
-class QuadAttn(Energy):
-    """E_i = ½‖x_i‖² − log Σ_{j ≤ i, key j real} exp(x_iᵀ W k_j), keys = the context, kept in the KV cache."""
-
-    def __init__(self, dim: int, causal: bool = True):
-        super().__init__()
-        self.W = nn.Parameter(torch.randn(dim, dim) / dim ** 0.5)
-        self.causal = causal
-
-    @classmethod
-    def examples(cls, dtype=torch.float64):
-        g = torch.Generator().manual_seed(0)
-        e = cls(6).to(dtype)
-        with torch.no_grad():
-            e.W.copy_(torch.randn(6, 6, generator=g, dtype=dtype) / 6 ** .5)
-        ctx, x = torch.randn(2, 5, 6, generator=g, dtype=dtype), torch.randn(2, 5, 6, generator=g, dtype=dtype)
-        return [("d6", e, ctx, x)]
-
-    def prepare(self, context, mask=None, cache=None, offset=0, **kw):
-        seen, kmask = append_cache(cache, mask, {"k": 1}, k=context)
-        k = seen["k"]  # (B, Nk, D)
-        q_pos = offset + torch.arange(context.shape[1])
-        k_pos = torch.arange(k.shape[1])
-        vis = (k_pos[None] <= q_pos[:, None]) if self.causal else torch.ones(len(q_pos), len(k_pos), dtype=torch.bool)
-        vis = vis[None]  # (1, n, Nk)
-        if kmask is not None:
-            vis = (vis & kmask[:, None, :].bool()) | (k_pos[None] == q_pos[:, None])[None]  # a query sees itself
-        return k, vis
-
-    def scores(self, x, st):
-        k, vis = st
-        return torch.einsum("bid,de,bje->bij", x, self.W.to(x.dtype), k).masked_fill(~vis, float("-inf"))
-
-    def energy(self, x, st):
-        return 0.5 * x.pow(2).sum(-1) - torch.logsumexp(self.scores(x, st), -1)
-
-    def grad(self, x, st):
-        a = torch.softmax(self.scores(x, st), -1)  # (B, N, Nk)
-        return x - torch.einsum("bij,bje,de->bid", a, st[0], self.W.to(x.dtype))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+from quad_attn_energy import QuadAttn  # noqa: E402  (the energy a plugin would define)
 
 
 class FutureLeak(QuadAttn):
