@@ -41,6 +41,7 @@ from ..utils.config import KindConfig
 from ..utils.fields import Seed
 from ..utils.validate import ConfigError
 from .output import ModelOutput
+from .potts_ids import check_colour_ids
 from .registry import MODELS
 
 
@@ -169,9 +170,7 @@ class BareSelfAttention(nn.Module):
         if idx.dim() != 2 or idx.is_floating_point():
             raise ValueError(f"token ids must be an integer (batch, tokens) tensor; got {idx.dtype} "
                              f"{tuple(idx.shape)}")
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) > C):
-            raise ValueError(f"token ids in [{int(idx.min())}, {int(idx.max())}]; allowed 0..{C - 1} "
-                             f"(colours) and {C} (mask)")
+        check_colour_ids(idx, C)
 
     def embed(self, idx: Tensor) -> Tensor:
         """Token ids (B, N) -> (B, N, d): colour a -> e_a, the mask id C -> 0 or a random unit vector.

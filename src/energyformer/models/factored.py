@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from ..utils.config import KindConfig
 from ..utils.validate import ConfigError
 from .output import ModelOutput
+from .potts_ids import check_colour_ids
 from .registry import MODELS
 
 
@@ -92,9 +93,7 @@ class FactoredAttention(nn.Module):
         if idx.dim() != 2 or idx.shape[1] != L or idx.is_floating_point():
             raise ValueError(f"token ids must be integers of shape (batch, L = {L}); got {idx.dtype} "
                              f"{tuple(idx.shape)}")
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) > C):
-            raise ValueError(f"token ids in [{int(idx.min())}, {int(idx.max())}]; allowed 0..{C - 1} "
-                             f"(colours) and {C} (mask)")
+        check_colour_ids(idx, C)
         x = F.one_hot(idx, C + 1)[..., :C].to(self.V.dtype)  # (B, L, C): the mask is the zero vector
         vx = x @ self.V.T  # (B, L, C): V x_j
         logits = torch.einsum("ij,zja->zia", self.positional(), vx)
