@@ -266,7 +266,7 @@ class BareSelfAttention(nn.Module):
         J = self.energy._J_for(self.energy.coupling(), N)
         loss = pl_objective(J, x, lam=self.cfg.lam, kind=kind, rows=rows, codebook=self.codebook,
                             x_model=x_model)
-        return loss, {"j_norm": float(J.detach().norm())}
+        return loss, {"j_norm": J.detach().norm()}  # a tensor: read by the trainer after the backward
 
     @torch.compiler.disable
     def _data_loss(self, data: Tensor) -> tuple[Tensor, dict[str, float]]:

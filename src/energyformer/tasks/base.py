@@ -158,7 +158,7 @@ class Task:
         metrics = {} if metrics is None else metrics
         for name, value in (getattr(out, "aux_losses", None) or {}).items():
             loss = loss + value
-            metrics[name] = float(value.detach())
+            metrics[name] = value.detach()  # a tensor: the trainer reads it after the backward (no sync here)
         return loss, metrics
 
     def callbacks(self, model: nn.Module) -> list:

@@ -157,7 +157,7 @@ class ImageClassificationTask(Task):
         out = model(x)
         logits = at_least_float32(out.logits)
         loss = F.cross_entropy(logits, y, label_smoothing=self.cfg.label_smoothing)
-        metrics = {"acc": float((logits.argmax(-1) == y).float().mean())}
+        metrics = {"acc": (logits.argmax(-1) == y).float().mean().detach()}  # read by the trainer after backward
         return self.add_aux_losses(loss, out, metrics)
 
     # ------------------------------------------------------------------ evaluation

@@ -343,7 +343,7 @@ class MaskedImageTask(Task):
         loss = masked_cross_entropy(out.logits, codes, mask)
         with torch.no_grad():
             acc = (out.logits[mask].argmax(-1) == codes[mask]).float().mean()
-        metrics = {"acc": float(acc), "masked": float(mask.float().mean())}
+        metrics = {"acc": acc, "masked": mask.float().mean()}  # tensors: the trainer reads them after backward
         return self.add_aux_losses(loss, out, metrics)
 
     def loss_items(self, batch: tuple) -> int:

@@ -89,7 +89,7 @@ class ParityTask(Task):
         x, y = batch                     # (B, L) bits and targets
         out = model(x)                   # logits (B, L, 2); both model kinds take (idx) alone
         ce = F.cross_entropy(at_least_float32(out.logits.flatten(0, 1)), y.flatten())
-        return self.add_aux_losses(ce, out, {"ce": float(ce.detach())})
+        return self.add_aux_losses(ce, out, {"ce": ce.detach()})  # a tensor: read after the backward
 
     @torch.no_grad()
     def accuracy(self, model: nn.Module, length: int, *, n: int | None = None, **forward: Any) -> float:

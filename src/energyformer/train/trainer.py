@@ -4,7 +4,9 @@ Contract with a task (DESIGN.md: config -> task -> trainer -> checkpoints + metr
 
 * ``model``: an ``nn.Module``.
 * ``loss_fn(model, batch) -> (loss, metrics)``: ``loss`` a scalar tensor, ``metrics`` a
-  ``dict[str, float]`` (logged as ``train/<name>``, averaged over micro-batches — weighted by their counted
+  ``dict[str, float | Tensor]`` (a 0-dim tensor is best: it is read after the backward, with the loss, in one
+  host transfer per step; a ``float()`` inside ``loss_fn`` stalls the device before the backward is queued) (logged
+  as ``train/<name>``, averaged over micro-batches — weighted by their counted
   items with a ``count_fn``, a micro-batch that counts none left out; on DDP the values of rank 0). ``batch``
   is the tuple from ``next_batch()`` moved to the training device.
 * ``train_data``: has ``next_batch() -> tuple[Tensor, ...]`` (CPU tensors; an iterator whose
@@ -448,13 +450,18 @@ class Trainer:
                 plan.backward(i, loss)
             loss_share, metric_share = plan.share(i)
             total += loss.detach().float() * loss_share
-            for k, v in (metrics or {}).items():
-                msum[k] = msum.get(k, 0.0) + float(v) * metric_share
+            for k, v in (metrics or {}).items():  # a tensor stays on the device: no host sync per metric
+                v = v.detach().float().reshape(()) if torch.is_tensor(v) else float(v)
+                msum[k] = msum.get(k, 0.0) + v * metric_share
         mean = total / accum
         if self.ddp:
             dist.all_reduce(mean, op=dist.ReduceOp.SUM)
             mean = mean / self.world_size
-        loss_val = float(mean.item())
+        # the loss and every tensor metric reach the host in one transfer (the step's one sync besides the norm)
+        on_device = [k for k, v in msum.items() if torch.is_tensor(v)]
+        loss_val, *vals = torch.stack([mean.reshape(()).float(), *(msum[k].to(mean.device) for k in on_device)]
+                                      ).tolist()
+        msum.update(zip(on_device, vals))
         ckpt = str(self.last_checkpoint) if self.last_checkpoint is not None else None
         if not math.isfinite(loss_val):
             raise TrainingDiverged(self.step + 1, loss_val, "loss", ckpt, cfg)
