@@ -21,9 +21,10 @@ import torch
 
 import energyformer.energies  # noqa: F401  (registers all energies)
 from energyformer.core import ENERGIES
+from energyformer.core.checks import DTYPE_RTOL
 
 SCALES = (1e-2, 1.0, 30.0)
-TOL = {torch.float32: 2e-4, torch.bfloat16: 5e-2}
+TOL = DTYPE_RTOL  # the public check_energy_dtypes' tolerances: one rule for the package's energies and a plugin's
 BF16_ILL_CONDITIONED_AT_30 = {("hyperset_sigmoid_attention", "sphere=False"),
                               ("hyperset_linear_attention", "sphere=False"), ("coherence_consist", "own_F"),
                               ("cem_interaction", "diag=shared,alibi=False,self_bias=False,gradient,fused")}
