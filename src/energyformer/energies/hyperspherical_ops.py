@@ -57,7 +57,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.autograd.function import once_differentiable
 
 from ..core.attention import masked_logsumexp, masked_softmax, sdpa
-from ..core.precision import autocast_dtype, autocast_off
+from ..core.precision import autocast_dtype, autocast_off, no_host_sync
 
 def _safe_span(dtype: torch.dtype) -> float:
     fi = torch.finfo(dtype)
@@ -101,7 +101,7 @@ class _SphereRMSNorm(torch.autograd.Function):
         with autocast_off(z.device.type):  # vector_norm is on autocast's float32 list
             u, r = _sphere_fwd(z, eps)
             bad = None
-            if _no_host_sync(z) or (_has_values(r) and _any_off_range(r, eps)):
+            if no_host_sync(z) or (_has_values(r) and _any_off_range(r, eps)):
                 bad = _off_range(r)
                 u = torch.where(bad, _rescaled_rms_norm(z, eps).to(u.dtype), u)
         ctx.save_for_backward(z, r, bad)
@@ -197,13 +197,6 @@ def sphere_rms_norm(z: Tensor, eps: float, weight: Tensor | None = None) -> Tens
 R_MAX = {dt: (torch.finfo(dt).tiny / torch.finfo(dt).eps) ** -0.5 for dt in (torch.float32, torch.float64)}
 
 
-def _no_host_sync(t: Tensor) -> bool:
-    """Whether the range check must not read values on the host: under ``torch.compile`` (a graph break) and
-    while a CUDA stream is being captured into a graph (``torch.cuda.graph``, e.g. benchmarks/hyperset_gpu.py's
-    graphed step, where a host read is an error). There the rows are always selected by ``where``."""
-    return torch.compiler.is_compiling() or (t.is_cuda and torch.cuda.is_current_stream_capturing())
-
-
 def _has_values(t: Tensor) -> bool:
     """Whether t's values can be read on the host: not a fake or meta tensor (shape-only runs, e.g. the op counts of
     benchmarks/hyperset_ops.py), where the range check is skipped (nothing to check, no op added to the count)."""
@@ -230,15 +223,15 @@ def _checked_rms_norm(z: Tensor, eps: float, weight: Tensor | None, autocast: bo
     """``F.rms_norm`` (``autocast=False``: with autocast off), the rows :func:`_off_range` flags taken from
     :func:`_rescaled_rms_norm`. It does not return its r: the norm of all of z (one reduction, one host sync)
     shows whether any row's squares can overflow; only then, or with an eps below the underflow floor, the rows'
-    r are taken. Under ``torch.compile`` or CUDA-graph capture no branch (:func:`_no_host_sync`: always
-    ``where``). Each branch sees the other's rows as ones,
+    r are taken. Under ``torch.compile`` or CUDA-graph capture no branch (``core.precision.no_host_sync``:
+    always ``where``). Each branch sees the other's rows as ones,
     so neither backward forms a NaN there (0 · inf) that ``where``'s gradient would keep."""
     def plain(t: Tensor) -> Tensor:
         with contextlib.nullcontext() if autocast else autocast_off(t.device.type):
             return F.rms_norm(t, (t.shape[-1],), weight, eps)
 
     stats = torch.float64 if z.dtype == torch.float64 else torch.float32
-    no_sync = _no_host_sync(z)
+    no_sync = no_host_sync(z)
     if not no_sync and (not _has_values(z) or z.numel() == 0):
         return plain(z)
     if not no_sync and eps >= R_MAX[stats] ** -2:
