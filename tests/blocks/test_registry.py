@@ -12,6 +12,7 @@ from energyformer.blocks import (
 )
 from energyformer.blocks.cem import Diagonal, Precond
 from energyformer.core import PRECONDITIONERS, ForwardContext, check_attention_kind
+from energyformer.core.checks import _supports_causal
 from energyformer.energies.interaction import DIAGONAL_MODES
 from energyformer.models.params import count_params
 from energyformer.utils.config import load_config, to_dict
@@ -89,10 +90,6 @@ def test_each_mlp_kind_knows_its_default_hidden(kind, expected):
 #: properties below hold for the class, not for the baselines alone (ET's padded queries once pulled on real keys)
 ATTN_KINDS = [{"kind": "cem", "steps": 2, "precond": "diag_low_rank"} if k == "cem" else k for k in ATTENTIONS.names()
               if k != "echo_iteration"]
-
-
-def _supports_causal(kind) -> bool:
-    return getattr(load_config(BlockConfig, {"attention": kind}).attention, "supports_causal", True)
 
 
 CAUSAL_KINDS = [k for k in ATTN_KINDS if _supports_causal(k)]
