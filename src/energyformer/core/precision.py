@@ -35,4 +35,6 @@ def no_host_sync(t: torch.Tensor) -> bool:
     """Whether a guard must not read ``t``'s values on the host: under ``torch.compile`` (a graph break) and while
     a CUDA stream is being captured into a graph (``torch.cuda.graph``, e.g. benchmarks/hyperset_gpu.py's graphed
     step, where a host read is an error). Such guards then select their rows with ``where`` instead of branching."""
-    return torch.compiler.is_compiling() or (t.is_cuda and torch.cuda.is_current_stream_capturing())
+    # (is_available first: a CPU build's tests emulate CUDA tensors, and its capture query does not exist)
+    return torch.compiler.is_compiling() or (t.is_cuda and torch.cuda.is_available()
+                                             and torch.cuda.is_current_stream_capturing())
