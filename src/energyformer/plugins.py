@@ -105,24 +105,48 @@ def recorded_plugins(run_dir: str | Path) -> list[dict[str, str]]:
     return [p for p in plugins if isinstance(p, dict) and isinstance(p.get("module"), str)]
 
 
-def load_recorded_plugins(run_dir: str | Path) -> None:
-    """Import the plugins ``run_dir`` was trained with (:func:`recorded_plugins`): the recorded file when it is still
-    there, else the module by name. One that does not import is a one-line error naming it and how to give it."""
-    for rec in recorded_plugins(run_dir):
+def import_recorded(records: Sequence[dict[str, str]], folder: str | Path | None = None) -> None:
+    """Import each recorded plugin (``{"module", "file"?}``) not imported yet: its file when it is there (relative
+    to ``folder`` when one is given: an export's copy; else an absolute path), else the module by name. The one
+    rule for reloading a run (:func:`load_recorded_plugins`) and an exported folder
+    (``export.hf.load_export_plugins``); a plugin that does not import raises :class:`RecordedPluginError` (the
+    record and the import's ConfigError)."""
+    for rec in records:
         if rec["module"] in sys.modules:
             continue
         file = rec.get("file")
-        where = f"module {rec['module']!r}" + (f" (file {file})" if file else "")
+        path = None  # (a relative file without a folder is an export's copy read elsewhere: the module by name)
+        if file:
+            path = (Path(folder) / file).resolve() if folder is not None else Path(file)
         try:
-            if file and Path(file).is_file():
-                _import_plugin(file, "plugin", file=file)
+            if path is not None and path.is_absolute() and path.is_file():
+                _import_plugin(str(path), "plugin", file=str(path))
             else:
                 _import_plugin(rec["module"], "plugin")
         except ConfigError as err:
-            cause = err.__cause__ or err
-            gone = f", which is no longer there, and no module {rec['module']!r} imports" if file else ""
-            raise ConfigError(f"{run_dir} was trained with the plugin {where}{gone}: {type(cause).__name__}: "
-                              f"{str(cause).strip().splitlines()[0] if str(cause).strip() else ''}; {_HOW}") from None
+            raise RecordedPluginError(rec, err) from None
+
+
+class RecordedPluginError(ConfigError):
+    """A recorded plugin that does not import: ``record`` and the import's ``error`` (for the caller's message)."""
+
+    def __init__(self, record: dict[str, str], error: ConfigError):
+        super().__init__(str(error))
+        self.record, self.error = record, error
+
+
+def load_recorded_plugins(run_dir: str | Path) -> None:
+    """Import the plugins ``run_dir`` was trained with (:func:`recorded_plugins`): the recorded file when it is still
+    there, else the module by name. One that does not import is a one-line error naming it and how to give it."""
+    try:
+        import_recorded(recorded_plugins(run_dir))
+    except RecordedPluginError as failed:
+        rec, file = failed.record, failed.record.get("file")
+        cause = failed.error.__cause__ or failed.error
+        where = f"module {rec['module']!r}" + (f" (file {file})" if file else "")
+        gone = f", which is no longer there, and no module {rec['module']!r} imports" if file else ""
+        raise ConfigError(f"{run_dir} was trained with the plugin {where}{gone}: {type(cause).__name__}: "
+                          f"{str(cause).strip().splitlines()[0] if str(cause).strip() else ''}; {_HOW}") from None
 
 
 def plugin_hint(err: ConfigError) -> str:

@@ -220,20 +220,15 @@ def load_export_plugins(plugins: list[dict[str, str]] | None, folder: str | os.P
     model is built (the modelling code calls this): a module already imported is kept, a copied file
     (``folder/plugins/NAME.py``) is imported from the folder, else the module by name. One that does not import
     is a one-line ``ImportError`` naming it and what to do."""
-    from ..plugins import import_plugins
-    from ..utils.validate import ConfigError
+    from ..plugins import RecordedPluginError, import_recorded
 
-    for rec in plugins or []:
-        name = rec["module"]
-        if name in sys.modules:
-            continue
-        copy_ = Path(folder) / rec["file"] if folder and rec.get("file") else None
-        try:
-            import_plugins([str(copy_) if copy_ is not None and copy_.is_file() else name], said="plugin")
-        except ConfigError as err:
-            where = f" (its copy {rec['file']} is not in {folder})" if rec.get("file") else ""
-            raise ImportError(f"this energyformer model needs its plugin module {name!r}{where}: {err}; make the "
-                              f"module importable (PYTHONPATH or pip install) where the model is loaded") from None
+    try:
+        import_recorded(plugins or [], Path(folder) if folder else None)
+    except RecordedPluginError as failed:
+        rec = failed.record
+        where = f" (its copy {rec['file']} is not in {folder})" if rec.get("file") and folder else ""
+        raise ImportError(f"this energyformer model needs its plugin module {rec['module']!r}{where}: {failed.error}; "
+                          f"make the module importable (PYTHONPATH or pip install) where the model is loaded") from None
 
 
 def export_message(run: str, out: str | Path, which: str, fmt: str) -> str:
