@@ -2,7 +2,8 @@
 
 import pytest
 
-from energyformer.cli import LIST_CHOICES, listings, main
+from energyformer.cli import main
+from energyformer.cli_list import LIST_CHOICES, listings
 
 
 def test_every_choice_is_a_listing():
