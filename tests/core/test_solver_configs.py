@@ -1,6 +1,8 @@
 """Typed solver and step-size configs: every kind builds its solver, bad kinds and keys are
 one-line errors listing what is registered, duplicate registrations fail."""
 
+from typing import ClassVar
+
 import pytest
 import torch
 
@@ -13,8 +15,12 @@ from energyformer.utils.config import ConfigModel, dumps_yaml, load_config
 from energyformer.utils.validate import ConfigError
 
 
+class BankDescent(DescentConfig):
+    head_bank: ClassVar[bool] = True  # a sublayer whose energy takes a per-head bank (as CEM attention's)
+
+
 class Holder(ConfigModel):
-    sub: DescentConfig = DescentConfig()
+    sub: BankDescent = BankDescent()
 
 
 def _build(data, dim=8, heads=None):

@@ -23,7 +23,7 @@ CEM attention is causal (the seed) or bidirectional (``causal=False``, given by 
 :mod:`energyformer.energies.interaction` for the bidirectional energy and its symmetric ALiBi).
 """
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -52,6 +52,7 @@ class CEMAttentionConfig(AttentionConfig, DescentConfig):
     """CEM attention (defaults: seed §4 + reconstructed.md §4 recommendations)."""
 
     kind: Literal["cem"] = "cem"
+    head_bank: ClassVar[bool] = True  # one P_k per head (Eq. 14)
     solver: SOLVERS.type("gd") = Field(default_factory=lambda: GDConfig(precond_rank=4, precond_per_head=True))
     """descent rule (default gd; precond: P_k of Eq. 13, rank R = 4 (App. D.4), one P_k per head (Eq. 14))"""
     diagonal: Diagonal = "shared"

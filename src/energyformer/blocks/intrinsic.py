@@ -95,19 +95,9 @@ def _momentum_default(kind: str):
 
 class IntrinsicDescentConfig(DescentConfig):
     """The descent keys of every intrinsic sublayer (attention and FFN kinds here and in
-    :mod:`~energyformer.blocks.intrinsic_newton`). Their energies act on the merged (B, N, D) output and
-    take no per-head preconditioner bank (``Energy.head_bank``: only CEM attention's does), so
-    ``solver.precond_per_head: true`` is refused when the config loads. It was accepted, and then the (H, D)
-    bank broadcast against the sequence axis: a crash where N ≠ H, after the run directory was written, and
-    token i scaled by head i's diagonal where N = H (a one-token input came back H tokens long; probe N).
-    The block refuses it again at build for an energy built by hand (:class:`~energyformer.core.EnergyBlock`)."""
-
-    @model_validator(mode="after")
-    def _no_head_bank(self) -> IntrinsicDescentConfig:
-        if getattr(self.solver, "precond_per_head", False):
-            raise ValueError(f"solver.precond_per_head = true: the {self.kind} sublayer has no per-head "
-                             "preconditioner bank (only CEM attention's energy takes one); allowed: false")
-        return self
+    :mod:`~energyformer.blocks.intrinsic_newton`). Their energies act on the merged (B, N, D) output and take no
+    per-head preconditioner bank, so ``solver.precond_per_head: true`` is refused when the config loads
+    (:class:`~energyformer.core.sublayer.DescentConfig`'s ``head_bank`` rule)."""
 
 
 class _MomentumSublayer(IntrinsicDescentConfig):

@@ -39,7 +39,7 @@ rewritten in one place, :func:`migrate_descent`, called on the raw mapping befor
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
@@ -77,6 +77,24 @@ class DescentConfig(ConfigModel):
     @classmethod
     def migrate(cls, data: dict) -> dict:
         return migrate_descent(cls, data)
+
+    #: whether this sublayer's energy takes a per-head preconditioner bank (:attr:`Energy.head_bank
+    #: <energyformer.core.energy.Energy.head_bank>`; CEM attention's, Eq. 14): where it does not,
+    #: ``solver.precond_per_head: true`` is refused when the config loads (a sublayer of your own sets it True)
+    head_bank: ClassVar[bool] = False
+
+    @model_validator(mode="after")
+    def _no_head_bank(self) -> DescentConfig:
+        """``solver.precond_per_head: true`` on a sublayer whose energy acts on the merged (B, N, D) output: refused
+        here. Hyper-SET, ET and CRATE accepted it at load and refused it only when the model was built; the
+        intrinsic sublayers once accepted it outright, and the (H, D) bank broadcast against the sequence axis (a
+        crash where N ≠ H, token i scaled by head i's diagonal where N = H; probe N). The block refuses it again
+        at build for an energy built by hand (:class:`~energyformer.core.EnergyBlock`)."""
+        if not type(self).head_bank and getattr(self.solver, "precond_per_head", False):
+            raise ValueError(f"solver.precond_per_head = true: the {getattr(self, 'kind', type(self).__name__)} "
+                             "sublayer has no per-head preconditioner bank (only CEM attention's energy takes one); "
+                             "allowed: false")
+        return self
 
     @model_validator(mode="after")
     def _lookahead_one_step(self) -> DescentConfig:
