@@ -11,7 +11,7 @@ from energyformer.blocks import (
     build_attention, build_mlp,
 )
 from energyformer.blocks.cem import Diagonal, Precond
-from energyformer.core import PRECONDITIONERS, ForwardContext, check_attention_kind
+from energyformer.core import PRECONDITIONERS, ForwardContext, check_attention_kind, check_mlp_kind
 from energyformer.core.checks import _supports_causal
 from energyformer.energies.interaction import DIAGONAL_MODES
 from energyformer.models.params import count_params
@@ -106,6 +106,13 @@ def test_every_attention_kind_meets_the_public_contract(kind):
     """Causal (where it has a causal form), ignores padded keys (causal and bidirectional), KV-cache decoding with
     left padding equals the full forward: the checks a plugin's kind gets (``core.check_attention_kind``)."""
     check_attention_kind(kind)
+
+
+@pytest.mark.parametrize("kind", MLPS.names())
+def test_every_mlp_kind_meets_the_public_contract(kind):
+    """Position-wise (an MLP sublayer's energy is taken as token-local in cached decoding) and KV-cache decoding
+    equals the full forward where it has a causal form: the checks a plugin's kind gets (``core.check_mlp_kind``)."""
+    check_mlp_kind(kind)
 
 
 @pytest.mark.parametrize("kind", CAUSAL_KINDS, ids=str)

@@ -10,7 +10,8 @@ from .backward import (
 )
 from .block import EnergyBlock, ForwardContext
 from .checks import (
-    check_attention_kind, check_descent, check_energy, check_energy_dtypes, check_grad, check_reference,
+    check_attention_kind, check_descent, check_energy, check_energy_dtypes, check_grad, check_mlp_kind,
+    check_reference,
 )
 from .composite import CompositeEnergy
 from .energy import ENERGIES, Energy, register_energy
@@ -39,6 +40,7 @@ from .trace import Trace, Traces, key_label
 __all__ = [
     "ENERGIES", "Energy", "register_energy", "CompositeEnergy", "QuadraticEnergy",
     "check_energy", "check_grad", "check_descent", "check_reference", "check_energy_dtypes", "check_attention_kind",
+    "check_mlp_kind",
     "EnergyBlock", "ForwardContext",
     "PRECONDITIONERS", "Preconditioner", "IdentityPrecond", "DiagonalPrecond", "DiagLowRankPrecond",
     "make_preconditioner",

@@ -3,7 +3,8 @@ equals autograd of ``energy``, and that a small enough step lowers it").
 
 ``tests/core/test_energy_properties.py`` runs them over every registered energy and its
 ``examples()``; a researcher writing a new energy outside the package (which those tests never see) calls
-:func:`check_energy`, :func:`check_energy_dtypes` and :func:`check_attention_kind` on it directly.
+:func:`check_energy`, :func:`check_energy_dtypes`, :func:`check_attention_kind` and :func:`check_mlp_kind` on it
+directly.
 
 * :func:`check_grad`: ``grad(x, state)`` equals autograd of ``Σ_i energy(x, state)_i`` (for an
   iterate-context energy, of ``Σ_i energy(x, reprepare(state, x))_i``: the total derivative).
@@ -19,6 +20,8 @@ equals autograd of ``energy``, and that a small enough step lowers it").
   token i unchanged when a later token changes), ignores padded keys (``mask``) and decodes with its KV cache
   exactly as the full forward does. :func:`check_energy` calls ``prepare`` with no mask, cache or causal
   setting, so an energy that sees the future or drops the mask or the cache passes it; this one does not.
+* :func:`check_mlp_kind`: a registered MLP kind is position-wise (unless its energy declares ``token_local =
+  False``) and decodes with its KV cache exactly as the full forward does.
 
 Every helper raises ``AssertionError`` naming what failed. The grad / descent checks run in float64
 (tolerances are set for it).
@@ -227,6 +230,68 @@ def check_attention_kind(kind: Any, *, dim: int = 16, heads: int = 4, seed: int 
                                  f"by {diff:.3g} when padded tokens changed (ForwardContext.mask: False = padding)")
     if causal_blk is not None:
         _check_cache(name, causal_blk, torch.randn(2, 7, dim, generator=g, dtype=torch.float64), atol)
+
+
+def _mlp(kind: Any, dim: int, seed: int) -> tuple[str, nn.Module, bool]:
+    """The MLP sublayer of ``kind`` (name, mapping or config), built as a model builds it (with an attention's
+    shared modules where the kind reads them: Hyper-SET's step network), float64, parameters moved off their
+    initialisation, eval mode; and whether it was built causal (its ``supports_causal``)."""
+    from ..blocks import BlockConfig
+    from ..blocks.registry import ATTENTIONS, MLPConfig, SublayerSpec, build_attention, build_mlp
+    from ..utils.config import load_config
+    from ..utils.validate import ConfigError
+
+    cfg = kind if isinstance(kind, MLPConfig) else load_config(BlockConfig, {"mlp": kind}).mlp
+    torch.manual_seed(seed)
+    spec = SublayerSpec(dim=dim, heads=4, causal=bool(getattr(cfg, "supports_causal", True)))
+    try:
+        blk = build_mlp(cfg, spec)
+    except ConfigError:  # a kind that reads its layer's attention (spec.shared): build that one first
+        if cfg.kind not in ATTENTIONS.names():
+            raise
+        build_attention(load_config(BlockConfig, {"attention": cfg.kind}).attention, spec)
+        blk = build_mlp(cfg, spec)
+    blk = blk.double()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in blk.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
+    return f"mlp kind {cfg.kind!r}", blk.eval(), spec.causal
+
+
+@torch.no_grad()
+def check_mlp_kind(kind: Any, *, dim: int = 16, seed: int = 0, atol: float = 1e-10) -> None:
+    """The contract of a registered MLP kind (``kind``: its name, a ``{kind: ..., key: value}`` mapping or its
+    config), checked in float64 on random inputs (the package's own kinds in ``tests/blocks/test_registry.py``):
+
+    * position-wise, unless its energy declares ``token_local = False``: the output at every other token is
+      unchanged when token 3 changes. An MLP sublayer's energy that declares nothing is taken as token-local
+      (:func:`~energyformer.core.energy.is_token_local`), so cached decoding hands it only the new tokens; one
+      that mixes tokens without saying so decoded silently different tokens, and nothing checked it;
+    * KV cache (kinds with ``supports_causal``): decoding in pieces of 3, 1 and 3 tokens with a cache (left
+      padding) equals the full forward at the real tokens; the output is finite.
+
+    Raises ``AssertionError`` naming the kind and the property that failed."""
+    from .context import ForwardContext
+
+    g = torch.Generator().manual_seed(seed)
+    name, blk, causal = _mlp(kind, dim, seed)
+    energy = getattr(blk, "energy", None)
+    x = torch.randn(2, 8, dim, generator=g, dtype=torch.float64)
+    y = blk(x, ForwardContext())
+    if not torch.isfinite(y).all():
+        raise AssertionError(f"{name}: the output is not finite on unit-scale inputs")
+    if not isinstance(energy, Energy) or energy.token_local is not False:
+        x2 = x.clone()
+        x2[:, 3] += torch.randn(dim, generator=g, dtype=torch.float64)
+        others = [i for i in range(8) if i != 3]
+        diff = float((blk(x2, ForwardContext())[:, others] - y[:, others]).abs().max())
+        if not diff <= atol:
+            raise AssertionError(f"{name} is not position-wise: the output at other tokens changed by {diff:.3g} "
+                                 f"when token 3 changed (an MLP sublayer's energy is taken as token-local; one that "
+                                 f"reads other tokens sets token_local = False and appends them to its KV-cache slot)")
+    if causal:
+        _check_cache(name, blk, torch.randn(2, 7, dim, generator=g, dtype=torch.float64), atol)
 
 
 def _check_cache(name: str, blk: nn.Module, x: Tensor, atol: float) -> None:
