@@ -70,6 +70,42 @@ def test_sphere_norm_and_gradient_match_float64_at_extreme_scales(monkeypatch, p
     assert torch.equal(gz[:1], torch.autograd.grad(u0, z0, dy[:1].to(u0.dtype))[0])
 
 
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_on_an_accelerator_an_overflowed_row_is_loud_without_a_host_read(monkeypatch, path, dtype):
+    """Where a host read stalls the device's queue (``core.precision.host_read_stalls``: pretended here), the range
+    check read z's norm on the host in every call (eager), or recomputed every row in float64 (CUDA graphs,
+    compile). Now: ordinary inputs give bit for bit the plain result, value and gradient; a row past overflow makes
+    the whole output and gradient NaN (never the finite 0 of the unchecked norm); and no value is read on the host
+    (``Tensor.__bool__``, ``__float__`` and ``item`` raise during the call)."""
+    monkeypatch.setitem(ops.FUSED_NORM, "cpu", path == "fused")
+    g = torch.Generator().manual_seed(5)
+    z = torch.randn(4, 16, generator=g, dtype=torch.float64).to(dtype)
+    w = (torch.rand(16, generator=g, dtype=torch.float64) + 0.5).to(dtype) if path == "gain" else None
+    dy = torch.randn(4, 16, generator=g, dtype=torch.float64).to(dtype)
+
+    def run(t):
+        t = t.clone().requires_grad_(True)
+        u = sphere_rms_norm(t, 1e-6, w)
+        return u, torch.autograd.grad(u, t, dy.to(u.dtype))[0]
+
+    plain_u, plain_g = run(z)
+    monkeypatch.setattr(ops, "host_read_stalls", lambda t: True)
+
+    def no_read(*a, **k):
+        raise AssertionError("a host read of a tensor value")
+
+    with monkeypatch.context() as m:
+        for name in ("__bool__", "__float__", "item"):
+            m.setattr(torch.Tensor, name, no_read)
+        loud_u, loud_g = run(z)
+        big = z.clone()
+        big[2] *= 1e160 if dtype == torch.float64 else 1e20
+        huge_u, huge_g = run(big)
+    assert torch.equal(loud_u, plain_u) and torch.equal(loud_g, plain_g)
+    assert torch.isnan(huge_u).all() and torch.isnan(huge_g).all()
+
+
 def test_float64_rows_past_their_overflow_are_exact():
     """float64 (the reference precision) squares overflow at ~1.3e154: rows at 1e200 were 0 as well."""
     z = torch.randn(3, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 1e200
@@ -128,14 +164,24 @@ def test_energy_and_direction_at_inputs_1e20_match_float64(name, label):
 @pytest.mark.cuda
 @pytest.mark.parametrize("weight", [False, True])
 def test_the_range_check_reads_no_host_value_under_cuda_graph_capture(weight):
-    """The check's host read (a norm of z, then the rows' r) is an error while a stream is captured
-    (benchmarks/hyperset_gpu.py graphs the whole Hyper-SET step): under capture the rows are selected by ``where``,
-    and the replayed graph equals the eager result, huge rows included."""
+    """A host read is an error while a stream is captured (benchmarks/hyperset_gpu.py graphs the whole Hyper-SET
+    step): on CUDA the check reads nothing on the host (the loud form), and the replayed graph equals the eager
+    result; a huge row makes both all NaN, never a finite 0."""
     z = torch.randn(4, 64, device="cuda")
-    z[1] *= 1e20
     w = torch.rand(64, device="cuda") + 0.5 if weight else None
-    ref = sphere_rms_norm(z, 1e-6, w)
-    static = z.clone()
+    for huge in (False, True):
+        if huge:
+            z[1] *= 1e20
+        ref = sphere_rms_norm(z, 1e-6, w)
+        out = _graphed(z.clone(), w)
+        if huge:
+            assert torch.isnan(ref).all() and torch.isnan(out).all()
+        else:
+            assert torch.isfinite(ref).all()
+            torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def _graphed(static: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
     torch.cuda.synchronize()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -146,4 +192,5 @@ def test_the_range_check_reads_no_host_value_under_cuda_graph_capture(weight):
     with torch.cuda.graph(g):
         out = sphere_rms_norm(static, 1e-6, w)
     g.replay()
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    torch.cuda.synchronize()
+    return out

@@ -38,3 +38,12 @@ def no_host_sync(t: torch.Tensor) -> bool:
     # (is_available first: a CPU build's tests emulate CUDA tensors, and its capture query does not exist)
     return torch.compiler.is_compiling() or (t.is_cuda and torch.cuda.is_available()
                                              and torch.cuda.is_current_stream_capturing())
+
+
+def host_read_stalls(t: torch.Tensor) -> bool:
+    """Whether reading ``t``'s values on the host stalls a queue of work: ``t`` on an accelerator (CUDA, XPU, MPS),
+    whose kernels run asynchronously, so a host read waits for every kernel queued before it and leaves the device
+    idle while the host then launches the next ones. On a CPU the work is done when the read comes: free. Guards
+    on hot paths keep their host reads to devices where this is False (hyperspherical_ops, the sphere norm)."""
+    return t.device.type not in ("cpu", "meta")
+

@@ -42,7 +42,11 @@ gradient: no float32 copy of the (B, N, 4d) feed-forward hidden as autocast make
 (docs/hyperset.md, "Speed"). Its statistic ``r = (mean z² + eps)^(-1/2)`` squares before it sums, so in float32
 statistics a row past ‖z‖ ≈ 1.8e19 gave r = rsqrt(inf) = 0 and a *finite* u = 0 (every Hyper-SET energy then a
 constant, its update 0 or garbage: probe P). Every path therefore recomputes the rows outside the statistics'
-exact range (:func:`_off_range`) in float64 on z / max|z| (:func:`_rescaled_rms_norm`), with its exact gradient.
+exact range (:func:`_off_range`) in float64 on z / max|z| (:func:`_rescaled_rms_norm`), with its exact gradient —
+on a CPU. On an accelerator that check cost a host read (or, under CUDA graphs and ``torch.compile``, that float64
+recomputation of every row) in every norm call of every iteration; there instead (:func:`_loud`) a row at or past
+overflow turns the whole output and its gradient into NaN, with no host read and no extra pass over z
+(:func:`_overflow_flag`): a loud failure (the trainer stops on a non-finite loss), never the finite 0 of before.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.autograd.function import once_differentiable
 
 from ..core.attention import masked_logsumexp, masked_softmax, sdpa
-from ..core.precision import autocast_dtype, autocast_off, no_host_sync
+from ..core.precision import autocast_dtype, autocast_off, host_read_stalls, no_host_sync
 
 def _safe_span(dtype: torch.dtype) -> float:
     fi = torch.finfo(dtype)
@@ -99,9 +103,10 @@ class _SphereRMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: Tensor, eps: float) -> Tensor:
         with autocast_off(z.device.type):  # vector_norm is on autocast's float32 list
-            u, r = _sphere_fwd(z, eps)
+            loud = _loud(z, eps)
+            u, r = _sphere_fwd(z, eps, loud)
             bad = None
-            if no_host_sync(z) or (_has_values(r) and _any_off_range(r, eps)):
+            if not loud and (no_host_sync(z) or (_has_values(r) and _any_off_range(r, eps))):
                 bad = _off_range(r)
                 u = torch.where(bad, _rescaled_rms_norm(z, eps).to(u.dtype), u)
         ctx.save_for_backward(z, r, bad)
@@ -119,10 +124,12 @@ class _SphereRMSNorm(torch.autograd.Function):
             return gz, None
 
 
-def _sphere_fwd(z: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """(u, r) of :class:`_SphereRMSNorm` (autocast off)."""
+def _sphere_fwd(z: Tensor, eps: float, loud: bool = False) -> tuple[Tensor, Tensor]:
+    """(u, r) of :class:`_SphereRMSNorm` (autocast off); ``loud``: r times :func:`_overflow_flag`."""
     r = torch.linalg.vector_norm(z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1), then in place:
     r = r.square_().div_(z.shape[-1]).add_(eps).rsqrt_()  # (mean(z²) + eps)^(-1/2), four ops on the small r
+    if loud:
+        r = r * _overflow_flag(r)
     # float32 product rounded once to z's dtype, written contiguous (z may be a per-head view of a
     # projection: the attention's batched matmuls then read u without copying it first)
     if torch.compiler.is_compiling():  # Dynamo breaks the graph at out=; inductor fuses this anyway
@@ -219,18 +226,41 @@ def _off_range(r: Tensor) -> Tensor:
     return (r == 0) | (r > R_MAX[r.dtype])
 
 
+def _loud(z: Tensor, eps: float) -> bool:
+    """Whether the norm of z takes the loud form (module docstring): z on an accelerator
+    (``core.precision.host_read_stalls``) and an eps above the underflow floor (below it the rows' underflow needs
+    the exact check and its host read; no default eps is that small)."""
+    stats = torch.float64 if z.dtype == torch.float64 else torch.float32
+    return host_read_stalls(z) and eps >= R_MAX[stats] ** -2
+
+
+def _overflow_flag(r: Tensor) -> Tensor:
+    """0-dim, r's dtype: NaN where any row's statistic r = (mean z² + eps)^(-1/2) is below 2/√max (mean z² past
+    max/4: at or near the overflow that made r = 0 and u a finite 0; a margin, so that a row the fused kernel's own
+    sum overflows is never missed), else 1. On the device, without a host read; a NaN r stays NaN."""
+    lim = 2.0 / math.sqrt(torch.finfo(r.dtype).max)
+    return torch.where((r < lim).any(), math.nan, 1.0).to(r.dtype)
+
+
 def _checked_rms_norm(z: Tensor, eps: float, weight: Tensor | None, autocast: bool) -> Tensor:
     """``F.rms_norm`` (``autocast=False``: with autocast off), the rows :func:`_off_range` flags taken from
-    :func:`_rescaled_rms_norm`. It does not return its r: the norm of all of z (one reduction, one host sync)
+    :func:`_rescaled_rms_norm` (on an accelerator: the loud form, :func:`_loud`). It does not return its r: the norm of all of z (one reduction, one host sync)
     shows whether any row's squares can overflow; only then, or with an eps below the underflow floor, the rows'
     r are taken. Under ``torch.compile`` or CUDA-graph capture no branch (``core.precision.no_host_sync``:
     always ``where``). Each branch sees the other's rows as ones,
     so neither backward forms a NaN there (0 · inf) that ``where``'s gradient would keep."""
-    def plain(t: Tensor) -> Tensor:
+    def plain(t: Tensor, w: Tensor | None = weight) -> Tensor:
         with contextlib.nullcontext() if autocast else autocast_off(t.device.type):
-            return F.rms_norm(t, (t.shape[-1],), weight, eps)
+            return F.rms_norm(t, (t.shape[-1],), w, eps)
 
     stats = torch.float64 if z.dtype == torch.float64 else torch.float32
+    if _loud(z, eps):  # the flag enters as the norm's gain (a 1 changes no bit): no pass over z beyond r's
+        with torch.no_grad(), autocast_off(z.device.type):
+            r = torch.linalg.vector_norm(z, dim=-1, keepdim=True, dtype=stats)
+            flag = _overflow_flag(r.square_().div_(z.shape[-1]).add_(eps).rsqrt_())
+        if weight is None:
+            return plain(z, flag.to(z.dtype).expand(z.shape[-1]))
+        return plain(z, weight * flag.to(weight.dtype))
     no_sync = no_host_sync(z)
     if not no_sync and (not _has_values(z) or z.numel() == 0):
         return plain(z)
