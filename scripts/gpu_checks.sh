@@ -30,11 +30,13 @@
 #                                          kernels vs one program per head, 4 and 8 causal chunks, at 1k; the
 #                                          head sums atomic vs gathered vs all gathered (head_sums), G and dHs Hᵀ
 #                                          in float32 vs bf16 (shared_dtype), at 4k
-#   scripts/gpu_checks.sh next [SECONDS]    (~6.5 min) what the H100 session of 2026-11-27 at code 855edd0 left (its own
+#   scripts/gpu_checks.sh next [SECONDS]    (~8 min) what the H100 session of 2026-11-27 at code 855edd0 left (its own
 #                                          `next` timed the key-tile kernel's tiles: docs/cem.md): the CEM kernel's CUDA
 #                                          tests, the model-size one now also for the fastest launch timed and for
-#                                          product_order 'auto' without the transposed dk; where the eager step's host
-#                                          time goes in Python (gpu_profile.py --python) for Hyper-SET and CEM at 1k;
+#                                          product_order 'auto' without the transposed dk, with the sphere norm's and
+#                                          core's CUDA tests; Hyper-SET's bf16 training tokens/s against the
+#                                          transformer, eager and graphed (the sphere norm without host reads);
+#                                          where the eager step's host time goes in Python (gpu_profile.py --python) for Hyper-SET and CEM at 1k;
 #                                          the default launch against the fastest one as CUDA graphs at 1k and 4k
 #   scripts/gpu_checks.sh order [SECONDS]   (~3 min) which kernel's turned products break product_order 'auto' on the
 #                                          GPU (scripts/cem_order_bisect.py: each kernel's flag alone at the model's
@@ -205,8 +207,15 @@ if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code 855ed
   # on CUDA); then where the eager steps' host time goes, in Python (gpu_profile.py --python: Hyper-SET's eager step
   # is 64 ms of wall on 20 ms of GPU work, the transformer's 35 on 20), and the kernels' rows of the same launches
   step pytest_cem 130 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
-    tests/energies/test_cem_kernel_cuda.py
+    tests/energies/test_cem_kernel_cuda.py tests/energies/test_sphere_overflow.py \
+    tests/energies/test_hyperspherical_ffkernel.py tests/core
   cp "$W/pytest_cem.txt" "$OUT/" 2>/dev/null
+  # the sphere norm's overflow guard without host reads (2026-11-28; the read-per-call form was never timed):
+  # Hyper-SET against the transformer, eager and as one CUDA graph per step (issue 20's 0.82x / 1.07x)
+  step hyperset_eager 50 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
+    --warmup 2 --keep-going --models "Hyper-SET" --out "$OUT/hyperset_gpu_eager.md"
+  step hyperset_graphs 50 $PY benchmarks/hyperset_gpu.py --precisions bf16 --modes training --repeats 5 \
+    --warmup 2 --keep-going --cuda-graph --models "Hyper-SET" --out "$OUT/hyperset_gpu_graphs.md"
   step python_hyperset 60 $PY benchmarks/gpu_profile.py --suite hyperset --keep-going --rows 12 --python 30 \
     --models "looped transformer;Hyper-SET" --out "$OUT/gpu_profile_python_hyperset.md"
   step python_cem_1k 70 $PY benchmarks/gpu_profile.py --suite cem --keep-going --rows 12 --python 30 \

@@ -244,11 +244,11 @@ def _overflow_flag(r: Tensor) -> Tensor:
 
 def _checked_rms_norm(z: Tensor, eps: float, weight: Tensor | None, autocast: bool) -> Tensor:
     """``F.rms_norm`` (``autocast=False``: with autocast off), the rows :func:`_off_range` flags taken from
-    :func:`_rescaled_rms_norm` (on an accelerator: the loud form, :func:`_loud`). It does not return its r: the norm of all of z (one reduction, one host sync)
-    shows whether any row's squares can overflow; only then, or with an eps below the underflow floor, the rows'
-    r are taken. Under ``torch.compile`` or CUDA-graph capture no branch (``core.precision.no_host_sync``:
-    always ``where``). Each branch sees the other's rows as ones,
-    so neither backward forms a NaN there (0 · inf) that ``where``'s gradient would keep."""
+    :func:`_rescaled_rms_norm` (on an accelerator: the loud form, :func:`_loud`). It does not return its r: the
+    norm of all of z (one reduction, one host sync) shows whether any row's squares can overflow; only then, or
+    with an eps below the underflow floor, the rows' r are taken. Under ``torch.compile`` (CPU) no branch
+    (``core.precision.no_host_sync``: always ``where``). Each branch sees the other's rows as ones, so neither
+    backward forms a NaN there (0 · inf) that ``where``'s gradient would keep."""
     def plain(t: Tensor, w: Tensor | None = weight) -> Tensor:
         with contextlib.nullcontext() if autocast else autocast_off(t.device.type):
             return F.rms_norm(t, (t.shape[-1],), w, eps)
