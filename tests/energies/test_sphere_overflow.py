@@ -138,6 +138,29 @@ def test_memory_cosines_are_f_normalize_and_exact_past_the_overflow():
     torch.testing.assert_close(big.double(), want, rtol=1e-5, atol=1e-6)
 
 
+def test_memory_cosines_on_an_accelerator_are_loud_without_a_host_read(monkeypatch):
+    """Where a host read stalls the queue (pretended): a row past the norm's overflow gives NaN cosines (loud; the
+    exact rescaled norm read a flag on the host per call), ordinary rows are F.normalize's bit for bit, and no value
+    is read on the host."""
+    from energyformer.energies import coherence_pointwise as cp
+
+    e = ENERGIES["coherence_mem"](8, size=6, tau=0.5)
+    h = torch.randn(3, 8, generator=torch.Generator().manual_seed(6))
+    h[1] *= 1e20
+    bank = F.normalize(e.bank, dim=-1)
+    monkeypatch.setattr(cp, "host_read_stalls", lambda t: True)
+
+    def no_read(*a, **k):
+        raise AssertionError("a host read of a tensor value")
+
+    with monkeypatch.context() as m:
+        for name in ("__bool__", "__float__", "item"):
+            m.setattr(torch.Tensor, name, no_read)
+        cos = e._cos(h)
+    assert torch.isnan(cos[1]).all()
+    assert torch.equal(cos[[0, 2]], F.normalize(h[[0, 2]], dim=-1, eps=1e-6) @ bank.t())
+
+
 def _run(energy, ctx, x):
     state = energy.prepare(ctx)
     if energy.context_is_iterate:

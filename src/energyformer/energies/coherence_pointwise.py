@@ -32,6 +32,7 @@ only). Shared modules (the head and final norm, F_θ) are used, not owned
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -39,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core.energy import Energy, register_energy
-from ..core.precision import no_host_sync
+from ..core.precision import host_read_stalls, no_host_sync
 from ..core.projected import safe_norm
 from ..utils.validate import check_choice, check_float, check_int
 from .coherence import CoherenceContext, SharedModules, _examples_context
@@ -151,10 +152,14 @@ def _normalize(v: Tensor, eps: float = 1e-6) -> Tensor:
     """``F.normalize(v, dim=-1, eps=eps)`` = v / max(‖v‖, eps) whose norm does not overflow: ‖v‖ squares first,
     so past ~1.8e19 in float32 it was inf and every cosine 0 (ℒ_mem a constant, its gradient 0: probe P). Rows
     whose plain norm is inf take :func:`~energyformer.core.projected.safe_norm` (max-abs scaled); the check is one
-    host sync on a (…, 1) flag, none under ``torch.compile`` or CUDA-graph capture (always ``where`` there). Underflow needs
-    no care: a norm below ~1e-19 is below eps anyway."""
+    host sync on a (…, 1) flag, none under ``torch.compile`` (always ``where`` there). On an accelerator
+    (``core.precision.host_read_stalls``: a host read stalls its queue, and CUDA-graph capture forbids it) such rows
+    are NaN instead: loud, a tiny op on the norms, no host read. Underflow needs no care: a norm below ~1e-19 is
+    below eps anyway."""
     n = torch.linalg.vector_norm(v, dim=-1, keepdim=True)
     big = torch.isinf(n)
+    if host_read_stalls(v):
+        return v / torch.where(big, math.nan, n.clamp_min(eps))
     if no_host_sync(v) or bool(big.any()):
         n = torch.where(big, safe_norm(v, keepdim=True), n)
     return v / n.clamp_min(eps)
