@@ -9,6 +9,7 @@ import torch
 import yaml
 from torch import nn
 
+from energyformer.utils.validate import ConfigError
 from energyformer.blocks import ATTENTIONS, MLPS, BlockConfig, SublayerSpec, TransformerLayer
 from energyformer.core import NORMS, DescentConfig, EnergyBlock, ForwardContext
 from energyformer.energies.energy_transformer import EnergyLayerNorm
@@ -125,9 +126,12 @@ def test_old_top_level_spellings_load():
     assert old.mlp.norm == load_config(BlockConfig, {"mlp": "cem"}).mlp.norm
     tied = load_config(BlockConfig, {"attention": {"kind": "mha_tied", "norm_in_loop": False}}).attention
     assert tied.norm.kind == "layer" and not tied.norm.in_loop
-    # an explicit norm wins over an old key; the migration is idempotent
-    both = load_config(BlockConfig, {"attention": {"kind": "cem", "norm_in_loop": False, "norm": {"in_loop": True}}})
+    # an old key beside its new place: the same value loads, another is refused (the new place won silently, also
+    # over a --set of the old key); the migration is idempotent
+    both = load_config(BlockConfig, {"attention": {"kind": "cem", "norm_in_loop": True, "norm": {"in_loop": True}}})
     assert both.attention.norm.in_loop
+    with pytest.raises(ConfigError, match=r"norm_in_loop = False conflicts with norm\.in_loop = True"):
+        load_config(BlockConfig, {"attention": {"kind": "cem", "norm_in_loop": False, "norm": {"in_loop": True}}})
     again = load_config(BlockConfig, yaml.safe_load(dumps_yaml(old)))
     assert again == old
 

@@ -52,10 +52,11 @@ from ..core.context import ForwardContext, context_or_new
 from ..core.proximal import ProximalConfig
 from ..core.solver import SOLVERS, Budget, SolverStats
 from ..core.stepsize import StepSizeField
-from ..core.sublayer import build_solver
+from ..core.sublayer import build_solver, check_moved
 from ..energies.coherence import CoherenceContext, MaskedReconstructionEnergy, ReversePredictionEnergy
 from ..energies.coherence_pointwise import ConfidenceEnergy, ConsistencyEnergy, MemoryEnergy
 from ..utils.config import ConfigModel
+from ..utils.validate import ConfigError
 
 TERMS = {"coherence": ("rev", "mask", "conf", "mem"), "consistency": ("pred", "consist", "mem")}
 DEFAULT_WEIGHTS = {"coherence": {"rev": 1.0, "mask": 0.5, "conf": 0.2, "mem": 0.0},
@@ -145,14 +146,27 @@ class RefineConfig(ConfigModel):
         ``implicit_method`` / ``implicit_max_iter`` / ``implicit_tol`` is the backward config."""
         data = dict(data)
         if "alpha" in data:
-            data.setdefault("step_size", data.pop("alpha"))
+            alpha, given = data.pop("alpha"), data.get("step_size", None)
+            value = given.get("value") if isinstance(given, dict) and given.get("kind", "fixed") == "fixed" else given
+            if "step_size" in data and value != alpha:
+                raise ConfigError(f"alpha = {alpha!r} conflicts with step_size = {given!r} (the same setting, its "
+                                  "old spelling): set step_size only")
+            data.setdefault("step_size", alpha)
         moved = {k: data.pop(k) for k in ("gamma", "tol", "energy_threshold") if k in data}
+        check_moved(moved, data.get("solver"), "solver")
         if moved:
             data["solver"] = {**ProximalConfig().model_dump(), **moved, **(data.get("solver") or {})}
         imp = {k[len("implicit_"):]: data.pop(k) for k in ("implicit_method", "implicit_max_iter", "implicit_tol")
                if k in data}
-        if data.get("backward") == "implicit":
+        backward = data.get("backward")
+        if backward == "implicit":
             data["backward"] = {"kind": "implicit", **imp}
+        elif imp and isinstance(backward, dict) and backward.get("kind") == "implicit":
+            check_moved(imp, backward, "backward")
+            data["backward"] = {**imp, **backward}
+        elif imp:  # they were dropped without a word
+            raise ConfigError(f"{', '.join('implicit_' + k for k in imp)}: options of backward 'implicit', but "
+                              f"backward = {backward!r}; allowed: backward: {{kind: implicit, {next(iter(imp))}: ...}}")
         return data
 
     @model_validator(mode="after")

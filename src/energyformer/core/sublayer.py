@@ -156,6 +156,7 @@ def migrate_descent(cls: type[ConfigModel], data: dict) -> dict:
             raise ConfigError(f"learn_step_size = True: only allowed with a numeric step_size (got {eta!r})")
     # -- solver options at the top level
     moved = {k: data.pop(k) for k in OLD_SOLVER_KEYS if k in data and k not in fields}
+    check_moved(moved, data.get("solver"), "solver")
     data = _merge_default(cls, data, "solver", moved)
     # -- backward: name + truncate
     if "truncate" in data and "truncate" not in fields:
@@ -166,9 +167,23 @@ def migrate_descent(cls: type[ConfigModel], data: dict) -> dict:
             data["backward"] = {"kind": "truncated", "k": k}
     # -- norm: top-level norm_in_loop / init; a norm without a kind (or a bare name) merges onto the default
     if "norm" in fields:
-        data = _merge_default(cls, data, "norm", {new: data.pop(old) for old, new in OLD_NORM_KEYS.items()
-                                                  if old in data and old not in fields})
+        moved = {new: data.pop(old) for old, new in OLD_NORM_KEYS.items() if old in data and old not in fields}
+        check_moved(moved, data.get("norm"), "norm", {new: old for old, new in OLD_NORM_KEYS.items()})
+        data = _merge_default(cls, data, "norm", moved)
     return data
+
+
+def check_moved(moved: dict, given: Any, where: str, old_names: dict | None = None) -> None:
+    """Refuse an old top-level key whose new place (``where.key``) is also given, with another value. The new
+    place won silently: the migration runs after ``--set``, so ``--set model.refine.gamma=2`` on a config that
+    writes ``solver: {gamma: 1}`` trained with 1 and said nothing (an outside probe)."""
+    if not isinstance(given, dict):
+        return
+    for key, value in moved.items():
+        if key in given and given[key] != value:
+            old = (old_names or {}).get(key, key)
+            raise ConfigError(f"{old} = {value!r} conflicts with {where}.{key} = {given[key]!r} (the same setting, "
+                              f"its old spelling at the top level): set {where}.{key} only")
 
 
 def _merge_default(cls: type[ConfigModel], data: dict, key: str, moved: dict) -> dict:
