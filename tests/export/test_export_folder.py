@@ -159,9 +159,24 @@ def test_the_export_line_says_how_the_tokenizer_loads(runs, tmp_path, capsys, mo
     capsys.readouterr()
     assert main(["export", str(runs["bpe"]), str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
-    assert f"AutoTokenizer.from_pretrained({str(tmp_path / 'a')!r})" in out, out
+    custom = bool(json.loads((tmp_path / "a" / "config.json").read_text()).get("auto_map"))
+    trust = ", trust_remote_code=True" if custom else ""  # (without it transformers asks on the terminal)
+    assert f"AutoTokenizer.from_pretrained({str(tmp_path / 'a')!r}{trust})" in out, out
     monkeypatch.setattr(hf_module, "write_hf_tokenizer", lambda tok, folder: "a reason")
     assert main(["export", str(runs["bpe"]), str(tmp_path / "b")]) == 0
     said = capsys.readouterr()
     assert "no tokenizer.json" in said.out and "AutoTokenizer.from" not in said.out, said.out
     assert "no tokenizer written" in said.err and "a reason" in said.err, said.err
+
+
+def test_the_export_line_of_a_custom_code_folder_trusts_its_code_for_the_tokenizer_too(tmp_path):
+    """A custom-code folder (``auto_map``): ``AutoTokenizer.from_pretrained(OUT)`` as the line said it asks
+    "Do you wish to run the custom code? [y/N]" and waits (an outside probe); the line now gives
+    trust_remote_code=True there, and not for a native folder."""
+    for name, config in (("custom", {"auto_map": {"AutoConfig": "x"}}), ("native", {})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        (tmp_path / name / "tokenizer.json").write_text("{}")
+        line = hf_module.export_message("runs/r", tmp_path / name, "last", "hf")
+        said = f"AutoTokenizer.from_pretrained({str(tmp_path / name)!r}, trust_remote_code=True)"
+        assert (said in line) == (name == "custom"), line

@@ -235,8 +235,10 @@ def export_message(run: str, out: str | Path, which: str, fmt: str) -> str:
     """The line ``energyformer export`` prints: where the folder went, how it loads, what it needs."""
     out = Path(out)
     config = json.loads((out / "config.json").read_text())
-    # AutoTokenizer loads the folder only where the export wrote tokenizer.json (else export_hf said why on stderr)
-    tok = (f"; its tokenizer with transformers.AutoTokenizer.from_pretrained({str(out)!r})"
+    # AutoTokenizer loads the folder only where the export wrote tokenizer.json (else export_hf said why on stderr);
+    # a custom-code folder (auto_map) needs trust_remote_code there too, else transformers asks on the terminal
+    trust = ", trust_remote_code=True" if config.get("auto_map") else ""
+    tok = (f"; its tokenizer with transformers.AutoTokenizer.from_pretrained({str(out)!r}{trust})"
            if (out / "tokenizer.json").is_file() else "; no tokenizer.json (see the note above)")
     plugins = config.get("energyformer_plugins") or []
     copied = [p["module"] for p in plugins if p.get("file")]
