@@ -7,6 +7,7 @@ import importlib.util
 import pytest
 import torch
 
+from energyformer.experiment import load_run_config
 from energyformer.blocks.hyperset import DepthLoRA, LoRAConfig
 from energyformer.core.context import ForwardContext
 from energyformer.models import MODELS, ModelConfig
@@ -134,8 +135,10 @@ def test_depth_lora_delta_and_extrapolation_rules():
     assert DepthLoRA(6, 5, LoRAConfig(rank=2, iterations=3, beyond="none")).delta(7) is None
     last = DepthLoRA(6, 5, LoRAConfig(rank=2, iterations=3, beyond="last"))
     torch.testing.assert_close(last.delta(9), last.delta(2))
-    with pytest.raises(ConfigError, match="iterations"):
-        DepthLoRA(6, 5, LoRAConfig(rank=2))
+    with pytest.raises(ConfigError, match="iterations"):  # a config made without validation
+        DepthLoRA(6, 5, LoRAConfig.model_construct(rank=2, iterations=None, alpha=None, init_std=0.02))
+    with pytest.raises(ConfigError, match=r"model\.block\.attention\.lora: iterations is not set"):  # at load
+        load_run_config("hyperset/sudoku_hyperset", ["model.block.attention.lora.rank=4"])
 
 
 def test_lora_applies_the_iterations_delta_to_the_shared_weight():

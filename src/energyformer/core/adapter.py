@@ -15,7 +15,7 @@ import copy
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from ..utils.config import ConfigModel
@@ -35,6 +35,15 @@ class LoRAConfig(ConfigModel):
     """std of the Gaussian init of A and B (paper and code: 0.02)"""
     beyond: Literal["error", "last", "none"] = "error"
     """iterations past the last adapter: error, reuse the last adapter, or no adapter"""
+
+    @model_validator(mode="after")
+    def _iterations_with_rank(self) -> LoRAConfig:
+        """rank > 0 needs iterations, refused when the config loads (it was refused only when the model was built,
+        after ``energyformer config`` had shown the config as valid)."""
+        if self.rank > 0 and self.iterations is None:
+            raise ValueError(f"iterations is not set: give the number of per-iteration adapters (at least the "
+                             f"training iterations) when rank = {self.rank}; allowed: an integer >= 1, or rank: 0")
+        return self
 
 
 class DepthLoRA(nn.Module):
