@@ -55,7 +55,9 @@
 #                                          into docs/results/hyperset/plateau/gpu/ beside the first GPU run's)
 #   scripts/gpu_checks.sh session [SECONDS] one ~9.5-min call for a session's whole device time: Hyper-SET/transformer
 #                                          bf16 training tokens/s (eager and one CUDA graph per step), gpu_lm bf16
-#                                          training at 1k and 4k (the rows of `next`), then the plateau phase's three
+#                                          training at 1k and 4k (full CEM T=1: the default, head sums gathered, heads
+#                                          launched inner; the paper configuration on its three launches; not the rows
+#                                          `next` now times), then the plateau phase's three
 #                                          1,000-step runs with `pytest -m cuda` beside them (correctness only; the
 #                                          runs are stopped at the phase's deadline, their metrics.jsonl kept)
 #   scripts/gpu_checks.sh full STEPS|scale [SECONDS]

@@ -221,10 +221,10 @@ class KernelTiles(ConfigModel):
         """The launch a call with read-out ``hmode`` runs: itself, except per-head factors (h_mode 'stack', the
         paper's per-head preconditioners) under ``grid`` 'auto' with materialised products, which run one program
         per head ('heads') and, at the default 16 × 64 tiles, on 64 × 32 tiles: the launch that compiles for
-        sm_90 without spilling there (``tests/energies/test_cem_compile.py``; 16 × 64 spills 84 B in
-        ``_bwd_kv_h``) and the one timed — on one H100 (GPT-2 small, bf16, B 8 × N 1,024) the paper
-        configuration trained at 0.18x [0.16, 0.19] Llama's tokens/s this way against 0.06x [0.06, 0.07] on the
-        loop kernels and 0.11x on the blocked path, at the same peak memory
+        sm_90 without spilling there (``tests/energies/test_cem_compile.py``; 16 × 64 spills 112 B in
+        ``_bwd_kv_h`` and 8 B in ``_bwd_d_h``, triton 3.9.0) and the one timed — on one H100 (GPT-2 small, bf16,
+        B 8 × N 1,024) the paper configuration trained at 0.18x [0.16, 0.19] Llama's tokens/s this way against
+        0.06x [0.06, 0.07] on the loop kernels and 0.11x on the blocked path, at the same peak memory
         (docs/results/cem/gpu_h100/gpu_lm_paper_d80aaf5.md). Other tiles are kept; ``grid`` 'rows' keeps the
         loop kernels. The energy resolves it once (``InteractionEnergy.attn_launch``), outside the traced call."""
         if hmode != "stack" or self.grid != "auto" or self.shared != "materialize":
