@@ -4,7 +4,9 @@ An arm over runs gives one value per seed: the mean of its metric over the selec
 (e.g. the accuracy over every hard length). A claim with ``per: AXIS`` gives one row per label of the
 axis. A claim declared ``untestable: REASON`` is UNTESTABLE with that reason, whatever ran. The two arms are
 compared over the same cells or the row is UNTESTABLE saying why; a diverged run is a non-finite result (UNTESTABLE,
-named), never a cell silently left out of one arm.
+named), never a cell silently left out of one arm. Arms whose records were made with different command-line ``--set``
+overrides, or an arm mixing several, are UNTESTABLE naming them (:func:`sets_mismatch`): a run retrained with more
+steps beside the others decided the claim.
 """
 
 from __future__ import annotations
@@ -61,12 +63,14 @@ _AGG = {"mean": fmean, "min": min, "max": max, "range": lambda v: max(v) - min(v
 class ArmResult:
     """An arm's per-seed values with what it selected: ``cells`` are the cells of every matching record (run
     with or without a value, diverged or not), so two arms are compared over the same cells or not at all;
-    ``why`` says why an arm that selected runs has no value (a metric path no run has, a mismatch of cells)."""
+    ``why`` says why an arm that selected runs has no value (a metric path no run has, a mismatch of cells);
+    ``sets`` are the command-line ``--set`` lists its records were made with (:func:`.runner.record_sets`)."""
 
     values: dict[int, float]
     cells: frozenset = frozenset()
     diverged: tuple[str, ...] = ()
     why: str | None = None
+    sets: frozenset = frozenset()
 
 
 def arm_values(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[str, str],
@@ -76,7 +80,7 @@ def arm_values(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[
 
 
 def arm_result(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[str, str],
-               probes: dict | None = None) -> ArmResult:
+               probes: dict | None = None, sets: dict[str, tuple | None] | None = None) -> ArmResult:
     """Per seed the runs the arm selects aggregated to one (``arm.agg``, the mean by default) — or, with
     ``reduce``, its function of the per-label aggregates of one axis — minus the ``minus`` selection's value
     (seeds both ran); a probe's measurement is one value (seed 0).
@@ -87,7 +91,8 @@ def arm_result(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[
     count then says so); a cell whose runs all lack the metric leaves every seed out, with ``why`` naming the
     path. A diverged run (recorded with ``diverged`` and no metrics) is a non-finite result, never a cell
     dropped: its seed's value is NaN, so ``compare`` says UNTESTABLE (a diverged learning rate left out of a
-    sensitivity range, or one length left out of one arm's mean, silently decided the claim)."""
+    sensitivity range, or one length left out of one arm's mean, silently decided the claim). ``sets`` (record name
+    -> its ``--set`` list) gives the arm's :attr:`ArmResult.sets`."""
     if arm.probe is not None:
         v = metric_value({"metrics": {arm.probe: (probes or {}).get(arm.probe)}}, f"{arm.probe}.{arm.metric or metric}")
         return ArmResult({0: float(v)} if isinstance(v, (int, float)) else {})
@@ -95,11 +100,13 @@ def arm_result(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[
     m = arm.metric or metric
     by_seed: dict[int, dict[str | None, list[float]]] = {}
     cells: dict[int, set] = {}  # per seed, the cells it has a value for (NaN: diverged)
-    selected, valued, diverged = set(), set(), []
+    selected, valued, diverged, made = set(), set(), [], set()
     for key, r in records.items():
         if not _matches(r, where):
             continue
         selected.add(_cell_key(r))
+        if sets is not None and key in sets:
+            made.add(sets[key])
         v = math.nan if "diverged" in r else metric_value(r, m)
         if isinstance(v, str):  # a number damaged into text was a seed silently left out
             raise DataError(f"runs[{key!r}]: metric {m} is {v!r}, not a number (a claim reads it)")
@@ -131,17 +138,51 @@ def arm_result(records: dict[str, dict], arm: ArmSpec, metric: str, extra: dict[
     why = None
     if selected and not out:
         lacking = sorted(selected - valued)
-        why = (f"no selected run has the metric {m}" if not valued else
+        why = (_no_metric(records, where, m) if not valued else
                f"metric {m} missing in every run of {_cell_text(lacking[0])}" if lacking else
                f"no seed has the metric {m} in every selected cell")
-    res = ArmResult(out, frozenset(selected), tuple(diverged), why)
-    if arm.minus is not None:
-        other = arm_result(records, arm.minus, m, extra, probes)
+    res = ArmResult(out, frozenset(selected), tuple(diverged), why, frozenset(made))
+    if arm.minus is not None:   # (a gain over runs trained differently is as wrong as a comparison: sets joined)
+        other = arm_result(records, arm.minus, m, extra, probes, sets)
         differ = cell_mismatch(arm, res, arm.minus, other, extra)
         vals = {} if differ else {s: v - other.values[s] for s, v in out.items() if s in other.values}
         res = ArmResult(vals, res.cells, res.diverged + other.diverged,
-                        differ or res.why or (f"minus: {other.why}" if other.why else None))
+                        differ or res.why or (f"minus: {other.why}" if other.why else None), res.sets | other.sets)
     return res
+
+
+def _no_metric(records: dict[str, dict], where: dict, m: str) -> str:
+    """Why no selected run has a number at ``m``: a path to a mapping (``accuracy`` of ``{k0, k8, k32}``) says so
+    and names paths inside it (it read "no selected run has the metric accuracy", which it had)."""
+    found = next((v for r in records.values() if _matches(r, where) and "diverged" not in r
+                  for v in [metric_value(r, m)] if isinstance(v, (dict, list))), None)
+    if isinstance(found, dict):
+        inside = ", ".join(f"{m}.{k}" for k in list(found)[:3]) + (", ..." if len(found) > 3 else "")
+        return f"metric {m} is a mapping, not a number (give a path inside it: {inside})"
+    if isinstance(found, list):
+        return f"metric {m} is a list, not a number (give an element: {m}.0, {m}.-1)"
+    return f"no selected run has the metric {m}"
+
+
+def _sets_text(made: tuple | None) -> str:
+    if made is None:
+        return "overrides the study no longer gives (an out-of-date record)"
+    return " ".join(f"--set {o}" for o in made) if made else "no --set"
+
+
+def sets_mismatch(ra: ArmResult, rb: ArmResult | None) -> str | None:
+    """Why two arms over runs are not compared: their records were made with different command-line ``--set``
+    overrides (CEM-T1 retrained with ``--set train.steps=1200`` against Plain at 150 steps said HOLDS), or one arm
+    mixes records of several. None when every record of both agrees (or records say nothing of it)."""
+    for side, r in (("A", ra), ("B", rb)):
+        if r is not None and len(r.sets) > 1:
+            return (f"{side} mixes runs made with different command-line overrides: " + " vs ".join(
+                sorted(map(_sets_text, r.sets))) + " (compared under one configuration or not at all)")
+    if rb is not None and ra.sets and rb.sets and ra.sets != rb.sets:
+        (a,), (b,) = ra.sets, rb.sets
+        return (f"A and B ran with different command-line overrides: A {_sets_text(a)}, B {_sets_text(b)} "
+                "(compared under one configuration or not at all)")
+    return None
 
 
 def _cell_text(cell: tuple) -> str:
@@ -200,6 +241,9 @@ def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = No
 
     With ``scale``, a ``per`` claim has a row for every label that scale runs: one with no record is UNTESTABLE
     "not run" (such a label's row was left off the page, so a partial run read as a complete table)."""
+    from .runner import record_sets
+
+    made = record_sets(spec, scale, records)   # each record's --set list: arms made differently are not compared
     rows = []
     for c in spec.claims:
         if c.untestable:
@@ -217,8 +261,8 @@ def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = No
                                     Outcome(Verdict.UNTESTABLE, None, None, why)))
                 continue
             extra = {c.per: lab} if lab is not None else {}
-            ra = arm_result(records, c.a, c.metric, extra, probes)
-            rb = None if c.b.value is not None else arm_result(records, c.b, c.metric, extra, probes)
+            ra = arm_result(records, c.a, c.metric, extra, probes, made)
+            rb = None if c.b.value is not None else arm_result(records, c.b, c.metric, extra, probes, made)
             a, b = ra.values, (c.b.value if rb is None else rb.values)
             av, bv = list(a.values()), (b if isinstance(b, float) else list(b.values()))
             rows.append(ClaimRow(c, lab, av, bv, _decide(c, ra, rb, extra, records, probes)))
@@ -246,12 +290,13 @@ def _gate(c: ClaimSpec, records: dict[str, dict], extra: dict[str, str], probes:
 
 def _decide(c: ClaimSpec, ra: ArmResult, rb: ArmResult | None, extra: dict[str, str], records: dict[str, dict],
             probes: dict | None = None) -> Outcome:
-    """The verdict of one row: UNTESTABLE with the reason where an arm selected runs but has no value or the
-    arms ran different cells; else ``compare`` (a diverged run: non-finite, named), paired if declared."""
+    """The verdict of one row: UNTESTABLE with the reason where an arm selected runs but has no value, the
+    arms ran different cells or with different command-line overrides; else ``compare`` (a diverged run:
+    non-finite, named), paired if declared."""
     for side, r in (("A", ra), ("B", rb)):
         if r is not None and not r.values and r.why:
             return Outcome(Verdict.UNTESTABLE, None, None, f"{side}: {r.why}")
-    differ = cell_mismatch(c.a, ra, c.b, rb, extra) if rb is not None else None
+    differ = (cell_mismatch(c.a, ra, c.b, rb, extra) if rb is not None else None) or sets_mismatch(ra, rb)
     if differ:
         return Outcome(Verdict.UNTESTABLE, None, None, differ)
     gated = _gate(c, records, extra, probes)

@@ -4,13 +4,15 @@ assembly of model and trainer, no private training or timing loop.
 :func:`run_study` expands the grid (:func:`plan.expand`) and for each run
 
 * **reuses** it when ``<out>/results.json`` holds its record with the same config hash (the hash of the
-  run's full config except ``out_dir``; a changed config trains again, never silently reused);
+  run's full config except ``out_dir``; a changed config trains again, never silently reused) and made with the
+  study's metric hooks (:func:`stale_hooks`: else its checkpoint is evaluated again; a change of code is not seen);
 * **resumes** it when its run directory holds checkpoints of the same resolved config
   (``run_experiment(cfg, resume=True)``), else trains it from scratch (``overwrite=True``);
 * then runs the study's metric functions (the eval hooks: ``fn(run: FinishedRun) -> JSON``) and records
   the run — cell, seed, config hash, device, hardware, scale, parameters, steps, seconds, tokens/s,
-  metrics — writing results.json atomically after each run. A run whose training diverged (a non-finite
-  loss) is a result, not an error: its record says ``diverged`` (and has no metrics);
+  metrics, hooks, package version — inserting it into results.json after each run under the page folder's lock
+  (:func:`.records.update_results`: two processes writing one ``--out`` keep each other's records). A run whose
+  training diverged (a non-finite loss) is a result, not an error: its record says ``diverged`` (and has no metrics);
 * makes the study's probes (measurements that are not training runs, ``fn(scale) -> JSON``) not yet
   recorded under ``probes``.
 
@@ -37,15 +39,12 @@ from typing import Any, Callable
 import torch
 
 from ..utils.config import hash_view, to_dict
-from ..utils.io import atomic_write_text, read_json
 from ..utils.validate import ConfigError
 from .preflight import check_hooks, check_models, hook
 from .scheduling import SeeTrainer, train_parallel, train_serial
 from .plan import RunPlan, expand
+from .records import FORMAT, MIGRATION_KEYS, is_migrated, load_results, save_results, update_results  # noqa: F401
 from .spec import StudySpec
-
-#: version of the record format in results.json
-FORMAT = 1
 
 
 def config_hash(cfg) -> str:
@@ -84,60 +83,48 @@ class FinishedRun:
         return self._loaded
 
 
-def load_results(path: Path, study: str, scale: str) -> dict:
-    if path.exists():
-        data = read_json(path, f"study records {path}", require=("format", "runs"))
-        if data.get("format") != FORMAT:
-            raise ConfigError(f"{path}: not a study record file (format {data.get('format')!r}, want {FORMAT})")
-        # another study's or scale's records were read as this one's: pages rewritten from them, runs added
-        for key, want in (("study", study), ("scale", scale)):
-            if key in data and data[key] != want:
-                raise ConfigError(f"{path}: the records of {key} {data[key]!r}, not {want!r}: give this "
-                                  f"{key}'s own --out (or a new folder)")
-        runs = data["runs"]
-        bad = next((k for k, r in runs.items() if not isinstance(r, dict)), None) if isinstance(runs, dict) else ""
-        if bad is not None:
-            what = f"runs[{bad!r}] is not a record (a mapping)" if bad else "'runs' is not a mapping of run records"
-            raise ConfigError(f"{path}: {what}")
-        for key, r in runs.items():
-            where = _bool_leaf(r.get("metrics"), f"runs[{key!r}].metrics")
-            if where is not None:  # JSON true was read as 1.0 and turned a verdict
-                raise ConfigError(f"{path}: {where} is a true/false, not a metric value (a number, text or null)")
-        return data
-    return {"format": FORMAT, "study": study, "scale": scale, "runs": {}}
-
-
-def _bool_leaf(node: Any, where: str) -> str | None:
-    """The path of the first true/false inside a run's metrics, or None (no metric is a bool)."""
-    if isinstance(node, bool):
-        return where
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    return next((w for k, v in items if (w := _bool_leaf(v, f"{where}.{k}")) is not None), None)
-
-
-#: top-level keys of a results file that describe records migrated from an old program
-MIGRATION_KEYS = ("setup", "note")
-
-
-def is_migrated(record: dict) -> bool:
-    """Whether a record was migrated from an old program (``config_hash: migrated``): rendered, never reused."""
-    return record.get("config_hash") == "migrated"
-
-
-def save_results(path: Path, data: dict) -> None:
-    """Write ``data`` atomically; once no record is migrated, the migration's ``setup`` and ``note`` (which
-    describe those records) are dropped, so a page never shows them beside runs they do not describe."""
-    if not any(is_migrated(r) for r in data["runs"].values()):
-        for key in MIGRATION_KEYS:
-            data.pop(key, None)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
-
-
 def _config(plan: RunPlan, runs_dir: Path):
     from ..experiment import load_run_config
 
     return load_run_config(plan.config, [*plan.overrides, f"out_dir={runs_dir}"])
+
+
+def _located_config(spec: StudySpec, name: str, scale: str, plan: RunPlan, runs_dir: Path, sets: list[str]):
+    """:func:`_config`, its error prefixed with the study file and the key path of the override it names (a typo
+    in a study's overrides read "unknown key 'train.eval_evry'" with nothing saying where it was written)."""
+    try:
+        return _config(plan, runs_dir)
+    except ConfigError as err:
+        study = Path(name).name if Path(name).suffix in (".yaml", ".yml") else f"studies/{name}.yaml"
+        raise ConfigError(f"{study}: {_override_origin(spec, scale, plan, sets, str(err))}: {err}") from None
+
+
+def _override_origin(spec: StudySpec, scale: str, plan: RunPlan, sets: list[str], message: str) -> str:
+    """Where the override ``message`` names was written (``runs.overrides[0] = 'train.eval_evry=0'``, a config
+    label's, a grid cell's, the scale's or ``--set``), with the run; every place this run's overrides come from
+    where none is named."""
+    from ..utils.overrides import override_key
+
+    places = [("runs.overrides", spec.runs.overrides)]
+    for axis, label in plan.cell.items():
+        if axis in spec.runs.grid:
+            places.append((f"runs.grid.{axis}.{label}", spec.runs.grid[axis][label]))
+        elif isinstance(spec.runs.config, dict) and hasattr(spec.runs.config[axis][label], "overrides"):
+            places.append((f"runs.config.{axis}.{label}.overrides", spec.runs.config[axis][label].overrides))
+    places += [(f"scales.{scale}.overrides", spec.scales[scale].overrides), ("--set", list(sets))]
+    found = []   # (where the message names its key, order, place): the first named is at fault (not "did you mean")
+    for where, items in places:
+        for i, item in enumerate(items):
+            try:
+                key = ".".join(override_key(item))
+            except (ValueError, ConfigError):
+                key = item
+            at = min((j for j in (message.find(f"'{key}'"), message.find(f"{key} ")) if j >= 0), default=-1)
+            if at >= 0:
+                found.append((at, -len(found), f"--set {item}" if where == "--set" else f"{where}[{i}] = {item!r}"))
+    if found:   # (of two that set one key the later applies: the one the value came from)
+        return f"{min(found)[2]} (run {plan.name})"
+    return f"run {plan.name} (config {plan.config}; overrides from " + ", ".join(w for w, v in places if v) + ")"
 
 
 def train_one(plan: RunPlan, runs_dir: str, metrics: dict[str, str], scale: str, threads: int = 0,
@@ -158,8 +145,11 @@ def train_one(plan: RunPlan, runs_dir: str, metrics: dict[str, str], scale: str,
         except (ConfigError, OSError, ValueError):
             resume = False
     device = str(resolve_device(cfg.train.device))
+    from .. import __version__
+
     head = {"cell": plan.cell, "seed": plan.seed, "config": plan.config, "overrides": plan.overrides,
-            "config_hash": config_hash(cfg), "scale": scale, "device": device, "hardware": hardware(device)}
+            "config_hash": config_hash(cfg), "scale": scale, "device": device, "hardware": hardware(device),
+            "metric_hooks": dict(metrics), "version": __version__}
     try:
         res = run_experiment(cfg, resume=resume, overwrite=not resume, task=task, callbacks=[SeeTrainer()])
     except TrainingDiverged as err:   # a result of the study (e.g. a learning rate too large), not an error
@@ -185,6 +175,29 @@ def _command_line_sets(plan: RunPlan, record: dict) -> list[str] | None:
     if not isinstance(rec, list) or len(rec) < len(plan.overrides) or rec[:len(own)] != own or rec[-2:] != tail:
         return None
     return rec[len(own):-2]
+
+
+def record_sets(spec: StudySpec, scale: str | None, runs: dict[str, dict]) -> dict[str, tuple[str, ...] | None]:
+    """Per record (name) the command-line ``--set`` overrides it was made with (:func:`_command_line_sets`; () for
+    none), or None where the study's own overrides of that run differ from the record's (or the run is no longer one
+    of the scale's): what a claim compares arms on (:mod:`.claims`). A record without an ``overrides`` list (a
+    migrated one) is left out. ``scale`` None: each record's own."""
+    plans: dict[str, dict[str, RunPlan]] = {}
+    out: dict[str, tuple[str, ...] | None] = {}
+    for key, r in runs.items():
+        sc = scale or r.get("scale")
+        if not isinstance(r.get("overrides"), list):
+            continue
+        if sc not in plans:
+            seeds = sorted({int(x["seed"]) for x in runs.values() if isinstance(x.get("seed"), int)})
+            try:
+                plans[sc] = {p.name: p for p in expand(spec, sc, seeds=seeds)} if seeds and sc in spec.scales else {}
+            except ConfigError:
+                plans[sc] = {}
+        plan = plans[sc].get(key)
+        sets = _command_line_sets(plan, r) if plan is not None else None
+        out[key] = tuple(sets) if sets is not None else None
+    return out
 
 
 def outdated_records(spec: StudySpec, scale: str, runs: dict[str, dict]
@@ -221,6 +234,21 @@ def outdated_records(spec: StudySpec, scale: str, runs: dict[str, dict]
     return changed, outside, with_sets
 
 
+def stale_hooks(spec: StudySpec, record: dict) -> str | None:
+    """Why ``record``'s metrics are not the study's: its ``metric_hooks`` (name -> module:function, recorded since
+    they were) differ from the study's ``metrics`` — a metric added, removed or pointed at another function — or
+    None. A record made before hooks were recorded, or a diverged one (no metrics), is not judged; nor is a change
+    inside a hook's code or the model's (the records hold the package version, not the code)."""
+    hooks = record.get("metric_hooks")
+    if not isinstance(hooks, dict) or "diverged" in record or hooks == spec.metrics:
+        return None
+    added = sorted(set(spec.metrics) - set(hooks))
+    other = sorted(k for k in set(spec.metrics) & set(hooks) if spec.metrics[k] != hooks[k])
+    gone = sorted(set(hooks) - set(spec.metrics))
+    return "; ".join(f"{what} {', '.join(keys)}" for what, keys in (("without the metric(s)", added),
+                     ("with another function for", other), ("with metric(s) no longer declared:", gone)) if keys)
+
+
 def outdated_text(spec: StudySpec, scale: str, runs: dict[str, dict]) -> str:
     """One sentence for a page naming :func:`outdated_records` (up to five names each), or ''."""
     changed, outside, with_sets = outdated_records(spec, scale, runs)
@@ -234,6 +262,10 @@ def outdated_text(spec: StudySpec, scale: str, runs: dict[str, dict]) -> str:
                      f"the study resolves to now, so `reproduce` would train them again ({names(changed)})")
     if outside:
         parts.append(f"{len(outside)} are not runs of the scale's current grid and seeds ({names(outside)})")
+    hooks = [k for k, r in runs.items() if k not in changed and stale_hooks(spec, r)]
+    if hooks:
+        parts.append(f"{len(hooks)} were evaluated with other metric hooks than the study declares now, so "
+                     f"`reproduce` would evaluate them again ({names(hooks)})")
     said = ""
     if with_sets:
         distinct = sorted({" ".join(f"--set {o}" for o in v) for v in with_sets.values()})
@@ -257,13 +289,16 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
     check_hooks(spec, name)  # every function the study names imports, before any run trains
     todo, steps, at, cfgs = [], {}, {}, {}
     for p in plans:
-        cfgs[p.name] = cfg = _config(p, runs_dir)
+        cfgs[p.name] = cfg = _located_config(spec, name, scale, p, runs_dir, list(sets))
         h, steps[p.name] = config_hash(cfg), cfg.train.steps
         old = data["runs"].get(p.name)
-        if old is not None and old.get("config_hash") == h:
+        stale = stale_hooks(spec, old) if old is not None and old.get("config_hash") == h else None
+        if old is not None and old.get("config_hash") == h and not stale:
             log(f"== {p.name}: reusing its record (config unchanged)")
         else:
-            if old is not None:
+            if stale:   # its checkpoint is evaluated again (trained again only where it is gone)
+                log(f"== {p.name}: its record was made {stale}: evaluating it again")
+            elif old is not None:
                 log(f"== {p.name}: its config changed since it was recorded: training it again")
             saved = list_checkpoints(cfg.run_dir)
             at[p.name] = checkpoint_step(saved[-1]) if saved else 0  # a run that stopped before it was recorded
@@ -273,8 +308,8 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
 
     def finish(p: RunPlan, rec: dict) -> None:
         nonlocal done
-        data["runs"][p.name] = rec
-        save_results(path, data)
+        # re-read under the page folder's lock: another process may have recorded runs since (records.py)
+        update_results(path, data, lambda d: d["runs"].__setitem__(p.name, rec))
         done += 1
         left = len(todo) - done
         eta = (time.perf_counter() - t0) / done * left / jobs
@@ -302,6 +337,5 @@ def run_probes(spec: StudySpec, scale: str, path: Path, data: dict, log: Callabl
         log(f"== probe {name}")
         value = hook(fn)(scale)
         if value is not None:
-            data.setdefault("probes", {})[name] = value
-            save_results(path, data)
+            update_results(path, data, lambda d, k=name, v=value: d.setdefault("probes", {}).__setitem__(k, v))
     return data

@@ -26,9 +26,11 @@ from .plan import RunPlan
 
 def train_serial(train: Callable[..., dict], todo: list[RunPlan], at: dict[str, int], args: tuple, out: str,
                  stop: tuple, finish: Callable[[RunPlan, dict], None]) -> None:
-    """Train ``todo`` one after another here (``train(plan, *args, out=out)``, the runner's ``train_one``). Ctrl-C or SIGTERM (as with ``jobs > 1``; not the trainer's own SIGTERM,
-    which saves nothing) stops the run at a step boundary with its checkpoint saved (:func:`_report_stop`); a second
-    is a plain Ctrl-C or SIGTERM."""
+    """Train ``todo`` one after another here (``train(plan, *args, out=out)``, the runner's ``train_one``). Ctrl-C or
+    SIGTERM (as with ``jobs > 1``; not the trainer's own SIGTERM, which saves nothing) stops the run at a step boundary
+    with its checkpoint saved (:func:`_report_stop`); a second is a plain Ctrl-C or SIGTERM. A run that fails is
+    named and the others still train and are recorded, then the first failure is raised (:func:`_raise_failed`), as
+    with ``jobs > 1`` (the first failure used to end the study, the later runs never started)."""
     steps, log = stop[1], stop[3]
     got = {"signum": 0, "deferred": False}
 
@@ -44,7 +46,7 @@ def train_serial(train: Callable[..., dict], todo: list[RunPlan], at: dict[str, 
     usual = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
     main = threading.current_thread() is threading.main_thread()
     old = {s: signal.signal(s, on_signal) for s, h in usual.items() if main and signal.getsignal(s) == h}
-    i, stopped = 0, False
+    i, stopped, failed = 0, False, []
     try:
         for i, p in enumerate(todo):
             k, n = at[p.name], steps[p.name]
@@ -52,15 +54,37 @@ def train_serial(train: Callable[..., dict], todo: list[RunPlan], at: dict[str, 
                      f"its checkpoint has all {n} steps: evaluating and recording it (if its config is unchanged)"
                      if k >= n else f"continuing from its checkpoint at step {k} of {n} (if its config is unchanged)")
             log(f"== {p.name}: {doing} ({i + 1}/{len(todo)})")
-            finish(p, train(p, *args, out=out))
+            try:
+                rec = train(p, *args, out=out)
+            except Exception as err:   # (not KeyboardInterrupt: a signal stops every run)
+                log(f"== {p.name}: FAILED ({type(err).__name__}: {err})")
+                failed.append((p.name, err))
+                continue
+            finish(p, rec)   # (an error recording it, e.g. a full disk, ends the study)
     except KeyboardInterrupt:
         stopped = True
     finally:
         for s, h in old.items():
             signal.signal(s, h)
     if stopped:
+        _say_failed(failed, log)
         ended = {todo[i].name: "stopped", **{p.name: "not started" for p in todo[i + 1:]}}
         _report_stop(got["signum"] or signal.SIGINT, todo, ended, stop)
+    _raise_failed(failed, log)
+
+
+def _say_failed(failed: list[tuple[str, Exception]], log: Callable[[str], None]) -> None:
+    if failed:
+        log(f"== {len(failed)} run(s) failed: {', '.join(name for name, _ in failed)}")
+
+
+def _raise_failed(failed: list[tuple[str, Exception]], log: Callable[[str], None]) -> None:
+    """After every other run was recorded: one line naming the failed runs, then the first one's error (its own
+    type and exit code; the final error line alone did not say which run failed)."""
+    if failed:
+        _say_failed(failed, log)
+        log(f"== the others are recorded; the error of {failed[0][0]} follows")
+        raise failed[0][1]
 
 
 # ----------------------------------------------------------------------------- stopping on a signal
@@ -184,7 +208,7 @@ def train_parallel(train: Callable[..., dict], todo: list[RunPlan], jobs: int, a
                     ended[p.name] = "stopped"
                 elif err is not None:   # the others still finish and are recorded first
                     log(f"== {p.name}: FAILED ({type(err).__name__}: {err})")
-                    failed.append(err)
+                    failed.append((p.name, err))
                 elif "_stop" in f.result():
                     ended[p.name] = f.result()["_stop"]
                 else:
@@ -201,9 +225,9 @@ def train_parallel(train: Callable[..., dict], todo: list[RunPlan], jobs: int, a
         if mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     if got["count"]:
+        _say_failed(failed, log)
         _report_stop(got["signum"], todo, ended, stop)
-    if failed:
-        raise failed[0]
+    _raise_failed(failed, log)
 
 
 def _report_stop(signum: int, todo: list[RunPlan], ended: dict[str, str], stop: tuple) -> None:

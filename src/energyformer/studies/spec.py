@@ -54,9 +54,26 @@ def _distinct(v: list[int] | None) -> list[int] | None:
     return v
 
 
-def _labels(v: dict) -> dict:
-    """YAML may give a label as a number (``64:``): labels are strings."""
-    return {str(k): val for k, val in v.items()}
+def _labels(v: dict, where: str) -> dict:
+    """YAML may give a label as a number (``64:``): labels are strings. Two keys that are one string (``16`` and
+    ``"16"``, ``0.004`` and ``"0.004"``) are refused naming both and ``where`` (the axis): the second silently
+    replaced the first, so runs named length 16 trained at the other key's length."""
+    out: dict = {}
+    first: dict = {}
+    for k, val in v.items():
+        if str(k) in out:
+            head = f"{where}: " if where else ""
+            raise ValueError(f"{head}labels {first[str(k)]!r} and {k!r} are the same label {str(k)!r} "
+                             "(give each label once)")
+        out[str(k)], first[str(k)] = val, k
+    return out
+
+
+def _some(v, where: str):
+    """An empty axis or selection ran nothing and said nothing (the product over it is empty): refused."""
+    if isinstance(v, (dict, list)) and not v:
+        raise ValueError(f"{where} = {v!r}: give at least one label")
+    return v
 
 
 class PaperRef(ConfigModel):
@@ -95,8 +112,8 @@ class RunsSpec(ConfigModel):
     @field_validator("grid", mode="before")
     @classmethod
     def _str_labels(cls, v):
-        return {a: _labels(vals) if isinstance(vals, dict) else vals for a, vals in v.items()} \
-            if isinstance(v, dict) else v
+        return {a: _labels(_some(vals, f"axis {a!r}"), f"axis {a!r}") if isinstance(vals, dict) else vals
+                for a, vals in v.items()} if isinstance(v, dict) else v
 
     @field_validator("config", mode="before")
     @classmethod
@@ -110,7 +127,7 @@ class RunsSpec(ConfigModel):
             if not isinstance(vals, dict):
                 raise ValueError(f"axis {a!r}: give {{label: config name or {{config: NAME, overrides: [...]}}}}")
             out[a] = {}
-            for lab, c in _labels(vals).items():
+            for lab, c in _labels(_some(vals, f"axis {a!r}"), f"axis {a!r}").items():
                 if isinstance(c, dict):
                     try:
                         c = load_config(ConfigCell, c)
@@ -159,7 +176,7 @@ class ScaleSpec(ConfigModel):
     @classmethod
     def _str(cls, v):
         def one(d):
-            return {a: [str(x) for x in vals] for a, vals in d.items()} if isinstance(d, dict) else d
+            return {a: [str(x) for x in _some(vals, a)] for a, vals in d.items()} if isinstance(d, dict) else d
 
         return [one(d) for d in v] if isinstance(v, list) else one(v)
 
@@ -233,7 +250,8 @@ class ArmSpec(ConfigModel):
     @classmethod
     def _str(cls, v):
         if isinstance(v, dict):
-            return {a: [str(x) for x in vals] if isinstance(vals, list) else str(vals) for a, vals in v.items()}
+            return {a: [str(x) for x in _some(vals, a)] if isinstance(vals, list) else str(vals)
+                    for a, vals in v.items()}
         return v
 
     @model_validator(mode="after")
@@ -263,7 +281,7 @@ class PaperValue(ConfigModel):
     @field_validator("by", mode="before")
     @classmethod
     def _str(cls, v):
-        return _labels(v) if isinstance(v, dict) else v
+        return _labels(v, "") if isinstance(v, dict) else v
 
 
 class ClaimSpec(ConfigModel):
