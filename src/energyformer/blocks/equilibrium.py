@@ -77,6 +77,11 @@ class Schedule(ConfigModel):
     """optimiser step at which the ramp starts"""
 
 
+#: the defaults of the old top-level ``implicit_*`` keys (before the one sublayer shape): every resolved config.yaml
+#: of that time holds them, whatever its backward mode, so they load where backward is not implicit
+OLD_IMPLICIT_DEFAULTS = {"method": "cg", "max_iter": 50, "tol": 1e-6}
+
+
 class RefineConfig(ConfigModel):
     """The ERM: energy, proximal descent, step budgets, stopping, training and backward options."""
 
@@ -153,9 +158,13 @@ class RefineConfig(ConfigModel):
                                   "old spelling): set step_size only")
             data.setdefault("step_size", alpha)
         moved = {k: data.pop(k) for k in ("gamma", "tol", "energy_threshold") if k in data}
-        check_moved(moved, data.get("solver"), "solver")
+        solver = data.get("solver")
+        if isinstance(solver, str):  # a kind name: its defaults (as {kind: name})
+            solver = {"kind": solver}
+        check_moved(moved, solver, "solver")
         if moved:
-            data["solver"] = {**ProximalConfig().model_dump(), **moved, **(data.get("solver") or {})}
+            base = ProximalConfig().model_dump() if (solver or {}).get("kind", "proximal") == "proximal" else {}
+            data["solver"] = {**base, **moved, **(solver or {})}
         imp = {k[len("implicit_"):]: data.pop(k) for k in ("implicit_method", "implicit_max_iter", "implicit_tol")
                if k in data}
         backward = data.get("backward")
@@ -164,10 +173,21 @@ class RefineConfig(ConfigModel):
         elif imp and isinstance(backward, dict) and backward.get("kind") == "implicit":
             check_moved(imp, backward, "backward")
             data["backward"] = {**imp, **backward}
-        elif imp:  # they were dropped without a word
-            raise ConfigError(f"{', '.join('implicit_' + k for k in imp)}: options of backward 'implicit', but "
-                              f"backward = {backward!r}; allowed: backward: {{kind: implicit, {next(iter(imp))}: ...}}")
+        elif {k: v for k, v in imp.items() if OLD_IMPLICIT_DEFAULTS.get(k) != v}:  # dropped without a word before
+            raise ConfigError(f"{', '.join(f'implicit_{k} = {v!r}' for k, v in imp.items())}: options of backward "
+                              f"'implicit', but backward = {backward or 'unroll (the default)'!r}; allowed: "
+                              f"backward: {{kind: implicit, {next(iter(imp))}: ...}}")
+        # (else: the old defaults, which every resolved config.yaml of that time held beside backward: unroll)
         return data
+
+    @model_validator(mode="after")
+    def _no_head_bank(self):
+        """The refiner's energy acts on (B, N, D) and takes no per-head bank: refused here, as on every sublayer
+        (``DescentConfig.head_bank``; it was refused only when the model was built)."""
+        if getattr(self.solver, "precond_per_head", False):
+            raise ValueError("solver.precond_per_head = true: the refiner has no per-head preconditioner bank (only "
+                             "CEM attention's energy takes one); allowed: false")
+        return self
 
     @model_validator(mode="after")
     def _check(self):

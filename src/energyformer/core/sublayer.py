@@ -154,6 +154,9 @@ def migrate_descent(cls: type[ConfigModel], data: dict) -> dict:
             data["step_size"] = {"kind": "learned", "init": eta} if learn else {"kind": "fixed", "value": eta}
         elif learn:
             raise ConfigError(f"learn_step_size = True: only allowed with a numeric step_size (got {eta!r})")
+        elif isinstance(eta, dict) and eta.get("kind", "fixed") != "fixed":  # was dropped without a word
+            raise ConfigError(f"learn_step_size = False conflicts with step_size = {eta!r} (a learned kind): set "
+                              "step_size only")
     # -- solver options at the top level
     moved = {k: data.pop(k) for k in OLD_SOLVER_KEYS if k in data and k not in fields}
     check_moved(moved, data.get("solver"), "solver")
