@@ -83,8 +83,9 @@ def test_claims_on_synthetic_records():
     assert rows[("t1-hyperset-vs-et", "fashion_mnist")].outcome.margin == pytest.approx(14.0)   # seed 0 of both
     assert v("t5-r4-vs-none") == "UNDECIDED"                     # +0.5 inside the declared 0.62
     assert v("t1-hyperset-vs-et", "mnist") == "UNTESTABLE"       # no ET on MNIST
-    assert v("fig4-best-vs-12layer") == "DOES NOT HOLD"          # the best ratio (l4i3, 73) vs 78
-    assert rows[("fig4-best-vs-12layer", "fashion_mnist")].outcome.margin == pytest.approx(-5.0)
+    # Fig. 4's accuracy ordering is the paper's for the Base width only; ours follow the scaled-up Small one
+    fig4 = rows[("fig4-best-vs-12layer", None)].outcome
+    assert str(fig4.verdict) == "UNTESTABLE" and "Base width" in fig4.reason
     assert v("fig5-e-attn") == "HOLDS" and v("fig5-e-ff") == "UNDECIDED" and v("fig6-rank") == "HOLDS"
     assert v("fig6-full-rank") == "UNDECIDED"     # "unchanged" with tolerance 0 cannot hold beyond a band
     assert str(rows[("absolute", None)].outcome.verdict) == "UNTESTABLE"

@@ -253,7 +253,7 @@ def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = No
         if c.per is not None:
             seen = {r.get("cell", {}).get(c.per) for r in records.values()}
             planned = set(scale_labels(spec, scale, c.per)) if scale is not None else set()
-            labels = [lab for lab in spec.runs.axes[c.per] if lab in seen or lab in planned]
+            labels = [lab for lab in spec.runs.axes[c.per] if (lab in seen or lab in planned) and _selects(c, lab)]
         for lab in labels:
             if lab is not None and lab not in seen:
                 why = f"not run: no record with {c.per} = {lab} at scale {scale}"
@@ -267,6 +267,17 @@ def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = No
             av, bv = list(a.values()), (b if isinstance(b, float) else list(b.values()))
             rows.append(ClaimRow(c, lab, av, bv, _decide(c, ra, rb, extra, records, probes)))
     return rows
+
+
+def _selects(c: ClaimSpec, label: str) -> bool:
+    """Whether both arms' ``where`` admit ``label`` of the claim's ``per`` axis (an arm that names no label of it
+    admits all). The row's label replaced the arm's own selection of that axis, so a claim restricted to
+    ``length: [64, …]`` still had a row, with data, at length 16."""
+    for arm in (c.a, c.b):
+        chosen = (arm.where or {}).get(c.per) if arm.value is None else None
+        if chosen is not None and label not in ([chosen] if isinstance(chosen, str) else [str(x) for x in chosen]):
+            return False
+    return True
 
 
 def _gate(c: ClaimSpec, records: dict[str, dict], extra: dict[str, str], probes: dict | None) -> str | None:
