@@ -16,9 +16,10 @@ from torch.utils._pytree import tree_flatten
 
 aten = torch.ops.aten
 try:  # the sphere norm's fused-kernel switch (older library code, counted for comparison, has none)
+    from energyformer.energies import hyperspherical_ops as _sphere_ops
     from energyformer.energies.hyperspherical_ops import FUSED_NORM
 except ImportError:
-    FUSED_NORM = {}
+    _sphere_ops, FUSED_NORM = None, {}
 #: ops that only change metadata or allocate (no kernel launch on CUDA)
 VIEWS = {"view", "_unsafe_view", "reshape", "transpose", "t", "permute", "expand", "unsqueeze", "squeeze",
          "slice", "select", "alias", "as_strided", "detach", "split", "split_with_sizes", "chunk", "unbind",
@@ -139,7 +140,8 @@ class _FusedRMSNorm(torch.autograd.Function):
 @contextlib.contextmanager
 def fused_rms_norm(log: OpLog):
     """``F.rms_norm`` (so ``nn.RMSNorm``) as :class:`_FusedRMSNorm` while inside, and Hyper-SET's sphere norm
-    taking the path it takes where that kernel exists (``hyperspherical_ops.FUSED_NORM``: CUDA builds)."""
+    taking the path it takes where that kernel exists (``hyperspherical_ops.FUSED_NORM``: CUDA builds), with its
+    accelerator form of the overflow guard (``hyperspherical_ops.host_read_stalls``)."""
     def rms_norm(x, normalized_shape, weight=None, eps=None):
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         return _FusedRMSNorm.apply(x, shape, weight, eps, log)
@@ -147,11 +149,17 @@ def fused_rms_norm(log: OpLog):
     before = dict(FUSED_NORM)
     F.rms_norm = rms_norm
     FUSED_NORM.update(cpu=True, cuda=True)
+    # the norm's overflow guard as on an accelerator (its loud form, no host read): CUDA's ops on CPU tensors too
+    stalls = getattr(_sphere_ops, "host_read_stalls", None)
+    if stalls is not None:
+        _sphere_ops.host_read_stalls = lambda t: True
     try:
         yield
     finally:
         F.rms_norm = _RMS_NORM
         FUSED_NORM.update(before)
+        if stalls is not None:
+            _sphere_ops.host_read_stalls = stalls
 
 
 #: CUDA autocast's float32 list (ops these models reach), overload names: CPU's own list is shorter
