@@ -4,6 +4,7 @@ they summed, so a float32 row past ‖z‖ ≈ 1.8e19 had an infinite norm and c
 F.normalize divided by inf): every Hyper-SET energy a constant, its update 0, no error. Each test here failed on
 that code."""
 
+import contextlib
 import copy
 
 import pytest
@@ -70,6 +71,18 @@ def test_sphere_norm_and_gradient_match_float64_at_extreme_scales(monkeypatch, p
     assert torch.equal(gz[:1], torch.autograd.grad(u0, z0, dy[:1].to(u0.dtype))[0])
 
 
+@contextlib.contextmanager
+def _no_host_read(monkeypatch):
+    """``Tensor.__bool__``, ``__float__`` and ``item`` raise inside: any host read of a value fails the test."""
+    def no_read(*a, **k):
+        raise AssertionError("a host read of a tensor value")
+
+    with monkeypatch.context() as m:
+        for name in ("__bool__", "__float__", "item"):
+            m.setattr(torch.Tensor, name, no_read)
+        yield
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_on_an_accelerator_an_overflowed_row_is_loud_without_a_host_read(monkeypatch, path, dtype):
@@ -92,12 +105,7 @@ def test_on_an_accelerator_an_overflowed_row_is_loud_without_a_host_read(monkeyp
     plain_u, plain_g = run(z)
     monkeypatch.setattr(ops, "host_read_stalls", lambda t: True)
 
-    def no_read(*a, **k):
-        raise AssertionError("a host read of a tensor value")
-
-    with monkeypatch.context() as m:
-        for name in ("__bool__", "__float__", "item"):
-            m.setattr(torch.Tensor, name, no_read)
+    with _no_host_read(monkeypatch):
         loud_u, loud_g = run(z)
         big = z.clone()
         big[2] *= 1e160 if dtype == torch.float64 else 1e20
@@ -150,12 +158,7 @@ def test_memory_cosines_on_an_accelerator_are_loud_without_a_host_read(monkeypat
     bank = F.normalize(e.bank, dim=-1)
     monkeypatch.setattr(cp, "host_read_stalls", lambda t: True)
 
-    def no_read(*a, **k):
-        raise AssertionError("a host read of a tensor value")
-
-    with monkeypatch.context() as m:
-        for name in ("__bool__", "__float__", "item"):
-            m.setattr(torch.Tensor, name, no_read)
+    with _no_host_read(monkeypatch):
         cos = e._cos(h)
     assert torch.isnan(cos[1]).all()
     assert torch.equal(cos[[0, 2]], F.normalize(h[[0, 2]], dim=-1, eps=1e-6) @ bank.t())
