@@ -84,3 +84,11 @@ def test_learn_step_size_false_beside_a_learned_step_size_is_refused():
     with pytest.raises(ConfigError, match=r"learn_step_size = False conflicts with step_size"):
         load_run_config("lm/cem_attn_t2_dlr", ["model.block.attention.step_size={kind: learned, init: 0.5}",
                                                 "model.block.attention.learn_step_size=false"])
+
+
+def test_one_number_written_two_ways_is_no_conflict():
+    """A quoted '1e-3' beside 0.001 is the same setting (each alone validates to 0.001); it was refused."""
+    cfg = load_run_config("eqt/eqt", ["model.refine.tol='1e-3'", "model.refine.solver.tol=0.001"])
+    assert cfg.model.refine.solver.tol == 0.001
+    with pytest.raises(ConfigError, match="conflicts"):
+        load_run_config("eqt/eqt", ["model.refine.tol='1e-2'", "model.refine.solver.tol=0.001"])

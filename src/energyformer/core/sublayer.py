@@ -176,6 +176,15 @@ def migrate_descent(cls: type[ConfigModel], data: dict) -> dict:
     return data
 
 
+def _same_number(a: Any, b: Any) -> bool:
+    """Whether a and b are one number written two ways ('1e-3' and 0.001: a quoted YAML value validates to the
+    number), not booleans."""
+    try:
+        return not isinstance(a, bool) and not isinstance(b, bool) and float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
 def check_moved(moved: dict, given: Any, where: str, old_names: dict | None = None) -> None:
     """Refuse an old top-level key whose new place (``where.key``) is also given, with another value. The new
     place won silently: the migration runs after ``--set``, so ``--set model.refine.gamma=2`` on a config that
@@ -183,7 +192,7 @@ def check_moved(moved: dict, given: Any, where: str, old_names: dict | None = No
     if not isinstance(given, dict):
         return
     for key, value in moved.items():
-        if key in given and given[key] != value:
+        if key in given and given[key] != value and not _same_number(given[key], value):
             old = (old_names or {}).get(key, key)
             raise ConfigError(f"{old} = {value!r} conflicts with {where}.{key} = {given[key]!r} (the same setting, "
                               f"its old spelling at the top level): set {where}.{key} only")
