@@ -275,7 +275,7 @@ def _selects(c: ClaimSpec, label: str) -> bool:
     ``length: [64, …]`` still had a row, with data, at length 16."""
     for arm in (c.a, c.b):
         chosen = (arm.where or {}).get(c.per) if arm.value is None else None
-        if chosen is not None and label not in ([chosen] if isinstance(chosen, str) else [str(x) for x in chosen]):
+        if chosen is not None and label not in [str(x) for x in (chosen if isinstance(chosen, list) else [chosen])]:
             return False
     return True
 
