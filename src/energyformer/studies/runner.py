@@ -177,6 +177,15 @@ def _command_line_sets(plan: RunPlan, record: dict) -> list[str] | None:
     return rec[len(own):-2]
 
 
+def _record_plans(spec: StudySpec, scale: str, runs: dict[str, dict]) -> dict[str, RunPlan]:
+    """The scale's runs (name -> plan) at the seeds the records hold; none where the study no longer expands."""
+    seeds = sorted({int(r["seed"]) for r in runs.values() if isinstance(r.get("seed"), int)})
+    try:
+        return {p.name: p for p in expand(spec, scale, seeds=seeds)} if seeds else {}
+    except ConfigError:
+        return {}
+
+
 def record_sets(spec: StudySpec, scale: str | None, runs: dict[str, dict]) -> dict[str, tuple[str, ...] | None]:
     """Per record (name) the command-line ``--set`` overrides it was made with (:func:`_command_line_sets`; () for
     none), or None where the study's own overrides of that run differ from the record's (or the run is no longer one
@@ -189,11 +198,7 @@ def record_sets(spec: StudySpec, scale: str | None, runs: dict[str, dict]) -> di
         if not isinstance(r.get("overrides"), list):
             continue
         if sc not in plans:
-            seeds = sorted({int(x["seed"]) for x in runs.values() if isinstance(x.get("seed"), int)})
-            try:
-                plans[sc] = {p.name: p for p in expand(spec, sc, seeds=seeds)} if seeds and sc in spec.scales else {}
-            except ConfigError:
-                plans[sc] = {}
+            plans[sc] = _record_plans(spec, sc, runs) if sc in spec.scales else {}
         plan = plans[sc].get(key)
         sets = _command_line_sets(plan, r) if plan is not None else None
         out[key] = tuple(sets) if sets is not None else None
@@ -208,11 +213,7 @@ def outdated_records(spec: StudySpec, scale: str, runs: dict[str, dict]
     seed, and the others made with ``--set`` overrides (name -> overrides: the study's configuration alone was not
     what ran; ``reproduce`` with the same ``--set`` reuses them). Migrated records (no config hash) are none of
     these: they say so themselves."""
-    seeds = sorted({int(r["seed"]) for r in runs.values() if isinstance(r.get("seed"), int)})
-    try:
-        plans = {p.name: p for p in expand(spec, scale, seeds=seeds)} if seeds else {}
-    except ConfigError:
-        plans = {}
+    plans = _record_plans(spec, scale, runs)
     changed, outside, with_sets = [], [], {}
     for key, r in runs.items():
         if is_migrated(r):
