@@ -173,6 +173,17 @@ def _name(energy: Any) -> str:
     return type(energy).__name__
 
 
+def _moved_off_init(blk: nn.Module, seed: int) -> nn.Module:
+    """``blk`` in float64 with N(0, 0.3²) noise (seeded) on every parameter, so zero-initialised parts act too; eval
+    mode."""
+    blk = blk.double()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in blk.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
+    return blk.eval()
+
+
 def _attention(kind: Any, causal: bool, dim: int, heads: int, seed: int) -> tuple[str, nn.Module]:
     """The attention sublayer of ``kind`` (a name, a ``{kind: ..., key: value}`` mapping or an attention config),
     built as a model builds it, in float64, its parameters moved off their initialisation (N(0, 0.3²) noise:
@@ -183,12 +194,8 @@ def _attention(kind: Any, causal: bool, dim: int, heads: int, seed: int) -> tupl
 
     cfg = kind if isinstance(kind, AttentionConfig) else load_config(BlockConfig, {"attention": kind}).attention
     torch.manual_seed(seed)
-    blk = build_attention(cfg, SublayerSpec(dim=dim, heads=heads, causal=causal)).double()
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for p in blk.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-    return f"attention kind {cfg.kind!r}", blk.eval()
+    blk = build_attention(cfg, SublayerSpec(dim=dim, heads=heads, causal=causal))
+    return f"attention kind {cfg.kind!r}", _moved_off_init(blk, seed)
 
 
 @torch.no_grad()
@@ -251,12 +258,7 @@ def _mlp(kind: Any, dim: int, seed: int) -> tuple[str, nn.Module, bool]:
             raise
         build_attention(load_config(BlockConfig, {"attention": cfg.kind}).attention, spec)
         blk = build_mlp(cfg, spec)
-    blk = blk.double()
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for p in blk.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-    return f"mlp kind {cfg.kind!r}", blk.eval(), spec.causal
+    return f"mlp kind {cfg.kind!r}", _moved_off_init(blk, seed), spec.causal
 
 
 @torch.no_grad()
