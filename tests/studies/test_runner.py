@@ -55,6 +55,9 @@ def test_changed_config_trains_again(study, tmp_path):
     new = run_study(spec, "tiny", "cpu", tmp_path / "out", tmp_path / "runs", sets=["train.lr=1e-4"],
                     only={"model": ["baseline"]}, log=log.append)
     assert any("config changed" in line for line in log)
+    # its checkpoint is of the old config: the log said "its checkpoint has all 3 steps: evaluating and recording it"
+    # and then trained it from scratch (probe W)
+    assert "== L8_s0_baseline: its checkpoint is of another config: training 3 steps from scratch (1/1)" in log, log
     rec = new["runs"]["L8_s0_baseline"]
     assert rec["config_hash"] != data["runs"]["L8_s0_baseline"]["config_hash"] and not rec["resumed"]
     assert rec["resolved"]["train"]["lr"] == 1e-4

@@ -127,23 +127,33 @@ def _override_origin(spec: StudySpec, scale: str, plan: RunPlan, sets: list[str]
     return f"run {plan.name} (config {plan.config}; overrides from " + ", ".join(w for w, v in places if v) + ")"
 
 
+def resumes(cfg: Any, task: Any = None) -> bool:
+    """Whether the run continues from a checkpoint in ``cfg.run_dir``: there is one and the config it was trained
+    with is ``cfg`` resolved by its task (``task``: built from ``cfg`` when not given). A run of another config
+    trains from scratch, overwriting it."""
+    from ..experiment import build_task, load_run_dir_config, resolve
+    from ..train import list_checkpoints
+
+    if not list_checkpoints(cfg.run_dir):
+        return False
+    try:
+        old, new = to_dict(load_run_dir_config(cfg.run_dir)), to_dict(resolve(cfg, task or build_task(cfg)))
+    except (ConfigError, OSError, ValueError):
+        return False
+    return {**old, "out_dir": None} == {**new, "out_dir": None}  # a moved run folder resumes too
+
+
 def train_one(plan: RunPlan, runs_dir: str, metrics: dict[str, str], scale: str, threads: int = 0,
               out: str | None = None) -> dict:
     """Train (or resume) one run with ``run_experiment``, run the metric hooks, return its record."""
-    from ..experiment import build_task, load_run_dir_config, resolve, run_experiment
-    from ..train import TrainingDiverged, list_checkpoints, resolve_device
+    from ..experiment import build_task, run_experiment
+    from ..train import TrainingDiverged, resolve_device
 
     if threads:
         torch.set_num_threads(threads)
     cfg = _config(plan, Path(runs_dir))
     task = build_task(cfg)
-    resume = False
-    if list_checkpoints(cfg.run_dir):
-        try:
-            old, new = to_dict(load_run_dir_config(cfg.run_dir)), to_dict(resolve(cfg, task))
-            resume = {**old, "out_dir": None} == {**new, "out_dir": None}  # a moved run folder resumes too
-        except (ConfigError, OSError, ValueError):
-            resume = False
+    resume = resumes(cfg, task)
     device = str(resolve_device(cfg.train.device))
     from .. import __version__
 
@@ -301,8 +311,8 @@ def run_study(spec: StudySpec, name: str, scale: str, out: Path, runs_dir: Path,
                 log(f"== {p.name}: its record was made {stale}: evaluating it again")
             elif old is not None:
                 log(f"== {p.name}: its config changed since it was recorded: training it again")
-            saved = list_checkpoints(cfg.run_dir)
-            at[p.name] = checkpoint_step(saved[-1]) if saved else 0  # a run that stopped before it was recorded
+            saved = list_checkpoints(cfg.run_dir)   # a run that stopped before it was recorded continues
+            at[p.name] = checkpoint_step(saved[-1]) if saved and resumes(cfg) else -1 if saved else 0
             todo.append(p)
     check_models([(p.name, cfgs[p.name]) for p in todo])  # every model builds (meta device), before any trains
     t0, done = time.perf_counter(), 0

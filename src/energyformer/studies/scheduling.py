@@ -26,7 +26,8 @@ from .plan import RunPlan
 
 def train_serial(train: Callable[..., dict], todo: list[RunPlan], at: dict[str, int], args: tuple, out: str,
                  stop: tuple, finish: Callable[[RunPlan, dict], None]) -> None:
-    """Train ``todo`` one after another here (``train(plan, *args, out=out)``, the runner's ``train_one``). Ctrl-C or
+    """Train ``todo`` one after another here (``train(plan, *args, out=out)``, the runner's ``train_one``; ``at``: the
+    step of each run's checkpoint of its config, 0 for none, -1 for one of another config). Ctrl-C or
     SIGTERM (as with ``jobs > 1``; not the trainer's own SIGTERM, which saves nothing) stops the run at a step boundary
     with its checkpoint saved (:func:`_report_stop`); a second is a plain Ctrl-C or SIGTERM. A run that fails is
     named and the others still train and are recorded, then the first failure is raised (:func:`_raise_failed`), as
@@ -50,9 +51,10 @@ def train_serial(train: Callable[..., dict], todo: list[RunPlan], at: dict[str, 
     try:
         for i, p in enumerate(todo):
             k, n = at[p.name], steps[p.name]
-            doing = (f"training {n} steps" if not k else  # (train resumes a checkpoint of the same config only)
-                     f"its checkpoint has all {n} steps: evaluating and recording it (if its config is unchanged)"
-                     if k >= n else f"continuing from its checkpoint at step {k} of {n} (if its config is unchanged)")
+            doing = (f"training {n} steps" if not k else  # k: the step of its checkpoint of this config, -1: of another
+                     f"its checkpoint is of another config: training {n} steps from scratch" if k < 0 else
+                     f"its checkpoint has all {n} steps: evaluating and recording it" if k >= n else
+                     f"continuing from its checkpoint at step {k} of {n}")
             log(f"== {p.name}: {doing} ({i + 1}/{len(todo)})")
             try:
                 rec = train(p, *args, out=out)
