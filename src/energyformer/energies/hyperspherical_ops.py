@@ -125,11 +125,14 @@ class _SphereRMSNorm(torch.autograd.Function):
 
 
 def _sphere_fwd(z: Tensor, eps: float, loud: bool = False) -> tuple[Tensor, Tensor]:
-    """(u, r) of :class:`_SphereRMSNorm` (autocast off); ``loud``: r times :func:`_overflow_flag`."""
+    """(u, r) of :class:`_SphereRMSNorm` (autocast off); ``loud``: a row whose r is 0 (its squares overflowed, the
+    only way r reaches 0 with an eps above the underflow floor; u was a finite 0) gets r = NaN, so its u and gradient
+    are NaN (two ops on the small r; the flag of :func:`_checked_rms_norm`'s fused kernel, which sums on its own,
+    needs a margin and a whole-tensor flag instead)."""
     r = torch.linalg.vector_norm(z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1), then in place:
     r = r.square_().div_(z.shape[-1]).add_(eps).rsqrt_()  # (mean(z²) + eps)^(-1/2), four ops on the small r
-    if loud:
-        r = r * _overflow_flag(r)
+    if loud:  # r = 0 exactly where mean z² overflowed (eps above the underflow floor): 0/0, that row NaN
+        r = r.div_(r != 0)
     # float32 product rounded once to z's dtype, written contiguous (z may be a per-head view of a
     # projection: the attention's batched matmuls then read u without copying it first)
     if torch.compiler.is_compiling():  # Dynamo breaks the graph at out=; inductor fuses this anyway
@@ -234,12 +237,19 @@ def _loud(z: Tensor, eps: float) -> bool:
     return host_read_stalls(z) and eps >= R_MAX[stats] ** -2
 
 
-def _overflow_flag(r: Tensor) -> Tensor:
-    """0-dim, r's dtype: NaN where any row's statistic r = (mean z² + eps)^(-1/2) is below 2/√max (mean z² past
-    max/4: at or near the overflow that made r = 0 and u a finite 0; a margin, so that a row the fused kernel's own
-    sum overflows is never missed), else 1. On the device, without a host read; a NaN r stays NaN."""
-    lim = 2.0 / math.sqrt(torch.finfo(r.dtype).max)
-    return torch.where((r < lim).any(), math.nan, 1.0).to(r.dtype)
+def _overflow_flag(z: Tensor, dtype: torch.dtype) -> Tensor:
+    """0-dim, ``dtype``: NaN where any row of z has mean z² past max/4 of its statistics' dtype (float32, or float64:
+    at or near the overflow that made the fused kernel's r = 0 and u a finite 0; a margin, so that a row the kernel's
+    own sum overflows is never missed), else 1. On the device, without a host read, in five ops: the rows' norms
+    (the one pass over z; a norm whose sum overflowed is inf), their max, ``max ≤ √(p max/4)``, that bool in
+    ``dtype``, and ok / ok (0/0 = NaN). A NaN z gives NaN anyway (its rows are NaN), so the flag may stay 1 there.
+    (It was the rows' r and five more ops on them — 11 kernels per call, 6 more than now, counted by
+    benchmarks/hyperset_ops.py.)"""
+    stats = torch.float64 if z.dtype == torch.float64 else torch.float32
+    limit = math.sqrt(z.shape[-1]) * math.sqrt(torch.finfo(stats).max) / 2  # ‖z‖ at mean z² = max/4 (no inf)
+    n = torch.linalg.vector_norm(z, dim=-1, dtype=stats).amax()
+    ok = (n <= limit).to(dtype)
+    return ok.div_(ok)
 
 
 def _checked_rms_norm(z: Tensor, eps: float, weight: Tensor | None, autocast: bool) -> Tensor:
@@ -256,11 +266,8 @@ def _checked_rms_norm(z: Tensor, eps: float, weight: Tensor | None, autocast: bo
     stats = torch.float64 if z.dtype == torch.float64 else torch.float32
     if _loud(z, eps):  # the flag enters as the norm's gain (a 1 changes no bit): no pass over z beyond r's
         with torch.no_grad(), autocast_off(z.device.type):
-            r = torch.linalg.vector_norm(z, dim=-1, keepdim=True, dtype=stats)
-            flag = _overflow_flag(r.square_().div_(z.shape[-1]).add_(eps).rsqrt_())
-        if weight is None:
-            return plain(z, flag.to(z.dtype).expand(z.shape[-1]))
-        return plain(z, weight * flag.to(weight.dtype))
+            flag = _overflow_flag(z, z.dtype if weight is None else weight.dtype)
+        return plain(z, flag.expand(z.shape[-1]) if weight is None else weight * flag)
     no_sync = no_host_sync(z)
     if not no_sync and (not _has_values(z) or z.numel() == 0):
         return plain(z)
