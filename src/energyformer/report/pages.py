@@ -170,6 +170,10 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(f"{RESULTS}/hyperset", "ops_per_iteration_b85a1d3.md",
              "the same count for the library at commit b85a1d3 (before the copies and strided ops of the iteration "
              "were removed; with the kernel path's row)"),
+    Artifact(f"{RESULTS}/hyperset", "ops_per_iteration_b0f1ce6.md",
+             "the same count for the library at commit b0f1ce6 (the sphere norm before its loud overflow check)"),
+    Artifact(f"{RESULTS}/hyperset", "ops_per_iteration_ec196df.md",
+             "the same count for the library at commit ec196df (the loud overflow check's first form: 11 ops per norm)"),
     Artifact(f"{RESULTS}/hyperset", "host_time_cpu_4fe48e2.txt",
              "`python benchmarks/hyperset_gpu.py` at a host-bound size (d 16, L 24, batch 1) on CPU, from the trees of "
              "60a00b4 and 4fe48e2 alternately (issue 20: host time per iteration; the command is in the file)"),
