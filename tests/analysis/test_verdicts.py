@@ -89,3 +89,30 @@ def test_a_claim_against_chance_itself_can_fail_at_chance():
 def test_a_margin_exactly_at_the_tolerance_holds_whatever_the_rounding(a, b, claim):
     """-0.1 computed as -0.10000000000000009 made 0.7 vs 0.8 "worse by more than 0.1" (0.2 vs 0.3 held)."""
     assert compare(a, b, higher_is_better=True, claim=claim, tolerance=0.1).verdict is H
+
+
+def test_the_band_is_the_larger_seed_spread_of_either_side():
+    """B's spread counts as much as A's (probe Z: a band of A's spread alone let 1.105 vs 1.0 ± 0.5 HOLD)."""
+    out = compare([1.1, 1.11], [0.5, 1.5], higher_is_better=True)
+    assert out.verdict == Verdict.UNDECIDED and out.band == pytest.approx(1.0)
+    assert compare([1.5, 1.51], [0.99, 1.0], higher_is_better=True).verdict == Verdict.HOLDS
+
+
+def test_one_seed_of_a_against_seeds_of_b_takes_b_spread_when_above_the_bound():
+    """One seed of A: the band is the larger of the declared single-seed bound and B's spread (probe Z: the bound
+    alone let 1.2 vs 1.0 ± 0.5 HOLD)."""
+    rules = Rules(single_seed_bound=0.1)
+    out = compare([1.2], [0.5, 1.5], higher_is_better=True, rules=rules)
+    assert out.verdict == Verdict.UNDECIDED and out.band == pytest.approx(1.0)
+    out = compare([1.2], [0.98, 1.02], higher_is_better=True, rules=rules)
+    assert out.verdict == Verdict.HOLDS and out.band == pytest.approx(0.1)
+
+
+def test_an_equal_claim_needs_margin_plus_band_within_the_tolerance():
+    """'equal within t' HOLDS only when |margin| + band ≤ t (probe Z: |margin| ≤ t alone let a 0.2 spread HOLD at
+    t 0.15)."""
+    a, b = [1.0, 1.2], [1.1, 1.1]
+    assert compare(a, b, higher_is_better=True, claim="equal", tolerance=0.15).verdict == Verdict.UNDECIDED
+    assert compare(a, b, higher_is_better=True, claim="equal", tolerance=0.25).verdict == Verdict.HOLDS
+    assert compare([1.0, 1.01], [1.5, 1.51], higher_is_better=True, claim="equal",
+                   tolerance=0.25).verdict == Verdict.DOES_NOT_HOLD

@@ -115,3 +115,15 @@ def test_bad_solver_options():
         Momentum(beta=0.0, learn_beta=True)
     with pytest.raises(ValueError, match="gamma"):
         ProximalGradient(gamma=0.0)
+
+
+def test_proximal_term_in_the_trace_is_half_the_squared_distance_over_gamma():
+    """The traced proximal term is ‖x − anchor‖² / (2γ), the objective whose gradient the update takes (probe Z: the
+    ½ dropped kept the terms summing to the energy and the energy falling, so no test saw it; traces and the
+    energy-threshold stopping rule read it)."""
+    c = _x(1)
+    energy, gamma = FixedTarget(c).to(DT), 0.5
+    x, a = _x(2), _x(3)
+    res = ProximalGradient(step_size=0.2, gamma=gamma).run(energy, x, c, 2, anchor=a, trace=True)
+    prox = res.trace.term_tensor("proximal")
+    torch.testing.assert_close(prox[0], (x - a).pow(2).sum(-1) / (2 * gamma), rtol=1e-14, atol=0)

@@ -154,3 +154,9 @@ def test_energy_layer_norm_jacobian_is_symmetric_psd_with_scalar_gain():
     xm = x - x.mean()
     with torch.no_grad():
         torch.testing.assert_close(ln(x), 1.7 * xm / torch.sqrt(xm.pow(2).mean() + 1e-5) + ln.delta)
+
+
+def test_the_default_inverse_temperature_is_one_over_root_head_dim():
+    """β = 1/√p when not given (ET §3; probe Z: only a stored system output caught a default of 1/p)."""
+    assert ETAttentionEnergy(16, 2).beta == pytest.approx(1 / math.sqrt(8), rel=1e-15)
+    assert ETAttentionEnergy(16, 2, head_dim=5).beta == pytest.approx(1 / math.sqrt(5), rel=1e-15)

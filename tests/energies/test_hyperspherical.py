@@ -303,3 +303,11 @@ def test_zero_tokens_have_one_finite_gradient_in_every_precision(impl):
         out[dt] = [t.double() for t in grads]
     for a, b in zip(out[torch.float32], out[D64]):
         assert (a - b).norm() <= 1e-4 * b.norm(), ((a - b).norm(), b.norm())
+
+
+def test_the_default_inverse_temperature_is_one_over_root_p():
+    """β = 1/√p when not given (Eq. 3; probe Z: blocks always pass β, so a default of 1/p reached only users who
+    build the energy themselves, and no test saw it)."""
+    e = BiSoftmaxAttentionEnergy(16, 2)
+    assert e.head_dim == 8 and e.beta == pytest.approx(1 / math.sqrt(8), rel=1e-15)
+    assert BiSoftmaxAttentionEnergy(16, 2, head_dim=3).beta == pytest.approx(1 / math.sqrt(3), rel=1e-15)

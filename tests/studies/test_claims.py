@@ -69,6 +69,10 @@ def test_paired_claims_decide_on_the_per_seed_differences(tmp_path):
     assert _verdict(_spec(tmp_path, paired=True), recs) == "HOLDS"
     assert _verdict(_spec(tmp_path, paired=True, rules={"chance": 50, "at_band": 1}),
                     _recs({0: 50.2, 1: 50.4}, {0: 49.9, 1: 50.1})) == "UNTESTABLE"
+    # the differences are not the metric: chance applies to the arms, not to A − B (probe Z: a paired claim whose
+    # per-seed gain happened to equal the metric's chance level read "A at chance")
+    assert _verdict(_spec(tmp_path, paired=True, rules={"chance": 11.1, "at_band": 1}),
+                    _recs({0: 60, 1: 70}, {0: 48.9, 1: 58.9})) == "HOLDS"
 
 
 def test_per_axis_rows_pooling_fixed_numbers_and_the_table(tmp_path):
@@ -204,13 +208,22 @@ def test_a_gate_makes_a_claim_about_a_trained_model_untestable_at_chance(tmp_pat
         "id": "falls", "text": "the energy falls", "paper": {"value": "falls", "source": "Fig. 5"},
         "a": {"where": {"model": "eqt"}, "metric": "accuracy.k32"}, "b": {"value": 0},
         "rules": {"single_seed_bound": 0, "gate": {"metric": "accuracy.plain", "chance": 50, "at_band": 1}}}]))
-    for plain, verdict in ((50.5, "UNTESTABLE"), (90.0, "HOLDS")):
+    for plain, verdict in ((50.5, "UNTESTABLE"), (51.0, "UNTESTABLE"), (51.01, "HOLDS"), (90.0, "HOLDS")):
         recs = {f"eqt{s}": {"cell": {"model": "eqt", "length": "8"}, "seed": s,
                             "metrics": {"accuracy": {"k32": 3.0, "plain": plain}}} for s in (0, 1)}
         (row,) = evaluate(spec, recs)
         assert row.outcome.verdict.value == verdict, row.outcome
-        if verdict == "UNTESTABLE":
+        if plain == 50.5:
             assert "A's model at chance on accuracy.plain (50.5 vs 50 ± 1)" in row.outcome.reason
+    # the band's edge is in it (51.0 above; probe Z: '<' made it a verdict), and at_band 0 means exactly at chance
+    spec0 = load_study(write(tmp_path / "s0.yaml", claims=[{
+        "id": "falls", "text": "the energy falls", "paper": {"value": "falls", "source": "Fig. 5"},
+        "a": {"where": {"model": "eqt"}, "metric": "accuracy.k32"}, "b": {"value": 0},
+        "rules": {"single_seed_bound": 0, "gate": {"metric": "accuracy.plain", "chance": 50, "at_band": 0}}}]))
+    recs = {f"eqt{s}": {"cell": {"model": "eqt", "length": "8"}, "seed": s,
+                        "metrics": {"accuracy": {"k32": 3.0, "plain": 50.0}}} for s in (0, 1)}
+    (row,) = evaluate(spec0, recs)
+    assert row.outcome.verdict.value == "UNTESTABLE", row.outcome
 
 
 def test_a_gate_reads_a_plain_mean_and_a_missing_gate_metric_is_untestable(tmp_path):
