@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from energyformer.data.images import load_image_dataset
 from energyformer.experiment import build_task, load_run_config, resolve, run_experiment
@@ -229,3 +230,54 @@ def test_codebook_larger_than_the_patch_count_is_a_config_error(digits):
     images = digits.train.images[:2]  # 2 digits images of 8x8 at patch 4: 8 patches
     with pytest.raises(ConfigError, match=r"task.codebook_size = 64: more codes than the 8 training patches"):
         PatchTokenizer.fit(images, 4, 64, seed=0)
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts what reads tensor values on the host or, on an accelerator, syncs with it: ``_local_scalar_dense``
+    (item, float, bool), ``nonzero``, ``masked_select`` and boolean-mask ``index`` / ``index_put`` (a ``nonzero``
+    on CUDA; a CPU kernel runs it inside, unseen)."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        aten = torch.ops.aten
+        indexing = (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default)
+        bool_index = func in indexing and any(t is not None and t.dtype == torch.bool for t in args[1])
+        if bool_index or func in (aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default):
+            self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_training_loss_and_accuracy_read_nothing_on_the_host():
+    """The step's loss and its ``acc`` metric are the masked-only mean CE and accuracy to 1e-12 (float64), value and
+    gradient, with no host sync, forward or backward. Before, both indexed the logits with the bool mask (a
+    ``nonzero`` per step each, and one more in the backward), which on an accelerator waited for the whole forward.
+    Nothing masked: NaN loss and accuracy, as the mean of no positions was before."""
+    from types import SimpleNamespace
+
+    from energyformer.models.output import ModelOutput
+    from energyformer.tasks.masked_images import MaskedImageTask
+
+    g = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 7, (4, 6), generator=g)
+    mask = torch.rand(4, 6, generator=g) < 0.5
+    w = torch.randn(7, 7, generator=g, dtype=torch.float64, requires_grad=True)
+    model = lambda c, m: ModelOutput(logits=w[c] * 3)  # noqa: E731  (B, N, K) float64
+    task = SimpleNamespace(add_aux_losses=MaskedImageTask.add_aux_losses)
+    with _HostReads() as reads:
+        loss, metrics = MaskedImageTask.loss(task, model, (codes, mask))
+        (grad,) = torch.autograd.grad(loss, w)
+    assert reads.n == 0
+    lg = w[codes] * 3
+    want = torch.nn.functional.cross_entropy(lg[mask], codes[mask])
+    (want_grad,) = torch.autograd.grad(want, w)
+    assert abs(float(loss.detach()) - float(want.detach())) < 1e-12
+    assert torch.allclose(grad, want_grad, rtol=0, atol=1e-12)
+    assert float(metrics["acc"]) == float((lg[mask].argmax(-1) == codes[mask]).float().mean())
+    from energyformer.tasks.masked_images import masked_accuracy
+
+    none = torch.zeros_like(mask)
+    assert math.isnan(float(masked_cross_entropy(lg, codes, none)))
+    assert math.isnan(float(masked_accuracy(lg, codes, none)))

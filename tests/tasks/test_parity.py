@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from energyformer.models.config import ModelConfig
 from energyformer.models.equilibrium import EquilibriumConfig
@@ -92,3 +93,54 @@ def test_eval_names_the_test_set_and_has_no_split_to_choose():
     what, metrics = task.eval_from_args(model, argparse.Namespace(split="validation"), {})
     assert what == "parity test set (length 8, 16 sequences)" and metrics == task.evaluate(model)
     assert ParityTask.has_splits is False and "fixed test set" in ParityTask.split_note
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts the reads of tensor values on the host: ``_local_scalar_dense`` (item, float, int, bool), ``nonzero``
+    and ``Tensor.tolist``."""
+
+    def __init__(self, monkeypatch):
+        super().__init__()
+        self.n = 0
+        tolist = torch.Tensor.tolist
+
+        def counted(t, *a, **k):
+            self.n += 1
+            return tolist(t, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, "tolist", counted)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default):
+            self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_accuracy_reads_the_count_once_whatever_the_number_of_batches(monkeypatch):
+    """The correct-token count stays on the device and is read once: the host reads of ``accuracy`` do not grow
+    with its batches (before: one ``int()`` per batch, so the host waited for each batch before queueing the next).
+    The accuracy is the same number as counting batch by batch."""
+    from energyformer.utils.config import replace
+
+    class PerBit(torch.nn.Module):  # logits from each bit alone: right on some tokens, wrong on others
+        def __init__(self):
+            super().__init__()
+            self.e = torch.nn.Embedding(2, 2)
+
+        def forward(self, x, **_):
+            return type("O", (), {"logits": self.e(x)})()
+
+    torch.manual_seed(0)
+    model = PerBit()
+    reads = []
+    for bs in (16, 4):
+        task = _task(eval_batch_size=bs)
+        bits, tgt = replace(task.cfg.data, length=8).test_set()
+        with torch.no_grad():
+            want = sum(int((model(bits[i:i + bs]).logits.argmax(-1) == tgt[i:i + bs]).sum())
+                       for i in range(0, len(bits), bs)) / tgt.numel()
+        with monkeypatch.context() as mp, _HostReads(mp) as count:
+            got = task.accuracy(model, 8)
+        reads.append(count.n)
+        assert got == want and 0 < got < 1
+    assert reads[0] == reads[1], reads

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from energyformer.experiment import build_model, build_task, load_run_config, resolve, run_experiment
 from energyformer.tasks.potts_mlm import calibrate_scale, mask_sites
@@ -160,3 +161,58 @@ def test_multihead_bare_sa_own_conditional_ce_is_the_float64_reference(data_dir,
     assert math.isfinite(ev["cond_loss"]) and ev["cond_loss"] == pytest.approx(ref, rel=1e-9, abs=1e-9)
     if scale == 1.0:
         assert ev["cond_loss"] <= math.log(task.C) + 0.5
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts what reads tensor values on the host or, on an accelerator, syncs with it: ``_local_scalar_dense``
+    (item, float, bool), ``nonzero``, ``masked_select`` and boolean-mask ``index`` / ``index_put`` (a ``nonzero``
+    on CUDA; a CPU kernel runs it inside, unseen)."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        aten = torch.ops.aten
+        indexing = (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default)
+        bool_index = func in indexing and any(t is not None and t.dtype == torch.bool for t in args[1])
+        if bool_index or func in (aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default):
+            self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_masked_loss_is_the_masked_mean_without_a_host_sync(data_dir):
+    """The MLM loss is the mean CE over the masked sites (per masked token, to 1e-12 in float64, value and
+    gradient) with no host sync in its forward or backward. Before, ``logits[masked]`` and ``s[masked]`` were
+    boolean indexing: two ``nonzero`` per step and one more in the backward, each waiting on an accelerator for
+    the whole forward. Nothing masked (only through ``masked_cross_entropy``): NaN, as before."""
+    from energyformer.models.output import ModelOutput
+
+    task = build_task(_cfg("potts_factored", data_dir, ["task.n_masked=2"]))
+    C = task.C
+
+    class Table(torch.nn.Module):  # logits (B, L, C) = a float64 row per id; records its input
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(C + 1, C, generator=torch.Generator().manual_seed(0),
+                                                    dtype=torch.float64))
+
+        def forward(self, idx):
+            self.idx = idx
+            return ModelOutput(logits=self.w[idx] * 2)
+
+    model = Table()
+    (s,) = task.train_data.next_batch()
+    with _HostReads() as reads:
+        loss, _ = task.loss(model, (s,))
+        (grad,) = torch.autograd.grad(loss, model.w)
+    assert reads.n == 0
+    masked = model.idx == C
+    assert masked.sum(1).tolist() == [2] * len(s)
+    lg = model.w[model.idx] * 2
+    want = torch.nn.functional.cross_entropy(lg[masked], s[masked])
+    (want_grad,) = torch.autograd.grad(want, model.w)
+    assert abs(loss.item() - want.item()) < 1e-12 and torch.allclose(grad, want_grad, rtol=0, atol=1e-12)
+    from energyformer.tasks.potts_mlm import masked_cross_entropy
+
+    assert math.isnan(masked_cross_entropy(lg, s, torch.zeros_like(masked)).item())

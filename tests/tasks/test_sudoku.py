@@ -179,3 +179,40 @@ def test_accumulated_micro_batches_weigh_by_their_blank_cells(data_env, monkeypa
     close = all(torch.allclose(b, a, rtol=1e-4, atol=1e-6)
                 for a, b in zip(whole.model.parameters(), halves.model.parameters()))
     assert close == weigh
+
+
+def test_predict_brings_the_boards_back_in_one_transfer(monkeypatch):
+    """``predict`` keeps the filled boards on the model's device and copies them to the host once: the
+    ``Tensor.cpu`` calls do not grow with the batches (before: one per batch, each a sync on an accelerator that
+    kept the host from queueing the next batch). The boards are the same, on the CPU."""
+    from energyformer.tasks.sudoku import predict
+
+    class Digits(torch.nn.Module):  # logits (B, 81, 9) from each cell's given digit
+        def __init__(self):
+            super().__init__()
+            self.e = torch.nn.Embedding(10, 9)
+
+        def forward(self, p, **_):
+            return type("O", (), {"logits": self.e(p)})()
+
+    torch.manual_seed(0)
+    model = Digits()
+    p = torch.from_numpy(generate_puzzles(8, (40, 50), seed=1)[0]).long()
+    with torch.no_grad():
+        logits = model(p).logits
+    want = torch.where(p == 0, logits.argmax(-1) + 1, p)
+    calls = []
+    for batch in (8, 2):
+        n = [0]
+        cpu = torch.Tensor.cpu
+
+        def counted(t, *a, **k):
+            n[0] += 1
+            return cpu(t, *a, **k)
+
+        with monkeypatch.context() as mp:
+            mp.setattr(torch.Tensor, "cpu", counted)
+            got = predict(model, p, batch)
+        calls.append(n[0])
+        assert torch.equal(got, want) and got.device.type == "cpu"
+    assert calls == [1, 1], calls

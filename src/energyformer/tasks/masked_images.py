@@ -155,9 +155,23 @@ def eval_mask_count(ratio: float, n: int) -> int:
     return min(n, max(1, round(ratio * n)))
 
 
+#: the target of the unmasked positions in the loss: ``F.cross_entropy`` leaves it out of the sum and the count
+IGNORE = -100
+
+
 def masked_cross_entropy(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-    """Mean CE over the masked positions only (MaskGIT Eq. 1; Hyper-SET App. D.4): (B, N, K), (B, N), (B, N)."""
-    return F.cross_entropy(at_least_float32(logits[mask]), targets[mask])
+    """Mean CE over the masked positions only (MaskGIT Eq. 1; Hyper-SET App. D.4): (B, N, K), (B, N), (B, N);
+    NaN when nothing is masked (0 / 0). The unmasked targets are set to ``IGNORE``: the same mean as
+    ``cross_entropy(logits[mask], targets[mask])``, without boolean indexing's ``nonzero`` (a host sync per step on
+    an accelerator, and one more in the backward)."""
+    tgt = targets.masked_fill(~mask, IGNORE)
+    return F.cross_entropy(at_least_float32(logits).flatten(0, 1), tgt.flatten(), ignore_index=IGNORE)
+
+
+def masked_accuracy(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """Share of the masked positions whose argmax is the target, a 0-d float tensor (NaN when nothing is masked),
+    computed on the device: ``#(argmax = target and masked) / #masked``, without boolean indexing's host sync."""
+    return ((logits.argmax(-1) == targets) & mask).sum() / mask.sum()
 
 
 def psnr(x: Tensor, y: Tensor) -> Tensor:
@@ -342,7 +356,7 @@ class MaskedImageTask(Task):
         out = model(codes, mask)
         loss = masked_cross_entropy(out.logits, codes, mask)
         with torch.no_grad():
-            acc = (out.logits[mask].argmax(-1) == codes[mask]).float().mean()
+            acc = masked_accuracy(out.logits, codes, mask)
         metrics = {"acc": acc, "masked": mask.float().mean()}  # tensors: the trainer reads them after backward
         return self.add_aux_losses(loss, out, metrics)
 
@@ -446,4 +460,4 @@ class MaskedImageTask(Task):
 
 
 __all__ = ["MaskedImageConfig", "MaskedImageTask", "PatchTokenizer", "load_or_fit_tokenizer", "random_mask",
-           "masked_cross_entropy", "eval_mask_count", "psnr", "ssim"]
+           "masked_cross_entropy", "masked_accuracy", "eval_mask_count", "psnr", "ssim"]

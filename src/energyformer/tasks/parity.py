@@ -95,18 +95,21 @@ class ParityTask(Task):
     def accuracy(self, model: nn.Module, length: int, *, n: int | None = None, **forward: Any) -> float:
         """Per-token accuracy on the fixed test set of ``length`` (first ``n`` sequences). ``forward`` (``steps``,
         ``iterations``: eval's test-time options) goes to every forward call (one left None: the model's own
-        value); only ``steps`` was passed once, so ``eval --iterations N`` printed the trained depth's accuracy."""
+        value); only ``steps`` was passed once, so ``eval --iterations N`` printed the trained depth's accuracy.
+        The count of correct tokens stays on the device (int64, exact) and is read once at the end: a read per batch
+        kept the host from queueing the next batch until this one had finished."""
         dev = next(model.parameters()).device
         data = replace(self.cfg.data, length=length, n_test=n or self.cfg.data.n_test)
         bits, tgt = data.test_set(device=dev)
-        correct = total = 0
+        correct: torch.Tensor | int = 0
+        total = 0
         kw = {k: v for k, v in forward.items() if v is not None}
         for i in range(0, len(bits), self.cfg.eval_batch_size):
             xb, yb = bits[i:i + self.cfg.eval_batch_size], tgt[i:i + self.cfg.eval_batch_size]
             pred = model(xb, **kw).logits.argmax(-1)
-            correct += int((pred == yb).sum())
+            correct = correct + (pred == yb).sum()
             total += yb.numel()
-        return correct / total
+        return int(correct) / total
 
     def eval_from_args(self, model, args, forward_options):
         return f"parity test set (length {self.cfg.data.length}, {self.cfg.data.n_test} sequences)", \
