@@ -203,3 +203,104 @@ def test_network_table_runs_in_the_autocast_dtype(state_norm):
     with torch.autocast("cpu", torch.bfloat16):  # float64 is left alone by autocast, and here too
         net64 = net.double()
         assert net64.table(2, s.double())[0][0].dtype == torch.float64
+
+
+def _hyperset_model(iterations, dtype=DT):
+    """A tiny images/hyperset-style model: one Hyper-SET layer iterated, α and γ from one network on the layer
+    input (``condition: layer``, ``groups: 2``)."""
+    from energyformer.models import MODELS, ModelConfig
+
+    ss = {"kind": "network", "condition": "layer", "groups": 2, "embed_dim": 8, "zero_init": "none"}
+    block = {"attention": {"kind": "hyperset", "step_size": ss}, "mlp": {"kind": "hyperset"}}
+    cfg = ModelConfig.model_validate(dict(vocab_size=10, dim=16, heads=2, n_layers=1, iterations=iterations,
+                                          positions="learned", max_seq_len=9, causal=False, block=block))
+    torch.manual_seed(0)
+    return MODELS.build(cfg, n_out=9).to(dtype)
+
+
+def _op_counts(model, idx):
+    """Non-view aten ops of one forward and of its backward, by name."""
+    import collections
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view:
+                self.ops[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count() as fwd:
+        out = model(idx)
+    with Count() as bwd:
+        out.logits.sum().backward()
+    return fwd.ops, bwd.ops
+
+
+def test_network_time_embedding_runs_once_per_forward_not_per_iteration():
+    """condition 'layer' (every images/hyperset config): the state changes per iteration, but tau(t) =
+    W_2 GELU(W_1 sin-emb(t)) depends on the weights and the index only. Old: recomputed in every iteration — per
+    iteration one sin, cos and cat, two addmm and a GELU forward, a GELU backward and the Linears' weight gradients
+    (probe AA, F3). Now one (L, E) table per forward: what grows per iteration is the state's part only."""
+    idx = torch.randint(0, 10, (2, 9), generator=torch.Generator().manual_seed(0))
+    counts = {it: _op_counts(_hyperset_model(it), idx) for it in (2, 4)}
+
+    def per_iteration(k, name):
+        return (counts[4][k][name] - counts[2][k][name]) / 2
+
+    assert per_iteration(0, "sin") == per_iteration(0, "cos") == per_iteration(0, "cat") == 0
+    assert per_iteration(0, "addmm") == 2  # the out-projection's two groups (was 4: + time_in, time_out)
+    assert per_iteration(0, "gelu") == 1 and per_iteration(1, "gelu_backward") == 1  # the state's GELU (was 2)
+    assert counts[4][0]["sin"] == 1  # one table per forward
+
+
+def test_network_time_embedding_table_equals_the_per_iteration_network(monkeypatch):
+    """The table's rows give the outputs and gradients of the per-index network (float64 to rounding), for a
+    model and for two steps per iteration (indices past the first table); the time Linears run once per forward
+    (old: once per index), and a reused ctx after an in-place weight update (an optimiser step) never reads the
+    old weights' tau."""
+    from energyformer.core.stepsize import NetworkStepSize as Net
+
+    idx = torch.randint(0, 10, (2, 9), generator=torch.Generator().manual_seed(0))
+
+    def run():
+        m = _hyperset_model(3)
+        out = m(idx).logits
+        w = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=DT)
+        (out * w).sum().backward()
+        return out.detach(), [p.grad for p in m.parameters()]
+
+    got, got_g = run()
+    with monkeypatch.context() as m:
+        m.setattr(Net, "_tau_row", lambda self, index, ctx: None, raising=False)  # the per-index form
+        want, want_g = run()
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for a, b in zip(got_g, want_g):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+    torch.manual_seed(0)
+    net = Net(4, embed_dim=8, condition="layer", zero_init="none", groups=2).to(DT)
+    calls = []
+    net.time_in.register_forward_hook(lambda *a: calls.append(1))
+    ctx = ForwardContext(iterations=2)
+    states = [_x(t) for t in range(4)]
+    got = []
+    for t, s in enumerate(states):  # 2 iterations x 2 steps: indices 0 … 3, a new layer input each
+        ctx.layer_input = s
+        got.append(net.value(t, s, s, ctx, 1))
+    assert len(calls) == 2  # the table of 2, then one of 4 for index 2 (old: 4 calls, one per index)
+    for t, (a, s) in enumerate(zip(got, states)):
+        torch.testing.assert_close(a, net.net(t, s).chunk(2, dim=-1)[1], rtol=1e-12, atol=1e-12)
+    ga = torch.autograd.grad(sum(a.sum() for a in got), [net.time_in.weight, net.time_out.bias])
+    gb = torch.autograd.grad(sum(net.net(t, s).chunk(2, -1)[1].sum() for t, s in enumerate(states)),
+                             [net.time_in.weight, net.time_out.bias])
+    for a, b in zip(ga, gb):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        net.time_out.bias.add_(0.5)  # in place, as an optimiser step
+    ctx.layer_input = s = _x(9)
+    torch.testing.assert_close(net.value(1, s, s, ctx, 0), net.net(1, s).chunk(2, dim=-1)[0], rtol=1e-12, atol=0)

@@ -1,5 +1,7 @@
 """The low-precision sphere RMSNorm of Hyper-SET (energies/hyperspherical_ops.py: ``sphere_rms_norm``)."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -325,3 +327,56 @@ def test_hyperset_attention_takes_an_empty_batch(impl):
         assert y.shape == shape and torch.isfinite(y).all()
         y.sum().backward()
         assert x.grad.shape == shape
+
+
+@contextlib.contextmanager
+def _no_host_read(monkeypatch):
+    """``Tensor.__bool__``, ``__float__`` and ``item`` raise inside: any host read of a value fails the test."""
+    def no_read(*a, **k):
+        raise AssertionError("a host read of a tensor value")
+
+    with monkeypatch.context() as m:
+        for name in ("__bool__", "__float__", "item"):
+            m.setattr(torch.Tensor, name, no_read)
+        yield
+
+
+@pytest.mark.parametrize("case", ["symmetric", "non_symmetric_padded"])
+def test_fused_bisoftmax_span_check_reads_nothing_on_an_accelerator(monkeypatch, case):
+    """Where a host read stalls the device's queue (``core.precision.host_read_stalls``, pretended here) the fused
+    path read the normalisers' span on the host in every call: one sync per layer x iteration (probe AA, F1), a
+    graph break under compile, an error under CUDA-graph capture. Now the check runs on the device: ordinary
+    inputs give bit for bit the host-checked result, value and gradient; a head whose span is past the limit
+    (float32: 70; ~120 here) is NaN, value and gradient, where unchecked it is finite and wrong; and
+    nothing is read on the host (``__bool__``, ``__float__``, ``item`` raise)."""
+    from energyformer.energies import hyperspherical_ops as ops
+
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(2, 2, 32, 8, generator=g)
+    sym = case == "symmetric"
+    mask = None if sym else torch.ones(2, 1, 1, 32, dtype=torch.bool)
+    if mask is not None:
+        mask[1, ..., 28:] = False
+    dy = torch.randn(2, 2, 32, 8, generator=g)
+
+    def run(t, **kw):
+        t = t.clone().requires_grad_(True)
+        q, k = (t, t) if sym else (t, t.flip(-2))
+        y = ops.bisoftmax_fused(q, k, t, 1.0, mask, symmetric=sym, **kw)[0]
+        return y.detach(), torch.autograd.grad(y, t, dy)[0]
+
+    plain_y, plain_g = run(z)
+    big = z.clone()
+    big[1, 0] *= 2.5  # one head of one sequence off the sphere: its span past 70, its exp factors still finite
+    wrong_y, _ = run(big, check_span=False)
+    b64 = big.double()
+    ref = ops.bisoftmax_einsum(b64, b64 if sym else b64.flip(-2), b64, 1.0, mask)
+    err = (wrong_y[1, 0].double() - ref[1, 0]).norm() / ref[1, 0].norm()
+    assert torch.isfinite(wrong_y).all() and err > 1e-2, err  # what an unchecked span gives: finite, wrong
+    monkeypatch.setattr(ops, "host_read_stalls", lambda t: True)
+    with _no_host_read(monkeypatch):
+        loud_y, loud_g = run(z)
+        huge_y, huge_g = run(big)
+    assert torch.equal(loud_y, plain_y) and torch.equal(loud_g, plain_g)
+    assert torch.isnan(huge_y[1, 0]).all() and torch.isnan(huge_g[1, 0]).all()
+    assert torch.isfinite(huge_y[0]).all() and torch.isfinite(huge_y[1, 1]).all()

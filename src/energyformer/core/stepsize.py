@@ -22,7 +22,8 @@ attention and γ of the feed-forward from one trunk, ``groups: 2``): :meth:`Netw
 gives a view on one group; the sublayer that owns the network registers it, the others reference
 it, and the output is computed once per (iteration, state) of a forward pass (``ctx.memo``); with
 ``condition: input`` (a state fixed for the whole forward) once per forward for all its iterations
-(:meth:`NetworkStepSize.table`).
+(:meth:`NetworkStepSize.table`), and with the other conditions its weights-only part (the index embedding
+and its two Linears) once per forward (:meth:`NetworkStepSize.tau_table`).
 
 A float of the config (``step_size: 0.5``) is shorthand for ``{kind: fixed, value: 0.5}``.
 """
@@ -312,11 +313,13 @@ class NetworkStepSize(StepSize):
         eta = self._net_groups(index, s)
         return torch.cat(eta, dim=-1) if self.groups > 1 else eta[0]
 
-    def _net_groups(self, index: int, s: Tensor) -> tuple[Tensor, ...]:
-        """:meth:`net` split into its groups (:meth:`out_groups`)."""
-        w = self.time_in.weight
-        emb = sinusoidal_embedding(index, self.freqs().to(w.dtype))  # (E,)
-        tau = self.time_out(F.gelu(self.time_in(emb)))  # (D,)
+    def _net_groups(self, index: int, s: Tensor, tau: Tensor | None = None) -> tuple[Tensor, ...]:
+        """:meth:`net` split into its groups (:meth:`out_groups`); ``tau``: tau(index) (D,) if already known
+        (:meth:`_tau_row`), else computed here."""
+        if tau is None:
+            w = self.time_in.weight
+            emb = sinusoidal_embedding(index, self.freqs().to(w.dtype))  # (E,)
+            tau = self.time_out(F.gelu(self.time_in(emb)))  # (D,)
         c = self.conditioning(s)  # (B, N, D)
         return self.out_groups(F.gelu(tau.to(c.dtype) + c))  # h: (B, N, D)
 
@@ -341,13 +344,42 @@ class NetworkStepSize(StepSize):
         """The step sizes of indices 0 … n−1 for one state s, all at once: ``table[t][g]`` is group g of
         step t, (B, N, D) or (B, N, 1). The same function as :meth:`net` per index, evaluated as one
         (n, E) time embedding, one (n, B, N, D) GELU and one out-projection instead of n of each."""
-        w = self.time_in.weight
-        emb = sinusoidal_table(n, self.freqs().to(w.dtype))  # (n, E)
-        tau = self.time_out(F.gelu(self.time_in(emb)))  # (n, D)
+        tau = self.tau_table(n)  # (n, D)
         c = self.conditioning(s)  # (B, N, D)
         h = F.gelu(tau.view(n, 1, 1, -1).to(c.dtype) + c)  # (n, B, N, D)
         groups = [g.unbind(0) for g in self.out_groups(h)]  # per group (n, B, N, 1 | D): one backward stack each
         return tuple(zip(*groups))
+
+    def tau_table(self, n: int) -> Tensor:
+        """tau(t) = W_2 GELU(W_1 sin-emb(t)) of the indices 0 … n−1 as rows, (n, D): the part of the network that
+        depends on the weights and the index only, as one (n, E) embedding and one matmul pair."""
+        w = self.time_in.weight
+        emb = sinusoidal_table(n, self.freqs().to(w.dtype))  # (n, E)
+        return self.time_out(F.gelu(self.time_in(emb)))  # (n, D)
+
+    def _tau_row(self, index: int, ctx: Any) -> Tensor | None:
+        """tau(index) (D,) from one :meth:`tau_table` per forward pass (``ctx.memo``; None for a forward of one index:
+        ``ctx.iterations`` 1, index 0). It was recomputed per iteration and step, forward and backward (probe AA, F3).
+        Rows of the table are the per-index values up to the matmul's order of sums. Reused only while the grad
+        mode (no_grad: no graph), the Linears' run dtype (autocast), dtype, device and version counters (an
+        optimiser step writes in place) and ``ctx.embedded`` (set anew by each forward of a model: never a graph a
+        past backward freed) match; an index past it rebuilds it at least twice as long (several steps)."""
+        if ctx.iterations <= 1 and index == 0:
+            return None
+        lin = (self.time_in.weight, self.time_in.bias, self.time_out.weight, self.time_out.bias)
+        w = lin[0]
+        # (under torch.compile the version counters are symbolic, a data-dependent compare: left out there, where
+        # the model builds its ctx inside the compiled forward anyway)
+        versions = () if torch.compiler.is_compiling() else tuple(p._version for p in lin)
+        stamp = (autocast_dtype(w.dtype, w.device.type), tuple((p.dtype, p.device) for p in lin), versions)
+        key = (id(self), "tau", torch.is_grad_enabled())
+        hit = ctx.memo.get(key)
+        fresh = hit is not None and hit[0] is ctx.embedded and hit[1] == stamp
+        if not fresh or index >= len(hit[2]):
+            n = max(ctx.iterations, index + 1, 2 * len(hit[2]) if fresh else 0)
+            hit = (ctx.embedded, stamp, self.tau_table(n).unbind(0))  # rows: one stack in the backward
+            ctx.memo[key] = hit
+        return hit[2][index]
 
     def value(self, index: int, x0: Tensor, x: Tensor, ctx: Any = None, group: int = 0) -> Tensor:
         """Group ``group`` of step ``index``: (B, N, D) or (B, N, 1).
@@ -357,9 +389,9 @@ class NetworkStepSize(StepSize):
         ``condition: input`` the state x⁽⁰⁾ is the same for every iteration, so the whole forward's steps
         0 … ``ctx.iterations``−1 come from one :meth:`table` before the first step (work done once per forward
         instead of once per iteration); an index past the table (more than one step per iteration) is
-        computed on its own. The memo is kept per grad mode: the untracked steps of ``backward: truncated`` run
-        under no_grad, and a table they built would give the tracked steps values without a graph (the network's
-        gradient silently lost)."""
+        computed on its own (its index part tau(t), as with other conditions, from one table: :meth:`_tau_row`).
+        The memo is kept per grad mode: the untracked steps of ``backward: truncated`` run under no_grad, and a
+        table they built would give the tracked steps values without a graph (the network's gradient lost)."""
         s = self.state(x0, x, ctx)
         if ctx is None:
             return self._net_groups(index, s)[group]
@@ -375,7 +407,7 @@ class NetworkStepSize(StepSize):
         key = (id(self), index, grad)
         hit = ctx.memo.get(key)
         if hit is None or hit[0] is not s:
-            hit = (s, self._net_groups(index, s))
+            hit = (s, self._net_groups(index, s, self._tau_row(index, ctx)))
             ctx.memo[key] = hit
         return hit[1][group]
 

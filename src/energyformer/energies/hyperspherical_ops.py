@@ -30,7 +30,8 @@ of the dtype SDPA runs in (float32 70, bfloat16 81, float16 1.8, float64 671; un
 autocast dtype counts too): then every dropped weight is below ``eps/e`` relative, and the factors
 ``exp(±(· - m))`` with ``m`` the midpoint stay finite. On the sphere of radius √p every score lies in
 [-β p, β p], so the span is at most 2βp + log N. When the span is larger the fused path falls back to
-the einsum path (one host sync per call decides; ``check_span=False`` skips the check).
+the einsum path (one host sync per call decides; ``check_span=False`` skips the check); on an accelerator
+and under compile or CUDA graphs, no host read: that head's output is NaN instead (:func:`_span_flag`).
 
 **Einsum path** (:func:`bisoftmax_einsum`): the N x N scores and both softmaxes, materialised: the
 reference the tests compare with, and the natural form for the code-style option with separate
@@ -384,6 +385,16 @@ def column_mask(mask: Tensor | None) -> Tensor | None:
     return mask & mask.transpose(-1, -2)
 
 
+def _span_flag(hi: Tensor, lo: Tensor, limit: float) -> Tensor:
+    """(B, H, 1): 1 where the span hi − lo is at most ``limit``, else NaN (also a NaN or inf span), on the device:
+    :func:`bisoftmax_fused`'s span check where a host read stalls (accelerators), breaks or fails (compile, CUDA
+    graphs) or has no value (fake tensors). m · flag makes that head's y and gradient NaN, loud where the host check
+    took the einsum path (which ``where`` would materialise: the N x N this path avoids); a 1 changes no bit."""
+    with torch.no_grad():
+        ok = ((hi - lo) <= limit).to(hi.dtype)  # NaN <= limit is False
+        return ok.div_(ok)  # 1, or 0/0 = NaN
+
+
 def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None, *,
                     symmetric: bool = True, lse: Tensor | None = None, check_span: bool = True,
                     budget: int = 1 << 22) -> tuple[Tensor, Tensor]:
@@ -403,8 +414,10 @@ def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor 
     # (B, H, 1) shift: the midpoint of all normalisers, detached: y does not depend on it (exp(m − c) · exp(r − m)),
     # and its gradient, zero in exact arithmetic, was rounding noise sent to every token (also to padded ones)
     m = (0.5 * (hi + lo)).detach()
-    if check_span:
-        with torch.no_grad():  # one host sync: the whole span, not |r - m| and |c - m| apart
+    if check_span and (host_read_stalls(v) or no_host_sync(v) or not _has_values(v)):
+        m = m * _span_flag(hi, lo, fused_span_limit(v))  # no host read: a span past the limit makes y NaN
+    elif check_span:
+        with torch.no_grad():  # one host sync (free on a CPU): the whole span, not |r - m| and |c - m| apart
             span = float((hi - lo).amax())
         if not math.isfinite(span) or span > fused_span_limit(v):
             return bisoftmax_einsum(q, k, v, scale, mask), r
