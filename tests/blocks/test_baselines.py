@@ -39,3 +39,56 @@ def test_attention_without_rope_is_permutation_equivariant():
     rope = LlamaAttention(16, 4, causal=False)
     rope.load_state_dict(plain.state_dict())
     assert not torch.allclose(rope(x)[:, perm], rope(x[:, perm]), atol=1e-4)
+
+
+def _op_counts(fn) -> dict[str, int]:
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count() as c:
+        fn()
+    return c.ops
+
+
+def test_rope_tables_are_built_once_per_forward_and_give_the_same_outputs():
+    """Llama's cos/sin tables come from ctx.memo: a 2-layer forward builds them once, like a 1-layer one (before:
+    arange, pow, cos, sin and the float64 casts ran again in every layer), and the outputs equal those of layers
+    that build their own tables (no context); decoding at an offset gets the offset's table, not position 0's."""
+    from energyformer.core.context import ForwardContext
+    from energyformer.models.lm import CausalLM, ModelConfig
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 16)
+    layers = [LlamaAttention(16, 4) for _ in range(2)]
+
+    def run(ctx_for):
+        ctx = ForwardContext(offset=3)
+        y = x
+        for layer in layers:
+            y = layer(y, ctx_for(ctx))
+        return y
+
+    memo = run(lambda ctx: ctx)
+    fresh = run(lambda ctx: ForwardContext(offset=ctx.offset))  # a new context per layer: no table shared
+    assert torch.equal(memo, fresh)
+    assert not torch.equal(memo, layers[1](layers[0](x)))  # offset 0 differs: the offset is part of the key
+
+    def model(n_layers):
+        torch.manual_seed(0)
+        return CausalLM(ModelConfig(vocab_size=20, dim=16, n_layers=n_layers, heads=4, max_seq_len=16,
+                                    positions="none", block=BlockConfig()))
+
+    idx = torch.randint(0, 20, (1, 8))
+    one, two = (_op_counts(lambda m=model(n): m(idx)) for n in (1, 2))
+    assert one["cos"] == one["sin"] == 1
+    assert all(two[op] == one[op] for op in ("arange", "cos", "sin", "_to_copy", "reciprocal")), (one, two)

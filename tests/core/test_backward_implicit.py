@@ -149,3 +149,93 @@ def test_implicit_backward_of_a_zero_step_run_is_the_identity():
     out.sum().backward()
     torch.testing.assert_close(x0.grad, torch.ones_like(x0))
     assert all(p.grad is None or not p.grad.any() for p in energy.parameters())
+
+
+class _Reads:
+    """Counts host reads: ``_local_scalar_dense`` (item/float/bool, through a dispatch mode) and ``Tensor.tolist``."""
+
+    def __init__(self, monkeypatch):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.n = 0
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                outer.n += func.overloadpacket.__name__ == "_local_scalar_dense"
+                return func(*args, **(kwargs or {}))
+
+        tolist = torch.Tensor.tolist
+
+        def counted(t):
+            self.n += 1
+            return tolist(t)
+
+        monkeypatch.setattr(torch.Tensor, "tolist", counted)
+        self.mode = Mode()
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+def _plain_cg(apply_a, g, max_iter, tol):
+    """Textbook CG with a host test of each quantity as it is formed (the order the solver used before)."""
+    v, r, p = torch.zeros_like(g), g.clone(), g.clone()
+    rr = (r * r).sum()
+    g_norm = float(rr) ** 0.5
+    for it in range(1, max_iter + 1):
+        ap = apply_a(p)
+        pap = (p * ap).sum()
+        if not float(pap) > 0:
+            return v, it, float(rr) ** 0.5 / g_norm, "negative_curvature"
+        a = rr / pap
+        v, r = v + a * p, r - a * ap
+        rr_new = (r * r).sum()
+        if float(rr_new) ** 0.5 <= tol * g_norm:
+            return v, it, float(rr_new) ** 0.5 / g_norm, "converged"
+        p, rr = r + rr_new / rr * p, rr_new
+    return v, max_iter, float(rr) ** 0.5 / g_norm, "max_iter"
+
+
+@pytest.mark.parametrize("case", ["max_iter", "converged", "negative_curvature"])
+def test_cg_reads_the_host_once_per_iteration_with_the_same_results(monkeypatch, case):
+    """One read per iteration plus one before the loop (before: pᵀAp and ‖r‖² were read one by one, 2 per
+    iteration, with 2 more before the loop and 1 after it); iterate, count, residual and status unchanged."""
+    g0 = torch.Generator().manual_seed(0)
+    m = torch.randn(12, 12, generator=g0, dtype=DT)
+    A = m @ m.T + 0.1 * torch.eye(12, dtype=DT)
+    if case == "negative_curvature":
+        A = A - 3.0 * torch.eye(12, dtype=DT)
+    g = torch.randn(12, generator=g0, dtype=DT)
+    max_iter, tol = (4, 1e-14) if case == "max_iter" else (40, 1e-10)
+    with _Reads(monkeypatch) as reads:
+        v, info = solve_cg(lambda p: A @ p, g, max_iter, tol)
+    want = _plain_cg(lambda p: A @ p, g, max_iter, tol)
+    assert info["status"] == case == want[3] and info["iterations"] == want[1]
+    assert torch.equal(v, want[0]) and info["rel_residual"] == want[2]
+    assert reads.n == 1 + info["iterations"]
+
+
+def test_the_forward_reads_nothing_and_last_reads_its_residuals_when_asked(monkeypatch):
+    """An implicit run's forward makes no host read (before: two float() per block call for ``last``); ``last``
+    reads the forward residuals on access, the same floats, next to the backward solve's statistics."""
+    energy, ctx, f, w = _setup()
+    mode = Implicit("cg", max_iter=200, tol=1e-12)
+    solver = ProximalGradient(step_size=0.1, gamma=0.25)
+    solver.backward = mode
+    state = energy.prepare(ctx)
+    with _Reads(monkeypatch) as reads:
+        x = solver.run(energy, f, state, 5).x
+    assert reads.n == 0
+    with torch.no_grad():  # the residual of the end point by hand: ‖T(x) − x‖ is the size of one more step
+        x5 = solver.run(energy, f, state, 5).x
+        dx = solver.run(energy, x5, state, 1, anchor=f).x - x5
+    res = dx.float().norm(dim=-1)
+    rel = res / x5.float().norm(dim=-1)
+    (w * x).sum().backward()
+    assert mode.last["forward_residual"] == float(res.max()) and mode.last["forward_rel_residual"] == float(rel.max())
+    assert mode.last["status"] == "converged" and list(mode.last)[:2] == ["forward_residual", "forward_rel_residual"]

@@ -8,6 +8,8 @@ import math
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.utils._python_dispatch import TorchDispatchMode
 from train_toys import ToyData, ToyMLP, read_metrics
 
 from energyformer.train import TrainConfig, Trainer, seed_everything
@@ -50,3 +52,93 @@ def test_the_library_tasks_return_tensor_metrics_from_their_loss():
     model = build_model(resolve(cfg, task), task)
     _, metrics = task.loss(model, task.train_data.next_batch())
     assert metrics and all(torch.is_tensor(v) and v.dim() == 0 and not v.requires_grad for v in metrics.values())
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts host reads (``_local_scalar_dense``: item/float/bool; ``Tensor.tolist``, patched by the test) and
+    ``_foreach_mul_``/``mul_`` calls while ``on``; the optimiser's own step is left out (global step hooks)."""
+
+    def __init__(self):
+        super().__init__()
+        self.on, self.reads, self.muls = False, 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.on:
+            name = func.overloadpacket.__name__
+            self.reads += name == "_local_scalar_dense"
+            self.muls += name in ("_foreach_mul_", "mul_")
+        return func(*args, **(kwargs or {}))
+
+
+def _count_step(tmp_path, monkeypatch, grad_clip: float, steps: int = 3):
+    seed_everything(0)
+    cfg = TrainConfig(steps=steps, seed=0, log_every=1, eval_every=0, save_every=0, progress=False, tensorboard=False,
+                      device="cpu", lr=1e-2, grad_clip=grad_clip)
+    t = Trainer(ToyMLP(dropout=0.0), cfg, _loss(True), ToyData(batch_size=8), out_dir=tmp_path / f"c{grad_clip}")
+    mode = _HostReads()
+    tolist = torch.Tensor.tolist
+
+    def counted_tolist(self):
+        mode.reads += mode.on
+        return tolist(self)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", counted_tolist)
+    inner = t._train_step
+
+    def step(*a):
+        mode.on = True
+        try:
+            return inner(*a)
+        finally:
+            mode.on = False
+
+    t._train_step = step
+    pause = {}
+
+    def pre(opt, args, kwargs):
+        pause["was"], mode.on = mode.on, False
+
+    def post(opt, args, kwargs):
+        mode.on = pause["was"]
+
+    h1 = register_optimizer_step_pre_hook(pre)
+    h2 = register_optimizer_step_post_hook(post)
+    try:
+        with mode:
+            t.fit()
+    finally:
+        h1.remove()
+        h2.remove()
+    return mode.reads / steps, mode.muls / steps
+
+
+@pytest.mark.parametrize("grad_clip", [0.0, 0.05])
+def test_a_training_step_reads_the_host_once(tmp_path, monkeypatch, grad_clip):
+    """The loss, the tensor metrics and the gradient norm come back in one transfer per step (before: the norm was
+    read with float() after the loss's tolist, two waits for the device per step); without clipping nothing
+    multiplies the gradients (before: clip_grad_norm_ with max_norm=inf ran _foreach_mul_ by 1.0 over all of them)."""
+    reads, muls = _count_step(tmp_path, monkeypatch, grad_clip)
+    assert reads == 1
+    assert (muls > 0) == (grad_clip > 0)
+
+
+@pytest.mark.parametrize("grad_clip", [0.0, 0.05])
+def test_the_trajectory_is_that_of_clip_grad_norm(tmp_path, monkeypatch, grad_clip):
+    """Weights and logged norms equal bit for bit those of the trainer taking clip_grad_norm_ (max_norm=inf without
+    clipping), the rule it followed before the norm and the clip were split (0.05 clips every step here)."""
+    import energyformer.train.trainer as trainer_mod
+
+    def run(name):
+        seed_everything(0)
+        cfg = TrainConfig(steps=4, seed=0, log_every=1, eval_every=0, save_every=0, progress=False, tensorboard=False,
+                          device="cpu", lr=1e-2, grad_clip=grad_clip, grad_accum=2)
+        t = Trainer(ToyMLP(dropout=0.0), cfg, _loss(True), ToyData(batch_size=8), out_dir=tmp_path / name)
+        t.fit()
+        return t.model.state_dict(), [r["grad_norm"] for r in read_metrics(tmp_path / name)]
+
+    new_w, new_gn = run("new")
+    monkeypatch.setattr(trainer_mod, "_grad_norm", lambda params, clip: torch.nn.utils.clip_grad_norm_(
+        params, clip if clip > 0 else float("inf")))
+    old_w, old_gn = run("old")
+    assert new_gn == old_gn and (grad_clip == 0 or min(new_gn) > grad_clip)
+    assert all(torch.equal(new_w[k], old_w[k]) for k in old_w)

@@ -3,6 +3,10 @@
 Masks, SDPA dispatch and the cache itself are the library's attention kit,
 :mod:`energyformer.core.attention`; this module adds the rotary position embedding and the
 :class:`~energyformer.core.context.ForwardContext` lookup of a block's cache slot.
+
+The RoPE tables depend on the positions, the head size, θ, the dtype and the device only, so
+:func:`rope_tables` builds them once per forward pass in ``ctx.memo`` and every layer (and iteration)
+reads them: they were rebuilt in float64 in each layer, ~10 of its ~113 launches (probe AA, F2).
 """
 
 from __future__ import annotations
@@ -36,6 +40,26 @@ def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dt
     inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=adt) / head_dim)
     ang = positions.to(adt)[:, None] * inv[None, :]
     return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+def rope_tables(ctx: ForwardContext | None, n: int, head_dim: int, theta: float, dtype: torch.dtype,
+                device: torch.device) -> tuple[Tensor, Tensor]:
+    """:func:`rope_cos_sin` of positions ``ctx.offset`` … ``ctx.offset + n − 1``, built once per forward pass: kept
+    in ``ctx.memo`` under everything the numbers depend on (the same tensors, so the same numbers, in every layer).
+    The inference-mode flag is part of the key: a table made under ``inference_mode`` cannot be saved for a
+    backward. No memo without a context, or while torch.compile traces (its CSE merges the repeats)."""
+    offset = 0 if ctx is None else ctx.offset
+
+    def build() -> tuple[Tensor, Tensor]:
+        return rope_cos_sin(torch.arange(offset, offset + n, device=device), head_dim, theta, dtype)
+
+    if ctx is None or torch.compiler.is_compiling():
+        return build()
+    key = ("rope", offset, n, head_dim, float(theta), dtype, device, torch.is_inference_mode_enabled())
+    hit = ctx.memo.get(key)
+    if hit is None:
+        hit = ctx.memo[key] = build()
+    return hit
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -27,7 +27,6 @@ sublayer) lost every digit of its float32 gradient at ‖x‖ ~ 1e4 with weights
 
 from typing import Literal
 
-import torch
 import torch.nn.functional as F
 from einops import rearrange
 from pydantic import Field
@@ -36,7 +35,7 @@ from torch import Tensor, nn
 from ..core.attention import sdpa
 from ..core.context import ForwardContext
 from ..utils.validate import check_choice, check_int
-from .attention import append_kv_cache, apply_rope, rope_cos_sin
+from .attention import append_kv_cache, apply_rope, rope_tables
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, llama_hidden
 
 
@@ -88,9 +87,7 @@ class LlamaAttention(nn.Module):
         h = self.norm(x)
         q, k, v = (rearrange(w(h), "b n (h d) -> b h n d", h=self.heads) for w in (self.wq, self.wk, self.wv))
         if self.rope:
-            offset = 0 if ctx is None else ctx.offset
-            pos = torch.arange(offset, offset + x.shape[1], device=x.device)
-            cos, sin = rope_cos_sin(pos, self.head_dim, self.theta, q.dtype)
+            cos, sin = rope_tables(ctx, x.shape[1], self.head_dim, self.theta, q.dtype, x.device)  # once per forward
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v, key_mask = append_kv_cache(ctx, self.qualname, k, v)  # (B, H, Nk, Dh)
         o = sdpa(q, k, v, self.causal, key_mask)

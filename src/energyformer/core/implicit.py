@@ -68,30 +68,36 @@ def _dot(a: Tensor, b: Tensor) -> Tensor:
 
 
 def solve_cg(apply_a: Callable[[Tensor], Tensor], g: Tensor, max_iter: int, tol: float) -> tuple[Tensor, dict]:
-    """Conjugate gradient for A v = g (A symmetric); returns v and {iterations, rel_residual, status}."""
+    """Conjugate gradient for A v = g (A symmetric); returns v and {iterations, rel_residual, status}.
+
+    One host read per iteration (a sync on a GPU): the curvature pᵀAp and the new residual ‖r‖² come in one
+    transfer, the update they guard computed before it and dropped on negative curvature (it was two reads, one
+    for each test, and two more around the loop). ‖g‖² is the first ‖r‖² (r₀ = g), read once."""
     v = torch.zeros_like(g)
     r, p = g.clone(), g.clone()
-    g_norm = math.sqrt(float(_dot(g, g))) or 1.0
     rr = _dot(r, r)
+    rr_f = float(rr)
+    g_norm = math.sqrt(rr_f) or 1.0
     status, it = "max_iter", 0
-    if math.sqrt(float(rr)) <= tol * g_norm:
+    if math.sqrt(rr_f) <= tol * g_norm:
         return v, {"iterations": 0, "rel_residual": 0.0, "status": "converged"}
     for it in range(1, max_iter + 1):
         ap = apply_a(p)
         pap = _dot(p, ap)
-        if not float(pap) > 0:
+        a = (rr / pap).to(g.dtype)
+        v_new, r_new = v + a * p, r - a * ap
+        rr_new = _dot(r_new, r_new)
+        pap_f, rr_new_f = torch.stack((pap, rr_new)).tolist()
+        if not pap_f > 0:
             status = "negative_curvature"
             break
-        a = (rr / pap).to(g.dtype)
-        v = v + a * p
-        r = r - a * ap
-        rr_new = _dot(r, r)
-        if math.sqrt(float(rr_new)) <= tol * g_norm:
-            status, rr = "converged", rr_new
+        v, r = v_new, r_new
+        if math.sqrt(rr_new_f) <= tol * g_norm:
+            status, rr_f = "converged", rr_new_f
             break
         p = r + (rr_new / rr).to(g.dtype) * p
-        rr = rr_new
-    return v, {"iterations": it, "rel_residual": math.sqrt(float(rr)) / g_norm, "status": status}
+        rr, rr_f = rr_new, rr_new_f
+    return v, {"iterations": it, "rel_residual": math.sqrt(rr_f) / g_norm, "status": status}
 
 
 def solve_fixed_point(jtv: Callable[[Tensor], Tensor], g: Tensor, max_iter: int, tol: float,
@@ -148,9 +154,23 @@ class Implicit(BackwardMode):
         check_float("implicit.damping", damping, min=0.0, max=1.0, min_exclusive=True)
         check_choice("implicit.on_fail", on_fail, ON_FAIL)
         self.method, self.max_iter, self.tol, self.damping, self.on_fail = method, max_iter, tol, damping, on_fail
-        self.last: dict[str, Any] = {}
+        self._last: dict[str, Any] = {}
+        self._pending: tuple[Tensor, Tensor] | None = None  # the forward residuals, on the device until read
         self.failures = 0
         self.solves = 0
+
+    @property
+    def last(self) -> dict[str, Any]:
+        """Statistics of the last run (floats): ``forward_residual`` and ``forward_rel_residual`` (the largest
+        ‖T(x*) − x*‖ and its ratio to ‖x*‖ over tokens), then the backward solve's ``iterations``,
+        ``rel_residual`` and ``status``. The forward residuals stay on the device until read here, in one
+        transfer: the forward read them with two ``float()`` per block call (two syncs on a GPU) for diagnostics
+        nothing might read."""
+        if self._pending is not None:
+            res, rel = torch.stack(self._pending).tolist()
+            self._last = {"forward_residual": res, "forward_rel_residual": rel, **self._last}
+            self._pending = None
+        return self._last
 
     def _check_rule(self, descent: Descent) -> None:
         solver = descent.solver
@@ -183,8 +203,10 @@ class Implicit(BackwardMode):
             if descent.mask is not None:
                 res = res * descent.mask
             rel = res / xs.detach().float().norm(dim=-1).clamp_min(1e-12)
-        self.last = {"forward_residual": float(res.max()) if res.numel() else 0.0,
-                     "forward_rel_residual": float(rel.max()) if rel.numel() else 0.0}
+        if res.numel():
+            self._last, self._pending = {}, (res.max(), rel.max())
+        else:
+            self._last, self._pending = {"forward_residual": 0.0, "forward_rel_residual": 0.0}, None
         if y.requires_grad:
             y.register_hook(lambda g: self._backward(g, y, z))
         out = xs.detach() + (y - y.detach())
@@ -211,7 +233,7 @@ class Implicit(BackwardMode):
         finally:
             self._solving = False
         self.solves += 1
-        self.last.update(info)
+        self._last.update(info)
         if info["status"] != "converged":
             self.failures += 1
             msg = (f"implicit backward ({self.method}) did not converge: {info['status']} after "

@@ -10,11 +10,19 @@ Positive-definiteness: the diagonal part is PD; the symmetric low-rank part ``UV
 indefinite in general, so P is PD only while it stays small relative to the diagonal. The seed
 states PD by construction; we report the smallest eigenvalue (``min_eigenvalue``) rather than
 assume it, and the tests check it at initialisation.
+
+Inside :meth:`Preconditioner.per_call` (one block call: a solver run of T steps) the weight-only factors of
+``forward`` (softplus of the diagonal, ``[U, V]``) are built once per grad mode and dtype and reused by every
+step, as :meth:`~energyformer.energies.interaction.InteractionEnergy._step_plan` does for a per-head bank; they
+were rebuilt at each step (probe AA, F8). Outside it each call builds its own (no state between calls: a graph
+kept across forward passes would be freed by the first backward).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import torch
@@ -39,6 +47,32 @@ class Preconditioner(nn.Module):
         super().__init__()
         self.dim = dim
         self.heads = heads
+        self._memo: dict | None = None  # the weight-only factors of the current per_call() scope
+
+    @contextlib.contextmanager
+    def per_call(self) -> Iterator[None]:
+        """Scope of one block call (re-entrant): weight-only factors are built once in it (module docstring)."""
+        outer = getattr(self, "_memo", None)
+        if outer is None:
+            self._memo = {}
+        try:
+            yield
+        finally:
+            if outer is None:
+                self._memo = None
+
+    def _factor(self, name: str, dtype: torch.dtype, build: Callable[[], Tensor]) -> Tensor:
+        """``build().to(dtype)``, once per (name, dtype, grad mode) inside :meth:`per_call`. The grad mode is part
+        of the key: a factor built under no_grad (a truncated or implicit backward's untracked steps) has no graph.
+        While torch.compile traces it is built at every call (its CSE merges the repeats)."""
+        memo = getattr(self, "_memo", None)
+        if memo is None or torch.compiler.is_compiling():
+            return build().to(dtype)
+        key = (name, dtype, torch.is_grad_enabled())
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = build().to(dtype)
+        return hit
 
     def _lead(self) -> tuple[int, ...]:
         return () if self.heads is None else (self.heads,)
@@ -86,7 +120,7 @@ class DiagonalPrecond(Preconditioner):
         return F.softplus(math.sqrt(self.dim) * self.p)
 
     def forward(self, g: Tensor) -> Tensor:
-        return g * self.diag().to(g.dtype)
+        return g * self._factor("diag", g.dtype, self.diag)
 
 
 class DiagLowRankPrecond(DiagonalPrecond):
@@ -102,14 +136,14 @@ class DiagLowRankPrecond(DiagonalPrecond):
         """P g = softplus(d) ∘ g + U (Vᵀ g) + V (Uᵀ g) as two products with A = [U, V] ([H,] D, 2R):
         c = Aᵀ g = [Uᵀ g ; Vᵀ g], its halves swapped, times A (one product each way instead of four), and
         the diagonal added in the same pass (addcmul)."""
-        a = torch.cat([self.U, self.V], -1).to(g.dtype)  # ([H,] D, 2R)
+        a = self._factor("uv", g.dtype, lambda: torch.cat([self.U, self.V], -1))  # ([H,] D, 2R)
         if self.heads is None:
             c = g @ a                                     # (..., 2R)
             low = c.roll(self.rank, -1) @ a.mT            # [Vᵀg ; Uᵀg] · [U, V]ᵀ: (..., D)
         else:
             c = torch.einsum("...hd,hdr->...hr", g, a)
             low = torch.einsum("...hr,hdr->...hd", c.roll(self.rank, -1), a)
-        return torch.addcmul(low, g, self.diag().to(g.dtype))
+        return torch.addcmul(low, g, self._factor("diag", g.dtype, self.diag))
 
 
 class IdentityPrecondConfig(KindConfig):

@@ -428,16 +428,17 @@ class Solver(nn.Module):
         memory = self.init_memory(x0, carry, anchor)
         mask = ctx.mask if ctx is not None else None
         loop = Descent(self, energy, x0, point, index0, mask, trace, stats, ctx, observer)
-        x, state, memory = self.backward.run(loop, x0, state, memory, steps)
-        rec, st = loop.finish(x, state, memory)
-        if adaptive is not None and adaptive[1] > 0:
-            more, k = adaptive
-            more = more if mask is None else more & mask.to(torch.bool)
-            loop2 = Descent(self, energy, x, point, index0, more, False, stats, ctx, observer)
-            x, state, memory = self.backward.run(loop2, x, state, self.init_memory(x, carry, anchor), k)
-            _, st2 = loop2.finish(x, state, memory)
-            if stats:
-                st = SolverStats(st.steps + st2.steps, torch.where(st2.steps > 0, st2.step_norm, st.step_norm))
+        with self.precond.per_call():  # its weight-only factors built once for the call's steps (core/precond.py)
+            x, state, memory = self.backward.run(loop, x0, state, memory, steps)
+            rec, st = loop.finish(x, state, memory)
+            if adaptive is not None and adaptive[1] > 0:
+                more, k = adaptive
+                more = more if mask is None else more & mask.to(torch.bool)
+                loop2 = Descent(self, energy, x, point, index0, more, False, stats, ctx, observer)
+                x, state, memory = self.backward.run(loop2, x, state, self.init_memory(x, carry, anchor), k)
+                _, st2 = loop2.finish(x, state, memory)
+                if stats:
+                    st = SolverStats(st.steps + st2.steps, torch.where(st2.steps > 0, st2.step_norm, st.step_norm))
         out = self.carry_out(memory)
         if key is not None and ctx is not None and out is not None:
             ctx.carry[key] = out

@@ -111,6 +111,17 @@ log = logging.getLogger("energyformer.train")
 # ----------------------------------------------------------------------------------------------
 
 
+def _grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """``clip_grad_norm_(params, max_norm)``'s norm tensor (no host read), split in its two halves (torch >= 2.6) so
+    that ``max_norm`` 0 (no clipping) skips the second: its ``inf`` multiplied every gradient by 1.0 each step."""
+    if not hasattr(torch.nn.utils, "clip_grads_with_norm_"):  # pragma: no cover - torch < 2.6
+        return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    total = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    if max_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return total
+
+
 def _move(x: Any, device: torch.device) -> Any:
     if isinstance(x, torch.Tensor):
         return x.to(device, non_blocking=True)
@@ -457,18 +468,17 @@ class Trainer:
         if self.ddp:
             dist.all_reduce(mean, op=dist.ReduceOp.SUM)
             mean = mean / self.world_size
-        # the loss and every tensor metric reach the host in one transfer (the step's one sync besides the norm)
+        # the gradient norm (checked even without clipping: an inf/NaN gradient with a finite loss would poison the
+        # weights), the loss and every tensor metric reach the host in one transfer, the step's one sync
+        gn_t = _grad_norm(list(self.model.parameters()), cfg.grad_clip)
         on_device = [k for k, v in msum.items() if torch.is_tensor(v)]
-        loss_val, *vals = torch.stack([mean.reshape(()).float(), *(msum[k].to(mean.device) for k in on_device)]
-                                      ).tolist()
+        rdt = torch.promote_types(torch.float32, gn_t.dtype)  # a float64 model's norm is read in float64
+        loss_val, *vals, gn = torch.stack([mean.reshape(()).to(rdt), *(msum[k].to(mean.device, rdt) for k in on_device),
+                                           gn_t.reshape(()).to(mean.device, rdt)]).tolist()
         msum.update(zip(on_device, vals))
         ckpt = str(self.last_checkpoint) if self.last_checkpoint is not None else None
         if not math.isfinite(loss_val):
             raise TrainingDiverged(self.step + 1, loss_val, "loss", ckpt, cfg)
-        # the gradient norm is checked even without clipping (max_norm=inf leaves gradients as they
-        # are): an inf/NaN gradient with a finite loss would poison the weights and moments
-        gn: float | None = float(torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf")))
         if not math.isfinite(gn):
             raise TrainingDiverged(self.step + 1, gn, "gradient norm", ckpt, cfg)
         metrics = {k: v / accum for k, v in msum.items()}
