@@ -182,10 +182,19 @@ class BareSelfAttention(nn.Module):
         C = self.cfg.n_colours
         masked = idx == C
         x = self.codebook[idx.clamp_max(C - 1)] * (~masked)[..., None]
-        if self.cfg.mask_init == "random" and bool(masked.any()):
-            r = torch.randn(x.shape[-2:], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-            x = torch.where(masked[..., None], (r / r.norm(dim=-1, keepdim=True)).to(x), x)  # (N, d) over B
+        if self.cfg.mask_init == "random":  # (no host read of masked.any(): where with none masked is x itself)
+            x = torch.where(masked[..., None], self._mask_vectors(x), x)  # (N, d) over B
         return x
+
+    def _mask_vectors(self, x: Tensor) -> Tensor:
+        """The random unit vectors r_n (N, d) of :meth:`embed`, drawn once per (N, d, dtype, device) and kept (they
+        were drawn on the CPU and copied over at every forward, after a host read of whether any site was masked)."""
+        key = (*x.shape[-2:], x.dtype, x.device)
+        cache = self.__dict__.setdefault("_mask_cache", {})
+        if key not in cache:
+            r = torch.randn(x.shape[-2:], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+            cache[key] = (r / r.norm(dim=-1, keepdim=True)).to(x)
+        return cache[key]
 
     def forward_options(self) -> dict[str, int]:
         """Call-time ``iterations`` and ``steps`` both change the dynamics (models/options.py)."""
