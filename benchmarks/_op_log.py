@@ -20,6 +20,12 @@ try:  # the sphere norm's fused-kernel switch (older library code, counted for c
     from energyformer.energies.hyperspherical_ops import FUSED_NORM
 except ImportError:
     _sphere_ops, FUSED_NORM = None, {}
+try:  # where the sphere norm lives since it was split from hyperspherical_ops (older code: there)
+    from energyformer.energies import sphere_norm as _norm_module
+except ImportError:
+    _norm_module = None
+#: the modules whose ``host_read_stalls`` decides an accelerator's form (the sphere norm's and the bi-softmax's)
+_STALL_MODULES = [m for m in (_sphere_ops, _norm_module) if m is not None and hasattr(m, "host_read_stalls")]
 #: ops that only change metadata or allocate (no kernel launch on CUDA)
 VIEWS = {"view", "_unsafe_view", "reshape", "transpose", "t", "permute", "expand", "unsqueeze", "squeeze",
          "slice", "select", "alias", "as_strided", "detach", "split", "split_with_sizes", "chunk", "unbind",
@@ -141,7 +147,7 @@ class _FusedRMSNorm(torch.autograd.Function):
 def fused_rms_norm(log: OpLog):
     """``F.rms_norm`` (so ``nn.RMSNorm``) as :class:`_FusedRMSNorm` while inside, and Hyper-SET's sphere norm
     taking the path it takes where that kernel exists (``hyperspherical_ops.FUSED_NORM``: CUDA builds), with its
-    accelerator form of the overflow guard (``hyperspherical_ops.host_read_stalls``)."""
+    accelerator form of the overflow guard (``host_read_stalls`` of ``sphere_norm`` and ``hyperspherical_ops``)."""
     def rms_norm(x, normalized_shape, weight=None, eps=None):
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         return _FusedRMSNorm.apply(x, shape, weight, eps, log)
@@ -150,16 +156,16 @@ def fused_rms_norm(log: OpLog):
     F.rms_norm = rms_norm
     FUSED_NORM.update(cpu=True, cuda=True)
     # the norm's overflow guard as on an accelerator (its loud form, no host read): CUDA's ops on CPU tensors too
-    stalls = getattr(_sphere_ops, "host_read_stalls", None)
-    if stalls is not None:
-        _sphere_ops.host_read_stalls = lambda t: True
+    stalls = [(m, m.host_read_stalls) for m in _STALL_MODULES]
+    for m, _ in stalls:
+        m.host_read_stalls = lambda t: True
     try:
         yield
     finally:
         F.rms_norm = _RMS_NORM
         FUSED_NORM.update(before)
-        if stalls is not None:
-            _sphere_ops.host_read_stalls = stalls
+        for m, fn in stalls:
+            m.host_read_stalls = fn
 
 
 #: CUDA autocast's float32 list (ops these models reach), overload names: CPU's own list is shorter

@@ -1,4 +1,5 @@
-"""The low-precision sphere RMSNorm of Hyper-SET (energies/hyperspherical_ops.py: ``sphere_rms_norm``)."""
+"""The low-precision sphere RMSNorm of Hyper-SET (energies/sphere_norm.py: ``sphere_rms_norm``) and the bi-softmax
+paths of energies/hyperspherical_ops.py."""
 
 import contextlib
 

@@ -1,5 +1,5 @@
 """Sphere norms and cosines at any finite scale (probe P, finding 1): ``sphere_rms_norm``
-(energies/hyperspherical_ops.py) and ``coherence_mem``'s cosines (energies/coherence_pointwise.py) squared before
+(energies/sphere_norm.py) and ``coherence_mem``'s cosines (energies/coherence_pointwise.py) squared before
 they summed, so a float32 row past ‖z‖ ≈ 1.8e19 had an infinite norm and came out a *finite* 0 (rsqrt(inf) = 0;
 F.normalize divided by inf): every Hyper-SET energy a constant, its update 0, no error. Each test here failed on
 that code."""
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import energyformer.energies  # noqa: F401  (registers all energies)
 from energyformer.core import ENERGIES, IdentityPrecond
 from energyformer.core.fuzz import map_tensors
-from energyformer.energies import hyperspherical_ops as ops
+from energyformer.energies import sphere_norm as ops
 from energyformer.energies.hyperspherical_ops import sphere_rms_norm
 
 PATHS = ["custom", "fused", "gain"]

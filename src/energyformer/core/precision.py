@@ -44,6 +44,6 @@ def host_read_stalls(t: torch.Tensor) -> bool:
     """Whether reading ``t``'s values on the host stalls a queue of work: ``t`` on an accelerator (CUDA, XPU, MPS),
     whose kernels run asynchronously, so a host read waits for every kernel queued before it and leaves the device
     idle while the host then launches the next ones. On a CPU the work is done when the read comes: free. Guards
-    on hot paths keep their host reads to devices where this is False (hyperspherical_ops, the sphere norm)."""
+    on hot paths keep their host reads to devices where this is False (hyperspherical_ops, energies/sphere_norm.py)."""
     return t.device.type not in ("cpu", "meta")
 
