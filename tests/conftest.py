@@ -74,3 +74,43 @@ def load_script():
     from script_loader import load_file
 
     return load_file
+
+
+@pytest.fixture
+def host_reads():
+    """``with host_reads() as r: ...; r.n``: the reads of tensor values on the host inside the block, and what makes
+    an accelerator's host wait: ``_local_scalar_dense`` (item, float, int, bool), ``nonzero``, ``masked_select``,
+    boolean-mask ``index`` / ``index_put`` (a ``nonzero`` on CUDA; a CPU kernel runs it inside, unseen) and
+    ``Tensor.tolist`` (which reads a CPU tensor's memory without an aten op)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    reads = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default}
+    indexing = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
+
+    class HostReads(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def __enter__(self):
+            self._tolist = tolist = torch.Tensor.tolist
+
+            def counted(t, *a, **k):
+                self.n += 1
+                return tolist(t, *a, **k)
+
+            torch.Tensor.tolist = counted
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            torch.Tensor.tolist = self._tolist
+            return super().__exit__(*exc)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            bool_index = func in indexing and any(t is not None and t.dtype == torch.bool for t in args[1])
+            if bool_index or func in reads:
+                self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    return HostReads

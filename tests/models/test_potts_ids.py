@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from energyformer.models.potts_ids import check_colour_ids
 
@@ -15,27 +14,6 @@ def test_ids_in_range_pass_and_out_of_range_name_the_range_found():
             check_colour_ids(bad, 4)
 
 
-class _HostReads(TorchDispatchMode):
-    """Counts the reads of tensor values on the host: ``_local_scalar_dense`` (item, float, int, bool), ``nonzero``
-    and ``Tensor.tolist`` (which reads a CPU tensor's memory without an aten op)."""
-
-    def __init__(self, monkeypatch):
-        super().__init__()
-        self.n = 0
-        tolist = torch.Tensor.tolist
-
-        def counted(t, *a, **k):
-            self.n += 1
-            return tolist(t, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, "tolist", counted)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default):
-            self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _potts_models(**bare):
     from energyformer.models import MODELS
     from energyformer.models.bare_attention import BareSAConfig
@@ -46,7 +24,7 @@ def _potts_models(**bare):
             MODELS.build(FactoredConfig(n_tokens=5, n_colours=4)))
 
 
-def test_on_an_accelerator_the_forward_reads_no_id_on_the_host(monkeypatch):
+def test_on_an_accelerator_the_forward_reads_no_id_on_the_host(monkeypatch, host_reads):
     """Where a host read stalls the device (``core.precision.host_read_stalls``, pretended here) the Potts models'
     forward checks the ids without a host read (``torch._assert_async``; on this CPU stand-in it raises at once,
     on a GPU at the next sync). Before, every forward read the ids' range with ``aminmax(...).tolist()``. On the
@@ -62,7 +40,7 @@ def test_on_an_accelerator_the_forward_reads_no_id_on_the_host(monkeypatch):
         # factored's one_hot reads the ids' range on a CPU only (CUDA skips that with num_classes given): stand-in
         m.setattr(torch.nn.functional, "one_hot",
                   lambda t, n: torch.zeros(*t.shape, n, dtype=torch.long).scatter_(-1, t[..., None], 1))
-        with _HostReads(m) as reads:
+        with host_reads() as reads:
             got = [model(ok).logits for model in models]
             check_colour_ids(ok, 4)
         assert reads.n == 0

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from energyformer.experiment import RunConfig, build_task, load_trained, run_experiment
 from energyformer.tasks.gp import GPBatcher
@@ -96,28 +95,7 @@ def test_eval_steps_sets_the_cem_blocks_step_count(tmp_path, one_thread, capsys)
     assert "no energy descent steps to set" in capsys.readouterr().err
 
 
-class _HostReads(TorchDispatchMode):
-    """Counts the reads of tensor values on the host: ``_local_scalar_dense`` (item, float, int, bool), ``nonzero``
-    and ``Tensor.tolist``."""
-
-    def __init__(self, monkeypatch):
-        super().__init__()
-        self.n = 0
-        tolist = torch.Tensor.tolist
-
-        def counted(t, *a, **k):
-            self.n += 1
-            return tolist(t, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, "tolist", counted)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default):
-            self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-def test_rmse_reads_once_whatever_the_number_of_chunks(monkeypatch):
+def test_rmse_reads_once_whatever_the_number_of_chunks(host_reads):
     """The chunks' squared-error sums stay on the device and are read in one transfer: the host reads of ``rmse`` do
     not grow with the chunks (before: one ``float()`` per chunk). The value is that of reading each chunk's sum
     and adding them in Python, exactly (float32 and float64 models)."""
@@ -137,7 +115,7 @@ def test_rmse_reads_once_whatever_the_number_of_chunks(monkeypatch):
             with torch.no_grad():
                 want = math.sqrt(sum(float((model(x[i:i + chunk].to(dtype)) - y[i:i + chunk]).pow(2).sum())
                                      for i in range(0, 40, chunk)) / 40)
-            with monkeypatch.context() as mp, _HostReads(mp) as count:
+            with host_reads() as count:
                 got = rmse(model, x.to(dtype), y, chunk=chunk)
             reads.append(count.n)
             assert got == want

@@ -1,7 +1,6 @@
 import math
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from energyformer.data.text import EvalWindows
 from energyformer.data.tokenizers import get_tokenizer
@@ -64,28 +63,7 @@ def test_generate_shows_the_prompt_with_the_first_token_not_before_a_failing_for
     assert "".join(out) == text == "ROMEO:ab"
 
 
-class _HostReads(TorchDispatchMode):
-    """Counts the reads of tensor values on the host: ``_local_scalar_dense`` (item, float, int, bool), ``nonzero``
-    and ``Tensor.tolist``."""
-
-    def __init__(self, monkeypatch):
-        super().__init__()
-        self.n = 0
-        tolist = torch.Tensor.tolist
-
-        def counted(t, *a, **k):
-            self.n += 1
-            return tolist(t, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, "tolist", counted)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default):
-            self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-def test_evaluate_lm_reads_the_losses_once_whatever_the_number_of_windows(monkeypatch):
+def test_evaluate_lm_reads_the_losses_once_whatever_the_number_of_windows(host_reads):
     """The windows' NLL sums stay on the device and are read in one transfer: the host reads of an evaluation do not
     grow with its batches (before: one ``.item()`` per batch, so the host waited for each batch before queueing the
     next). The numbers are those of reading each batch's sum and adding them in Python, exactly."""
@@ -113,7 +91,7 @@ def test_evaluate_lm_reads_the_losses_once_whatever_the_number_of_windows(monkey
             for x, y in list(w)[:k]:  # the old loop: one read per batch
                 total += F.cross_entropy(m(x).logits.flatten(0, 1), y.flatten(), reduction="sum").item()
                 n_tok += y.numel()
-        with monkeypatch.context() as mp, _HostReads(mp) as count:
+        with host_reads() as count:
             res = evaluate_lm(m, w, max_batches=k)
         reads.append(count.n)
         assert res["loss"] == total / n_tok and res["tokens"] == n_tok

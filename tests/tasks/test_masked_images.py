@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from energyformer.data.images import load_image_dataset
 from energyformer.experiment import build_task, load_run_config, resolve, run_experiment
@@ -232,25 +231,7 @@ def test_codebook_larger_than_the_patch_count_is_a_config_error(digits):
         PatchTokenizer.fit(images, 4, 64, seed=0)
 
 
-class _HostReads(TorchDispatchMode):
-    """Counts what reads tensor values on the host or, on an accelerator, syncs with it: ``_local_scalar_dense``
-    (item, float, bool), ``nonzero``, ``masked_select`` and boolean-mask ``index`` / ``index_put`` (a ``nonzero``
-    on CUDA; a CPU kernel runs it inside, unseen)."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        aten = torch.ops.aten
-        indexing = (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default)
-        bool_index = func in indexing and any(t is not None and t.dtype == torch.bool for t in args[1])
-        if bool_index or func in (aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default):
-            self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-def test_training_loss_and_accuracy_read_nothing_on_the_host():
+def test_training_loss_and_accuracy_read_nothing_on_the_host(host_reads):
     """The step's loss and its ``acc`` metric are the masked-only mean CE and accuracy to 1e-12 (float64), value and
     gradient, with no host sync, forward or backward. Before, both indexed the logits with the bool mask (a
     ``nonzero`` per step each, and one more in the backward), which on an accelerator waited for the whole forward.
@@ -266,7 +247,7 @@ def test_training_loss_and_accuracy_read_nothing_on_the_host():
     w = torch.randn(7, 7, generator=g, dtype=torch.float64, requires_grad=True)
     model = lambda c, m: ModelOutput(logits=w[c] * 3)  # noqa: E731  (B, N, K) float64
     task = SimpleNamespace(add_aux_losses=MaskedImageTask.add_aux_losses)
-    with _HostReads() as reads:
+    with host_reads() as reads:
         loss, metrics = MaskedImageTask.loss(task, model, (codes, mask))
         (grad,) = torch.autograd.grad(loss, w)
     assert reads.n == 0

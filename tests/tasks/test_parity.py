@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from energyformer.models.config import ModelConfig
 from energyformer.models.equilibrium import EquilibriumConfig
@@ -95,28 +94,7 @@ def test_eval_names_the_test_set_and_has_no_split_to_choose():
     assert ParityTask.has_splits is False and "fixed test set" in ParityTask.split_note
 
 
-class _HostReads(TorchDispatchMode):
-    """Counts the reads of tensor values on the host: ``_local_scalar_dense`` (item, float, int, bool), ``nonzero``
-    and ``Tensor.tolist``."""
-
-    def __init__(self, monkeypatch):
-        super().__init__()
-        self.n = 0
-        tolist = torch.Tensor.tolist
-
-        def counted(t, *a, **k):
-            self.n += 1
-            return tolist(t, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, "tolist", counted)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default):
-            self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-def test_accuracy_reads_the_count_once_whatever_the_number_of_batches(monkeypatch):
+def test_accuracy_reads_the_count_once_whatever_the_number_of_batches(host_reads):
     """The correct-token count stays on the device and is read once: the host reads of ``accuracy`` do not grow
     with its batches (before: one ``int()`` per batch, so the host waited for each batch before queueing the next).
     The accuracy is the same number as counting batch by batch."""
@@ -139,7 +117,7 @@ def test_accuracy_reads_the_count_once_whatever_the_number_of_batches(monkeypatc
         with torch.no_grad():
             want = sum(int((model(bits[i:i + bs]).logits.argmax(-1) == tgt[i:i + bs]).sum())
                        for i in range(0, len(bits), bs)) / tgt.numel()
-        with monkeypatch.context() as mp, _HostReads(mp) as count:
+        with host_reads() as count:
             got = task.accuracy(model, 8)
         reads.append(count.n)
         assert got == want and 0 < got < 1

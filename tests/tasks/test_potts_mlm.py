@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from energyformer.experiment import build_model, build_task, load_run_config, resolve, run_experiment
 from energyformer.tasks.potts_mlm import calibrate_scale, mask_sites
@@ -163,25 +162,7 @@ def test_multihead_bare_sa_own_conditional_ce_is_the_float64_reference(data_dir,
         assert ev["cond_loss"] <= math.log(task.C) + 0.5
 
 
-class _HostReads(TorchDispatchMode):
-    """Counts what reads tensor values on the host or, on an accelerator, syncs with it: ``_local_scalar_dense``
-    (item, float, bool), ``nonzero``, ``masked_select`` and boolean-mask ``index`` / ``index_put`` (a ``nonzero``
-    on CUDA; a CPU kernel runs it inside, unseen)."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        aten = torch.ops.aten
-        indexing = (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default)
-        bool_index = func in indexing and any(t is not None and t.dtype == torch.bool for t in args[1])
-        if bool_index or func in (aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default):
-            self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-def test_masked_loss_is_the_masked_mean_without_a_host_sync(data_dir):
+def test_masked_loss_is_the_masked_mean_without_a_host_sync(data_dir, host_reads):
     """The MLM loss is the mean CE over the masked sites (per masked token, to 1e-12 in float64, value and
     gradient) with no host sync in its forward or backward. Before, ``logits[masked]`` and ``s[masked]`` were
     boolean indexing: two ``nonzero`` per step and one more in the backward, each waiting on an accelerator for
@@ -203,7 +184,7 @@ def test_masked_loss_is_the_masked_mean_without_a_host_sync(data_dir):
 
     model = Table()
     (s,) = task.train_data.next_batch()
-    with _HostReads() as reads:
+    with host_reads() as reads:
         loss, _ = task.loss(model, (s,))
         (grad,) = torch.autograd.grad(loss, model.w)
     assert reads.n == 0
