@@ -114,3 +114,46 @@ def host_reads():
             return func(*args, **(kwargs or {}))
 
     return HostReads
+
+
+@pytest.fixture
+def op_counts():
+    """``op_counts(fn)``: (fn's result, a Counter of the aten ops ``fn()`` dispatched, by overload packet name)."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    def count(fn):
+        with Count() as c:
+            out = fn()
+        return out, c.ops
+
+    return count
+
+
+@pytest.fixture
+def no_host_read(monkeypatch):
+    """``with no_host_read(): ...``: ``Tensor.__bool__``, ``__float__`` and ``item`` raise inside, so any host read of
+    a value fails the test."""
+    import contextlib
+
+    def no_read(*a, **k):
+        raise AssertionError("a host read of a tensor value")
+
+    @contextlib.contextmanager
+    def scope():
+        with monkeypatch.context() as m:
+            for name in ("__bool__", "__float__", "item"):
+                m.setattr(torch.Tensor, name, no_read)
+            yield
+
+    return scope

@@ -41,26 +41,7 @@ def test_attention_without_rope_is_permutation_equivariant():
     assert not torch.allclose(rope(x)[:, perm], rope(x[:, perm]), atol=1e-4)
 
 
-def _op_counts(fn) -> dict[str, int]:
-    from collections import Counter
-
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = Counter()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops[func.overloadpacket.__name__] += 1
-            return func(*args, **(kwargs or {}))
-
-    with Count() as c:
-        fn()
-    return c.ops
-
-
-def test_rope_tables_are_built_once_per_forward_and_give_the_same_outputs():
+def test_rope_tables_are_built_once_per_forward_and_give_the_same_outputs(op_counts):
     """Llama's cos/sin tables come from ctx.memo: a 2-layer forward builds them once, like a 1-layer one (before:
     arange, pow, cos, sin and the float64 casts ran again in every layer), and the outputs equal those of layers
     that build their own tables (no context); decoding at an offset gets the offset's table, not position 0's."""
@@ -89,6 +70,6 @@ def test_rope_tables_are_built_once_per_forward_and_give_the_same_outputs():
                                     positions="none", block=BlockConfig()))
 
     idx = torch.randint(0, 20, (1, 8))
-    one, two = (_op_counts(lambda m=model(n): m(idx)) for n in (1, 2))
+    one, two = (op_counts(lambda m=model(n): m(idx))[1] for n in (1, 2))
     assert one["cos"] == one["sin"] == 1
     assert all(two[op] == one[op] for op in ("arange", "cos", "sin", "_to_copy", "reciprocal")), (one, two)

@@ -67,28 +67,9 @@ def test_bf16_autocast_stays_within_bf16_error(scale):
     assert err < 2e-2, err
 
 
-def _ops(fn):
-    from collections import Counter
-
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = Counter()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops[func.overloadpacket.__name__] += 1
-            return func(*args, **(kwargs or {}))
-
-    with Count() as c:
-        out = fn()
-    return out, c.ops
-
-
 @pytest.mark.parametrize("kind", ["diagonal", "diag_low_rank"])
 @pytest.mark.parametrize("heads", [None, 3])
-def test_weight_only_factors_are_built_once_per_call_with_the_same_numbers_and_gradients(kind, heads):
+def test_weight_only_factors_are_built_once_per_call_with_the_same_numbers_and_gradients(kind, heads, op_counts):
     """Inside per_call() T applications build softplus(√D p) and [U, V] once per grad mode (before: at every
     descent step; per_call did not exist), with the same values, and parameter gradients up to the order of the
     sums, as T separate calls;
@@ -106,10 +87,10 @@ def test_weight_only_factors_are_built_once_per_call_with_the_same_numbers_and_g
             x = P(x + g)
         return x, torch.autograd.grad(x.square().sum(), params)
 
-    (x_plain, g_plain), plain = _ops(steps)
+    (x_plain, g_plain), plain = op_counts(steps)
     with P.per_call():
         with P.per_call():  # re-entrant: the inner scope shares the outer one's factors
-            (x_once, g_once), once = _ops(steps)
+            (x_once, g_once), once = op_counts(steps)
     assert plain["softplus"] == 4 and once["softplus"] == 2  # one per grad mode
     assert once["cat"] == (2 if kind == "diag_low_rank" else 0)
     assert torch.equal(x_once, x_plain)
@@ -118,7 +99,7 @@ def test_weight_only_factors_are_built_once_per_call_with_the_same_numbers_and_g
     assert P._memo is None  # the scope's factors are dropped with it: no graph outlives the call
 
 
-def test_a_solver_run_builds_the_factors_once_for_all_its_steps():
+def test_a_solver_run_builds_the_factors_once_for_all_its_steps(op_counts):
     """``Solver.run`` opens the preconditioner's per_call scope: a 4-step descent builds softplus(√D p) and [U, V]
     once (it built them at every step), with the scope closed after the call (probe AA, F8)."""
     from energyformer.core import GradientDescent, QuadraticEnergy
@@ -126,7 +107,7 @@ def test_a_solver_run_builds_the_factors_once_for_all_its_steps():
     P = randomised("diag_low_rank", None, dim=6, rank=2)
     energy, solver = QuadraticEnergy(6).double(), GradientDescent(P, step_size=0.1)
     x0, target = torch.randn(2, 3, 6, dtype=torch.float64), torch.randn(2, 3, 6, dtype=torch.float64)
-    res, ops = _ops(lambda: solver.run(energy, x0, target, 4))
+    res, ops = op_counts(lambda: solver.run(energy, x0, target, 4))
     assert ops["softplus"] == 1 and ops["cat"] == 1, ops
     assert P._memo is None
     plain = x0

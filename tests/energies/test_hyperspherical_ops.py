@@ -1,7 +1,6 @@
 """The low-precision sphere RMSNorm of Hyper-SET (energies/sphere_norm.py: ``sphere_rms_norm``) and the bi-softmax
 paths of energies/hyperspherical_ops.py."""
 
-import contextlib
 
 import pytest
 import torch
@@ -330,20 +329,8 @@ def test_hyperset_attention_takes_an_empty_batch(impl):
         assert x.grad.shape == shape
 
 
-@contextlib.contextmanager
-def _no_host_read(monkeypatch):
-    """``Tensor.__bool__``, ``__float__`` and ``item`` raise inside: any host read of a value fails the test."""
-    def no_read(*a, **k):
-        raise AssertionError("a host read of a tensor value")
-
-    with monkeypatch.context() as m:
-        for name in ("__bool__", "__float__", "item"):
-            m.setattr(torch.Tensor, name, no_read)
-        yield
-
-
 @pytest.mark.parametrize("case", ["symmetric", "non_symmetric_padded"])
-def test_fused_bisoftmax_span_check_reads_nothing_on_an_accelerator(monkeypatch, case):
+def test_fused_bisoftmax_span_check_reads_nothing_on_an_accelerator(monkeypatch, case, no_host_read):
     """Where a host read stalls the device's queue (``core.precision.host_read_stalls``, pretended here) the fused
     path read the normalisers' span on the host in every call: one sync per layer x iteration (probe AA, F1), a
     graph break under compile, an error under CUDA-graph capture. Now the check runs on the device: ordinary
@@ -375,7 +362,7 @@ def test_fused_bisoftmax_span_check_reads_nothing_on_an_accelerator(monkeypatch,
     err = (wrong_y[1, 0].double() - ref[1, 0]).norm() / ref[1, 0].norm()
     assert torch.isfinite(wrong_y).all() and err > 1e-2, err  # what an unchecked span gives: finite, wrong
     monkeypatch.setattr(ops, "host_read_stalls", lambda t: True)
-    with _no_host_read(monkeypatch):
+    with no_host_read():
         loud_y, loud_g = run(z)
         huge_y, huge_g = run(big)
     assert torch.equal(loud_y, plain_y) and torch.equal(loud_g, plain_g)

@@ -4,7 +4,6 @@ they summed, so a float32 row past ‖z‖ ≈ 1.8e19 had an infinite norm and c
 F.normalize divided by inf): every Hyper-SET energy a constant, its update 0, no error. Each test here failed on
 that code."""
 
-import contextlib
 import copy
 
 import pytest
@@ -71,21 +70,9 @@ def test_sphere_norm_and_gradient_match_float64_at_extreme_scales(monkeypatch, p
     assert torch.equal(gz[:1], torch.autograd.grad(u0, z0, dy[:1].to(u0.dtype))[0])
 
 
-@contextlib.contextmanager
-def _no_host_read(monkeypatch):
-    """``Tensor.__bool__``, ``__float__`` and ``item`` raise inside: any host read of a value fails the test."""
-    def no_read(*a, **k):
-        raise AssertionError("a host read of a tensor value")
-
-    with monkeypatch.context() as m:
-        for name in ("__bool__", "__float__", "item"):
-            m.setattr(torch.Tensor, name, no_read)
-        yield
-
-
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
-def test_on_an_accelerator_an_overflowed_row_is_loud_without_a_host_read(monkeypatch, path, dtype):
+def test_on_an_accelerator_an_overflowed_row_is_loud_without_a_host_read(monkeypatch, path, dtype, no_host_read):
     """Where a host read stalls the device's queue (``core.precision.host_read_stalls``: pretended here), the range
     check read z's norm on the host in every call (eager), or recomputed every row in float64 (CUDA graphs,
     compile). Now: ordinary inputs give bit for bit the plain result, value and gradient; a row past overflow makes
@@ -105,7 +92,7 @@ def test_on_an_accelerator_an_overflowed_row_is_loud_without_a_host_read(monkeyp
     plain_u, plain_g = run(z)
     monkeypatch.setattr(ops, "host_read_stalls", lambda t: True)
 
-    with _no_host_read(monkeypatch):
+    with no_host_read():
         loud_u, loud_g = run(z)
         big = z.clone()
         big[2] *= 1e160 if dtype == torch.float64 else 1e20
@@ -165,7 +152,7 @@ def test_memory_cosines_are_f_normalize_and_exact_past_the_overflow():
     torch.testing.assert_close(big.double(), want, rtol=1e-5, atol=1e-6)
 
 
-def test_memory_cosines_on_an_accelerator_are_loud_without_a_host_read(monkeypatch):
+def test_memory_cosines_on_an_accelerator_are_loud_without_a_host_read(monkeypatch, no_host_read):
     """Where a host read stalls the queue (pretended): a row past the norm's overflow gives NaN cosines (loud; the
     exact rescaled norm read a flag on the host per call), ordinary rows are F.normalize's bit for bit, and no value
     is read on the host."""
@@ -177,7 +164,7 @@ def test_memory_cosines_on_an_accelerator_are_loud_without_a_host_read(monkeypat
     bank = F.normalize(e.bank, dim=-1)
     monkeypatch.setattr(cp, "host_read_stalls", lambda t: True)
 
-    with _no_host_read(monkeypatch):
+    with no_host_read():
         cos = e._cos(h)
     assert torch.isnan(cos[1]).all()
     assert torch.equal(cos[[0, 2]], F.normalize(h[[0, 2]], dim=-1, eps=1e-6) @ bank.t())
