@@ -138,3 +138,17 @@ def test_weighed_accumulation_resumes_exactly(tmp_path):
     assert rest.loss_history == whole.loss_history[4:]
     for a, b in zip(whole.model.parameters(), rest.model.parameters()):
         assert torch.equal(a, b)
+
+
+def test_ddp_metric_shares_sum_to_accum_on_each_rank():
+    """Under DDP the micro weights n_i·world/N sum to world·local/N on a rank, not 1; a rank's metrics are its own
+    items' mean, so their shares are the weights over this rank's sum. Once (a mutant) the metric share was the
+    loss share: counts [1, 3] of 16 items over 2 ranks logged the metrics × 0.5 ([0.25, 0.75], not [0.5, 1.5])."""
+    from energyformer.train.accumulate import StepPlan
+
+    it = iter([(torch.zeros(1),), (torch.zeros(3),)])
+    plan = StepPlan(lambda: next(it), 2, count_fn=lambda b: int(b[0].numel()), world=2, all_reduce=lambda n: n + 12)
+    shares = [plan.share(i) for i in range(2)]
+    assert [s[0] for s in shares] == pytest.approx([1 * 2 / 16 * 2, 3 * 2 / 16 * 2])  # n_i·world/N · accum
+    assert [s[1] for s in shares] == pytest.approx([0.5, 1.5])  # n_i / local · accum
+    assert sum(s[1] for s in shares) == pytest.approx(2)
