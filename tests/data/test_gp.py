@@ -126,3 +126,17 @@ def test_periodic_matches_direct_formula():
     cfg = KernelConfig(name="periodic")
     direct = torch.exp(-2 * torch.sin(math.pi * (x[:, None] - y[None]) / cfg.period).pow(2).sum(-1) / cfg.ell**2)
     assert torch.allclose(kernel_matrix(cfg, x, y), direct, atol=1e-12)
+
+
+def test_bayes_rmse_includes_the_observation_noise():
+    """With noise_std > 0 the Bayes floor is the posterior mean ``K*ᵀ (K + (σ² + jitter) I)⁻¹ y``, written out here
+    on 20 points. Before, every test used noise_std = 0: a floor that left σ² out of the solve passed."""
+    d = make_gp_dataset("rbf", 20, 10, seed=0, dim=2, noise_std=0.5)
+    xtr, xte, y = d.x_train.double(), d.x_test.double(), d.y_train.double()
+    k = kernel_matrix(d.kernel, xtr) + (0.25 + 1e-6) * torch.eye(20, dtype=torch.float64)
+    mean = kernel_matrix(d.kernel, xte, xtr) @ torch.linalg.solve(k, y)
+    want = float((mean - d.y_test.double()).pow(2).mean().sqrt())
+    assert bayes_rmse(d) == pytest.approx(want, rel=1e-9)
+    noiseless = kernel_matrix(d.kernel, xte, xtr) @ torch.linalg.solve(
+        kernel_matrix(d.kernel, xtr) + 1e-6 * torch.eye(20, dtype=torch.float64), y)
+    assert abs(want - float((noiseless - d.y_test.double()).pow(2).mean().sqrt())) > 1e-3  # σ² matters here

@@ -322,3 +322,12 @@ def test_eval_windows_of_a_tokenizer_that_cannot_count_bytes_use_its_decoded_fir
     assert Chars().token_bytes([233]) is None
     w = T.EvalWindows.from_text("é and more", Chars(), seq_len=4, cache=False)
     assert w.n_bytes == T.count_bytes(" and more") == T.count_bytes("é and more") - 2
+
+
+def test_lm_batcher_draws_every_window_the_last_included():
+    """Tokens arange(6) with seq_len 4 hold two windows (starts 0 and 1; the last needs token 5 as its target):
+    both are drawn over 200 batches. Before, nothing checked the range: a batcher that never drew the last
+    window passed."""
+    b = T.LMBatcher(torch.arange(6), batch_size=1, seq_len=4, seed=0)
+    starts = {int(b.batch(k)[0][0, 0]) for k in range(200)}
+    assert starts == {0, 1}

@@ -120,3 +120,23 @@ def test_rmse_reads_once_whatever_the_number_of_chunks(host_reads):
             reads.append(count.n)
             assert got == want
         assert reads[0] == reads[1], reads
+
+
+@pytest.mark.parametrize("chunk", [4096, 1])
+def test_rmse_is_the_root_of_the_mean_squared_error(chunk):
+    """A zero model on targets [3, 4]: RMSE = sqrt((9 + 16) / 2) = sqrt(12.5), whole or one point per chunk.
+    Before, nothing checked the value: returning the MSE (12.5) instead passed every test."""
+    import math
+
+    from energyformer.tasks.gp import rmse
+
+    class Zero(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, x):
+            return self.w * x[:, 0]
+
+    got = rmse(Zero(), torch.ones(2, 1), torch.tensor([3.0, 4.0]), chunk=chunk)
+    assert got == pytest.approx(math.sqrt(12.5), rel=1e-6)

@@ -96,3 +96,17 @@ def test_evaluate_lm_reads_the_losses_once_whatever_the_number_of_windows(host_r
         reads.append(count.n)
         assert res["loss"] == total / n_tok and res["tokens"] == n_tok
     assert reads[0] == reads[1], reads
+
+
+def test_files_corpus_holds_out_the_last_val_fraction(tmp_path):
+    """``corpus: files`` keeps the first ``1 - val_fraction`` of the text for training and the rest for validation:
+    1000 characters with val_fraction 0.1 give 900 / 100, and the parts join back to the text. Before, nothing
+    checked the sizes: a split that swapped them (100 train / 900 validation) passed."""
+    from energyformer.tasks.lm import load_splits
+
+    text = "".join(chr(ord("a") + i % 26) for i in range(1000))
+    f = tmp_path / "t.txt"
+    f.write_text(text)
+    s = load_splits(LMTaskConfig(corpus="files", text_files=[str(f)], val_fraction=0.1))
+    assert len(s["train"]) == 900 and len(s["validation"]) == 100
+    assert s["validation"] == text[900:] and s["train"] + s["validation"] == text

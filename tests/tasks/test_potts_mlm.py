@@ -197,3 +197,23 @@ def test_masked_loss_is_the_masked_mean_without_a_host_sync(data_dir, host_reads
     from energyformer.tasks.potts_mlm import masked_cross_entropy
 
     assert math.isnan(masked_cross_entropy(lg, s, torch.zeros_like(masked)).item())
+
+
+def test_bare_sa_excess_loss_is_the_calibrated_loss_above_bayes(data_dir):
+    """Bare SA's ``excess_loss`` is ``loss_cal - bayes_loss`` (the readout scale calibrated first); the other kinds'
+    is ``loss - bayes_loss``. With perturbed weights loss and loss_cal differ. Before, only the key's presence was
+    checked: an excess loss from the uncalibrated loss passed."""
+    cfg = _cfg("potts_bare_sa", data_dir)
+    task = build_task(cfg)
+    model = build_model(resolve(cfg, task), task)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+    m = task.evaluate(model, "validation", sweep=False)
+    assert abs(m["loss_cal"] - m["loss"]) > 1e-3  # the check below tells them apart
+    assert m["excess_loss"] == pytest.approx(m["loss_cal"] - m["bayes_loss"], abs=1e-12)
+    cfg = _cfg("potts_factored", data_dir)
+    model = build_model(resolve(cfg, task), task)
+    m = task.evaluate(model, "validation", sweep=False)
+    assert "loss_cal" not in m and m["excess_loss"] == pytest.approx(m["loss"] - m["bayes_loss"], abs=1e-12)

@@ -216,3 +216,40 @@ def test_predict_brings_the_boards_back_in_one_transfer(monkeypatch):
         calls.append(n[0])
         assert torch.equal(got, want) and got.device.type == "cpu"
     assert calls == [1, 1], calls
+
+
+def test_predict_copies_the_givens():
+    """The givens are copied into the prediction, the blanks get the argmax digit: a stub that always favours digit 1
+    gives 1 on every blank and the given digit on every given cell. Before, nothing checked the givens: a predict
+    that returned the model's digit everywhere (wrong givens, a failed board) passed."""
+    from energyformer.tasks.sudoku import predict
+
+    class Ones(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b = torch.nn.Parameter(torch.tensor([1.0] + [0.0] * 8))
+
+        def forward(self, p, **_):
+            return type("O", (), {"logits": self.b.expand(*p.shape, 9)})()
+
+    p = torch.from_numpy(generate_puzzles(3, (30, 40), seed=2)[0]).long()
+    assert bool((p[p != 0] != 1).any())  # some given differs from the stub's digit
+    for batch in (250, 2):
+        pred = predict(Ones(), p, batch)
+        assert torch.equal(pred[p != 0], p[p != 0]) and bool((pred[p == 0] == 1).all())
+
+
+def test_batcher_epoch_includes_the_partial_last_batch():
+    """5 boards in batches of 2: an epoch is 3 batches (2 + 2 + 1) and shows every board once. Before, nothing
+    checked it: an epoch of 5 // 2 = 2 batches (the fifth board left out of each epoch) passed."""
+    sol = torch.tensor([int(c) for c in
+                        "534678912672195348198342567859761423426853791713924856961537284287419635345286179"])
+    puzzles = sol.repeat(5, 1).clone()
+    puzzles[torch.arange(5), torch.arange(5)] = 0  # board k has its blank at cell k
+    b = SudokuBatcher(SudokuDataset(puzzles, sol.repeat(5, 1)), batch_size=2, seed=0)
+    sizes, seen = [], []
+    for _ in range(3):
+        p, _t = b.next_batch()
+        sizes.append(len(p))
+        seen += [int((row == 0).nonzero()[0]) for row in p]
+    assert sizes == [2, 2, 1] and sorted(seen) == [0, 1, 2, 3, 4]
