@@ -73,3 +73,22 @@ def test_rope_tables_are_built_once_per_forward_and_give_the_same_outputs(op_cou
     one, two = (op_counts(lambda m=model(n): m(idx))[1] for n in (1, 2))
     assert one["cos"] == one["sin"] == 1
     assert all(two[op] == one[op] for op in ("arange", "cos", "sin", "_to_copy", "reciprocal")), (one, two)
+
+
+def test_gpt_dropout_is_off_in_eval_mode():
+    """GPT attention's dropout (inside sdpa), its residual dropout and the GELU MLP's apply in training only: in
+    eval mode two forwards are equal, for the sublayer and for a whole model (an outside probe's mutant that kept
+    attention dropout on in eval survived the suite, whose fixtures all run with dropout 0)."""
+    from energyformer.blocks.baselines import GPTAttention
+    from energyformer.models.lm import CausalLM, ModelConfig
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    a = GPTAttention(16, 2, dropout=0.5)
+    assert not torch.equal(a(x), a(x))  # training mode: dropout on (so the eval check below means something)
+    a.eval()
+    assert torch.equal(a(x), a(x))
+    m = CausalLM(ModelConfig(vocab_size=20, dim=16, n_layers=2, heads=2, max_seq_len=16, positions="learned",
+                             block=BlockConfig(attention="gpt", mlp="gelu", dropout=0.5))).eval()
+    idx = torch.randint(0, 20, (2, 8))
+    assert torch.equal(m(idx).logits, m(idx).logits)

@@ -96,3 +96,46 @@ def test_export_leaves_the_callers_model_as_it_was(tmp_path):
     model = CausalLM(ModelConfig(dim=16, n_layers=1, heads=2, vocab_size=50, max_seq_len=16)).double().train()
     export_hf(model, tmp_path / "hf")
     assert model.training and all(p.dtype == torch.float64 for p in model.parameters())
+
+
+def _tiny_llama(**kw):
+    from energyformer.models import CausalLM, ModelConfig
+
+    torch.manual_seed(0)
+    return CausalLM(ModelConfig.model_validate({
+        "vocab_size": 32, "dim": 16, "heads": 2, "n_layers": 1, "max_seq_len": 16, "positions": "none",
+        "final_norm": "rms", "block": {"attention": {"kind": "llama", **kw}, "mlp": "swiglu"}}))
+
+
+def _round_trip(model, out):
+    from safetensors import safe_open
+
+    export_hf(model, out)
+    config = json.loads((out / "config.json").read_text())
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    back = load_hf(out)
+    idx = torch.randint(0, 32, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(back(idx).logits, model(idx).logits, atol=1e-5, rtol=0)
+    return config, keys, back
+
+
+def test_a_llama_tied_by_default_exports_tied(tmp_path):
+    """``tie_embeddings`` None ties a language model's head: the stock Llama folder says tie_word_embeddings
+    true, stores no lm_head.weight and loads back tied (an outside probe's mutant that exported it untied survived:
+    the logits match either way, but a fine-tune of the folder would train two matrices)."""
+    model = _tiny_llama()
+    assert model.head.weight is model.embed.weight
+    config, keys, back = _round_trip(model, tmp_path / "hf")
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["tie_word_embeddings"] is True
+    assert "lm_head.weight" not in keys and "model.embed_tokens.weight" in keys
+    assert back.head.weight is back.embed.weight
+
+
+def test_a_llamas_rope_theta_is_exported(tmp_path):
+    """θ = 500 goes into config.json and the folder's logits equal the model's (an outside probe's mutant that
+    always wrote 10000 survived: every test used the default θ; its export was refused by the logit check)."""
+    config, keys, back = _round_trip(_tiny_llama(rope_theta=500.0), tmp_path / "hf")
+    theta = config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta"))
+    assert theta == 500.0 and back.cfg.block.attention.rope_theta == 500.0

@@ -238,3 +238,29 @@ def test_stream_draws_the_tokens_generate_draws(use_cache):
     assert torch.equal(torch.cat([idx, *steps], 1), whole)
     with pytest.raises(ValueError, match="temperature = -1"):
         m.stream(idx, 3, temperature=-1)
+
+
+def test_top_k_samples_among_the_k_largest_logits_not_only_the_largest():
+    """top_k = 8 keeps the 8 largest logits: at a high temperature 40 seeds draw several of them and nothing
+    else (an outside probe's mutant kept the largest only, ``values[:, :1]`` for ``[:, -1:]``: sampling was greedy
+    and no test noticed)."""
+    m = _model("llama").eval()
+    idx = torch.randint(0, 50, (1, 4), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        top = set(torch.topk(m(idx).logits[0, -1], 8).indices.tolist())
+    firsts = {int(m.generate(idx, 1, temperature=100.0, top_k=8, generator=torch.Generator().manual_seed(s))[0, -1])
+              for s in range(40)}
+    assert len(firsts) > 1 and firsts <= top, (firsts, top)
+
+
+def test_the_lm_head_shares_the_embedding_by_default():
+    """``tie_embeddings`` None ties the head of a language model (it predicts the vocabulary) to the embedding:
+    one Parameter, not a copy; False unties it. Only the HF export test checked the default before (an outside
+    probe's mutant that defaulted to untied survived the model tests)."""
+    cfg = dict(vocab_size=50, dim=16, n_layers=1, heads=2, max_seq_len=16)
+    m = CausalLM(ModelConfig(**cfg))
+    assert m.head.weight is m.embed.weight
+    untied = CausalLM(ModelConfig(**cfg, tie_embeddings=False))
+    assert untied.head.weight is not untied.embed.weight
+    n = lambda model: sum(p.numel() for p in model.parameters())  # noqa: E731
+    assert n(untied) - n(m) == 50 * 16  # the tied head adds no parameters

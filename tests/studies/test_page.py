@@ -251,3 +251,48 @@ def test_the_scale_note_of_migrated_records_is_called_the_preset(tmp_path):
     runs["e0"].pop("config_hash")
     render(tmp_path / "out", spec, "tiny", "cpu", {"runs": runs}, [])
     assert "Scale preset (1 of these runs were" in (tmp_path / "out" / "README.md").read_text()
+
+
+def _page(tmp_path, runs):
+    return PageContext(load_study(write(tmp_path / "s.yaml")), "tiny", "cpu", tmp_path, {"runs": runs}, [])
+
+
+def _acc(model, length, seed, acc):
+    return {"cell": {"model": model, "length": length}, "seed": seed, "metrics": {"acc": acc}}
+
+
+def test_several_runs_of_one_seed_show_their_mean(tmp_path):
+    """Two runs of one cell and seed (acc 80 and 90) are averaged: 85.0 (an outside probe's mutant that kept the
+    last run, 90.0, survived)."""
+    ctx = _page(tmp_path, {"a": _acc("eqt", "8", 0, 80.0), "b": _acc("eqt", "8", 0, 90.0)})
+    t = TableSpec(rows=["model"], columns=[{"label": "acc", "metric": "acc", "agg": "mean", "fmt": ".1f"}])
+    assert "| eqt | 85.0 |" in render_table(ctx, t)
+
+
+def test_a_paper_row_goes_beside_the_row_matching_all_its_labels(tmp_path):
+    """With rows model x length the paper's {model: eqt, length: 8} number is on eqt/8 only, not on eqt/16 that
+    shares one label (an outside probe's mutant matching any label survived: the one test had one row axis)."""
+    ctx = _page(tmp_path, {"a": _acc("eqt", "8", 0, 80.0), "b": _acc("eqt", "16", 0, 70.0)})
+    t = TableSpec(rows=["model", "length"], columns=[
+        {"label": "acc", "metric": "acc", "agg": "mean", "fmt": ".1f"}, {"label": "paper", "paper": "acc"}],
+        paper=[{"model": "eqt", "length": "8", "acc": "92.8"}])
+    text = render_table(ctx, t)
+    assert "| eqt | 8 | 80.0 | 92.8 |" in text and "| eqt | 16 | 70.0 | – |" in text, text
+
+
+def test_a_columns_scale_multiplies(tmp_path):
+    """``scale: 100`` shows 0.8 as 80.0 (no test used scale; an outside probe's mutant that divided survived)."""
+    ctx = _page(tmp_path, {"a": _acc("eqt", "8", 0, 0.8), "b": _acc("baseline", "8", 0, 0.5)})
+    t = TableSpec(rows=["model"], columns=[
+        {"label": "acc %", "metric": "acc", "agg": "mean", "fmt": ".1f", "scale": 100}])
+    text = render_table(ctx, t)
+    assert "| eqt | 80.0 |" in text and "| baseline | 50.0 |" in text, text
+
+
+def test_a_scaled_minus_column_scales_the_difference_once(tmp_path):
+    """``scale: 100`` on a ``minus`` column shows (0.8 - 0.5) x 100 = 30.0. Found writing the scale test: the
+    paired side came from column_values, which had scaled it already, so the page showed -4920.0."""
+    ctx = _page(tmp_path, {"a": _acc("eqt", "8", 0, 0.8), "b": _acc("baseline", "8", 0, 0.5)})
+    t = TableSpec(rows=["model"], where={"model": "eqt"}, columns=[
+        {"label": "gain", "metric": "acc", "minus": {"model": "baseline"}, "agg": "mean", "fmt": ".1f", "scale": 100}])
+    assert "| eqt | 30.0 |" in render_table(ctx, t)

@@ -97,7 +97,8 @@ def column_values(ctx: PageContext, col: ColumnSpec, where: dict) -> dict[int, A
     vals = {s: (fmean(v) if len(v) > 1 and all(isinstance(x, (int, float)) for x in v) else v[0])
             for s, v in by_seed.items()}
     if col.minus:
-        other = column_values(ctx, col.model_copy(update={"minus": None}), {**where, **col.minus})
+        # the other side unscaled: the difference is scaled once below (it was scaled twice: (0.8 - 50) x 100)
+        other = column_values(ctx, col.model_copy(update={"minus": None, "scale": 1.0}), {**where, **col.minus})
         vals = {s: v - other[s] for s, v in vals.items() if s in other and isinstance(v, (int, float))}
     return {s: _scaled(v, col.scale) for s, v in vals.items()}
 
