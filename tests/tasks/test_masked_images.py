@@ -262,3 +262,25 @@ def test_training_loss_and_accuracy_read_nothing_on_the_host(host_reads):
     none = torch.zeros_like(mask)
     assert math.isnan(float(masked_cross_entropy(lg, codes, none)))
     assert math.isnan(float(masked_accuracy(lg, codes, none)))
+
+
+def test_evaluate_reads_the_host_once_and_matches_the_masked_means(host_reads):
+    """``evaluate`` without decoding sums on the model's device and reads once after the loop (a float() per batch
+    and bool indexing made the host wait for every batch's forward: 3 reads per batch, and a ``nonzero`` each);
+    its loss and accuracy are the masked-only means over the whole split, batch by batch."""
+    cfg = load_run_config(None, TASK + SMALL + ["task.eval_batch_size=7", "task.eval_examples=20"])
+    task = build_task(cfg)
+    torch.manual_seed(0)
+    model = task.build_model(resolve(cfg, task).model)
+    es = task.eval_set("test")  # built (and its reference metrics read) once, outside the count
+    with torch.no_grad(), host_reads() as reads:
+        res = task.evaluate(model, "test", decode=False)
+    assert reads.n == 1, reads.n
+    model.eval()
+    with torch.no_grad():
+        lg = model(es["codes"], es["mask"]).logits.double()
+    m = es["mask"]
+    want_ce = torch.nn.functional.cross_entropy(lg[m], es["codes"][m])
+    assert res["loss"] == pytest.approx(float(want_ce), rel=1e-5)
+    assert res["accuracy"] == float((lg[m].argmax(-1) == es["codes"][m]).double().mean())
+    assert res["masked_fraction"] == float(m.double().mean())

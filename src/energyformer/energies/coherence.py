@@ -396,7 +396,9 @@ class MaskedReconstructionEnergy(SharedModules, Energy):
         # Σ_{k < W_t} g_k ∘ e_{t−k}: a causal depthwise convolution (no (B, N, W, D) gather) ...
         s = F.conv1d(F.pad(summed.transpose(1, 2), (self.window - 1, 0)), gain.flip(0).t()[:, None],
                      groups=self.dim)[..., :N].transpose(1, 2)                # (B, N, D)
-        b, t, k = masked.nonzero(as_tuple=True)                               # masked slots only
+        # masked slots only: the call's one host read (M varies per draw); all W slots at fixed shape would cost
+        # 1 / mask_prob times the (M, V) logits of every step, for no read
+        b, t, k = masked.nonzero(as_tuple=True)
         target = win[b, t, k]                                                 # (M,)
         # ... then the masked slots show [MASK] instead of their token: − g_k ∘ (e_{x_i} − [MASK])
         # gathers by index_select and sums by index_add (their backward and forward run in a fixed order on a
