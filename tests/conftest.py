@@ -22,6 +22,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+#: set in the process that ``in_own_process`` starts, so that the test runs its body there
+_OWN_PROCESS = "ENERGYFORMER_TEST_OWN_PROCESS"
+
+
+@pytest.fixture
+def in_own_process(request):
+    """``if not in_own_process(): return`` at the top of a test: the first call runs this very test again in a fresh
+    Python process (pytest on its node id, 10 minutes at most) and fails if that run fails, returning False; in the
+    fresh process it returns True and the body runs. For a GPU case that can end in an illegal memory access (an
+    untried kernel launch): that error poisons the CUDA context of its process, and every CUDA test after it in the
+    same process would fail too."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def run() -> bool:
+        if os.environ.get(_OWN_PROCESS) == request.node.nodeid:
+            return True
+        root = Path(request.config.rootpath)
+        env = {**os.environ, _OWN_PROCESS: request.node.nodeid}
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid],
+                           cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f"{request.node.nodeid} in its own process (rc {r.returncode}):\n{r.stdout[-4000:]}"
+        return False
+
+    return run
+
+
 @pytest.fixture
 def config_error_says():
     """``config_error_says(cls, data, needles)``: loading ``data`` as ``cls`` raises a one-line ConfigError
