@@ -361,6 +361,10 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "output of `python benchmarks/compare_commits.py --base 865a5cc --head HEAD --configs lm/cem_kq_shared "
              "lm/cem_full --rounds 6 --steps 3 --threads 1 --set model.dim=256 model.heads=8 model.max_seq_len=256` at "
              "474e0b9 (the round's CEM changes: CPU step time)"),
+    Artifact(f"{RESULTS}/cem", "compare_commits_150c4b9.txt",
+             "output of `python benchmarks/compare_commits.py --base 0f8197e~1 --head HEAD --configs lm/cem_full "
+             "--rounds 9 --steps 3 --threads 1 --set model.dim=256 model.heads=8 model.max_seq_len=256` at 150c4b9 "
+             "(the preconditioner's factors once per solver run: CPU step time)"),
     Artifact(f"{RESULTS}/cem", "compare_commits_d0dfe9a.txt",
              "output of `python benchmarks/compare_commits.py --base 865a5cc --head d0dfe9a --configs lm/cem_full "
              "lm/cem_attn_t1 --rounds 6 --steps 3 --threads 1 --set model.dim=256 model.heads=8 model.max_seq_len=256` "
