@@ -171,3 +171,20 @@ def test_from_config_is_the_builder():
     assert type(blk.norm) is nn.RMSNorm and not blk.norm_in_loop and blk.steps == 3 and blk.exact
     none = EnergyBlock.from_config(QuadraticEnergy(4), DescentConfig(norm="none"), 4)
     assert isinstance(none.norm, nn.Identity) and none.exact
+
+
+@pytest.mark.parametrize("rms", [1e-4, 2e-2, 1.0])
+def test_rms_norm_computes_one_function_in_every_dtype(rms):
+    """``norm: {kind: rms}`` had eps None: torch's default, the input dtype's machine epsilon (2.2e-16 in float64,
+    1.2e-7 in float32, 7.8e-3 in bf16), so the float32 layer was another function than its float64 reference — 70 %
+    off at rows of RMS 1e-4, 1.5e-4 at 0.02 (probe AD). Now one eps (1e-6) in every dtype: float32 within a few of
+    its eps of float64 at every scale, bf16 within a few of its own."""
+    from energyformer.core.norm import RMSNormConfig, build_rms
+
+    assert RMSNormConfig().eps == 1e-6
+    torch.manual_seed(0)
+    x = rms * torch.randn(3, 5, 16, dtype=torch.float64)
+    ref = build_rms(RMSNormConfig(), 16).double()(x)
+    for dtype, tol in ((torch.float32, 8 * torch.finfo(torch.float32).eps), (torch.bfloat16, 0.02)):
+        got = build_rms(RMSNormConfig(), 16).to(dtype)(x.to(dtype)).double()
+        assert ((got - ref).norm() / ref.norm()).item() < tol, (dtype, rms)

@@ -11,7 +11,10 @@ must give the same outputs and loss to 1e-10. One deliberate change since: the m
 which moved their logits by at most 5.2e-9; their outputs were stored again then, their weights kept. And every
 task's loss keeps a float64 model's logits in float64 (``core.precision.at_least_float32``; ``.float()`` had cut
 them to float32), which moved the stored losses by at most 5.3e-7 (float32's rounding of them); the losses alone
-were stored again, every weight and other output kept bit for bit.
+were stored again, every weight and other output kept bit for bit. And the step network's state RMSNorm takes
+float32's epsilon in every dtype (``core.stepsize``; torch's default, the dtype's own, was 2.2e-16 for a float64
+model), which moved the four Hyper-SET cases with ``state_norm: true`` (sudoku_hyperset, img_hyperset,
+img_hyperset_lora, mim_hyperset) by at most 3.7e-5 in their logits; their outputs were stored again, their weights kept.
 """
 from __future__ import annotations
 

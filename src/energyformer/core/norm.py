@@ -53,8 +53,10 @@ class RMSNormConfig(NormConfig):
     """RMSNorm with a learned gain, ``nn.RMSNorm`` (Zhang & Sennrich 2019)."""
 
     kind: Literal["rms"] = "rms"
-    eps: float | None = Field(None, gt=0)
-    """epsilon (None: torch's default, the machine epsilon of the input dtype)"""
+    eps: float = Field(1e-6, gt=0)
+    """epsilon (Llama's 1e-6, as CEM's and the baselines' norms), the same in every dtype: torch's default, the
+    input dtype's machine epsilon, made a float32 or bf16 layer another function than its float64 reference
+    (70 % off at rows of RMS 1e-4, probe AD)"""
 
 
 class LayerNormConfig(NormConfig):
