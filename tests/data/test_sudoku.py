@@ -185,6 +185,12 @@ def test_generator_gives_up_with_a_clear_error():
     for bad in (16, (30, 25), "24", (20, 30, 40)):
         with pytest.raises(ValueError):
             S.givens_range(bad)
+    # a puzzle needs a blank: 81 givens trained on a mean over no blanks (NaN loss, "try a lower lr"; probe AC)
+    for full in (81, (30, 81)):
+        with pytest.raises(ValueError, match=r"givens \(\w+ end\) = 81: must be an integer in \[\d+, 80\]"):
+            S.givens_range(full)
+    with pytest.raises(ValueError, match=r"givens = 81: must be an integer in \[17, 80\]"):
+        S.generate_puzzle(np.random.default_rng(0), 81)
 
 
 # ------------------------------------------------------------------------------------------------

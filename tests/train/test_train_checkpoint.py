@@ -322,3 +322,39 @@ def test_a_checkpoint_published_before_the_pointer_moved_is_the_latest(tmp_path)
     (tmp_path / "latest").write_text(first.name)   # the pointer as the kill left it
     assert latest_checkpoint(tmp_path) == second
     assert latest_valid_checkpoint(tmp_path)[0] == second
+
+
+@pytest.mark.parametrize("damage", ["no size", "string size", "renamed", "latest not utf-8"])
+def test_a_damaged_manifest_pointer_or_name_falls_back_to_the_newest_valid_checkpoint(tmp_path, damage):
+    """A manifest entry without an integer size raised KeyError / TypeError past the checks (``internal error``,
+    and no fall-back to the valid older checkpoint); a non-UTF-8 ``latest`` raised UnicodeDecodeError; a folder
+    renamed to a later step was trusted (resume retrained from its real step and overwrote the genuine checkpoint
+    of that step). Each is now a CheckpointError naming the checkpoint and what is wrong, and the newest valid
+    checkpoint is used (probe AC)."""
+    model = ToyMLP()
+    good = save_checkpoint(tmp_path, 4, model, keep=0)
+    bad = save_checkpoint(tmp_path, 6, model, keep=0)
+    manifest = json.loads((bad / "manifest.json").read_text())
+    if damage == "renamed":
+        bad = bad.rename(tmp_path / "ckpt-00000009")
+        with pytest.raises(CheckpointError, match=r"ckpt-00000009: its name says step 9, its manifest.json says "
+                                                  r"step 6"):
+            verify_checkpoint(bad)
+    elif damage == "latest not utf-8":
+        (tmp_path / "latest").write_bytes(b"\xff\xfe\x00bad\n")
+        verify_checkpoint(bad)
+        assert latest_checkpoint(tmp_path) == bad  # the highest step
+        return
+    else:
+        entry = manifest["files"]["model.safetensors"]
+        if damage == "no size":
+            del entry["size"]
+        else:
+            entry["size"] = str(entry["size"])
+        (bad / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(CheckpointError, match=r"ckpt-00000006: manifest.json is unreadable \(entry model"):
+            verify_checkpoint(bad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found, skipped = latest_valid_checkpoint(tmp_path)
+    assert found == good and [p for p, _ in skipped] == [bad]

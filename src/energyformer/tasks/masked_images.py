@@ -422,8 +422,9 @@ class MaskedImageTask(Task):
                                             c.randomize_temperature, gens, **options)
                     rec = self.tokenizer.decode(filled.cpu())  # the tokeniser decodes on the host
                     target = es["images"][i:i + c.eval_batch_size].float() / 255.0
-                    sums[3:] += torch.stack([((filled == codes) & mask).sum().double(),
-                                             psnr(rec, target).sum().double(), ssim(rec, target).sum().double()]).to(dev)
+                    sums[3:] += torch.stack([((filled == codes) & mask).sum().double().cpu(),
+                                             psnr(rec, target).sum().double(),
+                                             ssim(rec, target).sum().double()]).to(dev)
         finally:
             model.train(was_training)
         sums = dict(zip(("ce", "correct", "masked", "decoded", "psnr", "ssim"), sums.tolist()))

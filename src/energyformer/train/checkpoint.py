@@ -138,7 +138,7 @@ def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     out = Path(out_dir)
     pointer = out / LATEST_FILE
     if pointer.is_file():
-        name = pointer.read_text().strip()
+        name = pointer.read_text(errors="replace").strip()  # a damaged pointer falls back to the highest step
         if name and (out / name).is_dir() and checkpoint_step(name) is not None:
             cands = list_checkpoints(out)
             # a newer complete checkpoint than the pointer can exist only if we crashed between
@@ -339,6 +339,14 @@ def verify_checkpoint(path: str | os.PathLike, *, check_finite: bool = True) -> 
         listed = sorted(files) if isinstance(files, dict) else files
         raise CheckpointError(f"checkpoint {ckpt}: {MANIFEST_FILE} must list {MODEL_FILE} and {STATE_FILE} "
                               f"(it lists {listed})")
+    for fname, meta in files.items():  # a damaged entry is an unreadable manifest, not an internal error (probe AC)
+        if not (isinstance(meta, dict) and type(meta.get("size")) is int and isinstance(meta.get("sha256"), str)):
+            raise CheckpointError(f"checkpoint {ckpt}: {MANIFEST_FILE} is unreadable (entry {fname} = {meta!r}: "
+                                  "needs an integer size and a sha256 string)")
+    step = checkpoint_step(ckpt.name)
+    if step is not None and manifest.get("step") != step:  # a renamed folder would resume at the wrong step
+        raise CheckpointError(f"checkpoint {ckpt}: its name says step {step}, its {MANIFEST_FILE} says step "
+                              f"{manifest.get('step')!r} (renamed or copied by hand?)")
     for fname, meta in files.items():
         p = ckpt / fname
         if not p.is_file():
