@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import math
 import re
@@ -135,6 +136,23 @@ def test_unusable_text_files_are_named_errors(tmp_path, content, message):
         T.load_text_files(f)
     with pytest.raises(DataError, match="is a directory"):
         T.load_text_files(tmp_path)
+
+
+def test_a_byte_order_mark_is_not_text(tmp_path):
+    """A UTF-8 BOM (Windows editors write one) is a file signature: dropped as utf-8-sig does, so it is
+    neither scored as a character nor counted as bytes; a file holding only a BOM is empty."""
+    f, g = tmp_path / "bom.txt", tmp_path / "plain.txt"
+    f.write_bytes(codecs.BOM_UTF8 + "héllo\n".encode())
+    g.write_text("wörld", "utf-8")
+    assert T.load_text_files(f) == "héllo\n"
+    assert T.load_text_files([g, f]) == "wörld\n\nhéllo\n"
+    assert T.count_bytes(T.load_text_files(f)) == len("héllo\n".encode())
+    f.write_bytes(codecs.BOM_UTF8 + b" \n")
+    with pytest.raises(DataError, match="bom.txt.*is empty"):
+        T.load_text_files(f)
+    f.write_bytes(codecs.BOM_UTF8 + b"ok\n\xff")
+    with pytest.raises(DataError, match="bom.txt.*not valid UTF-8: line 2, column 1"):
+        T.load_text_files(f)
 
 
 def test_count_bytes():

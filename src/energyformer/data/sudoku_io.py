@@ -212,7 +212,7 @@ def read_sudoku(path: str | os.PathLike, fmt: str = "auto", *, name: str | None 
     """
     check_choice("fmt", fmt, READ_FORMATS)
     where = str(path)
-    text = read_utf8(path).removeprefix("\ufeff")  # a UTF-8 byte-order mark, as utf-8-sig reads it
+    text = read_utf8(path)  # a UTF-8 byte-order mark dropped
     if fmt == "auto":
         first = next((ln.strip() for ln in _split_lines(text)
                       if ln.strip() and not ln.lstrip().startswith("#")), "")

@@ -10,6 +10,7 @@ bits-per-byte) and the add-one :func:`unigram_perplexity` baseline.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import importlib.util
 import os
@@ -140,6 +141,8 @@ def read_utf8(path: str | os.PathLike) -> str:
 
     Rejected with a :class:`~energyformer.errors.DataError`: a missing path, a directory or other
     non-regular file, an unreadable file, an empty file, a binary file (NUL bytes) and invalid UTF-8.
+    A leading UTF-8 byte-order mark (as editors on Windows write) is dropped, as Python's ``utf-8-sig``
+    codec does: it is a file signature, not text, and would otherwise be scored as a character.
     """
     p = Path(path)
     if not p.exists():
@@ -153,13 +156,13 @@ def read_utf8(path: str | os.PathLike) -> str:
         data = p.read_bytes()
     except OSError as err:
         raise DataError(f"text file {str(p)!r} cannot be read: {err.strerror}") from None
-    if not data.strip():
+    if not data.removeprefix(codecs.BOM_UTF8).strip():
         raise DataError(f"text file {str(p)!r} is empty (or only whitespace)")
     if b"\x00" in data:
         line = data.count(b"\n", 0, data.index(b"\x00")) + 1
         raise DataError(f"text file {str(p)!r} looks binary (NUL byte on line {line}); give UTF-8 text")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
