@@ -81,3 +81,53 @@ def test_resuming_on_other_held_out_boards_is_a_data_error(boards):
         SudokuBatcher(train, 4, seed=0, held_out=[no_solutions]).load_state_dict(a.state_dict())
     old = {k: v for k, v in a.state_dict().items() if k != "held_out_sha256"}  # saved before: not checked
     other.load_state_dict(old)
+
+
+def _write(path, puzzles, solutions):
+    rows = ["".join(map(str, p.tolist())) + "," + "".join(map(str, s.tolist())) for p, s in zip(puzzles, solutions)]
+    path.write_text("quizzes,solutions\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_fully_given_boards_are_left_out_and_a_file_of_them_refused(boards, tmp_path):
+    """A board with no blank has nothing to learn or solve: a training batch of them averaged the loss over no
+    cell (NaN at step 1) and a held-out one counted as solved; they are left out with a warning."""
+    from energyformer.tasks.sudoku import load_splits
+
+    full = _write(tmp_path / "full.csv", boards.solutions[:12], boards.solutions[:12])
+    with pytest.raises(DataError, match=r"task.train_file = '.*full.csv': every puzzle is fully given"):
+        load_splits(SudokuTaskConfig(source="files", train_file=full))
+    tr = _write(tmp_path / "tr.csv", boards.puzzles[:16], boards.solutions[:16])
+    with pytest.raises(DataError, match=r"task.test_file = '.*full.csv': every puzzle is fully given"):
+        load_splits(SudokuTaskConfig(source="files", train_file=tr, validation_file=_write(tmp_path / "va.csv", boards.puzzles[16:], boards.solutions[16:]),
+                                     test_file=full))
+    mixed = _write(tmp_path / "mixed.csv", list(boards.puzzles[:14]) + [boards.solutions[14], boards.solutions[15]],
+                   boards.solutions[:16])
+    with pytest.warns(UserWarning, match=r"mixed.csv': 2 of 16 puzzles have no blank cell \(board\(s\) 15, 16\)"):
+        splits = load_splits(SudokuTaskConfig(source="files", train_file=mixed))
+    assert len(splits["train"]) + len(splits["validation"]) == 14
+    assert all(bool((d.puzzles == 0).any(1).all()) for d in splits.values())
+
+
+def test_held_out_puzzles_that_are_training_puzzles(boards, tmp_path):
+    """validation_file = train_file was accepted silently (validation scored the training boards); now all
+    held-out boards in the training file is a DataError, some of them a warning naming the boards."""
+    from energyformer.tasks.sudoku import load_splits
+
+    tr = _write(tmp_path / "tr.csv", boards.puzzles[:16], boards.solutions[:16])
+    for key in ("validation_file", "test_file"):
+        with pytest.raises(ValueError, match=rf"task.{key} = '.*tr.csv' is task.train_file: its scores would be"):
+            SudokuTaskConfig(source="files", train_file=tr, **{key: tr})
+    copy = _write(tmp_path / "copy.csv", boards.puzzles[:16].flip(0), boards.solutions[:16].flip(0))
+    with pytest.raises(DataError, match=r"task.validation_file = '.*copy.csv': all 16 validation puzzles are also "
+                                        r"training puzzles \(task.train_file = '.*tr.csv'\)"):
+        load_splits(SudokuTaskConfig(source="files", train_file=tr, validation_file=copy))
+    va = _write(tmp_path / "va.csv", boards.puzzles[14:20], boards.solutions[14:20])
+    with pytest.warns(UserWarning, match=r"va.csv': 2 of 6 validation puzzles are also training puzzles "
+                                         r"\(board\(s\) 1, 2\)"):
+        splits = load_splits(SudokuTaskConfig(source="files", train_file=tr, validation_file=va))
+    assert len(splits["validation"]) == 6
+    twice = _write(tmp_path / "twice.csv", list(boards.puzzles[:10]) * 2, list(boards.solutions[:10]) * 2)
+    with pytest.raises(DataError, match=r"the validation part split off task.train_file = '.*twice.csv': all 2 "
+                                        r"validation puzzles are also training .* the file repeats puzzles"):
+        load_splits(SudokuTaskConfig(source="files", train_file=twice))

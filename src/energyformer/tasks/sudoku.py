@@ -31,6 +31,7 @@ import os
 import warnings
 from typing import Any, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field, field_validator, model_validator
@@ -87,6 +88,10 @@ class SudokuTaskConfig(TaskConfig):
         if self.source != "files" and (self.train_file or self.validation_file or self.test_file):
             raise ValueError(f"task.train_file/validation_file/test_file are set but task.source = {self.source!r} "
                              "ignores them: set task.source=files")
+        for key in ("validation_file", "test_file"):
+            if self.train_file and getattr(self, key) == self.train_file:
+                raise ValueError(f"task.{key} = {self.train_file!r} is task.train_file: its scores would be training "
+                                 f"scores; give held-out puzzles, or leave validation_file unset to split them off")
         return self
 
 
@@ -101,15 +106,22 @@ def _generated(gen_json: str, workers: int) -> dict[str, SudokuDataset]:
 
 
 def load_splits(cfg: SudokuTaskConfig) -> dict[str, SudokuDataset]:
-    """train / validation (/ test) :class:`SudokuDataset` s of the task config."""
+    """train / validation (/ test) :class:`SudokuDataset` s of the task config.
+
+    With ``source = files``: boards with no blank cell are left out of every split with a warning (nothing to
+    learn or solve: a batch of them averaged the loss over no cell, a NaN, and each counted as solved when
+    scored), a file of only such boards is a :class:`DataError`; held-out boards that are also training
+    puzzles are warned about, and a held-out split made only of training puzzles (e.g. ``validation_file`` =
+    ``train_file``) is a DataError: its scores would be training scores."""
     if cfg.source == "generated":
         return dict(_generated(cfg.generate.model_dump_json(), cfg.workers))
-    train = read_sudoku(cfg.train_file)
+    train = _with_blanks(read_sudoku(cfg.train_file), "train_file", cfg.train_file)
     if not train.has_solutions:
         raise ConfigError(f"task.train_file = {cfg.train_file!r}: has no solutions (training needs them)")
     out = {}
     if cfg.validation_file:
-        out["train"], out["validation"] = train, read_sudoku(cfg.validation_file)
+        out["train"] = train
+        out["validation"] = _with_blanks(read_sudoku(cfg.validation_file), "validation_file", cfg.validation_file)
     else:
         n_val = min(500, len(train) // 10)
         if n_val < 1:
@@ -118,8 +130,44 @@ def load_splits(cfg: SudokuTaskConfig) -> dict[str, SudokuDataset]:
         parts = train.split({"train": len(train) - n_val, "validation": n_val}, seed=0)
         out.update(parts)
     if cfg.test_file:
-        out["test"] = read_sudoku(cfg.test_file)
+        out["test"] = _with_blanks(read_sudoku(cfg.test_file), "test_file", cfg.test_file)
+    for split, key in (("validation", "validation_file"), ("test", "test_file")):
+        if split in out:
+            _check_disjoint(out["train"], out[split], split, key, getattr(cfg, key), cfg.train_file)
     return out
+
+
+def _with_blanks(data: SudokuDataset, key: str, path: str) -> SudokuDataset:
+    """``data`` without its fully given boards (warned about); a DataError when every board is one."""
+    full = (data.puzzles != 0).all(1)
+    if bool(full.all()):
+        raise DataError(f"task.{key} = {path!r}: every puzzle is fully given (no blank cell): nothing to learn or "
+                        "solve; give puzzles with blanks")
+    if bool(full.any()):
+        rows = full.nonzero().reshape(-1).tolist()
+        warnings.warn(f"task.{key} = {path!r}: {len(rows)} of {len(data)} puzzles have no blank cell (board(s) "
+                      f"{_boards(rows)}): left out", stacklevel=3)
+        data = data.subset(~full)
+    return data
+
+
+def _check_disjoint(train: SudokuDataset, held: SudokuDataset, split: str, key: str, path: str | None,
+                    train_path: str) -> None:
+    """Warn when held-out puzzles are also training puzzles; a DataError when all of them are."""
+    def rows(d: SudokuDataset) -> np.ndarray:  # one opaque 81-byte value per puzzle: (n,)
+        return d.puzzles.to(torch.int8).contiguous().numpy().view(np.dtype((np.void, CELLS))).ravel()
+
+    shared = np.isin(rows(held), rows(train))
+    if not shared.any():
+        return
+    where = f"task.{key} = {path!r}" if path else f"the {split} part split off task.train_file = {train_path!r}"
+    fix = ("give held-out puzzles" if path
+           else "the file repeats puzzles: remove the repeats or give task.validation_file")
+    if shared.all():
+        raise DataError(f"{where}: all {len(held)} {split} puzzles are also training puzzles (task.train_file = "
+                        f"{train_path!r}): its scores would be training scores; {fix}")
+    warnings.warn(f"{where}: {int(shared.sum())} of {len(held)} {split} puzzles are also training puzzles (board(s) "
+                  f"{_boards(np.flatnonzero(shared).tolist())}): they are scored as held-out", stacklevel=3)
 
 
 class _Once(argparse.Action):
