@@ -2,6 +2,8 @@
 
 import copy
 
+import pytest
+
 from energyformer.studies import load_study
 from energyformer.studies.claims import claims_table, evaluate
 
@@ -76,10 +78,12 @@ def test_a_cell_one_arm_never_ran_is_not_compared_over_fewer_cells(tmp_path):
 
 def test_a_metric_path_no_selected_run_has_is_named(tmp_path):
     """A typo inside a metric path (accuracy.k33: 'accuracy' exists) gave 'no runs on one side' in every row."""
-    row = _row(_spec(tmp_path, a={"where": {"model": "eqt", "length": [64, 96]}, "metric": "accuracy.k33"}),
-               _recs(eqt96_diverged=False))
+    with pytest.warns(UserWarning, match=r"claim c: metric 'accuracy.k33' is in none of the 8 run records \(nearest: "
+                                         r"accuracy.k32, .*\): a misspelled path"):
+        row = _row(_spec(tmp_path, a={"where": {"model": "eqt", "length": [64, 96]}, "metric": "accuracy.k33"}),
+                   _recs(eqt96_diverged=False))
     assert str(row.outcome.verdict) == "UNTESTABLE"
-    assert row.outcome.reason == "A: no selected run has the metric accuracy.k33"
+    assert row.outcome.reason == "A: no selected run has the metric accuracy.k33 (they have accuracy.k32, accuracy)"
     recs = _recs(eqt96_diverged=False)     # length 96's runs lack the metric: not a mean over length 64 alone
     for s in (0, 1):
         recs[f"e96-{s}"] = _rec("eqt", 96, s, 50.0, key="k8")

@@ -132,6 +132,12 @@ def test_pages_name_records_the_study_would_train_again_or_no_longer_runs(study,
             "resolves to now, so `reproduce` would train them again (`L8_s0_eqt`); 1 are not runs of the scale's "
             "current grid and seeds (`L64_s0_eqt`).")
     assert want in (page / "cpu" / "README.md").read_text() and want in (page / "README.md").read_text()
+    # a record under a grid run's name whose cell names another label was its own table row, with no note
+    edited["runs"]["L8_s0_eqt"]["cell"] = {"model": "bogus", "length": "8"}
+    (page / "cpu" / "results.json").write_text(json.dumps(edited))
+    assert study_main("tiny", ["--report-only", "--out", str(page)]) == 0
+    assert "2 are not runs of the scale's current grid and seeds (`L8_s0_eqt`, `L64_s0_eqt`)" in \
+        (page / "cpu" / "README.md").read_text()
 
 
 def test_a_record_made_with_set_is_named_with_its_overrides_not_called_out_of_date(study, tmp_path, monkeypatch):
@@ -186,7 +192,7 @@ def test_migration_notes_are_dropped_once_no_record_is_migrated(tmp_path):
     from energyformer.studies.runner import load_results, save_results
 
     path = tmp_path / "results.json"
-    data = {"format": 1, "runs": {"a": {"config_hash": "migrated"}, "b": {"config_hash": "x"}},
+    data = {"format": 1, "runs": {"a": {"config_hash": "migrated", "seed": 0}, "b": {"config_hash": "x", "seed": 0}},
             "setup": {"k": "v"}, "note": "trained by the old program"}
     data["format"] = load_results(tmp_path / "none.json", "s", "cpu")["format"]
     save_results(path, data)
@@ -204,6 +210,19 @@ def test_migration_notes_are_dropped_once_no_record_is_migrated(tmp_path):
     # malformed records were an internal error (AttributeError)
     ({"study": "s", "scale": "cpu", "runs": []}, "'runs' is not a mapping of run records"),
     ({"study": "s", "scale": "cpu", "runs": {"x": 5}}, "runs['x'] is not a record"),
+    # impossible values were rendered as they are (accuracy 150 %, negative times) or an internal error (seed)
+    ({"runs": {"x": {"seed": "zero"}}}, "runs['x'].seed = 'zero': must be an integer >= 0"),
+    ({"runs": {"x": {"cell": {}}}}, "runs['x'].seed = None: must be an integer >= 0"),
+    ({"runs": {"x": {"seed": True}}}, "runs['x'].seed = True: must be an integer >= 0"),
+    ({"runs": {"x": {"seed": 0, "cell": ["a"]}}}, "runs['x'].cell = ['a']: must be a mapping of axis to label"),
+    ({"runs": {"x": {"seed": 0, "steps": -3}}}, "runs['x'].steps = -3: must be a number >= 0"),
+    ({"runs": {"x": {"seed": 0, "seconds": "1s"}}}, "runs['x'].seconds = '1s': must be a number >= 0"),
+    ({"runs": {"x": {"seed": 0, "metrics": {"accuracy": {"plain": 150.0}}}}},
+     "runs['x'].metrics.accuracy.plain = 150.0: an accuracy is within [0, 100]"),
+    ({"runs": {"x": {"seed": 0, "metrics": {"val": {"cell_accuracy@16": -0.5}}}}},
+     "runs['x'].metrics.val.cell_accuracy@16 = -0.5: an accuracy is within [0, 100]"),
+    ({"runs": {"x": {"seed": 0, "metrics": {"valid_fraction": 1.25}}}},
+     "runs['x'].metrics.valid_fraction = 1.25: a fraction is within [0, 1]"),
 ])
 def test_a_record_file_of_another_study_or_malformed_is_refused_naming_it(tmp_path, content, message):
     import json
@@ -217,3 +236,14 @@ def test_a_record_file_of_another_study_or_malformed_is_refused_naming_it(tmp_pa
     with pytest.raises(ConfigError) as err:
         load_results(path, "s", "cpu")
     assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+
+
+def test_possible_values_are_read():
+    """The range rule's edges and what it leaves alone: an accuracy in % up to 100, a fraction up to 1, a standard
+    error, a curve's steps beside its accuracies (list elements), null metrics."""
+    from energyformer.studies.records import _bad_field
+
+    ok = {"seed": 0, "cell": {"n": 4}, "steps": 0, "seconds": 0.5, "tokens_per_s": None,
+          "metrics": {"accuracy": {"plain": 100.0, "bad": None}, "board_accuracy": 0.0, "valid_fraction": 1.0,
+                      "accuracy_se": 400.0, "accuracy_curve": [[1000, 0.5]], "loss": -3.0}}
+    assert _bad_field(ok, "r") is None

@@ -12,6 +12,7 @@ steps beside the others decided the claim.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
@@ -161,7 +162,12 @@ def _no_metric(records: dict[str, dict], where: dict, m: str) -> str:
         return f"metric {m} is a mapping, not a number (give a path inside it: {inside})"
     if isinstance(found, list):
         return f"metric {m} is a list, not a number (give an element: {m}.0, {m}.-1)"
-    return f"no selected run has the metric {m}"
+    import difflib
+
+    paths = set().union(*(_metric_paths(r.get("metrics")) for r in records.values()
+                          if _matches(r, where) and "diverged" not in r))
+    near = difflib.get_close_matches(m, sorted(paths), n=2, cutoff=0.6)
+    return f"no selected run has the metric {m}" + (f" (they have {', '.join(near)})" if near else "")
 
 
 def _sets_text(made: tuple | None) -> str:
@@ -244,6 +250,7 @@ def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = No
     from .runner import record_sets
 
     made = record_sets(spec, scale, records)   # each record's --set list: arms made differently are not compared
+    _check_metric_names(spec, records)
     rows = []
     for c in spec.claims:
         if c.untestable:
@@ -267,6 +274,41 @@ def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = No
             av, bv = list(a.values()), (b if isinstance(b, float) else list(b.values()))
             rows.append(ClaimRow(c, lab, av, bv, _decide(c, ra, rb, extra, records, probes)))
     return rows
+
+
+def _metric_paths(node: Any, prefix: str = "") -> set[str]:
+    """The dotted paths of a record's mappings and numbers (list elements not enumerated)."""
+    out = {prefix} if prefix else set()
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out |= _metric_paths(v, f"{prefix}.{k}" if prefix else str(k))
+    return out
+
+
+def _check_metric_names(spec: StudySpec, records: dict[str, dict]) -> None:
+    """Warn when an arm selects run records and no record at all holds the claim's metric: most likely a misspelled
+    path (the rows say UNTESTABLE "no selected run has the metric", which read as if the runs lacked a measurement).
+    The warning names the nearest paths the records hold. Not an error: records made before a metric hook was added
+    lack it too, and the page says so; an arm that selects no record (a partial run) is not judged."""
+    import difflib
+
+    made = [r for r in records.values() if "diverged" not in r and isinstance(r.get("metrics"), dict)]
+    paths: set[str] = set()
+    for r in made:
+        paths |= _metric_paths(r["metrics"]) | {k for k, v in r.items() if isinstance(v, (int, float, dict))}
+    for c in spec.claims:
+        arms = [a for arm in (c.a, c.b) if arm is not None for a in (arm, arm.minus)
+                if a is not None and a.value is None and a.probe is None]
+        for a in arms:
+            m = a.metric or c.metric
+            if not m or not any(_matches(r, a.where or {}) for r in made) \
+                    or any(metric_value(r, m) is not None for r in made):
+                continue
+            near = difflib.get_close_matches(m, sorted(paths), n=3, cutoff=0.6)
+            warnings.warn(f"claim {c.id}: metric {m!r} is in none of the {len(made)} run records"
+                          + (f" (nearest: {', '.join(near)})" if near else "")
+                          + ": a misspelled path in the study's claims?", stacklevel=3)
+            break
 
 
 def _selects(c: ClaimSpec, label: str) -> bool:

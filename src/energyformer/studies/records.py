@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -53,8 +54,51 @@ def load_results(path: Path, study: str | None, scale: str | None) -> dict:
             where = _bool_leaf(r.get("metrics"), f"runs[{key!r}].metrics")
             if where is not None:  # JSON true was read as 1.0 and turned a verdict
                 raise ConfigError(f"{path}: {where} is a true/false, not a metric value (a number, text or null)")
+            problem = _bad_field(r, f"runs[{key!r}]")
+            if problem is not None:  # rendered as is before: accuracy 150 %, a negative run time, an internal error
+                raise ConfigError(f"{path}: {problem}")
         return data
     return {"format": FORMAT, "study": study, "scale": scale, "runs": {}}
+
+
+#: top-level numbers of a record that cannot be negative
+_COUNTS = ("steps", "seconds", "tokens_per_s")
+
+
+def _bad_field(record: dict, where: str) -> str | None:
+    """What is impossible in one record, or None: a seed that is missing or not an integer >= 0, a cell that is not a mapping
+    of labels, a negative step count, time or speed, an accuracy outside [0, 100] (a fraction or a percentage) or a
+    fraction outside [0, 1]."""
+    seed = record.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        return f"{where}.seed = {seed!r}: must be an integer >= 0"
+    cell = record.get("cell", {})
+    if not isinstance(cell, dict) or not all(isinstance(v, (str, int, float)) for v in cell.values()):
+        return f"{where}.cell = {cell!r}: must be a mapping of axis to label"
+    for key in _COUNTS:
+        v = record.get(key)
+        if key in record and v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+            return f"{where}.{key} = {v!r}: must be a number >= 0"
+    return _out_of_range(record.get("metrics"), f"{where}.metrics")
+
+
+def _out_of_range(node: Any, where: str, keys: tuple[str, ...] = ()) -> str | None:
+    """The first accuracy outside [0, 100] or fraction outside [0, 1] in a run's metrics, said, or None. A number is
+    an accuracy when a key on its path names one (``accuracy.plain``, ``val.cell_accuracy@16``), a fraction when its
+    own key ends in ``fraction``; a standard error or deviation (``_se``, ``_std``) and a list's elements (a curve
+    holds steps beside values) are not checked."""
+    if isinstance(node, (int, float)) and not isinstance(node, bool) and math.isfinite(node):
+        own = keys[-1].lower() if keys else ""
+        if not keys or own.endswith(("_se", "_std")):
+            return None
+        hi = 100.0 if any("accuracy" in k.lower() for k in keys) else 1.0 if own.endswith("fraction") else None
+        if hi is not None and not 0.0 <= node <= hi:
+            return f"{where} = {node!r}: {'an accuracy' if hi == 100 else 'a fraction'} is within [0, {hi:g}]"
+        return None
+    if isinstance(node, list):
+        return None
+    items = node.items() if isinstance(node, dict) else ()
+    return next((w for k, v in items if (w := _out_of_range(v, f"{where}.{k}", (*keys, str(k)))) is not None), None)
 
 
 def _bool_leaf(node: Any, where: str) -> str | None:

@@ -228,8 +228,8 @@ def outdated_records(spec: StudySpec, scale: str, runs: dict[str, dict]
     for key, r in runs.items():
         if is_migrated(r):
             continue
-        if key not in plans:
-            outside.append(key)
+        if key not in plans or {a: str(v) for a, v in r.get("cell", {}).items()} != plans[key].cell:
+            outside.append(key)  # (a record of the grid's name with other labels is no run of the grid either)
             continue
         plan, sets = plans[key], _command_line_sets(plans[key], r)
         if sets:  # the run as it was made: its own overrides with the record's --set between them
