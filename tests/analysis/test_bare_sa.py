@@ -52,3 +52,20 @@ def test_coupling_recovery_reads_a_planted_coupling():
     assert out["corr"] == pytest.approx(1.0) and out["u_share"] == pytest.approx(1.0)
     noise = coupling_recovery(torch.randn(5, 5, 3, 3, generator=g), J_true, U)
     assert abs(noise["corr"]) < 0.9 and noise["u_share"] < 0.5
+
+
+def test_a_small_rise_is_no_blow_up_and_symmetry_compares_c_with_its_transpose():
+    """Outside-probe mutants that survived: the blow-up margin max(1, |first|) without its floor of 1 (a loss going
+    0.1 -> 0.9 called a blow-up), and the symmetry correlation of c with itself (always 1)."""
+    assert blew_up([0.1] * 10 + [0.9] * 10) is None
+    assert blew_up([0.1] * 10 + [1.2] * 10) == "training objective 0.1 -> 1.2"
+    g = torch.Generator().manual_seed(0)
+    L, C = 6, 3
+    c = torch.randn(L, L, generator=g, dtype=torch.float64)
+    U = torch.randn(C, C, generator=g, dtype=torch.float64)
+    J = c[:, :, None, None] * U                              # every block along U: c recovered exactly
+    off = ~torch.eye(L, dtype=torch.bool)
+    want = float(torch.corrcoef(torch.stack([c[off], c.T[off]]))[0, 1])
+    out = coupling_recovery(J, c, U)
+    assert abs(out["symmetry"] - want) < 1e-12 and abs(want) < 0.9
+    assert abs(out["corr"] - 1) < 1e-12 and abs(out["u_share"] - 1) < 1e-12

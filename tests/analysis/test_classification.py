@@ -40,3 +40,23 @@ def test_plot_writes_a_png(tmp_path):
     cm = torch.tensor([[5, 1], [2, 7]])
     p = plot_confusion(cm, ["x", "y"], tmp_path / "sub" / "cm.png")
     assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 2000
+
+
+def test_the_drawn_colours_are_row_normalised():
+    """Each true class's row sums to 1 in colour (its recall per predicted class); an outside probe's mutant that
+    normalised by columns survived, the plot being checked only for a file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from energyformer.analysis.classification import draw_confusion
+
+    cm = torch.tensor([[8, 2, 0], [1, 1, 2], [0, 0, 0]])
+    fig, ax = plt.subplots()
+    try:
+        frac = torch.as_tensor(draw_confusion(ax, cm, ["a", "b", "c"]).get_array())
+    finally:
+        plt.close(fig)
+    want = torch.tensor([[0.8, 0.2, 0.0], [0.25, 0.25, 0.5], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(frac, want)

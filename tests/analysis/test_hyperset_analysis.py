@@ -53,3 +53,37 @@ def test_trajectory_lengths_and_plots(tmp_path):
     plot_energies(tr, 2, tmp_path / "e.png")
     plot_rank_angle({"a": tr, "b": tb}, 2, tmp_path / "r.png")
     assert all((tmp_path / f).stat().st_size > 1000 for f in ("e.png", "r.png"))
+
+
+def _tiny(attention, mlp, **extra):
+    cfg = ModelConfig.model_validate(dict(vocab_size=10, dim=16, heads=2, n_layers=1, iterations=2, positions="learned",
+                                          max_seq_len=81, causal=False, block={"attention": attention, "mlp": mlp},
+                                          **extra))
+    return MODELS.build(cfg, n_out=9)
+
+
+def test_trajectory_numbers_are_those_of_their_definitions():
+    """Outside-probe mutants that survived: x^t's energy read with iteration t - 1's LoRA weights, the full rank of
+    the subspace projections instead of the state, a GPT layer's keys in place of its queries."""
+    from energyformer.analysis.hyperset import _subspaces, iteration_states
+
+    torch.manual_seed(0)
+    lora = {"rank": 2, "iterations": 2, "beyond": "last"}
+    m = _tiny({"kind": "hyperset", "lora": lora}, {"kind": "hyperset", "lora": lora})
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.1 * torch.randn_like(p))   # non-zero LoRA B: each iteration's weights differ
+    idx = torch.randint(0, 10, (2, 81))
+    tr = trajectory(m, idx, 3)
+    states, layer = iteration_states(m, idx, 3), m.layers[0]
+    for t, x in enumerate(states):
+        it = min(t, 1)
+        ea = float(layer.attn.energy_at(x, it).sum(-1).mean())
+        assert math.isclose(tr["e_attn"][t], ea, rel_tol=1e-5) and tr["full_rank"][t] == float(effective_rank(x).mean())
+    assert layer.attn.energy_at(states[1], 1).sum() != layer.attn.energy_at(states[1], 0).sum()
+    gpt = _tiny("gpt", "gelu")
+    x = torch.randn(2, 81, 16)
+    h = gpt.layers[0].attn.norm(x)
+    q = torch.nn.functional.linear(h, gpt.layers[0].attn.c_attn.weight[:16], gpt.layers[0].attn.c_attn.bias[:16])
+    q = q.reshape(2, 81, 2, 8).transpose(1, 2)
+    torch.testing.assert_close(_subspaces(gpt.layers[0], x), torch.nn.functional.rms_norm(q, (8,)))

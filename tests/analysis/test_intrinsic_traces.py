@@ -34,3 +34,21 @@ def test_an_exact_small_step_lowers_each_layers_free_energy():
                 p.normal_(0, 0.3)
     tr = depth_traces(m, torch.randint(0, 40, (2, 10)))
     assert all(a < b for a, b in zip(tr["after_attn"], tr["before"]))
+
+
+def test_traces_follow_their_definition_and_leave_the_mode():
+    """Outside-probe mutants that survived: the context taken from the state after attention, the velocity norm
+    over the whole batch (it grew with the batch), the training mode left at eval."""
+    m = _model("momen_mha", "momen_gelu", layers=2)
+    idx = torch.randint(0, 40, (2, 10))
+    seen = {}
+    h = m.layers[0].attn.register_forward_pre_hook(lambda mod, args: seen.update(x=args[0]))  # (returns None)
+    m.train()
+    tr = depth_traces(m, idx)
+    h.remove()
+    assert m.training
+    attn = m.layers[0].attn
+    u = attn.norm(seen["x"])
+    assert math.isclose(tr["before"][0], float(attn.energy.energy(u, attn.energy.prepare(u)).mean()), rel_tol=1e-6)
+    twice = depth_traces(m, torch.cat([idx, idx]))
+    assert all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(tr["velocity"], twice["velocity"]))

@@ -185,3 +185,29 @@ def test_energy_and_geometry_hooks_share_one_trajectory(monkeypatch):
     assert sudoku_report.energy(run) is None            # no energies in this trajectory
     assert sudoku_report.geometry(run) == {"traced": True}
     assert len(calls) == 1
+
+
+def test_summaries_start_at_the_first_iterate_and_exit_above_the_level(tmp_path):
+    """Outside-probe mutants that survived: x⁰ (the embedding, before any step) counted in the energy's largest step
+    and in the rank/angle rise; an evaluation exactly at the plateau level counted as its exit; boards/s divided by
+    other than the 81 cells of a board."""
+    from types import SimpleNamespace
+
+    from energyformer.analysis.sudoku_report import PLATEAU_LEVEL, geometry_summary, training
+
+    L = 3
+    falling = [9.0, 8.0, 7.0, 6.0, 5.0, 4.0, 3.0]
+    t = {"e_attn": [-50.0] + falling[1:], "e_ff": [-50.0] + falling[1:], "e_total": [-50.0] + falling[1:]}
+    e = energy_summary(t, L)   # the rise x⁰ -> x¹ is the embedding's, not a step's
+    assert e["total_max_step_to_L"] == e["attn_max_step_to_L"] == e["ff_max_step_to_L"] == -1.0
+    g = {"eff_rank": [[0.0, 0.0], [2.0, 4.0], [3.0, 3.0], [5.0, 7.0]], "angle": [[90.0], [10.0], [20.0], [40.0]],
+         "full_rank": [1.0, 2.0, 3.0, 4.0]}
+    s = geometry_summary(g, L)
+    assert (s["rank_rise"], s["angle_rise"]) == (3.0, 30.0)
+    assert plateau_exit([{"step": 100, "eval/cell_accuracy": PLATEAU_LEVEL},
+                         {"step": 200, "eval/cell_accuracy": PLATEAU_LEVEL + 1e-9}]) == (200, 2)
+    (tmp_path / "metrics.jsonl").write_text(
+        json.dumps({"event": "train", "step": 1, "loss": 2.0, "tokens_per_s": 8100.0}) + "\n"
+        + json.dumps({"event": "eval", "step": 1, "eval/cell_accuracy": 0.5}) + "\n")
+    out = training(SimpleNamespace(run_dir=str(tmp_path)))
+    assert out["boards_per_s"] == 100.0 and out["final_loss"] == 2.0 and out["plateau_step"] == 1

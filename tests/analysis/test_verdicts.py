@@ -116,3 +116,11 @@ def test_an_equal_claim_needs_margin_plus_band_within_the_tolerance():
     assert compare(a, b, higher_is_better=True, claim="equal", tolerance=0.25).verdict == Verdict.HOLDS
     assert compare([1.0, 1.01], [1.5, 1.51], higher_is_better=True, claim="equal",
                    tolerance=0.25).verdict == Verdict.DOES_NOT_HOLD
+
+
+def test_a_margin_equal_to_the_band_is_undecided_for_better():
+    """"Better" needs a margin beyond the band: exactly at it (spread 2, margin 2) is inside the noise, UNDECIDED; a
+    hair beyond is HOLDS. (An outside probe's mutant `margin >= band` survived.)"""
+    assert compare([70.0, 72.0], [68.0, 70.0], higher_is_better=True).verdict is U
+    assert compare([70.0, 72.0], [68.0, 69.99], higher_is_better=True).verdict is H
+    assert compare([68.0, 70.0], [70.0, 72.0], higher_is_better=True).verdict is U

@@ -86,7 +86,8 @@ def _subspaces(layer: nn.Module, x: Tensor) -> Tensor:
 def trajectory(model: nn.Module, idx: Tensor, iterations: int, mask: Tensor | None = None) -> dict:
     """Per-iteration statistics of the first layer (module docstring): a dict of lists over t = 0 … L.
 
-    Keys: ``e_attn``, ``e_ff``, ``e_total`` (None entries for layers without energies),
+    Keys: ``e_attn``, ``e_ff``, ``e_total`` (None entries for layers without energies; x^t's energy with iteration
+    t's weights — the energy pass t + 1 descends, the last iteration's past L — which differ only with LoRA),
     ``eff_rank`` and ``angle`` (lists of per-head values), ``full_rank`` (effective rank of the
     whole D-dimensional state, Fig. 6's "full rank").
     """

@@ -27,7 +27,11 @@ from .figures import save_figure
 
 @torch.no_grad()
 def depth_traces(model: nn.Module, idx: Tensor) -> dict[str, list[float]]:
-    """{'before', 'after_attn', 'after_ffn'} free energies per layer and 'velocity' norms per sublayer."""
+    """{'before', 'after_attn', 'after_ffn'} free energies per layer and 'velocity' norms per sublayer.
+
+    Layer l's three values are F_l(u | LN(x_l)) at u = LN(x_l), LN(after attention), LN(after the MLP): one energy,
+    its context fixed by the layer's input x_l, so they compare. A velocity is the mean over tokens of the carried
+    momentum's norm (independent of the batch's size). The model's training mode is restored, also on an error."""
     layers = list(model.layers)
     states: dict[int, dict[str, Tensor]] = {i: {} for i in range(len(layers))}
     velocity: list[float] = []
@@ -55,12 +59,12 @@ def depth_traces(model: nn.Module, idx: Tensor) -> dict[str, list[float]]:
 
         hooks += [layer.attn.register_forward_pre_hook(pre), layer.attn.register_forward_hook(post_attn),
                   layer.mlp.register_forward_hook(post_ffn)]
+    was = model.training
     try:
-        was = model.training
         model.eval()
         model(idx)
-        model.train(was)
     finally:
+        model.train(was)
         for h in hooks:
             h.remove()
     out: dict[str, list[float]] = {"before": [], "after_attn": [], "after_ffn": [], "velocity": velocity}
