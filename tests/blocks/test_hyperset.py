@@ -307,3 +307,14 @@ def test_more_than_one_step_per_iteration_is_refused_at_config_time(key):
     with pytest.raises(ConfigError, match=rf"^{key.split('=')[0]} = \d: a Hyper-SET sublayer takes one step per"):
         load_run_config("hyperset/sudoku_hyperset", [key])
     assert load_run_config("hyperset/sudoku_hyperset", [key.split("=")[0] + "=1"]).model.block.attention.steps == 1
+
+
+def test_legacy_iterate_condition_means_layer_for_attention_only():
+    """Old configs' ``condition: iterate`` on the attention (its input is the layer input) reads today as ``layer``;
+    on the MLP it stays ``iterate`` (the MLP's input is the state after attention). An outside probe's mutant that
+    mapped both to ``layer`` survived."""
+    net = {"kind": "network", "condition": "iterate"}
+    m = _model(attention={"kind": "hyperset", "step_size": net}, mlp={"kind": "hyperset", "step_size": net})
+    conds = {role: getattr(m.layers[0], role).solver.step_size for role in ("attn", "mlp")}
+    assert {k: getattr(v, "condition", None) or v.net.condition for k, v in conds.items()} == \
+        {"attn": "layer", "mlp": "iterate"}

@@ -2,6 +2,8 @@
 beta = 0, eta = 1 bit for bit; with an exact -grad oracle they are torch.optim.SGD step for step;
 the explicit Nesterov form equals the SGD form; options are validated."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -243,3 +245,14 @@ def test_kv_cache_decoding_equals_the_full_forward(att, mlp):
     parts = [m(x[:, :6], cache=cache).logits, m(x[:, 6:9], cache=cache, offset=6).logits,
              m(x[:, 9:], cache=cache, offset=9).logits]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["mha2nd_lite", "mha2nd1st_simple", "mha2nd1st"])
+def test_the_two_temperatures_start_at_their_own_inits(kind):
+    """temperature_init sets the score temperature and bias_temperature_init the bias one (an outside probe's
+    mutant that gave the bias the score's init survived)."""
+    m = _model({"kind": kind, "temperature_init": 2.0, "bias_temperature_init": 5.0}, "gelu", dropout=0.0, layers=1)
+    temps = {n: float(t().detach().mean()) for n, t in m.layers[0].attn.energy.named_modules() if n.endswith(("temp_score",
+                                                                                                    "temp_bias"))}
+    assert temps and all(math.isclose(v, 2.0 if n.endswith("temp_score") else 5.0, rel_tol=1e-5)
+                         for n, v in temps.items()), temps
