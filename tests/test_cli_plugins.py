@@ -129,6 +129,12 @@ def test_plugins_from_the_environment_and_import_errors_are_one_line(tmp_path, c
     monkeypatch.setenv("ENERGYFORMER_PLUGINS", str(tmp_path / "efplug_missing.py"))
     assert main(["list", "energies"]) == 2
     _one_line_error(capsys, ["ENERGYFORMER_PLUGINS", "efplug_missing.py", "no Python file"])
+    monkeypatch.delenv("ENERGYFORMER_PLUGINS")
+    for stem in ("efplug.dotted", "1efplug", "ef-plug"):  # trained, then no export could import it (`my.plug`)
+        (tmp_path / f"{stem}.py").write_text("X = 1\n")
+        assert main(["--plugin", str(tmp_path / f"{stem}.py"), "list", "energies"]) == 2
+        _one_line_error(capsys, [f"{stem!r} is not a Python module name", "rename the file"])
+        assert stem not in sys.modules
 
 
 _LOAD = """import sys, torch

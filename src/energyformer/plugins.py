@@ -57,6 +57,10 @@ def _import_plugin(spec: str, said: str, file: str | None = None) -> dict[str, s
         if not path.is_file() or path.suffix != ".py":
             raise ConfigError(f"{said} {spec!r}: no Python file {path} (a plugin is an importable module name or "
                               f"the path of a .py file)")
+        if not path.stem.isidentifier():  # imported under a name no import statement can name: `my.plug` is
+            # module `plug` of package `my`, so an export (which copies and imports the plugin) could never load it
+            raise ConfigError(f"{said} {spec!r}: {path.stem!r} is not a Python module name (letters, digits and _, "
+                              f"not starting with a digit): rename the file")
         rec = {"module": path.stem, "file": str(path)}
         have = sys.modules.get(path.stem)
         if have is not None and Path(getattr(have, "__file__", None) or "").resolve() != path:
