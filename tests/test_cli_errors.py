@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 from pathlib import Path
 
 import pytest
@@ -82,12 +83,16 @@ def test_eval_says_its_test_time_settings_and_names_them_when_memory_runs_out(tr
     from energyformer.tasks.lm import LMTask
 
     assert main(["eval", str(trained), "--iterations", "2"]) == 0
-    assert " split with --iterations 2: " in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert " split with --iterations 2: " in out.out
+    assert ("--iterations 2: this 'transformer' model was trained with 1 iteration (not recurrent): its whole layer "
+            "stack runs 2 times") in out.err
 
     def oom(*a, **k):
         raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
     monkeypatch.setattr(LMTask, "eval_from_args", oom)
+    monkeypatch.setattr(warnings, "filters", [("ignore", None, UserWarning, None, 0), *warnings.filters])
     err = _one_line_error(capsys, 1, ["eval", str(trained), "--iterations", "100000"])
     assert "not enough memory for this evaluation with --iterations 100000 (memory grows with them" in err
     assert "model.dim" not in _one_line_error(capsys, 1, ["eval", str(trained), "--iterations", "100000"])

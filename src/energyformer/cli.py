@@ -14,6 +14,7 @@ import math
 import os
 import shlex
 import sys
+import warnings
 
 from .cli_errors import debug_env as _debug_env
 from .cli_errors import describe_error
@@ -153,6 +154,11 @@ def cmd_eval(a, extra) -> int:
     a.split = a.split or "validation"
     options = _forward_options(a)
     check_forward_options(model, options, cfg.model.kind)
+    trained = getattr(cfg.model, "iterations", None)
+    if trained == 1 and options.get("iterations", 1) != 1:  # legal (test-time recurrence), rarely what was meant
+        warnings.warn(f"--iterations {options['iterations']}: this {cfg.model.kind!r} model was trained with 1 "
+                      f"iteration (not recurrent): its whole layer stack runs {options['iterations']} times, a depth it "
+                      "never trained at", stacklevel=1)
     said = ", ".join(f"--{k} {v}" for k, v in options.items())
     try:
         with torch.no_grad():
