@@ -5,8 +5,8 @@ Driven by the registries: ``ENERGIES`` (each energy's ``examples()``, at most :d
 evenly spread per energy), ``ATTENTIONS`` / ``MLPS`` (each kind config's ``examples()``), so a new
 registration is fuzzed as soon as it exists, and one without examples fails
 :func:`test_every_registration_has_examples`. Scales (:data:`SCALES`): inputs and weight matrices
-1e-3, inputs 4 and 17 (unnormalised attention logits ~100 and ~300), inputs 1e4 and 1e20 (past float32's norm
-overflow), weight matrices 1e2 and 1e4. Acceptance
+1e-3, inputs 1e-4 (rows of RMS ~1e-4), inputs 4 and 17 (unnormalised attention logits ~100 and ~300), inputs 1e4
+and 1e20 (past float32's norm overflow), weight matrices 1e2 and 1e4. Acceptance
 (:func:`energyformer.core.fuzz.low_precision_agreement`): within C · (measured sensitivity to a rounding
 of every input, parameter and submodule output, and to :data:`PROBES` random u-sized perturbations of them,
 + u‖y‖), or a clear error, or a non-finite result —
@@ -38,8 +38,9 @@ from energyformer.utils.validate import ConfigError
 #: Hyper-SET fused bi-softmax dropped keys (this fuzz fails with its old span check), x17 at ~300; weights x100,
 #: where MHA2nd-lite's σ² = E[v²] − μ² residue shows (x30 and x300 pass: it sat between the scales sampled);
 #: inputs x1e20, past float32's ‖z‖ overflow (~1.8e19), where the sphere norms and coherence_mem's cosines
-#: returned finite zeros (probe P)
-SCALES = [(1e-3, 1e-3), (4.0, 1.0), (17.0, 1.0), (1e4, 1.0), (1.0, 1e4), (1.0, 1e2), (1e20, 1.0)]
+#: returned finite zeros (probe P); inputs x1e-4 at unit weights, rows of RMS ~1e-4, where an RMSNorm eps of its
+#: dtype's size (bf16's 7.8e-3) put the step network's output 75 % off float64 (probe AD)
+SCALES = [(1e-3, 1e-3), (1e-4, 1.0), (4.0, 1.0), (17.0, 1.0), (1e4, 1.0), (1.0, 1e4), (1.0, 1e2), (1e20, 1.0)]
 PRECISIONS = {"float32": (torch.float32, False), "bf16_autocast": (torch.bfloat16, True)}
 MAX_EXAMPLES = 3
 #: random u-sized perturbations of every input, parameter and submodule output added to the deterministic

@@ -232,8 +232,11 @@ class HyperSETAttentionConfig(AttentionConfig, DescentConfig):
 
     @classmethod
     def examples(cls) -> list[dict]:
+        # the default network step size starts at zero (an identity map): the last three take a step
+        fixed, net = {"kind": "fixed", "value": 0.5}, {"kind": "network", "zero_init": "none", "state_norm": True}
         return [{}, {"impl": "fused"}, {"energy": "sigmoid"}, {"energy": "linear"},
-                {"sphere": False, "gain": "learned", "self_interaction": False, "impl": "fused"}]
+                {"sphere": False, "gain": "learned", "self_interaction": False, "impl": "fused"},
+                {"step_size": fixed}, {"step_size": net, "impl": "fused"}, {"step_size": fixed, "beta_scale": -1.0}]
 
 
 class HyperSETAttention(HyperSETSublayer):
