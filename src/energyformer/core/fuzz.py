@@ -16,6 +16,12 @@ large terms) gets the room its conditioning demands, and no more: a low-precisio
 terms, underflows a normaliser or overflows a norm is off by far more than C times what rounding the
 inputs can explain. ``C`` (:data:`SLACK`) covers the rounding of intermediates (a few dozen ops).
 
+**What it cannot see.** The bound is at least ``C · u ‖y‖``: 4e-6 of ‖y‖ in float32, but 25 % of ‖y‖ in bfloat16
+(u = 2^-8), more where the sensitivity is large. A bf16 path off by less than that passes; a bf16-only fault must
+be caught by the float32 leg (same code, other rounding) or by a dedicated test. Measured over the scale fuzz
+(tests/core/test_scale_fuzz.py, 2026-11): the largest err/bound of an accepted bf16 result was 0.29 (median 0.004),
+so C cannot be lowered by much more than a factor 2 without failing correct bf16 results.
+
 :func:`low_precision_agreement` returns an :class:`Agreement` per output; an exception raised by the
 low-precision run is a *clear error* (reported as such, not a failure); a non-finite result where the
 float64 one is finite is a *loud* failure, not a silent one. Everything else must agree.
