@@ -88,13 +88,14 @@ class RefineConfig(ConfigModel):
     energy: Literal["coherence", "consistency"] = "coherence"
     """'coherence' (§3.3: rev, mask, conf, mem) or 'consistency' (§2.2.2: pred, consist, mem)"""
     weights: dict[str, float] | None = None
-    """λ per term (None: coherence rev 1.0, mask 0.5, conf 0.2, mem 0; consistency pred 1, consist 1, mem 0)"""
+    """λ per term (None: coherence rev 1.0, mask 0.5, conf 0.2 as §3.7, mem 0 — §3.7's 0.1 needs the memory bank,
+    off by default; consistency pred 1, consist 1, mem 0)"""
     placement: Literal["last", "every"] = "last"
     """refine after the last layer only, or after every layer (the seed leaves it open)"""
     window: int = Field(32, ge=1)
-    """W: tokens read by the rev and mask terms (W_t = min(W, t))"""
+    """W: tokens read by the rev and mask terms (W_t = min(W, t); §3.7: W = 32)"""
     mask_prob: float = Field(0.15, gt=0, le=1)
-    """fraction of the window masked for the mask term"""
+    """fraction of the window masked for the mask term (§3.3.2: 15 %)"""
     rev_layers: int = Field(1, ge=1)
     """layers of the reverse window transformer q_φ"""
     rev_heads: int | None = Field(None, ge=1)
@@ -106,35 +107,35 @@ class RefineConfig(ConfigModel):
     mem_size: int = Field(256, ge=1)
     """memory bank slots M"""
     mem_tau: float = Field(0.1, gt=0)
-    """memory temperature τ"""
+    """memory temperature τ (Eq. 15; the seed gives no value: our choice)"""
     mem_relevance: Literal["all", "topk"] = "all"
     """r_i: every slot, or the mem_topk slots most similar to the proposal"""
     mem_topk: int = Field(16, ge=1)
     """slots kept by mem_relevance = 'topk'"""
     mem_ema: float = Field(0.99, ge=0, le=1)
-    """EMA factor of the memory write (Eq. 16)"""
+    """EMA factor of the memory write (Eq. 16; the seed gives no value: our choice)"""
     consist_map: Literal["mlp", "own"] = "mlp"
     """F_θ of the consistency term: the refined layer's MLP sublayer, or an own residual MLP"""
     solver: SOLVERS.type("proximal") = Field(default_factory=ProximalConfig)
     """descent rule (default proximal: gamma γ, tol ε = per-token early stop once ‖Δh‖ < ε, energy_threshold τ)"""
     step_size: StepSizeField = 0.1
-    """step size α"""
+    """step size α (§3.7: 0.1, constant)"""
     steps: int = Field(2, ge=0)
-    """K_train"""
+    """K_train (§5.3.3: K = 2 in training)"""
     eval_steps: int = Field(8, ge=0)
-    """K_eval (eval mode; ctx.steps / --steps override)"""
+    """K_eval (eval mode; ctx.steps / --steps override; §5.3.3: K = 8)"""
     backward: BACKWARD_MODES.type("unroll") = BACKWARD_MODES.field("unroll")
     """gradient through the unrolled K steps, or {kind: implicit, method, max_iter, tol} at the end point"""
     adaptive: Literal["none", "entropy"] = "none"
     """eval-time K per token: 'entropy' gives confident proposals k_low steps, the others k_high"""
     k_low: int = Field(8, ge=0)
-    """steps for confident tokens (adaptive = 'entropy')"""
+    """steps for confident tokens (adaptive = 'entropy'; §3.7 "Adaptive K": 8)"""
     k_high: int = Field(32, ge=0)
-    """steps for uncertain tokens (adaptive = 'entropy')"""
+    """steps for uncertain tokens (adaptive = 'entropy'; §3.7 "Adaptive K": 32)"""
     entropy_threshold: float = Field(0.5, gt=0, le=1)
-    """confident: entropy of p_θ(·|f) below this fraction of ln C"""
+    """confident: entropy of p_θ(·|f) below this fraction of ln C (the seed names no threshold: our choice)"""
     beta: float = Field(0.3, ge=0)
-    """β of the training loss CE + β·ℒ(h⁽ᴷ⁾)"""
+    """β of the training loss CE + β·ℒ(h⁽ᴷ⁾) (§3.7: 0.3)"""
     norm_each: bool = False
     """LayerNorm after every ERM (Alg. 1 per layer); False: only the model's final LayerNorm"""
     gamma_anneal: Schedule | None = None
