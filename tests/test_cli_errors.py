@@ -438,3 +438,17 @@ def test_generate_prints_the_sample_as_it_is_drawn(trained, capsys, monkeypatch)
     ids = model.generate(torch.tensor([task.tokenizer.encode("ROMEO:")]), 12, temperature=0.8, top_k=50,
                          generator=torch.Generator().manual_seed(5))
     assert streamed == task.tokenizer.decode(ids[0].tolist()) + "\n"
+
+
+def test_the_untrained_depth_warning_is_for_single_iteration_models_only():
+    """--iterations N warns only for a model trained at one iteration alone: not for a looped model, nor for one
+    trained at sampled depths (train_iterations) whose evaluation count happens to be 1, nor for N = 1."""
+    from energyformer.cli import _untrained_depth
+    from energyformer.models import ModelConfig
+
+    base = dict(vocab_size=10, dim=16, heads=2, n_layers=1)
+    assert "trained with 1 iteration" in _untrained_depth(ModelConfig(**base), {"iterations": 3})
+    assert _untrained_depth(ModelConfig(**base), {"iterations": 1}) is None
+    assert _untrained_depth(ModelConfig(**base), {"steps": 2}) is None
+    assert _untrained_depth(ModelConfig(**base, iterations=4), {"iterations": 8}) is None
+    assert _untrained_depth(ModelConfig(**base, train_iterations=[2, 4]), {"iterations": 8}) is None

@@ -108,6 +108,16 @@ def _forward_options(a) -> dict:
     return opts
 
 
+def _untrained_depth(model_cfg, options: dict) -> str | None:
+    """The warning for ``--iterations N`` (N != 1) on a model trained at one iteration only (``iterations`` 1, no
+    ``train_iterations``): its whole stack then runs N times, a depth it never saw. None otherwise."""
+    n = options.get("iterations", 1)
+    if getattr(model_cfg, "iterations", None) != 1 or getattr(model_cfg, "train_iterations", None) or n == 1:
+        return None
+    return (f"--iterations {n}: this {model_cfg.kind!r} model was trained with 1 iteration (not recurrent): its whole "
+            f"layer stack runs {n} times, a depth it never trained at")
+
+
 def _device(spec: str):
     """``--device`` of eval and generate as a ``torch.device``, checked as ``train.device`` is (the same allowed
     values and resolution), its errors naming ``--device``."""
@@ -154,11 +164,9 @@ def cmd_eval(a, extra) -> int:
     a.split = a.split or "validation"
     options = _forward_options(a)
     check_forward_options(model, options, cfg.model.kind)
-    trained = getattr(cfg.model, "iterations", None)
-    if trained == 1 and options.get("iterations", 1) != 1:  # legal (test-time recurrence), rarely what was meant
-        warnings.warn(f"--iterations {options['iterations']}: this {cfg.model.kind!r} model was trained with 1 "
-                      f"iteration (not recurrent): its whole layer stack runs {options['iterations']} times, a depth it "
-                      "never trained at", stacklevel=1)
+    said_depth = _untrained_depth(cfg.model, options)
+    if said_depth:  # legal (test-time recurrence), rarely what was meant
+        warnings.warn(said_depth, stacklevel=1)
     said = ", ".join(f"--{k} {v}" for k, v in options.items())
     try:
         with torch.no_grad():
