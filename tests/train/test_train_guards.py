@@ -156,7 +156,8 @@ def test_old_nonfinite_checkpoints_are_invalid_and_skipped(tmp_path):
     torch.save({"step": 3, "optimizer": None}, tmp_path / "ckpt-00000003" / C.STATE_FILE)
     files = {f: {"size": (tmp_path / "ckpt-00000003" / f).stat().st_size,
                  "sha256": C._sha256(tmp_path / "ckpt-00000003" / f)} for f in (C.MODEL_FILE, C.STATE_FILE)}
-    (tmp_path / "ckpt-00000003" / C.MANIFEST_FILE).write_text(json.dumps({"files": files}))
+    (tmp_path / "ckpt-00000003" / C.MANIFEST_FILE).write_text(json.dumps({"step": 3, "files": files}))  # (every
+    # manifest has held its step since the first checkpoint format; one without is damaged, passed over as well)
     found, skipped = latest_valid_checkpoint(tmp_path, warn=False)
     assert found.name == "ckpt-00000001" and "non-finite" in skipped[0][1]
 
