@@ -139,3 +139,14 @@ def test_a_llamas_rope_theta_is_exported(tmp_path):
     config, keys, back = _round_trip(_tiny_llama(rope_theta=500.0), tmp_path / "hf")
     theta = config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta"))
     assert theta == 500.0 and back.cfg.block.attention.rope_theta == 500.0
+
+
+def test_the_exported_eps_is_every_norms_own():
+    """config.json's rms_norm_eps is the ε of every RMSNorm of the model (an outside probe's mutant that gave the
+    attention's norm 1e-5 survived: the logits moved less than the round trip's tolerance)."""
+    from energyformer.export.hf import llama_config
+
+    model = _tiny_llama()
+    eps = llama_config(model.cfg)["rms_norm_eps"]
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.RMSNorm)]
+    assert len(norms) == 2 * model.cfg.n_layers + 1 and all(m.eps == eps for m in norms), [m.eps for m in norms]

@@ -38,6 +38,9 @@ from ..utils.validate import check_choice, check_int
 from .attention import append_kv_cache, apply_rope, rope_tables
 from .registry import ATTENTIONS, MLPS, AttentionConfig, MLPConfig, SublayerSpec, llama_hidden
 
+#: ε of the baselines' RMSNorms (Llama's; the stock HF Llama's ``rms_norm_eps`` that the export writes)
+RMS_EPS = 1e-6
+
 
 # ----------------------------------------------------------------------------- attention
 class LlamaAttentionConfig(AttentionConfig):
@@ -76,7 +79,7 @@ class LlamaAttention(nn.Module):
             raise ValueError(f"heads = {heads}: must divide dim = {dim} into an even head size")
         self.heads, self.head_dim, self.theta, self.causal = heads, dim // heads, rope_theta, causal
         self.rope = bool(rope)
-        self.norm = nn.RMSNorm(dim, eps=1e-6)
+        self.norm = nn.RMSNorm(dim, eps=RMS_EPS)
         self.wq = nn.Linear(dim, dim, bias=False)
         self.wk = nn.Linear(dim, dim, bias=False)
         self.wv = nn.Linear(dim, dim, bias=False)
@@ -179,7 +182,7 @@ class SwiGLU(nn.Module):
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
-        self.norm = nn.RMSNorm(dim, eps=1e-6)
+        self.norm = nn.RMSNorm(dim, eps=RMS_EPS)
         self.w_gate = nn.Linear(dim, hidden, bias=False)
         self.w_up = nn.Linear(dim, hidden, bias=False)
         self.w_down = nn.Linear(hidden, dim, bias=False)
@@ -202,7 +205,7 @@ class GeluMLP(nn.Module):
     def __init__(self, dim: int, hidden: int, dropout: float = 0.0, norm: str = "layer"):
         super().__init__()
         check_choice("norm", norm, ("layer", "rms"))
-        self.norm = nn.LayerNorm(dim) if norm == "layer" else nn.RMSNorm(dim, eps=1e-6)
+        self.norm = nn.LayerNorm(dim) if norm == "layer" else nn.RMSNorm(dim, eps=RMS_EPS)
         self.fc = nn.Linear(dim, hidden)
         self.proj = nn.Linear(hidden, dim)
         self.drop = nn.Dropout(dropout)
@@ -223,7 +226,7 @@ class ReluMLP(nn.Module):
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
-        self.norm = nn.RMSNorm(dim, eps=1e-6)
+        self.norm = nn.RMSNorm(dim, eps=RMS_EPS)
         self.fc = nn.Linear(dim, hidden, bias=False)
         self.proj = nn.Linear(hidden, dim, bias=False)
         self.qualname = ""

@@ -105,11 +105,13 @@ def llama_config(cfg: ModelConfig) -> dict:
     """``config.json`` of the stock HF Llama with the architecture of ``cfg``."""
     from transformers import LlamaConfig
 
+    from ..blocks.baselines import RMS_EPS
+
     tied = cfg.tie_embeddings is not False  # None: tied, as the LM head predicts the vocabulary
     hf = LlamaConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.hidden,
         num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
-        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=1e-6, rope_theta=cfg.block.attention.rope_theta,
+        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=RMS_EPS, rope_theta=cfg.block.attention.rope_theta,
         tie_word_embeddings=tied, attention_bias=False, mlp_bias=False, hidden_act="silu",
         initializer_range=cfg.init_std, architectures=["LlamaForCausalLM"], torch_dtype="float32")
     return hf.to_dict()
