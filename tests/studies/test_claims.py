@@ -244,3 +244,27 @@ def test_a_gate_reads_a_plain_mean_and_a_missing_gate_metric_is_untestable(tmp_p
     assert row.outcome.verdict.value == "UNTESTABLE" and "at chance on accuracy.plain (50.2" in row.outcome.reason
     (row,) = evaluate(spec("accuracy.plian"), recs)
     assert row.outcome.verdict.value == "UNTESTABLE" and "gate accuracy.plian: no finite value" in row.outcome.reason
+
+
+def test_claim_rules_at_their_edges(tmp_path):
+    """Outside-probe mutants of claims.py that survived: a paired claim over the seeds of A alone (B lacks seed 2:
+    an internal KeyError), a gate on a probe arm reading every run, and a diverged run of a ``minus`` selection left
+    unnamed in the UNTESTABLE reason."""
+    recs = _recs({0: 70, 1: 80, 2: 75}, {0: 60, 1: 70})
+    (row,) = evaluate(_spec(tmp_path, paired=True), recs)
+    assert str(row.outcome.verdict) == "HOLDS" and "paired over seeds [0, 1]" in row.outcome.reason
+    data = copy.deepcopy(TINY)
+    data["probes"] = {"mem": "builtins:str"}
+    data["claims"] = [{"id": "m", "text": "A is big", "paper": {"value": "big", "source": "slides"},
+                       "a": {"probe": "mem", "metric": "peak"}, "b": {"value": 1.0},
+                       "rules": {"single_seed_bound": 0, "gate": {"metric": "accuracy.plain", "chance": 50,
+                                                                  "at_band": 1}}}]
+    spec = load_study(write(tmp_path / "p.yaml", **data))
+    (row,) = evaluate(spec, _recs({0: 70}, {0: 90}), {"mem": {"peak": 9.0}})
+    assert str(row.outcome.verdict) == "UNTESTABLE" and "A selects no runs" in row.outcome.reason
+    gain = {"where": {"model": "eqt"}, "metric": "accuracy.k32",
+            "minus": {"where": {"model": "baseline"}, "metric": "accuracy.plain"}}
+    recs = _recs({0: 70, 1: 71}, {0: 60, 1: 61})
+    recs["b164"] = {"cell": {"model": "baseline", "length": "64"}, "seed": 1, "diverged": "loss nan at step 3"}
+    (row,) = evaluate(_spec(tmp_path, a=gain, b={"value": 0.0}, rules={"single_seed_bound": 0}), recs)
+    assert str(row.outcome.verdict) == "UNTESTABLE" and "b164" in row.outcome.reason, row.outcome
