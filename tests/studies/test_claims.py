@@ -268,3 +268,33 @@ def test_claim_rules_at_their_edges(tmp_path):
     recs["b164"] = {"cell": {"model": "baseline", "length": "64"}, "seed": 1, "diverged": "loss nan at step 3"}
     (row,) = evaluate(_spec(tmp_path, a=gain, b={"value": 0.0}, rules={"single_seed_bound": 0}), recs)
     assert str(row.outcome.verdict) == "UNTESTABLE" and "b164" in row.outcome.reason, row.outcome
+
+
+def _max_or_none_below_75(labels, values):
+    return max(values) if max(values) >= 75 else None
+
+
+def test_reduce_drops_a_seed_its_function_refuses_and_sees_a_diverged_label(tmp_path):
+    """More survivors: a reduce function's None became 0.0 (a seed counted, not dropped), a diverged run inside a
+    reduced axis was not non-finite, and the reduced axis counted as a cell the other arm must also run (B at one
+    length beside A's maximum over two is still compared: A's length axis is reduced away)."""
+    a = {"where": {"model": "eqt"}, "metric": "accuracy.k32",
+         "reduce": {"over": "length", "fn": f"{__name__}:_max_or_none_below_75"}}
+    spec = _spec(tmp_path, a=a, b={"value": 50})
+    recs = {**_recs({0: 60, 1: 70}, {}, "8"), **_recs({0: 80, 1: 72}, {}, "64")}
+    (row,) = evaluate(spec, recs)
+    assert row.a == [80.0]                       # seed 1: max 72 < 75, refused by the function: dropped
+    recs["e164"] = {"cell": {"model": "eqt", "length": "64"}, "seed": 1, "diverged": "loss nan at step 5"}
+    (row,) = evaluate(spec, recs)
+    assert str(row.outcome.verdict) == "UNTESTABLE" and "e164" in row.outcome.reason, row.outcome
+    spec = _spec(tmp_path, a=a, b={"where": {"model": "baseline"}, "metric": "accuracy.plain"},
+                 rules={"single_seed_bound": 0})
+    recs = {**_recs({0: 60, 1: 70}, {}, "8"), **_recs({0: 80, 1: 90}, {0: 50, 1: 51}, "64")}
+    (row,) = evaluate(spec, recs)
+    assert row.a == [80.0, 90.0] and str(row.outcome.verdict) == "HOLDS", row.outcome
+
+
+def test_the_table_gives_each_arms_mean_with_its_range_or_its_one_seed(tmp_path):
+    spec = _spec(tmp_path, rules={"single_seed_bound": 5})
+    table = claims_table(evaluate(spec, _recs({0: 60.0, 1: 70.0}, {0: 50.0})))
+    assert "| 65 [60, 70] | 50 (1 seed) |" in table, table
