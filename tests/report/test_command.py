@@ -119,6 +119,9 @@ def test_cli_lists_pages_and_refuses_an_unknown_name(capsys):
     assert cli_main(["report", "bare_sa"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "report page 'bare_sa': not registered" in err[0]
+    with pytest.raises(SystemExit):   # (it was accepted, acting as 0)
+        cli_main(["report", "--check", "--diff-lines", "-5"])
+    assert "argument --diff-lines: -5 must be an integer >= 0" in capsys.readouterr().err
 
 
 def test_real_page_bare_sa_checks_after_a_fresh_render_and_fails_after_a_hand_edit(tmp_path, capsys):

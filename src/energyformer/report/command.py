@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from ..utils.cliargs import int_at_least
 from .pages import Registry
 from .readme import build_section, current_section, replace_section
 from .render import PageResult, render_page
@@ -31,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write nothing; exit 1 when a committed page or the README section differs from its render")
     p.add_argument("--list", action="store_true", help="list the pages and what renders each, then exit")
     p.add_argument("--root", type=Path, default=None, help="repository root (default: this package's)")
-    p.add_argument("--diff-lines", type=int, default=40, help="lines of unified diff shown per differing page")
+    p.add_argument("--diff-lines", type=int_at_least(0), default=40,
+                   help="lines of unified diff shown per differing page (0: none)")
 
 
 def _line(res: PageResult) -> str:
