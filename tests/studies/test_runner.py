@@ -140,6 +140,20 @@ def test_pages_name_records_the_study_would_train_again_or_no_longer_runs(study,
         (page / "cpu" / "README.md").read_text()
 
 
+def test_a_migrated_record_is_never_called_out_of_date(study):
+    """A record migrated from the old program (config hash 'migrated', made outside this grid's names) says so on its
+    own page; it is none of outdated_records' lists (a mutant that judged it survived)."""
+    import copy
+
+    from energyformer.studies.runner import outdated_records
+
+    spec, _, data = study
+    runs = copy.deepcopy(data["runs"])
+    runs["L8_s0_eqt"]["config_hash"] = "migrated"
+    runs["old_name"] = {**runs["L8_s0_baseline"], "config_hash": "migrated"}
+    assert outdated_records(spec, "cpu", runs) == ([], [], {})
+
+
 def test_a_record_made_with_set_is_named_with_its_overrides_not_called_out_of_date(study, tmp_path, monkeypatch):
     """`reproduce --set train.steps=20` records: the page said they were out of date and `reproduce` would train
     them again, while `reproduce` with the same --set reused them; the page now names the overrides they ran with"""
@@ -210,6 +224,9 @@ def test_migration_notes_are_dropped_once_no_record_is_migrated(tmp_path):
     # malformed records were an internal error (AttributeError)
     ({"study": "s", "scale": "cpu", "runs": []}, "'runs' is not a mapping of run records"),
     ({"study": "s", "scale": "cpu", "runs": {"x": 5}}, "runs['x'] is not a record"),
+    ({"study": "s", "scale": "cpu", "format": 2, "runs": {}}, "not a study record file (format 2, want 1)"),
+    ({"runs": {"x": {"seed": 0, "metrics": {"val": [1.0, {"ok": True}]}}}},
+     "runs['x'].metrics.val.1.ok is a true/false, not a metric value"),
     # impossible values were rendered as they are (accuracy 150 %, negative times) or an internal error (seed)
     ({"runs": {"x": {"seed": "zero"}}}, "runs['x'].seed = 'zero': must be an integer >= 0"),
     ({"runs": {"x": {"cell": {}}}}, "runs['x'].seed = None: must be an integer >= 0"),
@@ -232,7 +249,7 @@ def test_a_record_file_of_another_study_or_malformed_is_refused_naming_it(tmp_pa
 
     path = tmp_path / "results.json"
     fmt = load_results(tmp_path / "none.json", "s", "cpu")["format"]
-    path.write_text(json.dumps({"format": fmt, **content}))
+    path.write_text(json.dumps({"format": fmt, **content}))   # (content's own format wins)
     with pytest.raises(ConfigError) as err:
         load_results(path, "s", "cpu")
     assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
