@@ -66,9 +66,9 @@ _COUNTS = ("steps", "seconds", "tokens_per_s")
 
 
 def _bad_field(record: dict, where: str) -> str | None:
-    """What is impossible in one record, or None: a seed that is missing or not an integer >= 0, a cell that is not a mapping
-    of labels, a negative step count, time or speed, an accuracy outside [0, 100] (a fraction or a percentage) or a
-    fraction outside [0, 1]."""
+    """What is impossible in one record, or None: a seed that is missing or not an integer >= 0, a cell that is not
+    a mapping of labels, a negative step count, time or speed, an accuracy outside [0, 100] (a fraction or a
+    percentage) or a fraction outside [0, 1]."""
     seed = record.get("seed")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         return f"{where}.seed = {seed!r}: must be an integer >= 0"
