@@ -115,13 +115,14 @@ def load_splits(cfg: SudokuTaskConfig) -> dict[str, SudokuDataset]:
     ``train_file``) is a DataError: its scores would be training scores."""
     if cfg.source == "generated":
         return dict(_generated(cfg.generate.model_dump_json(), cfg.workers))
-    train = _with_blanks(read_sudoku(cfg.train_file), "train_file", cfg.train_file)
+    train, _ = _with_blanks(read_sudoku(cfg.train_file), f"task.train_file = {cfg.train_file!r}")
     if not train.has_solutions:
         raise ConfigError(f"task.train_file = {cfg.train_file!r}: has no solutions (training needs them)")
     out = {}
     if cfg.validation_file:
         out["train"] = train
-        out["validation"] = _with_blanks(read_sudoku(cfg.validation_file), "validation_file", cfg.validation_file)
+        out["validation"], _ = _with_blanks(read_sudoku(cfg.validation_file),
+                                            f"task.validation_file = {cfg.validation_file!r}")
     else:
         n_val = min(500, len(train) // 10)
         if n_val < 1:
@@ -130,25 +131,27 @@ def load_splits(cfg: SudokuTaskConfig) -> dict[str, SudokuDataset]:
         parts = train.split({"train": len(train) - n_val, "validation": n_val}, seed=0)
         out.update(parts)
     if cfg.test_file:
-        out["test"] = _with_blanks(read_sudoku(cfg.test_file), "test_file", cfg.test_file)
+        out["test"], _ = _with_blanks(read_sudoku(cfg.test_file), f"task.test_file = {cfg.test_file!r}")
     for split, key in (("validation", "validation_file"), ("test", "test_file")):
         if split in out:
             _check_disjoint(out["train"], out[split], split, key, getattr(cfg, key), cfg.train_file)
     return out
 
 
-def _with_blanks(data: SudokuDataset, key: str, path: str) -> SudokuDataset:
-    """``data`` without its fully given boards (warned about); a DataError when every board is one."""
+def _with_blanks(data: SudokuDataset, where: str, left_out_of: str = "") -> tuple[SudokuDataset, list[int]]:
+    """``data`` without its fully given boards, and their 0-based rows: a board with no blank has nothing to solve
+    (a training batch of them averaged the loss over no cell) and would count as solved. A warning names them
+    (``where``: the file as the user gave it); a DataError when every board is one."""
     full = (data.puzzles != 0).all(1)
     if bool(full.all()):
-        raise DataError(f"task.{key} = {path!r}: every puzzle is fully given (no blank cell): nothing to learn or "
-                        "solve; give puzzles with blanks")
-    if bool(full.any()):
-        rows = full.nonzero().reshape(-1).tolist()
-        warnings.warn(f"task.{key} = {path!r}: {len(rows)} of {len(data)} puzzles have no blank cell (board(s) "
-                      f"{_boards(rows)}): left out", stacklevel=3)
+        raise DataError(f"{where}: every puzzle is fully given (no blank cell): nothing to solve; give puzzles with "
+                        "blanks")
+    rows = full.nonzero().reshape(-1).tolist()
+    if rows:
+        warnings.warn(f"{where}: {len(rows)} of {len(data)} puzzles have no blank cell (board(s) {_boards(rows)}): "
+                      f"left out{left_out_of}", stacklevel=3)
         data = data.subset(~full)
-    return data
+    return data, rows
 
 
 def _check_disjoint(train: SudokuDataset, held: SudokuDataset, split: str, key: str, path: str | None,
@@ -379,17 +382,10 @@ class SudokuTask(Task):
     def eval_from_args(self, model, args, forward_options):
         if getattr(args, "puzzles", None):
             data = read_sudoku(args.puzzles)
-            note, n_read = "", len(data)
-            full = (data.puzzles != 0).all(1)  # no blank: nothing to solve, and any board would count as solved
-            if bool(full.all()):
-                raise DataError(f"{args.puzzles}: every puzzle is fully given (no blank cell): nothing to solve")
-            if bool(full.any()):
-                rows = full.nonzero().reshape(-1).tolist()
-                warnings.warn(f"{args.puzzles}: {len(rows)} of {len(data)} puzzles have no blank cell (board(s) "
-                              f"{_boards(rows)}): left out of the metrics", stacklevel=2)
-                data = data.subset(~full)
-                note = f"; {len(rows)} fully given puzzle(s) left out"
-            line = (~full).nonzero().reshape(-1).tolist()  # each scored board's number in the file
+            n_read = len(data)
+            data, dropped = _with_blanks(data, args.puzzles, " of the metrics")
+            note = f"; {len(dropped)} fully given puzzle(s) left out" if dropped else ""
+            line = sorted(set(range(n_read)) - set(dropped))  # each scored board's number in the file
             if not data.has_solutions:  # scored by validity: say when a board can never count
                 from ..data.sudoku_solver import count_solutions
 
