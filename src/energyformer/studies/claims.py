@@ -11,6 +11,7 @@ steps beside the others decided the claim.
 
 from __future__ import annotations
 
+import difflib
 import math
 import warnings
 from dataclasses import dataclass
@@ -162,8 +163,6 @@ def _no_metric(records: dict[str, dict], where: dict, m: str) -> str:
         return f"metric {m} is a mapping, not a number (give a path inside it: {inside})"
     if isinstance(found, list):
         return f"metric {m} is a list, not a number (give an element: {m}.0, {m}.-1)"
-    import difflib
-
     paths = set().union(*(_metric_paths(r.get("metrics")) for r in records.values()
                           if _matches(r, where) and "diverged" not in r))
     near = difflib.get_close_matches(m, sorted(paths), n=2, cutoff=0.6)
@@ -290,12 +289,7 @@ def _check_metric_names(spec: StudySpec, records: dict[str, dict]) -> None:
     path (the rows say UNTESTABLE "no selected run has the metric", which read as if the runs lacked a measurement).
     The warning names the nearest paths the records hold. Not an error: records made before a metric hook was added
     lack it too, and the page says so; an arm that selects no record (a partial run) is not judged."""
-    import difflib
-
     made = [r for r in records.values() if "diverged" not in r and isinstance(r.get("metrics"), dict)]
-    paths: set[str] = set()
-    for r in made:
-        paths |= _metric_paths(r["metrics"]) | {k for k, v in r.items() if isinstance(v, (int, float, dict))}
     for c in spec.claims:
         arms = [a for arm in (c.a, c.b) if arm is not None for a in (arm, arm.minus)
                 if a is not None and a.value is None and a.probe is None]
@@ -304,6 +298,8 @@ def _check_metric_names(spec: StudySpec, records: dict[str, dict]) -> None:
             if not m or not any(_matches(r, a.where or {}) for r in made) \
                     or any(metric_value(r, m) is not None for r in made):
                 continue
+            paths = set().union(*(_metric_paths(r["metrics"]) | {k for k, v in r.items()
+                                                                  if isinstance(v, (int, float, dict))} for r in made))
             near = difflib.get_close_matches(m, sorted(paths), n=3, cutoff=0.6)
             warnings.warn(f"claim {c.id}: metric {m!r} is in none of the {len(made)} run records"
                           + (f" (nearest: {', '.join(near)})" if near else "")
