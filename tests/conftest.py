@@ -12,6 +12,97 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def _skip_nested_lang_patches() -> None:
+    """Speed only, the interpreter's arithmetic untouched. Triton's interpreter swaps ``triton.language``'s builtins
+    for interpreted ones when a kernel launches (``GridExecutor``: ``_patch_lang``, undone when the grid ends) and
+    again on **every** call of a ``@triton.jit`` helper inside it, whose patch finds the builtins already swapped and
+    is never undone: a scan of the language modules (``inspect.getmembers``) per helper call, a third of the CEM
+    kernel tests' time. Here a helper's call skips it when the launch already patched every language module the
+    helper's globals hold or an earlier helper of the launch patched; anything else (a launch, a helper that sees
+    another module) patches as before. Left off
+    when the interpreter's internals differ from the form this knows (triton 3.4-3.9)."""
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        return
+    real = getattr(interpreter, "_patch_lang", None)
+    scope_cls = getattr(interpreter, "_LangPatchScope", None)
+    if real is None or scope_cls is None or not hasattr(scope_cls(), "restore"):
+        return
+    import inspect
+
+    patched: list[set] = []  # the language modules the running launch patched (one launch at a time)
+
+    def langs(fn) -> set:
+        return {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)}
+
+    class LaunchScope:
+        def __init__(self, scope):
+            self.scope = scope
+
+        def restore(self):
+            patched.clear()
+            self.scope.restore()
+
+    def patch_lang(fn):
+        if not patched:  # a launch (no launch runs): patch, and remember what until its scope is restored
+            scope = LaunchScope(real(fn))
+            patched.append(langs(fn))
+            return scope
+        helper = langs(fn)
+        if helper <= patched[0]:  # a helper inside the launch: already patched
+            return scope_cls()
+        scope = real(fn)  # a helper that sees another module (tl.zeros sees triton.language.core): patched as before,
+        patched[0] |= helper  # and, as before, left patched until the launch ends (its caller drops the scope)
+        return scope
+
+    interpreter._patch_lang = patch_lang
+
+
+def _interpreter_overflow_checks(on: bool) -> bool:
+    """Turn the interpreter's int32 overflow check on (its ``sanitize_overflow`` and ``debug`` options) or off (both
+    off); returns whether it was on. By default the interpreter follows every int32 add, sub and mul of a kernel with
+    an int64 recomputation and a range test, then drops the result: the assert that would report it is a no-op
+    without ``debug`` (``device_assert``). That was half the CEM kernel tests' time and checked nothing. The suite
+    runs with both off, and the ``overflow_checked`` fixture turns both on, so that an overflow raises, for the tests
+    that check it (every kernel and launch: ``test_cem_kernel.py``, ``test_hyperspherical_kernel.py``,
+    ``test_hyperspherical_ffkernel.py``; at test sizes no index comes near 2³¹, the GPU's model-size tests in
+    ``test_cem_kernel_cuda.py`` are where offsets grow)."""
+    try:
+        import dataclasses
+
+        from triton.runtime import interpreter
+    except ImportError:
+        return False
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if options is None or not hasattr(options, "sanitize_overflow") or not hasattr(options, "debug"):
+        return False
+    was = bool(options.sanitize_overflow and options.debug)
+    builder.options = dataclasses.replace(options, sanitize_overflow=on, debug=on)
+    return was
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _skip_nested_lang_patches()
+    _interpreter_overflow_checks(False)
+
+
+@pytest.fixture
+def overflow_checked():
+    """Triton's interpreter checks every int32 index operation of the kernels for overflow during this test (the
+    suite runs without that check: ``_interpreter_overflow_checks``)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton's interpreter is not in use (TRITON_INTERPRET=1 on CPU)")
+    was = _interpreter_overflow_checks(True)
+    from triton.runtime import interpreter
+    options = interpreter.interpreter_builder.options
+    assert options.sanitize_overflow and options.debug, "this triton's interpreter has no int32 overflow check"
+    yield
+    _interpreter_overflow_checks(was)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``cuda`` need a CUDA device: skipped without one."""
     if torch.cuda.is_available():

@@ -42,6 +42,15 @@ def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
 
 @interpreted
 @pytest.mark.parametrize("mode", MODES)
+def test_kernels_pass_the_interpreters_integer_overflow_check(mode, overflow_checked):
+    """Every kernel of every launch, forward and backward (causal, key padding, queries at an offset, D in chunks,
+    several causal chunks), with the interpreter's int32 overflow check on: the rest of the suite runs the kernels
+    without it (tests/conftest.py: it doubles their time and cannot fire at test sizes)."""
+    _check_function_against_dense(True, True, 6, 19, mode, D=40, block_d=16, causal_chunks=5)
+
+
+@interpreted
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("causal,nq,nk,tiles", [
     (True, 5, 12, {}), (False, 20, 20, dict(block_m=32)), (True, 20, 20, dict(block_n=32, num_stages=3)),
     (True, 20, 20, dict(head_unroll=2)), (True, 20, 20, dict(causal_chunks=1)), (True, 6, 19, dict(causal_chunks=5)),

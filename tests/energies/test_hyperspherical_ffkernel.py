@@ -26,9 +26,9 @@ def _rows(shape, dtype, seed=0):
 
 @interpreted
 @pytest.mark.parametrize("m", [1, 8, 100, 3072])
-def test_equals_norm_then_relu_in_float64(m):
+def test_equals_norm_then_relu_in_float64(m, overflow_checked):
     """Values and gradients equal F.relu(F.rms_norm(s)) to 1e-12 in float64, padded and exact widths, with a zero
-    row and an all-negative row."""
+    row and an all-negative row; with the interpreter's int32 overflow check on (off in the rest of the suite)."""
     s = _rows((2, 5, m), torch.float64, m).requires_grad_(True)
     w = torch.randn(s.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     eps = 1e-6

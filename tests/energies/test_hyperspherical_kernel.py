@@ -14,9 +14,10 @@ from .cem_cases import interpreted
 @interpreted
 @pytest.mark.parametrize("n,p", [(1, 4), (9, 4), (81, 64), (128, 16), (33, 48)])
 @pytest.mark.parametrize("negate,beta", [(False, 0.3), (True, 0.3), (False, -0.3)])
-def test_kernel_equals_the_symmetric_bisoftmax_in_float64(n, p, negate, beta):
+def test_kernel_equals_the_symmetric_bisoftmax_in_float64(n, p, negate, beta, overflow_checked):
     """Values and gradients equal bisoftmax_symmetric (itself the two-softmax reference) to 1e-12 in float64,
-    at padded and exact tile sizes, up to MAX_TOKENS; also at a negative β (attention.beta_scale < 0)."""
+    at padded and exact tile sizes, up to MAX_TOKENS; also at a negative β (attention.beta_scale < 0). With the
+    interpreter's int32 overflow check on (the suite leaves it off: tests/conftest.py)."""
     g = torch.Generator().manual_seed(n * 100 + p)
     u = torch.randn(2, 3, n, p, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(u.shape, generator=g, dtype=torch.float64)
