@@ -16,11 +16,11 @@ def _skip_nested_lang_patches() -> None:
     """Speed only, the interpreter's arithmetic untouched. Triton's interpreter swaps ``triton.language``'s builtins
     for interpreted ones when a kernel launches (``GridExecutor``: ``_patch_lang``, undone when the grid ends) and
     again on **every** call of a ``@triton.jit`` helper inside it, whose patch finds the builtins already swapped and
-    is never undone: a scan of the language modules (``inspect.getmembers``) per helper call, a third of the CEM
+    is never undone: a scan of the language modules (``inspect.getmembers``) per helper call, a quarter of the CEM
     kernel tests' time. Here a helper's call skips it when the launch already patched every language module the
     helper's globals hold or an earlier helper of the launch patched; anything else (a launch, a helper that sees
-    another module) patches as before. Left off
-    when the interpreter's internals differ from the form this knows (triton 3.4-3.9)."""
+    another module) patches as before. Left off when the interpreter lacks the internals this knows (those of triton
+    3.9, which torch 2.13 installs)."""
     try:
         import triton.language as tl
         from triton.runtime import interpreter
