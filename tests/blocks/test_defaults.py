@@ -20,6 +20,7 @@ from energyformer.blocks.hyperset import HyperSETAttentionConfig, HyperSETFFConf
 from energyformer.blocks.intrinsic import LinearAttnConfig, TiedMHAConfig
 from energyformer.blocks.intrinsic_newton import MHA2ndConfig
 from energyformer.blocks.registry import ATTENTIONS, SublayerSpec
+from energyformer.core import ISTAConfig, MomentumConfig, NesterovConfig, ProximalConfig
 
 #: (config, field, default, words of the field's docstring naming the source of the value)
 DEFAULTS = [
@@ -53,6 +54,10 @@ DEFAULTS = [
     (MHA2ndConfig, "tie_values", False, "the seed's practical Eq. 32"),
     (MHA2ndConfig, "subtract_query", True, "the negative elastic gradient"),
     (MHA2ndConfig, "damping", "clamp", "saddle-free"),
+    (MomentumConfig, "beta", 0.5, "reconstructed.md §1.2 recommends 0.5"),
+    (NesterovConfig, "beta", 0.5, "reconstructed.md §1.2 recommends 0.5"),
+    (ProximalConfig, "gamma", 1.0, "EqT: 1 after annealing"),
+    (ISTAConfig, "lambd", 0.1, "CRATE code: 0.1"),
 ]
 
 

@@ -71,3 +71,12 @@ def test_inexact_iterate_energy_in_a_block_matches_its_per_token_update():
     for _ in range(3):
         ref = ref + 0.1 * e.reference_direction(ref, None, IdentityPrecond(4))
     torch.testing.assert_close(blk(x), ref, rtol=1e-13, atol=1e-14)
+
+
+def test_quadratic_energy_refuses_an_indefinite_matrix():
+    """E = ½ (x − c)ᵀ A (x − c) is bounded below only for A ⪰ 0: a negative scale or eigenvalue is refused."""
+    with pytest.raises(ValueError, match="positive semi-definite"):
+        QuadraticEnergy(2, scales=[1.0, -1.0])
+    with pytest.raises(ValueError, match="positive semi-definite"):
+        QuadraticEnergy(2, matrix=torch.tensor([[1.0, 2.0], [2.0, 1.0]]))  # eigenvalues 3, −1
+    QuadraticEnergy(2, scales=[1.0, 0.0])  # semi-definite: accepted

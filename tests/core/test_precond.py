@@ -114,3 +114,13 @@ def test_a_solver_run_builds_the_factors_once_for_all_its_steps(op_counts):
     for _ in range(4):  # the same steps by hand, each building its own factors
         plain = plain + 0.1 * energy.direction(plain, target, P)
     torch.testing.assert_close(res.x, plain, rtol=1e-14, atol=0)
+
+
+def test_low_rank_factors_start_as_documented():
+    """P = diag(softplus(d)) + U Vᵀ + V Uᵀ starts with U ~ N(0, 0.02²) and V = 0 (seed Eq. 13): P g = softplus(d) ∘ g
+    at the first step."""
+    from energyformer.core.precond import DiagLowRankPrecond
+
+    torch.manual_seed(0)
+    P = DiagLowRankPrecond(64, 8)
+    assert abs(float(P.U.std()) / 0.02 - 1.0) < 0.1 and torch.equal(P.V, torch.zeros_like(P.V))

@@ -127,3 +127,21 @@ def test_proximal_term_in_the_trace_is_half_the_squared_distance_over_gamma():
     res = ProximalGradient(step_size=0.2, gamma=gamma).run(energy, x, c, 2, anchor=a, trace=True)
     prox = res.trace.term_tensor("proximal")
     torch.testing.assert_close(prox[0], (x - a).pow(2).sum(-1) / (2 * gamma), rtol=1e-14, atol=0)
+
+
+def test_adaptive_steps_go_to_the_tokens_asked_for_and_never_to_padding():
+    """``adaptive = (more, k)`` (EqT §3.7 adaptive K): after the budget, exactly the tokens where ``more`` holds and
+    the padding mask allows take k more gradient steps (each a (1 − η) contraction on E = ½‖x − c‖²); a padded token
+    asked for more steps, and a real one not asked, keep the budget's iterate, and the statistics count each token's
+    steps."""
+    energy = QuadraticEnergy(2).to(DT)
+    c = torch.zeros(1, 3, 2, dtype=DT)
+    x0 = torch.tensor([[[1.0, 0.0], [4.0, 0.0], [2.0, 0.0]]], dtype=DT)
+    mask = torch.tensor([[True, True, False]])          # the third token is padding
+    more = torch.tensor([[True, False, True]])          # more steps for the first and the (padded) third
+    eta, budget, k = 0.5, 2, 3
+    r = GradientDescent(step_size=eta).run(energy, x0, c, budget, stats=True, adaptive=(more, k),
+                                           ctx=ForwardContext(mask=mask))
+    steps = torch.tensor([[budget + k, budget, 0]])      # padding never moves
+    assert torch.equal(r.stats.steps.cpu(), steps)
+    torch.testing.assert_close(r.x, x0 * (1 - eta) ** steps[..., None].to(DT), rtol=1e-14, atol=0)

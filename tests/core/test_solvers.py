@@ -4,7 +4,8 @@ torch.optim.SGD step for step; proximal gradient against its closed form and its
 import pytest
 import torch
 
-from energyformer.core import GradientDescent, Momentum, Nesterov, ProximalGradient, QuadraticEnergy
+from energyformer.core import ISTA, GradientDescent, Momentum, Nesterov, ProximalGradient, QuadraticEnergy
+from energyformer.core.precond import DiagonalPrecond
 
 DT = torch.float64
 
@@ -106,3 +107,31 @@ def test_proximal_rejects_a_per_head_preconditioner_bank():
 
     with pytest.raises(ValueError, match="per-head"):
         ProximalGradient(DiagonalPrecond(8, heads=2))
+
+
+@pytest.mark.parametrize("nonnegative", [False, True])
+def test_ista_step_is_the_soft_threshold_and_traces_lambda_l1(nonnegative):
+    """One ISTA step is S_{ηλ}(x − η∇E): the soft threshold sign(v)·max(|v| − ηλ, 0), or max(v − ηλ, 0) with
+    ``nonnegative`` (CRATE); its traced extra term is λ‖x‖₁."""
+    energy, c, x0 = _problem(6)
+    eta, lam = 0.3, 1.5
+    v = x0 - eta * energy.grad(x0, c)
+    want = torch.clamp(v - eta * lam, min=0) if nonnegative else torch.sign(v) * torch.clamp(v.abs() - eta * lam,
+                                                                                            min=0)
+    assert (want == 0).any() and (want != 0).any() and (nonnegative or (want < 0).any())  # every branch taken
+    solver = ISTA(step_size=eta, lambd=lam, nonnegative=nonnegative)
+    torch.testing.assert_close(solver.run(energy, x0, c, 1).x, want, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(solver.extra_energy(x0, None)["l1"], lam * x0.abs().sum(-1), rtol=1e-13, atol=0)
+
+
+def test_proximal_step_preconditions_the_proximal_term_too():
+    """With a preconditioner P the step is x − α P(∇E(x) + (x − anchor)/γ): P acts on both terms."""
+    energy, c, x0 = _problem(7)
+    P = DiagonalPrecond(5).to(DT)
+    with torch.no_grad():
+        P.p.copy_(torch.linspace(-1.0, 1.0, 5, dtype=DT))  # a diagonal far from the identity's
+    anchor = torch.randn(x0.shape, generator=torch.Generator().manual_seed(3), dtype=DT)
+    alpha, gamma = 0.1, 0.5
+    want = x0 - alpha * P(energy.grad(x0, c) + (x0 - anchor) / gamma)
+    got = ProximalGradient(P, step_size=alpha, gamma=gamma).run(energy, x0, c, 1, anchor=anchor).x
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-13)

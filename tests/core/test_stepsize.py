@@ -73,6 +73,11 @@ def test_per_iteration_uses_one_value_per_index_and_rejects_larger_indices():
     assert not torch.allclose(y0, y1)
     with pytest.raises(ConfigError, match=r"max_steps = 6: step index 7 \(iteration 3 x 2 steps \+ step 1\)"):
         blk(_x(), ForwardContext(iteration=3))
+    # the first index past the table, at the launch check and at a direct call (each an IndexError with ">")
+    with pytest.raises(ConfigError, match=r"max_steps = 6: step index 6 \(iteration 6 x 1 steps \+ step 0\)"):
+        _block(s, steps=1)(_x(), ForwardContext(iteration=6))
+    with pytest.raises(ConfigError, match=r"max_steps = 6: step index 6 "):
+        s(6, _x(), _x())
 
 
 def test_network_step_size_shapes_conditions_and_index_dependence():

@@ -143,3 +143,16 @@ def test_truncated_backward_with_a_stopping_rule_is_refused():
             DescentConfig.model_validate({"solver": {"kind": "gd", **kw}, "backward": {"kind": "truncated", "k": 3}})
     GradientDescent(step_size=0.5, backward="truncated", truncate=3)  # without a stopping rule: fine
     DescentConfig.model_validate({"solver": {"kind": "gd", "tol": 1e-6}, "backward": "implicit"})
+
+
+def test_the_rules_at_their_exact_boundaries():
+    """On E = ½x², η = ½ every value is a power of two (exact in float64): a step norm equal to ``tol`` is not below
+    it (the token steps on), an energy equal to ``energy_threshold`` is at it (the token stops)."""
+    energy = QuadraticEnergy(1).double()
+    c, x0 = torch.zeros(1, 1, 1, dtype=torch.float64), torch.ones(1, 1, 1, dtype=torch.float64)
+    # steps 0.5, 0.25, 0.125: the one of norm 0.25 = tol is taken, the next (0.125 < tol) is the last
+    tol = GradientDescent(step_size=0.5, tol=0.25).run(energy, x0, c, 10, stats=True)
+    assert tol.stats.steps.tolist() == [[3]]
+    # energies 0.5, 0.125 (= threshold: stop), so one step
+    thr = GradientDescent(step_size=0.5, energy_threshold=0.125).run(energy, x0, c, 10, stats=True)
+    assert thr.stats.steps.tolist() == [[1]]

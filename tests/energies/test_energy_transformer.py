@@ -116,6 +116,9 @@ def test_et_attention_query_that_sees_no_key_has_no_energy():
     mask = torch.tensor([[True] * 5, [True, False, False, False, False]])
     g = e.grad(x, e.prepare(x, mask=mask))
     assert torch.isfinite(g).all() and torch.equal(g[1], torch.zeros(5, 8))
+    energy = e.energy(x, e.prepare(x, mask=mask))
+    assert torch.equal(energy[1], torch.zeros(5))  # the real token's empty interaction too (probe AG: it was −4.4)
+    torch.testing.assert_close(energy[0], e.energy(x[:1], e.prepare(x[:1]))[0], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(g[0], e.grad(x[:1], e.prepare(x[:1]))[0], rtol=1e-12, atol=1e-12)
     xg = x.clone().requires_grad_(True)
     (auto,) = torch.autograd.grad(e.energy(xg, e.prepare(xg, mask=mask)).sum(), xg)
@@ -160,3 +163,10 @@ def test_the_default_inverse_temperature_is_one_over_root_head_dim():
     """β = 1/√p when not given (ET §3; probe Z: only a stored system output caught a default of 1/p)."""
     assert ETAttentionEnergy(16, 2).beta == pytest.approx(1 / math.sqrt(8), rel=1e-15)
     assert ETAttentionEnergy(16, 2, head_dim=5).beta == pytest.approx(1 / math.sqrt(5), rel=1e-15)
+
+
+def test_the_default_number_of_memories_is_four_times_the_width():
+    """The Hopfield network's K = 4 D memories when not given (as ``ETConfig.memories_ratio``: ET's code)."""
+    from energyformer.energies.energy_transformer import EnergyTransformerEnergy
+
+    assert EnergyTransformerEnergy(8, 2).terms["hopfield"].memories == 32

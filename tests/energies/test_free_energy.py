@@ -250,3 +250,13 @@ def test_lite_variance_runs_in_float32_under_bf16_autocast(causal):
     assert out.dtype == torch.bfloat16
     rel = float((out.double() - ref).norm() / ref.norm())
     assert rel < 8e-3, rel  # bf16 rounding of the output (u = 3.9e-3); the statistic in bf16 measured 3.8e-2
+
+
+def test_default_temperatures_are_the_root_of_the_width():
+    """T = √D for the single-head free energy (the scaled dot product of Theorem 1), and both of MHA2nd1st's
+    temperatures (scores and Taylor bias) √d_h per head when not given; the Newton damping clamps at 0.1."""
+    assert HelmholtzFreeEnergy(16).temperature.tolist() == [4.0]
+    n = NewtonHeads(32, 2).double()  # d_h = 16
+    assert (n.damping, n.damping_eps) == ("clamp", 0.1)  # as MHA2ndConfig's (tests/blocks/test_defaults.py)
+    for t in (n.temp_score(), n.temp_bias()):
+        torch.testing.assert_close(t, torch.full((2,), 4.0, dtype=torch.float64), rtol=1e-6, atol=0)  # θ in fp32

@@ -311,3 +311,24 @@ def test_the_default_inverse_temperature_is_one_over_root_p():
     e = BiSoftmaxAttentionEnergy(16, 2)
     assert e.head_dim == 8 and e.beta == pytest.approx(1 / math.sqrt(8), rel=1e-15)
     assert BiSoftmaxAttentionEnergy(16, 2, head_dim=3).beta == pytest.approx(1 / math.sqrt(3), rel=1e-15)
+
+
+@pytest.mark.parametrize("eps", [1.0, 1e-3])
+def test_a_given_sphere_eps_is_the_one_the_norm_uses(eps):
+    """``eps`` (attention.eps): the projections are z / √(mean(z²) + eps) — with small inputs a large eps shrinks
+    them below the sphere's radius √p; the energy follows (probe AG: the norm could ignore it unnoticed)."""
+    torch.manual_seed(0)
+    e = BiSoftmaxAttentionEnergy(8, 2, eps=eps).double()
+    x = 0.01 * torch.randn(1, 3, 8, dtype=torch.float64)
+    z = e.project(x)
+    want = z / torch.sqrt(z.pow(2).mean(-1, keepdim=True) + eps)
+    torch.testing.assert_close(e.spherical(x), want, rtol=1e-12, atol=1e-15)
+    default = BiSoftmaxAttentionEnergy(8, 2).double()
+    default.load_state_dict(e.state_dict())
+    assert not torch.allclose(e.energy(x, e.prepare(x)), default.energy(x, default.prepare(x)))
+
+
+@pytest.mark.parametrize("beta", [0.0, float("inf"), float("nan")])
+def test_an_inverse_temperature_of_zero_or_not_finite_is_refused(beta):
+    with pytest.raises(ValueError, match=r"beta = .*: must be a finite non-zero number"):
+        BiSoftmaxAttentionEnergy(8, 2, beta=beta, sphere=False)

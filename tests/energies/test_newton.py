@@ -42,6 +42,32 @@ def test_pinv_eps_is_relative_and_a_config_key():
     assert 1e-6 < errs[0] and max(errs) / min(errs) < 1.0 + 1e-6
 
 
+def test_pinv_rows_follow_the_ridge_formula_at_a_large_eps():
+    """(P_h P_hᵀ + ε_h I)⁻¹ P_h with ε_h = pinv_eps · tr(P_h P_hᵀ)/d_h, written out, at pinv_eps = 0.1 (where the
+    ridge changes the rows: at the default machine epsilon a wrong scale hides below the tests' tolerance)."""
+    torch.manual_seed(0)
+    e = NewtonHeads(8, 2, pinv_eps=0.1).double()
+    P = e.wq.weight.detach().view(2, 4, 8)
+    G = P @ P.transpose(-1, -2)
+    eps = 0.1 * torch.einsum("hii->h", G) / 4
+    want = torch.linalg.solve(G + eps[:, None, None] * torch.eye(4, dtype=G.dtype), P).reshape(8, 8)
+    torch.testing.assert_close(e.pinv_rows().detach(), want, rtol=1e-12, atol=1e-12)
+    assert float((want - torch.linalg.pinv(P).transpose(-1, -2).reshape(8, 8)).abs().max()) > 1e-2  # it matters
+
+
+@pytest.mark.parametrize("kind,want", [("clamp", [0.1, 0.1, 1.0]), ("abs", [0.1, 0.1, 1.0]),
+                                       ("add", [0.08, 0.11, 1.1])])
+def test_damping_gives_the_documented_eigenvalues(kind, want):
+    """``damp``: eigenvalues (1, 0.01, −0.02) become max(λ, ε) ('clamp'), max(|λ|, ε) ('abs', saddle-free) or λ + ε
+    ('add') at ε = 0.1."""
+    from energyformer.energies.newton import damp
+
+    q = torch.linalg.qr(torch.randn(3, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64))[0]
+    M = q @ torch.diag(torch.tensor([1.0, 0.01, -0.02], dtype=torch.float64)) @ q.T
+    got = torch.linalg.eigvalsh(damp(0.5 * (M + M.T), kind, 0.1))
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
 def test_pinv_of_a_zero_head_is_zero_not_nan():
     e = NewtonHeads(8, 2)
     with torch.no_grad():

@@ -220,3 +220,13 @@ def test_unit_and_safe_norm_are_exact_at_any_scale(dtype, scale):
     n = safe_norm(v.to(dtype), dim=-1)
     torch.testing.assert_close(n.double() / scale, torch.tensor([5.0, 0.0], dtype=torch.float64), rtol=tol, atol=tol)
     assert bool(torch.isnan(unit(torch.tensor([float("inf"), 1.0]))).all())  # never a finite wrong answer
+
+
+@pytest.mark.parametrize("heads,init_std", [(2, 1.0), (4, 0.1)])
+def test_factored_coupling_starts_at_about_the_given_std(heads, init_std):
+    """K and Q are drawn so that J = Σ_h Kᵀ Q has entries of std ≈ ``init_std`` (each factor std
+    √(init_std/√(H d_h))): within 15 % over 8 × 8 off-diagonal blocks of 16 × 16."""
+    e = PseudoLikelihoodEnergy(8, 16, heads=heads, init_std=init_std, generator=torch.Generator().manual_seed(0))
+    J = e.coupling().detach()
+    off = ~torch.eye(8, dtype=torch.bool)
+    assert abs(float(J[off].std()) / init_std - 1.0) < 0.15
