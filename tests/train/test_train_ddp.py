@@ -45,7 +45,9 @@ def _torchrun(script, out, steps, resume, env):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
            str(script), str(out), str(steps), resume]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150)
-    assert r.returncode == 0, f"torchrun failed:\n{r.stdout}\n{r.stderr}"
+    # the ranks' result files say whether a failing rank had finished its training (a failure at exit) or not
+    done = sorted(p.name for p in out.glob("rank*-*.json")) if out.is_dir() else []
+    assert r.returncode == 0, f"torchrun failed (result files: {done}):\n{r.stdout}\n{r.stderr}"
 
 
 @pytest.mark.slow
