@@ -275,7 +275,7 @@ def cmd_report(a, extra) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .reproduce import REPRODUCTIONS
 
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="energyformer", description="Transformer layers as energy minimisation: train, evaluate and "
         "compare energy blocks (CEM, ...) against Llama/GPT baselines.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="evaluate a trained run", formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Evaluate a trained run on a split of its task's data (or on the task's "
-                       "own inputs, e.g. --text-file for language models).", epilog=_task_options_help("eval"))
+                       "own inputs, e.g. --text-file for language models).", epilog_of=lambda: _task_options_help("eval"))
     e.add_argument("run", help="run directory (contains config.yaml and checkpoints)")
     e.add_argument("--split", default=None, choices=["validation", "test"],
                    help="split to evaluate (default: validation)")
@@ -305,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="sample from a trained run", formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Generate with a trained run (tasks that generate, e.g. lm: KV-cache "
-                       "sampling, greedy or temperature / top-k).", epilog=_task_options_help("generate"))
+                       "sampling, greedy or temperature / top-k).", epilog_of=lambda: _task_options_help("generate"))
     g.add_argument("run", help="run directory")
     g.add_argument("--device", default="cpu", help=DEVICE_HELP)
     g.set_defaults(fn=cmd_generate)
@@ -375,6 +375,21 @@ def build_parser() -> argparse.ArgumentParser:
     for sp in (s for s in sub.choices.values() if s is not r):  # `train X --plugin P`, as `--plugin P train X`
         _add_plugin(sp, "plugins")
     return p
+
+
+class _Parser(argparse.ArgumentParser):
+    """``epilog_of``: a function giving the epilog, called when the help is first formatted — the task options of
+    ``eval`` / ``generate`` import every task (seconds), which every other command and every parse skipped before
+    the help asked for them. Sub-commands' parsers are of this class too (argparse's default)."""
+
+    def __init__(self, *args, epilog_of=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._epilog_of = epilog_of
+
+    def format_help(self) -> str:
+        if self._epilog_of is not None:
+            self.epilog, self._epilog_of = self._epilog_of(), None
+        return super().format_help()
 
 
 def _task_options_help(which: str) -> str:
