@@ -96,11 +96,13 @@ def overflow_checked():
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("Triton's interpreter is not in use (TRITON_INTERPRET=1 on CPU)")
     was = _interpreter_overflow_checks(True)
-    from triton.runtime import interpreter
-    options = interpreter.interpreter_builder.options
-    assert options.sanitize_overflow and options.debug, "this triton's interpreter has no int32 overflow check"
-    yield
-    _interpreter_overflow_checks(was)
+    try:
+        from triton.runtime import interpreter
+        options = interpreter.interpreter_builder.options
+        assert options.sanitize_overflow and options.debug, "this triton's interpreter has no int32 overflow check"
+        yield
+    finally:  # the rest of the worker's tests run as before, whatever this one did
+        _interpreter_overflow_checks(was)
 
 
 def pytest_collection_modifyitems(config, items):

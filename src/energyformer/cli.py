@@ -294,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="evaluate a trained run", formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Evaluate a trained run on a split of its task's data (or on the task's "
-                       "own inputs, e.g. --text-file for language models).", epilog_of=lambda: _task_options_help("eval"))
+                       "own inputs, e.g. --text-file for language models).",
+                       epilog_of=lambda: _task_options_help("eval"))
     e.add_argument("run", help="run directory (contains config.yaml and checkpoints)")
     e.add_argument("--split", default=None, choices=["validation", "test"],
                    help="split to evaluate (default: validation)")
@@ -303,9 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--device", default="cpu", help=DEVICE_HELP)
     e.set_defaults(fn=cmd_eval)
 
-    g = sub.add_parser("generate", help="sample from a trained run", formatter_class=argparse.RawDescriptionHelpFormatter,
+    g = sub.add_parser("generate", help="sample from a trained run",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Generate with a trained run (tasks that generate, e.g. lm: KV-cache "
-                       "sampling, greedy or temperature / top-k).", epilog_of=lambda: _task_options_help("generate"))
+                       "sampling, greedy or temperature / top-k).",
+                       epilog_of=lambda: _task_options_help("generate"))
     g.add_argument("run", help="run directory")
     g.add_argument("--device", default="cpu", help=DEVICE_HELP)
     g.set_defaults(fn=cmd_generate)

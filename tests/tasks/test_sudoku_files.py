@@ -98,8 +98,8 @@ def test_fully_given_boards_are_left_out_and_a_file_of_them_refused(boards, tmp_
     with pytest.raises(DataError, match=r"task.train_file = '.*full.csv': every puzzle is fully given"):
         load_splits(SudokuTaskConfig(source="files", train_file=full))
     tr = _write(tmp_path / "tr.csv", boards.puzzles[:16], boards.solutions[:16])
+    va = _write(tmp_path / "va.csv", boards.puzzles[16:], boards.solutions[16:])
     with pytest.raises(DataError, match=r"task.test_file = '.*full.csv': every puzzle is fully given"):
-        va = _write(tmp_path / "va.csv", boards.puzzles[16:], boards.solutions[16:])
         load_splits(SudokuTaskConfig(source="files", train_file=tr, validation_file=va, test_file=full))
     mixed = _write(tmp_path / "mixed.csv", list(boards.puzzles[:14]) + [boards.solutions[14], boards.solutions[15]],
                    boards.solutions[:16])
