@@ -121,3 +121,14 @@ def test_crate_config_errors():
         build_mlp(ISTAConfig(hidden=16), SPEC)
     with pytest.raises(ConfigError, match="bidirectional"):
         build_attention(CRATEAttentionConfig(), SublayerSpec(dim=8, heads=2, causal=True))
+
+
+def test_the_ista_dictionary_is_square_and_the_model_reports_its_size():
+    """The CRATE code's dictionary D ∈ R^{d×d}: built square, and ``ModelConfig.hidden`` (what export and the
+    accounting read) says d, the size built (a default_hidden of 2d passed every test: mutation probe AI)."""
+    from energyformer.blocks import BlockConfig
+    from energyformer.models import ModelConfig
+
+    assert build_mlp(ISTAConfig(), SPEC).energy.dictionary.shape == (8, 8)
+    cfg = ModelConfig(vocab_size=10, dim=8, n_layers=1, heads=2, block=BlockConfig(attention="crate", mlp="ista"))
+    assert cfg.hidden == 8

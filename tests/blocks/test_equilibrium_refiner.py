@@ -50,6 +50,35 @@ def test_uncertain_tokens_at_a_fraction_of_the_largest_entropy():
     assert bool(r._uncertain(torch.randn(1, 4, 16)).all())
 
 
+
+def test_the_threshold_is_a_fraction_of_ln_n_out_not_nats():
+    """threshold 0.5 of ln 5 = 0.80 nats: an output of entropy 0.63 nats is certain, one of 1.0 nats uncertain (an
+    unscaled threshold, 0.5 nats, called both uncertain: the uniform output of the test above cannot tell)."""
+    _, r = _refiner(adaptive="entropy", entropy_threshold=0.5)
+    for p, uncertain in (([0.85] + [0.0375] * 4, False), ([0.7] + [0.075] * 4, True)):
+        logits = torch.tensor(p).log()
+        ent = -(torch.tensor(p) * logits).sum()
+        assert bool(ent >= 0.5 * math.log(5)) == uncertain and float(ent) >= 0.5  # both above 0.5 nats
+        r._head_norm = (lambda f, lg=logits: lg.expand(*f.shape[:2], 5), lambda f: f)
+        assert r._uncertain(torch.randn(2, 3, 16)).eq(uncertain).all()
+
+
+def test_a_refined_layer_refines_the_layers_output():
+    """RefinedLayer: x -> refiner(layer(x)), the layer's output is the proposal f (seed 003 §2.3), not
+    layer(refiner(x))."""
+    from energyformer.blocks.equilibrium import RefinedLayer
+
+    class Affine(torch.nn.Module):
+        def __init__(self, a, b):
+            super().__init__()
+            self.a, self.b = a, b
+
+        def forward(self, x, ctx=None):
+            return self.a * x + self.b
+
+    x = torch.tensor([1.0, 2.0])
+    torch.testing.assert_close(RefinedLayer(Affine(2.0, 0.0), Affine(1.0, 1.0))(x), 2 * x + 1)
+
 def test_k_curriculum_rounds_and_relative_change_is_per_token():
     _, r = _refiner()
     r.k_train = 2.6

@@ -61,6 +61,21 @@ def test_input_injection_adds_the_embedding_before_every_later_pass():
     torch.testing.assert_close(one(idx).logits, one_inj(idx).logits, rtol=0, atol=0)
 
 
+
+def test_input_injection_passes_the_embeddings_gradient_through_every_later_pass():
+    """The injected embedding is the graph's own, not a detached copy: the embedding's gradient equals the explicit
+    loop's, where every later pass adds e again (a detached injection left those terms out and every forward test
+    still passed: mutation probe AI)."""
+    m = _lm(iterations=3, input_injection="add")
+    idx = torch.randint(0, 40, (2, 7), generator=torch.Generator().manual_seed(1))
+    got = torch.autograd.grad(m(idx).logits.sum(), m.embed.weight)[0]
+    e = m.embed(idx)
+    x = e
+    for it in range(3):
+        x = m.layers[0](x + (e if it else 0), ForwardContext(iteration=it))
+    want = torch.autograd.grad(m.head(m.norm(x)).sum(), m.embed.weight)[0]
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
 def test_training_iterations_sampled_per_batch_from_torch_rng_eval_fixed():
     stack = LayerStack([Pass()], iterations=6, train_iterations=(2, 4))
     stack.train()
