@@ -9,6 +9,8 @@ from .tiny import TINY, write
 
 
 def _spec(tmp_path, **claim):
+    """A study over lengths 8 and 64 with one claim, eqt's accuracy.k32 against the baseline's accuracy.plain,
+    ``claim`` replacing any of its keys (also used by test_claims_edges.py)."""
     data = copy.deepcopy(TINY)
     data["runs"]["grid"]["length"] = {8: ["task.data.length=8"], 64: ["task.data.length=64"]}
     base = {"id": "c", "text": "EqT beats the baseline", "paper": {"value": 1.0, "source": "Table 2"},

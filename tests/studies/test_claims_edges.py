@@ -1,23 +1,10 @@
 """Claim evaluation edges (studies/claims.py) the other claim tests left open: top-level and negative-index metric
 paths, a ``range`` over one cell, a ``minus`` over different cells, the gate's mean over seeds and B's reason."""
 
-import copy
-
-from energyformer.studies import load_study
 from energyformer.studies.claims import arm_values, evaluate, metric_value
 from energyformer.studies.spec import ArmSpec
 
-from .tiny import TINY, write
-
-
-def _study(tmp_path, **claim):
-    data = copy.deepcopy(TINY)
-    data["runs"]["grid"]["length"] = {8: ["task.data.length=8"], 64: ["task.data.length=64"]}
-    base = {"id": "c", "text": "t", "paper": {"value": 1.0, "source": "Table 2"},
-            "a": {"where": {"model": "eqt"}, "metric": "accuracy.k32"},
-            "b": {"where": {"model": "baseline"}, "metric": "accuracy.plain"}}
-    data["claims"] = [{**base, **claim}]
-    return load_study(write(tmp_path / "s.yaml", **data))
+from .test_claims import _spec
 
 
 def _rec(model, seed, length="64", **metrics):
@@ -42,7 +29,7 @@ def test_a_range_over_one_cell_is_zero():
 def test_a_minus_selection_over_other_cells_is_untestable_not_subtracted(tmp_path):
     """A gain ``A - minus`` is taken over the same cells or not at all: eqt ran lengths 8 and 64, the baseline only
     64 -> UNTESTABLE naming the cells (it subtracted and said HOLDS)."""
-    spec = _study(tmp_path, a={"where": {"model": "eqt"}, "metric": "accuracy.k32",
+    spec = _spec(tmp_path, a={"where": {"model": "eqt"}, "metric": "accuracy.k32",
                                "minus": {"where": {"model": "baseline"}, "metric": "accuracy.plain"}},
                   b={"value": 0}, rules={"single_seed_bound": 0})
     recs = {}
@@ -57,7 +44,7 @@ def test_a_minus_selection_over_other_cells_is_untestable_not_subtracted(tmp_pat
 def test_the_gate_reads_the_mean_over_seeds_not_one_seed(tmp_path):
     """rules.gate: UNTESTABLE when "the mean over seeds [is] within at_band of chance": seeds 50.2 and 60.0 (mean 55.1)
     are off chance 50 +- 1, so the claim is decided."""
-    spec = _study(tmp_path, b={"value": 0}, rules={"single_seed_bound": 0,
+    spec = _spec(tmp_path, b={"value": 0}, rules={"single_seed_bound": 0,
                   "gate": {"metric": "accuracy.plain", "chance": 50, "at_band": 1}})
     recs = {f"e{s}": _rec("eqt", s, accuracy={"k32": 80.0, "plain": p}) for s, p in ((0, 50.2), (1, 60.0))}
     (row,) = evaluate(spec, recs)
@@ -68,7 +55,7 @@ def test_b_without_its_metric_is_untestable_naming_b(tmp_path):
     """_decide: "UNTESTABLE with the reason where an arm selected runs but has no value", for B as for A."""
     import warnings
 
-    spec = _study(tmp_path, b={"where": {"model": "baseline"}, "metric": "accuracy.plian"})
+    spec = _spec(tmp_path, b={"where": {"model": "baseline"}, "metric": "accuracy.plian"})
     recs = {**{f"e{s}": _rec("eqt", s, accuracy={"k32": 80.0}) for s in (0, 1)},
             **{f"b{s}": _rec("baseline", s, accuracy={"plain": 50.0}) for s in (0, 1)}}
     with warnings.catch_warnings():
