@@ -43,9 +43,6 @@ from torch import Tensor, nn
 
 from ..utils.config import KindConfig
 from .stepsize_base import STEP_SIZES, StepSize
-from .stepsize_network import (  # the network kind (registers 'network')
-    NetworkStepSize, NetworkStepSizeConfig, StepSizeGroup, sinusoidal_embedding, sinusoidal_table, timestep_freqs,
-)
 from ..utils.validate import ConfigError, check_float, check_int
 
 
@@ -195,6 +192,11 @@ def make_step_size(spec: float | StepSize | KindConfig, dim: int | None = None,
                           f"step-size config (kinds: {', '.join(STEP_SIZES.names())})")
     return LearnedStepSize(spec) if learn else FixedStepSize(spec)
 
+
+# the network kind last, so the registry lists the kinds in this order: fixed, learned, per_iteration, network
+from .stepsize_network import (  # noqa: E402
+    NetworkStepSize, NetworkStepSizeConfig, StepSizeGroup, sinusoidal_embedding, sinusoidal_table, timestep_freqs,
+)
 
 __all__ = [
     "STEP_SIZES", "StepSize", "StepSizeField", "make_step_size", "step_eta", "FixedStepSize", "FixedStepSizeConfig",
