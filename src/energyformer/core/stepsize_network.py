@@ -84,8 +84,8 @@ def sinusoidal_table(n: int, freqs: Tensor) -> Tensor:
 class NetworkStepSize(StepSize):
     """eta_t(s) = base + W_o GELU(tau(t) + RMSNorm(s)), tau(t) = W_2 GELU(W_1 sin-emb(t)); state_norm: false -> + s.
 
-    ``state_norm=False`` (Hyper-SET's configs) drops the RMSNorm (eta_t(s) = base + W_o GELU(tau(t) + s)), as the released
-    Sudoku code does: with a short state (an embedding of scale 0.02) the output then starts nearly
+    ``state_norm=False`` (Hyper-SET's configs) drops the RMSNorm (eta_t(s) = base + W_o GELU(tau(t) + s)), as the
+    released Sudoku code does: with a short state (an embedding of scale 0.02) the output then starts nearly
     state-independent and grows at about the rate of its bias; with the norm every weight of W_o moves
     it as much as the bias (Adam), ten times faster at d = 64 (issue 20, docs/results/hyperset/plateau).
 
