@@ -30,7 +30,8 @@ Contract with a task (DESIGN.md: config -> task -> trainer -> checkpoints + metr
 
 One optimiser step = ``grad_accum`` micro-batches, each from ``next_batch()``; each micro-batch
 loss is divided by ``grad_accum`` before ``backward`` so the gradient is that of the mean loss; with
-``count_fn`` (``Task.loss_items``), by the items it averages over (:mod:`~energyformer.train.accumulate`).
+``count_fn`` (``Task.loss_items``), by the items it averages over (:mod:`~energyformer.train.accumulate`; the
+step itself: :mod:`~energyformer.train.step`).
 
 Optimiser (``train.optimizer`` kind), schedule (``train.schedule`` kind) and parameter groups by
 role: :mod:`~energyformer.train.optim`, :mod:`~energyformer.train.schedule`,
@@ -71,9 +72,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import logging
-import math
 import signal
 import time
 import warnings
@@ -82,13 +81,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from energyformer.errors import UserError
 from energyformer.utils.validate import ConfigError
 
-from .accumulate import CountFn, StepPlan, all_reduce_int
+from .accumulate import CountFn
 from .callbacks import CallbackList
 from .checkpoint import list_checkpoints, unwrap_model
 from .compiling import compile_for_training
@@ -105,28 +103,9 @@ from .roles import format_param_groups
 from .runinfo import collect_run_info, write_config, write_run_info
 from .schedule import LRSchedule
 from .signals import install_sigterm_note, save_on_interrupt
+from .step import train_step
 
 log = logging.getLogger("energyformer.train")
-
-# ----------------------------------------------------------------------------------------------
-
-
-def _grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
-    """``clip_grad_norm_(params, max_norm)``'s norm tensor (no host read), split in its two halves (torch >= 2.6) so
-    that ``max_norm`` 0 (no clipping) skips the second: its ``inf`` multiplied every gradient by 1.0 each step."""
-    if not hasattr(torch.nn.utils, "clip_grads_with_norm_"):  # pragma: no cover - torch < 2.6
-        return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
-    total = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-    if max_norm > 0:
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
-    return total
-
-
-def _move(x: Any, device: torch.device) -> Any:
-    if isinstance(x, torch.Tensor):
-        return x.to(device, non_blocking=True)
-    return x
-
 
 # ----------------------------------------------------------------------------------------------
 
@@ -434,66 +413,7 @@ class Trainer:
 
     def _train_step(self, model: nn.Module, tokens_per_micro: int | None
                     ) -> tuple[float, dict[str, float], int, float | None]:
-        cfg = self.cfg
-        assert self.optimizer is not None and self.scheduler is not None and self.device is not None
-        accum = cfg.grad_accum
-        self.optimizer.zero_grad(set_to_none=True)
-        total = torch.zeros((), device=self.device, dtype=torch.float32)
-        msum: dict[str, float] = {}
-        ntok = 0
-        plan = StepPlan(self._next_batch, accum, self.count_fn, self.world_size,
-                        functools.partial(all_reduce_int, device=self.device) if self.ddp else None)
-        for i in range(accum):
-            batch = plan.batch(i)
-            ntok += int(tokens_per_micro) if tokens_per_micro is not None else int(batch[0].numel())
-            last = i == accum - 1
-            if plan.empty(i) and not (self.ddp and last):
-                continue  # no item to learn from (its mean loss is NaN): weight 0, nothing to add
-            batch = tuple(_move(b, self.device) for b in batch)
-            sync = (model.no_sync() if self.ddp and not last  # type: ignore[operator]
-                    else contextlib.nullcontext())
-            with sync:
-                with self._autocast():
-                    loss, metrics = self.loss_fn(model, batch)
-                if plan.empty(i):  # DDP's last micro-batch: the gradients' all-reduce needs a backward, of zeros
-                    sum(p.sum() for p in model.parameters() if p.requires_grad).mul(0.0).backward()
-                    continue
-                plan.backward(i, loss)
-            loss_share, metric_share = plan.share(i)
-            total += loss.detach().float() * loss_share
-            for k, v in (metrics or {}).items():  # a tensor stays on the device: no host sync per metric
-                v = v.detach().float().reshape(()) if torch.is_tensor(v) else float(v)
-                msum[k] = msum.get(k, 0.0) + v * metric_share
-        mean = total / accum
-        if self.ddp:
-            dist.all_reduce(mean, op=dist.ReduceOp.SUM)
-            mean = mean / self.world_size
-        # the gradient norm (checked even without clipping: an inf/NaN gradient with a finite loss would poison the
-        # weights), the loss and every tensor metric reach the host in one transfer, the step's one sync
-        gn_t = _grad_norm(list(self.model.parameters()), cfg.grad_clip)
-        on_device = [k for k, v in msum.items() if torch.is_tensor(v)]
-        rdt = torch.promote_types(torch.float32, gn_t.dtype)  # a float64 model's norm is read in float64
-        loss_val, *vals, gn = torch.stack([mean.reshape(()).to(rdt), *(msum[k].to(mean.device, rdt) for k in on_device),
-                                           gn_t.reshape(()).to(mean.device, rdt)]).tolist()
-        msum.update(zip(on_device, vals))
-        ckpt = str(self.last_checkpoint) if self.last_checkpoint is not None else None
-        if not math.isfinite(loss_val):
-            raise TrainingDiverged(self.step + 1, loss_val, "loss", ckpt, cfg)
-        if not math.isfinite(gn):
-            raise TrainingDiverged(self.step + 1, gn, "gradient norm", ckpt, cfg)
-        metrics = {k: v / accum for k, v in msum.items()}
-        self._in_update = self.step + 1  # until the callbacks are done, not a complete step
-        lr = self.scheduler.get_lr()
-        self.optimizer.step()
-        self.scheduler.step()
-        self.step += 1
-        if len(self.callbacks):
-            self.step_metrics = {"loss": loss_val, "lr": lr,
-                                 **({"grad_norm": gn} if gn is not None else {}),
-                                 **{f"train/{k}": v for k, v in metrics.items()}}
-            self._window.callback_metrics.update(self.callbacks.on_step_end(self, self.step))
-        self._in_update = None
-        return loss_val, metrics, ntok, gn
+        return train_step(self, model, tokens_per_micro)
 
     @property
     def applying_step(self) -> bool:
