@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from energyformer.studies.plan import RunPlan
+from energyformer.studies.scheduling import train_serial
 from energyformer.train.lock import RunDirBusy, RunDirLock, lock_holder
 
 from .tiny import write
@@ -99,3 +101,26 @@ def test_a_worker_whose_parent_was_killed_saves_and_exits(tmp_path):
             assert list((tmp_path / "runs" / r).glob("ckpt-*")), f"{r}: no checkpoint saved"
     finally:
         _kill_leftovers(tmp_path)
+
+
+def test_ctrl_c_in_the_second_of_three_runs_records_the_first_and_names_the_rest(tmp_path):
+    """train_serial's stop without a subprocess (Ctrl-C between runs): the finished run is recorded, the stopped one
+    named, the later one counted as not started, then KeyboardInterrupt (the CLI's "interrupted", exit 130)."""
+    todo = [RunPlan(n, {}, 0, "c") for n in ("a", "b", "c")]
+    trained, recorded, log = [], [], []
+
+    def train(plan, *args, out):
+        trained.append(plan.name)
+        if plan.name == "b":
+            raise KeyboardInterrupt
+        return {"name": plan.name}
+
+    stop = ("s", {p.name: 5 for p in todo}, {p.name: tmp_path / p.name for p in todo}, log.append)
+    with pytest.raises(KeyboardInterrupt):
+        train_serial(train, todo, {p.name: 0 for p in todo}, (), str(tmp_path), stop,
+                     lambda p, rec: recorded.append(rec["name"]))
+    assert trained == ["a", "b"] and recorded == ["a"]
+    assert "== b: stopped; no checkpoint was written yet" in log, log
+    assert not any(line.startswith(("== a: stopped", "== c: stopped")) for line in log), log
+    assert any(line.startswith("== stopped by SIGINT: 1 run(s) stopped, 1 not started. To continue, run the same "
+                               "command again (energyformer reproduce s with the same options)") for line in log), log

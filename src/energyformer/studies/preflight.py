@@ -22,6 +22,7 @@ import importlib
 import json
 import warnings
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import BaseModel
@@ -69,16 +70,21 @@ def hook(path: str) -> Callable:
         raise ConfigError(f"{path!r}: cannot be imported ({err})") from None
 
 
+def study_file(study: str) -> str:
+    """How an error names the study: ``studies/<name>.yaml`` for a study's name, the file's name for a path."""
+    return Path(study).name if Path(study).suffix in (".yaml", ".yml") else f"studies/{study}.yaml"
+
+
 def check_hooks(spec: BaseModel, study: str) -> None:
-    """Import every function the study names; a ConfigError naming the study key and the function for the first
-    that is missing or not callable."""
+    """Import every function the study names; a ConfigError naming the study (:func:`study_file`), the study key
+    and the function for the first that is missing or not callable."""
     for where, path in study_hooks(spec):
         try:
             fn = hook(path)
         except ConfigError as err:
-            raise ConfigError(f"studies/{study}.yaml {where}: {err}") from None
+            raise ConfigError(f"{study_file(study)} {where}: {err}") from None
         if not callable(fn):
-            raise ConfigError(f"studies/{study}.yaml {where}: {path!r} is a {type(fn).__name__}, not a function")
+            raise ConfigError(f"{study_file(study)} {where}: {path!r} is a {type(fn).__name__}, not a function")
 
 
 def _key(obj: Any) -> str:

@@ -40,7 +40,7 @@ import torch
 
 from ..utils.config import hash_view, to_dict
 from ..utils.validate import ConfigError
-from .preflight import check_hooks, check_models, hook
+from .preflight import check_hooks, check_models, hook, study_file
 from .scheduling import SeeTrainer, train_parallel, train_serial
 from .plan import RunPlan, expand
 from .records import FORMAT, MIGRATION_KEYS, is_migrated, load_results, save_results, update_results  # noqa: F401
@@ -95,8 +95,7 @@ def _located_config(spec: StudySpec, name: str, scale: str, plan: RunPlan, runs_
     try:
         return _config(plan, runs_dir)
     except ConfigError as err:
-        study = Path(name).name if Path(name).suffix in (".yaml", ".yml") else f"studies/{name}.yaml"
-        raise ConfigError(f"{study}: {_override_origin(spec, scale, plan, sets, str(err))}: {err}") from None
+        raise ConfigError(f"{study_file(name)}: {_override_origin(spec, scale, plan, sets, str(err))}: {err}") from None
 
 
 def _override_origin(spec: StudySpec, scale: str, plan: RunPlan, sets: list[str], message: str) -> str:
