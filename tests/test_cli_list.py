@@ -25,3 +25,46 @@ def test_list_prints_the_registered_kinds(what, kinds, capsys):
     assert main(["list", what]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert set(kinds) <= set(names), names
+
+
+def _rows(capsys, *what):
+    assert main(["list", *what]) == 0
+    return {line.split()[0]: line.split(None, 1)[1] if len(line.split()) > 1 else ""
+            for line in capsys.readouterr().out.splitlines()}
+
+
+def test_list_without_what_lists_the_configs(capsys):
+    assert "lm/llama" in _rows(capsys) and "energies" not in _rows(capsys)
+
+
+def test_a_configs_description_is_its_first_comment_line_without_the_hash(capsys):
+    rows = _rows(capsys, "configs")
+    assert rows["lm/llama"].startswith("Llama baseline: "), rows["lm/llama"]
+    assert not any(text.startswith("#") for text in rows.values())
+
+
+def test_reproductions_are_listed_with_their_description(capsys):
+    from energyformer.reproduce import REPRODUCTIONS
+
+    rows = _rows(capsys, "reproductions")
+    assert set(rows) == set(REPRODUCTIONS)
+    assert rows["eqt"] == REPRODUCTIONS["eqt"].description and "energyformer.studies" not in "".join(rows.values())
+
+
+def test_tasks_name_the_model_kinds_they_build(capsys):
+    rows = _rows(capsys, "tasks")
+    assert rows["gp"].startswith("models: regressor ") and rows["parity"].startswith("models: transformer, equilibrium")
+
+
+def test_a_registered_name_is_listed_once_with_its_own_description(capsys):
+    rows = _rows(capsys, "norms")
+    assert {"rms", "layer"} <= set(rows) and "gd" not in rows
+
+
+def test_a_reproduction_name_is_registered_once():
+    from energyformer.reproduce import REPRODUCTIONS, register_reproduction
+
+    before = dict(REPRODUCTIONS)
+    with pytest.raises(ValueError, match=r"^reproduction 'eqt' is already registered \(energyformer\.studies\.command\)$"):
+        register_reproduction("eqt", "my.module", "another")
+    assert REPRODUCTIONS == before

@@ -22,7 +22,7 @@ def describe_error(err: BaseException) -> tuple[str, int]:
     from .errors import UserError
     from .utils.config import format_validation_error
 
-    if isinstance(err, UserError):
+    if isinstance(err, UserError):  # also TrainingDiverged and CheckpointError: a run's state, a user's choice to make
         return str(err), 2
     if isinstance(err, ValidationError):
         return format_validation_error(err), 2
@@ -42,8 +42,6 @@ def describe_error(err: BaseException) -> tuple[str, int]:
         return ("not enough memory for this configuration (try a smaller model.dim, task.batch_size or "
                 "sequence length)"), 1
     name = type(err).__name__
-    if name in ("TrainingDiverged", "CheckpointError"):
-        return text, 1
     if name == "EvaluationFailed":  # a bug in an evaluation; the run's checkpoint is safe
         return f"{text}; rerun with --debug for the traceback", 1
     return f"internal error ({name}: {' '.join(text.split())[:300]}); rerun with --debug for the traceback", 1

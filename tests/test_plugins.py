@@ -1,0 +1,104 @@
+"""Plugin import rules (plugins module docstrings): ENERGYFORMER_PLUGINS is comma-separated and imported before
+``--plugin``; a file plugin's folder is importable by it; a plugin is imported (and recorded) once; a failed import
+is one line naming the plugin and leaves nothing half-imported; an export's relative record is read from its folder."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from energyformer import plugins
+from energyformer.utils.validate import ConfigError
+
+
+@pytest.fixture
+def forget():
+    loaded, path = list(plugins.LOADED_PLUGINS), list(sys.path)
+
+    def reset():
+        for m in [m for m in sys.modules if m.startswith("efprobe")]:
+            del sys.modules[m]
+        plugins.LOADED_PLUGINS[:] = loaded
+
+    reset()
+    yield reset
+    reset()
+    sys.path[:] = path
+
+
+def _file(folder, stem, text="X = 1\n"):
+    path = folder / f"{stem}.py"
+    path.write_text(text)
+    return path
+
+
+def test_the_environment_names_several_plugins_imported_before_the_options(tmp_path, forget, monkeypatch):
+    a, b, c = (_file(tmp_path, s) for s in ("efprobe_a", "efprobe_b", "efprobe_c"))
+    monkeypatch.setenv("ENERGYFORMER_PLUGINS", f" {a} ,{b},")
+    got = plugins.import_cli_plugins([str(c)])
+    assert [r["module"] for r in got] == ["efprobe_a", "efprobe_b", "efprobe_c"]
+    assert [r["module"] for r in plugins.LOADED_PLUGINS[-3:]] == ["efprobe_a", "efprobe_b", "efprobe_c"]
+
+
+def test_a_file_plugin_imports_its_siblings(tmp_path, forget):
+    _file(tmp_path, "efprobe_sibling", "VALUE = 7\n")
+    main = _file(tmp_path, "efprobe_main", "from efprobe_sibling import VALUE\n")
+    assert plugins.import_plugins([str(main)]) == [{"module": "efprobe_main", "file": str(main.resolve())}]
+    assert sys.modules["efprobe_main"].VALUE == 7
+
+
+def test_a_plugin_given_twice_is_imported_and_recorded_once(tmp_path, forget):
+    path = _file(tmp_path, "efprobe_once",
+                 "import builtins\nbuiltins.efprobe_count = getattr(builtins, 'efprobe_count', 0) + 1\n")
+    import builtins
+
+    before = len(plugins.LOADED_PLUGINS)
+    plugins.import_plugins([str(path), str(path)])
+    plugins.import_plugins([str(path)])
+    try:
+        assert builtins.efprobe_count == 1 and len(plugins.LOADED_PLUGINS) == before + 1
+    finally:
+        del builtins.efprobe_count
+
+
+def test_a_plugin_that_fails_is_not_left_half_imported(tmp_path, forget):
+    path = _file(tmp_path, "efprobe_broken", "raise ValueError('bad value\\nsecond line')\n")
+    with pytest.raises(ConfigError) as err:
+        plugins.import_plugins([str(path)])
+    assert str(err.value) == f"--plugin {str(path)!r} does not import: ValueError: bad value"
+    assert "efprobe_broken" not in sys.modules
+    path.write_text("X = 2\n")  # mended: the same session imports it
+    plugins.import_plugins([str(path)])
+    assert sys.modules["efprobe_broken"].X == 2
+
+
+def test_a_module_not_found_says_where_modules_are_looked_for(forget):
+    with pytest.raises(ConfigError, match=r"does not import: ModuleNotFoundError: .*\(a module is found on sys.path"):
+        plugins.import_plugins(["efprobe_no_such_module"])
+
+
+@pytest.mark.parametrize("spec", ["efprobe bad", "efprobe-x", "1efprobe"])
+def test_a_spec_that_is_no_module_name_is_refused(spec, forget):
+    with pytest.raises(ConfigError, match=f"--plugin {spec!r}: not a module name"):
+        plugins.import_plugins([spec])
+
+
+def test_an_exports_relative_record_is_read_from_its_folder(tmp_path, forget, monkeypatch):
+    (tmp_path / "export").mkdir()
+    _file(tmp_path / "export", "efprobe_exported", "Y = 3\n")
+    monkeypatch.chdir(tmp_path)  # not the export folder
+    plugins.import_recorded([{"module": "efprobe_exported", "file": "efprobe_exported.py"}], folder=tmp_path / "export")
+    assert sys.modules["efprobe_exported"].Y == 3
+
+
+def test_an_unknown_kind_error_hints_at_plugins_once():
+    hint = plugins.plugin_hint(ConfigError("model.block.attention.kind = 'quad': unknown attention kind 'quad'"))
+    assert hint.startswith(" (a plugin's kind? give --plugin MODULE")
+    assert plugins.plugin_hint(ConfigError("unknown attention kind 'quad' (a plugin's kind? ...)")) == ""
+    assert plugins.plugin_hint(ConfigError("model.dim = -5: must be >= 1")) == ""
+
+
+def test_a_module_inside_a_plugins_package_is_covered_by_it():
+    assert plugins.covered("efprobe_lab.energies", [{"module": "efprobe_lab"}])
+    assert not plugins.covered("efprobe_lab2", [{"module": "efprobe_lab"}])
