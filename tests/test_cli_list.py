@@ -51,6 +51,17 @@ def test_reproductions_are_listed_with_their_description(capsys):
     assert rows["eqt"] == REPRODUCTIONS["eqt"].description and "energyformer.studies" not in "".join(rows.values())
 
 
+def test_the_tasks_descriptions_start_in_one_column(capsys):
+    """The model kinds are one column as wide as its longest entry (a task building three kinds pushed its
+    description out of line)."""
+    from energyformer.tasks import TASKS
+
+    assert main(["list", "tasks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    starts = {line.index(TASKS.entries[line.split()[0]].doc) for line in lines}
+    assert len(lines) == len(TASKS.entries) and len(starts) == 1, lines
+
+
 def test_tasks_name_the_model_kinds_they_build(capsys):
     rows = _rows(capsys, "tasks")
     assert rows["gp"].startswith("models: regressor ") and rows["parity"].startswith("models: transformer, equilibrium")

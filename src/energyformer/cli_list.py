@@ -51,8 +51,10 @@ def listings() -> dict[str, Callable[[], list[tuple[str, str]]]]:
             rows.append((str(p.relative_to(configs_dir()).with_suffix("")), first.lstrip("# ")))
         return rows
 
-    def tasks() -> list[tuple[str, str]]:
-        return [(k, f"models: {', '.join(e.builder.model_kinds):22s} {e.doc}") for k, e in TASKS.entries.items()]
+    def tasks() -> list[tuple[str, str]]:  # the model kinds in one column, as wide as its longest entry
+        kinds = {k: ", ".join(e.builder.model_kinds) for k, e in TASKS.entries.items()}
+        width = max(map(len, kinds.values()), default=0)
+        return [(k, f"models: {kinds[k]:{width}s} {e.doc}") for k, e in TASKS.entries.items()]
 
     registries = {"energies": ENERGIES, "solvers": SOLVERS, "step_sizes": STEP_SIZES,
                   "backward_modes": BACKWARD_MODES, "norms": NORMS, "models": MODELS,
