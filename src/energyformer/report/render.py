@@ -160,6 +160,8 @@ def render_page(page: Page, root: Path, *, in_place: bool, diff_lines: int = 40)
     with tempfile.TemporaryDirectory(prefix=f"report-{page.name}-") as tmp:
         work = Path(tmp) / folder.name
         shutil.copytree(folder, work)
+        for name in page.files:  # the render must write its own files: a committed copy compared with itself
+            (work / name).unlink(missing_ok=True)  # passed a page its generator no longer writes, hand edits and all
         before = {p: p.stat().st_mtime_ns for p in work.rglob("*.png")}
         run_generator(page, work, root)
         res = PageResult(page, "ok")
