@@ -16,6 +16,7 @@ from energyformer.cli import main  # noqa: E402
 from energyformer.data.tokenizers import ByteTokenizer, llama_model_path, load_llama  # noqa: E402
 from energyformer.experiment import load_run_config, run_experiment  # noqa: E402
 from energyformer.export import export_hf  # noqa: E402
+from energyformer.export.hf_tokenizer import hf_tokenizer, write_hf_tokenizer  # noqa: E402
 from energyformer.models import CausalLM, ModelConfig  # noqa: E402
 from energyformer.utils.config import load_config  # noqa: E402
 
@@ -117,3 +118,30 @@ def test_a_tokenizer_without_hugging_face_form_is_said_in_one_line(tmp_path, cap
         assert len(err) == 1 and NOTE in err[0] and "AutoTokenizer will not load" in err[0], err
         assert ("differs" in err[0]) == (i == 0), err
         assert not (out / "tokenizer.json").exists() and not (out / "tokenizer_config.json").exists()
+
+
+def test_a_tokenizer_that_decodes_otherwise_is_not_written(tmp_path):
+    class Quiet(ByteTokenizer):  # encodes as bytes, decodes otherwise: the conversion would be a silent wrong answer
+        def decode(self, ids: list[int]) -> str:
+            return super().decode(ids).lower()
+
+    why = hf_tokenizer(Quiet())
+    assert isinstance(why, str) and why.startswith("the converted tokenizer differs: it decodes"), why
+    assert write_hf_tokenizer(Quiet(), tmp_path) == why and not (tmp_path / "tokenizer.json").exists()
+
+
+def test_an_end_of_text_id_that_decodes_otherwise_is_not_written():
+    class Loud(ByteTokenizer):  # spells end-of-text where energyformer drops it
+        def decode(self, ids: list[int]) -> str:
+            return super().decode([i for i in ids if i != self.eos_id]) + "<eos>" * ids.count(self.eos_id)
+
+    assert isinstance(hf_tokenizer(Loud(eos=True)), str)
+    assert not isinstance(hf_tokenizer(ByteTokenizer(eos=True)), str)
+
+
+def test_the_written_tokenizer_keeps_spaces_before_punctuation(tmp_path):
+    ours = ByteTokenizer()
+    assert write_hf_tokenizer(ours, tmp_path) is None
+    tok = AutoTokenizer.from_pretrained(str(tmp_path), local_files_only=True)
+    for text in ("Hello , world ! It 's a test .", "do n't , ok ?"):
+        assert tok.decode(ours.encode(text)) == ours.decode(ours.encode(text)) == text

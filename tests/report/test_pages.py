@@ -45,3 +45,17 @@ def test_unknown_page_name_is_one_line_error_listing_the_pages():
         Registry().select(["bare_sa"])
     with pytest.raises(ValueError, match="registered twice"):
         Registry(pages=(Page("x", "a"), Page("x", "b")))
+
+
+def test_select_returns_the_named_pages_in_registry_order():
+    reg = Registry(pages=(Page("a", "x/a"), Page("b", "x/b"), Page("c", "x/c")), artifacts=())
+    assert [p.name for p in reg.select(["c", "a"])] == ["a", "c"]
+    assert [p.name for p in reg.select([])] == ["a", "b", "c"]
+
+
+def test_a_reproductions_render_is_the_report_only_command_it_describes():
+    gen = Reproduce("bare-sa")
+    argv = gen.argv(Path("/tmp/out"))
+    assert argv[1:3] == ["-m", "energyformer.cli"]
+    assert " ".join(["energyformer", *argv[3:]]) == gen.describe().replace("DIR", "/tmp/out")
+    assert "--report-only" in argv
