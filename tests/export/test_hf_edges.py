@@ -33,7 +33,8 @@ def _hf(out):
     return AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True, local_files_only=True).eval()
 
 
-@pytest.mark.parametrize("change", [{"positions": "learned"}, {"final_norm": "layer"}, {"iterations": 2}])
+@pytest.mark.parametrize("change", [{"positions": "learned"}, {"final_norm": "layer"}, {"iterations": 2},
+                                    {"block": {**LLAMA["block"], "attn_reuse": 2}}])
 def test_only_the_plain_llama_goes_out_as_a_stock_llama(change):
     assert is_llama(ModelConfig.model_validate(LLAMA))
     assert not is_llama(ModelConfig.model_validate({**LLAMA, **change}))
