@@ -1,6 +1,7 @@
 """Render one results page under the page contract and compare it with the committed one (issue 22).
 
-The page's folder is copied to a temporary folder, the page's generator runs there (``--out TMP``), and
+The page's folder is copied to a temporary folder without the page's own files (the generator must write each
+of them: one it no longer writes is "not rendered"), the page's generator runs there (``--out TMP``), and
 the rendered ``.md`` files are compared byte for byte with the committed ones. ``render_in_place``
 then copies back every file the render changed or created; ``check`` only reports. Images a page
 references (``![..](x.png)``, ``<img src="x.png">``) must exist beside it, and every PNG the render drew that
