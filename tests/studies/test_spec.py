@@ -144,3 +144,55 @@ def test_probe_arms_and_aggregates_are_validated(tmp_path):
     data["probes"] = {"memory": "builtins:str"}
     data["claims"][0]["b"] = {"probe": "memory", "metric": "peak"}
     assert load_study(write(tmp_path / "ok.yaml", **data)).claims[0].b.probe == "memory"
+
+
+# A study file's structural mistakes are refused at load, each one ConfigError naming the key and what is allowed (the
+# module docstring of studies/spec.py: "every mistake is one ConfigError naming the key, the value and what is
+# allowed"): two config axes, a run-name placeholder that is no axis, an axis that is both the config axis and a grid
+# axis, an arm that is neither runs, a probe nor a number, arm a a fixed number, two claims with one id, a claim per
+# an axis the study lacks, a render that is not module:function, and an arm over runs without a metric (its own or the
+# claim's).
+
+
+def _refused(tmp_path, edit) -> str:
+    data = copy.deepcopy(TINY)
+    edit(data)
+    with pytest.raises(ConfigError) as err:
+        load_study(write(tmp_path / "s.yaml", **data))
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda d: d["runs"].update(config={"model": {"baseline": "eqt/baseline"}, "m2": {"eqt": "eqt/eqt"}}),
+     "runs.config: ['m2', 'model']: give one axis of configs"),
+    (lambda d: d["runs"].update(name="L{length}_s{seed}_{model}_{width}"),
+     "must use each of {length}, {model}, {seed} once and nothing else"),
+    (lambda d: d["runs"]["grid"].update(model={"x": ["model.dim=8"]}),
+     "axis 'model' is both the config axis and a grid axis"),
+    (lambda d: d["claims"][0].update(b={"metric": "accuracy.plain"}),
+     "claims[0].b: give one of where: {axis: label} (runs), probe: NAME or value: NUMBER"),
+    (lambda d: d["claims"][0].update(a={"value": 50.0}, paired=False),
+     "claim 'gain': arm a must be runs (where:) or a probe, b may be a number"),
+    (lambda d: d["claims"].append(copy.deepcopy(d["claims"][0])),
+     "claims: duplicate id among ['gain', 'gain']"),
+    (lambda d: d["claims"][0].update(per="width"),
+     "claims[gain].per = 'width': allowed axes model, length"),
+    (lambda d: d.pop("report") and d.update(render="no_colon"),
+     "render = 'no_colon': must be module:function"),
+    (lambda d: d["claims"][0]["a"].pop("metric"),
+     "claim 'gain': an arm over runs or a probe needs a metric"),
+], ids=["two-config-axes", "name-placeholder-no-axis", "config-axis-also-grid", "arm-of-nothing", "arm-a-a-number",
+        "duplicate-claim-id", "per-no-axis", "render-not-a-hook", "arm-without-metric"])
+def test_a_structural_mistake_is_refused_naming_it(tmp_path, edit, said):
+    assert said in _refused(tmp_path, edit)
+
+
+# load_study reads ``studies/<name>.yaml`` or a YAML path (its docstring): a ``.yml`` path is a path too, not a study
+# name.
+
+
+def test_a_yml_path_loads_as_a_path(tmp_path):
+    spec = load_study(write(tmp_path / "s.yml"))
+    assert spec.title == "tiny parity study"
+    assert load_study(str(tmp_path / "s.yml")).title == "tiny parity study"

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from ..utils.config import ConfigModel
 
@@ -50,21 +50,25 @@ Where = Annotated[dict[str, str | list[str]], BeforeValidator(_labels)]
 HOOK_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
+def _hook(v: str) -> str:
+    """A function's ``module:function`` name, checked when the study loads (the error names key and value)."""
+    if not HOOK_RE.match(v):
+        raise ValueError("must be module:function")
+    return v
+
+
+#: ``module:function``: a reducer's, a figure's, a section's, the page's render
+Hook = Annotated[str, AfterValidator(_hook)]
+
+
 class ReduceSpec(ConfigModel):
     """Reduce one axis of a selection, per seed, to one number (a claim arm's ``reduce`` and a page column's)."""
 
     over: str
     """the axis whose labels are reduced (e.g. lr, model)"""
-    fn: str
+    fn: Hook
     """module:function(labels: list[str], values: list[float]) -> float | None (None: this seed has no
     value), given each selected label of ``over`` with its value (the mean over the other axes)"""
-
-    @field_validator("fn")
-    @classmethod
-    def _hook(cls, v):
-        if not HOOK_RE.match(v):
-            raise ValueError(f"{v!r}: must be module:function")
-        return v
 
 
 AGGS = ("mean", "mean_std", "mean_range", "min", "max", "first", "seeds", "n", "sum")
@@ -165,7 +169,7 @@ class PlotSpec(ConfigModel):
 class FigureSpec(ConfigModel):
     """A figure only Python can draw: ``fn(ctx, path) -> path | None`` (None: nothing to draw)."""
 
-    fn: str
+    fn: Hook
     file: str
     alt: str
     caption: str = ""
@@ -180,7 +184,7 @@ class BlockSpec(ConfigModel):
     plot: PlotSpec | None = None
     figure: FigureSpec | None = None
     claims: str | None = None
-    section: str | None = None
+    section: Hook | None = None
     #: a committed file of the page folder, verbatim (e.g. a benchmark script's markdown output)
     include: str | None = None
 

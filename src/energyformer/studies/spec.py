@@ -42,7 +42,7 @@ from ..analysis.verdicts import Rules
 from ..utils.config import ConfigModel, load_config, read_yaml
 from ..utils.fields import Seed
 from ..utils.validate import ConfigError
-from .page_spec import HOOK_RE, BlockSpec, ReduceSpec, page_axes
+from .page_spec import HOOK_RE, BlockSpec, Hook, ReduceSpec, page_axes
 
 SCALES = ("cpu", "gpu")
 
@@ -334,7 +334,7 @@ class StudySpec(ConfigModel):
     paper: PaperRef
     page: str
     """the page folder, relative to the repository (docs/results/<x>)"""
-    render: str | None = None
+    render: Hook | None = None
     """module:function(out, study, name, scale, records, claim rows) -> rendered .md paths; without it the
     page is ``report`` rendered by :mod:`energyformer.studies.page`"""
     report: dict[str, list[BlockSpec]] = Field(default_factory=dict)
@@ -351,13 +351,6 @@ class StudySpec(ConfigModel):
     claims: list[ClaimSpec] = Field(default_factory=list)
 
     _seeds = field_validator("seeds")(_distinct)
-
-    @field_validator("render")
-    @classmethod
-    def _hook(cls, v):
-        if v is not None and not HOOK_RE.match(v):
-            raise ValueError(f"{v!r}: must be module:function")
-        return v
 
     @field_validator("metrics", "probes")
     @classmethod
