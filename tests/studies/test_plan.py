@@ -31,3 +31,17 @@ def test_a_set_of_a_key_the_scale_sets_from_the_seed_is_refused(tmp_path):
         expand(spec, "cpu", sets=["task.data.n_test=5"])
     assert str(err.value) == ("--set task.data.n_test: the study sets this key from each run's seed "
                               "(task.data.n_test={seed}0); use --seeds")
+
+
+# A scale's labels (plan.scale_labels: "the labels of axis that scale runs (any seed)") include a label the scale runs
+# only in a selection that names seeds (``only: [{model: [eqt], seed: [1]}, ...]``): a claim ``per`` that axis has a
+# row for it.
+
+
+def test_a_label_run_only_with_some_seeds_is_one_of_the_scales_labels(tmp_path):
+    data = copy.deepcopy(TINY)
+    data["seeds"] = [0, 1]
+    data["scales"]["cpu"] = {"only": [{"model": ["eqt"], "seed": [1]}, {"model": ["baseline"]}]}
+    spec = load_study(write(tmp_path / "s.yaml", **data))
+    assert [(p.cell["model"], p.seed) for p in expand(spec, "cpu")] == [("baseline", 0), ("baseline", 1), ("eqt", 1)]
+    assert scale_labels(spec, "cpu", "model") == ["baseline", "eqt"]

@@ -12,14 +12,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from energyformer.studies.plan import RunPlan
-from energyformer.studies.scheduling import train_serial
+from energyformer.studies.scheduling import SeeTrainer, train_serial
 from energyformer.train.lock import RunDirBusy, RunDirLock, lock_holder
 
 from .tiny import write
+
 
 RUNS = ("L8_s0_baseline", "L8_s0_eqt")
 SCRIPT = """import sys
@@ -124,3 +126,60 @@ def test_ctrl_c_in_the_second_of_three_runs_records_the_first_and_names_the_rest
     assert not any(line.startswith(("== a: stopped", "== c: stopped")) for line in log), log
     assert any(line.startswith("== stopped by SIGINT: 1 run(s) stopped, 1 not started. To continue, run the same "
                                "command again (energyformer reproduce s with the same options)") for line in log), log
+
+
+# train_serial without a subprocess (its docstring and the module's): of two failed runs the first one's error is
+# raised after the others are recorded; SIGTERM stops the study with exit status 143 (128 + SIGTERM); a signal that
+# comes while the trainer applies a step is deferred until the step is applied.
+
+
+def _serial(tmp_path, train, recorded, log):
+    todo = [RunPlan(n, {}, 0, "c") for n in ("a", "b", "c")]
+    stop = ("s", {p.name: 5 for p in todo}, {p.name: tmp_path / p.name for p in todo}, log.append)
+    try:
+        train_serial(train, todo, {p.name: 0 for p in todo}, (), str(tmp_path), stop,
+                     lambda p, rec: recorded.append(rec["name"]))
+    finally:
+        SeeTrainer.trainer = None
+
+
+def test_of_two_failed_runs_the_first_ones_error_is_raised_after_the_rest_are_recorded(tmp_path):
+    def train(plan, *args, out):
+        if plan.name != "b":
+            raise ValueError(f"run {plan.name} broke")
+        return {"name": plan.name}
+
+    recorded, log = [], []
+    with pytest.raises(ValueError, match="run a broke"):
+        _serial(tmp_path, train, recorded, log)
+    assert recorded == ["b"] and "== 2 run(s) failed: a, c" in log
+
+
+def test_sigterm_stops_the_study_with_exit_status_143(tmp_path):
+    def train(plan, *args, out):
+        if plan.name == "b":
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        return {"name": plan.name}
+
+    with pytest.raises(SystemExit) as e:
+        _serial(tmp_path, train, [], [])
+    assert e.value.code == 128 + signal.SIGTERM
+
+
+def test_a_signal_while_a_step_is_applied_waits_for_the_step(tmp_path):
+    done = []
+
+    def train(plan, *args, out):
+        if plan.name == "b":
+            SeeTrainer.trainer = SimpleNamespace(applying_step=True)
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("step applied")   # the update finished before the stop
+            SeeTrainer.trainer.applying_step = False
+            time.sleep(1)
+            done.append("not reached")
+        return {"name": plan.name}
+
+    with pytest.raises(KeyboardInterrupt):
+        _serial(tmp_path, train, [], [])
+    assert done == ["step applied"]

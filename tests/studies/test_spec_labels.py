@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from energyformer.studies import load_study
+from energyformer.studies import expand, load_study
 from energyformer.studies.claims import evaluate
 from energyformer.utils.validate import ConfigError
 
@@ -80,3 +80,24 @@ def test_an_override_typo_names_the_study_file_and_where_it_was_written(tmp_path
     with pytest.raises(ConfigError) as err:
         run_study(spec, "tiny", "cpu", tmp_path / "out", tmp_path / "runs", sets=sets, log=lambda s: None)
     assert str(err.value).startswith(said), str(err.value)
+
+
+# Labels are strings (spec._labels: "YAML may give a label as a number (64:): labels are strings"): a grid label
+# written as a YAML boolean (``true:``) is the label 'True', and a scale's ``only``, a claim arm's or a page table's
+# ``where`` naming it as a boolean selects it, as a number selects ``64``.
+
+
+def test_a_boolean_label_is_selected_by_only_and_where_as_written(tmp_path):
+    data = copy.deepcopy(TINY)
+    data["runs"]["grid"]["bias"] = {True: ["model.bias=true"], False: ["model.bias=false"]}
+    data["runs"]["name"] = "L{length}_s{seed}_{model}_{bias}"
+    data["scales"]["cpu"] = {"only": {"bias": [True]}}
+    data["claims"][0]["a"]["where"]["bias"] = False
+    data["claims"][0]["b"]["where"]["bias"] = [True]
+    data["report"]["README.md"][0]["table"]["where"] = {"bias": True}
+    spec = load_study(write(tmp_path / "s.yaml", **data))
+    assert spec.runs.axes["bias"] == ["True", "False"]
+    assert [p.name for p in expand(spec, "cpu")] == ["L8_s0_baseline_True", "L8_s0_eqt_True"]
+    assert spec.claims[0].a.where == {"model": "eqt", "bias": "False"}
+    assert spec.claims[0].b.where == {"model": "baseline", "bias": ["True"]}
+    assert spec.report["README.md"][0].table.where == {"bias": "True"}
