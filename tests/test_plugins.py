@@ -10,6 +10,7 @@ import pytest
 
 from energyformer import plugins
 from energyformer.utils.validate import ConfigError
+import json
 
 
 @pytest.fixture
@@ -102,3 +103,60 @@ def test_an_unknown_kind_error_hints_at_plugins_once():
 def test_a_module_inside_a_plugins_package_is_covered_by_it():
     assert plugins.covered("efprobe_lab.energies", [{"module": "efprobe_lab"}])
     assert not plugins.covered("efprobe_lab2", [{"module": "efprobe_lab"}])
+
+
+# Plugin files whose module name is taken, and recorded plugins that are gone (plugins module docstrings): a file
+# plugin named like a module already imported from elsewhere is refused (importing it would silently keep the other
+# module, and the run would record a plugin that never ran); a run whose recorded plugin file is gone and whose module
+# does not import says both, in one line.
+
+
+def test_a_plugin_file_named_like_an_imported_module_is_refused(tmp_path, forget):
+    path = tmp_path / "json.py"  # `json` is imported already, from the standard library
+    path.write_text("RAN = True\n")
+    with pytest.raises(ConfigError, match=r"another module named 'json' is already imported .*rename the plugin file"):
+        plugins.import_plugins([str(path)])
+    assert not hasattr(sys.modules["json"], "RAN")
+    assert all(p.get("file") != str(path) for p in plugins.LOADED_PLUGINS)
+
+
+def test_a_run_whose_plugin_file_is_gone_says_so_and_that_its_module_does_not_import(tmp_path, forget):
+    gone = tmp_path / "efprobe_gone.py"
+    (tmp_path / "run_info.json").write_text(json.dumps({"plugins": [{"module": "efprobe_gone", "file": str(gone)}]}))
+    with pytest.raises(ConfigError) as err:
+        plugins.load_recorded_plugins(tmp_path)
+    msg = str(err.value)
+    assert (f"was trained with the plugin module 'efprobe_gone' (file {gone}), which is no longer there, and no "
+            f"module 'efprobe_gone' imports: ModuleNotFoundError") in msg, msg
+    assert "\n" not in msg
+
+
+def test_a_kind_from_a_module_whose_name_only_starts_with_energyformer_is_a_plugins():
+    """Only the ``energyformer`` package's own modules are the library: ``energyformer_contrib`` is a plugin, and a
+    run using its kind records it (eval, generate and export import it again)."""
+    from energyformer.utils.config import KindConfig
+
+    class ContribConfig(KindConfig):
+        kind: str = "contrib"
+
+    class OwnConfig(KindConfig):
+        kind: str = "own"
+
+    ContribConfig.__module__ = "energyformer_contrib.attention"
+    OwnConfig.__module__ = "energyformer.models.own"
+    assert plugins.foreign_kinds({"a": ContribConfig(), "b": OwnConfig()}) == [
+        ("a.kind", "contrib", "energyformer_contrib.attention")]
+
+
+def test_a_kind_defined_in_the_running_script_is_warned_about_not_recorded(forget):
+    """A kind from ``__main__`` cannot be imported again by eval / generate / export: a warning says so, and the
+    run records no ``__main__`` plugin (which would import the wrong script, or none)."""
+    from energyformer.utils.config import KindConfig
+
+    class ScriptConfig(KindConfig):
+        kind: str = "mine"
+
+    ScriptConfig.__module__ = "__main__"
+    with pytest.warns(UserWarning, match=r"a.kind = 'mine' is defined in the script being run \(__main__\)"):
+        got = plugins.run_plugins({"a": ScriptConfig()})
+    assert got == list(plugins.LOADED_PLUGINS)
