@@ -7,28 +7,22 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+from pathlib import Path
 
 import pytest
 
 import energyformer.demo as demo
 from energyformer.cli import main
 
-
-TINY = ["model.dim=16", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "task.seq_len=16",
-        "task.batch_size=2", "task.eval_batch_size=2", "task.eval_max_batches=1", "train.progress=false",
-        "train.tensorboard=false", "train.eval_every=0"]
-
-
-def _sets(items):
-    return [a for kv in items for a in ("--set", kv)]
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+from cli_tiny import TINY, train_tiny  # noqa: E402
+from cli_tiny import sets as _sets  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs")
-    assert main(["train", "lm/llama", *_sets(TINY + ["train.steps=2", "train.save_every=1",
-                                                      "train.keep_checkpoints=0", "name=tiny", f"out_dir={out}"])]) == 0
-    return out / "tiny"
+    return train_tiny(tmp_path_factory.mktemp("runs"))
 
 
 def test_a_non_finite_metric_fails_the_evaluation(trained, tmp_path, capsys, monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import warnings
 from pathlib import Path
 
@@ -14,14 +15,9 @@ from energyformer.cli import main
 from energyformer.experiment import RunConfig
 from energyformer.utils.config_help import config_fields
 
-TINY = ["model.dim=16", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "task.seq_len=16",
-        "task.batch_size=2", "task.eval_batch_size=2", "task.eval_max_batches=1", "train.progress=false",
-        "train.tensorboard=false", "train.eval_every=0"]
-
-
-def _sets(items):
-    return [a for kv in items for a in ("--set", kv)]
-
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+from cli_tiny import TINY, train_tiny  # noqa: E402
+from cli_tiny import sets as _sets  # noqa: E402
 
 def _one_line_error(capsys, code, argv) -> str:
     got = main(argv)
@@ -33,10 +29,7 @@ def _one_line_error(capsys, code, argv) -> str:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs")
-    assert main(["train", "lm/llama", *_sets(TINY + ["train.steps=2", "train.save_every=1",
-                                                      "train.keep_checkpoints=0", "name=tiny", f"out_dir={out}"])]) == 0
-    return out / "tiny"
+    return train_tiny(tmp_path_factory.mktemp("runs"))
 
 
 def test_text_file_inputs(trained, tmp_path, capsys):

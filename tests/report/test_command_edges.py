@@ -29,10 +29,16 @@ def _repo(tmp_path):
     return repo
 
 
-def test_an_unregistered_page_fails_the_check_and_is_named(tmp_path, capsys):
+def _repo_with_a_typed_page(tmp_path, capsys):
+    """The rendered toy repo plus a page no entry registers (docs/results/toy/typed.md); the output so far read."""
     repo = _repo(tmp_path)
     (repo / "docs/results/toy/typed.md").write_text("# typed\n")
     capsys.readouterr()
+    return repo
+
+
+def test_an_unregistered_page_fails_the_check_and_is_named(tmp_path, capsys):
+    repo = _repo_with_a_typed_page(tmp_path, capsys)
     assert run(["--check", "--root", str(repo)], REG) == 1
     out = capsys.readouterr().out
     assert f"{'UNREGISTERED':13s} docs/results/toy/typed.md: no page entry says how it is made" in out
@@ -75,9 +81,7 @@ def test_an_in_place_render_prints_one_line_per_page_and_no_diff(tmp_path, capsy
 
 
 def test_list_names_pages_artifacts_and_unregistered_files(tmp_path, capsys):
-    repo = _repo(tmp_path)
-    (repo / "docs/results/toy/typed.md").write_text("# typed\n")
-    capsys.readouterr()
+    repo = _repo_with_a_typed_page(tmp_path, capsys)
     assert run(["--list", "--root", str(repo)], REG) == 0
     out = capsys.readouterr().out
     assert "toy" in out and "python render_toy.py DIR" in out

@@ -7,7 +7,7 @@ import pytest
 from energyformer.studies import expand, known_studies, load_study
 from energyformer.utils.validate import ConfigError
 
-from .tiny import TINY, write
+from .tiny import TINY, refused, write
 
 
 def _err(tmp_path, mutate) -> str:
@@ -154,15 +154,6 @@ def test_probe_arms_and_aggregates_are_validated(tmp_path):
 # claim's).
 
 
-def _refused(tmp_path, edit) -> str:
-    data = copy.deepcopy(TINY)
-    edit(data)
-    with pytest.raises(ConfigError) as err:
-        load_study(write(tmp_path / "s.yaml", **data))
-    assert "\n" not in str(err.value)
-    return str(err.value)
-
-
 @pytest.mark.parametrize("edit, said", [
     (lambda d: d["runs"].update(config={"model": {"baseline": "eqt/baseline"}, "m2": {"eqt": "eqt/eqt"}}),
      "runs.config: ['m2', 'model']: give one axis of configs"),
@@ -185,7 +176,7 @@ def _refused(tmp_path, edit) -> str:
 ], ids=["two-config-axes", "name-placeholder-no-axis", "config-axis-also-grid", "arm-of-nothing", "arm-a-a-number",
         "duplicate-claim-id", "per-no-axis", "render-not-a-hook", "arm-without-metric"])
 def test_a_structural_mistake_is_refused_naming_it(tmp_path, edit, said):
-    assert said in _refused(tmp_path, edit)
+    assert said in refused(tmp_path, edit)
 
 
 # load_study reads ``studies/<name>.yaml`` or a YAML path (its docstring): a ``.yml`` path is a path too, not a study

@@ -8,32 +8,23 @@ import pytest
 from energyformer.studies import expand, load_study
 from energyformer.utils.validate import ConfigError
 
-from .tiny import TINY, write
-
-
-def _err(tmp_path, mutate) -> str:
-    data = copy.deepcopy(TINY)
-    mutate(data)
-    with pytest.raises(ConfigError) as e:
-        load_study(write(tmp_path / "s.yaml", **data))
-    assert "\n" not in str(e.value)
-    return str(e.value)
+from .tiny import TINY, refused, write
 
 
 def test_study_and_scale_seeds_are_distinct_seeds_as_on_the_command_line(tmp_path):
     """``seeds: [0, 0]`` and ``seeds: [-1]`` loaded (--seeds refuses both): one run trained twice, a negative seed."""
-    assert "seeds = [0, 0]: a seed is given twice" in _err(tmp_path, lambda d: d.update(seeds=[0, 0]))
-    assert "seeds[0] = -1: input should be greater than or equal to 0" in _err(tmp_path, lambda d: d.update(seeds=[-1]))
-    assert "scales.cpu.seeds = [1, 1]: a seed is given twice" in _err(
+    assert "seeds = [0, 0]: a seed is given twice" in refused(tmp_path, lambda d: d.update(seeds=[0, 0]))
+    assert "seeds[0] = -1: input should be greater than or equal to 0" in refused(tmp_path, lambda d: d.update(seeds=[-1]))
+    assert "scales.cpu.seeds = [1, 1]: a seed is given twice" in refused(
         tmp_path, lambda d: d["scales"]["cpu"].update(seeds=[1, 1]))
-    assert "scales.gpu.seeds[1] = -2" in _err(tmp_path, lambda d: d["scales"]["gpu"].update(seeds=[0, -2]))
+    assert "scales.gpu.seeds[1] = -2" in refused(tmp_path, lambda d: d["scales"]["gpu"].update(seeds=[0, -2]))
 
 
 def test_a_tolerance_on_better_and_paired_against_a_number_are_refused(tmp_path):
     """Both were accepted and ignored: the claim was decided by another rule than the one written."""
-    msg = _err(tmp_path, lambda d: d["claims"][0].update(tolerance=0.5))
+    msg = refused(tmp_path, lambda d: d["claims"][0].update(tolerance=0.5))
     assert "claim 'gain': tolerance = 0.5 applies to claim: not_worse or equal, not better" in msg
-    msg = _err(tmp_path, lambda d: d["claims"][0].update(b={"value": 90.0}))     # TINY's claim is paired
+    msg = refused(tmp_path, lambda d: d["claims"][0].update(b={"value": 90.0}))     # TINY's claim is paired
     assert "claim 'gain': paired: true needs per-seed values on both sides; b is a fixed value (90)" in msg
     data = copy.deepcopy(TINY)
     data["claims"][0].update(claim="not_worse", tolerance=0.5)

@@ -33,3 +33,20 @@ def write(path: Path, **changes) -> Path:
     data = {**TINY, **changes}
     path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     return path
+
+
+def refused(tmp_path: Path, edit) -> str:
+    """The one-line ConfigError that loading TINY after ``edit(data)`` (in place, on a copy) gives."""
+    import copy
+
+    import pytest
+
+    from energyformer.studies import load_study
+    from energyformer.utils.validate import ConfigError
+
+    data = copy.deepcopy(TINY)
+    edit(data)
+    with pytest.raises(ConfigError) as err:
+        load_study(write(tmp_path / "s.yaml", **data))
+    assert "\n" not in str(err.value)
+    return str(err.value)
