@@ -4,11 +4,17 @@ name), the model keys a task sets (resolve) and a run directory's checks and sum
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from energyformer.experiment import (RunConfig, build_task, load_run_config, load_trained, resolve, resolve_config_path,
                                      run_experiment)
 from energyformer.utils.validate import ConfigError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+from cli_tiny import TINY  # noqa: E402
 
 
 def test_model_kind_defaults_to_the_tasks_first_model_kind():
@@ -46,11 +52,8 @@ def test_a_missing_yaml_path_is_named_as_a_file(missing, tmp_path, monkeypatch):
 # while the key's default given explicitly is not a choice and is filled in as if unset.
 
 
-TINY_MODEL = ["model.dim=16", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "task.seq_len=16"]
-
-
 def test_a_model_key_the_task_sets_given_another_value_is_refused():
-    cfg = load_run_config("lm/llama", TINY_MODEL + ["model.vocab_size=10"])
+    cfg = load_run_config("lm/llama", TINY + ["model.vocab_size=10"])
     with pytest.raises(ConfigError, match=r"model.vocab_size = 10: the 'lm' task sets it \(\d+ here.*leave "
                                           r"model.vocab_size unset"):
         resolve(cfg, build_task(cfg, rank=0))
@@ -60,7 +63,7 @@ def test_a_model_key_the_task_sets_given_its_default_or_the_tasks_value_is_fille
     from energyformer.models import MODELS
 
     default = MODELS.get("transformer").config.model_fields["vocab_size"].default
-    sets = TINY_MODEL + ["task.tokenizer=bytes"]  # a vocabulary other than the default's
+    sets = TINY + ["task.tokenizer=bytes"]  # a vocabulary other than the default's
     cfg = load_run_config("lm/llama", sets)
     want = resolve(cfg, build_task(cfg, rank=0)).model.vocab_size
     assert want != default
@@ -72,11 +75,6 @@ def test_a_model_key_the_task_sets_given_its_default_or_the_tasks_value_is_fille
 # A run directory's checks and summary (experiment.py): a new run on top of old checkpoints names the newest one (the
 # one --resume continues from); eval of a path that is a file says it is no run directory; a resumed run's tokens/s is
 # over its training time across resumes (the docstring's rule), not this call's.
-
-
-TINY = ["model.dim=16", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "task.seq_len=16",
-        "task.batch_size=2", "task.eval_batch_size=2", "task.eval_max_batches=1", "train.progress=false",
-        "train.tensorboard=false", "train.eval_every=0"]
 
 
 def _cfg(tmp_path, *more):

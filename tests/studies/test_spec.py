@@ -171,10 +171,13 @@ def test_probe_arms_and_aggregates_are_validated(tmp_path):
      "claims[gain].per = 'width': allowed axes model, length"),
     (lambda d: d.pop("report") and d.update(render="no_colon"),
      "render = 'no_colon': must be module:function"),
+    (lambda d: d["metrics"].update(acc2="no_colon"), "metric 'acc2' = 'no_colon': must be module:function"),
+    (lambda d: d.update(probes={"mem": "a b"}), "probe 'mem' = 'a b': must be module:function"),
     (lambda d: d["claims"][0]["a"].pop("metric"),
      "claim 'gain': an arm over runs or a probe needs a metric"),
 ], ids=["two-config-axes", "name-placeholder-no-axis", "config-axis-also-grid", "arm-of-nothing", "arm-a-a-number",
-        "duplicate-claim-id", "per-no-axis", "render-not-a-hook", "arm-without-metric"])
+        "duplicate-claim-id", "per-no-axis", "render-not-a-hook", "metric-not-a-hook", "probe-not-a-hook",
+        "arm-without-metric"])
 def test_a_structural_mistake_is_refused_naming_it(tmp_path, edit, said):
     assert said in refused(tmp_path, edit)
 
