@@ -167,7 +167,8 @@ def test_sigterm_stops_the_study_with_exit_status_143(tmp_path):
     assert e.value.code == 128 + signal.SIGTERM
 
 
-def test_a_signal_while_a_step_is_applied_waits_for_the_step(tmp_path):
+def test_a_signal_while_a_step_is_applied_waits_for_the_step(tmp_path, monkeypatch):
+    monkeypatch.setattr(SeeTrainer, "trainer", None)  # the fake trainer set below is not left to later tests
     done = []
 
     def train(plan, *args, out):
