@@ -169,6 +169,9 @@ def test_sigterm_stops_the_study_with_exit_status_143(tmp_path):
 
 def test_a_signal_while_a_step_is_applied_waits_for_the_step(tmp_path, monkeypatch):
     monkeypatch.setattr(SeeTrainer, "trainer", None)  # the fake trainer set below is not left to later tests
+    # a background job (`cmd &` in a shell without job control, as CI may start pytest) inherits SIGINT ignored, which
+    # the scheduler rightly keeps: give this process Python's own Ctrl-C for the test, and restore the old disposition
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     done = []
 
     def train(plan, *args, out):
@@ -181,6 +184,9 @@ def test_a_signal_while_a_step_is_applied_waits_for_the_step(tmp_path, monkeypat
             done.append("not reached")
         return {"name": plan.name}
 
-    with pytest.raises(KeyboardInterrupt):
-        _serial(tmp_path, train, [], [])
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _serial(tmp_path, train, [], [])
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert done == ["step applied"]
