@@ -43,8 +43,9 @@ import re
 import sys
 from pathlib import Path
 
-from energyformer.energies.cem_compile import (GATHER_KERNELS, GRID_KERNELS, SHARED_LIMIT_SM90, CompilerUnavailable,
-                                               resources)
+from energyformer.energies.cem_compile import (GATHER_KERNELS, GRID_KERNELS, SHARED_LIMIT_SM90, STACK_KERNELS,
+                                               CompilerUnavailable, resources)
+from energyformer.energies.cem_launch import KernelTiles
 
 TILES = "16x64w4,64x32w4,128x32w8,64x64w4"
 
@@ -75,19 +76,36 @@ def ordered(base: dict[str, dict], product_order: str = "auto") -> dict[str, dic
             for name, kw in base.items() for order in product_order.split(",")}
 
 
+def heads_shape(text: str) -> tuple[int, int]:
+    """``--heads HxR``: H heads of R dimensions (GPT-2 small: 12x64)"""
+    m = re.fullmatch(r"(\d+)x(\d+)", text.strip())
+    if m is None or int(m[1]) < 1 or int(m[2]) < 1:
+        raise SystemExit(f"--heads: {text!r} is not HxR with H, R >= 1 (e.g. 12x64: 12 heads of 64)")
+    return int(m[1]), int(m[2])
+
+
 def cases(tiles: str, stages: str, dim: int, head_sums: str = "atomic",
-          shared_dtype: str = "accumulation", psum_keys: str = "") -> dict[str, dict]:
-    """launch_meta keywords per launch; ``psum_keys`` (a comma list, gathered head sums only; "": the default)"""
+          shared_dtype: str = "accumulation", psum_keys: str = "", heads: tuple[int, int] = (12, 64),
+          readout: str = "sum", x_cols: int | None = None) -> dict[str, dict]:
+    """launch_meta keywords per launch; ``psum_keys`` (a comma list, gathered head sums only; "": the default);
+    ``heads`` (H, R); ``readout`` a comma list of h read-outs ('sum': the head-summed one, 'stack': per-head factors,
+    the paper configuration's, launched as the energy launches it, ``KernelTiles.launch``); ``x_cols`` the extra
+    value columns per head (the paper's rank-4 low-rank bank: 8), None for none"""
     out = {}
-    for t, st, hsum, sd in itertools.product(tiles.split(","), stages.split(","), head_sums.split(","),
-                                             shared_dtype.split(",")):
+    for t, st, hsum, sd, ro in itertools.product(tiles.split(","), stages.split(","), head_sums.split(","),
+                                                 shared_dtype.split(","), readout.split(",")):
         bm, bn, w = _tile(t, "--tiles")
+        if ro not in ("sum", "stack"):
+            raise SystemExit(f"--readout: {ro!r} is not 'sum' or 'stack'")
         for pk in (psum_keys.split(",") if psum_keys and hsum != "atomic" else [""]):
             extra = "" if (hsum, sd) == ("atomic", "accumulation") else f", head sums {hsum}, shared {sd}"
             extra += f", psum_keys {pk}" if pk else ""
+            extra += ", per-head factors" if ro == "stack" else ""
+            extra += f", {x_cols} value columns" if x_cols else ""
             out[f"{bm}×{bn}, {w} warps, {st} stage(s){extra}"] = dict(
-                heads=12, head_dim=64, dim=dim, block_m=bm, block_n=bn, num_warps=w, num_stages=int(st),
-                grid="heads", head_sums=hsum, shared_dtype=sd, **({"psum_keys": int(pk)} if pk else {}))
+                heads=heads[0], head_dim=heads[1], dim=dim, block_m=bm, block_n=bn, num_warps=w, num_stages=int(st),
+                grid="heads", head_sums=hsum, shared_dtype=sd, **({"psum_keys": int(pk)} if pk else {}),
+                **({"h_mode": ro} if ro != "sum" else {}), **({"x_cols": x_cols} if x_cols else {}))
     return out
 
 
@@ -118,6 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tiles", default=TILES, help="comma-separated MxNwW launches (block_m x block_n, W warps)")
     ap.add_argument("--stages", default="1,2,3", help="comma-separated num_stages values")
     ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--heads", default="12x64", help="HxR: H heads of R dimensions (default: GPT-2 small's 12x64)")
+    ap.add_argument("--readout", default="sum",
+                    help="comma-separated h read-outs: sum (head-summed), stack (per-head factors: the paper "
+                         "configuration, which also launches _dv_h)")
+    ap.add_argument("--x-cols", type=int, help="extra value columns per head (the paper's rank-4 bank: 8)")
     ap.add_argument("--head-sums", default="atomic", help="comma-separated KernelTiles.head_sums values")
     ap.add_argument("--shared-dtype", default="accumulation", help="comma-separated KernelTiles.shared_dtype values")
     ap.add_argument("--psum-keys", default="", help="comma-separated KernelTiles.psum_keys values (gathered sums)")
@@ -132,24 +155,33 @@ def main(argv: list[str] | None = None) -> None:
         heads = tuple(k for k in GRID_KERNELS if not (head_sums == "gather_all" and k == "_bwd_d_h"))
         return heads + GATHER_KERNELS[:{"atomic": 0, "gather": 1, "gather_all": 2}[head_sums]]
 
-    kernels = tuple(dict.fromkeys(k for h in a.head_sums.split(",") for k in GRID_KERNELS + launched(h)))
-    if a.kv:
-        kernels = ("_bwd_kv_h",)
+    def launched_case(kw: dict) -> tuple[str, ...]:  # the head sums the launch forms ('auto' resolved); stack: _dv_h
+        hmode = kw.get("h_mode", "sum")
+        tiles = KernelTiles(**{k: v for k, v in kw.items() if k in KernelTiles.model_fields}).launch(hmode)
+        return launched(tiles.head_sums_for(hmode)) + (STACK_KERNELS if hmode == "stack" else ())
+
+    shape = heads_shape(a.heads)
     try:
-        all_cases = cases(a.tiles, a.stages, a.dim, a.head_sums, a.shared_dtype, a.psum_keys)
+        all_cases = cases(a.tiles, a.stages, a.dim, a.head_sums, a.shared_dtype, a.psum_keys, shape, a.readout,
+                          a.x_cols)
         if a.kv:
             all_cases = kv_cases(all_cases, a.kv)
         all_cases = ordered(all_cases, a.product_order)
+        kernels = ("_bwd_kv_h",) if a.kv else tuple(dict.fromkeys(k for kw in all_cases.values()
+                                                                  for k in GRID_KERNELS + launched_case(kw)))
         res = {}
         for name, kw in all_cases.items():  # _psum_h only where the head sums are gathered
-            res.update(resources({name: kw}, kernels=kernels if a.kv else launched(kw["head_sums"])))
+            res.update(resources({name: kw}, kernels=kernels if a.kv else launched_case(kw)))
     except CompilerUnavailable as err:
         print(f"unavailable: triton cannot compile for sm_90 here: {err}")
         sys.exit(3)
     import triton
 
-    text = "\n".join([f"triton {triton.__version__}, sm_90a, bf16, H 12 × R 64, D {a.dim}, causal, ALiBi + self bias, "
-                      "h read-out 'sum', one program per head; registers per thread (255: the cap), spill stores "
+    readouts = " / ".join(f"'{r}'" for r in a.readout.split(","))
+    cols = f", {a.x_cols} extra value columns per head" if a.x_cols else ""
+    text = "\n".join([f"triton {triton.__version__}, sm_90a, bf16, H {shape[0]} × R {shape[1]}, D {a.dim}, causal, "
+                      f"ALiBi + self bias, h read-out {readouts}{cols}, one program per head; registers per thread "
+                      "(255: the cap), spill stores "
                       "per thread, shared memory per block (limit 227 KiB); products on wgmma: the share of a "
                       "program's tensor-core multiply-adds that its PTX issues as Hopper's wgmma rather than as "
                       "mma.sync (`cem_compile.mma_work`: every instruction once, times the warps or warpgroups that "

@@ -3,6 +3,8 @@ its tiles (a count and a model: nothing here is timed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from .bench_script import load_bench
@@ -106,3 +108,33 @@ def test_dq_atomics_fall_with_the_keys_the_key_tile_kernel_owns(fl, name):
     reads = n * 2 * (2 * d) * (n / 32 - n / 256)  # 2-byte rows of 2 D, read n / (2 · keys owned) times
     assert same[0] - own[0] == pytest.approx(fl.dq_atomics(n, d, 16) - fl.dq_atomics(n, d, 128) + reads)
     assert own[1] == same[1]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+FLOPS_PAGE = ROOT / "docs/results/cem/cem_flops.md"
+
+
+def _sections(text: str) -> dict[str, str]:
+    """{'## ...' heading: the code block under it} of the committed cem_flops.md"""
+    out = {}
+    for part in text.split("\n## ")[1:]:
+        head, _, rest = part.partition("\n")
+        out[head.strip()] = rest.split("```\n", 2)[1]
+    return out
+
+
+def test_the_committed_counts_are_the_scripts_output_today(fl, capsys):
+    """docs/results/cem/cem_flops.md (quoted by docs/cem.md) is the script's output for each argument set it names: a
+    change of the counts or the tile model must re-commit it (pure arithmetic: no timing in it)."""
+    got = _sections(FLOPS_PAGE.read_text())
+    assert set(got) == {"(default arguments)", "--shared-bytes 2", "--kernel-tiles 16 16", "--causal-chunks 8"}
+    for head, block in got.items():
+        fl.main([] if head.startswith("(") else head.split())
+        assert capsys.readouterr().out == block, f"cem_flops.md section {head!r} differs from the script's output"
+
+
+def test_the_docs_typed_run_is_the_committed_one():
+    """docs/cem.md quotes the default run verbatim: it equals the committed artifact's section."""
+    doc = (ROOT / "docs/cem.md").read_text()
+    quoted = doc.split("```\n$ python benchmarks/cem_flops.py\n", 1)[1].split("```\n", 1)[0]
+    assert quoted == _sections(FLOPS_PAGE.read_text())["(default arguments)"]

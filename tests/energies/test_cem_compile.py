@@ -108,9 +108,8 @@ STACK_CASES = {
 @pytest.mark.parametrize("case", STACK_CASES)
 def test_per_head_factors_on_one_program_per_head_fit(case):
     """Shared memory within half the limit; at the 64 × 32 tiles under the register cap without more spilling
-    (the default 16 × 64 tiles spill a few words in ``_bwd_kv_h`` with extra value columns, per-head factors or
-    not: measured 36 B with the head-summed read-out, 84 B with per-head factors, so only the shared memory
-    is held there)."""
+    (the default 16 × 64 tiles spill in ``_bwd_kv_h`` and ``_bwd_d_h`` with per-head factors — 112 B and 8 B with
+    triton 3.9, docs/results/cem/paper_heads_resources.md — so only the shared memory is held there)."""
     kernels = cem_compile.GRID_KERNELS + cem_compile.STACK_KERNELS
     got = compile_or_skip({case: STACK_CASES[case]}, kernels)[case]
     assert sorted(got) == sorted(kernels)
@@ -199,6 +198,24 @@ def test_heads_resources_script_crosses_the_launch_options_and_marks_kernels_not
     rows = mod.table(res, cem_compile.GRID_KERNELS + cem_compile.GATHER_KERNELS)[2:]
     assert rows[0].endswith("| — (not launched) | — (not launched) | yes |")
     assert rows[1].endswith("| 100 (8), 1 | — (not launched) | no |")
+
+
+def test_heads_resources_script_takes_the_heads_the_read_out_and_value_columns(load_script):
+    """``--heads HxR``, ``--readout sum,stack`` and ``--x-cols`` (docs/results/cem/heads_d2048_resources.md,
+    paper_heads_resources.md): the launcher's keywords carry them, the case names say them, a bad shape is refused."""
+    mod = load_script("scripts/cem_heads_resources.py")
+    assert mod.cases("64x32w4", "1", 768) == {"64×32, 4 warps, 1 stage(s)": dict(
+        heads=12, head_dim=64, dim=768, block_m=64, block_n=32, num_warps=4, num_stages=1, grid="heads",
+        head_sums="atomic", shared_dtype="accumulation")}   # the defaults' keywords and names as before
+    got = mod.cases("64x32w4", "1", 2048, "auto", "auto", "", mod.heads_shape("16x128"), "sum,stack", 8)
+    assert [(c["heads"], c["head_dim"], c.get("h_mode", "sum"), c["x_cols"]) for c in got.values()] == [
+        (16, 128, "sum", 8), (16, 128, "stack", 8)]
+    assert [n.endswith(e) for n, e in zip(got, ("8 value columns", "per-head factors, 8 value columns"))] == [True] * 2
+    for bad in ("12", "0x64", "12x"):
+        with pytest.raises(SystemExit, match="--heads"):
+            mod.heads_shape(bad)
+    with pytest.raises(SystemExit, match="--readout"):
+        mod.cases("64x32w4", "1", 768, readout="per_head")
 
 
 def test_heads_resources_script_gives_the_key_tile_kernel_its_own_tiles(load_script):

@@ -341,6 +341,20 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "gather --shared-dtype operand --kv 16x64w4,...,128x64w8 --product-order auto,queries --title ... --out "
              "DIR/tensor_cores_kv.md` (issue 21: the key-tile kernel's products on wgmma by its own tiles and the "
              "order it forms them in, sm_90, compiled without a GPU)"),
+    Artifact(f"{RESULTS}/cem", "heads_d2048_resources.md",
+             "verbatim output of `python scripts/cem_heads_resources.py --tiles 16x64w4,64x32w4 --stages 1 --dim 2048 "
+             "--heads 16x128 --title ... --out DIR/heads_d2048_resources.md` (issue 21: one program per head at D "
+             "2,048, sm_90, compiled without a GPU)"),
+    Artifact(f"{RESULTS}/cem", "paper_heads_resources.md",
+             "verbatim output of `python scripts/cem_heads_resources.py --tiles 16x64w4,64x32w4 --stages 1 --head-sums "
+             "auto --shared-dtype auto --readout sum,stack --x-cols 8 --product-order queries,auto --title ... --out "
+             "DIR/paper_heads_resources.md` (issue 21: the paper configuration's per-head factors and value columns on "
+             "one program per head: registers, spills, shared memory, products on wgmma, sm_90, compiled without a "
+             "GPU)"),
+    Artifact(f"{RESULTS}/cem", "cem_flops.md",
+             "output of `python benchmarks/cem_flops.py [ARGS]` for the four argument sets it names (issue 21, item 1: "
+             "FLOPs and tile-model bytes per formulation; quoted by docs/cem.md, pinned by "
+             "tests/benchmarks/test_cem_flops.py)"),
     Artifact(f"{RESULTS}/cem", "cem_flops_kv.md",
              "output of `python benchmarks/cem_flops.py --ns 1024 4096 --shared-bytes 2 --heads-tiles 16 64|64 32 "
              "--kv-keys 16|128` (issue 21: FLOPs, tile-model bytes and the key-tile kernel's dq atomics, counted)"),
