@@ -103,8 +103,8 @@ def render_pages(name: str, spec: StudySpec, out: Path) -> list[Path]:
     return [*written, out / "README.md"]
 
 
-def main(name: str, argv: list[str] | None = None) -> int:
-    spec = load_study(name)
+def parser(name: str, spec: StudySpec) -> argparse.ArgumentParser:
+    """``energyformer reproduce NAME``'s options for the study ``spec`` (its scales and axes in the help)."""
     p = argparse.ArgumentParser(prog=f"energyformer reproduce {name}", description=spec.title)
     default_scale = "cpu" if "cpu" in spec.scales else None
     p.add_argument("--scale", choices=list(spec.scales), default=None, help=f"(default {default_scale})")
@@ -119,7 +119,13 @@ def main(name: str, argv: list[str] | None = None) -> int:
     p.add_argument("--runs", default=None, help=f"run directories (default runs/{name}/SCALE)")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing; re-render OUT's pages from the records committed in OUT")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(name: str, argv: list[str] | None = None) -> int:
+    spec = load_study(name)
+    default_scale = "cpu" if "cpu" in spec.scales else None
+    a = parser(name, spec).parse_args(argv)
     if a.report_only:  # it renders every scale's records as they are: options of a run would be ignored
         given = [opt for opt, v in (("--scale", a.scale), ("--seeds", a.seeds), ("--jobs", a.jobs),
                                     ("--set", a.sets), ("--only", a.only), ("--runs", a.runs)) if v]
