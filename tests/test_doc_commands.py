@@ -7,8 +7,11 @@ commands to check."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -162,3 +165,23 @@ def test_a_wrong_option_or_config_in_the_docs_would_be_caught(tmp_path):
     with pytest.raises(AssertionError, match="the docs show"):   # a documented error the CLI no longer gives
         test_a_documented_command_is_accepted("x.md:7", ["config", "lm/llama", "--set", "task.kind=sudokuu"],
                                               "task.kind = 'sudoku': something else")
+
+
+def python_examples(path: Path) -> list[str]:
+    """the ```python blocks of ``path``, in order"""
+    return re.findall(r"^```python\n(.*?)^```", path.read_text(encoding="utf-8"), flags=re.S | re.M)
+
+
+def test_the_readmes_python_examples_run(tmp_path):
+    """README's "Adding a new energy" examples run as printed, in order, in a fresh process (they register an
+    energy): the block, its descent steps, the public checks; the checks of 'my_attn' / 'my_mlp' (a reader's own
+    kinds) run on the package's llama attention and SwiGLU MLP."""
+    blocks = python_examples(ROOT / "README.md")
+    assert len(blocks) == 2 and "register_energy" in blocks[0] and "check_energy(" in blocks[1]
+    code = "\n".join(blocks).replace('"my_attn"', '"llama"').replace('"my_mlp"', '"swiglu"')
+    code += "\nassert y.shape == (2, 5, 64) and torch.isfinite(y).all()\nprint('examples ran')\n"
+    script = tmp_path / "readme_examples.py"
+    script.write_text(code)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert r.returncode == 0 and "examples ran" in r.stdout, r.stderr[-3000:]
