@@ -180,6 +180,23 @@ def test_evaluate_is_deterministic_and_complete():
     assert "masked accuracy" in task.format_metrics(a)
 
 
+def test_evaluate_without_float64_sums_in_float32(monkeypatch):
+    """On MPS (no float64: the float64 sums were a TypeError, so the task's evaluation failed there) the sums are
+    float32 (``widest_float``, emulated here on the CPU) and the metrics those of the float64 sums."""
+    import energyformer.tasks.masked_images as mi
+
+    cfg = load_run_config(None, TASK + SMALL + ["task.decode_steps=3"])
+    task = build_task(cfg)
+    model = task.build_model(resolve(cfg, task).model)
+    wide = task.evaluate(model, "test")
+    made = []
+    monkeypatch.setattr(mi, "widest_float", lambda device: made.append(device) or torch.float32)
+    narrow = task.evaluate(model, "test")
+    assert made and set(narrow) == set(wide)
+    for key, v in wide.items():
+        assert narrow[key] == pytest.approx(v, rel=1e-5, abs=1e-6), key
+
+
 def test_evaluation_does_not_depend_on_the_eval_batch_size():
     """One generator served the decoding noise of every batch in turn, so an image's noise depended on where the
     batch boundaries fell: decode accuracy, PSNR and SSIM changed with task.eval_batch_size (an outside probe).

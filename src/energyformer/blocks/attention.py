@@ -16,6 +16,7 @@ from torch import Tensor
 
 from ..core.attention import append_cache
 from ..core.context import ForwardContext
+from ..core.precision import widest_float
 
 
 def append_kv_cache(
@@ -36,7 +37,7 @@ def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dt
     (2e-4 at 4,096, 6e-3 at 10^5): a float32 model then drifted from float64 linearly with the position, past
     the scale fuzz's bound from position ~4k on (found by an outside probe at offsets 32k-1M). An exported stock
     ``LlamaForCausalLM`` keeps transformers' float32 angles: the two agree to that error."""
-    adt = torch.float32 if positions.device.type == "mps" else torch.float64
+    adt = widest_float(positions.device)
     inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=adt) / head_dim)
     ang = positions.to(adt)[:, None] * inv[None, :]
     return ang.cos().to(dtype), ang.sin().to(dtype)

@@ -23,6 +23,12 @@ def at_least_float32(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
+def widest_float(device: torch.device | str) -> torch.dtype:
+    """float64, the dtype of exact sums and tables, on every device that has it; float32 on Apple's MPS, which has
+    no float64 (a ``.double()`` or a float64 tensor there is a TypeError)."""
+    return torch.float32 if torch.device(device).type == "mps" else torch.float64
+
+
 def autocast_off(device_type: str) -> contextlib.AbstractContextManager:
     """``torch.autocast(device_type, enabled=False)`` while autocast is on there, else a no-op context: entering
     the autocast context costs about as much host time as a small kernel, paid per call on hot paths."""

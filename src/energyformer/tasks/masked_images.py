@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from ..core.precision import at_least_float32
+from ..core.precision import at_least_float32, widest_float
 from ..data.batching import EpochBatcher, seeded_generator
 from ..data.images import ImageDataset, load_image_dataset, patchify, unpatchify
 from ..data.text import data_dir
@@ -404,7 +404,8 @@ class MaskedImageTask(Task):
         dev = next(model.parameters()).device
         # float64 sums on the model's device, read once after the loop (a float() per batch made the host wait for
         # every batch's forward); the masked positions are selected by ignore_index and & mask, not bool indexing
-        sums = torch.zeros(6, dtype=torch.float64, device=dev)  # ce, correct, masked, decoded, psnr, ssim
+        wide = widest_float(dev)  # float64 sums (float32 on MPS, which has none)
+        sums = torch.zeros(6, dtype=wide, device=dev)  # ce, correct, masked, decoded, psnr, ssim
         n = es["codes"].shape[0]
         try:
             for i in range(0, n, c.eval_batch_size):
@@ -413,8 +414,8 @@ class MaskedImageTask(Task):
                 logits = model(codes, mask, **options).logits.float()                # (b, N, K)
                 ce = F.cross_entropy(logits.flatten(0, 1), codes.masked_fill(~mask, IGNORE).flatten(),
                                      ignore_index=IGNORE, reduction="sum")
-                sums[:3] += torch.stack([ce.double(), ((logits.argmax(-1) == codes) & mask).sum().double(),
-                                         mask.sum().double()])
+                sums[:3] += torch.stack([ce.to(wide), ((logits.argmax(-1) == codes) & mask).sum().to(wide),
+                                         mask.sum().to(wide)])
                 if decode:
                     # each image's own noise (its index in the split): the metrics do not depend on the batching
                     gens = [seeded_generator("mim-decode", c.eval_seed, split, j) for j in range(i, i + len(codes))]
@@ -424,7 +425,7 @@ class MaskedImageTask(Task):
                     target = es["images"][i:i + c.eval_batch_size].float() / 255.0
                     sums[3:] += torch.stack([((filled == codes) & mask).sum().double().cpu(),
                                              psnr(rec, target).sum().double(),
-                                             ssim(rec, target).sum().double()]).to(dev)
+                                             ssim(rec, target).sum().double()]).to(dev, wide)
         finally:
             model.train(was_training)
         sums = dict(zip(("ce", "correct", "masked", "decoded", "psnr", "ssim"), sums.tolist()))
