@@ -86,6 +86,32 @@ def test_cosine_schedule():
     assert int(counts[4][2]) == math.floor(20 * math.cos(math.pi / 4))
 
 
+
+def test_cosine_schedule_makes_no_float64_on_a_device_without_it():
+    """MaskGIT decoding's schedule on a (fake) MPS tensor: no float64 there (a TypeError on MPS), the same counts"""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    seen = []
+    with FakeTensorMode(), _DtypeSpy(seen):
+        cosine_schedule(torch.zeros(4, dtype=torch.long, device="mps"), 3, 8)
+    assert seen and torch.float64 not in seen, seen
+    k0 = torch.arange(0, 5000, 7)
+    assert torch.equal(cosine_schedule(k0, 3, 8), torch.floor(k0 * math.cos(0.5 * math.pi * 3 / 8)).long())
+
+
+class _DtypeSpy(torch.overrides.TorchFunctionMode):
+    """the dtypes of every tensor a torch function returns inside it"""
+
+    def __init__(self, seen: list):
+        super().__init__()
+        self.seen = seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor):
+            self.seen.append(out.dtype)
+        return out
+
 class Spy(torch.nn.Module):
     """Fixed logits (argmax = (position + 3) mod K); records the mask of every call."""
 

@@ -34,6 +34,7 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from ..core.context import ForwardContext
+from ..core.precision import widest_float
 from ..core.trace import Traces
 from ..utils.validate import ConfigError, check_int
 from .init import init_model
@@ -153,7 +154,7 @@ def cosine_schedule(masked: Tensor, step: int, steps: int) -> Tensor:
     check_int("steps", steps, min=1)
     if step >= steps:
         return torch.zeros_like(masked)
-    return torch.floor(masked.double() * math.cos(0.5 * math.pi * step / steps)).long()
+    return torch.floor(masked.to(widest_float(masked.device)) * math.cos(0.5 * math.pi * step / steps)).long()
 
 
 def _gumbel(shape: torch.Size, generator: torch.Generator | Sequence[torch.Generator] | None,
