@@ -97,3 +97,31 @@ def test_a_query_that_sees_no_key_gets_zero_weights_and_a_zero_term_as_in_sdpa()
     torch.testing.assert_close(lse[0, 0, 2], s[0, 0, 2].logsumexp(-1))
     g, = torch.autograd.grad((p * torch.randn_like(p)).sum() + lse.sum(), s)
     assert torch.isfinite(g).all() and g[0, 0, 1].abs().sum() == 0
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_query_that_sees_no_key_gets_zeros_on_cuda_too(dtype):
+    """``masked_softmax`` gives a query with no visible key zero weights because PyTorch's SDPA does (CPU, 2.13):
+    the fused paths call SDPA with the bool mask, and their reference paths use ``masked_softmax``. CUDA's
+    backends for a bool mask (memory-efficient, cuDNN, math) have differed across versions (NaN rows): every one
+    this torch offers must give zeros and a finite gradient, or the fused paths need their own zeroing."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 16, generator=g).to("cuda", dtype).requires_grad_() for _ in range(3))
+    vis = torch.ones(2, 1, 5, 5, dtype=torch.bool, device="cuda")
+    vis[0, :, 2] = False      # query 2 of the first sequence sees no key
+    ran = []
+    for backend in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH):
+        try:
+            with sdpa_kernel(backend):
+                y = sdpa(q, k, v, False, None, mask=vis)
+        except RuntimeError:      # a backend this build or card does not offer for these inputs
+            continue
+        ran.append(backend)
+        assert torch.equal(y[0, :, 2], torch.zeros_like(y[0, :, 2])), (backend, y[0, :, 2])
+        (gq, gk, gv) = torch.autograd.grad(y.float().square().sum(), (q, k, v))
+        assert all(torch.isfinite(t).all() for t in (gq, gk, gv)), backend
+    assert SDPBackend.MATH in ran

@@ -264,3 +264,18 @@ def test_possible_values_are_read():
           "metrics": {"accuracy": {"plain": 100.0, "bad": None}, "board_accuracy": 0.0, "valid_fraction": 1.0,
                       "accuracy_se": 400.0, "accuracy_curve": [[1000, 0.5]], "loss": -3.0}}
     assert _bad_field(ok, "r") is None
+
+
+def test_a_runs_hardware_names_the_card_of_its_device(monkeypatch):
+    """``train.device=cuda:1`` recorded the current card's name (device 0's), not card 1's (an outside review)."""
+    import torch
+
+    from energyformer.studies.runner import hardware
+
+    names = {0: "Card Zero", 1: "Card One"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: names[
+        0 if d is None or getattr(d, "index", d) is None else getattr(d, "index", d)])
+    assert hardware("cuda:1").startswith("Card One GPU") and hardware("cuda").startswith("Card Zero GPU")
+    assert "CPU" in hardware("cpu")

@@ -57,8 +57,8 @@ def config_hash(cfg) -> str:
 
 def hardware(device: str) -> str:
     """One line naming the machine a run trained on."""
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name()} GPU, torch {torch.__version__}"
+    if device.startswith("cuda") and torch.cuda.is_available():  # cuda:N names card N, not the current one
+        return f"{torch.cuda.get_device_name(torch.device(device))} GPU, torch {torch.__version__}"
     return f"{platform.machine()} CPU, {torch.get_num_threads()} thread(s), torch {torch.__version__}"
 
 
