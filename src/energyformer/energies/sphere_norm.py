@@ -214,8 +214,7 @@ def _checked_rms_norm(z: Tensor, eps: float, weight: Tensor | None, autocast: bo
     if _loud(z, eps):  # the flag enters as the norm's gain (a 1 changes no bit): no pass over z beyond r's
         with torch.no_grad(), autocast_off(z.device.type):
             flag = _overflow_flag(z, z.dtype if weight is None else weight.dtype)
-        # the gain materialised (p elements): a kernel may take a stride-0 weight for a contiguous one
-        return plain(z, flag.expand(z.shape[-1]).contiguous() if weight is None else weight * flag)
+        return plain(z, flag.expand(z.shape[-1]) if weight is None else weight * flag)
     no_sync = no_host_sync(z)
     if not no_sync and (not _has_values(z) or z.numel() == 0):
         return plain(z)
