@@ -397,6 +397,12 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "benchmark, issue 21's 'CPU ratios do not regress')"),
     Artifact(f"{RESULTS}/cem", "compare_commits_8a17f28.txt",
              "output of `python benchmarks/compare_commits.py --base 8a17f28` (CEM's CPU step time did not regress)"),
+    Artifact(f"{RESULTS}/core", "make_test_a9e55ff.txt",
+             "`make test` on a fresh clone of a9e55ff with `PYTEST_ADDOPTS=--durations=25`: pytest's slowest tests, "
+             "its summary and the wall time (the README's Tests section)"),
+    Artifact(f"{RESULTS}/core", "make_demo_a9e55ff.txt",
+             "`make demo` on the same fresh clone after its `make test`: the stages' lines and the wall time (the "
+             "README's demo paragraph)"),
     Artifact(f"{RESULTS}/core", "compare_commits_issue19.txt",
              "output of `python benchmarks/compare_commits.py --base 2755fd7` (the core refactor's step-time cost)"),
 )
