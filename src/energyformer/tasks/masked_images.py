@@ -423,7 +423,7 @@ class MaskedImageTask(Task):
                                             c.randomize_temperature, gens, **options)
                     rec = self.tokenizer.decode(filled.cpu())  # the tokeniser decodes on the host
                     target = es["images"][i:i + c.eval_batch_size].float() / 255.0
-                    sums[3:] += torch.stack([((filled == codes) & mask).sum().double().cpu(),
+                    sums[3:] += torch.stack([((filled == codes) & mask).sum().cpu().double(),
                                              psnr(rec, target).sum().double(),
                                              ssim(rec, target).sum().double()]).to(dev, wide)
         finally:
