@@ -21,9 +21,7 @@ def tempered(logits: Tensor, temperature: float) -> Tensor:
     became 0 (0 / 0 = nan: sampling failed) and one above ~3.4e38 became inf (every logit 0: uniform sampling).
     On MPS (no float64: ``.double()`` was a TypeError, so sampling failed there at every temperature > 0) float32,
     with the temperature clamped into the range where float32 keeps those limits."""
-    shifted = logits - logits.amax(-1, keepdim=True)
     dt = widest_float(logits.device)
-    if dt == torch.float64:
-        return shifted.double() / temperature
     lo, hi = _FLOAT32_TEMPERATURES
-    return shifted.to(dt) / min(max(temperature, lo), hi)
+    t = temperature if dt == torch.float64 else min(max(temperature, lo), hi)
+    return (logits - logits.amax(-1, keepdim=True)).to(dt) / t

@@ -393,8 +393,8 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "as one matmul: CPU step time; the per-head preconditioners' form was then kept as it was)"),
     Artifact(f"{RESULTS}/cem", "compare_commits_caca700.txt",
              "output of `python benchmarks/compare_commits.py --base a679d5c --head HEAD --configs lm/llama "
-             "lm/cem_full lm/cem_attn_t2_dlr --rounds 5 --steps 5` at caca700 (CEM's CPU step time since the committed CPU "
-             "benchmark, issue 21's 'CPU ratios do not regress')"),
+             "lm/cem_full lm/cem_attn_t2_dlr --rounds 5 --steps 5` at caca700 (CEM's CPU step time since the "
+             "committed CPU benchmark, issue 21's 'CPU ratios do not regress')"),
     Artifact(f"{RESULTS}/cem", "compare_commits_8a17f28.txt",
              "output of `python benchmarks/compare_commits.py --base 8a17f28` (CEM's CPU step time did not regress)"),
     Artifact(f"{RESULTS}/core", "make_test_a9e55ff.txt",

@@ -103,11 +103,14 @@ def render_pages(name: str, spec: StudySpec, out: Path) -> list[Path]:
     return [*written, out / "README.md"]
 
 
+def default_scale(spec: StudySpec) -> str | None:
+    return "cpu" if "cpu" in spec.scales else None
+
+
 def parser(name: str, spec: StudySpec) -> argparse.ArgumentParser:
     """``energyformer reproduce NAME``'s options for the study ``spec`` (its scales and axes in the help)."""
     p = argparse.ArgumentParser(prog=f"energyformer reproduce {name}", description=spec.title)
-    default_scale = "cpu" if "cpu" in spec.scales else None
-    p.add_argument("--scale", choices=list(spec.scales), default=None, help=f"(default {default_scale})")
+    p.add_argument("--scale", choices=list(spec.scales), default=None, help=f"(default {default_scale(spec)})")
     p.add_argument("--seeds", type=seed, nargs="+", help="seeds (default: the scale's or the study's)")
     p.add_argument("--jobs", type=count, default=None, help="runs trained at once, each in its own process "
                    "(default 1)")
@@ -124,7 +127,6 @@ def parser(name: str, spec: StudySpec) -> argparse.ArgumentParser:
 
 def main(name: str, argv: list[str] | None = None) -> int:
     spec = load_study(name)
-    default_scale = "cpu" if "cpu" in spec.scales else None
     a = parser(name, spec).parse_args(argv)
     if a.report_only:  # it renders every scale's records as they are: options of a run would be ignored
         given = [opt for opt, v in (("--scale", a.scale), ("--seeds", a.seeds), ("--jobs", a.jobs),
@@ -132,7 +134,7 @@ def main(name: str, argv: list[str] | None = None) -> int:
         if given:
             raise ConfigError(f"--report-only trains nothing and renders every scale's records in OUT as they are: "
                               f"{', '.join(given)} would be ignored (allowed with it: --out)")
-    a.scale, a.jobs = a.scale or default_scale, a.jobs or 1
+    a.scale, a.jobs = a.scale or default_scale(spec), a.jobs or 1
     out = Path(a.out)
     if not a.report_only and a.scale == "gpu" and not any(s.startswith("train.device=") for s in a.sets):
         import torch
