@@ -141,7 +141,7 @@ def check(where: str, argv: list[str]) -> None:
         spec = load_study(args.which)
         a = command.parser(args.which, spec).parse_args(list(args.args) + list(extra))
         if not a.report_only:
-            plan.expand(spec, a.scale or "cpu", seeds=a.seeds, only=command.parse_only(a.only), sets=a.sets)
+            plan.expand(spec, a.scale or command.default_scale(spec), seeds=a.seeds, only=command.parse_only(a.only), sets=a.sets)
     else:
         assert not extra, (where, extra)
 
