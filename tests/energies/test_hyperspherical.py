@@ -258,6 +258,44 @@ def test_fused_span_limit_follows_the_sdpa_dtype():
         assert fused_span_limit(v) == SAFE_SPAN[torch.float16]
 
 
+@pytest.mark.parametrize("where", ["cpu", "accelerator"])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_float16_fused_passes_run_in_float32_past_float16s_span(where, autocast, monkeypatch):
+    """float16's span limit (1.8) is below a trained head's span: the fused path made that head NaN where the host
+    is not read (an accelerator: emulated) and fell back to the N x N scores on a CPU. Its SDPA passes now run in
+    float32 and the result, in v's dtype, is float16-close to float64 on both, with float16 tensors or under
+    float16 autocast."""
+    from energyformer.energies import hyperspherical_ops as ops
+
+    if where == "accelerator":
+        monkeypatch.setattr(ops, "host_read_stalls", lambda t: True)
+    monkeypatch.setattr(ops, "bisoftmax_einsum", _refuse)  # no fallback to the materialised scores either
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 3, 40, 8, generator=g, dtype=D64)
+    z[:, :, :30] = z[:, :, :1]  # 30 tokens alike: their normalisers log 30 above the others'
+    z = z / z.pow(2).mean(-1, keepdim=True).sqrt()  # on the sphere of radius √p
+    v = torch.randn(2, 3, 40, 8, generator=g, dtype=D64)
+    beta = 1.0 / math.sqrt(8)
+    r = ops.chunked_lse(z, z, beta)
+    assert float((r.amax(-1) - r.amin(-1)).min()) > 1.4 * ops.SAFE_SPAN[torch.float16]  # every head past it
+    want = _torch_bisoftmax(z, v, beta)
+    dtype = torch.float32 if autocast else torch.float16
+    with torch.autocast("cpu", dtype=torch.float16, enabled=autocast):
+        y, _ = ops.bisoftmax_fused(z.to(dtype), z.to(dtype), v.to(dtype), beta)
+    assert y.dtype == dtype and torch.isfinite(y).all()
+    assert float((y.double() - want).norm() / want.norm()) < 2e-3
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("fell back to the materialised scores")
+
+
+def _torch_bisoftmax(z: torch.Tensor, v: torch.Tensor, beta: float) -> torch.Tensor:
+    """softmax_row(S) V + softmax_col(S) V of S = β z zᵀ in float64, written out here"""
+    s = beta * z @ z.transpose(-1, -2)
+    return s.softmax(-1) @ v + s.softmax(-2) @ v
+
+
 @pytest.mark.parametrize("impl", ["einsum", "fused"])
 def test_a_token_with_no_other_real_token_is_not_moved_without_self_interaction(impl):
     """self_interaction = False, one token (or one real among padding): its log-sum-exp runs over no key. It was

@@ -32,6 +32,9 @@ autocast dtype counts too): then every dropped weight is below ``eps/e`` relativ
 [-β p, β p], so the span is at most 2βp + log N. When the span is larger the fused path falls back to
 the einsum path (one host sync per call decides; ``check_span=False`` skips the check); on an accelerator
 and under compile or CUDA graphs, no host read: that head's output is NaN instead (:func:`_span_flag`).
+**float16** (its span limit 1.8 is below almost any trained model's span, so on an accelerator nearly every head
+came out NaN, on a CPU nearly every call fell back) runs the two SDPA passes in float32, y in v's dtype: the
+float32 limit applies (:func:`_wide_passes`).
 
 **Einsum path** (:func:`bisoftmax_einsum`): the N x N scores and both softmaxes, materialised: the
 reference the tests compare with, and the natural form for the code-style option with separate
@@ -70,6 +73,14 @@ def fused_span_limit(v: Tensor) -> float:
     if torch.is_autocast_enabled(v.device.type):
         limit = min(limit, SAFE_SPAN.get(torch.get_autocast_dtype(v.device.type), SAFE_SPAN[torch.float16]))
     return limit
+
+
+def _wide_passes(v: Tensor) -> bool:
+    """Whether the fused passes run in float32 instead: where the SDPA passes would run in float16 (v's dtype, or autocast's), whose :data:`SAFE_SPAN` 1.8 a trained head passes (on the sphere
+    with self-interaction every r_i lies in [βp, βp + log N]: spans up to 4.4 at N 81, up to 2βp + log N
+    without); not for bfloat16 (81) and float32 (70). Float32 passes cost more than float16's, which fell
+    back to the materialised scores past the limit on a CPU and made the head NaN on an accelerator."""
+    return fused_span_limit(v) < SAFE_SPAN[torch.float32]
 
 
 def _chunk_rows(n_rows: int, n_cols: int, batch: int, budget: int) -> int:
@@ -164,6 +175,11 @@ def bisoftmax_fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor 
     normalisers r if already known. ``y`` (B, H, N, p) in v's dtype, ``r`` (B, H, N) in at least
     float32. Rows of padded queries are defined but not meaningful (padded tokens never move).
     """
+    if _wide_passes(v):  # float16 passes: float32 passes instead, y in v's dtype (module docstring)
+        with autocast_off(v.device.type):
+            y, r = bisoftmax_fused(q.float(), k.float(), v.float(), scale, mask, symmetric=symmetric, lse=lse,
+                                   check_span=check_span, budget=budget)
+        return y.to(v.dtype), r
     r = chunked_lse(q, k, scale, mask, budget) if lse is None else lse
     if r.numel() == 0:  # an empty batch (or no heads, no tokens): no normaliser to shift by
         return bisoftmax_einsum(q, k, v, scale, mask), r
