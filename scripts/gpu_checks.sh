@@ -210,7 +210,7 @@ if [ "$PHASE" = next ]; then   # what the H100 session of 2026-11-27 (code 855ed
   # is 64 ms of wall on 20 ms of GPU work, the transformer's 35 on 20), and the kernels' rows of the same launches
   step pytest_cem 130 $PY -m pytest -v -rf --tb=short -m cuda -p no:cacheprovider $XDIST \
     tests/energies/test_cem_kernel_cuda.py tests/energies/test_sphere_overflow.py \
-    tests/energies/test_hyperspherical_ffkernel.py tests/core
+    tests/energies/test_hyperspherical_ffkernel.py tests/energies/test_hyperspherical_ops.py tests/core
   cp "$W/pytest_cem.txt" "$OUT/" 2>/dev/null
   # the sphere norm's overflow guard without host reads (2026-11-28; the read-per-call form was never timed):
   # Hyper-SET against the transformer, eager and as one CUDA graph per step (issue 20's 0.82x / 1.07x)

@@ -274,6 +274,39 @@ def test_sphere_norm_and_symmetric_bisoftmax_on_cuda_match_float64():
         assert float((a - b).norm() / b.norm()) < 2e-2
 
 
+@pytest.mark.cuda
+def test_fused_bisoftmax_under_float16_autocast_on_cuda_matches_float64():
+    """float16 autocast on the GPU, normalisers spanning past float16's limit (1.8): the fused path's passes run in
+    float32 (they made every such head NaN there, no host read deciding a fallback); values and gradients within
+    float16 tolerance of the float64 CPU reference, with and without key padding."""
+    import math
+
+    from energyformer.energies import hyperspherical_ops as ops
+
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(2, 4, 200, 64, generator=g, dtype=torch.float64)
+    z[:, :, :120] = z[:, :, :1] + 0.05 * z[:, :, :120]  # alike tokens: a span of about log 120 - 1 nats
+    w = torch.randn(z.shape, generator=g, dtype=torch.float64)
+    pad = torch.ones(2, 1, 1, 200, dtype=torch.bool)
+    pad[1, ..., 150:] = False
+
+    def run(zz, ww, mask, autocast):
+        zz = zz.clone().requires_grad_(True)
+        with torch.autocast(zz.device.type, torch.float16, enabled=autocast):
+            u = sphere_rms_norm(zz, TINY)
+            y, r = ops.bisoftmax_fused(u, u, u, 1 / math.sqrt(64), mask)
+        (gz,) = torch.autograd.grad((y.double() * ww).sum(), zz)
+        return y, gz, r
+
+    for mask in (None, pad):
+        ref = run(z, w, mask, False)
+        assert float((ref[2].amax(-1) - ref[2].amin(-1)).min()) > 2 * ops.SAFE_SPAN[torch.float16]
+        got = run(z.float().cuda(), w.cuda(), None if mask is None else mask.cuda(), True)
+        for a, b in zip(got[:2], ref[:2]):
+            a, b = a.detach().double().cpu(), b.detach()
+            assert torch.isfinite(a).all() and float((a - b).norm() / b.norm()) < 5e-3
+
+
 # ----------------------------------------------------------------------------- column_mask
 def _padded_energy(impl: str, **kw):
     """A float64 bi-softmax energy without self-interaction, its state on a batch whose first row has 2 padded
