@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from energyformer.experiment import build_model, build_task, load_run_config, resolve, run_experiment
 from energyformer.tasks.potts_mlm import calibrate_scale, mask_sites
@@ -47,6 +48,21 @@ def test_calibrate_scale_finds_the_optimum():
     raw = torch.randn(4000, 5, generator=g)
     y = torch.distributions.Categorical(logits=3.0 * raw).sample()
     assert abs(calibrate_scale(raw, y) - 3.0) < 0.3
+
+
+@pytest.mark.parametrize("case", ["interior", "separable", "uninformative"])
+def test_calibrate_scale_is_no_worse_than_any_scale_of_its_range(case):
+    """The CE at the calibrated scale is the least over a grid of the range [1e-2, 1e4], also where the optimum
+    lies at an end: separable targets (the CE falls towards 0 as s grows, flat to float64 at the top) and targets
+    independent of raw (the optimum near s = 0)."""
+    g = torch.Generator().manual_seed(4)
+    raw = torch.randn(600, 6, generator=g, dtype=torch.float64)
+    y = {"interior": torch.distributions.Categorical(logits=2.0 * raw).sample(), "separable": raw.argmax(-1),
+         "uninformative": torch.randint(0, 6, (600,), generator=g)}[case]
+    best = calibrate_scale(raw, y)
+    assert 1e-2 <= best <= 1e4
+    ce = lambda s: float(F.cross_entropy(s * raw, y))  # noqa: E731
+    assert ce(best) <= min(ce(s) for s in torch.logspace(-2, 4, 241).tolist()) + 1e-9
 
 
 def test_true_factored_attention_meets_the_bayes_loss(data_dir):

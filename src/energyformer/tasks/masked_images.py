@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from ..core.precision import at_least_float32, widest_float
+from ..core.precision import widest_float
 from ..data.batching import EpochBatcher, seeded_generator
 from ..data.images import ImageDataset, load_image_dataset, patchify, unpatchify
 from ..data.text import data_dir
@@ -52,6 +52,7 @@ from ..utils.config import KindConfig, replace
 from ..utils.validate import ConfigError, check_divides, check_int
 from .base import Task, TaskConfig, register_task
 from .classification import IMAGE_SHAPES, check_image_batch
+from .losses import IGNORE, masked_cross_entropy
 
 #: default patch side per set: a 4x4 grid of digits, a 7x7 grid of 28x28 images
 DEFAULT_PATCH = {"digits": 2, "mnist": 4, "fashion_mnist": 4}
@@ -153,19 +154,6 @@ def eval_mask_count(ratio: float, n: int) -> int:
     """Codes the evaluation masks in each image of ``n`` codes: round(ratio n), at least 1 (the heading of
     ``energyformer eval`` reports this count, which differs from ``ratio`` when ratio n is not whole)."""
     return min(n, max(1, round(ratio * n)))
-
-
-#: the target of the unmasked positions in the loss: ``F.cross_entropy`` leaves it out of the sum and the count
-IGNORE = -100
-
-
-def masked_cross_entropy(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-    """Mean CE over the masked positions only (MaskGIT Eq. 1; Hyper-SET App. D.4): (B, N, K), (B, N), (B, N);
-    NaN when nothing is masked (0 / 0). The unmasked targets are set to ``IGNORE``: the same mean as
-    ``cross_entropy(logits[mask], targets[mask])``, without boolean indexing's ``nonzero`` (a host sync per step on
-    an accelerator, and one more in the backward)."""
-    tgt = targets.masked_fill(~mask, IGNORE)
-    return F.cross_entropy(at_least_float32(logits).flatten(0, 1), tgt.flatten(), ignore_index=IGNORE)
 
 
 def masked_accuracy(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:

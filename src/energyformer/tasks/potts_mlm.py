@@ -33,7 +33,6 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from ..core.precision import at_least_float32
 from ..data.batching import EpochBatcher, seeded_generator
 from ..data.potts_dataset import PottsConfig, PottsDataset, load_potts_dataset
 from ..models import MODELS
@@ -44,6 +43,7 @@ from ..utils.fields import IterationCounts, Seed
 from ..utils.config import KindConfig, replace
 from ..utils.validate import ConfigError
 from .base import Task, TaskConfig, check_batch_size, register_task
+from .losses import masked_cross_entropy
 
 
 class PottsMLMConfig(TaskConfig):
@@ -77,42 +77,20 @@ def mask_sites(s: torch.Tensor, n: int, C: int, generator: torch.Generator | Non
     return s.masked_fill(masked, C), masked
 
 
-#: the target of the unmasked sites in the losses: ``F.cross_entropy`` leaves it out of the sum and the count
-IGNORE = -100
+def calibrate_scale(raw: torch.Tensor, target: torch.Tensor, lo: float = 1e-2, hi: float = 1e4) -> float:
+    """Scale s in [lo, hi] minimising the mean CE of ``softmax(s · raw)`` (raw (n, C), target (n,)), found on log s
+    by SciPy's bounded Brent search (``minimize_scalar(method='bounded')``): the CE is convex in s, so unimodal.
+    Where the CE is flat to float64 (targets separable by raw's argmax: it falls towards 0 as s grows) any scale of
+    the flat part is a minimiser, and the one returned is not fixed beyond that."""
+    from scipy.optimize import minimize_scalar  # (here: SciPy's import costs every command's start ~0.4 s)
 
-
-def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the masked sites, ``Σ_masked -log p(s_i) / #masked``: logits (B, L, C), targets and
-    bool mask (B, L); NaN when nothing is masked (0 / 0, as the mean of no sites). The unmasked targets are set to
-    ``IGNORE``: the same mean as ``cross_entropy(logits[masked], s[masked])``, without that boolean indexing's
-    ``nonzero`` (a host sync on an accelerator, twice per step plus once in the backward)."""
-    tgt = targets.masked_fill(~masked, IGNORE)
-    return F.cross_entropy(at_least_float32(logits).flatten(0, 1), tgt.flatten(), ignore_index=IGNORE)
-
-
-def calibrate_scale(raw: torch.Tensor, target: torch.Tensor, lo: float = 1e-2, hi: float = 1e4,
-                    iters: int = 60) -> float:
-    """Scale s minimising mean CE of ``softmax(s · raw)`` (raw (n, C), target (n,)): golden-section search on
-    log s (the CE is convex in s, so unimodal)."""
     raw = raw.double()
 
     def ce(log_s: float) -> float:
         return float(F.cross_entropy(math.exp(log_s) * raw, target))
 
-    a, b = math.log(lo), math.log(hi)
-    g = (math.sqrt(5) - 1) / 2
-    c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = ce(c), ce(d)
-    for _ in range(iters):
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - g * (b - a)
-            fc = ce(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + g * (b - a)
-            fd = ce(d)
-    return math.exp((a + b) / 2)
+    res = minimize_scalar(ce, bounds=(math.log(lo), math.log(hi)), method="bounded", options={"xatol": 1e-10})
+    return math.exp(float(res.x))
 
 
 def is_recurrent(model: nn.Module) -> bool:
