@@ -41,6 +41,7 @@ import math
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
@@ -66,8 +67,7 @@ class EnergyLayerNorm(nn.Module):
         self.delta = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:  # (..., D)
-        xm = x - x.mean(-1, keepdim=True)
-        g = self.gamma * xm * torch.rsqrt(xm.pow(2).mean(-1, keepdim=True) + self.eps)
+        g = self.gamma * F.layer_norm(x, x.shape[-1:], eps=self.eps)  # PyTorch's (fused) norm without its affine
         return g + self.delta if self.delta is not None else g
 
     def extra_repr(self) -> str:
