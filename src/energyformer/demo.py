@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Callable
 
 from .utils.io import atomic_write_text, read_json
+from .utils.markdown import md_table
 from .utils.validate import ConfigError, DataError
 
 TRAIN = ["train.eval_every=0", "train.save_every=0", "train.log_every=5", "train.tensorboard=false"]
@@ -376,12 +377,10 @@ def _stage_section(stage: Stage, res: dict) -> list[str]:
     """The page's section of a finished stage: headline, verdict, table, notes, budget and rerun line, figure."""
     name = stage.name
     lines = [f"## {res['title']}", "", res["headline"], ""] + ([res["verdict"], ""] if res.get("verdict") else [])
-    head = "| run | config | params | " + " | ".join(m[1] for m in stage.metrics) + " | seconds |"
-    lines += [head, "|" + "---|" * (4 + len(stage.metrics))]
-    for label, r in res["runs"].items():
-        vals = " | ".join(_f(r["metrics"].get(k), 4) for k, _, _ in stage.metrics)
-        params = "—" if r.get("params") is None else f"{r['params']:,}"
-        lines.append(f"| {label} | `{r['config']}` | {params} | {vals} | {r['seconds']:.0f} |")
+    head = ["run", "config", "params", *(m[1] for m in stage.metrics), "seconds"]
+    lines += md_table(head, ([label, f"`{r['config']}`", "—" if r.get("params") is None else f"{r['params']:,}",
+                              *(_f(r["metrics"].get(k), 4) for k, _, _ in stage.metrics), f"{r['seconds']:.0f}"]
+                             for label, r in res["runs"].items()))
     lines += [""] + [f"*{n}*" for n in stage.notes] + ([""] if stage.notes else [])
     rerun = res["rerun"] if isinstance(res.get("rerun"), str) else f"energyformer demo --only {name}"
     cpu = res.get("cpu_seconds")

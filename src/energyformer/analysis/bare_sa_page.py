@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..utils.markdown import md_table
 from .figures import save_figure
 
 #: paired test-CE differences (first minus second run label; "bayes": the Bayes-optimal predictor)
@@ -41,8 +42,7 @@ def _save(fig, path: Path) -> Path:
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
     fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                     + ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]) + "\n"
+    return "\n".join(md_table(header, ([fmt(v) for v in r] for r in rows))) + "\n"
 
 
 def _runs(ctx, seed: int | None = None) -> dict[str, dict]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import DataError
 from ..utils.io import number, read_csv, read_json, require_keys
+from ..utils.markdown import md_table
 
 FIELDS = ["run", "step", "train_loss_50", "probe_loss", "probe_cell_acc", "alpha_abs", "gamma_abs",
           "x_rms_first", "x_rms_last", "entropy_first", "entropy_last", "token_cos_first", "token_cos_last"]
@@ -155,7 +156,7 @@ class Runs:
 
 
 def _table(header: list[str], body: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in body]
+    return md_table(header, body)
 
 
 def _loss_table(r: Runs, runs: list[tuple[str, str]], steps: list[int], field: str, with_file: bool) -> list[str]:

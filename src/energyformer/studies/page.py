@@ -14,6 +14,7 @@ from pathlib import Path
 from statistics import fmean, stdev
 from typing import Any
 
+from ..utils.markdown import md_table
 from .claims import ClaimRow, _matches, arm_values, claims_table, metric_value
 from .page_spec import BlockSpec, ColumnSpec, TableSpec
 from .spec import ArmSpec, StudySpec
@@ -210,9 +211,7 @@ def render_table(ctx: PageContext, t: TableSpec) -> str:
             continue
         if g is not None:
             parts.append(f"### {t.group} = {g}\n")
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
-        parts.append("\n".join(lines) + "\n")
+        parts.append("\n".join(md_table(head, rows, escape=True)) + "\n")
     if t.paper_source:
         parts.append(f"Paper columns: {t.paper_source} (copied, not measured).\n")
     return "\n".join(parts)
