@@ -42,6 +42,7 @@ from ..analysis.verdicts import Rules
 from ..utils.config import ConfigModel, load_config, read_yaml
 from ..utils.fields import Seed
 from ..utils.validate import ConfigError
+from ..utils.yaml_files import library_folder
 from .page_spec import HOOK_RE, BlockSpec, Hook, ReduceSpec, page_axes
 
 SCALES = ("cpu", "gpu")
@@ -420,8 +421,9 @@ def _check_labels(key: str, axes: dict[str, list[str]], axis: str, labels: list[
 
 # ----------------------------------------------------------------------------- files
 def studies_dir() -> Path:
-    """The repository's ``studies/`` folder (beside ``configs/``, found the same way), or ``./studies``."""
-    here = Path(__file__).resolve().parents[3] / "studies"
+    """The library's ``studies/`` folder (beside ``configs/``, found the same way: ``utils.yaml_files.library_folder``),
+    or ``./studies``."""
+    here = library_folder("studies")
     return here if here.is_dir() else Path("studies")
 
 

@@ -150,8 +150,18 @@ def _base_path(name: Any, path: Path) -> Path:
     return found
 
 
-#: the library's configs (``energyformer train lm/llama``): the repository's configs/ beside src/
-LIBRARY_CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+def library_folder(name: str) -> Path:
+    """The library's own ``name`` folder (``configs``, ``studies``): the repository's, beside ``src/`` (a checkout or
+    an editable install), else the copy a built wheel carries in the package, ``energyformer/_data/<name>``
+    (setup.py). The path is returned whether or not it exists; callers fall back to ``./<name>``."""
+    here = Path(__file__).resolve()  # src/energyformer/utils/yaml_files.py in a checkout
+    repo = here.parents[3] / name
+    in_checkout = repo.is_dir() and (here.parents[3] / "src" / "energyformer").is_dir()
+    return repo if in_checkout else here.parents[1] / "_data" / name
+
+
+#: the library's configs (``energyformer train lm/llama``): the repository's configs/ beside src/, or the wheel's copy
+LIBRARY_CONFIGS = library_folder("configs")
 
 
 def merge_over(base: Any, child: Any) -> Any:
