@@ -31,6 +31,27 @@ def test_help_is_useful(cmd, capsys):
     assert "usage: energyformer" in out and len(out) > 200
 
 
+def test_version_names_the_package_torch_and_the_commit(capsys):
+    import torch
+
+    import energyformer
+    from energyformer.train.runinfo import git_info
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"energyformer {energyformer.__version__} (torch {torch.__version__}"), out
+    commit = git_info(Path(energyformer.__file__).parent)["commit"]
+    assert commit is None or f"commit {commit[:12]}" in out
+
+
+def test_python_dash_m_energyformer_is_the_command():
+    out = subprocess.run([sys.executable, "-m", "energyformer", "--version"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("energyformer "), out.stderr[-1000:]
+
+
 def test_task_options_are_read_only_for_the_help_that_lists_them(monkeypatch, capsys):
     """``eval --help`` / ``generate --help`` list each task's own options (``lm``'s --text-file, --prompt); building
     the parser and parsing any command reads no task (importing every task took seconds: ``energyformer --help``

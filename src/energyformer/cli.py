@@ -280,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
         "compare energy blocks (CEM, ...) against Llama/GPT baselines.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="show Python tracebacks (also ENERGYFORMER_DEBUG=1)")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="show the version (with torch's and the git commit) and exit")
     _add_plugin(p, "plugins_before")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
@@ -378,6 +380,16 @@ def build_parser() -> argparse.ArgumentParser:
     for sp in (s for s in sub.choices.values() if s is not r):  # `train X --plugin P`, as `--plugin P train X`
         _add_plugin(sp, "plugins")
     return p
+
+
+class _Version(argparse.Action):
+    """``--version``, its text worked out only when asked (it runs git): :func:`train.runinfo.version_text`."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .train.runinfo import version_text
+
+        print(version_text())  # on stdout, as argparse's own version action
+        parser.exit()
 
 
 class _Parser(argparse.ArgumentParser):

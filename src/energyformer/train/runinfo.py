@@ -78,6 +78,17 @@ def git_info(start: str | os.PathLike | None = None) -> dict[str, Any]:
     return {"commit": None, "dirty": None}
 
 
+def version_text() -> str:
+    """``energyformer --version``: the package's version, torch's (and its CUDA), and the git commit of the
+    checkout the package runs from (``+dirty`` with uncommitted changes), as a run records them."""
+    from .. import __version__
+
+    git = git_info(Path(__file__).resolve().parent)
+    commit = "" if git["commit"] is None else f", commit {git['commit'][:12]}{'+dirty' if git['dirty'] else ''}"
+    cuda = f", CUDA {torch.version.cuda}" if torch.version.cuda else ""
+    return f"energyformer {__version__} (torch {torch.__version__}{cuda}, Python {sys.version.split()[0]}{commit})"
+
+
 def collect_run_info(seed: int, device: torch.device, world_size: int) -> dict[str, Any]:
     return {
         "start_time": now_iso(),
