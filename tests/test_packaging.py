@@ -54,3 +54,7 @@ def test_a_built_wheel_carries_the_configs_and_studies_and_finds_them_installed(
     assert got["studies"] == str(site / "energyformer" / "_data" / "studies")
     assert got["known"] == [f[:-5] for f in _files(ROOT / "configs")]
     assert got["known_studies"] == sorted(f[:-5] for f in _files(ROOT / "studies"))
+    # `report` renders a checkout's pages: from the wheel, one line saying so (every page "not found" before)
+    rep = subprocess.run([sys.executable, "-m", "energyformer", "report", "--check"], cwd=elsewhere,
+                         env={**env, "PYTHONPATH": str(site)}, capture_output=True, text=True, timeout=120)
+    assert rep.returncode != 0 and "checkout" in rep.stderr and "not found" not in rep.stdout + rep.stderr, rep

@@ -21,8 +21,14 @@ from .render import PageResult, render_page
 
 
 def repo_root() -> Path:
-    """The repository this package lives in (``src/energyformer/report`` -> the root)."""
-    return Path(__file__).resolve().parents[3]
+    """The repository this package lives in (``src/energyformer/report`` -> the root). An installed package (a wheel)
+    lives in none: a one-line error then, where every page failed with its folder "not found"."""
+    root = Path(__file__).resolve().parents[3]
+    if not ((root / "src" / "energyformer").is_dir() and (root / "docs" / "results").is_dir()):
+        raise UserError(f"energyformer report renders the results pages of a checkout of the repository, and this "
+                        f"package ({Path(__file__).resolve().parents[1]}) is not in one; give the checkout's folder "
+                        f"with --root")
+    return root
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
