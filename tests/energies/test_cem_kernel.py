@@ -41,6 +41,36 @@ def test_kernel_function_equals_dense_float64(causal, masked, nq, nk, mode):
 
 
 @interpreted
+@pytest.mark.parametrize("mode", ["sum", "grid", "grid-gather", "grid-stack"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_whole_key_tile_hidden_before_visible_keys(causal, mode):
+    """Left padding: the first 16 keys hidden from every row, tiles of 16, so a query's first key tile has no
+    visible key and its running max stays −inf until the next (the forward kernels' rescaling guards it; probe AN:
+    without the guard every real row was NaN, and no test's mask hid a whole tile)."""
+    _check_function_against_dense(causal, False, 32, 32, mode, D=10, left_pad=16, block_m=16, block_n=16)
+
+
+@interpreted
+@pytest.mark.parametrize("mode", ["sum", "grid-gather"])
+@pytest.mark.parametrize("nq,nk,tiles", [(16, 17, dict(block_m=16, block_n=16)), (16, 65, {})],
+                         ids=["offset1-16x16", "offset49-default"])
+def test_queries_at_an_offset_one_past_a_key_tile(nq, nk, tiles, mode):
+    """Causal queries at offset nk − nq ≡ 1 (mod 16): a key tile starts at the last query row's own position, so a
+    tile bound one short loses that row's own key (the forward's key end) or the query tile holding a key tile's
+    diagonal (the key-tile kernel's first query; probe AN: three such off-by-ones passed, the offsets tested being
+    0, 3, 7, 8, 13, 40 and 60)."""
+    _check_function_against_dense(True, True, nq, nk, mode, D=10, **tiles)
+
+
+@interpreted
+@pytest.mark.parametrize("mode", ["sum", "sum-recompute", "stack"])
+def test_no_shared_diagonal_equals_dense_float64(mode):
+    """``ud=None`` (no shared diagonal) with the h read-out on the loop kernels, as ``cem_attention`` allows (the
+    model takes that read-out only with a diagonal; probe AN: Σ_k P_k not stored without one went unseen)."""
+    _check_function_against_dense(True, True, 7, 7, mode, D=10, no_ud=True)
+
+
+@interpreted
 @pytest.mark.parametrize("mode", MODES)
 def test_kernels_pass_the_interpreters_integer_overflow_check(mode, overflow_checked):
     """Every kernel of every launch, forward and backward (causal, key padding, queries at an offset, D in chunks,
@@ -82,7 +112,7 @@ def test_products_keys_first_equal_queries_first(mode, kv):
     c, x = t(H, D) if with_c else None, t(B, H, nk, 6) if with_x else None
     slopes = torch.rand(H, generator=g, dtype=torch.float64)
     key_mask = torch.rand(B, nk, generator=g) > 0.3
-    ins = [v for v in (q, k, ud, hm, delta, c, x) if v is not None]
+    ins = [v for v in (q, k, None if no_ud else ud, hm, delta, c, x) if v is not None]
     outs = []
     for order in ("auto", "queries"):
         got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask, causal=True,
@@ -219,7 +249,9 @@ def test_gathered_head_sums_are_formed_once_and_kept_for_the_backward(monkeypatc
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-def _check_function_against_dense(causal, masked, nq, nk, mode, D, offset=None, **tiles):
+def _check_function_against_dense(causal, masked, nq, nk, mode, D, offset=None, left_pad=0, no_ud=False, **tiles):
+    """``left_pad``: the key mask hides the first keys of every row instead (whole key tiles before visible ones);
+    ``no_ud``: no shared diagonal (ud None)."""
     g = torch.Generator().manual_seed(nq + nk)
     B, H, R = 2, 3, 4
     t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
@@ -228,14 +260,18 @@ def _check_function_against_dense(causal, masked, nq, nk, mode, D, offset=None, 
     c, x = t(H, D) if with_c else None, t(B, H, nk, 6) if with_x else None
     slopes = torch.rand(H, generator=g, dtype=torch.float64)
     key_mask = torch.rand(B, nk, generator=g) > 0.3 if masked else None
-    got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask,
+    if left_pad:
+        key_mask = torch.arange(nk).expand(B, nk) >= left_pad
+    got = cem_kernel.cem_attention(q, k, None if no_ud else ud, hm, slopes=slopes, delta=delta, key_mask=key_mask,
                                    causal=causal, offset=nk - nq if offset is None else offset, h_mode=mode,
                                    c=c, x=x, **launch, **tiles)
     off = nk - nq if offset is None else offset
+    if no_ud:
+        ud = torch.zeros_like(ud, requires_grad=False)
     ref = dense_attention(q, k, ud, hm, slopes, delta, key_mask, causal, off, c, x, mode)
     assert (got[1] is None) == (ref[1] is None) and (got[2] is None) == (ref[2] is None)
     got, ref = [o for o in got if o is not None], [o for o in ref if o is not None]
-    ins = [v for v in (q, k, ud, hm, delta, c, x) if v is not None]
+    ins = [v for v in (q, k, None if no_ud else ud, hm, delta, c, x) if v is not None]
     w = [torch.randn(r.shape, generator=g, dtype=torch.float64) for r in ref]
     grads = [torch.autograd.grad(sum((o * z).sum() for o, z in zip(out, w)), ins) for out in (got, ref)]
     for a, b in zip(got + list(grads[0]), ref + list(grads[1])):
