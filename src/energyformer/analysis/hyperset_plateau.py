@@ -155,15 +155,11 @@ class Runs:
         return [self.record(run, step)["train"]["grad_norm"][g] for g in groups]
 
 
-def _table(header: list[str], body: list[list[str]]) -> list[str]:
-    return md_table(header, body)
-
-
 def _loss_table(r: Runs, runs: list[tuple[str, str]], steps: list[int], field: str, with_file: bool) -> list[str]:
     header = ["run"] + (["file"] if with_file else []) + [str(s) for s in steps]
     body = [[label] + ([f"`{run}.json`"] if with_file else []) + [f3(r.at(run, s, field)) for s in steps]
             for run, label in runs]
-    return _table(header, body)
+    return md_table(header, body)
 
 
 def _first_at_or_below(r: Runs, run: str, value: float, field: str = "probe_loss") -> int | None:
@@ -200,7 +196,7 @@ def _intro(r: Runs) -> list[str]:
         asked = d.get("steps")
         body.append([f"`{name}.json`", what, d.get("config", "(released code)"), over,
                      f"{r.last(name)}" + (f" / {asked}" if asked else "")])
-    return lines + _table(["file", "model", "config", "overrides", "last probe / steps asked"], body)
+    return lines + md_table(["file", "model", "config", "overrides", "last probe / steps asked"], body)
 
 
 def _findings(r: Runs) -> list[str]:
