@@ -19,8 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..utils.io import read_json, read_text
+from ..utils.markdown import md_table
 from .verdicts import Rules, Verdict, compare
-from .hyperset_plateau import LN9, _table, f3, pct, read_fig3a
+from .hyperset_plateau import LN9, f3, pct, read_fig3a
 
 #: points of cell accuracy: the single-seed bound of the Sudoku study's claims (studies/hyperset-sudoku.yaml)
 BOUND = 2.3
@@ -108,7 +109,7 @@ def gpu_first_steps(folder: Path) -> list[str]:
               ", so the study's gpu page has no records yet."), "",
              f"Validation cell accuracy on blanks at L = {cfg['model']['iterations']} "
              f"({int(ev[GPU_RUNS[0][0]][steps[-1]]['eval/n'])} boards; chance 11.1%):", ""]
-    lines += _table(["step"] + [label for _, label in GPU_RUNS] + ["Hyper-SET, released code"], body)
+    lines += md_table(["step"] + [label for _, label in GPU_RUNS] + ["Hyper-SET, released code"], body)
     end = steps[-1]
     verdict, counts = issue20_check(ev, "hyperset_seed0", "transformer_seed0", steps)
     boards = "; ".join(f"{label} {pct(ev[n][end][BOARD])} at L, {pct(ev[n][end][f'{BOARD}@{two_l}'])} at 2L = {two_l}"
@@ -172,7 +173,7 @@ def _full_run(folder: Path) -> list[str]:
             f"[../gpu/README.md](../gpu/README.md). Validation cell accuracy on blanks at L = "
             f"{cfg['model']['iterations']} ({int(h[end]['eval/n'])} boards):", ""]
     body = [[f"{s:,}"] + [pct(ev[n][s][CELL]) for n, _ in H100_RUNS] for s in common]
-    return head + _table(["step"] + [label for _, label in H100_RUNS], body) + ["", " ".join(words)]
+    return head + md_table(["step"] + [label for _, label in H100_RUNS], body) + ["", " ".join(words)]
 
 
 def gpu_sigmoid(folder: Path) -> list[str]:
@@ -196,7 +197,7 @@ def gpu_sigmoid(folder: Path) -> list[str]:
              "`run_info.json`; the device's `env.txt`).", "",
              f"Validation cell accuracy on blanks at L = {cfg['model']['iterations']} "
              f"({int(ev[H100_RUNS[0][0]][end]['eval/n'])} boards; chance 11.1%):", ""]
-    lines += _table(["step"] + [label for _, label in H100_RUNS], body)
+    lines += md_table(["step"] + [label for _, label in H100_RUNS], body)
     checks, tf = [], ev["transformer_seed0"][end]
     for n, label in H100_RUNS[1:]:
         verdict, counts = issue20_check(ev, n, "transformer_seed0", steps)
