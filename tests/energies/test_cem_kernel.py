@@ -112,7 +112,7 @@ def test_products_keys_first_equal_queries_first(mode, kv):
     c, x = t(H, D) if with_c else None, t(B, H, nk, 6) if with_x else None
     slopes = torch.rand(H, generator=g, dtype=torch.float64)
     key_mask = torch.rand(B, nk, generator=g) > 0.3
-    ins = [v for v in (q, k, None if no_ud else ud, hm, delta, c, x) if v is not None]
+    ins = [v for v in (q, k, ud, hm, delta, c, x) if v is not None]
     outs = []
     for order in ("auto", "queries"):
         got = cem_kernel.cem_attention(q, k, ud, hm, slopes=slopes, delta=delta, key_mask=key_mask, causal=True,
