@@ -71,6 +71,37 @@ def test_no_shared_diagonal_equals_dense_float64(mode):
 
 
 @interpreted
+@pytest.mark.parametrize("mode", ["sum", "grid", "grid-stack", "grid-gather"])
+def test_bidirectional_with_more_keys_than_queries(mode):
+    """A bidirectional call with more keys than queries, the queries at positions 0-15 (``cem_attention`` allows any
+    offset), at the default tiles: the per-head buffers hold every key of the row (probe AP: aligning them as for a
+    causal call, to the rows' end, put hs and the gradients 10 off, some inf)."""
+    _check_function_against_dense(False, True, 16, 100, mode, D=10, offset=0)
+
+
+@interpreted
+@pytest.mark.parametrize("launch", [dict(grid="rows"), dict(grid="heads", head_sums="atomic"),
+                                    dict(grid="heads", head_sums="gather")], ids=["rows", "heads-atomic", "heads-gather"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_row_that_sees_no_key_gives_zeros_and_finite_gradients(causal, launch):
+    """More query positions than keys and one batch row's keys all padded: its queries at positions 2 and 3 see
+    nothing (those at 0 and 1 still see their own key, which the key mask never hides), so p = 0 there — oq and hs
+    zero, lse −inf — and every gradient stays finite (probe AP: without the guard of the row's sum those rows and
+    every gradient were NaN)."""
+    g = torch.Generator().manual_seed(0)
+    t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
+    q, k, ud, hm = t(2, 3, 4, 4), t(2, 3, 2, 4), t(2, 4, 8), t(2, 2, 8)
+    key_mask = torch.tensor([[False, False], [True, True]])
+    oq, hs, _, lse = cem_kernel.cem_attention(q, k, ud, hm, slopes=None, delta=None, key_mask=key_mask, causal=causal,
+                                              offset=0, h_mode="sum", **launch)
+    blind = oq[0, :, 2:], hs[0, 2:]
+    assert all(torch.equal(o, torch.zeros_like(o)) for o in blind)
+    assert bool((lse[0, :, 2:] == float("-inf")).all()) and bool(torch.isfinite(lse[:, :, :2]).all())
+    grads = torch.autograd.grad(oq.sum() + hs.sum(), (q, k, ud, hm))
+    assert all(bool(torch.isfinite(d).all()) for d in grads)
+
+
+@interpreted
 @pytest.mark.parametrize("mode", MODES)
 def test_kernels_pass_the_interpreters_integer_overflow_check(mode, overflow_checked):
     """Every kernel of every launch, forward and backward (causal, key padding, queries at an offset, D in chunks,
@@ -132,7 +163,8 @@ def test_products_keys_first_equal_queries_first(mode, kv):
     (40, 40, None, dict(block_m=32, block_n=16, causal_chunks=8)), (20, 20, None, {}),
     (3, 100, 60, dict(block_m=16, block_n=16)), (21, 90, 40, dict(block_m=16, block_n=32, causal_chunks=2)),
     (37, 45, None, dict(block_m=16, block_n=16, kv_keys=32, causal_chunks=3)),
-    (21, 90, 40, dict(block_m=16, block_n=16, kv_queries=32, causal_chunks=2, psum_keys=32))])
+    (21, 90, 40, dict(block_m=16, block_n=16, kv_queries=32, causal_chunks=2, psum_keys=32)),
+    (3, 100, 60, dict(block_m=16, block_n=16, causal_chunks=1))])
 def test_no_kernel_reads_outside_the_shared_products_blocks(monkeypatch, nq, nk, offset, tiles, mode):
     """The (B, Nq, Nk) buffers of the materialised products are allocated uninitialised and written on the
     aligned row chunks' blocks only (G, Gh: the matmuls; the head sums: zeroed there): filled with NaN instead,
@@ -403,6 +435,24 @@ def test_compile_keeps_the_kernel_in_one_graph(attn, compiles_like_eager):
         "attention": {"kind": "cem", "attn_path": "kernel", "steps": 2, **attn}, "mlp": {"kind": "cem"}}}))
     idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(1))
     compiles_like_eager(lambda: m(idx).logits, m.parameters())
+
+
+@interpreted
+def test_compile_differentiates_log_z_like_eager(compiles_like_eager):
+    """The custom operators' backward takes the gradient of log Z (the energy's value) as well as the outputs' (the
+    model's logits never read log Z, so the test above cannot see it; probe AP: a backward that dropped it gave
+    gradients 2-6.5 off under compile only)."""
+    g = torch.Generator().manual_seed(0)
+    t = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)  # noqa: E731
+    ins = [t(1, 2, 8, 4), t(1, 2, 8, 4), t(1, 8, 8), t(1, 8, 8)]
+    tiles = cem_launch.KernelTiles().launch("sum")
+
+    def f():
+        oq, _, _, lse = cem_kernel.cem_attention(*ins, slopes=None, delta=None, key_mask=None, causal=True, offset=0,
+                                                 h_mode="sum", tiles=tiles)
+        return lse.sum() + 0.1 * oq.sum()
+
+    compiles_like_eager(f, ins, rtol=1e-10, atol=1e-12)
 
 
 def test_backward_without_the_gathered_head_sums_it_needs_raises():

@@ -166,3 +166,27 @@ def test_float16_operands_with_shared_products_in_the_operand_dtype_stay_finite_
         if a is not None:
             assert torch.isfinite(a).all()
             torch.testing.assert_close(a.float(), b, rtol=2e-2, atol=2e-2 * b.abs().max().item())
+
+
+@interpreted
+@pytest.mark.parametrize("launch", [dict(grid="rows"), dict(grid="heads", head_sums="atomic")], ids=["rows", "heads"])
+def test_self_bias_and_slopes_enter_unrounded_with_low_precision_operands(launch):
+    """bf16 operands with the model's float32 self bias (5.3: bf16's spacing there is 1/32) and ALiBi slopes (12
+    heads: 2^-0.5, 2^-1.5, …, which bf16 cannot hold): log Z equals the float64 call on the same values to 1e-4 —
+    the scalars reach the kernel in the accumulation dtype (probe AP: rounded to bf16 first, log Z was 7e-3 to
+    1.3e-2 off, inside the outputs' bf16 tolerance, which the tests above compare)."""
+    from energyformer.energies.interaction import alibi_slopes
+
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g).to(torch.bfloat16)  # noqa: E731
+    q, k, ud, hm = r(1, 3, 20, 4), r(1, 3, 20, 4), r(1, 20, 8), r(1, 20, 8)
+    delta = torch.tensor([5.3, -3.71, 6.09])
+    slopes = alibi_slopes(12)[8:11]  # 2^-0.5, 2^-1.5, 2^-2.5
+    assert not torch.equal(delta.bfloat16().float(), delta) and not torch.equal(slopes.bfloat16().float(), slopes)
+    lse = {}
+    for dt in (torch.bfloat16, torch.float64):
+        wide = torch.float32 if dt == torch.bfloat16 else torch.float64
+        lse[dt] = cem_kernel.cem_attention(q.to(dt), k.to(dt), ud.to(dt), hm.to(dt), slopes=slopes.to(wide),
+                                           delta=delta.to(wide), key_mask=None, causal=True, offset=0, h_mode="sum",
+                                           **launch)[3].double()
+    assert float((lse[torch.bfloat16] - lse[torch.float64]).abs().max()) < 1e-4

@@ -52,6 +52,14 @@ def test_causal_row_chunks_cover_every_visible_key_once(nq, nk, offset, causal, 
     assert torch.equal(got16[vis], (a16.float() @ b16.float().mT).bfloat16()[vis])
 
 
+def test_one_chunk_is_every_row_and_every_key():
+    """One piece (or bidirectional) is the whole (Nq, Nk) product, whatever the offset: the launcher's geometry then
+    aligns nothing (ALIGN 0, "all Nk keys"), so the host's blocks and the kernels' must agree on Nk (probe AP: a
+    causal single chunk rounded to the rows' end, 80 of 100 keys, crashed the gathered and per-head launches)."""
+    assert cem_products.row_chunks(3, 100, 60, True, 1, 16) == [(0, 3, 100)]
+    assert cem_products.row_chunks(16, 100, 0, False, 4, 16) == [(0, 16, 100)]
+
+
 @pytest.mark.parametrize("nq,nk,offset,causal,pieces,align", [
     (20, 20, 0, True, 3, 4), (37, 45, 8, True, 4, 8), (9, 9, 0, False, 4, 1), (3, 10, 7, True, 4, 1)])
 def test_per_head_blocks_and_their_matmuls_equal_dense_per_head_products(nq, nk, offset, causal, pieces, align):
