@@ -81,7 +81,8 @@ def test_bidirectional_with_more_keys_than_queries(mode):
 
 @interpreted
 @pytest.mark.parametrize("launch", [dict(grid="rows"), dict(grid="heads", head_sums="atomic"),
-                                    dict(grid="heads", head_sums="gather")], ids=["rows", "heads-atomic", "heads-gather"])
+                                    dict(grid="heads", head_sums="gather")],
+                         ids=["rows", "heads-atomic", "heads-gather"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_a_row_that_sees_no_key_gives_zeros_and_finite_gradients(causal, launch):
     """More query positions than keys and one batch row's keys all padded: its queries at positions 2 and 3 see
