@@ -23,17 +23,26 @@ def _z(B=2, H=3, N=9, p=4, seed=0, scale=1.0):
     return torch.randn(B, H, N, p, generator=g, dtype=D64) * scale
 
 
-@pytest.mark.parametrize("case", ["plain", "key_padding", "no_self", "non_symmetric", "non_symmetric_padding"])
-def test_fused_equals_einsum_float64(case):
-    z = _z()
-    q, k, v = z, z, z
+CASES = ["plain", "key_padding", "no_self", "non_symmetric", "non_symmetric_padding"]
+
+
+def _case(case: str) -> tuple[torch.Tensor | None, bool]:
+    """(mask, symmetric) of a case of the tests below: key padding (the last 3 of batch row 0), no self-interaction,
+    or none; scores from Q = K (symmetric) or a second projection."""
     mask = None
     if case in ("key_padding", "non_symmetric_padding"):
         mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)
         mask[0, ..., -3:] = False
     if case == "no_self":
         mask = ~torch.eye(9, dtype=torch.bool)[None, None]
-    sym = not case.startswith("non_symmetric")
+    return mask, not case.startswith("non_symmetric")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fused_equals_einsum_float64(case):
+    z = _z()
+    q, k, v = z, z, z
+    mask, sym = _case(case)
     if not sym:
         q = _z(seed=1)
     y, r = bisoftmax_fused(q, k, v, 0.5, mask, symmetric=sym, budget=40)  # several chunks
@@ -43,19 +52,13 @@ def test_fused_equals_einsum_float64(case):
     torch.testing.assert_close(y[1], ref[1], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("case", ["plain", "key_padding", "no_self", "non_symmetric", "non_symmetric_padding"])
+@pytest.mark.parametrize("case", CASES)
 def test_fused_gradients_equal_einsum_float64(case):
     """Training differentiates through the operator (``impl: auto`` takes the fused path from 512 tokens): the
     gradients of ⟨y, w⟩ with respect to q, k and v equal the materialised path's to 1e-12 — also through the row
     normalisers' factor exp(r − m) of the column term, whose gradient a detach lost with every value unchanged
     (probe AN: dq 16.7 off, the direction's training gradient 3 off)."""
-    mask = None
-    if case in ("key_padding", "non_symmetric_padding"):
-        mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)
-        mask[0, ..., -3:] = False
-    if case == "no_self":
-        mask = ~torch.eye(9, dtype=torch.bool)[None, None]
-    sym = not case.startswith("non_symmetric")
+    mask, sym = _case(case)
     w = _z(seed=5)
     if mask is not None and mask.shape[-2] == 1:
         w = w * mask[..., 0, :, None]  # padded query rows are free: their outputs carry no weight
