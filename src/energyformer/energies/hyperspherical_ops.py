@@ -76,10 +76,11 @@ def fused_span_limit(v: Tensor) -> float:
 
 
 def _wide_passes(v: Tensor) -> bool:
-    """Whether the fused passes run in float32 instead: where the SDPA passes would run in float16 (v's dtype, or autocast's), whose :data:`SAFE_SPAN` 1.8 a trained head passes (on the sphere
-    with self-interaction every r_i lies in [βp, βp + log N]: spans up to 4.4 at N 81, up to 2βp + log N
-    without); not for bfloat16 (81) and float32 (70). Float32 passes cost more than float16's, which fell
-    back to the materialised scores past the limit on a CPU and made the head NaN on an accelerator."""
+    """Whether the fused passes run in float32 instead: where the SDPA passes would run in float16 (v's dtype, or
+    autocast's), whose :data:`SAFE_SPAN` 1.8 a trained head passes (on the sphere with self-interaction every r_i
+    lies in [βp, βp + log N]: spans up to 4.4 at N 81, up to 2βp + log N without); not for bfloat16 (81) and
+    float32 (70). Float32 passes cost more than float16's, which fell back to the materialised scores past the
+    limit on a CPU and made the head NaN on an accelerator."""
     return fused_span_limit(v) < SAFE_SPAN[torch.float32]
 
 
