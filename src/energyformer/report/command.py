@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..utils.cliargs import int_at_least
+from ..utils.yaml_files import checkout_root
 from .pages import Registry
 from .readme import build_section, current_section, replace_section
 from .render import PageResult, render_page
@@ -23,8 +24,8 @@ from .render import PageResult, render_page
 def repo_root() -> Path:
     """The repository this package lives in (``src/energyformer/report`` -> the root). An installed package (a wheel)
     lives in none: a one-line error then, where every page failed with its folder "not found"."""
-    root = Path(__file__).resolve().parents[3]
-    if not ((root / "src" / "energyformer").is_dir() and (root / "docs" / "results").is_dir()):
+    root = checkout_root()
+    if root is None or not (root / "docs" / "results").is_dir():
         raise UserError(f"energyformer report renders the results pages of a checkout of the repository, and this "
                         f"package ({Path(__file__).resolve().parents[1]}) is not in one; give the checkout's folder "
                         f"with --root")

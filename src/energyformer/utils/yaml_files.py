@@ -150,14 +150,21 @@ def _base_path(name: Any, path: Path) -> Path:
     return found
 
 
+def checkout_root() -> Path | None:
+    """The root of the repository checkout this package runs from (``src/energyformer`` below it: a checkout or an
+    editable install), or None for an installed package (a wheel)."""
+    root = Path(__file__).resolve().parents[3]  # src/energyformer/utils/yaml_files.py in a checkout
+    return root if (root / "src" / "energyformer").is_dir() else None
+
+
 def library_folder(name: str) -> Path:
-    """The library's own ``name`` folder (``configs``, ``studies``): the repository's, beside ``src/`` (a checkout or
-    an editable install), else the copy a built wheel carries in the package, ``energyformer/_data/<name>``
+    """The library's own ``name`` folder (``configs``, ``studies``): the checkout's, beside ``src/``
+    (:func:`checkout_root`), else the copy a built wheel carries in the package, ``energyformer/_data/<name>``
     (setup.py). The path is returned whether or not it exists; callers fall back to ``./<name>``."""
-    here = Path(__file__).resolve()  # src/energyformer/utils/yaml_files.py in a checkout
-    repo = here.parents[3] / name
-    in_checkout = repo.is_dir() and (here.parents[3] / "src" / "energyformer").is_dir()
-    return repo if in_checkout else here.parents[1] / "_data" / name
+    root = checkout_root()
+    if root is not None and (root / name).is_dir():
+        return root / name
+    return Path(__file__).resolve().parents[1] / "_data" / name
 
 
 #: the library's configs (``energyformer train lm/llama``): the repository's configs/ beside src/, or the wheel's copy
