@@ -234,3 +234,20 @@ def test_random_mask_init_is_batch_independent():
     same = m(idx[:1].repeat(5, 1), iterations=3).logits
     torch.testing.assert_close(same, full[:1].expand(5, -1, -1), rtol=0, atol=1e-12)
     assert torch.equal(m.float().embed(idx), x.float())  # one draw whatever the dtype
+
+
+def test_random_mask_vectors_first_drawn_inside_a_cuda_graph_capture_raise(monkeypatch):
+    """``mask_init: random`` draws its vectors on the CPU and copies them over at their first use per shape, which a
+    CUDA graph capture cannot hold: reached first inside one it says so in one line (warm up eagerly first); once
+    drawn, a capture reuses the kept vectors (no copy, no error)."""
+    m = _model(mask_init="random", n_tokens=6)
+    idx = _ids(B=2, N=6, seed=3)
+    idx[:, 1] = 4
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match=r"\(6, \d+\).*CUDA graph.*eager forward"):
+        m.embed(idx)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    warm = m.embed(idx)  # the eager warm-up draws them
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert torch.equal(m.embed(idx), warm)

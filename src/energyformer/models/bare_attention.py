@@ -192,6 +192,12 @@ class BareSelfAttention(nn.Module):
         key = (*x.shape[-2:], x.dtype, x.device)
         cache = self.__dict__.setdefault("_mask_cache", {})
         if key not in cache:
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(
+                    f"bare_sa mask_init 'random': the mask vectors for {tuple(x.shape[-2:])} {x.dtype} are drawn on "
+                    "the CPU and copied over on their first use, which a CUDA graph cannot capture; run one eager "
+                    "forward with this shape before capturing (torch.compile's CUDA graphs and the benchmarks warm up "
+                    "first)")
             r = torch.randn(x.shape[-2:], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
             cache[key] = (r / r.norm(dim=-1, keepdim=True)).to(x)
         return cache[key]
