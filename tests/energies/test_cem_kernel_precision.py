@@ -190,3 +190,34 @@ def test_self_bias_and_slopes_enter_unrounded_with_low_precision_operands(launch
                                            delta=delta.to(wide), key_mask=None, causal=True, offset=0, h_mode="sum",
                                            **launch)[3].double()
     assert float((lse[torch.bfloat16] - lse[torch.float64]).abs().max()) < 1e-4
+
+
+@interpreted
+def test_per_head_factors_reach_the_kernel_unrounded_under_bf16_autocast(monkeypatch):
+    """The paper configuration's per-head factors c_k = diag(P_k) ∘ d ('stack', applied inside the kernel) reach
+    :func:`cem_kernel.cem_attention` in float32, equal to the read-out plan's, under bf16 autocast (probe AP's K4:
+    rounded to bf16 first they moved hs by ~1e-3 relative, inside the outputs' bf16 tolerance that the block test
+    above compares, so only this direct check sees it)."""
+    from energyformer.energies import interaction
+
+    seen = []
+    real_attend, real_call = interaction.attend_kernel, cem_kernel.cem_attention
+
+    def attend(e, u, st, bs, plan, need_logz):
+        seen.append(["plan", plan.h_mode, plan.c])
+        return real_attend(e, u, st, bs, plan, need_logz)
+
+    def call(*args, c=None, **kw):
+        seen[-1] += ["kernel", c]
+        return real_call(*args, c=c, **kw)
+
+    monkeypatch.setattr(interaction, "attend_kernel", attend)
+    monkeypatch.setattr(cem_kernel, "cem_attention", call)
+    blk = randomised(CEMAttentionConfig(attn_path="kernel", precond="diag_low_rank", precond_rank=3, steps=2,
+                                        attn_kernel={"grid": "heads"}), True, 2).float()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        blk(torch.randn(2, 8, 16))
+    assert len(seen) == 2  # one kernel call per descent step
+    for _, mode, plan_c, _, c in seen:
+        assert mode == "stack" and plan_c.dtype == torch.float32 and not torch.equal(plan_c.bfloat16().float(), plan_c)
+        assert c.dtype == torch.float32 and torch.equal(c, plan_c)
