@@ -19,6 +19,11 @@ class DataError(UserError, ValueError):
     """A data file or data value is unusable. The message names the file (and line) where it can."""
 
 
+class NonFiniteOutput(UserError, FloatingPointError):
+    """A model's output is NaN or infinite where a number is needed (e.g. the logits a token is drawn from): its
+    weights or its precision, a run's state for the user to change, not a wrong number to go on with."""
+
+
 def brief(err: BaseException, limit: int = 80) -> str:
     """``Type: message`` of a library's error on one line, the message cut to ``limit`` characters: what a
     one-line error quotes of the reader that failed under it."""

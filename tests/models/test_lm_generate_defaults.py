@@ -50,3 +50,47 @@ def test_kv_cache_bytes_counts_bytes_not_elements():
     m, cache = _lm(), {}
     m(torch.randint(0, 30, (1, 5)), cache=cache)
     assert kv_cache_bytes(cache) == 2 * (1 * 2 * 5 * 8) * 8
+
+
+@pytest.mark.parametrize("how", [dict(greedy=True), dict(temperature=0.8, top_k=5), dict(greedy=True, use_cache=False)])
+@pytest.mark.parametrize("poison", ["nan", "posinf", "all_neginf"])
+def test_logits_no_token_can_be_drawn_from_raise_naming_the_step_and_row(how, poison):
+    """Probe AQ: a NaN weight made greedy decoding return the NaN's index and then token 0 at every step (argmax of
+    all-NaN rows) with no error, and sampling failed inside torch.multinomial. Now one line naming the new token and
+    the batch row; a −inf logit alone (a token ruled out) still decodes."""
+    from energyformer.errors import NonFiniteOutput, UserError
+
+    m, idx = _lm(), torch.randint(0, 30, (2, 4), generator=torch.Generator().manual_seed(1))
+    real = m.head.forward
+
+    def head(x):  # row 1's logits at the third new token (the prompt, then two drawn tokens)
+        y = real(x)
+        if x.shape[1] == 1 and len(seen) == 2 or x.shape[1] == 6:
+            y = y.clone()
+            if poison == "all_neginf":
+                y[1, -1] = float("-inf")
+            else:
+                y[1, -1, 3] = float("nan") if poison == "nan" else float("inf")
+        seen.append(x.shape[1])
+        return y
+
+    seen: list[int] = []
+    m.head.forward = head
+    with pytest.raises(NonFiniteOutput, match=r"new token 2 are not finite .* batch row\(s\) \[1\]") as err:
+        m.generate(idx, 5, **how)
+    assert isinstance(err.value, UserError) and "\n" not in str(err.value)
+    m.head.forward = lambda x: real(x).index_fill(-1, torch.tensor([3, 7]), float("-inf"))
+    out = m.generate(idx, 5, **how)
+    assert not ((out[:, 4:] == 3) | (out[:, 4:] == 7)).any()
+
+
+def test_stream_checks_iterations_before_the_first_token():
+    """Probe AQ: ``iterations`` was checked only by the first forward: ``stream(..., iterations=0)`` returned an
+    iterator, and ``generate(idx, 0, iterations=0)`` the prompt, where ``steps=0`` raised at once."""
+    from energyformer.utils.validate import ConfigError
+
+    m, idx = _lm(), torch.randint(0, 30, (2, 4))
+    for call in (lambda: m.stream(idx, 3, iterations=0), lambda: m.generate(idx, 0, iterations=0),
+                 lambda: m.stream(idx, 3, iterations=1.5)):
+        with pytest.raises(ConfigError, match="iterations"):
+            call()

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.precision import at_least_float32
-from ..utils.validate import ConfigError
+from ..errors import NonFiniteOutput
+from ..utils.validate import ConfigError, check_int
 from .config import ModelConfig
 from .output import ModelOutput
 from .sampling import tempered
@@ -108,6 +109,8 @@ class CausalLM(TokenModel):
         """
         check_sampling(max_new_tokens, temperature, top_k)
         self.context(idx, steps=steps)  # the forward pass's checks of idx ((B, N) ids, N >= 1) and steps, up front
+        if iterations is not None:  # the forward's check of it (body), up front too: it ran at the first token
+            check_int("iterations", iterations, min=1)
         iterations = self.cfg.iterations if iterations is None else iterations
         return self._draw(idx, max_new_tokens, temperature, top_k, greedy or temperature == 0, use_cache, generator,
                           iterations, steps)
@@ -125,6 +128,7 @@ class CausalLM(TokenModel):
                 # max_seq_len tokens, the window the uncached path reads (it used to keep one token fewer)
                 cache, inp, pos = {}, out[:, -self.cfg.max_seq_len:], 0
             logits = self(inp, cache=cache, offset=pos, iterations=iterations, steps=steps).logits[:, -1].float()
+            _check_finite(logits, out.shape[1] - idx.shape[1])
             if use_cache:
                 pos += inp.shape[1]
             if greedy:
@@ -138,6 +142,18 @@ class CausalLM(TokenModel):
             out = torch.cat([out, nxt], dim=1)
             inp = nxt
             yield nxt
+
+
+def _check_finite(logits: Tensor, t: int) -> None:
+    """Refuse logits (B, V) that no token can be drawn from: a NaN or +inf, or a row with no finite logit. Greedy
+    decoding took the NaN's index and then token 0 at every step (argmax of all-NaN rows), sampling failed inside
+    torch.multinomial; −inf alone is a token ruled out. One host read per new token, beside a whole forward."""
+    bad = logits.isnan().any(-1) | logits.isposinf().any(-1) | ~logits.isfinite().any(-1)  # (B,)
+    if bool(bad.any()):
+        rows = bad.nonzero().flatten().tolist()
+        raise NonFiniteOutput(f"generate: the model's logits for new token {t} are not finite (NaN, +inf, or no "
+                              f"finite logit) in batch row(s) {rows[:8]}{' ...' if len(rows) > 8 else ''}: its "
+                              "weights are not finite or it overflows in this precision (try float32)")
 
 
 def kv_cache_bytes(cache: dict) -> int:
