@@ -433,6 +433,27 @@ def test_generate_prints_the_sample_as_it_is_drawn(trained, capsys, monkeypatch)
     assert streamed == task.tokenizer.decode(ids[0].tolist()) + "\n"
 
 
+def test_generate_takes_the_test_time_depth_as_eval_does(trained, capsys):
+    """``generate --iterations / --steps`` (probe AQ: eval and CausalLM.generate took them, the command did not):
+    the sample is the model's own decode at that depth, the untrained-depth warning as for eval, and a value the model
+    does not take is one line, as eval's."""
+    from energyformer.experiment import load_trained
+
+    argv = ["generate", str(trained), "--prompt", "ROMEO:", "--max-new-tokens", "8", "--seed", "5"]
+    assert main([*argv, "--iterations", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert "warning: --iterations 3: this 'transformer' model was trained with 1 iteration" in err
+    _, model, task = load_trained(trained, torch.device("cpu"))
+    prompt = torch.tensor([task.tokenizer.encode("ROMEO:")])
+    deep, plain = (task.tokenizer.decode(model.generate(prompt, 8, temperature=0.8, top_k=50, iterations=n,
+                                                        generator=torch.Generator().manual_seed(5))[0].tolist()) + "\n"
+                   for n in (3, 1))
+    assert out == deep and deep != plain
+    assert "--iterations 0: must be an integer >= 1" in _one_line_error(capsys, 2, [*argv, "--iterations", "0"])
+    assert "--steps 2: a 'transformer' model has no energy descent steps" in _one_line_error(
+        capsys, 2, [*argv, "--steps", "2"])
+
+
 def test_the_untrained_depth_warning_is_for_single_iteration_models_only():
     """--iterations N warns only for a model trained at one iteration alone: not for a looped model, nor for one
     trained at sampled depths (train_iterations) whose evaluation count happens to be 1, nor for N = 1."""

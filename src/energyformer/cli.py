@@ -195,6 +195,7 @@ def cmd_generate(a, extra) -> int:
     import torch
 
     from .experiment import load_trained
+    from .models.options import check_forward_options
     from .train import checkpoint_step
 
     cfg, model, task = load_trained(a.run, _device(a.device))
@@ -207,6 +208,12 @@ def cmd_generate(a, extra) -> int:
     tp = _task_parser(f"energyformer generate RUN (task {task.name})", type(task).add_generate_args)
     targs, rest = tp.parse_known_args(extra)
     _no_extra(rest, f"generate of a {task.name!r} run")
+    options = _forward_options(a)  # test-time depth and step budget, checked against the model as eval's
+    check_forward_options(model, options, cfg.model.kind)
+    said_depth = _untrained_depth(cfg.model, options)
+    if said_depth:
+        warnings.warn(said_depth, stacklevel=1)
+    targs.iterations, targs.steps = options.get("iterations"), options.get("steps")
     def emit(piece: str) -> None:  # the sample on stdout as it is drawn (--no-stream: once, at the end)
         sys.stdout.write(piece)
         sys.stdout.flush()
@@ -312,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "sampling, greedy or temperature / top-k).",
                        epilog_of=lambda: _task_options_help("generate"))
     g.add_argument("run", help="run directory")
+    g.add_argument("--iterations", type=int, help="recurrent-depth models: number of iterations (test-time depth)")
+    g.add_argument("--steps", type=int, help="energy blocks: descent steps per block (test-time step budget)")
     g.add_argument("--device", default="cpu", help=DEVICE_HELP)
     g.set_defaults(fn=cmd_generate)
 

@@ -199,7 +199,8 @@ class Task:
     def generate(self, model: nn.Module, args: argparse.Namespace,
                  emit: Callable[[str], object] | None = None) -> str:
         """The sample as text; with ``emit``, also handed out piece by piece while it is drawn (joined, the same
-        text)."""
+        text). ``args.iterations`` / ``args.steps``: ``generate --iterations / --steps`` (None: the model's own),
+        already checked against the model by the command line; a task that generates passes them to the model."""
         raise NotImplementedError(f"task {self.name!r} does not generate")
 
     @classmethod

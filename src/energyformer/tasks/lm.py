@@ -311,7 +311,8 @@ class LMTask(Task):
         idx = torch.tensor([ids], device=device)
         g = torch.Generator(device=device).manual_seed(args.seed)
         tokens = model.stream(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                              greedy=args.greedy, generator=g)
+                              greedy=args.greedy, generator=g, iterations=getattr(args, "iterations", None),
+                              steps=getattr(args, "steps", None))
         text = TextStream(self.tokenizer)
         live = emit is not None and getattr(args, "stream", True)
 
