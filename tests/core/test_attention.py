@@ -125,3 +125,71 @@ def test_a_query_that_sees_no_key_gets_zeros_on_cuda_too(dtype):
         (gq, gk, gv) = torch.autograd.grad(y.float().square().sum(), (q, k, v))
         assert all(torch.isfinite(t).all() for t in (gq, gk, gv)), backend
     assert SDPBackend.MATH in ran
+
+
+def _poisoned_queries(device, dtype, nq=6, nk=6):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, n, 8, generator=g).to(device, dtype) for n in (nq, nk, nk))
+    q[0, 1, nq - 1, 3] = float("nan")
+    q[1, 0, 0, 5] = float("inf")
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("call", ["causal", "bidirectional", "one-query", "key-mask", "mask"])
+def test_a_query_that_is_not_finite_gives_nan_not_zeros(dtype, call):
+    """PyTorch's CPU SDPA returns zeros for a query row holding a NaN or an inf (float32 without a mask), a finite
+    wrong output the residual hid: a NaN weight in W_Q gave finite logits (probe AS). Every branch of :func:`sdpa`
+    now gives NaN in such rows, and the rows of finite queries as before (a query that sees no key keeps its zeros)."""
+    nq = 1 if call == "one-query" else 6
+    q, k, v = _poisoned_queries("cpu", dtype, nq=nq)
+    km = torch.tensor([[True] * 6, [False] + [True] * 5])
+    kw = {"causal": dict(causal=True, key_mask=None), "bidirectional": dict(causal=False, key_mask=None),
+          "one-query": dict(causal=True, key_mask=None), "key-mask": dict(causal=True, key_mask=km),
+          "mask": dict(causal=False, key_mask=None, mask=key_padding_mask(km))}[call]
+    y = sdpa(q, k, v, **kw)
+    bad = ~torch.isfinite(q).all(-1)  # (B, H, Nq)
+    assert torch.isnan(y[bad]).all()
+    fine = sdpa(q.nan_to_num(0.0, 0.0, 0.0), k, v, **kw)
+    assert torch.equal(y[~bad], fine[~bad])
+
+
+def test_a_nan_in_a_query_weight_reaches_the_logits():
+    """Probe AS's case: the GPT baseline with one NaN in its fused q/k/v projection (a query row of every token)
+    gave all-finite logits 0.04 off the clean ones."""
+    from energyformer.blocks import BlockConfig
+    from energyformer.models import CausalLM, ModelConfig
+
+    torch.manual_seed(0)
+    m = CausalLM(ModelConfig(vocab_size=11, dim=16, n_layers=1, heads=2, max_seq_len=8, positions="learned",
+                             block=BlockConfig(attention="gpt", mlp="gelu"))).eval()
+    idx = torch.randint(0, 11, (2, 5))
+    with torch.no_grad():
+        m.layers[0].attn.c_attn.weight[0, 0] = float("nan")
+    assert torch.isnan(m(idx).logits).all()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cudas_sdpa_backends_carry_a_non_finite_query_into_its_row(dtype):
+    """:func:`sdpa`'s NaN guard for non-finite queries runs on the CPU only, where PyTorch's SDPA gives zeros; on
+    CUDA every backend must give NaN in that row by itself (raw F.scaled_dot_product_attention), or the guard is
+    needed there too (``core.attention._query_nans``)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = _poisoned_queries("cuda", dtype)
+    bad = ~torch.isfinite(q).all(-1)
+    ran = []
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                    SDPBackend.MATH):
+        for causal in (True, False):
+            try:
+                with sdpa_kernel(backend):
+                    y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            except RuntimeError:
+                continue
+            ran.append(backend)
+            assert torch.isnan(y[bad]).all(), (backend, causal, y[bad])
+    assert SDPBackend.MATH in ran

@@ -122,15 +122,26 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, causal: bool, key_mask: Tensor | None,
     if mask is not None:
         if causal or key_mask is not None or window is not None:
             raise ValueError("sdpa: give either mask or causal / key_mask / window, not both")
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
+        return _query_nans(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale), q)
     nq, nk = q.shape[2], k.shape[2]
     if key_mask is None and window is None:
         if causal and nq == nk:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale)
+            return _query_nans(F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout,
+                                                              scale=scale), q)
         if not causal or nq == 1:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale)
+            return _query_nans(F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale), q)
     mask = visible(nq, nk, causal, key_mask, q.device, window)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
+    return _query_nans(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale), q)
+
+
+def _query_nans(out: Tensor, q: Tensor) -> Tensor:
+    """``out`` (B, H, Nq, Dv) with NaN in every row whose query (B, H, Nq, Dq) is not finite. PyTorch's CPU SDPA
+    returns zeros for a query row holding a NaN or an inf (float32 without a mask: a finite wrong output that the
+    residual then hid — a NaN weight in W_Q gave finite logits; probe AS), where its masked and float64 paths give
+    NaN. One reduction of q (N·D against the call's N²·D); CPU only, where it was seen (CUDA: tests/core)."""
+    if q.device.type != "cpu":
+        return out
+    return out + q.sum(-1, keepdim=True).mul(0).to(out.dtype)  # 0 for finite rows, NaN for the others
 
 
 # ----------------------------------------------------------------------------- KV cache
