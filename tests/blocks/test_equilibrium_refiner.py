@@ -27,7 +27,7 @@ def test_training_terms_are_beta_times_the_masked_mean(monkeypatch):
     _, r = _refiner(beta=0.3)
     terms = {"rev": torch.tensor([[1.0, 2.0, 30.0], [4.0, 50.0, 60.0]]), "mask": torch.ones(2, 3)}
     monkeypatch.setattr(r.energy, "energy_terms", lambda h, state: terms)
-    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])   # key padding: the 30, 50 and 60 are padded tokens
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]]).bool()   # key padding: the 30, 50 and 60 are padded tokens
     ctx = ForwardContext(mask=mask)
     r._training_terms(torch.zeros(2, 3, 16), None, ctx)
     assert math.isclose(float(ctx.aux_losses["eqt/rev"]), 0.3 * (1 + 2 + 4) / 3, rel_tol=1e-6)

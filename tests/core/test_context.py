@@ -23,3 +23,15 @@ def test_context_or_new():
     assert context_or_new(ctx, "b") is ctx and isinstance(context_or_new(None, "b"), ForwardContext)
     with pytest.raises(TypeError, match="not int"):
         context_or_new(3, "b")
+
+
+@pytest.mark.parametrize("mask", [torch.zeros(2, 3), torch.full((2, 3), float("-inf")), torch.ones(2, 3).long(),
+                                  torch.ones(2, 1, 3, dtype=torch.bool), [[True, True, False]]],
+                         ids=["additive-zeros", "additive-neginf", "long", "3-d", "list"])
+def test_a_mask_that_is_not_a_bool_key_padding_mask_is_refused(mask):
+    """Probe AS: the blocks cast ``ctx.mask`` to bool, so an additive 0 / −inf float mask handed to a sublayer came out
+    inverted (the real tokens hidden, the padding kept) with no error; the models refused it, their sublayers did
+    not. The context now refuses anything but a (B, N) bool mask, in one line."""
+    with pytest.raises(ValueError, match=r"ForwardContext mask of .*expected a \(B, N\) torch.bool key-padding mask"):
+        ForwardContext(mask=mask)
+    assert ForwardContext(mask=torch.ones(2, 3, dtype=torch.bool)).mask.all()

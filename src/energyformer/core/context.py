@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from .trace import Traces, key_label
@@ -72,6 +73,15 @@ class ForwardContext:
     embedded: Tensor | None = None
     layer_input: Tensor | None = None
     memo: dict[Any, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # the blocks cast the mask to bool: an additive 0 / −inf float mask came out inverted (0 → False hid the real
+        # tokens, −inf → True kept the padding) with no error (probe AS); the models refuse it already (TokenModel)
+        m = self.mask
+        if m is not None and (not isinstance(m, Tensor) or m.dtype != torch.bool or m.dim() != 2):
+            what = (f"dtype {m.dtype} and shape {tuple(m.shape)}" if isinstance(m, Tensor) else type(m).__name__)
+            raise ValueError(f"ForwardContext mask of {what}: expected a (B, N) torch.bool key-padding mask (True = a "
+                             "real token); an additive 0 / -inf mask is not one")
 
     def key(self, name: str) -> BlockKey:
         """Record key of block ``name`` at the current iteration (and plain reuse, ``name#r`` for r >= 1)."""
