@@ -54,7 +54,10 @@ def test_a_bool_mask_still_hides_padding():
     (torch.zeros(2, 0, dtype=torch.long), r"idx of shape \(2, 0\): expected at least one token per row"),
     (torch.full((2, 6), 11), r"token ids outside \[0, 11\) \(model.vocab_size\): min 11, max 11"),
     (torch.full((2, 6), -1), r"token ids outside \[0, 11\) \(model.vocab_size\): min -1, max -1"),
-], ids=["1-d", "float", "bool", "empty", "too-large", "negative"])
+    (torch.ones(2, 6, dtype=torch.uint8), r"dtype torch.uint8: expected token ids \(B, N\) of dtype torch.int64 or"),
+    (torch.ones(2, 6, dtype=torch.int16), "dtype torch.int16: expected token ids"),
+    (torch.ones(2, 6, dtype=torch.long, device="meta"), r"idx on device meta, the model on cpu: move the token ids"),
+], ids=["1-d", "float", "bool", "empty", "too-large", "negative", "uint8", "int16", "meta"])
 @pytest.mark.parametrize("block", [None, CEM], ids=["llama", "cem"])
 def test_bad_token_ids_are_one_line_errors(block, idx, says):
     with pytest.raises(ValueError, match=says):

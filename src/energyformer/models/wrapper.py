@@ -121,14 +121,17 @@ class TokenModel(nn.Module):
         cache: dict | None = None, offset: int = 0, steps: int | None = None,
     ) -> ForwardContext:
         """The :class:`ForwardContext` of one forward pass over token ids ``idx`` (B, N), its arguments checked:
-        ``idx`` integer (B, N) with N ≥ 1; ``mask`` bool (True = a real token) of idx's shape — a float mask (e.g. an
-        additive 0 / −∞ one, which a cast to bool would invert) is refused; ``offset`` ≥ 0; ``steps`` only where
-        the model has descent steps to set (:func:`.options.check_forward_options`)."""
-        if idx.dim() != 2 or idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+        ``idx`` int64 / int32 (B, N) with N ≥ 1, on the model's device; ``mask`` bool (True = a real token) of idx's
+        shape — a float mask (e.g. an additive 0 / −∞ one, which a cast to bool would invert) is refused; ``offset``
+        ≥ 0; ``steps`` only where the model has descent steps to set (:func:`.options.check_forward_options`)."""
+        if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):  # nn.Embedding's (uint8 failed inside it)
             raise ValueError(f"idx of shape {tuple(idx.shape)} and dtype {idx.dtype}: expected token ids (B, N) of "
-                             f"an integer dtype")
+                             f"dtype torch.int64 or torch.int32")
         if idx.shape[1] == 0:
             raise ValueError(f"idx of shape {tuple(idx.shape)}: expected at least one token per row")
+        if idx.device != self.embed.weight.device:  # 'meta' ids gave uninitialised memory as embeddings (probe AS)
+            raise ValueError(f"idx on device {idx.device}, the model on {self.embed.weight.device}: move the token ids "
+                             "to the model's device")
         if mask is not None and mask.shape != idx.shape:
             raise ValueError(f"mask of shape {tuple(mask.shape)}: expected the shape of the tokens {tuple(idx.shape)}")
         if mask is not None and mask.dtype != torch.bool:
