@@ -251,3 +251,13 @@ def test_random_mask_vectors_first_drawn_inside_a_cuda_graph_capture_raise(monke
     warm = m.embed(idx)  # the eager warm-up draws them
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert torch.equal(m.embed(idx), warm)
+
+
+@pytest.mark.parametrize("idx", [_ids().bool(), _ids().to(torch.uint8), _ids().float(), _ids()[0]],
+                         ids=["bool", "uint8", "float", "1-d"])
+def test_token_ids_of_another_dtype_or_rank_are_one_line_errors(idx):
+    """Probe AS: bool ids were read as colours 0 / 1 (the transformer models refuse them) and uint8 ids failed in
+    a mask index deep inside ('The shape of the mask ...')."""
+    with pytest.raises(ValueError, match=r"token ids must be an int64 or int32 \(batch, tokens\) tensor; got torch\."):
+        _model()(idx)
+    assert _model()(_ids().int()).logits.shape == (3, 6, 4)
