@@ -94,3 +94,19 @@ def test_stream_checks_iterations_before_the_first_token():
                  lambda: m.stream(idx, 3, iterations=1.5)):
         with pytest.raises(ConfigError, match="iterations"):
             call()
+
+
+@pytest.mark.parametrize("bad", ["transposed", "flat", "int32", "float"])
+def test_targets_of_another_shape_or_dtype_are_one_line_errors(bad):
+    """Probe AS: targets with the inputs' number of elements in another shape ((N, B)) were flattened against the
+    logits and gave a finite loss of the wrong pairs; other shapes and dtypes failed inside F.cross_entropy."""
+    from energyformer.models import MODELS
+    from energyformer.models.equilibrium import EquilibriumConfig
+
+    idx = torch.randint(0, 30, (2, 5))
+    t = {"transposed": idx.T.contiguous(), "flat": idx.flatten(), "int32": idx.int(), "float": idx.float()}[bad]
+    eqt = MODELS.build(EquilibriumConfig(dim=16, n_layers=1, heads=2, max_seq_len=16), vocab_size=30)
+    for m in (_lm(), eqt):
+        with pytest.raises(ValueError, match=r"targets of shape .* expected token ids \(2, 5\) \(the inputs' shape\)"):
+            m(idx, t)
+        assert torch.isfinite(m(idx, idx).loss)

@@ -21,15 +21,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
 from ..blocks.equilibrium import EquilibriumRefiner, RefineConfig, RefinedLayer
-from ..core.precision import at_least_float32
 from ..utils.config import replace
 from ..utils.validate import ConfigError
 from .config import ModelConfig
+from .lm import token_cross_entropy
 from .naming import name_blocks
 from .output import ModelOutput
 from .registry import MODELS
@@ -90,7 +89,7 @@ class EquilibriumModel(TokenModel):
         logits = self.body(idx, ctx, iterations, states)  # (B, N, n_out)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(at_least_float32(logits).flatten(0, 1), targets.flatten(), ignore_index=-100)
+            loss = token_cross_entropy(logits, targets)
         return ModelOutput.of(logits, ctx, loss=loss, hiddens=states)
 
 

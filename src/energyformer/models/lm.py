@@ -26,7 +26,7 @@ from .output import ModelOutput
 from .sampling import tempered
 from .wrapper import TokenModel
 
-__all__ = ["CausalLM", "ModelConfig", "check_sampling", "kv_cache_bytes"]
+__all__ = ["CausalLM", "ModelConfig", "check_sampling", "kv_cache_bytes", "token_cross_entropy"]
 
 
 def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, *, cli: bool = False) -> None:
@@ -73,7 +73,7 @@ class CausalLM(TokenModel):
         logits = self.body(idx, ctx, iterations, states)  # (B, N, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(at_least_float32(logits).flatten(0, 1), targets.flatten(), ignore_index=-100)
+            loss = token_cross_entropy(logits, targets)
         return ModelOutput.of(logits, ctx, loss=loss, hiddens=states)
 
     def generate(
@@ -142,6 +142,16 @@ class CausalLM(TokenModel):
             out = torch.cat([out, nxt], dim=1)
             inp = nxt
             yield nxt
+
+
+def token_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy of logits (B, N, V) against targets (B, N) (int64 class ids, −100 ignored), in at least
+    float32. targets of another shape or dtype are one line naming them: one with as many elements in another
+    shape, (N, B) say, was flattened against the logits and gave a finite loss of the wrong pairs (probe AS)."""
+    if targets.shape != logits.shape[:2] or targets.dtype != torch.int64:
+        raise ValueError(f"targets of shape {tuple(targets.shape)} and dtype {targets.dtype}: expected token ids "
+                         f"{tuple(logits.shape[:2])} (the inputs' shape) of dtype torch.int64, -100 to ignore one")
+    return F.cross_entropy(at_least_float32(logits).flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
 def _check_finite(logits: Tensor, t: int) -> None:
