@@ -35,3 +35,19 @@ def test_a_mask_that_is_not_a_bool_key_padding_mask_is_refused(mask):
     with pytest.raises(ValueError, match=r"ForwardContext mask of .*expected a \(B, N\) torch.bool key-padding mask"):
         ForwardContext(mask=mask)
     assert ForwardContext(mask=torch.ones(2, 3, dtype=torch.bool)).mask.all()
+
+
+@pytest.mark.parametrize("x,says", [
+    (torch.randn(3, 8), r"x of shape \(3, 8\) and dtype torch.float32: expected token states \(B, N, D\)"),
+    (torch.randn(2, 0, 8), r"x of shape \(2, 0, 8\)"),
+    (torch.ones(2, 3, 8, dtype=torch.long), r"x of shape \(2, 3, 8\) and dtype torch.int64"),
+    (torch.randn(1, 2, 3, 8), r"x of shape \(1, 2, 3, 8\)")], ids=["2-d", "no-tokens", "long", "4-d"])
+def test_an_energy_block_called_directly_names_a_bad_input(x, says):
+    """Probe AS: sublayers called directly with another rank, no tokens or an integer dtype failed deep inside
+    (einops, torch.cat of an empty list, amax); the models check their inputs first, the blocks now do too."""
+    block = EnergyBlock(HopfieldEnergy(8, 16), GradientDescent(step_size=0.5), steps=2, norm=nn.LayerNorm(8))
+    with pytest.raises(ValueError, match=r"EnergyBlock: " + says):
+        block(x)
+    with pytest.raises(ValueError, match=r"EnergyBlock: ctx.mask of shape \(2, 4\): expected the tokens' \(B, N\) = "
+                                         r"\(2, 3\)"):
+        block(torch.randn(2, 3, 8), ForwardContext(mask=torch.ones(2, 4, dtype=torch.bool)))

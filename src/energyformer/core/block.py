@@ -130,6 +130,12 @@ class EnergyBlock(nn.Module):
     def forward(self, x: Tensor, ctx: ForwardContext | None = None, steps: int | None = None,
                 anchor: Tensor | None = None) -> Tensor:
         ctx = context_or_new(ctx, type(self).__name__)
+        if x.dim() != 3 or x.shape[1] == 0 or not x.is_floating_point():  # failed deep inside (einops, cat, amax)
+            raise ValueError(f"{type(self).__name__}: x of shape {tuple(x.shape)} and dtype {x.dtype}: expected token "
+                             "states (B, N, D) of a floating dtype with N >= 1")
+        if ctx.mask is not None and ctx.mask.shape != x.shape[:2]:
+            raise ValueError(f"{type(self).__name__}: ctx.mask of shape {tuple(ctx.mask.shape)}: expected the "
+                             f"tokens' (B, N) = {tuple(x.shape[:2])}")
         n = self.solver.budget(Budget(self.steps, self.eval_steps) if steps is None else steps, ctx)
         shift = None
         if self.solver.lookahead:
