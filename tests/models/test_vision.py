@@ -127,3 +127,15 @@ def test_raw_integer_pixels_are_refused():
     model = VisionTransformer(_cfg())
     with pytest.raises(ValueError, match=r"images of dtype torch.uint8: this model takes floating-point images"):
         model((_images() * 50).clamp(0, 255).to(torch.uint8))
+
+
+def test_call_time_steps_are_checked_as_the_token_models_do():
+    """Probe AS: a vision model with a block that has no descent steps took ``steps=-1`` (and any value) silently."""
+    m = VisionTransformer(_cfg())
+    for steps in (-1, 2):
+        with pytest.raises(ConfigError, match=f"steps = {steps}: a 'vision' model has no energy descent steps"):
+            m(_images(), steps=steps)
+    cem = VisionTransformer(_cfg(block={"attention": {"kind": "cem", "steps": 2}}))
+    with pytest.raises(ConfigError, match="steps = -1: a 'vision' model takes steps as an integer >= "):
+        cem(_images(), steps=-1)
+    assert cem(_images(), steps=3).logits.shape == (3, 10)

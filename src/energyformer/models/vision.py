@@ -210,6 +210,10 @@ class VisionTransformer(nn.Module):
                 iterations: int | None = None, steps: int | None = None, hiddens: bool = False) -> ModelOutput:
         """images (B, C, H, W) float -> logits (B, n_classes) (+ traces, stats, auxiliary losses,
         hidden states per (layer, iteration))."""
+        if steps is not None:  # as TokenModel.context: steps = -1 ran silently (probe AS)
+            from .options import check_forward_options
+
+            check_forward_options(self, {"steps": steps}, self.cfg.kind, flags=False)
         ctx = ForwardContext(traces=Traces() if trace else None, stats={} if stats else None,
                              steps=steps, inputs=images)
         states = {} if hiddens else None
