@@ -153,3 +153,17 @@ def test_float32_gradients_follow_float64_where_attention_is_peaked(kind, bounds
     err = {n: float((got[n] - want[n]).norm() / want[n].norm()) for n in ("x", "energy.wk.weight",
                                                                         "energy.temp_score.theta")}
     assert [err[n] < b for n, b in zip(("x", "energy.wk.weight", "energy.temp_score.theta"), bounds)] == [True] * 3, err
+
+
+@pytest.mark.parametrize("kind", ["clamp", "abs"])
+def test_damping_a_matrix_that_is_not_finite_names_it(kind):
+    """Probe AS: NaN weights in MHA2nd ended in ``linalg.eigh: ... failed to converge``, which named neither the
+    matrix nor NaN; now a NonFiniteOutput says what is not finite (a finite matrix damps as before)."""
+    from energyformer.energies.newton import damp
+    from energyformer.errors import NonFiniteOutput
+
+    M = torch.eye(3, dtype=torch.float64).expand(2, 3, 3).clone()
+    M[1, 0, 2] = M[1, 2, 0] = float("nan")
+    with pytest.raises(NonFiniteOutput, match=r"MHA2nd's Newton matrix I - C/T is not finite"):
+        damp(M, kind, 0.1)
+    assert torch.equal(damp(M[:1], kind, 0.1), M[:1])

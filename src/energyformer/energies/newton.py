@@ -98,7 +98,15 @@ def damp(M: Tensor, kind: str, eps: float) -> Tensor:
     if kind == "add":
         return M + eps * eye
     with torch.no_grad():
-        lam, V = torch.linalg.eigh(M.float() if M.dtype in (torch.float16, torch.bfloat16) else M)
+        try:
+            lam, V = torch.linalg.eigh(M.float() if M.dtype in (torch.float16, torch.bfloat16) else M)
+        except torch.linalg.LinAlgError as err:  # NaN weights gave "linalg.eigh: ... failed to converge" (probe AS)
+            if not bool(torch.isfinite(M).all()):
+                from ..errors import NonFiniteOutput
+
+                raise NonFiniteOutput("MHA2nd's Newton matrix I - C/T is not finite (NaN or inf in the weights, the "
+                                      "input or the covariance C): no eigendecomposition to damp") from err
+            raise
         target = lam.clamp_min(eps) if kind == "clamp" else lam.abs().clamp_min(eps)
         corr = ((V * (target - lam)[..., None, :]) @ V.transpose(-1, -2)).to(M.dtype)
     return M + corr
