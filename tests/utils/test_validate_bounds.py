@@ -33,3 +33,16 @@ def test_check_float_exclusive_minimum_refuses_the_minimum():
     with pytest.raises(ConfigError, match="must be > 0"):
         check_float("lr", 0.0, min=0, min_exclusive=True)
     check_float("lr", 1e-12, min=0, min_exclusive=True)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("bounds", [{}, dict(min=0.0), dict(min=0.0, min_exclusive=True), dict(max=1.0)],
+                         ids=["none", "min", "exclusive-min", "max"])
+def test_check_float_refuses_values_that_are_not_finite(value, bounds):
+    """Probe AS: NaN passed a one-sided bound and ``GradientDescent(step_size=inf)`` was accepted."""
+    with pytest.raises(ConfigError, match=f"^x = {value!r}: must be a finite number$"):
+        check_float("x", value, **bounds)
+    from energyformer.core import GradientDescent
+
+    with pytest.raises(ConfigError, match="step_size = inf: must be a finite number"):
+        GradientDescent(step_size=float("inf"))

@@ -48,9 +48,12 @@ def check_float(
     name: str, value: Any, *, min: float | None = None, max: float | None = None,
     min_exclusive: bool = False,
 ) -> None:
-    """Raise ConfigError unless ``value`` is a real number in the given range."""
+    """Raise ConfigError unless ``value`` is a finite real number in the given range (NaN passed a bound of one side
+    and an infinite step size was taken: probe AS; configs refuse both already)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name} = {value!r}: must be a number")
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} = {value!r}: must be a finite number")
     if min is not None and min_exclusive and not value > min:
         raise ConfigError(f"{name} = {value!r}: must be > {min}")
     _check_bounds(name, value, None if min_exclusive else min, max, "a number")
