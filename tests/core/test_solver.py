@@ -145,3 +145,13 @@ def test_adaptive_steps_go_to_the_tokens_asked_for_and_never_to_padding():
     steps = torch.tensor([[budget + k, budget, 0]])      # padding never moves
     assert torch.equal(r.stats.steps.cpu(), steps)
     torch.testing.assert_close(r.x, x0 * (1 - eta) ** steps[..., None].to(DT), rtol=1e-14, atol=0)
+
+
+def test_a_state_prepared_for_more_rows_than_the_iterate_is_a_one_line_error():
+    """Probe AS: ``run(e, x0 (1, 5, 8), e.prepare(context (2, 5, 8)), steps)`` broadcast the update and returned a
+    (2, 5, 8) iterate with no error."""
+    with pytest.raises(ValueError, match=r"GradientDescent.run: the iterate went from shape \(1, 2, 3\) to \(4, 2, 3\)"
+                                         r": the energy's state was prepared for other tokens"):
+        GradientDescent(step_size=0.5).run(QuadraticEnergy(3), torch.zeros(1, 2, 3), torch.ones(4, 2, 3), steps=2)
+    assert GradientDescent(step_size=0.5).run(QuadraticEnergy(3), torch.zeros(4, 2, 3), torch.ones(4, 2, 3),
+                                              steps=2).x.shape == (4, 2, 3)

@@ -430,6 +430,10 @@ class Solver(nn.Module):
         loop = Descent(self, energy, x0, point, index0, mask, trace, stats, ctx, observer)
         with self.precond.per_call():  # its weight-only factors built once for the call's steps (core/precond.py)
             x, state, memory = self.backward.run(loop, x0, state, memory, steps)
+            if x.shape != x0.shape:  # an update broadcast against a state of more tokens or rows (probe AS)
+                raise ValueError(f"{type(self).__name__}.run: the iterate went from shape {tuple(x0.shape)} to "
+                                 f"{tuple(x.shape)}: the energy's state was prepared for other tokens (prepare it "
+                                 "from a context of x0's (B, N))")
             rec, st = loop.finish(x, state, memory)
             if adaptive is not None and adaptive[1] > 0:
                 more, k = adaptive
