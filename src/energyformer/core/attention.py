@@ -141,7 +141,7 @@ def _query_nans(out: Tensor, q: Tensor) -> Tensor:
     NaN. One reduction of q (N·D against the call's N²·D); CPU only, where it was seen (CUDA: tests/core)."""
     if q.device.type != "cpu":
         return out
-    return out + q.sum(-1, keepdim=True).mul(0).to(out.dtype)  # 0 for finite rows, NaN for the others
+    return out.masked_fill(~q.isfinite().all(-1, keepdim=True), float("nan"))  # (not q.sum() * 0: a sum can overflow)
 
 
 # ----------------------------------------------------------------------------- KV cache
