@@ -84,3 +84,10 @@ def test_a_warning_goes_to_stderr_by_default(capsys):
     show_warning("a changed\n\ttrain config", UserWarning, "x.py", 1)
     got = capsys.readouterr()
     assert got.out == "" and got.err == "energyformer: warning: a changed train config\n"
+
+
+def test_a_non_finite_output_says_so_and_exits_1_as_evals_non_finite_metrics():
+    from energyformer.errors import NonFiniteOutput
+
+    text = "generate: the model's logits for new token 2 are not finite (NaN, +inf, or no finite logit) in row(s) [0]"
+    assert describe_error(NonFiniteOutput(text)) == (text, 1)

@@ -19,9 +19,11 @@ def describe_error(err: BaseException) -> tuple[str, int]:
 
     from pydantic import ValidationError
 
-    from .errors import UserError
+    from .errors import NonFiniteOutput, UserError
     from .utils.config import format_validation_error
 
+    if isinstance(err, NonFiniteOutput):  # a run's weights or precision, as eval's non-finite metrics: exit 1
+        return str(err), 1
     if isinstance(err, UserError):  # also TrainingDiverged and CheckpointError: a run's state, a user's choice to make
         return str(err), 2
     if isinstance(err, ValidationError):
