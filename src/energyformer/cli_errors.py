@@ -3,7 +3,8 @@ exit code, never a traceback unless ``--debug`` (or ``ENERGYFORMER_DEBUG=1``) as
 :mod:`energyformer.cli`).
 
 :func:`describe_error`: a user error (:class:`~energyformer.errors.UserError`, a config validation error) says
-what to change and exits 2; an OS error names what failed and the path; running out of host or device memory says
+what to change and exits 2 (a model's non-finite output, :class:`~energyformer.errors.NonFiniteOutput`, exits 1 as
+eval's non-finite metrics do); an OS error names what failed and the path; running out of host or device memory says
 which sizes to lower; anything else is an internal error naming its type, exit 1.
 """
 
