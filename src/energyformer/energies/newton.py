@@ -153,13 +153,25 @@ class NewtonHeads(Energy):
     # ------------------------------------------------------------------ state
     def prepare(self, context: Tensor, cache: dict | None = None, offset: int = 0,
                 mask: Tensor | None = None, **kw) -> QKVState:
-        k = split_heads(self.wk(context), self.heads)
-        v = k if self.wv is None else split_heads(self.wv(context), self.heads)
+        k = split_heads(self._project(self.wk, context), self.heads)
+        v = k if self.wv is None else split_heads(self._project(self.wv, context), self.heads)
         kv, key_mask = append_cache(cache, mask, k=k, v=v)
-        return QKVState(context, split_heads(self.wq(context), self.heads), kv["k"], kv["v"], key_mask)
+        return QKVState(context, split_heads(self._project(self.wq, context), self.heads), kv["k"], kv["v"], key_mask)
 
     def queries(self, u: Tensor, st: QKVState) -> Tensor:
-        return st.q if u is st.h else split_heads(self.wq(u), self.heads)
+        return st.q if u is st.h else split_heads(self._project(self.wq, u), self.heads)
+
+    def _project(self, lin: nn.Linear, t: Tensor) -> Tensor:
+        """``lin(t)``, under autocast in at least float32 (autocast off) with ``fp32_heads``, as the heads then run:
+        the scores q·k − |k|²/2 and the centred covariance cancel terms of size |q|², |k|², which q and k rounded to
+        bf16 carry at bf16's relative error — at weights ×100 under bf16 autocast MHA2nd1st's input gradient came
+        out 3.7e3 times too large, finite (probe AU); with float32 projections 5e-3 of float64's. (A module cast to
+        bf16 keeps its bf16 projections: its weights are bf16 already.)"""
+        if self.fp32_heads and torch.is_autocast_enabled(t.device.type):
+            dt = torch.promote_types(t.dtype, torch.float32)
+            with autocast_off(t.device.type):
+                return F.linear(t.to(dt), lin.weight.to(dt), None if lin.bias is None else lin.bias.to(dt))
+        return lin(t)
 
     # ------------------------------------------------------------------ energy (elastic, D7)
     def _fe(self, u: Tensor, st: QKVState):
