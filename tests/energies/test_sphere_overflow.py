@@ -252,3 +252,18 @@ def test_the_loud_check_costs_five_small_ops_beside_the_fused_norm(monkeypatch):
     with Count() as plain:
         torch.nn.functional.rms_norm(z, (16,), w, 1e-6)
     assert len(loud.ops) - len(plain.ops) <= 5, (loud.ops, plain.ops)
+
+
+def test_float16_gradient_with_products_past_its_range_stays_finite():
+    """Probe AU: the backward formed g·z in float16 before its float32 sum, so |g z| past 65504 made the row's
+    gradient NaN where float64's is ~3 (z and g of size ~300, well inside float16)."""
+    from energyformer.energies.hyperspherical import SPHERE_EPS
+
+    g = torch.Generator().manual_seed(0)
+    z, up = (torch.randn(4, 16, generator=g, dtype=torch.float64) * 300 for _ in range(2))
+    assert float((z * up).abs().max()) > 65504
+    grads = {}
+    for dt in (torch.float64, torch.float16):
+        zz = z.to(dt).requires_grad_(True)
+        grads[dt], = torch.autograd.grad(sphere_rms_norm(zz, SPHERE_EPS), zz, up.to(dt))
+    torch.testing.assert_close(grads[torch.float16].double(), grads[torch.float64], rtol=2e-2, atol=2e-2)

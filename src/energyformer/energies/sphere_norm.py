@@ -88,8 +88,13 @@ def _sphere_fwd(z: Tensor, eps: float, loud: bool = False) -> tuple[Tensor, Tens
 
 
 def _sphere_bwd(z: Tensor, r: Tensor, g: Tensor) -> Tensor:
-    """∂L/∂z = r (g − z · r² mean(g z)) of :class:`_SphereRMSNorm` (autocast off)."""
-    dot = torch.sum(g * z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
+    """∂L/∂z = r (g − z · r² mean(g z)) of :class:`_SphereRMSNorm` (autocast off). In float16 the products g z are
+    formed in float32: past 65504 they were inf and the row's gradient NaN where the true one was ~1 (probe AU; bf16
+    has float32's range)."""
+    if z.dtype == torch.float16:
+        dot = torch.sum(g.float() * z.float(), dim=-1, keepdim=True)  # (..., 1)
+    else:
+        dot = torch.sum(g * z, dim=-1, keepdim=True, dtype=torch.float32)  # (..., 1)
     k = dot.mul_(r.square()).div_(z.shape[-1])  # r² mean(g z), in place on the small dot
     if torch.compiler.is_compiling():
         return ((g - z * k) * r).to(z.dtype)
