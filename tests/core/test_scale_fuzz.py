@@ -280,3 +280,17 @@ def test_the_fuzz_catches_a_silent_wrong_answer():
     assert [r.status for r in res] == ["wrong"] and math.isfinite(res[0].err)
     [res] = low_precision_agreement(lambda m, i: torch.exp(i[0].abs() * 1e-18), torch.nn.Identity(), (y,))
     assert [r.status for r in res] == ["loud"]
+
+
+def test_a_value_below_the_dtypes_smallest_normal_is_no_wrong_answer():
+    """Probe AU: a float64 gradient of 1.2e-102 that float32 returns as 0 (right for float32's range) was reported
+    'wrong' (relative error 1); the bound now has the dtype's smallest normal per element. A 0 where the value is
+    float32-sized is still wrong."""
+    tiny = torch.full((4,), 1.16e-102, dtype=torch.float64)
+    [res] = low_precision_agreement(lambda m, i: i[0] * 0 + tiny.to(i[0].dtype), torch.nn.Identity(), (tiny,))
+    assert tiny.float().eq(0).all()
+    assert [r.status for r in res] == ["ok"]
+    small = torch.full((4,), 1e-30, dtype=torch.float64)
+    [res] = low_precision_agreement(lambda m, i: i[0] * 0 + small * (i[0].dtype == torch.float64), torch.nn.Identity(),
+                                    (small,))
+    assert [r.status for r in res] == ["wrong"]
