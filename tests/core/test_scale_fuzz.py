@@ -9,7 +9,7 @@ registration is fuzzed as soon as it exists, and one without examples fails
 and 1e20 (past float32's norm overflow), weight matrices 1e2 and 1e4. Acceptance
 (:func:`energyformer.core.fuzz.low_precision_agreement`): within C · (measured sensitivity to a rounding
 of every input, parameter and submodule output, and to :data:`PROBES` random u-sized perturbations of them,
-+ u‖y‖), or a clear error, or a non-finite result —
++ u‖y‖ + the dtype's smallest normal per element), or a clear error, or a non-finite result —
 never a finite wrong answer. Every sublayer kind's float32 backward (the input's and every parameter's
 gradient, parameters moved off their initialisation) is fuzzed the same way at :data:`GRAD_SCALES`. A case listed
 in :data:`KNOWN` is a silent wrong answer found and not yet fixed (with the reason); it must still be one

@@ -4,9 +4,10 @@
 A result in a low precision is accepted when it is as close to the float64 result as the problem
 allows, judged by the problem itself rather than by one fixed tolerance:
 
-    ‖y_low − y_64‖ ≤ C · (s + u ‖y_64‖)        per output tensor,
+    ‖y_low − y_64‖ ≤ C · (s + u ‖y_64‖ + tiny √n)        per output tensor of n elements,
 
-with ``u`` the unit roundoff of the precision (float32 2^-23, bfloat16 2^-8) and ``s`` the measured
+with ``u`` the unit roundoff of the precision (float32 2^-23, bfloat16 2^-8), ``tiny`` its smallest normal (a
+float64 value below it is a correct 0 or subnormal there) and ``s`` the measured
 *sensitivity*: the largest change of the float64 result when every input, every parameter and the
 output of every submodule (a projection, a norm, a residual block) is perturbed by a random relative
 amount of size ``u`` (``probes`` seeded draws), and once by rounding each of them to the low
