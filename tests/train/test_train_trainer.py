@@ -82,6 +82,65 @@ def test_ctrl_c_mid_step_saves_completed_step_and_resumes_exactly(tmp_path, refe
     assert t2.loss_history == reference["losses"][6:]
 
 
+def _banked(trainer):
+    """A persistent buffer that every training step writes in place before its optimizer step (as EqT's memory bank
+    is written by the forward pass), and which the loss reads."""
+    trainer.model.register_buffer("bank", torch.zeros(()))
+    inner = trainer.loss_fn
+
+    def loss_fn(model, batch):
+        with torch.no_grad():
+            trainer.model.bank.mul_(0.5).add_(batch[0].mean())
+        loss, metrics = inner(model, batch)
+        return loss * (1 + trainer.model.bank.abs()), metrics
+
+    trainer.loss_fn = loss_fn
+
+
+def test_ctrl_c_mid_step_puts_back_a_buffer_the_step_wrote(tmp_path):
+    """Probe AT: with EqT's memory term on, a Ctrl-C inside a step saved the completed step's weights beside the
+    memory bank the unfinished step had already written; the resumed run wrote it again and went its own way
+    (all 41 tensors off after two steps). The buffers a step writes are now copied before each step and put back
+    before the Ctrl-C save, so the resumed run is the uninterrupted one, bit for bit."""
+    ref = build(tmp_path / "ref", steps=STEPS, save_every=4)
+    _banked(ref)
+    ref.fit()
+    t1 = build(tmp_path / "run", steps=STEPS, save_every=4)
+    _fail_on_call(t1, 7, KeyboardInterrupt())  # inside step 7, after the bank was written
+    _banked(t1)
+    with pytest.raises(KeyboardInterrupt):
+        t1.fit()
+    assert latest_checkpoint(tmp_path / "run").name == "ckpt-00000006"
+    t2 = build(tmp_path / "run", steps=STEPS, save_every=4)
+    _banked(t2)
+    t2.fit(resume=True)
+    assert t2.loss_history == ref.loss_history[6:]
+    for k, v in t2.model.state_dict().items():
+        assert torch.equal(v, ref.model.state_dict()[k]), k
+
+
+def test_ctrl_c_in_the_first_step_that_writes_a_buffer_saves_nothing(tmp_path, caplog):
+    """No copy of a buffer from before the first step that writes it: that step's Ctrl-C saves nothing (the last
+    periodic checkpoint stays the one to resume from) and says why."""
+    t = build(tmp_path, steps=STEPS, save_every=4)
+    t.model.register_buffer("bank", torch.zeros(()))
+    inner, calls = t.loss_fn, {"n": 0}
+
+    def loss_fn(model, batch):
+        calls["n"] += 1
+        if calls["n"] >= 6:
+            with torch.no_grad():
+                t.model.bank.add_(1.0)
+            raise KeyboardInterrupt
+        return inner(model, batch)
+
+    t.loss_fn = loss_fn
+    with caplog.at_level("WARNING", logger="energyformer.train"), pytest.raises(KeyboardInterrupt):
+        t.fit()
+    assert "wrote the model buffer(s) bank for the first time; no copy from before it, not saving" in caplog.text
+    assert latest_checkpoint(tmp_path).name == "ckpt-00000004"
+
+
 def test_resume_falls_back_past_corrupt_latest(tmp_path, reference):
     t1 = build(tmp_path, steps=STEPS, save_every=4, keep_checkpoints=3)
     _fail_on_call(t1, 10, RuntimeError("crash"))

@@ -53,10 +53,50 @@ def install_sigterm_note(trainer: Any) -> Callable[..., None] | None:
     return on_term
 
 
-def save_on_interrupt(trainer: Any, snapshot: dict[str, Any] | None) -> None:
+class StepBuffers:
+    """The model's persistent buffers as they were before the running step, for :func:`save_on_interrupt`: a forward
+    pass may write one (EqT's memory bank, ``coherence_mem``), and a Ctrl-C inside the step saved the completed
+    step's weights with the unfinished step's bank — the resumed run then wrote it twice (probe AT). Cheap: each
+    step reads every persistent buffer's in-place version counter and copies only those that changed in an earlier
+    step; one that changes for the first time in the interrupted step has no copy (no save then)."""
+
+    def __init__(self, model: Any):
+        keys = set(model.state_dict().keys())
+        self.buffers = {n: b for n, b in model.named_buffers() if n in keys}  # (in place writes: version counters)
+        self.mutating: set[str] = set()
+        self.versions: dict[str, int] = {}
+        self.copies: dict[str, Any] = {}
+
+    def take(self) -> None:
+        """Before a step: every buffer's version, and a copy of each one that steps write."""
+        self.versions = {n: b._version for n, b in self.buffers.items()}
+        self.copies = {n: self.buffers[n].detach().clone() for n in self.mutating}
+
+    def changed(self) -> list[str]:
+        return [n for n, b in self.buffers.items() if b._version != self.versions.get(n, b._version)]
+
+    def after_step(self) -> None:
+        self.mutating.update(self.changed())
+
+    def restore(self) -> list[str]:
+        """Put the buffers the unfinished step wrote back as they were before it; returns those it cannot."""
+        import torch
+
+        missing = []
+        for n in self.changed():
+            if n in self.copies:
+                with torch.no_grad():
+                    self.buffers[n].copy_(self.copies[n])
+            else:
+                missing.append(n)
+        return missing
+
+
+def save_on_interrupt(trainer: Any, snapshot: dict[str, Any] | None, buffers: StepBuffers | None = None) -> None:
     """On Ctrl-C in ``trainer.fit``: save the completed step, unless under DDP (ranks cannot agree safely), inside
     the optimiser update or callbacks (not a complete step), or already saved. ``snapshot``: the data/RNG state
-    from before a step that had begun (its batch and random numbers were consumed), so resuming stays exact."""
+    from before a step that had begun (its batch and random numbers were consumed), so resuming stays exact;
+    ``buffers``: the model's buffers from before it (:class:`StepBuffers`), put back before the save."""
     where = f"last checkpoint: {trainer.last_checkpoint}" if trainer.last_checkpoint else "no checkpoint yet"
     if trainer.ddp:
         log.warning("interrupted at step %d under DDP; not saving (%s)", trainer.step, where)
@@ -70,6 +110,12 @@ def save_on_interrupt(trainer: Any, snapshot: dict[str, Any] | None) -> None:
     # model/optimizer hold completed step trainer.step; if a new step had begun, its data/RNG
     # were already consumed, so save the snapshot taken before it
     rank_state = snapshot if trainer._in_step else None
+    if trainer._in_step and buffers is not None:
+        missing = buffers.restore()
+        if missing:
+            log.warning("interrupted during step %d, which wrote the model buffer(s) %s for the first time; no copy "
+                        "from before it, not saving (%s)", trainer.step + 1, ", ".join(missing), where)
+            return
     try:
         trainer._save(rank_state)
         msg = f"interrupted: saved checkpoint {trainer.last_checkpoint} at step {trainer.step}"

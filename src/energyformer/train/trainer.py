@@ -102,7 +102,7 @@ from .rng import fork_rng, get_rng_state, seed_everything
 from .roles import format_param_groups
 from .runinfo import collect_run_info, write_config, write_run_info
 from .schedule import LRSchedule
-from .signals import install_sigterm_note, save_on_interrupt
+from .signals import StepBuffers, install_sigterm_note, save_on_interrupt
 from .step import train_step
 
 log = logging.getLogger("energyformer.train")
@@ -360,13 +360,17 @@ class Trainer:
         self._in_step = False
         self._in_update: int | None = None  # number of the step being applied (update + callbacks)
         snapshot: dict[str, Any] | None = None
+        buffers = None if self.ddp else StepBuffers(self.model)
         try:
             while self.step < cfg.steps:
-                if not self.ddp:
+                if buffers is not None:
                     snapshot = self._rank_state()  # for an exact save on Ctrl-C mid-step
+                    buffers.take()
                 self._in_step = True
                 loss_val, metrics, ntok, gn = self._train_step(model, tokens_per_micro)
                 self._in_step = False
+                if buffers is not None:
+                    buffers.after_step()
                 self.loss_history.append(loss_val)
                 ntok *= self.world_size
                 self.tokens_seen += ntok
@@ -391,7 +395,7 @@ class Trainer:
                         eval_metrics = self._logged_evaluate()
                 self._pbar.update(1)
         except KeyboardInterrupt:
-            save_on_interrupt(self, snapshot)
+            save_on_interrupt(self, snapshot, buffers)
             raise
         except TrainingDiverged as e:
             self._logger.log({"event": "diverged", "step": e.step, e.what.replace(" ", "_"): e.value,
