@@ -56,7 +56,8 @@ folders left by a killed save are deleted on resume and by the next save.
 
 Ctrl-C (``KeyboardInterrupt``, single process only): if the model and optimiser hold a completed
 step (the interrupt came outside ``optimizer.step()`` and the callbacks after it), a checkpoint of that
-step is written — with the data/RNG state from before the unfinished step, so resuming is still exact —
+step is written — with the data/RNG state from before the unfinished step and the model buffers it wrote put
+back (:class:`~energyformer.train.signals.StepBuffers`), so resuming is still exact —
 and the interrupt is re-raised. Under DDP nothing is saved on Ctrl-C (ranks cannot agree safely); resume
 from the last periodic checkpoint. SIGTERM (single process) saves nothing and still ends the process
 (exit 143); it first prints one line with the step reached and the last checkpoint.
