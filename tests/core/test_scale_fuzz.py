@@ -201,18 +201,23 @@ def _run_sublayer_grads(module, inputs):
     return [torch.zeros_like(t) if g is None else g for g, t in zip(grads, wrt)]
 
 
+def _jittered_sublayer(part: str, name: str, opts: dict):
+    """(the sublayer with its parameters moved off their initialisation by N(0, 0.3²), tokens (2, 9, 16))."""
+    base = _build_sublayer(part, name, opts)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in base.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return base, torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+
+
 @pytest.mark.parametrize("part,name,opts", list(_sublayer_cases()))
 def test_sublayer_gradients_in_float32(part, name, opts, request):
     """The backward of every sublayer kind in float32 against float64 (input and every parameter gradient), with
     the parameters moved off their initialisation (+ N(0, 0.3²): zero-initialised step sizes and gates would leave
     most gradients trivial), under the same acceptance as the forward: within C · the gradient's measured
     sensitivity to a rounding of every input, parameter and submodule output, or loud, never finite and wrong."""
-    base = _build_sublayer(part, name, opts)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in base.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    base, x = _jittered_sublayer(part, name, opts)
     case = request.node.callspec.id
     for s_in, s_w in GRAD_SCALES:
         module = scale_weights_(copy.deepcopy(base), s_w)
@@ -231,12 +236,7 @@ NEWTON_KINDS = ("mha2nd", "mha2nd1st", "mha2nd1st_simple", "mha2nd_lite")
 def test_newton_sublayer_gradients_in_bf16_autocast(part, name, opts, request):
     """As :func:`test_sublayer_gradients_in_float32`, in bf16 autocast, for the kinds whose heads cancel large
     terms (energies/newton.py)."""
-    base = _build_sublayer(part, name, opts)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in base.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    base, x = _jittered_sublayer(part, name, opts)
     case = request.node.callspec.id
     for scale in ((1.0, 10.0), (1.0, 1e2)):
         module = scale_weights_(copy.deepcopy(base), scale[1])
