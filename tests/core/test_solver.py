@@ -153,5 +153,7 @@ def test_a_state_prepared_for_more_rows_than_the_iterate_is_a_one_line_error():
     with pytest.raises(ValueError, match=r"GradientDescent.run: the iterate went from shape \(1, 2, 3\) to \(4, 2, 3\)"
                                          r": the energy's state was prepared for other tokens"):
         GradientDescent(step_size=0.5).run(QuadraticEnergy(3), torch.zeros(1, 2, 3), torch.ones(4, 2, 3), steps=2)
+    with pytest.raises(ValueError, match=r"went from shape \(1, 1, 3\) to \(1, 4, 3\)"):  # more tokens
+        GradientDescent(step_size=0.5).run(QuadraticEnergy(3), torch.zeros(1, 1, 3), torch.ones(1, 4, 3), steps=2)
     assert GradientDescent(step_size=0.5).run(QuadraticEnergy(3), torch.zeros(4, 2, 3), torch.ones(4, 2, 3),
                                               steps=2).x.shape == (4, 2, 3)

@@ -167,3 +167,16 @@ def test_damping_a_matrix_that_is_not_finite_names_it(kind):
     with pytest.raises(NonFiniteOutput, match=r"MHA2nd's Newton matrix I - C/T is not finite"):
         damp(M, kind, 0.1)
     assert torch.equal(damp(M[:1], kind, 0.1), M[:1])
+
+
+@pytest.mark.parametrize("fp32_heads", [True, False])
+def test_projections_run_in_float32_under_autocast_with_fp32_heads(fp32_heads):
+    """``NewtonHeads._project``: under bf16 autocast q, k, v and the queries at a new point are float32 with
+    ``fp32_heads`` (their scores cancel terms of size |k|²: probe AU), bf16 without it (probe AV: nothing held the
+    k and new-point projections)."""
+    e = NewtonHeads(16, 2, tie_values=False, fp32_heads=fp32_heads)
+    h = torch.randn(2, 5, 16)
+    want = torch.float32 if fp32_heads else torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        st = e.prepare(h)
+        assert {st.q.dtype, st.k.dtype, st.v.dtype, e.queries(h + 1, st).dtype} == {want}

@@ -119,6 +119,32 @@ def test_ctrl_c_mid_step_puts_back_a_buffer_the_step_wrote(tmp_path):
         assert torch.equal(v, ref.model.state_dict()[k]), k
 
 
+def test_ctrl_c_between_steps_keeps_the_completed_steps_buffers(tmp_path):
+    """A Ctrl-C outside a step (here in the evaluation after step 3) saves the buffers as the completed step left
+    them: putting back the copies from before that step (probe AV's mutant) saved step 3's weights beside step 2's
+    bank."""
+    kw = dict(steps=STEPS, save_every=4, with_eval=True, eval_every=3)
+    ref = build(tmp_path / "ref", **kw)
+    _banked(ref)
+    ref.fit()
+    t1 = build(tmp_path / "run", **kw)
+    _banked(t1)
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    t1._logged_evaluate = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        t1.fit()
+    assert latest_checkpoint(tmp_path / "run").name == "ckpt-00000003"
+    t2 = build(tmp_path / "run", **kw)
+    _banked(t2)
+    t2.fit(resume=True)
+    assert t2.loss_history == ref.loss_history[3:]
+    for k, v in t2.model.state_dict().items():
+        assert torch.equal(v, ref.model.state_dict()[k]), k
+
+
 def test_ctrl_c_in_the_first_step_that_writes_a_buffer_saves_nothing(tmp_path, caplog):
     """No copy of a buffer from before the first step that writes it: that step's Ctrl-C saves nothing (the last
     periodic checkpoint stays the one to resume from) and says why."""
