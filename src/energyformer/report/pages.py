@@ -397,10 +397,10 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "committed CPU benchmark, issue 21's 'CPU ratios do not regress')"),
     Artifact(f"{RESULTS}/cem", "compare_commits_8a17f28.txt",
              "output of `python benchmarks/compare_commits.py --base 8a17f28` (CEM's CPU step time did not regress)"),
-    Artifact(f"{RESULTS}/core", "make_test_bf234e1.txt",
-             "`make test` on a fresh clone of bf234e1 with `PYTEST_ADDOPTS=--durations=25`: pytest's slowest tests, "
+    Artifact(f"{RESULTS}/core", "make_test_31ff5aa.txt",
+             "`make test` on a fresh clone of 31ff5aa with `PYTEST_ADDOPTS=--durations=25`: pytest's slowest tests, "
              "its summary and the wall time (the README's Tests section)"),
-    Artifact(f"{RESULTS}/core", "make_demo_bf234e1.txt",
+    Artifact(f"{RESULTS}/core", "make_demo_31ff5aa.txt",
              "`make demo` on the same fresh clone after its `make test`: the stages' lines and the wall time (the "
              "README's demo paragraph)"),
     Artifact(f"{RESULTS}/core", "compare_commits_issue19.txt",
