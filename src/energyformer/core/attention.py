@@ -136,9 +136,10 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, causal: bool, key_mask: Tensor | None,
 
 def _query_nans(out: Tensor, q: Tensor) -> Tensor:
     """``out`` (B, H, Nq, Dv) with NaN in every row whose query (B, H, Nq, Dq) is not finite. PyTorch's CPU SDPA
-    returns zeros for a query row holding a NaN or an inf (float32 without a mask: a finite wrong output that the
-    residual then hid — a NaN weight in W_Q gave finite logits; probe AS), where its masked and float64 paths give
-    NaN. One reduction of q (N·D against the call's N²·D); CPU only, where it was seen (CUDA: tests/core)."""
+    returns zeros for a query row holding a NaN or an inf (float32 without a mask, and with one at 64 tokens in bf16
+    and float16: a finite wrong output that the residual then hid — a NaN weight in W_Q gave finite logits; probes AS,
+    AV), where its other paths give NaN. One reduction of q (N·D against the call's N²·D); CPU only, where it was
+    seen (CUDA: tests/core)."""
     if q.device.type != "cpu":
         return out
     return out.masked_fill(~q.isfinite().all(-1, keepdim=True), float("nan"))  # (not q.sum() * 0: a sum can overflow)
