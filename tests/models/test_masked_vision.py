@@ -68,6 +68,7 @@ def test_config_errors_name_key_value_and_allowed():
     (torch.full((2, N), K + 1), r"codes outside \[0, 12\] .*max 13"),      # past the mask token
     (torch.full((2, N), -1), r"codes outside \[0, 12\] .*min -1"),
     (torch.zeros(2, N), r"codes of dtype torch.float32: .*integer codebook indices"),
+    (torch.zeros(2, N, dtype=torch.uint8), r"codes of dtype torch.uint8: .*integer codebook indices \(int64 or int32"),
 ])
 def test_bad_codes_are_named_with_the_allowed_range(codes, message):
     """Codes out of range or of a float dtype used to end in torch's "index out of range in self" /

@@ -43,6 +43,7 @@ from ..utils.validate import ConfigError
 from .output import ModelOutput
 from .potts_ids import check_colour_ids
 from .registry import MODELS
+from .wrapper import ID_DTYPES
 
 
 class BareSAConfig(KindConfig):
@@ -167,7 +168,7 @@ class BareSelfAttention(nn.Module):
         if C is None:
             raise ValueError("this bare_sa model has no codebook (model.n_colours is None): it takes "
                              "continuous tokens through run(), not token ids")
-        if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):  # bool ids read as colours 0 / 1
+        if idx.dim() != 2 or idx.dtype not in ID_DTYPES:  # bool ids were read as colours 0 / 1
             raise ValueError(f"token ids must be an int64 or int32 (batch, tokens) tensor; got {idx.dtype} "
                              f"{tuple(idx.shape)}")
         check_colour_ids(idx, C)

@@ -43,7 +43,7 @@ from .output import ModelOutput
 from .registry import MODELS
 from .sampling import tempered
 from .vision import IteratedStackConfig
-from .wrapper import SinusoidalPositions
+from .wrapper import ID_DTYPES, SinusoidalPositions
 
 
 class MaskedVisionConfig(IteratedStackConfig):
@@ -115,9 +115,9 @@ class MaskedCodeTransformer(nn.Module):
         c = self.cfg
         if codes.dim() != 2 or codes.shape[1] != c.num_tokens:
             raise ValueError(f"codes of shape {tuple(codes.shape)}: this model takes (B, {c.num_tokens})")
-        if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
-            raise ValueError(f"codes of dtype {codes.dtype}: this model takes integer codebook indices (B, "
-                             f"{c.num_tokens}) in [0, {self.mask_id}] ({self.mask_id}: the mask token)")
+        if codes.dtype not in ID_DTYPES:  # uint8 codes failed in masked_fill (K past 255) or the embedding
+            raise ValueError(f"codes of dtype {codes.dtype}: this model takes integer codebook indices (int64 or "
+                             f"int32; B, {c.num_tokens}) in [0, {self.mask_id}] ({self.mask_id}: the mask token)")
         if mask is None:
             return codes
         if mask.shape != codes.shape or mask.dtype != torch.bool:

@@ -84,6 +84,10 @@ def build_positions(kind: str, max_len: int, dim: int) -> nn.Module | None:
     return POSITIONS.build(POSITIONS.get(kind).config(), max_len, dim)
 
 
+#: the dtypes token ids are taken in: nn.Embedding's (uint8 ids failed inside it, naming no argument)
+ID_DTYPES = (torch.int64, torch.int32)
+
+
 class TokenModel(nn.Module):
     """Embedding, layer stack (iterated), final norm and a bias-free head with ``n_out`` outputs.
 
@@ -124,7 +128,7 @@ class TokenModel(nn.Module):
         ``idx`` int64 / int32 (B, N) with N ≥ 1, on the model's device; ``mask`` bool (True = a real token) of idx's
         shape — a float mask (e.g. an additive 0 / −∞ one, which a cast to bool would invert) is refused; ``offset``
         ≥ 0; ``steps`` only where the model has descent steps to set (:func:`.options.check_forward_options`)."""
-        if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):  # nn.Embedding's (uint8 failed inside it)
+        if idx.dim() != 2 or idx.dtype not in ID_DTYPES:
             raise ValueError(f"idx of shape {tuple(idx.shape)} and dtype {idx.dtype}: expected token ids (B, N) of "
                              f"dtype torch.int64 or torch.int32")
         if idx.shape[1] == 0:
