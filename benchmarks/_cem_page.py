@@ -8,6 +8,7 @@ their verdicts, T2/T1, memory against N, KV cache, oneDNN) written from those nu
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def _read(folder: Path, name: str) -> list[str]:
 
 def parse_lm(lines: list[str]) -> dict:
     """{(kind, precision): {variant: (ratio, lo, hi)}}, speed-ups, KV-cache rows, oneDNN rows, header."""
-    out: dict = {"rows": {}, "speedup": {}, "kv": [], "onednn": [], "header": lines[:2]}
+    out: dict = {"rows": {}, "speedup": {}, "kv": [], "onednn": [], "header": list(itertools.takewhile(lambda h: bool(h.strip()) and not h.startswith(("==", "--", " ")), lines))}
     kind = None
     for line in lines:
         m = re.match(r"^-- (training step|inference forward) \((\w+)\)", line)
@@ -152,6 +153,7 @@ def page(folder: Path) -> str:
         lines += ["", "## float32 training step: `nn.Linear` through oneDNN vs MKL (`benchmarks/onednn.py`)", "",
                   "| model | speed-up of oneDNN, median [min, max] |", "|---|---|"]
         lines += [f"| {n} | ×{s:.2f} [{lo:.2f}, {hi:.2f}] |" for n, s, lo, hi in lm["onednn"]]
-    lines += ["", "Cut from the earlier hand-written page (issue 22): the commit the outputs were measured on and the "
-              "advice to re-run quietly (neither is in the committed outputs)."]
+    if not any("commit" in h for h in lm["header"]):
+        lines += ["", "Cut from the earlier hand-written page (issue 22): the commit the outputs were measured on and "
+                  "the advice to re-run quietly (neither is in the committed outputs)."]
     return "\n".join(lines)
