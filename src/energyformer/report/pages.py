@@ -395,6 +395,10 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "output of `python benchmarks/compare_commits.py --base a679d5c --head HEAD --configs lm/llama "
              "lm/cem_full lm/cem_attn_t2_dlr --rounds 5 --steps 5` at caca700 (CEM's CPU step time since the "
              "committed CPU benchmark, issue 21's 'CPU ratios do not regress')"),
+    Artifact(f"{RESULTS}/cem", "compare_commits_6d34d3b.txt",
+             "output of `python benchmarks/compare_commits.py --base a679d5c --head HEAD --configs lm/llama "
+             "lm/cem_full lm/cem_attn_t2_dlr --rounds 7 --steps 5` at 6d34d3b (the same check after the CPU "
+             "NaN-query guard in every SDPA call)"),
     Artifact(f"{RESULTS}/cem", "compare_commits_8a17f28.txt",
              "output of `python benchmarks/compare_commits.py --base 8a17f28` (CEM's CPU step time did not regress)"),
     Artifact(f"{RESULTS}/core", "make_test_31ff5aa.txt",
