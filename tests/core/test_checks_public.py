@@ -15,7 +15,7 @@ import torch
 
 from energyformer.blocks.registry import ATTENTIONS, AttentionConfig
 from energyformer.core import (
-    DescentConfig, EnergyBlock, IdentityPrecond, check_attention_kind, check_energy, check_energy_dtypes,
+    DescentConfig, EnergyBlock, IdentityPrecond, check_attention_kind, check_energy, check_energy_dtypes, check_grad,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
@@ -111,3 +111,96 @@ def test_the_package_kinds_pass_and_bad_arguments_are_named():
     with pytest.raises(ValueError, match="give the context and x"):
         check_energy_dtypes(QuadAttn.examples()[0][1])
 
+
+
+# --- probe AX: wrong energies the public checks passed before
+class EnergyIgnoresMask(QuadAttn):
+    """``grad`` honours the key mask, ``energy`` does not: traces and ``energy_threshold`` read another energy."""
+
+    def energy(self, x, st):
+        k = st[0]
+        causal = torch.arange(k.shape[1])[None] <= torch.arange(x.shape[1])[:, None]  # (N, Nk), no key mask
+        return QuadAttn.energy(self, x, (k, causal[None]))
+
+
+class PerComponentEnergy(QuadAttn):
+    """(B, N, D) "energy" whose sum is the right total: every gradient check passed it."""
+
+    def energy(self, x, st):
+        e = QuadAttn.energy(self, x, st)
+        return e[..., None].expand(*x.shape) / x.shape[-1]
+
+
+class SelfReference(QuadAttn):
+    """An inexact energy whose reference is its own direction (and that direction ascends)."""
+
+    exact = False
+
+    def direction(self, x, st, precond):
+        return self.grad(x, st)
+
+    def reference_direction(self, x, st, precond):
+        return self.direction(x, st, precond)
+
+
+def _quad(cls):
+    (_, e0, ctx, x), = QuadAttn.examples()
+    e = cls(6).double()
+    e.load_state_dict(e0.state_dict())
+    return e, ctx, x
+
+
+def test_check_energy_runs_with_a_key_mask_and_catches_an_energy_that_ignores_it():
+    e, ctx, x = _quad(EnergyIgnoresMask)
+    check_grad(e, e.prepare(ctx), x)  # without a mask energy and grad agree
+    with pytest.raises(AssertionError, match=r"(?s)^with a key-padding mask handed to prepare: "
+                                             r"EnergyIgnoresMask.grad != autograd of energy"):
+        check_energy(e, ctx, x)
+    check_energy(*_quad(QuadAttn))  # the correct energy passes with the mask and every preconditioner
+
+
+def test_check_energy_refuses_an_energy_that_is_not_one_value_per_token():
+    with pytest.raises(AssertionError, match=r"PerComponentEnergy.energy has shape \(2, 5, 6\): one value per token, "
+                                             r"\(2, 5\)"):
+        check_energy(*_quad(PerComponentEnergy))
+
+
+def test_a_reference_that_calls_direction_fails():
+    with pytest.raises(AssertionError, match="reference_direction calls direction"):
+        check_energy(*_quad(SelfReference), IdentityPrecond(6))
+
+
+def test_a_stationary_point_is_named_as_such():
+    e, ctx, x = _quad(QuadAttn)
+    with torch.no_grad():
+        e.W.zero_()
+    with pytest.raises(AssertionError, match="x is a stationary point"):
+        check_energy(e, ctx, torch.zeros_like(x), IdentityPrecond(6))
+
+
+def test_check_energy_without_a_preconditioner_checks_the_three_kinds():
+    """A direction that leaves P out descends with P = I (the README's example call passed it)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from core_toys import IgnoresPrecond
+
+    g = torch.Generator().manual_seed(0)
+    x, ctx = (torch.randn(2, 5, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    e = IgnoresPrecond(4).double()
+    check_energy(e, ctx, x, IdentityPrecond(4))
+    with pytest.raises(AssertionError, match="direction != -P grad"):
+        check_energy(e, ctx, x)
+
+
+class NaiveSoftmax(QuadAttn):
+    """exp without the max subtracted: its float64 gradient is NaN at inputs x30 (exp(s) overflows)."""
+
+    def grad(self, x, st):
+        w = torch.exp(self.scores(x, st))
+        return x - torch.einsum("bij,bje,de->bid", w / w.sum(-1, keepdim=True), st[0], self.W.to(x.dtype))
+
+
+def test_check_energy_dtypes_fails_where_float64_itself_is_not_finite():
+    """It passed before (status 'no_reference' was not counted), where the package's own dtype test fails."""
+    check_energy_dtypes(NaiveSoftmax, scales=(1.0,))
+    with pytest.raises(AssertionError, match=r"grad in float32 at inputs x30 \[d6\]: float64 itself .*is not finite"):
+        check_energy_dtypes(NaiveSoftmax, scales=(30.0,))

@@ -53,6 +53,13 @@ def test_update_direction_descends_or_matches_reference(energy, ctx, x, precond)
         check_reference(energy, state, x, P)
 
 
+@pytest.mark.parametrize("energy,ctx,x", list(_cases()))
+def test_public_check_energy_passes_with_every_preconditioner_and_a_key_mask(energy, ctx, x):
+    """What a researcher's energy is held to (``check_energy`` with its defaults: the three preconditioners, and a
+    key-padding mask handed to ``prepare`` where the context is a (B, N, ...) tensor): the package's own pass it."""
+    check_energy(energy, ctx, x)
+
+
 # --- the checks themselves catch what they claim to (toy energies, not registered)
 def _x(seed=0):
     g = torch.Generator().manual_seed(seed)

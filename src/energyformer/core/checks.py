@@ -4,22 +4,27 @@ equals autograd of ``energy``, and that a small enough step lowers it").
 ``tests/core/test_energy_properties.py`` runs them over every registered energy and its
 ``examples()``; a researcher writing a new energy outside the package (which those tests never see) calls
 :func:`check_energy`, :func:`check_energy_dtypes`, :func:`check_attention_kind` and :func:`check_mlp_kind` on it
-directly.
+directly (and :func:`~.solver_checks.check_solver` on a step rule of its own).
 
-* :func:`check_grad`: ``grad(x, state)`` equals autograd of ``Σ_i energy(x, state)_i`` (for an
-  iterate-context energy, of ``Σ_i energy(x, reprepare(state, x))_i``: the total derivative).
+* :func:`check_grad`: ``energy`` is one value per token and ``grad(x, state)`` equals autograd of
+  ``Σ_i energy(x, state)_i`` (for an iterate-context energy, of ``Σ_i energy(x, reprepare(state, x))_i``: the
+  total derivative).
 * :func:`check_descent` (``exact`` energies): ``direction`` has a negative slope and a small step
   along it lowers the energy; with a single preconditioner P (``precond_exact``) it equals −P ∇E.
 * :func:`check_reference` (``exact = False``): ``direction`` equals the energy's independent
-  ``reference_direction``; an inexact energy without one fails (nothing is skipped).
+  ``reference_direction``; an inexact energy without one fails (nothing is skipped), and so does a reference that
+  calls ``direction``.
+* :func:`check_energy`: the three above for one energy, with every :func:`standard_preconds` (unless one P is given),
+  without and with a key-padding mask handed to ``prepare``.
 
 * :func:`check_energy_dtypes`: ``grad`` and ``direction`` in float32, bf16 (module cast) and bf16 autocast
   agree with float64 as closely as the problem's conditioning allows (:mod:`.fuzz`): a low-precision path
   that computes something else (a wrong transpose in a "fast" bf16 branch) fails.
 * :func:`check_attention_kind`: a registered attention kind, built as a model builds it, is causal (output at
   token i unchanged when a later token changes), ignores padded keys (``mask``) and decodes with its KV cache
-  exactly as the full forward does. :func:`check_energy` calls ``prepare`` with no mask, cache or causal
-  setting, so an energy that sees the future or drops the mask or the cache passes it; this one does not.
+  exactly as the full forward does. :func:`check_energy` calls ``prepare`` with no cache or causal setting, and
+  checks a mask only for agreement of ``energy`` and ``grad``, so an energy that sees the future or drops the mask
+  or the cache passes it; this one does not.
 * :func:`check_mlp_kind`: a registered MLP kind is position-wise (unless its energy declares ``token_local =
   False``) and decodes with its KV cache exactly as the full forward does.
 
@@ -51,7 +56,14 @@ def total_energy(energy: Energy, state: Any, x: Tensor) -> Tensor:
 
 
 def check_grad(energy: Energy, state: Any, x: Tensor, rtol: float = 1e-9, atol: float = 1e-10) -> None:
-    """Closed-form ``grad`` == autograd of the total energy."""
+    """``energy`` is per token (shape x.shape[:-1], (B, N)) and the closed-form ``grad`` == autograd of the total
+    energy. (An energy of another shape summed to the same total passed before: its traces, means and the
+    ``energy_threshold`` stopping rule read per-token values; probe AX.)"""
+    with torch.no_grad():
+        e = energy.energy(x, _state_at(energy, state, x))
+    if tuple(e.shape) != tuple(x.shape[:-1]):
+        raise AssertionError(f"{type(energy).__name__}.energy has shape {tuple(e.shape)}: one value per token, "
+                             f"{tuple(x.shape[:-1])} for x {tuple(x.shape)}, is the contract")
     g = energy.grad(x, _state_at(energy, state, x))
     xg = x.detach().clone().requires_grad_(True)
     (ga,) = torch.autograd.grad(total_energy(energy, state, xg), xg)
@@ -77,9 +89,13 @@ def check_descent(energy: Energy, state: Any, x: Tensor, precond: Preconditioner
         torch.testing.assert_close(d, want, rtol=rtol, atol=atol,
                                    msg=lambda m: f"{type(energy).__name__}.direction != -P grad: {m}")
     with torch.no_grad():
-        slope = float((energy.grad(x, st) * d).sum())  # first-order change per unit step
+        g = energy.grad(x, st)
+        slope = float((g * d).sum())  # first-order change per unit step
         e0 = float(total_energy(energy, state, x))
         e1 = float(total_energy(energy, state, x + step * d))
+    if not bool(g.ne(0).any()):
+        raise AssertionError(f"{type(energy).__name__}: x is a stationary point (the gradient is 0 there), where no "
+                             "direction can descend: check at another x (random inputs, not zeros)")
     if not slope < 0:
         raise AssertionError(f"{type(energy).__name__}.direction is not a descent direction (slope {slope})")
     if not e1 < e0:
@@ -89,24 +105,80 @@ def check_descent(energy: Energy, state: Any, x: Tensor, precond: Preconditioner
 
 def check_reference(energy: Energy, state: Any, x: Tensor, precond: Preconditioner,
                     rtol: float = 1e-9, atol: float = 1e-10) -> None:
-    """An inexact energy's ``direction`` equals its ``reference_direction``."""
+    """An inexact energy's ``direction`` equals its ``reference_direction``, which must be computed without calling
+    ``direction`` (a reference that returns ``self.direction(...)`` compared the direction with itself and passed
+    whatever it was; probe AX)."""
     with torch.no_grad():
         st = _state_at(energy, state, x)
         d = energy.direction(x, st, precond)
-    ref = energy.reference_direction(x, st, precond)  # NotImplementedError when missing
+    ref = _reference_without_direction(energy, x, st, precond)  # NotImplementedError when missing
     torch.testing.assert_close(
         d, ref.detach(), rtol=rtol, atol=atol,
         msg=lambda m: f"{type(energy).__name__}.direction != reference_direction: {m}")
 
 
-def check_energy(energy: Energy, context: Tensor, x: Tensor, precond: Preconditioner) -> None:
-    """All properties of one energy instance at one point (float64)."""
-    state = energy.prepare(context)
-    check_grad(energy, state, x)
-    if energy.exact:
-        check_descent(energy, state, x, precond)
-    else:
-        check_reference(energy, state, x, precond)
+def _reference_without_direction(energy: Energy, x: Tensor, st: Any, precond: Preconditioner) -> Tensor:
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{type(energy).__name__}.reference_direction calls direction: the reference must be "
+                             "computed independently (else the check compares the direction with itself)")
+
+    probe = copy.copy(energy)  # shares the parameters; only this copy's direction refuses
+    object.__setattr__(probe, "direction", refuse)
+    return probe.reference_direction(x, st, precond)
+
+
+def key_mask_for(context: Any, seed: int = 0) -> Tensor | None:
+    """A (B, N) key-padding mask (``True`` = real token) for a tensor ``context`` of (B, N, ...): about a quarter of
+    the tokens padded, token 0 of every row real (so every causal row sees a key); None for other contexts."""
+    if not torch.is_tensor(context) or context.dim() < 3 or context.shape[1] < 2:
+        return None
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(context.shape[:2], generator=g) > 0.25
+    mask[:, 0] = True
+    if bool(mask.all()):
+        mask[-1, -1] = False
+    return mask.to(context.device)
+
+
+def standard_preconds(dim: int, seed: int = 1) -> list[Preconditioner]:
+    """Identity, diagonal and diagonal + low-rank preconditioners of ``dim`` in float64, the latter two moved off
+    their initialisation (seeded; the low-rank part small enough that P stays positive definite): the three the
+    package's own property test checks every energy with."""
+    from .precond import DiagLowRankPrecond, DiagonalPrecond, IdentityPrecond
+
+    out: list[Preconditioner] = [IdentityPrecond(dim)]
+    g = torch.Generator().manual_seed(seed)
+    for P in (DiagonalPrecond(dim).double(), DiagLowRankPrecond(dim, rank=max(1, min(2, dim - 1))).double()):
+        with torch.no_grad():
+            P.p.uniform_(-0.5, 0.5, generator=g)
+            if isinstance(P, DiagLowRankPrecond):
+                P.U.normal_(0, 0.1, generator=g), P.V.normal_(0, 0.1, generator=g)
+        out.append(P)
+    return out
+
+
+def check_energy(energy: Energy, context: Tensor, x: Tensor, precond: Preconditioner | None = None) -> None:
+    """All properties of one energy instance at one point (float64): :func:`check_grad`, then :func:`check_descent`
+    (``exact``) or :func:`check_reference`, for ``precond`` or, when None, each of :func:`standard_preconds` (a
+    direction that leaves P out descends with P = I); with no mask and, for a tensor context of (B, N, ...), again
+    with a key-padding mask handed to ``prepare`` (:func:`key_mask_for`): an energy whose ``energy`` ignores the
+    mask that its ``grad`` honours (or the reverse) fails there (probe AX)."""
+    preconds = [precond] if precond is not None else standard_preconds(x.shape[-1])
+    padded = key_mask_for(context)
+    for mask in [None] + ([padded] if padded is not None else []):
+        where = "" if mask is None else "with a key-padding mask handed to prepare"
+        state = energy.prepare(context) if mask is None else energy.prepare(context, mask=mask)
+        try:
+            check_grad(energy, state, x)
+            for P in preconds:
+                if energy.exact:
+                    check_descent(energy, state, x, P)
+                else:
+                    check_reference(energy, state, x, P)
+        except AssertionError as err:
+            if not where:
+                raise
+            raise AssertionError(f"{where}: {err}") from err
 
 
 #: precisions :func:`check_energy_dtypes` compares with float64: (dtype, autocast); bf16 both cast (the module's
@@ -139,7 +211,8 @@ def check_energy_dtypes(energy: Energy | type[Energy], context: Any = None, x: T
 
     ``energy``: an energy class (its ``examples(torch.float64)`` are checked) or a float64 instance with its
     ``context`` and ``x``; inputs (x and a tensor context) are scaled by each of ``scales``. A low-precision run
-    that raises is a clear error and accepted; a finite wrong or a non-finite result (float64 finite) fails."""
+    that raises is a clear error and accepted; a finite wrong or a non-finite result (float64 finite) fails, and so
+    does a scale where float64 itself is not finite (it passed before: nothing was compared; probe AX)."""
     from .fuzz import low_precision_agreement, map_tensors
 
     if isinstance(energy, type):
@@ -159,9 +232,13 @@ def check_energy_dtypes(energy: Energy | type[Energy], context: Any = None, x: T
             for (dtype, autocast), per in zip(precisions, res):
                 for what, r in zip(("grad", "direction"), per):
                     rel = r.err / max(r.scale, 1e-30)
-                    if r.status in ("wrong", "loud") or (r.status == "ok" and rel > DTYPE_RTOL[dtype]):
+                    if r.status in ("wrong", "loud", "no_reference") or (r.status == "ok"
+                                                                         and rel > DTYPE_RTOL[dtype]):
                         where = f"{str(dtype)[6:]}{' autocast' if autocast else ''}"
+                        no_ref = ("float64 itself (or its sensitivity to rounding) is not finite here: nothing to "
+                                  "compare with; an energy that overflows in float64 at these inputs fails")
                         why = ("non-finite where float64 is finite" if r.status == "loud" else
+                               no_ref if r.status == "no_reference" else
                                f"error {r.err:.3g} (relative {rel:.2g}, allowed {DTYPE_RTOL[dtype]:g}; rounding "
                                f"bound {r.bound:.3g})")
                         problems.append(f"{what} in {where} at inputs x{s:g} [{label}]: {why}")
