@@ -25,6 +25,7 @@ from .precond import (
 from .projected import ISTA, ISTAConfig, SphereConfig, SphereDescent
 from .proximal import ProximalConfig, ProximalGradient
 from .quadratic import QuadraticEnergy
+from .solver_checks import check_solver
 from .solver import (
     SOLVERS, Budget, Descent, GDConfig, GradientDescent, Solver, SolverConfig, SolverResult,
     SolverStats, register_solver,
@@ -40,7 +41,7 @@ from .trace import Trace, Traces, key_label
 __all__ = [
     "ENERGIES", "Energy", "register_energy", "CompositeEnergy", "QuadraticEnergy",
     "check_energy", "check_grad", "check_descent", "check_reference", "check_energy_dtypes", "check_attention_kind",
-    "check_mlp_kind",
+    "check_mlp_kind", "check_solver",
     "EnergyBlock", "ForwardContext",
     "PRECONDITIONERS", "Preconditioner", "IdentityPrecond", "DiagonalPrecond", "DiagLowRankPrecond",
     "make_preconditioner",

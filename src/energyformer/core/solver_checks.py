@@ -1,0 +1,112 @@
+"""The property check a solver (step rule) must pass, for a researcher's own rule (``register_solver``): the package's
+energy checks (:mod:`.checks`) hold the energy to its gradient, nothing held a rule to descending it. A plugin rule
+that ascended was built, reported ``exact`` and trained without a word (probe AX).
+
+:func:`check_solver` runs the rule on a strongly convex quadratic in float64 (:class:`_SPDQuadratic`) and asks
+
+* **descent**: from the first iterate to the last of ``steps`` steps the traced objective (the energy plus the
+  rule's own terms: a proximal or L1 term, ``Solver.extra_energy``) falls at every token (from the first iterate, not
+  the random start: a projected rule's first step lands on its constraint set, a sphere or z ≥ 0, which may cost
+  objective);
+* **exactness**, where the rule says its step is ``−η P ∇E`` (``solver.exact``, i.e. ``rule_exact`` and a scalar
+  step size): its first step equals ``−c P ∇E`` for one ``c > 0``, P the solver's own preconditioner (moved off its
+  initialisation so that a rule leaving P out shows).
+
+Raises ``AssertionError`` naming the solver and the property that failed.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .energy import Energy
+from .solver import SOLVERS, Solver
+
+
+class _SPDQuadratic(Energy):
+    """E_i(x) = ½ (x_i − t_i)ᵀ A (x_i − t_i), A symmetric with eigenvalues in [0.5, 1.5] (seeded); context t."""
+
+    token_local = True
+
+    def __init__(self, dim: int, seed: int):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=g, dtype=torch.float64))
+        lam = 0.5 + torch.rand(dim, generator=g, dtype=torch.float64)
+        self.register_buffer("A", q @ torch.diag(lam) @ q.T)
+
+    def energy(self, x: Tensor, target: Tensor) -> Tensor:
+        r = x - target
+        return 0.5 * ((r @ self.A) * r).sum(-1)
+
+    def grad(self, x: Tensor, target: Tensor) -> Tensor:
+        return (x - target) @ self.A
+
+
+def _built(solver: Solver | str, dim: int, step_size: float) -> tuple[str, Solver]:
+    if isinstance(solver, Solver):
+        return f"solver {type(solver).__name__}", copy.deepcopy(solver).double()
+    entry = SOLVERS.get(solver)
+    return f"solver kind {solver!r}", entry.builder.from_config(entry.config(kind=solver), dim,
+                                                                 step_size=step_size).double()
+
+
+def _moved_off_init(solver: Solver, seed: int) -> None:
+    """A learnable preconditioner's parameters get seeded noise: its diagonal (softplus(√dim p), 0.69 at p = 0)
+    spread over about [0.4, 1.1], a low-rank part of about 0.1, so P stays positive definite and a step that
+    descends with P = I still does."""
+    g = torch.Generator().manual_seed(seed + 7)
+    P = solver.precond
+    with torch.no_grad():
+        for name, p in P.named_parameters():
+            scale = 0.8 / P.dim ** 0.5 if name == "p" else 0.1
+            p.add_(torch.rand(p.shape, generator=g, dtype=p.dtype).sub(0.5) * scale)
+
+
+def check_solver(solver: Solver | str, *, dim: int = 8, steps: int = 20, step_size: float = 0.5,
+                 seed: int = 0) -> None:
+    """``solver``: an instance (your rule with its step size and preconditioner; a copy is run in float64) or a
+    registered kind name (built with ``step_size``). ``dim`` is taken from a non-identity preconditioner's width.
+    See the module docstring for what is checked."""
+    if steps < 2:
+        raise ValueError(f"check_solver: steps = {steps}; must be >= 2 (descent is measured from the first iterate)")
+    name, s = _built(solver, dim, step_size)
+    if not s.precond.is_identity:
+        dim = s.precond.dim
+        _moved_off_init(s, seed)
+    energy = _SPDQuadratic(dim, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    target, x0 = (torch.randn(2, 5, dim, generator=g, dtype=torch.float64) for _ in range(2))
+    try:
+        with torch.no_grad():
+            run = s.run(energy, x0, energy.prepare(target), steps, trace=True)
+            first = s.run(energy, x0, energy.prepare(target), 1).x - x0
+    except Exception as err:  # noqa: BLE001 - reported with the solver's name
+        raise AssertionError(f"{name}: running {steps} steps on a quadratic raised {type(err).__name__}: "
+                             f"{str(err).splitlines()[0] if str(err) else ''}") from err
+    e0, e1 = run.trace.energy[1], run.trace.energy[-1]
+    if not bool((e1 < e0).all()):
+        worst = float((e1 - e0).max())
+        raise AssertionError(f"{name} does not descend: from its first iterate to step {steps} on a convex quadratic "
+                             f"the objective rose or stalled at some token (by up to {worst:.3g}; mean "
+                             f"{float(e0.mean()):.4g} -> {float(e1.mean()):.4g})")
+    if s.exact:
+        _check_exact_step(name, s, energy, target, x0, first)
+
+
+def _check_exact_step(name: str, s: Solver, energy: Energy, target: Any, x0: Tensor, dx: Tensor) -> None:
+    d = energy.direction(x0, energy.prepare(target), s.precond).detach()  # −P ∇E at x0
+    c = float((dx * d).sum() / (d * d).sum())
+    off = float((dx - c * d).norm() / dx.norm().clamp_min(1e-300))
+    if not (c > 0 and off < 1e-8):
+        raise AssertionError(f"{name} says its step is -eta P grad (solver.exact) but its first step is not: "
+                             f"dx = c (-P grad) + r with c = {c:.3g} (must be > 0), |r| / |dx| = {off:.2g} "
+                             f"(P the solver's preconditioner, {type(s.precond).__name__}); a rule that is not a "
+                             "gradient step sets rule_exact = False")
+
+
+__all__ = ["check_solver"]
