@@ -174,11 +174,12 @@ def python_examples(path: Path) -> list[str]:
 
 def test_the_readmes_python_examples_run(tmp_path):
     """README's "Adding a new energy" examples run as printed, in order, in a fresh process (they register an
-    energy): the block, its descent steps, the public checks; the checks of 'my_attn' / 'my_mlp' (a reader's own
-    kinds) run on the package's llama attention and SwiGLU MLP."""
+    energy and an MLP kind): the block, its descent steps, the kind's registration, the public checks; the check of
+    'my_attn' (a reader's own attention kind) runs on the package's llama attention."""
     blocks = python_examples(ROOT / "README.md")
-    assert len(blocks) == 2 and "register_energy" in blocks[0] and "check_energy(" in blocks[1]
-    code = "\n".join(blocks).replace('"my_attn"', '"llama"').replace('"my_mlp"', '"swiglu"')
+    assert len(blocks) == 3 and "register_energy" in blocks[0] and "MLPS.register" in blocks[1]
+    assert "check_energy(" in blocks[2] and "check_solver(" in blocks[2]
+    code = "\n".join(blocks).replace('"my_attn"', '"llama"')  # 'my_mlp' is the example's own kind
     code += "\nassert y.shape == (2, 5, 64) and torch.isfinite(y).all()\nprint('examples ran')\n"
     script = tmp_path / "readme_examples.py"
     script.write_text(code)
