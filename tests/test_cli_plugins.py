@@ -95,7 +95,9 @@ def test_plugin_trains_evaluates_generates_and_resumes(tmp_path, capsys, forget)
     ov = TINY + ["model.block.attention.kind=cli_quad", "name=mine", f"out_dir={tmp_path}"]
     assert main(["train", "lm/llama", "--plugin", str(plug), *_sets(ov)]) == 0
     run = tmp_path / "mine"
-    assert json.loads((run / "run_info.json").read_text())["plugins"] == [{"module": "efplug_quad", "file": str(plug)}]
+    info = json.loads((run / "run_info.json").read_text())
+    assert info["plugins"] == [{"module": "efplug_quad", "file": str(plug)}]
+    assert info["plugin_checks"]["energy cli_quad_energy"] == "ok"  # the plugin's energy passed core.check_energy
     forget()  # eval, generate and --resume in a "new process": the run's record imports the plugin
     capsys.readouterr()
     assert main(["eval", str(run)]) == 0 and "perplexity" in capsys.readouterr().out

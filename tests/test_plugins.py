@@ -160,3 +160,70 @@ def test_a_kind_defined_in_the_running_script_is_warned_about_not_recorded(forge
     with pytest.warns(UserWarning, match=r"a.kind = 'mine' is defined in the script being run \(__main__\)"):
         got = plugins.run_plugins({"a": ScriptConfig()})
     assert got == list(plugins.LOADED_PLUGINS)
+
+
+BROKEN = '''
+import torch
+from energyformer.core import Energy, Solver, register_energy, register_solver
+from energyformer.core.solver import GDConfig
+from typing import Literal
+
+
+class SignFlip(Energy):
+    """E_i = ½‖x_i − c_i‖², its "gradient" pointing uphill."""
+    token_local = True
+
+    @classmethod
+    def examples(cls, dtype=torch.float64):
+        g = torch.Generator().manual_seed(0)
+        return [("d4", cls(), *(torch.randn(2, 3, 4, generator=g, dtype=dtype) for _ in range(2)))]
+
+    def energy(self, x, c):
+        return 0.5 * (x - c).pow(2).sum(-1)
+
+    def grad(self, x, c):
+        return c - x
+
+
+class NoExamples(SignFlip):
+    @classmethod
+    def examples(cls, dtype=torch.float64):
+        raise NotImplementedError
+
+
+class AscentConfig(GDConfig):
+    kind: Literal["efchk_ascent"] = "efchk_ascent"
+
+
+register_energy("efchk_signflip")(SignFlip)
+register_energy("efchk_noexamples")(NoExamples)
+
+
+@register_solver("efchk_ascent", AscentConfig)
+class Ascent(Solver):
+    def update(self, energy, x, u, state, memory, eta):
+        return -eta * energy.direction(u, state, self.precond), memory
+'''
+
+
+def test_foreign_energies_and_solvers_are_checked_and_reported(tmp_path, forget, monkeypatch):
+    """probe AX: a plugin's sign-flipped energy and ascending solver trained without a word; a run now records
+    core.check_energy / check_solver of everything registered outside the package (experiment.run_experiment
+    warns about each failure) -- the package's own registrations are not among them."""
+    from energyformer.core import ENERGIES, SOLVERS
+
+    monkeypatch.setattr(plugins, "_CHECKED", {})
+    before_e, before_s = dict(ENERGIES), dict(SOLVERS.entries)
+    (tmp_path / "efprobe_broken.py").write_text(BROKEN)
+    try:
+        plugins.import_plugins([str(tmp_path / "efprobe_broken.py")])
+        checks = plugins.foreign_checks()
+    finally:
+        ENERGIES.clear(), ENERGIES.update(before_e)
+        SOLVERS.entries.clear(), SOLVERS.entries.update(before_s)
+    mine = {k: v for k, v in checks.items() if "efchk" in k}
+    assert set(mine) == {"energy efchk_signflip", "energy efchk_noexamples", "solver efchk_ascent"}, checks
+    assert mine["energy efchk_signflip"].startswith("AssertionError: SignFlip.grad != autograd of energy")
+    assert mine["energy efchk_noexamples"] == "not checked: the energy has no examples()"
+    assert mine["solver efchk_ascent"].startswith("AssertionError: solver kind 'efchk_ascent' does not descend")
+    assert not [k for k in checks if k.split()[1] in before_e or k.split()[1] in before_s]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from torch import nn
 
 from .models import MODELS
 from .models.params import count_params
-from .plugins import load_recorded_plugins, plugin_hint, run_plugins
+from .plugins import foreign_checks, load_recorded_plugins, plugin_hint, run_plugins
 from .tasks import TASKS, Task
 from .train import TrainConfig, Trainer, seed_everything
 from .train.callbacks import Callback
@@ -233,9 +234,18 @@ def run_experiment(cfg: RunConfig, resume: bool = False, overwrite: bool = False
     eval_fn = task.eval_fn("validation")
     cbs = task.callbacks(model) + list(callbacks)
     plugins = run_plugins(cfg)  # recorded in run_info.json: eval, generate, export and --resume import them
+    info = {"plugins": plugins} if plugins else {}
+    if checks := foreign_checks():  # a plugin's energies and solvers, checked once per process
+        info["plugin_checks"] = checks
+        for key, result in checks.items():
+            if result.startswith("not checked"):
+                warnings.warn(f"{key} (registered outside energyformer) is {result}", stacklevel=2)
+            elif result != "ok":
+                warnings.warn(f"{key} (registered outside energyformer) fails its property check (core.check_energy "
+                              f"/ check_solver): {result}", stacklevel=2)
     trainer = Trainer(model, cfg.train, task.loss, task.train_data, eval_hook(eval_fn) if eval_hook else eval_fn,
                       out_dir=cfg.run_dir, run_config=to_dict(cfg), normalise_model_config=normalise_model_config,
-                      count_fn=task.loss_items, run_info={"plugins": plugins} if plugins else None,
+                      count_fn=task.loss_items, run_info=info or None,
                       **({"callbacks": cbs} if cbs else {}))
     t0 = time.perf_counter()
     final = trainer.fit(resume=resume)

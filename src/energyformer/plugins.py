@@ -4,7 +4,9 @@ Given to every CLI command as ``--plugin MODULE_OR_FILE.py`` or ``ENERGYFORMER_P
 a run records the plugins it was trained with in ``run_info.json`` (``plugins``: the module name and, for a file, its
 absolute path; :func:`run_plugins`), and reloading the run (eval, generate, export, ``train --resume``) imports them
 first (:func:`load_recorded_plugins`). A kind registered by a module outside the package that was not given as a
-plugin (a script importing its module before calling the library) is recorded by its module's name.
+plugin (a script importing its module before calling the library) is recorded by its module's name. A training run
+also records (and warns about) the property checks of every energy and solver registered outside the package
+(:func:`foreign_checks`).
 """
 
 from __future__ import annotations
@@ -203,3 +205,45 @@ def run_plugins(cfg: Any) -> list[dict[str, str]]:
             continue
         plugins.append({"module": module})
     return plugins
+
+
+#: :func:`foreign_checks`' results in this process, by registration ("energy NAME" / "solver NAME")
+_CHECKED: dict[str, str] = {}
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+
+
+def foreign_checks() -> dict[str, str]:
+    """The property checks of every energy and solver kind registered outside the package (a plugin's or a script's),
+    once per process: ``core.check_energy`` on each of an energy's ``examples()`` (float64: one value per token, grad
+    = autograd, descent or its reference, three preconditioners, with and without a key mask) and
+    ``core.check_solver`` on a solver kind. ``{"energy NAME" | "solver NAME": "ok" | what failed}``; empty when
+    nothing foreign is registered. A layer whose gradient is not that of its energy trained without a word before
+    (probe AX); a run records these results in ``run_info.json`` and warns about each failure."""
+    from .core import ENERGIES, SOLVERS, check_energy, check_solver
+
+    def foreign(obj: Any) -> bool:
+        return not (getattr(obj, "__module__", "") or "").startswith("energyformer.")
+
+    todo = [(f"energy {n}", c) for n, c in ENERGIES.items() if foreign(c)]
+    todo += [(f"solver {n}", n) for n in SOLVERS.names() if foreign(SOLVERS.get(n).builder)]
+    for key, what in todo:
+        if key in _CHECKED:
+            continue
+        try:
+            if key.startswith("energy "):
+                examples = what.examples()
+                for _, energy, context, x in examples:
+                    check_energy(energy, context, x)
+                _CHECKED[key] = "ok" if examples else "not checked: examples() is empty"
+            else:
+                check_solver(what)
+                _CHECKED[key] = "ok"
+        except NotImplementedError:
+            _CHECKED[key] = "not checked: the energy has no examples()"
+        except Exception as err:  # noqa: BLE001 - recorded and warned about, never raised into training
+            _CHECKED[key] = _first_line(err)
+    return {key: _CHECKED[key] for key, _ in todo}
