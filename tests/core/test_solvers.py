@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from energyformer.core import ISTA, GradientDescent, Momentum, Nesterov, ProximalGradient, QuadraticEnergy
-from energyformer.core.precond import DiagonalPrecond
+from energyformer.core.precond import DiagLowRankPrecond, DiagonalPrecond
 
 DT = torch.float64
 
@@ -122,6 +122,23 @@ def test_ista_step_is_the_soft_threshold_and_traces_lambda_l1(nonnegative):
     solver = ISTA(step_size=eta, lambd=lam, nonnegative=nonnegative)
     torch.testing.assert_close(solver.run(energy, x0, c, 1).x, want, rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(solver.extra_energy(x0, None)["l1"], lam * x0.abs().sum(-1), rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("nonnegative", [False, True])
+def test_ista_with_a_diagonal_preconditioner_reaches_the_same_minimiser(nonnegative):
+    """With a diagonal P the threshold is ηλP_ii, the proximal step in the metric P⁻¹: many steps reach the minimiser
+    of E + λ‖z‖₁, the point plain ISTA reaches (with ηλ alone the fixed point was that of E + λ Σ|z_i| / P_ii); a P
+    with a low-rank part is refused (no closed-form threshold)."""
+    energy, c, x0 = _problem(6)
+    P = DiagonalPrecond(5).to(DT)
+    with torch.no_grad():
+        P.p.copy_(torch.linspace(-0.5, 0.4, 5, dtype=DT))  # P_ii from 0.28 to 1.0: a step of 0.5 stays stable
+    plain = ISTA(step_size=0.5, lambd=0.7, nonnegative=nonnegative).run(energy, x0, c, 1500).x
+    pre = ISTA(P, step_size=0.5, lambd=0.7, nonnegative=nonnegative).run(energy, x0, c, 1500).x
+    assert (plain == 0).any() and (plain != 0).any()  # the threshold is active somewhere
+    torch.testing.assert_close(pre, plain, rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="ista with precond = diag_low_rank: .* allowed: identity, diagonal"):
+        ISTA(DiagLowRankPrecond(5, rank=2), step_size=0.5)
 
 
 def test_proximal_step_preconditions_the_proximal_term_too():

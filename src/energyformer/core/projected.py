@@ -3,7 +3,10 @@ descent on the unit sphere (bare self-attention, seed 004 Eq. 3-4).
 
 ``ista``    z ← S_{ηλ}(z + η·direction(z)),  S(v) = ReLU(v − ηλ) (``nonnegative``) or the soft
             threshold sign(v)·ReLU(|v| − ηλ): a proximal gradient step on E(z) + λ‖z‖₁ (+ z ≥ 0)
-            (Beck & Teboulle 2009). The traced objective includes λ‖z‖₁ (term ``l1``).
+            (Beck & Teboulle 2009). The traced objective includes λ‖z‖₁ (term ``l1``). With a diagonal
+            preconditioner P the threshold is ηλP_ii (the proximal step in the metric P⁻¹, so the fixed point is
+            still the minimiser of E + λ‖z‖₁; with ηλ alone it was that of E + λ Σ|z_i| / P_ii); a P with a
+            low-rank part has no closed-form threshold and is refused.
 ``sphere``  x ← (x + η d) / ‖x + η d‖ with the energy's direction d (bare attention, η = 1:
             ``normalise(γ x_i + Σ_j α_ij J_ij x_j)``).
 
@@ -19,7 +22,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
-from ..utils.validate import check_float
+from ..utils.validate import ConfigError, check_float
+from .precond import DiagLowRankPrecond
 from .solver import Solver, SolverConfig, _scale, register_solver
 
 
@@ -53,9 +57,10 @@ class ISTAConfig(SolverConfig):
 
 @register_solver("ista", ISTAConfig)
 class ISTA(Solver):
-    """Proximal gradient (ISTA) for E(z) + λ‖z‖₁ (+ z ≥ 0): z ← S_{ηλ}(z + η·direction(z)).
+    """Proximal gradient (ISTA) for E(z) + λ‖z‖₁ (+ z ≥ 0): z ← S_{ηλP}(z + η·direction(z)), P = I or diagonal.
 
-    ``nonnegative`` (CRATE): S(v) = ReLU(v − ηλ); else the soft threshold sign(v)·ReLU(|v| − ηλ).
+    ``nonnegative`` (CRATE): S(v) = ReLU(v − ηλ); else the soft threshold sign(v)·ReLU(|v| − ηλ) (ηλ P_ii per
+    coordinate with a diagonal P: the module docstring).
     The traced objective includes λ‖z‖₁ (term ``l1``).
     """
 
@@ -65,6 +70,9 @@ class ISTA(Solver):
                  lambd: float = 0.1, nonnegative: bool = True, **kw: Any):
         super().__init__(precond, step_size, learn_step_size, tol, **kw)
         check_float("lambd", lambd, min=0.0)
+        if isinstance(self.precond, DiagLowRankPrecond):
+            raise ConfigError("solver ista with precond = diag_low_rank: the soft threshold is the proximal step of "
+                              "λ‖z‖₁ only in a diagonal metric; allowed: identity, diagonal")
         self.lambd, self.nonnegative = float(lambd), bool(nonnegative)
 
     @classmethod
@@ -73,7 +81,7 @@ class ISTA(Solver):
 
     def update(self, energy, x, u, state, memory, eta):
         v = x + _scale(eta, energy.direction(u, state, self.precond))  # z - η P ∇E
-        t = _scale(eta, torch.full_like(x, self.lambd))                 # η λ
+        t = _scale(eta, self.precond(torch.full_like(x, self.lambd)))  # η λ P_ii (P = I: η λ)
         new = F.relu(v - t) if self.nonnegative else torch.sign(v) * F.relu(v.abs() - t)
         return new - x, memory
 
