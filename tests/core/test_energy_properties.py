@@ -9,9 +9,9 @@ from core_toys import IgnoresPrecond, LeaveOneOut, NoReference, WrongGrad, Wrong
 
 import energyformer.energies  # noqa: F401  (registers all energies)
 from energyformer.core import (
-    ENERGIES, DiagLowRankPrecond, DiagonalPrecond, IdentityPrecond, check_energy, check_grad, check_reference,
+    ENERGIES, IdentityPrecond, check_energy, check_grad, check_reference,
 )
-from energyformer.core.checks import check_descent
+from energyformer.core.checks import check_descent, standard_preconds
 
 
 def _cases():
@@ -21,15 +21,8 @@ def _cases():
 
 
 def _precond(kind, dim):
-    if kind == "identity":
-        return IdentityPrecond(dim)
-    P = (DiagonalPrecond(dim) if kind == "diagonal" else DiagLowRankPrecond(dim, rank=min(2, dim - 1))).double()
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        P.p.uniform_(-0.5, 0.5, generator=g)
-        if kind == "diag_low_rank":  # small enough to keep P positive definite
-            P.U.normal_(0, 0.1, generator=g), P.V.normal_(0, 0.1, generator=g)
-    return P
+    """The three preconditioners check_energy uses by default (core.checks.standard_preconds)."""
+    return dict(zip(("identity", "diagonal", "diag_low_rank"), standard_preconds(dim)))[kind]
 
 
 def test_every_energy_has_examples():
