@@ -4,8 +4,12 @@ a row, with data and a verdict, at length 16 (where the paper reports no gain: a
 
 from __future__ import annotations
 
+import pytest
+import yaml
+
 from energyformer.studies.claims import evaluate
-from energyformer.studies.spec import load_study
+from energyformer.studies.spec import load_study, studies_dir
+from energyformer.utils.validate import ConfigError
 
 
 def _records():
@@ -22,3 +26,25 @@ def test_a_per_claim_has_rows_only_for_the_labels_its_arms_select():
     rows = evaluate(load_study("eqt"), _records())
     assert [r.label for r in rows if r.claim.id == "gain"] == ["64", "96"]
     assert [r.label for r in rows if r.claim.id == "k8-equals-k32"] == ["16", "64", "96"]  # no selection: all
+
+
+def test_a_per_axis_the_arms_select_apart_is_refused_not_left_without_rows(tmp_path):
+    """``per: model`` with arm a at model eqt and arm b at model baseline: no label is admitted by both, so the claim
+    had no row at all, silently (not on the page, not in the index's count: probe AZ). Now one line at load time."""
+    study = yaml.safe_load((studies_dir() / "eqt.yaml").read_text())
+    claim = next(c for c in study["claims"] if c.get("a", {}).get("where", {}).get("model") and not c.get("per")
+                 and c.get("b", {}).get("where", {}).get("model") not in (None, c["a"]["where"]["model"]))
+    claim["per"] = "model"
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(study))
+    with pytest.raises(ConfigError, match=rf"s.yaml: .*claims\[{claim['id']}\].per = 'model': no label of it is "
+                                          r"selected by both arms .* no row"):
+        load_study(tmp_path / "s.yaml")
+
+
+def test_an_empty_seed_list_of_a_scale_is_refused(tmp_path):
+    """``scales.cpu.seeds: []`` fell back to the study's seeds, silently (a top-level ``seeds: []`` was refused)."""
+    study = yaml.safe_load((studies_dir() / "eqt.yaml").read_text())
+    study["scales"]["cpu"]["seeds"] = []
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(study))
+    with pytest.raises(ConfigError, match=r"s.yaml: .*scales.*cpu.*seeds"):
+        load_study(tmp_path / "s.yaml")

@@ -259,7 +259,7 @@ def evaluate(spec: StudySpec, records: dict[str, dict], probes: dict | None = No
         if c.per is not None:
             seen = {r.get("cell", {}).get(c.per) for r in records.values()}
             planned = set(scale_labels(spec, scale, c.per)) if scale is not None else set()
-            labels = [lab for lab in spec.runs.axes[c.per] if (lab in seen or lab in planned) and _selects(c, lab)]
+            labels = [lab for lab in spec.runs.axes[c.per] if (lab in seen or lab in planned) and c.admits(lab)]
         for lab in labels:
             if lab is not None and lab not in seen:
                 why = f"not run: no record with {c.per} = {lab} at scale {scale}"
@@ -305,17 +305,6 @@ def _check_metric_names(spec: StudySpec, records: dict[str, dict]) -> None:
                           + (f" (nearest: {', '.join(near)})" if near else "")
                           + ": a misspelled path in the study's claims?", stacklevel=3)
             break
-
-
-def _selects(c: ClaimSpec, label: str) -> bool:
-    """Whether both arms' ``where`` admit ``label`` of the claim's ``per`` axis (an arm that names no label of it
-    admits all). The row's label replaced the arm's own selection of that axis, so a claim restricted to
-    ``length: [64, …]`` still had a row, with data, at length 16."""
-    for arm in (c.a, c.b):
-        chosen = (arm.where or {}).get(c.per) if arm.value is None else None
-        if chosen is not None and label not in [str(x) for x in (chosen if isinstance(chosen, list) else [chosen])]:
-            return False
-    return True
 
 
 def _gate(c: ClaimSpec, records: dict[str, dict], extra: dict[str, str], probes: dict | None) -> str | None:

@@ -46,7 +46,7 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
     pick = {a: [lab for lab in labels if lab in (only or {}).get(a, labels)] for a, labels in axes.items()}
     cfg_axis = next(iter(spec.runs.config)) if isinstance(spec.runs.config, dict) else None
     out = []
-    for seed in seeds if seeds is not None else (sc.seeds or spec.seeds):
+    for seed in seeds if seeds is not None else (sc.seeds if sc.seeds is not None else spec.seeds):
         for combo in itertools.product(*pick.values()):
             cell = dict(zip(pick, combo))
             if not sc.runs_cell(cell, seed):

@@ -162,8 +162,9 @@ class ScaleSpec(ConfigModel):
 
     overrides: list[str] = Field(default_factory=list)
     """dotted overrides of this scale, after the study's"""
-    seeds: list[Seed] | None = None
-    """this scale's seeds (default: the study's): distinct, each in 0..2^63-1 (as --seeds)"""
+    seeds: list[Seed] | None = Field(None, min_length=1)
+    """this scale's seeds (default: the study's): distinct, each in 0..2^63-1 (as --seeds); an empty list is refused
+    (it fell back to the study's seeds, silently)"""
     only: dict[str, list[str]] | list[dict[str, list[str]]] = Field(default_factory=dict)
     """{axis: [labels]}: the grid cells this scale runs (default: all); a list of such selections runs
     their union (a cell runs when it matches any of them); a selection may also name ``seed: [...]``
@@ -327,6 +328,16 @@ class ClaimSpec(ConfigModel):
                                  f"fixed value ({self.b.value:g}): drop paired")
         return self
 
+    def admits(self, label: str) -> bool:
+        """Whether both arms' ``where`` admit ``label`` of the claim's ``per`` axis (an arm that names no label of it
+        admits all). The row's label replaced the arm's own selection of that axis, so a claim restricted to
+        ``length: [64, …]`` still had a row, with data, at length 16."""
+        for arm in (self.a, self.b):
+            chosen = (arm.where or {}).get(self.per) if arm is not None and arm.value is None else None
+            if chosen is not None and label not in [str(x) for x in (chosen if isinstance(chosen, list) else [chosen])]:
+                return False
+        return True
+
 
 class StudySpec(ConfigModel):
     """``studies/<name>.yaml``: see the module docstring."""
@@ -390,6 +401,11 @@ class StudySpec(ConfigModel):
         for c in self.claims:
             if c.per is not None and c.per not in axes:
                 raise ValueError(f"claims[{c.id}].per = {c.per!r}: allowed axes {', '.join(axes)}")
+            if c.per is not None and c.untestable is None and not any(c.admits(lab) for lab in axes[c.per]):
+                # the claim had no row at all, silently: not on the page, not in the index's count (probe AZ)
+                raise ValueError(f"claims[{c.id}].per = {c.per!r}: no label of it is selected by both arms (each "
+                                 f"row compares A and B at one {c.per}), so the claim would have no row; per needs "
+                                 f"an axis the arms share (or drop per)")
             for side, top in (("a", c.a), ("b", c.b)):
                 for depth, arm in enumerate(top.selections() if top else ()):
                     key = f"claims[{c.id}].{side}" + ".minus" * depth
