@@ -266,10 +266,10 @@ def cmd_export(a, extra) -> int:
 
 
 def cmd_reproduce(a, extra) -> int:
-    from .reproduce import REPRODUCTIONS
+    from .reproduce import resolve
 
     rest = list(a.args) + list(extra)
-    return REPRODUCTIONS[a.which].main()(rest) or 0
+    return resolve(a.which)(rest) or 0
 
 
 def cmd_report(a, extra) -> int:
@@ -374,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Reproduce a paper result at CPU scale. Arguments after the name go to that "
                        f"reproduction (try `energyformer reproduce NAME --help`).\n\n{desc}")
-    r.add_argument("which", choices=list(REPRODUCTIONS), metavar="NAME")
+    r.add_argument("which", metavar="NAME", help="a reproduction above, or the path of a study file of your own "
+                   "(PATH.yaml: configs x grid x seeds, metrics and claims with their rules; docs/studies.md)")
     r.add_argument("args", nargs=argparse.REMAINDER)
     r.set_defaults(fn=cmd_reproduce)
 

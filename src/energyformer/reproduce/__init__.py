@@ -2,13 +2,15 @@
 
 Each reproduction is a module with ``main(argv) -> int`` and its own ``--help``; it is registered here
 by name with a one-line description, and imported only when run (so ``--help`` stays fast). A name with
-a study file ``studies/NAME.yaml`` runs that study (:mod:`energyformer.studies.command`) instead.
+a study file ``studies/NAME.yaml`` runs that study (:mod:`energyformer.studies.command`) instead, and so does the
+path of a study file of your own (``energyformer reproduce my_study.yaml``: :func:`resolve`).
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 
@@ -31,6 +33,31 @@ class Reproduction:
 
 
 REPRODUCTIONS: dict[str, Reproduction] = {}
+
+
+def resolve(which: str) -> Callable[[list[str]], int]:
+    """``main(argv)`` of ``energyformer reproduce WHICH``: a registered reproduction, a study of the library's
+    ``studies/`` folder by name, or the path of a study file (``.yaml``; format: docs/studies.md). Anything else is
+    a one-line ConfigError naming what is allowed."""
+    from functools import partial
+
+    from ..studies import known_studies, study_path
+    from ..utils.validate import ConfigError
+
+    if which in REPRODUCTIONS:
+        return REPRODUCTIONS[which].main()
+    from ..studies.command import main
+
+    if Path(which).suffix in (".yaml", ".yml"):
+        if not Path(which).is_file():
+            raise ConfigError(f"reproduce {which!r}: no such study file")
+        return partial(main, which)
+    if study_path(which) is not None:
+        return partial(main, which)
+    others = [s for s in known_studies() if s not in REPRODUCTIONS]
+    raise ConfigError(f"reproduce {which!r}: allowed {', '.join(REPRODUCTIONS)}"
+                      + (f", the studies {', '.join(others)}" if others else "")
+                      + " or the path of a study file (NAME.yaml; docs/studies.md)")
 
 
 def register_reproduction(name: str, module: str, description: str) -> None:

@@ -1,6 +1,7 @@
-"""``energyformer reproduce NAME`` for a study (``studies/NAME.yaml``): run it, then render its pages.
+"""``energyformer reproduce NAME`` for a study (``studies/NAME.yaml``, or ``PATH.yaml``: a study file of your own):
+run it, then render its pages.
 
-    energyformer reproduce NAME [--scale cpu|gpu] [--seeds S ...] [--jobs N] [--set KEY=VALUE ...]
+    energyformer reproduce NAME|PATH.yaml [--scale cpu|gpu] [--seeds S ...] [--jobs N] [--set KEY=VALUE ...]
                                 [--only AXIS=LABEL[,LABEL...] ...] [--out DIR] [--runs DIR] [--report-only]
 
 ``--out`` is the page folder (default: the study's ``page``): the records of a scale are
@@ -20,6 +21,7 @@ from ..utils.paths import check_writable_dir
 from ..utils.validate import ConfigError
 from .claims import ClaimRow, evaluate
 from .page import render as render_page
+from .preflight import study_key, study_source
 from .runner import hook, is_migrated, load_results, outdated_text, run_study
 from .spec import StudySpec, load_study
 
@@ -44,7 +46,7 @@ def render_index(name: str, spec: StudySpec, out: Path, rendered: dict[str, list
     """``OUT/README.md``: the study, one line per scale (its page or "not run yet" with the command),
     and every claim's verdict at each scale run."""
     lines = [f"# {spec.title}", "",
-             f"Seed `{spec.paper.seed}`, {spec.paper.section}. Study: `studies/{name}.yaml` (configs × grid × "
+             f"Seed `{spec.paper.seed}`, {spec.paper.section}. Study: `{study_source(name)}` (configs × grid × "
              "seeds × scales, metrics and claims with their rules; format in `docs/studies.md`). Every page "
              f"here is generated from the committed `results.json` by `energyformer reproduce {name} "
              f"--report-only --out DIR` (DIR: this folder; the study's own is `{spec.page}`).", "", "## Scales", ""]
@@ -119,7 +121,7 @@ def parser(name: str, spec: StudySpec) -> argparse.ArgumentParser:
     p.add_argument("--only", action="append", default=[], metavar="AXIS=LABEL[,LABEL]",
                    help=f"run only these grid cells (axes: {', '.join(spec.runs.axes) or 'none'})")
     p.add_argument("--out", default=spec.page, help=f"page folder (default {spec.page})")
-    p.add_argument("--runs", default=None, help=f"run directories (default runs/{name}/SCALE)")
+    p.add_argument("--runs", default=None, help=f"run directories (default runs/{study_key(name)}/SCALE)")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing; re-render OUT's pages from the records committed in OUT")
     return p
@@ -143,7 +145,7 @@ def main(name: str, argv: list[str] | None = None) -> int:
             raise ConfigError("--scale gpu: the preset is sized for one GPU and no CUDA device is available here; "
                               "run it on a GPU machine, use --scale cpu, or force it with --set train.device=cpu")
     if not a.report_only:  # both folders writable before any run starts
-        runs = check_writable_dir(a.runs if a.runs else Path("runs") / name / a.scale, "--runs")
+        runs = check_writable_dir(a.runs if a.runs else Path("runs") / study_key(name) / a.scale, "--runs")
         check_writable_dir(out, "--out")
         run_study(spec, name, a.scale, out / a.scale, runs, jobs=a.jobs, seeds=a.seeds, only=parse_only(a.only),
                   sets=a.sets)

@@ -17,6 +17,7 @@ from typing import Any
 from ..utils.markdown import md_table
 from .claims import ClaimRow, _matches, arm_values, claims_table, metric_value
 from .page_spec import BlockSpec, ColumnSpec, TableSpec
+from .preflight import study_source
 from .spec import ArmSpec, StudySpec
 
 
@@ -297,7 +298,7 @@ def render(out: Path, spec: StudySpec, name: str, scale: str, data: dict, rows: 
             parts.append(f"# {spec.title} — {scale} scale\n\nRendered from this folder's `results.json` by "
                          f"`energyformer reproduce {name} --report-only --out DIR` (DIR: the folder above this "
                          "one; study "
-                         f"`studies/{name}.yaml`; {len(ctx.records)} runs).{said}\n")
+                         f"`{study_source(name)}`; {len(ctx.records)} runs).{said}\n")
             stale = outdated_text(spec, scale, data["runs"]) if scale in spec.scales else ""
             parts += [stale + "\n"] if stale else []
         parts += [s for s in (render_block(ctx, b) for b in blocks) if s]

@@ -70,9 +70,25 @@ def hook(path: str) -> Callable:
         raise ConfigError(f"{path!r}: cannot be imported ({err})") from None
 
 
+def is_study_path(study: str) -> bool:
+    """Whether ``study`` is the path of a study file (``energyformer reproduce PATH.yaml``), not a study's name."""
+    return Path(study).suffix in (".yaml", ".yml")
+
+
 def study_file(study: str) -> str:
     """How an error names the study: ``studies/<name>.yaml`` for a study's name, the file's name for a path."""
-    return Path(study).name if Path(study).suffix in (".yaml", ".yml") else f"studies/{study}.yaml"
+    return Path(study).name if is_study_path(study) else f"studies/{study}.yaml"
+
+
+def study_source(study: str) -> str:
+    """How a page names the study's file: ``studies/<name>.yaml`` for a study's name, the path as given for a path."""
+    return study if is_study_path(study) else f"studies/{study}.yaml"
+
+
+def study_key(study: str) -> str:
+    """The name a study's records and run folders carry: the name, or a study file's stem (so that moving the file
+    keeps its records its own)."""
+    return Path(study).stem if is_study_path(study) else study
 
 
 def check_hooks(spec: BaseModel, study: str) -> None:

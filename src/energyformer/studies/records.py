@@ -35,7 +35,11 @@ MIGRATION_KEYS = ("setup", "note")
 
 def load_results(path: Path, study: str | None, scale: str | None) -> dict:
     """The records of ``path`` (checked: format, the study's and scale's own, every record a mapping, no metric a
-    true/false), or an empty record set of ``study`` at ``scale`` where there is no file (None: not checked)."""
+    true/false), or an empty record set of ``study`` at ``scale`` where there is no file (None: not checked).
+    ``study`` is a study's name or the path of its file (its stem is the records' name: :func:`.preflight.study_key`)."""
+    from .preflight import study_key
+
+    study = study_key(study) if study is not None else None
     if path.exists():
         data = read_json(path, f"study records {path}", require=("format", "runs"))
         if data.get("format") != FORMAT:
