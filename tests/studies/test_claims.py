@@ -255,6 +255,7 @@ def test_claim_rules_at_their_edges(tmp_path):
     recs = _recs({0: 70, 1: 80, 2: 75}, {0: 60, 1: 70})
     (row,) = evaluate(_spec(tmp_path, paired=True), recs)
     assert str(row.outcome.verdict) == "HOLDS" and "paired over seeds [0, 1]" in row.outcome.reason
+    assert "spread of the per-seed differences 0" in row.outcome.reason and "seed spread" not in row.outcome.reason
     data = copy.deepcopy(TINY)
     data["probes"] = {"mem": "builtins:str"}
     data["claims"] = [{"id": "m", "text": "A is big", "paper": {"value": "big", "source": "slides"},

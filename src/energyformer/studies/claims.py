@@ -361,7 +361,9 @@ def _paired(c: ClaimSpec, a: dict[int, float], b: dict[int, float]) -> Outcome:
     rules = Rules(noise=r.noise, single_seed_bound=r.single_seed_bound)
     out = compare([a[s] - b[s] for s in seeds], 0.0, higher_is_better=c.higher_is_better, rules=rules,
                   claim=c.claim, tolerance=c.tolerance)
-    return Outcome(out.verdict, out.margin, out.band, f"paired over seeds {seeds}: {out.reason}")
+    # compare() saw the differences as A: its "seed spread" is theirs (probe AZ: the page said seed spread)
+    why = out.reason.replace("seed spread", "spread of the per-seed differences", 1)
+    return Outcome(out.verdict, out.margin, out.band, f"paired over seeds {seeds}: {why}")
 
 
 def _fmt(v: list[float] | float | None) -> str:
