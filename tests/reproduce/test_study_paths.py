@@ -32,6 +32,18 @@ def test_a_study_file_renders_its_pages_naming_the_file_as_given(tmp_path, capsy
     assert "studies/" not in text.split("\n\n")[1]
     assert f"Study: `{study}`" in (page / "README.md").read_text()
     assert "wrote" in capsys.readouterr().out
+    # --check: the rendered pages pass; a hand edit of one verdict is found, and nothing is written
+    assert main(["reproduce", str(study), "--report-only", "--check", "--out", str(page)]) == 0
+    assert "DIFFERS" not in capsys.readouterr().out
+    edited = text.replace("| **UNDECIDED** |", "| **HOLDS** |", 1)
+    assert edited != text
+    (page / "cpu" / "README.md").write_text(edited)
+    assert main(["reproduce", str(study), "--report-only", "--check", "--out", str(page)]) == 1
+    out = capsys.readouterr().out
+    assert f"DIFFERS  {page / 'cpu' / 'README.md'}" in out and "+| " in out and "-| " in out
+    assert (page / "cpu" / "README.md").read_text() == edited
+    assert main(["reproduce", str(study), "--check", "--out", str(page)]) != 0
+    assert "give it with --report-only" in capsys.readouterr().err
 
 
 def test_names_keys_and_errors():

@@ -2,13 +2,13 @@
 run it, then render its pages.
 
     energyformer reproduce NAME|PATH.yaml [--scale cpu|gpu] [--seeds S ...] [--jobs N] [--set KEY=VALUE ...]
-                                [--only AXIS=LABEL[,LABEL...] ...] [--out DIR] [--runs DIR] [--report-only]
+                                [--only AXIS=LABEL[,LABEL...] ...] [--out DIR] [--runs DIR] [--report-only [--check]]
 
 ``--out`` is the page folder (default: the study's ``page``): the records of a scale are
 ``OUT/<scale>/results.json``, its page ``OUT/<scale>/README.md`` (+ figures) and ``OUT/README.md`` the
 index over the scales. ``--report-only`` trains nothing and re-renders every page of OUT from the
 records committed there, reading nothing else (no run directories, no clock): the page contract of
-``energyformer report``.
+``energyformer report``; with ``--check`` it writes nothing and exits 1 when a page differs (:func:`check_pages`).
 """
 
 from __future__ import annotations
@@ -124,12 +124,45 @@ def parser(name: str, spec: StudySpec) -> argparse.ArgumentParser:
     p.add_argument("--runs", default=None, help=f"run directories (default runs/{study_key(name)}/SCALE)")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing; re-render OUT's pages from the records committed in OUT")
+    p.add_argument("--check", action="store_true",
+                   help="with --report-only: write nothing; exit 1 when a page in OUT differs from its render (a hand "
+                        "edit, or pages older than the records or the code); figures are not compared")
     return p
+
+
+def check_pages(name: str, spec: StudySpec, out: Path) -> int:
+    """``--report-only --check``: OUT's pages rendered into a temporary copy of OUT and compared, file by file, with
+    OUT's own (``energyformer report --check`` for a study of your own, whose pages ``report`` does not know: a hand
+    edit of a verdict went unnoticed; probe AZ). Prints ``ok`` / ``DIFFERS`` per page (with a unified diff);
+    returns 1 when any differs."""
+    import difflib
+    import shutil
+    import tempfile
+
+    status = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "out"
+        shutil.copytree(out, copy)
+        for f in render_pages(name, spec, copy):
+            rel = f.relative_to(copy)
+            have = (out / rel).read_text() if (out / rel).exists() else ""
+            want = f.read_text()
+            if have == want:
+                print(f"ok       {out / rel}")
+                continue
+            status = 1
+            print(f"DIFFERS  {out / rel}: not what the records render (`--report-only` without --check rewrites it)")
+            diff = difflib.unified_diff(have.splitlines(), want.splitlines(), "committed", "rendered", lineterm="", n=1)
+            print("\n".join(list(diff)[:40]))
+    return status
 
 
 def main(name: str, argv: list[str] | None = None) -> int:
     spec = load_study(name)
     a = parser(name, spec).parse_args(argv)
+    if a.check and not a.report_only:
+        raise ConfigError("--check compares OUT's pages with their render and trains nothing: give it with "
+                          "--report-only")
     if a.report_only:  # it renders every scale's records as they are: options of a run would be ignored
         given = [opt for opt, v in (("--scale", a.scale), ("--seeds", a.seeds), ("--jobs", a.jobs),
                                     ("--set", a.sets), ("--only", a.only), ("--runs", a.runs)) if v]
@@ -151,6 +184,8 @@ def main(name: str, argv: list[str] | None = None) -> int:
                   sets=a.sets)
     elif not out.is_dir():
         raise ConfigError(f"--out {a.out}: no such folder (give a page folder holding <scale>/results.json)")
+    elif a.check:
+        return check_pages(name, spec, out)
     else:
         check_writable_dir(out, "--out")
     for f in render_pages(name, spec, out):
