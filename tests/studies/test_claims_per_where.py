@@ -4,6 +4,8 @@ a row, with data and a verdict, at length 16 (where the paper reports no gain: a
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import yaml
 
@@ -48,3 +50,25 @@ def test_an_empty_seed_list_of_a_scale_is_refused(tmp_path):
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(study))
     with pytest.raises(ConfigError, match=r"s.yaml: .*scales.*cpu.*seeds"):
         load_study(tmp_path / "s.yaml")
+
+
+def test_a_scale_override_that_replaces_a_labels_own_value_warns(tmp_path):
+    """A config label's own ``train.steps=1`` (an untrained control) was replaced by the scale's ``train.steps=40``
+    without a word, where ``--set`` in the same place warns (probe AZ); the same value twice says nothing."""
+    from energyformer.studies.plan import expand
+
+    study = yaml.safe_load((studies_dir() / "eqt.yaml").read_text())
+    axis = next(iter(study["runs"]["config"]))
+    label, base = next(iter(study["runs"]["config"][axis].items()))
+    study["runs"]["config"][axis][label] = {"config": base, "overrides": ["train.steps=1"]}
+    study["scales"]["cpu"]["overrides"] = [o for o in study["scales"]["cpu"].get("overrides", [])
+                                           if not o.startswith("train.steps=")] + ["train.steps=40"]
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(study))
+    with pytest.warns(UserWarning, match=rf"scales.cpu.overrides train.steps=40 replaces run label {axis}={label}'s "
+                                         r"own train.steps=1"):
+        expand(load_study(tmp_path / "s.yaml"), "cpu")
+    study["runs"]["config"][axis][label]["overrides"] = ["train.steps=40"]
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(study))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        expand(load_study(tmp_path / "s.yaml"), "cpu")

@@ -54,6 +54,7 @@ def expand(spec: StudySpec, scale: str, *, seeds: list[int] | None = None,
             config = spec.runs.config[cfg_axis][cell[cfg_axis]] if cfg_axis else spec.runs.config
             cell_over = [o for a, lab in cell.items() if a in spec.runs.grid for o in spec.runs.grid[a][lab]]
             _check_sets(spec, sc, cell, config, sets)
+            _warn_scale_replaces_recipe(spec, scale, cell, config)
             if isinstance(config, ConfigCell):
                 config, cell_over = config.config, [*config.overrides, *cell_over]
             name = spec.runs.name.format(seed=seed, **cell)
@@ -72,6 +73,23 @@ def scale_labels(spec: StudySpec, scale: str, axis: str) -> list[str]:
     return [lab for lab in axes[axis]
             if any(sc.runs_cell({**dict(zip(axes, combo)), axis: lab})
                    for combo in itertools.product(*(labs if a != axis else [lab] for a, labs in axes.items())))]
+
+
+def _warn_scale_replaces_recipe(spec: StudySpec, scale: str, cell: dict[str, str], config: str | ConfigCell) -> None:
+    """Warn when the scale's overrides (applied after the cell's) give a key of a config label's own overrides another
+    value: the label's recipe (``train.steps=1`` for an untrained control) was replaced silently (probe AZ), where
+    ``--set`` in the same place warns. The same value twice says nothing."""
+    if not isinstance(config, ConfigCell):
+        return
+    a = next(iter(spec.runs.config))
+    for o in spec.scales[scale].overrides:
+        k = override_key(o)
+        for mine in config.overrides:
+            m = override_key(mine)
+            if (k[:len(m)] == m or m[:len(k)] == k) and o != mine:
+                warnings.warn(f"scales.{scale}.overrides {o} replaces run label {a}={cell[a]}'s own {mine} (the "
+                              "scale's overrides apply after a label's; set the key per label, or not in the scale)",
+                              stacklevel=4)
 
 
 def _check_sets(spec: StudySpec, sc: ScaleSpec, cell: dict[str, str], config: str | ConfigCell,
