@@ -204,3 +204,82 @@ def test_check_energy_dtypes_fails_where_float64_itself_is_not_finite():
     check_energy_dtypes(NaiveSoftmax, scales=(1.0,))
     with pytest.raises(AssertionError, match=r"grad in float32 at inputs x30 \[d6\]: float64 itself .*is not finite"):
         check_energy_dtypes(NaiveSoftmax, scales=(30.0,))
+
+
+# --- probe AY: what the first version of these checks still let through
+class DiagOnlyP(QuadAttn):
+    """Says −P grad but applies P's diagonal only (drops a low-rank part)."""
+
+    def direction(self, x, st, precond):
+        g = self.grad(x, st)
+        return -(g * precond.diag()) if hasattr(precond, "diag") else -g
+
+
+class FlippedDiag(QuadAttn):
+    """Applies a diagonal P's entries in reverse order: right only where P is a multiple of I."""
+
+    def direction(self, x, st, precond):
+        g = self.grad(x, st)
+        return -(g * precond.diag().flip(-1)) if type(precond).__name__ == "DiagonalPrecond" else -precond(g)
+
+
+class DirectionIgnoresMask(QuadAttn):
+    """Exact; its direction is −P grad of the unmasked energy."""
+
+    def direction(self, x, st, precond):
+        causal = (torch.arange(st[0].shape[1])[None] <= torch.arange(x.shape[1])[:, None])[None]
+        return -precond(self.grad(x, (st[0], causal)))
+
+
+class TupleContext(QuadAttn):
+    """Its context is a (keys, unused) pair, not a tensor; energy ignores the mask its grad honours."""
+
+    def prepare(self, context, mask=None, **kw):
+        return QuadAttn.prepare(self, context[0], mask, **kw)
+
+    energy = EnergyIgnoresMask.energy
+
+
+class RefViaClass(SelfReference):
+    def reference_direction(self, x, st, precond):
+        return SelfReference.direction(self, x, st, precond)
+
+
+class RefViaSuper(SelfReference):
+    def reference_direction(self, x, st, precond):
+        return super().direction(x, st, precond)
+
+
+class NoKwargs(QuadAttn):
+    def prepare(self, context):
+        return QuadAttn.prepare(self, context)
+
+
+@pytest.mark.parametrize("cls,needle", [
+    (DiagOnlyP, "direction != -P grad"),
+    (FlippedDiag, "direction != -P grad"),
+    (DirectionIgnoresMask, r"(?s)^with a key-padding mask handed to prepare: .*direction != -P grad"),
+    (RefViaClass, "reference_direction calls direction"),
+    (RefViaSuper, "reference_direction calls direction"),
+    (NoKwargs, r"NoKwargs.prepare\(context, mask=...\) raised TypeError: .* accept \*\*kwargs"),
+])
+def test_what_the_first_version_let_through_fails(cls, needle):
+    with pytest.raises(AssertionError, match=needle):
+        check_energy(*_quad(cls))
+    assert SelfReference.direction is not None and "direction" in vars(SelfReference)  # the guard restored it
+
+
+def test_the_mask_pass_runs_for_a_context_that_is_not_a_tensor():
+    e, ctx, x = _quad(TupleContext)
+    with pytest.raises(AssertionError, match=r"(?s)^with a key-padding mask handed to prepare: .*grad != autograd"):
+        check_energy(e, (ctx, ctx), x)
+
+
+@pytest.mark.parametrize("shape,want", [((2, 3, 4), [[1, 1, 0], [1, 1, 1]]), ((1, 2, 4), [[1, 0]]), ((2, 1, 4), None)])
+def test_key_mask_keeps_token_0_pads_one_and_needs_two_tokens(shape, want):
+    from energyformer.core.checks import key_mask_for
+
+    m = key_mask_for(torch.zeros(shape))
+    assert (None if m is None else m.int().tolist()) == want
+    m = key_mask_for(None, x=torch.zeros(shape))
+    assert (None if m is None else m.int().tolist()) == want

@@ -122,22 +122,33 @@ def _reference_without_direction(energy: Energy, x: Tensor, st: Any, precond: Pr
         raise AssertionError(f"{type(energy).__name__}.reference_direction calls direction: the reference must be "
                              "computed independently (else the check compares the direction with itself)")
 
-    probe = copy.copy(energy)  # shares the parameters; only this copy's direction refuses
-    object.__setattr__(probe, "direction", refuse)
-    return probe.reference_direction(x, st, precond)
+    # every class of the energy that defines direction refuses during the call: an instance attribute alone let a
+    # reference calling Cls.direction(self, ...) or super().direction(...) through (probe AY)
+    owners = [c for c in type(energy).__mro__ if "direction" in vars(c)]
+    saved = [(c, vars(c)["direction"]) for c in owners]
+    try:
+        for c in owners:
+            setattr(c, "direction", refuse)
+        return energy.reference_direction(x, st, precond)
+    finally:
+        for c, f in saved:
+            setattr(c, "direction", f)
 
 
-def key_mask_for(context: Any, seed: int = 0) -> Tensor | None:
-    """A (B, N) key-padding mask (``True`` = real token) for a tensor ``context`` of (B, N, ...): about a quarter of
-    the tokens padded, token 0 of every row real (so every causal row sees a key); None for other contexts."""
-    if not torch.is_tensor(context) or context.dim() < 3 or context.shape[1] < 2:
+def key_mask_for(context: Any, seed: int = 0, x: Tensor | None = None) -> Tensor | None:
+    """A (B, N) key-padding mask (``True`` = real token) for a tensor ``context`` of (B, N, ...), or else for the
+    iterate ``x`` (B, N, D) (a context that is not a tensor: an energy's own structure): about a quarter of the tokens
+    padded, token 0 of every row real (so every causal row sees a key) and at least one token padded; None for fewer
+    than two tokens."""
+    ref = context if torch.is_tensor(context) and context.dim() >= 3 else x
+    if ref is None or ref.dim() < 3 or ref.shape[1] < 2:
         return None
     g = torch.Generator().manual_seed(seed)
-    mask = torch.rand(context.shape[:2], generator=g) > 0.25
+    mask = torch.rand(ref.shape[:2], generator=g) > 0.25
     mask[:, 0] = True
     if bool(mask.all()):
         mask[-1, -1] = False
-    return mask.to(context.device)
+    return mask.to(ref.device)
 
 
 def standard_preconds(dim: int, seed: int = 1) -> list[Preconditioner]:
@@ -160,14 +171,21 @@ def standard_preconds(dim: int, seed: int = 1) -> list[Preconditioner]:
 def check_energy(energy: Energy, context: Tensor, x: Tensor, precond: Preconditioner | None = None) -> None:
     """All properties of one energy instance at one point (float64): :func:`check_grad`, then :func:`check_descent`
     (``exact``) or :func:`check_reference`, for ``precond`` or, when None, each of :func:`standard_preconds` (a
-    direction that leaves P out descends with P = I); with no mask and, for a tensor context of (B, N, ...), again
-    with a key-padding mask handed to ``prepare`` (:func:`key_mask_for`): an energy whose ``energy`` ignores the
-    mask that its ``grad`` honours (or the reverse) fails there (probe AX)."""
+    direction that leaves P out descends with P = I); with no mask and again with a key-padding mask handed to
+    ``prepare`` (:func:`key_mask_for`, shaped like the context's or x's (B, N)): an energy whose ``energy`` ignores
+    the mask that its ``grad`` honours (or the reverse) fails there (probe AX). A ``prepare`` that does not take
+    ``mask=`` fails too (a block passes ``mask``, ``cache`` and ``offset``: accept ``**kwargs``)."""
     preconds = [precond] if precond is not None else standard_preconds(x.shape[-1])
-    padded = key_mask_for(context)
+    padded = key_mask_for(context, x=x)
     for mask in [None] + ([padded] if padded is not None else []):
         where = "" if mask is None else "with a key-padding mask handed to prepare"
-        state = energy.prepare(context) if mask is None else energy.prepare(context, mask=mask)
+        try:
+            state = energy.prepare(context) if mask is None else energy.prepare(context, mask=mask)
+        except TypeError as err:
+            if mask is None:
+                raise
+            raise AssertionError(f"{type(energy).__name__}.prepare(context, mask=...) raised TypeError: {err} (a block "
+                                 "passes mask, cache and offset: accept **kwargs)") from err
         try:
             check_grad(energy, state, x)
             for P in preconds:
