@@ -191,12 +191,37 @@ class NoExamples(SignFlip):
         raise NotImplementedError
 
 
+class EmptyExamples(SignFlip):
+    @classmethod
+    def examples(cls, dtype=torch.float64):
+        return []
+
+
+class NoReference(SignFlip):
+    """Inexact, without reference_direction: a failure, not "no examples" (check_energy's NotImplementedError)."""
+    exact = False
+
+    def grad(self, x, c):
+        return x - c
+
+
+class GlobalDraws(SignFlip):
+    """Its examples draw from the global generator; a fixed twin is registered under its name later."""
+
+    @classmethod
+    def examples(cls, dtype=torch.float64):
+        return [("d4", cls(), torch.randn(2, 3, 4, dtype=dtype), torch.randn(2, 3, 4, dtype=dtype))]
+
+
 class AscentConfig(GDConfig):
     kind: Literal["efchk_ascent"] = "efchk_ascent"
 
 
 register_energy("efchk_signflip")(SignFlip)
 register_energy("efchk_noexamples")(NoExamples)
+register_energy("efchk_empty")(EmptyExamples)
+register_energy("efchk_noref")(NoReference)
+register_energy("efchk_draws")(GlobalDraws)
 
 
 @register_solver("efchk_ascent", AscentConfig)
@@ -212,18 +237,66 @@ def test_foreign_energies_and_solvers_are_checked_and_reported(tmp_path, forget,
     warns about each failure) -- the package's own registrations are not among them."""
     from energyformer.core import ENERGIES, SOLVERS
 
+    import torch
+
     monkeypatch.setattr(plugins, "_CHECKED", {})
     before_e, before_s = dict(ENERGIES), dict(SOLVERS.entries)
     (tmp_path / "efprobe_broken.py").write_text(BROKEN)
+    (tmp_path / "energyformer_contrib.py").write_text(  # a plugin whose name starts like the package's: still foreign
+        "from efprobe_broken import SignFlip\nfrom energyformer.core import register_energy\n"
+        "register_energy('efchk_contrib')(type('Contrib', (SignFlip,), {}))\n")
     try:
-        plugins.import_plugins([str(tmp_path / "efprobe_broken.py")])
+        plugins.import_plugins([str(tmp_path / "efprobe_broken.py"), str(tmp_path / "energyformer_contrib.py")])
+        rng = torch.get_rng_state()
         checks = plugins.foreign_checks()
+        assert torch.equal(torch.get_rng_state(), rng)  # examples() drew from the global generator: restored
+        fixed = type("GlobalDraws", (ENERGIES["efchk_signflip"],), {"grad": lambda self, x, c: x - c})
+        ENERGIES["efchk_draws"] = fixed  # a fixed class under a name checked before: checked again
+        del ENERGIES["efchk_empty"]      # an unregistered one: no longer reported
+        again = plugins.foreign_checks()
     finally:
         ENERGIES.clear(), ENERGIES.update(before_e)
         SOLVERS.entries.clear(), SOLVERS.entries.update(before_s)
+        sys.modules.pop("energyformer_contrib", None)
     mine = {k: v for k, v in checks.items() if "efchk" in k}
-    assert set(mine) == {"energy efchk_signflip", "energy efchk_noexamples", "solver efchk_ascent"}, checks
+    assert set(mine) == {f"energy efchk_{n}" for n in ("signflip", "noexamples", "empty", "noref", "draws",
+                                                        "contrib")} | {"solver efchk_ascent"}, checks
     assert mine["energy efchk_signflip"].startswith("AssertionError: SignFlip.grad != autograd of energy")
+    assert mine["energy efchk_contrib"].startswith("AssertionError: Contrib.grad != autograd of energy")
     assert mine["energy efchk_noexamples"] == "not checked: the energy has no examples()"
+    assert mine["energy efchk_empty"] == "not checked: examples() is empty"
+    assert mine["energy efchk_noref"].startswith("NotImplementedError: NoReference has exact = False and must "
+                                                 "implement reference_direction")
+    assert mine["energy efchk_draws"].startswith("AssertionError: GlobalDraws.grad != autograd")
     assert mine["solver efchk_ascent"].startswith("AssertionError: solver kind 'efchk_ascent' does not descend")
     assert not [k for k in checks if k.split()[1] in before_e or k.split()[1] in before_s]
+    assert again["energy efchk_draws"] == "ok" and "energy efchk_empty" not in again
+
+
+def test_a_training_run_warns_about_a_failing_plugin_energy_and_records_the_checks(tmp_path, forget, monkeypatch):
+    """experiment.run_experiment: each foreign check that fails or checked nothing is a warning, and run_info.json
+    holds them all under plugin_checks."""
+    from energyformer.core import ENERGIES, SOLVERS
+    from energyformer.experiment import load_run_config, run_experiment
+
+    monkeypatch.setattr(plugins, "_CHECKED", {})
+    before_e, before_s = dict(ENERGIES), dict(SOLVERS.entries)
+    (tmp_path / "efprobe_broken2.py").write_text(BROKEN)
+    tiny = ["model.dim=16", "model.n_layers=1", "model.heads=2", "model.max_seq_len=32", "task.seq_len=16",
+            "task.batch_size=2", "task.eval_batch_size=2", "task.eval_max_batches=1", "task.tokenizer=bytes",
+            "train.progress=false", "train.tensorboard=false", "train.steps=1", "train.eval_every=0",
+            "train.save_every=1", f"out_dir={tmp_path}", "name=run"]
+    try:
+        plugins.import_plugins([str(tmp_path / "efprobe_broken2.py")])
+        with pytest.warns(UserWarning) as seen:
+            run_experiment(load_run_config("lm/llama", tiny))
+    finally:
+        ENERGIES.clear(), ENERGIES.update(before_e)
+        SOLVERS.entries.clear(), SOLVERS.entries.update(before_s)
+    said = [str(w.message) for w in seen]
+    outside = "(registered outside energyformer)"
+    assert any(m.startswith(f"energy efchk_signflip {outside} fails its property check") for m in said)
+    assert f"energy efchk_noexamples {outside} is not checked: the energy has no examples()" in said
+    info = json.loads((tmp_path / "run" / "run_info.json").read_text())
+    assert info["plugin_checks"]["energy efchk_signflip"].startswith("AssertionError")
+    assert info["plugin_checks"]["solver efchk_ascent"].startswith("AssertionError")

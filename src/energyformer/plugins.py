@@ -207,8 +207,9 @@ def run_plugins(cfg: Any) -> list[dict[str, str]]:
     return plugins
 
 
-#: :func:`foreign_checks`' results in this process, by registration ("energy NAME" / "solver NAME")
-_CHECKED: dict[str, str] = {}
+#: :func:`foreign_checks`' results in this process, by registration ("energy NAME" / "solver NAME") and the class
+#: registered under it (a fixed class registered again under the same name is checked again)
+_CHECKED: dict[tuple[str, int], str] = {}
 
 
 def _first_line(err: BaseException) -> str:
@@ -222,28 +223,34 @@ def foreign_checks() -> dict[str, str]:
     = autograd, descent or its reference, three preconditioners, with and without a key mask) and
     ``core.check_solver`` on a solver kind. ``{"energy NAME" | "solver NAME": "ok" | what failed}``; empty when
     nothing foreign is registered. A layer whose gradient is not that of its energy trained without a word before
-    (probe AX); a run records these results in ``run_info.json`` and warns about each failure."""
+    (probe AX); a run records these results in ``run_info.json`` and warns about each failure. The global random
+    generators are left as they were (``examples()`` may draw from them)."""
     from .core import ENERGIES, SOLVERS, check_energy, check_solver
+    from .train.rng import fork_rng
 
     def foreign(obj: Any) -> bool:
         return not (getattr(obj, "__module__", "") or "").startswith("energyformer.")
 
-    todo = [(f"energy {n}", c) for n, c in ENERGIES.items() if foreign(c)]
-    todo += [(f"solver {n}", n) for n in SOLVERS.names() if foreign(SOLVERS.get(n).builder)]
-    for key, what in todo:
-        if key in _CHECKED:
-            continue
-        try:
-            if key.startswith("energy "):
+    todo = [(f"energy {n}", c, c) for n, c in ENERGIES.items() if foreign(c)]
+    todo += [(f"solver {n}", n, SOLVERS.get(n).builder) for n in SOLVERS.names() if foreign(SOLVERS.get(n).builder)]
+    with fork_rng():
+        for key, what, cls in todo:
+            if (key, id(cls)) not in _CHECKED:
+                _CHECKED[key, id(cls)] = _check_one(key, what, check_energy, check_solver)
+    return {key: _CHECKED[key, id(cls)] for key, _, cls in todo}
+
+
+def _check_one(key: str, what: Any, check_energy: Any, check_solver: Any) -> str:
+    try:
+        if key.startswith("energy "):
+            try:
                 examples = what.examples()
-                for _, energy, context, x in examples:
-                    check_energy(energy, context, x)
-                _CHECKED[key] = "ok" if examples else "not checked: examples() is empty"
-            else:
-                check_solver(what)
-                _CHECKED[key] = "ok"
-        except NotImplementedError:
-            _CHECKED[key] = "not checked: the energy has no examples()"
-        except Exception as err:  # noqa: BLE001 - recorded and warned about, never raised into training
-            _CHECKED[key] = _first_line(err)
-    return {key: _CHECKED[key] for key, _ in todo}
+            except NotImplementedError:  # only here: check_energy's own (no reference_direction) is a failure
+                return "not checked: the energy has no examples()"
+            for _, energy, context, x in examples:
+                check_energy(energy, context, x)
+            return "ok" if examples else "not checked: examples() is empty"
+        check_solver(what)
+        return "ok"
+    except Exception as err:  # noqa: BLE001 - recorded and warned about, never raised into training
+        return _first_line(err)
