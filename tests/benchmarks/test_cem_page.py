@@ -37,3 +37,9 @@ def test_the_header_lines_before_the_first_section_are_quoted_and_a_commit_among
     page = m.page(tmp_path)
     assert f"`{run}`" in page and "`1-min load average before the run: 11.19 on 2 cores`" in page
     assert "the commit the outputs were measured on" not in page
+
+
+def test_the_header_stops_at_a_blank_line_or_the_first_section():
+    m = load_bench("_cem_page")
+    assert m.parse_lm(["run: commit abc", "== 2. section ==", *LM[2:]])["header"] == ["run: commit abc"]
+    assert m.parse_lm(["run: commit abc", "", "load 3", *LM[2:]])["header"] == ["run: commit abc"]
