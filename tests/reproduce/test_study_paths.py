@@ -4,6 +4,7 @@ CLI took only the registered names, so a study a user wrote could not be run fro
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -18,22 +19,32 @@ from energyformer.utils.validate import ConfigError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_study_file_renders_its_pages_naming_the_file_as_given(tmp_path, capsys):
-    """The committed eqt records re-rendered from a copy of its study file: the records' study is the file's stem
-    (moving the file keeps them its own), the pages name the path as given and the command that re-renders them."""
-    study = tmp_path / "mine" / "eqt.yaml"
-    study.parent.mkdir()
+def _my_copy_of_eqt(tmp_path: Path, stem: str = "my_eqt") -> tuple[Path, Path]:
+    """``studies/eqt.yaml`` copied as a user's study file, with the committed eqt records made that file's own (its
+    stem as the study's name, its resolved path as their origin): a page folder it may render."""
+    study = tmp_path / "mine" / f"{stem}.yaml"
+    study.parent.mkdir(exist_ok=True)
     shutil.copy(studies_dir() / "eqt.yaml", study)
-    page = tmp_path / "page"
+    page = tmp_path / f"page_{stem}"
     shutil.copytree(ROOT / "docs" / "results" / "eqt", page)
+    rec = json.loads((page / "cpu" / "results.json").read_text())
+    rec.update(study=stem, origin=str(study.resolve()))
+    (page / "cpu" / "results.json").write_text(json.dumps(rec))
+    return study, page
+
+
+def test_a_study_file_renders_its_pages_naming_the_file_and_check_finds_a_hand_edit(tmp_path, capsys, monkeypatch):
+    """The pages name the study file by its name (the same text however its path is typed) and the command that
+    re-renders them; ``--report-only --check`` passes them and finds a hand edit of a verdict, writing nothing."""
+    study, page = _my_copy_of_eqt(tmp_path)
     assert main(["reproduce", str(study), "--report-only", "--out", str(page)]) == 0
     text = (page / "cpu" / "README.md").read_text()
-    assert f"`energyformer reproduce {study} --report-only --out DIR`" in text and f"study `{study}`" in text
-    assert "studies/" not in text.split("\n\n")[1]
-    assert f"Study: `{study}`" in (page / "README.md").read_text()
+    assert "`energyformer reproduce my_eqt.yaml --report-only --out DIR`" in text and "study `my_eqt.yaml`" in text
+    assert "verdicts by the rules declared in `my_eqt.yaml`" in text and "studies/" not in text.split("\n\n")[1]
+    assert "Study: `my_eqt.yaml`" in (page / "README.md").read_text()
     assert "wrote" in capsys.readouterr().out
-    # --check: the rendered pages pass; a hand edit of one verdict is found, and nothing is written
-    assert main(["reproduce", str(study), "--report-only", "--check", "--out", str(page)]) == 0
+    monkeypatch.chdir(study.parent)  # another spelling of the same file renders the same pages
+    assert main(["reproduce", "./my_eqt.yaml", "--report-only", "--check", "--out", str(page)]) == 0
     assert "DIFFERS" not in capsys.readouterr().out
     edited = text.replace("| **UNDECIDED** |", "| **HOLDS** |", 1)
     assert edited != text
@@ -46,9 +57,33 @@ def test_a_study_file_renders_its_pages_naming_the_file_as_given(tmp_path, capsy
     assert "give it with --report-only" in capsys.readouterr().err
 
 
+def test_a_study_file_never_shares_records_with_another_of_its_name_or_the_librarys(tmp_path, capsys):
+    """probe BA: a copy of studies/eqt.yaml run as a file wrote into the library's records and runs (its stem was
+    their name); two files of one stem overwrote each other's; --report-only into a folder without this study's
+    records overwrote its README.md."""
+    lib = tmp_path / "eqt.yaml"
+    shutil.copy(studies_dir() / "eqt.yaml", lib)
+    assert main(["reproduce", str(lib), "--report-only", "--out", str(tmp_path)]) != 0
+    assert "named like the library's study 'eqt'" in capsys.readouterr().err
+    study, page = _my_copy_of_eqt(tmp_path)
+    other = tmp_path / "other" / "my_eqt.yaml"
+    other.parent.mkdir()
+    shutil.copy(study, other)
+    assert main(["reproduce", str(other), "--report-only", "--out", str(page)]) != 0
+    err = capsys.readouterr().err
+    assert f"the records of the study file {study.resolve()}, not {other.resolve()}" in err
+    assert main(["reproduce", "eqt", "--report-only", "--out", str(page)]) != 0  # the library's, by name: no either
+    assert "the records of study 'my_eqt', not 'eqt'" in capsys.readouterr().err
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "README.md").write_text("# My project\n")
+    assert main(["reproduce", str(study), "--report-only", "--out", str(tmp_path / "proj")]) != 0
+    assert "holds no records of this study" in capsys.readouterr().err
+    assert (tmp_path / "proj" / "README.md").read_text() == "# My project\n"
+
+
 def test_names_keys_and_errors():
     assert study_key("/x/y/my_study.yaml") == "my_study" and study_key("eqt") == "eqt"
-    assert study_source("/x/y/my_study.yml") == "/x/y/my_study.yml" and study_source("eqt") == "studies/eqt.yaml"
+    assert study_source("/x/y/my_study.yml") == "my_study.yml" and study_source("eqt") == "studies/eqt.yaml"
     assert resolve("eqt") is not None and set(REPRODUCTIONS) >= {"eqt", "cem-lm"}
     with pytest.raises(ConfigError, match=r"reproduce '/nowhere/s.yaml': no such study file"):
         resolve("/nowhere/s.yaml")

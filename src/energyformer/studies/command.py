@@ -21,7 +21,7 @@ from ..utils.paths import check_writable_dir
 from ..utils.validate import ConfigError
 from .claims import ClaimRow, evaluate
 from .page import render as render_page
-from .preflight import study_key, study_source
+from .preflight import check_study_file_name, default_runs, study_arg, study_source
 from .runner import hook, is_migrated, load_results, outdated_text, run_study
 from .spec import StudySpec, load_study
 
@@ -39,7 +39,7 @@ def parse_only(items: list[str]) -> dict[str, list[str]]:
 def command_line(name: str, spec: StudySpec, scale: str) -> str:
     """the command that runs ``scale`` into the index's folder, named DIR on the page (the same page text wherever
     the folder is: the committed one, a user's --out, or report's temporary copy)"""
-    return f"energyformer reproduce {name} --scale {scale} --out DIR"
+    return f"energyformer reproduce {study_arg(name)} --scale {scale} --out DIR"
 
 
 def render_index(name: str, spec: StudySpec, out: Path, rendered: dict[str, list[ClaimRow]]) -> str:
@@ -48,7 +48,7 @@ def render_index(name: str, spec: StudySpec, out: Path, rendered: dict[str, list
     lines = [f"# {spec.title}", "",
              f"Seed `{spec.paper.seed}`, {spec.paper.section}. Study: `{study_source(name)}` (configs × grid × "
              "seeds × scales, metrics and claims with their rules; format in `docs/studies.md`). Every page "
-             f"here is generated from the committed `results.json` by `energyformer reproduce {name} "
+             f"here is generated from the committed `results.json` by `energyformer reproduce {study_arg(name)} "
              f"--report-only --out DIR` (DIR: this folder; the study's own is `{spec.page}`).", "", "## Scales", ""]
     for scale, sc in spec.scales.items():
         note = f" {sc.note}" if sc.note else ""
@@ -121,7 +121,7 @@ def parser(name: str, spec: StudySpec) -> argparse.ArgumentParser:
     p.add_argument("--only", action="append", default=[], metavar="AXIS=LABEL[,LABEL]",
                    help=f"run only these grid cells (axes: {', '.join(spec.runs.axes) or 'none'})")
     p.add_argument("--out", default=spec.page, help=f"page folder (default {spec.page})")
-    p.add_argument("--runs", default=None, help=f"run directories (default runs/{study_key(name)}/SCALE)")
+    p.add_argument("--runs", default=None, help=f"run directories (default {default_runs(name, 'SCALE')})")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing; re-render OUT's pages from the records committed in OUT")
     p.add_argument("--check", action="store_true",
@@ -158,6 +158,7 @@ def check_pages(name: str, spec: StudySpec, out: Path) -> int:
 
 
 def main(name: str, argv: list[str] | None = None) -> int:
+    check_study_file_name(name)
     spec = load_study(name)
     a = parser(name, spec).parse_args(argv)
     if a.check and not a.report_only:
@@ -178,15 +179,22 @@ def main(name: str, argv: list[str] | None = None) -> int:
             raise ConfigError("--scale gpu: the preset is sized for one GPU and no CUDA device is available here; "
                               "run it on a GPU machine, use --scale cpu, or force it with --set train.device=cpu")
     if not a.report_only:  # both folders writable before any run starts
-        runs = check_writable_dir(a.runs if a.runs else Path("runs") / study_key(name) / a.scale, "--runs")
+        runs = check_writable_dir(a.runs if a.runs else default_runs(name, a.scale), "--runs")
         check_writable_dir(out, "--out")
         run_study(spec, name, a.scale, out / a.scale, runs, jobs=a.jobs, seeds=a.seeds, only=parse_only(a.only),
                   sets=a.sets)
     elif not out.is_dir():
         raise ConfigError(f"--out {a.out}: no such folder (give a page folder holding <scale>/results.json)")
-    elif a.check:
-        return check_pages(name, spec, out)
-    else:
+    else:  # the records OUT holds are this study's (errors name OUT's files, not --check's copy), and there are some
+        held = [s for s in spec.scales if (out / s / "results.json").exists()]
+        if not held and (out / "README.md").exists():  # an unrelated README.md became a "not run yet" index (probe BA)
+            raise ConfigError(f"--out {a.out}: holds no records of this study (<scale>/results.json for scale "
+                              f"{' or '.join(spec.scales)}) and a README.md it would overwrite: give the study's page "
+                              "folder")
+        for s in held:
+            load_results(out / s / "results.json", name, s)
+        if a.check:
+            return check_pages(name, spec, out)
         check_writable_dir(out, "--out")
     for f in render_pages(name, spec, out):
         print(f"wrote {f}")

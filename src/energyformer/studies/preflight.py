@@ -81,14 +81,51 @@ def study_file(study: str) -> str:
 
 
 def study_source(study: str) -> str:
-    """How a page names the study's file: ``studies/<name>.yaml`` for a study's name, the path as given for a path."""
-    return study if is_study_path(study) else f"studies/{study}.yaml"
+    """How a page names the study's file: ``studies/<name>.yaml`` for a study's name, the file's name for a path (the
+    same page however the path was typed: ./x.yaml, an absolute path, from another folder)."""
+    return Path(study).name if is_study_path(study) else f"studies/{study}.yaml"
+
+
+def study_arg(study: str) -> str:
+    """The study as a page's commands name it: its name, or a study file's name (:func:`study_source`)."""
+    return Path(study).name if is_study_path(study) else study
 
 
 def study_key(study: str) -> str:
-    """The name a study's records and run folders carry: the name, or a study file's stem (so that moving the file
-    keeps its records its own)."""
+    """The name a study's records and run folders carry: the name, or a study file's stem."""
     return Path(study).stem if is_study_path(study) else study
+
+
+def study_origin(study: str) -> str | None:
+    """A user's study file as its records name it (the resolved path), None for the library's own studies (by name,
+    or their file given by path): two files of one stem never share records (:func:`.records.load_results`)."""
+    if not is_study_path(study):
+        return None
+    from .spec import studies_dir
+
+    p = Path(study).expanduser().resolve()
+    return None if p == (studies_dir() / p.name).resolve() else str(p)
+
+
+def default_runs(study: str, scale: str) -> Path:
+    """Where a study's runs go unless ``--runs`` says: ``runs/<name>/<scale>``; a user's study file's folder also
+    carries a digest of its path, so two files of one name never train into each other's run folders."""
+    origin = study_origin(study)
+    if origin is None:
+        return Path("runs") / study_key(study) / scale
+    import hashlib
+
+    return Path("runs") / f"{study_key(study)}-{hashlib.sha1(origin.encode()).hexdigest()[:8]}" / scale
+
+
+def check_study_file_name(study: str) -> None:
+    """Refuse a user's study file named like one of the library's (``eqt.yaml`` copied to edit it): its records,
+    pages and runs would mix with the library study's, whose name they carry (probe BA)."""
+    from .spec import known_studies
+
+    if study_origin(study) is not None and Path(study).stem in known_studies():
+        raise ConfigError(f"{study}: named like the library's study {Path(study).stem!r} (studies/"
+                          f"{Path(study).stem}.yaml), whose records and runs it would share: rename the file")
 
 
 def check_hooks(spec: BaseModel, study: str) -> None:

@@ -36,9 +36,11 @@ MIGRATION_KEYS = ("setup", "note")
 def load_results(path: Path, study: str | None, scale: str | None) -> dict:
     """The records of ``path`` (checked: format, the study's and scale's own, every record a mapping, no metric a
     true/false), or an empty record set of ``study`` at ``scale`` where there is no file (None: not checked).
-    ``study`` is a study's name or the path of its file (its stem is the records' name: :func:`.preflight.study_key`)."""
-    from .preflight import study_key
+    ``study`` is a study's name or the path of its file (its stem is the records' name, :func:`.preflight.study_key`;
+    a file's records also carry its resolved path, ``origin``, and another file's are refused)."""
+    from .preflight import study_key, study_origin
 
+    origin = study_origin(study) if study is not None else None
     study = study_key(study) if study is not None else None
     if path.exists():
         data = read_json(path, f"study records {path}", require=("format", "runs"))
@@ -49,6 +51,10 @@ def load_results(path: Path, study: str | None, scale: str | None) -> dict:
             if want is not None and key in data and data[key] != want:
                 raise ConfigError(f"{path}: the records of {key} {data[key]!r}, not {want!r}: give this "
                                   f"{key}'s own --out (or a new folder)")
+        if study is not None and data.get("origin") != origin:  # two study files of one name (probe BA)
+            have, want = (o or f"studies/{study}.yaml" for o in (data.get("origin"), origin))
+            raise ConfigError(f"{path}: the records of the study file {have}, not {want}: give this study its own "
+                              "--out (and --runs)")
         runs = data["runs"]
         bad = next((k for k, r in runs.items() if not isinstance(r, dict)), None) if isinstance(runs, dict) else ""
         if bad is not None:
@@ -62,7 +68,7 @@ def load_results(path: Path, study: str | None, scale: str | None) -> dict:
             if problem is not None:  # rendered as is before: accuracy 150 %, a negative run time, an internal error
                 raise ConfigError(f"{path}: {problem}")
         return data
-    return {"format": FORMAT, "study": study, "scale": scale, "runs": {}}
+    return {"format": FORMAT, "study": study, "scale": scale, "runs": {}, **({"origin": origin} if origin else {})}
 
 
 #: top-level numbers of a record that cannot be negative
@@ -149,7 +155,8 @@ def update_results(path: Path, data: dict, change: Callable[[dict], None]) -> di
     caller's copy, where there is none yet), changed, written atomically; ``data`` is then replaced by what was
     written, so the caller sees the records other processes added meanwhile. Returns ``data``."""
     with folder_lock(path.parent):
-        fresh = load_results(path, data.get("study"), data.get("scale")) if path.exists() else data
+        fresh = (load_results(path, data.get("origin") or data.get("study"), data.get("scale"))  # a file's: by path
+                 if path.exists() else data)
         change(fresh)
         save_results(path, fresh)
     if fresh is not data:
