@@ -213,6 +213,13 @@ class GlobalDraws(SignFlip):
         return [("d4", cls(), torch.randn(2, 3, 4, dtype=dtype), torch.randn(2, 3, 4, dtype=dtype))]
 
 
+class RaisesInExamples(SignFlip):
+    @classmethod
+    def examples(cls, dtype=torch.float64):
+        torch.set_default_dtype(torch.float64)  # a side effect on the whole process, then a bug
+        raise KeyError("missing")
+
+
 class AscentConfig(GDConfig):
     kind: Literal["efchk_ascent"] = "efchk_ascent"
 
@@ -222,6 +229,7 @@ register_energy("efchk_noexamples")(NoExamples)
 register_energy("efchk_empty")(EmptyExamples)
 register_energy("efchk_noref")(NoReference)
 register_energy("efchk_draws")(GlobalDraws)
+register_energy("efchk_raises")(RaisesInExamples)
 
 
 @register_solver("efchk_ascent", AscentConfig)
@@ -250,6 +258,7 @@ def test_foreign_energies_and_solvers_are_checked_and_reported(tmp_path, forget,
         rng = torch.get_rng_state()
         checks = plugins.foreign_checks()
         assert torch.equal(torch.get_rng_state(), rng)  # examples() drew from the global generator: restored
+        assert torch.get_default_dtype() == torch.float32  # and one set the default dtype: restored
         fixed = type("GlobalDraws", (ENERGIES["efchk_signflip"],), {"grad": lambda self, x, c: x - c})
         ENERGIES["efchk_draws"] = fixed  # a fixed class under a name checked before: checked again
         del ENERGIES["efchk_empty"]      # an unregistered one: no longer reported
@@ -260,7 +269,8 @@ def test_foreign_energies_and_solvers_are_checked_and_reported(tmp_path, forget,
         sys.modules.pop("energyformer_contrib", None)
     mine = {k: v for k, v in checks.items() if "efchk" in k}
     assert set(mine) == {f"energy efchk_{n}" for n in ("signflip", "noexamples", "empty", "noref", "draws",
-                                                        "contrib")} | {"solver efchk_ascent"}, checks
+                                                        "contrib", "raises")} | {"solver efchk_ascent"}, checks
+    assert mine["energy efchk_raises"] == "not checked: examples() raised KeyError: 'missing'"
     assert mine["energy efchk_signflip"].startswith("AssertionError: SignFlip.grad != autograd of energy")
     assert mine["energy efchk_contrib"].startswith("AssertionError: Contrib.grad != autograd of energy")
     assert mine["energy efchk_noexamples"] == "not checked: the energy has no examples()"

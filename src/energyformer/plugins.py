@@ -224,7 +224,9 @@ def foreign_checks() -> dict[str, str]:
     ``core.check_solver`` on a solver kind. ``{"energy NAME" | "solver NAME": "ok" | what failed}``; empty when
     nothing foreign is registered. A layer whose gradient is not that of its energy trained without a word before
     (probe AX); a run records these results in ``run_info.json`` and warns about each failure. The global random
-    generators are left as they were (``examples()`` may draw from them)."""
+    generators, the default dtype and the grad mode are left as they were (``examples()`` may change them)."""
+    import torch
+
     from .core import ENERGIES, SOLVERS, check_energy, check_solver
     from .train.rng import fork_rng
 
@@ -233,11 +235,20 @@ def foreign_checks() -> dict[str, str]:
 
     todo = [(f"energy {n}", c, c) for n, c in ENERGIES.items() if foreign(c)]
     todo += [(f"solver {n}", n, SOLVERS.get(n).builder) for n in SOLVERS.names() if foreign(SOLVERS.get(n).builder)]
-    with fork_rng():
-        for key, what, cls in todo:
-            if (key, id(cls)) not in _CHECKED:
-                _CHECKED[key, id(cls)] = _check_one(key, what, check_energy, check_solver)
+    dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
+    with fork_rng():  # and the default dtype and grad mode: a plugin's examples() may set them (probe BA)
+        try:
+            _run_checks(todo, check_energy, check_solver)
+        finally:
+            torch.set_default_dtype(dtype)
+            torch.set_grad_enabled(grad)
     return {key: _CHECKED[key, id(cls)] for key, _, cls in todo}
+
+
+def _run_checks(todo: list, check_energy: Any, check_solver: Any) -> None:
+    for key, what, cls in todo:
+        if (key, id(cls)) not in _CHECKED:
+            _CHECKED[key, id(cls)] = _check_one(key, what, check_energy, check_solver)
 
 
 def _check_one(key: str, what: Any, check_energy: Any, check_solver: Any) -> str:
@@ -247,6 +258,8 @@ def _check_one(key: str, what: Any, check_energy: Any, check_solver: Any) -> str
                 examples = what.examples()
             except NotImplementedError:  # only here: check_energy's own (no reference_direction) is a failure
                 return "not checked: the energy has no examples()"
+            except Exception as err:  # noqa: BLE001 - its examples, not its maths
+                return f"not checked: examples() raised {_first_line(err)}"
             for _, energy, context, x in examples:
                 check_energy(energy, context, x)
             return "ok" if examples else "not checked: examples() is empty"

@@ -269,6 +269,18 @@ def test_what_the_first_version_let_through_fails(cls, needle):
     assert SelfReference.direction is not None and "direction" in vars(SelfReference)  # the guard restored it
 
 
+def test_a_float32_energy_is_checked_on_a_float64_copy():
+    """probe BA: a correct float32 energy failed the float64 tolerances, blamed on its grad; the energy itself is left
+    in float32."""
+    e, ctx, x = _quad(QuadAttn)
+    e32 = e.float()
+    check_energy(e32, ctx.float(), x.float())
+    check_energy(e32, ctx, x)
+    assert e32.W.dtype == torch.float32
+    with pytest.raises(AssertionError, match="grad != autograd"):
+        check_energy(_quad(EnergyIgnoresMask)[0].float(), ctx.float(), x.float())
+
+
 def test_the_mask_pass_runs_for_a_context_that_is_not_a_tensor():
     e, ctx, x = _quad(TupleContext)
     with pytest.raises(AssertionError, match=r"(?s)^with a key-padding mask handed to prepare: .*grad != autograd"):

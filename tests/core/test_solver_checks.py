@@ -111,6 +111,16 @@ def test_no_false_alarm_where_a_token_reaches_its_minimiser_and_the_given_solver
         check_solver(GradientDescent(DiagonalPrecond(8, heads=2), step_size=0.5))
 
 
+def test_a_per_step_schedule_and_a_zero_step_are_named():
+    """probe BA: a per_iteration step size (16 values) failed on the 60 steps run; a network step size starts at 0,
+    reported as 'rose or stalled (by up to 0)'."""
+    from energyformer.core import NetworkStepSize, PerIterationStepSize
+
+    check_solver(GradientDescent(step_size=PerIterationStepSize(16, init=0.5)))
+    with pytest.raises(AssertionError, match=r"never moved x in 60 steps .* \(a network step size starts at 0"):
+        check_solver(GradientDescent(step_size=NetworkStepSize(8)))
+
+
 class Raises(Solver):
     def update(self, energy, x, u, state, memory, eta):
         raise RuntimeError("needs a context")
@@ -144,7 +154,7 @@ def test_a_rule_that_claims_an_exact_step_but_leaves_p_out_fails():
 
 
 def test_a_rule_that_does_not_move_fails_and_a_failing_run_is_named():
-    with pytest.raises(AssertionError, match="solver Stalls does not descend"):
+    with pytest.raises(AssertionError, match="solver Stalls never moved x"):
         check_solver(Stalls(step_size=0.5))
     with pytest.raises(AssertionError, match=r"solver Raises: running 60 steps on a quadratic raised RuntimeError: "
                                              r"needs a context"):

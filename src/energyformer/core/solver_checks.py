@@ -89,18 +89,24 @@ def check_solver(solver: Solver | str, *, dim: int = 8, steps: int = 20, step_si
     energy = _SPDQuadratic(dim, seed)
     g = torch.Generator().manual_seed(seed + 1)
     target, x0 = (torch.randn(2, 5, dim, generator=g, dtype=torch.float64) for _ in range(2))
+    total = min(3 * steps, getattr(s.step_size, "max_steps", 3 * steps))  # a per-step schedule has so many values
+    if total < 2:
+        raise ValueError(f"check_solver: {name}'s step size has {total} step(s) of values; at least 2 are needed")
     iterates: list[Tensor] = []
     try:
         with torch.no_grad():
-            run = s.run(energy, x0, energy.prepare(target), 3 * steps, trace=True, observer=iterates.append)
+            run = s.run(energy, x0, energy.prepare(target), total, trace=True, observer=iterates.append)
     except Exception as err:  # noqa: BLE001 - reported with the solver's name
-        raise AssertionError(f"{name}: running {3 * steps} steps on a quadratic raised {type(err).__name__}: "
+        raise AssertionError(f"{name}: running {total} steps on a quadratic raised {type(err).__name__}: "
                              f"{str(err).splitlines()[0] if str(err) else ''}") from err
+    if all(torch.equal(it, x0) for it in iterates):  # a network step size starts at 0 (probe BA)
+        raise AssertionError(f"{name} never moved x in {total} steps on a convex quadratic: a step size of 0 (a "
+                             "network step size starts at 0 until trained)? give check_solver a rule with a step")
     e = run.trace.energy
     e0, e1, end = e[0], e[1], e[-1]
     rose = end - e1 - 1e-9 * (e1.abs() + 1)
     if bool((rose > 0).any()) or not (float(end.mean()) < float(e1.mean()) or float(e1.mean()) < float(e0.mean())):
-        raise AssertionError(f"{name} does not descend: over {3 * steps} steps on a convex quadratic the objective "
+        raise AssertionError(f"{name} does not descend: over {total} steps on a convex quadratic the objective "
                              f"rose or stalled (by up to {float((end - e1).max()):.3g} at a token from its first "
                              f"iterate; mean {float(e0.mean()):.4g} at the start, {float(e1.mean()):.4g} after one "
                              f"step, {float(end.mean()):.4g} at the end)")
