@@ -171,9 +171,8 @@ def standard_preconds(dim: int, seed: int = 1) -> list[Preconditioner]:
 def check_energy(energy: Energy, context: Tensor, x: Tensor, precond: Preconditioner | None = None) -> None:
     """All properties of one energy instance at one point, on a float64 copy where it is not float64 already (the
     tolerances are float64's; low precision is :func:`check_energy_dtypes`' job): :func:`check_grad`, then
-    :func:`check_descent`
-    (``exact``) or :func:`check_reference`, for ``precond`` or, when None, each of :func:`standard_preconds` (a
-    direction that leaves P out descends with P = I); with no mask and again with a key-padding mask handed to
+    :func:`check_descent` (``exact``) or :func:`check_reference`, for ``precond`` or, when None, each of
+    :func:`standard_preconds` (a direction that leaves P out descends with P = I); with no mask and again with a key-padding mask handed to
     ``prepare`` (:func:`key_mask_for`, shaped like the context's or x's (B, N)): an energy whose ``energy`` ignores
     the mask that its ``grad`` honours (or the reverse) fails there (probe AX). A ``prepare`` that does not take
     ``mask=`` fails too (a block passes ``mask``, ``cache`` and ``offset``: accept ``**kwargs``)."""

@@ -61,9 +61,9 @@ def _built(solver: Solver | str, dim: int, step_size: float) -> tuple[str, Solve
 
 
 def _moved_off_init(solver: Solver, seed: int) -> None:
-    """A learnable preconditioner's parameters get seeded noise: its diagonal (softplus(√dim p), 0.69 at p = 0)
-    spread over about [0.4, 1.1], a low-rank part of about 0.1, so P stays positive definite and a step that
-    descends with P = I still does."""
+    """A learnable preconditioner's parameters get seeded noise: its diagonal softplus(√dim p) (1.31 at its
+    initialisation p = 1/√dim) spread over about [0.9, 1.7], a low-rank part of about 0.1, so P stays positive
+    definite and a step of 0.5 that descends with P = I still does (η λ_max(P A) ≲ 1.3 < 2)."""
     g = torch.Generator().manual_seed(seed + 7)
     P = solver.precond
     with torch.no_grad():
