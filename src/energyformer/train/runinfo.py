@@ -121,22 +121,30 @@ def write_config(out_dir: Path, config: Any, *, resume_step: int | None = None) 
     return path
 
 
+#: ``extra`` fields of one training segment (a process): a resume records its own beside the first segment's
+PER_SEGMENT = ("plugin_checks",)
+
+
 def write_run_info(out_dir: Path, info: dict[str, Any], *, resume: dict[str, Any] | None = None,
                    extra: dict[str, Any] | None = None) -> Path:
     """Write ``run_info.json``; with ``resume`` append it to the existing file's ``resumes``. ``extra``: top-level
-    fields set on every write (the run's plugins: a resume with another plugin list records the new one)."""
+    fields set on every write (the run's plugins: a resume with another plugin list records the new one), except
+    those of :data:`PER_SEGMENT`, which a resume records in its own ``resumes`` entry, keeping the first segment's
+    (a plugin check that failed before a fix was otherwise lost from the record; probe BA)."""
     path = out_dir / RUN_INFO_FILE
+    extra = dict(extra or {})
     if resume is not None and path.is_file():
         try:
             data = json.loads(path.read_text())
         except ValueError:
             data = dict(info)
+        mine = {k: extra.pop(k) for k in PER_SEGMENT if k in extra and k in data}
         data.setdefault("resumes", []).append({**resume, "time": info["start_time"],
-                                               "git": info["git"], "world_size": info["world_size"]})
+                                               "git": info["git"], "world_size": info["world_size"], **mine})
     else:
         data = dict(info)
         if resume is not None:
             data["resumes"] = [{**resume, "time": info["start_time"]}]
-    data.update(extra or {})
+    data.update(extra)
     atomic_write_text(path, json.dumps(to_plain(data), indent=2) + "\n")
     return path
