@@ -5,6 +5,7 @@ CLI took only the registered names, so a study a user wrote could not be run fro
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def _my_copy_of_eqt(tmp_path: Path, stem: str = "my_eqt") -> tuple[Path, Path]:
     page = tmp_path / f"page_{stem}"
     shutil.copytree(ROOT / "docs" / "results" / "eqt", page)
     rec = json.loads((page / "cpu" / "results.json").read_text())
-    rec.update(study=stem, origin=str(study.resolve()))
+    rec.update(study=stem, origin=os.path.relpath(study.resolve(), (page / "cpu").resolve()))
     (page / "cpu" / "results.json").write_text(json.dumps(rec))
     return study, page
 
@@ -71,7 +72,8 @@ def test_a_study_file_never_shares_records_with_another_of_its_name_or_the_libra
     shutil.copy(study, other)
     assert main(["reproduce", str(other), "--report-only", "--out", str(page)]) != 0
     err = capsys.readouterr().err
-    assert f"the records of the study file {study.resolve()}, not {other.resolve()}" in err
+    assert "the records of the study file ../../mine/my_eqt.yaml (from this folder), not the study file " \
+        "../../other/my_eqt.yaml" in err
     assert main(["reproduce", "eqt", "--report-only", "--out", str(page)]) != 0  # the library's, by name: no either
     assert "the records of study 'my_eqt', not 'eqt'" in capsys.readouterr().err
     (tmp_path / "proj").mkdir()
@@ -79,6 +81,53 @@ def test_a_study_file_never_shares_records_with_another_of_its_name_or_the_libra
     assert main(["reproduce", str(study), "--report-only", "--out", str(tmp_path / "proj")]) != 0
     assert "holds no records of this study" in capsys.readouterr().err
     assert (tmp_path / "proj" / "README.md").read_text() == "# My project\n"
+    (tmp_path / "new").mkdir()  # a folder without records: its "not run yet" index, rendered twice, is its own
+    for _ in range(2):
+        assert main(["reproduce", str(other), "--report-only", "--out", str(tmp_path / "new")]) == 0
+    capsys.readouterr()
+
+
+def test_moving_a_study_with_its_page_folder_keeps_its_records_and_a_run_round_trips(tmp_path, monkeypatch):
+    """The records name the study file relative to their folder (an absolute path made a moved or cloned project's
+    own records another file's, and leaked the author's home path): records written, re-read under the folder lock
+    (the second run's update) and read again after the whole project moved."""
+    from energyformer.studies.preflight import default_runs
+    from energyformer.studies.records import load_results, save_results, update_results
+
+    proj = tmp_path / "proj"
+    (proj / "page" / "cpu").mkdir(parents=True)
+    (proj / "s.yaml").write_text("x")
+    path = proj / "page" / "cpu" / "results.json"
+    data = load_results(path, str(proj / "s.yaml"), "cpu")
+    assert data["origin"] == "../../s.yaml" and data["study"] == "s"
+    save_results(path, data)
+    record = next(iter(json.loads((ROOT / "docs/results/eqt/cpu/results.json").read_text())["runs"].values()))
+    update_results(path, data, lambda d: d["runs"].setdefault("r0", record))
+    monkeypatch.chdir(proj)
+    assert set(load_results(path, "./s.yaml", "cpu")["runs"]) == {"r0"}
+    shutil.move(proj, tmp_path / "moved")
+    assert set(load_results(tmp_path / "moved" / "page" / "cpu" / "results.json", str(tmp_path / "moved" / "s.yaml"),
+                            "cpu")["runs"]) == {"r0"}
+    a, b = default_runs(str(tmp_path / "a" / "x.yaml"), "cpu"), default_runs(str(tmp_path / "b" / "x.yaml"), "cpu")
+    assert a != b and a.parent.name.startswith("x-") and a.name == "cpu"
+
+
+def test_the_librarys_study_by_path_is_the_library_study(tmp_path, capsys):
+    """studies/eqt.yaml given by path (or a symlink to it) renders the pages its name renders (they named eqt.yaml and
+    a command that fails from the repository root)."""
+    page = tmp_path / "page"
+    shutil.copytree(ROOT / "docs" / "results" / "eqt", page)
+    link = tmp_path / "lnk" / "other_name.yaml"
+    link.parent.mkdir()
+    link.symlink_to(studies_dir() / "eqt.yaml")
+    for arg in (str(studies_dir() / "eqt.yaml"), str(link)):
+        assert main(["reproduce", arg, "--report-only", "--out", str(page)]) == 0
+        for f in ("README.md", "cpu/README.md"):
+            assert (page / f).read_text() == (ROOT / "docs" / "results" / "eqt" / f).read_text(), (arg, f)
+    bad = page / "cpu" / "results.json"
+    bad.write_text(bad.read_text().replace('"study": "eqt"', '"study": "foo"', 1))
+    assert main(["reproduce", "eqt", "--report-only", "--check", "--out", str(page)]) != 0
+    assert f"error: {bad}: the records of study 'foo'" in capsys.readouterr().err  # OUT's file, not --check's copy
 
 
 def test_names_keys_and_errors():

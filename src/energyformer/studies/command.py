@@ -14,6 +14,7 @@ records committed there, reading nothing else (no run directories, no clock): th
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from ..utils.cliargs import count, seed
@@ -21,7 +22,7 @@ from ..utils.paths import check_writable_dir
 from ..utils.validate import ConfigError
 from .claims import ClaimRow, evaluate
 from .page import render as render_page
-from .preflight import check_study_file_name, default_runs, study_arg, study_source
+from .preflight import check_study_file_name, default_runs, study_arg, study_origin, study_source
 from .runner import hook, is_migrated, load_results, outdated_text, run_study
 from .spec import StudySpec, load_study
 
@@ -143,7 +144,10 @@ def check_pages(name: str, spec: StudySpec, out: Path) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "out"
         shutil.copytree(out, copy)
-        for f in render_pages(name, spec, copy):
+        here = name  # a user's file as the copy's records name it (relative to their folder: records.load_results)
+        if study_origin(name) is not None:
+            here = str(copy / "_" / os.path.relpath(study_origin(name), (out / "_").resolve()))
+        for f in render_pages(here, spec, copy):
             rel = f.relative_to(copy)
             have = (out / rel).read_text() if (out / rel).exists() else ""
             want = f.read_text()
@@ -187,7 +191,8 @@ def main(name: str, argv: list[str] | None = None) -> int:
         raise ConfigError(f"--out {a.out}: no such folder (give a page folder holding <scale>/results.json)")
     else:  # the records OUT holds are this study's (errors name OUT's files, not --check's copy), and there are some
         held = [s for s in spec.scales if (out / s / "results.json").exists()]
-        if not held and (out / "README.md").exists():  # an unrelated README.md became a "not run yet" index (probe BA)
+        index = out / "README.md"  # an unrelated README.md became a "not run yet" index (probe BA); this study's not
+        if not held and index.exists() and index.read_text().split("\n", 1)[0] != f"# {spec.title}":
             raise ConfigError(f"--out {a.out}: holds no records of this study (<scale>/results.json for scale "
                               f"{' or '.join(spec.scales)}) and a README.md it would overwrite: give the study's page "
                               "folder")

@@ -75,36 +75,43 @@ def is_study_path(study: str) -> bool:
     return Path(study).suffix in (".yaml", ".yml")
 
 
-def study_file(study: str) -> str:
-    """How an error names the study: ``studies/<name>.yaml`` for a study's name, the file's name for a path."""
-    return Path(study).name if is_study_path(study) else f"studies/{study}.yaml"
-
-
-def study_source(study: str) -> str:
-    """How a page names the study's file: ``studies/<name>.yaml`` for a study's name, the file's name for a path (the
-    same page however the path was typed: ./x.yaml, an absolute path, from another folder)."""
-    return Path(study).name if is_study_path(study) else f"studies/{study}.yaml"
-
-
-def study_arg(study: str) -> str:
-    """The study as a page's commands name it: its name, or a study file's name (:func:`study_source`)."""
-    return Path(study).name if is_study_path(study) else study
-
-
-def study_key(study: str) -> str:
-    """The name a study's records and run folders carry: the name, or a study file's stem."""
-    return Path(study).stem if is_study_path(study) else study
-
-
-def study_origin(study: str) -> str | None:
-    """A user's study file as its records name it (the resolved path), None for the library's own studies (by name,
-    or their file given by path): two files of one stem never share records (:func:`.records.load_results`)."""
+def library_name(study: str) -> str | None:
+    """The library study ``study`` is: its name, or the name of its file in ``studies/`` given by any path (a
+    symlink included); None for a user's study file."""
     if not is_study_path(study):
-        return None
+        return study
     from .spec import studies_dir
 
     p = Path(study).expanduser().resolve()
-    return None if p == (studies_dir() / p.name).resolve() else str(p)
+    return p.stem if p == (studies_dir() / p.name).resolve() else None
+
+
+def study_file(study: str) -> str:
+    """How errors and pages name the study: ``studies/<name>.yaml`` for a library study (by name or path), the file's
+    name for a user's (the same page however its path was typed: ./x.yaml, an absolute path, from another folder)."""
+    lib = library_name(study)
+    return f"studies/{lib}.yaml" if lib is not None else Path(study).name
+
+
+study_source = study_file
+
+
+def study_arg(study: str) -> str:
+    """The study as a page's commands name it: a library study's name, or a user's file's name."""
+    lib = library_name(study)
+    return lib if lib is not None else Path(study).name
+
+
+def study_key(study: str) -> str:
+    """The name a study's records and run folders carry: a library study's name, or a user's file's stem."""
+    lib = library_name(study)
+    return lib if lib is not None else Path(study).stem
+
+
+def study_origin(study: str) -> str | None:
+    """A user's study file, resolved (its records name it relative to their folder: :func:`.records.load_results`),
+    None for the library's own studies: two files of one stem never share records."""
+    return None if library_name(study) is not None else str(Path(study).expanduser().resolve())
 
 
 def default_runs(study: str, scale: str) -> Path:

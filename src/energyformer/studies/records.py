@@ -36,11 +36,15 @@ MIGRATION_KEYS = ("setup", "note")
 def load_results(path: Path, study: str | None, scale: str | None) -> dict:
     """The records of ``path`` (checked: format, the study's and scale's own, every record a mapping, no metric a
     true/false), or an empty record set of ``study`` at ``scale`` where there is no file (None: not checked).
-    ``study`` is a study's name or the path of its file (its stem is the records' name, :func:`.preflight.study_key`;
-    a file's records also carry its resolved path, ``origin``, and another file's are refused)."""
+    ``study`` is a study's name or the path of its file (a user's file's stem is the records' name,
+    :func:`.preflight.study_key`; its records also carry ``origin``, the file's path relative to the records' folder,
+    so that moving the study with its page folder, or cloning both, keeps them its own, and another file's records
+    of the same name are refused)."""
     from .preflight import study_key, study_origin
 
     origin = study_origin(study) if study is not None else None
+    if origin is not None:
+        origin = os.path.relpath(origin, path.parent.resolve())
     study = study_key(study) if study is not None else None
     if path.exists():
         data = read_json(path, f"study records {path}", require=("format", "runs"))
@@ -52,9 +56,10 @@ def load_results(path: Path, study: str | None, scale: str | None) -> dict:
                 raise ConfigError(f"{path}: the records of {key} {data[key]!r}, not {want!r}: give this "
                                   f"{key}'s own --out (or a new folder)")
         if study is not None and data.get("origin") != origin:  # two study files of one name (probe BA)
-            have, want = (o or f"studies/{study}.yaml" for o in (data.get("origin"), origin))
-            raise ConfigError(f"{path}: the records of the study file {have}, not {want}: give this study its own "
-                              "--out (and --runs)")
+            have, want = (f"the study file {o} (from this folder)" if o else f"the library's studies/{study}.yaml"
+                          for o in (data.get("origin"), origin))
+            raise ConfigError(f"{path}: the records of {have}, not {want}: give this study its own --out (and "
+                              "--runs); a study file moved without its page folder: move them together")
         runs = data["runs"]
         bad = next((k for k, r in runs.items() if not isinstance(r, dict)), None) if isinstance(runs, dict) else ""
         if bad is not None:
@@ -155,8 +160,8 @@ def update_results(path: Path, data: dict, change: Callable[[dict], None]) -> di
     caller's copy, where there is none yet), changed, written atomically; ``data`` is then replaced by what was
     written, so the caller sees the records other processes added meanwhile. Returns ``data``."""
     with folder_lock(path.parent):
-        fresh = (load_results(path, data.get("origin") or data.get("study"), data.get("scale"))  # a file's: by path
-                 if path.exists() else data)
+        study = str(path.parent / data["origin"]) if data.get("origin") else data.get("study")  # a file's: by path
+        fresh = load_results(path, study, data.get("scale")) if path.exists() else data
         change(fresh)
         save_results(path, fresh)
     if fresh is not data:
