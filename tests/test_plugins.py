@@ -216,7 +216,8 @@ class GlobalDraws(SignFlip):
 class RaisesInExamples(SignFlip):
     @classmethod
     def examples(cls, dtype=torch.float64):
-        torch.set_default_dtype(torch.float64)  # a side effect on the whole process, then a bug
+        torch.set_default_dtype(torch.float64)  # side effects on the whole process, then a bug
+        torch.set_grad_enabled(False)
         raise KeyError("missing")
 
 
@@ -258,7 +259,7 @@ def test_foreign_energies_and_solvers_are_checked_and_reported(tmp_path, forget,
         rng = torch.get_rng_state()
         checks = plugins.foreign_checks()
         assert torch.equal(torch.get_rng_state(), rng)  # examples() drew from the global generator: restored
-        assert torch.get_default_dtype() == torch.float32  # and one set the default dtype: restored
+        assert torch.get_default_dtype() == torch.float32 and torch.is_grad_enabled()  # one set them: restored
         fixed = type("GlobalDraws", (ENERGIES["efchk_signflip"],), {"grad": lambda self, x, c: x - c})
         ENERGIES["efchk_draws"] = fixed  # a fixed class under a name checked before: checked again
         del ENERGIES["efchk_empty"]      # an unregistered one: no longer reported

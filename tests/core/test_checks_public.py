@@ -281,6 +281,26 @@ def test_a_float32_energy_is_checked_on_a_float64_copy():
         check_energy(_quad(EnergyIgnoresMask)[0].float(), ctx.float(), x.float())
 
 
+class NoCast(QuadAttn):
+    """Its weight is used as it is (no cast to x's dtype): float32 weights with float64 inputs fail unless the whole
+    energy is checked as a float64 copy."""
+
+    def scores(self, x, st):
+        k, vis = st
+        return torch.einsum("bid,de,bje->bij", x, self.W, k).masked_fill(~vis, float("-inf"))
+
+    def grad(self, x, st):
+        a = torch.softmax(self.scores(x, st), -1)
+        return x - torch.einsum("bij,bje,de->bid", a, st[0], self.W)
+
+
+def test_a_float32_energy_with_float64_inputs_and_a_callers_no_grad_are_checked_as_float64_with_grad():
+    e, ctx, x = _quad(NoCast)
+    check_energy(e.float(), ctx, x)  # float64 x, float32 weights
+    with torch.no_grad():  # autograd's gradient is the reference: the caller's mode must not fail a correct energy
+        check_energy(*_quad(QuadAttn))
+
+
 def test_the_mask_pass_runs_for_a_context_that_is_not_a_tensor():
     e, ctx, x = _quad(TupleContext)
     with pytest.raises(AssertionError, match=r"(?s)^with a key-padding mask handed to prepare: .*grad != autograd"):

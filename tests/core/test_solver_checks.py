@@ -117,6 +117,8 @@ def test_a_per_step_schedule_and_a_zero_step_are_named():
     from energyformer.core import NetworkStepSize, PerIterationStepSize
 
     check_solver(GradientDescent(step_size=PerIterationStepSize(16, init=0.5)))
+    with pytest.raises(ValueError, match="step size has 1 step"):
+        check_solver(GradientDescent(step_size=PerIterationStepSize(1, init=0.5)))
     with pytest.raises(AssertionError, match=r"never moved x in 60 steps .* \(a network step size starts at 0"):
         check_solver(GradientDescent(step_size=NetworkStepSize(8)))
 

@@ -168,16 +168,18 @@ def standard_preconds(dim: int, seed: int = 1) -> list[Preconditioner]:
     return out
 
 
+@torch.enable_grad()  # autograd's gradient is the reference: a caller's no_grad blamed the energy (probe BB)
 def check_energy(energy: Energy, context: Tensor, x: Tensor, precond: Preconditioner | None = None) -> None:
     """All properties of one energy instance at one point, on a float64 copy where it is not float64 already (the
     tolerances are float64's; low precision is :func:`check_energy_dtypes`' job): :func:`check_grad`, then
     :func:`check_descent` (``exact``) or :func:`check_reference`, for ``precond`` or, when None, each of
-    :func:`standard_preconds` (a direction that leaves P out descends with P = I); with no mask and again with a key-padding mask handed to
-    ``prepare`` (:func:`key_mask_for`, shaped like the context's or x's (B, N)): an energy whose ``energy`` ignores
-    the mask that its ``grad`` honours (or the reverse) fails there (probe AX). A ``prepare`` that does not take
-    ``mask=`` fails too (a block passes ``mask``, ``cache`` and ``offset``: accept ``**kwargs``)."""
+    :func:`standard_preconds` (a direction that leaves P out descends with P = I); with no mask and again with a
+    key-padding mask handed to ``prepare`` (:func:`key_mask_for`, shaped like the context's or x's (B, N)): an energy
+    whose ``energy`` ignores the mask that its ``grad`` honours (or the reverse) fails there (probe AX). A ``prepare``
+    that does not take ``mask=`` fails too (a block passes ``mask``, ``cache`` and ``offset``: accept ``**kwargs``).
+    Autograd runs whatever the caller's grad mode."""
     if x.dtype != torch.float64 or any(p.dtype != torch.float64 for p in energy.parameters()):
-        from .fuzz import map_tensors  # a float32 energy failed the float64 tolerances, blamed on its grad (probe BA)
+        from .fuzz import map_tensors  # a float32 energy failed the float64 tolerances, its grad blamed (probe BA)
 
         energy, context, x = copy.deepcopy(energy).double(), map_tensors(context, lambda t: t.double()), x.double()
         precond = None if precond is None else copy.deepcopy(precond).double()
