@@ -14,7 +14,7 @@ import pytest
 from energyformer.cli import main
 from energyformer.reproduce import REPRODUCTIONS, resolve
 from energyformer.studies import studies_dir
-from energyformer.studies.preflight import study_key, study_source
+from energyformer.studies.preflight import study_file, study_key
 from energyformer.utils.validate import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,7 +132,7 @@ def test_the_librarys_study_by_path_is_the_library_study(tmp_path, capsys):
 
 def test_names_keys_and_errors():
     assert study_key("/x/y/my_study.yaml") == "my_study" and study_key("eqt") == "eqt"
-    assert study_source("/x/y/my_study.yml") == "my_study.yml" and study_source("eqt") == "studies/eqt.yaml"
+    assert study_file("/x/y/my_study.yml") == "my_study.yml" and study_file("eqt") == "studies/eqt.yaml"
     assert resolve("eqt") is not None and set(REPRODUCTIONS) >= {"eqt", "cem-lm"}
     with pytest.raises(ConfigError, match=r"reproduce '/nowhere/s.yaml': no such study file"):
         resolve("/nowhere/s.yaml")

@@ -47,8 +47,9 @@ def resolve(which: str) -> Callable[[list[str]], int]:
     if which in REPRODUCTIONS:
         return REPRODUCTIONS[which].main()
     from ..studies.command import main
+    from ..studies.preflight import is_study_path
 
-    if Path(which).suffix in (".yaml", ".yml"):
+    if is_study_path(which):
         if not Path(which).is_file():
             raise ConfigError(f"reproduce {which!r}: no such study file")
         return partial(main, which)

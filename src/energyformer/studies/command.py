@@ -22,7 +22,7 @@ from ..utils.paths import check_writable_dir
 from ..utils.validate import ConfigError
 from .claims import ClaimRow, evaluate
 from .page import render as render_page
-from .preflight import check_study_file_name, default_runs, study_arg, study_origin, study_source
+from .preflight import check_study_file_name, default_runs, study_arg, study_file, study_origin
 from .runner import hook, is_migrated, load_results, outdated_text, run_study
 from .spec import StudySpec, load_study
 
@@ -47,7 +47,7 @@ def render_index(name: str, spec: StudySpec, out: Path, rendered: dict[str, list
     """``OUT/README.md``: the study, one line per scale (its page or "not run yet" with the command),
     and every claim's verdict at each scale run."""
     lines = [f"# {spec.title}", "",
-             f"Seed `{spec.paper.seed}`, {spec.paper.section}. Study: `{study_source(name)}` (configs × grid × "
+             f"Seed `{spec.paper.seed}`, {spec.paper.section}. Study: `{study_file(name)}` (configs × grid × "
              "seeds × scales, metrics and claims with their rules; format in `docs/studies.md`). Every page "
              f"here is generated from the committed `results.json` by `energyformer reproduce {study_arg(name)} "
              f"--report-only --out DIR` (DIR: this folder; the study's own is `{spec.page}`).", "", "## Scales", ""]

@@ -17,7 +17,7 @@ from typing import Any
 from ..utils.markdown import md_table
 from .claims import ClaimRow, _matches, arm_values, claims_table, metric_value
 from .page_spec import BlockSpec, ColumnSpec, TableSpec
-from .preflight import study_arg, study_source
+from .preflight import study_arg, study_file
 from .spec import ArmSpec, StudySpec
 
 
@@ -261,7 +261,7 @@ def render_block(ctx: PageContext, b: BlockSpec) -> str:
     if b.claims is not None:
         intro = (_text(ctx, b.claims) + "\n") if b.claims.strip() else ""
         return ("## Claims (verdicts by the rules declared in "
-                f"`{study_source(ctx.name)}`)\n\n{intro}{claims_table(ctx.rows)}\n")
+                f"`{study_file(ctx.name)}`)\n\n{intro}{claims_table(ctx.rows)}\n")
     if b.plot is not None:
         from .plots import line_plot
 
@@ -298,7 +298,7 @@ def render(out: Path, spec: StudySpec, name: str, scale: str, data: dict, rows: 
             parts.append(f"# {spec.title} — {scale} scale\n\nRendered from this folder's `results.json` by "
                          f"`energyformer reproduce {study_arg(name)} --report-only --out DIR` (DIR: the folder above "
                          "this one; study "
-                         f"`{study_source(name)}`; {len(ctx.records)} runs).{said}\n")
+                         f"`{study_file(name)}`; {len(ctx.records)} runs).{said}\n")
             stale = outdated_text(spec, scale, data["runs"]) if scale in spec.scales else ""
             parts += [stale + "\n"] if stale else []
         parts += [s for s in (render_block(ctx, b) for b in blocks) if s]

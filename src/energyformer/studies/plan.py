@@ -75,6 +75,11 @@ def scale_labels(spec: StudySpec, scale: str, axis: str) -> list[str]:
                    for combo in itertools.product(*(labs if a != axis else [lab] for a, labs in axes.items())))]
 
 
+def _clash(k: tuple[str, ...], o: str) -> bool:
+    """Whether the key ``k`` is override ``o``'s key, under it or above it."""
+    return k[:len(override_key(o))] == override_key(o) or override_key(o)[:len(k)] == k
+
+
 def _warn_scale_replaces_recipe(spec: StudySpec, scale: str, cell: dict[str, str], config: str | ConfigCell) -> None:
     """Warn when the scale's overrides (applied after the cell's) give a key of a config label's own overrides another
     value: the label's recipe (``train.steps=1`` for an untrained control) was replaced silently (probe AZ), where
@@ -83,10 +88,8 @@ def _warn_scale_replaces_recipe(spec: StudySpec, scale: str, cell: dict[str, str
         return
     a = next(iter(spec.runs.config))
     for o in spec.scales[scale].overrides:
-        k = override_key(o)
         for mine in config.overrides:
-            m = override_key(mine)
-            if (k[:len(m)] == m or m[:len(k)] == k) and o != mine:
+            if _clash(override_key(o), mine) and o != mine:
                 warnings.warn(f"scales.{scale}.overrides {o} replaces run label {a}={cell[a]}'s own {mine} (the "
                               "scale's overrides apply after a label's; set the key per label, or not in the scale)",
                               stacklevel=4)
@@ -110,15 +113,12 @@ def _check_sets(spec: StudySpec, sc: ScaleSpec, cell: dict[str, str], config: st
         a = next(iter(spec.runs.config))
         recipe = [(o, f"run label {a}={cell[a]} sets {o} itself") for o in config.overrides]
 
-    def clash(k: tuple[str, ...], o: str) -> bool:   # equal, under or above
-        return k[:len(override_key(o))] == override_key(o) or override_key(o)[:len(k)] == k
-
     for item in sets:
         k = override_key(item)
         for o, why in owned:
-            if clash(k, o):
+            if _clash(k, o):
                 raise ConfigError(f"--set {'.'.join(k)}: {why}")
         for o, why in recipe:
-            if clash(k, o):
+            if _clash(k, o):
                 warnings.warn(f"--set {item}: replaces a study recipe value ({why}); the page marks these runs "
                               "out of date", stacklevel=4)

@@ -93,9 +93,6 @@ def study_file(study: str) -> str:
     return f"studies/{lib}.yaml" if lib is not None else Path(study).name
 
 
-study_source = study_file
-
-
 def study_arg(study: str) -> str:
     """The study as a page's commands name it: a library study's name, or a user's file's name."""
     lib = library_name(study)
