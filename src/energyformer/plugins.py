@@ -227,7 +227,7 @@ def foreign_checks() -> dict[str, str]:
     generators, the default dtype and the grad mode are left as they were (``examples()`` may change them)."""
     import torch
 
-    from .core import ENERGIES, SOLVERS, check_energy, check_solver
+    from .core import ENERGIES, SOLVERS
     from .train.rng import fork_rng
 
     def foreign(obj: Any) -> bool:
@@ -238,20 +238,20 @@ def foreign_checks() -> dict[str, str]:
     dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
     with fork_rng():  # and the default dtype and grad mode: a plugin's examples() may set them (probe BA)
         try:
-            _run_checks(todo, check_energy, check_solver)
+            for key, what, cls in todo:
+                if (key, id(cls)) not in _CHECKED:
+                    _CHECKED[key, id(cls)] = _check_one(key, what)
         finally:
             torch.set_default_dtype(dtype)
             torch.set_grad_enabled(grad)
     return {key: _CHECKED[key, id(cls)] for key, _, cls in todo}
 
 
-def _run_checks(todo: list, check_energy: Any, check_solver: Any) -> None:
-    for key, what, cls in todo:
-        if (key, id(cls)) not in _CHECKED:
-            _CHECKED[key, id(cls)] = _check_one(key, what, check_energy, check_solver)
+def _check_one(key: str, what: Any) -> str:
+    """``check_energy`` on each of an energy class's examples, or ``check_solver`` on a solver kind: "ok", "not
+    checked: ..." or the first line of what failed."""
+    from .core import check_energy, check_solver
 
-
-def _check_one(key: str, what: Any, check_energy: Any, check_solver: Any) -> str:
     try:
         if key.startswith("energy "):
             try:
