@@ -51,11 +51,13 @@ def test_count_list_and_device_types():
 
 def test_header_names_device_threads_torch_and_commit():
     """Old: no shared header; most outputs lacked the commit (it was added by hand)."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    # the full sha, cut as the header cuts it: `--short` grows past 7 characters in a repository with more
+    # objects (CI's clone printed 8cd627e3 where the header says 8cd627e)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout[:7]
     line = page.header("cpu", threads=3)
     assert "\n" not in line and line.startswith("run: device cpu (")
     assert "3 torch thread(s)" in line and f"torch {torch.__version__}" in line
-    assert f"commit {head.strip()}" in line and "cores" in line and " UTC" in line
+    assert f"commit {head}" in line and "cores" in line and " UTC" in line
     assert page.machine()["commit"] == page.git_commit()
 
 
