@@ -34,7 +34,7 @@ from pydantic import Field
 from torch import nn
 
 from ..core.stepsize import FixedStepSizeConfig, LearnedStepSizeConfig, StepSizeField
-from ..energies.newton import DAMPINGS, LiteHeads, NewtonHeads
+from ..energies.newton import DAMPINGS, MOMENTS, LiteHeads, NewtonHeads
 from ..utils.config import ConfigModel
 from .intrinsic import IntrinsicBlock, IntrinsicDescentConfig, _block as _intrinsic_block
 from .registry import ATTENTIONS, AttentionConfig, SublayerSpec
@@ -110,6 +110,10 @@ class MHA2ndLiteConfig(AttentionConfig, IntrinsicDescentConfig):
     """initial preconditioning temperature T_b (None: sqrt(head_dim))"""
     learn_temperature: bool = True
     """learn both temperatures (softplus, per head)"""
+    moments: Literal[MOMENTS] = "auto"
+    """dtype of the SDPA call forming μ and E[v⊙v] (σ² = E[v⊙v] − μ⊙μ cancels where one key dominates): auto =
+    float32, again in float64 where a row's E[v⊙v]/|T_b| exceeds 8 (one host read per call); float64 = always
+    (slower: a float64 SDPA); float32 = never (leaves ~u·E[v⊙v] in σ²). energies/newton.py LiteHeads.attend"""
 
     @classmethod
     def examples(cls) -> list[dict]:
@@ -152,5 +156,5 @@ def build_mha2nd1st_simple(cfg: MHA2nd1stSimpleConfig, spec: SublayerSpec) -> In
 def build_mha2nd_lite(cfg: MHA2ndLiteConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """MHA2nd-lite: MHA + per-dimension variance preconditioning (one fused SDPA call)."""
     energy = LiteHeads(spec.dim, spec.heads, spec.dropout, spec.causal, cfg.temperature_init,
-                       cfg.bias_temperature_init, cfg.learn_temperature)
+                       cfg.bias_temperature_init, cfg.learn_temperature, cfg.moments)
     return _block(energy, cfg, spec)

@@ -46,7 +46,6 @@ explicit M), independently of the batched code.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -56,7 +55,7 @@ from torch import Tensor, nn
 from ..core.attention import append_cache, masked_softmax, sdpa, visible
 from ..core.constants import ExactConstant
 from ..core.energy import Energy, register_energy
-from ..core.precision import autocast_dtype, autocast_off
+from ..core.precision import autocast_dtype, autocast_off, no_host_sync, widest_float
 from ..core.stepsize import _inverse_softplus
 from ..utils.validate import ConfigError, check_choice, check_float, check_int
 from .free_energy import HeadsState, free_energy_heads, merge_heads, split_heads
@@ -65,6 +64,9 @@ from .intrinsic_heads import MHAHeads, QKVState, _apply
 MODES = ("newton", "taylor")
 OUTPUTS = ("pinv", "learned")
 DAMPINGS = ("clamp", "abs", "add")
+MOMENTS = ("auto", "float64", "float32")  # LiteHeads: the dtype of the call forming μ and E[v⊙v]
+#: LiteHeads' "auto" moments: above this E[v⊙v]/|T_b| in a row, σ²'s float32 residue passes ~8u of |y|
+LITE_RATIO = 8.0
 
 
 class HeadTemperature(nn.Module):
@@ -363,8 +365,11 @@ class LiteHeads(MHAHeads):
 
     def __init__(self, dim: int, heads: int, dropout: float = 0.0, causal: bool = True,
                  temperature_init: float | None = None, bias_temperature_init: float | None = None,
-                 learn_temperature: bool = True):
+                 learn_temperature: bool = True, moments: str = "auto"):
         super().__init__(dim, heads, dropout, causal)
+        if moments not in MOMENTS:
+            raise ValueError(f"LiteHeads: moments={moments!r}; allowed: {', '.join(MOMENTS)}")
+        self.moments = moments
         dh = self.head_dim
         self.temp_score = HeadTemperature(heads, math.sqrt(dh) if temperature_init is None else temperature_init,
                                           learn_temperature, "temperature_init")
@@ -377,23 +382,49 @@ class LiteHeads(MHAHeads):
     def attend(self, q: Tensor, st: QKVState) -> Tensor:
         """``μ + σ²⊙μ / T_b`` with ``σ² = E[v⊙v] − μ⊙μ`` from one SDPA call on the values ``[v, v⊙v]``.
 
-        The difference cancels where one key dominates (σ² ≪ E[v⊙v]), leaving ~u·E[v⊙v] of rounding. In bfloat16
-        or float16 (also under autocast) the call and the difference therefore run in float32 on the low-precision
-        q, k, v, the output in the low dtype (one probe, bf16 autocast, weights ×10: the output's error was 11% of
-        its norm with the statistic in bf16, 2.5% in float32; MHA's 0.5%, Llama's 2%). In float32 the residue
-        stays: at weights ×100 one probe of three measured 1.5e-4 of |y|, 4× the fuzz rule's bound
-        (core.fuzz; only a query-dependent shift of v would remove it, which one SDPA call cannot take).
+        The difference cancels where one key dominates (σ² ≪ E[v⊙v]), leaving ~u·E[v⊙v] of rounding in the dtype
+        the call runs in, in the output (relative to |y| ≈ |μ|: ~u·E[v⊙v]/T_b) and in both of its gradient's routes
+        (through E[v⊙v] and through μ⊙μ). No float32 form removes it: the shift of v that would is per query
+        (σ² = E[(v − μ_i)²]), which one SDPA call cannot take, and a float32 softmax summing to 1 + ε leaves ε·μ²
+        even with exact products. ``moments`` says what runs (the output always in the working dtype, autocast's or
+        q's; bf16/float16 inputs never run the call in their own dtype: the statistic in bf16 was 11% off in one
+        probe):
+
+        * ``"auto"`` (default): the call in float32 and, where some row's E[v⊙v]/|T_b| exceeds :data:`LITE_RATIO`
+          (the residue then passes ~8u of |y|; float32 at weights ×100 was 4.5 times the fuzz rule's bound, err
+          8.1 at |y| 5.5e4, and the bf16-autocast input gradient 54 times off float64's, probe AU), the call again
+          in float64 (float32 on MPS). The test reads one bool on the host: free on a CPU, one synchronisation per
+          call on an accelerator; under torch.compile or CUDA-graph capture, which allow no host read, both are
+          computed and the rows chosen with ``where``.
+        * ``"float64"``: always float64 (slower; a float64 SDPA on CUDA is PyTorch's math backend, which forms the
+          N × N probabilities).
+        * ``"float32"``: never float64: the old form, fastest, with the residue above at large values.
         """
         out_dtype = autocast_dtype(q.dtype, q.device.type)
-        low = out_dtype in (torch.bfloat16, torch.float16)
-        with autocast_off(q.device.type) if low else contextlib.nullcontext():
-            q, k, v = (q.float(), st.k.float(), st.v.float()) if low else (q, st.k, st.v)
+        wide = widest_float(q.device)
+        if self.moments == "float64":
+            return self._moments(q, st, wide)[0].to(out_dtype)
+        out, risky = self._moments(q, st, torch.promote_types(out_dtype, torch.float32))
+        if self.moments == "float32" or out.dtype == wide:
+            return out.to(out_dtype)
+        if no_host_sync(risky):
+            return torch.where(risky, self._moments(q, st, wide)[0].to(out.dtype), out).to(out_dtype)
+        if bool(risky.any()):
+            out = self._moments(q, st, wide)[0]
+        return out.to(out_dtype)
+
+    def _moments(self, q: Tensor, st: QKVState, work: torch.dtype) -> tuple[Tensor, Tensor]:
+        """The output (B, H, N, dh) with the call and the difference in ``work``, and the rows (B, H, N, 1 bool)
+        whose E[v⊙v]/|T_b| exceeds :data:`LITE_RATIO` in some channel."""
+        with autocast_off(q.device.type):
+            q, k, v = q.to(work), st.k.to(work), st.v.to(work)
             Ts = self.score_temperature(q)[None, :, None, None]
+            Tb = self.temp_bias().to(work)[None, :, None, None]
             vv = torch.cat([v, v * v], dim=-1)  # values [v, v⊙v]: μ and E[v⊙v] in one call
             o = sdpa(q / Ts, k, vv, self.causal, st.key_mask, self.dropout if self.training else 0.0, scale=1.0)
             mu, m2 = o.split(self.head_dim, dim=-1)
-            out = mu + (m2 - mu * mu) * mu / self.temp_bias().to(q.dtype)[None, :, None, None]
-        return out.to(out_dtype)
+            risky = m2.detach().amax(-1, keepdim=True) > LITE_RATIO * Tb.detach().abs()
+            return mu + (m2 - mu * mu) * mu / Tb, risky
 
     def head_reference(self, q: Tensor, k: Tensor, v: Tensor, T: Tensor) -> Tensor:
         raise AssertionError("unused")  # replaced by reference_direction below
