@@ -18,11 +18,11 @@ from energyformer.energies import newton
 from energyformer.energies.newton import LiteHeads
 
 
-def _lite(moments: str, weights: float = 1.0):
+def _lite(moments: str, weights: float = 1.0, **opts):
     entry = ATTENTIONS.get("mha2nd_lite")
     torch.manual_seed(0)
-    block = entry.builder(entry.config(moments=moments), SublayerSpec(dim=16, heads=2, causal=True)).double().eval()
-    return scale_weights_(block, weights)
+    block = entry.builder(entry.config(moments=moments, **opts), SublayerSpec(dim=16, heads=2, causal=True))
+    return scale_weights_(block.double().eval(), weights)
 
 
 def _run(module, inputs):
@@ -78,6 +78,56 @@ def test_auto_without_a_host_read_chooses_the_same_rows(monkeypatch):
     monkeypatch.setattr(newton, "no_host_sync", lambda t: True)
     graphed = heads.attend(q, st)
     assert torch.equal(graphed[0], out64[0].float()) and torch.equal(graphed[1], out32[1])
+
+
+def _input_grad(module, inputs):
+    (x,) = inputs
+    with torch.enable_grad():
+        x = x.detach().requires_grad_(True)
+        y = module(x, ForwardContext(embedded=x))
+        w = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(y.dtype)
+        return list(torch.autograd.grad((y * w).sum(), [x]))
+
+
+@pytest.mark.parametrize("moments", ["auto", "float64"])
+def test_bf16_autocast_input_gradient_needs_the_float32_projection(moments):
+    """At weights x100 under bf16 autocast the input gradient sums q, k and v routes that cancel in the projection's
+    backward: with the projection in bf16 it was 8.4 times the fuzz bound (970 times its own size) whatever the
+    moments; ``fp32_heads`` (default) runs it in float32."""
+    bf16 = (torch.bfloat16, True)
+    res = {fp: low_precision_agreement(_input_grad, _lite(moments, 100.0, fp32_heads=fp), (X,), [bf16], probes=2)[0]
+           for fp in (True, False)}
+    assert [a.status for a in res[True]] == ["ok"] and res[True][0].err < 1e-2 * res[True][0].scale
+    assert [a.status for a in res[False]] == ["wrong"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_defaults_stay_within_the_bound_across_weight_scales(seed):
+    """The defaults (moments auto, fp32_heads) over the scales where the old forms failed (float32 forward from x50,
+    bf16-autocast input gradient from x100 at these seeds): output and input gradient, float32 and bf16 autocast."""
+    entry = ATTENTIONS.get("mha2nd_lite")
+    x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    for weights in (10.0, 50.0, 100.0, 200.0, 1000.0):
+        torch.manual_seed(seed)
+        block = entry.builder(entry.config(), SublayerSpec(dim=16, heads=2, causal=True)).double().eval()
+        block = scale_weights_(block, weights)
+        for run in (_run, _input_grad):
+            res = low_precision_agreement(run, block, (x,), [(torch.float32, False), (torch.bfloat16, True)], probes=2)
+            assert all(a.status == "ok" for r in res for a in r), (weights, run.__name__, res)
+
+
+def test_float32_projection_only_under_autocast():
+    """Without autocast the projection is c_attn itself (its hooks run; a bf16 module keeps its bf16 weights)."""
+    block = _lite("auto").float()
+    seen = []
+    block.energy.c_attn.register_forward_hook(lambda *a: seen.append(1))
+    with torch.no_grad():
+        _run(block, (X.float(),))
+        assert seen
+        seen.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _run(block, (X.float(),))
+        assert not seen
 
 
 def test_bad_moments_are_refused_in_one_line(capsys):

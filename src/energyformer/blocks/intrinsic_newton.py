@@ -114,6 +114,9 @@ class MHA2ndLiteConfig(AttentionConfig, IntrinsicDescentConfig):
     """dtype of the SDPA call forming μ and E[v⊙v] (σ² = E[v⊙v] − μ⊙μ cancels where one key dominates): auto =
     float32, again in float64 where a row's E[v⊙v]/|T_b| exceeds 8 (one host read per call); float64 = always
     (slower: a float64 SDPA); float32 = never (leaves ~u·E[v⊙v] in σ²). energies/newton.py LiteHeads.attend"""
+    fp32_heads: bool = True
+    """under autocast, the q/k/v projection in float32, forward and backward (its gradient sums routes that cancel;
+    bf16 left the input gradient far off at large weights: LiteHeads.project_qkv); false = autocast's dtype"""
 
     @classmethod
     def examples(cls) -> list[dict]:
@@ -156,5 +159,5 @@ def build_mha2nd1st_simple(cfg: MHA2nd1stSimpleConfig, spec: SublayerSpec) -> In
 def build_mha2nd_lite(cfg: MHA2ndLiteConfig, spec: SublayerSpec) -> IntrinsicBlock:
     """MHA2nd-lite: MHA + per-dimension variance preconditioning (one fused SDPA call)."""
     energy = LiteHeads(spec.dim, spec.heads, spec.dropout, spec.causal, cfg.temperature_init,
-                       cfg.bias_temperature_init, cfg.learn_temperature, cfg.moments)
+                       cfg.bias_temperature_init, cfg.learn_temperature, cfg.moments, cfg.fp32_heads)
     return _block(energy, cfg, spec)

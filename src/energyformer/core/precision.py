@@ -37,6 +37,16 @@ def autocast_off(device_type: str) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
+def linear_at_least_float32(t: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(t, weight, bias)`` in at least float32 with autocast off, so that under autocast the product and
+    its backward run in float32 (the output in float32): for heads whose later arithmetic cancels terms of the
+    projection's size, where bf16 operands or a bf16 incoming gradient carry bf16's relative error of those terms
+    (energies/newton.py: NewtonHeads, LiteHeads)."""
+    dt = torch.promote_types(t.dtype, torch.float32)
+    with autocast_off(t.device.type):
+        return torch.nn.functional.linear(t.to(dt), weight.to(dt), None if bias is None else bias.to(dt))
+
+
 def no_host_sync(t: torch.Tensor) -> bool:
     """Whether a guard must not read ``t``'s values on the host: under ``torch.compile`` (a graph break) and while
     a CUDA stream is being captured into a graph (``torch.cuda.graph``, e.g. benchmarks/hyperset_gpu.py's graphed

@@ -74,15 +74,22 @@ class MHAHeads(Energy):
 
     def prepare(self, context: Tensor, cache: dict | None = None, offset: int = 0,
                 mask: Tensor | None = None, **kw) -> QKVState:
-        q, k, v = rearrange(self.c_attn(context), "b n (t h d) -> t b h n d", t=3, h=self.heads)
+        q, k, v = rearrange(self.project_qkv(context), "b n (t h d) -> t b h n d", t=3, h=self.heads)
         kv, key_mask = append_cache(cache, mask, k=k, v=v)
         return QKVState(context, q, kv["k"], kv["v"], key_mask)
+
+    def project_qkv(self, t: Tensor) -> Tensor:
+        """(B, N, D) -> (B, N, 3D): queries, keys and values of ``t`` (``c_attn``)."""
+        return self.c_attn(t)
+
+    def project_queries(self, u: Tensor) -> Tensor:
+        """(B, N, D) -> (B, N, D): the queries of an iterate ``u`` (``c_attn``'s first D rows)."""
+        return F.linear(u, self.c_attn.weight[: self.dim], self.c_attn.bias[: self.dim])
 
     def queries(self, u: Tensor, st: QKVState) -> Tensor:
         if u is st.h:
             return st.q
-        w, b = self.c_attn.weight[: self.dim], self.c_attn.bias[: self.dim]
-        return split_heads(F.linear(u, w, b), self.heads)
+        return split_heads(self.project_queries(u), self.heads)
 
     def attend(self, q: Tensor, st: QKVState) -> Tensor:
         """Per-head output (B, H, N, dh) before the output projection."""

@@ -55,7 +55,7 @@ from torch import Tensor, nn
 from ..core.attention import append_cache, masked_softmax, sdpa, visible
 from ..core.constants import ExactConstant
 from ..core.energy import Energy, register_energy
-from ..core.precision import autocast_dtype, autocast_off, no_host_sync, widest_float
+from ..core.precision import autocast_dtype, autocast_off, linear_at_least_float32, no_host_sync, widest_float
 from ..core.stepsize import _inverse_softplus
 from ..utils.validate import ConfigError, check_choice, check_float, check_int
 from .free_energy import HeadsState, free_energy_heads, merge_heads, split_heads
@@ -170,9 +170,7 @@ class NewtonHeads(Energy):
         out 3.7e3 times too large, finite (probe AU); with float32 projections 5e-3 of float64's. (A module cast to
         bf16 keeps its bf16 projections: its weights are bf16 already.)"""
         if self.fp32_heads and torch.is_autocast_enabled(t.device.type):
-            dt = torch.promote_types(t.dtype, torch.float32)
-            with autocast_off(t.device.type):
-                return F.linear(t.to(dt), lin.weight.to(dt), None if lin.bias is None else lin.bias.to(dt))
+            return linear_at_least_float32(t, lin.weight, lin.bias)
         return lin(t)
 
     # ------------------------------------------------------------------ energy (elastic, D7)
@@ -365,11 +363,11 @@ class LiteHeads(MHAHeads):
 
     def __init__(self, dim: int, heads: int, dropout: float = 0.0, causal: bool = True,
                  temperature_init: float | None = None, bias_temperature_init: float | None = None,
-                 learn_temperature: bool = True, moments: str = "auto"):
+                 learn_temperature: bool = True, moments: str = "auto", fp32_heads: bool = True):
         super().__init__(dim, heads, dropout, causal)
         if moments not in MOMENTS:
             raise ValueError(f"LiteHeads: moments={moments!r}; allowed: {', '.join(MOMENTS)}")
-        self.moments = moments
+        self.moments, self.fp32_heads = moments, bool(fp32_heads)
         dh = self.head_dim
         self.temp_score = HeadTemperature(heads, math.sqrt(dh) if temperature_init is None else temperature_init,
                                           learn_temperature, "temperature_init")
@@ -378,6 +376,22 @@ class LiteHeads(MHAHeads):
 
     def score_temperature(self, ref: Tensor) -> Tensor:
         return self.temp_score().to(ref.dtype)
+
+    def project_qkv(self, t: Tensor) -> Tensor:
+        """``c_attn(t)``; under autocast with ``fp32_heads`` (default) in float32, forward and backward: the
+        gradient reaching the projection from σ²⊙μ/T_b sums q, k and v routes that cancel, which a bf16 incoming
+        gradient and bf16 product carry at bf16's relative error — at weights ×100 under bf16 autocast the input
+        gradient was 8.4 times the fuzz rule's bound, 970 times its own size, with the moments in float64 too;
+        2.5e-3 of its size with float32 projections (tests/energies/test_lite_moments.py). The keys and values then
+        stay float32 in a KV cache, as NewtonHeads' do."""
+        if self.fp32_heads and torch.is_autocast_enabled(t.device.type):
+            return linear_at_least_float32(t, self.c_attn.weight, self.c_attn.bias)
+        return self.c_attn(t)
+
+    def project_queries(self, u: Tensor) -> Tensor:
+        if self.fp32_heads and torch.is_autocast_enabled(u.device.type):
+            return linear_at_least_float32(u, self.c_attn.weight[: self.dim], self.c_attn.bias[: self.dim])
+        return super().project_queries(u)
 
     def attend(self, q: Tensor, st: QKVState) -> Tensor:
         """``μ + σ²⊙μ / T_b`` with ``σ² = E[v⊙v] − μ⊙μ`` from one SDPA call on the values ``[v, v⊙v]``.
@@ -392,8 +406,9 @@ class LiteHeads(MHAHeads):
 
         * ``"auto"`` (default): the call in float32 and, where some row's E[v⊙v]/|T_b| exceeds :data:`LITE_RATIO`
           (the residue then passes ~8u of |y|; float32 at weights ×100 was 4.5 times the fuzz rule's bound, err
-          8.1 at |y| 5.5e4, and the bf16-autocast input gradient 54 times off float64's, probe AU), the call again
-          in float64 (float32 on MPS). The test reads one bool on the host: free on a CPU, one synchronisation per
+          8.1 at |y| 5.5e4, and the bf16-autocast input gradient 54 times off float64's, probe AU; at ×200-1000
+          still 2.6-110 times the bound with the projection in float32, :meth:`project_qkv`), the call again in
+          float64 (float32 on MPS). The test reads one bool on the host: free on a CPU, one synchronisation per
           call on an accelerator; under torch.compile or CUDA-graph capture, which allow no host read, both are
           computed and the rows chosen with ``where``.
         * ``"float64"``: always float64 (slower; a float64 SDPA on CUDA is PyTorch's math backend, which forms the
