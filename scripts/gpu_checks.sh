@@ -43,7 +43,8 @@
 #                                          size, each case in its own process)
 #   scripts/gpu_checks.sh next2 [SECONDS]   (~6 min) train.compile's 'reduce-overhead' against the graphed eager step
 #                                          for Hyper-SET and full CEM T=1, then the compiled step's CUDA tests and
-#                                          Hyper-SET's eager profile (host table: the Triton launches)
+#                                          Hyper-SET's eager profile (host table: the Triton launches); MHA2nd-lite's
+#                                          float32 projection under bf16 against MHA and the bf16 projection
 #   scripts/gpu_checks.sh gather [SECONDS]  (2026-11-27) the gathered head sums' CUDA tests, eager and graphed tokens/s at
 #                                          1k and 4k against the default launch, Hyper-SET's eager rows, the kernels
 #                                          alone at 4k (head sums × shared dtype), every CUDA test; `gather2`: the paper
@@ -245,6 +246,11 @@ if [ "$PHASE" = next2 ]; then   # the rest of what the session of 2026-11-27 lef
   cp "$W/pytest_compiled.txt" "$OUT/" 2>/dev/null
   step profile_hyperset 70 $PY benchmarks/gpu_profile.py --suite hyperset --keep-going --rows 25 \
     --models "looped transformer;Hyper-SET" --out "$OUT/gpu_profile_hyperset.md"
+  # MHA2nd-lite's float32 q/k/v projection under bf16 autocast (fp32_heads, 2026-11-29): its cost against MHA and
+  # against the projection in bf16, the intrinsic GPU page's size (docs/results/intrinsic/gpu/benchmark.md)
+  step intrinsic_bf16 60 $PY benchmarks/intrinsic_attention.py --device cuda --bf16 --contexts 1024 --dim 512 \
+    --layers 4 --heads 8 --batch 8 --reps 5 --warmup 1 --variants mha mha2nd_lite mha2nd_lite_bf16_heads \
+    --json "$OUT/intrinsic_bf16.json"
   pack; echo "== done in $(( $(date +%s) - T0 ))s"; exit 0
 fi
 
