@@ -71,7 +71,7 @@ def test_auto_without_a_host_read_chooses_the_same_rows(monkeypatch):
     v[0] *= 40.0  # batch row 0: E[v⊙v] ~ 1600 > 8 |T_b|; row 1: ~1
     st = newton.QKVState(h=torch.zeros(2, 5, 8), q=q, k=k, v=v)
     host = heads.attend(q, st)
-    out32, risky = heads._moments(q, st, torch.float32)
+    out32, risky = heads._moments(q, st, torch.float32, check=True)
     out64, _ = heads._moments(q, st, torch.float64)
     assert risky[0].all() and not risky[1].any()
     assert torch.equal(host, out64.float())  # some row risky: the whole call in float64

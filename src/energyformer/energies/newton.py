@@ -417,10 +417,10 @@ class LiteHeads(MHAHeads):
         """
         out_dtype = autocast_dtype(q.dtype, q.device.type)
         wide = widest_float(q.device)
-        if self.moments == "float64":
-            return self._moments(q, st, wide)[0].to(out_dtype)
-        out, risky = self._moments(q, st, torch.promote_types(out_dtype, torch.float32))
-        if self.moments == "float32" or out.dtype == wide:
+        work = wide if self.moments == "float64" else torch.promote_types(out_dtype, torch.float32)
+        check = self.moments == "auto" and work != wide
+        out, risky = self._moments(q, st, work, check)
+        if not check:
             return out.to(out_dtype)
         if no_host_sync(risky):
             return torch.where(risky, self._moments(q, st, wide)[0].to(out.dtype), out).to(out_dtype)
@@ -428,9 +428,10 @@ class LiteHeads(MHAHeads):
             out = self._moments(q, st, wide)[0]
         return out.to(out_dtype)
 
-    def _moments(self, q: Tensor, st: QKVState, work: torch.dtype) -> tuple[Tensor, Tensor]:
-        """The output (B, H, N, dh) with the call and the difference in ``work``, and the rows (B, H, N, 1 bool)
-        whose E[v⊙v]/|T_b| exceeds :data:`LITE_RATIO` in some channel."""
+    def _moments(self, q: Tensor, st: QKVState, work: torch.dtype, check: bool = False
+                 ) -> tuple[Tensor, Tensor | None]:
+        """The output (B, H, N, dh) with the call and the difference in ``work``, and with ``check`` the rows
+        (B, H, N, 1 bool) whose E[v⊙v]/|T_b| exceeds :data:`LITE_RATIO` in some channel (else None)."""
         with autocast_off(q.device.type):
             q, k, v = q.to(work), st.k.to(work), st.v.to(work)
             Ts = self.score_temperature(q)[None, :, None, None]
@@ -438,7 +439,7 @@ class LiteHeads(MHAHeads):
             vv = torch.cat([v, v * v], dim=-1)  # values [v, v⊙v]: μ and E[v⊙v] in one call
             o = sdpa(q / Ts, k, vv, self.causal, st.key_mask, self.dropout if self.training else 0.0, scale=1.0)
             mu, m2 = o.split(self.head_dim, dim=-1)
-            risky = m2.detach().amax(-1, keepdim=True) > LITE_RATIO * Tb.detach().abs()
+            risky = m2.detach().amax(-1, keepdim=True) > LITE_RATIO * Tb.detach().abs() if check else None
             return mu + (m2 - mu * mu) * mu / Tb, risky
 
     def head_reference(self, q: Tensor, k: Tensor, v: Tensor, T: Tensor) -> Tensor:
