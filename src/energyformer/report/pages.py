@@ -401,10 +401,10 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "NaN-query guard in every SDPA call)"),
     Artifact(f"{RESULTS}/cem", "compare_commits_8a17f28.txt",
              "output of `python benchmarks/compare_commits.py --base 8a17f28` (CEM's CPU step time did not regress)"),
-    Artifact(f"{RESULTS}/core", "make_test_da029c0.txt",
-             "`make test` on a fresh clone of da029c0 with `PYTEST_ADDOPTS=--durations=25`: pytest's slowest tests, "
+    Artifact(f"{RESULTS}/core", "make_test_0311343.txt",
+             "`make test` on a fresh clone of 0311343 with `PYTEST_ADDOPTS=--durations=25`: pytest's slowest tests, "
              "its summary and the wall time (the README's Tests section)"),
-    Artifact(f"{RESULTS}/core", "make_demo_da029c0.txt",
+    Artifact(f"{RESULTS}/core", "make_demo_0311343.txt",
              "`make demo` on the same fresh clone after its `make test`: the stages' lines and the wall time (the "
              "README's demo paragraph)"),
     Artifact(f"{RESULTS}/core", "compare_commits_issue19.txt",
