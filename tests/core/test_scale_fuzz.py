@@ -29,7 +29,7 @@ import energyformer.blocks  # noqa: F401  (registers all sublayers)
 import energyformer.energies  # noqa: F401  (registers all energies)
 from energyformer.blocks.registry import ATTENTIONS, MLPS, SublayerSpec
 from energyformer.core import ENERGIES, ForwardContext, IdentityPrecond
-from energyformer.core.fuzz import low_precision_agreement, map_tensors, scale_weights_
+from energyformer.core.fuzz import low_precision_agreement, map_tensors, scale_weights_, sublayer_gradients
 from energyformer.models import MODELS
 from energyformer.models.bare_attention import BareSAConfig
 from energyformer.utils.validate import ConfigError
@@ -181,16 +181,7 @@ def test_sublayer_output_in_low_precision(part, name, opts, request):
 GRAD_SCALES = [(1.0, 1.0), (4.0, 1.0), (1.0, 10.0)]
 
 
-def _run_sublayer_grads(module, inputs):
-    """The gradients of Σ y ∘ w (w fixed) with respect to the input and every trainable parameter."""
-    (x,) = inputs
-    with torch.enable_grad():
-        x = x.detach().requires_grad_(True)
-        y = module(x, ForwardContext(embedded=x))
-        w = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(y.dtype)
-        wrt = [x, *(p for p in module.parameters() if p.requires_grad)]
-        grads = torch.autograd.grad((y * w).sum(), wrt, allow_unused=True)
-    return [torch.zeros_like(t) if g is None else g for g, t in zip(grads, wrt)]
+_run_sublayer_grads = sublayer_gradients  # the input's and every trainable parameter's gradient
 
 
 def _jittered_sublayer(part: str, name: str, opts: dict):

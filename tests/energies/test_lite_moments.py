@@ -13,7 +13,7 @@ import energyformer.blocks  # noqa: F401  (registers all sublayers)
 from energyformer.blocks.registry import ATTENTIONS, SublayerSpec
 from energyformer.cli import main
 from energyformer.core import ForwardContext
-from energyformer.core.fuzz import low_precision_agreement, scale_weights_
+from energyformer.core.fuzz import low_precision_agreement, scale_weights_, sublayer_gradients
 from energyformer.energies import newton
 from energyformer.energies.newton import LiteHeads
 
@@ -81,12 +81,7 @@ def test_auto_without_a_host_read_chooses_the_same_rows(monkeypatch):
 
 
 def _input_grad(module, inputs):
-    (x,) = inputs
-    with torch.enable_grad():
-        x = x.detach().requires_grad_(True)
-        y = module(x, ForwardContext(embedded=x))
-        w = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(y.dtype)
-        return list(torch.autograd.grad((y * w).sum(), [x]))
+    return sublayer_gradients(module, inputs, params=False)
 
 
 @pytest.mark.parametrize("moments", ["auto", "float64"])

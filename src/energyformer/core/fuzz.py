@@ -118,6 +118,22 @@ def _perturbed(module: nn.Module, inputs: Any, u: float, g: torch.Generator | No
     return m, map_tensors(inputs, jitter)
 
 
+def sublayer_gradients(module: nn.Module, inputs: tuple[Tensor], params: bool = True) -> list[Tensor]:
+    """A ``run`` for :func:`low_precision_agreement` of a sublayer's backward: the gradients of Σ y ∘ w (w fixed:
+    N(0, 1) of seed 7, in y's dtype) with respect to the tokens ``inputs[0]`` (B, N, D) and, with ``params``, every
+    trainable parameter (zeros where unused), y = ``module(x, ForwardContext(embedded=x))``."""
+    from .block import ForwardContext
+
+    (x,) = inputs
+    with torch.enable_grad():
+        x = x.detach().requires_grad_(True)
+        y = module(x, ForwardContext(embedded=x))
+        w = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(y.dtype)
+        wrt = [x, *(p for p in module.parameters() if p.requires_grad)] if params else [x]
+        grads = torch.autograd.grad((y * w).sum(), wrt, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g for g, t in zip(grads, wrt)]
+
+
 def low_precision_agreement(run: Callable[[nn.Module, Any], Tensor | Sequence[Tensor]],
                             module: nn.Module, inputs: Any,
                             precisions: Sequence[tuple[torch.dtype, bool]] = ((torch.float32, False),), *,
