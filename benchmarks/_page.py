@@ -197,6 +197,16 @@ def load_line(meta: dict) -> str:
     return f"1-minute load average {b[0]:g} before the run, {a[0]:g} after"
 
 
+def load_words(meta: dict) -> str:
+    """How loaded the machine was, for a page's prose: '**under load** from other jobs' when the recorded 1-minute
+    load average before the run was 1 or more (something else was running: the run itself adds one), else 'with
+    nothing else running'; '(load not recorded)' without a record."""
+    before = meta.get("load_before")
+    if not before:
+        return "(load not recorded)"
+    return "**under load** from other jobs" if before[0] >= 1.0 else "with nothing else running"
+
+
 def write_page(folder: Path, name: str, text: str) -> None:
     (folder / name).write_text(text.rstrip() + "\n")
 

@@ -197,7 +197,7 @@ def page(att: dict, sud: dict) -> str:
     out = ["# Hyper-SET benchmarks (CPU)", "",
            "Rendered by `python benchmarks/hyperset_attention.py --render-only DIR` from the committed raw outputs "
            "[benchmark_attention.json](benchmark_attention.json) and [benchmark_sudoku.json](benchmark_sudoku.json). "
-           f"Measured on a shared {meta['cpus']}-core machine **under load** from other developers' jobs "
+           f"Measured on a shared {meta['cpus']}-core machine {_page.load_words(meta)} "
            f"({_page.load_line(meta)}; the generator run: {_page.load_line(sud['meta'])}), with `nice -n "
            f"{meta['nice']}`, {meta['threads']} torch thread, torch {meta['torch']}. Every ratio compares variants "
            f"interleaved in one run: median over {att['repeats']} repeats, [min, max] in brackets — the range is the "

@@ -190,7 +190,7 @@ def page(raw: dict) -> str:
     lines = ["# Intrinsic attention kinds: CPU training-step benchmark (issue 10, Performance)", "",
              "Rendered by `python benchmarks/intrinsic_attention.py --render-only DIR` from the committed raw output "
              "[benchmark.json](benchmark.json), measured by:", "", "```", meta["command"], "```", "",
-             f"Measured on a shared {meta['cpus']}-core machine **under load** from other developers' jobs "
+             f"Measured on a shared {meta['cpus']}-core machine {_page.load_words(meta)} "
              f"({_page.load_line(meta)}), with `nice -n {meta['nice']}`, {meta['threads']} torch thread, variants "
              f"shuffled and interleaved within each of {args['reps']} repetitions so that the load hits all alike. "
              "The spread of the per-repetition ratios (in brackets) is the measure of that noise: a median whose range "

@@ -83,3 +83,10 @@ def test_run_turns_library_errors_into_one_line(capsys, monkeypatch):
     assert exc.value.code == 0
     with pytest.raises(KeyError):  # a bug in a script stays a traceback
         page.run(lambda: {}["x"])
+
+
+def test_load_words_say_under_load_only_when_something_else_ran():
+    """Old: two pages said '**under load** from other developers' jobs' whatever the recorded load average."""
+    assert page.load_words({"load_before": [6.08, 5.0, 4.0]}) == "**under load** from other jobs"
+    assert page.load_words({"load_before": [0.4, 0.3, 0.2]}) == "with nothing else running"
+    assert page.load_words({}) == "(load not recorded)"
